@@ -1,0 +1,89 @@
+// fovea/allocate.hpp — spend a token budget where relevance is: a quadtree over finest tiles.
+//
+//   fovea::Allocation a = fovea::allocate(relevance, {.budget_tokens = 273});
+//   a.layout.tokens            // sorted by level; level ℓ's run is [level_offsets[ℓ], [ℓ+1])
+//   a.rate_map.level[t]        // per finest tile: the level of the token covering it
+//
+// The algorithm: start from the coarsest tiling (every node of the level-L grid, L =
+// max_level), split nodes that have a single child for free, then repeatedly split the node
+// with the highest priority
+//        priority = (sum of relevance over the node's finest tiles) / (children − 1)
+// i.e. the objective Σ_tiles relevance · level falls by the node's relevance mass for
+// (children − 1) extra tokens. Its continuous optimum puts token density in proportion to
+// relevance. It stops at the first split that no longer fits the budget, so
+//   * the token count never exceeds the budget and lands within 2 of it (a split costs at
+//     most 3 tokens) unless every tile is already at level 0;
+//   * the splits made for budget B are a prefix of those for any B' > B: a larger budget
+//     never lowers the resolution of any tile.
+// Ties break by level, then y, then x, so the result is deterministic.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "fovea/grid.hpp"
+#include "fovea/relevance.hpp"
+
+namespace fovea {
+
+// One token: node (x, y) of the level-ℓ grid, covering finest tiles
+// [x·2^ℓ, (x+1)·2^ℓ) × [y·2^ℓ, (y+1)·2^ℓ) clipped to the grid.
+struct Token {
+  int32_t x = 0, y = 0;
+  int32_t level = 0;
+  bool operator==(const Token&) const = default;
+};
+
+struct TokenLayout {
+  std::vector<Token> tokens;           // sorted by (level, y, x)
+  std::vector<int32_t> level_offsets;  // num_levels + 1 entries
+  int num_levels() const { return level_offsets.empty() ? 0 : int(level_offsets.size()) - 1; }
+  int64_t count_at(int level) const { return level_offsets[level + 1] - level_offsets[level]; }
+};
+
+// The variable-rate shading image of the allocation: one texel per finest tile.
+struct RateMap {
+  TileGrid grid;
+  std::vector<uint8_t> level;  // [tiles_y * tiles_x], raster order
+
+  // VK_KHR_fragment_shading_rate attachment texels (and D3D12_SHADING_RATE values, which use
+  // the same encoding): (log2(w) << 2) | log2(h). Level 0 → 1×1 (0), 1 → 2×2 (5),
+  // 2 and above → 4×4 (10), the largest rate either API defines.
+  std::vector<uint8_t> shading_rate_codes() const;
+};
+
+struct AllocParams {
+  int budget_tokens = 273;
+  // Coarsest level of the quadtree. -1: the smallest level at which one token spans the
+  // image's shorter side (1 token for a square image, ~aspect tokens otherwise).
+  int max_level = -1;
+};
+
+struct Allocation {
+  RateMap rate_map;
+  TokenLayout layout;
+  int budget_tokens = 0;
+  int max_level = 0;           // the L actually used
+  int64_t coarsest_tokens = 0;  // the smallest budget this image accepts at this L
+};
+
+// Throws Error(invalid_argument) when the budget is below the coarsest tiling (the message
+// says how many tokens that is), or max_level is outside [-1, 24].
+Allocation allocate(const RelevanceMap& relevance, const AllocParams& params);
+
+int resolve_max_level(const TileGrid& grid, int max_level);
+
+// The uniform baseline at the same budget: what a standard VLM does. The image is resized to
+// (grid_x·P) × (grid_y·P) with the largest grid_x·grid_y ≤ budget that keeps the aspect
+// ratio (floor of the ideal scale on each axis, at least 1); an image whose native grid
+// ceil(w/P) × ceil(h/P) already fits is not downscaled, only resized to the next multiple
+// of P.
+struct UniformGrid {
+  int grid_x = 0, grid_y = 0;
+  int resized_width = 0, resized_height = 0;
+  int64_t tokens() const { return int64_t(grid_x) * grid_y; }
+};
+UniformGrid uniform_grid(int width, int height, int patch_px, int budget_tokens);
+
+}  // namespace fovea

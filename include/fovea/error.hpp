@@ -1,0 +1,39 @@
+// fovea/error.hpp — the one exception type that crosses the public API.
+//
+//   try { auto img = fovea::load_image("x.png"); }
+//   catch (const fovea::Error& e) { std::cerr << e.what() << '\n'; /* e.code() says which kind */ }
+//
+// Recoverable failures (bad files, bad arguments, limits, missing device features) throw
+// fovea::Error with a message written for the person at the terminal: one line, naming the
+// input and what is wrong with it. Broken invariants inside the library assert instead.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace fovea {
+
+enum class Errc {
+  invalid_argument,  // a parameter or option out of its domain
+  io,                // cannot open, read, write or rename a file
+  corrupt_data,      // a file that is truncated, malformed or inconsistent
+  unsupported,       // a valid input fovea does not handle (format, dtype, architecture)
+  limit_exceeded,    // an input larger than a configured limit (pixels, header size, ...)
+  out_of_memory,     // an allocation the system refused
+  device,            // a compute device failed or lacks a required feature
+  internal,          // a bug: an invariant fovea should have kept
+};
+
+std::string_view to_string(Errc code);
+
+class Error : public std::runtime_error {
+ public:
+  Error(Errc code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Errc code() const noexcept { return code_; }
+
+ private:
+  Errc code_;
+};
+
+}  // namespace fovea

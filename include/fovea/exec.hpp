@@ -1,0 +1,51 @@
+// fovea/exec.hpp — how the stages run, kept apart from what they compute.
+//
+//   fovea::Executor exec({.threads = 2});                   // a pool of 2 (caller included)
+//   exec.parallel_for(rows, 16, [&](int64_t y0, int64_t y1) { ... });
+//
+// Every stage is a pure function of its inputs plus an Executor that says how to run it:
+// how many threads, which SIMD kernels, which backend. Results never depend on the thread
+// count; the scalar reference kernels give the same output as the SIMD ones (tests check).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace fovea {
+
+enum class Kernels : uint8_t {
+  best,       // SIMD, dispatched at run time to the best target this CPU supports
+  reference,  // the plain scalar implementation every SIMD kernel is tested against
+};
+
+struct ExecConfig {
+  int threads = 0;  // 0: one per hardware thread
+  Kernels kernels = Kernels::best;
+};
+
+class Executor {
+ public:
+  explicit Executor(const ExecConfig& config = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  const ExecConfig& config() const { return config_; }
+  int threads() const { return threads_; }
+  bool reference() const { return config_.kernels == Kernels::reference; }
+
+  // Calls body(begin, end) over disjoint chunks covering [0, n), each at least `grain` long
+  // (except the last), on up to threads() threads including the caller; returns when all are
+  // done. A nested call from inside a body runs serially on the calling thread. The first
+  // exception thrown by a body is rethrown here after every chunk has finished.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
+
+ private:
+  struct Pool;
+  ExecConfig config_;
+  int threads_ = 1;
+  std::unique_ptr<Pool> pool_;
+};
+
+}  // namespace fovea

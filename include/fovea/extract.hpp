@@ -1,0 +1,68 @@
+// fovea/extract.hpp — from an allocation to the tensors a vision encoder eats, and back.
+//
+//   fovea::TokenBatch b = fovea::extract(pyr, alloc, {}, exec);
+//   b.patches    // [N, 3, P, P]  float32 (CLIP-normalised), float16 or uint8
+//   b.positions  // [N, 4] float32: centre x, centre y, side (px, original image), level
+//   fovea::ImageU8 seen = fovea::reconstruct(b, img.width(), img.height(), exec);
+//
+// A token's patch is sampled from its own mip level: level-ℓ samples [x·P, (x+1)·P) ×
+// [y·P, (y+1)·P) of mip ℓ, clamped to the mip's edge (CLAMP_TO_EDGE). Level-0 patches are
+// therefore the raw pixels. Gray images are replicated to 3 channels.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "fovea/allocate.hpp"
+#include "fovea/exec.hpp"
+#include "fovea/image.hpp"
+#include "fovea/pyramid.hpp"
+#include "fovea/tensor.hpp"
+
+namespace fovea {
+
+struct Normalization {
+  // Applied to float outputs as (x/255 − mean) / std. CLIP's defaults.
+  std::array<float, 3> mean{0.48145466f, 0.4578275f, 0.40821073f};
+  std::array<float, 3> std{0.26862954f, 0.26130258f, 0.27577711f};
+  bool enabled = true;  // false: float outputs hold x/255 in [0, 1]
+};
+
+struct ExtractParams {
+  DType dtype = DType::f32;  // f32, f16 or u8 (u8 is never normalised)
+  Normalization norm;
+};
+
+struct TokenBatch {
+  Tensor patches;    // [N, 3, P, P]
+  Tensor positions;  // [N, 4] float32: centre x px, centre y px, side px, level
+  Tensor levels;     // [N] int32; for the uniform baseline, log2(side / P) rounded
+  // Each token's box in original-image pixels [x0, y0, x1, y1) (not clipped to the image).
+  // The uniform baseline's boxes are not quite square.
+  std::vector<std::array<float, 4>> boxes;
+  std::vector<int32_t> level_offsets;  // runs per level (foveated); {0, N} for uniform
+  int patch_px = 0;
+  ExtractParams params;
+  int64_t size() const { return patches.empty() ? 0 : patches.dim(0); }
+};
+
+// Throws Error(invalid_argument) for an unsupported dtype or an allocation that needs more
+// levels than the pyramid has.
+TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation,
+                   const ExtractParams& params, Executor& exec);
+
+// The uniform baseline: resize `image` to grid.resized_{width,height} (area filter) and cut
+// it into a grid_x × grid_y grid of P×P patches, raster order.
+TokenBatch extract_uniform(const ImageU8& image, const UniformGrid& grid, int patch_px,
+                           const ExtractParams& params, Executor& exec);
+
+// "What the model sees": every token's patch (de-normalised) stretched bilinearly over its
+// box, clipped to the image. Full level-0 coverage reproduces the image exactly.
+ImageU8 reconstruct(const TokenBatch& batch, int width, int height, Executor& exec);
+
+// Area-filter resize (each output pixel is the mean of the input area it covers, fractional
+// at the borders: OpenCV's INTER_AREA for downscaling); upscaling falls back to bilinear.
+ImageU8 resize_area(const ImageU8& src, int width, int height, Executor& exec);
+
+}  // namespace fovea

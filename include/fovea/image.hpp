@@ -1,0 +1,107 @@
+// fovea/image.hpp — planar images and their files.
+//
+//   fovea::ImageU8 img = fovea::load_image("photo.jpg");     // EXIF orientation applied
+//   for (int c = 0; c < img.channels(); ++c)
+//     for (int y = 0; y < img.height(); ++y) { const uint8_t* row = img.row(c, y); ... }
+//   fovea::save_png(img, "out.png");                          // temp file + rename
+//
+// Layout: `channels` planes (1 = gray, 3 = RGB), each `height` rows of `width` samples, rows
+// `stride()` samples apart (a multiple of 64 bytes), planes `plane_stride()` samples apart.
+// Planar rows are what the 2×2 pyramid kernels and per-channel patch extraction want.
+// Sample ranges: uint8 in [0, 255]; float in [0, 1].
+// Images are move-only: copies of megapixel buffers are explicit (clone()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fovea/tensor.hpp"
+
+namespace fovea {
+
+template <typename T>
+class Image {
+ public:
+  Image() = default;
+  // Uninitialised samples unless `zero` is true. Throws Error(invalid_argument) for
+  // non-positive extents or channels not in {1, 3}, Error(out_of_memory) when refused.
+  Image(int width, int height, int channels, bool zero = false);
+  Image(const Image&) = delete;
+  Image& operator=(const Image&) = delete;
+  Image(Image&&) noexcept = default;
+  Image& operator=(Image&&) noexcept = default;
+
+  Image clone() const;
+
+  int width() const { return width_; }
+  int height() const { return height_; }
+  int channels() const { return channels_; }
+  bool empty() const { return width_ == 0; }
+  size_t stride() const { return stride_; }             // samples between rows
+  size_t plane_stride() const { return stride_ * height_; }  // samples between planes
+  int64_t pixels() const { return int64_t(width_) * height_; }
+
+  T* plane(int c) { return data_ + c * plane_stride(); }
+  const T* plane(int c) const { return data_ + c * plane_stride(); }
+  T* row(int c, int y) { return plane(c) + size_t(y) * stride_; }
+  const T* row(int c, int y) const { return plane(c) + size_t(y) * stride_; }
+  T& at(int c, int y, int x) { return row(c, y)[x]; }
+  T at(int c, int y, int x) const { return row(c, y)[x]; }
+
+ private:
+  int width_ = 0, height_ = 0, channels_ = 0;
+  size_t stride_ = 0;
+  std::unique_ptr<std::byte[], AlignedFree> storage_;
+  T* data_ = nullptr;
+};
+
+using ImageU8 = Image<uint8_t>;
+using ImageF32 = Image<float>;
+
+extern template class Image<uint8_t>;
+extern template class Image<float>;
+
+// Conversions between sample types: u8 -> f32 divides by 255; f32 -> u8 rounds and clamps.
+ImageF32 to_f32(const ImageU8& img);
+ImageU8 to_u8(const ImageF32& img);
+// Gray -> RGB by replication; RGB input is cloned.
+ImageU8 to_rgb(const ImageU8& img);
+
+// ---- files -----------------------------------------------------------------------------------
+
+struct LoadOptions {
+  // Images with more pixels than this are refused before any pixel buffer is allocated.
+  uint64_t max_pixels = 100'000'000;
+  // JPEG: rotate/flip according to the EXIF Orientation tag (1..8), as viewers do.
+  bool apply_exif_orientation = true;
+};
+
+// Decodes PNG (1/2/4/8/16-bit; gray, gray+alpha, RGB, RGBA, palette) and JPEG (baseline,
+// progressive; gray, YCbCr, CMYK refused). The format is detected from the bytes, not the
+// file name. Alpha is dropped (as PIL's convert("RGB") does); gray stays one channel.
+// 16-bit samples are rounded to 8 bits; use load_image_f32 to keep their precision.
+// Throws fovea::Error: io (cannot read), corrupt_data (truncated, malformed),
+// unsupported (other formats), limit_exceeded (over max_pixels).
+ImageU8 load_image(const std::string& path, const LoadOptions& options = {});
+ImageU8 decode_image(std::span<const uint8_t> bytes, const LoadOptions& options = {},
+                     const std::string& name = "<memory>");
+ImageF32 load_image_f32(const std::string& path, const LoadOptions& options = {});
+ImageF32 decode_image_f32(std::span<const uint8_t> bytes, const LoadOptions& options = {},
+                          const std::string& name = "<memory>");
+
+// Encoders. Writing goes to `path.tmp-XXXX` in the same folder, then rename(): a reader
+// never sees a half-written file, and a failure leaves no file behind.
+std::vector<uint8_t> encode_png(const ImageU8& img);
+std::vector<uint8_t> encode_jpeg(const ImageU8& img, int quality = 92);
+void save_png(const ImageU8& img, const std::string& path);
+void save_jpeg(const ImageU8& img, const std::string& path, int quality = 92);
+
+// Writes `bytes` to `path` atomically (temp file in the same folder + rename).
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+std::vector<uint8_t> read_file(const std::string& path);
+
+}  // namespace fovea

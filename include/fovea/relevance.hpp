@@ -1,0 +1,90 @@
+// fovea/relevance.hpp — one score per finest tile: where tokens should go.
+//
+//   fovea::Query q;
+//   q.fixations.push_back({512, 300});                        // px in the original image
+//   fovea::RelevanceMap rel = fovea::compute_relevance(pyr, q, {}, exec);
+//   float s = rel.score[ty * rel.grid.tiles_x + tx];
+//
+// score = floor + w_info·information + w_saliency·saliency + w_query·query, each term in [0, 1]:
+//   * information: Shannon entropy of the tile's luma histogram (`entropy_bins` bins), divided
+//     by log2(entropy_bins), so a flat tile scores 0 and a tile using every bin equally 1;
+//   * saliency: centre-surround colour contrast on the grid of tile means (the tile-resolution
+//     mip): |G(σ=1) ∗ I − G(σ=s) ∗ I| in an opponent colour space, summed over surround scales
+//     s ∈ {2, 4, 8} tiles, then divided by its maximum (a coarse Itti–Koch / frequency-tuned
+//     saliency; cheap because it runs on the tile grid, not on pixels);
+//   * query: the strongest of
+//       - fixations, through cortical magnification M(e) = M0 / (e + e0) with e the distance to
+//         the fixation in units of the image's longer side. The term is (M(e)/M(0))^2: areal
+//         magnification, so that token density follows it and token *size* grows linearly
+//         with eccentricity, as receptive fields do;
+//       - regions: 1 inside the box, the same falloff with e measured from the box outside it;
+//       - an embedding: cosine similarity of `embedding` with per-tile features from the
+//         `tile_features` hook (filled by the encoder), clamped at 0, divided by its maximum.
+// With an empty query the map is purely bottom-up.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fovea/exec.hpp"
+#include "fovea/grid.hpp"
+#include "fovea/pyramid.hpp"
+#include "fovea/tensor.hpp"
+
+namespace fovea {
+
+struct Fixation {
+  float x_px = 0, y_px = 0;  // original-image pixels
+  float weight = 1;          // scales this fixation's term (the query term is the max over all)
+};
+
+struct Region {
+  float x0_px = 0, y0_px = 0, x1_px = 0, y1_px = 0;  // [x0, x1) × [y0, y1), original pixels
+  float weight = 1;
+};
+
+struct Query {
+  std::vector<Fixation> fixations;
+  std::vector<Region> regions;
+  std::vector<float> embedding;  // empty: none
+  bool empty() const { return fixations.empty() && regions.empty() && embedding.empty(); }
+};
+
+// Per-tile features for the embedding term: returns [tiles_y * tiles_x, D] float32, row-major
+// in raster tile order. D must equal the query embedding's length.
+using TileFeatureFn = std::function<Tensor(const PyramidU8&, const TileGrid&)>;
+
+struct RelevanceWeights {
+  float information = 1.0f;
+  float saliency = 0.5f;
+  float query = 8.0f;
+  float floor = 0.05f;  // keeps every tile's score > 0: the periphery still gets coarse tokens
+};
+
+struct RelevanceParams {
+  RelevanceWeights weights;
+  float e0 = 0.05f;        // half-saturation eccentricity, in units of the image's longer side
+  int entropy_bins = 16;   // 2..256
+  TileFeatureFn tile_features;  // required when the query has an embedding
+};
+
+struct RelevanceMap {
+  TileGrid grid;
+  // All [tiles_y * tiles_x], raster order. `score` is the weighted sum; the others are the
+  // terms before weighting, each in [0, 1] (query is all zeros without a query).
+  std::vector<float> score;
+  std::vector<float> information;
+  std::vector<float> saliency;
+  std::vector<float> query;
+};
+
+// Throws Error(invalid_argument) for a bad patch size, non-finite query coordinates, an
+// inverted region, an embedding without a tile_features hook or of the wrong length.
+RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Query& query,
+                               const RelevanceParams& params, Executor& exec);
+
+// Human-readable summary of a query for metadata and logs, e.g. "fixation(512,300)".
+std::string describe(const Query& query);
+
+}  // namespace fovea

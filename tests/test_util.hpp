@@ -1,0 +1,34 @@
+// Helpers shared by the tests: synthetic images, temp dirs, running the CLI.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fovea/image.hpp"
+
+namespace fovea::test {
+
+// Deterministic pseudo-random image (xorshift), all samples in [0, 255].
+ImageU8 random_image(int w, int h, int channels, uint32_t seed = 1);
+ImageF32 random_image_f32(int w, int h, int channels, uint32_t seed = 1);
+// Constant image.
+ImageU8 constant_image(int w, int h, int channels, uint8_t value);
+// A smooth gradient with some structure (for visual outputs).
+ImageU8 gradient_image(int w, int h, int channels);
+
+// A fresh empty directory under the build tree, removed at process exit by nobody (CTest
+// runs in a scratch build dir); unique per test name.
+std::string temp_dir(const std::string& name);
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs the fovea CLI with the given arguments (no shell), captures its output.
+RunResult run_cli(const std::vector<std::string>& args);
+
+std::string source_dir();
+
+}  // namespace fovea::test

@@ -1,0 +1,81 @@
+// fovea — command-line front end. One subcommand per job; see `fovea --help`.
+//
+// Exit codes: 0 success, 1 the job failed (bad input file, I/O, device), 2 bad arguments.
+// Every failure prints exactly one line on stderr, starting with "fovea: error:".
+#include <algorithm>
+#include <iostream>
+#include <new>
+
+#include "command.hpp"
+#include "fovea/error.hpp"
+#include "fovea/version_gen.hpp"
+
+namespace fovea::cli {
+std::vector<Command>& registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
+}  // namespace fovea::cli
+
+namespace {
+
+// CLI11 messages can span lines; the contract is one line.
+std::string one_line(std::string s) {
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fovea::cli;
+  CLI::App app{"fovea — foveated visual tokens for vision-language models.\n"
+               "An image and a query (fixations, regions, an embedding) in; a budgeted set of\n"
+               "multi-scale patches out: full resolution where the query looks, coarse elsewhere.",
+               "fovea"};
+  app.set_version_flag("--version", FOVEA_VERSION_STRING);
+  app.require_subcommand(1);
+  app.footer("Run 'fovea <command> --help' for a command's options.\n"
+             "Exit codes: 0 success, 1 failure, 2 bad arguments.");
+
+  auto& commands = registry();
+  std::stable_sort(commands.begin(), commands.end(),
+                   [](const Command& a, const Command& b) { return a.order < b.order; });
+  std::vector<std::pair<CLI::App*, Runner>> runners;
+  for (const Command& c : commands) {
+    CLI::App* sub = app.add_subcommand(c.name, c.description);
+    runners.emplace_back(sub, c.setup(*sub));
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string where = "fovea";
+    for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
+    std::cerr << "fovea: error: " << one_line(e.what()) << " (see '" << where << " --help')\n";
+    return 2;
+  }
+
+  try {
+    for (auto& [sub, run] : runners)
+      if (sub->parsed()) return run();
+    return 2;
+  } catch (const fovea::Error& e) {
+    std::cerr << "fovea: error: " << one_line(e.what()) << '\n';
+    return e.code() == fovea::Errc::invalid_argument ? 2 : 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "fovea: error: out of memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "fovea: error: internal error: " << one_line(e.what()) << '\n';
+    return 1;
+  }
+}
