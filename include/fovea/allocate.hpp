@@ -7,10 +7,13 @@
 // The algorithm: start from the coarsest tiling (every node of the level-L grid, L =
 // max_level), split nodes that have a single child for free, then repeatedly split the node
 // with the highest priority
-//        priority = (sum of relevance over the node's finest tiles) / (children − 1)
-// i.e. the objective Σ_tiles relevance · level falls by the node's relevance mass for
-// (children − 1) extra tokens. Its continuous optimum puts token density in proportion to
-// relevance. It stops at the first split that no longer fits the budget, so
+//        priority = (sum of relevance over the node's finest tiles) / ((children − 1) · 2^(α·ℓ))
+// with ℓ the node's level and α = 2 − 1/sharpness. This is greedy descent on the objective
+// Σ_tiles relevance · D(side), whose continuous optimum makes a token's side proportional to
+// relevance^(−sharpness): sharpness 1 (the default) gives side ∝ 1/relevance, so a fixation's
+// linear cortical magnification maps to token size growing linearly with eccentricity;
+// sharpness 0.5 makes token *density* proportional to relevance. It stops at the first split
+// that no longer fits the budget, so
 //   * the token count never exceeds the budget and lands within 2 of it (a split costs at
 //     most 3 tokens) unless every tile is already at level 0;
 //   * the splits made for budget B are a prefix of those for any B' > B: a larger budget
@@ -58,6 +61,8 @@ struct AllocParams {
   // Coarsest level of the quadtree. -1: the smallest level at which one token spans the
   // image's shorter side (1 token for a square image, ~aspect tokens otherwise).
   int max_level = -1;
+  // How strongly token size follows relevance: side ∝ relevance^(−sharpness). In [0.5, 4].
+  float sharpness = 1.0f;
 };
 
 struct Allocation {

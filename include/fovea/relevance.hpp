@@ -10,13 +10,13 @@
 //     by log2(entropy_bins), so a flat tile scores 0 and a tile using every bin equally 1;
 //   * saliency: centre-surround colour contrast on the grid of tile means (the tile-resolution
 //     mip): |G(σ=1) ∗ I − G(σ=s) ∗ I| in an opponent colour space, summed over surround scales
-//     s ∈ {2, 4, 8} tiles, then divided by its maximum (a coarse Itti–Koch / frequency-tuned
-//     saliency; cheap because it runs on the tile grid, not on pixels);
+//     s ∈ {2, 4, 8} tiles, then divided by its maximum or 16 grey levels, whichever is larger
+//     (a coarse Itti–Koch / frequency-tuned saliency; cheap because it runs on the tile grid);
 //   * query: the strongest of
-//       - fixations, through cortical magnification M(e) = M0 / (e + e0) with e the distance to
-//         the fixation in units of the image's longer side. The term is (M(e)/M(0))^2: areal
-//         magnification, so that token density follows it and token *size* grows linearly
-//         with eccentricity, as receptive fields do;
+//       - fixations, through cortical magnification M(e) = M0 / (e + e0) with e the distance
+//         from the fixation to the tile, in units of the image's longer side. The term is
+//         M(e)/M(0) = e0 / (e + e0); with the allocator's default sharpness (token side ∝
+//         1/relevance) token size then grows linearly with eccentricity, as receptive fields do;
 //       - regions: 1 inside the box, the same falloff with e measured from the box outside it;
 //       - an embedding: cosine similarity of `embedding` with per-tile features from the
 //         `tile_features` hook (filled by the encoder), clamped at 0, divided by its maximum.

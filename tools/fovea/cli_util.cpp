@@ -1,1 +1,239 @@
 #include "cli_util.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "fovea/error.hpp"
+
+namespace fovea::cli {
+
+namespace {
+Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+float parse_float(const std::string& text, const std::string& flag) {
+  const std::string t = trim(text);
+  size_t used = 0;
+  float v = 0;
+  try {
+    v = std::stof(t, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (t.empty() || used != t.size() || !std::isfinite(v))
+    throw bad(flag + ": '" + text + "' is not a finite number");
+  return v;
+}
+}  // namespace
+
+std::vector<float> parse_floats(const std::string& text, const std::string& flag) {
+  std::vector<float> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    out.push_back(parse_float(text.substr(start, comma - start), flag));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+void ExecOptions::add(CLI::App& app) {
+  app.add_option("--threads", threads, "Worker threads (0: one per hardware thread)")
+      ->check(CLI::Range(0, 1024))
+      ->default_val(0);
+  app.add_flag("--reference", reference, "Use the scalar reference kernels instead of SIMD");
+}
+
+ExecConfig ExecOptions::config() const {
+  return ExecConfig{.threads = threads, .kernels = reference ? Kernels::reference : Kernels::best};
+}
+
+void TokenizeOptions::add(CLI::App& app) {
+  app.add_option("image", image, "Input image (PNG or JPEG)")->required();
+  app.add_option("--budget,-b", budget, "Token budget B: the output never has more tokens")
+      ->check(CLI::Range(1, 1 << 24))
+      ->default_val(273);
+  app.add_option("--patch,-p", patch, "Patch size P in pixels (16 default; 14 for CLIP-L/14 style models)")
+      ->check(CLI::Range(2, 256))
+      ->default_val(16);
+  app.add_option("--fixation,-f", fixations,
+                 "Fixation point X,Y in image pixels (optionally X,Y,WEIGHT); repeatable")
+      ->type_name("X,Y");
+  app.add_option("--region,-r", regions,
+                 "Region of interest X0,Y0,X1,Y1 in image pixels (optionally ,WEIGHT); repeatable")
+      ->type_name("X0,Y0,X1,Y1");
+  app.add_option("--weights", weights,
+                 "Relevance weights, e.g. information=1,saliency=0.5,query=8,floor=0.05 (keys may be "
+                 "abbreviated: info, sal, q)")
+      ->type_name("K=V,...");
+  app.add_option("--e0", e0, "Cortical-magnification half-saturation eccentricity, as a fraction of "
+                             "the image's longer side")
+      ->default_val(RelevanceParams{}.e0);
+  app.add_option("--max-level", max_level, "Coarsest mip level of the quadtree (-1: automatic)")
+      ->default_val(-1);
+  app.add_flag("--uniform", uniform, "The baseline: resize so a plain grid holds <= budget tokens");
+  app.add_option("--dtype", dtype, "Patch dtype: f32, f16 or u8 (u8 is never normalised)")
+      ->check(CLI::IsMember({"f32", "f16", "u8"}))
+      ->default_val("f32");
+  app.add_option("--mean", mean, "Normalisation mean R,G,B (CLIP's by default)")->type_name("R,G,B");
+  app.add_option("--std", std, "Normalisation std R,G,B (CLIP's by default)")->type_name("R,G,B");
+  app.add_flag("--no-normalize", no_normalize, "Float patches hold x/255 in [0, 1]");
+  app.add_option("--max-pixels", max_pixels, "Refuse images with more pixels than this")
+      ->default_val(LoadOptions{}.max_pixels);
+  app.add_flag("--no-exif", no_exif, "Ignore the JPEG EXIF orientation tag");
+}
+
+TokenizeParams TokenizeOptions::params() const {
+  TokenizeParams p;
+  p.patch_px = patch;
+  p.uniform = uniform;
+  p.alloc.budget_tokens = budget;
+  p.alloc.max_level = max_level;
+  if (max_level < -1 || max_level > 24) throw bad("--max-level must be in [-1, 24]");
+  if (!std::isfinite(e0) || e0 <= 0) throw bad("--e0 must be a number > 0");
+  p.relevance.e0 = e0;
+  if (!weights.empty()) {
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = weights.find(',', start);
+      const std::string item = weights.substr(start, comma - start);
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos) throw bad("--weights: '" + item + "' is not KEY=VALUE");
+      const std::string key = trim(item.substr(0, eq));
+      const float v = parse_float(item.substr(eq + 1), "--weights " + key);
+      if (v < 0) throw bad("--weights: " + key + " must be >= 0");
+      RelevanceWeights& w = p.relevance.weights;
+      if (key == "information" || key == "info" || key == "entropy") w.information = v;
+      else if (key == "saliency" || key == "sal") w.saliency = v;
+      else if (key == "query" || key == "q") w.query = v;
+      else if (key == "floor") w.floor = v;
+      else throw bad("--weights: unknown key '" + key + "' (information, saliency, query, floor)");
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (dtype == "f32") p.extract.dtype = DType::f32;
+  else if (dtype == "f16") p.extract.dtype = DType::f16;
+  else if (dtype == "u8") p.extract.dtype = DType::u8;
+  else throw bad("--dtype must be f32, f16 or u8");
+  p.extract.norm.enabled = !no_normalize;
+  auto rgb = [&](const std::string& text, const char* flag, std::array<float, 3>& out) {
+    if (text.empty()) return;
+    const std::vector<float> v = parse_floats(text, flag);
+    if (v.size() != 3) throw bad(std::string(flag) + " needs three values R,G,B");
+    std::copy(v.begin(), v.end(), out.begin());
+  };
+  rgb(mean, "--mean", p.extract.norm.mean);
+  rgb(std, "--std", p.extract.norm.std);
+  for (float s : p.extract.norm.std)
+    if (!(s > 0)) throw bad("--std values must be > 0");
+  return p;
+}
+
+Query TokenizeOptions::query() const {
+  Query q;
+  for (const std::string& f : fixations) {
+    const std::vector<float> v = parse_floats(f, "--fixation");
+    if (v.size() != 2 && v.size() != 3) throw bad("--fixation needs X,Y or X,Y,WEIGHT, got '" + f + "'");
+    if (v.size() == 3 && v[2] < 0) throw bad("--fixation weight must be >= 0");
+    q.fixations.push_back({v[0], v[1], v.size() == 3 ? v[2] : 1.0f});
+  }
+  for (const std::string& r : regions) {
+    const std::vector<float> v = parse_floats(r, "--region");
+    if (v.size() != 4 && v.size() != 5) throw bad("--region needs X0,Y0,X1,Y1 or X0,Y0,X1,Y1,WEIGHT, got '" + r + "'");
+    if (!(v[2] > v[0]) || !(v[3] > v[1])) throw bad("--region needs X1 > X0 and Y1 > Y0, got '" + r + "'");
+    if (v.size() == 5 && v[4] < 0) throw bad("--region weight must be >= 0");
+    q.regions.push_back({v[0], v[1], v[2], v[3], v.size() == 5 ? v[4] : 1.0f});
+  }
+  return q;
+}
+
+LoadOptions TokenizeOptions::load_options() const {
+  LoadOptions o;
+  o.max_pixels = max_pixels;
+  o.apply_exif_orientation = !no_exif;
+  return o;
+}
+
+nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, const Query& query) {
+  using nlohmann::json;
+  const TileGrid& g = t.relevance.grid;
+  json j;
+  j["image"] = {{"width", g.image_width}, {"height", g.image_height}, {"channels", t.pyramid.channels()}};
+  j["mode"] = t.is_uniform() ? "uniform" : "foveated";
+  j["budget"] = params.alloc.budget_tokens;
+  j["tokens"] = t.batch.size();
+  j["patch_size"] = params.patch_px;
+  j["query"] = describe(query);
+  j["full_resolution_tokens"] = g.tiles();
+  if (t.is_uniform()) {
+    j["uniform"] = {{"grid", {t.uniform->grid_x, t.uniform->grid_y}},
+                    {"resized", {t.uniform->resized_width, t.uniform->resized_height}}};
+  } else {
+    const TokenLayout& lay = t.allocation.layout;
+    json per_level = json::array();
+    for (int l = 0; l < lay.num_levels(); ++l) per_level.push_back(lay.count_at(l));
+    j["max_level"] = t.allocation.max_level;
+    j["coarsest_tokens"] = t.allocation.coarsest_tokens;
+    j["tokens_per_level"] = per_level;
+    // Coverage in finest tiles: how many tokens cover each tile (1 everywhere = exact tiling),
+    // and the share of the image's area resolved at each level.
+    std::vector<int> hits(g.tiles(), 0);
+    for (const Token& tok : lay.tokens) {
+      const int s = 1 << tok.level;
+      for (int y = tok.y * s; y < std::min(g.tiles_y, (tok.y + 1) * s); ++y)
+        for (int x = tok.x * s; x < std::min(g.tiles_x, (tok.x + 1) * s); ++x) ++hits[size_t(y) * g.tiles_x + x];
+    }
+    int64_t covered = 0, overlapped = 0;
+    for (int h : hits) {
+      covered += h >= 1;
+      overlapped += h > 1;
+    }
+    std::vector<double> area(lay.num_levels(), 0.0);
+    for (uint8_t l : t.allocation.rate_map.level) area[l] += 1.0 / double(g.tiles());
+    j["coverage"] = {{"tiles", g.tiles()},
+                     {"covered_tiles", covered},
+                     {"overlapping_tiles", overlapped},
+                     {"area_fraction_per_level", area}};
+  }
+  j["timings_ms"] = {{"pyramid", t.timings.pyramid_ms},
+                     {"relevance", t.timings.relevance_ms},
+                     {"allocate", t.timings.allocate_ms},
+                     {"extract", t.timings.extract_ms},
+                     {"total", t.timings.total_ms()}};
+  return j;
+}
+
+void print_summary(const nlohmann::json& j) {
+  std::printf("%s %dx%d: %lld tokens (budget %d, %lld at full resolution), patch %d px\n",
+              j["mode"].get<std::string>().c_str(), j["image"]["width"].get<int>(),
+              j["image"]["height"].get<int>(), j["tokens"].get<long long>(), j["budget"].get<int>(),
+              j["full_resolution_tokens"].get<long long>(), j["patch_size"].get<int>());
+  if (j.contains("tokens_per_level")) {
+    std::printf("  tokens per level:");
+    const auto& per = j["tokens_per_level"];
+    const auto& area = j["coverage"]["area_fraction_per_level"];
+    for (size_t l = 0; l < per.size(); ++l)
+      if (per[l].get<long long>() > 0)
+        std::printf("  L%zu %lld (%.1f%% of area)", l, per[l].get<long long>(), 100.0 * area[l].get<double>());
+    std::printf("\n");
+  } else if (j.contains("uniform")) {
+    std::printf("  uniform grid %dx%d from a %dx%d resize\n", j["uniform"]["grid"][0].get<int>(),
+                j["uniform"]["grid"][1].get<int>(), j["uniform"]["resized"][0].get<int>(),
+                j["uniform"]["resized"][1].get<int>());
+  }
+  std::printf("  query: %s\n", j["query"].get<std::string>().c_str());
+  const auto& tm = j["timings_ms"];
+  std::printf("  time: pyramid %.2f ms, relevance %.2f ms, allocate %.2f ms, extract %.2f ms (total %.2f ms)\n",
+              tm["pyramid"].get<double>(), tm["relevance"].get<double>(), tm["allocate"].get<double>(),
+              tm["extract"].get<double>(), tm["total"].get<double>());
+}
+
+}  // namespace fovea::cli

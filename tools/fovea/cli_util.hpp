@@ -1,0 +1,53 @@
+// Options shared by the subcommands that tokenize (tokenize, encode, ...): one definition of
+// every flag, its parsing and its validation, so they behave the same everywhere.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fovea/exec.hpp"
+#include "fovea/image.hpp"
+#include "fovea/tokenizer.hpp"
+
+namespace fovea::cli {
+
+struct ExecOptions {
+  int threads = 0;
+  bool reference = false;
+  void add(CLI::App& app);
+  ExecConfig config() const;
+};
+
+struct TokenizeOptions {
+  std::string image;
+  int budget = 273;
+  int patch = 16;
+  int max_level = -1;
+  std::vector<std::string> fixations;  // "X,Y" or "X,Y,WEIGHT"
+  std::vector<std::string> regions;    // "X0,Y0,X1,Y1" or with ",WEIGHT"
+  std::string weights;                 // "information=1,saliency=0.5,query=8,floor=0.05"
+  float e0 = RelevanceParams{}.e0;
+  bool uniform = false;
+  std::string dtype = "f32";
+  std::string mean, std;  // "R,G,B"
+  bool no_normalize = false;
+  uint64_t max_pixels = LoadOptions{}.max_pixels;
+  bool no_exif = false;
+
+  void add(CLI::App& app);  // the image positional and every tokenize flag
+  // Parses and validates everything into params; throws Error(invalid_argument) naming the flag.
+  TokenizeParams params() const;
+  Query query() const;
+  LoadOptions load_options() const;
+};
+
+// "1.5,2" -> {1.5, 2}; throws Error(invalid_argument) mentioning `flag` on bad syntax.
+std::vector<float> parse_floats(const std::string& text, const std::string& flag);
+
+// Summary of a tokenization for --json and the human-readable report.
+nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, const Query& query);
+void print_summary(const nlohmann::json& summary);
+
+}  // namespace fovea::cli

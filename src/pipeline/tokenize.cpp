@@ -1,0 +1,125 @@
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "fovea/error.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/tokenizer.hpp"
+#include "fovea/version_gen.hpp"
+
+namespace fovea {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+std::string fmt(double v) {
+  std::ostringstream s;
+  s.precision(8);
+  s << v;
+  return s.str();
+}
+}  // namespace
+
+Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec) {
+  if (image.empty()) throw Error(Errc::invalid_argument, "cannot tokenize an empty image");
+  if (params.alloc.budget_tokens < 1)
+    throw Error(Errc::invalid_argument,
+                "budget must be at least 1 token, got " + std::to_string(params.alloc.budget_tokens));
+  const TileGrid grid = TileGrid::make(image.width(), image.height(), params.patch_px);
+  const int L = resolve_max_level(grid, params.alloc.max_level);
+  Tokenization t;
+
+  auto t0 = Clock::now();
+  t.pyramid = build_pyramid(std::move(image), PyramidParams{.max_levels = params.uniform ? 1 : L + 1}, exec);
+  t.timings.pyramid_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  t.relevance = compute_relevance(t.pyramid, params.patch_px, query, params.relevance, exec);
+  t.timings.relevance_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  if (params.uniform) {
+    t.uniform = uniform_grid(grid.image_width, grid.image_height, params.patch_px, params.alloc.budget_tokens);
+    t.allocation.budget_tokens = params.alloc.budget_tokens;
+    t.allocation.rate_map.grid = grid;
+    // The uniform grid's sample spacing, as the nearest mip level, for every tile.
+    const double side = std::sqrt(double(grid.image_width) / t.uniform->grid_x * grid.image_height /
+                                  t.uniform->grid_y);
+    const long lvl = std::lround(std::log2(side / params.patch_px));
+    t.allocation.rate_map.level.assign(grid.tiles(), static_cast<uint8_t>(std::clamp(lvl, 0L, 255L)));
+  } else {
+    t.allocation = allocate(t.relevance, params.alloc);
+  }
+  t.timings.allocate_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  t.batch = params.uniform
+                ? extract_uniform(t.pyramid.level(0), *t.uniform, params.patch_px, params.extract, exec)
+                : extract(t.pyramid, t.allocation, params.extract, exec);
+  t.timings.extract_ms = ms_since(t0);
+  return t;
+}
+
+std::map<std::string, std::string> token_metadata(const Tokenization& t, const Query& query,
+                                                  const TokenizeParams& params) {
+  std::map<std::string, std::string> m;
+  const TileGrid& g = t.relevance.grid;
+  m["format"] = "fovea.tokens";
+  m["fovea_version"] = FOVEA_VERSION_STRING;
+  m["image_width"] = std::to_string(g.image_width);
+  m["image_height"] = std::to_string(g.image_height);
+  m["image_channels"] = std::to_string(t.pyramid.channels());
+  m["patch_size"] = std::to_string(params.patch_px);
+  m["budget"] = std::to_string(params.alloc.budget_tokens);
+  m["tokens"] = std::to_string(t.batch.size());
+  m["mode"] = t.is_uniform() ? "uniform" : "foveated";
+  m["query"] = describe(query);
+  m["tiles_x"] = std::to_string(g.tiles_x);
+  m["tiles_y"] = std::to_string(g.tiles_y);
+  m["dtype"] = std::string(dtype_name(params.extract.dtype));
+  const Normalization& n = params.extract.norm;
+  if (params.extract.dtype != DType::u8 && n.enabled) {
+    m["norm_mean"] = fmt(n.mean[0]) + "," + fmt(n.mean[1]) + "," + fmt(n.mean[2]);
+    m["norm_std"] = fmt(n.std[0]) + "," + fmt(n.std[1]) + "," + fmt(n.std[2]);
+  } else {
+    m["norm_mean"] = "none";
+    m["norm_std"] = "none";
+  }
+  if (t.is_uniform()) {
+    m["uniform_grid"] = std::to_string(t.uniform->grid_x) + "x" + std::to_string(t.uniform->grid_y);
+    m["uniform_resized"] = std::to_string(t.uniform->resized_width) + "x" + std::to_string(t.uniform->resized_height);
+  } else {
+    m["max_level"] = std::to_string(t.allocation.max_level);
+    std::string runs;
+    for (int l = 0; l < t.allocation.layout.num_levels(); ++l)
+      runs += (l ? "," : "") + std::to_string(t.allocation.layout.count_at(l));
+    m["tokens_per_level"] = runs;
+  }
+  const RelevanceWeights& w = params.relevance.weights;
+  m["relevance_weights"] = "information=" + fmt(w.information) + ",saliency=" + fmt(w.saliency) +
+                           ",query=" + fmt(w.query) + ",floor=" + fmt(w.floor);
+  m["e0"] = fmt(params.relevance.e0);
+  return m;
+}
+
+void save_tokens(const std::string& path, const Tokenization& t, const Query& query,
+                 const TokenizeParams& params, const std::map<std::string, std::string>& extra) {
+  const TileGrid& g = t.relevance.grid;
+  Tensor rate(DType::u8, {g.tiles_y, g.tiles_x});
+  std::copy(t.allocation.rate_map.level.begin(), t.allocation.rate_map.level.end(), rate.data<uint8_t>());
+  Tensor rel(DType::f32, {g.tiles_y, g.tiles_x});
+  std::copy(t.relevance.score.begin(), t.relevance.score.end(), rel.data<float>());
+  std::map<std::string, std::string> meta = token_metadata(t, query, params);
+  for (const auto& [k, v] : extra) meta[k] = v;
+  const NamedTensor tensors[] = {{"patches", &t.batch.patches},
+                                 {"positions", &t.batch.positions},
+                                 {"levels", &t.batch.levels},
+                                 {"rate_map", &rate},
+                                 {"relevance", &rel}};
+  save_safetensors(path, tensors, meta);
+}
+
+}  // namespace fovea

@@ -1,0 +1,284 @@
+// Relevance: information (tile entropy), saliency (centre-surround on tile means) and query
+// coupling (cortical magnification, regions, embedding similarity), one score per tile.
+#include "fovea/relevance.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "fovea/error.hpp"
+
+namespace fovea {
+
+namespace {
+
+// Per-tile statistics gathered in one pass over level 0: luma histogram and channel sums.
+struct TileStats {
+  std::vector<float> entropy;  // [tiles], normalised to [0, 1]
+  std::vector<float> mean[3];  // [tiles], channel means in [0, 255]
+};
+
+TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int bins, Executor& exec) {
+  const int P = g.patch_px;
+  const int C = img.channels();
+  TileStats st;
+  st.entropy.assign(g.tiles(), 0.0f);
+  for (auto& m : st.mean) m.assign(g.tiles(), 0.0f);
+  const float inv_log_bins = 1.0f / std::log2(static_cast<float>(bins));
+  // Luma bin lookup: bin of an 8-bit luma value; a table keeps any bin count exact.
+  uint8_t bin_of[256];
+  for (int v = 0; v < 256; ++v) bin_of[v] = static_cast<uint8_t>(v * bins / 256);
+
+  exec.parallel_for(g.tiles_y, 1, [&](int64_t ty0, int64_t ty1) {
+    std::vector<uint32_t> hist(size_t(g.tiles_x) * bins);
+    std::vector<uint64_t> sums(size_t(g.tiles_x) * 3);
+    std::vector<uint8_t> luma(img.width());
+    for (int64_t ty = ty0; ty < ty1; ++ty) {
+      std::fill(hist.begin(), hist.end(), 0u);
+      std::fill(sums.begin(), sums.end(), 0u);
+      const int y0 = static_cast<int>(ty) * P;
+      const int y1 = std::min(img.height(), y0 + P);
+      for (int y = y0; y < y1; ++y) {
+        if (C == 3) {
+          const uint8_t* r = img.row(0, y);
+          const uint8_t* gr = img.row(1, y);
+          const uint8_t* b = img.row(2, y);
+          // BT.601 luma in fixed point (weights sum to 256).
+          for (int x = 0; x < img.width(); ++x)
+            luma[x] = static_cast<uint8_t>((77 * r[x] + 150 * gr[x] + 29 * b[x] + 128) >> 8);
+          for (int tx = 0; tx < g.tiles_x; ++tx) {
+            const int x0 = tx * P, x1 = std::min(img.width(), x0 + P);
+            uint32_t* h = hist.data() + size_t(tx) * bins;
+            uint64_t sr = 0, sg = 0, sb = 0;
+            for (int x = x0; x < x1; ++x) {
+              ++h[bin_of[luma[x]]];
+              sr += r[x];
+              sg += gr[x];
+              sb += b[x];
+            }
+            sums[tx * 3 + 0] += sr;
+            sums[tx * 3 + 1] += sg;
+            sums[tx * 3 + 2] += sb;
+          }
+        } else {
+          const uint8_t* v = img.row(0, y);
+          for (int tx = 0; tx < g.tiles_x; ++tx) {
+            const int x0 = tx * P, x1 = std::min(img.width(), x0 + P);
+            uint32_t* h = hist.data() + size_t(tx) * bins;
+            uint64_t s = 0;
+            for (int x = x0; x < x1; ++x) {
+              ++h[bin_of[v[x]]];
+              s += v[x];
+            }
+            sums[tx * 3 + 0] += s;
+          }
+        }
+      }
+      for (int tx = 0; tx < g.tiles_x; ++tx) {
+        const int x0 = tx * P, x1 = std::min(img.width(), x0 + P);
+        const float n = static_cast<float>((x1 - x0) * (y1 - y0));
+        const uint32_t* h = hist.data() + size_t(tx) * bins;
+        float e = 0;
+        for (int k = 0; k < bins; ++k)
+          if (h[k]) {
+            const float p = h[k] / n;
+            e -= p * std::log2(p);
+          }
+        const size_t t = size_t(ty) * g.tiles_x + tx;
+        st.entropy[t] = std::clamp(e * inv_log_bins, 0.0f, 1.0f);
+        for (int c = 0; c < 3; ++c) st.mean[c][t] = sums[tx * 3 + (C == 3 ? c : 0)] / n;
+      }
+    }
+  });
+  return st;
+}
+
+// Separable Gaussian blur on the tile grid, edges clamped.
+std::vector<float> blur(const std::vector<float>& in, int w, int h, float sigma) {
+  const int radius = std::max(1, static_cast<int>(std::ceil(3 * sigma)));
+  std::vector<float> k(2 * radius + 1);
+  float sum = 0;
+  for (int i = -radius; i <= radius; ++i) sum += k[i + radius] = std::exp(-0.5f * i * i / (sigma * sigma));
+  for (float& v : k) v /= sum;
+  std::vector<float> tmp(in.size()), out(in.size());
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      float a = 0;
+      for (int i = -radius; i <= radius; ++i) a += k[i + radius] * in[size_t(y) * w + std::clamp(x + i, 0, w - 1)];
+      tmp[size_t(y) * w + x] = a;
+    }
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      float a = 0;
+      for (int i = -radius; i <= radius; ++i) a += k[i + radius] * tmp[size_t(std::clamp(y + i, 0, h - 1)) * w + x];
+      out[size_t(y) * w + x] = a;
+    }
+  return out;
+}
+
+std::vector<float> saliency_from_means(const TileStats& st, const TileGrid& g) {
+  const int w = g.tiles_x, h = g.tiles_y;
+  const size_t n = st.mean[0].size();
+  // Opponent colour channels: intensity, red–green, blue–yellow.
+  std::vector<float> ch[3];
+  for (auto& c : ch) c.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float r = st.mean[0][i], gr = st.mean[1][i], b = st.mean[2][i];
+    ch[0][i] = (r + gr + b) / 3.0f;
+    ch[1][i] = r - gr;
+    ch[2][i] = b - 0.5f * (r + gr);
+  }
+  std::vector<float> sal(n, 0.0f);
+  for (const auto& c : ch) {
+    const std::vector<float> centre = blur(c, w, h, 1.0f);
+    for (float s : {2.0f, 4.0f, 8.0f}) {
+      const std::vector<float> surround = blur(c, w, h, s);
+      for (size_t i = 0; i < n; ++i) {
+        const float d = centre[i] - surround[i];
+        sal[i] += d * d;
+      }
+    }
+  }
+  // Divide by the strongest contrast, but never by less than kMinContrast grey levels: a
+  // nearly flat image must not have its rounding noise blown up into full saliency.
+  constexpr float kMinContrast = 16.0f;
+  float mx = kMinContrast;
+  for (float& v : sal) mx = std::max(mx, v = std::sqrt(v));
+  for (float& v : sal) v /= mx;
+  return sal;
+}
+
+bool finite(float v) { return std::isfinite(v); }
+
+// Distance in pixels from point (px, py) to the rectangle [x0, x1) × [y0, y1).
+float distance_to_box(float px, float py, float x0, float y0, float x1, float y1) {
+  const float dx = std::max({x0 - px, 0.0f, px - x1});
+  const float dy = std::max({y0 - py, 0.0f, py - y1});
+  return std::sqrt(dx * dx + dy * dy);
+}
+
+std::vector<float> query_term(const PyramidU8& pyr, const TileGrid& g, const Query& q,
+                              const RelevanceParams& params) {
+  std::vector<float> out(g.tiles(), 0.0f);
+  const float long_side = static_cast<float>(std::max(g.image_width, g.image_height));
+  const float e0 = params.e0;
+  // Cortical magnification M(e) = M0 / (e + e0), normalised to 1 at e = 0.
+  auto falloff = [&](float dist_px) { return e0 / (dist_px / long_side + e0); };
+  const int P = g.patch_px;
+  for (int ty = 0; ty < g.tiles_y; ++ty)
+    for (int tx = 0; tx < g.tiles_x; ++tx) {
+      // Distances are measured to the nearest point of the tile, so the tile holding a
+      // fixation (or touching a region) scores its full weight.
+      const float x0 = float(tx * P), y0 = float(ty * P);
+      const float x1 = std::min<float>(x0 + P, g.image_width), y1 = std::min<float>(y0 + P, g.image_height);
+      float best = 0;
+      for (const Fixation& f : q.fixations)
+        best = std::max(best, f.weight * falloff(distance_to_box(f.x_px, f.y_px, x0, y0, x1, y1)));
+      for (const Region& r : q.regions) {
+        // Box-to-box distance: zero when they overlap.
+        const float dx = std::max({r.x0_px - x1, 0.0f, x0 - r.x1_px});
+        const float dy = std::max({r.y0_px - y1, 0.0f, y0 - r.y1_px});
+        best = std::max(best, r.weight * falloff(std::sqrt(dx * dx + dy * dy)));
+      }
+      out[size_t(ty) * g.tiles_x + tx] = best;
+    }
+  if (!q.embedding.empty()) {
+    const Tensor feats = params.tile_features(pyr, g);
+    const int64_t D = static_cast<int64_t>(q.embedding.size());
+    if (feats.dtype() != DType::f32 || feats.rank() != 2 || feats.dim(0) != g.tiles() || feats.dim(1) != D)
+      throw Error(Errc::invalid_argument,
+                  "query embedding has " + std::to_string(D) +
+                      " values but the tile features are not [tiles, " + std::to_string(D) + "] float32");
+    double qn = 0;
+    for (float v : q.embedding) qn += double(v) * v;
+    qn = std::sqrt(qn);
+    std::vector<float> sim(g.tiles(), 0.0f);
+    float mx = 0;
+    const float* f = feats.data<float>();
+    for (int64_t t = 0; t < g.tiles(); ++t) {
+      double dot = 0, fn = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        dot += double(f[t * D + d]) * q.embedding[d];
+        fn += double(f[t * D + d]) * f[t * D + d];
+      }
+      const double den = std::sqrt(fn) * qn;
+      sim[t] = den > 0 ? static_cast<float>(std::max(0.0, dot / den)) : 0.0f;
+      mx = std::max(mx, sim[t]);
+    }
+    for (int64_t t = 0; t < g.tiles(); ++t) out[t] = std::max(out[t], mx > 0 ? sim[t] / mx : 0.0f);
+  }
+  return out;
+}
+
+void validate(const Query& q, const RelevanceParams& p) {
+  auto bad = [](const std::string& m) { return Error(Errc::invalid_argument, m); };
+  for (const Fixation& f : q.fixations) {
+    if (!finite(f.x_px) || !finite(f.y_px)) throw bad("fixation coordinates must be finite numbers");
+    if (!finite(f.weight) || f.weight < 0) throw bad("fixation weight must be a finite number >= 0");
+  }
+  for (const Region& r : q.regions) {
+    if (!finite(r.x0_px) || !finite(r.y0_px) || !finite(r.x1_px) || !finite(r.y1_px))
+      throw bad("region coordinates must be finite numbers");
+    if (!(r.x1_px > r.x0_px) || !(r.y1_px > r.y0_px))
+      throw bad("region must have x1 > x0 and y1 > y0");
+    if (!finite(r.weight) || r.weight < 0) throw bad("region weight must be a finite number >= 0");
+  }
+  for (float v : q.embedding)
+    if (!finite(v)) throw bad("query embedding values must be finite");
+  if (!q.embedding.empty() && !p.tile_features)
+    throw bad("a query embedding needs per-tile features from an encoder (use 'fovea encode --model')");
+  if (p.entropy_bins < 2 || p.entropy_bins > 256) throw bad("entropy bins must be in [2, 256]");
+  if (!finite(p.e0) || p.e0 <= 0) throw bad("e0 must be a finite number > 0");
+  const RelevanceWeights& w = p.weights;
+  for (float v : {w.information, w.saliency, w.query, w.floor})
+    if (!finite(v) || v < 0) throw bad("relevance weights must be finite numbers >= 0");
+}
+
+}  // namespace
+
+RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Query& query,
+                               const RelevanceParams& params, Executor& exec) {
+  if (pyramid.num_levels() == 0) throw Error(Errc::invalid_argument, "relevance of an empty pyramid");
+  validate(query, params);
+  RelevanceMap m;
+  m.grid = TileGrid::make(pyramid.width(), pyramid.height(), patch_px);
+  TileStats st = gather_tile_stats(pyramid.level(0), m.grid, params.entropy_bins, exec);
+  m.saliency = saliency_from_means(st, m.grid);
+  m.information = std::move(st.entropy);
+  m.query = query.empty() ? std::vector<float>(m.grid.tiles(), 0.0f)
+                          : query_term(pyramid, m.grid, query, params);
+  const RelevanceWeights& w = params.weights;
+  m.score.resize(m.grid.tiles());
+  for (int64_t t = 0; t < m.grid.tiles(); ++t)
+    m.score[t] = w.floor + w.information * m.information[t] + w.saliency * m.saliency[t] +
+                 w.query * m.query[t];
+  return m;
+}
+
+std::string describe(const Query& q) {
+  std::ostringstream s;
+  s.precision(6);
+  const char* sep = "";
+  for (const Fixation& f : q.fixations) {
+    s << sep << "fixation(" << f.x_px << "," << f.y_px;
+    if (f.weight != 1) s << ";w=" << f.weight;
+    s << ")";
+    sep = " ";
+  }
+  for (const Region& r : q.regions) {
+    s << sep << "region(" << r.x0_px << "," << r.y0_px << "," << r.x1_px << "," << r.y1_px;
+    if (r.weight != 1) s << ";w=" << r.weight;
+    s << ")";
+    sep = " ";
+  }
+  if (!q.embedding.empty()) {
+    s << sep << "embedding(" << q.embedding.size() << ")";
+    sep = " ";
+  }
+  if (q.empty()) s << "none";
+  return s.str();
+}
+
+}  // namespace fovea

@@ -1,0 +1,78 @@
+#include <algorithm>
+#include <cmath>
+
+#include "fovea/viz.hpp"
+
+namespace fovea {
+
+void level_colour(int level, uint8_t rgb[3]) {
+  static const uint8_t kPalette[8][3] = {{230, 25, 25},  {255, 140, 0},  {255, 225, 25}, {60, 200, 75},
+                                         {70, 220, 230}, {40, 90, 240}, {170, 60, 230}, {255, 255, 255}};
+  const int i = std::clamp(level, 0, 7);
+  std::copy_n(kPalette[i], 3, rgb);
+}
+
+namespace {
+// A compact blue → cyan → yellow → red ramp for t in [0, 1].
+void heat(float t, float rgb[3]) {
+  t = std::clamp(t, 0.0f, 1.0f);
+  const float r = std::clamp(1.5f - std::fabs(4.0f * t - 3.0f), 0.0f, 1.0f);
+  const float g = std::clamp(1.5f - std::fabs(4.0f * t - 2.0f), 0.0f, 1.0f);
+  const float b = std::clamp(1.5f - std::fabs(4.0f * t - 1.0f), 0.0f, 1.0f);
+  rgb[0] = 255 * r;
+  rgb[1] = 255 * g;
+  rgb[2] = 255 * b;
+}
+}  // namespace
+
+ImageU8 render_overlay(const ImageU8& image, const RelevanceMap& relevance, const TokenBatch& batch) {
+  const int W = image.width(), H = image.height();
+  ImageU8 out(W, H, 3);
+  const TileGrid& g = relevance.grid;
+  float lo = 0, hi = 0;
+  if (!relevance.score.empty()) {
+    lo = *std::min_element(relevance.score.begin(), relevance.score.end());
+    hi = *std::max_element(relevance.score.begin(), relevance.score.end());
+  }
+  const float span = hi > lo ? hi - lo : 1.0f;
+  for (int y = 0; y < H; ++y) {
+    const int ty = std::min(g.tiles_y - 1, y / g.patch_px);
+    for (int x = 0; x < W; ++x) {
+      const int tx = std::min(g.tiles_x - 1, x / g.patch_px);
+      float gray;
+      if (image.channels() == 3)
+        gray = 0.299f * image.at(0, y, x) + 0.587f * image.at(1, y, x) + 0.114f * image.at(2, y, x);
+      else
+        gray = image.at(0, y, x);
+      float h[3];
+      // sqrt spreads the low end, where the content terms live, under a strong query peak.
+      heat(std::sqrt((relevance.score[size_t(ty) * g.tiles_x + tx] - lo) / span), h);
+      for (int c = 0; c < 3; ++c)
+        out.at(c, y, x) = static_cast<uint8_t>(std::lround(0.55f * gray + 0.45f * h[c]));
+    }
+  }
+  // Borders: the top and left edge of every box (right/bottom belong to the neighbours),
+  // plus the image's own right and bottom edge.
+  for (int64_t i = 0; i < batch.size(); ++i) {
+    const auto& b = batch.boxes[i];
+    uint8_t col[3];
+    level_colour(batch.levels.data<int32_t>()[i], col);
+    const int x0 = std::clamp(static_cast<int>(std::lround(b[0])), 0, W - 1);
+    const int y0 = std::clamp(static_cast<int>(std::lround(b[1])), 0, H - 1);
+    const int x1 = std::clamp(static_cast<int>(std::lround(b[2])) - 1, 0, W - 1);
+    const int y1 = std::clamp(static_cast<int>(std::lround(b[3])) - 1, 0, H - 1);
+    for (int c = 0; c < 3; ++c) {
+      for (int x = x0; x <= x1; ++x) {
+        out.at(c, y0, x) = col[c];
+        if (y1 == H - 1) out.at(c, y1, x) = col[c];
+      }
+      for (int y = y0; y <= y1; ++y) {
+        out.at(c, y, x0) = col[c];
+        if (x1 == W - 1) out.at(c, y, x1) = col[c];
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace fovea

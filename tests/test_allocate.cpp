@@ -1,0 +1,196 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "fovea/allocate.hpp"
+#include "fovea/error.hpp"
+#include "fovea/relevance.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+RelevanceMap random_relevance(int w, int h, int P, uint32_t seed) {
+  RelevanceMap m;
+  m.grid = TileGrid::make(w, h, P);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.01f, 1.0f);
+  m.score.resize(m.grid.tiles());
+  for (float& s : m.score) s = u(rng);
+  return m;
+}
+
+// Every finest tile covered by exactly one token, and the rate map agrees with the tokens.
+void expect_exact_tiling(const Allocation& a) {
+  const TileGrid& g = a.rate_map.grid;
+  std::vector<int> hits(g.tiles(), 0);
+  for (const Token& t : a.layout.tokens) {
+    const int s = 1 << t.level;
+    ASSERT_LT(t.x, g.tiles_x_at(t.level));
+    ASSERT_LT(t.y, g.tiles_y_at(t.level));
+    for (int y = t.y * s; y < std::min(g.tiles_y, (t.y + 1) * s); ++y)
+      for (int x = t.x * s; x < std::min(g.tiles_x, (t.x + 1) * s); ++x) {
+        ++hits[size_t(y) * g.tiles_x + x];
+        EXPECT_EQ(a.rate_map.level[size_t(y) * g.tiles_x + x], t.level);
+      }
+  }
+  for (int64_t i = 0; i < g.tiles(); ++i) ASSERT_EQ(hits[i], 1) << "tile " << i;
+}
+
+TEST(TileGrid, CeilsAndValidates) {
+  const TileGrid g = TileGrid::make(1000, 17, 16);
+  EXPECT_EQ(g.tiles_x, 63);
+  EXPECT_EQ(g.tiles_y, 2);
+  EXPECT_EQ(g.tiles_x_at(1), 32);
+  EXPECT_EQ(g.tiles_x_at(6), 1);
+  EXPECT_EQ(g.token_px(3), 128);
+  EXPECT_THROW(TileGrid::make(0, 5, 16), Error);
+  EXPECT_THROW(TileGrid::make(5, 5, 1), Error);
+  EXPECT_THROW(TileGrid::make(5, 5, 257), Error);
+}
+
+TEST(Allocate, TilesExactlyForManyShapes) {
+  const int shapes[][3] = {{1, 1, 16},    {17, 5, 16},   {1000, 3, 16}, {3, 1000, 16}, {513, 1025, 16},
+                           {224, 224, 14}, {640, 480, 14}, {97, 211, 7}, {2048, 512, 16}};
+  for (const auto& s : shapes) {
+    const RelevanceMap r = random_relevance(s[0], s[1], s[2], s[0] * 31 + s[1]);
+    const int L = resolve_max_level(r.grid, -1);
+    for (int64_t budget : {r.grid.tiles_at(L), r.grid.tiles_at(L) + 5, int64_t(100), r.grid.tiles() + 10}) {
+      if (budget < r.grid.tiles_at(L)) continue;
+      SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + " P=" + std::to_string(s[2]) +
+                   " B=" + std::to_string(budget));
+      const Allocation a = allocate(r, {.budget_tokens = static_cast<int>(budget)});
+      expect_exact_tiling(a);
+      EXPECT_LE(int64_t(a.layout.tokens.size()), budget);
+    }
+  }
+}
+
+TEST(Allocate, RespectsBudgetAndLandsWithinTwo) {
+  const RelevanceMap r = random_relevance(1024, 768, 16, 7);
+  for (int budget : {12, 13, 50, 64, 144, 273, 576, 1024, 2000, 3071}) {
+    const Allocation a = allocate(r, {.budget_tokens = budget});
+    const int64_t n = a.layout.tokens.size();
+    EXPECT_LE(n, budget);
+    EXPECT_GE(n, budget - 2) << "budget " << budget;
+  }
+  // A budget above the full-resolution count gives every tile at level 0.
+  const Allocation full = allocate(r, {.budget_tokens = 5000});
+  EXPECT_EQ(int64_t(full.layout.tokens.size()), r.grid.tiles());
+  for (uint8_t l : full.rate_map.level) EXPECT_EQ(l, 0);
+}
+
+TEST(Allocate, LargerBudgetNeverLowersResolution) {
+  const RelevanceMap r = random_relevance(800, 600, 16, 3);
+  std::vector<uint8_t> prev;
+  for (int budget = 2; budget <= 1900; budget += 37) {
+    const Allocation a = allocate(r, {.budget_tokens = budget});
+    if (!prev.empty()) {
+      for (size_t i = 0; i < prev.size(); ++i) ASSERT_LE(a.rate_map.level[i], prev[i]) << "B=" << budget;
+    }
+    prev = a.rate_map.level;
+  }
+}
+
+TEST(Allocate, SortedByLevelWithContiguousRuns) {
+  const RelevanceMap r = random_relevance(640, 640, 16, 5);
+  const Allocation a = allocate(r, {.budget_tokens = 273});
+  const TokenLayout& lay = a.layout;
+  ASSERT_EQ(lay.num_levels(), a.max_level + 1);
+  EXPECT_EQ(lay.level_offsets.front(), 0);
+  EXPECT_EQ(size_t(lay.level_offsets.back()), lay.tokens.size());
+  for (int l = 0; l < lay.num_levels(); ++l)
+    for (int i = lay.level_offsets[l]; i < lay.level_offsets[l + 1]; ++i) EXPECT_EQ(lay.tokens[i].level, l);
+  EXPECT_TRUE(std::is_sorted(lay.tokens.begin(), lay.tokens.end(), [](const Token& p, const Token& q) {
+    return std::tie(p.level, p.y, p.x) < std::tie(q.level, q.y, q.x);
+  }));
+}
+
+TEST(Allocate, FixationPullsFineTokensToIt) {
+  // Flat content, so only the query decides.
+  const ImageU8 img = test::constant_image(1024, 1024, 3, 128);
+  Executor exec({.threads = 1});
+  std::vector<ImageU8> levels;
+  levels.push_back(img.clone());
+  const PyramidU8 pyr(std::move(levels));
+  for (const auto& [fx, fy] : {std::pair{100.0f, 900.0f}, std::pair{700.0f, 200.0f}}) {
+    Query q;
+    q.fixations.push_back({fx, fy});
+    const RelevanceMap r = compute_relevance(pyr, 16, q, {}, exec);
+    const Allocation a = allocate(r, {.budget_tokens = 273});
+    const TileGrid& g = r.grid;
+    const int ftx = int(fx) / 16, fty = int(fy) / 16;
+    EXPECT_EQ(a.rate_map.level[size_t(fty) * g.tiles_x + ftx], 0) << "fixation tile not at level 0";
+    // Level falls monotonically (on average) with distance: near tiles finer than far ones.
+    double near = 0, far = 0;
+    int nn = 0, nf = 0;
+    for (int ty = 0; ty < g.tiles_y; ++ty)
+      for (int tx = 0; tx < g.tiles_x; ++tx) {
+        const double d = std::hypot(tx - ftx, ty - fty);
+        const int l = a.rate_map.level[size_t(ty) * g.tiles_x + tx];
+        if (d < 4) near += l, ++nn;
+        if (d > 30) far += l, ++nf;
+      }
+    EXPECT_LT(near / nn + 1.5, far / nf);
+  }
+}
+
+TEST(Allocate, BudgetBelowCoarsestTilingIsAClearError) {
+  const RelevanceMap r = random_relevance(2048, 512, 16, 1);  // coarsest: 4 tokens of 512 px
+  try {
+    allocate(r, {.budget_tokens = 3});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_EQ(std::string(e.what()),
+              "budget of 3 tokens is below the coarsest tiling: 4 tokens of 512 px (level 5) cover the "
+              "2048x512 image; raise the budget or the max level");
+  }
+  EXPECT_EQ(allocate(r, {.budget_tokens = 4}).layout.tokens.size(), 4u);
+  // A lower max level makes the coarsest tiling finer, so it needs more tokens.
+  EXPECT_THROW(allocate(r, {.budget_tokens = 100, .max_level = 2}), Error);
+  EXPECT_THROW(allocate(r, {.budget_tokens = 100, .max_level = 25}), Error);
+}
+
+TEST(Allocate, ShadingRateCodesFollowVulkanEncoding) {
+  RateMap m;
+  m.level = {0, 1, 2, 3, 7};
+  const std::vector<uint8_t> codes = m.shading_rate_codes();
+  // VK_KHR_fragment_shading_rate: (log2 w << 2) | log2 h; 1x1=0, 2x2=5, 4x4=10 (largest).
+  EXPECT_EQ(codes, (std::vector<uint8_t>{0, 5, 10, 10, 10}));
+}
+
+TEST(Allocate, DeterministicUnderTies) {
+  RelevanceMap r;
+  r.grid = TileGrid::make(512, 512, 16);
+  r.score.assign(r.grid.tiles(), 1.0f);
+  const Allocation a = allocate(r, {.budget_tokens = 100});
+  const Allocation b = allocate(r, {.budget_tokens = 100});
+  EXPECT_EQ(a.layout.tokens, b.layout.tokens);
+  // Equal relevance refines breadth-first: levels differ by at most one across the image.
+  const auto [lo, hi] = std::minmax_element(a.rate_map.level.begin(), a.rate_map.level.end());
+  EXPECT_LE(*hi - *lo, 1);
+}
+
+TEST(UniformGrid, FitsBudgetAndKeepsAspect) {
+  for (const auto& [w, h] : {std::pair{1024, 1024}, std::pair{1920, 1080}, std::pair{512, 2048}, std::pair{5000, 17}}) {
+    for (int budget : {1, 64, 273, 1024}) {
+      const UniformGrid u = uniform_grid(w, h, 16, budget);
+      EXPECT_LE(u.tokens(), budget);
+      EXPECT_GE(u.grid_x, 1);
+      EXPECT_EQ(u.resized_width, u.grid_x * 16);
+      if (u.grid_x > 3 && u.grid_y > 3) {
+        EXPECT_NEAR(double(u.grid_x) / u.grid_y, double(w) / h, 0.3 * w / h);
+      }
+    }
+  }
+  EXPECT_EQ(uniform_grid(1024, 1024, 16, 273).tokens(), 256);  // 16×16, what a VLM would do
+  const UniformGrid small = uniform_grid(100, 50, 16, 1000);   // native grid fits: 7×4
+  EXPECT_EQ(small.grid_x, 7);
+  EXPECT_EQ(small.grid_y, 4);
+}
+
+}  // namespace
+}  // namespace fovea

@@ -1,0 +1,143 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "fovea/error.hpp"
+#include "fovea/relevance.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+PyramidU8 single_level(const ImageU8& img) {
+  std::vector<ImageU8> levels;
+  levels.push_back(img.clone());
+  return PyramidU8(std::move(levels));
+}
+
+TEST(Relevance, ConstantImageHasNoInformationOrSaliency) {
+  Executor exec;
+  const PyramidU8 pyr = single_level(test::constant_image(200, 100, 3, 90));
+  const RelevanceMap m = compute_relevance(pyr, 16, {}, {}, exec);
+  EXPECT_EQ(m.grid.tiles(), 13 * 7);
+  for (int64_t t = 0; t < m.grid.tiles(); ++t) {
+    EXPECT_EQ(m.information[t], 0.0f);
+    EXPECT_NEAR(m.saliency[t], 0.0f, 1e-4f);
+    EXPECT_EQ(m.query[t], 0.0f);
+    EXPECT_NEAR(m.score[t], RelevanceWeights{}.floor, 1e-4f);
+  }
+}
+
+TEST(Relevance, EntropyIsHighOnNoiseAndLowOnFlat) {
+  ImageU8 img = test::constant_image(64, 32, 3, 50);
+  const ImageU8 noise = test::random_image(32, 32, 3, 5);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 32; ++y)
+      for (int x = 0; x < 32; ++x) img.at(c, y, x + 32) = noise.at(c, y, x);
+  Executor exec;
+  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, {}, exec);
+  EXPECT_EQ(m.information[0], 0.0f);
+  EXPECT_GT(m.information[2], 0.85f);  // 256 px of uniform noise over 16 bins
+  EXPECT_LE(m.information[2], 1.0f);
+}
+
+TEST(Relevance, SaliencyPeaksOnAnOddPatch) {
+  ImageU8 img = test::constant_image(256, 256, 3, 100);
+  for (int y = 160; y < 176; ++y)
+    for (int x = 64; x < 80; ++x) {
+      img.at(0, y, x) = 250;
+      img.at(1, y, x) = 20;
+    }
+  Executor exec;
+  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, {}, exec);
+  const auto it = std::max_element(m.saliency.begin(), m.saliency.end());
+  EXPECT_EQ(it - m.saliency.begin(), 10 * 16 + 4);
+  EXPECT_FLOAT_EQ(*it, 1.0f);
+}
+
+TEST(Relevance, FixationTermFollowsCorticalMagnification) {
+  Executor exec;
+  const PyramidU8 pyr = single_level(test::constant_image(1000, 500, 3, 0));
+  Query q;
+  q.fixations.push_back({500, 250});
+  RelevanceParams p;
+  p.e0 = 0.1f;
+  const RelevanceMap m = compute_relevance(pyr, 10, q, p, exec);
+  auto at = [&](int tx, int ty) { return m.query[size_t(ty) * m.grid.tiles_x + tx]; };
+  EXPECT_FLOAT_EQ(at(50, 25), 1.0f);  // the tile holding the fixation
+  // e = 100 px / 1000 px = e0 -> e0 / (e + e0) = 1/2, measured to the tile's nearest point.
+  EXPECT_NEAR(at(60, 25), 0.5f, 1e-6f);
+  EXPECT_LT(at(90, 25), at(70, 25));
+  EXPECT_GT(m.score[size_t(25) * m.grid.tiles_x + 50], m.score[0]);
+}
+
+TEST(Relevance, RegionIsFullInsideAndFallsOffOutside) {
+  Executor exec;
+  const PyramidU8 pyr = single_level(test::constant_image(320, 320, 1, 0));
+  Query q;
+  q.regions.push_back({100, 100, 140, 120});
+  const RelevanceMap m = compute_relevance(pyr, 16, q, {}, exec);
+  auto at = [&](int tx, int ty) { return m.query[size_t(ty) * m.grid.tiles_x + tx]; };
+  EXPECT_FLOAT_EQ(at(6, 6), 1.0f);
+  EXPECT_FLOAT_EQ(at(8, 7), 1.0f);
+  EXPECT_LT(at(12, 6), 1.0f);
+  EXPECT_GT(at(12, 6), at(18, 6));
+}
+
+TEST(Relevance, EmbeddingHookScoresCosineSimilarity) {
+  Executor exec;
+  const PyramidU8 pyr = single_level(test::constant_image(64, 64, 3, 0));
+  RelevanceParams p;
+  p.tile_features = [](const PyramidU8&, const TileGrid& g) {
+    Tensor f(DType::f32, {g.tiles(), 2});
+    for (int64_t t = 0; t < g.tiles(); ++t) {
+      f.data<float>()[t * 2 + 0] = t == 5 ? 1.0f : 0.2f;
+      f.data<float>()[t * 2 + 1] = t == 5 ? 0.0f : 1.0f;
+    }
+    return f;
+  };
+  Query q;
+  q.embedding = {3.0f, 0.0f};
+  const RelevanceMap m = compute_relevance(pyr, 16, q, p, exec);
+  EXPECT_FLOAT_EQ(m.query[5], 1.0f);
+  EXPECT_LT(m.query[0], 0.3f);
+  q.embedding = {1.0f, 0.0f, 0.0f};
+  EXPECT_THROW(compute_relevance(pyr, 16, q, p, exec), Error);
+  RelevanceParams no_hook;
+  try {
+    compute_relevance(pyr, 16, q, no_hook, exec);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "a query embedding needs per-tile features from an encoder (use 'fovea encode --model')");
+  }
+}
+
+TEST(Relevance, InvalidQueriesAreErrors) {
+  Executor exec;
+  const PyramidU8 pyr = single_level(test::constant_image(64, 64, 3, 0));
+  Query q;
+  q.regions.push_back({10, 10, 5, 20});
+  EXPECT_THROW(compute_relevance(pyr, 16, q, {}, exec), Error);
+  Query nan;
+  nan.fixations.push_back({std::nanf(""), 3});
+  EXPECT_THROW(compute_relevance(pyr, 16, nan, {}, exec), Error);
+  RelevanceParams p;
+  p.e0 = 0;
+  EXPECT_THROW(compute_relevance(pyr, 16, {}, p, exec), Error);
+  p = {};
+  p.weights.query = -1;
+  EXPECT_THROW(compute_relevance(pyr, 16, {}, p, exec), Error);
+}
+
+TEST(Relevance, DescribesQueries) {
+  Query q;
+  EXPECT_EQ(describe(q), "none");
+  q.fixations.push_back({10, 20});
+  q.regions.push_back({1, 2, 3, 4, 0.5f});
+  EXPECT_EQ(describe(q), "fixation(10,20) region(1,2,3,4;w=0.5)");
+}
+
+}  // namespace
+}  // namespace fovea
