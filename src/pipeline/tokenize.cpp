@@ -102,6 +102,7 @@ std::map<std::string, std::string> token_metadata(const Tokenization& t, const Q
   m["relevance_weights"] = "information=" + fmt(w.information) + ",saliency=" + fmt(w.saliency) +
                            ",query=" + fmt(w.query) + ",floor=" + fmt(w.floor);
   m["e0"] = fmt(params.relevance.e0);
+  m["sharpness"] = fmt(params.alloc.sharpness);
   return m;
 }
 

@@ -65,10 +65,12 @@ void TokenizeOptions::add(CLI::App& app) {
       ->default_val(16);
   app.add_option("--fixation,-f", fixations,
                  "Fixation point X,Y in image pixels (optionally X,Y,WEIGHT); repeatable")
-      ->type_name("X,Y");
+      ->type_name("X,Y")
+      ->allow_extra_args(false);  // one value per flag: never swallow the image positional
   app.add_option("--region,-r", regions,
                  "Region of interest X0,Y0,X1,Y1 in image pixels (optionally ,WEIGHT); repeatable")
-      ->type_name("X0,Y0,X1,Y1");
+      ->type_name("X0,Y0,X1,Y1")
+      ->allow_extra_args(false);  // one value per flag: never swallow the image positional
   app.add_option("--weights", weights,
                  "Relevance weights, e.g. information=1,saliency=0.5,query=8,floor=0.05 (keys may be "
                  "abbreviated: info, sal, q)")
@@ -76,6 +78,9 @@ void TokenizeOptions::add(CLI::App& app) {
   app.add_option("--e0", e0, "Cortical-magnification half-saturation eccentricity, as a fraction of "
                              "the image's longer side")
       ->default_val(RelevanceParams{}.e0);
+  app.add_option("--sharpness", sharpness,
+                 "How strongly token size follows relevance: side ~ relevance^-sharpness, in [0.5, 4]")
+      ->default_val(AllocParams{}.sharpness);
   app.add_option("--max-level", max_level, "Coarsest mip level of the quadtree (-1: automatic)")
       ->default_val(-1);
   app.add_flag("--uniform", uniform, "The baseline: resize so a plain grid holds <= budget tokens");
@@ -96,6 +101,8 @@ TokenizeParams TokenizeOptions::params() const {
   p.uniform = uniform;
   p.alloc.budget_tokens = budget;
   p.alloc.max_level = max_level;
+  if (!(sharpness >= 0.5f && sharpness <= 4.0f)) throw bad("--sharpness must be in [0.5, 4]");
+  p.alloc.sharpness = sharpness;
   if (max_level < -1 || max_level > 24) throw bad("--max-level must be in [-1, 24]");
   if (!std::isfinite(e0) || e0 <= 0) throw bad("--e0 must be a number > 0");
   p.relevance.e0 = e0;

@@ -29,6 +29,7 @@ struct TokenizeOptions {
   std::vector<std::string> regions;    // "X0,Y0,X1,Y1" or with ",WEIGHT"
   std::string weights;                 // "information=1,saliency=0.5,query=8,floor=0.05"
   float e0 = RelevanceParams{}.e0;
+  float sharpness = AllocParams{}.sharpness;
   bool uniform = false;
   std::string dtype = "f32";
   std::string mean, std;  // "R,G,B"

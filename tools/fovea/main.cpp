@@ -49,6 +49,20 @@ int main(int argc, char** argv) {
     runners.emplace_back(sub, c.setup(*sub));
   }
 
+  // CLI11 would call an unknown command a missing one; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const Command& c : commands) {
+      known |= c.name == argv[1];
+      names += (names.empty() ? "" : ", ") + c.name;
+    }
+    if (!known) {
+      std::cerr << "fovea: error: unknown command '" << argv[1] << "' (commands: " << names << ")\n";
+      return 2;
+    }
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

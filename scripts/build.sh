@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Configures and builds fovea: scripts/build.sh [BUILD_DIR] [extra CMake arguments...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${1:-build}
+shift || true
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+elif [ "$#" -gt 0 ]; then
+  cmake -S . -B "$build_dir" "$@"
+fi
+cmake --build "$build_dir" -j "$(nproc)"

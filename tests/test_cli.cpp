@@ -1,0 +1,140 @@
+// The fovea command line, run as a user would: exit codes, one-line errors, outputs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "fovea/image.hpp"
+#include "fovea/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+namespace fs = std::filesystem;
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+// Bad input of any kind: the expected exit code and exactly one line on stderr.
+void expect_one_line_error(const test::RunResult& r, int code, const std::string& fragment) {
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("fovea: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << r.err;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = test::temp_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    image = dir + "/in.png";
+    save_png(test::gradient_image(200, 120, 3), image);
+  }
+  std::string dir, image;
+};
+
+TEST_F(Cli, HelpListsCommandsAndExitsZero) {
+  const auto r = test::run_cli({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("tokenize"), std::string::npos);
+  const auto t = test::run_cli({"tokenize", "--help"});
+  EXPECT_EQ(t.exit_code, 0);
+  for (const char* flag : {"--budget", "--patch", "--fixation", "--region", "--weights", "--uniform", "--output",
+                           "--overlay", "--seen", "--json", "--threads"})
+    EXPECT_NE(t.out.find(flag), std::string::npos) << flag;
+}
+
+TEST_F(Cli, BadArgumentsExitTwoWithOneLine) {
+  expect_one_line_error(test::run_cli({}), 2, "subcommand is required");
+  expect_one_line_error(test::run_cli({"frobnicate"}), 2, "frobnicate");
+  expect_one_line_error(test::run_cli({"tokenize"}), 2, "image is required");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--budget", "0"}), 2, "--budget");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--budget", "abc"}), 2, "--budget");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--patch", "1"}), 2, "--patch");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--fixation", "1"}), 2, "--fixation needs X,Y");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--fixation", "1,nan"}), 2, "not a finite number");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--region", "5,5,1,1"}), 2, "X1 > X0");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--weights", "query"}), 2, "KEY=VALUE");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--weights", "speed=3"}), 2, "unknown key 'speed'");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--dtype", "f64"}), 2, "--dtype");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--std", "1,0,1"}), 2, "--std");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--sharpness", "9"}), 2, "--sharpness");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--no-such-flag"}), 2, "--no-such-flag");
+  // The image positional is never swallowed by a repeatable flag.
+  expect_one_line_error(test::run_cli({"tokenize", "--fixation", "1,2", "3,4", image}), 2, "not expected");
+}
+
+TEST_F(Cli, BudgetBelowCoarsestTilingExitsTwo) {
+  const std::string wide = dir + "/wide.png";
+  save_png(test::gradient_image(512, 64, 3), wide);  // coarsest tiling: 8 tokens of 64 px
+  expect_one_line_error(test::run_cli({"tokenize", wide, "--budget", "7"}), 2,
+                        "budget of 7 tokens is below the coarsest tiling: 8 tokens");
+}
+
+TEST_F(Cli, BadInputFilesExitOneAndWriteNothing) {
+  const std::string out = dir + "/out.safetensors";
+  expect_one_line_error(test::run_cli({"tokenize", dir + "/missing.png", "-o", out}), 1, "missing.png");
+  const std::string junk = dir + "/junk.png";
+  const std::vector<uint8_t> bytes(300, 0x5a);
+  write_file_atomic(junk, bytes);
+  expect_one_line_error(test::run_cli({"tokenize", junk, "-o", out}), 1, "junk.png");
+  expect_one_line_error(test::run_cli({"tokenize", dir, "-o", out}), 1, dir);
+  expect_one_line_error(test::run_cli({"tokenize", image, "-o", dir + "/no/such/dir/x.safetensors"}), 1,
+                        "cannot write");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--max-pixels", "1000", "-o", out}), 1, "pixels");
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name == "in.png" || name == "junk.png") << "left behind: " << name;
+  }
+}
+
+TEST_F(Cli, WritesTokensOverlaySeenAndJson) {
+  const std::string out = dir + "/t.safetensors", ov = dir + "/ov.png", seen = dir + "/seen.png";
+  const auto r = test::run_cli({"tokenize", image, "--budget", "40", "--fixation", "150,60", "--region",
+                                "10,10,50,40", "-o", out, "--overlay", ov, "--seen", seen, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["mode"], "foveated");
+  EXPECT_LE(j["tokens"].get<int>(), 40);
+  EXPECT_GE(j["tokens"].get<int>(), 38);
+  EXPECT_EQ(j["coverage"]["covered_tiles"], j["coverage"]["tiles"]);
+  EXPECT_EQ(j["coverage"]["overlapping_tiles"], 0);
+  for (const char* stage : {"decode", "pyramid", "relevance", "allocate", "extract", "write", "total"})
+    EXPECT_TRUE(j["timings_ms"].contains(stage)) << stage;
+
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  const int64_t n = j["tokens"].get<int64_t>();
+  ASSERT_NE(f.find("patches"), nullptr);
+  EXPECT_EQ(f.find("patches")->shape, (std::vector<int64_t>{n, 3, 16, 16}));
+  EXPECT_EQ(f.find("positions")->shape, (std::vector<int64_t>{n, 4}));
+  EXPECT_EQ(f.find("levels")->shape, (std::vector<int64_t>{n}));
+  EXPECT_EQ(f.find("rate_map")->shape, (std::vector<int64_t>{8, 13}));
+  EXPECT_EQ(f.find("relevance")->shape, (std::vector<int64_t>{8, 13}));
+  EXPECT_EQ(f.metadata().at("image_width"), "200");
+  EXPECT_EQ(f.metadata().at("image_height"), "120");
+  EXPECT_EQ(f.metadata().at("budget"), "40");
+  EXPECT_EQ(f.metadata().at("patch_size"), "16");
+  EXPECT_EQ(f.metadata().at("query"), "fixation(150,60) region(10,10,50,40)");
+  EXPECT_FALSE(f.metadata().at("fovea_version").empty());
+
+  const ImageU8 o = load_image(ov), s = load_image(seen);
+  EXPECT_EQ(o.width(), 200);
+  EXPECT_EQ(s.height(), 120);
+}
+
+TEST_F(Cli, UniformAndDtypes) {
+  const std::string out = dir + "/u.safetensors";
+  const auto r = test::run_cli({"tokenize", image, "--uniform", "--budget", "30", "--dtype", "f16", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  EXPECT_EQ(f.metadata().at("mode"), "uniform");
+  EXPECT_EQ(f.find("patches")->dtype_name, "F16");
+  EXPECT_LE(f.find("patches")->shape[0], 30);
+}
+
+}  // namespace
+}  // namespace fovea
