@@ -763,6 +763,7 @@ TEST(ImageIoLimits, OversizedFileIsRefusedBeforeReading) {
   LoadOptions tiny;
   tiny.max_pixels = 1000;
   expect_error([&] { load_image(path, tiny); }, Errc::limit_exceeded, path);
+  fs::remove(path);
 }
 
 TEST(ImageIoErrors, FilesThatAreNotImages) {
