@@ -80,12 +80,15 @@ struct LoadOptions {
   bool apply_exif_orientation = true;
 };
 
-// Decodes PNG (1/2/4/8/16-bit; gray, gray+alpha, RGB, RGBA, palette) and JPEG (baseline,
-// progressive; gray, YCbCr, CMYK refused). The format is detected from the bytes, not the
-// file name. Alpha is dropped (as PIL's convert("RGB") does); gray stays one channel.
-// 16-bit samples are rounded to 8 bits; use load_image_f32 to keep their precision.
-// Throws fovea::Error: io (cannot read), corrupt_data (truncated, malformed),
-// unsupported (other formats), limit_exceeded (over max_pixels).
+// Decodes PNG (1/2/4/8/16-bit; gray, gray+alpha, RGB, RGBA, palette; interlaced) and JPEG
+// (baseline, progressive; gray, YCbCr, RGB, and CMYK/YCCK converted to RGB without color
+// management, as inverted Adobe CMYK when an Adobe APP14 marker is present). The format is
+// detected from the bytes, not the file name. Alpha is dropped (as PIL's convert("RGB") does);
+// gray stays one channel. 16-bit samples are rounded to 8 bits; load_image_f32 keeps their
+// precision (v / 65535; 8-bit samples are v / 255).
+// Throws fovea::Error: io (cannot read), corrupt_data (empty, truncated, malformed; libjpeg's
+// "corrupt data" warnings count), unsupported (other formats, named when recognised),
+// limit_exceeded (over max_pixels). Messages name the file (`name` for in-memory bytes).
 ImageU8 load_image(const std::string& path, const LoadOptions& options = {});
 ImageU8 decode_image(std::span<const uint8_t> bytes, const LoadOptions& options = {},
                      const std::string& name = "<memory>");
@@ -93,7 +96,8 @@ ImageF32 load_image_f32(const std::string& path, const LoadOptions& options = {}
 ImageF32 decode_image_f32(std::span<const uint8_t> bytes, const LoadOptions& options = {},
                           const std::string& name = "<memory>");
 
-// Encoders. Writing goes to `path.tmp-XXXX` in the same folder, then rename(): a reader
+// Encoders: 8-bit gray or RGB. JPEG quality is 1..100 (else invalid_argument), 4:2:0 chroma.
+// Writing goes to `path.tmp-XXXX` in the same folder, then rename(): a reader
 // never sees a half-written file, and a failure leaves no file behind.
 std::vector<uint8_t> encode_png(const ImageU8& img);
 std::vector<uint8_t> encode_jpeg(const ImageU8& img, int quality = 92);
