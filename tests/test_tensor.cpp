@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "fovea/error.hpp"
+#include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/tensor.hpp"
 #include "test_util.hpp"
@@ -22,6 +23,24 @@ TEST(Tensor, ZeroFilledAlignedAndMoveOnly) {
   Tensor c = t.clone();
   c.data<float>()[0] = 1;
   EXPECT_EQ(t.data<float>()[0], 0.0f);
+}
+
+TEST(Image, MovedFromIsEmptyAndPlanesArePadded) {
+  ImageU8 a(37, 5, 3);
+  a.at(2, 4, 36) = 9;
+  EXPECT_EQ(a.stride() % 64, 0u);
+  EXPECT_GE(a.stride(), 37u);
+  ImageU8 b = std::move(a);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(a.width(), 0);
+  EXPECT_EQ(b.at(2, 4, 36), 9);
+  ImageU8 c;
+  c = std::move(b);
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(c.clone().at(2, 4, 36), 9);
+  EXPECT_THROW(ImageU8(0, 3, 3), Error);
+  EXPECT_THROW(ImageU8(3, 3, 2), Error);
+  EXPECT_THROW(ImageU8(1 << 30, 1 << 30, 3), Error);
 }
 
 TEST(Tensor, NegativeExtentIsAnError) {

@@ -67,9 +67,20 @@ ImageU8 gradient_image(int w, int h, int channels) {
 
 std::string temp_dir(const std::string& name) {
   namespace fs = std::filesystem;
+  // Every directory handed out is removed when the test process exits.
+  static std::vector<fs::path> made;
+  static const bool cleanup = [] {
+    std::atexit([] {
+      std::error_code ec;
+      for (const auto& d : made) fs::remove_all(d, ec);
+    });
+    return true;
+  }();
+  (void)cleanup;
   fs::path p = fs::temp_directory_path() / ("fovea_test_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
+  made.push_back(p);
   return p.string();
 }
 

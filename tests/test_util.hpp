@@ -17,8 +17,8 @@ ImageU8 constant_image(int w, int h, int channels, uint8_t value);
 // A smooth gradient with some structure (for visual outputs).
 ImageU8 gradient_image(int w, int h, int channels);
 
-// A fresh empty directory under the build tree, removed at process exit by nobody (CTest
-// runs in a scratch build dir); unique per test name.
+// A fresh empty directory under the system temp dir, unique per process and name; removed
+// when the test process exits.
 std::string temp_dir(const std::string& name);
 
 struct RunResult {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fovea/tensor.hpp"
@@ -32,8 +33,19 @@ class Image {
   Image(int width, int height, int channels, bool zero = false);
   Image(const Image&) = delete;
   Image& operator=(const Image&) = delete;
-  Image(Image&&) noexcept = default;
-  Image& operator=(Image&&) noexcept = default;
+  // A moved-from image is empty (0×0), never an alias of the new owner's buffer.
+  Image(Image&& other) noexcept { *this = std::move(other); }
+  Image& operator=(Image&& other) noexcept {
+    if (this != &other) {
+      width_ = std::exchange(other.width_, 0);
+      height_ = std::exchange(other.height_, 0);
+      channels_ = std::exchange(other.channels_, 0);
+      stride_ = std::exchange(other.stride_, 0);
+      storage_ = std::move(other.storage_);
+      data_ = std::exchange(other.data_, nullptr);
+    }
+    return *this;
+  }
 
   Image clone() const;
 

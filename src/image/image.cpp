@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -19,7 +20,11 @@ Image<T>::Image(int width, int height, int channels, bool zero)
     throw Error(Errc::invalid_argument, "images have 1 or 3 channels, got " + std::to_string(channels));
   constexpr size_t kRowAlign = 64 / sizeof(T);
   stride_ = (size_t(width) + kRowAlign - 1) / kRowAlign * kRowAlign;
-  const size_t bytes = stride_ * size_t(height) * size_t(channels) * sizeof(T);
+  const unsigned __int128 wide = (unsigned __int128)stride_ * size_t(height) * size_t(channels) * sizeof(T);
+  if (wide > (unsigned __int128)(SIZE_MAX / 2))
+    throw Error(Errc::out_of_memory, "image of " + std::to_string(width) + "x" + std::to_string(height) +
+                                         " is too large to allocate");
+  const size_t bytes = static_cast<size_t>(wide);
   storage_ = aligned_alloc_bytes(bytes);
   data_ = reinterpret_cast<T*>(storage_.get());
   if (zero) std::memset(storage_.get(), 0, bytes);
@@ -42,7 +47,7 @@ ImageF32 to_f32(const ImageU8& img) {
     for (int y = 0; y < img.height(); ++y) {
       const uint8_t* s = img.row(c, y);
       float* d = out.row(c, y);
-      for (int x = 0; x < img.width(); ++x) d[x] = s[x] * (1.0f / 255.0f);
+      for (int x = 0; x < img.width(); ++x) d[x] = s[x] / 255.0f;
     }
   return out;
 }

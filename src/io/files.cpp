@@ -23,6 +23,7 @@ std::vector<uint8_t> read_file(const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const std::string why = S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
+    // (fstat failing leaves st zeroed, which reads as "not a regular file": close enough.)
     ::close(fd);
     throw Error(Errc::io, "cannot read '" + path + "': " + why);
   }
@@ -51,8 +52,13 @@ std::vector<uint8_t> read_file(const std::string& path) {
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
   if (path.empty()) throw Error(Errc::invalid_argument, "output path is empty");
   std::random_device rd;
-  const std::string tmp = path + ".tmp-" + std::to_string(rd() % 1000000);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {  // retry on a name collision
+    tmp = path + ".tmp-" + std::to_string(rd() % 1000000);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) throw Error(Errc::io, "cannot write '" + path + "': " + errno_text());
   size_t done = 0;
   while (done < bytes.size()) {
@@ -65,6 +71,13 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
       throw Error(Errc::io, "cannot write '" + path + "': " + why);
     }
     done += static_cast<size_t>(w);
+  }
+  // Data on disk before the name points at it: a crash leaves the old file or the new one.
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+    const std::string why = errno_text();
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(Errc::io, "cannot write '" + path + "': " + why);
   }
   if (::close(fd) != 0) {
     const std::string why = errno_text();
