@@ -304,26 +304,37 @@ TEST(Pyramid, SimdMatchesReferenceOnEveryTarget) {
     ASSERT_TRUE(same_pyramid(build_pyramid(wide_range_f32(517, 301, 3, 5), {}, exec),
                              build_pyramid(wide_range_f32(517, 301, 3, 5), {}, ref_exec)));
 
-    // The row kernels on their own, from unaligned addresses, never writing past dst_w.
-    ImageU8 u = random_image(2 * 200 + 8, 2, 1, 11);
-    ImageF32 f = wide_range_f32(2 * 200 + 8, 2, 1, 11);
+    // The row kernels on their own, from unaligned addresses, on sources of exactly 2·dst_w
+    // samples (AddressSanitizer builds catch any over-read), never writing past dst_w.
+    const ImageU8 u = random_image(2 * 200 + 8, 2, 1, 11);
+    const ImageF32 f = wide_range_f32(2 * 200 + 8, 2, 1, 11);
     for (int offset = 0; offset < 4; ++offset)
       for (int n = 0; n <= 200; ++n) {
         SCOPED_TRACE("offset " + std::to_string(offset) + " dst_w " + std::to_string(n));
+        const std::vector<uint8_t> top_buf(u.row(0, 0), u.row(0, 0) + offset + 2 * n);
+        const uint8_t* top = top_buf.data() + offset;
+        const std::vector<uint8_t> bottom_buf(u.row(0, 1), u.row(0, 1) + offset + 2 * n);
+        const uint8_t* bottom = bottom_buf.data() + offset;
         std::vector<uint8_t> a(n + 1, 0xAB), b(n + 1, 0xAB);
-        pyramid_detail::box2x2_simd(u.row(0, 0) + offset, u.row(0, 1) + offset, a.data(), n);
-        pyramid_detail::box2x2_ref(u.row(0, 0) + offset, u.row(0, 1) + offset, b.data(), n);
-        ASSERT_EQ(a, b);
-        pyramid_detail::box2x1_simd(u.row(0, 0) + offset, a.data(), n);
-        pyramid_detail::box2x1_ref(u.row(0, 0) + offset, b.data(), n);
+        pyramid_detail::box2x2_simd(top, bottom, a.data(), n);
+        pyramid_detail::box2x2_ref(top, bottom, b.data(), n);
         ASSERT_EQ(a, b);
         ASSERT_EQ(a[n], 0xAB);
+        pyramid_detail::box2x1_simd(top, a.data(), n);
+        pyramid_detail::box2x1_ref(top, b.data(), n);
+        ASSERT_EQ(a, b);
+        ASSERT_EQ(a[n], 0xAB);
+        const std::vector<float> ftop_buf(f.row(0, 0), f.row(0, 0) + offset + 2 * n);
+        const float* ftop = ftop_buf.data() + offset;
+        const std::vector<float> fbottom_buf(f.row(0, 1), f.row(0, 1) + offset + 2 * n);
+        const float* fbottom = fbottom_buf.data() + offset;
         std::vector<float> fa(n + 1, -7.0f), fb(n + 1, -7.0f);
-        pyramid_detail::box2x2_simd(f.row(0, 0) + offset, f.row(0, 1) + offset, fa.data(), n);
-        pyramid_detail::box2x2_ref(f.row(0, 0) + offset, f.row(0, 1) + offset, fb.data(), n);
+        pyramid_detail::box2x2_simd(ftop, fbottom, fa.data(), n);
+        pyramid_detail::box2x2_ref(ftop, fbottom, fb.data(), n);
         ASSERT_EQ(0, std::memcmp(fa.data(), fb.data(), sizeof(float) * (n + 1)));
-        pyramid_detail::box2x1_simd(f.row(0, 0) + offset, fa.data(), n);
-        pyramid_detail::box2x1_ref(f.row(0, 0) + offset, fb.data(), n);
+        ASSERT_EQ(fa[n], -7.0f);
+        pyramid_detail::box2x1_simd(ftop, fa.data(), n);
+        pyramid_detail::box2x1_ref(ftop, fb.data(), n);
         ASSERT_EQ(0, std::memcmp(fa.data(), fb.data(), sizeof(float) * (n + 1)));
         ASSERT_EQ(fa[n], -7.0f);
       }
