@@ -12,6 +12,9 @@ competitors are measured interleaved with fovea, under the same load from the re
 machine. All chains have 13 levels (4096 ... 1, each extent halved with floor).
 
   fovea      planar [3][H][W] images, build_pyramid(), 12 new levels allocated per call.
+             "SIMD" is the Highway kernels (best target of this CPU); "scalar reference" is
+             downsample_ref.cpp, plain C++ loops built -O3 for the baseline x86-64 ISA (the
+             compiler may auto-vectorize them with SSE2), with the same fused schedule.
   OpenCV     cv2.resize(prev, (w // 2, h // 2), interpolation=cv2.INTER_AREA), repeated,
              on an HxWx3 array (OpenCV's own interleaved layout), cv2.setNumThreads(threads).
   torch      F.avg_pool2d(prev, 2), repeated, on a contiguous [1, 3, H, W] float32 tensor,

@@ -4,8 +4,7 @@
 // Schedule. The chain is memory-bound: level 0 is read once from DRAM, and what costs extra
 // is reading each finished level back for the next one. Level-ℓ row j depends only on
 // level-0 rows [j·2^ℓ, (j+1)·2^ℓ) (floor semantics make the levels nest), so a strip of
-// S = 2^k level-0 rows (S a multiple of 2^k, strips aligned to S) determines its own rows of
-// levels 1..k. build_pyramid therefore runs strips × channels in parallel and, inside a
+// S = 2^k level-0 rows starting at a multiple of S determines its own rows of levels 1..k. build_pyramid therefore runs strips × channels in parallel and, inside a
 // strip, builds level 1, then level 2 from the level-1 rows it has just written (still in
 // L2), and so on down to level k. The levels below k are small and run one after another.
 // Every output row is computed by the same row kernel from the same input rows whatever the
