@@ -13,7 +13,9 @@
 //     (rows) at the far edge are outside level ℓ; samplers clamp to the edge there.
 //   * when an extent is already 1 it stays 1 and the box shrinks to 1×2 (or 2×1);
 //   * uint8 rounds half up: (a + b + c + d + 2) >> 2, (a + b + 1) >> 1 for 1×2 boxes;
-//     float is (a + b + c + d) * 0.25 exactly as written (no FMA reassociation).
+//     float, with a b the top pair and c d the bottom pair, is ((a + c) + (b + d)) * 0.25f
+//     (columns first; each step one binary32 add or multiply, no FMA, no reassociation) and
+//     (a + b) * 0.5f for 1×2 boxes: bit-identical for every kernel and thread count.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@ int full_mip_levels(int width, int height);
 
 struct PyramidParams {
   int max_levels = 0;  // levels to build, level 0 included; 0 or more than the chain: full chain
+                       // (negative: Error(invalid_argument))
 };
 
 template <typename T>
@@ -65,7 +68,7 @@ PyramidU8 build_pyramid(ImageU8 base, const PyramidParams& params, Executor& exe
 PyramidF32 build_pyramid(ImageF32 base, const PyramidParams& params, Executor& exec);
 
 // One reduction step: dst must have extents (mip_extent(src.w, 1), mip_extent(src.h, 1)) and
-// the same channel count.
+// the same channel count, or Error(invalid_argument) is thrown.
 void downsample_2x2(const ImageU8& src, ImageU8& dst, Executor& exec);
 void downsample_2x2(const ImageF32& src, ImageF32& dst, Executor& exec);
 

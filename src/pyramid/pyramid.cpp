@@ -1,0 +1,192 @@
+// Mip pyramids: the level arithmetic, the reduction schedule and the threading. The row
+// kernels (and the exact arithmetic) live in downsample.hpp.
+//
+// Schedule. The chain is memory-bound: level 0 is read once from DRAM, and what costs extra
+// is reading each finished level back for the next one. Level-ℓ row j depends only on
+// level-0 rows [j·2^ℓ, (j+1)·2^ℓ) (floor semantics make the levels nest), so a strip of
+// S = 2^k level-0 rows starting at a multiple of S determines its own rows of levels 1..k. build_pyramid therefore runs strips × channels in parallel and, inside a
+// strip, builds level 1, then level 2 from the level-1 rows it has just written (still in
+// L2), and so on down to level k. The levels below k are small and run one after another.
+// Every output row is computed by the same row kernel from the same input rows whatever the
+// schedule, so the result does not depend on the strip size, the thread count or the order.
+#include "fovea/pyramid.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "fovea/error.hpp"
+#include "pyramid/downsample.hpp"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace fovea {
+
+namespace {
+
+using pyramid_detail::RowKernels;
+using pyramid_detail::row_kernels;
+
+// At most 2^6 = 64 level-0 rows per strip: levels 1..6 fused.
+constexpr int kMaxFusedLevels = 6;
+// The level-1 rows of one strip are re-read for level 2: keep them well inside L2.
+constexpr size_t kStripCacheBytes = size_t(256) << 10;
+// A task (parallel_for chunk) should read at least this much, or waking threads costs more
+// than it saves.
+constexpr size_t kMinTaskBytes = size_t(256) << 10;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A fresh level of a large pyramid is a big untouched allocation: with 4 KiB pages, the
+// first write to each page faults, and for float levels (48 MiB at level 1 of 4096² RGB,
+// which glibc always maps afresh) the faults cost more than the reduction itself. Ask for
+// transparent huge pages, as numpy does for its large arrays. Only a hint: on kernels with
+// THP off, or memory already faulted in, nothing changes.
+template <typename T>
+void advise_huge_pages(Image<T>& img) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  const size_t bytes = img.plane_stride() * size_t(img.channels()) * sizeof(T);
+  if (bytes < 2 * kHuge) return;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(img.plane(0)) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(img.plane(0)) + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#endif
+}
+
+std::string extents(int w, int h, int c) {
+  return std::to_string(w) + "x" + std::to_string(h) + "x" + std::to_string(c);
+}
+
+// Rows [y0, y1) of channel c of dst = one reduction step of src.
+template <typename T>
+void reduce_rows(const Image<T>& src, Image<T>& dst, int c, int y0, int y1,
+                 const RowKernels<T>& k) {
+  const int dst_w = dst.width();
+  if (src.height() == 1) {  // a 2×1 box along the row; dst is a single row
+    if (src.width() == 1)
+      dst.row(c, 0)[0] = src.row(c, 0)[0];  // 1×1 stays 1×1
+    else
+      k.box2x1(src.row(c, 0), dst.row(c, 0), dst_w);
+    return;
+  }
+  for (int y = y0; y < y1; ++y) {
+    const T* top = src.row(c, 2 * y);
+    const T* bottom = src.row(c, 2 * y + 1);
+    if (src.width() == 1)
+      k.box1x2(top, bottom, dst.row(c, y), 1);  // a 1×2 box down the column
+    else
+      k.box2x2(top, bottom, dst.row(c, y), dst_w);
+  }
+}
+
+// One whole level, rows of every channel in parallel.
+template <typename T>
+void reduce_level(const Image<T>& src, Image<T>& dst, const RowKernels<T>& k, Executor& exec) {
+  const int64_t rows = dst.height();
+  const size_t row_read_bytes = 2 * size_t(src.width()) * sizeof(T);
+  const int64_t grain = std::max<int64_t>(1, ceil_div(kMinTaskBytes, row_read_bytes));
+  exec.parallel_for(int64_t(dst.channels()) * rows, grain, [&](int64_t begin, int64_t end) {
+    while (begin < end) {
+      const int c = static_cast<int>(begin / rows);
+      const int64_t y0 = begin % rows;
+      const int64_t y1 = std::min(rows, y0 + (end - begin));
+      reduce_rows(src, dst, c, static_cast<int>(y0), static_cast<int>(y1), k);
+      begin += y1 - y0;
+    }
+  });
+}
+
+template <typename T>
+Pyramid<T> build(Image<T> base, const PyramidParams& params, Executor& exec) {
+  if (base.empty()) throw Error(Errc::invalid_argument, "build_pyramid: the image is empty");
+  if (params.max_levels < 0)
+    throw Error(Errc::invalid_argument,
+                "build_pyramid: max_levels must be >= 0, got " + std::to_string(params.max_levels));
+  const int W = base.width(), H = base.height(), C = base.channels();
+  int num_levels = full_mip_levels(W, H);
+  if (params.max_levels > 0) num_levels = std::min(num_levels, params.max_levels);
+
+  std::vector<Image<T>> levels;
+  levels.reserve(num_levels);
+  levels.push_back(std::move(base));
+  for (int l = 1; l < num_levels; ++l) {
+    levels.emplace_back(mip_extent(W, l), mip_extent(H, l), C);
+    advise_huge_pages(levels.back());
+  }
+  const RowKernels<T> k = row_kernels<T>(exec.reference());
+
+  // Fused levels 1..fused, strips of 2^fused level-0 rows. Only levels whose height is
+  // H >> l >= 1 (no 2×1 boxes), and strips small enough to keep their level-1 rows cached
+  // and numerous enough to keep every thread busy.
+  int fused = std::min(num_levels - 1, kMaxFusedLevels);
+  while (fused > 0 && (H >> fused) < 1) --fused;
+  while (fused > 1 &&
+         (size_t(1) << (fused - 1)) * size_t(mip_extent(W, 1)) * sizeof(T) > kStripCacheBytes)
+    --fused;
+  while (fused > 1 && C * ceil_div(H, int64_t(1) << fused) < 4 * int64_t(exec.threads())) --fused;
+
+  if (fused >= 1) {
+    const int64_t strip_rows = int64_t(1) << fused;
+    const int64_t strips = ceil_div(H, strip_rows);
+    const size_t strip_read_bytes = size_t(strip_rows) * size_t(W) * sizeof(T);
+    const int64_t grain = std::max<int64_t>(1, ceil_div(kMinTaskBytes, strip_read_bytes));
+    exec.parallel_for(int64_t(C) * strips, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int c = static_cast<int>(task / strips);
+        const int64_t strip = task % strips;
+        for (int l = 1; l <= fused; ++l) {
+          const int64_t y0 = (strip * strip_rows) >> l;
+          const int64_t y1 = std::min<int64_t>(((strip + 1) * strip_rows) >> l, levels[l].height());
+          reduce_rows(levels[l - 1], levels[l], c, static_cast<int>(y0), static_cast<int>(y1), k);
+        }
+      }
+    });
+  }
+  for (int l = fused + 1; l < num_levels; ++l) reduce_level(levels[l - 1], levels[l], k, exec);
+  return Pyramid<T>(std::move(levels));
+}
+
+template <typename T>
+void downsample(const Image<T>& src, Image<T>& dst, Executor& exec) {
+  if (src.empty()) throw Error(Errc::invalid_argument, "downsample_2x2: the source image is empty");
+  const int w = mip_extent(src.width(), 1), h = mip_extent(src.height(), 1);
+  if (dst.width() != w || dst.height() != h || dst.channels() != src.channels())
+    throw Error(Errc::invalid_argument,
+                "downsample_2x2: destination is " +
+                    extents(dst.width(), dst.height(), dst.channels()) + ", a " +
+                    extents(src.width(), src.height(), src.channels()) + " source needs " +
+                    extents(w, h, src.channels()));
+  reduce_level(src, dst, row_kernels<T>(exec.reference()), exec);
+}
+
+}  // namespace
+
+int full_mip_levels(int width, int height) {
+  if (width < 1 || height < 1)
+    throw Error(Errc::invalid_argument, "full_mip_levels: extents must be positive, got " +
+                                            std::to_string(width) + "x" + std::to_string(height));
+  int levels = 1;
+  for (int n = std::max(width, height); n > 1; n >>= 1) ++levels;
+  return levels;
+}
+
+PyramidU8 build_pyramid(ImageU8 base, const PyramidParams& params, Executor& exec) {
+  return build(std::move(base), params, exec);
+}
+PyramidF32 build_pyramid(ImageF32 base, const PyramidParams& params, Executor& exec) {
+  return build(std::move(base), params, exec);
+}
+
+void downsample_2x2(const ImageU8& src, ImageU8& dst, Executor& exec) {
+  downsample(src, dst, exec);
+}
+void downsample_2x2(const ImageF32& src, ImageF32& dst, Executor& exec) {
+  downsample(src, dst, exec);
+}
+
+}  // namespace fovea
