@@ -1,5 +1,5 @@
 // Full tokenize (decode excluded) of a 1024×1024 photo at B = 273 and B = 1024, foveated and
-// uniform, with per-stage times as counters. bench/tokenize.py runs this beside Python
+// uniform, with per-stage times as counters. bench/tokenize_bench.py runs this beside Python
 // competitors and prints the ratios.
 #include <benchmark/benchmark.h>
 

@@ -141,3 +141,46 @@ TEST(Relevance, DescribesQueries) {
 
 }  // namespace
 }  // namespace fovea
+
+#include <hwy/targets.h>
+
+#include "relevance/stats.hpp"
+
+namespace fovea {
+namespace {
+
+TEST(Relevance, SimdRowKernelsMatchReferenceOnEveryTarget) {
+  using namespace relevance_detail;
+  const ImageU8 img = test::random_image(300, 3, 3, 17);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int n : {0, 1, 7, 15, 16, 17, 31, 33, 63, 64, 65, 129, 300}) {
+      std::vector<uint8_t> a(n + 1, 0xEE), b(n + 1, 0xEE);
+      luma_row(img.row(0, 0), img.row(1, 0), img.row(2, 0), a.data(), n);
+      luma_row_ref(img.row(0, 0), img.row(1, 0), img.row(2, 0), b.data(), n);
+      ASSERT_EQ(a, b) << "luma n=" << n;  // also: nothing written past n
+      std::vector<uint16_t> s(n + 1, 250), r(n + 1, 250);
+      accumulate_row(img.row(1, 1), s.data(), n);
+      accumulate_row_ref(img.row(1, 1), r.data(), n);
+      ASSERT_EQ(s, r) << "accumulate n=" << n;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(Relevance, ReferenceAndSimdKernelsGiveTheSameMap) {
+  const PyramidU8 pyr = single_level(test::random_image(333, 171, 3, 8));
+  Executor best({.threads = 2});
+  Executor ref({.threads = 1, .kernels = Kernels::reference});
+  Query q;
+  q.fixations.push_back({100, 50});
+  const RelevanceMap a = compute_relevance(pyr, 14, q, {}, best);
+  const RelevanceMap b = compute_relevance(pyr, 14, q, {}, ref);
+  EXPECT_EQ(a.score, b.score);
+  EXPECT_EQ(a.information, b.information);
+  EXPECT_EQ(a.saliency, b.saliency);
+}
+
+}  // namespace
+}  // namespace fovea

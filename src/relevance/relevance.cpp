@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fovea/error.hpp"
+#include "relevance/stats.hpp"
 
 namespace fovea {
 
@@ -31,94 +32,108 @@ TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int bins, Exe
   uint8_t bin_of[256];
   for (int v = 0; v < 256; ++v) bin_of[v] = static_cast<uint8_t>(v * bins / 256);
 
+  using namespace relevance_detail;
+  const bool ref = exec.reference();
   exec.parallel_for(g.tiles_y, 1, [&](int64_t ty0, int64_t ty1) {
-    std::vector<uint32_t> hist(size_t(g.tiles_x) * bins);
-    std::vector<uint64_t> sums(size_t(g.tiles_x) * 3);
+    // Four interleaved sub-histograms per tile: consecutive pixels of a flat area fall into
+    // the same bin, and one counter would serialise on store-to-load forwarding.
+    std::vector<uint32_t> hist(size_t(g.tiles_x) * bins * 4);
+    // Column sums over the tile row's P rows (u16: P <= 256 rows of 255), reduced per tile
+    // once per tile row instead of once per pixel row.
+    std::vector<uint16_t> colsum(size_t(C) * img.width());
     std::vector<uint8_t> luma(img.width());
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       std::fill(hist.begin(), hist.end(), 0u);
-      std::fill(sums.begin(), sums.end(), 0u);
+      std::fill(colsum.begin(), colsum.end(), uint16_t{0});
       const int y0 = static_cast<int>(ty) * P;
       const int y1 = std::min(img.height(), y0 + P);
       for (int y = y0; y < y1; ++y) {
+        for (int c = 0; c < C; ++c) {
+          uint16_t* acc = colsum.data() + size_t(c) * img.width();
+          if (ref) accumulate_row_ref(img.row(c, y), acc, img.width());
+          else accumulate_row(img.row(c, y), acc, img.width());
+        }
+        const uint8_t* l = img.row(0, y);
         if (C == 3) {
-          const uint8_t* r = img.row(0, y);
-          const uint8_t* gr = img.row(1, y);
-          const uint8_t* b = img.row(2, y);
-          // BT.601 luma in fixed point (weights sum to 256).
-          for (int x = 0; x < img.width(); ++x)
-            luma[x] = static_cast<uint8_t>((77 * r[x] + 150 * gr[x] + 29 * b[x] + 128) >> 8);
-          for (int tx = 0; tx < g.tiles_x; ++tx) {
-            const int x0 = tx * P, x1 = std::min(img.width(), x0 + P);
-            uint32_t* h = hist.data() + size_t(tx) * bins;
-            uint64_t sr = 0, sg = 0, sb = 0;
-            for (int x = x0; x < x1; ++x) {
-              ++h[bin_of[luma[x]]];
-              sr += r[x];
-              sg += gr[x];
-              sb += b[x];
-            }
-            sums[tx * 3 + 0] += sr;
-            sums[tx * 3 + 1] += sg;
-            sums[tx * 3 + 2] += sb;
+          if (ref) luma_row_ref(img.row(0, y), img.row(1, y), img.row(2, y), luma.data(), img.width());
+          else luma_row(img.row(0, y), img.row(1, y), img.row(2, y), luma.data(), img.width());
+          l = luma.data();
+        }
+        for (int tx = 0; tx < g.tiles_x; ++tx) {
+          const int x0 = tx * P, x1 = std::min(img.width(), x0 + P);
+          uint32_t* h = hist.data() + size_t(tx) * bins * 4;
+          int x = x0;
+          for (; x + 4 <= x1; x += 4) {
+            ++h[bin_of[l[x + 0]]];
+            ++h[bins + bin_of[l[x + 1]]];
+            ++h[2 * bins + bin_of[l[x + 2]]];
+            ++h[3 * bins + bin_of[l[x + 3]]];
           }
-        } else {
-          const uint8_t* v = img.row(0, y);
-          for (int tx = 0; tx < g.tiles_x; ++tx) {
-            const int x0 = tx * P, x1 = std::min(img.width(), x0 + P);
-            uint32_t* h = hist.data() + size_t(tx) * bins;
-            uint64_t s = 0;
-            for (int x = x0; x < x1; ++x) {
-              ++h[bin_of[v[x]]];
-              s += v[x];
-            }
-            sums[tx * 3 + 0] += s;
-          }
+          for (; x < x1; ++x) ++h[bin_of[l[x]]];
         }
       }
       for (int tx = 0; tx < g.tiles_x; ++tx) {
         const int x0 = tx * P, x1 = std::min(img.width(), x0 + P);
         const float n = static_cast<float>((x1 - x0) * (y1 - y0));
-        const uint32_t* h = hist.data() + size_t(tx) * bins;
+        const uint32_t* h = hist.data() + size_t(tx) * bins * 4;
         float e = 0;
-        for (int k = 0; k < bins; ++k)
-          if (h[k]) {
-            const float p = h[k] / n;
+        for (int k = 0; k < bins; ++k) {
+          const uint32_t count = h[k] + h[bins + k] + h[2 * bins + k] + h[3 * bins + k];
+          if (count) {
+            const float p = count / n;
             e -= p * std::log2(p);
           }
+        }
         const size_t t = size_t(ty) * g.tiles_x + tx;
         st.entropy[t] = std::clamp(e * inv_log_bins, 0.0f, 1.0f);
-        for (int c = 0; c < 3; ++c) st.mean[c][t] = sums[tx * 3 + (C == 3 ? c : 0)] / n;
+        for (int c = 0; c < 3; ++c) {
+          const uint16_t* acc = colsum.data() + size_t(C == 3 ? c : 0) * img.width();
+          uint32_t sum = 0;
+          for (int x = x0; x < x1; ++x) sum += acc[x];
+          st.mean[c][t] = sum / n;
+        }
       }
     }
   });
   return st;
 }
 
-// Separable Gaussian blur on the tile grid, edges clamped.
-std::vector<float> blur(const std::vector<float>& in, int w, int h, float sigma) {
-  const int radius = std::max(1, static_cast<int>(std::ceil(3 * sigma)));
-  std::vector<float> k(2 * radius + 1);
-  float sum = 0;
-  for (int i = -radius; i <= radius; ++i) sum += k[i + radius] = std::exp(-0.5f * i * i / (sigma * sigma));
-  for (float& v : k) v /= sum;
-  std::vector<float> tmp(in.size()), out(in.size());
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      float a = 0;
-      for (int i = -radius; i <= radius; ++i) a += k[i + radius] * in[size_t(y) * w + std::clamp(x + i, 0, w - 1)];
-      tmp[size_t(y) * w + x] = a;
-    }
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      float a = 0;
-      for (int i = -radius; i <= radius; ++i) a += k[i + radius] * tmp[size_t(std::clamp(y + i, 0, h - 1)) * w + x];
-      out[size_t(y) * w + x] = a;
-    }
-  return out;
+// Gaussian blur on the tile grid, edges clamped, approximated by three box blurs per axis
+// (running sums: the cost does not grow with σ). Box width w with 3·(w² − 1)/12 = σ².
+void box_blur_1d(const float* in, float* out, int n, size_t step, int radius) {
+  // out[i] = mean of in[i - r .. i + r], indices clamped to [0, n): edge samples repeated.
+  // The running sum only needs clamping near the ends; the interior is two loads an output.
+  auto at = [&](int i) { return in[size_t(std::clamp(i, 0, n - 1)) * step]; };
+  const float inv = 1.0f / float(2 * radius + 1);
+  float acc = 0;
+  for (int i = -radius; i <= radius; ++i) acc += at(i);
+  const int lo = radius, hi = n - radius - 1;  // for i in [lo, hi) both i−r and i+r+1 are inside
+  int i = 0;
+  for (; i < std::min(lo, n); ++i) {
+    out[size_t(i) * step] = acc * inv;
+    acc += at(i + radius + 1) - at(i - radius);
+  }
+  for (; i < hi; ++i) {
+    out[size_t(i) * step] = acc * inv;
+    acc += in[size_t(i + radius + 1) * step] - in[size_t(i - radius) * step];
+  }
+  for (; i < n; ++i) {
+    out[size_t(i) * step] = acc * inv;
+    acc += at(i + radius + 1) - at(i - radius);
+  }
 }
 
-std::vector<float> saliency_from_means(const TileStats& st, const TileGrid& g) {
+std::vector<float> blur(const std::vector<float>& in, int w, int h, float sigma) {
+  const int radius = std::max(1, static_cast<int>(std::lround((std::sqrt(4.0f * sigma * sigma + 1.0f) - 1.0f) / 2)));
+  std::vector<float> a = in, b(in.size());
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int y = 0; y < h; ++y) box_blur_1d(a.data() + size_t(y) * w, b.data() + size_t(y) * w, w, 1, radius);
+    for (int x = 0; x < w; ++x) box_blur_1d(b.data() + x, a.data() + x, h, size_t(w), radius);
+  }
+  return a;
+}
+
+std::vector<float> saliency_from_means(const TileStats& st, const TileGrid& g, Executor& exec) {
   const int w = g.tiles_x, h = g.tiles_y;
   const size_t n = st.mean[0].size();
   // Opponent colour channels: intensity, red–green, blue–yellow.
@@ -130,17 +145,19 @@ std::vector<float> saliency_from_means(const TileStats& st, const TileGrid& g) {
     ch[1][i] = r - gr;
     ch[2][i] = b - 0.5f * (r + gr);
   }
+  // Centre (σ = 1) and surrounds (σ = 2, 4, 8 tiles) of each channel: 12 independent blurs.
+  constexpr float kSigmas[4] = {1.0f, 2.0f, 4.0f, 8.0f};
+  std::vector<float> blurred[3][4];
+  exec.parallel_for(12, 1, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) blurred[j / 4][j % 4] = blur(ch[j / 4], w, h, kSigmas[j % 4]);
+  });
   std::vector<float> sal(n, 0.0f);
-  for (const auto& c : ch) {
-    const std::vector<float> centre = blur(c, w, h, 1.0f);
-    for (float s : {2.0f, 4.0f, 8.0f}) {
-      const std::vector<float> surround = blur(c, w, h, s);
+  for (int c = 0; c < 3; ++c)
+    for (int s = 1; s < 4; ++s)
       for (size_t i = 0; i < n; ++i) {
-        const float d = centre[i] - surround[i];
+        const float d = blurred[c][0][i] - blurred[c][s][i];
         sal[i] += d * d;
       }
-    }
-  }
   // Divide by the strongest contrast, but never by less than kMinContrast grey levels: a
   // nearly flat image must not have its rounding noise blown up into full saliency.
   constexpr float kMinContrast = 16.0f;
@@ -245,7 +262,7 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
   RelevanceMap m;
   m.grid = TileGrid::make(pyramid.width(), pyramid.height(), patch_px);
   TileStats st = gather_tile_stats(pyramid.level(0), m.grid, params.entropy_bins, exec);
-  m.saliency = saliency_from_means(st, m.grid);
+  m.saliency = saliency_from_means(st, m.grid, exec);
   m.information = std::move(st.entropy);
   m.query = query.empty() ? std::vector<float>(m.grid.tiles(), 0.0f)
                           : query_term(pyramid, m.grid, query, params);

@@ -2,7 +2,7 @@
 """Full tokenize of a 1024x1024 photo (decode excluded) at B=273 and B=1024: fovea's foveated
 and uniform pipelines against what VLM preprocessing does in torch and OpenCV, same run.
 
-    /usr/bin/python3 bench/tokenize.py [--build-dir build] [--threads 2] [--reps 7]
+    /usr/bin/python3 bench/tokenize_bench.py [--build-dir build] [--threads 2] [--reps 7]
 
 The competitors do the *uniform* job (resize so a 16-px grid holds <= B tokens, CLIP-normalise,
 cut into [N, 3, 16, 16] patches); neither has a foveated pipeline to compare with. Medians of
