@@ -10,8 +10,9 @@
 //     by log2(entropy_bins), so a flat tile scores 0 and a tile using every bin equally 1;
 //   * saliency: centre-surround colour contrast on the grid of tile means (the tile-resolution
 //     mip): |G(σ=1) ∗ I − G(σ=s) ∗ I| in an opponent colour space, summed over surround scales
-//     s ∈ {2, 4, 8} tiles, then divided by its maximum or 16 grey levels, whichever is larger
-//     (a coarse Itti–Koch / frequency-tuned saliency; cheap because it runs on the tile grid);
+//     s ∈ {2, 4, 8} tiles (each Gaussian approximated by three box blurs), then divided by its
+//     maximum or 16 grey levels, whichever is larger (a coarse Itti–Koch / frequency-tuned
+//     saliency; cheap because it runs on the tile grid, not on pixels);
 //   * query: the strongest of
 //       - fixations, through cortical magnification M(e) = M0 / (e + e0) with e the distance
 //         from the fixation to the tile, in units of the image's longer side. The term is
