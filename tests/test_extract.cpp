@@ -174,3 +174,41 @@ TEST(Tokenize, BadParametersAreErrors) {
 
 }  // namespace
 }  // namespace fovea
+
+namespace fovea {
+namespace {
+
+TEST(ResizeArea, IntegerFactorsAreExactBoxMeans) {
+  const ImageU8 img = test::random_image(64, 48, 3, 21);
+  Executor exec;
+  const ImageU8 r = resize_area(img, 16, 24, exec);  // 4×2 boxes
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 24; ++y)
+      for (int x = 0; x < 16; ++x) {
+        int sum = 0;
+        for (int dy = 0; dy < 2; ++dy)
+          for (int dx = 0; dx < 4; ++dx) sum += img.at(c, 2 * y + dy, 4 * x + dx);
+        ASSERT_EQ(r.at(c, y, x), (2 * sum + 8) / 16);
+      }
+}
+
+TEST(ResizeArea, FractionalFactorsAverageTheCoveredArea) {
+  const ImageU8 flat = test::constant_image(100, 70, 3, 123);
+  Executor exec;
+  const ImageU8 r = resize_area(flat, 33, 29, exec);
+  for (int y = 0; y < 29; ++y)
+    for (int x = 0; x < 33; ++x) ASSERT_EQ(r.at(1, y, x), 123);
+  // Mean preserved (within rounding) on a random image.
+  const ImageU8 img = test::random_image(90, 60, 1, 4);
+  const ImageU8 s = resize_area(img, 37, 23, exec);
+  double a = 0, b = 0;
+  for (int y = 0; y < 60; ++y)
+    for (int x = 0; x < 90; ++x) a += img.at(0, y, x);
+  for (int y = 0; y < 23; ++y)
+    for (int x = 0; x < 37; ++x) b += s.at(0, y, x);
+  EXPECT_NEAR(a / (90 * 60), b / (37 * 23), 1.0);
+  EXPECT_THROW(resize_area(img, 0, 5, exec), Error);
+}
+
+}  // namespace
+}  // namespace fovea
