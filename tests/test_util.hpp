@@ -9,7 +9,7 @@
 
 namespace fovea::test {
 
-// Deterministic pseudo-random image (xorshift), all samples in [0, 255].
+// Deterministic pseudo-random images (xorshift): uint8 samples in [0, 255], float in [0, 1).
 ImageU8 random_image(int w, int h, int channels, uint32_t seed = 1);
 ImageF32 random_image_f32(int w, int h, int channels, uint32_t seed = 1);
 // Constant image.

@@ -114,8 +114,9 @@ void Executor::parallel_for(int64_t n, int64_t grain,
     body(0, n);
     return;
   }
-  // About four chunks per thread balances load without much scheduling overhead.
-  const int64_t target = (n + int64_t(threads_) * 4 - 1) / (int64_t(threads_) * 4);
+  // About sixteen chunks per thread: on a shared machine one descheduled thread holding a big
+  // chunk would make the whole call wait; claiming a chunk is one atomic add.
+  const int64_t target = (n + int64_t(threads_) * 16 - 1) / (int64_t(threads_) * 16);
   const int64_t chunk = std::max(grain, target);
   // One pool job at a time: concurrent callers of the same Executor serialise here.
   std::lock_guard lock(pool_->submit);

@@ -41,23 +41,6 @@ constexpr size_t kMinTaskBytes = size_t(256) << 10;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// A fresh level of a large pyramid is a big untouched allocation: with 4 KiB pages, the
-// first write to each page faults, and for float levels (48 MiB at level 1 of 4096² RGB,
-// which glibc always maps afresh) the faults cost more than the reduction itself. Ask for
-// transparent huge pages, as numpy does for its large arrays. Only a hint: on kernels with
-// THP off, or memory already faulted in, nothing changes.
-template <typename T>
-void advise_huge_pages(Image<T>& img) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  const size_t bytes = img.plane_stride() * size_t(img.channels()) * sizeof(T);
-  if (bytes < 2 * kHuge) return;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(img.plane(0)) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(img.plane(0)) + bytes) & ~(kHuge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#endif
-}
-
 std::string extents(int w, int h, int c) {
   return std::to_string(w) + "x" + std::to_string(h) + "x" + std::to_string(c);
 }
@@ -116,7 +99,6 @@ Pyramid<T> build(Image<T> base, const PyramidParams& params, Executor& exec) {
   levels.push_back(std::move(base));
   for (int l = 1; l < num_levels; ++l) {
     levels.emplace_back(mip_extent(W, l), mip_extent(H, l), C);
-    advise_huge_pages(levels.back());
   }
   const RowKernels<T> k = row_kernels<T>(exec.reference());
 
