@@ -20,10 +20,6 @@
 #include "fovea/error.hpp"
 #include "pyramid/downsample.hpp"
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 namespace fovea {
 
 namespace {
