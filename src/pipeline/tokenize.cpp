@@ -33,7 +33,9 @@ Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& p
   Tokenization t;
 
   auto t0 = Clock::now();
-  t.pyramid = build_pyramid(std::move(image), PyramidParams{.max_levels = params.uniform ? 1 : L + 1}, exec);
+  // The levels the tokens sample from, and at least those the relevance statistics read.
+  const int levels = std::max(params.uniform ? 1 : L + 1, params.relevance.stats_level + 1);
+  t.pyramid = build_pyramid(std::move(image), PyramidParams{.max_levels = levels}, exec);
   t.timings.pyramid_ms = ms_since(t0);
 
   t0 = Clock::now();
