@@ -96,8 +96,10 @@ std::map<std::string, std::string> token_metadata(const Tokenization& t, const Q
   } else {
     m["max_level"] = std::to_string(t.allocation.max_level);
     std::string runs;
-    for (int l = 0; l < t.allocation.layout.num_levels(); ++l)
-      runs += (l ? "," : "") + std::to_string(t.allocation.layout.count_at(l));
+    for (int l = 0; l < t.allocation.layout.num_levels(); ++l) {
+      if (l) runs += ',';
+      runs += std::to_string(t.allocation.layout.count_at(l));
+    }
     m["tokens_per_level"] = runs;
   }
   const RelevanceWeights& w = params.relevance.weights;
