@@ -80,6 +80,25 @@ std::string_view format_name(VkFormat f) {
   }
 }
 
+uint32_t texel_bytes(VkFormat f) {
+  switch (f) {
+    case VK_FORMAT_R8_UNORM:
+    case VK_FORMAT_R8_UINT:
+    case VK_FORMAT_R8_SNORM:
+    case VK_FORMAT_R8_SINT: return 1;
+    case VK_FORMAT_R16_SFLOAT:
+    case VK_FORMAT_R16_UINT:
+    case VK_FORMAT_R16_UNORM: return 2;
+    case VK_FORMAT_R32_SFLOAT:
+    case VK_FORMAT_R32_UINT:
+    case VK_FORMAT_R8G8B8A8_UNORM:
+    case VK_FORMAT_R8G8B8A8_UINT: return 4;
+    case VK_FORMAT_R16G16B16A16_SFLOAT: return 8;
+    case VK_FORMAT_R32G32B32A32_SFLOAT: return 16;
+    default: return 0;
+  }
+}
+
 // ---- instance ------------------------------------------------------------------------------
 
 namespace {
@@ -550,6 +569,19 @@ Image Image::create_unbound(const Device& device, const ImageDesc& desc) {
                                           std::to_string(desc.height) + "x" + std::to_string(desc.layers) +
                                           " layers, " + std::to_string(desc.levels) +
                                           " levels exceeds the format's limits");
+  // The whole chain's size against maxResourceSize (e.g. 4 GiB on lavapipe): a clean
+  // out-of-memory error instead of a driver's refusal or a validation message.
+  const uint64_t texel = texel_bytes(desc.format);
+  if (texel != 0) {
+    uint64_t bytes = 0;
+    for (uint32_t l = 0; l < desc.levels; ++l)
+      bytes += uint64_t(std::max(1u, desc.width >> l)) * std::max(1u, desc.height >> l) * desc.layers * texel;
+    if (bytes > fp.maxResourceSize)
+      throw Error(Errc::out_of_memory, "vulkan: image of " + std::to_string(desc.width) + "x" +
+                                           std::to_string(desc.height) + "x" + std::to_string(desc.layers) +
+                                           " layers needs " + std::to_string(bytes) + " bytes; the device allows " +
+                                           std::to_string(fp.maxResourceSize) + " per image");
+  }
   Image img;
   img.device_ = device.handle();
   img.desc_ = desc;

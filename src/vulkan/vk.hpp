@@ -49,7 +49,7 @@ struct InstanceOptions {
   // VK_LAYER_KHRONOS_validation + a VK_EXT_debug_utils messenger. If the layer is not
   // installed, Instance() throws Error(unsupported) saying so (tests then skip or fail).
   bool validation = false;
-  std::vector<const char*> extensions;  // extra instance extensions (must be present)
+  std::vector<const char*> extensions = {};  // extra instance extensions (must be present)
 };
 
 class Instance {
@@ -120,7 +120,7 @@ struct DeviceOptions {
   // them, and create a queue on a SPARSE_BINDING family. Never required: check
   // Device::sparse_queue() and the enabled features.
   bool want_sparse = false;
-  std::vector<const char*> extensions;  // required extra device extensions
+  std::vector<const char*> extensions = {};  // required extra device extensions
 };
 
 class Device {
@@ -382,5 +382,7 @@ class Sampler {
 };
 
 std::string_view format_name(VkFormat f);
+// Bytes per texel of the uncompressed formats fovea uses; 0 for any other format.
+uint32_t texel_bytes(VkFormat f);
 
 }  // namespace fovea::vk
