@@ -300,6 +300,25 @@ TEST_F(Vulkan, SamplingBatchEqualsEachImage) {
   EXPECT_GT(tm.total_ms(), 0.0);
 }
 
+TEST_F(Vulkan, TokenizeEqualsCpuTokenize) {
+  ImageU8 img = random_image(333, 250, 3, 60);
+  TokenizeParams tp;
+  tp.patch_px = 16;
+  tp.alloc.budget_tokens = 90;
+  Query q;
+  q.fixations.push_back({100.0f, 200.0f, 1.0f});
+  Executor exec({.threads = 1});
+  const Tokenization want = tokenize(img.clone(), q, tp, exec);
+  const Tokenization got = gpu().tokenize(img.clone(), q, tp, exec);
+  ASSERT_EQ(got.pyramid.num_levels(), want.pyramid.num_levels());
+  for (int l = 0; l < want.pyramid.num_levels(); ++l)
+    EXPECT_EQ(max_error(got.pyramid.level(l), want.pyramid.level(l)), 0.0) << "level " << l;
+  EXPECT_EQ(got.allocation.rate_map.level, want.allocation.rate_map.level);
+  expect_same_batch(got.batch, want.batch);
+  tp.uniform = true;
+  EXPECT_THROW(gpu().tokenize(img.clone(), q, tp, exec), Error);
+}
+
 TEST_F(Vulkan, RateMapDisagreeingWithLayoutIsAnError) {
   ImageU8 img = random_image(128, 128, 3, 50);
   ExtractParams ep;

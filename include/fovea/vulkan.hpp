@@ -27,6 +27,7 @@
 #include "fovea/extract.hpp"
 #include "fovea/image.hpp"
 #include "fovea/pyramid.hpp"
+#include "fovea/tokenizer.hpp"
 
 namespace fovea {
 
@@ -94,6 +95,12 @@ class VulkanBackend {
   // fovea::extract(build_pyramid(image), allocation, params) on the CPU.
   TokenBatch extract(const ImageU8& image, const Allocation& allocation, const ExtractParams& params,
                      MipMethod method = MipMethod::compute);
+  // fovea::tokenize with the pyramid built and the tokens sampled on the device: one upload,
+  // one mip chain, the levels read back for the CPU's relevance and allocation, one sampling
+  // dispatch on the resident pyramid. Equal to the CPU result for MipMethod::compute
+  // (bit-exact u8, 1e-5 float). Uniform mode: Error(unsupported).
+  Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec,
+                        MipMethod method = MipMethod::compute);
   // A batch: images[i] with allocations[i]; all images of one size and channel count.
   std::vector<TokenBatch> extract_batch(std::span<const ImageU8* const> images,
                                         std::span<const Allocation* const> allocations,

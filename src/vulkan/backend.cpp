@@ -301,19 +301,20 @@ struct VulkanBackend::Impl {
   }
 
   template <typename T>
-  std::vector<Pyramid<T>> read_pyramids(GpuPyramid& g) {
+  // Levels below first_level are not read back and stay empty (the caller has level 0).
+  std::vector<Pyramid<T>> read_pyramids(GpuPyramid& g, int first_level = 0) {
     auto t0 = Clock::now();
     std::vector<VkBufferImageCopy> regions;
-    std::vector<size_t> offsets;
+    std::vector<size_t> offsets(size_t(g.levels), 0);
     size_t total = 0;
-    for (int l = 0; l < g.levels; ++l) {
+    for (int l = first_level; l < g.levels; ++l) {
       const int w = mip_extent(g.width, l), h = mip_extent(g.height, l);
       VkBufferImageCopy r{};
       r.bufferOffset = total;
       r.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l), 0, g.layers()};
       r.imageExtent = {uint32_t(w), uint32_t(h), 1};
       regions.push_back(r);
-      offsets.push_back(total);
+      offsets[size_t(l)] = total;
       total += size_t(w) * h * g.layers() * sizeof(T);
     }
     vk::Buffer rb =
@@ -337,6 +338,10 @@ struct VulkanBackend::Impl {
     for (int b = 0; b < g.count; ++b) {
       std::vector<Image<T>> levels;
       for (int l = 0; l < g.levels; ++l) {
+        if (l < first_level) {
+          levels.emplace_back();
+          continue;
+        }
         const int w = mip_extent(g.width, l), h = mip_extent(g.height, l);
         Image<T> im(w, h, g.channels);
         for (int c = 0; c < g.channels; ++c) {
@@ -355,7 +360,7 @@ struct VulkanBackend::Impl {
 
   std::vector<TokenBatch> extract_batch(std::span<const ImageU8* const> images,
                                         std::span<const Allocation* const> allocs, const ExtractParams& params,
-                                        MipMethod method) {
+                                        MipMethod method, GpuPyramid* resident = nullptr) {
     if (images.size() != allocs.size())
       throw Error(Errc::invalid_argument, "vulkan: one allocation per image is needed");
     check_same_size(images);
@@ -422,7 +427,11 @@ struct VulkanBackend::Impl {
     const bool u8 = params.dtype == DType::u8;
     const uint64_t n_words = u8 ? (n_elems + 3) / 4 : n_elems;
 
-    GpuPyramid pyr = upload_and_mip<uint8_t>(images, levels, method);
+    // A pyramid already on the device (tokenize()) is sampled as is when it has the levels.
+    GpuPyramid fresh;
+    if (!resident || resident->levels < levels || resident->count != int(images.size()))
+      fresh = upload_and_mip<uint8_t>(images, levels, method);
+    GpuPyramid& pyr = fresh.image.handle() ? fresh : *resident;
     if (total_tokens == 0) return out;
 
     // Rate maps (one layer per image) and the token list.
@@ -596,6 +605,44 @@ std::vector<PyramidU8> VulkanBackend::build_pyramids(std::span<const ImageU8* co
   impl_->timings = {};
   GpuPyramid g = impl_->upload_and_mip<uint8_t>(images, params.max_levels, method);
   return impl_->read_pyramids<uint8_t>(g);
+}
+
+Tokenization VulkanBackend::tokenize(ImageU8 image, const Query& query, const TokenizeParams& params,
+                                     Executor& exec, MipMethod method) {
+  if (params.uniform)
+    throw Error(Errc::unsupported, "vulkan: the uniform baseline has no Vulkan path (use the CPU backend)");
+  if (image.empty()) throw Error(Errc::invalid_argument, "cannot tokenize an empty image");
+  if (params.alloc.budget_tokens < 1)
+    throw Error(Errc::invalid_argument,
+                "budget must be at least 1 token, got " + std::to_string(params.alloc.budget_tokens));
+  const TileGrid grid = TileGrid::make(image.width(), image.height(), params.patch_px);
+  const int L = resolve_max_level(grid, params.alloc.max_level);
+  const int levels = std::max(L + 1, params.relevance.stats_level + 1);
+  impl_->timings = {};
+  Tokenization t;
+
+  // The pyramid is built once, on the device; the CPU stages (relevance, allocation) read its
+  // levels back (level 0 is the input itself), and the sampler reads the resident copy.
+  auto t0 = Clock::now();
+  const ImageU8* one[] = {&image};
+  GpuPyramid g = impl_->upload_and_mip<uint8_t>(std::span<const ImageU8* const>(one), levels, method);
+  t.pyramid = std::move(impl_->read_pyramids<uint8_t>(g, 1).at(0));
+  t.pyramid.level(0) = std::move(image);
+  one[0] = &t.pyramid.level(0);
+  t.timings.pyramid_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  t.relevance = compute_relevance(t.pyramid, params.patch_px, query, params.relevance, exec);
+  t.timings.relevance_ms = ms_since(t0);
+  t0 = Clock::now();
+  t.allocation = allocate(t.relevance, params.alloc);
+  t.timings.allocate_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  const Allocation* a[] = {&t.allocation};
+  t.batch = std::move(impl_->extract_batch(one, a, params.extract, method, &g).at(0));
+  t.timings.extract_ms = ms_since(t0);
+  return t;
 }
 
 TokenBatch VulkanBackend::extract(const ImageU8& image, const Allocation& allocation, const ExtractParams& params,

@@ -30,6 +30,9 @@ std::vector<PyramidU8> VulkanBackend::build_pyramids(std::span<const ImageU8* co
                                                      MipMethod) {
   not_built();
 }
+Tokenization VulkanBackend::tokenize(ImageU8, const Query&, const TokenizeParams&, Executor&, MipMethod) {
+  not_built();
+}
 TokenBatch VulkanBackend::extract(const ImageU8&, const Allocation&, const ExtractParams&, MipMethod) {
   not_built();
 }
