@@ -126,6 +126,41 @@ int main(int argc, char** argv) {
                 blit.split.mips_ms, comp.split.mips_ms, cpu_pyr.ms / blit.split.mips_ms,
                 cpu_pyr.ms / comp.split.mips_ms, blit.split.mips_ms / comp.split.mips_ms);
 
+    {
+      // Accuracy, not speed: the blit chain against the CPU pyramid (level by level), and
+      // against the CPU's 2x2 box of the blit's own previous level.
+      const fovea::PyramidU8 want = fovea::build_pyramid(img.clone(), {}, exec);
+      const fovea::PyramidU8 got = gpu->build_pyramid(img, {}, fovea::MipMethod::blit);
+      const fovea::PyramidU8 exact = gpu->build_pyramid(img, {}, fovea::MipMethod::compute);
+      std::printf("  blit accuracy (uint8): level: max|blit-CPU| NMSE(blit,CPU) max|blit-box(prev blit)|; "
+                  "compute == CPU: ");
+      bool same = true;
+      for (int l = 0; l < want.num_levels(); ++l)
+        for (int c = 0; c < 3; ++c)
+          for (int y = 0; y < want.level(l).height(); ++y)
+            same &= std::memcmp(exact.level(l).row(c, y), want.level(l).row(c, y), want.level(l).width()) == 0;
+      std::printf("%s\n", same ? "bit-exact" : "DIFFERS");
+      for (int l = 1; l < want.num_levels(); ++l) {
+        const fovea::ImageU8& a = got.level(l);
+        const fovea::ImageU8& b = want.level(l);
+        fovea::ImageU8 step(a.width(), a.height(), 3);
+        fovea::downsample_2x2(got.level(l - 1), step, exec);
+        int max_abs = 0, max_step = 0;
+        double num = 0, den = 0;
+        for (int c = 0; c < 3; ++c)
+          for (int y = 0; y < a.height(); ++y)
+            for (int x = 0; x < a.width(); ++x) {
+              const int d = int(a.at(c, y, x)) - int(b.at(c, y, x));
+              max_abs = std::max(max_abs, std::abs(d));
+              max_step = std::max(max_step, std::abs(int(a.at(c, y, x)) - int(step.at(c, y, x))));
+              num += double(d) * d;
+              den += double(b.at(c, y, x)) * b.at(c, y, x);
+            }
+        std::printf("    L%-2d %3d  %.2e  %d\n", l, max_abs, num / den, max_step);
+      }
+      std::printf("\n");
+    }
+
     // ---- 2. extraction --------------------------------------------------------------------
     fovea::TokenizeParams tp;
     tp.patch_px = 16;

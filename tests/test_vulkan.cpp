@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "fovea/error.hpp"
@@ -317,6 +320,40 @@ TEST_F(Vulkan, TokenizeEqualsCpuTokenize) {
   expect_same_batch(got.batch, want.batch);
   tp.uniform = true;
   EXPECT_THROW(gpu().tokenize(img.clone(), q, tp, exec), Error);
+}
+
+// The CLI: --backend vulkan writes the same token file as the CPU; a device that matches
+// nothing is a one-line error; fovea devices lists the device.
+TEST_F(Vulkan, CliBackendVulkanWritesTheCpuFile) {
+  const std::string dir = test::temp_dir("vulkan_cli");
+  const std::string image = dir + "/in.png";
+  save_png(random_image(211, 150, 3, 70), image);
+  std::string bytes[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = dir + (i ? "/gpu.safetensors" : "/cpu.safetensors");
+    const auto r = test::run_cli({"tokenize", image, "--fixation", "50,60", "--budget", "60", "--backend",
+                                  i ? "vulkan" : "cpu", "-o", out});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream f(out, std::ios::binary);
+    bytes[i].assign(std::istreambuf_iterator<char>(f), {});
+  }
+  EXPECT_FALSE(bytes[0].empty());
+  EXPECT_TRUE(bytes[0] == bytes[1]) << "--backend vulkan wrote a different token file";
+  const auto bad = test::run_cli({"tokenize", image, "--backend", "vulkan", "--device", "no-such-gpu"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("matches no usable device"), std::string::npos) << bad.err;
+  // No driver at all (the loader finds no ICD): a note on stderr and the CPU path, exit 0.
+  ::setenv("VK_ICD_FILENAMES", "/nonexistent/fovea-no-icd.json", 1);
+  ::setenv("VK_DRIVER_FILES", "/nonexistent/fovea-no-icd.json", 1);
+  const auto none = test::run_cli({"tokenize", image, "--fixation", "50,60", "--budget", "60", "--backend", "vulkan",
+                                   "-o", dir + "/fallback.safetensors"});
+  ::unsetenv("VK_ICD_FILENAMES");
+  ::unsetenv("VK_DRIVER_FILES");
+  EXPECT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.err.find("no usable Vulkan device found; using the CPU"), std::string::npos) << none.err;
+  const auto dev = test::run_cli({"devices"});
+  EXPECT_EQ(dev.exit_code, 0);
+  EXPECT_NE(dev.out.find(gpu().device().name), std::string::npos) << dev.out;
 }
 
 TEST_F(Vulkan, RateMapDisagreeingWithLayoutIsAnError) {
