@@ -36,7 +36,7 @@ struct MipPush {
 };
 
 struct SamplePush {
-  uint32_t n_words, n_elems, P, channels, mode, row_invocations, num_levels, pad;
+  uint32_t n_units, n_elems, P, channels, mode, row_invocations, num_levels, pad;
   float scale[4];
   float bias[4];
 };
@@ -474,11 +474,14 @@ struct VulkanBackend::Impl {
                                            VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
                                            vk::MemoryUse::device);
     SamplePush push{};
-    push.n_words = uint32_t(n_words);
+    // One invocation per patch row, except uint8 rows that do not start on a word (P % 4).
+    const bool per_word = u8 && P % 4 != 0;
+    const uint64_t n_units = per_word ? n_words : total_tokens * 3 * uint64_t(P);
+    push.n_units = uint32_t(n_units);
     push.n_elems = uint32_t(n_elems);
     push.P = uint32_t(P);
     push.channels = uint32_t(pyr.channels);
-    push.mode = u8 ? 0 : 1;
+    push.mode = per_word ? 0 : (u8 ? 2 : 1);
     push.num_levels = uint32_t(pyr.levels);
     for (int c = 0; c < 3; ++c) {
       // The CPU's RowWriter constants, computed the same way.
@@ -490,7 +493,7 @@ struct VulkanBackend::Impl {
         push.bias[c] = 0.0f;
       }
     }
-    const uint64_t groups = (n_words + 63) / 64;
+    const uint64_t groups = (n_units + 63) / 64;
     const uint32_t max_x = device.limits().maxComputeWorkGroupCount[0];
     const uint32_t gx = uint32_t(std::min<uint64_t>(groups, max_x));
     const uint32_t gy = uint32_t((groups + gx - 1) / gx);

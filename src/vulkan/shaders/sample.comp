@@ -3,9 +3,12 @@
 // The level comes from the RateMap (an R8_UINT image, one texel per finest tile, one layer
 // per image) at the token's first tile; the TokenLayout's level must agree (else the status
 // counter says so and the host throws). Sampling is NEAREST at texel centres, clamped to the
-// edge of the level: exactly the CPU extraction (extract.hpp). Output: mode 0 packs four
-// uint8 per word; mode 1 writes float v * scale[c] + bias[c] (`precise`: one multiply, one
-// add, as the CPU does).
+// edge of the level: exactly the CPU extraction (extract.hpp).
+// Work units (one invocation each):
+//   mode 1, float: one patch row (P outputs): v * scale[c] + bias[c] (`precise`: one multiply,
+//           one add, as the CPU does);
+//   mode 2, uint8 with P % 4 == 0: one patch row, packed four per word (rows are word-aligned);
+//   mode 0, uint8 otherwise: one output word (four elements, possibly of two rows).
 #version 450
 layout(local_size_x = 64, local_size_y = 1, local_size_z = 1) in;
 layout(binding = 0) uniform sampler2DArray pyramid;    // R8_UNORM, one layer per channel plane
@@ -14,11 +17,11 @@ layout(std430, binding = 2) readonly buffer Tokens { uvec4 tokens[]; };  // x, y
 layout(std430, binding = 3) writeonly buffer Out { uint words[]; };
 layout(std430, binding = 4) buffer Status { uint mismatches; uint bad_levels; } status;
 layout(push_constant) uniform Push {
-  uint n_words;         // output words
+  uint n_units;         // invocations with work: rows (modes 1, 2) or words (mode 0)
   uint n_elems;         // N * 3 * P * P
   uint P;
   uint channels;        // 1 or 3 planes per image in the pyramid texture
-  uint mode;            // 0: uint8, 1: float
+  uint mode;
   uint row_invocations; // invocations per dispatch row (groups_x * 64)
   uint num_levels;      // levels in the pyramid texture
   uint pad;
@@ -26,45 +29,75 @@ layout(push_constant) uniform Push {
   vec4 bias;
 } pc;
 
-uint sample_elem(uint e) {
-  const uint plane = pc.P * pc.P;
-  const uint tok = e / (3u * plane);
-  const uint r = e - tok * 3u * plane;
-  const uint c = r / plane;
-  const uint pix = r - c * plane;
-  const uint py = pix / pc.P, px = pix - py * pc.P;
-  const uvec4 t = tokens[tok];
+// Where patch row (tok, c, py) reads: level, texture size, source row, layer.
+struct Row {
+  uvec4 t;
+  uint level;
+  ivec2 size;
+  int ty;
+  uint layer;
+};
+
+Row locate(uint tok, uint c, uint py, bool report) {
+  Row r;
+  r.t = tokens[tok];
   const ivec2 tiles = textureSize(rate_map, 0).xy;
-  const ivec2 tile = min(ivec2(t.x << t.z, t.y << t.z), tiles - 1);
-  uint level = texelFetch(rate_map, ivec3(tile, int(t.w)), 0).r;
-  if (r == 0u && level != t.z) atomicAdd(status.mismatches, 1u);
-  if (level >= pc.num_levels) {
-    if (r == 0u) atomicAdd(status.bad_levels, 1u);
-    level = pc.num_levels - 1u;
+  const ivec2 tile = min(ivec2(r.t.x << r.t.z, r.t.y << r.t.z), tiles - 1);
+  r.level = texelFetch(rate_map, ivec3(tile, int(r.t.w)), 0).r;
+  if (report && r.level != r.t.z) atomicAdd(status.mismatches, 1u);
+  if (r.level >= pc.num_levels) {
+    if (report) atomicAdd(status.bad_levels, 1u);
+    r.level = pc.num_levels - 1u;
   }
-  const ivec2 size = textureSize(pyramid, int(level)).xy;
-  const int tx = clamp(int(t.x * pc.P + px), 0, size.x - 1);
-  const int ty = clamp(int(t.y * pc.P + py), 0, size.y - 1);
-  const uint layer = t.w * pc.channels + (pc.channels == 3u ? c : 0u);
-  const vec2 uv = (vec2(tx, ty) + 0.5) / vec2(size);
-  const float v = textureLod(pyramid, vec3(uv, float(layer)), float(level)).r;
+  // max(1, n >> level), as mip_extent: not textureSize(pyramid, level), which llvmpipe
+  // evaluates with one lane's level when the level differs across lanes.
+  r.size = max(textureSize(pyramid, 0).xy >> int(r.level), ivec2(1));
+  r.ty = clamp(int(r.t.y * pc.P + py), 0, r.size.y - 1);
+  r.layer = r.t.w * pc.channels + (pc.channels == 3u ? c : 0u);
+  return r;
+}
+
+uint fetch(Row r, uint px) {
+  const int tx = clamp(int(r.t.x * pc.P + px), 0, r.size.x - 1);
+  const vec2 uv = (vec2(tx, r.ty) + 0.5) / vec2(r.size);
+  const float v = textureLod(pyramid, vec3(uv, float(r.layer)), float(r.level)).r;
   return uint(round(v * 255.0));
 }
 
 void main() {
-  const uint w = gl_GlobalInvocationID.y * pc.row_invocations + gl_GlobalInvocationID.x;
-  if (w >= pc.n_words) return;
+  const uint u = gl_GlobalInvocationID.y * pc.row_invocations + gl_GlobalInvocationID.x;
+  if (u >= pc.n_units) return;
+  const uint P = pc.P;
   if (pc.mode == 0u) {
     uint word = 0u;
     for (uint k = 0u; k < 4u; ++k) {
-      const uint e = 4u * w + k;
-      if (e < pc.n_elems) word |= sample_elem(e) << (8u * k);
+      const uint e = 4u * u + k;
+      if (e >= pc.n_elems) break;
+      const uint plane = P * P;
+      const uint tok = e / (3u * plane);
+      const uint rem = e - tok * 3u * plane;
+      const uint c = rem / plane;
+      const uint pix = rem - c * plane;
+      const uint py = pix / P, px = pix - py * P;
+      word |= fetch(locate(tok, c, py, rem == 0u), px) << (8u * k);
     }
-    words[w] = word;
+    words[u] = word;
+    return;
+  }
+  const uint tok = u / (3u * P);
+  const uint rem = u - tok * 3u * P;
+  const uint c = rem / P;
+  const uint py = rem - c * P;
+  const Row r = locate(tok, c, py, rem == 0u);
+  const uint base = u * P;  // first output element of this row
+  if (pc.mode == 1u) {
+    for (uint px = 0u; px < P; ++px) {
+      precise float v = float(fetch(r, px)) * pc.scale[c] + pc.bias[c];
+      words[base + px] = floatBitsToUint(v);
+    }
   } else {
-    const uint plane = pc.P * pc.P;
-    const uint c = (w % (3u * plane)) / plane;
-    precise float v = float(sample_elem(w)) * pc.scale[c] + pc.bias[c];
-    words[w] = floatBitsToUint(v);
+    for (uint px = 0u; px < P; px += 4u)
+      words[(base + px) / 4u] = fetch(r, px) | (fetch(r, px + 1u) << 8u) | (fetch(r, px + 2u) << 16u) |
+                                (fetch(r, px + 3u) << 24u);
   }
 }
