@@ -291,6 +291,31 @@ TEST_F(Vulkan, SamplingGrayAndOddSizes) {
   }
 }
 
+// Tokens in a shuffled order: neighbouring invocations sample different levels (divergent
+// lod), which the level-sorted layouts above exercise only at level boundaries. P = 6 and 14
+// make the 3·P rows (or 27 words) of a token straddle groups of 4 and 8 invocations.
+TEST_F(Vulkan, SamplingWithDivergentLevelsAcrossInvocations) {
+  ImageU8 img = random_image(280, 190, 3, 31);
+  for (auto [dt, P] : {std::pair{DType::u8, 6}, std::pair{DType::f32, 6}, std::pair{DType::f32, 14}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)) + " P=" + std::to_string(P));
+    ExtractParams ep;
+    ep.dtype = dt;
+    const Tokenization t = cpu_tokens(img, P, ep, 60, 90, 150);
+    ASSERT_GE(t.allocation.max_level, 2);
+    Allocation shuffled = t.allocation;
+    std::vector<size_t> order(shuffled.layout.tokens.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = (i * 7919) % order.size();  // 7919 is prime
+    ASSERT_NE(order.size() % 7919, 0u);
+    for (size_t i = 0; i < order.size(); ++i) shuffled.layout.tokens[i] = t.allocation.layout.tokens[order[i]];
+    const TokenBatch got = gpu().extract(img, shuffled, ep);
+    const size_t per = size_t(3 * P * P) * dtype_size(dt);
+    size_t bad = 0;
+    for (size_t i = 0; i < order.size(); ++i)
+      bad += std::memcmp(got.patches.bytes() + i * per, t.batch.patches.bytes() + order[i] * per, per) != 0;
+    EXPECT_EQ(bad, 0u) << "of " << order.size() << " tokens (" << dtype_name(dt) << ")";
+  }
+}
+
 TEST_F(Vulkan, SamplingBatchEqualsEachImage) {
   std::vector<ImageU8> imgs;
   std::vector<Tokenization> ts;
