@@ -52,6 +52,26 @@ void ExecOptions::add(CLI::App& app) {
       ->check(CLI::Range(0, 1024))
       ->default_val(0);
   app.add_flag("--reference", reference, "Use the scalar reference kernels instead of SIMD");
+  app.add_option("--backend", backend,
+                 "Where the pyramid and patch sampling run: cpu, or vulkan (falls back to the CPU with a "
+                 "message when there is no Vulkan device)")
+      ->check(CLI::IsMember({"cpu", "vulkan"}))
+      ->default_val("cpu");
+  app.add_option("--device", device, "Vulkan device for --backend vulkan: index or name substring (fovea devices)")
+      ->type_name("DEV");
+}
+
+std::unique_ptr<VulkanBackend> ExecOptions::vulkan() const {
+  if (backend != "vulkan") return nullptr;
+  if (!vulkan_built()) {
+    std::fprintf(stderr, "fovea: note: this build has no Vulkan backend; using the CPU\n");
+    return nullptr;
+  }
+  if (!vulkan_available()) {
+    std::fprintf(stderr, "fovea: note: no usable Vulkan device found; using the CPU\n");
+    return nullptr;
+  }
+  return VulkanBackend::create({.device = device});
 }
 
 ExecConfig ExecOptions::config() const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -10,14 +11,21 @@
 #include "fovea/exec.hpp"
 #include "fovea/image.hpp"
 #include "fovea/tokenizer.hpp"
+#include "fovea/vulkan.hpp"
 
 namespace fovea::cli {
 
 struct ExecOptions {
   int threads = 0;
   bool reference = false;
+  std::string backend = "cpu";  // cpu | vulkan
+  std::string device;           // Vulkan device: "" best, an index, or a name substring
   void add(CLI::App& app);
   ExecConfig config() const;
+  // --backend vulkan: the device, or nullptr after printing one line to stderr saying why the
+  // CPU is used instead (no Vulkan in this build, no device). --backend cpu: nullptr.
+  // A --device that matches nothing is an error (Error(device)), not a silent fallback.
+  std::unique_ptr<VulkanBackend> vulkan() const;
 };
 
 struct TokenizeOptions {

@@ -31,7 +31,13 @@ struct TokenizeCommand {
     ImageU8 image = load_image(tok.image, tok.load_options());
     const double decode_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
-    Tokenization t = tokenize(std::move(image), query, params, ex);
+    std::unique_ptr<VulkanBackend> gpu = exec.vulkan();
+    if (gpu && params.uniform) {
+      std::fprintf(stderr, "fovea: note: --uniform has no Vulkan path; using the CPU\n");
+      gpu.reset();
+    }
+    Tokenization t = gpu ? gpu->tokenize(std::move(image), query, params, ex)
+                         : tokenize(std::move(image), query, params, ex);
 
     t0 = Clock::now();
     if (!output.empty()) save_tokens(output, t, query, params, {{"source", tok.image}});
@@ -44,6 +50,8 @@ struct TokenizeCommand {
     summary["timings_ms"]["decode"] = decode_ms;
     summary["timings_ms"]["write"] = write_ms;
     summary["threads"] = ex.threads();
+    summary["backend"] = gpu ? "vulkan" : "cpu";
+    if (gpu) summary["device"] = gpu->device().name;
     summary["outputs"] = {{"tokens", output}, {"overlay", overlay}, {"seen", seen}};
     if (store.enabled) summary["store"] = store_report(t.batch.patches, summary["full_resolution_tokens"].get<int64_t>(), store);
     if (json) {

@@ -1,0 +1,236 @@
+// The Vulkan texture backend against the CPU pipeline, measured in the same run:
+//
+//   1. pyramid:    CPU build_pyramid  vs  blit chain  vs  compute-shader chain (uint8 RGB);
+//   2. extraction: CPU extract()      vs  shader sampling (upload + mips + dispatch + readback);
+//   3. batches:    32 images one call each  vs  one 2D array texture of 32 (one upload, one
+//                  mip chain, one dispatch).
+//
+// Every GPU number is split into upload / mips / dispatch / readback (each phase is its own
+// submit + fence wait, wall clock). Ratios are CPU time / Vulkan time (> 1: Vulkan faster).
+// On lavapipe (llvmpipe) the "GPU" is the same CPU running a software rasteriser's compute
+// path: those numbers are CPU numbers and are labelled so.
+//
+//   build/bench/bench_vulkan [--size 1024] [--batch 32] [--batch-size 512] [--reps 5] [--threads 0]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fovea/error.hpp"
+#include "fovea/exec.hpp"
+#include "fovea/extract.hpp"
+#include "fovea/pyramid.hpp"
+#include "fovea/tokenizer.hpp"
+#include "fovea/vulkan.hpp"
+
+namespace {
+
+using fovea::VulkanTimings;
+using Clock = std::chrono::steady_clock;
+
+fovea::ImageU8 make_image(int w, int h, uint32_t seed) {
+  fovea::ImageU8 img(w, h, 3);
+  uint32_t s = seed * 0x9E3779B9u + 1;
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < h; ++y) {
+      uint8_t* row = img.row(c, y);
+      for (int x = 0; x < w; ++x) {
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        // A smooth gradient plus noise: relevance then has structure to allocate by.
+        row[x] = uint8_t(((x + y) * 255 / (w + h)) / 2 + (s >> 25));
+      }
+    }
+  return img;
+}
+
+// Median wall time (ms) of reps runs of f, and the median run's GPU phase split if any.
+struct Measure {
+  double ms = 0;
+  VulkanTimings split;
+};
+Measure measure(int reps, const std::function<void()>& f, const fovea::VulkanBackend* gpu = nullptr) {
+  f();  // warm-up: pipelines, page faults, allocator
+  std::vector<std::pair<double, VulkanTimings>> runs;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    runs.push_back({ms, gpu ? gpu->last_timings() : VulkanTimings{}});
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return {runs[runs.size() / 2].first, runs[runs.size() / 2].second};
+}
+
+void row(const char* name, const Measure& m, double cpu_ms, bool gpu) {
+  std::printf("  %-34s %9.2f ms", name, m.ms);
+  if (gpu)
+    std::printf("  [upload %7.2f  mips %7.2f  dispatch %7.2f  readback %7.2f]", m.split.upload_ms, m.split.mips_ms,
+                m.split.dispatch_ms, m.split.readback_ms);
+  else
+    std::printf("  %66s", "");
+  std::printf("  CPU/this %6.2fx\n", cpu_ms / m.ms);
+}
+
+int arg_int(int argc, char** argv, const char* flag, int def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], flag) == 0) return std::atoi(argv[i + 1]);
+  return def;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int size = arg_int(argc, argv, "--size", 1024);
+  const int batch = arg_int(argc, argv, "--batch", 32);
+  const int batch_size = arg_int(argc, argv, "--batch-size", 512);
+  const int reps = std::max(1, arg_int(argc, argv, "--reps", 5));
+  const int threads = arg_int(argc, argv, "--threads", 0);
+  if (!fovea::vulkan_available()) {
+    std::printf("bench_vulkan: no Vulkan device (or a build without Vulkan): nothing to compare\n");
+    return 0;
+  }
+  try {
+    auto gpu = fovea::VulkanBackend::create({});
+    const fovea::VulkanDeviceInfo& dev = gpu->device();
+    fovea::Executor exec({.threads = threads});
+    std::printf("device: %s (%s), driver %s\n", dev.name.c_str(), dev.type.c_str(), dev.driver.c_str());
+    if (dev.type == "cpu")
+      std::printf("NOTE: %s is a CPU implementation of Vulkan (lavapipe): every 'Vulkan' number below is a CPU\n"
+                  "      number, on the same cores as the CPU path; they show overheads and correctness, not GPU "
+                  "speed.\n",
+                  dev.name.c_str());
+    std::printf("CPU path: %d threads. Median of %d runs after one warm-up. Ratio: CPU time / this time.\n\n",
+                exec.threads(), reps);
+
+    // ---- 1. pyramid -----------------------------------------------------------------------
+    const fovea::ImageU8 img = make_image(size, size, 1);
+    std::printf("1. full mip chain, %dx%d RGB uint8 (%d levels)\n", size, size, fovea::full_mip_levels(size, size));
+    const Measure cpu_pyr = measure(reps, [&] {
+      fovea::PyramidU8 p = fovea::build_pyramid(img.clone(), {}, exec);
+      if (p.num_levels() == 0) std::abort();
+    });
+    // The CPU timing includes cloning level 0 (the GPU path's analogue is its upload).
+    row("CPU build_pyramid (+ clone)", cpu_pyr, cpu_pyr.ms, false);
+    const Measure blit = measure(reps, [&] { gpu->build_pyramid(img, {}, fovea::MipMethod::blit); }, gpu.get());
+    row("Vulkan blit chain", blit, cpu_pyr.ms, true);
+    const Measure comp = measure(reps, [&] { gpu->build_pyramid(img, {}, fovea::MipMethod::compute); }, gpu.get());
+    row("Vulkan compute chain", comp, cpu_pyr.ms, true);
+    std::printf("  mips alone: blit %.2f ms, compute %.2f ms; CPU / blit mips %.2fx, CPU / compute mips %.2fx, "
+                "blit / compute %.2fx\n\n",
+                blit.split.mips_ms, comp.split.mips_ms, cpu_pyr.ms / blit.split.mips_ms,
+                cpu_pyr.ms / comp.split.mips_ms, blit.split.mips_ms / comp.split.mips_ms);
+
+    {
+      // Accuracy, not speed: the blit chain against the CPU pyramid (level by level), and
+      // against the CPU's 2x2 box of the blit's own previous level.
+      const fovea::PyramidU8 want = fovea::build_pyramid(img.clone(), {}, exec);
+      const fovea::PyramidU8 got = gpu->build_pyramid(img, {}, fovea::MipMethod::blit);
+      const fovea::PyramidU8 exact = gpu->build_pyramid(img, {}, fovea::MipMethod::compute);
+      std::printf("  blit accuracy (uint8): level: max|blit-CPU| NMSE(blit,CPU) max|blit-box(prev blit)|; "
+                  "compute == CPU: ");
+      bool same = true;
+      for (int l = 0; l < want.num_levels(); ++l)
+        for (int c = 0; c < 3; ++c)
+          for (int y = 0; y < want.level(l).height(); ++y)
+            same &= std::memcmp(exact.level(l).row(c, y), want.level(l).row(c, y), want.level(l).width()) == 0;
+      std::printf("%s\n", same ? "bit-exact" : "DIFFERS");
+      for (int l = 1; l < want.num_levels(); ++l) {
+        const fovea::ImageU8& a = got.level(l);
+        const fovea::ImageU8& b = want.level(l);
+        fovea::ImageU8 step(a.width(), a.height(), 3);
+        fovea::downsample_2x2(got.level(l - 1), step, exec);
+        int max_abs = 0, max_step = 0;
+        double num = 0, den = 0;
+        for (int c = 0; c < 3; ++c)
+          for (int y = 0; y < a.height(); ++y)
+            for (int x = 0; x < a.width(); ++x) {
+              const int d = int(a.at(c, y, x)) - int(b.at(c, y, x));
+              max_abs = std::max(max_abs, std::abs(d));
+              max_step = std::max(max_step, std::abs(int(a.at(c, y, x)) - int(step.at(c, y, x))));
+              num += double(d) * d;
+              den += double(b.at(c, y, x)) * b.at(c, y, x);
+            }
+        std::printf("    L%-2d %3d  %.2e  %d\n", l, max_abs, num / den, max_step);
+      }
+      std::printf("\n");
+    }
+
+    // ---- 2. extraction --------------------------------------------------------------------
+    fovea::TokenizeParams tp;
+    tp.patch_px = 16;
+    tp.alloc.budget_tokens = 273;
+    fovea::Query q;
+    q.fixations.push_back({size * 0.3f, size * 0.4f, 1.0f});
+    const fovea::Tokenization t = fovea::tokenize(img.clone(), q, tp, exec);
+    std::printf("2. foveated extraction, %d tokens of %dx%d (levels 0..%d), f32 normalised\n",
+                int(t.allocation.layout.tokens.size()), tp.patch_px, tp.patch_px, t.allocation.max_level);
+    const fovea::PyramidU8 pyr = fovea::build_pyramid(img.clone(), {.max_levels = t.allocation.max_level + 1}, exec);
+    const Measure cpu_ex = measure(reps, [&] { fovea::extract(pyr, t.allocation, tp.extract, exec); });
+    row("CPU extract (pyramid given)", cpu_ex, cpu_ex.ms, false);
+    const Measure cpu_both = measure(reps, [&] {
+      fovea::PyramidU8 p = fovea::build_pyramid(img.clone(), {.max_levels = t.allocation.max_level + 1}, exec);
+      fovea::extract(p, t.allocation, tp.extract, exec);
+    });
+    row("CPU pyramid + extract", cpu_both, cpu_both.ms, false);
+    const Measure gex = measure(reps, [&] { gpu->extract(img, t.allocation, tp.extract); }, gpu.get());
+    row("Vulkan upload+mips+sample", gex, cpu_both.ms, true);
+    std::printf("  sampling dispatch alone %.2f ms: CPU extract / dispatch %.2fx\n\n", gex.split.dispatch_ms,
+                cpu_ex.ms / gex.split.dispatch_ms);
+
+    // ---- 3. batches -----------------------------------------------------------------------
+    std::vector<fovea::ImageU8> imgs;
+    std::vector<fovea::Tokenization> toks;
+    for (int i = 0; i < batch; ++i) {
+      imgs.push_back(make_image(batch_size, batch_size, 100 + i));
+      fovea::Query qi;
+      qi.fixations.push_back({float((i * 37) % batch_size), float((i * 91) % batch_size), 1.0f});
+      toks.push_back(fovea::tokenize(imgs.back().clone(), qi, tp, exec));
+    }
+    std::vector<const fovea::ImageU8*> ip;
+    std::vector<const fovea::Allocation*> ap;
+    for (int i = 0; i < batch; ++i) {
+      ip.push_back(&imgs[i]);
+      ap.push_back(&toks[i].allocation);
+    }
+    std::printf("3. batch of %d images %dx%d RGB, pyramid + extraction each\n", batch, batch_size, batch_size);
+    const Measure cpu_b = measure(reps, [&] {
+      for (int i = 0; i < batch; ++i) {
+        fovea::PyramidU8 p =
+            fovea::build_pyramid(imgs[i].clone(), {.max_levels = toks[i].allocation.max_level + 1}, exec);
+        fovea::extract(p, toks[i].allocation, tp.extract, exec);
+      }
+    });
+    row("CPU, image by image", cpu_b, cpu_b.ms, false);
+    VulkanTimings sum;
+    const Measure one_by_one = measure(reps, [&] {
+      sum = {};
+      for (int i = 0; i < batch; ++i) {
+        gpu->extract(imgs[i], toks[i].allocation, tp.extract);
+        const VulkanTimings& s = gpu->last_timings();
+        sum.upload_ms += s.upload_ms;
+        sum.mips_ms += s.mips_ms;
+        sum.dispatch_ms += s.dispatch_ms;
+        sum.readback_ms += s.readback_ms;
+      }
+    });
+    Measure obo = one_by_one;
+    obo.split = sum;  // the last run's sum, close to the median's
+    const std::string calls = "Vulkan, " + std::to_string(batch) + " calls of 1 image";
+    row(calls.c_str(), obo, cpu_b.ms, true);
+    const Measure arr = measure(reps, [&] { gpu->extract_batch(ip, ap, tp.extract); }, gpu.get());
+    row("Vulkan, one array texture", arr, cpu_b.ms, true);
+    std::printf("  per image: CPU %.2f ms, Vulkan single %.2f ms, Vulkan array %.2f ms; single / array %.2fx\n",
+                cpu_b.ms / batch, one_by_one.ms / batch, arr.ms / batch, one_by_one.ms / arr.ms);
+    if (gpu->validation_errors() != 0) std::printf("WARNING: validation messages were reported\n");
+  } catch (const fovea::Error& e) {
+    std::fprintf(stderr, "bench_vulkan: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,662 @@
+// The Vulkan texture backend behind fovea/vulkan.hpp: uploads planar images into 2D array
+// textures (one layer per channel plane), builds mips by blit chain or compute shader, and
+// samples tokens with textureLod from the rate map.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <optional>
+
+#include "fovea/error.hpp"
+#include "fovea/vulkan.hpp"
+#include "vulkan/vk.hpp"
+
+namespace fovea {
+
+namespace {
+
+const uint32_t kMipU8Spirv[] =
+#include "fovea_spirv/mip_u8.spv.inc"
+    ;
+const uint32_t kMipF32Spirv[] =
+#include "fovea_spirv/mip_f32.spv.inc"
+    ;
+const uint32_t kSampleSpirv[] =
+#include "fovea_spirv/sample.spv.inc"
+    ;
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct MipPush {
+  int32_t src_w, src_h, dst_w, dst_h;
+};
+
+struct SamplePush {
+  uint32_t n_words, n_elems, P, channels, mode, row_invocations, num_levels, pad;
+  float scale[4];
+  float bias[4];
+};
+static_assert(sizeof(SamplePush) == 64);
+
+VulkanDeviceInfo describe(const vk::PhysicalDeviceInfo& d) {
+  VulkanDeviceInfo i;
+  i.index = d.index;
+  i.name = d.name();
+  i.type = std::string(d.type_name());
+  const uint32_t v = d.properties.apiVersion;
+  i.api_version = std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
+                  std::to_string(VK_API_VERSION_PATCH(v));
+  // VkPhysicalDeviceDriverProperties (1.2) names the driver; 1.1 devices just report the id.
+  if (d.properties.apiVersion >= VK_API_VERSION_1_2) {
+    VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    p2.pNext = &drv;
+    vkGetPhysicalDeviceProperties2(d.handle, &p2);
+    i.driver = std::string(drv.driverName) + " (" + drv.driverInfo + ")";
+  }
+  i.device_local_bytes = d.device_local_bytes();
+  i.sparse_binding = d.features.sparseBinding;
+  i.sparse_residency_buffer = d.features.sparseResidencyBuffer;
+  i.sparse_residency_image2d = d.features.sparseResidencyImage2D;
+  i.fragment_shading_rate = d.has_extension(VK_KHR_FRAGMENT_SHADING_RATE_EXTENSION_NAME);
+  i.storage_image_extended_formats = d.features.shaderStorageImageExtendedFormats;
+  const VkPhysicalDeviceLimits& l = d.properties.limits;
+  i.max_image_dimension_2d = l.maxImageDimension2D;
+  i.max_image_array_layers = l.maxImageArrayLayers;
+  i.max_compute_workgroup_invocations = l.maxComputeWorkGroupInvocations;
+  i.max_push_constants_bytes = l.maxPushConstantsSize;
+  i.sparse_address_space_bytes = l.sparseAddressSpaceSize;
+  auto blit_linear = [&](VkFormat f) {
+    VkFormatProperties p{};
+    vkGetPhysicalDeviceFormatProperties(d.handle, f, &p);
+    const VkFormatFeatureFlags need = VK_FORMAT_FEATURE_BLIT_SRC_BIT | VK_FORMAT_FEATURE_BLIT_DST_BIT |
+                                      VK_FORMAT_FEATURE_SAMPLED_IMAGE_FILTER_LINEAR_BIT;
+    return (p.optimalTilingFeatures & need) == need;
+  };
+  i.blit_linear_r8 = blit_linear(VK_FORMAT_R8_UNORM);
+  i.blit_linear_r32f = blit_linear(VK_FORMAT_R32_SFLOAT);
+  return i;
+}
+
+template <typename T> constexpr VkFormat texture_format() {
+  return std::is_same_v<T, uint8_t> ? VK_FORMAT_R8_UNORM : VK_FORMAT_R32_SFLOAT;
+}
+template <typename T> constexpr VkFormat storage_format() {
+  return std::is_same_v<T, uint8_t> ? VK_FORMAT_R8_UINT : VK_FORMAT_R32_SFLOAT;
+}
+
+int resolve_levels(int w, int h, int max_levels) {
+  if (max_levels < 0)
+    throw Error(Errc::invalid_argument, "pyramid max_levels must be >= 0, got " + std::to_string(max_levels));
+  const int full = full_mip_levels(w, h);
+  return (max_levels == 0 || max_levels > full) ? full : max_levels;
+}
+
+// A mip chain of B same-size images on the device, one layer per channel plane.
+struct GpuPyramid {
+  vk::Image image;
+  int width = 0, height = 0, channels = 0, count = 0, levels = 0;
+  VkImageLayout layout = VK_IMAGE_LAYOUT_UNDEFINED;  // of every level after build
+  VkPipelineStageFlags last_stage = VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT;
+  VkAccessFlags last_access = 0;
+  uint32_t layers() const { return uint32_t(count * channels); }
+};
+
+template <typename T>
+void check_same_size(std::span<const Image<T>* const> images) {
+  if (images.empty()) throw Error(Errc::invalid_argument, "vulkan: no images given");
+  for (const Image<T>* im : images) {
+    if (!im || im->empty()) throw Error(Errc::invalid_argument, "vulkan: empty image in a batch");
+    if (im->width() != images[0]->width() || im->height() != images[0]->height() ||
+        im->channels() != images[0]->channels())
+      throw Error(Errc::invalid_argument,
+                  "vulkan: a batch needs images of one size and channel count (array texture layers)");
+  }
+}
+
+}  // namespace
+
+struct VulkanBackend::Impl {
+  vk::Instance instance;
+  vk::PhysicalDeviceInfo physical;
+  vk::Device device;
+  vk::Commands commands;
+  vk::Sampler nearest;
+  std::optional<vk::ComputeKernel> mip_u8, mip_f32, sample;
+  std::string mip_u8_missing;  // why the u8 compute mips are unavailable, when they are
+  VulkanDeviceInfo info;
+  VulkanTimings timings;
+
+  Impl(const VulkanOptions& o)
+      : instance(vk::InstanceOptions{.validation = o.validation}),
+        physical(vk::select_device(instance, o.device)),
+        device(instance, physical, {}),
+        commands(device, device.compute_queue()),
+        nearest(device, VK_FILTER_NEAREST, VK_SAMPLER_MIPMAP_MODE_NEAREST, VK_LOD_CLAMP_NONE) {
+    info = describe(physical);
+    const VkFormatFeatureFlags storage = VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT;
+    if (!device.enabled_features().shaderStorageImageExtendedFormats)
+      mip_u8_missing = "the device lacks shaderStorageImageExtendedFormats (r8ui storage images)";
+    else if (!(device.format_properties(VK_FORMAT_R8_UINT).optimalTilingFeatures & storage))
+      mip_u8_missing = "R8_UINT has no storage-image support";
+    if (mip_u8_missing.empty())
+      mip_u8.emplace(device, kMipU8Spirv,
+                     std::vector<VkDescriptorType>{VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_IMAGE},
+                     uint32_t(sizeof(MipPush)), 64, "mip_u8");
+    mip_f32.emplace(device, kMipF32Spirv,
+                    std::vector<VkDescriptorType>{VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_IMAGE},
+                    uint32_t(sizeof(MipPush)), 64, "mip_f32");
+    sample.emplace(device, kSampleSpirv,
+                   std::vector<VkDescriptorType>{VK_DESCRIPTOR_TYPE_COMBINED_IMAGE_SAMPLER,
+                                                 VK_DESCRIPTOR_TYPE_COMBINED_IMAGE_SAMPLER,
+                                                 VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                                 VK_DESCRIPTOR_TYPE_STORAGE_BUFFER},
+                   uint32_t(sizeof(SamplePush)), 4, "sample");
+  }
+
+  // ---- pyramid on the device -------------------------------------------------------------
+
+  template <typename T>
+  GpuPyramid upload_and_mip(std::span<const Image<T>* const> images, int max_levels, MipMethod method) {
+    check_same_size(images);
+    constexpr bool u8 = std::is_same_v<T, uint8_t>;
+    const VkFormat fmt = texture_format<T>();
+    GpuPyramid g;
+    g.width = images[0]->width();
+    g.height = images[0]->height();
+    g.channels = images[0]->channels();
+    g.count = int(images.size());
+    g.levels = resolve_levels(g.width, g.height, max_levels);
+
+    vk::ImageDesc desc;
+    desc.format = fmt;
+    desc.width = uint32_t(g.width);
+    desc.height = uint32_t(g.height);
+    desc.layers = g.layers();
+    desc.levels = uint32_t(g.levels);
+    desc.usage = VK_IMAGE_USAGE_TRANSFER_SRC_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_SAMPLED_BIT;
+    device.require_format(fmt, VK_FORMAT_FEATURE_SAMPLED_IMAGE_BIT | VK_FORMAT_FEATURE_TRANSFER_SRC_BIT |
+                                   VK_FORMAT_FEATURE_TRANSFER_DST_BIT,
+                          "sampling and transfers");
+    if (method == MipMethod::blit) {
+      device.require_format(fmt, VK_FORMAT_FEATURE_BLIT_SRC_BIT | VK_FORMAT_FEATURE_BLIT_DST_BIT |
+                                     VK_FORMAT_FEATURE_SAMPLED_IMAGE_FILTER_LINEAR_BIT,
+                            "blit with a linear filter (needed for blit mips; use the compute method)");
+    } else {
+      if (u8 && !mip_u8)
+        throw Error(Errc::unsupported, "vulkan: compute mips for uint8 unavailable: " + mip_u8_missing +
+                                           " (use the blit method)");
+      device.require_format(storage_format<T>(), VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT, "storage images");
+      desc.usage |= VK_IMAGE_USAGE_STORAGE_BIT;
+      if (u8) {
+        desc.flags |= VK_IMAGE_CREATE_MUTABLE_FORMAT_BIT;
+        if (!(device.format_properties(fmt).optimalTilingFeatures & VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT))
+          desc.flags |= VK_IMAGE_CREATE_EXTENDED_USAGE_BIT;
+      }
+    }
+    g.image = vk::Image::create(device, desc);
+
+    // Upload: the planes of each image are contiguous in its buffer, rows stride() apart.
+    const size_t plane_bytes = images[0]->plane_stride() * sizeof(T);
+    auto t0 = Clock::now();
+    vk::Buffer staging = vk::Buffer::create(device, VkDeviceSize(plane_bytes) * g.layers(),
+                                            VK_BUFFER_USAGE_TRANSFER_SRC_BIT, vk::MemoryUse::upload);
+    std::vector<VkBufferImageCopy> regions;
+    for (int b = 0; b < g.count; ++b) {
+      std::memcpy(static_cast<std::byte*>(staging.mapped()) + size_t(b) * g.channels * plane_bytes,
+                  images[b]->plane(0), g.channels * plane_bytes);
+      for (int c = 0; c < g.channels; ++c) {
+        VkBufferImageCopy r{};
+        r.bufferOffset = VkDeviceSize(b * g.channels + c) * plane_bytes;
+        r.bufferRowLength = uint32_t(images[b]->stride());
+        r.bufferImageHeight = uint32_t(g.height);
+        r.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, uint32_t(b * g.channels + c), 1};
+        r.imageExtent = {uint32_t(g.width), uint32_t(g.height), 1};
+        regions.push_back(r);
+      }
+    }
+    VkCommandBuffer cb = commands.begin();
+    vk::image_barrier(cb, g.image.handle(), 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                      VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      VK_ACCESS_TRANSFER_WRITE_BIT);
+    vkCmdCopyBufferToImage(cb, staging.handle(), g.image.handle(), VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                           uint32_t(regions.size()), regions.data());
+    commands.submit_and_wait();
+    timings.upload_ms += ms_since(t0);
+
+    t0 = Clock::now();
+    cb = commands.begin();
+    if (method == MipMethod::blit)
+      record_blit_mips(cb, g);
+    else
+      record_compute_mips<T>(cb, g);
+    commands.submit_and_wait();
+    if (mip_u8) mip_u8->reset_sets();
+    mip_f32->reset_sets();
+    timings.mips_ms += ms_since(t0);
+    return g;
+  }
+
+  void record_blit_mips(VkCommandBuffer cb, GpuPyramid& g) {
+    const VkImage img = g.image.handle();
+    vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
+                      VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      VK_ACCESS_TRANSFER_READ_BIT);
+    if (g.levels > 1)
+      vk::image_barrier(cb, img, 1, uint32_t(g.levels - 1), VK_IMAGE_LAYOUT_UNDEFINED,
+                        VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
+    for (int l = 0; l + 1 < g.levels; ++l) {
+      const int sw = mip_extent(g.width, l), sh = mip_extent(g.height, l);
+      const int dw = mip_extent(g.width, l + 1), dh = mip_extent(g.height, l + 1);
+      // The source box is [0, 2·dw) × [0, 2·dh) (1 where the extent is already 1): an exact
+      // 2:1 scale, so each destination texel's centre falls between 4 source texel centres
+      // and the linear filter averages exactly them; the odd last row/column is dropped as
+      // on the CPU (the full-extent blit of glGenerateMipmap would resample instead).
+      VkImageBlit blit{};
+      blit.srcSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l), 0, g.layers()};
+      blit.srcOffsets[1] = {sw == 1 ? 1 : 2 * dw, sh == 1 ? 1 : 2 * dh, 1};
+      blit.dstSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l + 1), 0, g.layers()};
+      blit.dstOffsets[1] = {dw, dh, 1};
+      vkCmdBlitImage(cb, img, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, img, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1,
+                     &blit, VK_FILTER_LINEAR);
+      vk::image_barrier(cb, img, uint32_t(l + 1), 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                        VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                        VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+    }
+    g.layout = VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL;
+    g.last_stage = VK_PIPELINE_STAGE_TRANSFER_BIT;
+    g.last_access = VK_ACCESS_TRANSFER_WRITE_BIT;
+  }
+
+  template <typename T>
+  void record_compute_mips(VkCommandBuffer cb, GpuPyramid& g) {
+    vk::ComputeKernel& k = std::is_same_v<T, uint8_t> ? *mip_u8 : *mip_f32;
+    const VkImage img = g.image.handle();
+    vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                      VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
+    if (g.levels > 1)
+      vk::image_barrier(cb, img, 1, uint32_t(g.levels - 1), VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_GENERAL,
+                        VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                        VK_ACCESS_SHADER_WRITE_BIT);
+    std::vector<VkImageView> views;
+    for (int l = 0; l < g.levels; ++l)
+      views.push_back(g.image.create_view(storage_format<T>(), uint32_t(l), 1, VK_IMAGE_USAGE_STORAGE_BIT));
+    for (int l = 0; l + 1 < g.levels; ++l) {
+      const MipPush push{mip_extent(g.width, l), mip_extent(g.height, l), mip_extent(g.width, l + 1),
+                         mip_extent(g.height, l + 1)};
+      const vk::Binding bindings[] = {vk::Binding::storage_image(views[l]), vk::Binding::storage_image(views[l + 1])};
+      k.record(cb, bindings, &push, uint32_t((push.dst_w + 7) / 8), uint32_t((push.dst_h + 7) / 8), g.layers());
+      vk::memory_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
+    }
+    g.layout = VK_IMAGE_LAYOUT_GENERAL;
+    g.last_stage = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    g.last_access = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  }
+
+  template <typename T>
+  // Levels below first_level are not read back and stay empty (the caller has level 0).
+  std::vector<Pyramid<T>> read_pyramids(GpuPyramid& g, int first_level = 0) {
+    auto t0 = Clock::now();
+    std::vector<VkBufferImageCopy> regions;
+    std::vector<size_t> offsets(size_t(g.levels), 0);
+    size_t total = 0;
+    for (int l = first_level; l < g.levels; ++l) {
+      const int w = mip_extent(g.width, l), h = mip_extent(g.height, l);
+      VkBufferImageCopy r{};
+      r.bufferOffset = total;
+      r.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l), 0, g.layers()};
+      r.imageExtent = {uint32_t(w), uint32_t(h), 1};
+      regions.push_back(r);
+      offsets[size_t(l)] = total;
+      total += size_t(w) * h * g.layers() * sizeof(T);
+    }
+    vk::Buffer rb =
+        vk::Buffer::create(device, total, VK_BUFFER_USAGE_TRANSFER_DST_BIT, vk::MemoryUse::readback);
+    VkCommandBuffer cb = commands.begin();
+    // TRANSFER_SRC_OPTIMAL even after compute mips (GENERAL): the validation layers flag a
+    // copy out of GENERAL as a performance warning, and tests count every warning.
+    const VkImageLayout src_layout = VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL;
+    vk::image_barrier(cb, g.image.handle(), 0, uint32_t(g.levels), g.layout, src_layout, g.last_stage, g.last_access,
+                      VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+    vkCmdCopyImageToBuffer(cb, g.image.handle(), src_layout, rb.handle(), uint32_t(regions.size()), regions.data());
+    vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                       VK_ACCESS_HOST_READ_BIT);
+    commands.submit_and_wait();
+    g.layout = src_layout;
+    g.last_stage = VK_PIPELINE_STAGE_TRANSFER_BIT;
+    g.last_access = 0;
+
+    std::vector<Pyramid<T>> out;
+    const std::byte* base = static_cast<const std::byte*>(rb.mapped());
+    for (int b = 0; b < g.count; ++b) {
+      std::vector<Image<T>> levels;
+      for (int l = 0; l < g.levels; ++l) {
+        if (l < first_level) {
+          levels.emplace_back();
+          continue;
+        }
+        const int w = mip_extent(g.width, l), h = mip_extent(g.height, l);
+        Image<T> im(w, h, g.channels);
+        for (int c = 0; c < g.channels; ++c) {
+          const T* src = reinterpret_cast<const T*>(base + offsets[l]) + size_t(b * g.channels + c) * w * h;
+          for (int y = 0; y < h; ++y) std::memcpy(im.row(c, y), src + size_t(y) * w, size_t(w) * sizeof(T));
+        }
+        levels.push_back(std::move(im));
+      }
+      out.emplace_back(std::move(levels));
+    }
+    timings.readback_ms += ms_since(t0);
+    return out;
+  }
+
+  // ---- sampling -----------------------------------------------------------------------------
+
+  std::vector<TokenBatch> extract_batch(std::span<const ImageU8* const> images,
+                                        std::span<const Allocation* const> allocs, const ExtractParams& params,
+                                        MipMethod method, GpuPyramid* resident = nullptr) {
+    if (images.size() != allocs.size())
+      throw Error(Errc::invalid_argument, "vulkan: one allocation per image is needed");
+    check_same_size(images);
+    if (params.dtype != DType::f32 && params.dtype != DType::f16 && params.dtype != DType::u8)
+      throw Error(Errc::invalid_argument,
+                  "patch dtype must be f32, f16 or u8, got " + std::string(dtype_name(params.dtype)));
+    for (int c = 0; c < 3; ++c)
+      if (!std::isfinite(params.norm.mean[c]) || !std::isfinite(params.norm.std[c]) || !(params.norm.std[c] > 0))
+        throw Error(Errc::invalid_argument, "normalisation std must be > 0 and mean/std finite");
+    const TileGrid& g0 = allocs[0]->rate_map.grid;
+    int max_level = 0;
+    for (const Allocation* a : allocs) {
+      const TileGrid& g = a->rate_map.grid;
+      if (g.image_width != images[0]->width() || g.image_height != images[0]->height())
+        throw Error(Errc::invalid_argument, "allocation was made for a different image size");
+      if (g.patch_px != g0.patch_px || g.tiles_x != g0.tiles_x || g.tiles_y != g0.tiles_y ||
+          a->rate_map.level.size() != size_t(g.tiles()))
+        throw Error(Errc::invalid_argument, "vulkan: the allocations of a batch need one tile grid");
+      max_level = std::max(max_level, a->max_level);
+    }
+    const int P = g0.patch_px;
+    const int levels = resolve_levels(images[0]->width(), images[0]->height(), max_level + 1);
+    if (max_level >= levels)
+      throw Error(Errc::invalid_argument, "allocation needs mip level " + std::to_string(max_level) +
+                                              " but the pyramid has " + std::to_string(levels) + " levels");
+
+    // Token list of the whole batch (x, y, level, image) and the CPU-side metadata.
+    std::vector<uint32_t> tok;
+    std::vector<TokenBatch> out;
+    for (size_t b = 0; b < allocs.size(); ++b) {
+      const std::vector<Token>& ts = allocs[b]->layout.tokens;
+      TokenBatch tb;
+      const int64_t n = int64_t(ts.size());
+      tb.patches = Tensor(params.dtype, {n, 3, P, P});
+      tb.positions = Tensor(DType::f32, {n, 4});
+      tb.levels = Tensor(DType::i32, {n});
+      tb.boxes.resize(size_t(n));
+      tb.patch_px = P;
+      tb.params = params;
+      tb.level_offsets = allocs[b]->layout.level_offsets;
+      float* pos = tb.positions.data<float>();
+      int32_t* lev = tb.levels.data<int32_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        const Token& t = ts[size_t(i)];
+        if (t.level < 0 || t.level > max_level || t.x < 0 || t.y < 0)
+          throw Error(Errc::invalid_argument, "vulkan: token outside its allocation's levels");
+        tok.insert(tok.end(), {uint32_t(t.x), uint32_t(t.y), uint32_t(t.level), uint32_t(b)});
+        const float side = static_cast<float>(g0.token_px(t.level));
+        const float x0 = t.x * side, y0 = t.y * side;
+        pos[i * 4 + 0] = x0 + 0.5f * side;
+        pos[i * 4 + 1] = y0 + 0.5f * side;
+        pos[i * 4 + 2] = side;
+        pos[i * 4 + 3] = static_cast<float>(t.level);
+        lev[i] = t.level;
+        tb.boxes[size_t(i)] = {x0, y0, x0 + side, y0 + side};
+      }
+      out.push_back(std::move(tb));
+    }
+    const uint64_t total_tokens = tok.size() / 4;
+    const uint64_t n_elems = total_tokens * 3 * uint64_t(P) * P;
+    if (n_elems >= (uint64_t(1) << 31))
+      throw Error(Errc::limit_exceeded, "vulkan: a batch of " + std::to_string(n_elems) +
+                                            " patch samples exceeds the sampler's 2^31 limit; split it");
+    const bool u8 = params.dtype == DType::u8;
+    const uint64_t n_words = u8 ? (n_elems + 3) / 4 : n_elems;
+
+    // A pyramid already on the device (tokenize()) is sampled as is when it has the levels.
+    GpuPyramid fresh;
+    if (!resident || resident->levels < levels || resident->count != int(images.size()))
+      fresh = upload_and_mip<uint8_t>(images, levels, method);
+    GpuPyramid& pyr = fresh.image.handle() ? fresh : *resident;
+    if (total_tokens == 0) return out;
+
+    // Rate maps (one layer per image) and the token list.
+    auto t0 = Clock::now();
+    device.require_format(VK_FORMAT_R8_UINT, VK_FORMAT_FEATURE_SAMPLED_IMAGE_BIT, "sampled images (the rate map)");
+    vk::ImageDesc rd;
+    rd.format = VK_FORMAT_R8_UINT;
+    rd.width = uint32_t(g0.tiles_x);
+    rd.height = uint32_t(g0.tiles_y);
+    rd.layers = uint32_t(allocs.size());
+    rd.usage = VK_IMAGE_USAGE_SAMPLED_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT;
+    vk::Image rate = vk::Image::create(device, rd);
+    const size_t tiles = size_t(g0.tiles());
+    vk::Buffer rstage = vk::Buffer::create(device, tiles * allocs.size(), VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+                                           vk::MemoryUse::upload);
+    for (size_t b = 0; b < allocs.size(); ++b)
+      std::memcpy(static_cast<uint8_t*>(rstage.mapped()) + b * tiles, allocs[b]->rate_map.level.data(), tiles);
+    vk::Buffer tokens = vk::Buffer::create(device, tok.size() * 4, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                                           vk::MemoryUse::upload);
+    std::memcpy(tokens.mapped(), tok.data(), tok.size() * 4);
+    vk::Buffer status = vk::Buffer::create(device, 16, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, vk::MemoryUse::readback);
+    std::memset(status.mapped(), 0, 16);
+    VkCommandBuffer cb = commands.begin();
+    vk::image_barrier(cb, rate.handle(), 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                      VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      VK_ACCESS_TRANSFER_WRITE_BIT);
+    VkBufferImageCopy rr{};
+    rr.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, rd.layers};
+    rr.imageExtent = {rd.width, rd.height, 1};
+    vkCmdCopyBufferToImage(cb, rstage.handle(), rate.handle(), VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1, &rr);
+    vk::image_barrier(cb, rate.handle(), 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                      VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
+    commands.submit_and_wait();
+    timings.upload_ms += ms_since(t0);
+
+    // One dispatch for the whole batch.
+    t0 = Clock::now();
+    vk::Buffer result = vk::Buffer::create(device, n_words * 4,
+                                           VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+                                           vk::MemoryUse::device);
+    SamplePush push{};
+    push.n_words = uint32_t(n_words);
+    push.n_elems = uint32_t(n_elems);
+    push.P = uint32_t(P);
+    push.channels = uint32_t(pyr.channels);
+    push.mode = u8 ? 0 : 1;
+    push.num_levels = uint32_t(pyr.levels);
+    for (int c = 0; c < 3; ++c) {
+      // The CPU's RowWriter constants, computed the same way.
+      if (params.norm.enabled) {
+        push.scale[c] = 1.0f / (255.0f * params.norm.std[c]);
+        push.bias[c] = -params.norm.mean[c] / params.norm.std[c];
+      } else {
+        push.scale[c] = 1.0f / 255.0f;
+        push.bias[c] = 0.0f;
+      }
+    }
+    const uint64_t groups = (n_words + 63) / 64;
+    const uint32_t max_x = device.limits().maxComputeWorkGroupCount[0];
+    const uint32_t gx = uint32_t(std::min<uint64_t>(groups, max_x));
+    const uint32_t gy = uint32_t((groups + gx - 1) / gx);
+    push.row_invocations = gx * 64;
+    cb = commands.begin();
+    vk::image_barrier(cb, pyr.image.handle(), 0, uint32_t(pyr.levels), pyr.layout,
+                      VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL, pyr.last_stage, pyr.last_access,
+                      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
+    const vk::Binding bindings[] = {
+        vk::Binding::sampled(pyr.image.view(), nearest.handle(), VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL),
+        vk::Binding::sampled(rate.view(), nearest.handle(), VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL),
+        vk::Binding::storage_buffer(tokens.handle()), vk::Binding::storage_buffer(result.handle()),
+        vk::Binding::storage_buffer(status.handle())};
+    sample->record(cb, bindings, &push, gx, gy, 1);
+    vk::memory_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT);
+    commands.submit_and_wait();
+    sample->reset_sets();
+    timings.dispatch_ms += ms_since(t0);
+
+    t0 = Clock::now();
+    vk::Buffer rb = vk::Buffer::create(device, n_words * 4, VK_BUFFER_USAGE_TRANSFER_DST_BIT, vk::MemoryUse::readback);
+    cb = commands.begin();
+    VkBufferCopy bc{0, 0, n_words * 4};
+    vkCmdCopyBuffer(cb, result.handle(), rb.handle(), 1, &bc);
+    vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                       VK_ACCESS_HOST_READ_BIT);
+    commands.submit_and_wait();
+    const uint32_t* st = static_cast<const uint32_t*>(status.mapped());
+    if (st[0] != 0)
+      throw Error(Errc::invalid_argument, "vulkan: the rate map and the token layout disagree on " +
+                                              std::to_string(st[0]) + " token level(s)");
+    if (st[1] != 0) throw Error(Errc::invalid_argument, "vulkan: the rate map names a level the pyramid lacks");
+    const std::byte* src = static_cast<const std::byte*>(rb.mapped());
+    size_t elem_offset = 0;
+    for (TokenBatch& tb : out) {
+      const size_t ne = size_t(tb.patches.numel());
+      switch (params.dtype) {
+        case DType::u8: std::memcpy(tb.patches.bytes(), src + elem_offset, ne); break;
+        case DType::f32: std::memcpy(tb.patches.bytes(), src + elem_offset * 4, ne * 4); break;
+        default: {  // f16: the device writes binary32, converted here exactly as the CPU does
+          const float* f = reinterpret_cast<const float*>(src) + elem_offset;
+          uint16_t* h = tb.patches.data<uint16_t>();
+          for (size_t i = 0; i < ne; ++i) h[i] = f32_to_f16(f[i]);
+        }
+      }
+      elem_offset += ne;
+    }
+    timings.readback_ms += ms_since(t0);
+    return out;
+  }
+};
+
+// ---- public API ----------------------------------------------------------------------------
+
+bool vulkan_built() { return true; }
+
+std::vector<VulkanDeviceInfo> list_vulkan_devices() {
+  std::vector<VulkanDeviceInfo> out;
+  std::unique_ptr<vk::Instance> inst;
+  try {
+    inst = std::make_unique<vk::Instance>();
+  } catch (const Error&) {
+    return out;  // no driver (VK_ERROR_INCOMPATIBLE_DRIVER) or a 1.0-only loader
+  }
+  for (const vk::PhysicalDeviceInfo& d : vk::enumerate_devices(*inst)) out.push_back(describe(d));
+  return out;
+}
+
+bool vulkan_available() {
+  static std::once_flag once;
+  static bool available = false;
+  std::call_once(once, [] {
+    try {
+      vk::Instance inst;
+      (void)vk::select_device(inst, "");
+      available = true;
+    } catch (const Error&) {
+      available = false;
+    }
+  });
+  return available;
+}
+
+VulkanBackend::VulkanBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+VulkanBackend::~VulkanBackend() = default;
+
+std::unique_ptr<VulkanBackend> VulkanBackend::create(const VulkanOptions& options) {
+  return std::unique_ptr<VulkanBackend>(new VulkanBackend(std::make_unique<Impl>(options)));
+}
+
+const VulkanDeviceInfo& VulkanBackend::device() const { return impl_->info; }
+int VulkanBackend::validation_errors() const { return impl_->instance.validation_errors(); }
+std::vector<std::string> VulkanBackend::validation_messages() const { return impl_->instance.validation_messages(); }
+const VulkanTimings& VulkanBackend::last_timings() const { return impl_->timings; }
+
+PyramidU8 VulkanBackend::build_pyramid(const ImageU8& image, const PyramidParams& params, MipMethod method) {
+  const ImageU8* one[] = {&image};
+  return std::move(build_pyramids(one, params, method).at(0));
+}
+
+PyramidF32 VulkanBackend::build_pyramid(const ImageF32& image, const PyramidParams& params, MipMethod method) {
+  impl_->timings = {};
+  const ImageF32* one[] = {&image};
+  GpuPyramid g = impl_->upload_and_mip<float>(std::span<const ImageF32* const>(one), params.max_levels, method);
+  return std::move(impl_->read_pyramids<float>(g).at(0));
+}
+
+std::vector<PyramidU8> VulkanBackend::build_pyramids(std::span<const ImageU8* const> images,
+                                                     const PyramidParams& params, MipMethod method) {
+  impl_->timings = {};
+  GpuPyramid g = impl_->upload_and_mip<uint8_t>(images, params.max_levels, method);
+  return impl_->read_pyramids<uint8_t>(g);
+}
+
+Tokenization VulkanBackend::tokenize(ImageU8 image, const Query& query, const TokenizeParams& params,
+                                     Executor& exec, MipMethod method) {
+  if (params.uniform)
+    throw Error(Errc::unsupported, "vulkan: the uniform baseline has no Vulkan path (use the CPU backend)");
+  if (image.empty()) throw Error(Errc::invalid_argument, "cannot tokenize an empty image");
+  if (params.alloc.budget_tokens < 1)
+    throw Error(Errc::invalid_argument,
+                "budget must be at least 1 token, got " + std::to_string(params.alloc.budget_tokens));
+  const TileGrid grid = TileGrid::make(image.width(), image.height(), params.patch_px);
+  const int L = resolve_max_level(grid, params.alloc.max_level);
+  const int levels = std::max(L + 1, params.relevance.stats_level + 1);
+  impl_->timings = {};
+  Tokenization t;
+
+  // The pyramid is built once, on the device; the CPU stages (relevance, allocation) read its
+  // levels back (level 0 is the input itself), and the sampler reads the resident copy.
+  auto t0 = Clock::now();
+  const ImageU8* one[] = {&image};
+  GpuPyramid g = impl_->upload_and_mip<uint8_t>(std::span<const ImageU8* const>(one), levels, method);
+  t.pyramid = std::move(impl_->read_pyramids<uint8_t>(g, 1).at(0));
+  t.pyramid.level(0) = std::move(image);
+  one[0] = &t.pyramid.level(0);
+  t.timings.pyramid_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  t.relevance = compute_relevance(t.pyramid, params.patch_px, query, params.relevance, exec);
+  t.timings.relevance_ms = ms_since(t0);
+  t0 = Clock::now();
+  t.allocation = allocate(t.relevance, params.alloc);
+  t.timings.allocate_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  const Allocation* a[] = {&t.allocation};
+  t.batch = std::move(impl_->extract_batch(one, a, params.extract, method, &g).at(0));
+  t.timings.extract_ms = ms_since(t0);
+  return t;
+}
+
+TokenBatch VulkanBackend::extract(const ImageU8& image, const Allocation& allocation, const ExtractParams& params,
+                                  MipMethod method) {
+  const ImageU8* one[] = {&image};
+  const Allocation* a[] = {&allocation};
+  return std::move(extract_batch(one, a, params, method).at(0));
+}
+
+std::vector<TokenBatch> VulkanBackend::extract_batch(std::span<const ImageU8* const> images,
+                                                     std::span<const Allocation* const> allocations,
+                                                     const ExtractParams& params, MipMethod method) {
+  impl_->timings = {};
+  return impl_->extract_batch(images, allocations, params, method);
+}
+
+}  // namespace fovea

@@ -1,0 +1,474 @@
+// The Vulkan backend against the CPU reference, on whatever device is present (lavapipe in
+// CI), with the validation layers on: any validation message fails the test. Errors are
+// reported as a normalised MSE (sum (gpu - cpu)^2 / sum cpu^2) like llama.cpp's
+// test-backend-ops, plus the exact-match checks the contracts promise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+#include "fovea/error.hpp"
+#include "fovea/tokenizer.hpp"
+#include "fovea/vulkan.hpp"
+#include "test_util.hpp"
+
+#ifdef FOVEA_HAVE_VULKAN
+#include "vulkan/vk.hpp"
+#endif
+
+namespace fovea {
+namespace {
+
+using test::random_image;
+using test::random_image_f32;
+
+class Vulkan : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!vulkan_available()) return;
+    gpu_ = VulkanBackend::create({.device = "", .validation = true}).release();
+  }
+  static void TearDownTestSuite() {
+    delete gpu_;
+    gpu_ = nullptr;
+  }
+  void SetUp() override {
+    if (!vulkan_built()) GTEST_SKIP() << "fovea was built without the Vulkan backend";
+    if (!gpu_) GTEST_SKIP() << "no Vulkan device on this machine";
+    errors_before_ = gpu_->validation_errors();
+  }
+  void TearDown() override {
+    if (!gpu_) return;
+    EXPECT_EQ(gpu_->validation_errors(), errors_before_) << "validation messages:\n" << [] {
+      std::string all;
+      for (const std::string& m : gpu_->validation_messages()) all += "  " + m + "\n";
+      return all;
+    }();
+  }
+  static VulkanBackend& gpu() { return *gpu_; }
+
+  static VulkanBackend* gpu_;
+  int errors_before_ = 0;
+};
+VulkanBackend* Vulkan::gpu_ = nullptr;
+
+template <typename T>
+double nmse(const Image<T>& got, const Image<T>& want) {
+  double num = 0, den = 0;
+  for (int c = 0; c < want.channels(); ++c)
+    for (int y = 0; y < want.height(); ++y)
+      for (int x = 0; x < want.width(); ++x) {
+        const double a = got.at(c, y, x), b = want.at(c, y, x);
+        num += (a - b) * (a - b);
+        den += b * b;
+      }
+  return den > 0 ? num / den : num;
+}
+
+// Largest |got - want| / max(|want|, floor) over every sample.
+template <typename T>
+double max_error(const Image<T>& got, const Image<T>& want, double floor = 1.0) {
+  double m = 0;
+  for (int c = 0; c < want.channels(); ++c)
+    for (int y = 0; y < want.height(); ++y)
+      for (int x = 0; x < want.width(); ++x) {
+        const double a = got.at(c, y, x), b = want.at(c, y, x);
+        m = std::max(m, std::abs(a - b) / std::max(std::abs(b), floor));
+      }
+  return m;
+}
+
+template <typename T>
+bool same_extents(const Image<T>& a, const Image<T>& b) {
+  return a.width() == b.width() && a.height() == b.height() && a.channels() == b.channels();
+}
+
+struct Size {
+  int w, h, c;
+};
+const Size kSizes[] = {{1, 1, 1}, {1, 7, 1}, {9, 1, 3}, {13, 5, 3}, {64, 64, 1}, {127, 33, 3}, {300, 201, 3}};
+
+TEST_F(Vulkan, DeviceIsDescribed) {
+  const VulkanDeviceInfo& d = gpu().device();
+  EXPECT_FALSE(d.name.empty());
+  EXPECT_GE(d.max_image_dimension_2d, 4096u);
+  EXPECT_GE(d.max_image_array_layers, 256u);
+  const auto all = list_vulkan_devices();
+  ASSERT_FALSE(all.empty());
+  bool found = false;
+  for (const auto& x : all) found |= x.name == d.name;
+  EXPECT_TRUE(found);
+}
+
+TEST_F(Vulkan, ComputeMipsAreBitExactU8) {
+  for (const Size& s : kSizes) {
+    SCOPED_TRACE(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c));
+    ImageU8 img = random_image(s.w, s.h, s.c, 7 + s.w);
+    Executor exec({.threads = 1});
+    const PyramidU8 want = build_pyramid(img.clone(), {}, exec);
+    const PyramidU8 got = gpu().build_pyramid(img, {}, MipMethod::compute);
+    ASSERT_EQ(got.num_levels(), want.num_levels());
+    for (int l = 0; l < want.num_levels(); ++l) {
+      ASSERT_TRUE(same_extents(got.level(l), want.level(l))) << "level " << l;
+      EXPECT_EQ(max_error(got.level(l), want.level(l)), 0.0) << "level " << l;
+    }
+  }
+}
+
+TEST_F(Vulkan, ComputeMipsMatchFloatWithin1e5) {
+  for (const Size& s : kSizes) {
+    SCOPED_TRACE(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c));
+    ImageF32 img = random_image_f32(s.w, s.h, s.c, 3 + s.h);
+    Executor exec({.threads = 1});
+    const PyramidF32 want = build_pyramid(img.clone(), {}, exec);
+    const PyramidF32 got = gpu().build_pyramid(img, {}, MipMethod::compute);
+    ASSERT_EQ(got.num_levels(), want.num_levels());
+    for (int l = 0; l < want.num_levels(); ++l) {
+      ASSERT_TRUE(same_extents(got.level(l), want.level(l)));
+      EXPECT_LE(max_error(got.level(l), want.level(l), 1e-6), 1e-5) << "level " << l;
+    }
+  }
+}
+
+TEST_F(Vulkan, PartialChainHonoursMaxLevels) {
+  ImageU8 img = random_image(100, 60, 3, 5);
+  const PyramidU8 got = gpu().build_pyramid(img, {.max_levels = 3}, MipMethod::compute);
+  EXPECT_EQ(got.num_levels(), 3);
+  EXPECT_EQ(got.level(2).width(), 25);
+  EXPECT_EQ(got.level(2).height(), 15);
+  EXPECT_THROW(gpu().build_pyramid(img, {.max_levels = -1}, MipMethod::compute), Error);
+}
+
+// The blit chain re-rounds at every level (the GPU's linear filter on UNORM8 rounds its own
+// way), so each level is compared with the CPU's 2×2 box of the GPU's previous level (within
+// 1 LSB), and the whole chain with the CPU pyramid by normalised error.
+TEST_F(Vulkan, BlitMipsU8WithinOneLsbPerLevel) {
+  for (const Size& s : kSizes) {
+    SCOPED_TRACE(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c));
+    ImageU8 img = random_image(s.w, s.h, s.c, 11 + s.w);
+    Executor exec({.threads = 1});
+    const PyramidU8 want = build_pyramid(img.clone(), {}, exec);
+    const PyramidU8 got = gpu().build_pyramid(img, {}, MipMethod::blit);
+    ASSERT_EQ(got.num_levels(), want.num_levels());
+    EXPECT_EQ(max_error(got.level(0), want.level(0)), 0.0);
+    for (int l = 1; l < want.num_levels(); ++l) {
+      ImageU8 step(got.level(l).width(), got.level(l).height(), s.c);
+      downsample_2x2(got.level(l - 1), step, exec);
+      EXPECT_LE(max_error(got.level(l), step), 1.0) << "level " << l;
+      if (l == 1) {
+        EXPECT_LE(max_error(got.level(1), want.level(1)), 1.0);
+      }
+      EXPECT_LT(nmse(got.level(l), want.level(l)), 1e-3) << "level " << l;
+    }
+  }
+}
+
+// Float blits: the linear filter's weights are not exactly 0.5 on every driver (lavapipe's
+// differ by ~1e-5 relative), so each level is held to 1e-4 relative against the CPU's box of
+// the GPU's previous level, and the chain to a normalised error against the CPU pyramid.
+TEST_F(Vulkan, BlitMipsF32PerLevelAndNmse) {
+  for (const Size& s : kSizes) {
+    SCOPED_TRACE(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c));
+    ImageF32 img = random_image_f32(s.w, s.h, s.c, 13 + s.h);
+    Executor exec({.threads = 1});
+    const PyramidF32 want = build_pyramid(img.clone(), {}, exec);
+    const PyramidF32 got = gpu().build_pyramid(img, {}, MipMethod::blit);
+    ASSERT_EQ(got.num_levels(), want.num_levels());
+    EXPECT_EQ(max_error(got.level(0), want.level(0)), 0.0);
+    for (int l = 1; l < want.num_levels(); ++l) {
+      ImageF32 step(got.level(l).width(), got.level(l).height(), s.c);
+      downsample_2x2(got.level(l - 1), step, exec);
+      EXPECT_LE(max_error(got.level(l), step, 1e-3), 1e-4) << "level " << l;
+      EXPECT_LT(nmse(got.level(l), want.level(l)), 1e-9) << "level " << l;
+    }
+  }
+}
+
+TEST_F(Vulkan, BatchOfImagesIsOneArrayTexture) {
+  std::vector<ImageU8> imgs;
+  for (int i = 0; i < 5; ++i) imgs.push_back(random_image(77, 45, 3, 100 + i));
+  std::vector<const ImageU8*> ptrs;
+  for (const auto& im : imgs) ptrs.push_back(&im);
+  for (MipMethod m : {MipMethod::compute, MipMethod::blit}) {
+    const std::vector<PyramidU8> got = gpu().build_pyramids(ptrs, {}, m);
+    ASSERT_EQ(got.size(), imgs.size());
+    for (size_t i = 0; i < imgs.size(); ++i) {
+      const PyramidU8 single = gpu().build_pyramid(imgs[i], {}, m);
+      ASSERT_EQ(got[i].num_levels(), single.num_levels());
+      for (int l = 0; l < single.num_levels(); ++l)
+        EXPECT_EQ(max_error(got[i].level(l), single.level(l)), 0.0) << "image " << i << " level " << l;
+    }
+  }
+  ImageU8 other = random_image(76, 45, 3, 1);
+  ptrs.push_back(&other);
+  EXPECT_THROW(gpu().build_pyramids(ptrs, {}, MipMethod::compute), Error);
+}
+
+// ---- foveated sampling ----------------------------------------------------------------------
+
+Tokenization cpu_tokens(const ImageU8& img, int P, const ExtractParams& ep, float fx, float fy, int budget = 120) {
+  TokenizeParams tp;
+  tp.patch_px = P;
+  tp.alloc.budget_tokens = budget;
+  tp.extract = ep;
+  Query q;
+  q.fixations.push_back({fx, fy, 1.0f});
+  Executor exec({.threads = 1});
+  return tokenize(img.clone(), q, tp, exec);
+}
+
+void expect_same_batch(const TokenBatch& got, const TokenBatch& want) {
+  ASSERT_EQ(got.patches.shape(), want.patches.shape());
+  ASSERT_EQ(got.patches.dtype(), want.patches.dtype());
+  EXPECT_EQ(got.level_offsets, want.level_offsets);
+  EXPECT_EQ(std::memcmp(got.positions.bytes(), want.positions.bytes(), want.positions.size_bytes()), 0);
+  EXPECT_EQ(std::memcmp(got.levels.bytes(), want.levels.bytes(), want.levels.size_bytes()), 0);
+  const int64_t n = want.patches.numel();
+  if (want.patches.dtype() == DType::f32) {
+    const float* a = got.patches.data<float>();
+    const float* b = want.patches.data<float>();
+    double worst = 0, num = 0, den = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(1e-3, std::abs(double(b[i]))));
+      num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+      den += double(b[i]) * b[i];
+    }
+    EXPECT_LE(worst, 1e-5);
+    EXPECT_LT(num / std::max(den, 1e-30), 1e-12);
+  } else {
+    EXPECT_EQ(std::memcmp(got.patches.bytes(), want.patches.bytes(), want.patches.size_bytes()), 0);
+  }
+}
+
+TEST_F(Vulkan, SamplingEqualsCpuExtractionU8) {
+  ImageU8 img = random_image(301, 187, 3, 21);
+  ExtractParams ep;
+  ep.dtype = DType::u8;
+  const Tokenization t = cpu_tokens(img, 16, ep, 80, 60);
+  ASSERT_GT(t.allocation.max_level, 1);
+  for (MipMethod m : {MipMethod::compute}) {
+    const TokenBatch got = gpu().extract(img, t.allocation, ep, m);
+    expect_same_batch(got, t.batch);
+  }
+}
+
+TEST_F(Vulkan, SamplingEqualsCpuExtractionFloatAndHalf) {
+  ImageU8 img = random_image(257, 129, 3, 22);
+  for (DType dt : {DType::f32, DType::f16}) {
+    for (bool norm : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (norm ? " normalised" : " raw"));
+      ExtractParams ep;
+      ep.dtype = dt;
+      ep.norm.enabled = norm;
+      ep.norm.mean = {0.5f, 0.25f, 0.125f};
+      const Tokenization t = cpu_tokens(img, 14, ep, 200, 30);
+      expect_same_batch(gpu().extract(img, t.allocation, ep), t.batch);
+    }
+  }
+}
+
+TEST_F(Vulkan, SamplingGrayAndOddSizes) {
+  for (const Size& s : {Size{45, 200, 1}, Size{33, 17, 3}, Size{16, 16, 1}}) {
+    SCOPED_TRACE(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c));
+    ImageU8 img = random_image(s.w, s.h, s.c, 23 + s.w);
+    ExtractParams ep;
+    ep.dtype = DType::u8;
+    const Tokenization t = cpu_tokens(img, 8, ep, 10, 10, 40);
+    expect_same_batch(gpu().extract(img, t.allocation, ep), t.batch);
+  }
+}
+
+TEST_F(Vulkan, SamplingBatchEqualsEachImage) {
+  std::vector<ImageU8> imgs;
+  std::vector<Tokenization> ts;
+  ExtractParams ep;
+  for (int i = 0; i < 4; ++i) {
+    imgs.push_back(random_image(160, 96, 3, 40 + i));
+    ts.push_back(cpu_tokens(imgs.back(), 16, ep, 20.0f + 40 * i, 50, 30 + 7 * i));
+  }
+  std::vector<const ImageU8*> ip;
+  std::vector<const Allocation*> ap;
+  for (int i = 0; i < 4; ++i) {
+    ip.push_back(&imgs[i]);
+    ap.push_back(&ts[i].allocation);
+  }
+  const std::vector<TokenBatch> got = gpu().extract_batch(ip, ap, ep);
+  ASSERT_EQ(got.size(), 4u);
+  for (int i = 0; i < 4; ++i) expect_same_batch(got[i], ts[i].batch);
+  const VulkanTimings& tm = gpu().last_timings();
+  EXPECT_GT(tm.total_ms(), 0.0);
+}
+
+TEST_F(Vulkan, TokenizeEqualsCpuTokenize) {
+  ImageU8 img = random_image(333, 250, 3, 60);
+  TokenizeParams tp;
+  tp.patch_px = 16;
+  tp.alloc.budget_tokens = 90;
+  Query q;
+  q.fixations.push_back({100.0f, 200.0f, 1.0f});
+  Executor exec({.threads = 1});
+  const Tokenization want = tokenize(img.clone(), q, tp, exec);
+  const Tokenization got = gpu().tokenize(img.clone(), q, tp, exec);
+  ASSERT_EQ(got.pyramid.num_levels(), want.pyramid.num_levels());
+  for (int l = 0; l < want.pyramid.num_levels(); ++l)
+    EXPECT_EQ(max_error(got.pyramid.level(l), want.pyramid.level(l)), 0.0) << "level " << l;
+  EXPECT_EQ(got.allocation.rate_map.level, want.allocation.rate_map.level);
+  expect_same_batch(got.batch, want.batch);
+  tp.uniform = true;
+  EXPECT_THROW(gpu().tokenize(img.clone(), q, tp, exec), Error);
+}
+
+// The CLI: --backend vulkan writes the same token file as the CPU; a device that matches
+// nothing is a one-line error; fovea devices lists the device.
+TEST_F(Vulkan, CliBackendVulkanWritesTheCpuFile) {
+  const std::string dir = test::temp_dir("vulkan_cli");
+  const std::string image = dir + "/in.png";
+  save_png(random_image(211, 150, 3, 70), image);
+  std::string bytes[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = dir + (i ? "/gpu.safetensors" : "/cpu.safetensors");
+    const auto r = test::run_cli({"tokenize", image, "--fixation", "50,60", "--budget", "60", "--backend",
+                                  i ? "vulkan" : "cpu", "-o", out});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream f(out, std::ios::binary);
+    bytes[i].assign(std::istreambuf_iterator<char>(f), {});
+  }
+  EXPECT_FALSE(bytes[0].empty());
+  EXPECT_TRUE(bytes[0] == bytes[1]) << "--backend vulkan wrote a different token file";
+  const auto bad = test::run_cli({"tokenize", image, "--backend", "vulkan", "--device", "no-such-gpu"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("matches no usable device"), std::string::npos) << bad.err;
+  // No driver at all (the loader finds no ICD): a note on stderr and the CPU path, exit 0.
+  ::setenv("VK_ICD_FILENAMES", "/nonexistent/fovea-no-icd.json", 1);
+  ::setenv("VK_DRIVER_FILES", "/nonexistent/fovea-no-icd.json", 1);
+  const auto none = test::run_cli({"tokenize", image, "--fixation", "50,60", "--budget", "60", "--backend", "vulkan",
+                                   "-o", dir + "/fallback.safetensors"});
+  ::unsetenv("VK_ICD_FILENAMES");
+  ::unsetenv("VK_DRIVER_FILES");
+  EXPECT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.err.find("no usable Vulkan device found; using the CPU"), std::string::npos) << none.err;
+  const auto dev = test::run_cli({"devices"});
+  EXPECT_EQ(dev.exit_code, 0);
+  EXPECT_NE(dev.out.find(gpu().device().name), std::string::npos) << dev.out;
+}
+
+TEST_F(Vulkan, RateMapDisagreeingWithLayoutIsAnError) {
+  ImageU8 img = random_image(128, 128, 3, 50);
+  ExtractParams ep;
+  ep.dtype = DType::u8;
+  Tokenization t = cpu_tokens(img, 16, ep, 10, 10, 30);
+  Allocation bad = t.allocation;
+  const Token& last = bad.layout.tokens.back();
+  const int tile = (last.y << last.level) * bad.rate_map.grid.tiles_x + (last.x << last.level);
+  bad.rate_map.level[tile] = uint8_t(last.level == 0 ? 1 : 0);
+  try {
+    gpu().extract(img, bad, ep);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("rate map and the token layout disagree"), std::string::npos) << e.what();
+  }
+}
+
+// ---- errors ----------------------------------------------------------------------------------
+
+TEST_F(Vulkan, AbsurdImageSizeIsACleanError) {
+  // Wider than any device's maxImageDimension2D, yet a small host buffer.
+  ImageU8 wide(1 << 20, 1, 1, true);
+  try {
+    gpu().build_pyramid(wide, {}, MipMethod::compute);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::limit_exceeded) << e.what();
+  }
+}
+
+TEST_F(Vulkan, ShadingRateRender) {
+  if (!gpu().device().fragment_shading_rate)
+    GTEST_SKIP() << gpu().device().name
+                 << " has no VK_KHR_fragment_shading_rate (lavapipe does not implement it): the rate "
+                    "map's shading-rate codes cannot be rendered with here";
+  GTEST_SKIP() << "the shading-rate render path is not implemented yet (docs/vulkan.md)";
+}
+
+#ifdef FOVEA_HAVE_VULKAN
+// ---- the RAII layer itself -------------------------------------------------------------------
+
+TEST(VulkanLayer, ResultsMapToErrorCodes) {
+  EXPECT_EQ(vk::errc_of(VK_ERROR_OUT_OF_DEVICE_MEMORY), Errc::out_of_memory);
+  EXPECT_EQ(vk::errc_of(VK_ERROR_OUT_OF_HOST_MEMORY), Errc::out_of_memory);
+  EXPECT_EQ(vk::errc_of(VK_ERROR_DEVICE_LOST), Errc::device);
+  EXPECT_EQ(vk::errc_of(VK_ERROR_FEATURE_NOT_PRESENT), Errc::unsupported);
+  EXPECT_NO_THROW(vk::check(VK_INCOMPLETE, "x"));
+  try {
+    vk::check(VK_ERROR_DEVICE_LOST, "vkQueueSubmit");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::device);
+    EXPECT_NE(std::string(e.what()).find("vkQueueSubmit failed: VK_ERROR_DEVICE_LOST"), std::string::npos);
+  }
+}
+
+TEST(VulkanLayer, DeviceQueuesMemoryAndCopies) {
+  if (!vulkan_available()) GTEST_SKIP() << "no Vulkan device";
+  vk::Instance inst({.validation = true});
+  const vk::PhysicalDeviceInfo pd = vk::select_device(inst, "");
+  EXPECT_EQ(vk::select_device(inst, std::to_string(pd.index)).index, pd.index);
+  EXPECT_EQ(vk::select_device(inst, pd.name().substr(0, 4)).index, pd.index);
+  EXPECT_THROW(vk::select_device(inst, "no-such-device-xyz"), Error);
+  EXPECT_THROW(vk::select_device(inst, "99"), Error);
+  {
+    vk::Device dev(inst, pd, {.want_sparse = true});
+    EXPECT_TRUE(dev.compute_queue().flags & VK_QUEUE_COMPUTE_BIT);
+    if (pd.features.sparseBinding) {
+      ASSERT_NE(dev.sparse_queue(), nullptr);
+      EXPECT_TRUE(dev.sparse_queue()->flags & VK_QUEUE_SPARSE_BINDING_BIT);
+      EXPECT_TRUE(dev.enabled_features().sparseBinding);
+    }
+    // Buffer round trip through device memory.
+    const size_t n = 1 << 16;
+    vk::Buffer up = vk::Buffer::create(dev, n, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, vk::MemoryUse::upload);
+    vk::Buffer mid = vk::Buffer::create(dev, n, VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                        vk::MemoryUse::device);
+    vk::Buffer down = vk::Buffer::create(dev, n, VK_BUFFER_USAGE_TRANSFER_DST_BIT, vk::MemoryUse::readback);
+    for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(up.mapped())[i] = uint8_t(i * 31 + 7);
+    vk::Commands cmds(dev, dev.transfer_queue());
+    VkCommandBuffer cb = cmds.begin();
+    const VkBufferCopy all{0, 0, n};
+    vkCmdCopyBuffer(cb, up.handle(), mid.handle(), 1, &all);
+    vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_TRANSFER_READ_BIT);
+    vkCmdCopyBuffer(cb, mid.handle(), down.handle(), 1, &all);
+    vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                       VK_ACCESS_HOST_READ_BIT);
+    cmds.submit_and_wait();
+    EXPECT_EQ(std::memcmp(up.mapped(), down.mapped(), n), 0);
+    vk::Buffer moved = std::move(down);
+    EXPECT_EQ(down.handle(), VK_NULL_HANDLE);
+    EXPECT_NE(moved.handle(), VK_NULL_HANDLE);
+
+    // Out of memory: within the image limits, far beyond any heap.
+    vk::ImageDesc huge;
+    huge.format = VK_FORMAT_R32_SFLOAT;
+    huge.width = huge.height = std::min(16384u, dev.limits().maxImageDimension2D);
+    huge.layers = std::min(2048u, dev.limits().maxImageArrayLayers);
+    try {
+      vk::Image::create(dev, huge);
+      FAIL() << "a " << huge.width << "x" << huge.height << "x" << huge.layers << " float image was accepted";
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.code() == Errc::out_of_memory || e.code() == Errc::limit_exceeded) << e.what();
+    }
+    vk::ImageDesc zero;
+    zero.width = 0;
+    EXPECT_THROW(vk::Image::create(dev, zero), Error);
+  }
+  EXPECT_EQ(inst.validation_errors(), 0) << (inst.validation_messages().empty() ? "" : inst.validation_messages()[0]);
+}
+#endif
+
+}  // namespace
+}  // namespace fovea
