@@ -14,6 +14,10 @@
 #include "fovea/error.hpp"
 #include "fovea/store.hpp"
 #include "fovea/token_cache.hpp"
+#include "fovea/image.hpp"
+#include "fovea/store_bench.hpp"
+#include "test_util.hpp"
+#include <nlohmann/json.hpp>
 
 namespace fovea {
 namespace {
@@ -463,6 +467,72 @@ TEST_P(StoreBackendTest, ConcurrentReadersOneWriter) {
   EXPECT_GT(gathers.load(), 0);
 }
 
+// The documented contract: one writer at a time, store-wide. Several threads writing their own
+// sequences concurrently (the lock serialises them) with readers alongside: every sequence
+// ends with exactly its writer's last frame and the accounting adds up.
+TEST_P(StoreBackendTest, WriterPerSequenceThreads) {
+  StoreConfig cfg;
+  cfg.dim = 128;
+  cfg.dtype = DType::f32;  // 512-byte tokens, 8 per page
+  cfg.page_bytes = 4096;
+  cfg.pool_pages = 128;
+  TokenStore store(cfg, make_store_backend(GetParam()));
+  constexpr int kWriters = 3;
+  SeqId seqs[kWriters];
+  for (SeqId& s : seqs) s = store.reserve(256);
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::thread reader([&] {
+    while (!stop.load())
+      for (SeqId s : seqs) {
+        try {
+          const int64_t n = store.resident_tokens(s);
+          if (n == 0) continue;
+          const Tensor f = store.gather({{s, 0, std::min<int64_t>(n, 4)}});
+          for (int64_t i = 1; i < f.numel(); ++i)
+            if (f.data<float>()[i] != f.data<float>()[0]) ++bad;
+        } catch (const Error&) {
+        }
+      }
+  });
+  std::vector<std::thread> writers;
+  std::vector<int64_t> last_n(kWriters);
+  for (int w = 0; w < kWriters; ++w)
+    writers.emplace_back([&, w] {
+      std::mt19937 rng(100 + w);
+      for (int frame = 0; frame < 60; ++frame) {
+        const int64_t n = 1 + int64_t(rng() % 256);
+        Tensor f(DType::f32, {n, 128});
+        std::fill(f.data<float>(), f.data<float>() + f.numel(), float(w * 1000 + frame));
+        store.update_frame(seqs[w], f);
+        if (frame % 7 == 3) {  // drop the second half and bind/write it again
+          const int64_t half = n / 2;
+          store.unbind(seqs[w], half, n - half);
+          store.bind(seqs[w], half, n - half);
+          Tensor t(DType::f32, {n - half, 128});
+          std::fill(t.data<float>(), t.data<float>() + t.numel(), float(w * 1000 + frame));
+          store.write(seqs[w], half, t);
+        }
+        last_n[size_t(w)] = n;
+      }
+    });
+  for (auto& t : writers) t.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(bad.load(), 0);
+  int64_t pages = 0;
+  for (int w = 0; w < kWriters; ++w) {
+    const int64_t n = last_n[size_t(w)];
+    EXPECT_EQ(store.resident_tokens(seqs[w]), n);
+    EXPECT_EQ(store.resident_pages(seqs[w]), store.pages_for_tokens(n));
+    pages += store.pages_for_tokens(n);
+    const Tensor g = store.gather({{seqs[w], 0, n}});
+    for (int64_t i = 0; i < g.numel(); ++i) ASSERT_EQ(g.data<float>()[i], float(w * 1000 + 59)) << w;
+  }
+  EXPECT_EQ(store.stats().resident_pages, pages);
+  EXPECT_EQ(store.stats().free_pages, 128 - pages);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, StoreBackendTest, ::testing::ValuesIn(available_backends()),
                          [](const auto& info) { return info.param; });
 
@@ -620,6 +690,54 @@ TEST(TokenCache, RefcountsAndLruEvictionOrder) {
   cache.release(key_of(4));
   cache.release(key_of(5));
   EXPECT_EQ(cache.stats().entries, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(StoreBench, SeedTableNumbers) {
+  const SeedTable t = seed_table("host", StoreConfig{});  // D=1024 f16, 64 KiB pages
+  ASSERT_EQ(t.images.size(), 8u);
+  EXPECT_TRUE(t.roundtrip_ok);
+  EXPECT_EQ(t.stats.resident_pages, 138);
+  EXPECT_EQ(t.stats.dense_bytes, 16 << 20);
+  EXPECT_NEAR(t.saved_fraction(), 1.0 - 138.0 * 65536 / (16 << 20), 1e-12);  // 46.1%
+  EXPECT_NEAR(t.payload_saved_fraction(), 1.0 - 4300.0 / 8192, 1e-12);
+  const BindTiming b = time_backend_binds("host", BindMode::merged, 64, 4096, 1);
+  EXPECT_EQ(b.calls, 1);
+  EXPECT_EQ(b.entries, 1);
+  const BindTiming f = time_frame_binds("host", BindMode::single, StoreConfig{}, 1);
+  EXPECT_EQ(f.pages, 138);
+  EXPECT_EQ(f.calls, 138);
+  const GatherTiming g = time_gather("host", StoreConfig{}, 1);
+  EXPECT_EQ(g.bytes, 4300 * 2048);
+}
+
+TEST(StoreCli, StoreBenchAndTokenizeStore) {
+  const auto r = test::run_cli({"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "64", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["seed_table"][0]["resident_pages"].get<int64_t>(), 138);
+  EXPECT_EQ(j["backend_binds"].size(), 3u);
+  const auto text = test::run_cli({"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "16"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("46.1% saved"), std::string::npos) << text.out;
+  const auto badpage = test::run_cli({"store-bench", "--page-bytes", "5000"});
+  EXPECT_EQ(badpage.exit_code, 2);
+  EXPECT_NE(badpage.err.find("multiple of"), std::string::npos) << badpage.err;
+
+  const std::string dir = test::temp_dir("store_cli");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(128, 96, 3), image);
+  const auto t = test::run_cli({"tokenize", image, "--budget", "20", "--dtype", "f16", "--store", "--json"});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const auto s = nlohmann::json::parse(t.out)["store"];
+  const int64_t kept = s["kept_tokens"].get<int64_t>(), tb = s["token_bytes"].get<int64_t>();
+  EXPECT_EQ(tb, 16 * 16 * 3 * 2);
+  EXPECT_EQ(s["dense_tokens"].get<int64_t>(), 8 * 6);
+  EXPECT_EQ(s["pages"].get<int64_t>(), (kept * tb + 65535) / 65536);
+  EXPECT_TRUE(s["roundtrip_ok"].get<bool>());
+  const auto u8 = test::run_cli({"tokenize", image, "--dtype", "u8", "--store"});
+  EXPECT_EQ(u8.exit_code, 2);
+  EXPECT_NE(u8.err.find("--store needs float tokens"), std::string::npos) << u8.err;
 }
 
 }  // namespace

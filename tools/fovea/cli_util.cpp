@@ -2,9 +2,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <algorithm>
 #include <iostream>
 
 #include "fovea/error.hpp"
+#include "fovea/store.hpp"
 
 namespace fovea::cli {
 
@@ -261,6 +264,83 @@ void print_summary(const nlohmann::json& j) {
   std::printf("  time: pyramid %.2f ms, relevance %.2f ms, allocate %.2f ms, extract %.2f ms (total %.2f ms)\n",
               tm["pyramid"].get<double>(), tm["relevance"].get<double>(), tm["allocate"].get<double>(),
               tm["extract"].get<double>(), tm["total"].get<double>());
+}
+
+void StoreOptions::add(CLI::App& app) {
+  app.add_flag("--store", enabled,
+               "Report what a paged token store would hold for this image: pages, resident vs dense bytes");
+  app.add_option("--store-page-bytes", page_bytes, "Page size of the --store report (a multiple of 4096)")
+      ->default_val(64 << 10);
+  app.add_option("--store-backend", backend, "Backend of the --store report: host or vulkan")
+      ->check(CLI::IsMember({"host", "vulkan"}))
+      ->default_val("host");
+}
+
+void StoreOptions::validate(const std::string& token_dtype) const {
+  if (token_dtype == "u8") throw bad("--store needs float tokens: use --dtype f32 or f16, not u8");
+  if (page_bytes < 4096 || page_bytes > (int64_t(1) << 30) || page_bytes % 4096 != 0)
+    throw bad("--store-page-bytes must be a multiple of 4096 in [4096, 1 GiB], got " + std::to_string(page_bytes));
+}
+
+nlohmann::json store_report(const Tensor& tokens, int64_t dense_tokens, const StoreOptions& o) {
+  o.validate();
+  if (tokens.dtype() != DType::f32 && tokens.dtype() != DType::f16 && tokens.dtype() != DType::bf16)
+    throw Error(Errc::unsupported, "--store needs f32, f16 or bf16 tokens, not " + std::string(dtype_name(tokens.dtype())) +
+                                       " (use --dtype f32 or f16)");
+  const int64_t n = tokens.empty() ? 0 : tokens.dim(0);
+  const int64_t dim = n > 0 ? tokens.numel() / n : 1;
+  dense_tokens = std::max(dense_tokens, std::max<int64_t>(n, 1));
+  StoreConfig cfg;
+  cfg.dim = dim;
+  cfg.dtype = tokens.dtype();
+  cfg.page_bytes = o.page_bytes;
+  const int64_t token_bytes = dim * int64_t(dtype_size(cfg.dtype));
+  const int64_t dense_pages = (dense_tokens * token_bytes + o.page_bytes - 1) / o.page_bytes;
+  cfg.pool_pages = std::max<int64_t>(dense_pages, 1);
+  cfg.virtual_pages = dense_pages + 1;
+  TokenStore store(cfg, make_store_backend(o.backend));
+  const SeqId seq = store.reserve(dense_tokens);
+  bool roundtrip = true;
+  if (n > 0) {
+    store.bind(seq, 0, n);
+    store.write_bytes(seq, 0, n, tokens.bytes());
+    const TokenRange all{seq, 0, n};
+    const Tensor back = store.gather({&all, 1});
+    roundtrip = std::memcmp(back.bytes(), tokens.bytes(), tokens.size_bytes()) == 0;
+  }
+  if (!roundtrip) throw Error(Errc::internal, "--store: the store did not return the tokens written to it");
+  const StoreStats st = store.stats();
+  store.release(seq);
+  nlohmann::json j;
+  j["backend"] = std::string(store.backend_name());
+  j["dtype"] = cfg.dtype == DType::f32 ? "f32" : cfg.dtype == DType::f16 ? "f16" : "bf16";
+  j["dim"] = dim;
+  j["token_bytes"] = token_bytes;
+  j["page_bytes"] = o.page_bytes;
+  j["tokens_per_page"] = double(o.page_bytes) / double(token_bytes);
+  j["dense_tokens"] = dense_tokens;
+  j["kept_tokens"] = n;
+  j["pages"] = st.resident_pages;
+  j["reserved_pages"] = st.reserved_pages;
+  j["resident_bytes"] = st.resident_bytes;
+  j["payload_bytes"] = st.payload_bytes;
+  j["dense_bytes"] = st.dense_bytes;
+  j["saved_fraction"] = st.dense_bytes > 0 ? 1.0 - double(st.resident_bytes) / double(st.dense_bytes) : 0.0;
+  j["page_overhead"] = st.payload_bytes > 0 ? double(st.resident_bytes) / double(st.payload_bytes) - 1.0 : 0.0;
+  j["roundtrip_ok"] = roundtrip;
+  return j;
+}
+
+void print_store_report(const nlohmann::json& s) {
+  std::printf("  store (%s, %lld KiB pages): %lld of %lld dense tokens, %lld bytes a token (%s x %lld)\n",
+              s["backend"].get<std::string>().c_str(), s["page_bytes"].get<long long>() >> 10,
+              s["kept_tokens"].get<long long>(), s["dense_tokens"].get<long long>(), s["token_bytes"].get<long long>(),
+              s["dtype"].get<std::string>().c_str(), s["dim"].get<long long>());
+  std::printf("    %lld pages = %.1f KiB resident vs %.1f KiB dense: %.1f%% saved; payload %.1f KiB, "
+              "whole pages add %.1f%%\n",
+              s["pages"].get<long long>(), s["resident_bytes"].get<double>() / 1024.0,
+              s["dense_bytes"].get<double>() / 1024.0, 100.0 * s["saved_fraction"].get<double>(),
+              s["payload_bytes"].get<double>() / 1024.0, 100.0 * s["page_overhead"].get<double>());
 }
 
 }  // namespace fovea::cli

@@ -52,6 +52,22 @@ struct TokenizeOptions {
   LoadOptions load_options() const;
 };
 
+// --store (tokenize, encode): what a paged token store would hold for the image's tokens.
+struct StoreOptions {
+  bool enabled = false;
+  int64_t page_bytes = 64 << 10;
+  std::string backend = "host";
+  void add(CLI::App& app);
+  // Before any work: Error(invalid_argument) naming the flag; token_dtype as given to --dtype.
+  void validate(const std::string& token_dtype = "") const;
+};
+
+// Reserves a sequence of `dense_tokens` (the full-resolution grid) in a TokenStore, binds and
+// writes the `tokens` ([N, ...] f32/f16/bf16, one row per token) at [0, N), gathers them back,
+// and reports the store's accounting: pages, resident vs dense bytes, page overhead.
+nlohmann::json store_report(const Tensor& tokens, int64_t dense_tokens, const StoreOptions& options);
+void print_store_report(const nlohmann::json& store);
+
 // "1.5,2" -> {1.5, 2}; throws Error(invalid_argument) mentioning `flag` on bad syntax.
 std::vector<float> parse_floats(const std::string& text, const std::string& flag);
 

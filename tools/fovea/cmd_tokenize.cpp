@@ -15,6 +15,7 @@ namespace {
 struct TokenizeCommand {
   TokenizeOptions tok;
   ExecOptions exec;
+  StoreOptions store;
   std::string output, overlay, seen;
   bool json = false;
 
@@ -24,6 +25,7 @@ struct TokenizeCommand {
     const TokenizeParams params = tok.params();
     const Query query = tok.query();
     Executor ex(exec.config());
+    if (store.enabled) store.validate(tok.dtype);
 
     auto t0 = Clock::now();
     ImageU8 image = load_image(tok.image, tok.load_options());
@@ -51,10 +53,12 @@ struct TokenizeCommand {
     summary["backend"] = gpu ? "vulkan" : "cpu";
     if (gpu) summary["device"] = gpu->device().name;
     summary["outputs"] = {{"tokens", output}, {"overlay", overlay}, {"seen", seen}};
+    if (store.enabled) summary["store"] = store_report(t.batch.patches, summary["full_resolution_tokens"].get<int64_t>(), store);
     if (json) {
       std::cout << summary.dump(2) << '\n';
     } else {
       print_summary(summary);
+      if (store.enabled) print_store_report(summary["store"]);
       if (!output.empty()) std::printf("  wrote %s\n", output.c_str());
       if (!overlay.empty()) std::printf("  wrote %s\n", overlay.c_str());
       if (!seen.empty()) std::printf("  wrote %s\n", seen.c_str());
@@ -75,6 +79,7 @@ Runner setup(CLI::App& sub) {
       ->type_name("PNG");
   sub.add_flag("--json", cmd->json, "Print a JSON summary: tokens per level, coverage, timings per stage");
   cmd->exec.add(sub);
+  cmd->store.add(sub);
   sub.footer(
       "Examples:\n"
       "  fovea tokenize photo.jpg --budget 273 --fixation 512,300 -o tokens.safetensors\n"

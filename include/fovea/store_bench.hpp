@@ -1,0 +1,82 @@
+// fovea/store_bench.hpp — the token store's measurement scenario (issue 5), shared by
+// `fovea store-bench` and bench/bench_store.cpp.
+//
+//   fovea::SeedTable t = fovea::seed_table("host", fovea::StoreConfig{});   // seed 000's 8 images
+//   std::printf("%.1f%% saved\n", 100 * t.saved_fraction());
+//   fovea::BindTiming one = fovea::time_backend_binds("vulkan", fovea::BindMode::single, 1000, 4096, 5);
+//
+// Timings are medians over `reps` repetitions, in milliseconds, of wall-clock time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fovea/store.hpp"
+
+namespace fovea {
+
+// Seed 000: eight images of 1024 dense tokens each, of which these survive the budget.
+inline constexpr int64_t kSeedDenseTokens = 1024;
+inline constexpr int64_t kSeedKeptTokens[8] = {410, 820, 310, 650, 180, 920, 450, 560};
+
+struct SeedImage {
+  int64_t dense_tokens = 0, kept_tokens = 0;
+  int64_t pages = 0;           // physical pages bound for the kept tokens
+  int64_t resident_bytes = 0;  // pages * page_bytes
+  int64_t payload_bytes = 0;   // kept_tokens * token_bytes
+  int64_t dense_bytes = 0;     // dense_tokens * token_bytes
+};
+
+struct SeedTable {
+  std::string backend;
+  int64_t token_bytes = 0, page_bytes = 0;
+  std::vector<SeedImage> images;
+  StoreStats stats;            // the store after binding and writing all eight
+  bool roundtrip_ok = false;   // a gather of every kept token returned what was written
+  double saved_fraction() const { return 1.0 - double(stats.resident_bytes) / double(stats.dense_bytes); }
+  double payload_saved_fraction() const { return 1.0 - double(stats.payload_bytes) / double(stats.dense_bytes); }
+  // Page-granularity overhead: resident bytes beyond the payload, as a fraction of the payload.
+  double page_overhead() const { return double(stats.resident_bytes) / double(stats.payload_bytes) - 1.0; }
+};
+
+// Reserves the eight images at their dense size, binds the kept tokens [0, kept) in one batch,
+// writes distinct bytes and gathers them back. cfg.pool_pages is raised to fit if needed.
+SeedTable seed_table(std::string_view backend, StoreConfig cfg);
+
+struct BindTiming {
+  std::string backend;
+  BindMode mode = BindMode::merged;
+  int64_t pages = 0, page_bytes = 0;
+  int64_t calls = 0, entries = 0;  // backend bind() submissions and PageBind entries per repetition
+  double bind_ms = 0;              // median time to bind `pages` pages
+  double unbind_ms = 0;            // median time to unbind them again (same mode)
+  double pages_per_s() const { return bind_ms > 0 ? double(pages) / (bind_ms * 1e-3) : 0; }
+};
+
+// Backend level, no bookkeeping: binds `pages` pages of `page_bytes` (virtual i -> physical i)
+// in one of the three ways, then unbinds them the same way.
+BindTiming time_backend_binds(std::string_view backend, BindMode mode, int64_t pages, int64_t page_bytes, int reps);
+
+// A whole frame through the TokenStore: seed 000's eight images bound in one bind_batch (with
+// the zero fill of new pages) and released again.
+BindTiming time_frame_binds(std::string_view backend, BindMode mode, const StoreConfig& cfg, int reps);
+
+struct GatherTiming {
+  std::string backend;
+  int64_t bytes = 0;      // gathered per repetition
+  int64_t ranges = 0;
+  double gather_ms = 0;   // median TokenStore::gather_into of every kept token of the seed table
+  double memcpy_ms = 0;   // median memcpy of the same number of bytes between two host buffers
+  double gather_gb_s() const { return gather_ms > 0 ? double(bytes) / (gather_ms * 1e6) : 0; }
+  double memcpy_gb_s() const { return memcpy_ms > 0 ? double(bytes) / (memcpy_ms * 1e6) : 0; }
+};
+
+GatherTiming time_gather(std::string_view backend, const StoreConfig& cfg, int reps);
+
+// "host", plus "vulkan" when make_vulkan_store_backend() succeeds; `why_not` gets the reason
+// when it does not.
+std::vector<std::string> available_store_backends(std::string* why_not = nullptr);
+
+}  // namespace fovea

@@ -1,0 +1,199 @@
+// The store's measurement scenario: seed 000's table, bind modes, gather vs memcpy.
+#include "fovea/store_bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+
+#include "fovea/error.hpp"
+
+namespace fovea {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Pool large enough for the seed table at this page size.
+StoreConfig fit_seed(StoreConfig cfg) {
+  const int64_t tb = cfg.dim * int64_t(dtype_size(cfg.dtype));
+  int64_t need = 0;
+  for (int64_t k : kSeedKeptTokens) need += (k * tb + cfg.page_bytes - 1) / cfg.page_bytes;
+  const int64_t reserve = 8 * ((kSeedDenseTokens * tb + cfg.page_bytes - 1) / cfg.page_bytes);
+  cfg.pool_pages = std::max(cfg.pool_pages, need);
+  cfg.virtual_pages = std::max(cfg.virtual_pages, reserve + 1);
+  return cfg;
+}
+
+}  // namespace
+
+std::vector<std::string> available_store_backends(std::string* why_not) {
+  std::vector<std::string> names{"host"};
+  std::string why;
+  if (make_vulkan_store_backend(&why)) names.push_back("vulkan");
+  else if (why_not) *why_not = why;
+  return names;
+}
+
+SeedTable seed_table(std::string_view backend, StoreConfig cfg) {
+  cfg = fit_seed(cfg);
+  TokenStore store(cfg, make_store_backend(backend));
+  SeedTable t;
+  t.backend = std::string(backend);
+  t.token_bytes = store.token_bytes();
+  t.page_bytes = store.page_bytes();
+  std::vector<TokenRange> ranges;
+  for (int64_t k : kSeedKeptTokens) ranges.push_back({store.reserve(kSeedDenseTokens), 0, k});
+  store.bind_batch(ranges);
+  std::vector<std::byte> want;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    std::vector<std::byte> bytes(size_t(ranges[i].count * t.token_bytes));
+    for (size_t b = 0; b < bytes.size(); ++b) bytes[b] = std::byte((b * 131 + i * 17 + (b >> 11)) & 0xff);
+    store.write_bytes(ranges[i].seq, 0, ranges[i].count, bytes.data());
+    want.insert(want.end(), bytes.begin(), bytes.end());
+    SeedImage im;
+    im.dense_tokens = kSeedDenseTokens;
+    im.kept_tokens = ranges[i].count;
+    im.pages = store.resident_pages(ranges[i].seq);
+    im.resident_bytes = im.pages * t.page_bytes;
+    im.payload_bytes = im.kept_tokens * t.token_bytes;
+    im.dense_bytes = im.dense_tokens * t.token_bytes;
+    t.images.push_back(im);
+  }
+  const Tensor got = store.gather(ranges);
+  t.roundtrip_ok = got.size_bytes() == want.size() && std::memcmp(got.bytes(), want.data(), want.size()) == 0;
+  t.stats = store.stats();
+  for (const TokenRange& r : ranges) store.release(r.seq);
+  return t;
+}
+
+BindTiming time_backend_binds(std::string_view backend, BindMode mode, int64_t pages, int64_t page_bytes, int reps) {
+  if (pages < 1 || page_bytes < 1 || reps < 1)
+    throw Error(Errc::invalid_argument, "store bench: pages, page size and repetitions must be >= 1");
+  std::unique_ptr<StoreBackend> b = make_store_backend(backend);
+  if (page_bytes % b->page_granularity_bytes() != 0)
+    throw Error(Errc::invalid_argument, "store bench: page size " + std::to_string(page_bytes) +
+                                            " is not a multiple of the " + std::string(backend) +
+                                            " backend's page granularity " +
+                                            std::to_string(b->page_granularity_bytes()));
+  b->init({page_bytes, pages, pages});
+  BindTiming t;
+  t.backend = std::string(backend);
+  t.mode = mode;
+  t.pages = pages;
+  t.page_bytes = page_bytes;
+  auto run = [&](bool bind) {
+    if (mode == BindMode::single) {
+      for (int64_t i = 0; i < pages; ++i) {
+        const PageBind one{i, bind ? i : PageBind::kUnbound, 1};
+        b->bind({&one, 1});
+      }
+      return std::pair<int64_t, int64_t>{pages, pages};
+    }
+    if (mode == BindMode::batched) {
+      std::vector<PageBind> v(static_cast<size_t>(pages));
+      for (int64_t i = 0; i < pages; ++i) v[size_t(i)] = {i, bind ? i : PageBind::kUnbound, 1};
+      b->bind(v);
+      return std::pair<int64_t, int64_t>{1, pages};
+    }
+    const PageBind all{0, bind ? 0 : PageBind::kUnbound, pages};
+    b->bind({&all, 1});
+    return std::pair<int64_t, int64_t>{1, 1};
+  };
+  std::vector<double> bind_ms, unbind_ms;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    const auto [calls, entries] = run(true);
+    bind_ms.push_back(ms_since(t0));
+    t0 = Clock::now();
+    run(false);
+    unbind_ms.push_back(ms_since(t0));
+    t.calls = calls;
+    t.entries = entries;
+  }
+  t.bind_ms = median(bind_ms);
+  t.unbind_ms = median(unbind_ms);
+  return t;
+}
+
+BindTiming time_frame_binds(std::string_view backend, BindMode mode, const StoreConfig& config, int reps) {
+  if (reps < 1) throw Error(Errc::invalid_argument, "store bench: repetitions must be >= 1");
+  StoreConfig cfg = fit_seed(config);
+  cfg.bind_mode = mode;
+  TokenStore store(cfg, make_store_backend(backend));
+  BindTiming t;
+  t.backend = std::string(backend);
+  t.mode = mode;
+  t.page_bytes = cfg.page_bytes;
+  std::vector<double> bind_ms, unbind_ms;
+  for (int r = -1; r < reps; ++r) {  // r = -1 warms up (first touch of the pool) and is dropped
+    std::vector<TokenRange> ranges;
+    for (int64_t k : kSeedKeptTokens) ranges.push_back({store.reserve(kSeedDenseTokens), 0, k});
+    const StoreStats before = store.stats();
+    auto t0 = Clock::now();
+    store.bind_batch(ranges);
+    if (r >= 0) bind_ms.push_back(ms_since(t0));
+    const StoreStats after = store.stats();
+    t.pages = after.resident_pages;
+    t.calls = after.bind_calls - before.bind_calls;
+    t.entries = after.bind_entries - before.bind_entries;
+    t0 = Clock::now();
+    store.unbind_batch(ranges);
+    if (r >= 0) unbind_ms.push_back(ms_since(t0));
+    for (const TokenRange& rg : ranges) store.release(rg.seq);
+  }
+  t.bind_ms = median(bind_ms);
+  t.unbind_ms = median(unbind_ms);
+  return t;
+}
+
+GatherTiming time_gather(std::string_view backend, const StoreConfig& config, int reps) {
+  if (reps < 1) throw Error(Errc::invalid_argument, "store bench: repetitions must be >= 1");
+  StoreConfig cfg = fit_seed(config);
+  TokenStore store(cfg, make_store_backend(backend));
+  std::vector<TokenRange> ranges;
+  for (int64_t k : kSeedKeptTokens) ranges.push_back({store.reserve(kSeedDenseTokens), 0, k});
+  store.bind_batch(ranges);
+  const int64_t tb = store.token_bytes();
+  int64_t total = 0;
+  for (const TokenRange& r : ranges) {
+    std::vector<std::byte> bytes(size_t(r.count * tb), std::byte(r.seq & 0xff));
+    store.write_bytes(r.seq, 0, r.count, bytes.data());
+    total += r.count * tb;
+  }
+  GatherTiming t;
+  t.backend = std::string(backend);
+  t.bytes = total;
+  t.ranges = int64_t(ranges.size());
+  std::unique_ptr<std::byte[], AlignedFree> dst = aligned_alloc_bytes(size_t(total));
+  std::unique_ptr<std::byte[], AlignedFree> src = aligned_alloc_bytes(size_t(total));
+  std::memset(src.get(), 1, size_t(total));
+  std::memset(dst.get(), 0, size_t(total));
+  store.gather_into(ranges, dst.get());  // warm up (first touch, pipeline creation)
+  std::memcpy(dst.get(), src.get(), size_t(total));
+  std::vector<double> g, m;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    store.gather_into(ranges, dst.get());
+    g.push_back(ms_since(t0));
+    t0 = Clock::now();
+    std::memcpy(dst.get(), src.get(), size_t(total));
+    m.push_back(ms_since(t0));
+    volatile std::byte sink = dst[size_t(r) % size_t(total)];  // keep the copy observable
+    (void)sink;
+  }
+  t.gather_ms = median(g);
+  t.memcpy_ms = median(m);
+  for (const TokenRange& r : ranges) store.release(r.seq);
+  return t;
+}
+
+}  // namespace fovea

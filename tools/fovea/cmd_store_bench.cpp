@@ -1,0 +1,220 @@
+// fovea store-bench [--backend all|host|vulkan] [--dim D] [--dtype f16] [--page-bytes N] [--json]
+//
+// The token store's scenario (issue 5): seed 000's eight-image table (resident vs dense
+// memory), pages bound per second one at a time vs batched vs merged on each backend, and
+// gather bandwidth against memcpy.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "command.hpp"
+#include "fovea/error.hpp"
+#include "fovea/store_bench.hpp"
+#include <nlohmann/json.hpp>
+
+namespace fovea::cli {
+namespace {
+
+struct StoreBenchCommand {
+  std::string backend = "all";
+  int64_t dim = 1024;
+  std::string dtype = "f16";
+  int64_t page_bytes = 64 << 10;
+  int64_t bind_pages = 1000;
+  int64_t bind_page_bytes = 4096;
+  int reps = 7;
+  bool as_json = false;
+
+  int run() const {
+    using nlohmann::json;
+    StoreConfig cfg;
+    cfg.dim = dim;
+    if (dtype == "f32") cfg.dtype = DType::f32;
+    else if (dtype == "f16") cfg.dtype = DType::f16;
+    else if (dtype == "bf16") cfg.dtype = DType::bf16;
+    else throw Error(Errc::invalid_argument, "--dtype must be f32, f16 or bf16");
+    cfg.page_bytes = page_bytes;
+    if (reps < 1 || reps > 1000) throw Error(Errc::invalid_argument, "--reps must be in [1, 1000]");
+    if (bind_pages < 1 || bind_pages > (1 << 20)) throw Error(Errc::invalid_argument, "--bind-pages must be in [1, 1048576]");
+    std::string why;
+    std::vector<std::string> backends;
+    const std::vector<std::string> avail = available_store_backends(&why);
+    if (backend == "all") {
+      backends = avail;
+    } else {
+      backends = {backend};
+      make_store_backend(backend);  // says clearly why it is not available
+    }
+
+    json out;
+    out["config"] = {{"dim", dim}, {"dtype", dtype}, {"page_bytes", page_bytes}, {"reps", reps}};
+    if (backend == "all" && avail.size() < 2) out["vulkan_unavailable"] = why;
+
+    // 1. Seed 000's table, on each backend (identical numbers expected), plus a page-size sweep.
+    json tables = json::array();
+    std::vector<SeedTable> seed;
+    for (const std::string& b : backends) seed.push_back(seed_table(b, cfg));
+    for (const SeedTable& t : seed) {
+      json imgs = json::array();
+      for (const SeedImage& im : t.images)
+        imgs.push_back({{"dense_tokens", im.dense_tokens}, {"kept_tokens", im.kept_tokens}, {"pages", im.pages},
+                        {"resident_bytes", im.resident_bytes}, {"payload_bytes", im.payload_bytes},
+                        {"dense_bytes", im.dense_bytes}});
+      tables.push_back({{"backend", t.backend},
+                        {"token_bytes", t.token_bytes},
+                        {"page_bytes", t.page_bytes},
+                        {"images", imgs},
+                        {"resident_pages", t.stats.resident_pages},
+                        {"resident_bytes", t.stats.resident_bytes},
+                        {"payload_bytes", t.stats.payload_bytes},
+                        {"dense_bytes", t.stats.dense_bytes},
+                        {"saved_fraction", t.saved_fraction()},
+                        {"payload_saved_fraction", t.payload_saved_fraction()},
+                        {"page_overhead", t.page_overhead()},
+                        {"roundtrip_ok", t.roundtrip_ok}});
+      if (!t.roundtrip_ok) throw Error(Errc::internal, "store-bench: " + t.backend + " gather did not return what was written");
+    }
+    out["seed_table"] = tables;
+    json sweep = json::array();
+    std::vector<SeedTable> sweep_tables;
+    for (int64_t pb : {int64_t(4096), int64_t(16384), int64_t(65536), int64_t(262144)}) {
+      StoreConfig c = cfg;
+      c.page_bytes = pb;
+      sweep_tables.push_back(seed_table("host", c));
+      const SeedTable& t = sweep_tables.back();
+      sweep.push_back({{"page_bytes", pb}, {"resident_bytes", t.stats.resident_bytes},
+                       {"saved_fraction", t.saved_fraction()}, {"page_overhead", t.page_overhead()}});
+    }
+    out["page_size_sweep"] = sweep;
+
+    // 2. Binds: backend level (N pages) and a whole frame through the store.
+    std::vector<BindTiming> raw, frame;
+    for (const std::string& b : backends)
+      for (BindMode m : {BindMode::single, BindMode::batched, BindMode::merged}) {
+        raw.push_back(time_backend_binds(b, m, bind_pages, bind_page_bytes, reps));
+        frame.push_back(time_frame_binds(b, m, cfg, reps));
+      }
+    auto timings_json = [](const std::vector<BindTiming>& v) {
+      json a = json::array();
+      for (size_t i = 0; i < v.size(); ++i) {
+        const BindTiming& single = v[i - i % 3];
+        a.push_back({{"backend", v[i].backend}, {"mode", to_string(v[i].mode)}, {"pages", v[i].pages},
+                     {"page_bytes", v[i].page_bytes}, {"calls", v[i].calls}, {"entries", v[i].entries},
+                     {"bind_ms", v[i].bind_ms}, {"unbind_ms", v[i].unbind_ms}, {"pages_per_s", v[i].pages_per_s()},
+                     {"speedup_vs_single", v[i].bind_ms > 0 ? single.bind_ms / v[i].bind_ms : 0.0}});
+      }
+      return a;
+    };
+    out["backend_binds"] = timings_json(raw);
+    out["frame_binds"] = timings_json(frame);
+
+    // 3. Gather bandwidth vs memcpy.
+    std::vector<GatherTiming> gathers;
+    json gj = json::array();
+    for (const std::string& b : backends) {
+      gathers.push_back(time_gather(b, cfg, reps));
+      const GatherTiming& g = gathers.back();
+      gj.push_back({{"backend", g.backend}, {"bytes", g.bytes}, {"ranges", g.ranges}, {"gather_ms", g.gather_ms},
+                    {"memcpy_ms", g.memcpy_ms}, {"gather_gb_s", g.gather_gb_s()}, {"memcpy_gb_s", g.memcpy_gb_s()},
+                    {"gather_vs_memcpy", g.memcpy_ms > 0 ? g.gather_ms / g.memcpy_ms : 0.0}});
+    }
+    out["gather"] = gj;
+
+    if (as_json) {
+      std::cout << out.dump(2) << '\n';
+      return 0;
+    }
+    const SeedTable& t0 = seed.front();
+    std::printf("fovea store-bench: D=%lld %s (%lld bytes a token), %lld KiB pages, median of %d runs\n",
+                (long long)dim, dtype.c_str(), (long long)t0.token_bytes, (long long)(page_bytes >> 10), reps);
+    if (out.contains("vulkan_unavailable"))
+      std::printf("  vulkan backend: not available (%s); the host backend serves\n", why.c_str());
+    std::printf("\nSeed 000 table: 8 images of %lld dense tokens, kept tokens bound at [0, kept)\n",
+                (long long)kSeedDenseTokens);
+    std::printf("  %-6s %6s %6s %13s %12s %10s\n", "image", "kept", "pages", "resident KiB", "payload KiB", "dense KiB");
+    for (size_t i = 0; i < t0.images.size(); ++i) {
+      const SeedImage& im = t0.images[i];
+      std::printf("  %-6zu %6lld %6lld %13.1f %12.1f %10.1f\n", i + 1, (long long)im.kept_tokens, (long long)im.pages,
+                  im.resident_bytes / 1024.0, im.payload_bytes / 1024.0, im.dense_bytes / 1024.0);
+    }
+    std::printf("  %-6s %6lld %6lld %13.1f %12.1f %10.1f\n", "total", (long long)t0.stats.resident_tokens,
+                (long long)t0.stats.resident_pages, t0.stats.resident_bytes / 1024.0, t0.stats.payload_bytes / 1024.0,
+                t0.stats.dense_bytes / 1024.0);
+    std::printf("  resident vs dense: %.1f%% of the dense memory, %.1f%% saved (seed 000 claims 46%%)\n",
+                100.0 * (1.0 - t0.saved_fraction()), 100.0 * t0.saved_fraction());
+    std::printf("  perfect packing would save %.1f%%; whole pages cost %.1f%% over the payload (each image's\n"
+                "  last page is partly empty: %lld tokens a page, so up to %lld tokens of slack per image)\n",
+                100.0 * t0.payload_saved_fraction(), 100.0 * t0.page_overhead(),
+                (long long)(t0.page_bytes / t0.token_bytes), (long long)(t0.page_bytes / t0.token_bytes - 1));
+    for (const SeedTable& t : seed)
+      std::printf("  %s backend: %lld pages resident, gather round trip %s\n", t.backend.c_str(),
+                  (long long)t.stats.resident_pages, t.roundtrip_ok ? "ok" : "FAILED");
+    std::printf("  page size sweep (host):");
+    for (const SeedTable& t : sweep_tables)
+      std::printf("  %lld KiB: %.1f%% saved, +%.1f%%", (long long)(t.page_bytes >> 10), 100.0 * t.saved_fraction(),
+                  100.0 * t.page_overhead());
+    std::printf("\n");
+
+    auto print_binds = [](const std::vector<BindTiming>& v) {
+      std::printf("  %-8s %-8s %6s %8s %10s %12s %10s %10s\n", "backend", "mode", "calls", "entries", "bind ms",
+                  "pages/s", "unbind ms", "vs single");
+      for (size_t i = 0; i < v.size(); ++i) {
+        const BindTiming& single = v[i - i % 3];
+        std::printf("  %-8s %-8s %6lld %8lld %10.3f %12.0f %10.3f %9.1fx\n", v[i].backend.c_str(),
+                    std::string(to_string(v[i].mode)).c_str(), (long long)v[i].calls, (long long)v[i].entries,
+                    v[i].bind_ms, v[i].pages_per_s(), v[i].unbind_ms,
+                    v[i].bind_ms > 0 ? single.bind_ms / v[i].bind_ms : 0.0);
+      }
+    };
+    std::printf("\nBinding %lld pages of %lld KiB at the backend (virtual i -> physical i), then unbinding:\n",
+                (long long)bind_pages, (long long)(bind_page_bytes >> 10));
+    print_binds(raw);
+    std::printf("\nA frame through the store: the table's %lld pages in one bind_batch (zero fill included):\n",
+                (long long)frame.front().pages);
+    print_binds(frame);
+
+    std::printf("\nGather of every kept token (%lld ranges, %.2f MiB) into one batch vs memcpy of as many bytes:\n",
+                (long long)gathers.front().ranges, gathers.front().bytes / 1048576.0);
+    std::printf("  %-8s %10s %8s %10s %8s %14s\n", "backend", "gather ms", "GB/s", "memcpy ms", "GB/s", "gather/memcpy");
+    for (const GatherTiming& g : gathers)
+      std::printf("  %-8s %10.3f %8.2f %10.3f %8.2f %13.2fx\n", g.backend.c_str(), g.gather_ms, g.gather_gb_s(),
+                  g.memcpy_ms, g.memcpy_gb_s(), g.memcpy_ms > 0 ? g.gather_ms / g.memcpy_ms : 0.0);
+    return 0;
+  }
+};
+
+Runner setup(CLI::App& sub) {
+  auto cmd = std::make_shared<StoreBenchCommand>();
+  sub.add_option("--backend", cmd->backend, "Store backend: all (host, and vulkan when available), host or vulkan")
+      ->check(CLI::IsMember({"all", "host", "vulkan"}))
+      ->default_val("all");
+  sub.add_option("--dim", cmd->dim, "Embedding width D of a token")->check(CLI::Range(1, 1 << 20))->default_val(1024);
+  sub.add_option("--dtype", cmd->dtype, "Embedding dtype: f32, f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->default_val("f16");
+  sub.add_option("--page-bytes", cmd->page_bytes, "Store page size (a multiple of the backend's sparse page size)")
+      ->check(CLI::Range(int64_t(4096), int64_t(1) << 30))
+      ->default_val(64 << 10);
+  sub.add_option("--bind-pages", cmd->bind_pages, "Pages in the backend-level bind benchmark")
+      ->check(CLI::Range(1, 1 << 20))
+      ->default_val(1000);
+  sub.add_option("--bind-page-bytes", cmd->bind_page_bytes, "Page size in the backend-level bind benchmark")
+      ->check(CLI::Range(int64_t(4096), int64_t(1) << 30))
+      ->default_val(4096);
+  sub.add_option("--reps", cmd->reps, "Repetitions per timing (the median is reported)")
+      ->check(CLI::Range(1, 1000))
+      ->default_val(7);
+  sub.add_flag("--json", cmd->as_json, "Print the results as JSON");
+  sub.footer(
+      "Examples:\n"
+      "  fovea store-bench\n"
+      "  fovea store-bench --backend vulkan --bind-pages 4000 --json\n"
+      "  fovea store-bench --dim 1152 --dtype bf16 --page-bytes 16384");
+  return [cmd] { return cmd->run(); };
+}
+
+Registration reg{{"store-bench", "Measure the paged token store: seed 000's memory table, bind modes, gather", 60,
+                  setup}};
+
+}  // namespace
+}  // namespace fovea::cli
