@@ -15,6 +15,9 @@ namespace fovea {
 
 namespace encoder_detail {
 class Gemm;
+// A default-constructed Tensor has rank 0 and numel() 1 (a scalar), so Tensor::empty() is
+// false for it: optional weights are "present" when they have a shape and elements.
+inline bool present(const Tensor& t) { return t.rank() > 0 && t.numel() > 0; }
 }
 
 // One transformer block. Linear weights are [out, in] row-major (PyTorch's layout); q, k and v

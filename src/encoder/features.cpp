@@ -20,7 +20,7 @@ TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, 
     VitModel::Impl& m = const_cast<VitModel::Impl&>(model.impl());
     const VitConfig& c = m.config;
     const int64_t D = c.hidden;
-    const bool project = query_dim != D && query_dim == c.projection_dim && !m.proj_w.empty();
+    const bool project = query_dim != D && query_dim == c.projection_dim && present(m.proj_w);
     if (query_dim != D && !project)
       throw Error(Errc::invalid_argument,
                   "the query embedding has " + std::to_string(query_dim) + " values but the model's features have " +
@@ -51,7 +51,7 @@ TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, 
     GemmArgs a{};
     a.a = pp, a.lda = K, a.a_dt = DType::f32;
     a.w = m.patch_w.data<float>(), a.ldw = K, a.w_dt = DType::f32;
-    a.bias = m.patch_b.empty() ? nullptr : m.patch_b.data<float>();
+    a.bias = !present(m.patch_b) ? nullptr : m.patch_b.data<float>();
     a.c = feats.data<float>(), a.ldc = D, a.c_dt = DType::f32;
     a.m = tiles, a.n = D, a.k = K;
     {

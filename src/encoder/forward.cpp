@@ -66,7 +66,7 @@ GemmArgs lin(const void* a, DType adt, int64_t m, const Tensor& w, const Tensor*
   g.a = a, g.lda = w.dim(1), g.a_dt = adt;
   g.w = use16 ? static_cast<const void*>(w16->bytes()) : static_cast<const void*>(w.bytes());
   g.ldw = w.dim(1), g.w_dt = use16 ? DType::bf16 : DType::f32;
-  g.bias = b && !b->empty() ? b->data<float>() : nullptr;
+  g.bias = b && present(*b) ? b->data<float>() : nullptr;
   g.c = c, g.ldc = w.dim(0), g.c_dt = cdt;
   g.m = m, g.n = w.dim(0), g.k = w.dim(1);
   return g;
@@ -184,7 +184,7 @@ std::vector<float> matvec(const Tensor& w, const Tensor* b, const float* x) {
   for (int64_t i = 0; i < n; ++i) {
     double acc = 0;
     for (int64_t j = 0; j < k; ++j) acc += double(pw[i * k + j]) * x[j];
-    y[i] = float(acc) + (b && !b->empty() ? b->data<float>()[i] : 0.0f);
+    y[i] = float(acc) + (b && present(*b) ? b->data<float>()[i] : 0.0f);
   }
   return y;
 }
@@ -361,13 +361,13 @@ Encoding encode(const VitModel& model, const Tensor& patches, const Tensor& posi
     std::vector<float> p(D);
     layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
     e.pooled = row_copy(p.data(), D);
-    if (!m.proj_w.empty()) {
+    if (present(m.proj_w)) {
       const std::vector<float> y = matvec(m.proj_w, nullptr, p.data());
       e.image_embeds = row_copy(y.data(), int64_t(y.size()));
     }
   } else if (c.family == VitFamily::torchvision) {
     e.pooled = row_copy(x, D);
-    if (!m.head_w.empty()) {
+    if (present(m.head_w)) {
       const std::vector<float> y = matvec(m.head_w, &m.head_b, x);
       e.logits = row_copy(y.data(), int64_t(y.size()));
     }

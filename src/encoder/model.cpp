@@ -15,6 +15,7 @@
 #include "fovea/safetensors.hpp"
 
 namespace fovea {
+using encoder_detail::present;
 
 std::string_view to_string(VitFamily f) {
   switch (f) {
@@ -115,12 +116,10 @@ nlohmann::json read_config(const std::string& path) {
   const fs::path cfg = fs::path(path).parent_path() / "config.json";
   std::error_code ec;
   if (!fs::is_regular_file(cfg, ec)) return {};
-  std::ifstream in(cfg);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  std::ifstream in(cfg, std::ios::binary);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object())
-    throw Error(Errc::corrupt_data, "'" + cfg.string() + "' is not a valid JSON object");
+    throw Error(Errc::corrupt_data, std::string(1, '\'').append(cfg.string()).append("' is not a valid JSON object"));
   if (j.contains("vision_config") && j["vision_config"].is_object()) {
     nlohmann::json v = j["vision_config"];
     if (j.contains("projection_dim") && !v.contains("projection_dim")) v["projection_dim"] = j["projection_dim"];
@@ -248,7 +247,7 @@ std::shared_ptr<VitModel::Impl> load_hf(const SafetensorsFile& f, const std::str
   if (has_class) {
     m->class_emb = L.get(p + "embeddings.class_embedding", {D});
     Tensor all = L.get(p + "embeddings.position_embedding.weight", {G * G + 1, D});
-    if (!all.empty()) {
+    if (present(all)) {
       m->class_pos = Tensor(DType::f32, {D});
       m->pos_grid = Tensor(DType::f32, {G * G, D});
       std::memcpy(m->class_pos.bytes(), all.bytes(), size_t(D) * 4);
@@ -271,8 +270,8 @@ std::shared_ptr<VitModel::Impl> load_hf(const SafetensorsFile& f, const std::str
     for (int j = 0; j < 3; ++j) {
       Tensor w = L.get(l + "self_attn." + names[j] + ".weight", {D, D});
       Tensor b = L.get(l + "self_attn." + names[j] + ".bias", {D});
-      if (!w.empty()) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, w.bytes(), size_t(D * D) * 4);
-      if (!b.empty()) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
+      if (present(w)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, w.bytes(), size_t(D * D) * 4);
+      if (present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
     }
     ly.out_w = L.get(l + "self_attn.out_proj.weight", {D, D});
     ly.out_b = L.get(l + "self_attn.out_proj.bias", {D});
@@ -348,7 +347,7 @@ std::shared_ptr<VitModel::Impl> load_torchvision(const SafetensorsFile& f, const
   m->patch_b = L.get("conv_proj.bias", {D});
   m->class_emb = L.get("class_token", {1, 1, D}, true, {D});
   Tensor all = L.get("encoder.pos_embedding", {1, G * G + 1, D});
-  if (!all.empty()) {
+  if (present(all)) {
     m->class_pos = Tensor(DType::f32, {D});
     m->pos_grid = Tensor(DType::f32, {G * G, D});
     std::memcpy(m->class_pos.bytes(), all.bytes(), size_t(D) * 4);

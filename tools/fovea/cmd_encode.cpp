@@ -83,10 +83,10 @@ struct EncodeCommand {
       std::vector<NamedTensor> tensors{{"embeddings", &e.embeddings},
                                        {"positions", &t.batch.positions},
                                        {"levels", &t.batch.levels}};
-      if (!e.class_token.empty()) tensors.push_back({"class_token", &e.class_token});
-      if (!e.pooled.empty()) tensors.push_back({"pooled", &e.pooled});
-      if (!e.image_embeds.empty()) tensors.push_back({"image_embeds", &e.image_embeds});
-      if (!e.logits.empty()) tensors.push_back({"logits", &e.logits});
+      if (e.class_token.rank() > 0) tensors.push_back({"class_token", &e.class_token});
+      if (e.pooled.rank() > 0) tensors.push_back({"pooled", &e.pooled});
+      if (e.image_embeds.rank() > 0) tensors.push_back({"image_embeds", &e.image_embeds});
+      if (e.logits.rank() > 0) tensors.push_back({"logits", &e.logits});
       save_safetensors(output, tensors, meta);
     }
     const double write_ms = ms_since(t0);
