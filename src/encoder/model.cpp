@@ -290,7 +290,9 @@ std::shared_ptr<VitModel::Impl> load_hf(const SafetensorsFile& f, const std::str
       c.projection_dim = int(pj->shape[0]);
       m->proj_w = L.get(root + "visual_projection.weight", {pj->shape[0], D});
     }
-  } else if (L.has(p + "head.probe")) {
+  } else if (std::any_of(f.entries().begin(), f.entries().end(),
+                         [&](const SafetensorsFile::Entry& e) { return e.name.rfind(p + "head.", 0) == 0; })) {
+    // Any head tensor means the checkpoint has the pooling head: then all of it is required.
     c.attention_pool = true;
     const std::string h = p + "head.";
     m->pool_probe = L.get(h + "probe", {1, 1, D}, true, {D});
