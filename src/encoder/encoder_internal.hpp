@@ -82,6 +82,9 @@ struct GemmArgs {
   float alpha = 1.0f;
   // W given as [K, N] (row stride ldw) instead of [N, K]: C = A·W (attention P·V).
   bool w_is_kn = false;
+  // W is a model weight that never changes: it is reordered once into the layout oneDNN's
+  // kernel prefers and the packed copy is reused (keyed by the pointer w).
+  bool constant_w = false;
 };
 
 class Gemm {
@@ -93,6 +96,7 @@ class Gemm {
   void run(const GemmArgs& args);
 
  private:
+  void run_unchecked(const GemmArgs& args);
   struct State;
   std::unique_ptr<State> s_;
 };

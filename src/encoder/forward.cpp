@@ -69,6 +69,7 @@ GemmArgs lin(const void* a, DType adt, int64_t m, const Tensor& w, const Tensor*
   g.bias = b && present(*b) ? b->data<float>() : nullptr;
   g.c = c, g.ldc = w.dim(0), g.c_dt = cdt;
   g.m = m, g.n = w.dim(0), g.k = w.dim(1);
+  g.constant_w = true;
   return g;
 }
 

@@ -31,11 +31,11 @@ dnnl::memory::data_type dt_of(DType t) {
 }
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, bool,
-                       float, bool>;
+                       float, bool, bool>;
 
 Key key_of(const GemmArgs& a) {
   return Key{a.m, a.n, a.k, a.lda, a.ldw, a.ldc, int(a.a_dt), int(a.w_dt), int(a.c_dt), int(a.post),
-             a.bias != nullptr, a.accumulate, a.alpha, a.w_is_kn};
+             a.bias != nullptr, a.accumulate, a.alpha, a.w_is_kn, a.constant_w};
 }
 
 }  // namespace
@@ -55,9 +55,17 @@ struct Gemm::State {
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory::desc a_md, w_md, b_md, c_md;
+    dnnl::memory::desc w_packed_md;  // constant weights: the layout the kernel wants
     size_t scratch_bytes = 0;
   };
   std::map<Key, std::shared_ptr<Entry>> cache;
+  // Constant weights reordered into a kernel's preferred layout, per source pointer (one per
+  // layout: different M may pick different blockings).
+  struct Packed {
+    dnnl::memory::desc md;
+    dnnl::memory mem;
+  };
+  std::map<const void*, std::vector<Packed>> packed;
   // One scratchpad and stream per OpenMP thread number (regrown on demand).
   struct Scratch {
     std::unique_ptr<std::byte[], AlignedFree> data;
@@ -89,13 +97,29 @@ struct Gemm::State {
       case Post::gelu_erf: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
     }
     attr.set_post_ops(po);
-    dnnl::matmul::desc d = g.bias ? dnnl::matmul::desc(e->a_md, e->w_md, e->b_md, e->c_md)
-                                  : dnnl::matmul::desc(e->a_md, e->w_md, e->c_md);
+    const md w_any = g.constant_w ? md({g.k, g.n}, dt_of(g.w_dt), dnnl::memory::format_tag::any) : e->w_md;
+    dnnl::matmul::desc d = g.bias ? dnnl::matmul::desc(e->a_md, w_any, e->b_md, e->c_md)
+                                  : dnnl::matmul::desc(e->a_md, w_any, e->c_md);
     dnnl::matmul::primitive_desc pd(d, attr, engine);
+    e->w_packed_md = pd.weights_desc();
     e->scratch_bytes = pd.scratchpad_desc().get_size();
     e->prim = dnnl::matmul(pd);
     cache.emplace(key_of(g), e);
     return e;
+  }
+
+  // The packed copy of constant weights g.w for entry e (made on first use).
+  dnnl::memory packed_weights(const GemmArgs& g, const Entry& e, dnnl::stream& st) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<Packed>& list = packed[g.w];
+    for (const Packed& p : list)
+      if (p.md == e.w_packed_md) return p.mem;
+    dnnl::memory src(e.w_md, engine, const_cast<void*>(g.w));
+    dnnl::memory dst(e.w_packed_md, engine);
+    dnnl::reorder(src, dst).execute(st, src, dst);
+    st.wait();
+    list.push_back({e.w_packed_md, dst});
+    return dst;
   }
 };
 
@@ -108,12 +132,15 @@ Gemm::~Gemm() = default;
 
 void Gemm::run(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
-  std::shared_ptr<State::Entry> e;
   try {
-    e = s_->get(g);
+    run_unchecked(g);
   } catch (const dnnl::error& err) {
-    throw Error(Errc::device, std::string("oneDNN cannot create a matmul: ") + err.what());
+    throw Error(Errc::device, std::string("oneDNN matmul failed: ") + err.what());
   }
+}
+
+void Gemm::run_unchecked(const GemmArgs& g) {
+  const std::shared_ptr<State::Entry> e = s_->get(g);
   const int tid = omp_in_parallel() ? omp_get_thread_num() : 0;
   if (tid >= int(s_->streams.size())) throw Error(Errc::internal, "encoder GEMM: thread id out of range");
   State::Scratch& scratch = s_->scratch[tid];
@@ -122,15 +149,15 @@ void Gemm::run(const GemmArgs& g) {
     scratch.bytes = e->scratch_bytes;
   }
   const dnnl::engine& eng = s_->engine;
+  dnnl::stream& st = *s_->streams[tid];
   dnnl::memory a(e->a_md, eng, const_cast<void*>(g.a));
-  dnnl::memory w(e->w_md, eng, const_cast<void*>(g.w));
+  dnnl::memory w = g.constant_w ? s_->packed_weights(g, *e, st) : dnnl::memory(e->w_md, eng, const_cast<void*>(g.w));
   dnnl::memory c(e->c_md, eng, g.c);
   dnnl::memory sp(dnnl::memory::desc({int64_t(e->scratch_bytes)}, dnnl::memory::data_type::u8, {1}), eng,
                   scratch.data.get());
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, sp}};
   if (g.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e->b_md, eng, const_cast<float*>(g.bias)));
-  dnnl::stream& st = *s_->streams[tid];
   e->prim.execute(st, args);
   st.wait();
 }
