@@ -19,6 +19,7 @@
 #include "fovea/pyramid.hpp"
 #include "fovea/grid.hpp"
 #include "fovea/safetensors.hpp"
+#include "fovea/tokenizer.hpp"
 #include "test_util.hpp"
 
 namespace fovea {
@@ -382,6 +383,29 @@ TEST(EncoderQuery, TileFeaturesFromPatchEmbeddings) {
   EXPECT_THROW(tile_feature_fn(model, norm, 7, exec)(pyr, g), Error);
 }
 
+// A query equal to one tile's patch-embedding feature must make that tile the most relevant.
+TEST(EncoderQuery, EmbeddingTermFindsTheMatchingTile) {
+  const VitModel model = VitModel::load(fixture("clip"));
+  Executor exec({.threads = 2});
+  ImageU8 img = test::constant_image(64, 48, 3, 120);
+  for (int y = 24; y < 32; ++y)  // a coloured 8x8 square on tile (5, 3)
+    for (int x = 40; x < 48; ++x) img.row(0, y)[x] = 250, img.row(1, y)[x] = 10, img.row(2, y)[x] = 60;
+  TokenizeParams params;
+  params.patch_px = 8;
+  params.alloc.budget_tokens = 20;
+  params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, 32, exec);
+  const PyramidU8 pyr = build_pyramid(img.clone(), PyramidParams{}, exec);
+  const TileGrid g = TileGrid::make(64, 48, 8);
+  const Tensor feats = params.relevance.tile_features(pyr, g);
+  const int64_t target = 3 * g.tiles_x + 5;
+  Query q;
+  q.embedding.assign(feats.data<float>() + target * 32, feats.data<float>() + (target + 1) * 32);
+  const Tokenization t = tokenize(std::move(img), q, params, exec);
+  const auto& qs = t.relevance.query;
+  EXPECT_EQ(std::max_element(qs.begin(), qs.end()) - qs.begin(), target);
+  EXPECT_FLOAT_EQ(qs[target], 1.0f);
+}
+
 // ---- the command line ------------------------------------------------------------------------------
 
 int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
@@ -440,6 +464,24 @@ TEST(EncodeCli, WritesEmbeddingsAndLabelsRandomModels) {
   const SafetensorsFile fr = SafetensorsFile::open(dir + "/r.safetensors");
   EXPECT_EQ(fr.metadata().at("random_weights"), "true");
   EXPECT_NE(fr.metadata().at("model_description").find("RANDOM WEIGHTS"), std::string::npos);
+}
+
+TEST(EncodeCli, TokenizeTakesAQueryEmbedding) {
+  const std::string dir = test::temp_dir("enc_cli_query");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  Tensor q(DType::f32, {1, 32});
+  for (int i = 0; i < 32; ++i) q.data<float>()[i] = std::sin(float(i));
+  save_safetensors(dir + "/q.safetensors", {{"query", &q}});
+  const auto r = test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors", "--model", fixture("clip"),
+                                "--budget", "16", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("embedding(32)"), std::string::npos) << r.out;
+  expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors"}), 2, "--model");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors", "--model",
+                                       "random:vit-tiny"}), 2, "64");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/none.npy", "--model", fixture("clip")}),
+                        1, "none.npy");
 }
 
 }  // namespace
