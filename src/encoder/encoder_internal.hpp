@@ -94,6 +94,9 @@ class Gemm {
   // Runs on the calling thread's OpenMP team size; called from inside an OpenMP parallel
   // region it runs single-threaded with a per-thread scratchpad.
   void run(const GemmArgs& args);
+  // Makes room for OpenMP thread numbers 0..threads-1 calling run() concurrently. Not
+  // thread-safe: call before the parallel region.
+  void reserve_threads(int threads);
 
  private:
   void run_unchecked(const GemmArgs& args);

@@ -292,6 +292,7 @@ Encoding encode(const VitModel& model, const Tensor& patches, const Tensor& posi
   ops.threads = std::max(1, exec.threads());
   omp_set_num_threads(ops.threads);  // oneDNN's team size
   if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
+  if (m.gemm) m.gemm->reserve_threads(ops.threads);
   ops.gemm = m.gemm.get();
   const bool bf16 = params.precision == Precision::bf16;
   if (bf16) ensure_bf16(m);

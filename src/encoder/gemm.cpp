@@ -123,10 +123,12 @@ struct Gemm::State {
   }
 };
 
-Gemm::Gemm() : s_(std::make_unique<State>()) {
-  const int n = std::max(omp_get_max_threads(), omp_get_num_procs()) + 1;
-  s_->scratch.resize(n);
-  for (int i = 0; i < n; ++i) s_->streams.push_back(std::make_unique<dnnl::stream>(s_->engine));
+Gemm::Gemm() : s_(std::make_unique<State>()) { reserve_threads(std::max(omp_get_max_threads(), omp_get_num_procs())); }
+
+void Gemm::reserve_threads(int threads) {
+  const size_t n = size_t(std::max(threads, 1));
+  if (s_->scratch.size() < n) s_->scratch.resize(n);
+  while (s_->streams.size() < n) s_->streams.push_back(std::make_unique<dnnl::stream>(s_->engine));
 }
 Gemm::~Gemm() = default;
 
