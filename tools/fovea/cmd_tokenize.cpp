@@ -6,6 +6,8 @@
 
 #include "cli_util.hpp"
 #include "command.hpp"
+#include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
 #include "fovea/tokenizer.hpp"
 #include "fovea/viz.hpp"
 
@@ -17,15 +19,33 @@ struct TokenizeCommand {
   ExecOptions exec;
   StoreOptions store;
   std::string output, overlay, seen;
+  std::string query_embedding, model_spec;  // the relevance stage's embedding term
+  CLI::Option* patch_opt = nullptr;
   bool json = false;
 
   int run() const {
     using Clock = std::chrono::steady_clock;
     // Arguments first: a typo costs nothing, not a decode.
-    const TokenizeParams params = tok.params();
-    const Query query = tok.query();
+    TokenizeParams params = tok.params();
+    Query query = tok.query();
     Executor ex(exec.config());
     if (store.enabled) store.validate(tok.dtype);
+    if (!query_embedding.empty()) {
+      // Per-tile features come from the encoder's patch embedding (see fovea/encoder.hpp).
+      if (model_spec.empty())
+        throw Error(Errc::invalid_argument, "--query-embedding needs --model CKPT (the tile features come from its patch embedding)");
+      query.embedding = load_query_embedding(query_embedding);
+      const VitModel model = VitModel::load(model_spec);
+      if (model.config().patch_px != params.patch_px) {
+        if (patch_opt && patch_opt->count() > 0)
+          throw Error(Errc::invalid_argument, "--patch " + std::to_string(params.patch_px) + " does not match the model's " +
+                                                  std::to_string(model.config().patch_px) + "-px patches");
+        params.patch_px = model.config().patch_px;
+      }
+      params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, int(query.embedding.size()), ex);
+    } else if (!model_spec.empty()) {
+      throw Error(Errc::invalid_argument, "--model is only used with --query-embedding (use 'fovea encode' to encode)");
+    }
 
     auto t0 = Clock::now();
     ImageU8 image = load_image(tok.image, tok.load_options());
@@ -78,6 +98,13 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--seen", cmd->seen, "Write a PNG of what the model sees: every patch stretched over its box")
       ->type_name("PNG");
   sub.add_flag("--json", cmd->json, "Print a JSON summary: tokens per level, coverage, timings per stage");
+  cmd->patch_opt = sub.get_option("--patch");
+  sub.add_option("--query-embedding", cmd->query_embedding,
+                 "Query vector (.npy or .safetensors, [D] or [1, D]) scored against per-tile patch-embedding "
+                 "features of --model (relevance weight 'query')")
+      ->type_name("FILE");
+  sub.add_option("--model,-m", cmd->model_spec, "ViT checkpoint whose patch embedding gives the per-tile features for --query-embedding")
+      ->type_name("CKPT");
   cmd->exec.add(sub);
   cmd->store.add(sub);
   sub.footer(

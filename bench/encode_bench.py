@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""fovea's ViT encoder against PyTorch (torchvision's VisionTransformer layers), same run.
+
+    /usr/bin/python3 bench/encode_bench.py [--build-dir build] [--threads 2] [--reps 3]
+                                           [--ns 196,273,576,1024,4096] [--no-e2e]
+
+ViT-B/16 dimensions (D=768, 12 layers, 12 heads, MLP 3072), random weights on both sides.
+Per N: fovea fp32 and bf16 (build/bench/bench_encode) against torch fp32 with the same thread
+count encoding the same N tokens (patch embedding + class token + 12 layers + final norm).
+Torch runs N=4096 once (it takes seconds); the others are medians of --reps runs after a
+warm-up. Ratios are torch time / fovea time (higher = fovea faster).
+
+End-to-end (unless --no-e2e): a 1024x1024 photo, decode excluded. fovea tokenize + encode
+at B=273 (foveated, bf16) against torch's uniform 4096-token encode of the same image (CLIP
+normalisation + 64x64 patches + encode, fp32), and against fovea's own uniform 4096 encode.
+
+Torch calls whatever libblas.so.3 the alternatives system selects; the script prints the BLAS
+library actually mapped into this process (OpenBLAS is the competitor at its best; the
+reference BLAS is ~40x slower).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ns", default="196,273,576,1024,4096")
+    ap.add_argument("--no-e2e", action="store_true")
+    ap.add_argument("--json", help="also write the results here")
+    return ap.parse_args()
+
+
+ARGS = parse_args()
+# Thread counts must be fixed before torch / OpenBLAS start their pools.
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = str(ARGS.threads)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torchvision  # noqa: E402
+
+MEAN = torch.tensor([0.48145466, 0.4578275, 0.40821073]).view(3, 1, 1)
+STD = torch.tensor([0.26862954, 0.26130258, 0.27577711]).view(3, 1, 1)
+
+
+def blas_in_use():
+    x = torch.randn(64, 64)
+    _ = x @ x  # make sure the BLAS is loaded
+    libs = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            p = line.split()[-1]
+            if "blas" in p.lower() or "mkl" in os.path.basename(p).lower():
+                libs.add(os.path.realpath(p))
+    return sorted(libs)
+
+
+def torch_model():
+    torch.manual_seed(0)
+    m = torchvision.models.VisionTransformer(image_size=224, patch_size=16, num_layers=12, num_heads=12,
+                                             hidden_dim=768, mlp_dim=3072)
+    return m.eval()
+
+
+def torch_encode(model, patches, pos):
+    """The encoder on N given patches: conv patch embedding, class token, positions, 12 layers."""
+    x = model.conv_proj(patches).flatten(1)
+    x = torch.cat([model.class_token[0], x], dim=0).unsqueeze(0) + pos
+    return model.encoder.ln(model.encoder.layers(x))
+
+
+def timed(fn, reps):
+    fn()  # warm-up
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e3
+
+
+def once(fn):
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def fovea(*args):
+    exe = os.path.join(ARGS.build_dir, "bench", "bench_encode")
+    r = subprocess.run([exe, "--threads", str(ARGS.threads), *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"bench_encode failed: {r.stderr.strip()}")
+    return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+
+
+def photo_1024(path):
+    import cv2
+    img = cv2.imread(os.path.join(ROOT, "data", "astronaut.jpg"))
+    cv2.imwrite(path, cv2.resize(img, (1024, 1024), interpolation=cv2.INTER_CUBIC))
+    return np.ascontiguousarray(cv2.imread(path)[:, :, ::-1])
+
+
+def main():
+    torch.set_num_threads(ARGS.threads)
+    ns = [int(n) for n in ARGS.ns.split(",")]
+    blas = blas_in_use()
+    print(f"threads {ARGS.threads}; torch {torch.__version__}; torch BLAS: {', '.join(blas) or 'none found'}")
+    if not any("openblas" in b for b in blas):
+        print("WARNING: torch is not using OpenBLAS; install libopenblas0-pthread (scripts/install-deps.sh bench)")
+    model = torch_model()
+    results = {"threads": ARGS.threads, "blas": blas, "rows": []}
+
+    f32 = {r["n"]: r["median_ms"] for r in fovea("--n", ARGS.ns, "--precision", "fp32", "--reps", str(ARGS.reps))}
+    b16 = {r["n"]: r["median_ms"] for r in fovea("--n", ARGS.ns, "--precision", "bf16", "--reps", str(ARGS.reps))}
+    print(f"\n{'N':>6} {'torch fp32 ms':>14} {'fovea fp32 ms':>14} {'ratio':>7} {'fovea bf16 ms':>14} {'ratio':>7}")
+    with torch.inference_mode():
+        for n in ns:
+            g = torch.Generator().manual_seed(n)
+            patches = torch.randn((n, 3, 16, 16), generator=g)
+            pos = torch.randn((1, n + 1, 768), generator=g) * 0.02
+            fn = lambda: torch_encode(model, patches, pos)  # noqa: E731
+            t = once(fn) if n >= 4096 else timed(fn, ARGS.reps)
+            row = {"n": n, "torch_fp32_ms": t, "fovea_fp32_ms": f32[n], "fovea_bf16_ms": b16[n]}
+            results["rows"].append(row)
+            print(f"{n:>6} {t:>14.1f} {f32[n]:>14.1f} {t / f32[n]:>6.2f}x {b16[n]:>14.1f} {t / b16[n]:>6.2f}x",
+                  flush=True)
+
+        if not ARGS.no_e2e:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "photo1024.png")
+                img = photo_1024(path)
+
+                def torch_uniform():
+                    x = torch.from_numpy(img).permute(2, 0, 1).float().div(255)
+                    x = (x - MEAN) / STD
+                    p = x.reshape(3, 64, 16, 64, 16).permute(1, 3, 0, 2, 4).reshape(4096, 3, 16, 16)
+                    return torch_encode(model, p, torch.zeros(1, 4097, 768))
+
+                t_torch = once(torch_uniform)
+                fov = fovea("--e2e", path, "--budget", "273", "--precision", "bf16", "--reps", str(ARGS.reps))[0]
+                uni = fovea("--e2e", path, "--budget", "4096", "--uniform", "--precision", "bf16", "--reps", "1")[0]
+                e2e = {"torch_uniform4096_fp32_ms": t_torch, "fovea_foveated_ms": fov["median_ms"],
+                       "fovea_foveated_tokens": fov["n"], "fovea_uniform4096_bf16_ms": uni["median_ms"],
+                       "fovea_uniform_tokens": uni["n"]}
+                results["e2e"] = e2e
+                print(f"\nend to end, 1024x1024 photo (decode excluded):")
+                print(f"  torch uniform {4096} tokens fp32 (normalise + patches + encode): {t_torch:9.1f} ms")
+                print(f"  fovea uniform {uni['n']} tokens bf16 (tokenize + encode):        {uni['median_ms']:9.1f} ms")
+                print(f"  fovea foveated B=273 ({fov['n']} tokens) bf16 (tokenize + encode): {fov['median_ms']:9.1f} ms")
+                print(f"  ratio vs torch uniform: {t_torch / fov['median_ms']:.1f}x; "
+                      f"vs fovea uniform: {uni['median_ms'] / fov['median_ms']:.1f}x")
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+// Private to src/encoder: the weights of a loaded ViT and the kernels the forward pass uses.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fovea/encoder.hpp"
+#include "fovea/tensor.hpp"
+
+namespace fovea {
+
+namespace encoder_detail {
+class Gemm;
+// A default-constructed Tensor has rank 0 and numel() 1 (a scalar), so Tensor::empty() is
+// false for it: optional weights are "present" when they have a shape and elements.
+inline bool present(const Tensor& t) { return t.rank() > 0 && t.numel() > 0; }
+}
+
+// One transformer block. Linear weights are [out, in] row-major (PyTorch's layout); q, k and v
+// are stacked into one [3D, D] matrix (torchvision and SigLIP's head already store them so).
+struct VitLayer {
+  Tensor ln1_w, ln1_b;    // [D]
+  Tensor qkv_w, qkv_b;    // [3D, D], [3D]
+  Tensor out_w, out_b;    // [D, D], [D]
+  Tensor ln2_w, ln2_b;    // [D]
+  Tensor fc1_w, fc1_b;    // [M, D], [M]
+  Tensor fc2_w, fc2_b;    // [D, M], [D]
+  // bf16 copies of the four matrices, made on first bf16 use.
+  Tensor qkv_w16, out_w16, fc1_w16, fc2_w16;
+};
+
+struct VitModel::Impl {
+  VitConfig config;
+  std::string source;
+  bool random = false;
+  int tensors_used = 0, tensors_ignored = 0;
+
+  Tensor patch_w;     // [D, C·P·P] (the conv kernel flattened)
+  Tensor patch_b;     // [D] or empty
+  Tensor class_emb;   // [D] or empty
+  Tensor class_pos;   // [D] position embedding of the class token, or empty
+  Tensor pos_grid;    // [G·G, D] raster order
+  Tensor pre_w, pre_b;      // CLIP pre_layrnorm, or empty
+  Tensor post_w, post_b;    // CLIP post_layernorm / SigLIP post_layernorm / torchvision encoder.ln
+  Tensor proj_w;            // [E, D] CLIP visual_projection, or empty
+  Tensor head_w, head_b;    // torchvision heads.head [K, D], [K]
+  // SigLIP attention-pooling head.
+  Tensor pool_probe;        // [D]
+  Tensor pool_in_w, pool_in_b;    // [3D, D], [3D]
+  Tensor pool_out_w, pool_out_b;  // [D, D], [D]
+  Tensor pool_ln_w, pool_ln_b;    // [D]
+  Tensor pool_fc1_w, pool_fc1_b, pool_fc2_w, pool_fc2_b;
+  std::vector<VitLayer> layers;
+
+  std::mutex mutex;  // encode() is serialised per model (bf16 weights, GEMM caches)
+  bool have_bf16 = false;
+  std::unique_ptr<encoder_detail::Gemm> gemm;  // oneDNN engine and primitive cache, created on first use
+};
+
+namespace encoder_detail {
+
+// ---- GEMM through oneDNN --------------------------------------------------------------------
+enum class Post : uint8_t { none, quick_gelu, gelu_tanh, gelu_erf };
+Post post_for(Activation a);
+
+// C[M, N] (+)= post(A[M, K] · W[N, K]ᵀ + bias[N]). A, W and C have row strides lda, ldw, ldc
+// (in elements). A and W are f32 or both bf16; C f32 or bf16. `accumulate` adds into C
+// (then post must be none). bias may be null. Primitives are cached per shape.
+struct GemmArgs {
+  const void* a; int64_t lda; DType a_dt;
+  const void* w; int64_t ldw; DType w_dt;
+  const float* bias;
+  void* c; int64_t ldc; DType c_dt;
+  int64_t m, n, k;
+  Post post = Post::none;
+  bool accumulate = false;
+  // Multiply A·Wᵀ by alpha before the bias (attention scores).
+  float alpha = 1.0f;
+  // W given as [K, N] (row stride ldw) instead of [N, K]: C = A·W (attention P·V).
+  bool w_is_kn = false;
+  // W is a model weight that never changes: it is reordered once into the layout oneDNN's
+  // kernel prefers and the packed copy is reused (keyed by the pointer w).
+  bool constant_w = false;
+};
+
+class Gemm {
+ public:
+  Gemm();
+  ~Gemm();
+  // Runs on the calling thread's OpenMP team size; called from inside an OpenMP parallel
+  // region it runs single-threaded with a per-thread scratchpad.
+  void run(const GemmArgs& args);
+  // Makes room for OpenMP thread numbers 0..threads-1 calling run() concurrently. Not
+  // thread-safe: call before the parallel region.
+  void reserve_threads(int threads);
+
+ private:
+  void run_unchecked(const GemmArgs& args);
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// The plain reference of Gemm::run (triple loop, double accumulation).
+void gemm_reference(const GemmArgs& args);
+
+// ---- row kernels (Highway, with scalar references) -----------------------------------------
+// LayerNorm of one row of n floats into f32 (out_dt f32) or bf16 (uint16_t) output.
+void layer_norm_row(const float* x, const float* w, const float* b, float eps, int64_t n,
+                    void* out, DType out_dt);
+void layer_norm_row_ref(const float* x, const float* w, const float* b, float eps, int64_t n,
+                        void* out, DType out_dt);
+// Online-softmax step over one row of raw scores s[n]: scores are s·scale; updates the running
+// max *m and sum *l, writes p = exp(s·scale − m_new) as f32 or bf16 to p, returns the factor
+// exp(m_old − m_new) by which the row's accumulated output must be rescaled.
+float softmax_step_row(const float* s, int64_t n, float scale, float* m, float* l, void* p, DType p_dt);
+float softmax_step_row_ref(const float* s, int64_t n, float scale, float* m, float* l, void* p, DType p_dt);
+// f32 → bf16 (round to nearest even) and back, n values.
+void to_bf16_row(const float* x, uint16_t* out, int64_t n);
+void from_bf16_row(const uint16_t* x, float* out, int64_t n);
+
+float activation_ref(Activation a, float x);
+
+}  // namespace encoder_detail
+}  // namespace fovea

@@ -1,0 +1,410 @@
+// The ViT forward pass over a batch of foveated tokens.
+//
+// Schedule: every GEMM is one oneDNN matmul over all tokens (bias, GELU and the residual add
+// fused as post-ops); LayerNorm and the softmax are Highway row kernels; attention is
+// flash-style: (head, query block) tasks run in parallel, each walking the key blocks with an
+// online softmax, so the working set is a Bq×Bk score block per thread, never T×T.
+// Kernels::reference runs the same algorithm with the scalar kernels and a single key block
+// (plain softmax attention).
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <mutex>
+
+#include "encoder/encoder_internal.hpp"
+#include "fovea/error.hpp"
+
+namespace fovea {
+
+using namespace encoder_detail;
+
+namespace {
+
+Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+
+size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
+
+struct Buffer {
+  std::unique_ptr<std::byte[], AlignedFree> p;
+  Buffer() = default;
+  explicit Buffer(size_t bytes) : p(aligned_alloc_bytes(bytes)) {}
+  template <typename T> T* as() { return reinterpret_cast<T*>(p.get()); }
+  std::byte* get() { return p.get(); }
+};
+
+struct Ops {
+  bool ref = false;
+  int threads = 1;
+  Gemm* gemm = nullptr;
+  void linear(const GemmArgs& a) const {
+    if (ref) gemm_reference(a);
+    else gemm->run(a);
+  }
+  void layer_norm(const float* x, int64_t rows, int64_t n, const Tensor& w, const Tensor& b, float eps,
+                  void* out, DType out_dt) const {
+    const float* pw = w.data<float>();
+    const float* pb = b.data<float>();
+    const size_t es = esize(out_dt);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      void* o = static_cast<std::byte*>(out) + size_t(r * n) * es;
+      if (ref) layer_norm_row_ref(x + r * n, pw, pb, eps, n, o, out_dt);
+      else layer_norm_row(x + r * n, pw, pb, eps, n, o, out_dt);
+    }
+  }
+};
+
+// C = A·Wᵀ (+ b), A [m, k] f32/bf16 contiguous, W a weight tensor [n, k].
+GemmArgs lin(const void* a, DType adt, int64_t m, const Tensor& w, const Tensor* w16, const Tensor* b, void* c,
+             DType cdt) {
+  const bool use16 = adt == DType::bf16;
+  GemmArgs g{};
+  g.a = a, g.lda = w.dim(1), g.a_dt = adt;
+  g.w = use16 ? static_cast<const void*>(w16->bytes()) : static_cast<const void*>(w.bytes());
+  g.ldw = w.dim(1), g.w_dt = use16 ? DType::bf16 : DType::f32;
+  g.bias = b && present(*b) ? b->data<float>() : nullptr;
+  g.c = c, g.ldc = w.dim(0), g.c_dt = cdt;
+  g.m = m, g.n = w.dim(0), g.k = w.dim(1);
+  g.constant_w = true;
+  return g;
+}
+
+// PyTorch's cubic convolution weights (A = −0.75) for fractional offset t in [0, 1).
+void cubic_weights(float t, float w[4]) {
+  constexpr float A = -0.75f;
+  auto c1 = [](float x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
+  auto c2 = [](float x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
+  w[0] = c2(t + 1);
+  w[1] = c1(t);
+  w[2] = c1(1 - t);
+  w[3] = c2(2 - t);
+}
+
+// out[D] += the G×G grid sampled bicubically at grid coordinates (u, v), taps clamped.
+void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float* out) {
+  const double fu = std::floor(u), fv = std::floor(v);
+  float wx[4], wy[4];
+  cubic_weights(float(u - fu), wx);
+  cubic_weights(float(v - fv), wy);
+  const int ix = int(fu), iy = int(fv);
+  auto clampi = [G](int i) { return i < 0 ? 0 : (i >= G ? G - 1 : i); };
+  // Rows first, then columns, as upsample_bicubic2d does.
+  for (int j = 0; j < 4; ++j) {
+    const int y = clampi(iy - 1 + j);
+    const float* r[4];
+    for (int i = 0; i < 4; ++i) r[i] = grid + (int64_t(y) * G + clampi(ix - 1 + i)) * D;
+    for (int64_t d = 0; d < D; ++d)
+      out[d] += wy[j] * (r[0][d] * wx[0] + r[1][d] * wx[1] + r[2][d] * wx[2] + r[3][d] * wx[3]);
+  }
+}
+
+// Multi-head attention over qkv [T, 3D] (q | k | v, heads contiguous inside each) into
+// out [T, D], flash-style.
+void attention(const Ops& ops, const std::byte* qkv, DType dt, int64_t T, int64_t D, int heads, std::byte* out) {
+  const int64_t hd = D / heads;
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  const int64_t Bq = ops.ref ? T : std::min<int64_t>(T, 128);
+  const int64_t Bk = ops.ref ? T : std::min<int64_t>(T, 512);
+  const int64_t nqb = (T + Bq - 1) / Bq;
+  const int64_t tasks = nqb * heads;
+  const size_t es = esize(dt);
+  const int64_t ld = 3 * D;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+#pragma omp parallel num_threads(ops.threads)
+  {
+    Buffer S(size_t(Bq * Bk) * 4), P(size_t(Bq * Bk) * es), O(size_t(Bq * hd) * 4);
+    std::vector<float> m(Bq), l(Bq);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      try {
+        const int64_t h = task % heads, q0 = (task / heads) * Bq, bq = std::min(Bq, T - q0);
+        std::fill(m.begin(), m.end(), -INFINITY);
+        std::fill(l.begin(), l.end(), 0.0f);
+        std::memset(O.get(), 0, size_t(bq * hd) * 4);
+        for (int64_t k0 = 0; k0 < T; k0 += Bk) {
+          const int64_t bk = std::min(Bk, T - k0);
+          GemmArgs s{};
+          s.a = qkv + size_t(q0 * ld + h * hd) * es, s.lda = ld, s.a_dt = dt;
+          s.w = qkv + size_t(k0 * ld + D + h * hd) * es, s.ldw = ld, s.w_dt = dt;
+          s.c = S.get(), s.ldc = bk, s.c_dt = DType::f32;
+          s.m = bq, s.n = bk, s.k = hd;
+          ops.linear(s);
+          for (int64_t r = 0; r < bq; ++r) {
+            void* prow = P.get() + size_t(r * bk) * es;
+            const float corr = ops.ref ? softmax_step_row_ref(S.as<float>() + r * bk, bk, scale, &m[r], &l[r], prow, dt)
+                                       : softmax_step_row(S.as<float>() + r * bk, bk, scale, &m[r], &l[r], prow, dt);
+            if (corr != 1.0f) {
+              float* o = O.as<float>() + r * hd;
+              for (int64_t j = 0; j < hd; ++j) o[j] *= corr;
+            }
+          }
+          GemmArgs pv{};
+          pv.a = P.get(), pv.lda = bk, pv.a_dt = dt;
+          pv.w = qkv + size_t(k0 * ld + 2 * D + h * hd) * es, pv.ldw = ld, pv.w_dt = dt, pv.w_is_kn = true;
+          pv.c = O.get(), pv.ldc = hd, pv.c_dt = DType::f32;
+          pv.m = bq, pv.n = hd, pv.k = bk;
+          pv.accumulate = true;
+          ops.linear(pv);
+        }
+        for (int64_t r = 0; r < bq; ++r) {
+          const float inv = 1.0f / l[r];
+          const float* o = O.as<float>() + r * hd;
+          if (dt == DType::f32) {
+            float* dst = reinterpret_cast<float*>(out) + (q0 + r) * D + h * hd;
+            for (int64_t j = 0; j < hd; ++j) dst[j] = o[j] * inv;
+          } else {
+            uint16_t* dst = reinterpret_cast<uint16_t*>(out) + (q0 + r) * D + h * hd;
+            for (int64_t j = 0; j < hd; ++j) dst[j] = f32_to_bf16(o[j] * inv);
+          }
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+Tensor row_copy(const float* src, int64_t d) {
+  Tensor t(DType::f32, {1, d});
+  std::memcpy(t.bytes(), src, size_t(d) * 4);
+  return t;
+}
+
+// y[n] = W[n, k]·x[k] + b (fp32, small: heads and pooling).
+std::vector<float> matvec(const Tensor& w, const Tensor* b, const float* x) {
+  const int64_t n = w.dim(0), k = w.dim(1);
+  std::vector<float> y(n);
+  const float* pw = w.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    double acc = 0;
+    for (int64_t j = 0; j < k; ++j) acc += double(pw[i * k + j]) * x[j];
+    y[i] = float(acc) + (b && present(*b) ? b->data<float>()[i] : 0.0f);
+  }
+  return y;
+}
+
+void ensure_bf16(VitModel::Impl& m) {
+  if (m.have_bf16) return;
+  auto conv = [](const Tensor& w) {
+    Tensor t(DType::bf16, w.shape());
+    to_bf16_row(w.data<float>(), t.data<uint16_t>(), w.numel());
+    return t;
+  };
+  for (VitLayer& l : m.layers) {
+    l.qkv_w16 = conv(l.qkv_w);
+    l.out_w16 = conv(l.out_w);
+    l.fc1_w16 = conv(l.fc1_w);
+    l.fc2_w16 = conv(l.fc2_w);
+  }
+  m.have_bf16 = true;
+}
+
+// SigLIP's MultiheadAttentionPoolingHead over the (post-normed) hidden states x [T, D].
+std::vector<float> siglip_pool(const Ops& ops, const VitModel::Impl& m, const float* x, int64_t T) {
+  const VitConfig& c = m.config;
+  const int64_t D = c.hidden, hd = c.head_dim();
+  // q from the probe; k, v for every token (one GEMM against the k|v rows of in_proj).
+  std::vector<float> q(D);
+  const float* w = m.pool_in_w.data<float>();
+  const float* b = m.pool_in_b.data<float>();
+  const float* probe = m.pool_probe.data<float>();
+  for (int64_t i = 0; i < D; ++i) {
+    double acc = 0;
+    for (int64_t j = 0; j < D; ++j) acc += double(w[i * D + j]) * probe[j];
+    q[i] = float(acc) + b[i];
+  }
+  Buffer kv(size_t(T * 2 * D) * 4);
+  GemmArgs g{};
+  g.a = x, g.lda = D, g.a_dt = DType::f32;
+  g.w = w + D * D, g.ldw = D, g.w_dt = DType::f32;
+  g.bias = b + D;
+  g.c = kv.get(), g.ldc = 2 * D, g.c_dt = DType::f32;
+  g.m = T, g.n = 2 * D, g.k = D;
+  ops.linear(g);
+  const float* K = kv.as<float>();
+  std::vector<float> o(D, 0.0f), s(T);
+  const double scale = 1.0 / std::sqrt(double(hd));
+  for (int h = 0; h < c.heads; ++h) {
+    double mx = -INFINITY;
+    for (int64_t t = 0; t < T; ++t) {
+      double acc = 0;
+      for (int64_t j = 0; j < hd; ++j) acc += double(q[h * hd + j]) * K[t * 2 * D + h * hd + j];
+      s[t] = float(acc * scale);
+      mx = std::max(mx, double(s[t]));
+    }
+    double sum = 0;
+    std::vector<double> acc(hd, 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      const double e = std::exp(double(s[t]) - mx);
+      sum += e;
+      for (int64_t j = 0; j < hd; ++j) acc[j] += e * K[t * 2 * D + D + h * hd + j];
+    }
+    for (int64_t j = 0; j < hd; ++j) o[h * hd + j] = float(acc[j] / sum);
+  }
+  std::vector<float> a = matvec(m.pool_out_w, &m.pool_out_b, o.data());
+  std::vector<float> n(D);
+  layer_norm_row_ref(a.data(), m.pool_ln_w.data<float>(), m.pool_ln_b.data<float>(), c.ln_eps, D, n.data(), DType::f32);
+  std::vector<float> hmid = matvec(m.pool_fc1_w, &m.pool_fc1_b, n.data());
+  for (float& v : hmid) v = activation_ref(c.act, v);
+  std::vector<float> out = matvec(m.pool_fc2_w, &m.pool_fc2_b, hmid.data());
+  for (int64_t i = 0; i < D; ++i) out[i] += a[i];
+  return out;
+}
+
+}  // namespace
+
+Encoding encode(const VitModel& model, const Tensor& patches, const Tensor& positions, const EncodeParams& params,
+                Executor& exec) {
+  const auto t_start = std::chrono::steady_clock::now();
+  VitModel::Impl& m = const_cast<VitModel::Impl&>(model.impl());
+  const VitConfig& c = m.config;
+  // ---- validate ---------------------------------------------------------------------------
+  if (patches.rank() != 4 || patches.dim(0) < 1)
+    throw bad("encode: patches must be [N, C, P, P] with N >= 1");
+  if (patches.dtype() != DType::f32 && patches.dtype() != DType::f16)
+    throw bad("encode: patches must be float32 or float16, normalised as the model expects (tokenize with "
+              "--dtype f32 or f16; u8 patches are not normalised)");
+  if (patches.dim(1) != c.channels || patches.dim(2) != c.patch_px || patches.dim(3) != c.patch_px)
+    throw bad("encode: patches are [N, " + std::to_string(patches.dim(1)) + ", " + std::to_string(patches.dim(2)) +
+              ", " + std::to_string(patches.dim(3)) + "] but the model takes " + std::to_string(c.channels) + "×" +
+              std::to_string(c.patch_px) + "×" + std::to_string(c.patch_px) + " patches (use --patch " +
+              std::to_string(c.patch_px) + ")");
+  const int64_t N = patches.dim(0);
+  if (positions.dtype() != DType::f32 || positions.rank() != 2 || positions.dim(0) != N || positions.dim(1) < 2)
+    throw bad("encode: positions must be [N, 4] float32 with N = " + std::to_string(N));
+  if (N > (int64_t(1) << 20)) throw Error(Errc::limit_exceeded, "encode: more than 2^20 tokens");
+  if (params.image_width < 1 || params.image_height < 1) throw bad("encode: the image size must be positive");
+  const float* pos = positions.data<float>();
+  for (int64_t i = 0; i < N; ++i)
+    if (!std::isfinite(pos[i * positions.dim(1)]) || !std::isfinite(pos[i * positions.dim(1) + 1]))
+      throw bad("encode: token " + std::to_string(i) + " has a non-finite position");
+
+  std::lock_guard<std::mutex> lock(m.mutex);
+  Ops ops;
+  ops.ref = exec.reference();
+  ops.threads = std::max(1, exec.threads());
+  omp_set_num_threads(ops.threads);  // oneDNN's team size
+  if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
+  if (m.gemm) m.gemm->reserve_threads(ops.threads);
+  ops.gemm = m.gemm.get();
+  const bool bf16 = params.precision == Precision::bf16;
+  if (bf16) ensure_bf16(m);
+  const DType dt = bf16 ? DType::bf16 : DType::f32;
+  const size_t es = esize(dt);
+
+  const int64_t D = c.hidden, Mh = c.mlp, cls = c.class_token ? 1 : 0, T = N + cls;
+  const int64_t K = int64_t(c.channels) * c.patch_px * c.patch_px;
+  Buffer X(size_t(T * D) * 4);
+  float* x = X.as<float>();
+
+  // ---- embeddings -------------------------------------------------------------------------
+  {
+    const float* src = nullptr;
+    Buffer tmp;
+    if (patches.dtype() == DType::f32) {
+      src = patches.data<float>();
+    } else {
+      tmp = Buffer(size_t(N * K) * 4);
+      const uint16_t* h = patches.data<uint16_t>();
+      float* t = tmp.as<float>();
+      for (int64_t i = 0; i < N * K; ++i) t[i] = f16_to_f32(h[i]);
+      src = t;
+    }
+    ops.linear(lin(src, DType::f32, N, m.patch_w, nullptr, &m.patch_b, x + cls * D, DType::f32));
+  }
+  if (cls) {
+    const float* ce = m.class_emb.data<float>();
+    const float* cp = m.class_pos.data<float>();
+    for (int64_t d = 0; d < D; ++d) x[d] = ce[d] + cp[d];
+  }
+  {
+    const float* grid = m.pos_grid.data<float>();
+    const int G = c.grid;
+    const double sx = double(G) / params.image_width, sy = double(G) / params.image_height;
+    const int64_t pst = positions.dim(1);
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+    for (int64_t i = 0; i < N; ++i)
+      add_bicubic(grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, x + (cls + i) * D);
+  }
+  if (c.pre_norm) ops.layer_norm(x, T, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
+
+  // ---- transformer ------------------------------------------------------------------------
+  Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * Mh) * es);
+  for (const VitLayer& l : m.layers) {
+    ops.layer_norm(x, T, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
+    ops.linear(lin(H.get(), dt, T, l.qkv_w, &l.qkv_w16, &l.qkv_b, QKV.get(), dt));
+    attention(ops, QKV.get(), dt, T, D, c.heads, A.get());
+    GemmArgs o = lin(A.get(), dt, T, l.out_w, &l.out_w16, &l.out_b, x, DType::f32);
+    o.accumulate = true;
+    ops.linear(o);
+    ops.layer_norm(x, T, D, l.ln2_w, l.ln2_b, c.ln_eps, H.get(), dt);
+    GemmArgs f1 = lin(H.get(), dt, T, l.fc1_w, &l.fc1_w16, &l.fc1_b, Hm.get(), dt);
+    f1.post = post_for(c.act);
+    ops.linear(f1);
+    GemmArgs f2 = lin(Hm.get(), dt, T, l.fc2_w, &l.fc2_w16, &l.fc2_b, x, DType::f32);
+    f2.accumulate = true;
+    ops.linear(f2);
+  }
+  if (c.final_norm == FinalNorm::all_tokens) ops.layer_norm(x, T, D, m.post_w, m.post_b, c.ln_eps, x, DType::f32);
+
+  // ---- outputs ----------------------------------------------------------------------------
+  Encoding e;
+  e.embeddings = Tensor(DType::f32, {N, D});
+  std::memcpy(e.embeddings.bytes(), x + cls * D, size_t(N * D) * 4);
+  if (cls) e.class_token = row_copy(x, D);
+  if (c.family == VitFamily::clip) {
+    std::vector<float> p(D);
+    layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
+    e.pooled = row_copy(p.data(), D);
+    if (present(m.proj_w)) {
+      const std::vector<float> y = matvec(m.proj_w, nullptr, p.data());
+      e.image_embeds = row_copy(y.data(), int64_t(y.size()));
+    }
+  } else if (c.family == VitFamily::torchvision) {
+    e.pooled = row_copy(x, D);
+    if (present(m.head_w)) {
+      const std::vector<float> y = matvec(m.head_w, &m.head_b, x);
+      e.logits = row_copy(y.data(), int64_t(y.size()));
+    }
+  } else if (c.attention_pool) {
+    const std::vector<float> p = siglip_pool(ops, m, x, T);
+    e.pooled = row_copy(p.data(), D);
+  }
+  e.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+  return e;
+}
+
+double cosine_similarity(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != DType::f32 || b.dtype() != DType::f32 || a.numel() != b.numel())
+    throw bad("cosine_similarity: tensors must be float32 of equal size");
+  const float* x = a.data<float>();
+  const float* y = b.data<float>();
+  double xy = 0, xx = 0, yy = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) xy += double(x[i]) * y[i], xx += double(x[i]) * x[i], yy += double(y[i]) * y[i];
+  return xx > 0 && yy > 0 ? xy / std::sqrt(xx * yy) : (xx == yy ? 1.0 : 0.0);
+}
+
+double mean_row_cosine(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != DType::f32 || b.dtype() != DType::f32 || a.shape() != b.shape() || a.rank() != 2)
+    throw bad("mean_row_cosine: tensors must be [N, D] float32 of equal shape");
+  const int64_t n = a.dim(0), d = a.dim(1);
+  if (n == 0) return 1.0;
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = a.data<float>() + i * d;
+    const float* y = b.data<float>() + i * d;
+    double xy = 0, xx = 0, yy = 0;
+    for (int64_t j = 0; j < d; ++j) xy += double(x[j]) * y[j], xx += double(x[j]) * x[j], yy += double(y[j]) * y[j];
+    total += xx > 0 && yy > 0 ? xy / std::sqrt(xx * yy) : 1.0;
+  }
+  return total / double(n);
+}
+
+}  // namespace fovea

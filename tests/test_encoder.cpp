@@ -1,0 +1,488 @@
+// The ViT encoder against PyTorch: fixtures written by scripts/make_encoder_fixtures.py
+// (torchvision's VisionTransformer and HF-named CLIP / SigLIP modules, references in float64).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "encoder/encoder_internal.hpp"
+#include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
+#include "fovea/image.hpp"
+#include "fovea/pyramid.hpp"
+#include "fovea/grid.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/tokenizer.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture(const std::string& model, const std::string& file = "model.safetensors") {
+  return test::source_dir() + "/tests/data/encoder/" + model + "/" + file;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.numel(), b.numel());
+  if (a.numel() != b.numel()) return INFINITY;
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    m = std::max(m, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+  return m;
+}
+
+struct Case {
+  std::string name;
+  Tensor patches, positions;
+  int width = 0, height = 0;
+};
+
+std::vector<Case> load_cases(const SafetensorsFile& f) {
+  std::vector<Case> out;
+  std::stringstream names(f.metadata().at("cases"));
+  for (std::string n; std::getline(names, n, ',');) {
+    Case c;
+    c.name = n;
+    c.patches = f.load(*f.find(n + ".patches"));
+    c.positions = f.load(*f.find(n + ".positions"));
+    c.width = std::stoi(f.metadata().at(n + ".image_width"));
+    c.height = std::stoi(f.metadata().at(n + ".image_height"));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// Compares every output the fixture holds for a case; returns the worst error.
+double compare(const SafetensorsFile& f, const std::string& c, const Encoding& e) {
+  double worst = 0;
+  auto check = [&](const std::string& key, const Tensor& got) {
+    const auto* entry = f.find(c + "." + key);
+    if (!entry) return;
+    ASSERT_TRUE(encoder_detail::present(got)) << c << "." << key << " missing from fovea's output";
+    const Tensor want = f.load(*entry);
+    ASSERT_EQ(want.numel(), got.numel()) << c << "." << key;
+    const double err = max_abs_diff(want, got);
+    EXPECT_LE(err, 1e-4) << c << "." << key;
+    worst = std::max(worst, err);
+  };
+  check("last_hidden", e.embeddings);
+  check("class_token", e.class_token);
+  check("pooled", e.pooled);
+  check("image_embeds", e.image_embeds);
+  check("logits", e.logits);
+  return worst;
+}
+
+class EncoderFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EncoderFixture, Fp32MatchesPyTorchWithin1e4) {
+  const VitModel model = VitModel::load(fixture(GetParam()));
+  const SafetensorsFile f = SafetensorsFile::open(fixture(GetParam(), "cases.safetensors"));
+  for (Kernels k : {Kernels::best, Kernels::reference}) {
+    Executor exec({.threads = 2, .kernels = k});
+    for (const Case& c : load_cases(f)) {
+      const Encoding e = encode(model, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
+      const double err = compare(f, c.name, e);
+      RecordProperty(c.name + (k == Kernels::best ? ".fast" : ".reference") + ".max_abs_error", std::to_string(err));
+    }
+  }
+}
+
+TEST_P(EncoderFixture, Bf16CosineToFp32AtLeast0999) {
+  const VitModel model = VitModel::load(fixture(GetParam()));
+  const SafetensorsFile f = SafetensorsFile::open(fixture(GetParam(), "cases.safetensors"));
+  Executor exec({.threads = 2});
+  for (const Case& c : load_cases(f)) {
+    EncodeParams p{.image_width = c.width, .image_height = c.height};
+    const Encoding a = encode(model, c.patches, c.positions, p, exec);
+    p.precision = Precision::bf16;
+    const Encoding b = encode(model, c.patches, c.positions, p, exec);
+    const double cos = mean_row_cosine(a.embeddings, b.embeddings);
+    EXPECT_GE(cos, 0.999) << c.name;
+    RecordProperty(c.name + ".bf16_mean_row_cosine", std::to_string(cos));
+    EXPECT_GE(cosine_similarity(a.pooled, b.pooled), 0.999) << c.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture, ::testing::Values("clip", "clip_full", "siglip", "torchvision"));
+
+TEST(Encoder, DetectsFamiliesAndConfig) {
+  const VitModel clip = VitModel::load(fixture("clip"));
+  EXPECT_EQ(clip.config().family, VitFamily::clip);
+  EXPECT_EQ(clip.config().act, Activation::quick_gelu);
+  EXPECT_TRUE(clip.config().pre_norm);
+  EXPECT_EQ(clip.config().heads, 4);
+  EXPECT_FALSE(clip.is_random());
+  const VitModel full = VitModel::load(fixture("clip_full"));
+  EXPECT_EQ(full.config().projection_dim, 24);
+  EXPECT_GT(full.tensors_ignored(), 0);  // the text tower
+  const VitModel sig = VitModel::load(fixture("siglip"));
+  EXPECT_EQ(sig.config().family, VitFamily::siglip);
+  EXPECT_FALSE(sig.config().class_token);
+  EXPECT_TRUE(sig.config().attention_pool);
+  EXPECT_EQ(sig.config().act, Activation::gelu_tanh);
+  EXPECT_FLOAT_EQ(sig.config().ln_eps, 1e-6f);
+  const VitModel tv = VitModel::load(fixture("torchvision"));
+  EXPECT_EQ(tv.config().family, VitFamily::torchvision);
+  EXPECT_EQ(tv.config().num_classes, 10);
+  EXPECT_EQ(tv.config().grid, 4);
+  EXPECT_EQ(tv.config().patch_px, 8);
+}
+
+TEST(Encoder, RandomModelsAreLabelled) {
+  const VitModel m = VitModel::load("random:vit-tiny:7");
+  EXPECT_TRUE(m.is_random());
+  EXPECT_NE(m.describe().find("RANDOM WEIGHTS"), std::string::npos);
+  EXPECT_THROW(VitModel::load("random:vit-huge"), Error);
+  EXPECT_THROW(VitModel::load("random:vit-b16:x1"), Error);
+}
+
+// Random tokens for a model; positions spread over a w × h image.
+void random_tokens(const VitConfig& c, int64_t n, int w, int h, Tensor* patches, Tensor* positions) {
+  *patches = Tensor(DType::f32, {n, c.channels, c.patch_px, c.patch_px});
+  *positions = Tensor(DType::f32, {n, 4});
+  uint32_t s = 12345;
+  auto next = [&] {
+    s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+    return float(s % 100000) / 100000.0f;
+  };
+  for (int64_t i = 0; i < patches->numel(); ++i) patches->data<float>()[i] = next() * 4 - 2;
+  for (int64_t i = 0; i < n; ++i) {
+    float* p = positions->data<float>() + i * 4;
+    p[0] = next() * w, p[1] = next() * h, p[2] = float(c.patch_px), p[3] = 0;
+  }
+}
+
+// More tokens than one key block (512) and query block (128): the online softmax across blocks
+// must give the plain softmax attention of the reference path.
+TEST(Encoder, TiledAttentionMatchesReferenceAcrossBlocks) {
+  const VitModel m = VitModel::load("random:vit-tiny:3");
+  Tensor patches, positions;
+  random_tokens(m.config(), 700, 640, 480, &patches, &positions);
+  Executor fast({.threads = 2});
+  Executor ref({.threads = 1, .kernels = Kernels::reference});
+  const EncodeParams p{.image_width = 640, .image_height = 480};
+  const Encoding a = encode(m, patches, positions, p, fast);
+  const Encoding b = encode(m, patches, positions, p, ref);
+  EXPECT_LE(max_abs_diff(a.embeddings, b.embeddings), 1e-4);
+  Executor one({.threads = 1});
+  const Encoding c = encode(m, patches, positions, p, one);
+  EXPECT_LE(max_abs_diff(a.embeddings, c.embeddings), 1e-5);  // thread count does not matter
+}
+
+TEST(Encoder, RowKernelsMatchReferences) {
+  using namespace encoder_detail;
+  std::vector<float> x(77), w(77), b(77), o1(77), o2(77);
+  for (int i = 0; i < 77; ++i) x[i] = std::sin(i * 0.7f) * 3, w[i] = 1 + 0.01f * i, b[i] = 0.1f * (i % 5);
+  layer_norm_row(x.data(), w.data(), b.data(), 1e-5f, 77, o1.data(), DType::f32);
+  layer_norm_row_ref(x.data(), w.data(), b.data(), 1e-5f, 77, o2.data(), DType::f32);
+  for (int i = 0; i < 77; ++i) EXPECT_NEAR(o1[i], o2[i], 1e-5);
+  float m1 = -INFINITY, l1 = 0, m2 = -INFINITY, l2 = 0;
+  for (int step = 0; step < 2; ++step) {
+    const float c1 = softmax_step_row(x.data(), 77, 0.3f + step, &m1, &l1, o1.data(), DType::f32);
+    const float c2 = softmax_step_row_ref(x.data(), 77, 0.3f + step, &m2, &l2, o2.data(), DType::f32);
+    EXPECT_NEAR(c1, c2, 1e-6);
+    EXPECT_NEAR(l1, l2, 1e-4 * l2);
+    for (int i = 0; i < 77; ++i) EXPECT_NEAR(o1[i], o2[i], 1e-6);
+  }
+  std::vector<uint16_t> h1(77);
+  to_bf16_row(x.data(), h1.data(), 77);
+  for (int i = 0; i < 77; ++i) EXPECT_EQ(h1[i], f32_to_bf16(x[i]));
+  from_bf16_row(h1.data(), o1.data(), 77);
+  for (int i = 0; i < 77; ++i) EXPECT_EQ(o1[i], bf16_to_f32(h1[i]));
+}
+
+TEST(Encoder, RejectsMismatchedInputs) {
+  const VitModel m = VitModel::load(fixture("clip"));
+  Executor exec({.threads = 1});
+  Tensor patches(DType::f32, {4, 3, 16, 16}), positions(DType::f32, {4, 4});
+  try {
+    encode(m, patches, positions, {.image_width = 32, .image_height = 32}, exec);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("--patch 8"), std::string::npos) << e.what();
+  }
+  Tensor p8(DType::f32, {4, 3, 8, 8}), bad_pos(DType::f32, {3, 4});
+  EXPECT_THROW(encode(m, p8, bad_pos, {.image_width = 32, .image_height = 32}, exec), Error);
+  EXPECT_THROW(encode(m, p8, positions, {.image_width = 0, .image_height = 32}, exec), Error);
+  positions.data<float>()[0] = NAN;
+  EXPECT_THROW(encode(m, p8, positions, {.image_width = 32, .image_height = 32}, exec), Error);
+}
+
+// ---- hostile and incomplete checkpoints ----------------------------------------------------------
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+// Loads `path` expecting an Error with `code` whose message contains every fragment.
+void expect_load_error(const std::string& path, Errc code, std::vector<std::string> fragments) {
+  try {
+    VitModel::load(path);
+    FAIL() << "loaded " << path;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << f << " not in: " << e.what();
+  }
+}
+
+// Re-serialises the fixture's tensors with edits: `drop` removed, `reshape` given a new shape,
+// `retype` stored as I32.
+std::string edited_checkpoint(const std::string& dir, const std::string& model, const std::set<std::string>& drop,
+                              const std::map<std::string, std::vector<int64_t>>& reshape,
+                              const std::set<std::string>& retype) {
+  const SafetensorsFile f = SafetensorsFile::open(fixture(model));
+  std::vector<Tensor> keep;
+  std::vector<std::string> names;
+  keep.reserve(f.entries().size());
+  for (const auto& e : f.entries()) {
+    if (drop.count(e.name)) continue;
+    Tensor t = f.load(e);
+    if (auto it = reshape.find(e.name); it != reshape.end()) t = Tensor(t.dtype(), it->second);
+    if (retype.count(e.name)) t = Tensor(DType::i32, t.shape());
+    keep.push_back(std::move(t));
+    names.push_back(e.name);
+  }
+  std::vector<NamedTensor> ts;
+  for (size_t i = 0; i < keep.size(); ++i) ts.push_back({names[i], &keep[i]});
+  fs::create_directories(dir);
+  fs::copy_file(fixture(model, "config.json"), dir + "/config.json", fs::copy_options::overwrite_existing);
+  const std::string path = dir + "/model.safetensors";
+  save_safetensors(path, ts);
+  return path;
+}
+
+TEST(EncoderCheckpoint, NamesEveryMissingOrMisShapedTensor) {
+  const std::string dir = test::temp_dir("enc_missing");
+  const std::string path = edited_checkpoint(
+      dir + "/a", "clip",
+      {"vision_model.encoder.layers.1.mlp.fc2.bias", "vision_model.pre_layrnorm.weight"},
+      {{"vision_model.encoder.layers.0.self_attn.k_proj.weight", {32, 31}}},
+      {"vision_model.post_layernorm.bias"});
+  expect_load_error(path, Errc::corrupt_data,
+                    {"missing 2 tensor(s)", "vision_model.encoder.layers.1.mlp.fc2.bias [32]",
+                     "vision_model.pre_layrnorm.weight [32]",
+                     "vision_model.encoder.layers.0.self_attn.k_proj.weight has shape [32, 31], expected [32, 32]",
+                     "vision_model.post_layernorm.bias has dtype I32"});
+  // A torchvision file without its pooling norm and with a short MLP bias.
+  const std::string tv = edited_checkpoint(dir + "/b", "torchvision", {"encoder.ln.weight"},
+                                           {{"encoder.layers.encoder_layer_1.mlp.3.bias", {31}}}, {});
+  expect_load_error(tv, Errc::corrupt_data, {"encoder.ln.weight [32]", "encoder.layers.encoder_layer_1.mlp.3.bias has shape [31]"});
+}
+
+TEST(EncoderCheckpoint, HostileFilesGiveClearErrors) {
+  const std::string dir = test::temp_dir("enc_hostile");
+  const std::vector<uint8_t> good = read_bytes(fixture("siglip"));
+  ASSERT_GT(good.size(), 1000u);
+  auto write = [&](const std::string& name, const std::vector<uint8_t>& b) {
+    const std::string p = dir + "/" + name;
+    write_bytes(p, b);
+    return p;
+  };
+  // Truncated: the offsets run past the end of the buffer.
+  expect_load_error(write("trunc.safetensors", std::vector<uint8_t>(good.begin(), good.end() - 100)), Errc::corrupt_data,
+                    {"trunc.safetensors"});
+  expect_load_error(write("tiny.safetensors", std::vector<uint8_t>(good.begin(), good.begin() + 5)), Errc::corrupt_data,
+                    {"tiny.safetensors"});
+  // Header length beyond the 100 MB limit.
+  std::vector<uint8_t> huge = good;
+  huge[4] = 0x40;
+  expect_load_error(write("huge.safetensors", huge), Errc::limit_exceeded, {"huge.safetensors"});
+  // Broken JSON.
+  std::vector<uint8_t> json = good;
+  json[8] = 'x';
+  expect_load_error(write("json.safetensors", json), Errc::corrupt_data, {"JSON"});
+  // A bad dtype name, and overlapping offsets, written by hand.
+  auto raw = [](const std::string& header, size_t data) {
+    std::vector<uint8_t> out(8 + header.size() + data, 0);
+    for (int i = 0; i < 8; ++i) out[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+    std::memcpy(out.data() + 8, header.data(), header.size());
+    return out;
+  };
+  expect_load_error(write("dtype.safetensors", raw(R"({"conv_proj.weight": {"dtype": "F33", "shape": [1], "data_offsets": [0, 4]}})", 4)),
+                    Errc::corrupt_data, {"unknown dtype"});
+  expect_load_error(write("overlap.safetensors", raw(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                    "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12)),
+                    Errc::corrupt_data, {"overlaps"});
+  expect_load_error(write("oob.safetensors", raw(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8)),
+                    Errc::corrupt_data, {"oob.safetensors"});
+  // Valid safetensors, but no ViT inside.
+  Tensor t(DType::f32, {3});
+  save_safetensors(dir + "/other.safetensors", {{"linear.weight", &t}});
+  expect_load_error(dir + "/other.safetensors", Errc::unsupported, {"no ViT naming recognised"});
+  expect_load_error(dir + "/absent.safetensors", Errc::io, {"absent.safetensors"});
+}
+
+TEST(EncoderCheckpoint, ConfigJsonMustAgreeWithTensors) {
+  const std::string dir = test::temp_dir("enc_config");
+  fs::copy_file(fixture("clip"), dir + "/model.safetensors");
+  nlohmann::json cfg;
+  std::ifstream(fixture("clip", "config.json")) >> cfg;
+  cfg["hidden_size"] = 48;
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  expect_load_error(dir + "/model.safetensors", Errc::corrupt_data, {"hidden_size = 48", "32"});
+  std::ofstream(dir + "/config.json") << "{not json";
+  expect_load_error(dir + "/model.safetensors", Errc::corrupt_data, {"config.json"});
+  cfg["hidden_size"] = 32;
+  cfg["hidden_act"] = "swish";
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  expect_load_error(dir + "/model.safetensors", Errc::unsupported, {"swish"});
+}
+
+// ---- the query-embedding hook and files ------------------------------------------------------------
+
+TEST(EncoderQuery, LoadsNpyAndSafetensors) {
+  const std::string dir = test::temp_dir("enc_query");
+  // .npy v1, float32, shape (1, 3).
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3), }";
+  header += std::string(128 - 10 - header.size() - 1, ' ') + "\n";
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+  npy += char(header.size() & 0xff);
+  npy += char(header.size() >> 8);
+  npy += header;
+  const float v[3] = {1.5f, -2.0f, 0.25f};
+  npy.append(reinterpret_cast<const char*>(v), 12);
+  std::ofstream(dir + "/q.npy", std::ios::binary) << npy;
+  EXPECT_EQ(load_query_embedding(dir + "/q.npy"), std::vector<float>({1.5f, -2.0f, 0.25f}));
+  std::ofstream(dir + "/bad.npy", std::ios::binary) << npy.substr(0, npy.size() - 2);
+  EXPECT_THROW(load_query_embedding(dir + "/bad.npy"), Error);
+
+  Tensor q(DType::f32, {4});
+  q.data<float>()[2] = 3;
+  save_safetensors(dir + "/q.safetensors", {{"query", &q}});
+  EXPECT_EQ(load_query_embedding(dir + "/q.safetensors"), std::vector<float>({0, 0, 3, 0}));
+  Tensor m(DType::f32, {2, 4});
+  save_safetensors(dir + "/m.safetensors", {{"query", &m}});
+  EXPECT_THROW(load_query_embedding(dir + "/m.safetensors"), Error);
+}
+
+TEST(EncoderQuery, TileFeaturesFromPatchEmbeddings) {
+  const VitModel model = VitModel::load(fixture("clip_full"));
+  Executor exec({.threads = 2});
+  PyramidU8 pyr = build_pyramid(test::random_image(40, 24, 3, 5), PyramidParams{}, exec);
+  const TileGrid g = TileGrid::make(40, 24, 8);
+  Normalization norm;
+  const Tensor d = tile_feature_fn(model, norm, 32, exec)(pyr, g);
+  EXPECT_EQ(d.shape(), std::vector<int64_t>({g.tiles(), 32}));
+  const Tensor e = tile_feature_fn(model, norm, 24, exec)(pyr, g);  // through visual_projection
+  EXPECT_EQ(e.shape(), std::vector<int64_t>({g.tiles(), 24}));
+  EXPECT_THROW(tile_feature_fn(model, norm, 7, exec)(pyr, g), Error);
+}
+
+// A query equal to one tile's patch-embedding feature must make that tile the most relevant.
+TEST(EncoderQuery, EmbeddingTermFindsTheMatchingTile) {
+  const VitModel model = VitModel::load(fixture("clip"));
+  Executor exec({.threads = 2});
+  ImageU8 img = test::constant_image(64, 48, 3, 120);
+  for (int y = 24; y < 32; ++y)  // a coloured 8x8 square on tile (5, 3)
+    for (int x = 40; x < 48; ++x) img.row(0, y)[x] = 250, img.row(1, y)[x] = 10, img.row(2, y)[x] = 60;
+  TokenizeParams params;
+  params.patch_px = 8;
+  params.alloc.budget_tokens = 20;
+  params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, 32, exec);
+  const PyramidU8 pyr = build_pyramid(img.clone(), PyramidParams{}, exec);
+  const TileGrid g = TileGrid::make(64, 48, 8);
+  const Tensor feats = params.relevance.tile_features(pyr, g);
+  const int64_t target = 3 * g.tiles_x + 5;
+  Query q;
+  q.embedding.assign(feats.data<float>() + target * 32, feats.data<float>() + (target + 1) * 32);
+  const Tokenization t = tokenize(std::move(img), q, params, exec);
+  const auto& qs = t.relevance.query;
+  EXPECT_EQ(std::max_element(qs.begin(), qs.end()) - qs.begin(), target);
+  EXPECT_FLOAT_EQ(qs[target], 1.0f);
+}
+
+// ---- the command line ------------------------------------------------------------------------------
+
+int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+void expect_one_line_error(const test::RunResult& r, int code, const std::string& fragment) {
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("fovea: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << r.err;
+}
+
+TEST(EncodeCli, BadCheckpointsGiveOneLineAndNonZeroExit) {
+  const std::string dir = test::temp_dir("enc_cli_bad");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  expect_one_line_error(test::run_cli({"encode", image, "--model", dir + "/none.safetensors", "-o", dir + "/o.safetensors"}),
+                        1, "none.safetensors");
+  std::vector<uint8_t> b = read_bytes(fixture("clip"));
+  b.resize(b.size() / 2);
+  write_bytes(dir + "/half.safetensors", b);
+  expect_one_line_error(test::run_cli({"encode", image, "--model", dir + "/half.safetensors", "-o", dir + "/o.safetensors"}),
+                        1, "half.safetensors");
+  const std::string missing = edited_checkpoint(dir + "/m", "siglip", {"vision_model.head.probe"}, {}, {});
+  expect_one_line_error(test::run_cli({"encode", image, "--model", missing, "-o", dir + "/o.safetensors"}), 1,
+                        "vision_model.head.probe");
+  expect_one_line_error(test::run_cli({"encode", image, "--model", "random:vit-x"}), 2, "random:vit-x");
+  expect_one_line_error(test::run_cli({"encode", image, "--model", fixture("clip"), "--patch", "16"}), 2, "--patch 16");
+  expect_one_line_error(test::run_cli({"encode", image, "--model", fixture("clip"), "--dtype", "u8"}), 2, "u8");
+  EXPECT_FALSE(fs::exists(dir + "/o.safetensors"));
+}
+
+TEST(EncodeCli, WritesEmbeddingsAndLabelsRandomModels) {
+  const std::string dir = test::temp_dir("enc_cli_ok");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  const auto r = test::run_cli({"encode", image, "--model", fixture("clip_full"), "--budget", "20", "-o",
+                                dir + "/e.safetensors", "--json", "--threads", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["encoder"]["random_weights"], false);
+  const SafetensorsFile f = SafetensorsFile::open(dir + "/e.safetensors");
+  const auto* e = f.find("embeddings");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->shape[1], 32);
+  EXPECT_EQ(f.find("positions")->shape[0], e->shape[0]);
+  EXPECT_NE(f.find("image_embeds"), nullptr);
+  EXPECT_EQ(f.metadata().at("random_weights"), "false");
+
+  const auto rr = test::run_cli({"encode", image, "--model", "random:vit-tiny", "--budget", "12", "-o",
+                                 dir + "/r.safetensors", "--json", "--precision", "bf16", "--threads", "2"});
+  ASSERT_EQ(rr.exit_code, 0) << rr.err;
+  EXPECT_NE(rr.err.find("RANDOM"), std::string::npos);
+  const nlohmann::json jr = nlohmann::json::parse(rr.out);
+  EXPECT_EQ(jr["encoder"]["random_weights"], true);
+  EXPECT_NE(jr["encoder"]["description"].get<std::string>().find("RANDOM WEIGHTS"), std::string::npos);
+  const SafetensorsFile fr = SafetensorsFile::open(dir + "/r.safetensors");
+  EXPECT_EQ(fr.metadata().at("random_weights"), "true");
+  EXPECT_NE(fr.metadata().at("model_description").find("RANDOM WEIGHTS"), std::string::npos);
+}
+
+TEST(EncodeCli, TokenizeTakesAQueryEmbedding) {
+  const std::string dir = test::temp_dir("enc_cli_query");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  Tensor q(DType::f32, {1, 32});
+  for (int i = 0; i < 32; ++i) q.data<float>()[i] = std::sin(float(i));
+  save_safetensors(dir + "/q.safetensors", {{"query", &q}});
+  const auto r = test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors", "--model", fixture("clip"),
+                                "--budget", "16", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("embedding(32)"), std::string::npos) << r.out;
+  expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors"}), 2, "--model");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors", "--model",
+                                       "random:vit-tiny"}), 2, "64");
+  expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/none.npy", "--model", fixture("clip")}),
+                        1, "none.npy");
+}
+
+}  // namespace
+}  // namespace fovea

@@ -1,0 +1,165 @@
+// fovea encode IMAGE --model CKPT [tokenize flags] -o OUT.safetensors [--precision fp32|bf16] [--json]
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli_util.hpp"
+#include "command.hpp"
+#include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/tokenizer.hpp"
+
+namespace fovea::cli {
+namespace {
+
+struct EncodeCommand {
+  TokenizeOptions tok;
+  ExecOptions exec;
+  std::string model_spec, output, precision = "fp32", query_embedding;
+  bool json = false, check_fp32 = false;
+  CLI::Option* patch_opt = nullptr;
+
+  int run() const {
+    using Clock = std::chrono::steady_clock;
+    auto ms_since = [](Clock::time_point t0) {
+      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    };
+    TokenizeParams params = tok.params();
+    Query query = tok.query();
+    const Precision prec = precision == "bf16" ? Precision::bf16 : Precision::fp32;
+    if (params.extract.dtype == DType::u8)
+      throw Error(Errc::invalid_argument, "--dtype u8 patches are not normalised; encode needs f32 or f16");
+    Executor ex(exec.config());
+
+    auto t0 = Clock::now();
+    const VitModel model = VitModel::load(model_spec);
+    const double load_ms = ms_since(t0);
+    const VitConfig& mc = model.config();
+    if (model.is_random())
+      std::fprintf(stderr, "fovea: note: %s has RANDOM weights; its embeddings are for benchmarking only\n",
+                   model_spec.c_str());
+    if (mc.patch_px != params.patch_px) {
+      if (patch_opt && patch_opt->count() > 0)
+        throw Error(Errc::invalid_argument, "--patch " + std::to_string(params.patch_px) + " does not match the model's " +
+                                                std::to_string(mc.patch_px) + "-px patches");
+      params.patch_px = mc.patch_px;
+    }
+    if (!query_embedding.empty()) {
+      query.embedding = load_query_embedding(query_embedding);
+      params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, int(query.embedding.size()), ex);
+    }
+
+    t0 = Clock::now();
+    ImageU8 image = load_image(tok.image, tok.load_options());
+    const double decode_ms = ms_since(t0);
+    const int width = image.width(), height = image.height();
+
+    Tokenization t = tokenize(std::move(image), query, params, ex);
+    EncodeParams ep{.precision = prec, .image_width = width, .image_height = height};
+    Encoding e = encode(model, t.batch.patches, t.batch.positions, ep, ex);
+
+    double cosine = -1;
+    if (check_fp32 && prec != Precision::fp32) {
+      EncodeParams ep32 = ep;
+      ep32.precision = Precision::fp32;
+      const Encoding ref = encode(model, t.batch.patches, t.batch.positions, ep32, ex);
+      cosine = mean_row_cosine(e.embeddings, ref.embeddings);
+    }
+
+    t0 = Clock::now();
+    if (!output.empty()) {
+      std::map<std::string, std::string> meta = token_metadata(t, query, params);
+      meta["format"] = "fovea.embeddings";
+      meta["source"] = tok.image;
+      meta["model"] = model_spec;
+      meta["model_description"] = model.describe();
+      meta["model_family"] = std::string(to_string(mc.family));
+      meta["random_weights"] = model.is_random() ? "true" : "false";
+      meta["precision"] = std::string(to_string(prec));
+      meta["hidden_size"] = std::to_string(mc.hidden);
+      meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
+      std::vector<NamedTensor> tensors{{"embeddings", &e.embeddings},
+                                       {"positions", &t.batch.positions},
+                                       {"levels", &t.batch.levels}};
+      if (e.class_token.rank() > 0) tensors.push_back({"class_token", &e.class_token});
+      if (e.pooled.rank() > 0) tensors.push_back({"pooled", &e.pooled});
+      if (e.image_embeds.rank() > 0) tensors.push_back({"image_embeds", &e.image_embeds});
+      if (e.logits.rank() > 0) tensors.push_back({"logits", &e.logits});
+      save_safetensors(output, tensors, meta);
+    }
+    const double write_ms = ms_since(t0);
+
+    nlohmann::json summary = summarize(t, params, query);
+    summary["image"]["path"] = tok.image;
+    summary["timings_ms"]["decode"] = decode_ms;
+    summary["timings_ms"]["model_load"] = load_ms;
+    summary["timings_ms"]["encode"] = e.encode_ms;
+    summary["timings_ms"]["tokenize_and_encode"] = t.timings.total_ms() + e.encode_ms;
+    summary["timings_ms"]["write"] = write_ms;
+    summary["threads"] = ex.threads();
+    summary["encoder"] = {{"model", model_spec},
+                          {"description", model.describe()},
+                          {"random_weights", model.is_random()},
+                          {"family", std::string(to_string(mc.family))},
+                          {"hidden_size", mc.hidden},
+                          {"layers", mc.layers},
+                          {"heads", mc.heads},
+                          {"patch_size", mc.patch_px},
+                          {"position_grid", mc.grid},
+                          {"precision", std::string(to_string(prec))},
+                          {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}},
+                          {"tensors_used", model.tensors_used()},
+                          {"tensors_ignored", model.tensors_ignored()}};
+    if (cosine >= -1 && check_fp32 && prec != Precision::fp32) summary["encoder"]["cosine_vs_fp32"] = cosine;
+    summary["outputs"] = {{"embeddings", output}};
+    if (json) {
+      std::cout << summary.dump(2) << '\n';
+    } else {
+      print_summary(summary);
+      std::printf("  encoder: %s\n", model.describe().c_str());
+      std::printf("  encode: %lld x %d embeddings, %s, %.2f ms (tokenize + encode %.2f ms)\n",
+                  (long long)e.embeddings.dim(0), int(e.embeddings.dim(1)), precision.c_str(), e.encode_ms,
+                  t.timings.total_ms() + e.encode_ms);
+      if (check_fp32 && prec != Precision::fp32) std::printf("  mean cosine vs fp32: %.6f\n", cosine);
+      if (!output.empty()) std::printf("  wrote %s\n", output.c_str());
+    }
+    return 0;
+  }
+};
+
+Runner setup(CLI::App& sub) {
+  auto cmd = std::make_shared<EncodeCommand>();
+  cmd->tok.add(sub);
+  cmd->patch_opt = sub.get_option("--patch");
+  sub.add_option("--model,-m", cmd->model_spec,
+                 "ViT checkpoint (.safetensors: HF CLIP/SigLIP vision tower or torchvision ViT; config.json "
+                 "beside it is read) or random:vit-b16 / random:vit-s16 (random weights, benchmarks only)")
+      ->required()
+      ->type_name("CKPT");
+  sub.add_option("-o,--output", cmd->output,
+                 "Write embeddings [N, D], positions, levels (and class_token, pooled, image_embeds, logits "
+                 "when the model has them) as safetensors")
+      ->type_name("OUT.safetensors");
+  sub.add_option("--precision", cmd->precision, "fp32 (exact) or bf16 (fast; GEMM inputs in bfloat16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->default_val("fp32");
+  sub.add_option("--query-embedding", cmd->query_embedding,
+                 "Query vector (.npy or .safetensors, [D] or [1, D]) scored against per-tile patch-embedding "
+                 "features in the relevance stage")
+      ->type_name("FILE");
+  sub.add_flag("--check-fp32", cmd->check_fp32, "With --precision bf16: also run fp32 and report the mean cosine");
+  sub.add_flag("--json", cmd->json, "Print a JSON summary (tokenization, encoder, timings)");
+  cmd->exec.add(sub);
+  sub.footer(
+      "Examples:\n"
+      "  fovea encode photo.jpg --model clip-vit-b16/model.safetensors --fixation 512,300 -o emb.safetensors\n"
+      "  fovea encode photo.jpg --model random:vit-b16 --budget 273 --precision bf16 --json");
+  return [cmd] { return cmd->run(); };
+}
+
+Registration reg{{"encode", "Tokenize an image and encode the tokens with a ViT checkpoint", 20, setup}};
+
+}  // namespace
+}  // namespace fovea::cli
