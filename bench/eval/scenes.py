@@ -203,7 +203,8 @@ def generate(out_dir, count, seed, max_side=2048):
     sizes = [s for s in SIZES if s[0] <= max_side]
     docs = [lambda w=w, q=q: page_scene(min(w, max_side), q) for w, q in PAGE_SCENES]
     docs += [lambda w=w: text_scene(min(w, max_side), rng) for w in TEXT_SCENES]
-    photos = [lambda i=i: photo_scene(i, rng, sizes) for i in range(max(0, count - len(docs)))]
+    n_photos = max(count - len(docs), (count + 1) // 2)
+    photos = [lambda i=i: photo_scene(i, rng, sizes) for i in range(n_photos)]
     makers = []
     while photos or docs:
         if photos:
