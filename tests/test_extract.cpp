@@ -179,17 +179,29 @@ namespace fovea {
 namespace {
 
 TEST(ResizeArea, IntegerFactorsAreExactBoxMeans) {
-  const ImageU8 img = test::random_image(64, 48, 3, 21);
+  // Random pixels, and two-valued ones (0/255 and 127/128) whose box sums land on exact ties.
   Executor exec;
-  const ImageU8 r = resize_area(img, 16, 24, exec);  // 4×2 boxes
-  for (int c = 0; c < 3; ++c)
-    for (int y = 0; y < 24; ++y)
-      for (int x = 0; x < 16; ++x) {
-        int sum = 0;
-        for (int dy = 0; dy < 2; ++dy)
-          for (int dx = 0; dx < 4; ++dx) sum += img.at(c, 2 * y + dy, 4 * x + dx);
-        ASSERT_EQ(r.at(c, y, x), (2 * sum + 8) / 16);
-      }
+  const int factors[][2] = {{4, 2}, {3, 5}, {7, 7}, {16, 16}, {1, 9}};
+  for (int pattern = 0; pattern < 3; ++pattern)
+    for (const auto& f : factors) {
+      const int kx = f[0], ky = f[1], w = 5 * kx, h = 4 * ky;
+      ImageU8 img = test::random_image(w, h, 3, 21 + kx);
+      if (pattern > 0)
+        for (int c = 0; c < 3; ++c)
+          for (int y = 0; y < h; ++y)
+            for (int x = 0; x < w; ++x)
+              img.at(c, y, x) = ((x + y) % 2) ? (pattern == 1 ? 255 : 128) : (pattern == 1 ? 0 : 127);
+      const ImageU8 r = resize_area(img, 5, 4, exec);
+      const int area = kx * ky;
+      for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < 4; ++y)
+          for (int x = 0; x < 5; ++x) {
+            int sum = 0;
+            for (int dy = 0; dy < ky; ++dy)
+              for (int dx = 0; dx < kx; ++dx) sum += img.at(c, ky * y + dy, kx * x + dx);
+            ASSERT_EQ(r.at(c, y, x), (2 * sum + area) / (2 * area)) << kx << "x" << ky << " p" << pattern;
+          }
+    }
 }
 
 TEST(ResizeArea, FractionalFactorsAverageTheCoveredArea) {

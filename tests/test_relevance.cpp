@@ -169,10 +169,41 @@ TEST(Relevance, SimdRowKernelsMatchReferenceOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+TEST(Relevance, StatisticsLevelOneIgnoresPixelNoiseAndCoversEdgeTiles) {
+  // A 1-px checkerboard: two grey levels at level 0 (1 bit of entropy = 0.25 with 16 bins),
+  // one flat grey at level 1 (its 2x2 means). 33 px: the last tile column is 1 px wide at
+  // level 0 and gone from level 1's 16-px extent; it reads the level's last column.
+  ImageU8 img = test::constant_image(33, 33, 3, 0);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 33; ++y)
+      for (int x = 0; x < 33; ++x) img.at(c, y, x) = ((x + y) % 2) ? 255 : 0;
+  Executor exec;
+  const PyramidU8 pyr = build_pyramid(img.clone(), {}, exec);
+  RelevanceParams at0;
+  at0.stats_level = 0;
+  const RelevanceMap m0 = compute_relevance(pyr, 16, {}, at0, exec);
+  const RelevanceMap m1 = compute_relevance(pyr, 16, {}, {}, exec);
+  ASSERT_EQ(m1.grid.tiles(), 9);
+  for (int64_t t = 0; t < 9; ++t) {
+    EXPECT_NEAR(m0.information[t], t == 8 ? 0.0f : 0.25f, 0.01f) << t;  // tile 8: 1 pixel
+    EXPECT_EQ(m1.information[t], 0.0f) << t;
+    EXPECT_TRUE(std::isfinite(m1.score[t]));
+  }
+  // P = 14 is not a multiple of 4: a requested level 2 falls back to level 1 (7-px tiles).
+  RelevanceParams at2;
+  at2.stats_level = 2;
+  const RelevanceMap m2 = compute_relevance(pyr, 14, {}, at2, exec);
+  const RelevanceMap m2ref = compute_relevance(pyr, 14, {}, {}, exec);
+  EXPECT_EQ(m2.information, m2ref.information);
+  RelevanceParams bad;
+  bad.stats_level = 4;
+  EXPECT_THROW(compute_relevance(pyr, 16, {}, bad, exec), Error);
+}
+
 TEST(Relevance, ReferenceAndSimdKernelsGiveTheSameMap) {
-  const PyramidU8 pyr = single_level(test::random_image(333, 171, 3, 8));
   Executor best({.threads = 2});
   Executor ref({.threads = 1, .kernels = Kernels::reference});
+  const PyramidU8 pyr = build_pyramid(test::random_image(333, 171, 3, 8), {}, ref);
   Query q;
   q.fixations.push_back({100, 50});
   const RelevanceMap a = compute_relevance(pyr, 14, q, {}, best);

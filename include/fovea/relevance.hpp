@@ -6,8 +6,9 @@
 //   float s = rel.score[ty * rel.grid.tiles_x + tx];
 //
 // score = floor + w_info·information + w_saliency·saliency + w_query·query, each term in [0, 1]:
-//   * information: Shannon entropy of the tile's luma histogram (`entropy_bins` bins), divided
-//     by log2(entropy_bins), so a flat tile scores 0 and a tile using every bin equally 1;
+//   * information: Shannon entropy of the tile's luma histogram (`entropy_bins` bins, over the
+//     tile's pixels at pyramid level `stats_level`, 1 by default), divided by
+//     log2(entropy_bins), so a flat tile scores 0 and a tile using every bin equally 1;
 //   * saliency: centre-surround colour contrast on the grid of tile means (the tile-resolution
 //     mip): |G(σ=1) ∗ I − G(σ=s) ∗ I| in an opponent colour space, summed over surround scales
 //     s ∈ {2, 4, 8} tiles (each Gaussian approximated by three box blurs), then divided by its
@@ -67,6 +68,12 @@ struct RelevanceParams {
   RelevanceWeights weights;
   float e0 = 0.05f;        // half-saturation eccentricity, in units of the image's longer side
   int entropy_bins = 16;   // 2..256
+  // Pyramid level the tile statistics (entropy, colour means) are measured on, 0..3. Level 1,
+  // the default, sees each P x P tile as (P/2)^2 half-resolution pixels: the 2x2 average
+  // removes pixel noise that would otherwise read as information, strokes of 2 px and more
+  // survive, and it reads a quarter of the pixels. Lowered automatically when P is not a
+  // multiple of 2^level or the pyramid is shorter (tiny images).
+  int stats_level = 1;
   TileFeatureFn tile_features;  // required when the query has an embedding
 };
 

@@ -250,6 +250,11 @@ class PngWriter {
     png_set_IHDR(png_, info_, png_uint_32(img.width()), png_uint_32(img.height()), 8,
                  channels == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
                  PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    // zlib level 3 (its fast matcher) with the Sub/Up/Paeth filters: about 3x faster than the
+    // default level 6 with all filters on photos, for files a few percent larger. The outputs
+    // here (--seen, --overlay) are previews, written on every run.
+    png_set_compression_level(png_, 3);
+    png_set_filter(png_, PNG_FILTER_TYPE_BASE, PNG_FILTER_SUB | PNG_FILTER_UP | PNG_FILTER_PAETH);
     png_write_info(png_, info_);
     for (int y = 0; y < img.height(); ++y) {
       if (channels == 1) {

@@ -33,7 +33,9 @@ Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& p
   Tokenization t;
 
   auto t0 = Clock::now();
-  t.pyramid = build_pyramid(std::move(image), PyramidParams{.max_levels = params.uniform ? 1 : L + 1}, exec);
+  // The levels the tokens sample from, and at least those the relevance statistics read.
+  const int levels = std::max(params.uniform ? 1 : L + 1, params.relevance.stats_level + 1);
+  t.pyramid = build_pyramid(std::move(image), PyramidParams{.max_levels = levels}, exec);
   t.timings.pyramid_ms = ms_since(t0);
 
   t0 = Clock::now();
@@ -94,8 +96,10 @@ std::map<std::string, std::string> token_metadata(const Tokenization& t, const Q
   } else {
     m["max_level"] = std::to_string(t.allocation.max_level);
     std::string runs;
-    for (int l = 0; l < t.allocation.layout.num_levels(); ++l)
-      runs += (l ? "," : "") + std::to_string(t.allocation.layout.count_at(l));
+    for (int l = 0; l < t.allocation.layout.num_levels(); ++l) {
+      if (l) runs += ',';
+      runs += std::to_string(t.allocation.layout.count_at(l));
+    }
     m["tokens_per_level"] = runs;
   }
   const RelevanceWeights& w = params.relevance.weights;

@@ -21,8 +21,15 @@ struct TileStats {
   std::vector<float> mean[3];  // [tiles], channel means in [0, 255]
 };
 
-TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int bins, Executor& exec) {
-  const int P = g.patch_px;
+// `img` is pyramid level L; tile t covers the level-L pixels of its level-0 footprint, P >> L on a
+// side. A footprint that the level's floor(n / 2^L) extent cut off entirely (a 1-px edge tile)
+// is given the level's last row or column, so every tile has at least one pixel.
+TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int level, int bins, Executor& exec) {
+  const int P = g.patch_px >> level;
+  auto span = [P](int t, int extent) {
+    const int a = std::min(t * P, extent - 1);
+    return std::pair<int, int>(a, std::max(a + 1, std::min(extent, t * P + P)));
+  };
   const int C = img.channels();
   TileStats st;
   st.entropy.assign(g.tiles(), 0.0f);
@@ -45,8 +52,7 @@ TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int bins, Exe
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       std::fill(hist.begin(), hist.end(), 0u);
       std::fill(colsum.begin(), colsum.end(), uint16_t{0});
-      const int y0 = static_cast<int>(ty) * P;
-      const int y1 = std::min(img.height(), y0 + P);
+      const auto [y0, y1] = span(static_cast<int>(ty), img.height());
       for (int y = y0; y < y1; ++y) {
         for (int c = 0; c < C; ++c) {
           uint16_t* acc = colsum.data() + size_t(c) * img.width();
@@ -60,7 +66,7 @@ TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int bins, Exe
           l = luma.data();
         }
         for (int tx = 0; tx < g.tiles_x; ++tx) {
-          const int x0 = tx * P, x1 = std::min(img.width(), x0 + P);
+          const auto [x0, x1] = span(tx, img.width());
           uint32_t* h = hist.data() + size_t(tx) * bins * 4;
           int x = x0;
           for (; x + 4 <= x1; x += 4) {
@@ -73,7 +79,7 @@ TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int bins, Exe
         }
       }
       for (int tx = 0; tx < g.tiles_x; ++tx) {
-        const int x0 = tx * P, x1 = std::min(img.width(), x0 + P);
+        const auto [x0, x1] = span(tx, img.width());
         const float n = static_cast<float>((x1 - x0) * (y1 - y0));
         const uint32_t* h = hist.data() + size_t(tx) * bins * 4;
         float e = 0;
@@ -246,6 +252,7 @@ void validate(const Query& q, const RelevanceParams& p) {
     if (!finite(v)) throw bad("query embedding values must be finite");
   if (!q.embedding.empty() && !p.tile_features)
     throw bad("a query embedding needs per-tile features from an encoder (use 'fovea encode --model')");
+  if (p.stats_level < 0 || p.stats_level > 3) throw bad("statistics level must be in [0, 3]");
   if (p.entropy_bins < 2 || p.entropy_bins > 256) throw bad("entropy bins must be in [2, 256]");
   if (!finite(p.e0) || p.e0 <= 0) throw bad("e0 must be a finite number > 0");
   const RelevanceWeights& w = p.weights;
@@ -261,7 +268,11 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
   validate(query, params);
   RelevanceMap m;
   m.grid = TileGrid::make(pyramid.width(), pyramid.height(), patch_px);
-  TileStats st = gather_tile_stats(pyramid.level(0), m.grid, params.entropy_bins, exec);
+  // The statistics level: the requested one, lowered until the patch divides evenly into it and
+  // the pyramid has it.
+  int level = params.stats_level;
+  while (level > 0 && (level >= pyramid.num_levels() || patch_px % (1 << level) != 0)) --level;
+  TileStats st = gather_tile_stats(pyramid.level(level), m.grid, level, params.entropy_bins, exec);
   m.saliency = saliency_from_means(st, m.grid, exec);
   m.information = std::move(st.entropy);
   m.query = query.empty() ? std::vector<float>(m.grid.tiles(), 0.0f)

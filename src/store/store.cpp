@@ -1,0 +1,506 @@
+// The TokenStore front end: sequences, token residency, page bookkeeping, the physical pool
+// and the virtual address space. Backends only see page binds and byte runs.
+#include "fovea/store.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "fovea/error.hpp"
+
+namespace fovea {
+
+std::string_view to_string(BindMode m) {
+  switch (m) {
+    case BindMode::single: return "single";
+    case BindMode::batched: return "batched";
+    case BindMode::merged: return "merged";
+  }
+  return "?";
+}
+
+struct TokenStore::Sequence {
+  int64_t base_page = 0;             // first virtual page
+  int64_t capacity = 0;              // tokens
+  std::vector<int64_t> phys;         // per page: physical page or -1
+  std::vector<int32_t> page_tokens;  // per page: resident tokens touching it
+  std::vector<uint8_t> resident;     // per token
+  int64_t resident_tokens = 0;
+  int64_t resident_pages = 0;
+};
+
+namespace {
+
+Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+
+void push_run(std::vector<ByteRun>& runs, int64_t at, int64_t bytes) {
+  if (bytes <= 0) return;
+  if (!runs.empty() && runs.back().virt_byte + runs.back().bytes == at) runs.back().bytes += bytes;
+  else runs.push_back({at, bytes});
+}
+
+}  // namespace
+
+TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> backend)
+    : config_(config), backend_(backend ? std::move(backend) : make_host_store_backend()) {
+  if (config_.dtype != DType::f32 && config_.dtype != DType::f16 && config_.dtype != DType::bf16)
+    throw bad("token store dtype must be f32, f16 or bf16, not " + std::string(dtype_name(config_.dtype)));
+  if (config_.dim < 1 || config_.dim > (int64_t(1) << 24))
+    throw bad("token store dim must be in [1, 16777216], got " + std::to_string(config_.dim));
+  const int64_t gran = backend_->page_granularity_bytes();
+  if (config_.page_bytes <= 0 || config_.page_bytes % gran != 0 || config_.page_bytes > (int64_t(1) << 30))
+    throw bad("token store page size " + std::to_string(config_.page_bytes) + " bytes must be a positive multiple of the " +
+              std::string(backend_->name()) + " backend's page granularity (" + std::to_string(gran) +
+              " bytes), at most 1 GiB");
+  if (config_.pool_pages < 1 || config_.pool_pages > (int64_t(1) << 24) ||
+      config_.pool_pages > (int64_t(1) << 46) / config_.page_bytes)
+    throw bad("token store pool must have between 1 page and 64 TiB, got " + std::to_string(config_.pool_pages) +
+              " pages of " + std::to_string(config_.page_bytes) + " bytes");
+  if (config_.virtual_pages == 0) config_.virtual_pages = std::min<int64_t>(16 * config_.pool_pages, int64_t(1) << 24);
+  if (config_.virtual_pages < 1 || config_.virtual_pages > (int64_t(1) << 24))
+    throw bad("token store virtual space must be between 1 and 16777216 pages, got " +
+              std::to_string(config_.virtual_pages) + " pages");
+  token_bytes_ = config_.dim * int64_t(dtype_size(config_.dtype));
+  backend_->init({config_.page_bytes, config_.pool_pages, config_.virtual_pages});
+  phys_used_.assign(size_t(config_.pool_pages), 0);
+  phys_free_ = config_.pool_pages;
+  virt_free_.push_back({0, config_.virtual_pages});
+}
+
+TokenStore::~TokenStore() = default;
+
+int64_t TokenStore::pages_for_tokens(int64_t tokens) const {
+  return (tokens * token_bytes_ + config_.page_bytes - 1) / config_.page_bytes;
+}
+
+TokenStore::Sequence& TokenStore::live(SeqId seq, const char* op) {
+  return const_cast<Sequence&>(std::as_const(*this).live(seq, op));
+}
+
+const TokenStore::Sequence& TokenStore::live(SeqId seq, const char* op) const {
+  auto it = seqs_.find(seq);
+  if (it != seqs_.end()) return *it->second;
+  if (seq >= 1 && seq < next_id_)
+    throw bad(std::string("token store ") + op + ": sequence " + std::to_string(seq) + " was released");
+  throw bad(std::string("token store ") + op + ": no sequence " + std::to_string(seq));
+}
+
+void TokenStore::check_range(const Sequence& s, SeqId seq, int64_t first, int64_t count, const char* op) const {
+  if (first < 0 || count < 0 || first > s.capacity || count > s.capacity - first)
+    throw bad(std::string("token store ") + op + ": tokens [" + std::to_string(first) + ", " +
+              std::to_string(first + count) + ") are out of range for sequence " + std::to_string(seq) + " of " +
+              std::to_string(s.capacity) + " tokens");
+}
+
+int64_t TokenStore::alloc_virtual(int64_t pages) {
+  for (size_t i = 0; i < virt_free_.size(); ++i) {
+    auto& [first, n] = virt_free_[i];
+    if (n >= pages) {
+      const int64_t at = first;
+      first += pages;
+      n -= pages;
+      if (n == 0) virt_free_.erase(virt_free_.begin() + ptrdiff_t(i));
+      return at;
+    }
+  }
+  return -1;
+}
+
+void TokenStore::free_virtual(int64_t first, int64_t pages) {
+  if (pages == 0) return;
+  auto it = std::lower_bound(virt_free_.begin(), virt_free_.end(), std::make_pair(first, int64_t(0)));
+  it = virt_free_.insert(it, {first, pages});
+  // Merge with the right neighbour, then the left one.
+  auto next = it + 1;
+  if (next != virt_free_.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    virt_free_.erase(next);
+  }
+  if (it != virt_free_.begin()) {
+    auto prev = it - 1;
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      virt_free_.erase(it);
+    }
+  }
+}
+
+// Next fit: consecutive requests get consecutive physical pages while the pool is not
+// fragmented, so neighbouring virtual pages usually merge into one bind entry.
+std::vector<int64_t> TokenStore::alloc_physical(int64_t pages) {
+  assert(pages <= phys_free_);
+  std::vector<int64_t> out;
+  out.reserve(size_t(pages));
+  int64_t p = phys_hint_;
+  while (int64_t(out.size()) < pages) {
+    if (p >= config_.pool_pages) p = 0;
+    if (!phys_used_[size_t(p)]) {
+      phys_used_[size_t(p)] = 1;
+      out.push_back(p);
+    }
+    ++p;
+  }
+  phys_hint_ = p;
+  phys_free_ -= pages;
+  return out;
+}
+
+SeqId TokenStore::reserve(int64_t capacity_tokens) {
+  std::unique_lock lock(mutex_);
+  if (capacity_tokens < 1 || capacity_tokens > (int64_t(1) << 40) / token_bytes_)
+    throw bad("token store reserve: capacity must be >= 1 token and fit the address space, got " +
+              std::to_string(capacity_tokens));
+  const int64_t pages = pages_for_tokens(capacity_tokens);
+  const int64_t base = alloc_virtual(pages);
+  if (base < 0)
+    throw Error(Errc::out_of_memory, "token store reserve: no free virtual range of " + std::to_string(pages) +
+                                         " pages for " + std::to_string(capacity_tokens) +
+                                         " tokens (virtual space: " + std::to_string(config_.virtual_pages) +
+                                         " pages; release sequences or raise virtual_pages)");
+  auto s = std::make_unique<Sequence>();
+  s->base_page = base;
+  s->capacity = capacity_tokens;
+  s->phys.assign(size_t(pages), -1);
+  s->page_tokens.assign(size_t(pages), 0);
+  s->resident.assign(size_t(capacity_tokens), 0);
+  const SeqId id = next_id_++;
+  seqs_.emplace(id, std::move(s));
+  return id;
+}
+
+void TokenStore::submit(std::vector<PageBind>& binds) {
+  if (binds.empty()) return;
+  // Unbinds first, then binds, each in virtual order; merge neighbours if asked.
+  std::stable_sort(binds.begin(), binds.end(), [](const PageBind& a, const PageBind& b) {
+    const bool au = a.phys_page == PageBind::kUnbound, bu = b.phys_page == PageBind::kUnbound;
+    if (au != bu) return au;
+    return a.virt_page < b.virt_page;
+  });
+  if (config_.bind_mode == BindMode::merged) {
+    std::vector<PageBind> merged;
+    for (const PageBind& b : binds) {
+      if (!merged.empty()) {
+        PageBind& m = merged.back();
+        const bool both_unbind = m.phys_page == PageBind::kUnbound && b.phys_page == PageBind::kUnbound;
+        const bool both_bind = m.phys_page != PageBind::kUnbound && b.phys_page != PageBind::kUnbound;
+        if (m.virt_page + m.count == b.virt_page &&
+            (both_unbind || (both_bind && m.phys_page + m.count == b.phys_page))) {
+          m.count += b.count;
+          continue;
+        }
+      }
+      merged.push_back(b);
+    }
+    binds.swap(merged);
+  }
+  if (config_.bind_mode == BindMode::single) {
+    for (const PageBind& b : binds)
+      for (int64_t i = 0; i < b.count; ++i) {
+        const PageBind one{b.virt_page + i, b.phys_page == PageBind::kUnbound ? PageBind::kUnbound : b.phys_page + i, 1};
+        backend_->bind({&one, 1});
+        ++bind_calls_;
+        ++bind_entries_;
+      }
+  } else {
+    backend_->bind(binds);
+    ++bind_calls_;
+    bind_entries_ += int64_t(binds.size());
+  }
+}
+
+void TokenStore::release(SeqId seq) {
+  std::unique_lock lock(mutex_);
+  Sequence& s = live(seq, "release");
+  std::vector<PageBind> binds;
+  std::vector<int64_t> freed;
+  for (size_t p = 0; p < s.phys.size(); ++p)
+    if (s.phys[p] >= 0) {
+      binds.push_back({s.base_page + int64_t(p), PageBind::kUnbound, 1});
+      freed.push_back(s.phys[p]);
+    }
+  submit(binds);
+  for (int64_t f : freed) phys_used_[size_t(f)] = 0;
+  phys_free_ += int64_t(freed.size());
+  free_virtual(s.base_page, int64_t(s.phys.size()));
+  seqs_.erase(seq);
+}
+
+void TokenStore::bind_batch(std::span<const TokenRange> ranges) {
+  std::unique_lock lock(mutex_);
+  bind_locked(ranges);
+}
+
+void TokenStore::bind_locked(std::span<const TokenRange> ranges) {
+  // Validate everything and count the pages needed before changing anything.
+  struct NewPage {
+    Sequence* s;
+    int64_t page;  // local
+  };
+  std::vector<NewPage> need;
+  for (const TokenRange& r : ranges) {
+    Sequence& s = live(r.seq, "bind");
+    check_range(s, r.seq, r.first, r.count, "bind");
+  }
+  for (const TokenRange& r : ranges) {
+    Sequence& s = *seqs_.at(r.seq);
+    if (r.count == 0) continue;
+    const int64_t p0 = r.first * token_bytes_ / config_.page_bytes;
+    const int64_t p1 = ((r.first + r.count) * token_bytes_ - 1) / config_.page_bytes;
+    for (int64_t p = p0; p <= p1; ++p)
+      if (s.phys[size_t(p)] < 0) need.push_back({&s, p});
+  }
+  std::sort(need.begin(), need.end(), [](const NewPage& a, const NewPage& b) {
+    return a.s->base_page + a.page < b.s->base_page + b.page;
+  });
+  need.erase(std::unique(need.begin(), need.end(),
+                         [](const NewPage& a, const NewPage& b) { return a.s == b.s && a.page == b.page; }),
+             need.end());
+  if (int64_t(need.size()) > phys_free_)
+    throw Error(Errc::out_of_memory, "token store bind: the batch needs " + std::to_string(need.size()) +
+                                         " new pages but the pool has " + std::to_string(phys_free_) + " free (of " +
+                                         std::to_string(config_.pool_pages) + "); nothing was bound");
+  std::vector<int64_t> phys = alloc_physical(int64_t(need.size()));
+  std::vector<PageBind> binds;
+  std::vector<ByteRun> zero;
+  binds.reserve(need.size());
+  for (size_t i = 0; i < need.size(); ++i) {
+    const int64_t v = need[i].s->base_page + need[i].page;
+    binds.push_back({v, phys[i], 1});
+    push_run(zero, v * config_.page_bytes, config_.page_bytes);
+  }
+  try {
+    submit(binds);
+    if (!zero.empty()) backend_->fill_zero(zero);
+  } catch (...) {
+    for (int64_t p : phys) phys_used_[size_t(p)] = 0;
+    phys_free_ += int64_t(phys.size());
+    throw;
+  }
+  for (size_t i = 0; i < need.size(); ++i) {
+    need[i].s->phys[size_t(need[i].page)] = phys[i];
+    ++need[i].s->resident_pages;
+  }
+  for (const TokenRange& r : ranges) {
+    Sequence& s = *seqs_.at(r.seq);
+    for (int64_t t = r.first; t < r.first + r.count; ++t) {
+      if (s.resident[size_t(t)]) continue;
+      s.resident[size_t(t)] = 1;
+      ++s.resident_tokens;
+      const int64_t p0 = t * token_bytes_ / config_.page_bytes;
+      const int64_t p1 = ((t + 1) * token_bytes_ - 1) / config_.page_bytes;
+      for (int64_t p = p0; p <= p1; ++p) ++s.page_tokens[size_t(p)];
+    }
+  }
+}
+
+void TokenStore::unbind_batch(std::span<const TokenRange> ranges) {
+  std::unique_lock lock(mutex_);
+  unbind_locked(ranges);
+}
+
+void TokenStore::unbind_locked(std::span<const TokenRange> ranges) {
+  for (const TokenRange& r : ranges) {
+    Sequence& s = live(r.seq, "unbind");
+    check_range(s, r.seq, r.first, r.count, "unbind");
+  }
+  // Bookkeeping first (nothing below can fail on bad input), remembering what to zero.
+  struct Gone {
+    Sequence* s;
+    int64_t token;
+  };
+  std::vector<Gone> gone;
+  for (const TokenRange& r : ranges) {
+    Sequence& s = *seqs_.at(r.seq);
+    for (int64_t t = r.first; t < r.first + r.count; ++t) {
+      if (!s.resident[size_t(t)]) continue;
+      s.resident[size_t(t)] = 0;
+      --s.resident_tokens;
+      const int64_t p0 = t * token_bytes_ / config_.page_bytes;
+      const int64_t p1 = ((t + 1) * token_bytes_ - 1) / config_.page_bytes;
+      for (int64_t p = p0; p <= p1; ++p) --s.page_tokens[size_t(p)];
+      gone.push_back({&s, t});
+    }
+  }
+  // Non-resident tokens read as 0 once bound again: zero their bytes in pages that stay bound.
+  std::vector<ByteRun> zero;
+  std::sort(gone.begin(), gone.end(), [](const Gone& a, const Gone& b) {
+    return a.s->base_page != b.s->base_page ? a.s->base_page < b.s->base_page : a.token < b.token;
+  });
+  for (const Gone& g : gone) {
+    const int64_t base = g.s->base_page * config_.page_bytes;
+    const int64_t b0 = g.token * token_bytes_, b1 = b0 + token_bytes_;
+    for (int64_t p = b0 / config_.page_bytes; p <= (b1 - 1) / config_.page_bytes; ++p) {
+      if (g.s->page_tokens[size_t(p)] == 0) continue;
+      const int64_t lo = std::max(b0, p * config_.page_bytes), hi = std::min(b1, (p + 1) * config_.page_bytes);
+      push_run(zero, base + lo, hi - lo);
+    }
+  }
+  std::vector<PageBind> binds;
+  std::vector<int64_t> freed;
+  for (const Gone& g : gone) {
+    const int64_t b0 = g.token * token_bytes_, b1 = b0 + token_bytes_;
+    for (int64_t p = b0 / config_.page_bytes; p <= (b1 - 1) / config_.page_bytes; ++p) {
+      int64_t& ph = g.s->phys[size_t(p)];
+      if (g.s->page_tokens[size_t(p)] == 0 && ph >= 0) {
+        binds.push_back({g.s->base_page + p, PageBind::kUnbound, 1});
+        freed.push_back(ph);
+        ph = -1;
+        --g.s->resident_pages;
+      }
+    }
+  }
+  if (!zero.empty()) backend_->fill_zero(zero);
+  submit(binds);
+  for (int64_t f : freed) phys_used_[size_t(f)] = 0;
+  phys_free_ += int64_t(freed.size());
+}
+
+void TokenStore::write(SeqId seq, int64_t first, const Tensor& tokens) {
+  if (tokens.dtype() != config_.dtype || tokens.rank() != 2 || tokens.dim(1) != config_.dim)
+    throw bad("token store write: tokens must be [n, " + std::to_string(config_.dim) + "] " +
+              std::string(dtype_name(config_.dtype)));
+  write_bytes(seq, first, tokens.dim(0), tokens.bytes());
+}
+
+void TokenStore::write_bytes(SeqId seq, int64_t first, int64_t count, const std::byte* src) {
+  std::unique_lock lock(mutex_);
+  const Sequence& s = live(seq, "write");
+  check_range(s, seq, first, count, "write");
+  for (int64_t t = first; t < first + count; ++t)
+    if (!s.resident[size_t(t)])
+      throw bad("token store write: token " + std::to_string(t) + " of sequence " + std::to_string(seq) +
+                " is not resident (bind it first)");
+  if (count > 0) backend_->write(s.base_page * config_.page_bytes + first * token_bytes_, src, count * token_bytes_);
+}
+
+FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& tokens) {
+  if (tokens.dtype() != config_.dtype || tokens.rank() != 2 || tokens.dim(1) != config_.dim)
+    throw bad("token store update_frame: tokens must be [n, " + std::to_string(config_.dim) + "] " +
+              std::string(dtype_name(config_.dtype)));
+  const int64_t n = tokens.dim(0);
+  FrameDelta delta;
+  std::unique_lock lock(mutex_);
+  Sequence& s = live(seq, "update_frame");
+  check_range(s, seq, 0, n, "update_frame");
+  const std::vector<int64_t> was_bound = s.phys;
+  // All-or-nothing: the shrink returns its pages before the growth takes new ones.
+  const int64_t keep_pages = pages_for_tokens(n);
+  int64_t grow = 0, shrink = 0;
+  for (size_t p = 0; p < s.phys.size(); ++p) {
+    if (int64_t(p) < keep_pages) grow += s.phys[p] < 0;
+    else shrink += s.phys[p] >= 0;
+  }
+  if (grow > phys_free_ + shrink)
+    throw Error(Errc::out_of_memory, "token store update_frame: the frame needs " + std::to_string(grow) +
+                                         " new pages but the pool has " + std::to_string(phys_free_ + shrink) +
+                                         " free; nothing changed");
+  const TokenRange tail{seq, n, s.capacity - n}, head{seq, 0, n};
+  if (tail.count > 0) unbind_locked({&tail, 1});
+  if (head.count > 0) bind_locked({&head, 1});
+  const int64_t base = s.base_page * config_.page_bytes;
+  const int64_t end = n * token_bytes_;
+  std::vector<std::byte> old(size_t(config_.page_bytes));
+  for (size_t p = 0; p < s.phys.size(); ++p) {
+    const bool before = was_bound[p] >= 0, after = s.phys[p] >= 0;
+    if (before && !after) ++delta.pages_unbound;
+    if (!after) continue;
+    const int64_t lo = int64_t(p) * config_.page_bytes, hi = std::min(end, lo + config_.page_bytes);
+    if (!before) {
+      ++delta.pages_bound;
+      backend_->write(base + lo, tokens.bytes() + lo, hi - lo);
+      continue;
+    }
+    const ByteRun run{base + lo, hi - lo};
+    backend_->gather({&run, 1}, old.data());
+    if (std::memcmp(old.data(), tokens.bytes() + lo, size_t(hi - lo)) != 0) {
+      backend_->write(base + lo, tokens.bytes() + lo, hi - lo);
+      ++delta.pages_written;
+    } else {
+      ++delta.pages_unchanged;
+    }
+  }
+  return delta;
+}
+
+void TokenStore::token_runs(const Sequence& s, int64_t first, int64_t count, std::vector<ByteRun>& out) const {
+  push_run(out, s.base_page * config_.page_bytes + first * token_bytes_, count * token_bytes_);
+}
+
+void TokenStore::gather_into(std::span<const TokenRange> ranges, std::byte* dst) const {
+  std::shared_lock lock(mutex_);
+  std::vector<ByteRun> runs;
+  for (const TokenRange& r : ranges) {
+    const Sequence& s = live(r.seq, "gather");
+    check_range(s, r.seq, r.first, r.count, "gather");
+    for (int64_t t = r.first; t < r.first + r.count; ++t)
+      if (!s.resident[size_t(t)])
+        throw bad("token store gather: token " + std::to_string(t) + " of sequence " + std::to_string(r.seq) +
+                  " is not resident");
+    token_runs(s, r.first, r.count, runs);
+  }
+  if (!runs.empty()) backend_->gather(runs, dst);
+}
+
+Tensor TokenStore::gather(std::span<const TokenRange> ranges) const {
+  int64_t n = 0;
+  for (const TokenRange& r : ranges) n += std::max<int64_t>(r.count, 0);
+  Tensor out(config_.dtype, {n, config_.dim});
+  gather_into(ranges, out.bytes());
+  return out;
+}
+
+bool TokenStore::is_live(SeqId seq) const {
+  std::shared_lock lock(mutex_);
+  return seqs_.count(seq) != 0;
+}
+
+int64_t TokenStore::capacity(SeqId seq) const {
+  std::shared_lock lock(mutex_);
+  return live(seq, "capacity").capacity;
+}
+
+bool TokenStore::is_resident(SeqId seq, int64_t token) const {
+  std::shared_lock lock(mutex_);
+  const Sequence& s = live(seq, "is_resident");
+  check_range(s, seq, token, 1, "is_resident");
+  return s.resident[size_t(token)] != 0;
+}
+
+int64_t TokenStore::resident_tokens(SeqId seq) const {
+  std::shared_lock lock(mutex_);
+  return live(seq, "resident_tokens").resident_tokens;
+}
+
+int64_t TokenStore::resident_pages(SeqId seq) const {
+  std::shared_lock lock(mutex_);
+  return live(seq, "resident_pages").resident_pages;
+}
+
+std::vector<int64_t> TokenStore::page_table(SeqId seq) const {
+  std::shared_lock lock(mutex_);
+  return live(seq, "page_table").phys;
+}
+
+StoreStats TokenStore::stats() const {
+  std::shared_lock lock(mutex_);
+  StoreStats st;
+  st.sequences = int64_t(seqs_.size());
+  for (const auto& [id, s] : seqs_) {
+    st.resident_tokens += s->resident_tokens;
+    st.resident_pages += s->resident_pages;
+    st.reserved_pages += int64_t(s->phys.size());
+    st.dense_bytes += s->capacity * token_bytes_;
+  }
+  st.resident_bytes = st.resident_pages * config_.page_bytes;
+  st.payload_bytes = st.resident_tokens * token_bytes_;
+  st.reserved_bytes = st.reserved_pages * config_.page_bytes;
+  st.free_pages = phys_free_;
+  st.bind_calls = bind_calls_;
+  st.bind_entries = bind_entries_;
+  return st;
+}
+
+}  // namespace fovea

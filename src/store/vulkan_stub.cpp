@@ -1,0 +1,9 @@
+// Builds without the Vulkan sparse backend get this: the host backend serves.
+#include "fovea/store.hpp"
+
+namespace fovea {
+std::unique_ptr<StoreBackend> make_vulkan_store_backend(std::string* why) {
+  if (why) *why = "this build of fovea has no Vulkan sparse store backend";
+  return nullptr;
+}
+}  // namespace fovea

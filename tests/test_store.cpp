@@ -1,0 +1,626 @@
+// Token store: random operation sequences against a plain model (sequence -> token vector) on
+// every backend, exact accounting, all-or-nothing batches, errors, threads, and the cache.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "fovea/error.hpp"
+#include "fovea/store.hpp"
+#include "fovea/token_cache.hpp"
+
+namespace fovea {
+namespace {
+
+std::vector<std::string> available_backends() {
+  std::vector<std::string> names{"host"};
+  std::string why;
+  if (make_vulkan_store_backend(&why)) names.push_back("vulkan");
+  return names;
+}
+
+template <typename F> Errc error_code(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "expected a fovea::Error";
+  return Errc::internal;
+}
+
+template <typename F> std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a fovea::Error";
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model: per sequence, a vector of optional tokens (bytes). Page residency is derived.
+struct ModelSeq {
+  int64_t capacity = 0;
+  std::vector<std::optional<std::vector<std::byte>>> tokens;
+};
+
+struct Model {
+  int64_t token_bytes = 0, page_bytes = 0, pool_pages = 0;
+  std::map<SeqId, ModelSeq> seqs;
+  std::set<SeqId> released;
+
+  std::set<int64_t> pages_of(const ModelSeq& s) const {
+    std::set<int64_t> p;
+    for (int64_t t = 0; t < s.capacity; ++t)
+      if (s.tokens[size_t(t)])
+        for (int64_t q = t * token_bytes / page_bytes; q <= ((t + 1) * token_bytes - 1) / page_bytes; ++q) p.insert(q);
+    return p;
+  }
+  int64_t resident_pages() const {
+    int64_t n = 0;
+    for (const auto& [id, s] : seqs) n += int64_t(pages_of(s).size());
+    return n;
+  }
+  // New pages a bind of these ranges needs.
+  int64_t pages_needed(const std::vector<TokenRange>& rs) const {
+    std::set<std::pair<SeqId, int64_t>> need;
+    for (const TokenRange& r : rs) {
+      if (r.count == 0) continue;
+      const auto cur = pages_of(seqs.at(r.seq));
+      for (int64_t q = r.first * token_bytes / page_bytes; q <= ((r.first + r.count) * token_bytes - 1) / page_bytes; ++q)
+        if (!cur.count(q)) need.insert({r.seq, q});
+    }
+    return int64_t(need.size());
+  }
+};
+
+struct Scenario {
+  int64_t dim;
+  DType dtype;
+  int64_t page_bytes;
+  int64_t pool_pages;
+  BindMode mode;
+};
+
+std::vector<std::byte> random_bytes(std::mt19937_64& rng, size_t n) {
+  std::vector<std::byte> v(n);
+  for (auto& b : v) b = std::byte(rng() & 0xff);
+  return v;
+}
+
+// Runs `steps` random operations, checking each against the model; returns a digest of every
+// gather's bytes so backends can be compared with each other too.
+uint64_t run_random_ops(const std::string& backend, const Scenario& sc, uint64_t seed, int steps) {
+  StoreConfig cfg;
+  cfg.dim = sc.dim;
+  cfg.dtype = sc.dtype;
+  cfg.page_bytes = sc.page_bytes;
+  cfg.pool_pages = sc.pool_pages;
+  cfg.virtual_pages = sc.pool_pages * 8;
+  cfg.bind_mode = sc.mode;
+  TokenStore store(cfg, make_store_backend(backend));
+  Model m{store.token_bytes(), sc.page_bytes, sc.pool_pages, {}, {}};
+  const int64_t tb = store.token_bytes();
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int64_t n) { return int64_t(rng() % uint64_t(n)); };
+  auto any_seq = [&]() -> SeqId {
+    auto it = m.seqs.begin();
+    std::advance(it, pick(int64_t(m.seqs.size())));
+    return it->first;
+  };
+  auto random_range = [&](SeqId id) -> TokenRange {
+    const int64_t cap = m.seqs.at(id).capacity;
+    const int64_t first = pick(cap + 1);
+    const int64_t count = pick(std::min<int64_t>(cap - first, 1 + pick(64)) + 1);
+    return {id, first, count};
+  };
+  uint64_t digest = 1469598103934665603ULL;
+  auto check_accounting = [&] {
+    const StoreStats st = store.stats();
+    int64_t resident = 0, dense = 0, reserved = 0;
+    for (const auto& [id, s] : m.seqs) {
+      for (const auto& t : s.tokens) resident += t.has_value();
+      dense += s.capacity * tb;
+      reserved += store.pages_for_tokens(s.capacity);
+    }
+    const int64_t pages = m.resident_pages();
+    ASSERT_EQ(st.sequences, int64_t(m.seqs.size()));
+    ASSERT_EQ(st.resident_tokens, resident);
+    ASSERT_EQ(st.resident_pages, pages);
+    ASSERT_EQ(st.resident_bytes, pages * sc.page_bytes);
+    ASSERT_EQ(st.payload_bytes, resident * tb);
+    ASSERT_EQ(st.dense_bytes, dense);
+    ASSERT_EQ(st.reserved_pages, reserved);
+    ASSERT_EQ(st.free_pages, sc.pool_pages - pages);
+  };
+
+  for (int step = 0; step < steps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const int op = int(pick(100));
+    if (m.seqs.empty() || op < 8) {  // reserve
+      const int64_t cap = 1 + pick(200);
+      SeqId id = 0;
+      try {
+        id = store.reserve(cap);
+      } catch (const Error& e) {  // the virtual space is full (or too fragmented): allowed
+        EXPECT_EQ(e.code(), Errc::out_of_memory);
+        continue;
+      }
+      EXPECT_FALSE(m.seqs.count(id) || m.released.count(id));
+      m.seqs[id] = ModelSeq{cap, std::vector<std::optional<std::vector<std::byte>>>(size_t(cap))};
+    } else if (op < 12 || m.seqs.size() > 12) {  // release (sometimes twice, or one already released)
+      if (!m.released.empty() && pick(3) == 0) {
+        const SeqId gone = *std::next(m.released.begin(), pick(int64_t(m.released.size())));
+        EXPECT_NE(error_message([&] { store.release(gone); }).find("was released"), std::string::npos);
+        EXPECT_EQ(error_code([&] { store.gather({{gone, 0, 1}}); }), Errc::invalid_argument);
+        continue;
+      }
+      const SeqId id = any_seq();
+      store.release(id);
+      m.seqs.erase(id);
+      m.released.insert(id);
+    } else if (op < 40) {  // bind batch over 1..3 sequences
+      std::vector<TokenRange> rs;
+      for (int i = 0, n = 1 + int(pick(3)); i < n; ++i) rs.push_back(random_range(any_seq()));
+      if (pick(20) == 0) {  // out of range: nothing may change
+        rs.push_back({rs[0].seq, m.seqs.at(rs[0].seq).capacity, 1});
+        EXPECT_EQ(error_code([&] { store.bind_batch(rs); }), Errc::invalid_argument);
+      } else if (m.pages_needed(rs) > sc.pool_pages - m.resident_pages()) {
+        EXPECT_EQ(error_code([&] { store.bind_batch(rs); }), Errc::out_of_memory);
+      } else {
+        store.bind_batch(rs);
+        for (const TokenRange& r : rs)
+          for (int64_t t = r.first; t < r.first + r.count; ++t) {
+            auto& tok = m.seqs.at(r.seq).tokens[size_t(t)];
+            if (!tok) tok = std::vector<std::byte>(size_t(tb), std::byte{0});
+          }
+      }
+    } else if (op < 55) {  // unbind batch
+      std::vector<TokenRange> rs;
+      for (int i = 0, n = 1 + int(pick(2)); i < n; ++i) rs.push_back(random_range(any_seq()));
+      store.unbind_batch(rs);
+      for (const TokenRange& r : rs)
+        for (int64_t t = r.first; t < r.first + r.count; ++t) m.seqs.at(r.seq).tokens[size_t(t)].reset();
+    } else if (op < 72) {  // write
+      const TokenRange r = random_range(any_seq());
+      auto& s = m.seqs.at(r.seq);
+      const std::vector<std::byte> data = random_bytes(rng, size_t(r.count * tb));
+      bool all = true;
+      for (int64_t t = r.first; t < r.first + r.count; ++t) all &= s.tokens[size_t(t)].has_value();
+      if (!all) {
+        EXPECT_EQ(error_code([&] { store.write_bytes(r.seq, r.first, r.count, data.data()); }), Errc::invalid_argument);
+      } else {
+        store.write_bytes(r.seq, r.first, r.count, data.data());
+        for (int64_t t = r.first; t < r.first + r.count; ++t)
+          s.tokens[size_t(t)] = std::vector<std::byte>(data.begin() + (t - r.first) * tb, data.begin() + (t - r.first + 1) * tb);
+      }
+    } else if (op < 80) {  // update_frame: a new frame, partly equal to the old one
+      const SeqId id = any_seq();
+      auto& s = m.seqs.at(id);
+      const int64_t n = pick(s.capacity + 1);
+      Tensor frame(sc.dtype, {n, sc.dim});
+      for (int64_t t = 0; t < n; ++t) {
+        const auto& old = s.tokens[size_t(t)];
+        if (old && pick(4) != 0) std::memcpy(frame.bytes() + t * tb, old->data(), size_t(tb));
+        else {
+          const auto b = random_bytes(rng, size_t(tb));
+          std::memcpy(frame.bytes() + t * tb, b.data(), size_t(tb));
+        }
+      }
+      ModelSeq next{s.capacity, std::vector<std::optional<std::vector<std::byte>>>(size_t(s.capacity))};
+      for (int64_t t = 0; t < n; ++t)
+        next.tokens[size_t(t)] = std::vector<std::byte>(frame.bytes() + t * tb, frame.bytes() + (t + 1) * tb);
+      Model after = m;
+      after.seqs[id] = next;
+      if (after.resident_pages() > sc.pool_pages) {
+        EXPECT_EQ(error_code([&] { store.update_frame(id, frame); }), Errc::out_of_memory);
+      } else {
+        const FrameDelta d = store.update_frame(id, frame);
+        EXPECT_EQ(d.pages_bound + d.pages_written + d.pages_unchanged, store.pages_for_tokens(n));
+        s = next;
+      }
+    } else {  // gather over 1..4 ranges, or a residency query
+      std::vector<TokenRange> rs;
+      for (int i = 0, n = 1 + int(pick(4)); i < n; ++i) rs.push_back(random_range(any_seq()));
+      bool all = true;
+      std::vector<std::byte> want;
+      for (const TokenRange& r : rs)
+        for (int64_t t = r.first; t < r.first + r.count; ++t) {
+          const auto& tok = m.seqs.at(r.seq).tokens[size_t(t)];
+          all &= tok.has_value();
+          if (tok) want.insert(want.end(), tok->begin(), tok->end());
+        }
+      if (!all) {
+        EXPECT_EQ(error_code([&] { store.gather(rs); }), Errc::invalid_argument);
+      } else {
+        const Tensor got = store.gather(rs);
+        EXPECT_EQ(got.size_bytes(), want.size());
+        EXPECT_TRUE(got.size_bytes() == want.size() && std::memcmp(got.bytes(), want.data(), want.size()) == 0);
+        for (std::byte b : want) digest = (digest ^ uint64_t(b)) * 1099511628211ULL;
+      }
+      const TokenRange& r = rs[0];
+      if (r.count > 0) {
+        EXPECT_EQ(store.is_resident(r.seq, r.first), m.seqs.at(r.seq).tokens[size_t(r.first)].has_value());
+      }
+    }
+    check_accounting();
+    if (::testing::Test::HasFailure()) return 0;
+  }
+  // Page tables agree with the model, and no physical page is used twice.
+  std::set<int64_t> used;
+  for (const auto& [id, s] : m.seqs) {
+    const auto pages = m.pages_of(s);
+    const auto table = store.page_table(id);
+    for (size_t p = 0; p < table.size(); ++p) {
+      EXPECT_EQ(table[p] >= 0, pages.count(int64_t(p)) == 1);
+      if (table[p] >= 0) {
+        EXPECT_TRUE(used.insert(table[p]).second);
+      }
+    }
+  }
+  for (const auto& [id, s] : m.seqs) store.release(id);
+  EXPECT_EQ(store.stats().free_pages, sc.pool_pages);
+  return digest;
+}
+
+const Scenario kScenarios[] = {
+    {200, DType::f16, 4096, 48, BindMode::merged},     // tokens straddle pages, pool runs out often
+    {3000, DType::f32, 8192, 64, BindMode::batched},   // a token spans several pages
+    {256, DType::bf16, 65536, 16, BindMode::single},   // 128 tokens per 64 KiB page
+};
+
+class StoreBackendTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StoreBackendTest, RandomOpsMatchModel) {
+  for (size_t i = 0; i < std::size(kScenarios); ++i) {
+    SCOPED_TRACE("scenario " + std::to_string(i));
+    run_random_ops(GetParam(), kScenarios[i], 1234 + i, 1500);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_P(StoreBackendTest, SeedTableAccounting) {
+  // Seed 000: 8 images of 1024 dense tokens, kept 410/820/.../560; D=1024 f16 -> 2 KiB a token,
+  // 32 tokens per 64 KiB page; kept tokens are compacted to [0, kept).
+  StoreConfig cfg;
+  cfg.pool_pages = 256;
+  TokenStore store(cfg, make_store_backend(GetParam()));
+  const int64_t kept[8] = {410, 820, 310, 650, 180, 920, 450, 560};
+  std::vector<TokenRange> rs;
+  for (int64_t k : kept) rs.push_back({store.reserve(1024), 0, k});
+  store.bind_batch(rs);
+  const StoreStats st = store.stats();
+  EXPECT_EQ(st.resident_tokens, 4300);
+  EXPECT_EQ(st.resident_pages, 13 + 26 + 10 + 21 + 6 + 29 + 15 + 18);  // ceil(kept / 32)
+  EXPECT_EQ(st.dense_bytes, 8 * 1024 * 2048);
+  EXPECT_EQ(st.reserved_bytes, st.dense_bytes);
+  EXPECT_EQ(st.resident_bytes, 138 * 65536);
+  EXPECT_EQ(st.payload_bytes, 4300 * 2048);
+  EXPECT_EQ(st.bind_calls, 1);
+  EXPECT_EQ(st.bind_entries, 8);  // one merged entry per image: contiguous physical pages
+}
+
+TEST_P(StoreBackendTest, BatchIsAllOrNothing) {
+  StoreConfig cfg;
+  cfg.dim = 512;  // f16: 1 KiB tokens, 4 per 4 KiB page
+  cfg.page_bytes = 4096;
+  cfg.pool_pages = 10;
+  TokenStore store(cfg, make_store_backend(GetParam()));
+  const SeqId a = store.reserve(40), b = store.reserve(40);
+  store.bind(a, 0, 16);  // 4 pages
+  Tensor ones(DType::f16, {16, 512});
+  std::memset(ones.bytes(), 0x11, ones.size_bytes());
+  store.write(a, 0, ones);
+  const auto before = store.stats();
+  const auto table_a = store.page_table(a);
+  // 4 + 4 pages would fit; 4 + 4 + 1 (a's 17th token) = 9 > 6 free: nothing may change.
+  EXPECT_NE(error_message([&] { store.bind_batch({{b, 0, 16}, {b, 20, 8}, {a, 16, 1}}); }).find("nothing was bound"),
+            std::string::npos);
+  const auto after = store.stats();
+  EXPECT_EQ(after.resident_pages, before.resident_pages);
+  EXPECT_EQ(after.free_pages, before.free_pages);
+  EXPECT_EQ(after.bind_calls, before.bind_calls);
+  EXPECT_EQ(store.resident_tokens(b), 0);
+  EXPECT_EQ(store.page_table(a), table_a);
+  const Tensor g = store.gather({{a, 0, 16}});
+  EXPECT_EQ(std::memcmp(g.bytes(), ones.bytes(), ones.size_bytes()), 0);
+  // An invalid range anywhere in the batch: nothing changes either.
+  EXPECT_EQ(error_code([&] { store.bind_batch({{b, 0, 4}, {b, 38, 3}}); }), Errc::invalid_argument);
+  EXPECT_EQ(store.resident_tokens(b), 0);
+  store.bind_batch({{b, 0, 16}, {b, 20, 4}});  // 5 pages of the 6 free
+  EXPECT_EQ(store.stats().free_pages, 1);
+}
+
+TEST_P(StoreBackendTest, ErrorsNameTheProblem) {
+  StoreConfig cfg;
+  cfg.dim = 64;
+  cfg.page_bytes = 4096;
+  cfg.pool_pages = 8;
+  TokenStore store(cfg, make_store_backend(GetParam()));
+  const SeqId s = store.reserve(100);
+  EXPECT_EQ(error_message([&] { store.bind(s, 90, 20); }),
+            "token store bind: tokens [90, 110) are out of range for sequence " + std::to_string(s) + " of 100 tokens");
+  EXPECT_EQ(error_message([&] { store.gather({{s, 0, 1}}); }),
+            "token store gather: token 0 of sequence " + std::to_string(s) + " is not resident");
+  store.release(s);
+  EXPECT_EQ(error_message([&] { store.release(s); }), "token store release: sequence " + std::to_string(s) + " was released");
+  EXPECT_EQ(error_message([&] { store.bind(s, 0, 1); }), "token store bind: sequence " + std::to_string(s) + " was released");
+  EXPECT_EQ(error_message([&] { store.release(999); }), "token store release: no sequence 999");
+  EXPECT_EQ(error_code([&] { store.reserve(0); }), Errc::invalid_argument);
+  Tensor wrong(DType::f32, {1, 64});
+  const SeqId t = store.reserve(4);
+  store.bind(t, 0, 4);
+  EXPECT_EQ(error_code([&] { store.write(t, 0, wrong); }), Errc::invalid_argument);
+  // Virtual space exhausted: a clear out_of_memory, not a crash.
+  EXPECT_EQ(error_code([&] { store.reserve(1 << 20); }), Errc::out_of_memory);
+}
+
+TEST_P(StoreBackendTest, UnbindZeroesAndFreesPages) {
+  StoreConfig cfg;
+  cfg.dim = 1000;  // f16: 2000-byte tokens straddle 4 KiB pages
+  cfg.page_bytes = 4096;
+  cfg.pool_pages = 16;
+  TokenStore store(cfg, make_store_backend(GetParam()));
+  const SeqId s = store.reserve(20);
+  store.bind(s, 0, 20);
+  EXPECT_EQ(store.resident_pages(s), store.pages_for_tokens(20));
+  Tensor data(DType::f16, {20, 1000});
+  std::memset(data.bytes(), 0x5a, data.size_bytes());
+  store.write(s, 0, data);
+  store.unbind(s, 3, 1);  // its pages stay bound (neighbours resident)
+  EXPECT_EQ(store.resident_pages(s), store.pages_for_tokens(20));
+  EXPECT_FALSE(store.is_resident(s, 3));
+  store.bind(s, 3, 1);
+  const Tensor g = store.gather({{s, 3, 1}, {s, 4, 1}});
+  for (int64_t i = 0; i < 2000; ++i) ASSERT_EQ(g.bytes()[i], std::byte{0}) << i;  // re-bound token reads 0
+  for (int64_t i = 2000; i < 4000; ++i) ASSERT_EQ(g.bytes()[i], std::byte{0x5a}) << i;
+  store.unbind(s, 0, 20);
+  EXPECT_EQ(store.resident_pages(s), 0);
+  EXPECT_EQ(store.stats().free_pages, 16);
+}
+
+TEST_P(StoreBackendTest, UpdateFrameTouchesOnlyChangedPages) {
+  StoreConfig cfg;
+  cfg.dim = 1024;  // f16: 2 KiB tokens, 2 per 4 KiB page
+  cfg.page_bytes = 4096;
+  cfg.pool_pages = 64;
+  TokenStore store(cfg, make_store_backend(GetParam()));
+  const SeqId s = store.reserve(64);
+  Tensor f0(DType::f16, {40, 1024});
+  for (size_t i = 0; i < f0.size_bytes(); ++i) f0.bytes()[i] = std::byte(i * 31 % 251);
+  FrameDelta d = store.update_frame(s, f0);
+  EXPECT_EQ(d.pages_bound, 20);
+  Tensor f1 = f0.clone();
+  f1.data<uint16_t>()[5 * 1024 + 7] ^= 1;  // token 5 -> page 2
+  f1.data<uint16_t>()[30 * 1024] ^= 1;     // token 30 -> page 15
+  d = store.update_frame(s, f1);
+  EXPECT_EQ(d.pages_written, 2);
+  EXPECT_EQ(d.pages_unchanged, 18);
+  EXPECT_EQ(d.pages_bound + d.pages_unbound, 0);
+  Tensor f2(DType::f16, {25, 1024});
+  std::memcpy(f2.bytes(), f1.bytes(), f2.size_bytes());
+  d = store.update_frame(s, f2);  // shrink: 13 pages; the 13th keeps token 24 and zeroes 25
+  EXPECT_EQ(d.pages_unbound, 7);
+  EXPECT_EQ(d.pages_written, 0);
+  EXPECT_EQ(store.resident_tokens(s), 25);
+  const Tensor g = store.gather({{s, 0, 25}});
+  EXPECT_EQ(std::memcmp(g.bytes(), f2.bytes(), f2.size_bytes()), 0);
+}
+
+TEST_P(StoreBackendTest, ConcurrentReadersOneWriter) {
+  StoreConfig cfg;
+  cfg.dim = 256;
+  cfg.dtype = DType::f32;  // 1 KiB tokens
+  cfg.page_bytes = 4096;
+  cfg.pool_pages = 256;
+  TokenStore store(cfg, make_store_backend(GetParam()));
+  const SeqId still = store.reserve(64), video = store.reserve(128);
+  Tensor base(DType::f32, {64, 256});
+  for (int64_t i = 0; i < base.numel(); ++i) base.data<float>()[i] = float(i);
+  store.update_frame(still, base);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> gathers{0};
+  std::atomic<int> bad{0};
+  auto reader = [&] {
+    while (!stop.load()) {
+      const Tensor a = store.gather({{still, 0, 64}});
+      if (std::memcmp(a.bytes(), base.bytes(), base.size_bytes()) != 0) ++bad;
+      // A video frame is seen whole: every token of one frame carries the same value.
+      try {
+        const int64_t n = store.resident_tokens(video);
+        if (n == 0) continue;
+        const Tensor f = store.gather({{video, 0, std::min<int64_t>(n, 8)}});
+        const float v = f.data<float>()[0];
+        for (int64_t i = 0; i < f.numel(); ++i)
+          if (f.data<float>()[i] != v) ++bad;
+      } catch (const Error&) {
+        // The frame shrank between the two calls: allowed, the store said so cleanly.
+      }
+      ++gathers;
+    }
+  };
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) readers.emplace_back(reader);
+  std::mt19937 rng(7);
+  // At least 200 frames, and on until the readers have overlapped with the writer a while.
+  for (int frame = 0; frame < 200 || (gathers.load() < 30 && frame < 200000); ++frame) {
+    const int64_t n = 8 + int64_t(rng() % 120);
+    Tensor f(DType::f32, {n, 256});
+    std::fill(f.data<float>(), f.data<float>() + f.numel(), float(frame));
+    store.update_frame(video, f);
+  }
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(gathers.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreBackendTest, ::testing::ValuesIn(available_backends()),
+                         [](const auto& info) { return info.param; });
+
+TEST(StoreBackends, IdenticalResultsOnEveryBackend) {
+  const auto names = available_backends();
+  if (names.size() < 2) GTEST_SKIP() << "only the host backend is available";
+  for (const Scenario& sc : kScenarios) {
+    const uint64_t host = run_random_ops("host", sc, 99, 600);
+    for (size_t i = 1; i < names.size(); ++i) EXPECT_EQ(run_random_ops(names[i], sc, 99, 600), host) << names[i];
+  }
+}
+
+TEST(StoreConfigTest, RejectsBadConfigs) {
+  auto make = [](StoreConfig c) { TokenStore s(c); };
+  StoreConfig c;
+  c.page_bytes = 5000;  // not a multiple of 4 KiB
+  EXPECT_EQ(error_message([&] { make(c); }),
+            "token store page size 5000 bytes must be a positive multiple of the host backend's page granularity "
+            "(4096 bytes), at most 1 GiB");
+  c = {};
+  c.dtype = DType::u8;
+  EXPECT_EQ(error_code([&] { make(c); }), Errc::invalid_argument);
+  c = {};
+  c.dim = 0;
+  EXPECT_EQ(error_code([&] { make(c); }), Errc::invalid_argument);
+  c = {};
+  c.pool_pages = 0;
+  EXPECT_EQ(error_code([&] { make(c); }), Errc::invalid_argument);
+  EXPECT_EQ(error_code([&] { make_store_backend("tpu"); }), Errc::invalid_argument);
+}
+
+TEST(StoreBindModes, MergingReducesEntries) {
+  for (BindMode mode : {BindMode::single, BindMode::batched, BindMode::merged}) {
+    StoreConfig cfg;
+    cfg.page_bytes = 4096;
+    cfg.dim = 2048;  // f16: one token per page
+    cfg.pool_pages = 100;
+    cfg.bind_mode = mode;
+    TokenStore store(cfg);
+    const SeqId s = store.reserve(100);
+    store.bind(s, 0, 100);
+    const StoreStats st = store.stats();
+    EXPECT_EQ(st.bind_calls, mode == BindMode::single ? 100 : 1) << to_string(mode);
+    EXPECT_EQ(st.bind_entries, mode == BindMode::merged ? 1 : 100) << to_string(mode);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+std::string hex_digest(const std::string& in, size_t n) {
+  Blake2b h(n);
+  h.update(in.data(), in.size());
+  std::vector<uint8_t> out(n);
+  h.final(out.data());
+  std::string s;
+  char buf[3];
+  for (uint8_t b : out) {
+    std::snprintf(buf, sizeof buf, "%02x", b);
+    s += buf;
+  }
+  return s;
+}
+
+TEST(Blake2b, Rfc7693AndPythonVectors) {
+  EXPECT_EQ(hex_digest("abc", 64),
+            "ba80a53f981c4d0d6a2797b69f12f6e94c212f14685ac4b74b12bb6fdbffa2d17d87c5392aab792dc252d5de4533cc9518d38aa8"
+            "dbf1925ab92386edd4009923");  // RFC 7693 appendix A
+  // The rest from Python's hashlib.blake2b(digest_size=32).
+  EXPECT_EQ(hex_digest("abc", 32), "bddd813c634239723171ef3fee98579b94964e3bb1cb3e427262c8c068d52319");
+  EXPECT_EQ(hex_digest("", 32), "0e5751c026e543b2e8ab2eb06099daa1d1e5df47778f7787faab45cdf12fe3a8");
+  const std::pair<size_t, const char*> vectors[] = {
+      {128, "f0501d06597880592bc49234eef100ec1ff349058d0e9d9b753504e24af86dd6"},
+      {129, "a34a4e1e03c541dfbf3099c4b6c143c022ced65c28bd7e8a10e0a098461aecf0"},
+      {256, "d93ebb9c802f5630ab22516fd82b6c21bc8bd551d531349b715f046ed11ed871"},
+      {1000, "d62b6c768ce1afc8367e0498ab2f8e3f7c178c35b1429f14c4604b545d200f52"},
+  };
+  for (const auto& [n, want] : vectors) {
+    std::string in(n, '\0');
+    for (size_t i = 0; i < n; ++i) in[i] = char((i * 7 + 3) % 256);
+    EXPECT_EQ(hex_digest(in, 32), want) << n;
+    // Fed in uneven pieces: same digest.
+    Blake2b h(32);
+    for (size_t at = 0; at < n;) {
+      const size_t k = std::min(n - at, size_t(1 + at % 61));
+      h.update(in.data() + at, k);
+      at += k;
+    }
+    uint8_t d[32];
+    h.final(d);
+    char buf[65];
+    for (int i = 0; i < 32; ++i) std::snprintf(buf + 2 * i, 3, "%02x", d[i]);
+    EXPECT_EQ(std::string(buf), want) << n;
+  }
+}
+
+TEST(TokenCache, KeysSeparateModelLevelAndPixels) {
+  std::vector<uint8_t> px(16 * 16 * 3, 7);
+  const CacheKey k = tile_key(px.data(), 16, 16, 3, 0, "m");
+  EXPECT_EQ(k, tile_key(px.data(), 16, 16, 3, 0, "m"));
+  EXPECT_NE(k, tile_key(px.data(), 16, 16, 3, 1, "m"));
+  EXPECT_NE(k, tile_key(px.data(), 16, 16, 3, 0, "m2"));
+  EXPECT_NE(k, tile_key(px.data(), 8, 32, 3, 0, "m"));
+  px[100] ^= 1;
+  EXPECT_NE(k, tile_key(px.data(), 16, 16, 3, 0, "m"));
+  EXPECT_EQ(k.hex().size(), 64u);  // full 256 bits
+  // A strided view hashes like the packed tile.
+  std::vector<uint8_t> wide(16 * 20 * 3, 0);
+  for (int y = 0; y < 16; ++y) std::memcpy(&wide[size_t(y) * 60], &px[size_t(y) * 48], 48);
+  EXPECT_EQ(tile_key(wide.data(), 16, 16, 3, 0, "m", 60), tile_key(px.data(), 16, 16, 3, 0, "m"));
+}
+
+CacheKey key_of(int i) {
+  const uint8_t px[3] = {uint8_t(i), uint8_t(i >> 8), 1};
+  return tile_key(px, 1, 1, 3, 0, "test");
+}
+
+Tensor embeddings(int64_t tokens) { return Tensor(DType::f16, {tokens, 512}); }  // 1 KiB a token
+
+TEST(TokenCache, RefcountsAndLruEvictionOrder) {
+  TokenCache cache(4 * 1024);  // four 1 KiB entries
+  for (int i = 0; i < 4; ++i) cache.insert(key_of(i), embeddings(1));
+  EXPECT_EQ(cache.stats().bytes, 4096);
+  // Release in the order 2, 0, 3, 1: that is the LRU order of the unreferenced entries.
+  for (int i : {2, 0, 3, 1}) cache.release(key_of(i));
+  EXPECT_EQ(cache.stats().evictions, 0);
+  // A hit takes entry 0 out of the LRU list; inserting two more evicts 2, then 3.
+  ASSERT_NE(cache.acquire(key_of(0)), nullptr);
+  EXPECT_EQ(cache.refcount(key_of(0)), 1);
+  cache.insert(key_of(4), embeddings(1));
+  cache.insert(key_of(5), embeddings(1));
+  const std::vector<CacheKey> ev = cache.evicted();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0], key_of(2));
+  EXPECT_EQ(ev[1], key_of(3));
+  EXPECT_TRUE(cache.contains(key_of(0)));
+  EXPECT_TRUE(cache.contains(key_of(1)));
+  // Referenced entries are never evicted, even over budget.
+  cache.insert(key_of(6), embeddings(8));
+  EXPECT_TRUE(cache.contains(key_of(0)));
+  EXPECT_FALSE(cache.contains(key_of(1)));
+  EXPECT_EQ(cache.stats().bytes, 3 * 1024 + 8 * 1024);
+  EXPECT_EQ(cache.stats().referenced_entries, 4);
+  // Releasing the big one brings the cache back under budget by evicting it.
+  cache.release(key_of(6));
+  EXPECT_FALSE(cache.contains(key_of(6)));
+  EXPECT_EQ(cache.stats().bytes, 3 * 1024);
+  // Misses, hits and errors.
+  EXPECT_EQ(cache.acquire(key_of(99)), nullptr);
+  EXPECT_EQ(cache.stats().misses, 1);
+  EXPECT_EQ(error_code([&] { cache.release(key_of(99)); }), Errc::invalid_argument);
+  cache.release(key_of(0));
+  EXPECT_EQ(error_code([&] { cache.release(key_of(0)); }), Errc::invalid_argument);
+  EXPECT_EQ(error_code([&] { cache.insert(key_of(0), embeddings(1)); }), Errc::invalid_argument);
+  cache.set_budget(0);
+  EXPECT_EQ(cache.stats().entries, 2);  // 4 and 5 are still referenced
+  cache.release(key_of(4));
+  cache.release(key_of(5));
+  EXPECT_EQ(cache.stats().entries, 0);
+}
+
+}  // namespace
+}  // namespace fovea
