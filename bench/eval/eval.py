@@ -19,8 +19,9 @@ tile count, so nothing is downscaled. Scores per rendering:
     strategy — and run `tesseract --psm 7` (one text line). Character
     accuracy = 1 − Levenshtein(recognised, truth) / len(truth), clipped to [0, 1], after
     collapsing runs of whitespace.
-  * PSNR (RGB, capped at 60 dB so a lossless rendering stays finite) and SSIM (luma, 7×7
-    window) inside the queried box with its margin and over the whole image.
+  * PSNR (RGB, capped at 60 dB so a lossless rendering stays finite) and SSIM (luma; Wang et
+    al. 2004: 11×11 Gaussian window σ = 1.5, K1 = 0.01, K2 = 0.03, population covariances,
+    via skimage.metrics) inside the queried box with its margin and over the whole image.
   * tokens actually used (the CLI's --json summary).
 Outputs in --out: eval.json (every scene, every run, the aggregate), table.md, accuracy.png.
 Scenes run in --jobs parallel processes; each fovea call uses --threads 1 and tesseract
@@ -114,9 +115,12 @@ def psnr(a, b):
 
 
 def ssim(a, b):
-    if min(a.shape[:2]) < 7:
+    """SSIM as Wang et al. (2004) define it: 11×11 Gaussian window of σ = 1.5 (skimage
+    truncates the Gaussian at 3.5 σ: radius 5), K1 = 0.01, K2 = 0.03, population statistics."""
+    if min(a.shape[:2]) < 11:
         return float("nan")
-    return float(structural_similarity(a, b, data_range=255, win_size=7))
+    return float(structural_similarity(a, b, data_range=255, gaussian_weights=True, sigma=1.5,
+                                       use_sample_covariance=False, K1=0.01, K2=0.03))
 
 
 def fovea_args(strategy, scene, budget):
@@ -251,6 +255,17 @@ def table_md(agg, targets, budgets, strategies):
     cells = ["full res"] + [fmt(c["ocr_accuracy"], True)] * len(strategies) + \
         [f"{fmt(c['psnr_box'])} / {fmt(c['psnr_image'])}"] * len(strategies) + [fmt(c["tokens"], digits=0)]
     lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("SSIM (luma, Wang et al.) inside the queried box / whole image:")
+    lines.append("")
+    lines.append("| B | " + " | ".join(names[s] for s in strategies) + " |")
+    lines.append("|" + "---|" * (1 + len(strategies)))
+    for b in budgets:
+        row = a["budgets"][str(b)]
+        lines.append(f"| {b} | " + " | ".join(
+            f"{fmt(row[s]['ssim_box'], digits=3)} / {fmt(row[s]['ssim_image'], digits=3)}" for s in strategies) + " |")
+    lines.append(f"| full res | " + " | ".join(
+        [f"{fmt(c['ssim_box'], digits=3)} / {fmt(c['ssim_image'], digits=3)}"] * len(strategies)) + " |")
     lines.append("")
     for gname, label in (("small_text", f"queried text < {SMALL_TEXT_PX} px tall (at 1024 px width)"),
                          ("large_text", f"queried text >= {SMALL_TEXT_PX} px")):

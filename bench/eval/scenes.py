@@ -39,9 +39,13 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 SKIMAGE_DATA = "/usr/lib/python3/dist-packages/skimage/data"
-FONT_DIR = "/usr/share/fonts/truetype/dejavu"
-FONTS = ["DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSansMono.ttf", "DejaVuSans-Bold.ttf",
-         "DejaVuSerif-Bold.ttf", "DejaVuSansMono-Bold.ttf"]
+# Debian's fonts-dejavu-core, fonts-dejavu-extra and fonts-lyx (scripts/install-deps.sh test): sans, serif and mono faces, bold, condensed italic, and
+# Computer Modern Roman (LyX's cmr10, a quite different serif design).
+FONT_DIR = "/usr/share/fonts/truetype"
+FONTS = ["dejavu/DejaVuSans.ttf", "dejavu/DejaVuSerif.ttf", "dejavu/DejaVuSansMono.ttf",
+         "dejavu/DejaVuSans-Bold.ttf", "dejavu/DejaVuSerif-Bold.ttf", "dejavu/DejaVuSansMono-Bold.ttf",
+         "dejavu/DejaVuSansCondensed-Oblique.ttf", "dejavu/DejaVuSerifCondensed-Italic.ttf",
+         "lyx/cmr10.ttf"]
 PHOTOS = ["astronaut.png", "coffee.png", "chelsea.png", "rocket.jpg", "motorcycle_left.png",
           "hubble_deep_field.jpg", "retina.jpg", "ihc.png", "camera.png", "moon.png",
           "coins.png", "brick.png", "grass.png", "gravel.png", "horse.png", "cell.png"]
@@ -114,8 +118,9 @@ def draw_snippets(im, rng, sizes, first_size):
     placed = []
     for k, nominal in enumerate([first_size] + sizes):
         height_px = max(8, int(round(nominal * w / 1024)))
-        font_name = FONTS[rng.integers(len(FONTS))]
-        font = ImageFont.truetype(os.path.join(FONT_DIR, font_name), height_px)
+        font_path = FONTS[rng.integers(len(FONTS))]
+        font_name = os.path.basename(font_path)
+        font = ImageFont.truetype(os.path.join(FONT_DIR, font_path), height_px)
         contrast = list(CONTRASTS)[rng.integers(len(CONTRASTS))]
         plate = bool(rng.random() < 0.5)
         for attempt in range(200):
@@ -184,6 +189,14 @@ def page_scene(width, query_line):
     s = width / src.width
     h = int(round(src.height * s))
     im = src.resize((width, h), Image.BICUBIC)
+    # Pad the bottom with the paper's colour to a multiple of 16 px, like every other scene:
+    # then the full-resolution ceiling is the image itself (no resize to the patch grid).
+    hp = -(-h // 16) * 16
+    if hp != h:
+        paper = tuple(int(v) for v in np.median(np.asarray(im)[-4:].reshape(-1, 3), axis=0))
+        padded = Image.new("RGB", (width, hp), paper)
+        padded.paste(im, (0, 0))
+        im = padded
     snippets = []
     for (x0, y0, x1, y1), text in PAGE_LINES:
         box = [int(x0 * s), int(y0 * s), min(width, int(round(x1 * s))), min(h, int(round(y1 * s)))]

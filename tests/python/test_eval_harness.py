@@ -54,6 +54,8 @@ def main():
         # a larger budget only ever refines tiles (allocate.hpp).
         for st in ("fov-fixation", "fov-region"):
             assert runs[(st, 273)]["psnr_box"] >= runs[(st, 64)]["psnr_box"] - 0.5, (s["id"], st)
+        # Every scene is a multiple of the patch size, so the ceiling is the image itself.
+        assert ceiling[0]["psnr_image"] == res["psnr_cap_db"] and ceiling[0]["ssim_image"] > 0.999, s["id"]
         # The full-resolution rendering reads the snippet: the scenes' truth is right.
         assert ceiling[0]["ocr_accuracy"] >= 0.6, (s["id"], ceiling[0]["ocr_text"], s["truth"])
 
