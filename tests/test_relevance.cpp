@@ -85,6 +85,26 @@ TEST(Relevance, RegionIsFullInsideAndFallsOffOutside) {
   EXPECT_GT(at(12, 6), at(18, 6));
 }
 
+TEST(Relevance, RegionFalloffScaleIsTheSmallerOfE0AndHalfTheRegion) {
+  Executor exec;
+  const PyramidU8 pyr = single_level(test::constant_image(2048, 2048, 1, 0));
+  auto at = [](const RelevanceMap& m, int tx, int ty) { return m.query[size_t(ty) * m.grid.tiles_x + tx]; };
+  // A 160 x 16 px line of text: the falloff halves at 8 px (half its height), not at
+  // e0 · 2048 = 102.4 px.
+  Query small;
+  small.regions.push_back({1024, 1024, 1184, 1040});
+  const RelevanceMap ms = compute_relevance(pyr, 16, small, {}, exec);
+  EXPECT_FLOAT_EQ(at(ms, 64, 64), 1.0f);
+  EXPECT_FLOAT_EQ(at(ms, 74, 64), 1.0f);                  // tile [1184, 1200) touches the box
+  EXPECT_NEAR(at(ms, 75, 64), 8.0f / (16 + 8), 1e-6f);     // 16 px away
+  EXPECT_NEAR(at(ms, 64, 70), 8.0f / (80 + 8), 1e-6f);  // tile row 70 starts at 1120: 80 px below
+  // A large box keeps the fixation scale e0 · long side.
+  Query large;
+  large.regions.push_back({0, 0, 1600, 1600});
+  const RelevanceMap ml = compute_relevance(pyr, 16, large, {}, exec);
+  EXPECT_NEAR(at(ml, 105, 0), 102.4f / (80 + 102.4f), 1e-5f);  // tile x0 = 1680, 80 px away
+}
+
 TEST(Relevance, EmbeddingHookScoresCosineSimilarity) {
   Executor exec;
   const PyramidU8 pyr = single_level(test::constant_image(64, 64, 3, 0));

@@ -19,7 +19,9 @@
 //         from the fixation to the tile, in units of the image's longer side. The term is
 //         M(e)/M(0) = e0 / (e + e0); with the allocator's default sharpness (token side ∝
 //         1/relevance) token size then grows linearly with eccentricity, as receptive fields do;
-//       - regions: 1 inside the box, the same falloff with e measured from the box outside it;
+//       - regions: 1 inside the box; outside it s / (d + s) with d the distance in pixels from
+//         the box and s = min(e0 · longer side, half the box's shorter side): the box says how
+//         far the interest extends, so a small box on a large image falls off quickly;
 //       - an embedding: cosine similarity of `embedding` with per-tile features from the
 //         `tile_features` hook (filled by the encoder), clamped at 0, divided by its maximum.
 // With an empty query the map is purely bottom-up.

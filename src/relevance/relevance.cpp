@@ -186,9 +186,17 @@ std::vector<float> query_term(const PyramidU8& pyr, const TileGrid& g, const Que
                               const RelevanceParams& params) {
   std::vector<float> out(g.tiles(), 0.0f);
   const float long_side = static_cast<float>(std::max(g.image_width, g.image_height));
-  const float e0 = params.e0;
-  // Cortical magnification M(e) = M0 / (e + e0), normalised to 1 at e = 0.
-  auto falloff = [&](float dist_px) { return e0 / (dist_px / long_side + e0); };
+  // Cortical magnification M(e) = M0 / (e + e0), normalised to 1 at e = 0: in pixels,
+  // scale / (d + scale) with scale = e0 · long side the distance at which it halves.
+  const float fixation_scale = params.e0 * long_side;
+  auto falloff = [](float dist_px, float scale) { return scale / (dist_px + scale); };
+  // A region already says how far the interest extends: its falloff halves at half the
+  // region's shorter side when that is nearer than e0 · long side. Otherwise a small box on a
+  // large image (a line of text on a 2048 px photo) has a neighbourhood hundreds of pixels
+  // wide scoring nearly as much as the box, and that neighbourhood takes the budget.
+  auto region_scale = [&](const Region& r) {
+    return std::min(fixation_scale, 0.5f * std::min(r.x1_px - r.x0_px, r.y1_px - r.y0_px));
+  };
   const int P = g.patch_px;
   for (int ty = 0; ty < g.tiles_y; ++ty)
     for (int tx = 0; tx < g.tiles_x; ++tx) {
@@ -198,12 +206,12 @@ std::vector<float> query_term(const PyramidU8& pyr, const TileGrid& g, const Que
       const float x1 = std::min<float>(x0 + P, g.image_width), y1 = std::min<float>(y0 + P, g.image_height);
       float best = 0;
       for (const Fixation& f : q.fixations)
-        best = std::max(best, f.weight * falloff(distance_to_box(f.x_px, f.y_px, x0, y0, x1, y1)));
+        best = std::max(best, f.weight * falloff(distance_to_box(f.x_px, f.y_px, x0, y0, x1, y1), fixation_scale));
       for (const Region& r : q.regions) {
         // Box-to-box distance: zero when they overlap.
         const float dx = std::max({r.x0_px - x1, 0.0f, x0 - r.x1_px});
         const float dy = std::max({r.y0_px - y1, 0.0f, y0 - r.y1_px});
-        best = std::max(best, r.weight * falloff(std::sqrt(dx * dx + dy * dy)));
+        best = std::max(best, r.weight * falloff(std::sqrt(dx * dx + dy * dy), region_scale(r)));
       }
       out[size_t(ty) * g.tiles_x + tx] = best;
     }
