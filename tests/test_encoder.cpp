@@ -20,6 +20,7 @@
 #include "fovea/grid.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/tokenizer.hpp"
+#include "fovea/vulkan.hpp"
 #include "test_util.hpp"
 
 namespace fovea {
@@ -464,6 +465,49 @@ TEST(EncodeCli, WritesEmbeddingsAndLabelsRandomModels) {
   const SafetensorsFile fr = SafetensorsFile::open(dir + "/r.safetensors");
   EXPECT_EQ(fr.metadata().at("random_weights"), "true");
   EXPECT_NE(fr.metadata().at("model_description").find("RANDOM WEIGHTS"), std::string::npos);
+}
+
+// --backend vulkan: the pyramid and the patches come from the device, so the embeddings must be
+// the CPU's, bit for bit (the sampler is bit-exact). CI has lavapipe, so a Vulkan build without a
+// device is a failure here, not a skip.
+TEST(EncodeCli, BackendVulkanWritesTheCpuEmbeddings) {
+  if (!vulkan_built()) GTEST_SKIP() << "this build has no Vulkan backend";
+  ASSERT_TRUE(vulkan_available()) << "a Vulkan build with no usable device (install mesa-vulkan-drivers)";
+  const std::string dir = test::temp_dir("enc_cli_vulkan");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(72, 56, 3), image);
+  std::vector<uint8_t> bytes[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = dir + (i ? "/gpu.safetensors" : "/cpu.safetensors");
+    const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--fixation", "20,30", "--budget", "24",
+                                  "--backend", i ? "vulkan" : "cpu", "-o", out, "--json", "--threads", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["backend"], i ? "vulkan" : "cpu");
+    bytes[i] = read_bytes(out);
+  }
+  EXPECT_FALSE(bytes[0].empty());
+  EXPECT_TRUE(bytes[0] == bytes[1]) << "--backend vulkan wrote different embeddings";
+}
+
+// --store on encode: the embeddings go through a paged TokenStore and the report's accounting
+// follows from N, D and the page size.
+TEST(EncodeCli, StoreReportsTheEmbeddingsPages) {
+  const std::string dir = test::temp_dir("enc_cli_store");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--store",
+                                "--store-page-bytes", "4096", "--json", "--threads", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& s = j["store"];
+  const int64_t n = j["encoder"]["embeddings"][0], d = j["encoder"]["embeddings"][1];
+  EXPECT_EQ(s["kept_tokens"].get<int64_t>(), n);
+  EXPECT_EQ(s["dim"].get<int64_t>(), d);
+  EXPECT_EQ(s["token_bytes"].get<int64_t>(), d * 4);  // f32 embeddings
+  EXPECT_EQ(s["dense_tokens"].get<int64_t>(), j["full_resolution_tokens"].get<int64_t>());
+  EXPECT_EQ(s["pages"].get<int64_t>(), (n * d * 4 + 4095) / 4096);
+  expect_one_line_error(test::run_cli({"encode", image, "--model", fixture("clip"), "--store", "--store-page-bytes", "1000"}),
+                        2, "--store-page-bytes");
 }
 
 TEST(EncodeCli, TokenizeTakesAQueryEmbedding) {

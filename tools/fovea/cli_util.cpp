@@ -74,6 +74,19 @@ std::unique_ptr<VulkanBackend> ExecOptions::vulkan() const {
   return VulkanBackend::create({.device = device});
 }
 
+Tokenization ExecOptions::tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& ex,
+                                   nlohmann::json& summary) const {
+  std::unique_ptr<VulkanBackend> gpu = vulkan();
+  if (gpu && params.uniform) {
+    std::fprintf(stderr, "fovea: note: --uniform has no Vulkan path; using the CPU\n");
+    gpu.reset();
+  }
+  summary["backend"] = gpu ? "vulkan" : "cpu";
+  if (!gpu) return fovea::tokenize(std::move(image), query, params, ex);
+  summary["device"] = gpu->device().name;
+  return gpu->tokenize(std::move(image), query, params, ex);
+}
+
 ExecConfig ExecOptions::config() const {
   return ExecConfig{.threads = threads, .kernels = reference ? Kernels::reference : Kernels::best};
 }
@@ -268,7 +281,8 @@ void print_summary(const nlohmann::json& j) {
 
 void StoreOptions::add(CLI::App& app) {
   app.add_flag("--store", enabled,
-               "Report what a paged token store would hold for this image: pages, resident vs dense bytes");
+               "Report what a paged token store would hold for this image's tokens (encode: its embeddings): "
+               "pages, resident vs dense bytes");
   app.add_option("--store-page-bytes", page_bytes, "Page size of the --store report (a multiple of 4096)")
       ->default_val(64 << 10);
   app.add_option("--store-backend", backend, "Backend of the --store report: host or vulkan")

@@ -17,6 +17,7 @@ namespace {
 struct EncodeCommand {
   TokenizeOptions tok;
   ExecOptions exec;
+  StoreOptions store;
   std::string model_spec, output, precision = "fp32", query_embedding;
   bool json = false, check_fp32 = false;
   CLI::Option* patch_opt = nullptr;
@@ -32,6 +33,7 @@ struct EncodeCommand {
     if (params.extract.dtype == DType::u8)
       throw Error(Errc::invalid_argument, "--dtype u8 patches are not normalised; encode needs f32 or f16");
     Executor ex(exec.config());
+    if (store.enabled) store.validate(tok.dtype);
 
     auto t0 = Clock::now();
     const VitModel model = VitModel::load(model_spec);
@@ -56,7 +58,8 @@ struct EncodeCommand {
     const double decode_ms = ms_since(t0);
     const int width = image.width(), height = image.height();
 
-    Tokenization t = tokenize(std::move(image), query, params, ex);
+    nlohmann::json backend;
+    Tokenization t = exec.tokenize(std::move(image), query, params, ex, backend);
     EncodeParams ep{.precision = prec, .image_width = width, .image_height = height};
     Encoding e = encode(model, t.batch.patches, t.batch.positions, ep, ex);
 
@@ -99,6 +102,7 @@ struct EncodeCommand {
     summary["timings_ms"]["tokenize_and_encode"] = t.timings.total_ms() + e.encode_ms;
     summary["timings_ms"]["write"] = write_ms;
     summary["threads"] = ex.threads();
+    summary.update(backend);
     summary["encoder"] = {{"model", model_spec},
                           {"description", model.describe()},
                           {"random_weights", model.is_random()},
@@ -114,6 +118,8 @@ struct EncodeCommand {
                           {"tensors_ignored", model.tensors_ignored()}};
     if (cosine >= -1 && check_fp32 && prec != Precision::fp32) summary["encoder"]["cosine_vs_fp32"] = cosine;
     summary["outputs"] = {{"embeddings", output}};
+    if (store.enabled)
+      summary["store"] = store_report(e.embeddings, summary["full_resolution_tokens"].get<int64_t>(), store);
     if (json) {
       std::cout << summary.dump(2) << '\n';
     } else {
@@ -123,6 +129,7 @@ struct EncodeCommand {
                   (long long)e.embeddings.dim(0), int(e.embeddings.dim(1)), precision.c_str(), e.encode_ms,
                   t.timings.total_ms() + e.encode_ms);
       if (check_fp32 && prec != Precision::fp32) std::printf("  mean cosine vs fp32: %.6f\n", cosine);
+      if (store.enabled) print_store_report(summary["store"]);
       if (!output.empty()) std::printf("  wrote %s\n", output.c_str());
     }
     return 0;
@@ -152,6 +159,7 @@ Runner setup(CLI::App& sub) {
   sub.add_flag("--check-fp32", cmd->check_fp32, "With --precision bf16: also run fp32 and report the mean cosine");
   sub.add_flag("--json", cmd->json, "Print a JSON summary (tokenization, encoder, timings)");
   cmd->exec.add(sub);
+  cmd->store.add(sub);
   sub.footer(
       "Examples:\n"
       "  fovea encode photo.jpg --model clip-vit-b16/model.safetensors --fixation 512,300 -o emb.safetensors\n"

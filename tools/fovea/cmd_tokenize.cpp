@@ -51,13 +51,8 @@ struct TokenizeCommand {
     ImageU8 image = load_image(tok.image, tok.load_options());
     const double decode_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
-    std::unique_ptr<VulkanBackend> gpu = exec.vulkan();
-    if (gpu && params.uniform) {
-      std::fprintf(stderr, "fovea: note: --uniform has no Vulkan path; using the CPU\n");
-      gpu.reset();
-    }
-    Tokenization t = gpu ? gpu->tokenize(std::move(image), query, params, ex)
-                         : tokenize(std::move(image), query, params, ex);
+    nlohmann::json backend;
+    Tokenization t = exec.tokenize(std::move(image), query, params, ex, backend);
 
     t0 = Clock::now();
     if (!output.empty()) save_tokens(output, t, query, params, {{"source", tok.image}});
@@ -70,8 +65,7 @@ struct TokenizeCommand {
     summary["timings_ms"]["decode"] = decode_ms;
     summary["timings_ms"]["write"] = write_ms;
     summary["threads"] = ex.threads();
-    summary["backend"] = gpu ? "vulkan" : "cpu";
-    if (gpu) summary["device"] = gpu->device().name;
+    summary.update(backend);
     summary["outputs"] = {{"tokens", output}, {"overlay", overlay}, {"seen", seen}};
     if (store.enabled) summary["store"] = store_report(t.batch.patches, summary["full_resolution_tokens"].get<int64_t>(), store);
     if (json) {
