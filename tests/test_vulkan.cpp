@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "fovea/error.hpp"
 #include "fovea/tokenizer.hpp"
@@ -150,34 +153,51 @@ TEST_F(Vulkan, PartialChainHonoursMaxLevels) {
   EXPECT_THROW(gpu().build_pyramid(img, {.max_levels = -1}, MipMethod::compute), Error);
 }
 
-// The blit chain re-rounds at every level (the GPU's linear filter on UNORM8 rounds its own
-// way), so each level is compared with the CPU's 2×2 box of the GPU's previous level (within
-// 1 LSB), and the whole chain with the CPU pyramid by normalised error.
-TEST_F(Vulkan, BlitMipsU8WithinOneLsbPerLevel) {
-  for (const Size& s : kSizes) {
-    SCOPED_TRACE(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c));
-    ImageU8 img = random_image(s.w, s.h, s.c, 11 + s.w);
+// uint8 blit mips: the blits filter a float copy of the chain and a compute pass rounds each
+// level with the CPU's rule (backend.cpp record_blit_mips_u8), so every level is held to the
+// contract directly against the CPU pyramid: within 1 LSB. Exact wherever the driver's 2:1
+// linear filter is within 0.125 LSB of the true mean (every size here on lavapipe); the
+// 16383-wide stripes push lavapipe's filter to 0.25 LSB off (its normalised coordinates lose
+// bits at that width), which the bound must survive. The old R8_UNORM blit chain fails this
+// test (3-4 LSB at deep levels, docs/vulkan.md).
+TEST_F(Vulkan, BlitMipsU8WithinOneLsbOfCpuPyramid) {
+  std::vector<std::pair<std::string, ImageU8>> cases;
+  for (const Size& s : kSizes)
+    cases.emplace_back(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c),
+                       random_image(s.w, s.h, s.c, 11 + s.w));
+  ImageU8 stripes(16383, 3, 3);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 3; ++y)
+      for (int x = 0; x < stripes.width(); ++x) stripes.at(c, y, x) = uint8_t((x + c) % 2 ? 255 : 0);
+  cases.emplace_back("stripes 16383x3x3", std::move(stripes));
+  for (const auto& [name, img] : cases) {
+    SCOPED_TRACE(name);
     Executor exec({.threads = 1});
     const PyramidU8 want = build_pyramid(img.clone(), {}, exec);
     const PyramidU8 got = gpu().build_pyramid(img, {}, MipMethod::blit);
     ASSERT_EQ(got.num_levels(), want.num_levels());
-    EXPECT_EQ(max_error(got.level(0), want.level(0)), 0.0);
-    for (int l = 1; l < want.num_levels(); ++l) {
-      ImageU8 step(got.level(l).width(), got.level(l).height(), s.c);
-      downsample_2x2(got.level(l - 1), step, exec);
-      EXPECT_LE(max_error(got.level(l), step), 1.0) << "level " << l;
-      if (l == 1) {
-        EXPECT_LE(max_error(got.level(1), want.level(1)), 1.0);
-      }
-      EXPECT_LT(nmse(got.level(l), want.level(l)), 1e-3) << "level " << l;
+    int64_t off = 0, total = 0;
+    for (int l = 0; l < want.num_levels(); ++l) {
+      ASSERT_TRUE(same_extents(got.level(l), want.level(l))) << "level " << l;
+      EXPECT_LE(max_error(got.level(l), want.level(l)), l == 0 ? 0.0 : 1.0) << "level " << l;
+      EXPECT_LT(nmse(got.level(l), want.level(l)), 1e-5) << "level " << l;
+      for (int c = 0; c < img.channels(); ++c)
+        for (int y = 0; y < want.level(l).height(); ++y)
+          for (int x = 0; x < want.level(l).width(); ++x) off += got.level(l).at(c, y, x) != want.level(l).at(c, y, x);
+      total += int64_t(want.level(l).width()) * want.level(l).height() * img.channels();
     }
+    std::printf("  blit u8 %s: %lld of %lld samples 1 LSB off the CPU pyramid\n", name.c_str(), (long long)off,
+                (long long)total);
   }
 }
 
-// Float blits: the linear filter's weights are not exactly 0.5 on every driver (lavapipe's
-// differ by ~1e-5 relative), so each level is held to 1e-4 relative against the CPU's box of
-// the GPU's previous level, and the chain to a normalised error against the CPU pyramid.
-TEST_F(Vulkan, BlitMipsF32PerLevelAndNmse) {
+// Float blits cannot be rounded back onto the CPU's values, so they are what the driver's
+// linear filter makes them, and the spec leaves its precision to the implementation. lavapipe
+// is exact at power-of-two extents and otherwise shifts the weights by ~x·2^-24 (its
+// normalised coordinates), 1.4e-5 of full scale at 300 wide: the 1e-5 relative of the issue
+// is not reachable by any blit, and the test holds each level, against the CPU pyramid, to
+// 1e-4 of the image's full scale (1 here) plus a normalised error (docs/vulkan.md).
+TEST_F(Vulkan, BlitMipsF32WithinDriverFilterBoundOfCpuPyramid) {
   for (const Size& s : kSizes) {
     SCOPED_TRACE(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c));
     ImageF32 img = random_image_f32(s.w, s.h, s.c, 13 + s.h);
@@ -185,13 +205,15 @@ TEST_F(Vulkan, BlitMipsF32PerLevelAndNmse) {
     const PyramidF32 want = build_pyramid(img.clone(), {}, exec);
     const PyramidF32 got = gpu().build_pyramid(img, {}, MipMethod::blit);
     ASSERT_EQ(got.num_levels(), want.num_levels());
-    EXPECT_EQ(max_error(got.level(0), want.level(0)), 0.0);
-    for (int l = 1; l < want.num_levels(); ++l) {
-      ImageF32 step(got.level(l).width(), got.level(l).height(), s.c);
-      downsample_2x2(got.level(l - 1), step, exec);
-      EXPECT_LE(max_error(got.level(l), step, 1e-3), 1e-4) << "level " << l;
+    double worst = 0;
+    for (int l = 0; l < want.num_levels(); ++l) {
+      ASSERT_TRUE(same_extents(got.level(l), want.level(l))) << "level " << l;
+      const double e = max_error(got.level(l), want.level(l), 1.0);  // floor 1: absolute, full scale 1
+      worst = std::max(worst, e);
+      EXPECT_LE(e, l == 0 ? 0.0 : 1e-4) << "level " << l;
       EXPECT_LT(nmse(got.level(l), want.level(l)), 1e-9) << "level " << l;
     }
+    std::printf("  blit f32 %dx%dx%d: max |blit - CPU| %.2e of full scale\n", s.w, s.h, s.c, worst);
   }
 }
 
@@ -257,10 +279,12 @@ TEST_F(Vulkan, SamplingEqualsCpuExtractionU8) {
   ep.dtype = DType::u8;
   const Tokenization t = cpu_tokens(img, 16, ep, 80, 60);
   ASSERT_GT(t.allocation.max_level, 1);
-  for (MipMethod m : {MipMethod::compute}) {
-    const TokenBatch got = gpu().extract(img, t.allocation, ep, m);
-    expect_same_batch(got, t.batch);
-  }
+  expect_same_batch(gpu().extract(img, t.allocation, ep, MipMethod::compute), t.batch);
+  // Blit mips are only held to 1 LSB of the CPU pyramid: sampling from them must equal the
+  // CPU extraction from that same (read back) pyramid, bit for bit.
+  Executor exec({.threads = 1});
+  const PyramidU8 blit = gpu().build_pyramid(img, {.max_levels = t.allocation.max_level + 1}, MipMethod::blit);
+  expect_same_batch(gpu().extract(img, t.allocation, ep, MipMethod::blit), extract(blit, t.allocation, ep, exec));
 }
 
 TEST_F(Vulkan, SamplingEqualsCpuExtractionFloatAndHalf) {

@@ -25,6 +25,9 @@ const uint32_t kMipF32Spirv[] =
 const uint32_t kSampleSpirv[] =
 #include "fovea_spirv/sample.spv.inc"
     ;
+const uint32_t kMipQuantizeSpirv[] =
+#include "fovea_spirv/mip_quantize.spv.inc"
+    ;
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
@@ -33,6 +36,11 @@ double ms_since(Clock::time_point t0) {
 
 struct MipPush {
   int32_t src_w, src_h, dst_w, dst_h;
+};
+
+struct QuantizePush {
+  int32_t w, h;
+  uint32_t mode, pad;  // mode 0: float chain = uint8 level; 1: round the chain, write both
 };
 
 struct SamplePush {
@@ -126,8 +134,8 @@ struct VulkanBackend::Impl {
   vk::Device device;
   vk::Commands commands;
   vk::Sampler nearest;
-  std::optional<vk::ComputeKernel> mip_u8, mip_f32, sample;
-  std::string mip_u8_missing;  // why the u8 compute mips are unavailable, when they are
+  std::optional<vk::ComputeKernel> mip_u8, mip_f32, sample, quantize;
+  std::string mip_u8_missing;  // why the u8 compute and blit mips are unavailable, when they are
   VulkanDeviceInfo info;
   VulkanTimings timings;
 
@@ -143,10 +151,14 @@ struct VulkanBackend::Impl {
       mip_u8_missing = "the device lacks shaderStorageImageExtendedFormats (r8ui storage images)";
     else if (!(device.format_properties(VK_FORMAT_R8_UINT).optimalTilingFeatures & storage))
       mip_u8_missing = "R8_UINT has no storage-image support";
-    if (mip_u8_missing.empty())
+    if (mip_u8_missing.empty()) {
       mip_u8.emplace(device, kMipU8Spirv,
                      std::vector<VkDescriptorType>{VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_IMAGE},
                      uint32_t(sizeof(MipPush)), 64, "mip_u8");
+      quantize.emplace(device, kMipQuantizeSpirv,
+                       std::vector<VkDescriptorType>{VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_IMAGE},
+                       uint32_t(sizeof(QuantizePush)), 64, "mip_quantize");
+    }
     mip_f32.emplace(device, kMipF32Spirv,
                     std::vector<VkDescriptorType>{VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_IMAGE},
                     uint32_t(sizeof(MipPush)), 64, "mip_f32");
@@ -182,15 +194,21 @@ struct VulkanBackend::Impl {
     device.require_format(fmt, VK_FORMAT_FEATURE_SAMPLED_IMAGE_BIT | VK_FORMAT_FEATURE_TRANSFER_SRC_BIT |
                                    VK_FORMAT_FEATURE_TRANSFER_DST_BIT,
                           "sampling and transfers");
-    if (method == MipMethod::blit) {
-      device.require_format(fmt, VK_FORMAT_FEATURE_BLIT_SRC_BIT | VK_FORMAT_FEATURE_BLIT_DST_BIT |
-                                     VK_FORMAT_FEATURE_SAMPLED_IMAGE_FILTER_LINEAR_BIT,
+    // uint8 blit mips filter a float copy of the chain (see record_blit_mips_u8), so the
+    // float format needs the blit features and both need storage, as compute mips do.
+    const VkFormat blit_fmt = u8 ? VK_FORMAT_R32_SFLOAT : fmt;
+    if (method == MipMethod::blit)
+      device.require_format(blit_fmt, VK_FORMAT_FEATURE_BLIT_SRC_BIT | VK_FORMAT_FEATURE_BLIT_DST_BIT |
+                                          VK_FORMAT_FEATURE_SAMPLED_IMAGE_FILTER_LINEAR_BIT,
                             "blit with a linear filter (needed for blit mips; use the compute method)");
-    } else {
+    if (method == MipMethod::compute || u8) {
       if (u8 && !mip_u8)
-        throw Error(Errc::unsupported, "vulkan: compute mips for uint8 unavailable: " + mip_u8_missing +
-                                           " (use the blit method)");
+        throw Error(Errc::unsupported, std::string("vulkan: ") +
+                                           (method == MipMethod::blit ? "blit" : "compute") +
+                                           " mips for uint8 unavailable: " + mip_u8_missing);
       device.require_format(storage_format<T>(), VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT, "storage images");
+      if (method == MipMethod::blit)
+        device.require_format(blit_fmt, VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT, "storage images (blit mips' rounding)");
       desc.usage |= VK_IMAGE_USAGE_STORAGE_BIT;
       if (u8) {
         desc.flags |= VK_IMAGE_CREATE_MUTABLE_FORMAT_BIT;
@@ -230,17 +248,22 @@ struct VulkanBackend::Impl {
 
     t0 = Clock::now();
     cb = commands.begin();
-    if (method == MipMethod::blit)
+    vk::Image chain;  // the float chain of uint8 blit mips; lives until the submit completed
+    if (method == MipMethod::blit && u8)
+      chain = record_blit_mips_u8(cb, g);
+    else if (method == MipMethod::blit)
       record_blit_mips(cb, g);
     else
       record_compute_mips<T>(cb, g);
     commands.submit_and_wait();
     if (mip_u8) mip_u8->reset_sets();
+    if (quantize) quantize->reset_sets();
     mip_f32->reset_sets();
     timings.mips_ms += ms_since(t0);
     return g;
   }
 
+  // Float blit mips: the plain chain, each level the driver's linear filter of the previous.
   void record_blit_mips(VkCommandBuffer cb, GpuPyramid& g) {
     const VkImage img = g.image.handle();
     vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
@@ -271,6 +294,75 @@ struct VulkanBackend::Impl {
     g.layout = VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL;
     g.last_stage = VK_PIPELINE_STAGE_TRANSFER_BIT;
     g.last_access = VK_ACCESS_TRANSFER_WRITE_BIT;
+  }
+
+  // uint8 mips by blits that equal the CPU pyramid. A blit into R8_UNORM rounds as the driver
+  // likes ("one of the two closest" integers, the spec says) and every level inherits the
+  // previous level's rounding: 3-4 LSB from the CPU at deep levels on lavapipe. Blitting the
+  // whole chain in float and rounding once at the end does not help either: the CPU rounds at
+  // every level, and its chain is up to 1.8 LSB from the exact mean at 1024² (3 LSB at 8192
+  // wide), so round(mean) misses it by 2-3 LSB (docs/vulkan.md). So the blits filter a float
+  // copy of the chain (R32_SFLOAT, values in LSB units: no rounding and no clamping in the
+  // blit), and after each blit mip_quantize.comp rounds the new level with the CPU's rule,
+  // into the uint8 pyramid and back into the float chain the next blit reads. Result: the CPU
+  // pyramid, as long as the driver's 2:1 linear filter is within 0.125 LSB of the mean of its
+  // 4 source texels. Returns the float chain image (free it after the submit).
+  vk::Image record_blit_mips_u8(VkCommandBuffer cb, GpuPyramid& g) {
+    vk::ImageDesc cd;
+    cd.format = VK_FORMAT_R32_SFLOAT;
+    cd.width = uint32_t(g.width);
+    cd.height = uint32_t(g.height);
+    cd.layers = g.layers();
+    cd.levels = uint32_t(g.levels);
+    cd.usage = VK_IMAGE_USAGE_TRANSFER_SRC_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_STORAGE_BIT;
+    vk::Image chain = vk::Image::create(device, cd);
+    const VkImage img = g.image.handle(), ch = chain.handle();
+    const uint32_t rest = uint32_t(g.levels - 1);
+    vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                      VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
+    vk::image_barrier(cb, ch, 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_GENERAL,
+                      VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                      VK_ACCESS_SHADER_WRITE_BIT);
+    if (rest > 0) {
+      vk::image_barrier(cb, img, 1, rest, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_GENERAL,
+                        VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                        VK_ACCESS_SHADER_WRITE_BIT);
+      vk::image_barrier(cb, ch, 1, rest, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                        VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                        VK_ACCESS_TRANSFER_WRITE_BIT);
+    }
+    auto round_level = [&](int l, uint32_t mode) {
+      const QuantizePush push{mip_extent(g.width, l), mip_extent(g.height, l), mode, 0};
+      const vk::Binding bindings[] = {
+          vk::Binding::storage_image(chain.create_view(VK_FORMAT_R32_SFLOAT, uint32_t(l), 1)),
+          vk::Binding::storage_image(
+              g.image.create_view(VK_FORMAT_R8_UINT, uint32_t(l), 1, VK_IMAGE_USAGE_STORAGE_BIT))};
+      quantize->record(cb, bindings, &push, uint32_t((push.w + 7) / 8), uint32_t((push.h + 7) / 8), g.layers());
+    };
+    round_level(0, 0);  // the float chain's level 0 is the image itself
+    for (int l = 0; l + 1 < g.levels; ++l) {
+      vk::image_barrier(cb, ch, uint32_t(l), 1, VK_IMAGE_LAYOUT_GENERAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
+                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+      const int dw = mip_extent(g.width, l + 1), dh = mip_extent(g.height, l + 1);
+      // Source box [0, 2·dw) × [0, 2·dh), as in record_blit_mips: an exact 2:1 scale.
+      VkImageBlit blit{};
+      blit.srcSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l), 0, g.layers()};
+      blit.srcOffsets[1] = {mip_extent(g.width, l) == 1 ? 1 : 2 * dw, mip_extent(g.height, l) == 1 ? 1 : 2 * dh, 1};
+      blit.dstSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l + 1), 0, g.layers()};
+      blit.dstOffsets[1] = {dw, dh, 1};
+      vkCmdBlitImage(cb, ch, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, ch, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1, &blit,
+                     VK_FILTER_LINEAR);
+      vk::image_barrier(cb, ch, uint32_t(l + 1), 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+      round_level(l + 1, 1);
+    }
+    g.layout = VK_IMAGE_LAYOUT_GENERAL;
+    g.last_stage = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+    g.last_access = VK_ACCESS_SHADER_WRITE_BIT;
+    return chain;
   }
 
   template <typename T>
