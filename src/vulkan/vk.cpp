@@ -369,6 +369,7 @@ Device::Device(Instance& instance, const PhysicalDeviceInfo& physical, const Dev
       throw Error(Errc::unsupported, "vulkan: " + info_.name() + " lacks device extension " + e);
 
   VkDeviceCreateInfo ci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  ci.pNext = options.features_next;
   ci.queueCreateInfoCount = uint32_t(qcis.size());
   ci.pQueueCreateInfos = qcis.data();
   ci.enabledExtensionCount = uint32_t(options.extensions.size());

@@ -121,6 +121,10 @@ struct DeviceOptions {
   // Device::sparse_queue() and the enabled features.
   bool want_sparse = false;
   std::vector<const char*> extensions = {};  // required extra device extensions
+  // Added for the shading-rate render (shading_rate.cpp): a pNext chain of extension feature
+  // structs (e.g. VkPhysicalDeviceFragmentShadingRateFeaturesKHR) passed to vkCreateDevice
+  // as is, next to the core features above. Must not contain VkPhysicalDeviceFeatures2.
+  const void* features_next = nullptr;
 };
 
 class Device {
