@@ -436,6 +436,52 @@ TEST_F(Vulkan, RateMapDisagreeingWithLayoutIsAnError) {
   }
 }
 
+// The backend keeps its images, buffers and descriptor sets across calls (backend.cpp,
+// PooledImage): a sequence that reuses, grows, shrinks and evicts them must give every call
+// the CPU's answer, with no validation message (stale descriptors would be one).
+TEST_F(Vulkan, RepeatedCallsReuseResourcesAndStayExact) {
+  ExtractParams ep;
+  ep.dtype = DType::u8;
+  struct Call {
+    int w, h, budget;
+    float fx;
+    MipMethod method;
+  };
+  const Call calls[] = {
+      {301, 187, 120, 80, MipMethod::compute},  // first shape
+      {301, 187, 40, 200, MipMethod::compute},  // same shape, fewer tokens (buffers reused)
+      {301, 187, 300, 20, MipMethod::blit},     // more tokens: buffers grow; blit reuses the image
+      {160, 96, 30, 50, MipMethod::compute},    // second shape
+      {97, 203, 50, 10, MipMethod::blit},       // third shape: the pool of 2 evicts the first
+      {301, 187, 120, 80, MipMethod::compute},  // the first again, recreated
+      {160, 96, 60, 90, MipMethod::compute},
+      {97, 203, 50, 30, MipMethod::compute},    // three shapes in turn: every call evicts one
+      {301, 187, 90, 60, MipMethod::compute},
+      {160, 96, 20, 10, MipMethod::compute},
+      {97, 203, 70, 80, MipMethod::blit},
+      {301, 187, 50, 250, MipMethod::blit},
+      {160, 96, 40, 140, MipMethod::blit},
+  };
+  Executor exec({.threads = 1});
+  int i = 0;
+  for (const Call& c : calls) {
+    SCOPED_TRACE("call " + std::to_string(i));
+    ImageU8 img = random_image(c.w, c.h, 3, 500 + i++);
+    const Tokenization t = cpu_tokens(img, 16, ep, c.fx, 40, c.budget);
+    const PyramidU8 want = build_pyramid(img.clone(), {}, exec);
+    const PyramidU8 got = gpu().build_pyramid(img, {}, c.method);
+    ASSERT_EQ(got.num_levels(), want.num_levels());
+    for (int l = 0; l < want.num_levels(); ++l)
+      EXPECT_LE(max_error(got.level(l), want.level(l)), c.method == MipMethod::compute ? 0.0 : 1.0) << "level " << l;
+    if (c.method == MipMethod::compute) {
+      expect_same_batch(gpu().extract(img, t.allocation, ep, c.method), t.batch);
+    } else {
+      const PyramidU8 p = gpu().build_pyramid(img, {.max_levels = t.allocation.max_level + 1}, c.method);
+      expect_same_batch(gpu().extract(img, t.allocation, ep, c.method), extract(p, t.allocation, ep, exec));
+    }
+  }
+}
+
 // ---- errors ----------------------------------------------------------------------------------
 
 TEST_F(Vulkan, AbsurdImageSizeIsACleanError) {
@@ -503,6 +549,74 @@ TEST_F(Vulkan, ShadingRateRender) {
   std::printf("  shading-rate render on %s: texel %u px, code 10 (4x4) shaded as", pd.name().c_str(), r.texel);
   for (uint8_t v : seen_per_code[10]) std::printf(" %d", int(v));
   std::printf("\n");
+  EXPECT_EQ(inst.validation_errors(), 0) << (inst.validation_messages().empty() ? "" : inst.validation_messages()[0]);
+}
+
+// ComputeKernel::record_cached: one descriptor set per distinct binding list, reused; dropped
+// by forget_cached(); the results equal record()'s.
+TEST(VulkanLayer, KernelReusesCachedDescriptorSets) {
+  if (!vulkan_available()) GTEST_SKIP() << "no Vulkan device";
+  vk::Instance inst({.validation = true});
+  const vk::PhysicalDeviceInfo pd = vk::select_device(inst, "");
+  {
+    vk::Device dev(inst, pd);
+    // The f32 mip kernel on a 2x2 -> 1x1 image: small enough to set up by hand.
+    static const uint32_t spirv[] =
+#include "fovea_spirv/mip_f32.spv.inc"
+        ;
+    vk::ComputeKernel k(dev, spirv, {VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_IMAGE}, 16, 4,
+                        "mip_f32");
+    vk::ImageDesc d;
+    d.format = VK_FORMAT_R32_SFLOAT;
+    d.width = d.height = 2;
+    d.levels = 2;
+    d.usage = VK_IMAGE_USAGE_STORAGE_BIT | VK_IMAGE_USAGE_TRANSFER_SRC_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT;
+    vk::Image img = vk::Image::create(dev, d);
+    const VkImageView v0 = img.create_view(VK_FORMAT_R32_SFLOAT, 0, 1), v1 = img.create_view(VK_FORMAT_R32_SFLOAT, 1, 1);
+    vk::Buffer up = vk::Buffer::create(dev, 16, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, vk::MemoryUse::upload);
+    vk::Buffer down = vk::Buffer::create(dev, 4, VK_BUFFER_USAGE_TRANSFER_DST_BIT, vk::MemoryUse::readback);
+    const float texels[4] = {1.0f, 2.0f, 3.0f, 6.0f};
+    std::memcpy(up.mapped(), texels, 16);
+    vk::Commands cmds(dev, dev.compute_queue());
+    const int32_t push[4] = {2, 2, 1, 1};
+    const vk::Binding forward[] = {vk::Binding::storage_image(v0), vk::Binding::storage_image(v1)};
+    const vk::Binding backward[] = {vk::Binding::storage_image(v1), vk::Binding::storage_image(v0)};
+    for (int round = 0; round < 3; ++round) {
+      VkCommandBuffer cb = cmds.begin();
+      vk::image_barrier(cb, img.handle(), 0, 2, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                        VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                        VK_ACCESS_TRANSFER_WRITE_BIT);
+      VkBufferImageCopy r{};
+      r.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, 1};
+      r.imageExtent = {2, 2, 1};
+      vkCmdCopyBufferToImage(cb, up.handle(), img.handle(), VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1, &r);
+      vk::image_barrier(cb, img.handle(), 0, 2, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+      k.record_cached(cb, forward, push, 1, 1, 1);
+      vk::image_barrier(cb, img.handle(), 1, 1, VK_IMAGE_LAYOUT_GENERAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
+                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+      r.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 1, 0, 1};
+      r.imageExtent = {1, 1, 1};
+      vkCmdCopyImageToBuffer(cb, img.handle(), VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, down.handle(), 1, &r);
+      vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                         VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+      cmds.submit_and_wait();
+      EXPECT_EQ(*static_cast<const float*>(down.mapped()), 3.0f) << "round " << round;  // (1+3+2+6)/4
+      EXPECT_EQ(k.cached_sets(), 1u) << "round " << round;
+    }
+    // A second binding list gets its own set (recorded, not run); forget_cached drops both.
+    VkCommandBuffer cb = cmds.begin();
+    vk::image_barrier(cb, img.handle(), 1, 1, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                      VK_PIPELINE_STAGE_TRANSFER_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0);
+    k.record_cached(cb, backward, push, 0, 1, 1);
+    k.record_cached(cb, forward, push, 0, 1, 1);
+    EXPECT_EQ(k.cached_sets(), 2u);
+    cmds.submit_and_wait();
+    k.forget_cached();
+    EXPECT_EQ(k.cached_sets(), 0u);
+  }
   EXPECT_EQ(inst.validation_errors(), 0) << (inst.validation_messages().empty() ? "" : inst.validation_messages()[0]);
 }
 

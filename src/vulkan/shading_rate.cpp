@@ -130,7 +130,8 @@ ShadingRateCaps query_shading_rate(const Instance& instance, const PhysicalDevic
   }
   uint32_t n = 0;
   check(get_rates(physical.handle, &n, nullptr), "vkGetPhysicalDeviceFragmentShadingRatesKHR");
-  std::vector<VkPhysicalDeviceFragmentShadingRateKHR> all(n, {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FRAGMENT_SHADING_RATE_KHR});
+  std::vector<VkPhysicalDeviceFragmentShadingRateKHR> all(
+      n, {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FRAGMENT_SHADING_RATE_KHR});
   check(get_rates(physical.handle, &n, all.data()), "vkGetPhysicalDeviceFragmentShadingRatesKHR");
   all.resize(n);
   for (const auto& r : all)
@@ -431,7 +432,8 @@ ShadingRateRender render_shading_rate(Instance& instance, const PhysicalDeviceIn
   memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
                  VK_ACCESS_HOST_READ_BIT);
   commands.submit_and_wait();
-  out.seen.assign(static_cast<const uint8_t*>(readback.mapped()), static_cast<const uint8_t*>(readback.mapped()) + pixels);
+  const uint8_t* seen = static_cast<const uint8_t*>(readback.mapped());
+  out.seen.assign(seen, seen + pixels);
   return out;
 }
 
