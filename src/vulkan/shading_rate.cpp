@@ -291,8 +291,7 @@ ShadingRateRender render_shading_rate(Instance& instance, const PhysicalDeviceIn
   color_ref.aspectMask = VK_IMAGE_ASPECT_COLOR_BIT;
   VkAttachmentReference2 rate_ref{VK_STRUCTURE_TYPE_ATTACHMENT_REFERENCE_2};
   rate_ref.attachment = 1;
-  rate_ref.layout = VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR;
-  rate_ref.aspectMask = VK_IMAGE_ASPECT_COLOR_BIT;
+  rate_ref.layout = VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR;  // aspectMask: input attachments only
   VkFragmentShadingRateAttachmentInfoKHR rate_info{VK_STRUCTURE_TYPE_FRAGMENT_SHADING_RATE_ATTACHMENT_INFO_KHR};
   rate_info.pFragmentShadingRateAttachment = &rate_ref;
   rate_info.shadingRateAttachmentTexelSize = {plan.texel, plan.texel};
