@@ -73,6 +73,8 @@ struct VulkanTimings {
   double total_ms() const { return upload_ms + mips_ms + dispatch_ms + readback_ms; }
 };
 
+// Keeps the images, buffers and descriptor sets of its calls for the next ones of the same
+// shape (memory stays allocated until the backend is destroyed). Not thread-safe: one per thread.
 class VulkanBackend {
  public:
   static std::unique_ptr<VulkanBackend> create(const VulkanOptions& options = {});
