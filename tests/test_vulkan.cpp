@@ -4,12 +4,18 @@
 // test-backend-ops, plus the exact-match checks the contracts promise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "fovea/error.hpp"
 #include "fovea/tokenizer.hpp"
@@ -17,6 +23,7 @@
 #include "test_util.hpp"
 
 #ifdef FOVEA_HAVE_VULKAN
+#include "vulkan/shading_rate.hpp"
 #include "vulkan/vk.hpp"
 #endif
 
@@ -150,34 +157,51 @@ TEST_F(Vulkan, PartialChainHonoursMaxLevels) {
   EXPECT_THROW(gpu().build_pyramid(img, {.max_levels = -1}, MipMethod::compute), Error);
 }
 
-// The blit chain re-rounds at every level (the GPU's linear filter on UNORM8 rounds its own
-// way), so each level is compared with the CPU's 2×2 box of the GPU's previous level (within
-// 1 LSB), and the whole chain with the CPU pyramid by normalised error.
-TEST_F(Vulkan, BlitMipsU8WithinOneLsbPerLevel) {
-  for (const Size& s : kSizes) {
-    SCOPED_TRACE(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c));
-    ImageU8 img = random_image(s.w, s.h, s.c, 11 + s.w);
+// uint8 blit mips: the blits filter a float copy of the chain and a compute pass rounds each
+// level with the CPU's rule (backend.cpp record_blit_mips_u8), so every level is held to the
+// contract directly against the CPU pyramid: within 1 LSB. Exact wherever the driver's 2:1
+// linear filter is within 0.125 LSB of the true mean (every size here on lavapipe); the
+// 16383-wide stripes push lavapipe's filter to 0.25 LSB off (its normalised coordinates lose
+// bits at that width), which the bound must survive. The old R8_UNORM blit chain fails this
+// test (3-4 LSB at deep levels, docs/vulkan.md).
+TEST_F(Vulkan, BlitMipsU8WithinOneLsbOfCpuPyramid) {
+  std::vector<std::pair<std::string, ImageU8>> cases;
+  for (const Size& s : kSizes)
+    cases.emplace_back(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c),
+                       random_image(s.w, s.h, s.c, 11 + s.w));
+  ImageU8 stripes(16383, 3, 3);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 3; ++y)
+      for (int x = 0; x < stripes.width(); ++x) stripes.at(c, y, x) = uint8_t((x + c) % 2 ? 255 : 0);
+  cases.emplace_back("stripes 16383x3x3", std::move(stripes));
+  for (const auto& [name, img] : cases) {
+    SCOPED_TRACE(name);
     Executor exec({.threads = 1});
     const PyramidU8 want = build_pyramid(img.clone(), {}, exec);
     const PyramidU8 got = gpu().build_pyramid(img, {}, MipMethod::blit);
     ASSERT_EQ(got.num_levels(), want.num_levels());
-    EXPECT_EQ(max_error(got.level(0), want.level(0)), 0.0);
-    for (int l = 1; l < want.num_levels(); ++l) {
-      ImageU8 step(got.level(l).width(), got.level(l).height(), s.c);
-      downsample_2x2(got.level(l - 1), step, exec);
-      EXPECT_LE(max_error(got.level(l), step), 1.0) << "level " << l;
-      if (l == 1) {
-        EXPECT_LE(max_error(got.level(1), want.level(1)), 1.0);
-      }
-      EXPECT_LT(nmse(got.level(l), want.level(l)), 1e-3) << "level " << l;
+    int64_t off = 0, total = 0;
+    for (int l = 0; l < want.num_levels(); ++l) {
+      ASSERT_TRUE(same_extents(got.level(l), want.level(l))) << "level " << l;
+      EXPECT_LE(max_error(got.level(l), want.level(l)), l == 0 ? 0.0 : 1.0) << "level " << l;
+      EXPECT_LT(nmse(got.level(l), want.level(l)), 1e-5) << "level " << l;
+      for (int c = 0; c < img.channels(); ++c)
+        for (int y = 0; y < want.level(l).height(); ++y)
+          for (int x = 0; x < want.level(l).width(); ++x) off += got.level(l).at(c, y, x) != want.level(l).at(c, y, x);
+      total += int64_t(want.level(l).width()) * want.level(l).height() * img.channels();
     }
+    std::printf("  blit u8 %s: %lld of %lld samples 1 LSB off the CPU pyramid\n", name.c_str(), (long long)off,
+                (long long)total);
   }
 }
 
-// Float blits: the linear filter's weights are not exactly 0.5 on every driver (lavapipe's
-// differ by ~1e-5 relative), so each level is held to 1e-4 relative against the CPU's box of
-// the GPU's previous level, and the chain to a normalised error against the CPU pyramid.
-TEST_F(Vulkan, BlitMipsF32PerLevelAndNmse) {
+// Float blits cannot be rounded back onto the CPU's values, so they are what the driver's
+// linear filter makes them, and the spec leaves its precision to the implementation. lavapipe
+// is exact at power-of-two extents and otherwise shifts the weights by ~x·2^-24 (its
+// normalised coordinates), 1.4e-5 of full scale at 300 wide: the 1e-5 relative of the issue
+// is not reachable by any blit, and the test holds each level, against the CPU pyramid, to
+// 1e-4 of the image's full scale (1 here) plus a normalised error (docs/vulkan.md).
+TEST_F(Vulkan, BlitMipsF32WithinDriverFilterBoundOfCpuPyramid) {
   for (const Size& s : kSizes) {
     SCOPED_TRACE(std::to_string(s.w) + "x" + std::to_string(s.h) + "x" + std::to_string(s.c));
     ImageF32 img = random_image_f32(s.w, s.h, s.c, 13 + s.h);
@@ -185,13 +209,15 @@ TEST_F(Vulkan, BlitMipsF32PerLevelAndNmse) {
     const PyramidF32 want = build_pyramid(img.clone(), {}, exec);
     const PyramidF32 got = gpu().build_pyramid(img, {}, MipMethod::blit);
     ASSERT_EQ(got.num_levels(), want.num_levels());
-    EXPECT_EQ(max_error(got.level(0), want.level(0)), 0.0);
-    for (int l = 1; l < want.num_levels(); ++l) {
-      ImageF32 step(got.level(l).width(), got.level(l).height(), s.c);
-      downsample_2x2(got.level(l - 1), step, exec);
-      EXPECT_LE(max_error(got.level(l), step, 1e-3), 1e-4) << "level " << l;
+    double worst = 0;
+    for (int l = 0; l < want.num_levels(); ++l) {
+      ASSERT_TRUE(same_extents(got.level(l), want.level(l))) << "level " << l;
+      const double e = max_error(got.level(l), want.level(l), 1.0);  // floor 1: absolute, full scale 1
+      worst = std::max(worst, e);
+      EXPECT_LE(e, l == 0 ? 0.0 : 1e-4) << "level " << l;
       EXPECT_LT(nmse(got.level(l), want.level(l)), 1e-9) << "level " << l;
     }
+    std::printf("  blit f32 %dx%dx%d: max |blit - CPU| %.2e of full scale\n", s.w, s.h, s.c, worst);
   }
 }
 
@@ -257,10 +283,12 @@ TEST_F(Vulkan, SamplingEqualsCpuExtractionU8) {
   ep.dtype = DType::u8;
   const Tokenization t = cpu_tokens(img, 16, ep, 80, 60);
   ASSERT_GT(t.allocation.max_level, 1);
-  for (MipMethod m : {MipMethod::compute}) {
-    const TokenBatch got = gpu().extract(img, t.allocation, ep, m);
-    expect_same_batch(got, t.batch);
-  }
+  expect_same_batch(gpu().extract(img, t.allocation, ep, MipMethod::compute), t.batch);
+  // Blit mips are only held to 1 LSB of the CPU pyramid: sampling from them must equal the
+  // CPU extraction from that same (read back) pyramid, bit for bit.
+  Executor exec({.threads = 1});
+  const PyramidU8 blit = gpu().build_pyramid(img, {.max_levels = t.allocation.max_level + 1}, MipMethod::blit);
+  expect_same_batch(gpu().extract(img, t.allocation, ep, MipMethod::blit), extract(blit, t.allocation, ep, exec));
 }
 
 TEST_F(Vulkan, SamplingEqualsCpuExtractionFloatAndHalf) {
@@ -408,6 +436,52 @@ TEST_F(Vulkan, RateMapDisagreeingWithLayoutIsAnError) {
   }
 }
 
+// The backend keeps its images, buffers and descriptor sets across calls (backend.cpp,
+// PooledImage): a sequence that reuses, grows, shrinks and evicts them must give every call
+// the CPU's answer, with no validation message (stale descriptors would be one).
+TEST_F(Vulkan, RepeatedCallsReuseResourcesAndStayExact) {
+  ExtractParams ep;
+  ep.dtype = DType::u8;
+  struct Call {
+    int w, h, budget;
+    float fx;
+    MipMethod method;
+  };
+  const Call calls[] = {
+      {301, 187, 120, 80, MipMethod::compute},  // first shape
+      {301, 187, 40, 200, MipMethod::compute},  // same shape, fewer tokens (buffers reused)
+      {301, 187, 300, 20, MipMethod::blit},     // more tokens: buffers grow; blit reuses the image
+      {160, 96, 30, 50, MipMethod::compute},    // second shape
+      {97, 203, 50, 10, MipMethod::blit},       // third shape: the pool of 2 evicts the first
+      {301, 187, 120, 80, MipMethod::compute},  // the first again, recreated
+      {160, 96, 60, 90, MipMethod::compute},
+      {97, 203, 50, 30, MipMethod::compute},    // three shapes in turn: every call evicts one
+      {301, 187, 90, 60, MipMethod::compute},
+      {160, 96, 20, 10, MipMethod::compute},
+      {97, 203, 70, 80, MipMethod::blit},
+      {301, 187, 50, 250, MipMethod::blit},
+      {160, 96, 40, 140, MipMethod::blit},
+  };
+  Executor exec({.threads = 1});
+  int i = 0;
+  for (const Call& c : calls) {
+    SCOPED_TRACE("call " + std::to_string(i));
+    ImageU8 img = random_image(c.w, c.h, 3, 500 + i++);
+    const Tokenization t = cpu_tokens(img, 16, ep, c.fx, 40, c.budget);
+    const PyramidU8 want = build_pyramid(img.clone(), {}, exec);
+    const PyramidU8 got = gpu().build_pyramid(img, {}, c.method);
+    ASSERT_EQ(got.num_levels(), want.num_levels());
+    for (int l = 0; l < want.num_levels(); ++l)
+      EXPECT_LE(max_error(got.level(l), want.level(l)), c.method == MipMethod::compute ? 0.0 : 1.0) << "level " << l;
+    if (c.method == MipMethod::compute) {
+      expect_same_batch(gpu().extract(img, t.allocation, ep, c.method), t.batch);
+    } else {
+      const PyramidU8 p = gpu().build_pyramid(img, {.max_levels = t.allocation.max_level + 1}, c.method);
+      expect_same_batch(gpu().extract(img, t.allocation, ep, c.method), extract(p, t.allocation, ep, exec));
+    }
+  }
+}
+
 // ---- errors ----------------------------------------------------------------------------------
 
 TEST_F(Vulkan, AbsurdImageSizeIsACleanError) {
@@ -421,13 +495,218 @@ TEST_F(Vulkan, AbsurdImageSizeIsACleanError) {
   }
 }
 
+#ifdef FOVEA_HAVE_VULKAN
+// The rate map rendered as a VK_KHR_fragment_shading_rate attachment: every pixel must report
+// (gl_ShadingRateEXT) its tile's code, or, where the device lacks that rate, one the spec's
+// fallback rule allows. Needs a device with the extension and attachment rates; lavapipe has
+// neither, so there it is a skip that says why. Not yet run on such a device (docs/vulkan.md).
 TEST_F(Vulkan, ShadingRateRender) {
-  if (!gpu().device().fragment_shading_rate)
-    GTEST_SKIP() << gpu().device().name
-                 << " has no VK_KHR_fragment_shading_rate (lavapipe does not implement it): the rate "
-                    "map's shading-rate codes cannot be rendered with here";
-  GTEST_SKIP() << "the shading-rate render path is not implemented yet (docs/vulkan.md)";
+  // A rate map with all three codes: 1x1 (level 0), 2x2 (level 1), 4x4 (level >= 2).
+  ImageU8 img = random_image(256, 192, 3, 90);
+  const Tokenization t = cpu_tokens(img, 16, {}, 20, 20, 60);
+  const RateMap& map = t.allocation.rate_map;
+  const std::vector<uint8_t> codes = map.shading_rate_codes();
+  for (uint8_t want : {uint8_t(0), uint8_t(5), uint8_t(10)})
+    ASSERT_NE(std::find(codes.begin(), codes.end(), want), codes.end()) << "the rate map lacks code " << int(want);
+
+  vk::Instance inst({.validation = true});
+  const vk::PhysicalDeviceInfo pd = vk::select_device(inst, std::to_string(gpu().device().index));
+  const vk::ShadingRateCaps caps = vk::query_shading_rate(inst, pd);
+  if (!caps.why_not.empty())
+    GTEST_SKIP() << caps.why_not
+                 << (pd.name().find("llvmpipe") != std::string::npos ? " (lavapipe does not implement it)" : "")
+                 << ": the rate map's shading-rate codes cannot be rendered with here";
+  const vk::TexelPlan plan = vk::plan_texel_size(map.grid.patch_px, caps);
+  if (!plan.why_not.empty()) GTEST_SKIP() << pd.name() << ": " << plan.why_not;
+
+  const vk::ShadingRateRender r = vk::render_shading_rate(inst, pd, map);
+  ASSERT_EQ(r.width, map.grid.tiles_x * 16);
+  ASSERT_EQ(r.height, map.grid.tiles_y * 16);
+  ASSERT_EQ(r.seen.size(), size_t(r.width) * r.height);
+  // The spec reports "the result of the second combination" through ShadingRateKHR and
+  // clamps it to a supported rate; the requested code itself is accepted as well as the
+  // clamp's candidates, in case a device reports the rate before clamping.
+  int bad_tiles = 0;
+  std::map<uint8_t, std::set<uint8_t>> seen_per_code;
+  for (int ty = 0; ty < map.grid.tiles_y; ++ty)
+    for (int tx = 0; tx < map.grid.tiles_x; ++tx) {
+      const uint8_t code = codes[size_t(ty) * map.grid.tiles_x + tx];
+      std::vector<uint8_t> ok = vk::shading_rate_candidates(code, caps.rates);
+      ok.push_back(code);
+      std::set<uint8_t> values;
+      for (int y = ty * 16; y < ty * 16 + 16; ++y)
+        for (int x = tx * 16; x < tx * 16 + 16; ++x) values.insert(r.seen[size_t(y) * r.width + x]);
+      const bool good = values.size() == 1 && std::find(ok.begin(), ok.end(), *values.begin()) != ok.end();
+      if (!good && bad_tiles++ < 5)
+        ADD_FAILURE() << "tile (" << tx << ", " << ty << ") code " << int(code) << " saw " << values.size()
+                      << " value(s), first " << int(*values.begin());
+      seen_per_code[code].insert(values.begin(), values.end());
+    }
+  EXPECT_EQ(bad_tiles, 0);
+  // 1x1 and 2x2 are rates every implementation must support (at 1 sample): exact.
+  EXPECT_EQ(seen_per_code[0], std::set<uint8_t>{0});
+  EXPECT_EQ(seen_per_code[5], std::set<uint8_t>{5});
+  std::printf("  shading-rate render on %s: texel %u px, code 10 (4x4) shaded as", pd.name().c_str(), r.texel);
+  for (uint8_t v : seen_per_code[10]) std::printf(" %d", int(v));
+  std::printf("\n");
+  EXPECT_EQ(inst.validation_errors(), 0) << (inst.validation_messages().empty() ? "" : inst.validation_messages()[0]);
 }
+
+// ComputeKernel::record_cached: one descriptor set per distinct binding list, reused; dropped
+// by forget_cached(); the results equal record()'s.
+TEST(VulkanLayer, KernelReusesCachedDescriptorSets) {
+  if (!vulkan_available()) GTEST_SKIP() << "no Vulkan device";
+  vk::Instance inst({.validation = true});
+  const vk::PhysicalDeviceInfo pd = vk::select_device(inst, "");
+  {
+    vk::Device dev(inst, pd);
+    // The f32 mip kernel on a 2x2 -> 1x1 image: small enough to set up by hand.
+    static const uint32_t spirv[] =
+#include "fovea_spirv/mip_f32.spv.inc"
+        ;
+    vk::ComputeKernel k(dev, spirv, {VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_IMAGE}, 16, 4,
+                        "mip_f32");
+    vk::ImageDesc d;
+    d.format = VK_FORMAT_R32_SFLOAT;
+    d.width = d.height = 2;
+    d.levels = 2;
+    d.usage = VK_IMAGE_USAGE_STORAGE_BIT | VK_IMAGE_USAGE_TRANSFER_SRC_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT;
+    vk::Image img = vk::Image::create(dev, d);
+    const VkImageView v0 = img.create_view(VK_FORMAT_R32_SFLOAT, 0, 1), v1 = img.create_view(VK_FORMAT_R32_SFLOAT, 1, 1);
+    vk::Buffer up = vk::Buffer::create(dev, 16, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, vk::MemoryUse::upload);
+    vk::Buffer down = vk::Buffer::create(dev, 4, VK_BUFFER_USAGE_TRANSFER_DST_BIT, vk::MemoryUse::readback);
+    const float texels[4] = {1.0f, 2.0f, 3.0f, 6.0f};
+    std::memcpy(up.mapped(), texels, 16);
+    vk::Commands cmds(dev, dev.compute_queue());
+    const int32_t push[4] = {2, 2, 1, 1};
+    const vk::Binding forward[] = {vk::Binding::storage_image(v0), vk::Binding::storage_image(v1)};
+    const vk::Binding backward[] = {vk::Binding::storage_image(v1), vk::Binding::storage_image(v0)};
+    for (int round = 0; round < 3; ++round) {
+      VkCommandBuffer cb = cmds.begin();
+      vk::image_barrier(cb, img.handle(), 0, 2, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                        VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                        VK_ACCESS_TRANSFER_WRITE_BIT);
+      VkBufferImageCopy r{};
+      r.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, 1};
+      r.imageExtent = {2, 2, 1};
+      vkCmdCopyBufferToImage(cb, up.handle(), img.handle(), VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1, &r);
+      vk::image_barrier(cb, img.handle(), 0, 2, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+      k.record_cached(cb, forward, push, 1, 1, 1);
+      vk::image_barrier(cb, img.handle(), 1, 1, VK_IMAGE_LAYOUT_GENERAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
+                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+      r.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 1, 0, 1};
+      r.imageExtent = {1, 1, 1};
+      vkCmdCopyImageToBuffer(cb, img.handle(), VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, down.handle(), 1, &r);
+      vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                         VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+      cmds.submit_and_wait();
+      EXPECT_EQ(*static_cast<const float*>(down.mapped()), 3.0f) << "round " << round;  // (1+3+2+6)/4
+      EXPECT_EQ(k.cached_sets(), 1u) << "round " << round;
+    }
+    // A second binding list gets its own set (recorded, not run); forget_cached drops both.
+    VkCommandBuffer cb = cmds.begin();
+    vk::image_barrier(cb, img.handle(), 1, 1, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                      VK_PIPELINE_STAGE_TRANSFER_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0);
+    k.record_cached(cb, backward, push, 0, 1, 1);
+    k.record_cached(cb, forward, push, 0, 1, 1);
+    EXPECT_EQ(k.cached_sets(), 2u);
+    cmds.submit_and_wait();
+    k.forget_cached();
+    EXPECT_EQ(k.cached_sets(), 0u);
+  }
+  EXPECT_EQ(inst.validation_errors(), 0) << (inst.validation_messages().empty() ? "" : inst.validation_messages()[0]);
+}
+
+// The parts of the render that are functions of their inputs, checked on every device.
+TEST(VulkanLayer, ShadingRateFallbackFollowsTheSpec) {
+  using C = std::vector<uint8_t>;
+  const uint8_t c1x1 = 0, c2x2 = 5, c4x4 = 10, c4x2 = 9, c2x4 = 6, c2x1 = 4, c1x4 = 2, c4x1 = 8;
+  EXPECT_EQ(vk::shading_rate_code({4, 4}), c4x4);
+  EXPECT_EQ(vk::shading_rate_code({2, 1}), c2x1);
+  EXPECT_EQ(vk::shading_rate_size(c4x2).width, 4u);
+  EXPECT_EQ(vk::shading_rate_size(c4x2).height, 2u);
+  const std::vector<VkExtent2D> full = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {2, 1}, {1, 2}, {1, 1}};
+  for (uint8_t c : {c1x1, c2x2, c4x4, c4x2}) EXPECT_EQ(vk::shading_rate_candidates(c, full), C{c});
+  // Without 4x4: the largest area below it, 4x2 and 2x4 (same aspect sum): either.
+  const std::vector<VkExtent2D> no4x4 = {{4, 2}, {2, 4}, {2, 2}, {2, 1}, {1, 2}, {1, 1}};
+  EXPECT_EQ(vk::shading_rate_candidates(c4x4, no4x4), (C{c2x4, c4x2}));
+  // The spec's minimum set ({2,2}, {2,1}, {1,1}): 4x4 falls back to 2x2, 2x2 stays.
+  const std::vector<VkExtent2D> minimum = {{2, 2}, {2, 1}, {1, 1}};
+  EXPECT_EQ(vk::shading_rate_candidates(c4x4, minimum), C{c2x2});
+  EXPECT_EQ(vk::shading_rate_candidates(c2x2, minimum), C{c2x2});
+  // 4x1 without 4x1: strictly 2x1; an implementation that also keeps swapped rates may take 1x4.
+  const std::vector<VkExtent2D> tall = {{2, 2}, {2, 1}, {1, 4}, {1, 1}};
+  EXPECT_EQ(vk::shading_rate_candidates(c4x1, tall), (C{c1x4, c2x1}));
+  EXPECT_EQ(vk::shading_rate_candidates(c4x4, {}), C{c4x4});
+}
+
+TEST(VulkanLayer, ShadingRateTexelPlan) {
+  vk::ShadingRateCaps caps;
+  caps.min_texel = {8, 8};
+  caps.max_texel = {32, 32};
+  EXPECT_EQ(vk::plan_texel_size(16, caps).texel, 16u);  // the patch itself
+  EXPECT_EQ(vk::plan_texel_size(16, caps).per_tile, 1u);
+  EXPECT_EQ(vk::plan_texel_size(64, caps).texel, 32u);  // clamped to the maximum: 2x2 texels a tile
+  EXPECT_EQ(vk::plan_texel_size(64, caps).per_tile, 2u);
+  EXPECT_EQ(vk::plan_texel_size(24, caps).texel, 8u);   // the largest power of two dividing 24
+  const vk::TexelPlan p12 = vk::plan_texel_size(12, caps);  // 4 divides 12, but 4 < 8
+  EXPECT_EQ(p12.texel, 0u);
+  EXPECT_NE(p12.why_not.find("no power-of-two attachment texel size maps 12-px tiles exactly"), std::string::npos)
+      << p12.why_not;
+  EXPECT_NE(vk::plan_texel_size(14, caps).why_not.find("not a multiple of 4"), std::string::npos);
+  caps.min_texel = {32, 32};
+  EXPECT_NE(vk::plan_texel_size(16, caps).why_not.find("device texel sizes 32x32 .. 32x32"), std::string::npos);
+  caps.min_texel = {8, 16};  // non-square limits: square texels within both
+  EXPECT_EQ(vk::plan_texel_size(16, caps).texel, 16u);
+}
+
+TEST(VulkanLayer, ShadingRateAttachmentTexels) {
+  RateMap m;
+  m.grid = TileGrid::make(48, 32, 16);  // 3 x 2 tiles
+  m.level = {0, 1, 2, 3, 1, 0};
+  EXPECT_EQ(vk::shading_rate_texels(m, 1), (std::vector<uint8_t>{0, 5, 10, 10, 5, 0}));
+  const std::vector<uint8_t> two = vk::shading_rate_texels(m, 2);  // 6 x 4 texels
+  ASSERT_EQ(two.size(), 24u);
+  EXPECT_EQ(two[0], 0);
+  EXPECT_EQ(two[1], 0);
+  EXPECT_EQ(two[2], 5);
+  EXPECT_EQ(two[6 + 5], 10);
+  EXPECT_EQ(two[3 * 6 + 0], 10);
+  EXPECT_EQ(two[3 * 6 + 5], 0);
+}
+
+TEST(VulkanLayer, ShadingRateQueryOnThisDevice) {
+  if (!vulkan_available()) GTEST_SKIP() << "no Vulkan device";
+  vk::Instance inst({.validation = true});
+  const vk::PhysicalDeviceInfo pd = vk::select_device(inst, "");
+  const vk::ShadingRateCaps caps = vk::query_shading_rate(inst, pd);
+  EXPECT_EQ(caps.extension, pd.has_extension("VK_KHR_fragment_shading_rate"));
+  if (!caps.extension) {
+    EXPECT_NE(caps.why_not.find("does not offer VK_KHR_fragment_shading_rate"), std::string::npos) << caps.why_not;
+    ImageU8 img = random_image(64, 64, 3, 1);
+    const Tokenization t = cpu_tokens(img, 16, {}, 10, 10, 10);
+    try {
+      vk::render_shading_rate(inst, pd, t.allocation.rate_map);
+      FAIL() << "rendered without the extension";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::unsupported);
+      EXPECT_NE(std::string(e.what()).find("VK_KHR_fragment_shading_rate"), std::string::npos) << e.what();
+    }
+  } else if (caps.why_not.empty()) {
+    // The spec's required rates at one sample, and sane texel limits.
+    for (VkExtent2D need : {VkExtent2D{2, 2}, VkExtent2D{2, 1}, VkExtent2D{1, 1}})
+      EXPECT_NE(std::find_if(caps.rates.begin(), caps.rates.end(),
+                             [&](VkExtent2D r) { return r.width == need.width && r.height == need.height; }),
+                caps.rates.end());
+    EXPECT_LE(caps.min_texel.width, caps.max_texel.width);
+    EXPECT_LE(caps.min_texel.height, caps.max_texel.height);
+  }
+  EXPECT_EQ(inst.validation_errors(), 0);
+}
+#endif
 
 #ifdef FOVEA_HAVE_VULKAN
 // ---- the RAII layer itself -------------------------------------------------------------------

@@ -8,8 +8,9 @@
 //   }
 //
 // Every result equals the CPU reference (pyramid.hpp, extract.hpp): compute mips and
-// sampling are bit-exact for uint8 and within 1e-5 for float; blit mips re-round at every
-// level on some drivers (docs/vulkan.md). Images are 2D array textures with one layer per
+// sampling are bit-exact for uint8 and within 1e-5 for float. Blit mips are the driver's
+// linear filter: uint8 within 1 LSB of the CPU pyramid (exact while the filter is within
+// 0.125 LSB of the true mean), float within the filter's precision (docs/vulkan.md). Images are 2D array textures with one layer per
 // channel plane (B images × C channels layers in a batch), so planar images upload as is.
 // Errors: Error(device) when there is no usable device, Error(unsupported) for a missing
 // format feature, Error(out_of_memory) / Error(limit_exceeded) for images the device refuses.
@@ -57,7 +58,8 @@ std::vector<VulkanDeviceInfo> list_vulkan_devices();
 
 enum class MipMethod : uint8_t {
   compute,  // 2×2 box compute shader: bit-exact with the CPU pyramid
-  blit,     // vkCmdBlitImage chain with a linear filter (glGenerateMipmap)
+  blit,     // vkCmdBlitImage chain with a linear filter (glGenerateMipmap); uint8: the chain
+            // is blitted in R32_SFLOAT and each level rounded with the CPU's rule
 };
 
 struct VulkanOptions {
@@ -71,6 +73,8 @@ struct VulkanTimings {
   double total_ms() const { return upload_ms + mips_ms + dispatch_ms + readback_ms; }
 };
 
+// Keeps the images, buffers and descriptor sets of its calls for the next ones of the same
+// shape (memory stays allocated until the backend is destroyed). Not thread-safe: one per thread.
 class VulkanBackend {
  public:
   static std::unique_ptr<VulkanBackend> create(const VulkanOptions& options = {});

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -25,6 +26,9 @@ const uint32_t kMipF32Spirv[] =
 const uint32_t kSampleSpirv[] =
 #include "fovea_spirv/sample.spv.inc"
     ;
+const uint32_t kMipQuantizeSpirv[] =
+#include "fovea_spirv/mip_quantize.spv.inc"
+    ;
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
@@ -33,6 +37,11 @@ double ms_since(Clock::time_point t0) {
 
 struct MipPush {
   int32_t src_w, src_h, dst_w, dst_h;
+};
+
+struct QuantizePush {
+  int32_t w, h;
+  uint32_t mode, pad;  // mode 0: float chain = uint8 level; 1: round the chain, write both
 };
 
 struct SamplePush {
@@ -96,9 +105,81 @@ int resolve_levels(int w, int h, int max_levels) {
   return (max_levels == 0 || max_levels > full) ? full : max_levels;
 }
 
-// A mip chain of B same-size images on the device, one layer per channel plane.
-struct GpuPyramid {
+// ---- resources kept across calls -------------------------------------------------------------
+//
+// Creating images and buffers per call (vkCreate*, vkAllocateMemory, and page faults on fresh
+// memory) was a large part of every upload and dispatch on lavapipe. The backend keeps them:
+// an image is reused by the next call that asks for the same shape, a buffer by the next call
+// that fits in it. Reuse is safe because every call ends with a fence wait, and every image
+// use starts with a transition from UNDEFINED (its old contents are never read).
+
+// A device image with per-level storage views made on first use.
+struct PooledImage {
+  vk::ImageDesc desc;
   vk::Image image;
+  std::vector<VkImageView> level_views;  // [levels], VK_NULL_HANDLE until made
+  uint64_t last_use = 0;
+
+  VkImageView level_view(int level, VkFormat format) {
+    VkImageView& v = level_views.at(size_t(level));
+    if (!v) v = image.create_view(format, uint32_t(level), 1, VK_IMAGE_USAGE_STORAGE_BIT);
+    return v;
+  }
+};
+
+bool same_desc(const vk::ImageDesc& a, const vk::ImageDesc& b) {
+  return a.format == b.format && a.width == b.width && a.height == b.height && a.layers == b.layers &&
+         a.levels == b.levels && a.usage == b.usage && a.flags == b.flags;
+}
+
+// The last `capacity` image shapes of one role; the least recently used one is replaced.
+class ImagePool {
+ public:
+  explicit ImagePool(size_t capacity) : capacity_(capacity) {}
+  // `generation` counts every creation and destruction (see Impl::begin).
+  PooledImage& acquire(const vk::Device& device, const vk::ImageDesc& desc, uint64_t& generation) {
+    ++tick_;
+    for (auto& e : entries_)
+      if (same_desc(e->desc, desc)) {
+        e->last_use = tick_;
+        return *e;
+      }
+    if (entries_.size() >= capacity_) {
+      auto lru = std::min_element(entries_.begin(), entries_.end(),
+                                  [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+      entries_.erase(lru);  // frees its memory before the new image takes some
+    }
+    ++generation;
+    auto e = std::make_unique<PooledImage>();
+    e->image = vk::Image::create(device, desc);
+    e->desc = desc;
+    e->level_views.assign(desc.levels, VK_NULL_HANDLE);
+    e->last_use = tick_;
+    entries_.push_back(std::move(e));
+    return *entries_.back();
+  }
+
+ private:
+  size_t capacity_;
+  uint64_t tick_ = 0;
+  std::vector<std::unique_ptr<PooledImage>> entries_;
+};
+
+// A buffer slot: kept while requests fit, replaced (with 25 % headroom) when one does not.
+vk::Buffer& pooled_buffer(const vk::Device& device, vk::Buffer& slot, VkDeviceSize bytes, VkBufferUsageFlags usage,
+                          vk::MemoryUse use, uint64_t& generation) {
+  if (slot.handle() && slot.size() >= bytes) return slot;
+  ++generation;
+  slot.reset();
+  slot = vk::Buffer::create(device, bytes + bytes / 4, usage, use);
+  return slot;
+}
+
+// A mip chain of B same-size images on the device, one layer per channel plane. The image
+// belongs to the backend's pool: valid until the next call that needs another shape.
+struct GpuPyramid {
+  PooledImage* pooled = nullptr;
+  vk::Image& image() const { return pooled->image; }
   int width = 0, height = 0, channels = 0, count = 0, levels = 0;
   VkImageLayout layout = VK_IMAGE_LAYOUT_UNDEFINED;  // of every level after build
   VkPipelineStageFlags last_stage = VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT;
@@ -126,10 +207,29 @@ struct VulkanBackend::Impl {
   vk::Device device;
   vk::Commands commands;
   vk::Sampler nearest;
-  std::optional<vk::ComputeKernel> mip_u8, mip_f32, sample;
-  std::string mip_u8_missing;  // why the u8 compute mips are unavailable, when they are
+  std::optional<vk::ComputeKernel> mip_u8, mip_f32, sample, quantize;
+  std::string mip_u8_missing;  // why the u8 compute and blit mips are unavailable, when they are
   VulkanDeviceInfo info;
   VulkanTimings timings;
+  // Pools (see PooledImage): pyramids (2 shapes: e.g. a single image and a batch), the float
+  // chain of uint8 blit mips, rate maps; and one buffer per transfer role.
+  ImagePool pyramids{2}, chains{1}, rate_maps{1};
+  vk::Buffer upload_staging, pyramid_readback, rate_staging, token_list, status_words, sample_result,
+      sample_readback;
+  // Descriptor sets are cached by the kernels (record_cached) for the pooled handles; any
+  // creation or destruction of a pooled resource bumps `generation`, and the next begin()
+  // drops the cached sets (a new handle may reuse a destroyed one's value). Resources are
+  // acquired before the begin() of the phase that uses them, never in between.
+  uint64_t generation = 0, sets_generation = 0;
+
+  VkCommandBuffer begin() {
+    if (sets_generation != generation) {
+      for (auto* k : {&mip_u8, &mip_f32, &sample, &quantize})
+        if (*k) (*k)->forget_cached();
+      sets_generation = generation;
+    }
+    return commands.begin();
+  }
 
   Impl(const VulkanOptions& o)
       : instance(vk::InstanceOptions{.validation = o.validation}),
@@ -143,10 +243,12 @@ struct VulkanBackend::Impl {
       mip_u8_missing = "the device lacks shaderStorageImageExtendedFormats (r8ui storage images)";
     else if (!(device.format_properties(VK_FORMAT_R8_UINT).optimalTilingFeatures & storage))
       mip_u8_missing = "R8_UINT has no storage-image support";
-    if (mip_u8_missing.empty())
-      mip_u8.emplace(device, kMipU8Spirv,
-                     std::vector<VkDescriptorType>{VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_IMAGE},
-                     uint32_t(sizeof(MipPush)), 64, "mip_u8");
+    if (mip_u8_missing.empty()) {
+      const std::vector<VkDescriptorType> two_images{VK_DESCRIPTOR_TYPE_STORAGE_IMAGE,
+                                                     VK_DESCRIPTOR_TYPE_STORAGE_IMAGE};
+      mip_u8.emplace(device, kMipU8Spirv, two_images, uint32_t(sizeof(MipPush)), 64, "mip_u8");
+      quantize.emplace(device, kMipQuantizeSpirv, two_images, uint32_t(sizeof(QuantizePush)), 64, "mip_quantize");
+    }
     mip_f32.emplace(device, kMipF32Spirv,
                     std::vector<VkDescriptorType>{VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_IMAGE},
                     uint32_t(sizeof(MipPush)), 64, "mip_f32");
@@ -182,15 +284,21 @@ struct VulkanBackend::Impl {
     device.require_format(fmt, VK_FORMAT_FEATURE_SAMPLED_IMAGE_BIT | VK_FORMAT_FEATURE_TRANSFER_SRC_BIT |
                                    VK_FORMAT_FEATURE_TRANSFER_DST_BIT,
                           "sampling and transfers");
-    if (method == MipMethod::blit) {
-      device.require_format(fmt, VK_FORMAT_FEATURE_BLIT_SRC_BIT | VK_FORMAT_FEATURE_BLIT_DST_BIT |
-                                     VK_FORMAT_FEATURE_SAMPLED_IMAGE_FILTER_LINEAR_BIT,
+    // uint8 blit mips filter a float copy of the chain (see record_blit_mips_u8), so the
+    // float format needs the blit features and both need storage, as compute mips do.
+    const VkFormat blit_fmt = u8 ? VK_FORMAT_R32_SFLOAT : fmt;
+    if (method == MipMethod::blit)
+      device.require_format(blit_fmt, VK_FORMAT_FEATURE_BLIT_SRC_BIT | VK_FORMAT_FEATURE_BLIT_DST_BIT |
+                                          VK_FORMAT_FEATURE_SAMPLED_IMAGE_FILTER_LINEAR_BIT,
                             "blit with a linear filter (needed for blit mips; use the compute method)");
-    } else {
+    if (method == MipMethod::compute || u8) {
       if (u8 && !mip_u8)
-        throw Error(Errc::unsupported, "vulkan: compute mips for uint8 unavailable: " + mip_u8_missing +
-                                           " (use the blit method)");
+        throw Error(Errc::unsupported, std::string("vulkan: ") +
+                                           (method == MipMethod::blit ? "blit" : "compute") +
+                                           " mips for uint8 unavailable: " + mip_u8_missing);
       device.require_format(storage_format<T>(), VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT, "storage images");
+      if (method == MipMethod::blit)
+        device.require_format(blit_fmt, VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT, "storage images (blit mips' rounding)");
       desc.usage |= VK_IMAGE_USAGE_STORAGE_BIT;
       if (u8) {
         desc.flags |= VK_IMAGE_CREATE_MUTABLE_FORMAT_BIT;
@@ -198,13 +306,13 @@ struct VulkanBackend::Impl {
           desc.flags |= VK_IMAGE_CREATE_EXTENDED_USAGE_BIT;
       }
     }
-    g.image = vk::Image::create(device, desc);
+    g.pooled = &pyramids.acquire(device, desc, generation);
 
     // Upload: the planes of each image are contiguous in its buffer, rows stride() apart.
     const size_t plane_bytes = images[0]->plane_stride() * sizeof(T);
     auto t0 = Clock::now();
-    vk::Buffer staging = vk::Buffer::create(device, VkDeviceSize(plane_bytes) * g.layers(),
-                                            VK_BUFFER_USAGE_TRANSFER_SRC_BIT, vk::MemoryUse::upload);
+    vk::Buffer& staging = pooled_buffer(device, upload_staging, VkDeviceSize(plane_bytes) * g.layers(),
+                                        VK_BUFFER_USAGE_TRANSFER_SRC_BIT, vk::MemoryUse::upload, generation);
     std::vector<VkBufferImageCopy> regions;
     for (int b = 0; b < g.count; ++b) {
       std::memcpy(static_cast<std::byte*>(staging.mapped()) + size_t(b) * g.channels * plane_bytes,
@@ -219,30 +327,45 @@ struct VulkanBackend::Impl {
         regions.push_back(r);
       }
     }
-    VkCommandBuffer cb = commands.begin();
-    vk::image_barrier(cb, g.image.handle(), 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+    VkCommandBuffer cb = begin();
+    vk::image_barrier(cb, g.image().handle(), 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
                       VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
                       VK_ACCESS_TRANSFER_WRITE_BIT);
-    vkCmdCopyBufferToImage(cb, staging.handle(), g.image.handle(), VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+    vkCmdCopyBufferToImage(cb, staging.handle(), g.image().handle(), VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
                            uint32_t(regions.size()), regions.data());
     commands.submit_and_wait();
     timings.upload_ms += ms_since(t0);
 
     t0 = Clock::now();
-    cb = commands.begin();
-    if (method == MipMethod::blit)
+    PooledImage* chain = nullptr;  // acquired before begin(): see `generation`
+    if (method == MipMethod::blit && u8) {
+      vk::ImageDesc cd;
+      cd.format = VK_FORMAT_R32_SFLOAT;
+      cd.width = uint32_t(g.width);
+      cd.height = uint32_t(g.height);
+      cd.layers = g.layers();
+      cd.levels = uint32_t(g.levels);
+      cd.usage = VK_IMAGE_USAGE_TRANSFER_SRC_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_STORAGE_BIT;
+      chain = &chains.acquire(device, cd, generation);
+    }
+    cb = begin();
+    if (chain)
+      record_blit_mips_u8(cb, g, *chain);
+    else if (method == MipMethod::blit)
       record_blit_mips(cb, g);
     else
       record_compute_mips<T>(cb, g);
     commands.submit_and_wait();
     if (mip_u8) mip_u8->reset_sets();
+    if (quantize) quantize->reset_sets();
     mip_f32->reset_sets();
     timings.mips_ms += ms_since(t0);
     return g;
   }
 
+  // Float blit mips: the plain chain, each level the driver's linear filter of the previous.
   void record_blit_mips(VkCommandBuffer cb, GpuPyramid& g) {
-    const VkImage img = g.image.handle();
+    const VkImage img = g.image().handle();
     vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
                       VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
                       VK_ACCESS_TRANSFER_READ_BIT);
@@ -273,10 +396,68 @@ struct VulkanBackend::Impl {
     g.last_access = VK_ACCESS_TRANSFER_WRITE_BIT;
   }
 
+  // uint8 mips by blits that equal the CPU pyramid. A blit into R8_UNORM rounds as the driver
+  // likes ("one of the two closest" integers, the spec says) and every level inherits the
+  // previous level's rounding: 3-4 LSB from the CPU at deep levels on lavapipe. Blitting the
+  // whole chain in float and rounding once at the end does not help either: the CPU rounds at
+  // every level, and its chain is up to 1.8 LSB from the exact mean at 1024² (3 LSB at 8192
+  // wide), so round(mean) misses it by 2-3 LSB (docs/vulkan.md). So the blits filter a float
+  // copy of the chain (R32_SFLOAT, values in LSB units: no rounding and no clamping in the
+  // blit), and after each blit mip_quantize.comp rounds the new level with the CPU's rule,
+  // into the uint8 pyramid and back into the float chain the next blit reads. Result: the CPU
+  // pyramid, as long as the driver's 2:1 linear filter is within 0.125 LSB of the mean of its
+  // 4 source texels. `chain`: an R32_SFLOAT image of g's extents, layers and levels.
+  void record_blit_mips_u8(VkCommandBuffer cb, GpuPyramid& g, PooledImage& chain) {
+    const VkImage img = g.image().handle(), ch = chain.image.handle();
+    const uint32_t rest = uint32_t(g.levels - 1);
+    vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                      VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
+    vk::image_barrier(cb, ch, 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_GENERAL,
+                      VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                      VK_ACCESS_SHADER_WRITE_BIT);
+    if (rest > 0) {
+      vk::image_barrier(cb, img, 1, rest, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_GENERAL,
+                        VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                        VK_ACCESS_SHADER_WRITE_BIT);
+      vk::image_barrier(cb, ch, 1, rest, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                        VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                        VK_ACCESS_TRANSFER_WRITE_BIT);
+    }
+    auto round_level = [&](int l, uint32_t mode) {
+      const QuantizePush push{mip_extent(g.width, l), mip_extent(g.height, l), mode, 0};
+      const vk::Binding bindings[] = {vk::Binding::storage_image(chain.level_view(l, VK_FORMAT_R32_SFLOAT)),
+                                      vk::Binding::storage_image(g.pooled->level_view(l, VK_FORMAT_R8_UINT))};
+      quantize->record_cached(cb, bindings, &push, uint32_t((push.w + 7) / 8), uint32_t((push.h + 7) / 8), g.layers());
+    };
+    round_level(0, 0);  // the float chain's level 0 is the image itself
+    for (int l = 0; l + 1 < g.levels; ++l) {
+      vk::image_barrier(cb, ch, uint32_t(l), 1, VK_IMAGE_LAYOUT_GENERAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
+                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+      const int dw = mip_extent(g.width, l + 1), dh = mip_extent(g.height, l + 1);
+      // Source box [0, 2·dw) × [0, 2·dh), as in record_blit_mips: an exact 2:1 scale.
+      VkImageBlit blit{};
+      blit.srcSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l), 0, g.layers()};
+      blit.srcOffsets[1] = {mip_extent(g.width, l) == 1 ? 1 : 2 * dw, mip_extent(g.height, l) == 1 ? 1 : 2 * dh, 1};
+      blit.dstSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l + 1), 0, g.layers()};
+      blit.dstOffsets[1] = {dw, dh, 1};
+      vkCmdBlitImage(cb, ch, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, ch, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1, &blit,
+                     VK_FILTER_LINEAR);
+      vk::image_barrier(cb, ch, uint32_t(l + 1), 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+      round_level(l + 1, 1);
+    }
+    g.layout = VK_IMAGE_LAYOUT_GENERAL;
+    g.last_stage = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+    g.last_access = VK_ACCESS_SHADER_WRITE_BIT;
+  }
+
   template <typename T>
   void record_compute_mips(VkCommandBuffer cb, GpuPyramid& g) {
     vk::ComputeKernel& k = std::is_same_v<T, uint8_t> ? *mip_u8 : *mip_f32;
-    const VkImage img = g.image.handle();
+    const VkImage img = g.image().handle();
     vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
                       VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
@@ -285,13 +466,12 @@ struct VulkanBackend::Impl {
                         VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                         VK_ACCESS_SHADER_WRITE_BIT);
     std::vector<VkImageView> views;
-    for (int l = 0; l < g.levels; ++l)
-      views.push_back(g.image.create_view(storage_format<T>(), uint32_t(l), 1, VK_IMAGE_USAGE_STORAGE_BIT));
+    for (int l = 0; l < g.levels; ++l) views.push_back(g.pooled->level_view(l, storage_format<T>()));
     for (int l = 0; l + 1 < g.levels; ++l) {
       const MipPush push{mip_extent(g.width, l), mip_extent(g.height, l), mip_extent(g.width, l + 1),
                          mip_extent(g.height, l + 1)};
       const vk::Binding bindings[] = {vk::Binding::storage_image(views[l]), vk::Binding::storage_image(views[l + 1])};
-      k.record(cb, bindings, &push, uint32_t((push.dst_w + 7) / 8), uint32_t((push.dst_h + 7) / 8), g.layers());
+      k.record_cached(cb, bindings, &push, uint32_t((push.dst_w + 7) / 8), uint32_t((push.dst_h + 7) / 8), g.layers());
       vk::memory_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
     }
@@ -317,15 +497,16 @@ struct VulkanBackend::Impl {
       offsets[size_t(l)] = total;
       total += size_t(w) * h * g.layers() * sizeof(T);
     }
-    vk::Buffer rb =
-        vk::Buffer::create(device, total, VK_BUFFER_USAGE_TRANSFER_DST_BIT, vk::MemoryUse::readback);
-    VkCommandBuffer cb = commands.begin();
+    vk::Buffer& rb =
+        pooled_buffer(device, pyramid_readback, total, VK_BUFFER_USAGE_TRANSFER_DST_BIT, vk::MemoryUse::readback,
+                      generation);
+    VkCommandBuffer cb = begin();
     // TRANSFER_SRC_OPTIMAL even after compute mips (GENERAL): the validation layers flag a
     // copy out of GENERAL as a performance warning, and tests count every warning.
     const VkImageLayout src_layout = VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL;
-    vk::image_barrier(cb, g.image.handle(), 0, uint32_t(g.levels), g.layout, src_layout, g.last_stage, g.last_access,
-                      VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
-    vkCmdCopyImageToBuffer(cb, g.image.handle(), src_layout, rb.handle(), uint32_t(regions.size()), regions.data());
+    vk::image_barrier(cb, g.image().handle(), 0, uint32_t(g.levels), g.layout, src_layout, g.last_stage,
+                      g.last_access, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+    vkCmdCopyImageToBuffer(cb, g.image().handle(), src_layout, rb.handle(), uint32_t(regions.size()), regions.data());
     vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
                        VK_ACCESS_HOST_READ_BIT);
     commands.submit_and_wait();
@@ -431,7 +612,7 @@ struct VulkanBackend::Impl {
     GpuPyramid fresh;
     if (!resident || resident->levels < levels || resident->count != int(images.size()))
       fresh = upload_and_mip<uint8_t>(images, levels, method);
-    GpuPyramid& pyr = fresh.image.handle() ? fresh : *resident;
+    GpuPyramid& pyr = fresh.pooled ? fresh : *resident;
     if (total_tokens == 0) return out;
 
     // Rate maps (one layer per image) and the token list.
@@ -443,18 +624,20 @@ struct VulkanBackend::Impl {
     rd.height = uint32_t(g0.tiles_y);
     rd.layers = uint32_t(allocs.size());
     rd.usage = VK_IMAGE_USAGE_SAMPLED_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT;
-    vk::Image rate = vk::Image::create(device, rd);
+    vk::Image& rate = rate_maps.acquire(device, rd, generation).image;
     const size_t tiles = size_t(g0.tiles());
-    vk::Buffer rstage = vk::Buffer::create(device, tiles * allocs.size(), VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
-                                           vk::MemoryUse::upload);
+    vk::Buffer& rstage = pooled_buffer(device, rate_staging, tiles * allocs.size(), VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+                                       vk::MemoryUse::upload, generation);
     for (size_t b = 0; b < allocs.size(); ++b)
       std::memcpy(static_cast<uint8_t*>(rstage.mapped()) + b * tiles, allocs[b]->rate_map.level.data(), tiles);
-    vk::Buffer tokens = vk::Buffer::create(device, tok.size() * 4, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
-                                           vk::MemoryUse::upload);
+    vk::Buffer& tokens = pooled_buffer(device, token_list, tok.size() * 4, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                                       vk::MemoryUse::upload, generation);
     std::memcpy(tokens.mapped(), tok.data(), tok.size() * 4);
-    vk::Buffer status = vk::Buffer::create(device, 16, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, vk::MemoryUse::readback);
+    vk::Buffer& status =
+        pooled_buffer(device, status_words, 16, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, vk::MemoryUse::readback,
+                      generation);
     std::memset(status.mapped(), 0, 16);
-    VkCommandBuffer cb = commands.begin();
+    VkCommandBuffer cb = begin();
     vk::image_barrier(cb, rate.handle(), 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
                       VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
                       VK_ACCESS_TRANSFER_WRITE_BIT);
@@ -470,9 +653,9 @@ struct VulkanBackend::Impl {
 
     // One dispatch for the whole batch.
     t0 = Clock::now();
-    vk::Buffer result = vk::Buffer::create(device, n_words * 4,
-                                           VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
-                                           vk::MemoryUse::device);
+    vk::Buffer& result = pooled_buffer(device, sample_result, n_words * 4,
+                                       VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+                                       vk::MemoryUse::device, generation);
     SamplePush push{};
     // One invocation per patch row, except uint8 rows that do not start on a word (P % 4).
     const bool per_word = u8 && P % 4 != 0;
@@ -498,16 +681,16 @@ struct VulkanBackend::Impl {
     const uint32_t gx = uint32_t(std::min<uint64_t>(groups, max_x));
     const uint32_t gy = uint32_t((groups + gx - 1) / gx);
     push.row_invocations = gx * 64;
-    cb = commands.begin();
-    vk::image_barrier(cb, pyr.image.handle(), 0, uint32_t(pyr.levels), pyr.layout,
+    cb = begin();
+    vk::image_barrier(cb, pyr.image().handle(), 0, uint32_t(pyr.levels), pyr.layout,
                       VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL, pyr.last_stage, pyr.last_access,
                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
     const vk::Binding bindings[] = {
-        vk::Binding::sampled(pyr.image.view(), nearest.handle(), VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL),
+        vk::Binding::sampled(pyr.image().view(), nearest.handle(), VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL),
         vk::Binding::sampled(rate.view(), nearest.handle(), VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL),
         vk::Binding::storage_buffer(tokens.handle()), vk::Binding::storage_buffer(result.handle()),
         vk::Binding::storage_buffer(status.handle())};
-    sample->record(cb, bindings, &push, gx, gy, 1);
+    sample->record_cached(cb, bindings, &push, gx, gy, 1);
     vk::memory_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                        VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
                        VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT);
@@ -516,8 +699,10 @@ struct VulkanBackend::Impl {
     timings.dispatch_ms += ms_since(t0);
 
     t0 = Clock::now();
-    vk::Buffer rb = vk::Buffer::create(device, n_words * 4, VK_BUFFER_USAGE_TRANSFER_DST_BIT, vk::MemoryUse::readback);
-    cb = commands.begin();
+    vk::Buffer& rb =
+        pooled_buffer(device, sample_readback, n_words * 4, VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                      vk::MemoryUse::readback, generation);
+    cb = begin();
     VkBufferCopy bc{0, 0, n_words * 4};
     vkCmdCopyBuffer(cb, result.handle(), rb.handle(), 1, &bc);
     vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,

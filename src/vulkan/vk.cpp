@@ -369,6 +369,7 @@ Device::Device(Instance& instance, const PhysicalDeviceInfo& physical, const Dev
       throw Error(Errc::unsupported, "vulkan: " + info_.name() + " lacks device extension " + e);
 
   VkDeviceCreateInfo ci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  ci.pNext = options.features_next;
   ci.queueCreateInfoCount = uint32_t(qcis.size());
   ci.pQueueCreateInfos = qcis.data();
   ci.enabledExtensionCount = uint32_t(options.extensions.size());
@@ -781,6 +782,8 @@ ComputeKernel::ComputeKernel(const Device& device, std::span<const uint32_t> spi
     di.poolSizeCount = uint32_t(sizes.size());
     di.pPoolSizes = sizes.data();
     check(vkCreateDescriptorPool(dev, &di, nullptr, &pool_), "vkCreateDescriptorPool");
+    check(vkCreateDescriptorPool(dev, &di, nullptr, &cache_pool_), "vkCreateDescriptorPool");
+    max_sets_ = max_sets;
   } catch (...) {
     destroy();  // a constructor that throws gets no destructor call
     throw;
@@ -792,6 +795,9 @@ ComputeKernel::~ComputeKernel() { destroy(); }
 void ComputeKernel::destroy() {
   const VkDevice dev = device_->handle();
   if (pool_) vkDestroyDescriptorPool(dev, pool_, nullptr);
+  if (cache_pool_) vkDestroyDescriptorPool(dev, cache_pool_, nullptr);
+  cache_pool_ = VK_NULL_HANDLE;
+  cached_.clear();
   if (pipeline_) vkDestroyPipeline(dev, pipeline_, nullptr);
   if (layout_) vkDestroyPipelineLayout(dev, layout_, nullptr);
   if (set_layout_) vkDestroyDescriptorSetLayout(dev, set_layout_, nullptr);
@@ -807,14 +813,17 @@ void ComputeKernel::record(VkCommandBuffer cb, std::span<const Binding> bindings
                            uint32_t gx, uint32_t gy, uint32_t gz) {
   if (bindings.size() != types_.size())
     throw Error(Errc::internal, "vulkan: " + name_ + " takes " + std::to_string(types_.size()) + " bindings");
-  const VkDevice dev = device_->handle();
   VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
   ai.descriptorPool = pool_;
   ai.descriptorSetCount = 1;
   ai.pSetLayouts = &set_layout_;
   VkDescriptorSet set = VK_NULL_HANDLE;
-  check(vkAllocateDescriptorSets(dev, &ai, &set), "vkAllocateDescriptorSets");
+  check(vkAllocateDescriptorSets(device_->handle(), &ai, &set), "vkAllocateDescriptorSets");
+  write_set(set, bindings);
+  bind_and_dispatch(cb, set, push, gx, gy, gz);
+}
 
+void ComputeKernel::write_set(VkDescriptorSet set, std::span<const Binding> bindings) {
   std::vector<VkDescriptorBufferInfo> buffers(bindings.size());
   std::vector<VkDescriptorImageInfo> images(bindings.size());
   std::vector<VkWriteDescriptorSet> writes;
@@ -834,7 +843,11 @@ void ComputeKernel::record(VkCommandBuffer cb, std::span<const Binding> bindings
     }
     writes.push_back(w);
   }
-  vkUpdateDescriptorSets(dev, uint32_t(writes.size()), writes.data(), 0, nullptr);
+  vkUpdateDescriptorSets(device_->handle(), uint32_t(writes.size()), writes.data(), 0, nullptr);
+}
+
+void ComputeKernel::bind_and_dispatch(VkCommandBuffer cb, VkDescriptorSet set, const void* push, uint32_t gx,
+                                      uint32_t gy, uint32_t gz) {
   vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_);
   vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, 1, &set, 0, nullptr);
   if (push_bytes_) vkCmdPushConstants(cb, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes_, push);
@@ -845,6 +858,40 @@ void ComputeKernel::record(VkCommandBuffer cb, std::span<const Binding> bindings
 }
 
 void ComputeKernel::reset_sets() { check(vkResetDescriptorPool(device_->handle(), pool_, 0), "vkResetDescriptorPool"); }
+
+// ---- descriptor-set cache ----------------------------------------------------------------------
+
+namespace {
+bool same_binding(const Binding& a, const Binding& b) {
+  return a.type == b.type && a.buffer == b.buffer && a.view == b.view && a.sampler == b.sampler &&
+         a.layout == b.layout;
+}
+}  // namespace
+
+void ComputeKernel::record_cached(VkCommandBuffer cb, std::span<const Binding> bindings, const void* push,
+                                  uint32_t gx, uint32_t gy, uint32_t gz) {
+  if (bindings.size() != types_.size())
+    throw Error(Errc::internal, "vulkan: " + name_ + " takes " + std::to_string(types_.size()) + " bindings");
+  for (const CachedSet& c : cached_)
+    if (std::equal(c.bindings.begin(), c.bindings.end(), bindings.begin(), bindings.end(), same_binding))
+      return bind_and_dispatch(cb, c.set, push, gx, gy, gz);
+  if (cached_.size() >= max_sets_) return record(cb, bindings, push, gx, gy, gz);
+  VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  ai.descriptorPool = cache_pool_;
+  ai.descriptorSetCount = 1;
+  ai.pSetLayouts = &set_layout_;
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  check(vkAllocateDescriptorSets(device_->handle(), &ai, &set), "vkAllocateDescriptorSets");
+  write_set(set, bindings);
+  cached_.push_back({std::vector<Binding>(bindings.begin(), bindings.end()), set});
+  bind_and_dispatch(cb, set, push, gx, gy, gz);
+}
+
+void ComputeKernel::forget_cached() {
+  if (cached_.empty()) return;
+  cached_.clear();
+  check(vkResetDescriptorPool(device_->handle(), cache_pool_, 0), "vkResetDescriptorPool");
+}
 
 // ---- samplers --------------------------------------------------------------------------------
 

@@ -121,6 +121,10 @@ struct DeviceOptions {
   // Device::sparse_queue() and the enabled features.
   bool want_sparse = false;
   std::vector<const char*> extensions = {};  // required extra device extensions
+  // Added for the shading-rate render (shading_rate.cpp): a pNext chain of extension feature
+  // structs (e.g. VkPhysicalDeviceFragmentShadingRateFeaturesKHR) passed to vkCreateDevice
+  // as is, next to the core features above. Must not contain VkPhysicalDeviceFeatures2.
+  const void* features_next = nullptr;
 };
 
 class Device {
@@ -354,7 +358,28 @@ class ComputeKernel {
               uint32_t groups_y = 1, uint32_t groups_z = 1);
   void reset_sets();
 
+  // ---- descriptor-set cache (added after 369ed23; record() and reset_sets() unchanged) ----
+  // record() with a set kept for the next call with the same bindings: writing a descriptor
+  // set costs ~50 µs on lavapipe, per dispatch. Sets live in a second pool of max_sets sets;
+  // once it is full, record_cached() falls back to record(). Handle values are reused by new
+  // objects, so call forget_cached() when any handle that may be in a cached set has been
+  // destroyed, and only when no command buffer using a cached set is recording or pending.
+  void record_cached(VkCommandBuffer cb, std::span<const Binding> bindings, const void* push, uint32_t groups_x,
+                     uint32_t groups_y = 1, uint32_t groups_z = 1);
+  void forget_cached();
+  size_t cached_sets() const { return cached_.size(); }
+
  private:
+  struct CachedSet {
+    std::vector<Binding> bindings;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+  };
+  void write_set(VkDescriptorSet set, std::span<const Binding> bindings);
+  void bind_and_dispatch(VkCommandBuffer cb, VkDescriptorSet set, const void* push, uint32_t gx, uint32_t gy,
+                         uint32_t gz);
+  uint32_t max_sets_ = 0;
+  VkDescriptorPool cache_pool_ = VK_NULL_HANDLE;
+  std::vector<CachedSet> cached_;
   void destroy();
   const Device* device_;
   std::string name_;
