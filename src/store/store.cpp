@@ -59,10 +59,19 @@ TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> 
       config_.pool_pages > (int64_t(1) << 46) / config_.page_bytes)
     throw bad("token store pool must have between 1 page and 64 TiB, got " + std::to_string(config_.pool_pages) +
               " pages of " + std::to_string(config_.page_bytes) + " bytes");
-  if (config_.virtual_pages == 0) config_.virtual_pages = std::min<int64_t>(16 * config_.pool_pages, int64_t(1) << 24);
+  const int64_t max_virtual_pages = backend_->max_virtual_bytes() / config_.page_bytes;
+  if (config_.virtual_pages == 0)
+    config_.virtual_pages = std::min({16 * config_.pool_pages, int64_t(1) << 24,
+                                      std::max(config_.pool_pages, max_virtual_pages)});
   if (config_.virtual_pages < 1 || config_.virtual_pages > (int64_t(1) << 24))
     throw bad("token store virtual space must be between 1 and 16777216 pages, got " +
               std::to_string(config_.virtual_pages) + " pages");
+  if (config_.virtual_pages > max_virtual_pages)
+    throw Error(Errc::limit_exceeded,
+                "token store virtual space of " + std::to_string(config_.virtual_pages) + " pages (" +
+                    std::to_string(config_.virtual_pages * config_.page_bytes) + " bytes) exceeds the " +
+                    std::string(backend_->name()) + " backend's limit of " +
+                    std::to_string(backend_->max_virtual_bytes()) + " bytes; lower virtual_pages or pool_pages");
   token_bytes_ = config_.dim * int64_t(dtype_size(config_.dtype));
   backend_->init({config_.page_bytes, config_.pool_pages, config_.virtual_pages});
   phys_used_.assign(size_t(config_.pool_pages), 0);
@@ -400,28 +409,53 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& tokens) {
   const TokenRange tail{seq, n, s.capacity - n}, head{seq, 0, n};
   if (tail.count > 0) unbind_locked({&tail, 1});
   if (head.count > 0) bind_locked({&head, 1});
+  // Compare on the host: one gather of the pages that stay bound, then one write per run of
+  // neighbouring pages that changed or are new (a GPU backend pays a submission per call).
   const int64_t base = s.base_page * config_.page_bytes;
   const int64_t end = n * token_bytes_;
-  std::vector<std::byte> old(size_t(config_.page_bytes));
+  auto page_span = [&](size_t p) {
+    const int64_t lo = int64_t(p) * config_.page_bytes;
+    return std::pair<int64_t, int64_t>{lo, std::min(end, lo + config_.page_bytes)};
+  };
+  std::vector<ByteRun> kept;
+  int64_t kept_bytes = 0;
+  for (size_t p = 0; p < s.phys.size(); ++p)
+    if (was_bound[p] >= 0 && s.phys[p] >= 0) {
+      const auto [lo, hi] = page_span(p);
+      push_run(kept, base + lo, hi - lo);
+      kept_bytes += hi - lo;
+    }
+  std::vector<std::byte> old(static_cast<size_t>(kept_bytes));
+  if (!kept.empty()) backend_->gather(kept, old.data());
+  int64_t old_at = 0, write_lo = -1, write_hi = -1;
+  auto flush = [&] {
+    if (write_lo >= 0) backend_->write(base + write_lo, tokens.bytes() + write_lo, write_hi - write_lo);
+    write_lo = -1;
+  };
   for (size_t p = 0; p < s.phys.size(); ++p) {
     const bool before = was_bound[p] >= 0, after = s.phys[p] >= 0;
     if (before && !after) ++delta.pages_unbound;
     if (!after) continue;
-    const int64_t lo = int64_t(p) * config_.page_bytes, hi = std::min(end, lo + config_.page_bytes);
+    const auto [lo, hi] = page_span(p);
+    bool dirty = true;
     if (!before) {
       ++delta.pages_bound;
-      backend_->write(base + lo, tokens.bytes() + lo, hi - lo);
-      continue;
-    }
-    const ByteRun run{base + lo, hi - lo};
-    backend_->gather({&run, 1}, old.data());
-    if (std::memcmp(old.data(), tokens.bytes() + lo, size_t(hi - lo)) != 0) {
-      backend_->write(base + lo, tokens.bytes() + lo, hi - lo);
-      ++delta.pages_written;
     } else {
-      ++delta.pages_unchanged;
+      dirty = std::memcmp(old.data() + old_at, tokens.bytes() + lo, size_t(hi - lo)) != 0;
+      old_at += hi - lo;
+      ++(dirty ? delta.pages_written : delta.pages_unchanged);
+    }
+    if (!dirty) {
+      flush();
+    } else if (write_lo >= 0 && write_hi == lo) {
+      write_hi = hi;
+    } else {
+      flush();
+      write_lo = lo;
+      write_hi = hi;
     }
   }
+  flush();
   return delta;
 }
 

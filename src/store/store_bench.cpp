@@ -40,6 +40,8 @@ std::vector<std::string> available_store_backends(std::string* why_not) {
   std::string why;
   if (make_vulkan_store_backend(&why)) names.push_back("vulkan");
   else if (why_not) *why_not = why;
+  if (make_vulkan_image_store_backend(&why)) names.push_back("vulkan-image");
+  else if (why_not && why_not->empty()) *why_not = why;
   return names;
 }
 
