@@ -612,7 +612,7 @@ TEST_P(StoreBackendTest, WriterPerSequenceThreads) {
 // lavapipe): sequences far into it and one straddling the first window's end gather right.
 TEST_P(StoreBackendTest, LargeVirtualSpaceBeyondOneDescriptor) {
   StoreConfig cfg;  // D=1024 f16: 2 KiB tokens, 64 KiB pages (whole blocks for vulkan-image too)
-  cfg.pool_pages = 64;
+  cfg.pool_pages = 96;
   cfg.virtual_pages = 4096;  // 256 MiB
   TokenStore store(cfg, backend());
   const int64_t tb = store.token_bytes();

@@ -25,7 +25,8 @@
 //
 // Threads: any number of concurrent readers (gather, read, queries, stats) and one writer at a
 // time (reserve, bind, unbind, write, update_frame, release). A store-wide shared_mutex
-// enforces it; a gather sees every sequence either entirely before or after a write.
+// enforces it, writer-preferring (a waiting writer is not starved by a stream of readers);
+// a gather sees every sequence either entirely before or after a write.
 //
 // Backends (StoreBackend) carry out the page binds and the gathers. The host backend keeps a
 // page table and a pool in RAM; the Vulkan backend binds pages of a sparse buffer with
@@ -38,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -249,7 +251,10 @@ class TokenStore {
   StoreConfig config_;
   std::unique_ptr<StoreBackend> backend_;
   int64_t token_bytes_ = 0;
+  std::shared_lock<std::shared_mutex> read_lock() const;
+  std::pair<std::unique_lock<std::mutex>, std::unique_lock<std::shared_mutex>> write_lock() const;
   mutable std::shared_mutex mutex_;
+  mutable std::mutex turnstile_;  // writer preference (store.cpp)
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
   SeqId next_id_ = 1;
   std::vector<uint8_t> phys_used_;          // per physical page

@@ -81,6 +81,20 @@ TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> 
 
 TokenStore::~TokenStore() = default;
 
+// glibc's rwlock prefers readers: with a backend whose gathers take milliseconds (a GPU),
+// overlapping readers would keep the shared lock forever and starve the writer. A writer
+// holds the turnstile while it waits and writes, so readers arriving meanwhile queue behind it.
+std::shared_lock<std::shared_mutex> TokenStore::read_lock() const {
+  std::lock_guard turnstile(turnstile_);
+  return std::shared_lock(mutex_);
+}
+
+std::pair<std::unique_lock<std::mutex>, std::unique_lock<std::shared_mutex>> TokenStore::write_lock() const {
+  std::unique_lock turnstile(turnstile_);
+  std::unique_lock lock(mutex_);
+  return {std::move(turnstile), std::move(lock)};
+}
+
 int64_t TokenStore::pages_for_tokens(int64_t tokens) const {
   return (tokens * token_bytes_ + config_.page_bytes - 1) / config_.page_bytes;
 }
@@ -158,7 +172,7 @@ std::vector<int64_t> TokenStore::alloc_physical(int64_t pages) {
 }
 
 SeqId TokenStore::reserve(int64_t capacity_tokens) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   if (capacity_tokens < 1 || capacity_tokens > (int64_t(1) << 40) / token_bytes_)
     throw bad("token store reserve: capacity must be >= 1 token and fit the address space, got " +
               std::to_string(capacity_tokens));
@@ -221,7 +235,7 @@ void TokenStore::submit(std::vector<PageBind>& binds) {
 }
 
 void TokenStore::release(SeqId seq) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   Sequence& s = live(seq, "release");
   std::vector<PageBind> binds;
   std::vector<int64_t> freed;
@@ -238,7 +252,7 @@ void TokenStore::release(SeqId seq) {
 }
 
 void TokenStore::bind_batch(std::span<const TokenRange> ranges) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   bind_locked(ranges);
 }
 
@@ -306,7 +320,7 @@ void TokenStore::bind_locked(std::span<const TokenRange> ranges) {
 }
 
 void TokenStore::unbind_batch(std::span<const TokenRange> ranges) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   unbind_locked(ranges);
 }
 
@@ -375,7 +389,7 @@ void TokenStore::write(SeqId seq, int64_t first, const Tensor& tokens) {
 }
 
 void TokenStore::write_bytes(SeqId seq, int64_t first, int64_t count, const std::byte* src) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   const Sequence& s = live(seq, "write");
   check_range(s, seq, first, count, "write");
   for (int64_t t = first; t < first + count; ++t)
@@ -391,7 +405,7 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& tokens) {
               std::string(dtype_name(config_.dtype)));
   const int64_t n = tokens.dim(0);
   FrameDelta delta;
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   Sequence& s = live(seq, "update_frame");
   check_range(s, seq, 0, n, "update_frame");
   const std::vector<int64_t> was_bound = s.phys;
@@ -464,7 +478,7 @@ void TokenStore::token_runs(const Sequence& s, int64_t first, int64_t count, std
 }
 
 void TokenStore::gather_into(std::span<const TokenRange> ranges, std::byte* dst) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   std::vector<ByteRun> runs;
   for (const TokenRange& r : ranges) {
     const Sequence& s = live(r.seq, "gather");
@@ -487,39 +501,39 @@ Tensor TokenStore::gather(std::span<const TokenRange> ranges) const {
 }
 
 bool TokenStore::is_live(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return seqs_.count(seq) != 0;
 }
 
 int64_t TokenStore::capacity(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return live(seq, "capacity").capacity;
 }
 
 bool TokenStore::is_resident(SeqId seq, int64_t token) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   const Sequence& s = live(seq, "is_resident");
   check_range(s, seq, token, 1, "is_resident");
   return s.resident[size_t(token)] != 0;
 }
 
 int64_t TokenStore::resident_tokens(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return live(seq, "resident_tokens").resident_tokens;
 }
 
 int64_t TokenStore::resident_pages(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return live(seq, "resident_pages").resident_pages;
 }
 
 std::vector<int64_t> TokenStore::page_table(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return live(seq, "page_table").phys;
 }
 
 StoreStats TokenStore::stats() const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   StoreStats st;
   st.sequences = int64_t(seqs_.size());
   for (const auto& [id, s] : seqs_) {

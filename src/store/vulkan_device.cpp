@@ -246,7 +246,8 @@ void VulkanStoreBase::run_batch(GatherContext& ctx, const std::vector<Piece>& pi
     push.end = uint32_t((pieces[j - 1].dst + pieces[j - 1].bytes + 3) >> 2);
     geometry(push);
     const VkDescriptorSet set = source_set(ctx.sets, pieces[i].window, ctx.out.handle(), ctx.runs.handle());
-    const uint32_t groups = uint32_t(std::min<int64_t>((int64_t(push.end - push.first) + 63) / 64, 4096));
+    // 64 invocations a group, 32 words (gather_common.glsl kChunk) an invocation.
+    const uint32_t groups = uint32_t(std::min<int64_t>((int64_t(push.end - push.first) + 2047) / 2048, 4096));
     if (i > 0)  // segments may share an output word, which the shader read-modify-writes
       vk::memory_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);

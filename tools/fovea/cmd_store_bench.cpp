@@ -37,6 +37,10 @@ struct StoreBenchCommand {
     else throw Error(Errc::invalid_argument, "--dtype must be f32, f16 or bf16");
     cfg.page_bytes = page_bytes;
     if (reps < 1 || reps > 1000) throw Error(Errc::invalid_argument, "--reps must be in [1, 1000]");
+    if (page_bytes % 4096 != 0 || bind_page_bytes % 4096 != 0)
+      throw Error(Errc::invalid_argument, "--page-bytes and --bind-page-bytes must each be a multiple of 4096 (they are "
+                                          "rounded up to each backend's sparse page), got " +
+                                              std::to_string(page_bytes) + " and " + std::to_string(bind_page_bytes));
     if (bind_pages < 1 || bind_pages > (1 << 20)) throw Error(Errc::invalid_argument, "--bind-pages must be in [1, 1048576]");
     std::string why;
     std::vector<std::string> backends;
@@ -113,6 +117,7 @@ struct StoreBenchCommand {
         a.push_back({{"backend", v[i].backend}, {"mode", to_string(v[i].mode)}, {"pages", v[i].pages},
                      {"page_bytes", v[i].page_bytes}, {"calls", v[i].calls}, {"entries", v[i].entries},
                      {"bind_ms", v[i].bind_ms}, {"unbind_ms", v[i].unbind_ms}, {"pages_per_s", v[i].pages_per_s()},
+                     {"fill_ms", v[i].fill_ms}, {"batch_ms", v[i].batch_ms},
                      {"speedup_vs_single", v[i].bind_ms > 0 ? single.bind_ms / v[i].bind_ms : 0.0}});
       }
       return a;
@@ -180,24 +185,28 @@ struct StoreBenchCommand {
                   100.0 * t.page_overhead());
     std::printf("\n");
 
-    auto print_binds = [](const std::vector<BindTiming>& v) {
-      std::printf("  %-12s %-8s %6s %8s %10s %12s %10s %10s\n", "backend", "mode", "calls", "entries", "bind ms",
+    auto print_binds = [](const std::vector<BindTiming>& v, bool frame) {
+      std::printf("  %-12s %-8s %6s %8s %10s %12s %10s %10s", "backend", "mode", "calls", "entries", "bind ms",
                   "pages/s", "unbind ms", "vs single");
+      std::printf(frame ? " %9s %10s\n" : "\n", "fill ms", "batch ms");
       for (size_t i = 0; i < v.size(); ++i) {
         const BindTiming& single = v[i - i % 3];
-        std::printf("  %-12s %-8s %6lld %8lld %10.3f %12.0f %10.3f %9.1fx\n", v[i].backend.c_str(),
+        std::printf("  %-12s %-8s %6lld %8lld %10.3f %12.0f %10.3f %9.1fx", v[i].backend.c_str(),
                     std::string(to_string(v[i].mode)).c_str(), (long long)v[i].calls, (long long)v[i].entries,
                     v[i].bind_ms, v[i].pages_per_s(), v[i].unbind_ms,
                     v[i].bind_ms > 0 ? single.bind_ms / v[i].bind_ms : 0.0);
+        if (frame) std::printf(" %9.3f %10.3f", v[i].fill_ms, v[i].batch_ms);
+        std::printf("\n");
       }
     };
     std::printf("\nBinding %lld pages at the backend (virtual i -> physical i), then unbinding; pages of %lld KiB\n"
                 "(vulkan-image: its 64 KiB blocks, one entry per block):\n",
                 (long long)bind_pages, (long long)(bind_page_bytes >> 10));
-    print_binds(raw);
-    std::printf("\nA frame through the store: the table's %lld pages in one bind_batch (zero fill included):\n",
+    print_binds(raw, false);
+    std::printf("\nA frame through the store: the table's %lld pages in one bind_batch. bind ms: the backend's bind\n"
+                "submissions; fill ms: zeroing the new pages; batch ms: the whole bind_batch:\n",
                 (long long)frame.front().pages);
-    print_binds(frame);
+    print_binds(frame, true);
     std::printf("\nA frame's binds, merged vs one page at a time (target: at least %.0fx faster):\n", kTargetSpeedup);
     for (const auto& sp : speedups)
       std::printf("  %-12s %4lld pages: %9.3f ms single, %8.3f ms merged: %7.1fx  %s\n",

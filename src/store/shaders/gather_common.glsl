@@ -1,5 +1,5 @@
 // Shared by gather_buffer.comp and gather_image.comp: copy byte runs of the store's virtual
-// space into a packed output, one 32-bit output word per invocation (grid-stride loop).
+// space into a packed output, 32-bit output words in chunks per invocation (grid-stride loop).
 //
 // Runs (std430 uvec4): x = first source word, y = byte shift within it (0..3), z = first output
 // byte, w = bytes. A dispatch's runs are contiguous in the output. Runs and outputs are byte
@@ -36,29 +36,52 @@ uint find_run(uint o) {
   return lo;
 }
 
+// Each invocation copies kChunk consecutive output words: one binary search per chunk, then
+// whole stretches of a run in a tight loop (a shifted stretch reuses the previous word).
+const uint kChunk = 32u;
+
 void main() {
-  const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-  for (uint w = pc.word_first + gl_GlobalInvocationID.x; w < pc.word_end; w += stride) {
-    const uint o = 4u * w;
-    uint r = find_run(o);
-    uvec4 run = runs[r];
-    if (o >= run.z && o + 4u <= run.z + run.w) {  // inside one run: two shifted words at most
-      const uint b = run.y + (o - run.z);
-      const uint s = run.x + (b >> 2), sh = 8u * (b & 3u);
-      dst[w] = sh == 0u ? src_word(s) : (src_word(s) >> sh) | (src_word(s + 1u) << (32u - sh));
-      continue;
+  const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x * kChunk;
+  const uint last = pc.run_first + pc.run_count;
+  for (uint w0 = pc.word_first + gl_GlobalInvocationID.x * kChunk; w0 < pc.word_end; w0 += stride) {
+    uint r = find_run(4u * w0);
+    const uint w1 = min(w0 + kChunk, pc.word_end);
+    uint w = w0;
+    while (w < w1) {
+      const uint o = 4u * w;
+      while (r + 1u < last && runs[r + 1u].z <= o) ++r;
+      uvec4 run = runs[r];
+      if (o >= run.z && o + 4u <= run.z + run.w) {  // a stretch of words inside one run
+        const uint n = min(w1 - w, (run.z + run.w - o) >> 2);
+        const uint b = run.y + (o - run.z);
+        const uint s = run.x + (b >> 2), sh = 8u * (b & 3u);
+        if (sh == 0u) {
+          for (uint i = 0u; i < n; ++i) dst[w + i] = src_word(s + i);
+        } else {
+          uint lo = src_word(s);
+          for (uint i = 0u; i < n; ++i) {
+            const uint hi = src_word(s + i + 1u);
+            dst[w + i] = (lo >> sh) | (hi << (32u - sh));
+            lo = hi;
+          }
+        }
+        w += n;
+        continue;
+      }
+      // A word across run boundaries (or the dispatch's first/last partial word): by bytes.
+      uint value = 0u, mask = 0u;
+      uint q = r;
+      for (uint k = 0u; k < 4u; ++k) {
+        const uint ob = o + k;
+        while (q < last && ob >= runs[q].z + runs[q].w) ++q;
+        if (q == last) break;
+        run = runs[q];
+        if (ob < run.z) continue;
+        value |= src_byte(run, ob - run.z) << (8u * k);
+        mask |= 0xffu << (8u * k);
+      }
+      dst[w] = mask == 0xffffffffu ? value : (dst[w] & ~mask) | value;
+      ++w;
     }
-    uint value = 0u, mask = 0u;
-    const uint last = pc.run_first + pc.run_count;
-    for (uint k = 0u; k < 4u; ++k) {
-      const uint ob = o + k;
-      while (r < last && ob >= runs[r].z + runs[r].w) ++r;
-      if (r == last) break;
-      run = runs[r];
-      if (ob < run.z) continue;
-      value |= src_byte(run, ob - run.z) << (8u * k);
-      mask |= 0xffu << (8u * k);
-    }
-    dst[w] = mask == 0xffffffffu ? value : (dst[w] & ~mask) | value;
   }
 }
