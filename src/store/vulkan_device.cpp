@@ -88,6 +88,7 @@ StoreDevice::~StoreDevice() {
 
 void StoreDevice::drain() const {
   if (!instance_->validation() || instance_->validation_errors() == 0) return;
+  std::lock_guard drain_lock(drain_mutex_);
   const std::vector<std::string> msgs = instance_->validation_messages();
   const int n = instance_->validation_errors();
   instance_->clear_validation_messages();

@@ -52,6 +52,7 @@ class StoreDevice {
   std::unique_ptr<vk::Instance> instance_;
   std::unique_ptr<vk::Device> device_;
   mutable std::mutex queue_mutex_;
+  mutable std::mutex drain_mutex_;  // read-and-clear of the instance's messages is one step
 };
 
 // Push constants of gather_*.comp and scatter_image.comp (32 bytes).
