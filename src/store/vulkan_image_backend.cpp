@@ -11,8 +11,10 @@
 // clear error. Mip tails of multi-level images are handled by vk::plan_sparse_image, tested
 // with a partially resident mip chain (tests/test_store.cpp, SparseImage*).
 //
-// Writes and zero fills are a compute shader (scatter_image.comp) reading a staging buffer, so
-// unaligned byte runs need no read-back; gathers are gather_image.comp.
+// Writes and zero fills: whole blocks by vkCmdCopyBufferToImage (from staging, or from a zeroed
+// block-sized buffer), the partial blocks at the ends of a run by a compute shader
+// (scatter_image.comp) that read-modify-writes partial words, so unaligned byte runs need no
+// read-back. Gathers are gather_image.comp.
 #include <algorithm>
 #include <cstring>
 
@@ -31,7 +33,7 @@ const uint32_t kScatterImageSpirv[] =
 
 constexpr int64_t kStagingBytes = 16 << 20;
 constexpr VkFormat kFormat = VK_FORMAT_R32_UINT;
-constexpr VkImageUsageFlags kUsage = VK_IMAGE_USAGE_STORAGE_BIT;
+constexpr VkImageUsageFlags kUsage = VK_IMAGE_USAGE_STORAGE_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT;
 
 class VulkanImageBackend final : public VulkanStoreBase {
  public:
@@ -77,6 +79,13 @@ class VulkanImageBackend final : public VulkanStoreBase {
     // Virtual words are 32-bit indices in the shaders: at most 16 GiB.
     max_virtual_bytes_ = std::min({int64_t(lim.sparseAddressSpaceSize), int64_t(ip.maxResourceSize),
                                    blocks_max * granularity_, int64_t(1) << 34});
+    // One block of zeros on the device, the source of whole-block fills.
+    zeros_ = vk::Buffer::create(dev(), VkDeviceSize(granularity_),
+                                VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                vk::MemoryUse::device);
+    VkCommandBuffer cb = writer_.begin();
+    vkCmdFillBuffer(cb, zeros_.handle(), 0, VK_WHOLE_SIZE, 0);
+    submit(writer_);
     drain();
   }
 
@@ -151,8 +160,11 @@ class VulkanImageBackend final : public VulkanStoreBase {
       const int64_t n = std::min(bytes, kStagingBytes);
       ensure_staging(n);
       std::memcpy(staging_.mapped(), src, size_t(n));
-      const Item item{virt_byte, n, 0};
-      scatter({&item, 1});
+      std::vector<Item> items;
+      std::vector<VkBufferImageCopy> copies;
+      // Whole blocks straight from staging when the offsets are texel-aligned.
+      split(virt_byte, n, virt_byte % 4 == 0, 0, items, copies);
+      scatter(items, copies, staging_.handle());
       virt_byte += n;
       src += n;
       bytes -= n;
@@ -164,23 +176,25 @@ class VulkanImageBackend final : public VulkanStoreBase {
     if (runs.empty()) return;
     std::lock_guard lock(writer_mutex_);
     std::vector<Item> items;
+    std::vector<VkBufferImageCopy> copies;
     for (const ByteRun& r : runs)
-      if (r.bytes > 0) items.push_back({r.virt_byte, r.bytes, kZeros});
+      if (r.bytes > 0) split(r.virt_byte, r.bytes, true, kZeros, items, copies);
     std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.virt < b.virt; });
     ensure_staging(4);  // bound to the (unused) staging binding
-    // Bounded submissions: invocation indices are 32-bit.
+    // Bounded submissions: invocation indices are 32-bit; copies go with the first one.
     const int64_t max_words = int64_t(1) << 30;
     size_t i = 0;
-    while (i < items.size()) {
+    do {
       size_t j = i;
       int64_t words = 0;
       while (j < items.size() && (j == i || words + items[j].bytes / 4 + 2 <= max_words)) {
         words += items[j].bytes / 4 + 2;
         ++j;
       }
-      scatter({items.data() + i, j - i});
+      scatter({items.data() + i, j - i}, i == 0 ? std::span<const VkBufferImageCopy>(copies) : std::span<const VkBufferImageCopy>(),
+              zeros_.handle());
       i = j;
-    }
+    } while (i < items.size());
     drain();
   }
 
@@ -189,6 +203,34 @@ class VulkanImageBackend final : public VulkanStoreBase {
   struct Item {
     int64_t virt, bytes, source;  // source: staging byte or kZeros
   };
+
+  // [at, at + n): whole blocks as copy regions (from `source` + offset, or all from the zero
+  // block when source == kZeros) when `whole_blocks`, the rest as scatter items.
+  void split(int64_t at, int64_t n, bool whole_blocks, int64_t source, std::vector<Item>& items,
+             std::vector<VkBufferImageCopy>& copies) const {
+    const int64_t B = granularity_, end = at + n;
+    const int64_t b0 = (at + B - 1) / B, b1 = end / B;  // whole blocks [b0, b1)
+    auto item = [&](int64_t lo, int64_t hi) {
+      if (hi > lo) items.push_back({lo, hi - lo, source == kZeros ? kZeros : source + (lo - at)});
+    };
+    if (!whole_blocks || b0 >= b1) {
+      item(at, end);
+      return;
+    }
+    item(at, b0 * B);
+    for (int64_t b = b0; b < b1; ++b) {
+      const vk::SparseImageBind r = block_region(b);
+      VkBufferImageCopy c{};
+      c.bufferOffset = source == kZeros ? 0 : VkDeviceSize(source + (b * B - at));
+      c.bufferRowLength = block_.width;
+      c.bufferImageHeight = block_.height;
+      c.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, r.layer, 1};
+      c.imageOffset = r.offset;
+      c.imageExtent = r.extent;
+      copies.push_back(c);
+    }
+    item(b1 * B, end);
+  }
 
   vk::SparseImageBind block_region(int64_t block) const {
     const int64_t per_layer = int64_t(blocks_x_) * blocks_y_;
@@ -218,13 +260,15 @@ class VulkanImageBackend final : public VulkanStoreBase {
   void ensure_staging(int64_t n) {
     if (int64_t(staging_.size()) < n)
       staging_ = vk::Buffer::create(dev(), VkDeviceSize(std::max<int64_t>(n, 1 << 20)),
-                                    VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, vk::MemoryUse::upload);
+                                    VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+                                    vk::MemoryUse::upload);
   }
 
-  // One submission: the items as run records, cut into dispatches wherever two consecutive
-  // items touch the same word (the shader read-modify-writes partial words).
-  void scatter(std::span<const Item> items) {
-    const VkDeviceSize rec_bytes = items.size() * 32;
+  // One submission: the whole-block copies, then the items as run records, cut into dispatches
+  // wherever two consecutive items touch the same word (the shader read-modify-writes partial
+  // words).
+  void scatter(std::span<const Item> items, std::span<const VkBufferImageCopy> copies, VkBuffer copy_source) {
+    const VkDeviceSize rec_bytes = std::max<size_t>(items.size(), 1) * 32;
     if (runs_.size() < rec_bytes)
       runs_ = vk::Buffer::create(dev(), std::max<VkDeviceSize>(rec_bytes, 64 << 10), VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
                                  vk::MemoryUse::upload);
@@ -246,7 +290,18 @@ class VulkanImageBackend final : public VulkanStoreBase {
     const VkDescriptorSet set = scatter_sets_->allocate(b, {&view_, 1});
     VkCommandBuffer cb = writer_.begin();
     vk::memory_barrier(cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+                       VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                       VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+    if (!copies.empty()) {  // in TRANSFER_DST_OPTIMAL (GENERAL is slower on some GPUs, validation warns)
+      vk::image_barrier(cb, image_->handle(), 0, 1, VK_IMAGE_LAYOUT_GENERAL, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                        VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
+      vkCmdCopyBufferToImage(cb, copy_source, image_->handle(), VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                             uint32_t(copies.size()), copies.data());
+      vk::image_barrier(cb, image_->handle(), 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+    }
     for (size_t i = 0; i < items.size();) {
       size_t j = i + 1;
       while (j < items.size() && items[j].virt / 4 > (items[j - 1].virt + items[j - 1].bytes - 1) / 4) ++j;
@@ -269,7 +324,7 @@ class VulkanImageBackend final : public VulkanStoreBase {
   vk::Fence bind_fence_;
   std::unique_ptr<vk::SharedKernel> scatter_;
   std::unique_ptr<vk::KernelSets> scatter_sets_;
-  vk::Buffer staging_, runs_;
+  vk::Buffer staging_, runs_, zeros_;
   std::unique_ptr<vk::SparseImage> image_;
   VkImageView view_ = VK_NULL_HANDLE;  // owned by image_
   VkExtent3D block_{};

@@ -5,3 +5,15 @@
 layout(std430, binding = 0) readonly buffer Src { uint src[]; };
 uint src_word(uint i) { return src[i]; }
 #include "gather_common.glsl"
+void copy_stretch(uint w, uint s, uint sh, uint n) {
+  if (sh == 0u) {
+    for (uint i = 0u; i < n; ++i) dst[w + i] = src[s + i];
+    return;
+  }
+  uint lo = src[s];
+  for (uint i = 0u; i < n; ++i) {
+    const uint hi = src[s + i + 1u];
+    dst[w + i] = (lo >> sh) | (hi << (32u - sh));
+    lo = hi;
+  }
+}

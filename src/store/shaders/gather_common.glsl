@@ -19,6 +19,9 @@ layout(push_constant) uniform Push {
 } pc;
 
 uint src_word(uint i);
+// Copies n output words from w on, taken from source words s, s+1, ... shifted right by sh bits
+// (sh in 0, 8, 16, 24: the stretch starts mid-word) with the next word's low bytes on top.
+void copy_stretch(uint w, uint s, uint sh, uint n);
 
 uint src_byte(uvec4 r, uint k) {  // byte k of run r (k < r.w)
   const uint b = r.y + k;
@@ -54,17 +57,7 @@ void main() {
       if (o >= run.z && o + 4u <= run.z + run.w) {  // a stretch of words inside one run
         const uint n = min(w1 - w, (run.z + run.w - o) >> 2);
         const uint b = run.y + (o - run.z);
-        const uint s = run.x + (b >> 2), sh = 8u * (b & 3u);
-        if (sh == 0u) {
-          for (uint i = 0u; i < n; ++i) dst[w + i] = src_word(s + i);
-        } else {
-          uint lo = src_word(s);
-          for (uint i = 0u; i < n; ++i) {
-            const uint hi = src_word(s + i + 1u);
-            dst[w + i] = (lo >> sh) | (hi << (32u - sh));
-            lo = hi;
-          }
-        }
+        copy_stretch(w, run.x + (b >> 2), 8u * (b & 3u), n);
         w += n;
         continue;
       }

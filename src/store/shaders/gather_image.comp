@@ -9,3 +9,30 @@ uint src_word(uint i);
 uint src_word(uint i) {
   return imageLoad(src, word_texel(i, pc.block_w, pc.block_h, pc.blocks_x, pc.blocks_y)).r;
 }
+// Consecutive words are consecutive texels of a block row: step the texel instead of dividing
+// for every word; a new block (every block_w * block_h words) is located afresh.
+void copy_stretch(uint w, uint s, uint sh, uint n) {
+  const uint per_block = pc.block_w * pc.block_h;
+  uint t = s % per_block, tx = t % pc.block_w;
+  ivec3 at = word_texel(s, pc.block_w, pc.block_h, pc.blocks_x, pc.blocks_y);
+  const uint count = sh == 0u ? n : n + 1u;  // a shifted stretch reads one word more
+  uint lo = 0u;
+  for (uint i = 0u; i < count; ++i) {
+    const uint v = imageLoad(src, at).r;
+    if (sh == 0u) dst[w + i] = v;
+    else if (i > 0u) dst[w + i - 1u] = (lo >> sh) | (v << (32u - sh));
+    lo = v;
+    ++t;
+    ++tx;
+    if (t == per_block) {
+      t = tx = 0u;
+      at = word_texel(s + i + 1u, pc.block_w, pc.block_h, pc.blocks_x, pc.blocks_y);
+    } else if (tx == pc.block_w) {
+      tx = 0u;
+      at.x -= int(pc.block_w - 1u);
+      at.y += 1;
+    } else {
+      at.x += 1;
+    }
+  }
+}
