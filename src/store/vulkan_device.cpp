@@ -43,7 +43,12 @@ const char* feature_name(Residency need) {
 }  // namespace
 
 StoreDevice::StoreDevice(const VulkanStoreOptions& options, Residency need) {
-  instance_ = std::make_unique<vk::Instance>(vk::InstanceOptions{.validation = options.validation});
+  try {
+    instance_ = std::make_unique<vk::Instance>(vk::InstanceOptions{.validation = options.validation});
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).find("VK_ERROR_INCOMPATIBLE_DRIVER") == std::string_view::npos) throw;
+    throw Error(Errc::device, "vulkan: no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER)");
+  }
   vk::PhysicalDeviceInfo pd;
   if (!options.device.empty()) {
     pd = vk::select_device(*instance_, options.device);
