@@ -2,7 +2,7 @@
 //
 //   fovea::StoreConfig cfg;                     // D=1024, f16, 64 KiB pages
 //   cfg.pool_pages = 4096;                      // physical capacity: 256 MiB
-//   fovea::TokenStore store(cfg);               // host backend; make_vulkan_store_backend() for GPU
+//   fovea::TokenStore store(cfg);               // host backend; make_store_backend("vulkan") for GPU
 //   fovea::SeqId img = store.reserve(1024);     // worst case: 1024 tokens, nothing resident yet
 //   store.bind(img, 0, 410);                    // pages only for the 410 tokens that survived
 //   store.write(img, 0, embeddings);            // [410, D] tensor of the store's dtype
@@ -25,17 +25,21 @@
 //
 // Threads: any number of concurrent readers (gather, read, queries, stats) and one writer at a
 // time (reserve, bind, unbind, write, update_frame, release). A store-wide shared_mutex
-// enforces it; a gather sees every sequence either entirely before or after a write.
+// enforces it, writer-preferring (a waiting writer is not starved by a stream of readers);
+// a gather sees every sequence either entirely before or after a write.
 //
 // Backends (StoreBackend) carry out the page binds and the gathers. The host backend keeps a
 // page table and a pool in RAM; the Vulkan backend binds pages of a sparse buffer with
-// vkQueueBindSparse and gathers with a compute shader. The TokenStore front end does all the
-// bookkeeping, so every backend gives identical results.
+// vkQueueBindSparse and gathers with a compute shader; the Vulkan image backend does the same
+// on the blocks of a sparse 2D image. The TokenStore front end does all the bookkeeping, so
+// every backend gives identical results (tests/test_store.cpp runs the same operation
+// sequences on each and compares).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -94,24 +98,46 @@ class StoreBackend {
   virtual void fill_zero(std::span<const ByteRun> runs) = 0;
   // Copies the runs, in order, into dst (packed).
   virtual void gather(std::span<const ByteRun> runs, std::byte* dst) const = 0;
+  // The largest virtual space init() accepts (Vulkan: sparseAddressSpaceSize and resource
+  // limits). The front end sizes its default virtual space to fit.
+  virtual int64_t max_virtual_bytes() const { return INT64_MAX; }
 };
 
 // The host backend: a RAM pool and a page table (virtual page -> physical page).
 std::unique_ptr<StoreBackend> make_host_store_backend();
 
-// The Vulkan sparse-residency backend, or nullptr with `*why` set when this build or device
-// cannot do it (no Vulkan, no sparseResidencyBuffer, ...). Defined in src/store/vulkan_backend.cpp.
-std::unique_ptr<StoreBackend> make_vulkan_store_backend(std::string* why);
+struct VulkanStoreOptions {
+  std::string device;       // "" the best device, "N" an index, else a name substring (--device)
+  bool validation = false;  // VK_LAYER_KHRONOS_validation; its messages go to a process-wide
+                            // log the tests read (src/store/vulkan_store.hpp)
+};
 
-// Names accepted by make_store_backend: "host", "vulkan".
-std::unique_ptr<StoreBackend> make_store_backend(std::string_view name);
+// The Vulkan sparse-residency backend ("vulkan"): a sparse buffer (sparseResidencyBuffer) is the
+// virtual space, pages of a device-memory pool are bound with one vkQueueBindSparse per bind()
+// and a fence, writes go through a staging buffer, gathers run a compute shader. Returns
+// nullptr with `*why` set when this build or the device cannot do it (no Vulkan, no device, no
+// sparseResidencyBuffer, no validation layer when asked for); never throws for that.
+// Defined in src/store/vulkan_backend.cpp (src/store/vulkan_stub.cpp without Vulkan).
+std::unique_ptr<StoreBackend> make_vulkan_store_backend(std::string* why, const VulkanStoreOptions& options = {});
+
+// The sparse 2D image variant ("vulkan-image", sparseResidencyImage2D): the virtual space is
+// level 0 of an R32_UINT 2D array image, a page is page_bytes / block bytes imageGranularity
+// blocks (128x128 texels = 64 KiB on lavapipe, so pages are multiples of 64 KiB), gathers and
+// writes are compute shaders. Same contract and same results as "vulkan" and "host".
+std::unique_ptr<StoreBackend> make_vulkan_image_store_backend(std::string* why,
+                                                              const VulkanStoreOptions& options = {});
+
+// Names accepted by make_store_backend: "host", "vulkan", "vulkan-image". An unavailable Vulkan
+// backend throws Error(device) with the reason.
+std::unique_ptr<StoreBackend> make_store_backend(std::string_view name, const VulkanStoreOptions& options = {});
 
 struct StoreConfig {
   int64_t dim = 1024;             // D: elements per token, >= 1
   DType dtype = DType::f16;       // f32, f16 or bf16
   int64_t page_bytes = 64 << 10;  // multiple of the backend's page granularity
   int64_t pool_pages = 1024;      // physical pages (pool_pages * page_bytes of memory)
-  int64_t virtual_pages = 0;      // address space in pages; 0: 16 x pool_pages
+  int64_t virtual_pages = 0;      // address space in pages; 0: 16 x pool_pages, capped by the
+                                  // backend's max_virtual_bytes() (but at least pool_pages)
   BindMode bind_mode = BindMode::merged;
 };
 
@@ -225,7 +251,10 @@ class TokenStore {
   StoreConfig config_;
   std::unique_ptr<StoreBackend> backend_;
   int64_t token_bytes_ = 0;
+  std::shared_lock<std::shared_mutex> read_lock() const;
+  std::pair<std::unique_lock<std::mutex>, std::unique_lock<std::shared_mutex>> write_lock() const;
   mutable std::shared_mutex mutex_;
+  mutable std::mutex turnstile_;  // writer preference (store.cpp)
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
   SeqId next_id_ = 1;
   std::vector<uint8_t> phys_used_;          // per physical page

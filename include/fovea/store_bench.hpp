@@ -50,8 +50,10 @@ struct BindTiming {
   BindMode mode = BindMode::merged;
   int64_t pages = 0, page_bytes = 0;
   int64_t calls = 0, entries = 0;  // backend bind() submissions and PageBind entries per repetition
-  double bind_ms = 0;              // median time to bind `pages` pages
+  double bind_ms = 0;              // median time to bind `pages` pages (the bind submissions)
   double unbind_ms = 0;            // median time to unbind them again (same mode)
+  double fill_ms = 0;              // frames only: median zero fill of the new pages
+  double batch_ms = 0;             // frames only: median wall time of the whole bind_batch
   double pages_per_s() const { return bind_ms > 0 ? double(pages) / (bind_ms * 1e-3) : 0; }
 };
 
@@ -59,8 +61,10 @@ struct BindTiming {
 // in one of the three ways, then unbinds them the same way.
 BindTiming time_backend_binds(std::string_view backend, BindMode mode, int64_t pages, int64_t page_bytes, int reps);
 
-// A whole frame through the TokenStore: seed 000's eight images bound in one bind_batch (with
-// the zero fill of new pages) and released again.
+// A whole frame through the TokenStore: seed 000's eight images bound in one bind_batch and
+// released again. bind_ms/unbind_ms are the time spent in the backend's bind() submissions
+// during bind_batch/unbind_batch; fill_ms the zero fill of the new pages; batch_ms the whole
+// bind_batch (bookkeeping + binds + fill).
 BindTiming time_frame_binds(std::string_view backend, BindMode mode, const StoreConfig& cfg, int reps);
 
 struct GatherTiming {

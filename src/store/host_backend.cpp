@@ -72,15 +72,16 @@ class HostBackend final : public StoreBackend {
 
 std::unique_ptr<StoreBackend> make_host_store_backend() { return std::make_unique<HostBackend>(); }
 
-std::unique_ptr<StoreBackend> make_store_backend(std::string_view name) {
+std::unique_ptr<StoreBackend> make_store_backend(std::string_view name, const VulkanStoreOptions& options) {
   if (name == "host") return make_host_store_backend();
-  if (name == "vulkan") {
+  if (name == "vulkan" || name == "vulkan-image") {
     std::string why;
-    auto b = make_vulkan_store_backend(&why);
-    if (!b) throw Error(Errc::device, "token store: the vulkan backend is not available: " + why);
+    auto b = name == "vulkan" ? make_vulkan_store_backend(&why, options) : make_vulkan_image_store_backend(&why, options);
+    if (!b) throw Error(Errc::device, "token store: the " + std::string(name) + " backend is not available: " + why);
     return b;
   }
-  throw Error(Errc::invalid_argument, "token store: unknown backend '" + std::string(name) + "' (host, vulkan)");
+  throw Error(Errc::invalid_argument,
+              "token store: unknown backend '" + std::string(name) + "' (host, vulkan, vulkan-image)");
 }
 
 }  // namespace fovea

@@ -59,10 +59,19 @@ TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> 
       config_.pool_pages > (int64_t(1) << 46) / config_.page_bytes)
     throw bad("token store pool must have between 1 page and 64 TiB, got " + std::to_string(config_.pool_pages) +
               " pages of " + std::to_string(config_.page_bytes) + " bytes");
-  if (config_.virtual_pages == 0) config_.virtual_pages = std::min<int64_t>(16 * config_.pool_pages, int64_t(1) << 24);
+  const int64_t max_virtual_pages = backend_->max_virtual_bytes() / config_.page_bytes;
+  if (config_.virtual_pages == 0)
+    config_.virtual_pages = std::min({16 * config_.pool_pages, int64_t(1) << 24,
+                                      std::max(config_.pool_pages, max_virtual_pages)});
   if (config_.virtual_pages < 1 || config_.virtual_pages > (int64_t(1) << 24))
     throw bad("token store virtual space must be between 1 and 16777216 pages, got " +
               std::to_string(config_.virtual_pages) + " pages");
+  if (config_.virtual_pages > max_virtual_pages)
+    throw Error(Errc::limit_exceeded,
+                "token store virtual space of " + std::to_string(config_.virtual_pages) + " pages (" +
+                    std::to_string(config_.virtual_pages * config_.page_bytes) + " bytes) exceeds the " +
+                    std::string(backend_->name()) + " backend's limit of " +
+                    std::to_string(backend_->max_virtual_bytes()) + " bytes; lower virtual_pages or pool_pages");
   token_bytes_ = config_.dim * int64_t(dtype_size(config_.dtype));
   backend_->init({config_.page_bytes, config_.pool_pages, config_.virtual_pages});
   phys_used_.assign(size_t(config_.pool_pages), 0);
@@ -71,6 +80,20 @@ TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> 
 }
 
 TokenStore::~TokenStore() = default;
+
+// glibc's rwlock prefers readers: with a backend whose gathers take milliseconds (a GPU),
+// overlapping readers would keep the shared lock forever and starve the writer. A writer
+// holds the turnstile while it waits and writes, so readers arriving meanwhile queue behind it.
+std::shared_lock<std::shared_mutex> TokenStore::read_lock() const {
+  std::lock_guard turnstile(turnstile_);
+  return std::shared_lock(mutex_);
+}
+
+std::pair<std::unique_lock<std::mutex>, std::unique_lock<std::shared_mutex>> TokenStore::write_lock() const {
+  std::unique_lock turnstile(turnstile_);
+  std::unique_lock lock(mutex_);
+  return {std::move(turnstile), std::move(lock)};
+}
 
 int64_t TokenStore::pages_for_tokens(int64_t tokens) const {
   return (tokens * token_bytes_ + config_.page_bytes - 1) / config_.page_bytes;
@@ -149,7 +172,7 @@ std::vector<int64_t> TokenStore::alloc_physical(int64_t pages) {
 }
 
 SeqId TokenStore::reserve(int64_t capacity_tokens) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   if (capacity_tokens < 1 || capacity_tokens > (int64_t(1) << 40) / token_bytes_)
     throw bad("token store reserve: capacity must be >= 1 token and fit the address space, got " +
               std::to_string(capacity_tokens));
@@ -212,7 +235,7 @@ void TokenStore::submit(std::vector<PageBind>& binds) {
 }
 
 void TokenStore::release(SeqId seq) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   Sequence& s = live(seq, "release");
   std::vector<PageBind> binds;
   std::vector<int64_t> freed;
@@ -229,7 +252,7 @@ void TokenStore::release(SeqId seq) {
 }
 
 void TokenStore::bind_batch(std::span<const TokenRange> ranges) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   bind_locked(ranges);
 }
 
@@ -297,7 +320,7 @@ void TokenStore::bind_locked(std::span<const TokenRange> ranges) {
 }
 
 void TokenStore::unbind_batch(std::span<const TokenRange> ranges) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   unbind_locked(ranges);
 }
 
@@ -366,7 +389,7 @@ void TokenStore::write(SeqId seq, int64_t first, const Tensor& tokens) {
 }
 
 void TokenStore::write_bytes(SeqId seq, int64_t first, int64_t count, const std::byte* src) {
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   const Sequence& s = live(seq, "write");
   check_range(s, seq, first, count, "write");
   for (int64_t t = first; t < first + count; ++t)
@@ -382,7 +405,7 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& tokens) {
               std::string(dtype_name(config_.dtype)));
   const int64_t n = tokens.dim(0);
   FrameDelta delta;
-  std::unique_lock lock(mutex_);
+  const auto lock = write_lock();
   Sequence& s = live(seq, "update_frame");
   check_range(s, seq, 0, n, "update_frame");
   const std::vector<int64_t> was_bound = s.phys;
@@ -400,28 +423,53 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& tokens) {
   const TokenRange tail{seq, n, s.capacity - n}, head{seq, 0, n};
   if (tail.count > 0) unbind_locked({&tail, 1});
   if (head.count > 0) bind_locked({&head, 1});
+  // Compare on the host: one gather of the pages that stay bound, then one write per run of
+  // neighbouring pages that changed or are new (a GPU backend pays a submission per call).
   const int64_t base = s.base_page * config_.page_bytes;
   const int64_t end = n * token_bytes_;
-  std::vector<std::byte> old(size_t(config_.page_bytes));
+  auto page_span = [&](size_t p) {
+    const int64_t lo = int64_t(p) * config_.page_bytes;
+    return std::pair<int64_t, int64_t>{lo, std::min(end, lo + config_.page_bytes)};
+  };
+  std::vector<ByteRun> kept;
+  int64_t kept_bytes = 0;
+  for (size_t p = 0; p < s.phys.size(); ++p)
+    if (was_bound[p] >= 0 && s.phys[p] >= 0) {
+      const auto [lo, hi] = page_span(p);
+      push_run(kept, base + lo, hi - lo);
+      kept_bytes += hi - lo;
+    }
+  std::vector<std::byte> old(static_cast<size_t>(kept_bytes));
+  if (!kept.empty()) backend_->gather(kept, old.data());
+  int64_t old_at = 0, write_lo = -1, write_hi = -1;
+  auto flush = [&] {
+    if (write_lo >= 0) backend_->write(base + write_lo, tokens.bytes() + write_lo, write_hi - write_lo);
+    write_lo = -1;
+  };
   for (size_t p = 0; p < s.phys.size(); ++p) {
     const bool before = was_bound[p] >= 0, after = s.phys[p] >= 0;
     if (before && !after) ++delta.pages_unbound;
     if (!after) continue;
-    const int64_t lo = int64_t(p) * config_.page_bytes, hi = std::min(end, lo + config_.page_bytes);
+    const auto [lo, hi] = page_span(p);
+    bool dirty = true;
     if (!before) {
       ++delta.pages_bound;
-      backend_->write(base + lo, tokens.bytes() + lo, hi - lo);
-      continue;
-    }
-    const ByteRun run{base + lo, hi - lo};
-    backend_->gather({&run, 1}, old.data());
-    if (std::memcmp(old.data(), tokens.bytes() + lo, size_t(hi - lo)) != 0) {
-      backend_->write(base + lo, tokens.bytes() + lo, hi - lo);
-      ++delta.pages_written;
     } else {
-      ++delta.pages_unchanged;
+      dirty = std::memcmp(old.data() + old_at, tokens.bytes() + lo, size_t(hi - lo)) != 0;
+      old_at += hi - lo;
+      ++(dirty ? delta.pages_written : delta.pages_unchanged);
+    }
+    if (!dirty) {
+      flush();
+    } else if (write_lo >= 0 && write_hi == lo) {
+      write_hi = hi;
+    } else {
+      flush();
+      write_lo = lo;
+      write_hi = hi;
     }
   }
+  flush();
   return delta;
 }
 
@@ -430,7 +478,7 @@ void TokenStore::token_runs(const Sequence& s, int64_t first, int64_t count, std
 }
 
 void TokenStore::gather_into(std::span<const TokenRange> ranges, std::byte* dst) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   std::vector<ByteRun> runs;
   for (const TokenRange& r : ranges) {
     const Sequence& s = live(r.seq, "gather");
@@ -453,39 +501,39 @@ Tensor TokenStore::gather(std::span<const TokenRange> ranges) const {
 }
 
 bool TokenStore::is_live(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return seqs_.count(seq) != 0;
 }
 
 int64_t TokenStore::capacity(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return live(seq, "capacity").capacity;
 }
 
 bool TokenStore::is_resident(SeqId seq, int64_t token) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   const Sequence& s = live(seq, "is_resident");
   check_range(s, seq, token, 1, "is_resident");
   return s.resident[size_t(token)] != 0;
 }
 
 int64_t TokenStore::resident_tokens(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return live(seq, "resident_tokens").resident_tokens;
 }
 
 int64_t TokenStore::resident_pages(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return live(seq, "resident_pages").resident_pages;
 }
 
 std::vector<int64_t> TokenStore::page_table(SeqId seq) const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   return live(seq, "page_table").phys;
 }
 
 StoreStats TokenStore::stats() const {
-  std::shared_lock lock(mutex_);
+  const auto lock = read_lock();
   StoreStats st;
   st.sequences = int64_t(seqs_.size());
   for (const auto& [id, s] : seqs_) {

@@ -285,8 +285,10 @@ void StoreOptions::add(CLI::App& app) {
                "pages, resident vs dense bytes");
   app.add_option("--store-page-bytes", page_bytes, "Page size of the --store report (a multiple of 4096)")
       ->default_val(64 << 10);
-  app.add_option("--store-backend", backend, "Backend of the --store report: host or vulkan")
-      ->check(CLI::IsMember({"host", "vulkan"}))
+  app.add_option("--store-backend", backend,
+                 "Backend of the --store report: host, vulkan (sparse buffer) or vulkan-image (sparse 2D image, "
+                 "pages a multiple of 64 KiB on lavapipe); without a capable device the host serves")
+      ->check(CLI::IsMember({"host", "vulkan", "vulkan-image"}))
       ->default_val("host");
 }
 
@@ -312,7 +314,15 @@ nlohmann::json store_report(const Tensor& tokens, int64_t dense_tokens, const St
   const int64_t dense_pages = (dense_tokens * token_bytes + o.page_bytes - 1) / o.page_bytes;
   cfg.pool_pages = std::max<int64_t>(dense_pages, 1);
   cfg.virtual_pages = dense_pages + 1;
-  TokenStore store(cfg, make_store_backend(o.backend));
+  std::unique_ptr<StoreBackend> backend;
+  if (o.backend != "host") {
+    std::string why;
+    backend = o.backend == "vulkan" ? make_vulkan_store_backend(&why) : make_vulkan_image_store_backend(&why);
+    if (!backend)
+      std::fprintf(stderr, "fovea: note: the %s store backend is not available (%s); the host backend serves\n",
+                   o.backend.c_str(), why.c_str());
+  }
+  TokenStore store(cfg, backend ? std::move(backend) : make_host_store_backend());
   const SeqId seq = store.reserve(dense_tokens);
   bool roundtrip = true;
   if (n > 0) {

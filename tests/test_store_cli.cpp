@@ -1,0 +1,100 @@
+// The token store through the CLI: fovea store-bench and tokenize --store, on the host and, in
+// Vulkan builds, on the sparse backends (with the host serving when no device can).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "fovea/image.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+TEST(StoreCli, StoreBenchAndTokenizeStore) {
+  const auto r = test::run_cli({"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "64", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["seed_table"][0]["resident_pages"].get<int64_t>(), 138);
+  EXPECT_EQ(j["backend_binds"].size(), 3u);
+  const auto text = test::run_cli({"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "16"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("46.1% saved"), std::string::npos) << text.out;
+  const auto badpage = test::run_cli({"store-bench", "--page-bytes", "5000"});
+  EXPECT_EQ(badpage.exit_code, 2);
+  EXPECT_NE(badpage.err.find("multiple of"), std::string::npos) << badpage.err;
+
+  const std::string dir = test::temp_dir("store_cli");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(128, 96, 3), image);
+  const auto t = test::run_cli({"tokenize", image, "--budget", "20", "--dtype", "f16", "--store", "--json"});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const auto s = nlohmann::json::parse(t.out)["store"];
+  const int64_t kept = s["kept_tokens"].get<int64_t>(), tb = s["token_bytes"].get<int64_t>();
+  EXPECT_EQ(tb, 16 * 16 * 3 * 2);
+  EXPECT_EQ(s["dense_tokens"].get<int64_t>(), 8 * 6);
+  EXPECT_EQ(s["pages"].get<int64_t>(), (kept * tb + 65535) / 65536);
+  EXPECT_TRUE(s["roundtrip_ok"].get<bool>());
+  const auto u8 = test::run_cli({"tokenize", image, "--dtype", "u8", "--store"});
+  EXPECT_EQ(u8.exit_code, 2);
+  EXPECT_NE(u8.err.find("--store needs float tokens"), std::string::npos) << u8.err;
+}
+
+
+#ifdef FOVEA_HAVE_VULKAN
+// Every backend in one store-bench run: the same seed table, and the bind speed-up reported.
+TEST(StoreCli, StoreBenchReportsEveryBackend) {
+  const auto r = test::run_cli({"store-bench", "--reps", "1", "--bind-pages", "32", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["seed_table"].size(), 3u) << r.out;
+  for (const auto& t : j["seed_table"]) {
+    EXPECT_EQ(t["resident_pages"].get<int64_t>(), 138) << t["backend"];
+    EXPECT_TRUE(t["roundtrip_ok"].get<bool>()) << t["backend"];
+  }
+  EXPECT_EQ(j["seed_table"][1]["backend"], "vulkan");
+  EXPECT_EQ(j["seed_table"][2]["backend"], "vulkan-image");
+  EXPECT_EQ(j["backend_binds"].size(), 9u);
+  EXPECT_EQ(j["frame_binds"].size(), 9u);
+  ASSERT_EQ(j["frame_speedup"].size(), 3u);
+  for (const auto& f : j["frame_speedup"]) EXPECT_GT(f["merged_vs_single"].get<double>(), 0.0) << f;
+  ASSERT_EQ(j["gather"].size(), 3u);
+  const auto text = test::run_cli({"store-bench", "--backend", "vulkan", "--reps", "1", "--bind-pages", "16"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("A frame's binds, merged vs one page at a time (target: at least 10x faster):"), std::string::npos) << text.out;
+}
+
+TEST(StoreCli, TokenizeStoreOnVulkanAndFallback) {
+  const std::string dir = test::temp_dir("store_cli_vk");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(128, 96, 3), image);
+  nlohmann::json host_store;
+  for (const char* backend : {"host", "vulkan", "vulkan-image"}) {
+    const auto t = test::run_cli(
+        {"tokenize", image, "--budget", "20", "--dtype", "f16", "--store", "--store-backend", backend, "--json"});
+    ASSERT_EQ(t.exit_code, 0) << t.err;
+    auto s = nlohmann::json::parse(t.out)["store"];
+    EXPECT_EQ(s["backend"], backend);
+    EXPECT_TRUE(s["roundtrip_ok"].get<bool>());
+    if (std::string(backend) == "host") host_store = s;
+    else EXPECT_EQ(s["pages"], host_store["pages"]) << backend;
+  }
+  // No Vulkan driver at all: one note on stderr, the host serves, exit 0.
+  ::setenv("VK_ICD_FILENAMES", "/nonexistent/fovea-no-icd.json", 1);
+  ::setenv("VK_DRIVER_FILES", "/nonexistent/fovea-no-icd.json", 1);
+  const auto none = test::run_cli({"tokenize", image, "--budget", "20", "--dtype", "f16", "--store", "--store-backend",
+                                   "vulkan", "--json"});
+  const auto bench = test::run_cli({"store-bench", "--reps", "1", "--bind-pages", "8"});
+  ::unsetenv("VK_ICD_FILENAMES");
+  ::unsetenv("VK_DRIVER_FILES");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.err.find("fovea: note: the vulkan store backend is not available"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("the host backend serves"), std::string::npos) << none.err;
+  EXPECT_EQ(nlohmann::json::parse(none.out)["store"]["backend"], "host");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("vulkan backend: not available"), std::string::npos) << bench.out;
+}
+#endif
+
+}  // namespace
+}  // namespace fovea
