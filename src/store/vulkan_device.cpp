@@ -110,7 +110,7 @@ constexpr uint32_t kMaxSegments = 32;
 constexpr int64_t kDefaultBatchBytes = 64 << 20;
 
 struct VulkanStoreBase::GatherContext {
-  GatherContext(const vk::Device& d, const vk::SharedKernel& k) : cmds(d, d.compute_queue()), sets(d, k, kMaxSegments) {}
+  GatherContext(const vk::Device& d, const vk::ComputePipeline& k) : cmds(d, d.compute_queue()), sets(d, k, kMaxSegments) {}
   vk::Commands cmds;
   vk::KernelSets sets;
   vk::Buffer out;   // readback: the packed output of one batch
@@ -127,7 +127,7 @@ struct VulkanStoreBase::Piece {
 VulkanStoreBase::VulkanStoreBase(std::unique_ptr<StoreDevice> device, std::span<const uint32_t> gather_spirv,
                                  VkDescriptorType source_type, const char* gather_name)
     : device_(std::move(device)) {
-  gather_kernel_ = std::make_unique<vk::SharedKernel>(
+  gather_kernel_ = std::make_unique<vk::ComputePipeline>(
       dev(), gather_spirv,
       std::vector<VkDescriptorType>{source_type, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER},
       uint32_t(sizeof(KernelPush)), gather_name);

@@ -42,7 +42,7 @@ class VulkanImageBackend final : public VulkanStoreBase {
         writer_(dev(), dev().compute_queue()),
         bind_fence_(dev()) {
     dev().require_format(kFormat, VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT, "storage image support");
-    scatter_ = std::make_unique<vk::SharedKernel>(
+    scatter_ = std::make_unique<vk::ComputePipeline>(
         dev(), kScatterImageSpirv,
         std::vector<VkDescriptorType>{VK_DESCRIPTOR_TYPE_STORAGE_IMAGE, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       VK_DESCRIPTOR_TYPE_STORAGE_BUFFER},
@@ -322,7 +322,7 @@ class VulkanImageBackend final : public VulkanStoreBase {
 
   vk::Commands writer_;
   vk::Fence bind_fence_;
-  std::unique_ptr<vk::SharedKernel> scatter_;
+  std::unique_ptr<vk::ComputePipeline> scatter_;
   std::unique_ptr<vk::KernelSets> scatter_sets_;
   vk::Buffer staging_, runs_, zeros_;
   std::unique_ptr<vk::SparseImage> image_;

@@ -112,7 +112,7 @@ class VulkanStoreBase : public StoreBackend {
   struct Piece;
   void run_batch(GatherContext& ctx, const std::vector<Piece>& pieces, int64_t bytes, std::byte* dst) const;
 
-  std::unique_ptr<vk::SharedKernel> gather_kernel_;
+  std::unique_ptr<vk::ComputePipeline> gather_kernel_;
   int64_t batch_bytes_ = 0;  // output bytes per submission
   mutable std::mutex contexts_mutex_;
   mutable std::vector<std::unique_ptr<GatherContext>> contexts_;  // idle ones

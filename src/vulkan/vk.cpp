@@ -735,16 +735,15 @@ void Commands::submit_and_wait() {
 
 // ---- compute kernels -------------------------------------------------------------------------
 
-ComputeKernel::ComputeKernel(const Device& device, std::span<const uint32_t> spirv,
-                             std::vector<VkDescriptorType> types, uint32_t push_bytes, uint32_t max_sets,
-                             const char* name)
+ComputePipeline::ComputePipeline(const Device& device, std::span<const uint32_t> spirv,
+                                 std::vector<VkDescriptorType> types, uint32_t push_bytes, const char* name)
     : device_(&device), name_(name), types_(std::move(types)), push_bytes_(push_bytes) {
   const VkDevice dev = device.handle();
   if (push_bytes > device.limits().maxPushConstantsSize)
     throw Error(Errc::unsupported, "vulkan: " + name_ + " needs " + std::to_string(push_bytes) +
                                        " bytes of push constants; the device allows " +
                                        std::to_string(device.limits().maxPushConstantsSize));
-  // On any failure below, the destructor of a partly built kernel is not run: clean up here.
+  // On any failure below, the destructor of a partly built pipeline is not run: clean up here.
   try {
     VkShaderModuleCreateInfo si{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     si.codeSize = spirv.size_bytes();
@@ -774,18 +773,54 @@ ComputeKernel::ComputeKernel(const Device& device, std::span<const uint32_t> spi
     ci.stage.pName = "main";
     ci.layout = layout_;
     check(vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &ci, nullptr, &pipeline_), "vkCreateComputePipelines");
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
 
+ComputePipeline::~ComputePipeline() { destroy(); }
+
+void ComputePipeline::destroy() {
+  const VkDevice dev = device_->handle();
+  if (pipeline_) vkDestroyPipeline(dev, pipeline_, nullptr);
+  if (layout_) vkDestroyPipelineLayout(dev, layout_, nullptr);
+  if (set_layout_) vkDestroyDescriptorSetLayout(dev, set_layout_, nullptr);
+  if (module_) vkDestroyShaderModule(dev, module_, nullptr);
+  pipeline_ = VK_NULL_HANDLE;
+  layout_ = VK_NULL_HANDLE;
+  set_layout_ = VK_NULL_HANDLE;
+  module_ = VK_NULL_HANDLE;
+}
+
+void ComputePipeline::dispatch(VkCommandBuffer cb, VkDescriptorSet set, const void* push, uint32_t gx, uint32_t gy,
+                               uint32_t gz) const {
+  const auto& maxg = device_->limits().maxComputeWorkGroupCount;
+  if (gx > maxg[0] || gy > maxg[1] || gz > maxg[2])
+    throw Error(Errc::limit_exceeded, "vulkan: " + name_ + " dispatch exceeds maxComputeWorkGroupCount");
+  if (gx == 0 || gy == 0 || gz == 0) return;
+  vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_);
+  vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, 1, &set, 0, nullptr);
+  if (push_bytes_) vkCmdPushConstants(cb, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes_, push);
+  vkCmdDispatch(cb, gx, gy, gz);
+}
+
+ComputeKernel::ComputeKernel(const Device& device, std::span<const uint32_t> spirv,
+                             std::vector<VkDescriptorType> types, uint32_t push_bytes, uint32_t max_sets,
+                             const char* name)
+    : pipeline_(device, spirv, std::move(types), push_bytes, name), max_sets_(max_sets) {
+  const VkDevice dev = device.handle();
+  try {
     std::vector<VkDescriptorPoolSize> sizes;
-    for (VkDescriptorType t : types_) sizes.push_back({t, max_sets});
+    for (VkDescriptorType t : pipeline_.types()) sizes.push_back({t, max_sets});
     VkDescriptorPoolCreateInfo di{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     di.maxSets = max_sets;
     di.poolSizeCount = uint32_t(sizes.size());
     di.pPoolSizes = sizes.data();
     check(vkCreateDescriptorPool(dev, &di, nullptr, &pool_), "vkCreateDescriptorPool");
     check(vkCreateDescriptorPool(dev, &di, nullptr, &cache_pool_), "vkCreateDescriptorPool");
-    max_sets_ = max_sets;
   } catch (...) {
-    destroy();  // a constructor that throws gets no destructor call
+    destroy();  // a constructor that throws gets no destructor call (pipeline_ is destroyed)
     throw;
   }
 }
@@ -793,34 +828,27 @@ ComputeKernel::ComputeKernel(const Device& device, std::span<const uint32_t> spi
 ComputeKernel::~ComputeKernel() { destroy(); }
 
 void ComputeKernel::destroy() {
-  const VkDevice dev = device_->handle();
+  const VkDevice dev = pipeline_.device().handle();
   if (pool_) vkDestroyDescriptorPool(dev, pool_, nullptr);
   if (cache_pool_) vkDestroyDescriptorPool(dev, cache_pool_, nullptr);
+  pool_ = VK_NULL_HANDLE;
   cache_pool_ = VK_NULL_HANDLE;
   cached_.clear();
-  if (pipeline_) vkDestroyPipeline(dev, pipeline_, nullptr);
-  if (layout_) vkDestroyPipelineLayout(dev, layout_, nullptr);
-  if (set_layout_) vkDestroyDescriptorSetLayout(dev, set_layout_, nullptr);
-  if (module_) vkDestroyShaderModule(dev, module_, nullptr);
-  pool_ = VK_NULL_HANDLE;
-  pipeline_ = VK_NULL_HANDLE;
-  layout_ = VK_NULL_HANDLE;
-  set_layout_ = VK_NULL_HANDLE;
-  module_ = VK_NULL_HANDLE;
 }
 
 void ComputeKernel::record(VkCommandBuffer cb, std::span<const Binding> bindings, const void* push,
                            uint32_t gx, uint32_t gy, uint32_t gz) {
-  if (bindings.size() != types_.size())
-    throw Error(Errc::internal, "vulkan: " + name_ + " takes " + std::to_string(types_.size()) + " bindings");
+  if (bindings.size() != pipeline_.types().size())
+    throw Error(Errc::internal, "vulkan: " + pipeline_.name() + " takes " + std::to_string(pipeline_.types().size()) + " bindings");
   VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
   ai.descriptorPool = pool_;
   ai.descriptorSetCount = 1;
-  ai.pSetLayouts = &set_layout_;
+  const VkDescriptorSetLayout set_layout = pipeline_.set_layout();
+  ai.pSetLayouts = &set_layout;
   VkDescriptorSet set = VK_NULL_HANDLE;
-  check(vkAllocateDescriptorSets(device_->handle(), &ai, &set), "vkAllocateDescriptorSets");
+  check(vkAllocateDescriptorSets(pipeline_.device().handle(), &ai, &set), "vkAllocateDescriptorSets");
   write_set(set, bindings);
-  bind_and_dispatch(cb, set, push, gx, gy, gz);
+  pipeline_.dispatch(cb, set, push, gx, gy, gz);
 }
 
 void ComputeKernel::write_set(VkDescriptorSet set, std::span<const Binding> bindings) {
@@ -833,8 +861,8 @@ void ComputeKernel::write_set(VkDescriptorSet set, std::span<const Binding> bind
     w.dstSet = set;
     w.dstBinding = i;
     w.descriptorCount = 1;
-    w.descriptorType = types_[i];
-    if (types_[i] == VK_DESCRIPTOR_TYPE_STORAGE_BUFFER || types_[i] == VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER) {
+    w.descriptorType = pipeline_.types()[i];
+    if (pipeline_.types()[i] == VK_DESCRIPTOR_TYPE_STORAGE_BUFFER || pipeline_.types()[i] == VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER) {
       buffers[i] = {b.buffer, 0, VK_WHOLE_SIZE};
       w.pBufferInfo = &buffers[i];
     } else {
@@ -843,21 +871,10 @@ void ComputeKernel::write_set(VkDescriptorSet set, std::span<const Binding> bind
     }
     writes.push_back(w);
   }
-  vkUpdateDescriptorSets(device_->handle(), uint32_t(writes.size()), writes.data(), 0, nullptr);
+  vkUpdateDescriptorSets(pipeline_.device().handle(), uint32_t(writes.size()), writes.data(), 0, nullptr);
 }
 
-void ComputeKernel::bind_and_dispatch(VkCommandBuffer cb, VkDescriptorSet set, const void* push, uint32_t gx,
-                                      uint32_t gy, uint32_t gz) {
-  vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_);
-  vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, 1, &set, 0, nullptr);
-  if (push_bytes_) vkCmdPushConstants(cb, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes_, push);
-  const auto& maxg = device_->limits().maxComputeWorkGroupCount;
-  if (gx > maxg[0] || gy > maxg[1] || gz > maxg[2])
-    throw Error(Errc::limit_exceeded, "vulkan: " + name_ + " dispatch exceeds maxComputeWorkGroupCount");
-  vkCmdDispatch(cb, gx, gy, gz);
-}
-
-void ComputeKernel::reset_sets() { check(vkResetDescriptorPool(device_->handle(), pool_, 0), "vkResetDescriptorPool"); }
+void ComputeKernel::reset_sets() { check(vkResetDescriptorPool(pipeline_.device().handle(), pool_, 0), "vkResetDescriptorPool"); }
 
 // ---- descriptor-set cache ----------------------------------------------------------------------
 
@@ -870,27 +887,28 @@ bool same_binding(const Binding& a, const Binding& b) {
 
 void ComputeKernel::record_cached(VkCommandBuffer cb, std::span<const Binding> bindings, const void* push,
                                   uint32_t gx, uint32_t gy, uint32_t gz) {
-  if (bindings.size() != types_.size())
-    throw Error(Errc::internal, "vulkan: " + name_ + " takes " + std::to_string(types_.size()) + " bindings");
+  if (bindings.size() != pipeline_.types().size())
+    throw Error(Errc::internal, "vulkan: " + pipeline_.name() + " takes " + std::to_string(pipeline_.types().size()) + " bindings");
   for (const CachedSet& c : cached_)
     if (std::equal(c.bindings.begin(), c.bindings.end(), bindings.begin(), bindings.end(), same_binding))
-      return bind_and_dispatch(cb, c.set, push, gx, gy, gz);
+      return pipeline_.dispatch(cb, c.set, push, gx, gy, gz);
   if (cached_.size() >= max_sets_) return record(cb, bindings, push, gx, gy, gz);
   VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
   ai.descriptorPool = cache_pool_;
   ai.descriptorSetCount = 1;
-  ai.pSetLayouts = &set_layout_;
+  const VkDescriptorSetLayout set_layout = pipeline_.set_layout();
+  ai.pSetLayouts = &set_layout;
   VkDescriptorSet set = VK_NULL_HANDLE;
-  check(vkAllocateDescriptorSets(device_->handle(), &ai, &set), "vkAllocateDescriptorSets");
+  check(vkAllocateDescriptorSets(pipeline_.device().handle(), &ai, &set), "vkAllocateDescriptorSets");
   write_set(set, bindings);
   cached_.push_back({std::vector<Binding>(bindings.begin(), bindings.end()), set});
-  bind_and_dispatch(cb, set, push, gx, gy, gz);
+  pipeline_.dispatch(cb, set, push, gx, gy, gz);
 }
 
 void ComputeKernel::forget_cached() {
   if (cached_.empty()) return;
   cached_.clear();
-  check(vkResetDescriptorPool(device_->handle(), cache_pool_, 0), "vkResetDescriptorPool");
+  check(vkResetDescriptorPool(pipeline_.device().handle(), cache_pool_, 0), "vkResetDescriptorPool");
 }
 
 // ---- samplers --------------------------------------------------------------------------------

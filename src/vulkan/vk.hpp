@@ -342,7 +342,37 @@ struct Binding {
 };
 
 // A compute pipeline from embedded SPIR-V: set-0 layout from `types`, one push-constant
-// range of push_bytes (<= limits.maxPushConstantsSize, checked), entry point "main".
+// range of push_bytes (<= limits.maxPushConstantsSize, checked), entry point "main". It owns
+// no descriptor sets, so one pipeline can serve several threads, each allocating its sets
+// from its own pool (ComputeKernel below, or vk::KernelSets in vk_sparse.hpp).
+class ComputePipeline {
+ public:
+  ComputePipeline(const Device& device, std::span<const uint32_t> spirv, std::vector<VkDescriptorType> types,
+                  uint32_t push_bytes, const char* name);
+  ~ComputePipeline();
+  ComputePipeline(const ComputePipeline&) = delete;
+  ComputePipeline& operator=(const ComputePipeline&) = delete;
+  const Device& device() const { return *device_; }
+  const std::vector<VkDescriptorType>& types() const { return types_; }
+  VkDescriptorSetLayout set_layout() const { return set_layout_; }
+  const std::string& name() const { return name_; }
+  // Binds the pipeline and `set`, pushes the constants, dispatches (checked against limits).
+  void dispatch(VkCommandBuffer cb, VkDescriptorSet set, const void* push, uint32_t groups_x, uint32_t groups_y = 1,
+                uint32_t groups_z = 1) const;
+
+ private:
+  void destroy();
+  const Device* device_;
+  std::string name_;
+  std::vector<VkDescriptorType> types_;
+  uint32_t push_bytes_ = 0;
+  VkShaderModule module_ = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  VkPipeline pipeline_ = VK_NULL_HANDLE;
+};
+
+// A ComputePipeline with its own descriptor pools, for one thread.
 // record() allocates a descriptor set from the kernel's own pool (max_sets per reset),
 // writes `bindings`, pushes constants and dispatches. reset_sets() frees all sets: call it
 // only after the command buffers that used them completed.
@@ -375,21 +405,12 @@ class ComputeKernel {
     VkDescriptorSet set = VK_NULL_HANDLE;
   };
   void write_set(VkDescriptorSet set, std::span<const Binding> bindings);
-  void bind_and_dispatch(VkCommandBuffer cb, VkDescriptorSet set, const void* push, uint32_t gx, uint32_t gy,
-                         uint32_t gz);
+  void destroy();
+  ComputePipeline pipeline_;
   uint32_t max_sets_ = 0;
+  VkDescriptorPool pool_ = VK_NULL_HANDLE;
   VkDescriptorPool cache_pool_ = VK_NULL_HANDLE;
   std::vector<CachedSet> cached_;
-  void destroy();
-  const Device* device_;
-  std::string name_;
-  std::vector<VkDescriptorType> types_;
-  uint32_t push_bytes_ = 0;
-  VkShaderModule module_ = VK_NULL_HANDLE;
-  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
-  VkPipelineLayout layout_ = VK_NULL_HANDLE;
-  VkPipeline pipeline_ = VK_NULL_HANDLE;
-  VkDescriptorPool pool_ = VK_NULL_HANDLE;
 };
 
 class Sampler {

@@ -171,72 +171,9 @@ SparseImage::SparseImage(const Device& device, ImageDesc desc) {
                                        std::string(format_name(desc.format)) + " images");
 }
 
-// ---- kernels shared by threads ---------------------------------------------------------------
+// ---- per-thread descriptor sets of a shared pipeline ------------------------------------------
 
-SharedKernel::SharedKernel(const Device& device, std::span<const uint32_t> spirv, std::vector<VkDescriptorType> types,
-                           uint32_t push_bytes, const char* name)
-    : device_(&device), name_(name), types_(std::move(types)), push_bytes_(push_bytes) {
-  const VkDevice dev = device.handle();
-  if (push_bytes > device.limits().maxPushConstantsSize)
-    throw Error(Errc::unsupported, "vulkan: " + name_ + " needs " + std::to_string(push_bytes) +
-                                       " bytes of push constants; the device allows " +
-                                       std::to_string(device.limits().maxPushConstantsSize));
-  try {
-    VkShaderModuleCreateInfo si{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-    si.codeSize = spirv.size_bytes();
-    si.pCode = spirv.data();
-    check(vkCreateShaderModule(dev, &si, nullptr, &module_), "vkCreateShaderModule");
-    std::vector<VkDescriptorSetLayoutBinding> bindings;
-    for (uint32_t i = 0; i < types_.size(); ++i) bindings.push_back({i, types_[i], 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr});
-    VkDescriptorSetLayoutCreateInfo li{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-    li.bindingCount = uint32_t(bindings.size());
-    li.pBindings = bindings.data();
-    check(vkCreateDescriptorSetLayout(dev, &li, nullptr, &set_layout_), "vkCreateDescriptorSetLayout");
-    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
-    VkPipelineLayoutCreateInfo pli{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
-    pli.setLayoutCount = 1;
-    pli.pSetLayouts = &set_layout_;
-    pli.pushConstantRangeCount = push_bytes ? 1 : 0;
-    pli.pPushConstantRanges = &range;
-    check(vkCreatePipelineLayout(dev, &pli, nullptr, &layout_), "vkCreatePipelineLayout");
-    VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
-    ci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
-    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-    ci.stage.module = module_;
-    ci.stage.pName = "main";
-    ci.layout = layout_;
-    check(vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &ci, nullptr, &pipeline_), "vkCreateComputePipelines");
-  } catch (...) {
-    destroy();
-    throw;
-  }
-}
-
-SharedKernel::~SharedKernel() { destroy(); }
-
-void SharedKernel::destroy() {
-  const VkDevice dev = device_->handle();
-  if (pipeline_) vkDestroyPipeline(dev, pipeline_, nullptr);
-  if (layout_) vkDestroyPipelineLayout(dev, layout_, nullptr);
-  if (set_layout_) vkDestroyDescriptorSetLayout(dev, set_layout_, nullptr);
-  if (module_) vkDestroyShaderModule(dev, module_, nullptr);
-  pipeline_ = VK_NULL_HANDLE;
-  layout_ = VK_NULL_HANDLE;
-  set_layout_ = VK_NULL_HANDLE;
-  module_ = VK_NULL_HANDLE;
-}
-
-void SharedKernel::dispatch(VkCommandBuffer cb, VkDescriptorSet set, const void* push, uint32_t groups_x) const {
-  if (groups_x == 0) return;
-  if (groups_x > device_->limits().maxComputeWorkGroupCount[0])
-    throw Error(Errc::limit_exceeded, "vulkan: " + name_ + " dispatch exceeds maxComputeWorkGroupCount");
-  vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_);
-  vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, 1, &set, 0, nullptr);
-  if (push_bytes_) vkCmdPushConstants(cb, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes_, push);
-  vkCmdDispatch(cb, groups_x, 1, 1);
-}
-
-KernelSets::KernelSets(const Device& device, const SharedKernel& kernel, uint32_t max_sets)
+KernelSets::KernelSets(const Device& device, const ComputePipeline& kernel, uint32_t max_sets)
     : device_(&device), kernel_(&kernel), max_sets_(max_sets) {
   std::vector<VkDescriptorPoolSize> sizes;
   for (VkDescriptorType t : kernel.types()) sizes.push_back({t, max_sets});

@@ -155,37 +155,10 @@ struct BufferWindow {
   VkDeviceSize range = VK_WHOLE_SIZE;  // <= maxStorageBufferRange
 };
 
-// A compute pipeline (set 0 of `types`, push constants, "main") without descriptor pool: each
-// thread records through its own KernelSets, so one pipeline serves concurrent callers.
-class SharedKernel {
- public:
-  SharedKernel(const Device& device, std::span<const uint32_t> spirv, std::vector<VkDescriptorType> types,
-               uint32_t push_bytes, const char* name);
-  ~SharedKernel();
-  SharedKernel(const SharedKernel&) = delete;
-  SharedKernel& operator=(const SharedKernel&) = delete;
-  const std::vector<VkDescriptorType>& types() const { return types_; }
-  VkDescriptorSetLayout set_layout() const { return set_layout_; }
-  const std::string& name() const { return name_; }
-  // Binds the pipeline and `set`, pushes the constants, dispatches (checked against limits).
-  void dispatch(VkCommandBuffer cb, VkDescriptorSet set, const void* push, uint32_t groups_x) const;
-
- private:
-  void destroy();
-  const Device* device_;
-  std::string name_;
-  std::vector<VkDescriptorType> types_;
-  uint32_t push_bytes_ = 0;
-  VkShaderModule module_ = VK_NULL_HANDLE;
-  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
-  VkPipelineLayout layout_ = VK_NULL_HANDLE;
-  VkPipeline pipeline_ = VK_NULL_HANDLE;
-};
-
-// A descriptor pool of up to max_sets sets of one SharedKernel's layout. Owned by one thread.
+// A descriptor pool of up to max_sets sets of one ComputePipeline's layout (vk.hpp). Owned by one thread.
 class KernelSets {
  public:
-  KernelSets(const Device& device, const SharedKernel& kernel, uint32_t max_sets);
+  KernelSets(const Device& device, const ComputePipeline& kernel, uint32_t max_sets);
   ~KernelSets();
   KernelSets(const KernelSets&) = delete;
   KernelSets& operator=(const KernelSets&) = delete;
@@ -199,7 +172,7 @@ class KernelSets {
 
  private:
   const Device* device_;
-  const SharedKernel* kernel_;
+  const ComputePipeline* kernel_;
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   uint32_t max_sets_ = 0, used_ = 0;
 };
