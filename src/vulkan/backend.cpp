@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 
+#include "extract/batch.hpp"
 #include "fovea/error.hpp"
 #include "fovea/vulkan.hpp"
 #include "vulkan/vk.hpp"
@@ -647,12 +648,7 @@ struct VulkanBackend::Impl {
     if (images.size() != allocs.size())
       throw Error(Errc::invalid_argument, "vulkan: one allocation per image is needed");
     check_same_size(images);
-    if (params.dtype != DType::f32 && params.dtype != DType::f16 && params.dtype != DType::u8)
-      throw Error(Errc::invalid_argument,
-                  "patch dtype must be f32, f16 or u8, got " + std::string(dtype_name(params.dtype)));
-    for (int c = 0; c < 3; ++c)
-      if (!std::isfinite(params.norm.mean[c]) || !std::isfinite(params.norm.std[c]) || !(params.norm.std[c] > 0))
-        throw Error(Errc::invalid_argument, "normalisation std must be > 0 and mean/std finite");
+    check_extract_params(params);
     const TileGrid& g0 = allocs[0]->rate_map.grid;
     int max_level = 0;
     for (const Allocation* a : allocs) {
@@ -670,37 +666,17 @@ struct VulkanBackend::Impl {
       throw Error(Errc::invalid_argument, "allocation needs mip level " + std::to_string(max_level) +
                                               " but the pyramid has " + std::to_string(levels) + " levels");
 
-    // Token list of the whole batch (x, y, level, image) and the CPU-side metadata.
+    // Token list of the whole batch (x, y, level, image); positions, levels and boxes as the
+    // CPU extraction makes them (extract/batch.hpp), the patches filled from the device below.
     std::vector<uint32_t> tok;
     std::vector<TokenBatch> out;
     for (size_t b = 0; b < allocs.size(); ++b) {
-      const std::vector<Token>& ts = allocs[b]->layout.tokens;
-      TokenBatch tb;
-      const int64_t n = int64_t(ts.size());
-      tb.patches = Tensor(params.dtype, {n, 3, P, P});
-      tb.positions = Tensor(DType::f32, {n, 4});
-      tb.levels = Tensor(DType::i32, {n});
-      tb.boxes.resize(size_t(n));
-      tb.patch_px = P;
-      tb.params = params;
-      tb.level_offsets = allocs[b]->layout.level_offsets;
-      float* pos = tb.positions.data<float>();
-      int32_t* lev = tb.levels.data<int32_t>();
-      for (int64_t i = 0; i < n; ++i) {
-        const Token& t = ts[size_t(i)];
+      for (const Token& t : allocs[b]->layout.tokens) {
         if (t.level < 0 || t.level > max_level || t.x < 0 || t.y < 0)
           throw Error(Errc::invalid_argument, "vulkan: token outside its allocation's levels");
         tok.insert(tok.end(), {uint32_t(t.x), uint32_t(t.y), uint32_t(t.level), uint32_t(b)});
-        const float side = static_cast<float>(g0.token_px(t.level));
-        const float x0 = t.x * side, y0 = t.y * side;
-        pos[i * 4 + 0] = x0 + 0.5f * side;
-        pos[i * 4 + 1] = y0 + 0.5f * side;
-        pos[i * 4 + 2] = side;
-        pos[i * 4 + 3] = static_cast<float>(t.level);
-        lev[i] = t.level;
-        tb.boxes[size_t(i)] = {x0, y0, x0 + side, y0 + side};
       }
-      out.push_back(std::move(tb));
+      out.push_back(allocation_batch(*allocs[b], params));
     }
     const uint64_t total_tokens = tok.size() / 4;
     const uint64_t n_elems = total_tokens * 3 * uint64_t(P) * P;
@@ -768,15 +744,10 @@ struct VulkanBackend::Impl {
     push.channels = uint32_t(pyr.channels);
     push.mode = per_word ? 0 : (u8 ? 2 : 1);
     push.num_levels = uint32_t(pyr.levels);
+    const PatchScale ps = patch_scale(params);  // the CPU extraction's constants
     for (int c = 0; c < 3; ++c) {
-      // The CPU's RowWriter constants, computed the same way.
-      if (params.norm.enabled) {
-        push.scale[c] = 1.0f / (255.0f * params.norm.std[c]);
-        push.bias[c] = -params.norm.mean[c] / params.norm.std[c];
-      } else {
-        push.scale[c] = 1.0f / 255.0f;
-        push.bias[c] = 0.0f;
-      }
+      push.scale[c] = ps.scale[c];
+      push.bias[c] = ps.bias[c];
     }
     const uint64_t groups = (n_units + 63) / 64;
     const uint32_t max_x = device.limits().maxComputeWorkGroupCount[0];
