@@ -467,8 +467,36 @@ TEST_F(Vulkan, TokenizeEqualsCpuTokenize) {
     EXPECT_EQ(max_error(got.pyramid.level(l), want.pyramid.level(l)), 0.0) << "level " << l;
   EXPECT_EQ(got.allocation.rate_map.level, want.allocation.rate_map.level);
   expect_same_batch(got.batch, want.batch);
+  // The uniform baseline: the pyramid (for the relevance statistics) on the device, the grid
+  // cut on the CPU; the same tokens.
   tp.uniform = true;
-  EXPECT_THROW(gpu().tokenize(img.clone(), q, tp, exec), Error);
+  const Tokenization uwant = tokenize(img.clone(), q, tp, exec);
+  const Tokenization ugot = gpu().tokenize(img.clone(), q, tp, exec);
+  ASSERT_TRUE(ugot.is_uniform());
+  EXPECT_EQ(ugot.relevance.score, uwant.relevance.score);
+  expect_same_batch(ugot.batch, uwant.batch);
+}
+
+// The Vulkan stages sample the pyramid they left on the device, unless another call of the
+// backend has rebuilt the pooled image since (here with another image of the same shape, so
+// the same image is overwritten) or they are given another pyramid: then they upload that
+// pyramid's level 0. Either way the tokens are the CPU extraction's from the given pyramid.
+TEST_F(Vulkan, TokenizeStagesNeverSampleAStalePyramid) {
+  const ImageU8 a = random_image(190, 130, 3, 61), b = random_image(190, 130, 3, 62);
+  ExtractParams ep;
+  ep.dtype = DType::u8;
+  const Tokenization ta = cpu_tokens(a, 16, ep, 40, 50), tb = cpu_tokens(b, 16, ep, 150, 90);
+  const int levels = std::max(ta.allocation.max_level, tb.allocation.max_level) + 1;
+  Executor exec({.threads = 1});
+  std::unique_ptr<TokenizeStages> stages = gpu().tokenize_stages();
+  const PyramidU8 pa = stages->build_pyramid(a.clone(), {.max_levels = levels}, exec);
+  expect_same_batch(stages->extract(pa, ta.allocation, ep, exec), ta.batch);  // resident
+  (void)gpu().build_pyramid(b, {.max_levels = levels}, MipMethod::compute);  // overwrites it
+  expect_same_batch(stages->extract(pa, ta.allocation, ep, exec), ta.batch);
+  const PyramidU8 pb = build_pyramid(b.clone(), {.max_levels = levels}, exec);
+  const PyramidU8 pa2 = stages->build_pyramid(a.clone(), {.max_levels = levels}, exec);
+  expect_same_batch(stages->extract(pb, tb.allocation, ep, exec), tb.batch);  // not the resident one
+  expect_same_batch(stages->extract(pa2, ta.allocation, ep, exec), ta.batch);
 }
 
 // The CLI: --backend vulkan writes the same token file as the CPU; a device that matches

@@ -109,10 +109,16 @@ class VulkanBackend {
   // fovea::extract(build_pyramid(image), allocation, params) on the CPU.
   TokenBatch extract(const ImageU8& image, const Allocation& allocation, const ExtractParams& params,
                      MipMethod method = MipMethod::compute);
-  // fovea::tokenize with the pyramid built and the tokens sampled on the device: one upload,
-  // one mip chain, the levels read back for the CPU's relevance and allocation, one sampling
-  // dispatch on the resident pyramid. Equal to the CPU result for MipMethod::compute
-  // (bit-exact u8, 1e-5 float). Uniform mode: Error(unsupported).
+  // fovea::tokenize's pixel stages on this device (the pipeline itself is fovea::tokenize's):
+  // build_pyramid is one upload and one mip chain, its levels read back for the CPU's
+  // relevance and allocation; extract is one sampling dispatch on the pyramid still on the
+  // device (if another call of this backend built a pyramid in between, or extract is given
+  // another pyramid, it uploads that pyramid's level 0 and builds the mips again). The
+  // uniform baseline's patches are cut on the CPU. Uses this backend: valid while it lives.
+  std::unique_ptr<TokenizeStages> tokenize_stages(MipMethod method = MipMethod::compute);
+  // fovea::tokenize(image, query, params, exec, *tokenize_stages(method)). Equal to the CPU
+  // result for MipMethod::compute (token file byte-identical); last_timings() splits both
+  // stages.
   Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec,
                         MipMethod method = MipMethod::compute);
   // A batch: images[i] with allocations[i]; all images of one size and channel count.

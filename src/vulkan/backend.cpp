@@ -280,6 +280,9 @@ struct VulkanBackend::Impl {
   // drops the cached sets (a new handle may reuse a destroyed one's value). Resources are
   // acquired before the begin() of the phase that uses them, never in between.
   uint64_t generation = 0, sets_generation = 0;
+  // Counts upload_and_mip calls: a GpuPyramid is what its pooled image holds only until the
+  // next one (which may overwrite or evict that image).
+  uint64_t pyramid_builds = 0;
 
   VkCommandBuffer begin() {
     if (sets_generation != generation) {
@@ -363,6 +366,7 @@ struct VulkanBackend::Impl {
     g.channels = images[0]->channels();
     g.count = int(images.size());
     g.levels = resolve_levels(g.width, g.height, max_levels);
+    ++pyramid_builds;
 
     vk::ImageDesc desc;
     desc.format = fmt;
@@ -868,42 +872,56 @@ std::vector<PyramidU8> VulkanBackend::build_pyramids(std::span<const ImageU8* co
   return impl_->read_pyramids<uint8_t>(g);
 }
 
+namespace {
+
+// fovea::tokenize's pixel stages on the device: the pyramid is built once (levels 1.. read
+// back for the CPU's relevance and allocation; level 0 is the input itself) and stays
+// resident for the sampling dispatch.
+class VulkanStages final : public TokenizeStages {
+ public:
+  VulkanStages(VulkanBackend::Impl& impl, MipMethod method) : impl_(impl), method_(method) {}
+
+  PyramidU8 build_pyramid(ImageU8 image, const PyramidParams& params, Executor&) override {
+    impl_.timings = {};  // a new tokenization: the split covers both stages
+    const ImageU8* one[] = {&image};
+    resident_ = impl_.upload_and_mip<uint8_t>(std::span<const ImageU8* const>(one), params.max_levels, method_);
+    built_at_ = impl_.pyramid_builds;
+    PyramidU8 p = std::move(impl_.read_pyramids<uint8_t>(resident_, 1).at(0));
+    p.level(0) = std::move(image);
+    level0_ = p.level(0).plane(0);
+    return p;
+  }
+
+  TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation, const ExtractParams& params,
+                     Executor&) override {
+    const ImageU8* one[] = {&pyramid.level(0)};
+    const Allocation* a[] = {&allocation};
+    // The resident pyramid when `pyramid` is the one built above (known by its level-0
+    // buffer) and nothing has rebuilt the pooled image since; otherwise extract_batch uploads
+    // level 0 and builds its own mips.
+    const bool resident =
+        resident_.pooled && built_at_ == impl_.pyramid_builds && pyramid.level(0).plane(0) == level0_;
+    return std::move(impl_.extract_batch(one, a, params, method_, resident ? &resident_ : nullptr).at(0));
+  }
+
+ private:
+  VulkanBackend::Impl& impl_;
+  MipMethod method_;
+  GpuPyramid resident_;
+  uint64_t built_at_ = 0;
+  const uint8_t* level0_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenizeStages> VulkanBackend::tokenize_stages(MipMethod method) {
+  return std::make_unique<VulkanStages>(*impl_, method);
+}
+
 Tokenization VulkanBackend::tokenize(ImageU8 image, const Query& query, const TokenizeParams& params,
                                      Executor& exec, MipMethod method) {
-  if (params.uniform)
-    throw Error(Errc::unsupported, "vulkan: the uniform baseline has no Vulkan path (use the CPU backend)");
-  if (image.empty()) throw Error(Errc::invalid_argument, "cannot tokenize an empty image");
-  if (params.alloc.budget_tokens < 1)
-    throw Error(Errc::invalid_argument,
-                "budget must be at least 1 token, got " + std::to_string(params.alloc.budget_tokens));
-  const TileGrid grid = TileGrid::make(image.width(), image.height(), params.patch_px);
-  const int L = resolve_max_level(grid, params.alloc.max_level);
-  const int levels = std::max(L + 1, params.relevance.stats_level + 1);
-  impl_->timings = {};
-  Tokenization t;
-
-  // The pyramid is built once, on the device; the CPU stages (relevance, allocation) read its
-  // levels back (level 0 is the input itself), and the sampler reads the resident copy.
-  auto t0 = Clock::now();
-  const ImageU8* one[] = {&image};
-  GpuPyramid g = impl_->upload_and_mip<uint8_t>(std::span<const ImageU8* const>(one), levels, method);
-  t.pyramid = std::move(impl_->read_pyramids<uint8_t>(g, 1).at(0));
-  t.pyramid.level(0) = std::move(image);
-  one[0] = &t.pyramid.level(0);
-  t.timings.pyramid_ms = ms_since(t0);
-
-  t0 = Clock::now();
-  t.relevance = compute_relevance(t.pyramid, params.patch_px, query, params.relevance, exec);
-  t.timings.relevance_ms = ms_since(t0);
-  t0 = Clock::now();
-  t.allocation = allocate(t.relevance, params.alloc);
-  t.timings.allocate_ms = ms_since(t0);
-
-  t0 = Clock::now();
-  const Allocation* a[] = {&t.allocation};
-  t.batch = std::move(impl_->extract_batch(one, a, params.extract, method, &g).at(0));
-  t.timings.extract_ms = ms_since(t0);
-  return t;
+  VulkanStages stages(*impl_, method);
+  return fovea::tokenize(std::move(image), query, params, exec, stages);
 }
 
 TokenBatch VulkanBackend::extract(const ImageU8& image, const Allocation& allocation, const ExtractParams& params,
