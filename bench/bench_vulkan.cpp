@@ -180,6 +180,79 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
 
+    {
+      // Non-power-of-two extents: the blit chain is padded to powers of two so the driver's
+      // normalised coordinates are exact (VulkanOptions::pad_blit_chains); a second backend
+      // without padding is the fallback (and the previous design), in the same run.
+      auto plain = fovea::VulkanBackend::create({.device = "", .validation = false, .pad_blit_chains = false});
+      const int w = size - size / 41, h = size - size / 23;  // 1000x980 for --size 1024
+      const fovea::ImageU8 odd = make_image(w, h, 2);
+      std::printf("1b. blit chain at non-power-of-two sizes, RGB uint8: padded to powers of two vs the image's "
+                  "extents\n");
+      // (size + 2)^2 is the padding's worst case: level 1 has size / 2 + 1 texels a side, so
+      // the first blit's power-of-two box is 2·size a side, 4x the data.
+      for (const int side : {0, size + 2}) {
+        const fovea::ImageU8 im = side ? make_image(side, side, 3) : odd.clone();
+        const std::string tag = std::to_string(im.width()) + "x" + std::to_string(im.height());
+        const Measure cpu_odd = measure(reps, [&] {
+          fovea::PyramidU8 p = fovea::build_pyramid(im.clone(), {}, exec);
+          if (p.num_levels() == 0) std::abort();
+        });
+        row(("CPU build_pyramid (+ clone) " + tag).c_str(), cpu_odd, cpu_odd.ms, false);
+        const Measure padded =
+            measure(reps, [&] { gpu->build_pyramid(im, {}, fovea::MipMethod::blit); }, gpu.get());
+        row(("Vulkan blit, padded " + tag).c_str(), padded, cpu_odd.ms, true);
+        const Measure unpadded =
+            measure(reps, [&] { plain->build_pyramid(im, {}, fovea::MipMethod::blit); }, plain.get());
+        row(("Vulkan blit, unpadded " + tag).c_str(), unpadded, cpu_odd.ms, true);
+        std::printf("  mips: padded / unpadded %.2fx\n", padded.split.mips_ms / unpadded.split.mips_ms);
+      }
+      // Accuracy against the CPU pyramid: uint8 samples off (and by how much), float relative.
+      struct Case {
+        const char* name;
+        fovea::ImageU8 img;
+      };
+      std::vector<Case> cases;
+      cases.push_back({"odd above", odd.clone()});
+      cases.push_back({"8191x5 noise", make_image(8191, 5, 3)});
+      fovea::ImageU8 stripes(16383, 3, 3);
+      for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < 3; ++y)
+          for (int x = 0; x < 16383; ++x) stripes.at(c, y, x) = uint8_t((x + c) % 2 ? 255 : 0);
+      cases.push_back({"16383x3 stripes", std::move(stripes)});
+      std::printf("    %-16s  %-28s  %-28s\n", "image", "padded: u8 off / f32 rel", "unpadded: u8 off / f32 rel");
+      for (const Case& c : cases) {
+        const fovea::PyramidU8 want = fovea::build_pyramid(c.img.clone(), {}, exec);
+        fovea::ImageF32 f(c.img.width(), c.img.height(), 3);  // values in [0, 1]
+        for (int ch = 0; ch < 3; ++ch)
+          for (int y = 0; y < f.height(); ++y)
+            for (int x = 0; x < f.width(); ++x) f.at(ch, y, x) = c.img.at(ch, y, x) / 255.0f + 1.0f / 512;
+        const fovea::PyramidF32 fwant = fovea::build_pyramid(f.clone(), {}, exec);
+        std::printf("    %-16s", c.name);
+        for (fovea::VulkanBackend* b : {gpu.get(), plain.get()}) {
+          const fovea::PyramidU8 got = b->build_pyramid(c.img, {}, fovea::MipMethod::blit);
+          const fovea::PyramidF32 fgot = b->build_pyramid(f, {}, fovea::MipMethod::blit);
+          long off = 0, total = 0;
+          int worst = 0;
+          double rel = 0;
+          for (int l = 0; l < want.num_levels(); ++l)
+            for (int ch = 0; ch < 3; ++ch)
+              for (int y = 0; y < want.level(l).height(); ++y)
+                for (int x = 0; x < want.level(l).width(); ++x) {
+                  const int d = std::abs(int(got.level(l).at(ch, y, x)) - int(want.level(l).at(ch, y, x)));
+                  off += d != 0;
+                  worst = std::max(worst, d);
+                  ++total;
+                  const float fw = fwant.level(l).at(ch, y, x);
+                  rel = std::max(rel, double(std::abs(fgot.level(l).at(ch, y, x) - fw)) / std::abs(fw));
+                }
+          std::printf("  %6ld/%-8ld (max %d)  %.1e ", off, total, worst, rel);
+        }
+        std::printf("\n");
+      }
+      std::printf("\n");
+    }
+
     // ---- 2. extraction --------------------------------------------------------------------
     fovea::TokenizeParams tp;
     tp.patch_px = 16;

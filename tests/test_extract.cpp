@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "fovea/error.hpp"
 #include "fovea/extract.hpp"
@@ -170,6 +172,92 @@ TEST(Tokenize, BadParametersAreErrors) {
   p.patch_px = 16;
   p.extract.dtype = DType::i32;
   EXPECT_THROW(tokenize(img.clone(), {}, p, exec), Error);
+}
+
+// The CPU's stages, recording what the pipeline asks of them.
+struct RecordingStages : TokenizeStages {
+  std::vector<std::string> calls;
+  const uint8_t* built = nullptr;  // level 0 of the pyramid build_pyramid returned
+  int drop_levels = 0;             // > 0: break the contract, return fewer levels
+
+  PyramidU8 build_pyramid(ImageU8 image, const PyramidParams& params, Executor& exec) override {
+    calls.push_back("build_pyramid " + std::to_string(params.max_levels));
+    PyramidParams fewer = params;
+    fewer.max_levels = std::max(1, params.max_levels - drop_levels);
+    PyramidU8 p = TokenizeStages::build_pyramid(std::move(image), fewer, exec);
+    built = p.level(0).plane(0);
+    return p;
+  }
+  TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation, const ExtractParams& params,
+                     Executor& exec) override {
+    calls.push_back(pyramid.level(0).plane(0) == built ? "extract from it" : "extract from another pyramid");
+    return TokenizeStages::extract(pyramid, allocation, params, exec);
+  }
+};
+
+// tokenize() is the one place that checks and sequences, whatever the stages: bad parameters
+// fail before any stage runs (a device would have uploaded the image), then build_pyramid
+// once and extract once from that pyramid (none in uniform mode), and the result is the
+// plain CPU tokenize's.
+TEST(Tokenize, StagesRunOnceInOrderAfterTheChecks) {
+  const ImageU8 img = test::random_image(200, 120, 3, 4);
+  Executor exec({.threads = 1});
+  Query q;
+  q.fixations.push_back({50, 60});
+  TokenizeParams p;
+  p.alloc.budget_tokens = 40;
+  auto message = [&](const TokenizeParams& bad) {
+    RecordingStages stages;
+    try {
+      (void)tokenize(img.clone(), q, bad, exec, stages);
+    } catch (const Error& e) {
+      EXPECT_TRUE(stages.calls.empty()) << e.what();
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TokenizeParams bad = p;
+  bad.alloc.budget_tokens = 0;
+  EXPECT_EQ(message(bad), "budget must be at least 1 token, got 0");
+  bad = p;
+  bad.extract.dtype = DType::i32;
+  EXPECT_EQ(message(bad), "patch dtype must be f32, f16 or u8, got I32");
+  bad = p;
+  bad.extract.norm.std[1] = 0;
+  EXPECT_EQ(message(bad), "normalisation std must be > 0 and mean/std finite");
+
+  RecordingStages stages;
+  const Tokenization got = tokenize(img.clone(), q, p, exec, stages);
+  const Tokenization want = tokenize(img.clone(), q, p, exec);
+  ASSERT_EQ(stages.calls.size(), 2u);
+  EXPECT_EQ(stages.calls[0], "build_pyramid " + std::to_string(want.pyramid.num_levels()));
+  EXPECT_EQ(stages.calls[1], "extract from it");
+  ASSERT_EQ(got.batch.patches.size_bytes(), want.batch.patches.size_bytes());
+  EXPECT_EQ(0, std::memcmp(got.batch.patches.bytes(), want.batch.patches.bytes(), want.batch.patches.size_bytes()));
+  EXPECT_EQ(got.allocation.layout.tokens, want.allocation.layout.tokens);
+
+  p.uniform = true;
+  RecordingStages uniform;
+  const Tokenization u = tokenize(img.clone(), q, p, exec, uniform);
+  EXPECT_EQ(uniform.calls, std::vector<std::string>{"build_pyramid " + std::to_string(u.pyramid.num_levels())});
+  EXPECT_TRUE(u.is_uniform());
+}
+
+TEST(Tokenize, APyramidStageMissingLevelsIsAnError) {
+  const ImageU8 img = test::random_image(200, 120, 3, 4);
+  Executor exec({.threads = 1});
+  TokenizeParams p;
+  p.alloc.budget_tokens = 40;
+  RecordingStages stages;
+  stages.drop_levels = 1;
+  try {
+    (void)tokenize(img.clone(), {}, p, exec, stages);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::internal);
+    EXPECT_NE(std::string(e.what()).find("the pyramid stage returned"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(stages.calls.size(), 1u);  // extract never ran
 }
 
 }  // namespace

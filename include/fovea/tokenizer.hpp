@@ -1,10 +1,15 @@
-// fovea/tokenizer.hpp — the whole CPU pipeline in one call: pyramid → relevance → allocation
-// → extraction, with per-stage timings, and the safetensors file it is saved as.
+// fovea/tokenizer.hpp — the whole pipeline in one call: pyramid → relevance → allocation →
+// extraction, with per-stage timings, and the safetensors file it is saved as.
 //
 //   fovea::Executor exec;
 //   fovea::Query q;  q.fixations.push_back({512, 300});
 //   fovea::Tokenization t = fovea::tokenize(fovea::load_image("in.jpg"), q, {}, exec);
 //   fovea::save_tokens("out.safetensors", t, q, {});
+//
+// The two stages that touch pixels (build the pyramid, sample the patches) are pluggable:
+// tokenize(..., stages) runs them through a TokenizeStages, e.g. the Vulkan backend's
+// (VulkanBackend::tokenize_stages); everything else (checks, order, relevance, allocation,
+// timings) is this one function for every backend.
 //
 // The file holds: patches [N,3,P,P], positions [N,4] f32, levels [N] i32, rate_map
 // [tiles_y, tiles_x] u8, relevance [tiles_y, tiles_x] f32, and __metadata__ (image size,
@@ -47,8 +52,32 @@ struct Tokenization {
   bool is_uniform() const { return uniform.has_value(); }
 };
 
-// Takes the image by value (move it in). Throws fovea::Error for bad parameters.
+// The pixel stages of tokenize(). This base class runs them on the CPU (fovea::build_pyramid,
+// fovea::extract on `exec`); a backend overrides both and may keep state between them (the
+// Vulkan backend keeps the pyramid on the device for the sampling). tokenize() calls
+// build_pyramid once, then, in foveated mode, extract once with the pyramid it returned. The
+// uniform baseline's patches are always cut on the CPU (extract_uniform, from level 0).
+class TokenizeStages {
+ public:
+  TokenizeStages() = default;
+  virtual ~TokenizeStages() = default;
+  TokenizeStages(const TokenizeStages&) = delete;
+  TokenizeStages& operator=(const TokenizeStages&) = delete;
+
+  // fovea::build_pyramid's contract: level 0 is `image` (moved in), params.max_levels levels.
+  // Relevance and allocation read this pyramid on the CPU.
+  virtual PyramidU8 build_pyramid(ImageU8 image, const PyramidParams& params, Executor& exec);
+  // fovea::extract's contract: the allocation's tokens sampled from `pyramid`.
+  virtual TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation, const ExtractParams& params,
+                             Executor& exec);
+};
+
+// Takes the image by value (move it in). Throws fovea::Error for bad parameters, and whatever
+// a stage throws (e.g. Error(device)). Uses the CPU stages.
 Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec);
+// The same pipeline with the pixel stages of `stages`.
+Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec,
+                      TokenizeStages& stages);
 
 // __metadata__ of the token file (all values are strings, as safetensors requires).
 std::map<std::string, std::string> token_metadata(const Tokenization& t, const Query& query,

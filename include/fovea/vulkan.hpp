@@ -9,9 +9,12 @@
 //
 // Every result equals the CPU reference (pyramid.hpp, extract.hpp): compute mips and
 // sampling are bit-exact for uint8 and within 1e-5 for float. Blit mips are the driver's
-// linear filter: uint8 within 1 LSB of the CPU pyramid (exact while the filter is within
-// 0.125 LSB of the true mean), float within the filter's precision (docs/vulkan.md). Images are 2D array textures with one layer per
-// channel plane (B images × C channels layers in a batch), so planar images upload as is.
+// linear filter, run on an image and boxes of power-of-two extents so that its weights are
+// exactly 1/2: uint8 within 1 LSB of the CPU pyramid (exact while the filter is within 0.125
+// LSB of the true mean; exact on lavapipe), float within 1e-5 relative for non-negative data
+// (lavapipe: 2 ulps); without padding (VulkanOptions::pad_blit_chains) the float precision is
+// the driver's (docs/vulkan.md). Images are 2D array textures with one layer per channel
+// plane (B images × C channels layers in a batch), so planar images upload as is.
 // Errors: Error(device) when there is no usable device, Error(unsupported) for a missing
 // format feature, Error(out_of_memory) / Error(limit_exceeded) for images the device refuses.
 // When fovea was built without Vulkan, vulkan_available() is false and create() throws
@@ -58,13 +61,20 @@ std::vector<VulkanDeviceInfo> list_vulkan_devices();
 
 enum class MipMethod : uint8_t {
   compute,  // 2×2 box compute shader: bit-exact with the CPU pyramid
-  blit,     // vkCmdBlitImage chain with a linear filter (glGenerateMipmap); uint8: the chain
-            // is blitted in R32_SFLOAT and each level rounded with the CPU's rule
+  blit,     // vkCmdBlitImage chain with a linear filter (glGenerateMipmap), in an image padded
+            // to power-of-two extents; uint8: the chain is blitted in R32_SFLOAT and each
+            // level rounded with the CPU's rule
 };
 
 struct VulkanOptions {
   std::string device;       // "" best (discrete first), "N" index, else a name substring
   bool validation = false;  // VK_LAYER_KHRONOS_validation + message counting
+  // Blit mips filter an image padded to power-of-two extents (the data in its top-left
+  // corner), so that the driver's normalised texel coordinates are exact and its 2:1 linear
+  // filter averages exactly 4 texels. false, or a padded image the device refuses (limits,
+  // memory): the image's own extents, where the filter's precision is the driver's
+  // (docs/vulkan.md, "Blit mips against the CPU pyramid").
+  bool pad_blit_chains = true;
 };
 
 // Wall-clock split of the last GPU call (ms), each phase submitted and waited on separately.
@@ -99,10 +109,16 @@ class VulkanBackend {
   // fovea::extract(build_pyramid(image), allocation, params) on the CPU.
   TokenBatch extract(const ImageU8& image, const Allocation& allocation, const ExtractParams& params,
                      MipMethod method = MipMethod::compute);
-  // fovea::tokenize with the pyramid built and the tokens sampled on the device: one upload,
-  // one mip chain, the levels read back for the CPU's relevance and allocation, one sampling
-  // dispatch on the resident pyramid. Equal to the CPU result for MipMethod::compute
-  // (bit-exact u8, 1e-5 float). Uniform mode: Error(unsupported).
+  // fovea::tokenize's pixel stages on this device (the pipeline itself is fovea::tokenize's):
+  // build_pyramid is one upload and one mip chain, its levels read back for the CPU's
+  // relevance and allocation; extract is one sampling dispatch on the pyramid still on the
+  // device (if another call of this backend built a pyramid in between, or extract is given
+  // another pyramid, it uploads that pyramid's level 0 and builds the mips again). The
+  // uniform baseline's patches are cut on the CPU. Uses this backend: valid while it lives.
+  std::unique_ptr<TokenizeStages> tokenize_stages(MipMethod method = MipMethod::compute);
+  // fovea::tokenize(image, query, params, exec, *tokenize_stages(method)). Equal to the CPU
+  // result for MipMethod::compute (token file byte-identical); last_timings() splits both
+  // stages.
   Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec,
                         MipMethod method = MipMethod::compute);
   // A batch: images[i] with allocations[i]; all images of one size and channel count.

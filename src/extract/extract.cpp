@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "extract/batch.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {
@@ -14,18 +15,12 @@ namespace {
 // Writes one channel row of P samples in the batch's dtype.
 struct RowWriter {
   DType dtype;
-  float scale[3], bias[3];  // float outputs: v * scale + bias
+  std::array<float, 3> scale, bias;  // float outputs: v * scale + bias
 
   RowWriter(const ExtractParams& p) : dtype(p.dtype) {
-    for (int c = 0; c < 3; ++c) {
-      if (p.norm.enabled) {
-        scale[c] = 1.0f / (255.0f * p.norm.std[c]);
-        bias[c] = -p.norm.mean[c] / p.norm.std[c];
-      } else {
-        scale[c] = 1.0f / 255.0f;
-        bias[c] = 0.0f;
-      }
-    }
+    const PatchScale ps = patch_scale(p);
+    scale = ps.scale;
+    bias = ps.bias;
   }
 
   void write(const uint8_t* src, int n, int c, std::byte* dst) const {
@@ -49,15 +44,6 @@ struct RowWriter {
   }
 };
 
-void check_params(const ExtractParams& p) {
-  if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::u8)
-    throw Error(Errc::invalid_argument, "patch dtype must be f32, f16 or u8, got " +
-                                            std::string(dtype_name(p.dtype)));
-  for (int c = 0; c < 3; ++c)
-    if (!std::isfinite(p.norm.mean[c]) || !std::isfinite(p.norm.std[c]) || !(p.norm.std[c] > 0))
-      throw Error(Errc::invalid_argument, "normalisation std must be > 0 and mean/std finite");
-}
-
 // Copies the P×P block at (x0, y0) of `img` (clamped to its edges) for every output channel.
 void sample_block(const ImageU8& img, int x0, int y0, int P, const RowWriter& w, std::byte* dst,
                   size_t elem) {
@@ -78,6 +64,31 @@ void sample_block(const ImageU8& img, int x0, int y0, int P, const RowWriter& w,
   }
 }
 
+}  // namespace
+
+void check_extract_params(const ExtractParams& p) {
+  if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::u8)
+    throw Error(Errc::invalid_argument, "patch dtype must be f32, f16 or u8, got " +
+                                            std::string(dtype_name(p.dtype)));
+  for (int c = 0; c < 3; ++c)
+    if (!std::isfinite(p.norm.mean[c]) || !std::isfinite(p.norm.std[c]) || !(p.norm.std[c] > 0))
+      throw Error(Errc::invalid_argument, "normalisation std must be > 0 and mean/std finite");
+}
+
+PatchScale patch_scale(const ExtractParams& p) {
+  PatchScale s;
+  for (int c = 0; c < 3; ++c) {
+    if (p.norm.enabled) {
+      s.scale[c] = 1.0f / (255.0f * p.norm.std[c]);
+      s.bias[c] = -p.norm.mean[c] / p.norm.std[c];
+    } else {
+      s.scale[c] = 1.0f / 255.0f;
+      s.bias[c] = 0.0f;
+    }
+  }
+  return s;
+}
+
 TokenBatch make_batch(int64_t n, int P, const ExtractParams& params) {
   TokenBatch b;
   b.patches = Tensor(params.dtype, {n, 3, P, P});
@@ -89,11 +100,31 @@ TokenBatch make_batch(int64_t n, int P, const ExtractParams& params) {
   return b;
 }
 
-}  // namespace
+TokenBatch allocation_batch(const Allocation& allocation, const ExtractParams& params) {
+  const TileGrid& g = allocation.rate_map.grid;
+  const std::vector<Token>& tokens = allocation.layout.tokens;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  TokenBatch b = make_batch(n, g.patch_px, params);
+  b.level_offsets = allocation.layout.level_offsets;
+  float* pos = b.positions.data<float>();
+  int32_t* lev = b.levels.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const Token& t = tokens[size_t(i)];
+    const float side = static_cast<float>(g.token_px(t.level));
+    const float x0 = t.x * side, y0 = t.y * side;
+    pos[i * 4 + 0] = x0 + 0.5f * side;
+    pos[i * 4 + 1] = y0 + 0.5f * side;
+    pos[i * 4 + 2] = side;
+    pos[i * 4 + 3] = static_cast<float>(t.level);
+    lev[i] = t.level;
+    b.boxes[size_t(i)] = {x0, y0, x0 + side, y0 + side};
+  }
+  return b;
+}
 
 TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation,
                    const ExtractParams& params, Executor& exec) {
-  check_params(params);
+  check_extract_params(params);
   const TileGrid& g = allocation.rate_map.grid;
   const int P = g.patch_px;
   if (pyramid.width() != g.image_width || pyramid.height() != g.image_height)
@@ -103,27 +134,15 @@ TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation,
                                             std::to_string(allocation.max_level) + " but the pyramid has " +
                                             std::to_string(pyramid.num_levels()) + " levels");
   const std::vector<Token>& tokens = allocation.layout.tokens;
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  TokenBatch b = make_batch(n, P, params);
-  b.level_offsets = allocation.layout.level_offsets;
+  TokenBatch b = allocation_batch(allocation, params);
   const RowWriter writer(params);
   const size_t elem = dtype_size(params.dtype);
   const size_t patch_bytes = size_t(3) * P * P * elem;
-  float* pos = b.positions.data<float>();
-  int32_t* lev = b.levels.data<int32_t>();
-  exec.parallel_for(n, 16, [&](int64_t i0, int64_t i1) {
+  exec.parallel_for(b.size(), 16, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const Token& t = tokens[i];
+      const Token& t = tokens[size_t(i)];
       sample_block(pyramid.level(t.level), t.x * P, t.y * P, P, writer,
                    b.patches.bytes() + size_t(i) * patch_bytes, elem);
-      const float side = static_cast<float>(g.token_px(t.level));
-      const float x0 = t.x * side, y0 = t.y * side;
-      pos[i * 4 + 0] = x0 + 0.5f * side;
-      pos[i * 4 + 1] = y0 + 0.5f * side;
-      pos[i * 4 + 2] = side;
-      pos[i * 4 + 3] = static_cast<float>(t.level);
-      lev[i] = t.level;
-      b.boxes[i] = {x0, y0, x0 + side, y0 + side};
     }
   });
   return b;
@@ -131,7 +150,7 @@ TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation,
 
 TokenBatch extract_uniform(const ImageU8& image, const UniformGrid& grid, int patch_px,
                            const ExtractParams& params, Executor& exec) {
-  check_params(params);
+  check_extract_params(params);
   const int P = patch_px;
   if (grid.resized_width != grid.grid_x * P || grid.resized_height != grid.grid_y * P || grid.grid_x < 1 ||
       grid.grid_y < 1)

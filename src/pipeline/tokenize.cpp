@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "extract/batch.hpp"
 #include "fovea/error.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/tokenizer.hpp"
@@ -23,19 +24,42 @@ std::string fmt(double v) {
 }
 }  // namespace
 
+PyramidU8 TokenizeStages::build_pyramid(ImageU8 image, const PyramidParams& params, Executor& exec) {
+  return fovea::build_pyramid(std::move(image), params, exec);
+}
+
+TokenBatch TokenizeStages::extract(const PyramidU8& pyramid, const Allocation& allocation,
+                                   const ExtractParams& params, Executor& exec) {
+  return fovea::extract(pyramid, allocation, params, exec);
+}
+
 Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec) {
+  TokenizeStages cpu;
+  return tokenize(std::move(image), query, params, exec, cpu);
+}
+
+Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec,
+                      TokenizeStages& stages) {
   if (image.empty()) throw Error(Errc::invalid_argument, "cannot tokenize an empty image");
   if (params.alloc.budget_tokens < 1)
     throw Error(Errc::invalid_argument,
                 "budget must be at least 1 token, got " + std::to_string(params.alloc.budget_tokens));
   const TileGrid grid = TileGrid::make(image.width(), image.height(), params.patch_px);
   const int L = resolve_max_level(grid, params.alloc.max_level);
+  check_extract_params(params.extract);  // before any stage runs (a device's upload included)
   Tokenization t;
 
   auto t0 = Clock::now();
   // The levels the tokens sample from, and at least those the relevance statistics read.
   const int levels = std::max(params.uniform ? 1 : L + 1, params.relevance.stats_level + 1);
-  t.pyramid = build_pyramid(std::move(image), PyramidParams{.max_levels = levels}, exec);
+  const int w = image.width(), h = image.height(), channels = image.channels();
+  t.pyramid = stages.build_pyramid(std::move(image), PyramidParams{.max_levels = levels}, exec);
+  if (t.pyramid.width() != w || t.pyramid.height() != h || t.pyramid.channels() != channels ||
+      t.pyramid.num_levels() < std::min(levels, full_mip_levels(w, h)))
+    throw Error(Errc::internal, "tokenize: the pyramid stage returned " + std::to_string(t.pyramid.num_levels()) +
+                                    " levels of " + std::to_string(t.pyramid.width()) + "x" +
+                                    std::to_string(t.pyramid.height()) + " for a " + std::to_string(w) + "x" +
+                                    std::to_string(h) + " image needing " + std::to_string(levels));
   t.timings.pyramid_ms = ms_since(t0);
 
   t0 = Clock::now();
@@ -60,7 +84,7 @@ Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& p
   t0 = Clock::now();
   t.batch = params.uniform
                 ? extract_uniform(t.pyramid.level(0), *t.uniform, params.patch_px, params.extract, exec)
-                : extract(t.pyramid, t.allocation, params.extract, exec);
+                : stages.extract(t.pyramid, t.allocation, params.extract, exec);
   t.timings.extract_ms = ms_since(t0);
   return t;
 }

@@ -2,6 +2,7 @@
 // textures (one layer per channel plane), builds mips by blit chain or compute shader, and
 // samples tokens with textureLod from the rate map.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <optional>
 
+#include "extract/batch.hpp"
 #include "fovea/error.hpp"
 #include "fovea/vulkan.hpp"
 #include "vulkan/vk.hpp"
@@ -187,6 +189,62 @@ struct GpuPyramid {
   uint32_t layers() const { return uint32_t(count * channels); }
 };
 
+// Texels outside a padded blit image's data that its blits read with weight 0. Once an
+// axis's data extent is 1 while the padded extent is still >= 2, that axis's blit is 1:1 and
+// samples exactly at texel 0's centre, and the linear filter also fetches texel 1 with weight
+// 0; the padding holds whatever the memory held, and 0 × NaN is NaN. These texels are zeroed
+// before the chain: column 1 beside the data rows, row 1 beside the data columns (and the
+// corner), on every level a blit reads. `image`: the padded desc (levels, extents); none
+// when it is not padded (there, data extent 1 means image extent 1 and the clamp rereads
+// texel 0).
+std::vector<VkBufferImageCopy> padding_guards(const GpuPyramid& g, const vk::ImageDesc& image) {
+  std::vector<VkBufferImageCopy> out;
+  for (int l = 0; l + 1 < g.levels; ++l) {
+    const uint32_t dw = uint32_t(mip_extent(g.width, l)), dh = uint32_t(mip_extent(g.height, l));
+    const uint32_t pw = std::max(1u, image.width >> l), ph = std::max(1u, image.height >> l);
+    VkBufferImageCopy r{};
+    r.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l), 0, g.layers()};
+    if (dw == 1 && pw >= 2) {
+      r.imageOffset = {1, 0, 0};
+      r.imageExtent = {1, dh, 1};
+      out.push_back(r);
+    }
+    if (dh == 1 && ph >= 2) {  // disjoint from the column: that one covers row 1 only when dh >= 2
+      r.imageOffset = {0, 1, 0};
+      r.imageExtent = {std::min(pw, dw + 1), 1, 1};
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+// The blit from level l to l + 1 of g, filtering `image` (g's image or its float chain).
+// Each axis is an exact 2:1 scale, src [0, 2·n) -> dst [0, n), so every destination texel's
+// centre falls midway between 2 source texel centres and the linear filter averages exactly
+// them (1:1, [0, 1) -> [0, 1), where the data extent is already 1). n is the data's next
+// extent, so an odd last row/column is dropped as on the CPU (glGenerateMipmap's
+// full-extent blit would resample instead) -- rounded up to a power of two on an axis the
+// image is padded on (a power-of-two level-0 extent): the driver derives texel coordinates
+// from the box's extents too (lavapipe: the rasteriser's attribute gradient, Δs · 1/Δx), and
+// only power-of-two boxes keep them exact. The texels such a box adds are padding, read only
+// into padding: destination texel x reads source texels 2x and 2x + 1, so data reads data.
+VkImageBlit mip_blit(const GpuPyramid& g, const vk::ImageDesc& image, int l) {
+  auto box = [](int data, uint32_t image_extent) {
+    if (data == 1) return std::pair{1, 1};
+    const int half = data / 2;
+    const int n = std::has_single_bit(image_extent) ? int(std::bit_ceil(uint32_t(half))) : half;
+    return std::pair{2 * n, n};
+  };
+  const auto [sx, dx] = box(mip_extent(g.width, l), image.width);
+  const auto [sy, dy] = box(mip_extent(g.height, l), image.height);
+  VkImageBlit blit{};
+  blit.srcSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l), 0, g.layers()};
+  blit.srcOffsets[1] = {sx, sy, 1};
+  blit.dstSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l + 1), 0, g.layers()};
+  blit.dstOffsets[1] = {dx, dy, 1};
+  return blit;
+}
+
 template <typename T>
 void check_same_size(std::span<const Image<T>* const> images) {
   if (images.empty()) throw Error(Errc::invalid_argument, "vulkan: no images given");
@@ -208,6 +266,7 @@ struct VulkanBackend::Impl {
   vk::Commands commands;
   vk::Sampler nearest;
   std::optional<vk::ComputeKernel> mip_u8, mip_f32, sample, quantize;
+  bool pad_blit_chains = true;
   std::string mip_u8_missing;  // why the u8 compute and blit mips are unavailable, when they are
   VulkanDeviceInfo info;
   VulkanTimings timings;
@@ -215,12 +274,15 @@ struct VulkanBackend::Impl {
   // chain of uint8 blit mips, rate maps; and one buffer per transfer role.
   ImagePool pyramids{2}, chains{1}, rate_maps{1};
   vk::Buffer upload_staging, pyramid_readback, rate_staging, token_list, status_words, sample_result,
-      sample_readback;
+      sample_readback, guard_zeros;
   // Descriptor sets are cached by the kernels (record_cached) for the pooled handles; any
   // creation or destruction of a pooled resource bumps `generation`, and the next begin()
   // drops the cached sets (a new handle may reuse a destroyed one's value). Resources are
   // acquired before the begin() of the phase that uses them, never in between.
   uint64_t generation = 0, sets_generation = 0;
+  // Counts upload_and_mip calls: a GpuPyramid is what its pooled image holds only until the
+  // next one (which may overwrite or evict that image).
+  uint64_t pyramid_builds = 0;
 
   VkCommandBuffer begin() {
     if (sets_generation != generation) {
@@ -238,6 +300,7 @@ struct VulkanBackend::Impl {
         commands(device, device.compute_queue()),
         nearest(device, VK_FILTER_NEAREST, VK_SAMPLER_MIPMAP_MODE_NEAREST, VK_LOD_CLAMP_NONE) {
     info = describe(physical);
+    pad_blit_chains = o.pad_blit_chains;
     const VkFormatFeatureFlags storage = VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT;
     if (!device.enabled_features().shaderStorageImageExtendedFormats)
       mip_u8_missing = "the device lacks shaderStorageImageExtendedFormats (r8ui storage images)";
@@ -262,6 +325,36 @@ struct VulkanBackend::Impl {
 
   // ---- pyramid on the device -------------------------------------------------------------
 
+  // The image a blit chain filters: desc with its extents rounded up to powers of two (see
+  // record_blit_mips), unless padding is off or the device refuses that image (its limits,
+  // or memory); then desc as is. The pooled image's desc says which.
+  PooledImage& acquire_blit_image(ImagePool& pool, const vk::ImageDesc& desc) {
+    vk::ImageDesc padded = desc;
+    padded.width = std::bit_ceil(desc.width);
+    padded.height = std::bit_ceil(desc.height);
+    if (pad_blit_chains && !same_desc(padded, desc) && !vk::Image::check_desc(device, padded)) {
+      try {
+        return pool.acquire(device, padded, generation);
+      } catch (const Error& e) {
+        if (e.code() != Errc::out_of_memory) throw;
+      }
+    }
+    return pool.acquire(device, desc, generation);
+  }
+
+  // Records the zeroing of `guards` (padding_guards) in `image`, all of whose levels must be
+  // in TRANSFER_DST_OPTIMAL, and makes it visible to the blits and rounding passes.
+  void record_guards(VkCommandBuffer cb, VkImage image, const std::vector<VkBufferImageCopy>& guards,
+                     VkBuffer zeros) {
+    if (guards.empty()) return;
+    vkCmdCopyBufferToImage(cb, zeros, image, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, uint32_t(guards.size()),
+                           guards.data());
+    vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT |
+                           VK_ACCESS_SHADER_WRITE_BIT);
+  }
+
   template <typename T>
   GpuPyramid upload_and_mip(std::span<const Image<T>* const> images, int max_levels, MipMethod method) {
     check_same_size(images);
@@ -273,6 +366,7 @@ struct VulkanBackend::Impl {
     g.channels = images[0]->channels();
     g.count = int(images.size());
     g.levels = resolve_levels(g.width, g.height, max_levels);
+    ++pyramid_builds;
 
     vk::ImageDesc desc;
     desc.format = fmt;
@@ -306,7 +400,9 @@ struct VulkanBackend::Impl {
           desc.flags |= VK_IMAGE_CREATE_EXTENDED_USAGE_BIT;
       }
     }
-    g.pooled = &pyramids.acquire(device, desc, generation);
+    // Float blit mips filter the pyramid image itself, so that one is padded.
+    g.pooled = method == MipMethod::blit && !u8 ? &acquire_blit_image(pyramids, desc)
+                                                : &pyramids.acquire(device, desc, generation);
 
     // Upload: the planes of each image are contiguous in its buffer, rows stride() apart.
     const size_t plane_bytes = images[0]->plane_stride() * sizeof(T);
@@ -346,13 +442,27 @@ struct VulkanBackend::Impl {
       cd.layers = g.layers();
       cd.levels = uint32_t(g.levels);
       cd.usage = VK_IMAGE_USAGE_TRANSFER_SRC_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_STORAGE_BIT;
-      chain = &chains.acquire(device, cd, generation);
+      chain = &acquire_blit_image(chains, cd);
+    }
+    std::vector<VkBufferImageCopy> guards;
+    VkBuffer zeros = VK_NULL_HANDLE;
+    if (method == MipMethod::blit) {
+      guards = padding_guards(g, chain ? chain->desc : g.pooled->desc);
+      VkDeviceSize bytes = 0;
+      for (const VkBufferImageCopy& r : guards)
+        bytes = std::max<VkDeviceSize>(bytes, VkDeviceSize(r.imageExtent.width) * r.imageExtent.height * 4);
+      if (bytes > 0) {
+        vk::Buffer& z = pooled_buffer(device, guard_zeros, bytes * g.layers(), VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+                                      vk::MemoryUse::upload, generation);
+        std::memset(z.mapped(), 0, z.size());
+        zeros = z.handle();
+      }
     }
     cb = begin();
     if (chain)
-      record_blit_mips_u8(cb, g, *chain);
+      record_blit_mips_u8(cb, g, *chain, guards, zeros);
     else if (method == MipMethod::blit)
-      record_blit_mips(cb, g);
+      record_blit_mips(cb, g, guards, zeros);
     else
       record_compute_mips<T>(cb, g);
     commands.submit_and_wait();
@@ -364,27 +474,27 @@ struct VulkanBackend::Impl {
   }
 
   // Float blit mips: the plain chain, each level the driver's linear filter of the previous.
-  void record_blit_mips(VkCommandBuffer cb, GpuPyramid& g) {
+  // The filter's weights come from texel coordinates the driver derives from the image's
+  // extents ((x + 0.5) / extent) and from the blit boxes; with either not a power of two they
+  // are inexact in float and the 2:1 filter is not the mean of its 4 texels (lavapipe: off by
+  // about x·2^-24 of the texel difference, 1e-3 relative at 8191 wide). g's image is
+  // therefore padded to power-of-two extents (acquire_blit_image), the data in its top-left
+  // corner, and the boxes rounded up to powers of two (mip_blit): every coordinate is then a
+  // dyadic rational, exact in float, and each weight exactly 1/2 (docs/vulkan.md). `guards`:
+  // padding_guards of the image, zeroed from `zeros` first.
+  void record_blit_mips(VkCommandBuffer cb, GpuPyramid& g, const std::vector<VkBufferImageCopy>& guards,
+                        VkBuffer zeros) {
     const VkImage img = g.image().handle();
-    vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
-                      VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                      VK_ACCESS_TRANSFER_READ_BIT);
     if (g.levels > 1)
       vk::image_barrier(cb, img, 1, uint32_t(g.levels - 1), VK_IMAGE_LAYOUT_UNDEFINED,
                         VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0,
                         VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
+    record_guards(cb, img, guards, zeros);  // level 0 is still TRANSFER_DST from the upload
+    vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
+                      VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      VK_ACCESS_TRANSFER_READ_BIT);
     for (int l = 0; l + 1 < g.levels; ++l) {
-      const int sw = mip_extent(g.width, l), sh = mip_extent(g.height, l);
-      const int dw = mip_extent(g.width, l + 1), dh = mip_extent(g.height, l + 1);
-      // The source box is [0, 2·dw) × [0, 2·dh) (1 where the extent is already 1): an exact
-      // 2:1 scale, so each destination texel's centre falls between 4 source texel centres
-      // and the linear filter averages exactly them; the odd last row/column is dropped as
-      // on the CPU (the full-extent blit of glGenerateMipmap would resample instead).
-      VkImageBlit blit{};
-      blit.srcSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l), 0, g.layers()};
-      blit.srcOffsets[1] = {sw == 1 ? 1 : 2 * dw, sh == 1 ? 1 : 2 * dh, 1};
-      blit.dstSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l + 1), 0, g.layers()};
-      blit.dstOffsets[1] = {dw, dh, 1};
+      const VkImageBlit blit = mip_blit(g, g.image().desc(), l);
       vkCmdBlitImage(cb, img, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, img, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1,
                      &blit, VK_FILTER_LINEAR);
       vk::image_barrier(cb, img, uint32_t(l + 1), 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
@@ -406,24 +516,27 @@ struct VulkanBackend::Impl {
   // blit), and after each blit mip_quantize.comp rounds the new level with the CPU's rule,
   // into the uint8 pyramid and back into the float chain the next blit reads. Result: the CPU
   // pyramid, as long as the driver's 2:1 linear filter is within 0.125 LSB of the mean of its
-  // 4 source texels. `chain`: an R32_SFLOAT image of g's extents, layers and levels.
-  void record_blit_mips_u8(VkCommandBuffer cb, GpuPyramid& g, PooledImage& chain) {
+  // 4 source texels; with `chain` padded to power-of-two extents (record_blit_mips) the filter
+  // of integers is exact. `chain`: an R32_SFLOAT image of g's layers and levels and at least
+  // its extents; `guards`: its padding_guards, zeroed from `zeros` first.
+  void record_blit_mips_u8(VkCommandBuffer cb, GpuPyramid& g, PooledImage& chain,
+                           const std::vector<VkBufferImageCopy>& guards, VkBuffer zeros) {
     const VkImage img = g.image().handle(), ch = chain.image.handle();
     const uint32_t rest = uint32_t(g.levels - 1);
     vk::image_barrier(cb, img, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
                       VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
-    vk::image_barrier(cb, ch, 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_GENERAL,
-                      VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                      VK_ACCESS_SHADER_WRITE_BIT);
-    if (rest > 0) {
+    vk::image_barrier(cb, ch, 0, uint32_t(g.levels), VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                      VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      VK_ACCESS_TRANSFER_WRITE_BIT);
+    record_guards(cb, ch, guards, zeros);
+    vk::image_barrier(cb, ch, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
+                      VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT);
+    if (rest > 0)
       vk::image_barrier(cb, img, 1, rest, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_GENERAL,
                         VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                         VK_ACCESS_SHADER_WRITE_BIT);
-      vk::image_barrier(cb, ch, 1, rest, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
-                        VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                        VK_ACCESS_TRANSFER_WRITE_BIT);
-    }
     auto round_level = [&](int l, uint32_t mode) {
       const QuantizePush push{mip_extent(g.width, l), mip_extent(g.height, l), mode, 0};
       const vk::Binding bindings[] = {vk::Binding::storage_image(chain.level_view(l, VK_FORMAT_R32_SFLOAT)),
@@ -435,13 +548,7 @@ struct VulkanBackend::Impl {
       vk::image_barrier(cb, ch, uint32_t(l), 1, VK_IMAGE_LAYOUT_GENERAL, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                         VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
-      const int dw = mip_extent(g.width, l + 1), dh = mip_extent(g.height, l + 1);
-      // Source box [0, 2·dw) × [0, 2·dh), as in record_blit_mips: an exact 2:1 scale.
-      VkImageBlit blit{};
-      blit.srcSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l), 0, g.layers()};
-      blit.srcOffsets[1] = {mip_extent(g.width, l) == 1 ? 1 : 2 * dw, mip_extent(g.height, l) == 1 ? 1 : 2 * dh, 1};
-      blit.dstSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, uint32_t(l + 1), 0, g.layers()};
-      blit.dstOffsets[1] = {dw, dh, 1};
+      const VkImageBlit blit = mip_blit(g, chain.desc, l);
       vkCmdBlitImage(cb, ch, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, ch, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1, &blit,
                      VK_FILTER_LINEAR);
       vk::image_barrier(cb, ch, uint32_t(l + 1), 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
@@ -545,12 +652,7 @@ struct VulkanBackend::Impl {
     if (images.size() != allocs.size())
       throw Error(Errc::invalid_argument, "vulkan: one allocation per image is needed");
     check_same_size(images);
-    if (params.dtype != DType::f32 && params.dtype != DType::f16 && params.dtype != DType::u8)
-      throw Error(Errc::invalid_argument,
-                  "patch dtype must be f32, f16 or u8, got " + std::string(dtype_name(params.dtype)));
-    for (int c = 0; c < 3; ++c)
-      if (!std::isfinite(params.norm.mean[c]) || !std::isfinite(params.norm.std[c]) || !(params.norm.std[c] > 0))
-        throw Error(Errc::invalid_argument, "normalisation std must be > 0 and mean/std finite");
+    check_extract_params(params);
     const TileGrid& g0 = allocs[0]->rate_map.grid;
     int max_level = 0;
     for (const Allocation* a : allocs) {
@@ -568,37 +670,17 @@ struct VulkanBackend::Impl {
       throw Error(Errc::invalid_argument, "allocation needs mip level " + std::to_string(max_level) +
                                               " but the pyramid has " + std::to_string(levels) + " levels");
 
-    // Token list of the whole batch (x, y, level, image) and the CPU-side metadata.
+    // Token list of the whole batch (x, y, level, image); positions, levels and boxes as the
+    // CPU extraction makes them (extract/batch.hpp), the patches filled from the device below.
     std::vector<uint32_t> tok;
     std::vector<TokenBatch> out;
     for (size_t b = 0; b < allocs.size(); ++b) {
-      const std::vector<Token>& ts = allocs[b]->layout.tokens;
-      TokenBatch tb;
-      const int64_t n = int64_t(ts.size());
-      tb.patches = Tensor(params.dtype, {n, 3, P, P});
-      tb.positions = Tensor(DType::f32, {n, 4});
-      tb.levels = Tensor(DType::i32, {n});
-      tb.boxes.resize(size_t(n));
-      tb.patch_px = P;
-      tb.params = params;
-      tb.level_offsets = allocs[b]->layout.level_offsets;
-      float* pos = tb.positions.data<float>();
-      int32_t* lev = tb.levels.data<int32_t>();
-      for (int64_t i = 0; i < n; ++i) {
-        const Token& t = ts[size_t(i)];
+      for (const Token& t : allocs[b]->layout.tokens) {
         if (t.level < 0 || t.level > max_level || t.x < 0 || t.y < 0)
           throw Error(Errc::invalid_argument, "vulkan: token outside its allocation's levels");
         tok.insert(tok.end(), {uint32_t(t.x), uint32_t(t.y), uint32_t(t.level), uint32_t(b)});
-        const float side = static_cast<float>(g0.token_px(t.level));
-        const float x0 = t.x * side, y0 = t.y * side;
-        pos[i * 4 + 0] = x0 + 0.5f * side;
-        pos[i * 4 + 1] = y0 + 0.5f * side;
-        pos[i * 4 + 2] = side;
-        pos[i * 4 + 3] = static_cast<float>(t.level);
-        lev[i] = t.level;
-        tb.boxes[size_t(i)] = {x0, y0, x0 + side, y0 + side};
       }
-      out.push_back(std::move(tb));
+      out.push_back(allocation_batch(*allocs[b], params));
     }
     const uint64_t total_tokens = tok.size() / 4;
     const uint64_t n_elems = total_tokens * 3 * uint64_t(P) * P;
@@ -666,15 +748,10 @@ struct VulkanBackend::Impl {
     push.channels = uint32_t(pyr.channels);
     push.mode = per_word ? 0 : (u8 ? 2 : 1);
     push.num_levels = uint32_t(pyr.levels);
+    const PatchScale ps = patch_scale(params);  // the CPU extraction's constants
     for (int c = 0; c < 3; ++c) {
-      // The CPU's RowWriter constants, computed the same way.
-      if (params.norm.enabled) {
-        push.scale[c] = 1.0f / (255.0f * params.norm.std[c]);
-        push.bias[c] = -params.norm.mean[c] / params.norm.std[c];
-      } else {
-        push.scale[c] = 1.0f / 255.0f;
-        push.bias[c] = 0.0f;
-      }
+      push.scale[c] = ps.scale[c];
+      push.bias[c] = ps.bias[c];
     }
     const uint64_t groups = (n_units + 63) / 64;
     const uint32_t max_x = device.limits().maxComputeWorkGroupCount[0];
@@ -795,42 +872,56 @@ std::vector<PyramidU8> VulkanBackend::build_pyramids(std::span<const ImageU8* co
   return impl_->read_pyramids<uint8_t>(g);
 }
 
+namespace {
+
+// fovea::tokenize's pixel stages on the device: the pyramid is built once (levels 1.. read
+// back for the CPU's relevance and allocation; level 0 is the input itself) and stays
+// resident for the sampling dispatch.
+class VulkanStages final : public TokenizeStages {
+ public:
+  VulkanStages(VulkanBackend::Impl& impl, MipMethod method) : impl_(impl), method_(method) {}
+
+  PyramidU8 build_pyramid(ImageU8 image, const PyramidParams& params, Executor&) override {
+    impl_.timings = {};  // a new tokenization: the split covers both stages
+    const ImageU8* one[] = {&image};
+    resident_ = impl_.upload_and_mip<uint8_t>(std::span<const ImageU8* const>(one), params.max_levels, method_);
+    built_at_ = impl_.pyramid_builds;
+    PyramidU8 p = std::move(impl_.read_pyramids<uint8_t>(resident_, 1).at(0));
+    p.level(0) = std::move(image);
+    level0_ = p.level(0).plane(0);
+    return p;
+  }
+
+  TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation, const ExtractParams& params,
+                     Executor&) override {
+    const ImageU8* one[] = {&pyramid.level(0)};
+    const Allocation* a[] = {&allocation};
+    // The resident pyramid when `pyramid` is the one built above (known by its level-0
+    // buffer) and nothing has rebuilt the pooled image since; otherwise extract_batch uploads
+    // level 0 and builds its own mips.
+    const bool resident =
+        resident_.pooled && built_at_ == impl_.pyramid_builds && pyramid.level(0).plane(0) == level0_;
+    return std::move(impl_.extract_batch(one, a, params, method_, resident ? &resident_ : nullptr).at(0));
+  }
+
+ private:
+  VulkanBackend::Impl& impl_;
+  MipMethod method_;
+  GpuPyramid resident_;
+  uint64_t built_at_ = 0;
+  const uint8_t* level0_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenizeStages> VulkanBackend::tokenize_stages(MipMethod method) {
+  return std::make_unique<VulkanStages>(*impl_, method);
+}
+
 Tokenization VulkanBackend::tokenize(ImageU8 image, const Query& query, const TokenizeParams& params,
                                      Executor& exec, MipMethod method) {
-  if (params.uniform)
-    throw Error(Errc::unsupported, "vulkan: the uniform baseline has no Vulkan path (use the CPU backend)");
-  if (image.empty()) throw Error(Errc::invalid_argument, "cannot tokenize an empty image");
-  if (params.alloc.budget_tokens < 1)
-    throw Error(Errc::invalid_argument,
-                "budget must be at least 1 token, got " + std::to_string(params.alloc.budget_tokens));
-  const TileGrid grid = TileGrid::make(image.width(), image.height(), params.patch_px);
-  const int L = resolve_max_level(grid, params.alloc.max_level);
-  const int levels = std::max(L + 1, params.relevance.stats_level + 1);
-  impl_->timings = {};
-  Tokenization t;
-
-  // The pyramid is built once, on the device; the CPU stages (relevance, allocation) read its
-  // levels back (level 0 is the input itself), and the sampler reads the resident copy.
-  auto t0 = Clock::now();
-  const ImageU8* one[] = {&image};
-  GpuPyramid g = impl_->upload_and_mip<uint8_t>(std::span<const ImageU8* const>(one), levels, method);
-  t.pyramid = std::move(impl_->read_pyramids<uint8_t>(g, 1).at(0));
-  t.pyramid.level(0) = std::move(image);
-  one[0] = &t.pyramid.level(0);
-  t.timings.pyramid_ms = ms_since(t0);
-
-  t0 = Clock::now();
-  t.relevance = compute_relevance(t.pyramid, params.patch_px, query, params.relevance, exec);
-  t.timings.relevance_ms = ms_since(t0);
-  t0 = Clock::now();
-  t.allocation = allocate(t.relevance, params.alloc);
-  t.timings.allocate_ms = ms_since(t0);
-
-  t0 = Clock::now();
-  const Allocation* a[] = {&t.allocation};
-  t.batch = std::move(impl_->extract_batch(one, a, params.extract, method, &g).at(0));
-  t.timings.extract_ms = ms_since(t0);
-  return t;
+  VulkanStages stages(*impl_, method);
+  return fovea::tokenize(std::move(image), query, params, exec, stages);
 }
 
 TokenBatch VulkanBackend::extract(const ImageU8& image, const Allocation& allocation, const ExtractParams& params,

@@ -33,6 +33,7 @@ std::vector<PyramidU8> VulkanBackend::build_pyramids(std::span<const ImageU8* co
 Tokenization VulkanBackend::tokenize(ImageU8, const Query&, const TokenizeParams&, Executor&, MipMethod) {
   not_built();
 }
+std::unique_ptr<TokenizeStages> VulkanBackend::tokenize_stages(MipMethod) { not_built(); }
 TokenBatch VulkanBackend::extract(const ImageU8&, const Allocation&, const ExtractParams&, MipMethod) {
   not_built();
 }

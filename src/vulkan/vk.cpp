@@ -545,31 +545,31 @@ void Buffer::reset() {
 
 // ---- images ----------------------------------------------------------------------------------
 
-Image Image::create_unbound(const Device& device, const ImageDesc& desc) {
+std::optional<Error> Image::check_desc(const Device& device, const ImageDesc& desc) {
   const VkPhysicalDeviceLimits& lim = device.limits();
   if (desc.width == 0 || desc.height == 0 || desc.layers == 0 || desc.levels == 0)
-    throw Error(Errc::invalid_argument, "vulkan: image extents, layers and levels must be >= 1");
+    return Error(Errc::invalid_argument, "vulkan: image extents, layers and levels must be >= 1");
   if (desc.width > lim.maxImageDimension2D || desc.height > lim.maxImageDimension2D)
-    throw Error(Errc::limit_exceeded, "vulkan: image " + std::to_string(desc.width) + "x" +
-                                          std::to_string(desc.height) + " exceeds the device's maxImageDimension2D " +
-                                          std::to_string(lim.maxImageDimension2D));
+    return Error(Errc::limit_exceeded, "vulkan: image " + std::to_string(desc.width) + "x" +
+                                           std::to_string(desc.height) + " exceeds the device's maxImageDimension2D " +
+                                           std::to_string(lim.maxImageDimension2D));
   if (desc.layers > lim.maxImageArrayLayers)
-    throw Error(Errc::limit_exceeded, "vulkan: " + std::to_string(desc.layers) +
-                                          " array layers exceed the device's maxImageArrayLayers " +
-                                          std::to_string(lim.maxImageArrayLayers));
+    return Error(Errc::limit_exceeded, "vulkan: " + std::to_string(desc.layers) +
+                                           " array layers exceed the device's maxImageArrayLayers " +
+                                           std::to_string(lim.maxImageArrayLayers));
   VkImageFormatProperties fp{};
   const VkResult fr = vkGetPhysicalDeviceImageFormatProperties(device.physical(), desc.format, VK_IMAGE_TYPE_2D,
                                                                VK_IMAGE_TILING_OPTIMAL, desc.usage, desc.flags, &fp);
   if (fr == VK_ERROR_FORMAT_NOT_SUPPORTED)
-    throw Error(Errc::unsupported, "vulkan: " + device.info().name() + " cannot create " +
-                                       std::string(format_name(desc.format)) + " images with the requested usage");
+    return Error(Errc::unsupported, "vulkan: " + device.info().name() + " cannot create " +
+                                        std::string(format_name(desc.format)) + " images with the requested usage");
   check(fr, "vkGetPhysicalDeviceImageFormatProperties");
   if (desc.levels > fp.maxMipLevels || desc.layers > fp.maxArrayLayers || desc.width > fp.maxExtent.width ||
       desc.height > fp.maxExtent.height)
-    throw Error(Errc::limit_exceeded, "vulkan: image of " + std::to_string(desc.width) + "x" +
-                                          std::to_string(desc.height) + "x" + std::to_string(desc.layers) +
-                                          " layers, " + std::to_string(desc.levels) +
-                                          " levels exceeds the format's limits");
+    return Error(Errc::limit_exceeded, "vulkan: image of " + std::to_string(desc.width) + "x" +
+                                           std::to_string(desc.height) + "x" + std::to_string(desc.layers) +
+                                           " layers, " + std::to_string(desc.levels) +
+                                           " levels exceeds the format's limits");
   // The whole chain's size against maxResourceSize (e.g. 4 GiB on lavapipe): a clean
   // out-of-memory error instead of a driver's refusal or a validation message.
   const uint64_t texel = texel_bytes(desc.format);
@@ -578,11 +578,16 @@ Image Image::create_unbound(const Device& device, const ImageDesc& desc) {
     for (uint32_t l = 0; l < desc.levels; ++l)
       bytes += uint64_t(std::max(1u, desc.width >> l)) * std::max(1u, desc.height >> l) * desc.layers * texel;
     if (bytes > fp.maxResourceSize)
-      throw Error(Errc::out_of_memory, "vulkan: image of " + std::to_string(desc.width) + "x" +
-                                           std::to_string(desc.height) + "x" + std::to_string(desc.layers) +
-                                           " layers needs " + std::to_string(bytes) + " bytes; the device allows " +
-                                           std::to_string(fp.maxResourceSize) + " per image");
+      return Error(Errc::out_of_memory, "vulkan: image of " + std::to_string(desc.width) + "x" +
+                                            std::to_string(desc.height) + "x" + std::to_string(desc.layers) +
+                                            " layers needs " + std::to_string(bytes) + " bytes; the device allows " +
+                                            std::to_string(fp.maxResourceSize) + " per image");
   }
+  return std::nullopt;
+}
+
+Image Image::create_unbound(const Device& device, const ImageDesc& desc) {
+  if (std::optional<Error> e = check_desc(device, desc)) throw *e;
   Image img;
   img.device_ = device.handle();
   img.desc_ = desc;

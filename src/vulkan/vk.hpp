@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -249,6 +250,10 @@ class Image {
   // every level and layer (without STORAGE usage when flags has EXTENDED_USAGE). Initial
   // layout UNDEFINED.
   static Image create(const Device& device, const ImageDesc& desc);
+  // The checks create() makes before any driver call, without throwing: the Error create()
+  // would throw for desc's extents, layers, levels or size, or nullopt when it may be created
+  // (the allocation itself can still be refused).
+  static std::optional<Error> check_desc(const Device& device, const ImageDesc& desc);
   // Without memory and without a view (sparse images: bind, then call create_view()).
   static Image create_unbound(const Device& device, const ImageDesc& desc);
   ~Image() { reset(); }
