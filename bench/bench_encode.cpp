@@ -17,6 +17,7 @@
 
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
+#include "fovea/exec.hpp"
 #include "fovea/image.hpp"
 #include "fovea/tokenizer.hpp"
 
@@ -53,6 +54,7 @@ Stats time_reps(int reps, F&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fovea::use_passive_openmp_wait(argv);  // as the fovea CLI does (fovea/exec.hpp)
   std::string model_spec = "random:vit-b16", ns = "196,273,576,1024,4096", precision = "fp32", e2e_image;
   int threads = 2, reps = 3, budget = 273;
   bool uniform = false;

@@ -510,6 +510,28 @@ TEST(EncodeCli, StoreReportsTheEmbeddingsPages) {
                         2, "--store-page-bytes");
 }
 
+// The CLI runs with the passive OpenMP wait policy unless the environment chooses one
+// (fovea::use_passive_openmp_wait re-executes it once).
+TEST(EncodeCli, OpenMpWaitPolicyIsPassiveUnlessChosen) {
+  const std::string dir = test::temp_dir("enc_cli_omp");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(32, 32, 3), image);
+  auto policy = [&] {
+    const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "8", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["encoder"]["openmp_wait_policy"].get<std::string>() : "";
+  };
+  const char* saved = std::getenv("OMP_WAIT_POLICY");
+  const std::string saved_value = saved ? saved : "";
+  ::unsetenv("OMP_WAIT_POLICY");
+  ::unsetenv("GOMP_SPINCOUNT");
+  EXPECT_EQ(policy(), "PASSIVE");
+  ::setenv("OMP_WAIT_POLICY", "active", 1);
+  EXPECT_EQ(policy(), "active");
+  if (saved) ::setenv("OMP_WAIT_POLICY", saved_value.c_str(), 1);
+  else ::unsetenv("OMP_WAIT_POLICY");
+}
+
 TEST(EncodeCli, TokenizeTakesAQueryEmbedding) {
   const std::string dir = test::temp_dir("enc_cli_query");
   const std::string image = dir + "/in.png";

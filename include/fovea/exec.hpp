@@ -48,4 +48,19 @@ class Executor {
   std::unique_ptr<Pool> pool_;
 };
 
+// For programs, first thing in main(): unless the environment already chooses an OpenMP wait
+// policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT), re-executes the program once with
+// OMP_WAIT_POLICY=PASSIVE, and returns only when it did not (already chosen, or exec failed).
+// libgomp reads the policy when it loads, before main, so setting it any later has no effect.
+// Its default spins idle threads at every barrier for a while; the encoder (oneDNN and its own
+// parallel loops) crosses thousands of barriers, and on cores shared with other work the
+// spinning threads take the time the others need. Measured on this project's 2-core machine
+// with two busy processes beside it: ViT-B/16 bf16 at N=273 took 412 ms spinning and 206 ms
+// passive (the fair share of half the cores); alone, both took the same within noise.
+void use_passive_openmp_wait(char** argv);
+
+// The OpenMP wait policy this process runs with: the environment's OMP_WAIT_POLICY, or
+// "default".
+const char* openmp_wait_policy();
+
 }  // namespace fovea

@@ -113,6 +113,7 @@ struct EncodeCommand {
                           {"patch_size", mc.patch_px},
                           {"position_grid", mc.grid},
                           {"precision", std::string(to_string(prec))},
+                          {"openmp_wait_policy", openmp_wait_policy()},
                           {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}},
                           {"tensors_used", model.tensors_used()},
                           {"tensors_ignored", model.tensors_ignored()}};

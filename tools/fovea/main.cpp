@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <iostream>
 #include <new>
+#include <string_view>
 
 #include "command.hpp"
 #include "fovea/error.hpp"
+#include "fovea/exec.hpp"
 #include "fovea/version_gen.hpp"
 
 namespace fovea::cli {
@@ -27,9 +29,19 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// Only the encoder runs OpenMP code (oneDNN and its parallel loops): `fovea encode`, and the
+// tile features of `tokenize --query-embedding`. The others skip the re-exec (~15 ms).
+bool runs_openmp(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "encode") return true;
+  for (int i = 2; i < argc; ++i)
+    if (std::string_view(argv[i]).starts_with("--query-embedding")) return true;
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (runs_openmp(argc, argv)) fovea::use_passive_openmp_wait(argv);  // see fovea/exec.hpp: shared cores
   using namespace fovea::cli;
   CLI::App app{"fovea — foveated visual tokens for vision-language models.\n"
                "An image and a query (fixations, regions, an embedding) in; a budgeted set of\n"
