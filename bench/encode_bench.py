@@ -47,6 +47,9 @@ ARGS = parse_args()
 # Thread counts must be fixed before torch / OpenBLAS start their pools.
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(ARGS.threads)
+# The wait policy fovea's CLI and bench_encode choose (fovea/exec.hpp), for torch's libgomp too,
+# unless the caller set one: both sides wait the same way.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
