@@ -843,17 +843,26 @@ void ComputeKernel::destroy() {
 
 void ComputeKernel::record(VkCommandBuffer cb, std::span<const Binding> bindings, const void* push,
                            uint32_t gx, uint32_t gy, uint32_t gz) {
+  check_bindings(bindings);
+  pipeline_.dispatch(cb, new_set(pool_, bindings), push, gx, gy, gz);
+}
+
+void ComputeKernel::check_bindings(std::span<const Binding> bindings) const {
   if (bindings.size() != pipeline_.types().size())
-    throw Error(Errc::internal, "vulkan: " + pipeline_.name() + " takes " + std::to_string(pipeline_.types().size()) + " bindings");
+    throw Error(Errc::internal, "vulkan: " + pipeline_.name() + " takes " + std::to_string(pipeline_.types().size()) +
+                                    " bindings");
+}
+
+VkDescriptorSet ComputeKernel::new_set(VkDescriptorPool pool, std::span<const Binding> bindings) {
   VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  ai.descriptorPool = pool_;
+  ai.descriptorPool = pool;
   ai.descriptorSetCount = 1;
   const VkDescriptorSetLayout set_layout = pipeline_.set_layout();
   ai.pSetLayouts = &set_layout;
   VkDescriptorSet set = VK_NULL_HANDLE;
   check(vkAllocateDescriptorSets(pipeline_.device().handle(), &ai, &set), "vkAllocateDescriptorSets");
   write_set(set, bindings);
-  pipeline_.dispatch(cb, set, push, gx, gy, gz);
+  return set;
 }
 
 void ComputeKernel::write_set(VkDescriptorSet set, std::span<const Binding> bindings) {
@@ -867,7 +876,7 @@ void ComputeKernel::write_set(VkDescriptorSet set, std::span<const Binding> bind
     w.dstBinding = i;
     w.descriptorCount = 1;
     w.descriptorType = pipeline_.types()[i];
-    if (pipeline_.types()[i] == VK_DESCRIPTOR_TYPE_STORAGE_BUFFER || pipeline_.types()[i] == VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER) {
+    if (w.descriptorType == VK_DESCRIPTOR_TYPE_STORAGE_BUFFER || w.descriptorType == VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER) {
       buffers[i] = {b.buffer, 0, VK_WHOLE_SIZE};
       w.pBufferInfo = &buffers[i];
     } else {
@@ -879,7 +888,9 @@ void ComputeKernel::write_set(VkDescriptorSet set, std::span<const Binding> bind
   vkUpdateDescriptorSets(pipeline_.device().handle(), uint32_t(writes.size()), writes.data(), 0, nullptr);
 }
 
-void ComputeKernel::reset_sets() { check(vkResetDescriptorPool(pipeline_.device().handle(), pool_, 0), "vkResetDescriptorPool"); }
+void ComputeKernel::reset_sets() {
+  check(vkResetDescriptorPool(pipeline_.device().handle(), pool_, 0), "vkResetDescriptorPool");
+}
 
 // ---- descriptor-set cache ----------------------------------------------------------------------
 
@@ -892,20 +903,12 @@ bool same_binding(const Binding& a, const Binding& b) {
 
 void ComputeKernel::record_cached(VkCommandBuffer cb, std::span<const Binding> bindings, const void* push,
                                   uint32_t gx, uint32_t gy, uint32_t gz) {
-  if (bindings.size() != pipeline_.types().size())
-    throw Error(Errc::internal, "vulkan: " + pipeline_.name() + " takes " + std::to_string(pipeline_.types().size()) + " bindings");
+  check_bindings(bindings);
   for (const CachedSet& c : cached_)
     if (std::equal(c.bindings.begin(), c.bindings.end(), bindings.begin(), bindings.end(), same_binding))
       return pipeline_.dispatch(cb, c.set, push, gx, gy, gz);
   if (cached_.size() >= max_sets_) return record(cb, bindings, push, gx, gy, gz);
-  VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  ai.descriptorPool = cache_pool_;
-  ai.descriptorSetCount = 1;
-  const VkDescriptorSetLayout set_layout = pipeline_.set_layout();
-  ai.pSetLayouts = &set_layout;
-  VkDescriptorSet set = VK_NULL_HANDLE;
-  check(vkAllocateDescriptorSets(pipeline_.device().handle(), &ai, &set), "vkAllocateDescriptorSets");
-  write_set(set, bindings);
+  const VkDescriptorSet set = new_set(cache_pool_, bindings);
   cached_.push_back({std::vector<Binding>(bindings.begin(), bindings.end()), set});
   pipeline_.dispatch(cb, set, push, gx, gy, gz);
 }

@@ -409,6 +409,9 @@ class ComputeKernel {
     std::vector<Binding> bindings;
     VkDescriptorSet set = VK_NULL_HANDLE;
   };
+  void check_bindings(std::span<const Binding> bindings) const;
+  // A set from `pool` holding `bindings`.
+  VkDescriptorSet new_set(VkDescriptorPool pool, std::span<const Binding> bindings);
   void write_set(VkDescriptorSet set, std::span<const Binding> bindings);
   void destroy();
   ComputePipeline pipeline_;
