@@ -15,7 +15,7 @@ build_pkgs=(build-essential cmake pkg-config ninja-build
   libdnnl-dev libopenblas-dev
   libvulkan-dev glslc)
 test_pkgs=(python3 python3-numpy tesseract-ocr tesseract-ocr-eng python3-skimage opencv-data
-  fonts-dejavu-core mesa-vulkan-drivers vulkan-validationlayers vulkan-tools valgrind
+  fonts-dejavu-core mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   fonts-dejavu-extra fonts-lyx python3-pil python3-opencv)
 bench_pkgs=(python3-torch python3-torchvision python3-opencv libopenblas0-pthread python3-matplotlib)
 
