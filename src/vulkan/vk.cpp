@@ -810,20 +810,25 @@ void ComputePipeline::dispatch(VkCommandBuffer cb, VkDescriptorSet set, const vo
   vkCmdDispatch(cb, gx, gy, gz);
 }
 
+VkDescriptorPool ComputePipeline::create_pool(uint32_t max_sets) const {
+  std::vector<VkDescriptorPoolSize> sizes;
+  for (VkDescriptorType t : types_) sizes.push_back({t, max_sets});
+  VkDescriptorPoolCreateInfo di{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+  di.maxSets = max_sets;
+  di.poolSizeCount = uint32_t(sizes.size());
+  di.pPoolSizes = sizes.data();
+  VkDescriptorPool pool = VK_NULL_HANDLE;
+  check(vkCreateDescriptorPool(device_->handle(), &di, nullptr, &pool), "vkCreateDescriptorPool");
+  return pool;
+}
+
 ComputeKernel::ComputeKernel(const Device& device, std::span<const uint32_t> spirv,
                              std::vector<VkDescriptorType> types, uint32_t push_bytes, uint32_t max_sets,
                              const char* name)
     : pipeline_(device, spirv, std::move(types), push_bytes, name), max_sets_(max_sets) {
-  const VkDevice dev = device.handle();
   try {
-    std::vector<VkDescriptorPoolSize> sizes;
-    for (VkDescriptorType t : pipeline_.types()) sizes.push_back({t, max_sets});
-    VkDescriptorPoolCreateInfo di{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    di.maxSets = max_sets;
-    di.poolSizeCount = uint32_t(sizes.size());
-    di.pPoolSizes = sizes.data();
-    check(vkCreateDescriptorPool(dev, &di, nullptr, &pool_), "vkCreateDescriptorPool");
-    check(vkCreateDescriptorPool(dev, &di, nullptr, &cache_pool_), "vkCreateDescriptorPool");
+    pool_ = pipeline_.create_pool(max_sets);
+    cache_pool_ = pipeline_.create_pool(max_sets);
   } catch (...) {
     destroy();  // a constructor that throws gets no destructor call (pipeline_ is destroyed)
     throw;

@@ -364,6 +364,8 @@ class ComputePipeline {
   // Binds the pipeline and `set`, pushes the constants, dispatches (checked against limits).
   void dispatch(VkCommandBuffer cb, VkDescriptorSet set, const void* push, uint32_t groups_x, uint32_t groups_y = 1,
                 uint32_t groups_z = 1) const;
+  // A descriptor pool for up to max_sets sets of this pipeline's layout; the caller destroys it.
+  VkDescriptorPool create_pool(uint32_t max_sets) const;
 
  private:
   void destroy();

@@ -174,15 +174,7 @@ SparseImage::SparseImage(const Device& device, ImageDesc desc) {
 // ---- per-thread descriptor sets of a shared pipeline ------------------------------------------
 
 KernelSets::KernelSets(const Device& device, const ComputePipeline& kernel, uint32_t max_sets)
-    : device_(&device), kernel_(&kernel), max_sets_(max_sets) {
-  std::vector<VkDescriptorPoolSize> sizes;
-  for (VkDescriptorType t : kernel.types()) sizes.push_back({t, max_sets});
-  VkDescriptorPoolCreateInfo di{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-  di.maxSets = max_sets;
-  di.poolSizeCount = uint32_t(sizes.size());
-  di.pPoolSizes = sizes.data();
-  check(vkCreateDescriptorPool(device.handle(), &di, nullptr, &pool_), "vkCreateDescriptorPool");
-}
+    : device_(&device), kernel_(&kernel), pool_(kernel.create_pool(max_sets)), max_sets_(max_sets) {}
 
 KernelSets::~KernelSets() {
   if (pool_) vkDestroyDescriptorPool(device_->handle(), pool_, nullptr);

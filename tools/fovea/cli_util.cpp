@@ -78,7 +78,7 @@ Tokenization ExecOptions::tokenize(ImageU8 image, const Query& query, const Toke
                                    nlohmann::json& summary) const {
   std::unique_ptr<VulkanBackend> gpu = vulkan();
   if (gpu && params.uniform) {
-    std::fprintf(stderr, "fovea: note: --uniform has no Vulkan path; using the CPU\n");
+    std::fprintf(stderr, "fovea: note: --uniform has no Vulkan sampling (its grid is cut on the CPU); using the CPU\n");
     gpu.reset();
   }
   summary["backend"] = gpu ? "vulkan" : "cpu";

@@ -26,7 +26,7 @@ struct ExecOptions {
   // CPU is used instead (no Vulkan in this build, no device). --backend cpu: nullptr.
   // A --device that matches nothing is an error (Error(device)), not a silent fallback.
   std::unique_ptr<VulkanBackend> vulkan() const;
-  // fovea::tokenize on the chosen backend (the CPU for --uniform, which has no Vulkan path, with
+  // fovea::tokenize on the chosen backend (the CPU for --uniform, which has no Vulkan sampling, with
   // a note). Records "backend" (and "device") in `summary`.
   Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& ex,
                         nlohmann::json& summary) const;
