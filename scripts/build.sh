@@ -6,6 +6,12 @@ build_dir=${1:-build}
 shift || true
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+# ccache (when installed) keeps rebuilds of unchanged sources cheap, across build folders and
+# git worktrees too (paths under the repository are hashed relative to it).
+if command -v ccache >/dev/null 2>&1; then
+  generator+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(pwd)} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+fi
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
 elif [ "$#" -gt 0 ]; then

@@ -13,10 +13,17 @@ build_pkgs=(build-essential cmake pkg-config ninja-build
   libpng-dev libjpeg-dev libhwy-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev libopenblas-dev
-  libvulkan-dev glslc)
+  libvulkan-dev glslc
+  libb2-dev
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
+  libfaiss-dev
+  python3-dev pybind11-dev python3-numpy
+  ccache)
 test_pkgs=(python3 python3-numpy tesseract-ocr tesseract-ocr-eng python3-skimage opencv-data
   fonts-dejavu-core mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
-  fonts-dejavu-extra fonts-lyx python3-pil python3-opencv)
+  fonts-dejavu-extra fonts-lyx python3-pil python3-opencv
+  python3-pytest python3-distributed ffmpeg python3-av
+  clang libfuzzer-14-dev libclang-rt-14-dev)
 bench_pkgs=(python3-torch python3-torchvision python3-opencv libopenblas0-pthread python3-matplotlib)
 
 # Packages that must come from bookworm-backports: Debian 12's own Mesa (22.3) has no sparse
