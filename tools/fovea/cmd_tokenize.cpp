@@ -36,6 +36,8 @@ struct TokenizeCommand {
         throw Error(Errc::invalid_argument, "--query-embedding needs --model CKPT (the tile features come from its patch embedding)");
       query.embedding = load_query_embedding(query_embedding);
       const VitModel model = VitModel::load(model_spec);
+      // Tokens and tile features both follow the model's preprocessing unless --mean/--std say otherwise.
+      apply_model_preprocessing(tok, model.config().input, params.extract.norm);
       if (model.config().patch_px != params.patch_px) {
         if (patch_opt && patch_opt->count() > 0)
           throw Error(Errc::invalid_argument, "--patch " + std::to_string(params.patch_px) + " does not match the model's " +
