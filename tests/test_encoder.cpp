@@ -28,8 +28,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string fixture(const std::string& model, const std::string& file = "model.safetensors") {
-  return test::source_dir() + "/tests/data/encoder/" + model + "/" + file;
+// The model file of a fixture directory: model.safetensors, or mmproj.gguf for the gguf_* ones.
+std::string fixture(const std::string& model, const std::string& file = "") {
+  const std::string f = !file.empty() ? file : model.rfind("gguf_", 0) == 0 ? "mmproj.gguf" : "model.safetensors";
+  return test::source_dir() + "/tests/data/encoder/" + model + "/" + f;
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
@@ -80,6 +82,7 @@ double compare(const SafetensorsFile& f, const std::string& c, const Encoding& e
   check("pooled", e.pooled);
   check("image_embeds", e.image_embeds);
   check("logits", e.logits);
+  check("projected", e.projected);
   return worst;
 }
 
@@ -110,11 +113,117 @@ TEST_P(EncoderFixture, Bf16CosineToFp32AtLeast0999) {
     const double cos = mean_row_cosine(a.embeddings, b.embeddings);
     EXPECT_GE(cos, 0.999) << c.name;
     RecordProperty(c.name + ".bf16_mean_row_cosine", std::to_string(cos));
-    EXPECT_GE(cosine_similarity(a.pooled, b.pooled), 0.999) << c.name;
+    if (encoder_detail::present(a.pooled)) EXPECT_GE(cosine_similarity(a.pooled, b.pooled), 0.999) << c.name;
+    if (encoder_detail::present(a.projected)) EXPECT_GE(mean_row_cosine(a.projected, b.projected), 0.999) << c.name;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture, ::testing::Values("clip", "clip_full", "siglip", "torchvision"));
+// From raw pixels: the fixture's native-size image.png through fovea's uniform tokenizer with
+// the model's own input contract (preprocessor_config.json, ImageNet's defaults for torchvision,
+// the GGUF keys) against the reference's forward of the same pixels with the family's own
+// preprocessing (HF's rescale + normalize, torchvision's transforms, LLaVA's get_image_features).
+TEST_P(EncoderFixture, FromRawPixelsWithTheModelsOwnPreprocessing) {
+  const VitModel model = VitModel::load(fixture(GetParam()));
+  const SafetensorsFile f = SafetensorsFile::open(fixture(GetParam(), "cases.safetensors"));
+  ASSERT_TRUE(f.metadata().count("raw.image"));
+  ImageU8 image = load_image(fixture(GetParam(), f.metadata().at("raw.image")));
+  const VitConfig& c = model.config();
+  ASSERT_EQ(image.width(), c.native_px());
+  TokenizeParams tp;
+  tp.uniform = true;
+  tp.patch_px = c.patch_px;
+  tp.extract.norm = normalization(c.input);
+  Executor exec({.threads = 2});
+  const Tokenization t = tokenize(std::move(image), {}, tp, exec);
+  ASSERT_EQ(t.batch.size(), int64_t(c.grid) * c.grid);  // native size: no resize
+  const Encoding e = encode(model, t.batch.patches, t.batch.positions,
+                            {.image_width = c.native_px(), .image_height = c.native_px()}, exec);
+  const double err = compare(f, "raw", e);
+  RecordProperty("raw.max_abs_error", std::to_string(err));
+  if (c.projector != ProjectorType::none) EXPECT_EQ(e.projected.dim(1), c.projector_dim);
+}
+
+// The same through the command line, as a user runs it: `fovea encode IMAGE --uniform --model M`.
+TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
+  const std::string dir = test::temp_dir("enc_raw_cli_" + GetParam());
+  const SafetensorsFile ref = SafetensorsFile::open(fixture(GetParam(), "cases.safetensors"));
+  const auto r = test::run_cli({"encode", fixture(GetParam(), "image.png"), "--uniform", "--model", fixture(GetParam()),
+                                "-o", dir + "/e.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile out = SafetensorsFile::open(dir + "/e.safetensors");
+  for (const char* name : {"last_hidden", "projected"}) {
+    const auto* want = ref.find(std::string("raw.") + name);
+    if (!want) continue;
+    const auto* got = out.find(std::string(name) == "last_hidden" ? "embeddings" : name);
+    ASSERT_NE(got, nullptr) << name;
+    const double err = max_abs_diff(ref.load(*want), out.load(*got));
+    EXPECT_LE(err, 1e-4) << name;
+    RecordProperty(std::string("cli.") + name + ".max_abs_error", std::to_string(err));
+  }
+  const std::string source = out.metadata().at("preprocessing_source");
+  EXPECT_EQ(source.rfind("model: ", 0), 0u) << source;
+  EXPECT_EQ(out.metadata().at("model_naming"), VitModel::load(fixture(GetParam())).config().naming);
+  EXPECT_FALSE(out.metadata().at("embeddings_output").empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
+                         ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip"));
+
+TEST(EncoderContract, WhereThePreprocessingComesFrom) {
+  const VitConfig clip = VitModel::load(fixture("clip")).config();
+  EXPECT_EQ(clip.input.source, "preprocessor_config.json");
+  EXPECT_NE(embedding_output(clip).find("before post_layernorm"), std::string::npos);
+  const VitConfig full = VitModel::load(fixture("clip_full")).config();
+  EXPECT_FLOAT_EQ(full.input.mean[1], 0.4f);  // the file's, not CLIP's defaults
+  EXPECT_FLOAT_EQ(full.input.std[2], 0.3f);
+  const VitConfig sig = VitModel::load(fixture("siglip")).config();
+  EXPECT_FLOAT_EQ(sig.input.mean[0], 0.5f);
+  EXPECT_NE(embedding_output(sig).find("after post_layernorm"), std::string::npos);
+  const VitConfig tv = VitModel::load(fixture("torchvision")).config();
+  EXPECT_NE(tv.input.source.find("ImageNet"), std::string::npos);
+  EXPECT_FLOAT_EQ(tv.input.mean[0], 0.485f);
+  EXPECT_FLOAT_EQ(tv.input.std[2], 0.225f);
+  EXPECT_EQ(tv.naming, "torchvision");
+  // Without preprocessor_config.json: the family's published defaults, labelled as such.
+  const std::string dir = test::temp_dir("enc_contract");
+  fs::copy_file(fixture("siglip"), dir + "/model.safetensors");
+  const VitConfig bare = VitModel::load(dir + "/model.safetensors").config();
+  EXPECT_NE(bare.input.source.find("SigLIP defaults"), std::string::npos);
+  EXPECT_FLOAT_EQ(bare.input.std[1], 0.5f);
+  // A broken preprocessor_config.json is an error, not a silent default.
+  std::ofstream(dir + "/preprocessor_config.json") << R"({"image_mean": [0.5, 0.5], "image_std": [0.5, 0.5, 0.5]})";
+  EXPECT_THROW(VitModel::load(dir + "/model.safetensors"), Error);
+  // rescale_factor and do_normalize fold into the tokenizer's (x/255 − mean')/std'.
+  std::ofstream(dir + "/preprocessor_config.json")
+      << R"({"image_mean": [0.5, 0.5, 0.5], "image_std": [0.25, 0.5, 1.0], "rescale_factor": 0.00784313725490196})";
+  const Normalization n = normalization(VitModel::load(dir + "/model.safetensors").config().input);
+  for (int ch = 0; ch < 3; ++ch) {
+    const float want = (200.0f / 127.5f - 0.5f) / (ch == 0 ? 0.25f : ch == 1 ? 0.5f : 1.0f);
+    EXPECT_NEAR((200.0f / 255.0f - n.mean[ch]) / n.std[ch], want, 1e-5) << ch;
+  }
+  std::ofstream(dir + "/preprocessor_config.json") << R"({"do_normalize": false, "do_rescale": true})";
+  const Normalization raw = normalization(VitModel::load(dir + "/model.safetensors").config().input);
+  EXPECT_NEAR((200.0f / 255.0f - raw.mean[0]) / raw.std[0], 200.0f / 255.0f, 1e-6);
+}
+
+// --mean / --std still override the model, and the file says which was applied.
+TEST(EncodeCli, MeanAndStdOverrideTheModelsPreprocessing) {
+  const std::string dir = test::temp_dir("enc_override");
+  const SafetensorsFile ref = SafetensorsFile::open(fixture("siglip", "cases.safetensors"));
+  const auto r = test::run_cli({"encode", fixture("siglip", "image.png"), "--uniform", "--model", fixture("siglip"),
+                                "--mean", "0,0,0", "--std", "1,1,1", "-o", dir + "/e.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile out = SafetensorsFile::open(dir + "/e.safetensors");
+  EXPECT_EQ(out.metadata().at("preprocessing_source"), "--mean/--std");
+  EXPECT_EQ(out.metadata().at("norm_mean"), "0,0,0");
+  EXPECT_GT(max_abs_diff(ref.load(*ref.find("raw.last_hidden")), out.load(*out.find("embeddings"))), 0.1);
+  const auto half = test::run_cli({"encode", fixture("siglip", "image.png"), "--uniform", "--model", fixture("siglip"),
+                                   "--std", "1,1,1", "-o", dir + "/h.safetensors", "--json"});
+  ASSERT_EQ(half.exit_code, 0) << half.err;
+  const nlohmann::json j = nlohmann::json::parse(half.out);
+  EXPECT_NE(j["encoder"]["preprocessing"]["source"].get<std::string>().find("mean from the model"), std::string::npos);
+  EXPECT_NEAR(j["encoder"]["preprocessing"]["mean"][0].get<double>(), 0.5, 1e-6);
+}
 
 TEST(Encoder, DetectsFamiliesAndConfig) {
   const VitModel clip = VitModel::load(fixture("clip"));
