@@ -80,7 +80,7 @@ struct GgufLimits {
   uint64_t max_kv = 1 << 20;            // key/value pairs
   uint64_t max_tensors = 1 << 20;
   uint64_t max_string_bytes = 1 << 26;  // one string
-  uint64_t max_array_elements = 1 << 26;
+  uint64_t max_array_elements = 1 << 22;  // an LLM vocabulary is < 1M entries
 };
 
 class GgufFile {
