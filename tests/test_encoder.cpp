@@ -652,6 +652,13 @@ TEST(EncodeCli, TokenizeTakesAQueryEmbedding) {
                                 "--budget", "16", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("embedding(32)"), std::string::npos) << r.out;
+  // The tokens follow the model's preprocessing (SigLIP's 0.5/0.5 from its preprocessor_config.json).
+  const auto s = test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors", "--model",
+                                fixture("siglip"), "--budget", "16", "-o", dir + "/t.safetensors"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const SafetensorsFile t = SafetensorsFile::open(dir + "/t.safetensors");
+  EXPECT_EQ(t.metadata().at("norm_mean"), "0.5,0.5,0.5");
+  EXPECT_EQ(t.metadata().at("norm_std"), "0.5,0.5,0.5");
   expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors"}), 2, "--model");
   expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors", "--model",
                                        "random:vit-tiny"}), 2, "64");

@@ -128,7 +128,8 @@ nlohmann::json read_json_beside(const std::string& weights_path, const char* fil
   std::ifstream in(p, std::ios::binary);
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object())
-    throw Error(Errc::corrupt_data, "'" + p.string() + "' is not a valid JSON object");
+    // (built with append: GCC 12 warns a false -Wrestrict on "'" + path here)
+    throw Error(Errc::corrupt_data, std::string(1, '\'').append(p.string()).append("' is not a valid JSON object"));
   return j;
 }
 
