@@ -659,6 +659,7 @@ TEST(EncodeCli, TokenizeTakesAQueryEmbedding) {
   const SafetensorsFile t = SafetensorsFile::open(dir + "/t.safetensors");
   EXPECT_EQ(t.metadata().at("norm_mean"), "0.5,0.5,0.5");
   EXPECT_EQ(t.metadata().at("norm_std"), "0.5,0.5,0.5");
+  EXPECT_EQ(t.metadata().at("preprocessing_source"), "model: preprocessor_config.json");
   expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors"}), 2, "--model");
   expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors", "--model",
                                        "random:vit-tiny"}), 2, "64");
