@@ -24,14 +24,10 @@ std::string_view to_string(ProjectorType p) {
 }
 
 std::string embedding_output(const VitConfig& c) {
-  std::string s;
   if (c.projector != ProjectorType::none) {
-    s = c.layers < c.layers_in_checkpoint || c.naming == "gguf_mmproj"
-            ? "the projector's input: the output of block " + std::to_string(c.layers) + " of the file's " +
-                  std::to_string(c.layers_in_checkpoint)
-            : "the projector's input";
-    if (c.final_norm == FinalNorm::all_tokens) s += ", after post_ln";
-    return s;
+    std::string s = "the projector's input: the hidden state after block " + std::to_string(c.layers) + " of the " +
+                    std::to_string(c.layers_in_checkpoint) + " in the file";
+    return c.final_norm == FinalNorm::all_tokens ? s + ", then post_ln" : s;
   }
   switch (c.final_norm) {
     case FinalNorm::pooled_only: return "last_hidden_state (before post_layernorm, which only the pooled output gets)";
@@ -39,7 +35,7 @@ std::string embedding_output(const VitConfig& c) {
       return c.family == VitFamily::torchvision ? "last hidden state after encoder.ln" : "last_hidden_state (after post_layernorm)";
     case FinalNorm::none: return "last hidden state (the checkpoint has no final norm)";
   }
-  return s;
+  return "?";
 }
 
 }  // namespace fovea
