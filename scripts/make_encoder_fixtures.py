@@ -711,7 +711,7 @@ def gguf_tower_tensors(vt, blocks, legacy_ffn, kind2d, pre_ln, post_ln):
     return out, add
 
 
-def gguf_cases(out, img, mean, std, forward, tokens, has_class, proj=None):
+def gguf_cases(out, img, mean, std, forward, tokens, has_class, proj=None):  # also HF LLaVA's
     """raw: the native image through the GGUF's mean/std and `forward` (the reference);
     foveated: mixed-size tokens through `tokens` (token-level forward)."""
     cases, meta = {}, {}
@@ -770,13 +770,18 @@ def make_gguf_llava(out, gen):
     save_gguf(os.path.join(out, "mmproj.gguf"), kvs, tensors)
     assert read_gguf_tensor_names(os.path.join(out, "mmproj.gguf")) == [t[0] for t in tensors]
     img = raw_image(gen, out)
+    forward, tokens = llava_reference(vt, L_FULL - 1)
+    gguf_cases(out, img, CLIP_MEAN, CLIP_STD, forward, tokens, True, proj)
 
-    def forward(px):  # HF: hidden_states[-2] of the full tower (pre_layrnorm output = states[0])
+
+def llava_reference(vt, blocks):
+    """HF LLaVA's vision features: hidden_states[blocks] of the tower (states[0] is the
+    pre_layrnorm output), module-level and token-level."""
+    def forward(px):
         h = vt.pre_layrnorm(vt.embeddings(px))
-        states = [h]
-        for l in vt.encoder.layers:
-            states.append(l(states[-1]))
-        return states[-2]
+        for l in vt.encoder.layers[:blocks]:
+            h = l(h)
+        return h
 
     def tokens(patches, pos, width, height):
         e = vt.embeddings
@@ -785,10 +790,47 @@ def make_gguf_llava(out, gen):
         x = x + sample_positions(pw[1:], pos, width, height)
         x = torch.cat([(e.class_embedding + pw[0]).unsqueeze(0), x], dim=0).unsqueeze(0)
         x = vt.pre_layrnorm(x)
-        for l in vt.encoder.layers[:L_FULL - 1]:
+        for l in vt.encoder.layers[:blocks]:
             x = l(x)
         return x
 
+    return forward, tokens
+
+
+def make_hf_llava(out, gen):
+    """An HF LlavaForConditionalGeneration checkpoint (transformers' pre-4.52 names, as the
+    llava-hf models on the Hub have them): vision_tower.vision_model.* (a 3-block CLIP tower,
+    post_layernorm included but unused), multi_modal_projector.linear_1/2, a language-model stub;
+    F16; config.json with vision_feature_layer -2 and the default select strategy. Reference:
+    get_image_features = projector(hidden_states[-2][:, 1:])."""
+    os.makedirs(out, exist_ok=True)
+    L_FULL, E1, E = 3, 48, 40
+    tower = ClipVisionModel(L_FULL).double()
+    proj = nn.Sequential(nn.Linear(D, E1), nn.GELU(), nn.Linear(E1, E)).double()
+    randomize(tower, gen)
+    randomize(proj, gen)
+    round_to(tower, torch.float16)
+    round_to(proj, torch.float16)
+    vt = tower.vision_model
+    state = {f"vision_tower.{k}": v for k, v in tower.state_dict().items()}
+    state["multi_modal_projector.linear_1.weight"] = proj[0].weight
+    state["multi_modal_projector.linear_1.bias"] = proj[0].bias
+    state["multi_modal_projector.linear_2.weight"] = proj[2].weight
+    state["multi_modal_projector.linear_2.bias"] = proj[2].bias
+    state["language_model.model.embed_tokens.weight"] = torch.randn((16, E), generator=gen, dtype=torch.float64)
+    state["language_model.lm_head.weight"] = torch.randn((16, E), generator=gen, dtype=torch.float64)
+    save_safetensors(os.path.join(out, "model.safetensors"), state, {"format": "pt"}, "F16")
+    vision = {"hidden_size": D, "intermediate_size": MLP, "num_hidden_layers": L_FULL, "num_attention_heads": HEADS,
+              "image_size": G * P, "patch_size": P, "num_channels": C, "hidden_act": "quick_gelu",
+              "layer_norm_eps": 1e-5, "model_type": "clip_vision_model"}
+    cfg = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "vision_feature_layer": -2,
+           "vision_feature_select_strategy": "default", "projector_hidden_act": "gelu", "image_token_index": 15,
+           "vision_config": vision, "text_config": {"model_type": "llama", "hidden_size": E}}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    preprocessor_config(out, CLIP_MEAN, CLIP_STD, "CLIPImageProcessor")
+    img = raw_image(gen, out)
+    forward, tokens = llava_reference(vt, L_FULL - 1)
     gguf_cases(out, img, CLIP_MEAN, CLIP_STD, forward, tokens, True, proj)
 
 
@@ -830,6 +872,7 @@ def main():
     make_torchvision(os.path.join(a.out, "torchvision"), gen, raw_gen)
     make_gguf_llava(os.path.join(a.out, "gguf_llava"), raw_gen)
     make_gguf_siglip(os.path.join(a.out, "gguf_siglip"), raw_gen)
+    make_hf_llava(os.path.join(a.out, "hf_llava"), raw_gen)
     total = 0
     for root, _, files in os.walk(a.out):
         for f in sorted(files):

@@ -167,7 +167,45 @@ TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
-                         ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip"));
+                         ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
+                                           "hf_llava"));
+
+// HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
+TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
+  const VitConfig c = VitModel::load(fixture("hf_llava")).config();
+  EXPECT_EQ(c.naming, "hf_llava");
+  EXPECT_EQ(c.layers, 2);  // hidden_states[-2] of 3 blocks
+  EXPECT_EQ(c.layers_in_checkpoint, 3);
+  EXPECT_EQ(c.final_norm, FinalNorm::none);
+  EXPECT_EQ(c.projector, ProjectorType::mlp);
+  EXPECT_EQ(c.projector_dim, 40);
+  EXPECT_EQ(c.input.source, "preprocessor_config.json");
+  const std::string dir = test::temp_dir("enc_llava_cfg");
+  fs::copy_file(fixture("hf_llava"), dir + "/model.safetensors");
+  nlohmann::json cfg;
+  std::ifstream(fixture("hf_llava", "config.json")) >> cfg;
+  auto with = [&](const char* key, nlohmann::json v) {
+    nlohmann::json c2 = cfg;
+    c2[key] = std::move(v);
+    std::ofstream(dir + "/config.json") << c2.dump();
+  };
+  with("vision_feature_layer", -1);
+  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().layers, 3);
+  with("vision_feature_layer", 1);
+  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().layers, 1);
+  with("vision_feature_layer", nlohmann::json::array({-2, -1}));
+  EXPECT_THROW(VitModel::load(dir + "/model.safetensors"), Error);
+  with("vision_feature_layer", -5);
+  EXPECT_THROW(VitModel::load(dir + "/model.safetensors"), Error);
+  with("vision_feature_select_strategy", "full");
+  try {
+    VitModel::load(dir + "/model.safetensors");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::unsupported);
+    EXPECT_NE(std::string(e.what()).find("'full'"), std::string::npos) << e.what();
+  }
+}
 
 TEST(EncoderContract, WhereThePreprocessingComesFrom) {
   const VitConfig clip = VitModel::load(fixture("clip")).config();

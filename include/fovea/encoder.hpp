@@ -18,6 +18,9 @@
 //     last_hidden_state is AFTER post_layernorm; attention-pooling `head` → pooled;
 //   * torchvision VisionTransformer (.safetensors, `conv_proj`, `encoder.layers.*`): class token,
 //     exact GELU, `encoder.ln` on every token, `heads.head` → logits;
+//   * HF LlavaForConditionalGeneration (.safetensors, `vision_tower.vision_model.*` +
+//     `multi_modal_projector.linear_1/2`): the tower up to config.json's vision_feature_layer,
+//     then the projector → projected (the language model's tensors are ignored);
 //   * llama.cpp mmproj (.gguf, `v.*`, `clip.vision.*` keys): CLIP or SigLIP towers, optionally with
 //     the LLaVA MLP projector (`mm.0`, GELU, `mm.2`) → projected.
 // Safetensors: F32/F16/BF16; GGUF: F32/F16/BF16/Q8_0.
@@ -98,7 +101,7 @@ std::string_view to_string(ProjectorType p);
 
 struct VitConfig {
   VitFamily family = VitFamily::clip;
-  std::string naming = "random";  // hf_clip, hf_siglip, torchvision, gguf_mmproj, random
+  std::string naming = "random";  // hf_clip, hf_siglip, hf_llava, torchvision, gguf_mmproj, random
   InputContract input;
   int hidden = 768;     // D
   int layers = 12;
@@ -121,6 +124,7 @@ struct VitConfig {
   // block dropped); clip.vision.feature_layer = [f] selects hidden_states[f] (f blocks).
   int layers_in_checkpoint = 0;  // blocks present in the file (>= layers)
   ProjectorType projector = ProjectorType::none;
+  Activation projector_act = Activation::gelu_erf;  // between the projector's two linears
   int projector_hidden = 0;      // mm.0's output width
   int projector_dim = 0;         // E = n_embd of the language model (the `projected` width)
   int head_dim() const { return hidden / heads; }

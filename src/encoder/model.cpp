@@ -148,11 +148,14 @@ VitModel VitModel::load(const std::string& spec) {
   } else {
     st.emplace(SafetensorsFile::open(spec));
     weights = safetensors_source(*st);
-    ck.config = vision_part(read_json_beside(spec, "config.json"));
+    ck.full_config = read_json_beside(spec, "config.json");
+    ck.config = vision_part(ck.full_config);
     ck.preprocessor = read_json_beside(spec, "preprocessor_config.json");
   }
   ck.weights = weights.get();
-  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_clip_loader(), &hf_siglip_loader()};
+  // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
+  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_clip_loader(),
+                                  &hf_siglip_loader()};
   std::shared_ptr<Impl> m;
   for (const ModelLoader* l : loaders)
     if (l->accepts(ck)) {

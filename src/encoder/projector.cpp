@@ -1,6 +1,7 @@
 // The LLaVA MLP projector: projected = mm.2(GELU(mm.0(x))), one row per patch token, in fp32
-// (its two GEMMs are small next to the tower). GELU is the exact erf form, as HF's
-// LlavaMultiModalProjector (projector_hidden_act "gelu").
+// (its two GEMMs are small next to the tower). The activation is VitConfig::projector_act: the
+// exact erf GELU of HF's LlavaMultiModalProjector (projector_hidden_act "gelu") unless the
+// checkpoint's config says otherwise.
 #include "encoder/encoder_internal.hpp"
 
 namespace fovea::encoder_detail {
@@ -23,7 +24,7 @@ Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* g
   };
   switch (c.projector) {
     case ProjectorType::mlp: {
-      Tensor h = linear(x, m.mm0_w, m.mm0_b, Post::gelu_erf);
+      Tensor h = linear(x, m.mm0_w, m.mm0_b, post_for(c.projector_act));
       if (!present(m.mm2_w)) return h;
       return linear(h.data<float>(), m.mm2_w, m.mm2_b, Post::none);
     }

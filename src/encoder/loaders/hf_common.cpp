@@ -81,19 +81,8 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
   return p;
 }
 
-void hf_load_tower(Lookup& L, const std::string& p, VitModel::Impl& m) {
-  const VitConfig& c = m.config;
-  const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
-  m.patch_w = L.get(p + "embeddings.patch_embedding.weight", {D, C, P, P}, true, {D, C * P * P});
-  if (c.patch_bias) m.patch_b = L.get(p + "embeddings.patch_embedding.bias", {D});
-  if (c.class_token) {
-    m.class_emb = L.get(p + "embeddings.class_embedding", {D});
-    split_class_position(L.get(p + "embeddings.position_embedding.weight", {G * G + 1, D}), D, m);
-  } else {
-    m.pos_grid = L.get(p + "embeddings.position_embedding.weight", {G * G, D});
-  }
-  L.mark_used(p + "embeddings.position_ids");
-  for (int i = 0; i < c.layers; ++i) {
+void hf_load_blocks(Lookup& L, const std::string& p, int blocks, int64_t D, int64_t M, VitModel::Impl& m) {
+  for (int i = 0; i < blocks; ++i) {
     const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
     VitLayer ly;
     ly.ln1_w = L.get(l + "layer_norm1.weight", {D});
@@ -117,6 +106,21 @@ void hf_load_tower(Lookup& L, const std::string& p, VitModel::Impl& m) {
     ly.fc2_b = L.get(l + "mlp.fc2.bias", {D});
     m.layers.push_back(std::move(ly));
   }
+}
+
+void hf_load_tower(Lookup& L, const std::string& p, VitModel::Impl& m) {
+  const VitConfig& c = m.config;
+  const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
+  m.patch_w = L.get(p + "embeddings.patch_embedding.weight", {D, C, P, P}, true, {D, C * P * P});
+  if (c.patch_bias) m.patch_b = L.get(p + "embeddings.patch_embedding.bias", {D});
+  if (c.class_token) {
+    m.class_emb = L.get(p + "embeddings.class_embedding", {D});
+    split_class_position(L.get(p + "embeddings.position_embedding.weight", {G * G + 1, D}), D, m);
+  } else {
+    m.pos_grid = L.get(p + "embeddings.position_embedding.weight", {G * G, D});
+  }
+  L.mark_used(p + "embeddings.position_ids");
+  hf_load_blocks(L, p, c.layers, D, M, m);
   m.post_w = L.get(p + "post_layernorm.weight", {D});
   m.post_b = L.get(p + "post_layernorm.bias", {D});
 }

@@ -71,6 +71,7 @@ struct Checkpoint {
   const WeightSource* weights = nullptr;
   const GgufFile* gguf = nullptr;
   nlohmann::json config;        // config.json, reduced to the vision tower's part
+  nlohmann::json full_config;   // config.json as written (a VLM's top level: vision_feature_layer, ...)
   nlohmann::json preprocessor;  // preprocessor_config.json
 };
 
@@ -86,6 +87,7 @@ const ModelLoader& hf_clip_loader();
 const ModelLoader& hf_siglip_loader();
 const ModelLoader& torchvision_loader();
 const ModelLoader& gguf_mmproj_loader();
+const ModelLoader& hf_llava_loader();
 
 // ---- helpers shared by the loaders -----------------------------------------------------------
 nlohmann::json read_json_beside(const std::string& weights_path, const char* file);
@@ -122,6 +124,8 @@ std::optional<std::string> hf_vision_prefix(const WeightSource& w);
 // post_layernorm.
 std::string hf_configure(const Checkpoint& c, bool clip, VitModel::Impl& m);
 void hf_load_tower(Lookup& L, const std::string& prefix, VitModel::Impl& m);
+// The first `blocks` encoder blocks `PREFIX encoder.layers.N.*` into m.layers.
+void hf_load_blocks(Lookup& L, const std::string& prefix, int blocks, int64_t D, int64_t M, VitModel::Impl& m);
 
 // The input contract: preprocessor_config.json if present, else `fallback`.
 InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback);
