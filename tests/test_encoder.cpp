@@ -475,6 +475,54 @@ TEST(EncoderCheckpoint, HostileFilesGiveClearErrors) {
   expect_load_error(dir + "/absent.safetensors", Errc::io, {"absent.safetensors"});
 }
 
+// HF's sharded layout (model.safetensors.index.json + shards), given as the index or the
+// directory, loads the same model as the single file.
+TEST(EncoderCheckpoint, ShardedHfCheckpointsLoadLikeOneFile) {
+  const std::string dir = test::temp_dir("enc_sharded");
+  const SafetensorsFile f = SafetensorsFile::open(fixture("hf_llava"));
+  std::vector<Tensor> ts;
+  ts.reserve(f.entries().size());
+  std::vector<NamedTensor> a, b;
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  for (size_t i = 0; i < f.entries().size(); ++i) {
+    const auto& e = f.entries()[i];
+    ts.push_back(f.load(e));
+    const bool first = i % 2 == 0;  // interleaved, so the tower and the projector span both shards
+    (first ? a : b).push_back({e.name, &ts.back()});
+    index["weight_map"][e.name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  save_safetensors(dir + "/model-00001-of-00002.safetensors", a);
+  save_safetensors(dir + "/model-00002-of-00002.safetensors", b);
+  std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  for (const char* file : {"config.json", "preprocessor_config.json"})
+    fs::copy_file(fixture("hf_llava", file), dir + "/" + file);
+  const VitModel one = VitModel::load(fixture("hf_llava"));
+  const SafetensorsFile cases = SafetensorsFile::open(fixture("hf_llava", "cases.safetensors"));
+  std::vector<Case> all = load_cases(cases);
+  const Case& c = all[0];
+  Executor exec({.threads = 1});
+  const Encoding want = encode(one, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
+  for (const std::string spec : {dir + "/model.safetensors.index.json", dir}) {
+    const VitModel m = VitModel::load(spec);
+    EXPECT_EQ(m.config().naming, "hf_llava");
+    EXPECT_EQ(m.tensors_used(), one.tensors_used());
+    const Encoding got = encode(m, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
+    EXPECT_EQ(max_abs_diff(want.projected, got.projected), 0.0) << spec;
+  }
+  // A shard that is missing, a tensor the shard does not hold, a path outside the directory.
+  nlohmann::json bad = index;
+  bad["weight_map"][f.entries()[0].name] = "model-00003-of-00002.safetensors";
+  std::ofstream(dir + "/model.safetensors.index.json") << bad.dump();
+  expect_load_error(dir, Errc::io, {"model-00003-of-00002.safetensors"});
+  bad = index;
+  bad["weight_map"][f.entries()[0].name] = "model-00002-of-00002.safetensors";
+  std::ofstream(dir + "/model.safetensors.index.json") << bad.dump();
+  expect_load_error(dir, Errc::corrupt_data, {"does not hold it"});
+  bad["weight_map"][f.entries()[0].name] = "../model-00001-of-00002.safetensors";
+  std::ofstream(dir + "/model.safetensors.index.json") << bad.dump();
+  expect_load_error(dir, Errc::corrupt_data, {"not a plain file name"});
+}
+
 TEST(EncoderCheckpoint, ConfigJsonMustAgreeWithTensors) {
   const std::string dir = test::temp_dir("enc_config");
   fs::copy_file(fixture("clip"), dir + "/model.safetensors");

@@ -136,7 +136,8 @@ struct VitConfig {
 // encode() calls on one model are serialised internally.
 class VitModel {
  public:
-  // `spec` is a path to a .safetensors or .gguf file (recognised by content, not by name) or
+  // `spec` is a path to a .safetensors or .gguf file (recognised by content, not by name), an HF
+  // sharded checkpoint's model.safetensors.index.json, a directory holding either, or
   // "random:vit-b16" / "random:vit-s16" (optionally "random:vit-b16:SEED"). config.json and
   // preprocessor_config.json beside a .safetensors file are read. Throws Error(io) for an
   // unreadable file, Error(corrupt_data) for a malformed one, Error(unsupported) for an unknown

@@ -139,18 +139,32 @@ VitModel VitModel::load(const std::string& spec) {
   std::optional<GgufFile> gguf;
   std::optional<SafetensorsFile> st;
   std::unique_ptr<WeightSource> weights;
+  // A directory means its model.safetensors.index.json (sharded) or model.safetensors.
+  std::string file = spec;
+  {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(spec, ec)) {
+      const fs::path index = fs::path(spec) / "model.safetensors.index.json";
+      file = fs::exists(index, ec) ? index.string() : (fs::path(spec) / "model.safetensors").string();
+    }
+  }
   Checkpoint ck;
-  ck.path = spec;
-  if (looks_like_gguf(spec)) {
-    gguf.emplace(GgufFile::open(spec));
+  ck.path = file;
+  if (looks_like_gguf(file)) {
+    gguf.emplace(GgufFile::open(file));
     weights = gguf_source(*gguf);
     ck.gguf = &*gguf;
   } else {
-    st.emplace(SafetensorsFile::open(spec));
-    weights = safetensors_source(*st);
-    ck.full_config = read_json_beside(spec, "config.json");
+    if (file.ends_with(".index.json")) {
+      weights = sharded_safetensors_source(file);
+    } else {
+      st.emplace(SafetensorsFile::open(file));
+      weights = safetensors_source(*st);
+    }
+    ck.full_config = read_json_beside(file, "config.json");
     ck.config = vision_part(ck.full_config);
-    ck.preprocessor = read_json_beside(spec, "preprocessor_config.json");
+    ck.preprocessor = read_json_beside(file, "preprocessor_config.json");
   }
   ck.weights = weights.get();
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "encoder/loaders/loader.hpp"
 #include "fovea/error.hpp"
@@ -68,7 +69,68 @@ class GgufSource final : public WeightSource {
   const GgufFile& f_;
 };
 
+// HF's sharded checkpoints: model.safetensors.index.json maps every tensor to a shard file in
+// the same directory. Each shard is mapped (pages are read only for the tensors used).
+class ShardedSource final : public WeightSource {
+ public:
+  explicit ShardedSource(const std::string& index_path) : path_(index_path) {
+    namespace fs = std::filesystem;
+    std::ifstream in(index_path, std::ios::binary);
+    if (!in) throw Error(Errc::io, "cannot open '" + index_path + "'");
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + index_path + "': " + why); };
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw bad("not a safetensors index (a JSON object with a \"weight_map\")");
+    const fs::path dir = fs::path(index_path).parent_path();
+    std::map<std::string, size_t> shard_of_file;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it->is_string()) throw bad("weight_map[" + it.key() + "] is not a file name");
+      const std::string file = it->get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos || file == "..")
+        throw bad("shard name '" + file + "' is not a plain file name in the index's directory");
+      auto [pos, fresh] = shard_of_file.emplace(file, shards_.size());
+      if (fresh) shards_.push_back(SafetensorsFile::open((dir / file).string()));
+      const SafetensorsFile& shard = shards_[pos->second];
+      if (!shard.find(it.key())) throw bad("the index puts " + it.key() + " in " + file + ", which does not hold it");
+      where_.emplace(it.key(), pos->second);
+    }
+  }
+  const std::string& path() const override { return path_; }
+  std::optional<Info> info(std::string_view name) const override {
+    const auto* e = entry(name);
+    if (!e) return std::nullopt;
+    return Info{e->shape, e->dtype_name};
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [n, _] : where_) out.push_back(n);
+    return out;
+  }
+  std::optional<std::string> type_problem(std::string_view name) const override {
+    const auto* e = entry(name);
+    if (e->dtype_name == "F32" || e->dtype_name == "F16" || e->dtype_name == "BF16") return std::nullopt;
+    return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16 or BF16";
+  }
+  Tensor load_f32(std::string_view name) const override {
+    const auto it = where_.find(std::string(name));
+    return shards_[it->second].load_f32(*shards_[it->second].find(name));
+  }
+
+ private:
+  const SafetensorsFile::Entry* entry(std::string_view name) const {
+    const auto it = where_.find(std::string(name));
+    return it == where_.end() ? nullptr : shards_[it->second].find(name);
+  }
+  std::string path_;
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, size_t> where_;
+};
+
 }  // namespace
+
+std::unique_ptr<WeightSource> sharded_safetensors_source(const std::string& index_path) {
+  return std::make_unique<ShardedSource>(index_path);
+}
 
 std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f) { return std::make_unique<SafetensorsSource>(f); }
 std::unique_ptr<WeightSource> gguf_source(const GgufFile& f) { return std::make_unique<GgufSource>(f); }

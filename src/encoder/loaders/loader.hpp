@@ -39,6 +39,8 @@ class WeightSource {
 };
 std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f);  // F32, F16, BF16
 std::unique_ptr<WeightSource> gguf_source(const GgufFile& f);                // + Q8_0
+// HF sharded safetensors: `index_path` is model.safetensors.index.json (owns its shards).
+std::unique_ptr<WeightSource> sharded_safetensors_source(const std::string& index_path);
 
 std::string shape_str(const std::vector<int64_t>& s);
 
