@@ -1,14 +1,15 @@
 // fovea/encoder.hpp — a ViT from a checkpoint turns a TokenBatch into embeddings.
 //
-//   fovea::VitModel m = fovea::VitModel::load("clip-vit-b16/model.safetensors");  // or an mmproj .gguf
+//   fovea::Executor exec;
+//   fovea::VitModel m = fovea::VitModel::load("clip-vit-b16/model.safetensors");  // or an mmproj .gguf, "random:vit-b16"
 //   fovea::TokenizeParams tp;
 //   tp.patch_px = m.config().patch_px;
 //   tp.extract.norm = fovea::normalization(m.config().input);   // the model's own preprocessing
-//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("in.jpg"), {}, tp, exec);
+//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("photo.jpg"), {}, tp, exec);
 //   fovea::Encoding e = fovea::encode(m, t.batch.patches, t.batch.positions,
 //                                     {.image_width = t.pyramid.width(), .image_height = t.pyramid.height()}, exec);
-//   e.embeddings   // [N, D] float32, one row per token in batch order (see VitConfig::embedding_output)
-//   e.projected    // [N, n_embd_llm] when the checkpoint has a projector: what the LLM consumes
+//   const fovea::Tensor& emb = e.embeddings;   // [N, D] float32, batch order (see embedding_output())
+//   const fovea::Tensor& llm = e.projected;    // [N, E] when the checkpoint has a projector: the LLM's input
 //
 // Checkpoints, one loader per naming (src/encoder/loaders/), chosen from the file's contents:
 //   * HF CLIPVisionModel / CLIPModel (.safetensors, `vision_model.*`): class token, pre_layrnorm,

@@ -2,7 +2,7 @@
 //
 //   fovea::GgufFile f = fovea::GgufFile::open("mmproj-model-f16.gguf");
 //   const fovea::GgufValue* v = f.find_kv("clip.vision.image_mean");   // nullptr if absent
-//   std::vector<double> mean = v->as_floats();                         // throws on a wrong type
+//   std::vector<double> mean = v->as_floats("clip.vision.image_mean");  // throws on a wrong type
 //   const fovea::GgufTensorInfo* t = f.find_tensor("v.patch_embd.weight");
 //   fovea::Tensor w = f.load_f32(*t);   // [D, C, P, P]: ggml's dims reversed to row-major order
 //
