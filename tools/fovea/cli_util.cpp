@@ -180,17 +180,6 @@ TokenizeParams TokenizeOptions::params() const {
   return p;
 }
 
-std::string apply_model_preprocessing(const TokenizeOptions& tok, const InputContract& contract, Normalization& norm) {
-  if (tok.no_normalize) return "--no-normalize (x/255)";
-  if (!tok.mean.empty() && !tok.std.empty()) return "--mean/--std";
-  const Normalization model = normalization(contract);
-  if (tok.mean.empty()) norm.mean = model.mean;
-  if (tok.std.empty()) norm.std = model.std;
-  if (!tok.mean.empty()) return "--mean; std from the model (" + contract.source + ")";
-  if (!tok.std.empty()) return "--std; mean from the model (" + contract.source + ")";
-  return "model: " + contract.source;
-}
-
 Query TokenizeOptions::query() const {
   Query q;
   for (const std::string& f : fixations) {

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "fovea/encoder.hpp"
 #include "fovea/exec.hpp"
 #include "fovea/image.hpp"
 #include "fovea/tokenizer.hpp"
@@ -56,11 +55,6 @@ struct TokenizeOptions {
   Query query() const;
   LoadOptions load_options() const;
 };
-
-// Sets `norm` to the model's input contract (fovea::normalization) for whatever --mean / --std
-// did not give; --no-normalize leaves it alone. Returns where the numbers came from, for
-// reports and the file's metadata (e.g. "model: preprocessor_config.json").
-std::string apply_model_preprocessing(const TokenizeOptions& tok, const InputContract& contract, Normalization& norm);
 
 // --store (tokenize, encode): what a paged token store would hold for the image's tokens.
 struct StoreOptions {

@@ -6,6 +6,7 @@
 
 #include "cli_util.hpp"
 #include "command.hpp"
+#include "model_preprocessing.hpp"
 #include "fovea/embeddings.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"

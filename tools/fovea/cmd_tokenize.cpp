@@ -9,6 +9,7 @@
 #include "fovea/version_gen.hpp"
 #if FOVEA_BUILT_WITH_ENCODER
 #include "fovea/encoder.hpp"
+#include "model_preprocessing.hpp"
 #endif
 #include "fovea/error.hpp"
 #include "fovea/tokenizer.hpp"
