@@ -175,7 +175,9 @@ std::string_view to_string(GgufType t) {
 
 std::string ggml_type_name(uint32_t type) {
   if (const TypeTraits* t = type_traits(type)) return t->name;
-  return "#" + std::to_string(type);
+  std::string s = "#";  // (appended: GCC 12 warns a false -Wrestrict on "#" + string)
+  s += std::to_string(type);
+  return s;
 }
 
 int64_t GgufValue::as_int(std::string_view key) const {
