@@ -59,7 +59,7 @@ TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, 
       if (exec.reference()) {
         gemm_reference(a);
       } else {
-        omp_set_num_threads(std::max(1, exec.threads()));
+        const OmpThreadsScope team(std::max(1, exec.threads()));  // restored on return
         if (!m.gemm) m.gemm = std::make_unique<Gemm>();
         m.gemm->run(a);
       }
