@@ -2,6 +2,8 @@
 //
 //   fovea::ImageU8 o = fovea::render_overlay(img, t.relevance, t.batch);
 //   fovea::save_png(o, "overlay.png");
+//
+// Thread safety: pure functions.
 #pragma once
 
 #include "fovea/extract.hpp"
