@@ -29,7 +29,7 @@
 // a model may be shared between threads, and separately loaded models encode in parallel. Each
 // call runs on exec.threads() threads: it sets the calling thread's OpenMP team size for the
 // call and restores the caller's value. The OpenMP wait policy is the program's (exec.hpp).
-// The hook from tile_feature_fn keeps a reference to `exec`: keep that Executor alive.
+// The hook from tile_feature_fn keeps exec's thread count and kernel choice (not exec itself).
 #pragma once
 
 #include <cstdint>
