@@ -1,3 +1,4 @@
+// (An encoder test file, test_encoder_*.cpp: left out of builds without the encoder.)
 // The library keeps no process-wide state: the thread count is per call (Executor), the
 // caller's OpenMP team size survives encode() and the query-embedding hook, and two
 // tokenize + encode calls running at once on two threads, with different thread counts, give
