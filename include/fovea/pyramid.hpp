@@ -3,8 +3,8 @@
 //   fovea::Executor exec;
 //   fovea::PyramidU8 pyr = fovea::build_pyramid(fovea::load_image("photo.jpg"), {}, exec);   // to 1×1
 //   const fovea::ImageU8& l2 = pyr.level(2);   // extents mip_extent(w, 2) × mip_extent(h, 2)
-//   pyr.level(0) = std::move(next_frame);      // same size: the next frame...
-//   fovea::rebuild_pyramid(pyr, {}, exec);     // ...reuses levels 1.. in place, no allocation
+//   pyr.level(0) = fovea::load_image("next.jpg");   // same size: the next frame...
+//   fovea::rebuild_pyramid(pyr, {}, exec);          // ...reuses levels 1.. in place, no allocation
 //
 // Semantics (glGenerateMipmap's, made exact):
 //   * level 0 is the image; level ℓ+1 has extents max(1, n >> 1) of level ℓ's;
