@@ -706,7 +706,7 @@ TEST(EncodeCli, StoreReportsTheEmbeddingsPages) {
 }
 
 // The CLI runs with the passive OpenMP wait policy unless the environment chooses one
-// (fovea::use_passive_openmp_wait re-executes it once).
+// (tools/fovea/main.cpp re-executes it once: the program owns the policy, not the library).
 TEST(EncodeCli, OpenMpWaitPolicyIsPassiveUnlessChosen) {
   const std::string dir = test::temp_dir("enc_cli_omp");
   const std::string image = dir + "/in.png";

@@ -39,6 +39,13 @@
 // v = cy·G/H − 0.5 for an image of W×H pixels. A uniform level-0 grid of an image G·P pixels
 // square samples exactly the grid nodes, so it reproduces the original model; a uniform grid at
 // any other size reproduces HF's interpolate_pos_encoding.
+//
+// Thread safety: a VitModel's weights are immutable and shared by its copies; encode() and the
+// tile_feature_fn hook on one model (or its copies) run one at a time (an internal mutex), so
+// a model may be shared between threads, and separately loaded models encode in parallel. Each
+// call runs on exec.threads() threads: it sets the calling thread's OpenMP team size for the
+// call and restores the caller's value. The OpenMP wait policy is the program's (exec.hpp).
+// The hook from tile_feature_fn keeps exec's thread count and kernel choice (not exec itself).
 #pragma once
 
 #include <array>

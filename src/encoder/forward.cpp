@@ -290,7 +290,7 @@ Encoding encode(const VitModel& model, const Tensor& patches, const Tensor& posi
   Ops ops;
   ops.ref = exec.reference();
   ops.threads = std::max(1, exec.threads());
-  omp_set_num_threads(ops.threads);  // oneDNN's team size
+  const OmpThreadsScope team(ops.threads);  // oneDNN's team size, the caller's restored on return
   if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
   if (m.gemm) m.gemm->reserve_threads(ops.threads);
   ops.gemm = m.gemm.get();
