@@ -75,6 +75,8 @@ struct VitModel::Impl {
   Tensor pool_out_w, pool_out_b;  // [D, D], [D]
   Tensor pool_ln_w, pool_ln_b;    // [D]
   Tensor pool_fc1_w, pool_fc1_b, pool_fc2_w, pool_fc2_b;
+  // LLaVA MLP projector (ProjectorType::mlp): mm.0 [E1, D], [E1]; mm.2 [E, E1], [E] or empty.
+  Tensor mm0_w, mm0_b, mm2_w, mm2_b;
   std::vector<VitLayer> layers;
 
   std::mutex mutex;  // encode() is serialised per model (bf16 weights, GEMM caches)
@@ -147,6 +149,10 @@ void to_bf16_row(const float* x, uint16_t* out, int64_t n);
 void from_bf16_row(const uint16_t* x, float* out, int64_t n);
 
 float activation_ref(Activation a, float x);
+
+// ---- projector (projector.cpp) ---------------------------------------------------------------
+// The model's projector over x [N, D] f32 rows: [N, E]. `gemm` null: the reference GEMM.
+Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* gemm);
 
 }  // namespace encoder_detail
 }  // namespace fovea

@@ -125,8 +125,8 @@ void TokenizeOptions::add(CLI::App& app) {
   app.add_option("--dtype", dtype, "Patch dtype: f32, f16 or u8 (u8 is never normalised)")
       ->check(CLI::IsMember({"f32", "f16", "u8"}))
       ->default_val("f32");
-  app.add_option("--mean", mean, "Normalisation mean R,G,B (CLIP's by default)")->type_name("R,G,B");
-  app.add_option("--std", std, "Normalisation std R,G,B (CLIP's by default)")->type_name("R,G,B");
+  app.add_option("--mean", mean, "Normalisation mean R,G,B (default: the model's own with --model, else CLIP's)")->type_name("R,G,B");
+  app.add_option("--std", std, "Normalisation std R,G,B (default: the model's own with --model, else CLIP's)")->type_name("R,G,B");
   app.add_flag("--no-normalize", no_normalize, "Float patches hold x/255 in [0, 1]");
   app.add_option("--max-pixels", max_pixels, "Refuse images with more pixels than this")
       ->default_val(LoadOptions{}.max_pixels);
