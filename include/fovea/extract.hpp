@@ -19,6 +19,7 @@
 #include "fovea/image.hpp"
 #include "fovea/pyramid.hpp"
 #include "fovea/tensor.hpp"
+#include "fovea/view.hpp"
 
 namespace fovea {
 
@@ -53,8 +54,8 @@ TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation,
                    const ExtractParams& params, Executor& exec);
 
 // The uniform baseline: resize `image` to grid.resized_{width,height} (area filter) and cut
-// it into a grid_x × grid_y grid of P×P patches, raster order.
-TokenBatch extract_uniform(const ImageU8& image, const UniformGrid& grid, int patch_px,
+// it into a grid_x × grid_y grid of P×P patches, raster order. `image` is read in place.
+TokenBatch extract_uniform(const ImageViewU8& image, const UniformGrid& grid, int patch_px,
                            const ExtractParams& params, Executor& exec);
 
 // "What the model sees": every token's patch (de-normalised) stretched bilinearly over its
@@ -63,6 +64,6 @@ ImageU8 reconstruct(const TokenBatch& batch, int width, int height, Executor& ex
 
 // Area-filter resize (each output pixel is the mean of the input area it covers, fractional
 // at the borders: OpenCV's INTER_AREA for downscaling); upscaling falls back to bilinear.
-ImageU8 resize_area(const ImageU8& src, int width, int height, Executor& exec);
+ImageU8 resize_area(const ImageViewU8& src, int width, int height, Executor& exec);
 
 }  // namespace fovea

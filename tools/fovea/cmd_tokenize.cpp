@@ -56,7 +56,7 @@ struct TokenizeCommand {
 
     t0 = Clock::now();
     if (!output.empty()) save_tokens(output, t, query, params, {{"source", tok.image}});
-    if (!overlay.empty()) save_png(render_overlay(t.pyramid.level(0), t.relevance, t.batch), overlay);
+    if (!overlay.empty()) save_png(render_overlay(t.pyramid.view(0), t.relevance, t.batch), overlay);
     if (!seen.empty()) save_png(reconstruct(t.batch, t.pyramid.width(), t.pyramid.height(), ex), seen);
     const double write_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
