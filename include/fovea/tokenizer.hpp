@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fovea/allocate.hpp"
 #include "fovea/exec.hpp"
@@ -93,6 +94,9 @@ Tokenization tokenize(const ImageViewU8& image, const Query& query, const Tokeni
 // __metadata__ of the token file (all values are strings, as safetensors requires).
 std::map<std::string, std::string> token_metadata(const Tokenization& t, const Query& query,
                                                   const TokenizeParams& params);
+// The token file's bytes (what save_tokens writes); `extra` metadata is merged in.
+std::vector<uint8_t> serialize_tokens(const Tokenization& t, const Query& query, const TokenizeParams& params,
+                                      const std::map<std::string, std::string>& extra = {});
 // Writes the token file atomically; `extra` metadata is merged in (e.g. "source").
 void save_tokens(const std::string& path, const Tokenization& t, const Query& query,
                  const TokenizeParams& params, const std::map<std::string, std::string>& extra = {});

@@ -347,7 +347,7 @@ py::object file_tensor(const py::object& self, const std::string& name) {
     std::vector<py::ssize_t> shape(e->shape.begin(), e->shape.end());
     py::array a(numpy_dtype(e->dtype), shape, {}, f.file->data(*e).data(), self);
     py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-    return std::move(a);
+    return a;
   }
   return tensor_array(f.file->load_f32(*e));  // BF16 and friends: numpy has no dtype, f32 copy
 }

@@ -167,8 +167,8 @@ std::map<std::string, std::string> token_metadata(const Tokenization& t, const Q
   return m;
 }
 
-void save_tokens(const std::string& path, const Tokenization& t, const Query& query,
-                 const TokenizeParams& params, const std::map<std::string, std::string>& extra) {
+std::vector<uint8_t> serialize_tokens(const Tokenization& t, const Query& query, const TokenizeParams& params,
+                                      const std::map<std::string, std::string>& extra) {
   const TileGrid& g = t.relevance.grid;
   Tensor rate(DType::u8, {g.tiles_y, g.tiles_x});
   std::copy(t.allocation.rate_map.level.begin(), t.allocation.rate_map.level.end(), rate.data<uint8_t>());
@@ -181,7 +181,12 @@ void save_tokens(const std::string& path, const Tokenization& t, const Query& qu
                                  {"levels", &t.batch.levels},
                                  {"rate_map", &rate},
                                  {"relevance", &rel}};
-  save_safetensors(path, tensors, meta);
+  return serialize_safetensors(tensors, meta);
+}
+
+void save_tokens(const std::string& path, const Tokenization& t, const Query& query,
+                 const TokenizeParams& params, const std::map<std::string, std::string>& extra) {
+  write_file_atomic(path, serialize_tokens(t, query, params, extra));
 }
 
 }  // namespace fovea

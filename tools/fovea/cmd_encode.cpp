@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include "batch.hpp"
 #include "cli_util.hpp"
 #include "command.hpp"
 #include "fovea/encoder.hpp"
@@ -53,6 +54,45 @@ struct EncodeCommand {
       params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, int(query.embedding.size()), ex);
     }
 
+    // The embeddings file: tensors and metadata (also the batch's per-image output).
+    auto file_bytes = [&](const Tokenization& t, const Encoding& e, const std::string& source) {
+      std::map<std::string, std::string> meta = token_metadata(t, query, params);
+      meta["format"] = "fovea.embeddings";
+      meta["source"] = source;
+      meta["model"] = model_spec;
+      meta["model_description"] = model.describe();
+      meta["model_family"] = std::string(to_string(mc.family));
+      meta["random_weights"] = model.is_random() ? "true" : "false";
+      meta["precision"] = std::string(to_string(prec));
+      meta["hidden_size"] = std::to_string(mc.hidden);
+      meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
+      std::vector<NamedTensor> tensors{{"embeddings", &e.embeddings},
+                                       {"positions", &t.batch.positions},
+                                       {"levels", &t.batch.levels}};
+      if (e.class_token.rank() > 0) tensors.push_back({"class_token", &e.class_token});
+      if (e.pooled.rank() > 0) tensors.push_back({"pooled", &e.pooled});
+      if (e.image_embeds.rank() > 0) tensors.push_back({"image_embeds", &e.image_embeds});
+      if (e.logits.rank() > 0) tensors.push_back({"logits", &e.logits});
+      return serialize_safetensors(tensors, meta);
+    };
+
+    if (is_batch(tok.inputs, output)) {
+      if (store.enabled || check_fp32) throw Error(Errc::invalid_argument, "--store and --check-fp32 take one image, not a batch");
+      nlohmann::json backend;
+      const BatchReport r = run_batch(tok.inputs, output, tok.load_options(), [&](ImageU8 img, const std::string& src) {
+        const int w = img.width(), h = img.height();
+        const Tokenization t = exec.tokenize(std::move(img), query, params, ex, backend);
+        const Encoding e = encode(model, t.batch.patches, t.batch.positions,
+                                  EncodeParams{.precision = prec, .image_width = w, .image_height = h}, ex);
+        return file_bytes(t, e, src);
+      });
+      return report_batch(r, output, json,
+                          {{"threads", ex.threads()},
+                           {"budget", params.alloc.budget_tokens},
+                           {"encoder", {{"model", model_spec}, {"description", model.describe()},
+                                        {"random_weights", model.is_random()}, {"precision", std::string(to_string(prec))}}}});
+    }
+
     t0 = Clock::now();
     ImageU8 image = load_image(tok.image, tok.load_options());
     const double decode_ms = ms_since(t0);
@@ -72,26 +112,7 @@ struct EncodeCommand {
     }
 
     t0 = Clock::now();
-    if (!output.empty()) {
-      std::map<std::string, std::string> meta = token_metadata(t, query, params);
-      meta["format"] = "fovea.embeddings";
-      meta["source"] = tok.image;
-      meta["model"] = model_spec;
-      meta["model_description"] = model.describe();
-      meta["model_family"] = std::string(to_string(mc.family));
-      meta["random_weights"] = model.is_random() ? "true" : "false";
-      meta["precision"] = std::string(to_string(prec));
-      meta["hidden_size"] = std::to_string(mc.hidden);
-      meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
-      std::vector<NamedTensor> tensors{{"embeddings", &e.embeddings},
-                                       {"positions", &t.batch.positions},
-                                       {"levels", &t.batch.levels}};
-      if (e.class_token.rank() > 0) tensors.push_back({"class_token", &e.class_token});
-      if (e.pooled.rank() > 0) tensors.push_back({"pooled", &e.pooled});
-      if (e.image_embeds.rank() > 0) tensors.push_back({"image_embeds", &e.image_embeds});
-      if (e.logits.rank() > 0) tensors.push_back({"logits", &e.logits});
-      save_safetensors(output, tensors, meta);
-    }
+    if (!output.empty()) write_file_atomic(output, file_bytes(t, e, tok.image));
     const double write_ms = ms_since(t0);
 
     nlohmann::json summary = summarize(t, params, query);
@@ -164,7 +185,8 @@ Runner setup(CLI::App& sub) {
   sub.footer(
       "Examples:\n"
       "  fovea encode photo.jpg --model clip-vit-b16/model.safetensors --fixation 512,300 -o emb.safetensors\n"
-      "  fovea encode photo.jpg --model random:vit-b16 --budget 273 --precision bf16 --json");
+      "  fovea encode photo.jpg --model random:vit-b16 --budget 273 --precision bf16 --json\n"
+      "  fovea encode photos/ shards/*.tar --model CKPT --precision bf16 -o emb/   (batch: model loaded once)");
   return [cmd] { return cmd->run(); };
 }
 
