@@ -57,14 +57,15 @@ def tokenize(
     query_embedding: Optional[np.ndarray] = None,
     model: Optional["Model"] = None,
     max_pixels: int = 100_000_000,
+    source: str = "",
 ) -> Tokens:
     """Turn an image and a query into a budgeted set of multi-scale patches.
 
     Args:
         image: a uint8 numpy array [H, W, 3] (RGB) or [H, W] (gray), read in place (no
-            copy; rows may be padded, e.g. a crop of a larger array), or a path to a PNG or
-            JPEG file (decoded by fovea, EXIF orientation applied). Other dtypes raise
-            TypeError, other layouts ValueError.
+            copy; rows may be padded, e.g. a crop of a larger array), a path to a PNG or
+            JPEG file, or the file's bytes (decoded by fovea, EXIF orientation applied).
+            Other dtypes raise TypeError, other layouts ValueError.
         budget: the maximum number of tokens (the result lands within 2 of it).
         fixations: points (x, y) or (x, y, weight) in image pixels where the query looks.
         regions: boxes (x0, y0, x1, y1) or (x0, y0, x1, y1, weight) in image pixels.
@@ -80,7 +81,9 @@ def tokenize(
         query_embedding: a [D] vector scored against per-tile features of `model`'s patch
             embedding (needs model=).
         model: the fovea.Model for query_embedding.
-        max_pixels: images with more pixels are refused (paths only).
+        max_pixels: images with more pixels are refused (paths and bytes).
+        source: recorded as the files' "source" metadata (default: the path, "<array>" or
+            "<bytes>").
 
     Returns:
         Tokens: .patches, .positions, .levels, .rate_map, .relevance (numpy views on memory
@@ -93,7 +96,7 @@ def tokenize(
         image, budget, [tuple(f) for f in fixations], [tuple(r) for r in regions], patch, uniform, threads,
         max_level, dict(weights or {}), e0, sharpness, dtype,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
-        query_embedding, model, max_pixels)
+        query_embedding, model, max_pixels, source)
 
 
 class Model(_fovea.Model):

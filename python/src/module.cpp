@@ -18,6 +18,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -212,7 +214,7 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
                                       std::optional<float> sharpness, const std::string& dtype,
                                       std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_,
                                       bool normalize, const py::object& query_embedding, const py::object& model,
-                                      uint64_t max_pixels) {
+                                      uint64_t max_pixels, const std::string& source) {
   auto out = std::make_unique<PyTokens>();
   TokenizeParams& p = out->params;
   p.patch_px = patch;
@@ -256,10 +258,19 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
 
   std::optional<ImageViewU8> view;
   std::string path;
+  py::bytes encoded;
+  bool have_bytes = false;
   if (py::isinstance<py::array>(image)) {
     view = array_view(image.cast<py::array>());
     out->pixels = image;
     out->source = "<array>";
+  } else if (py::isinstance<py::bytes>(image) || py::isinstance<py::bytearray>(image) ||
+             py::isinstance<py::memoryview>(image)) {
+    // An encoded PNG/JPEG in memory (e.g. a WebDataset member): decoded by fovea.
+    encoded = py::isinstance<py::bytes>(image) ? py::reinterpret_borrow<py::bytes>(image)
+                                               : py::bytes(py::module_::import("builtins").attr("bytes")(image));
+    have_bytes = true;
+    out->source = "<bytes>";
   } else if (py::isinstance<py::str>(image) || py::hasattr(image, "__fspath__")) {
     path = py::str(py::module_::import("os").attr("fspath")(image));
     out->source = path;
@@ -268,15 +279,23 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
                          std::string(py::str(py::type::of(image).attr("__name__"))));
   }
 
+  std::span<const uint8_t> bytes_span;
+  if (have_bytes) {
+    const std::string_view sv = encoded;  // the bytes object stays alive (and immutable) below
+    bytes_span = {reinterpret_cast<const uint8_t*>(sv.data()), sv.size()};
+  }
+  if (!source.empty()) out->source = source;
   {
     py::gil_scoped_release nogil;
     Executor ex(cfg);
     if (vit) p.relevance.tile_features = tile_feature_fn(*vit, p.extract.norm, int(out->query.embedding.size()), ex);
+    LoadOptions lo;
+    lo.max_pixels = max_pixels;
     if (view) {
       out->t = tokenize(*view, out->query, p, ex);
+    } else if (have_bytes) {
+      out->t = tokenize(decode_image(bytes_span, lo, source.empty() ? "<bytes>" : source), out->query, p, ex);
     } else {
-      LoadOptions lo;
-      lo.max_pixels = max_pixels;
       out->t = tokenize(load_image(path, lo), out->query, p, ex);
     }
     p.relevance.tile_features = nullptr;  // holds the model and a reference to `ex`
@@ -471,7 +490,7 @@ PYBIND11_MODULE(_fovea, m) {
         py::arg("weights") = std::map<std::string, float>{}, py::arg("e0") = py::none(), py::arg("sharpness") = py::none(),
         py::arg("dtype") = "f32", py::arg("mean") = py::none(), py::arg("std") = py::none(), py::arg("normalize") = true,
         py::arg("query_embedding") = py::none(), py::arg("model") = py::none(),
-        py::arg("max_pixels") = LoadOptions{}.max_pixels);
+        py::arg("max_pixels") = LoadOptions{}.max_pixels, py::arg("source") = "");
 
   // ---- Model / Encoding ----------------------------------------------------------------------
   py::class_<PyEncoding>(m, "Encoding", "Everything the encoder returns for one image (see Model.encode_full).")
