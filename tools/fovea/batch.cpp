@@ -260,6 +260,9 @@ BatchReport run_batch(const std::vector<std::string>& inputs, const std::string&
                       const BatchFn& fn) {
   using Clock = std::chrono::steady_clock;
   if (output.empty()) throw bad("batch mode needs -o DIR (one file per image) or -o OUT.tar (one shard)");
+  if (ends_with(lower(output), ".safetensors"))
+    throw bad("-o '" + output + "' is one file, but the inputs are a batch (several images, a directory or a .tar shard): "
+              "use -o DIR or -o OUT.tar");
   const bool out_shard = is_tar(output);
   std::error_code ec;
   if (!out_shard && fs::exists(output, ec) && !fs::is_directory(output, ec))

@@ -92,7 +92,7 @@ ExecConfig ExecOptions::config() const {
 }
 
 void TokenizeOptions::add(CLI::App& app) {
-  app.add_option("inputs", inputs,
+  app.add_option("image", inputs,
                  "Input image (PNG or JPEG); several images, directories of them or WebDataset .tar shards "
                  "run as a batch (-o DIR or -o OUT.tar)")
       ->required()
