@@ -141,7 +141,7 @@ class DaskRunner:
                             for t, w in zip(tasks, workers)])
 
     def __call__(self, paths, out):
-        s = fd.run(paths, out, client=self.client, batch_size=4, **self.opts)
+        s = fd.run(paths, out, client=self.client, **self.opts)  # automatic batch size
         return s["ok"] / s["elapsed_s"], s
 
     def close(self):

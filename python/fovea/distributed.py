@@ -213,7 +213,16 @@ def _summarize(results: Iterable[Dict[str, Any]], elapsed: float) -> Dict[str, A
             "elapsed_s": elapsed, "images_per_s": n / elapsed if elapsed > 0 else 0.0}
 
 
-def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: int = 16, retries: int = 3,
+def _auto_batch_size(inputs: Sequence[str], client) -> int:
+    """Files per task: up to 16 (fewer scheduler round trips at dataset scale), but at least
+    4 tasks per worker, so the last tasks do not leave workers idle (an image takes ~0.1-1 s;
+    a task costs the scheduler ~1 ms)."""
+    workers = len(client.scheduler_info()["workers"]) if client is not None else 1
+    files = sum(len(t["paths"]) for t in plan(inputs, "", 1) if t["kind"] == "files")
+    return max(1, min(16, files // (4 * max(1, workers))))
+
+
+def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: Optional[int] = None, retries: int = 3,
         progress: bool = False, **options) -> Dict[str, Any]:
     """Tokenize (or, with model=, encode) every image of `inputs` into `outdir`.
 
@@ -222,7 +231,8 @@ def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: int = 16
         outdir: created if missing.
         client: a dask.distributed.Client; None runs the same tasks here, one after another
             (the serial reference).
-        batch_size: files per task (a shard is always one task).
+        batch_size: files per task (a shard is always one task); None: up to 16, at least
+            4 tasks per worker.
         retries: Dask reruns a task that raised up to this many times (a killed worker's
             tasks are rescheduled by Dask regardless).
         progress: print images done and images/s to stderr as tasks finish.
@@ -234,6 +244,8 @@ def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: int = 16
     images_per_s.
     """
     os.makedirs(outdir, exist_ok=True)
+    if batch_size is None:
+        batch_size = _auto_batch_size(inputs, client)
     tasks = plan(inputs, outdir, batch_size)
     total = sum(len(t["paths"]) if t["kind"] == "files" else 1 for t in tasks)
     t0 = time.perf_counter()
@@ -273,7 +285,8 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     where.add_argument("--serial", action="store_true", help="no Dask: run the tasks here, one after another")
     p.add_argument("--threads-per-worker", type=int, default=1, help="LocalCluster: threads per worker (default 1)")
     p.add_argument("--threads", type=int, default=0, help="fovea threads per task (0: the worker's thread count)")
-    p.add_argument("--batch-size", type=int, default=16, help="files per task (default 16)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="files per task (default: up to 16, at least 4 tasks per worker)")
     p.add_argument("--retries", type=int, default=3)
     p.add_argument("--model", "-m", help="encode with this checkpoint (or random:vit-b16); without it, tokenize")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
@@ -306,7 +319,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.model:
             options["model"] = args.model
             options["precision"] = args.precision
-        tasks_ok = plan(args.inputs, args.output, args.batch_size)  # argument errors before a cluster starts
+        tasks_ok = plan(args.inputs, args.output, args.batch_size or 1)  # argument errors before a cluster starts
         del tasks_ok
         cluster = client = None
         if not args.serial:
