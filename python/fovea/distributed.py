@@ -107,6 +107,33 @@ def plan(inputs: Sequence[str], outdir: str, batch_size: int = 16) -> List[Dict[
 # ---- what a worker runs -----------------------------------------------------------------------
 
 _MODELS: Dict[str, "fovea.Model"] = {}
+_TUNED = False
+
+
+def _tune_worker_malloc() -> None:
+    """Undo the Dask nanny's MALLOC_TRIM_THRESHOLD_ (65536) for this worker process.
+
+    Setting a trim threshold turns off glibc's dynamic mmap threshold, so every buffer of
+    128 KiB or more (the encoder's activations, each image's tensors) is a fresh mmap, page-
+    faulted and zeroed on every call, and freed memory goes straight back to the OS. Measured
+    here: the same single-thread bf16 encode took 0.47-0.51 s per image with the variable set
+    against 0.37-0.42 s without. fovea's working set is a few large buffers reused per image,
+    so the worker keeps them: 64 MiB mmap threshold, 512 MiB trim threshold.
+    """
+    global _TUNED
+    if _TUNED:
+        return
+    _TUNED = True
+    if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        libc.mallopt(M_MMAP_THRESHOLD, 64 << 20)
+        libc.mallopt(M_TRIM_THRESHOLD, 512 << 20)
+    except OSError:  # not glibc
+        pass
 
 
 def _model(spec: str) -> "fovea.Model":
@@ -155,6 +182,7 @@ def _process(image, source: str, options: Dict[str, Any], outfile: Optional[str]
 def run_task(task: Dict[str, Any], options: Dict[str, Any]) -> Dict[str, Any]:
     """One task: a batch of files or one shard. Returns {"ok": n, "failed": [[input, error]...]}.
     Safe to rerun: every output is replaced atomically with the same bytes."""
+    _tune_worker_malloc()
     ok, failed = 0, []
     if task["kind"] == "files":
         for path, out in zip(task["paths"], task["outputs"]):
