@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "fovea/embeddings.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/extract.hpp"
@@ -319,7 +320,6 @@ std::map<std::string, std::string> embeddings_metadata(const PyTokens& t, const 
   // are interchangeable.
   std::map<std::string, std::string> meta = token_metadata(t.t, t.query, t.params);
   const VitConfig& mc = model.config();
-  meta["format"] = "fovea.embeddings";
   meta["source"] = t.source;
   meta["model"] = model.source();
   meta["model_description"] = model.describe();
@@ -534,15 +534,16 @@ PYBIND11_MODULE(_fovea, m) {
             const PyTokens& t = e.tokens.cast<const PyTokens&>();
             const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
             py::gil_scoped_release nogil;
-            const std::map<std::string, std::string> meta = embeddings_metadata(t, e.model, e.precision);
-            std::vector<NamedTensor> tensors{{"embeddings", &e.e.embeddings},
-                                             {"positions", &t.t.batch.positions},
-                                             {"levels", &t.t.batch.levels}};
-            if (e.e.class_token.rank() > 0) tensors.push_back({"class_token", &e.e.class_token});
-            if (e.e.pooled.rank() > 0) tensors.push_back({"pooled", &e.e.pooled});
-            if (e.e.image_embeds.rank() > 0) tensors.push_back({"image_embeds", &e.e.image_embeds});
-            if (e.e.logits.rank() > 0) tensors.push_back({"logits", &e.e.logits});
-            save_safetensors(p, tensors, meta);
+            EmbeddingsFile file;  // the library's format (fovea/embeddings.hpp), as `fovea encode -o`
+            file.metadata = embeddings_metadata(t, e.model, e.precision);
+            file.embeddings = e.e.embeddings.clone();
+            file.positions = t.t.batch.positions.clone();
+            file.levels = t.t.batch.levels.clone();
+            file.class_token = e.e.class_token.clone();
+            file.pooled = e.e.pooled.clone();
+            file.image_embeds = e.e.image_embeds.clone();
+            file.logits = e.e.logits.clone();
+            save_embeddings(p, file);
           },
           py::arg("path"), "Write the embeddings file `fovea encode -o` writes (atomically)")
       .def("__len__", [](const PyEncoding& e) { return e.e.embeddings.rank() ? e.e.embeddings.dim(0) : 0; });

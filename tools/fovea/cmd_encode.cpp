@@ -7,6 +7,7 @@
 #include "batch.hpp"
 #include "cli_util.hpp"
 #include "command.hpp"
+#include "fovea/embeddings.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/safetensors.hpp"
@@ -54,10 +55,10 @@ struct EncodeCommand {
       params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, int(query.embedding.size()), ex);
     }
 
-    // The embeddings file: tensors and metadata (also the batch's per-image output).
-    auto file_bytes = [&](const Tokenization& t, const Encoding& e, const std::string& source) {
+    // The embeddings file (fovea/embeddings.hpp: the library owns the layout); the encoding's
+    // tensors are moved in. Also the batch's per-image output.
+    auto embeddings_file = [&](const Tokenization& t, Encoding& e, const std::string& source) {
       std::map<std::string, std::string> meta = token_metadata(t, query, params);
-      meta["format"] = "fovea.embeddings";
       meta["source"] = source;
       meta["model"] = model_spec;
       meta["model_description"] = model.describe();
@@ -66,14 +67,16 @@ struct EncodeCommand {
       meta["precision"] = std::string(to_string(prec));
       meta["hidden_size"] = std::to_string(mc.hidden);
       meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
-      std::vector<NamedTensor> tensors{{"embeddings", &e.embeddings},
-                                       {"positions", &t.batch.positions},
-                                       {"levels", &t.batch.levels}};
-      if (e.class_token.rank() > 0) tensors.push_back({"class_token", &e.class_token});
-      if (e.pooled.rank() > 0) tensors.push_back({"pooled", &e.pooled});
-      if (e.image_embeds.rank() > 0) tensors.push_back({"image_embeds", &e.image_embeds});
-      if (e.logits.rank() > 0) tensors.push_back({"logits", &e.logits});
-      return serialize_safetensors(tensors, meta);
+      EmbeddingsFile file;
+      file.metadata = std::move(meta);
+      file.embeddings = std::move(e.embeddings);
+      file.positions = t.batch.positions.clone();
+      file.levels = t.batch.levels.clone();
+      file.class_token = std::move(e.class_token);
+      file.pooled = std::move(e.pooled);
+      file.image_embeds = std::move(e.image_embeds);
+      file.logits = std::move(e.logits);
+      return file;
     };
 
     if (is_batch(tok.inputs, output)) {
@@ -82,9 +85,9 @@ struct EncodeCommand {
       const BatchReport r = run_batch(tok.inputs, output, tok.load_options(), [&](ImageU8 img, const std::string& src) {
         const int w = img.width(), h = img.height();
         const Tokenization t = exec.tokenize(std::move(img), query, params, ex, backend);
-        const Encoding e = encode(model, t.batch.patches, t.batch.positions,
-                                  EncodeParams{.precision = prec, .image_width = w, .image_height = h}, ex);
-        return file_bytes(t, e, src);
+        Encoding e = encode(model, t.batch.patches, t.batch.positions,
+                            EncodeParams{.precision = prec, .image_width = w, .image_height = h}, ex);
+        return serialize_embeddings(embeddings_file(t, e, src));
       });
       return report_batch(r, output, json,
                           {{"threads", ex.threads()},
@@ -112,7 +115,11 @@ struct EncodeCommand {
     }
 
     t0 = Clock::now();
-    if (!output.empty()) write_file_atomic(output, file_bytes(t, e, tok.image));
+    if (!output.empty()) {
+      EmbeddingsFile file = embeddings_file(t, e, tok.image);
+      save_embeddings(output, file);
+      e.embeddings = std::move(file.embeddings);  // the summary below reads them
+    }
     const double write_ms = ms_since(t0);
 
     nlohmann::json summary = summarize(t, params, query);
