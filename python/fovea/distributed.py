@@ -275,7 +275,6 @@ def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: Optional
     if batch_size is None:
         batch_size = _auto_batch_size(inputs, client)
     tasks = plan(inputs, outdir, batch_size)
-    total = sum(len(t["paths"]) if t["kind"] == "files" else 1 for t in tasks)
     t0 = time.perf_counter()
     results = []
 
@@ -297,7 +296,6 @@ def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: Optional
             report(fut.result())
     if progress:
         print(file=sys.stderr)
-    del total
     return _summarize(results, time.perf_counter() - t0)
 
 
@@ -347,8 +345,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.model:
             options["model"] = args.model
             options["precision"] = args.precision
-        tasks_ok = plan(args.inputs, args.output, args.batch_size or 1)  # argument errors before a cluster starts
-        del tasks_ok
+        plan(args.inputs, args.output, args.batch_size or 1)  # argument errors before a cluster starts
         cluster = client = None
         if not args.serial:
             from distributed import Client, LocalCluster

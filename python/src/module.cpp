@@ -539,10 +539,10 @@ PYBIND11_MODULE(_fovea, m) {
             file.embeddings = e.e.embeddings.clone();
             file.positions = t.t.batch.positions.clone();
             file.levels = t.t.batch.levels.clone();
-            file.class_token = e.e.class_token.clone();
-            file.pooled = e.e.pooled.clone();
-            file.image_embeds = e.e.image_embeds.clone();
-            file.logits = e.e.logits.clone();
+            if (e.e.class_token.rank() > 0) file.class_token = e.e.class_token.clone();  // clone() of an absent tensor is not empty
+            if (e.e.pooled.rank() > 0) file.pooled = e.e.pooled.clone();  // clone() of an absent tensor is not empty
+            if (e.e.image_embeds.rank() > 0) file.image_embeds = e.e.image_embeds.clone();  // clone() of an absent tensor is not empty
+            if (e.e.logits.rank() > 0) file.logits = e.e.logits.clone();  // clone() of an absent tensor is not empty
             save_embeddings(p, file);
           },
           py::arg("path"), "Write the embeddings file `fovea encode -o` writes (atomically)")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fovea
-from pyhelpers import ASTRONAUT, cli, photo, save_png
+from pyhelpers import cli, photo, save_png
 
 
 @pytest.fixture(scope="module")
