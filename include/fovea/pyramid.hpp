@@ -3,6 +3,8 @@
 //   fovea::Executor exec;
 //   fovea::PyramidU8 pyr = fovea::build_pyramid(fovea::load_image("photo.jpg"), {}, exec);   // to 1×1
 //   const fovea::ImageU8& l2 = pyr.level(2);   // extents mip_extent(w, 2) × mip_extent(h, 2)
+//   pyr.level(0) = fovea::load_image("next.jpg");   // same size: the next frame...
+//   fovea::rebuild_pyramid(pyr, {}, exec);          // ...reuses levels 1.. in place, no allocation
 //
 // Semantics (glGenerateMipmap's, made exact):
 //   * level 0 is the image; level ℓ+1 has extents max(1, n >> 1) of level ℓ's;
@@ -42,6 +44,13 @@ struct PyramidParams {
                        // (negative: Error(invalid_argument))
 };
 
+namespace pyramid_detail {
+struct Access;
+}
+
+// Thread safety: a Pyramid is a plain value (concurrent reads are safe, a write is not);
+// build_pyramid and rebuild_pyramid use only their arguments, so calls on different pyramids
+// may run at once (each with its own Executor, or sharing one: see exec.hpp).
 // Levels 1.. are always owned. Level 0 is owned (built from an Image) or borrowed (built from
 // an ImageView: the caller's buffer, read in place and never copied). view(l) works for every
 // level either way; level(l) returns the owned Image and throws Error(invalid_argument) for a
@@ -81,6 +90,7 @@ class Pyramid {
   int channels() const { return levels_.empty() ? 0 : borrowed_ ? base_.channels() : levels_[0].channels(); }
 
  private:
+  friend struct pyramid_detail::Access;
   void check_owned(int l) const {
     if (l == 0 && borrowed_)
       throw Error(Errc::invalid_argument, "this pyramid borrows its level 0 (the caller's pixels): use view(0)");
@@ -102,6 +112,17 @@ PyramidF32 build_pyramid(ImageF32 base, const PyramidParams& params, Executor& e
 // reduction reads it in place (de-interleaving two rows at a time in cache). The result is
 // valid while `base`'s buffer lives, and identical to build_pyramid(to_image(base), ...).
 PyramidU8 build_pyramid(const ImageViewU8& base, const PyramidParams& params, Executor& exec);
+
+// Recomputes levels 1.. of `pyramid` from its level 0 (which the caller has replaced or
+// written into), with `params` deciding the level count as for build_pyramid. Every level
+// whose extents and channels already fit is overwritten in place, so in the steady state (a
+// video's frames, same-size images) nothing is allocated and no memory is touched for the
+// first time: on machines where a first-touch page fault costs microseconds, that is most of
+// a fresh build's time. Levels that do not fit are reallocated, extra ones dropped. The result
+// is build_pyramid's for the same level 0, bit for bit. Throws Error(invalid_argument) when
+// level 0 is missing or empty.
+void rebuild_pyramid(PyramidU8& pyramid, const PyramidParams& params, Executor& exec);
+void rebuild_pyramid(PyramidF32& pyramid, const PyramidParams& params, Executor& exec);
 
 // One reduction step: dst must have extents (mip_extent(src.w, 1), mip_extent(src.h, 1)) and
 // the same channel count, or Error(invalid_argument) is thrown.

@@ -110,23 +110,21 @@ void reduce_rows_interleaved(const ImageViewU8& src, ImageU8& dst, int y0, int y
   }
 }
 
-// Level 0 is `owned` (moved in) or, when `borrowed` is not null, the caller's view.
-template <typename T>
-Pyramid<T> build(Image<T> owned, const ImageView<T>* borrowed, const PyramidParams& params, Executor& exec) {
-  const ImageView<T> base = borrowed ? *borrowed : ImageView<T>(owned);
+// The level count build_pyramid makes for a W×H level 0.
+int level_count(const char* who, int W, int H, const PyramidParams& params) {
   if (params.max_levels < 0)
     throw Error(Errc::invalid_argument,
-                "build_pyramid: max_levels must be >= 0, got " + std::to_string(params.max_levels));
-  const int W = base.width(), H = base.height(), C = base.channels();
-  int num_levels = full_mip_levels(W, H);
-  if (params.max_levels > 0) num_levels = std::min(num_levels, params.max_levels);
+                std::string(who) + ": max_levels must be >= 0, got " + std::to_string(params.max_levels));
+  const int full = full_mip_levels(W, H);
+  return params.max_levels > 0 ? std::min(full, params.max_levels) : full;
+}
 
-  std::vector<Image<T>> levels;
-  levels.reserve(num_levels);
-  levels.push_back(std::move(owned));  // empty when level 0 is borrowed
-  for (int l = 1; l < num_levels; ++l) {
-    levels.emplace_back(mip_extent(W, l), mip_extent(H, l), C);
-  }
+// Levels 1.. of `levels` (all allocated with their extents) from level 0, `base`: levels[0]'s
+// view, or the caller's pixels (levels[0] is then an empty placeholder).
+template <typename T>
+void reduce_chain(const ImageView<T>& base, std::vector<Image<T>>& levels, Executor& exec) {
+  const int num_levels = static_cast<int>(levels.size());
+  const int W = base.width(), H = base.height(), C = base.channels();
   const RowKernels<T> k = row_kernels<T>(exec.reference());
 
   // Fused levels 1..fused, strips of 2^fused level-0 rows. Only levels whose height is
@@ -182,8 +180,37 @@ Pyramid<T> build(Image<T> owned, const ImageView<T>* borrowed, const PyramidPara
     }
     reduce_level(src_view(l - 1), levels[l], k, exec);
   }
+}
+
+// Level 0 is `owned` (moved in) or, when `borrowed` is not null, the caller's view.
+template <typename T>
+Pyramid<T> build(Image<T> owned, const ImageView<T>* borrowed, const PyramidParams& params, Executor& exec) {
+  const ImageView<T> base = borrowed ? *borrowed : ImageView<T>(owned);
+  const int W = base.width(), H = base.height(), C = base.channels();
+  const int num_levels = level_count("build_pyramid", W, H, params);
+  std::vector<Image<T>> levels;
+  levels.reserve(num_levels);
+  levels.push_back(std::move(owned));  // empty when level 0 is borrowed
+  for (int l = 1; l < num_levels; ++l) levels.emplace_back(mip_extent(W, l), mip_extent(H, l), C);
+  reduce_chain(base, levels, exec);
   if (borrowed) return Pyramid<T>(base, std::move(levels));
   return Pyramid<T>(std::move(levels));
+}
+
+template <typename T>
+void rebuild(Pyramid<T>& pyramid, const PyramidParams& params, Executor& exec) {
+  std::vector<Image<T>>& levels = pyramid_detail::Access::levels(pyramid);
+  if (levels.empty() || levels[0].empty())
+    throw Error(Errc::invalid_argument, "rebuild_pyramid: the pyramid has no level 0");
+  const int W = levels[0].width(), H = levels[0].height(), C = levels[0].channels();
+  const int num_levels = level_count("rebuild_pyramid", W, H, params);
+  levels.resize(size_t(num_levels));
+  for (int l = 1; l < num_levels; ++l) {
+    Image<T>& lv = levels[size_t(l)];
+    const int w = mip_extent(W, l), h = mip_extent(H, l);
+    if (lv.width() != w || lv.height() != h || lv.channels() != C) lv = Image<T>(w, h, C);
+  }
+  reduce_chain(ImageView<T>(levels[0]), levels, exec);
 }
 
 template <typename T>
@@ -221,6 +248,13 @@ PyramidF32 build_pyramid(ImageF32 base, const PyramidParams& params, Executor& e
 PyramidU8 build_pyramid(const ImageViewU8& base, const PyramidParams& params, Executor& exec) {
   base.check("build_pyramid: the image");
   return build<uint8_t>(ImageU8(), &base, params, exec);
+}
+
+void rebuild_pyramid(PyramidU8& pyramid, const PyramidParams& params, Executor& exec) {
+  rebuild(pyramid, params, exec);
+}
+void rebuild_pyramid(PyramidF32& pyramid, const PyramidParams& params, Executor& exec) {
+  rebuild(pyramid, params, exec);
 }
 
 void downsample_2x2(const ImageU8& src, ImageU8& dst, Executor& exec) {
