@@ -42,7 +42,7 @@ def tokenize(
     budget: int = 273,
     fixations: Iterable[Sequence[float]] = (),
     regions: Iterable[Sequence[float]] = (),
-    patch: int = 16,
+    patch: Optional[int] = None,
     uniform: bool = False,
     threads: int = 0,
     *,
@@ -69,7 +69,7 @@ def tokenize(
         budget: the maximum number of tokens (the result lands within 2 of it).
         fixations: points (x, y) or (x, y, weight) in image pixels where the query looks.
         regions: boxes (x0, y0, x1, y1) or (x0, y0, x1, y1, weight) in image pixels.
-        patch: patch size P in pixels (16; 14 for CLIP-L/14-style models).
+        patch: patch size P in pixels (default: the model's, else 16).
         uniform: the baseline a standard VLM uses: resize so a plain grid holds <= budget.
         threads: worker threads for this call (0: one per hardware thread).
         max_level: coarsest mip level of the quadtree (-1: automatic).
@@ -77,10 +77,12 @@ def tokenize(
         e0: cortical-magnification half-saturation eccentricity (fraction of the longer side).
         sharpness: how strongly token size follows relevance, in [0.5, 4].
         dtype: patch dtype, "f32" (normalised), "f16" or "u8" (raw pixels).
-        mean, std: normalisation (CLIP's by default); normalize=False gives x/255.
+        mean, std: normalisation (default: the model's input contract, else CLIP's);
+            normalize=False gives x/255.
         query_embedding: a [D] vector scored against per-tile features of `model`'s patch
             embedding (needs model=).
-        model: the fovea.Model for query_embedding.
+        model: a fovea.Model whose input contract (patch size, mean, std) the patches
+            follow, as `fovea encode` does; needed for query_embedding.
         max_pixels: images with more pixels are refused (paths and bytes).
         source: recorded as the files' "source" metadata (default: the path, "<array>" or
             "<bytes>").
@@ -133,8 +135,10 @@ class Model(_fovea.Model):
     def encode_full(self, tokens, precision: str = "fp32", threads: int = 0, *, positions=None,
                     image_size=None) -> Encoding:
         """As encode(), but returns a fovea.Encoding with every output the model has:
-        .embeddings, .class_token, .pooled, .image_embeds (CLIP projection), .logits
-        (torchvision head), .encode_ms, and .save(path) writing `fovea encode -o`'s file."""
+        .embeddings, .projected (LLaVA / mmproj projector: the LLM's input), .class_token,
+        .pooled, .image_embeds (CLIP projection), .logits (torchvision head), .encode_ms,
+        and .save(path) writing `fovea encode -o`'s file. Tokenize with model=self so
+        the patches follow the model's preprocessing."""
         return super().encode_full(tokens, precision, threads, positions, image_size)
 
 

@@ -55,6 +55,8 @@ class Encoding:
     @property
     def embeddings(self) -> npt.NDArray[np.float32]: ...
     @property
+    def projected(self) -> Optional[npt.NDArray[np.float32]]: ...
+    @property
     def class_token(self) -> Optional[npt.NDArray[np.float32]]: ...
     @property
     def pooled(self) -> Optional[npt.NDArray[np.float32]]: ...
@@ -98,7 +100,7 @@ class TensorFile:
     def path(self) -> str: ...
 
 def tokenize(image: Union[np.ndarray, str, os.PathLike, bytes], budget: int = ..., fixations: Sequence[Sequence[float]] = ...,
-             regions: Sequence[Sequence[float]] = ..., patch: int = ..., uniform: bool = ..., threads: int = ...,
+             regions: Sequence[Sequence[float]] = ..., patch: Optional[int] = ..., uniform: bool = ..., threads: int = ...,
              max_level: int = ..., weights: Mapping[str, float] = ..., e0: Optional[float] = ...,
              sharpness: Optional[float] = ..., dtype: str = ..., mean: Optional[Sequence[float]] = ...,
              std: Optional[Sequence[float]] = ..., normalize: bool = ..., query_embedding: Optional[np.ndarray] = ...,

@@ -164,8 +164,7 @@ def _process(image, source: str, options: Dict[str, Any], outfile: Optional[str]
     threads = _worker_threads(opts.pop("threads", 0))
     if model_spec:
         model = _model(model_spec)
-        opts.setdefault("patch", model.config["patch_size"])
-        t = fovea.tokenize(image, threads=threads, source=source, **opts)
+        t = fovea.tokenize(image, threads=threads, source=source, model=model, **opts)
         result = model.encode_full(t, precision=precision, threads=threads)
     else:
         result = fovea.tokenize(image, threads=threads, source=source, **opts)

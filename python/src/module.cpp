@@ -133,6 +133,7 @@ struct PyTokens {
   Query query;
   TokenizeParams params;
   std::string source;  // the path, or "<array>"
+  std::string preprocessing_source;  // where the normalisation came from (token file metadata)
   py::object pixels;   // the array the pyramid's level 0 borrows (None when fovea owns it)
   int width = 0, height = 0;
 };
@@ -210,7 +211,7 @@ std::vector<float> query_vector(const py::object& q) {
 }
 
 std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const std::vector<std::vector<float>>& fixations,
-                                      const std::vector<std::vector<float>>& regions, int patch, bool uniform, int threads,
+                                      const std::vector<std::vector<float>>& regions, std::optional<int> patch, bool uniform, int threads,
                                       int max_level, const std::map<std::string, float>& weights, std::optional<float> e0,
                                       std::optional<float> sharpness, const std::string& dtype,
                                       std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_,
@@ -218,7 +219,14 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
                                       uint64_t max_pixels, const std::string& source) {
   auto out = std::make_unique<PyTokens>();
   TokenizeParams& p = out->params;
-  p.patch_px = patch;
+  std::optional<VitModel> vit;
+  if (!model.is_none()) vit = model.cast<VitModel>();
+  // The model's input contract (patch size, normalisation) unless the arguments say otherwise,
+  // as the CLI's encode does.
+  if (vit && patch && *patch != vit->config().patch_px)
+    throw bad("patch " + std::to_string(*patch) + " does not match the model's " +
+              std::to_string(vit->config().patch_px) + "-px patches");
+  p.patch_px = patch ? *patch : vit ? vit->config().patch_px : 16;
   p.uniform = uniform;
   p.alloc.budget_tokens = budget;
   p.alloc.max_level = max_level;
@@ -239,22 +247,27 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
     if (v->size() != 3) throw bad(std::string(name) + " needs three values (R, G, B)");
     std::copy(v->begin(), v->end(), dst.begin());
   };
+  if (vit && normalize) {
+    const Normalization mn = normalization(vit->config().input);
+    p.extract.norm.mean = mn.mean;
+    p.extract.norm.std = mn.std;
+  }
   rgb(mean, "mean", p.extract.norm.mean);
   rgb(std_, "std", p.extract.norm.std);
+  const std::string defaults = vit ? "the model (" + vit->config().input.source + ")" : "CLIP defaults";
+  out->preprocessing_source = !normalize       ? std::string("--no-normalize (x/255)")
+                              : !mean && !std_ ? (vit ? "model: " + vit->config().input.source : std::string("CLIP defaults"))
+                              : mean && std_   ? std::string("--mean/--std")
+                              : vit            ? (mean ? "--mean; std from " : "--std; mean from ") + defaults
+                                               : std::string("--mean/--std, CLIP defaults for the rest");
   check_params(p);
   out->query = make_query(fixations, regions);
   const ExecConfig cfg = exec_config(threads);
 
-  std::optional<VitModel> vit;
-  if (!query_embedding.is_none()) {
-    if (model.is_none()) throw bad("query_embedding needs model= (the tile features come from its patch embedding)");
-    vit = model.cast<VitModel>();
+  const bool query_features = !query_embedding.is_none();
+  if (query_features) {
+    if (!vit) throw bad("query_embedding needs model= (the tile features come from its patch embedding)");
     out->query.embedding = query_vector(query_embedding);
-    if (vit->config().patch_px != p.patch_px)
-      throw bad("patch " + std::to_string(p.patch_px) + " does not match the model's " +
-                std::to_string(vit->config().patch_px) + "-px patches");
-  } else if (!model.is_none()) {
-    throw bad("model= is only used with query_embedding= (use Model.encode to encode)");
   }
 
   std::optional<ImageViewU8> view;
@@ -289,7 +302,7 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
   {
     py::gil_scoped_release nogil;
     Executor ex(cfg);
-    if (vit) p.relevance.tile_features = tile_feature_fn(*vit, p.extract.norm, int(out->query.embedding.size()), ex);
+    if (query_features) p.relevance.tile_features = tile_feature_fn(*vit, p.extract.norm, int(out->query.embedding.size()), ex);
     LoadOptions lo;
     lo.max_pixels = max_pixels;
     if (view) {
@@ -328,6 +341,13 @@ std::map<std::string, std::string> embeddings_metadata(const PyTokens& t, const 
   meta["precision"] = std::string(to_string(prec));
   meta["hidden_size"] = std::to_string(mc.hidden);
   meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
+  meta["model_naming"] = mc.naming;
+  meta["preprocessing_source"] = t.preprocessing_source;
+  meta["embeddings_output"] = embedding_output(mc);
+  if (mc.projector != ProjectorType::none) {
+    meta["projector"] = std::string(to_string(mc.projector));
+    meta["projected_dim"] = std::to_string(mc.projector_dim);
+  }
   return meta;
 }
 
@@ -348,6 +368,14 @@ py::dict config_dict(const VitConfig& c) {
   d["projection_dim"] = c.projection_dim;
   d["attention_pool"] = c.attention_pool;
   d["num_classes"] = c.num_classes;
+  d["naming"] = c.naming;
+  d["projector"] = std::string(to_string(c.projector));
+  d["projected_dim"] = c.projector_dim;
+  d["embeddings_output"] = embedding_output(c);
+  const Normalization n = normalization(c.input);
+  d["mean"] = std::vector<float>(n.mean.begin(), n.mean.end());
+  d["std"] = std::vector<float>(n.std.begin(), n.std.end());
+  d["preprocessing_source"] = c.input.source;
   return d;
 }
 
@@ -474,7 +502,7 @@ PYBIND11_MODULE(_fovea, m) {
           [](const PyTokens& t, const py::object& path) {
             const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
             py::gil_scoped_release nogil;
-            save_tokens(p, t.t, t.query, t.params, {{"source", t.source}});
+            save_tokens(p, t.t, t.query, t.params, {{"source", t.source}, {"preprocessing_source", t.preprocessing_source}});
           },
           py::arg("path"), "Write the token file `fovea tokenize -o` writes (atomically)")
       .def("__len__", [](const PyTokens& t) { return t.t.batch.size(); })
@@ -486,7 +514,7 @@ PYBIND11_MODULE(_fovea, m) {
 
   m.def("tokenize", &tokenize_py, py::arg("image"), py::arg("budget") = 273,
         py::arg("fixations") = std::vector<std::vector<float>>{}, py::arg("regions") = std::vector<std::vector<float>>{},
-        py::arg("patch") = 16, py::arg("uniform") = false, py::arg("threads") = 0, py::arg("max_level") = -1,
+        py::arg("patch") = py::none(), py::arg("uniform") = false, py::arg("threads") = 0, py::arg("max_level") = -1,
         py::arg("weights") = std::map<std::string, float>{}, py::arg("e0") = py::none(), py::arg("sharpness") = py::none(),
         py::arg("dtype") = "f32", py::arg("mean") = py::none(), py::arg("std") = py::none(), py::arg("normalize") = true,
         py::arg("query_embedding") = py::none(), py::arg("model") = py::none(),
@@ -525,6 +553,13 @@ PYBIND11_MODULE(_fovea, m) {
             return t.rank() ? py::object(tensor_view(t, self)) : py::none();
           },
           "[1, K] float32 (torchvision head) or None")
+      .def_property_readonly(
+          "projected",
+          [](py::object self) -> py::object {
+            const Tensor& t = self.cast<PyEncoding&>().e.projected;
+            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+          },
+          "[N, E] float32: the projector's output, what the language model consumes (LLaVA / mmproj), or None")
       .def_property_readonly("encode_ms", [](const PyEncoding& e) { return e.e.encode_ms; })
       .def_property_readonly("precision", [](const PyEncoding& e) { return std::string(to_string(e.precision)); })
       .def(
@@ -542,7 +577,8 @@ PYBIND11_MODULE(_fovea, m) {
             if (e.e.class_token.rank() > 0) file.class_token = e.e.class_token.clone();  // clone() of an absent tensor is not empty
             if (e.e.pooled.rank() > 0) file.pooled = e.e.pooled.clone();  // clone() of an absent tensor is not empty
             if (e.e.image_embeds.rank() > 0) file.image_embeds = e.e.image_embeds.clone();  // clone() of an absent tensor is not empty
-            if (e.e.logits.rank() > 0) file.logits = e.e.logits.clone();  // clone() of an absent tensor is not empty
+            if (e.e.logits.rank() > 0) file.logits = e.e.logits.clone();
+            if (e.e.projected.rank() > 0) file.projected = e.e.projected.clone();
             save_embeddings(p, file);
           },
           py::arg("path"), "Write the embeddings file `fovea encode -o` writes (atomically)")

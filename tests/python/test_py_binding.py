@@ -73,8 +73,9 @@ def test_encode_equals_cli_file(png, tmp_path):
     cli("encode", path, "--model", "random:vit-s16", "--budget", 64, "--threads", 1, "-o", out)
     m = fovea.Model("random:vit-s16")
     assert m.is_random and m.config["hidden_size"] == 384 and m.config["patch_size"] == 16
-    t = fovea.tokenize(arr, budget=64, threads=1, source=path)
+    t = fovea.tokenize(arr, budget=64, threads=1, source=path, model=m)  # the model's preprocessing
     e = m.encode_full(t, threads=1)
+    assert e.projected is None and m.config["projector"] == "none"
     mine = tmp_path / "py.safetensors"
     e.save(mine)
     assert_same_file(str(mine), str(out), skip_meta=())
