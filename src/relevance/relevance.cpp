@@ -24,7 +24,9 @@ struct TileStats {
 // `img` is pyramid level L; tile t covers the level-L pixels of its level-0 footprint, P >> L on a
 // side. A footprint that the level's floor(n / 2^L) extent cut off entirely (a 1-px edge tile)
 // is given the level's last row or column, so every tile has at least one pixel.
-TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int level, int bins, Executor& exec) {
+// `img` may be the caller's interleaved level 0 (stats_level 0 on a view): its rows are then
+// gathered per channel into a scratch row before the row kernels read them.
+TileStats gather_tile_stats(const ImageViewU8& img, const TileGrid& g, int level, int bins, Executor& exec) {
   const int P = g.patch_px >> level;
   auto span = [P](int t, int extent) {
     const int a = std::min(t * P, extent - 1);
@@ -49,20 +51,31 @@ TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int level, in
     // once per tile row instead of once per pixel row.
     std::vector<uint16_t> colsum(size_t(C) * img.width());
     std::vector<uint8_t> luma(img.width());
+    const ptrdiff_t ps = img.pixel_stride();
+    std::vector<uint8_t> gathered(ps == 1 ? 0 : size_t(C) * img.width());
+    const uint8_t* rows[3] = {};
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       std::fill(hist.begin(), hist.end(), 0u);
       std::fill(colsum.begin(), colsum.end(), uint16_t{0});
       const auto [y0, y1] = span(static_cast<int>(ty), img.height());
       for (int y = y0; y < y1; ++y) {
         for (int c = 0; c < C; ++c) {
-          uint16_t* acc = colsum.data() + size_t(c) * img.width();
-          if (ref) accumulate_row_ref(img.row(c, y), acc, img.width());
-          else accumulate_row(img.row(c, y), acc, img.width());
+          rows[c] = img.row(c, y);
+          if (ps != 1) {
+            uint8_t* d = gathered.data() + size_t(c) * img.width();
+            for (int x = 0; x < img.width(); ++x) d[x] = rows[c][x * ps];
+            rows[c] = d;
+          }
         }
-        const uint8_t* l = img.row(0, y);
+        for (int c = 0; c < C; ++c) {
+          uint16_t* acc = colsum.data() + size_t(c) * img.width();
+          if (ref) accumulate_row_ref(rows[c], acc, img.width());
+          else accumulate_row(rows[c], acc, img.width());
+        }
+        const uint8_t* l = rows[0];
         if (C == 3) {
-          if (ref) luma_row_ref(img.row(0, y), img.row(1, y), img.row(2, y), luma.data(), img.width());
-          else luma_row(img.row(0, y), img.row(1, y), img.row(2, y), luma.data(), img.width());
+          if (ref) luma_row_ref(rows[0], rows[1], rows[2], luma.data(), img.width());
+          else luma_row(rows[0], rows[1], rows[2], luma.data(), img.width());
           l = luma.data();
         }
         for (int tx = 0; tx < g.tiles_x; ++tx) {
@@ -280,7 +293,7 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
   // the pyramid has it.
   int level = params.stats_level;
   while (level > 0 && (level >= pyramid.num_levels() || patch_px % (1 << level) != 0)) --level;
-  TileStats st = gather_tile_stats(pyramid.level(level), m.grid, level, params.entropy_bins, exec);
+  TileStats st = gather_tile_stats(pyramid.view(level), m.grid, level, params.entropy_bins, exec);
   m.saliency = saliency_from_means(st, m.grid, exec);
   m.information = std::move(st.entropy);
   m.query = query.empty() ? std::vector<float>(m.grid.tiles(), 0.0f)
