@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -177,5 +178,38 @@ class VideoSession {
 // Images of equal size and channel count.
 std::vector<uint8_t> changed_tiles(const ImageU8& a, const ImageU8& b, const TileGrid& grid, float threshold,
                                    Executor& exec);
+
+}  // namespace fovea
+
+// ---- output -----------------------------------------------------------------------------------
+namespace fovea {
+
+// Streams a video's tokens into one safetensors file with bounded memory: the per-token rows
+// (embeddings or patches) go to an unlinked spill file beside the output as frames arrive; the
+// small tensors stay in memory. finish() writes `path.tmp-N` and renames it over `path`, so a
+// reader never sees a half-written file and a run that fails (or is never finished) leaves none.
+// The file holds, frame after frame:
+//   frame_offsets [F+1] I64 (frame f's tokens are rows frame_offsets[f] .. frame_offsets[f+1]),
+//   pts [F] F64 (seconds), <rows_name> [T, row_shape...], positions [T, 4] F32, levels [T] I32,
+//   recomputed [T] U8.
+class VideoTokenWriter {
+ public:
+  // Throws Error(io) when the spill file cannot be created beside `path`.
+  VideoTokenWriter(const std::string& path, const std::string& rows_name, DType dtype, std::vector<int64_t> row_shape);
+  ~VideoTokenWriter();
+  VideoTokenWriter(const VideoTokenWriter&) = delete;
+  VideoTokenWriter& operator=(const VideoTokenWriter&) = delete;
+
+  // rows [n, row_shape...] of the writer's dtype, positions [n, 4] f32, levels [n] i32, recomputed n entries.
+  void add_frame(const Tensor& rows, const Tensor& positions, const Tensor& levels,
+                 const std::vector<uint8_t>& recomputed, double pts_s);
+  void finish(const std::map<std::string, std::string>& metadata);
+  int64_t frames() const;
+  int64_t tokens() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace fovea

@@ -345,14 +345,20 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
   }
 
   // ---- transformer ------------------------------------------------------------------------
+  // When every token keeps its row (the layout did not change), the caches are updated in
+  // place and a layer costs O(recomputed tokens); otherwise the kept rows move to new caches.
+  bool in_place = gate && st.layers[0].ref_in.dim(0) == T;
+  for (int64_t t = 0; in_place && t < T; ++t) in_place = prev_t[size_t(t)] == t;
   st.next.resize(size_t(c.layers));
   std::vector<int64_t> R;
   R.reserve(size_t(T));
+  std::vector<uint8_t> sel(size_t(T), 0);
   double work = 0, full_work = 0;
   const double per_token = double(3 * D * D + D * D + 2 * D * Mh);
+  const float* in = xp;  // this layer's input rows [T, D]
   for (int li = 0; li < c.layers; ++li) {
     const VitLayer& l = m.layers[size_t(li)];
-    LayerCache& nc = st.next[size_t(li)];
+    LayerCache& nc = in_place ? st.layers[size_t(li)] : st.next[size_t(li)];
     if (nc.ref_in.rank() != 2 || nc.ref_in.dim(0) != T || nc.kv.dtype() != dt) {
       nc.ref_in = Tensor(DType::f32, {T, D});
       nc.kv = Tensor(dt, {T, 2 * D});
@@ -364,7 +370,7 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
       for (int64_t t = 0; t < T; ++t) R.push_back(t);
     } else {
       const LayerCache& oc = st.layers[size_t(li)];
-      std::vector<uint8_t> sel(size_t(T), 0);
+      const double thr = double(params.token_threshold);
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
       for (int64_t t = 0; t < T; ++t) {
         const int64_t p = prev_t[size_t(t)];
@@ -372,16 +378,15 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
           sel[size_t(t)] = 1;
           continue;
         }
-        const float* a = xp + t * D;
+        const float* a = in + t * D;
         const float* b = oc.ref_in.data<float>() + p * D;
         double dd = 0, bb = 0;
         for (int64_t d = 0; d < D; ++d) {
           const double e = double(a[d]) - b[d];
           dd += e * e, bb += double(b[d]) * b[d];
         }
-        const double thr = double(params.token_threshold);
         sel[size_t(t)] = dd > thr * thr * bb ? 1 : 0;
-        if (!sel[size_t(t)]) {  // keep: carry the reference, K|V and output over
+        if (!sel[size_t(t)] && !in_place) {  // kept: carry the reference, K|V and output over
           std::memcpy(nc.ref_in.data<float>() + t * D, b, size_t(D) * 4);
           std::memcpy(nc.kv.bytes() + size_t(t * 2 * D) * es, oc.kv.bytes() + size_t(p * 2 * D) * es,
                       size_t(2 * D) * es);
@@ -403,8 +408,8 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
       st.A.ensure(size_t(r * D) * es), st.Hm.ensure(size_t(r * Mh) * es);
       float* xr = st.XR.as<float>();
       for (int64_t j = 0; j < r; ++j) {
-        std::memcpy(xr + j * D, xp + R[size_t(j)] * D, size_t(D) * 4);
-        std::memcpy(nc.ref_in.data<float>() + R[size_t(j)] * D, xp + R[size_t(j)] * D, size_t(D) * 4);
+        std::memcpy(xr + j * D, in + R[size_t(j)] * D, size_t(D) * 4);
+        std::memcpy(nc.ref_in.data<float>() + R[size_t(j)] * D, in + R[size_t(j)] * D, size_t(D) * 4);
       }
       ops.layer_norm(xr, r, D, l.ln1_w, l.ln1_b, c.ln_eps, st.H.get(), dt);
       ops.linear(lin(st.H.get(), dt, r, l.qkv_w, &l.qkv_w16, &l.qkv_b, st.QKV.get(), dt));
@@ -424,7 +429,7 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
       ops.linear(f2);
       for (int64_t j = 0; j < r; ++j) std::memcpy(nc.out.data<float>() + R[size_t(j)] * D, xr + j * D, size_t(D) * 4);
     }
-    std::memcpy(xp, nc.out.data<float>(), size_t(T * D) * 4);  // the next layer's input
+    in = nc.out.data<float>();  // the next layer's input
   }
   res.approximate = gate;
   res.flops_fraction = full_work > 0 ? work / full_work : 1;
@@ -432,13 +437,13 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
   // ---- output -----------------------------------------------------------------------------
   res.embeddings = Tensor(DType::f32, {N, D});
   if (c.final_norm == FinalNorm::all_tokens)
-    ops.layer_norm(xp + cls * D, N, D, m.post_w, m.post_b, c.ln_eps, res.embeddings.data<float>(), DType::f32);
+    ops.layer_norm(in + cls * D, N, D, m.post_w, m.post_b, c.ln_eps, res.embeddings.data<float>(), DType::f32);
   else
-    std::memcpy(res.embeddings.bytes(), xp + cls * D, size_t(N * D) * 4);
+    std::memcpy(res.embeddings.bytes(), in + cls * D, size_t(N * D) * 4);
 
   // ---- keep the state ---------------------------------------------------------------------
   st.patch_emb = std::move(emb);
-  std::swap(st.layers, st.next);
+  if (!in_place) std::swap(st.layers, st.next);
   st.layers_valid = params.reuse_layers;  // an exact call's caches are not kept up to date for gating
   st.n = N;
   st.width = params.image_width, st.height = params.image_height;
