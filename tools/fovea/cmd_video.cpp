@@ -78,7 +78,24 @@ struct VideoCommand {
   float token_threshold = IncrementalParams{}.token_threshold;
   float hysteresis = VideoParams{}.layout_hysteresis;
   float refresh_fraction = VideoParams{}.refresh_fraction;
-  bool json = false, check = false;
+  bool json = false, check = false, decode_only = false;
+
+  // --decode-only: decode and convert every frame to RGB planes, nothing else (the benchmark's
+  // floor against `ffmpeg -i IN -f null -`).
+  int run_decode_only(VideoReader& reader) const {
+    const auto t0 = std::chrono::steady_clock::now();
+    VideoFrame frame;
+    int64_t n = 0;
+    while ((max_frames == 0 || n < max_frames) && reader.read(frame)) ++n;
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    nlohmann::json s = {{"frames", n},
+                        {"decode_ms", ms},
+                        {"fps", ms > 0 ? 1000.0 * n / ms : 0.0},
+                        {"corrupt_packets", reader.corrupt_packets()}};
+    if (json) std::cout << s.dump(2) << '\n';
+    else std::printf("decoded %lld frames in %.1f ms (%.1f fps)\n", (long long)n, ms, ms > 0 ? 1000.0 * n / ms : 0.0);
+    return 0;
+  }
 
   int run() const {
     using Clock = std::chrono::steady_clock;
@@ -105,7 +122,7 @@ struct VideoCommand {
     const bool have_model = !model_spec.empty();
     if (check && !have_model) throw bad("--check compares embeddings: it needs --model");
     if (!store_backend.empty() && !have_model) throw bad("--store holds embeddings: it needs --model");
-    if (output.empty()) throw bad("-o OUT.safetensors is required");
+    if (output.empty() && !decode_only) throw bad("-o OUT.safetensors is required");
     if (have_model && vp.tokenize.extract.dtype == DType::u8)
       throw bad("--dtype u8 patches are not normalised; a model needs f32 or f16");
     vp.reuse = reuse.empty() ? (have_model ? Reuse::incremental : Reuse::exact)
@@ -137,6 +154,7 @@ struct VideoCommand {
     ro.max_pixels = tok.max_pixels;
     VideoReader reader = VideoReader::open(tok.image, ro);
     const VideoInfo info = reader.info();
+    if (decode_only) return run_decode_only(reader);
     VideoSession session(vp, model ? &*model : nullptr, ex);
 
     // The store: one sequence, delta-rebound every frame.
@@ -204,6 +222,7 @@ struct VideoCommand {
                            {"pts", r.pts_s},
                            {"tokens", r.batch.size()},
                            {"dirty_tiles", r.dirty_tiles},
+                           {"tiles", r.tiles},
                            {"resampled_tokens", r.resampled_tokens},
                            {"recomputed_tokens", r.recomputed_tokens},
                            {"refresh", r.refresh},
@@ -396,6 +415,7 @@ Runner setup(CLI::App& sub) {
                                              "levels, pts, recomputed)")
       ->type_name("OUT.safetensors");
   sub.add_flag("--json", cmd->json, "Print a JSON summary with one entry per frame");
+  sub.add_flag("--decode-only", cmd->decode_only, "Only decode (and convert to RGB) every frame, and time it");
   cmd->exec.add(sub);
   sub.footer(
       "Examples:\n"
