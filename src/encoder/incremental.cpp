@@ -29,6 +29,7 @@ using namespace encoder_detail;
 namespace {
 
 Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+constexpr int64_t kRowBucket = 16;
 size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
 
 // A growable 64-byte aligned scratch buffer.
@@ -297,7 +298,8 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
     const int64_t r = int64_t(todo.size());
     res.patch_embeddings_computed = r;
     if (r > 0) {
-      st.Pt.ensure(size_t(r * K) * 4);
+      const int64_t rmax = have_prev ? std::min<int64_t>(N, (r + kRowBucket - 1) / kRowBucket * kRowBucket) : r;
+      st.Pt.ensure(size_t(rmax * K) * 4);
       float* src = st.Pt.as<float>();
       for (int64_t j = 0; j < r; ++j) {
         const int64_t i = todo[size_t(j)];
@@ -308,8 +310,14 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
           for (int64_t k = 0; k < K; ++k) src[j * K + k] = f16_to_f32(h[k]);
         }
       }
-      st.XR.ensure(size_t(r * D) * 4);
-      ops.linear(lin(src, DType::f32, r, m.patch_w, nullptr, &m.patch_b, st.XR.get(), DType::f32));
+      const int64_t rg = have_prev ? std::min<int64_t>(N, (r + kRowBucket - 1) / kRowBucket * kRowBucket) : r;
+      if (rg > r) {  // bucketed rows, as in the layers below
+        st.Pt.ensure(size_t(rg * K) * 4);
+        src = st.Pt.as<float>();
+        std::memset(src + r * K, 0, size_t((rg - r) * K) * 4);
+      }
+      st.XR.ensure(size_t(rg * D) * 4);
+      ops.linear(lin(src, DType::f32, rg, m.patch_w, nullptr, &m.patch_b, st.XR.get(), DType::f32));
       for (int64_t j = 0; j < r; ++j)
         std::memcpy(emb.data<float>() + todo[size_t(j)] * D, st.XR.as<float>() + j * D, size_t(D) * 4);
     }
@@ -404,27 +412,32 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
     full_work += double(T) * per_token + 4.0 * double(T) * T * D;
 
     if (r > 0) {
-      st.XR.ensure(size_t(r * D) * 4), st.H.ensure(size_t(r * D) * es), st.QKV.ensure(size_t(r * 3 * D) * es);
-      st.A.ensure(size_t(r * D) * es), st.Hm.ensure(size_t(r * Mh) * es);
+      // The GEMMs run on rg >= r rows, r rounded up to a bucket, zero rows as padding: oneDNN
+      // primitives are made (and cached) per shape, and a new shape every frame would cost
+      // more than the padding rows' arithmetic.
+      const int64_t rg = gate ? std::min<int64_t>(T, (r + kRowBucket - 1) / kRowBucket * kRowBucket) : r;
+      st.XR.ensure(size_t(rg * D) * 4), st.H.ensure(size_t(rg * D) * es), st.QKV.ensure(size_t(rg * 3 * D) * es);
+      st.A.ensure(size_t(rg * D) * es), st.Hm.ensure(size_t(rg * Mh) * es);
       float* xr = st.XR.as<float>();
       for (int64_t j = 0; j < r; ++j) {
         std::memcpy(xr + j * D, in + R[size_t(j)] * D, size_t(D) * 4);
         std::memcpy(nc.ref_in.data<float>() + R[size_t(j)] * D, in + R[size_t(j)] * D, size_t(D) * 4);
       }
-      ops.layer_norm(xr, r, D, l.ln1_w, l.ln1_b, c.ln_eps, st.H.get(), dt);
-      ops.linear(lin(st.H.get(), dt, r, l.qkv_w, &l.qkv_w16, &l.qkv_b, st.QKV.get(), dt));
+      if (rg > r) std::memset(xr + r * D, 0, size_t((rg - r) * D) * 4);
+      ops.layer_norm(xr, rg, D, l.ln1_w, l.ln1_b, c.ln_eps, st.H.get(), dt);
+      ops.linear(lin(st.H.get(), dt, rg, l.qkv_w, &l.qkv_w16, &l.qkv_b, st.QKV.get(), dt));
       for (int64_t j = 0; j < r; ++j)
         std::memcpy(nc.kv.bytes() + size_t(R[size_t(j)] * 2 * D) * es, st.QKV.get() + size_t(j * 3 * D + D) * es,
                     size_t(2 * D) * es);
-      attention_rows(ops, st.QKV.get(), 3 * D, r, nc.kv.bytes(), 2 * D, T, D, c.heads, dt, st.A.get());
-      GemmArgs o = lin(st.A.get(), dt, r, l.out_w, &l.out_w16, &l.out_b, xr, DType::f32);
+      attention_rows(ops, st.QKV.get(), 3 * D, rg, nc.kv.bytes(), 2 * D, T, D, c.heads, dt, st.A.get());
+      GemmArgs o = lin(st.A.get(), dt, rg, l.out_w, &l.out_w16, &l.out_b, xr, DType::f32);
       o.accumulate = true;
       ops.linear(o);
-      ops.layer_norm(xr, r, D, l.ln2_w, l.ln2_b, c.ln_eps, st.H.get(), dt);
-      GemmArgs f1 = lin(st.H.get(), dt, r, l.fc1_w, &l.fc1_w16, &l.fc1_b, st.Hm.get(), dt);
+      ops.layer_norm(xr, rg, D, l.ln2_w, l.ln2_b, c.ln_eps, st.H.get(), dt);
+      GemmArgs f1 = lin(st.H.get(), dt, rg, l.fc1_w, &l.fc1_w16, &l.fc1_b, st.Hm.get(), dt);
       f1.post = post_for(c.act);
       ops.linear(f1);
-      GemmArgs f2 = lin(st.Hm.get(), dt, r, l.fc2_w, &l.fc2_w16, &l.fc2_b, xr, DType::f32);
+      GemmArgs f2 = lin(st.Hm.get(), dt, rg, l.fc2_w, &l.fc2_w16, &l.fc2_b, xr, DType::f32);
       f2.accumulate = true;
       ops.linear(f2);
       for (int64_t j = 0; j < r; ++j) std::memcpy(nc.out.data<float>() + R[size_t(j)] * D, xr + j * D, size_t(D) * 4);
