@@ -152,6 +152,8 @@ def main():
         clip = os.path.join(ARGS.clips, c + ".mp4")
         w, h = probe(clip)
         fix = f"{0.8 * w:.0f},{0.2 * h:.0f}"
+        n = str(max(ARGS.frames, 40)) if c == "cut" else str(ARGS.frames)  # the cut is at frame 25
+        common[common.index("--max-frames") + 1] = n
         inc = fovea_video(clip, *common, "--fixation", fix, "--reuse", "incremental", "--check")
         exa = fovea_video(clip, *common, "--fixation", fix, "--reuse", "exact")
         off = fovea_video(clip, *common, "--fixation", fix, "--reuse", "off")

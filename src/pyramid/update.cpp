@@ -107,7 +107,12 @@ PyramidDirty update(Pyramid<T>& pyr, int P, std::span<const uint8_t> dirty, Exec
       if (xs < xe && ys < ye) out.samples_recomputed += int64_t(xe - xs) * (ye - ys);
     }
     const int64_t tasks = int64_t(runs.size()) * C;
-    exec.parallel_for(tasks, std::max<int64_t>(1, 64 / std::max(1, P)), [&](int64_t b, int64_t e) {
+    int64_t level_samples = 0;
+    for (const Run& r : runs) level_samples += int64_t(r.x1 - r.x0) * P * P;
+    // A few dirty tiles are microseconds of work: waking the pool would cost more (and, on
+    // shared cores, a preempted worker stalls the whole level). Threads only for large updates.
+    const int64_t grain = level_samples * C * int64_t(sizeof(T)) < (int64_t(1) << 18) ? tasks : 1;
+    exec.parallel_for(tasks, grain, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) reduce_run(src, dst, int(t % C), runs[size_t(t / C)], P, k);
     });
   }

@@ -29,7 +29,11 @@ std::vector<uint8_t> changed_tiles(const ImageU8& a, const ImageU8& b, const Til
   const int W = a.width(), H = a.height(), C = a.channels(), P = g.patch_px;
   constexpr int kBlock = 4;
   std::vector<uint8_t> dirty(size_t(g.tiles()), 0);
-  exec.parallel_for(g.tiles_y, 1, [&](int64_t ty0, int64_t ty1) {
+  // Chunks of at least ~2 MiB read: the test is memory-bound and a pool wake-up (or a worker
+  // preempted on shared cores) costs more than a small frame's whole pass.
+  const int64_t row_bytes = int64_t(P) * W * C * 2;
+  const int64_t grain = std::max<int64_t>(1, ((int64_t(2) << 20) + row_bytes - 1) / row_bytes);
+  exec.parallel_for(g.tiles_y, grain, [&](int64_t ty0, int64_t ty1) {
     std::vector<uint32_t> col(static_cast<size_t>(W), 0u);
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       uint8_t* drow = dirty.data() + size_t(ty) * g.tiles_x;

@@ -20,7 +20,10 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 void copy_tiles(const ImageU8& src, ImageU8& dst, const TileGrid& g, const std::vector<uint8_t>& dirty,
                 Executor& exec) {
   const int P = g.patch_px, W = src.width(), H = src.height();
-  exec.parallel_for(g.tiles_y, 1, [&](int64_t ty0, int64_t ty1) {
+  const int64_t n = std::count(dirty.begin(), dirty.end(), uint8_t(1));
+  // Small copies run on the caller: a pool wake-up costs more than a few tiles' memcpy.
+  const int64_t grain = n * P * P * src.channels() < (int64_t(1) << 18) ? g.tiles_y : 1;
+  exec.parallel_for(g.tiles_y, grain, [&](int64_t ty0, int64_t ty1) {
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       const uint8_t* drow = dirty.data() + size_t(ty) * g.tiles_x;
       for (int tx = 0; tx < g.tiles_x;) {  // runs of dirty tiles: one memcpy per row and run
