@@ -410,6 +410,30 @@ TEST_F(VideoTest, CliWritesOneFileWithFramesInOrder) {
   EXPECT_EQ(f.metadata().at("reuse"), "exact");
 }
 
+TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
+  const std::string dir = test::temp_dir("video_cli_model");
+  const std::string out = dir + "/e.safetensors";
+  const auto r = test::run_cli({"video", fixture("small.avi"), "--model", "random:vit-s16", "--budget", "16",
+                                "--fixation", "130,20", "--check", "--store", "host", "--every", "2", "-o", out,
+                                "--json", "--threads", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json s = nlohmann::json::parse(r.out);
+  EXPECT_EQ(s["frames"], 6);
+  EXPECT_EQ(s["reuse"], "incremental");
+  EXPECT_EQ(s["approximate"], true);
+  for (const auto& f : s["per_frame"]) {
+    EXPECT_EQ(f["index"].get<int>() % 2, 0);
+    EXPECT_GT(f["full_ms"].get<double>(), 0);
+    EXPECT_GT(f["cosine"].get<double>(), 0.9);
+    EXPECT_TRUE(f.contains("store"));
+    EXPECT_LE(f["recomputed_tokens"].get<int>(), f["tokens"].get<int>());
+  }
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  EXPECT_EQ(f.find("embeddings")->shape[1], 384);
+  EXPECT_EQ(f.metadata().at("approximate"), "true");
+  EXPECT_EQ(f.metadata().at("random_weights"), "true");
+}
+
 TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {
   const std::string dir = test::temp_dir("video_cli_bad");
   {
