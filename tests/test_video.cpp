@@ -12,6 +12,7 @@
 
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
+#include "fovea/files.hpp"
 #include "fovea/incremental_encoder.hpp"
 #include "fovea/pyramid.hpp"
 #include "fovea/safetensors.hpp"
