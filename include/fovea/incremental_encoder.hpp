@@ -1,12 +1,18 @@
 // fovea/incremental_encoder.hpp — a ViT that re-encodes only what changed since the last call.
 //
+//   fovea::Executor exec;
+//   fovea::VitModel model = fovea::VitModel::load("random:vit-b16");
+//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("frame.png"), {}, {}, exec);
 //   fovea::IncrementalEncoder enc(model);
-//   fovea::IncrementalParams p{.image_width = 1280, .image_height = 720};
-//   auto r0 = enc.encode(batch0.patches, batch0.positions, {}, {}, p, exec);   // first call: full
-//   // next frame: prev_row[i] = token i's row in the previous call (-1: new token),
-//   //             patch_dirty[i] = 1 when its patch changed
-//   auto r1 = enc.encode(batch1.patches, batch1.positions, prev_row, patch_dirty, p, exec);
-//   r1.embeddings   // [N, D]
+//   fovea::IncrementalParams p{.image_width = t.pyramid.width(), .image_height = t.pyramid.height()};
+//   fovea::IncrementalResult r0 = enc.encode(t.batch.patches, t.batch.positions, {}, {}, p, exec);  // full
+//   // Next frame: prev_row[i] = token i's row in the previous call (-1: a new token),
+//   // patch_dirty[i] = 1 when its patch changed.
+//   std::vector<int64_t> prev_row(t.batch.size());
+//   std::vector<uint8_t> patch_dirty(t.batch.size());
+//   for (int64_t i = 0; i < t.batch.size(); ++i) prev_row[i] = i;
+//   fovea::IncrementalResult r1 = enc.encode(t.batch.patches, t.batch.positions, prev_row, patch_dirty, p, exec);
+//   const fovea::Tensor& embeddings = r1.embeddings;   // [N, D]
 //
 // Two levels of reuse:
 //   * patch embeddings (always): a token with prev_row ≥ 0 and patch_dirty 0 keeps its patch
