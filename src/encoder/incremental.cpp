@@ -271,7 +271,7 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
   Ops ops;
   ops.ref = exec.reference();
   ops.threads = std::max(1, exec.threads());
-  omp_set_num_threads(ops.threads);
+  const OmpThreadsScope team(ops.threads);  // oneDNN's team size, the caller's restored on return
   if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
   if (m.gemm) m.gemm->reserve_threads(ops.threads);
   ops.gemm = m.gemm.get();
@@ -345,7 +345,7 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
 
   // Row t of this call ↔ row prev_t[t] of the cache (-1: none).
   std::vector<int64_t> prev_t(size_t(T), -1);
-  const bool gate = have_prev && params.reuse_layers && st.layers_valid && int(st.layers.size()) == c.layers;
+  const bool gate = have_prev && params.reuse_layers && st.layers_valid && st.layers.size() == m.layers.size();
   if (gate) {
     if (cls) prev_t[0] = 0;
     for (int64_t i = 0; i < N; ++i)
@@ -357,14 +357,14 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
   // place and a layer costs O(recomputed tokens); otherwise the kept rows move to new caches.
   bool in_place = gate && st.layers[0].ref_in.dim(0) == T;
   for (int64_t t = 0; in_place && t < T; ++t) in_place = prev_t[size_t(t)] == t;
-  st.next.resize(size_t(c.layers));
+  st.next.resize(m.layers.size());
   std::vector<int64_t> R;
   R.reserve(size_t(T));
   std::vector<uint8_t> sel(size_t(T), 0);
   double work = 0, full_work = 0;
   const double per_token = double(3 * D * D + D * D + 2 * D * Mh);
   const float* in = xp;  // this layer's input rows [T, D]
-  for (int li = 0; li < c.layers; ++li) {
+  for (int li = 0; li < int(m.layers.size()); ++li) {  // every block encode() runs
     const VitLayer& l = m.layers[size_t(li)];
     LayerCache& nc = in_place ? st.layers[size_t(li)] : st.next[size_t(li)];
     if (nc.ref_in.rank() != 2 || nc.ref_in.dim(0) != T || nc.kv.dtype() != dt) {
