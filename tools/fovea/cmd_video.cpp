@@ -309,6 +309,7 @@ struct VideoCommand {
     if (have_model) {
       meta["model"] = model_spec;
       meta["model_description"] = model->describe();
+      meta["embedding_output"] = embedding_output(model->config());
       meta["random_weights"] = model->is_random() ? "true" : "false";
       meta["precision"] = precision;
     } else {
