@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -128,5 +129,31 @@ void rebuild_pyramid(PyramidF32& pyramid, const PyramidParams& params, Executor&
 // the same channel count, or Error(invalid_argument) is thrown.
 void downsample_2x2(const ImageU8& src, ImageU8& dst, Executor& exec);
 void downsample_2x2(const ImageF32& src, ImageF32& dst, Executor& exec);
+
+}  // namespace fovea
+
+// ---- incremental update (src/pyramid/update.cpp) -----------------------------------------------
+namespace fovea {
+
+// Which parts of a pyramid an update touched. Level ℓ's node grid has ceil(tiles / 2^ℓ) nodes
+// per axis (TileGrid::tiles_x_at); node (x, y) covers level-ℓ samples [x·P, (x+1)·P) ×
+// [y·P, (y+1)·P), clipped to the level: exactly the footprint of a level-ℓ token (x, y).
+struct PyramidDirty {
+  int tile_px = 0;
+  std::vector<int> nodes_x, nodes_y;          // per level
+  std::vector<std::vector<uint8_t>> nodes;    // per level: [nodes_y · nodes_x], 1 = recomputed
+  int64_t samples_recomputed = 0;             // per channel, over levels 1..
+  bool dirty(int level, int x, int y) const { return nodes[level][size_t(y) * nodes_x[level] + x] != 0; }
+};
+
+// After level 0 of `pyramid` changed inside some finest tiles (P×P px; `dirty_tiles` has one
+// entry per tile of the ceil(W/P) × ceil(H/P) grid, raster order, nonzero = changed), recomputes
+// in place only the samples of levels 1.. whose 2^ℓ × 2^ℓ level-0 footprint holds a changed
+// tile, level by level (each from the level above, with the same row kernels as build_pyramid).
+// The result is bit-identical to build_pyramid of the new level 0. Throws
+// Error(invalid_argument) for a tile size outside [2, 256], a mask of the wrong size or an
+// empty pyramid.
+PyramidDirty update_pyramid(PyramidU8& pyramid, int tile_px, std::span<const uint8_t> dirty_tiles, Executor& exec);
+PyramidDirty update_pyramid(PyramidF32& pyramid, int tile_px, std::span<const uint8_t> dirty_tiles, Executor& exec);
 
 }  // namespace fovea
