@@ -1,9 +1,7 @@
 // int8: per dimension an 8-bit affine code calibrated on training data, D bytes a token.
 //
-// The kernels are plain loops the compiler vectorises; target_clones compiles them for
-// AVX-512, AVX2 and baseline x86-64 and picks one at load time (an ifunc), so they run at
-// memory bandwidth without -march flags. The *_ref versions are the scalar references the
-// tests compare against.
+// The vectorised kernels are in int8_hwy.cpp (Highway, dispatched at run time); the *_ref
+// versions here are the scalar references the tests compare them with, and the tails.
 #include <algorithm>
 #include <cmath>
 
@@ -11,37 +9,6 @@
 #include "fovea/error.hpp"
 
 namespace fovea::compress {
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FOVEA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FOVEA_CLONES
-#endif
-
-FOVEA_CLONES
-void u8_affine_encode(const float* __restrict x, int64_t n, int64_t dim, const float* __restrict lo,
-                      const float* __restrict inv_step, uint8_t* __restrict q) {
-  for (int64_t t = 0; t < n; ++t) {
-    const float* xr = x + t * dim;
-    uint8_t* qr = q + t * dim;
-    for (int64_t d = 0; d < dim; ++d) {
-      float v = (xr[d] - lo[d]) * inv_step[d];
-      v = v > 0.f ? v : 0.f;  // NaN -> 0
-      v = v < 255.f ? v : 255.f;
-      qr[d] = uint8_t(int32_t(v + 0.5f));  // v >= 0: truncation of v + 0.5 rounds half up
-    }
-  }
-}
-
-FOVEA_CLONES
-void u8_affine_decode(const uint8_t* __restrict q, int64_t n, int64_t dim, const float* __restrict lo,
-                      const float* __restrict step, float* __restrict x) {
-  for (int64_t t = 0; t < n; ++t) {
-    const uint8_t* qr = q + t * dim;
-    float* xr = x + t * dim;
-    for (int64_t d = 0; d < dim; ++d) xr[d] = lo[d] + step[d] * float(qr[d]);
-  }
-}
 
 void u8_affine_encode_ref(const float* x, int64_t n, int64_t dim, const float* lo, const float* inv_step, uint8_t* q) {
   for (int64_t i = 0; i < n * dim; ++i) {
