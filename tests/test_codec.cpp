@@ -48,7 +48,8 @@ TEST(Codec, SpecsParseAndReject) {
   EXPECT_EQ(make_codec("pq:96", 768)->bytes_per_token(), 96);
   EXPECT_EQ(make_codec("opq:128", 768)->spec(), "opq:128");
   EXPECT_EQ(make_codec("pca:64+int8", 768)->spec(), "pca:64+int8");
-  for (const char* badspec : {"zip", "pq:", "pq:0", "pq:100", "pca:800", "pca:-1", "pca:12+int4", "opq:x"}) {
+  EXPECT_EQ(make_codec("faiss:PCA128,SQ8", 768)->bytes_per_token(), 128);
+  for (const char* badspec : {"zip", "pq:", "pq:0", "pq:100", "pca:800", "pca:-1", "pca:12+int4", "opq:x", "faiss:Nonsense7"}) {
     try {
       make_codec(badspec, 768);
       ADD_FAILURE() << badspec << " was accepted";
@@ -202,7 +203,7 @@ TEST(Codec, CodebooksSaveLoadAndHash) {
   const Tensor train = synthetic_embeddings(300, 32, 10);
   const Tensor eval = synthetic_embeddings(50, 32, 11);
   int k = 0;
-  for (const char* s : {"int8", "pca:16+int8", "pca:24", "pq:4", "opq:4"}) {
+  for (const char* s : {"int8", "pca:16+int8", "pca:24", "pq:4", "opq:4", "faiss:PCA16,SQ8"}) {
     auto c = make_codec(s, 32);
     c->train(train);
     const std::string path = dir + "/cb" + std::to_string(k++) + ".safetensors";

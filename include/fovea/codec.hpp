@@ -26,6 +26,8 @@
 //                   coefficients): K bytes.
 //   pq:M, opq:M     FAISS product quantizer, M sub-quantizers of 256 centroids (8 bits), M
 //                   bytes; D % M == 0. opq first rotates by FAISS's OPQ matrix, learned jointly.
+//   faiss:FACTORY   any FAISS index_factory string as a standalone codec (sa_encode/sa_decode),
+//                   e.g. faiss:PCA128,SQ8: FAISS's own pipelines, for comparison in one run.
 // Training errors (Error(unsupported), naming the codec and the counts) when there are fewer
 // vectors than the codec can learn from: 256 for pq/opq (one per centroid), K + 1 for pca,
 // 2 for int8. Below recommended_train_vectors() (FAISS's 39 per centroid) it trains but

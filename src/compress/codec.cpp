@@ -24,7 +24,7 @@ bool parse_int(std::string_view s, int64_t* out) {
 }  // namespace
 
 std::vector<std::string> codec_spec_forms() {
-  return {"fp16", "bf16", "int8", "pca:K", "pca:K+int8", "pq:M", "opq:M"};
+  return {"fp16", "bf16", "int8", "pca:K", "pca:K+int8", "pq:M", "opq:M", "faiss:FACTORY"};
 }
 
 std::unique_ptr<Codec> make_codec(std::string_view spec, int64_t dim) {
@@ -32,6 +32,7 @@ std::unique_ptr<Codec> make_codec(std::string_view spec, int64_t dim) {
   if (spec == "fp16" || spec == "f16") return compress::make_float_codec(false, dim);
   if (spec == "bf16") return compress::make_float_codec(true, dim);
   if (spec == "int8" || spec == "sq8") return compress::make_int8_codec(dim);
+  if (spec.starts_with("faiss:") && spec.size() > 6) return compress::make_faiss_codec(dim, std::string(spec.substr(6)));
   const size_t colon = spec.find(':');
   const std::string_view head = spec.substr(0, colon);
   if (colon != std::string_view::npos && (head == "pca" || head == "pq" || head == "opq")) {

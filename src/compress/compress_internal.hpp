@@ -16,6 +16,7 @@ std::unique_ptr<Codec> make_float_codec(bool bf16, int64_t dim);
 std::unique_ptr<Codec> make_int8_codec(int64_t dim);
 std::unique_ptr<Codec> make_pca_codec(int64_t dim, int64_t k, bool int8);
 std::unique_ptr<Codec> make_pq_codec(int64_t dim, int64_t m, bool opq);
+std::unique_ptr<Codec> make_faiss_codec(int64_t dim, const std::string& factory);
 
 // x[d] ≈ lo[d] + step[d] * q, q in 0..255.
 struct AffineU8 {

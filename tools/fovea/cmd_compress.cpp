@@ -137,7 +137,6 @@ struct CompressCommand {
     if (codecs.size() > 1) throw Error(Errc::invalid_argument, "compress takes one --codec (several only with --report)");
     if (codecs.empty() && codebook.empty()) throw Error(Errc::invalid_argument, "compress needs --codec SPEC (or a --codebook)");
     if (!plot.empty()) throw Error(Errc::invalid_argument, "--plot goes with --report");
-    if (!codecs.empty()) make_codec(codecs[0], 8);  // a bad spec is a bad argument, before any work
 
     Embeddings in = load_embeddings(inputs[0]);
     const int64_t dim = in.embeddings.dim(1);
@@ -266,7 +265,6 @@ struct CompressCommand {
     if (inputs.empty()) throw Error(Errc::invalid_argument, "--report needs at least one embeddings file");
     if (!output.empty()) throw Error(Errc::invalid_argument, "--report writes no compressed file; drop -o (use --json, --plot)");
     if (reps < 1 || reps > 100) throw Error(Errc::invalid_argument, "--reps must be in [1, 100]");
-    for (const std::string& s : codecs) make_codec(s, 768);  // bad specs first (D is checked later)
     std::vector<Embeddings> ins;
     int64_t n = 0;
     for (const std::string& p : inputs) {
@@ -294,6 +292,7 @@ struct CompressCommand {
     }
     const bool tty = isatty(STDERR_FILENO);
     std::vector<std::string> specs = codecs.empty() ? default_report_codecs(dim) : codecs;
+    for (const std::string& spec : specs) make_codec(spec, dim);  // every spec checked before any training
     std::vector<RateDistortionRow> rows;
     std::vector<std::string> skipped;
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -310,8 +309,9 @@ struct CompressCommand {
         }
         c->train(t.x);
       }
+      const double train_ms = c->needs_training() ? ms_since(t0) : 0;
       RateDistortionRow r = measure_codec(*c, eval, reps);
-      r.train_ms = c->needs_training() ? ms_since(t0) - 0 : 0;
+      r.train_ms = train_ms;
       rows.push_back(r);
     }
     // The merge: per original token, its merged parent's embedding, stored as fp32.
