@@ -1,5 +1,6 @@
 // The codec interface's shared parts: spec parsing, checked encode/decode, the state hash and
 // codebook files.
+#include <blake2.h>
 #include <omp.h>
 
 #include <charconv>
@@ -8,7 +9,6 @@
 #include "compress/compress_internal.hpp"
 #include "fovea/error.hpp"
 #include "fovea/safetensors.hpp"
-#include "fovea/token_cache.hpp"
 
 namespace fovea {
 namespace {
@@ -81,18 +81,19 @@ Tensor Codec::decode(const Tensor& records) const {
 }
 
 std::string Codec::state_hash() const {
-  Blake2b h(32);
+  blake2b_state h;
+  blake2b_init(&h, 32);
   const std::string s = "fovea.codec\n" + spec() + "\n" + std::to_string(dim()) + "\n";
-  h.update(s.data(), s.size());
+  blake2b_update(&h, reinterpret_cast<const uint8_t*>(s.data()), s.size());
   for (const auto& [name, t] : state()) {
     std::string head = name + "\n";
     for (int64_t e : t.shape()) head += std::to_string(e) + ",";
     head += "\n";
-    h.update(head.data(), head.size());
-    h.update(t.bytes(), t.size_bytes());
+    blake2b_update(&h, reinterpret_cast<const uint8_t*>(head.data()), head.size());
+    blake2b_update(&h, reinterpret_cast<const uint8_t*>(t.bytes()), t.size_bytes());
   }
   uint8_t digest[32];
-  h.final(digest);
+  blake2b_final(&h, digest, 32);
   static const char* hex = "0123456789abcdef";
   std::string out;
   for (uint8_t b : digest) {

@@ -91,7 +91,7 @@ namespace fovea {
 // records of each codec, resident memory against dense fp32 (every image at 1024 tokens of
 // 4·D bytes), and a gather_decoded of every kept token timed against a gather of fp32 pages
 // in the same run. Codecs are trained on seeded synthetic vectors (sizes do not depend on
-// the data). Defined in src/compress/store_table.cpp.
+// the data). Defined in store_bench_compressed.cpp.
 struct CompressedSeedRow {
   std::string codec;             // "fp32" (the dense reference's dtype, paged), "fp16", "int8", "pq:M"
   int64_t record_bytes = 0;

@@ -7,7 +7,7 @@
 
 #include "fovea/codec.hpp"
 #include "fovea/error.hpp"
-#include "fovea/store_bench.hpp"
+#include "store_bench.hpp"
 
 namespace fovea {
 namespace {
