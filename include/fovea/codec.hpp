@@ -2,7 +2,9 @@
 // quadtree-aware sibling merge.
 //
 //   std::unique_ptr<fovea::Codec> c = fovea::make_codec("int8", 768);    // or "pca:128+int8", "opq:96"
-//   c->train(training);                             // [n, 768] f32; no-op for fp16/bf16
+//   fovea::Tensor training(fovea::DType::f32, {1000, 768});  // embeddings of the model, for its codebook
+//   c->train(training);                             // no-op for fp16/bf16
+//   fovea::Tensor embeddings(fovea::DType::f32, {273, 768});
 //   fovea::Tensor codes = c->encode(embeddings);    // [N, c->bytes_per_token()] u8
 //   fovea::Tensor back = c->decode(codes);          // [N, 768] f32
 //   fovea::save_codebook(*c, "int8.safetensors", {{"model", "clip-vit-b16"}});
