@@ -25,11 +25,17 @@ std::vector<std::string> backends() {
   return names;
 }
 
+// Every Vulkan backend of these tests reports its validation messages here.
+const std::shared_ptr<ValidationLog>& validation_log() {
+  static const auto log = std::make_shared<ValidationLog>();
+  return log;
+}
+
 std::unique_ptr<StoreBackend> backend(const std::string& name) {
   if (name == "host") return make_host_store_backend();
 #ifdef FOVEA_HAVE_VULKAN
   std::string why;
-  const VulkanStoreOptions options{.device = "", .validation = true};
+  const VulkanStoreOptions options{.device = "", .validation = true, .validation_log = validation_log()};
   auto b = name == "vulkan-image" ? make_vulkan_image_store_backend(&why, options) : make_vulkan_store_backend(&why, options);
   if (!b) throw Error(Errc::device, "the " + name + " store backend is not available: " + why);
   if (name == "vulkan-split") {  // windows of 12 KiB every 6 KiB: decode dispatches cut at windows
@@ -42,13 +48,7 @@ std::unique_ptr<StoreBackend> backend(const std::string& name) {
 #endif
 }
 
-int64_t validation_messages() {
-#ifdef FOVEA_HAVE_VULKAN
-  return store_vk::validation_message_count();
-#else
-  return 0;
-#endif
-}
+int64_t validation_messages() { return validation_log()->count(); }
 
 Tensor embeddings(int64_t n, int64_t d, uint32_t seed) {
   std::mt19937 rng(seed);
