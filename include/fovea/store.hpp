@@ -48,6 +48,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fovea/codec.hpp"
 #include "fovea/tensor.hpp"
 
 namespace fovea {
@@ -102,6 +103,14 @@ class StoreBackend {
   // The largest virtual space init() accepts (Vulkan: sparseAddressSpaceSize and resource
   // limits). The front end sizes its default virtual space to fit.
   virtual int64_t max_virtual_bytes() const { return INT64_MAX; }
+  // Decode-on-gather on the device: record i (record_bytes bytes at virtual byte
+  // records[i], all bound) decoded by `decode` into dst[i * dim, (i + 1) * dim) as f32.
+  // Returns false when the backend cannot (the front end then gathers the bytes and decodes
+  // on the CPU). The Vulkan buffer backend does f16, bf16 and u8_affine in a shader.
+  virtual bool gather_decode(std::span<const int64_t> records, int64_t record_bytes, const ElementwiseDecode& decode,
+                             int64_t dim, float* dst) const {
+    return false;
+  }
 };
 
 // The host backend: a RAM pool and a page table (virtual page -> physical page).
@@ -150,7 +159,12 @@ std::unique_ptr<StoreBackend> make_store_backend(std::string_view name, const Vu
 
 struct StoreConfig {
   int64_t dim = 1024;             // D: elements per token, >= 1
-  DType dtype = DType::f16;       // f32, f16 or bf16
+  DType dtype = DType::f16;       // f32, f16 or bf16 (ignored with a codec)
+  // Compressed pages (fovea/codec.hpp): each token is one record of codec->bytes_per_token()
+  // bytes (the record size replaces dim * dtype); dim must equal codec->dim(); the codec must
+  // be trained. write()/update_frame() take [n, D] f32 (encoded on the way in) or [n, record]
+  // u8 records; gather() returns the records; gather_decoded() the f32 embeddings.
+  std::shared_ptr<const Codec> codec;
   int64_t page_bytes = 64 << 10;  // multiple of the backend's page granularity
   int64_t pool_pages = 1024;      // physical pages (pool_pages * page_bytes of memory)
   int64_t virtual_pages = 0;      // address space in pages; 0: 16 x pool_pages, capped by the
@@ -198,7 +212,7 @@ class TokenStore {
 
   const StoreConfig& config() const { return config_; }
   std::string_view backend_name() const { return backend_->name(); }
-  int64_t token_bytes() const { return token_bytes_; }
+  int64_t token_bytes() const { return token_bytes_; }  // the record size with a codec
   int64_t page_bytes() const { return config_.page_bytes; }
 
   // A sequence of up to `capacity_tokens` tokens, none resident. Reserves address space only.
@@ -221,6 +235,7 @@ class TokenStore {
   }
 
   // `tokens`: [n, D] of the store's dtype, written to tokens [first, first+n), all resident.
+  // With a codec: [n, D] f32 (encoded here) or [n, record bytes] u8 records.
   void write(SeqId seq, int64_t first, const Tensor& tokens);
   void write_bytes(SeqId seq, int64_t first, int64_t count, const std::byte* src);
 
@@ -238,6 +253,15 @@ class TokenStore {
   }
   // Into caller memory of sum(count) * token_bytes bytes.
   void gather_into(std::span<const TokenRange> ranges, std::byte* dst) const;
+  // The ranges' tokens as [sum of counts, D] f32: decoded by the codec (on the device when
+  // the backend can, StoreBackend::gather_decode; else on the CPU), or converted from the
+  // store's dtype without one.
+  Tensor gather_decoded(std::span<const TokenRange> ranges) const;
+  Tensor gather_decoded(std::initializer_list<TokenRange> ranges) const {
+    return gather_decoded(std::span<const TokenRange>(ranges.begin(), ranges.size()));
+  }
+  // Whether gather_decoded runs on the backend's device for this store's codec.
+  bool decodes_on_device() const;
 
   // Residency queries.
   bool is_live(SeqId seq) const;
@@ -264,6 +288,8 @@ class TokenStore {
   void free_virtual(int64_t first, int64_t pages);
   std::vector<int64_t> alloc_physical(int64_t pages);
   void token_runs(const Sequence& s, int64_t first, int64_t count, std::vector<ByteRun>& out) const;
+  // [n, D] f32 encoded by the codec, or records / tokens of the store's dtype: the bytes to store.
+  Tensor to_records(const Tensor& tokens, const char* op) const;
 
   StoreConfig config_;
   std::unique_ptr<StoreBackend> backend_;

@@ -46,8 +46,15 @@ void push_run(std::vector<ByteRun>& runs, int64_t at, int64_t bytes) {
 
 TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> backend)
     : config_(config), backend_(backend ? std::move(backend) : make_host_store_backend()) {
-  if (config_.dtype != DType::f32 && config_.dtype != DType::f16 && config_.dtype != DType::bf16)
+  if (config_.codec) {
+    if (!config_.codec->trained())
+      throw bad("token store codec " + config_.codec->spec() + " is not trained (train it or load its codebook)");
+    if (config_.codec->dim() != config_.dim)
+      throw bad("token store dim " + std::to_string(config_.dim) + " does not match codec " + config_.codec->spec() +
+                " for D = " + std::to_string(config_.codec->dim()));
+  } else if (config_.dtype != DType::f32 && config_.dtype != DType::f16 && config_.dtype != DType::bf16) {
     throw bad("token store dtype must be f32, f16 or bf16, not " + std::string(dtype_name(config_.dtype)));
+  }
   if (config_.dim < 1 || config_.dim > (int64_t(1) << 24))
     throw bad("token store dim must be in [1, 16777216], got " + std::to_string(config_.dim));
   const int64_t gran = backend_->page_granularity_bytes();
@@ -72,7 +79,7 @@ TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> 
                     std::to_string(config_.virtual_pages * config_.page_bytes) + " bytes) exceeds the " +
                     std::string(backend_->name()) + " backend's limit of " +
                     std::to_string(backend_->max_virtual_bytes()) + " bytes; lower virtual_pages or pool_pages");
-  token_bytes_ = config_.dim * int64_t(dtype_size(config_.dtype));
+  token_bytes_ = config_.codec ? config_.codec->bytes_per_token() : config_.dim * int64_t(dtype_size(config_.dtype));
   backend_->init({config_.page_bytes, config_.pool_pages, config_.virtual_pages});
   phys_used_.assign(size_t(config_.pool_pages), 0);
   phys_free_ = config_.pool_pages;
@@ -381,11 +388,28 @@ void TokenStore::unbind_locked(std::span<const TokenRange> ranges) {
   phys_free_ += int64_t(freed.size());
 }
 
-void TokenStore::write(SeqId seq, int64_t first, const Tensor& tokens) {
+Tensor TokenStore::to_records(const Tensor& tokens, const char* op) const {
+  if (config_.codec) {
+    const Codec& c = *config_.codec;
+    if (tokens.rank() == 2 && tokens.dtype() == DType::f32 && tokens.dim(1) == config_.dim) {
+      Tensor r(DType::u8, {tokens.dim(0), token_bytes_});
+      if (tokens.dim(0) > 0) c.encode_rows(tokens.data<float>(), tokens.dim(0), r.data<uint8_t>());
+      return r;
+    }
+    if (tokens.rank() == 2 && tokens.dtype() == DType::u8 && tokens.dim(1) == token_bytes_) return Tensor();
+    throw bad(std::string("token store ") + op + ": tokens must be [n, " + std::to_string(config_.dim) +
+              "] F32 or [n, " + std::to_string(token_bytes_) + "] U8 " + c.spec() + " records");
+  }
   if (tokens.dtype() != config_.dtype || tokens.rank() != 2 || tokens.dim(1) != config_.dim)
-    throw bad("token store write: tokens must be [n, " + std::to_string(config_.dim) + "] " +
+    throw bad(std::string("token store ") + op + ": tokens must be [n, " + std::to_string(config_.dim) + "] " +
               std::string(dtype_name(config_.dtype)));
-  write_bytes(seq, first, tokens.dim(0), tokens.bytes());
+  return Tensor();  // already the stored bytes
+}
+
+void TokenStore::write(SeqId seq, int64_t first, const Tensor& tokens) {
+  const Tensor encoded = to_records(tokens, "write");
+  const Tensor& r = encoded.rank() ? encoded : tokens;
+  write_bytes(seq, first, r.dim(0), r.bytes());
 }
 
 void TokenStore::write_bytes(SeqId seq, int64_t first, int64_t count, const std::byte* src) {
@@ -399,10 +423,9 @@ void TokenStore::write_bytes(SeqId seq, int64_t first, int64_t count, const std:
   if (count > 0) backend_->write(s.base_page * config_.page_bytes + first * token_bytes_, src, count * token_bytes_);
 }
 
-FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& tokens) {
-  if (tokens.dtype() != config_.dtype || tokens.rank() != 2 || tokens.dim(1) != config_.dim)
-    throw bad("token store update_frame: tokens must be [n, " + std::to_string(config_.dim) + "] " +
-              std::string(dtype_name(config_.dtype)));
+FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& input) {
+  const Tensor encoded = to_records(input, "update_frame");
+  const Tensor& tokens = encoded.rank() ? encoded : input;
   const int64_t n = tokens.dim(0);
   FrameDelta delta;
   const auto lock = write_lock();
@@ -495,8 +518,51 @@ void TokenStore::gather_into(std::span<const TokenRange> ranges, std::byte* dst)
 Tensor TokenStore::gather(std::span<const TokenRange> ranges) const {
   int64_t n = 0;
   for (const TokenRange& r : ranges) n += std::max<int64_t>(r.count, 0);
-  Tensor out(config_.dtype, {n, config_.dim});
+  Tensor out = config_.codec ? Tensor(DType::u8, {n, token_bytes_}) : Tensor(config_.dtype, {n, config_.dim});
   gather_into(ranges, out.bytes());
+  return out;
+}
+
+bool TokenStore::decodes_on_device() const {
+  if (!config_.codec) return false;
+  const auto d = config_.codec->elementwise_decode();
+  if (!d) return false;
+  // Ask with no records: a backend that can decode this kind answers true.
+  return backend_->gather_decode({}, token_bytes_, *d, config_.dim, nullptr);
+}
+
+Tensor TokenStore::gather_decoded(std::span<const TokenRange> ranges) const {
+  int64_t n = 0;
+  for (const TokenRange& r : ranges) n += std::max<int64_t>(r.count, 0);
+  Tensor out(DType::f32, {n, config_.dim});
+  if (config_.codec) {
+    if (const auto d = config_.codec->elementwise_decode()) {
+      const auto lock = read_lock();
+      std::vector<int64_t> at;
+      at.reserve(size_t(n));
+      for (const TokenRange& r : ranges) {
+        const Sequence& s = live(r.seq, "gather");
+        check_range(s, r.seq, r.first, r.count, "gather");
+        for (int64_t t = r.first; t < r.first + r.count; ++t) {
+          if (!s.resident[size_t(t)])
+            throw bad("token store gather: token " + std::to_string(t) + " of sequence " + std::to_string(r.seq) +
+                      " is not resident");
+          at.push_back(s.base_page * config_.page_bytes + t * token_bytes_);
+        }
+      }
+      if (n == 0 || backend_->gather_decode(at, token_bytes_, *d, config_.dim, out.data<float>())) return out;
+    }
+  }
+  const Tensor raw = gather(ranges);
+  float* y = out.data<float>();
+  if (config_.codec) {
+    if (n > 0) config_.codec->decode_rows(raw.data<uint8_t>(), n, y);
+  } else if (config_.dtype == DType::f32) {
+    std::memcpy(y, raw.bytes(), raw.size_bytes());
+  } else {
+    const uint16_t* h = raw.data<uint16_t>();
+    for (int64_t i = 0; i < raw.numel(); ++i) y[i] = config_.dtype == DType::f16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
+  }
   return out;
 }
 

@@ -14,6 +14,15 @@ namespace {
 const uint32_t kGatherBufferSpirv[] =
 #include "fovea_spirv/store_gather_buffer.spv.inc"
     ;
+const uint32_t kGatherDecodeSpirv[] =
+#include "fovea_spirv/store_gather_decode.spv.inc"
+    ;
+
+// Push constants of gather_decode.comp.
+struct DecodePush {
+  uint32_t tok_first = 0, tok_count = 0, dim = 0, kind = 0;
+};
+constexpr uint32_t kDecodeSegments = 32;  // descriptor sets (window segments) per submission
 
 constexpr int64_t kStagingBytes = 16 << 20;
 
@@ -124,6 +133,93 @@ class VulkanBufferBackend final : public VulkanStoreBase {
     drain();
   }
 
+  // Decode-on-gather (issue 16): records decoded by gather_decode.comp into f32, one
+  // submission per output batch (<= 64 MiB and maxStorageBufferRange), one dispatch per
+  // window segment. Serialised by decode_mutex_ (the queue serialises submissions anyway).
+  bool gather_decode(std::span<const int64_t> records, int64_t record_bytes, const ElementwiseDecode& decode,
+                     int64_t dim, float* dst) const override {
+    using Kind = ElementwiseDecode::Kind;
+    const bool affine = decode.kind == Kind::u8_affine;
+    if (dim < 1 || record_bytes != (affine ? dim : 2 * dim) || record_bytes > window_range_ / 2 - 4) return false;
+    if (affine && (int64_t(decode.lo.size()) != dim || int64_t(decode.step.size()) != dim)) return false;
+    if (records.empty()) return true;
+    std::lock_guard lock(decode_mutex_);
+    if (!decoder_) decoder_ = std::make_unique<Decoder>(dev());
+    Decoder& k = *decoder_;
+    const VkPhysicalDeviceLimits& lim = dev().limits();
+    const int64_t out_limit = std::min<int64_t>(64 << 20, int64_t(lim.maxStorageBufferRange) & ~int64_t(3));
+    const int64_t per_batch = std::max<int64_t>(1, out_limit / (4 * dim));
+    // Parameters: (lo, step) per dimension (one vec2 for the float kinds, unused).
+    const VkDeviceSize par_bytes = VkDeviceSize(affine ? 8 * dim : 8);
+    if (k.par.size() < par_bytes)
+      k.par = vk::Buffer::create(dev(), std::max<VkDeviceSize>(par_bytes, 4096), VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                                 vk::MemoryUse::upload);
+    auto* par = static_cast<float*>(k.par.mapped());
+    if (affine)
+      for (int64_t d = 0; d < dim; ++d) {
+        par[2 * d] = decode.lo[size_t(d)];
+        par[2 * d + 1] = decode.step[size_t(d)];
+      }
+    const uint32_t kind = decode.kind == Kind::f16 ? 0u : decode.kind == Kind::bf16 ? 1u : 2u;
+    const int64_t n = int64_t(records.size());
+    for (int64_t i0 = 0; i0 < n;) {
+      // This batch's tokens and their window segments.
+      struct Segment {
+        Window w;
+        int64_t first, count;
+      };
+      std::vector<Segment> segs;
+      int64_t i = i0;
+      while (i < n && i - i0 < per_batch) {
+        const Window w = window_of(records[size_t(i)]);
+        if (segs.empty() || segs.back().w.base != w.base) {
+          if (segs.size() == kDecodeSegments) break;
+          segs.push_back({w, i - i0, 0});
+        }
+        ++segs.back().count;
+        ++i;
+      }
+      const int64_t m = i - i0;
+      const VkDeviceSize out_bytes = VkDeviceSize(m * dim * 4), tok_bytes = VkDeviceSize(m * 4);
+      if (k.out.size() < out_bytes)
+        k.out = vk::Buffer::create(dev(), std::max<VkDeviceSize>(out_bytes, 1 << 20), VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                                   vk::MemoryUse::readback);
+      if (k.tok.size() < tok_bytes)
+        k.tok = vk::Buffer::create(dev(), std::max<VkDeviceSize>(tok_bytes, 64 << 10), VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                                   vk::MemoryUse::upload);
+      auto* tok = static_cast<uint32_t*>(k.tok.mapped());
+      for (const Segment& sg : segs)
+        for (int64_t t = sg.first; t < sg.first + sg.count; ++t)
+          tok[t] = uint32_t(records[size_t(i0 + t)] - sg.w.base);
+      VkCommandBuffer cb = k.cmds.begin();
+      vk::memory_barrier(cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
+      for (const Segment& sg : segs) {
+        const vk::BufferWindow b[4] = {{virt_->handle(), VkDeviceSize(sg.w.base), VkDeviceSize(sg.w.end - sg.w.base)},
+                                       {k.out.handle(), 0, VK_WHOLE_SIZE},
+                                       {k.tok.handle(), 0, VK_WHOLE_SIZE},
+                                       {k.par.handle(), 0, VK_WHOLE_SIZE}};
+        const VkDescriptorSet set = k.sets.allocate(b);
+        const DecodePush push{uint32_t(sg.first), uint32_t(sg.count), uint32_t(dim), kind};
+        const uint32_t groups = uint32_t(std::min<int64_t>((sg.count * dim + 255) / 256, 4096));
+        k.pipeline.dispatch(cb, set, &push, groups);
+      }
+      vk::memory_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                         VK_ACCESS_HOST_READ_BIT);
+      try {
+        submit(k.cmds);
+      } catch (...) {
+        k.sets.reset();
+        throw;
+      }
+      k.sets.reset();
+      std::memcpy(dst + i0 * dim, k.out.mapped(), size_t(out_bytes));
+      i0 = i;
+    }
+    drain();
+    return true;
+  }
+
   // Storage-buffer descriptors reach at most maxStorageBufferRange bytes (128 MiB on
   // lavapipe): a virtual space beyond that is read through windows. Window k starts at k * step
   // (step = half the range, aligned), so every byte has a window reaching at least half a
@@ -165,6 +261,19 @@ class VulkanBufferBackend final : public VulkanStoreBase {
                        VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
   }
 
+  struct Decoder {
+    explicit Decoder(const vk::Device& d)
+        : pipeline(d, kGatherDecodeSpirv, std::vector<VkDescriptorType>(4, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER),
+                   uint32_t(sizeof(DecodePush)), "store gather decode"),
+          cmds(d, d.compute_queue()),
+          sets(d, pipeline, kDecodeSegments) {}
+    vk::ComputePipeline pipeline;
+    vk::Commands cmds;
+    vk::KernelSets sets;
+    vk::Buffer out, tok, par;
+  };
+  mutable std::mutex decode_mutex_;
+  mutable std::unique_ptr<Decoder> decoder_;  // made on first use
   vk::Commands writer_;
   vk::Fence bind_fence_;
   vk::Buffer zeros_, staging_;

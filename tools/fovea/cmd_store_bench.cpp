@@ -148,6 +148,22 @@ struct StoreBenchCommand {
     }
     out["gather"] = gj;
 
+    // 4. Seed 000's table with compressed pages (issue 16): resident MB against dense fp32.
+    std::vector<std::vector<CompressedSeedRow>> compressed;
+    json cj = json::array();
+    for (size_t i = 0; i < backends.size(); ++i) {
+      compressed.push_back(compressed_seed_table(backends[i], cfgs[i], {}, reps));
+      for (const CompressedSeedRow& r : compressed.back()) {
+        if (!r.roundtrip_ok)
+          throw Error(Errc::internal, "store-bench: " + backends[i] + " gather_decoded of " + r.codec + " pages was wrong");
+        cj.push_back({{"backend", backends[i]}, {"codec", r.codec}, {"record_bytes", r.record_bytes}, {"pages", r.pages},
+                      {"resident_bytes", r.resident_bytes}, {"dense_fp32_bytes", r.dense_fp32_bytes},
+                      {"resident_vs_dense_fp32", r.resident_vs_dense_fp32()}, {"decoded_on_device", r.on_device},
+                      {"gather_decoded_ms", r.gather_decoded_ms}, {"roundtrip_ok", r.roundtrip_ok}});
+      }
+    }
+    out["compressed_seed_table"] = cj;
+
     if (as_json) {
       std::cout << out.dump(2) << '\n';
       return 0;
@@ -220,6 +236,19 @@ struct StoreBenchCommand {
     for (const GatherTiming& g : gathers)
       std::printf("  %-12s %10.3f %8.2f %10.3f %8.2f %13.2fx\n", g.backend.c_str(), g.gather_ms, g.gather_gb_s(),
                   g.memcpy_ms, g.memcpy_gb_s(), g.memcpy_ms > 0 ? g.gather_ms / g.memcpy_ms : 0.0);
+
+    std::printf("\nSeed 000 table with compressed pages (D=%lld, %lld KiB pages): the kept tokens stored as each\n"
+                "codec's records; gather_decoded returns [4300, D] f32 (on the device when the backend can):\n",
+                (long long)dim, (long long)(page_bytes >> 10));
+    std::printf("  %-12s %-8s %8s %6s %12s %16s %9s %16s\n", "backend", "codec", "B/token", "pages", "resident MB",
+                "vs dense fp32", "decode", "gather+decode ms");
+    for (size_t i = 0; i < backends.size(); ++i)
+      for (const CompressedSeedRow& r : compressed[i])
+        std::printf("  %-12s %-8s %8lld %6lld %12.2f %15.1f%% %9s %16.3f\n", backends[i].c_str(), r.codec.c_str(),
+                    (long long)r.record_bytes, (long long)r.pages, r.resident_bytes / 1e6, 100.0 * r.resident_vs_dense_fp32(),
+                    r.codec == "fp32" ? "-" : (r.on_device ? "device" : "cpu"), r.gather_decoded_ms);
+    std::printf("  dense fp32: 8 x %lld tokens x %lld bytes = %.2f MB\n", (long long)kSeedDenseTokens, (long long)(4 * dim),
+                compressed.front().front().dense_fp32_bytes / 1e6);
     return 0;
   }
 };

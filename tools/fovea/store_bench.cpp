@@ -55,6 +55,10 @@ class TimedBackend final : public StoreBackend {
     fill_ms += ms_since(t0);
   }
   void gather(std::span<const ByteRun> runs, std::byte* dst) const override { b_->gather(runs, dst); }
+  bool gather_decode(std::span<const int64_t> records, int64_t record_bytes, const ElementwiseDecode& decode,
+                     int64_t dim, float* dst) const override {
+    return b_->gather_decode(records, record_bytes, decode, dim, dst);
+  }
   double bind_ms = 0, fill_ms = 0;
 
  private:

@@ -87,3 +87,27 @@ GatherTiming time_gather(std::string_view backend, const StoreConfig& cfg, int r
 std::vector<std::string> available_store_backends(std::string* why_not = nullptr);
 
 }  // namespace fovea
+
+namespace fovea {
+
+// Seed 000's table with compressed pages (issue 16): the eight images' kept tokens stored as
+// records of each codec, resident memory against dense fp32 (every image at 1024 tokens of
+// 4·D bytes), and a gather_decoded of every kept token timed against a gather of fp32 pages
+// in the same run. Codecs are trained on seeded synthetic vectors (sizes do not depend on
+// the data). Defined in store_bench_compressed.cpp.
+struct CompressedSeedRow {
+  std::string codec;             // "fp32" (the dense reference's dtype, paged), "fp16", "int8", "pq:M"
+  int64_t record_bytes = 0;
+  int64_t pages = 0;
+  int64_t resident_bytes = 0;
+  int64_t dense_fp32_bytes = 0;  // 8 x 1024 x 4·D
+  bool roundtrip_ok = false;     // gather_decoded == the codec's decode of what was written
+  bool on_device = false;        // decoded by the backend's shader
+  double gather_decoded_ms = 0;  // median
+  double resident_vs_dense_fp32() const { return double(resident_bytes) / double(dense_fp32_bytes); }
+};
+// `codecs` empty: fp32, fp16, int8, pq:D/8 (128 bytes at D = 1024), pq:D/16.
+std::vector<CompressedSeedRow> compressed_seed_table(std::string_view backend, StoreConfig cfg,
+                                                     std::vector<std::string> codecs = {}, int reps = 5);
+
+}  // namespace fovea

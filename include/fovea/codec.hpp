@@ -1,0 +1,195 @@
+// fovea/codec.hpp — token compression: codecs over embeddings, their trained state, and the
+// quadtree-aware sibling merge.
+//
+//   std::unique_ptr<fovea::Codec> c = fovea::make_codec("int8", 768);    // or "pca:128+int8", "opq:96"
+//   fovea::Tensor training(fovea::DType::f32, {1000, 768});  // embeddings of the model, for its codebook
+//   c->train(training);                             // no-op for fp16/bf16
+//   fovea::Tensor embeddings(fovea::DType::f32, {273, 768});
+//   fovea::Tensor codes = c->encode(embeddings);    // [N, c->bytes_per_token()] u8
+//   fovea::Tensor back = c->decode(codes);          // [N, 768] f32
+//   fovea::save_codebook(*c, "int8.safetensors", {{"model", "clip-vit-b16"}});
+//   std::unique_ptr<fovea::Codec> same = fovea::load_codebook("int8.safetensors");
+//
+// A codec maps one token's embedding (D floats) to a fixed-size record of bytes_per_token()
+// bytes, and back. Records are plain bytes with no alignment requirement, so a TokenStore
+// page holds them packed (StoreConfig::codec). What a codec learns (scales, principal axes,
+// codebooks) is its state: trained once per model on [n, D] f32 vectors, saved apart from the
+// tokens as safetensors ("codebook"), and named by a BLAKE2b-256 hash that compressed files
+// carry as their reference to it.
+//
+// Codecs (spec strings, as the CLI takes them):
+//   fp16, bf16      2·D bytes, round to nearest even; nothing to learn.
+//   int8            D bytes: per dimension an 8-bit affine code, x ≈ lo[d] + step[d]·q,
+//                   lo and step calibrated on training data (min/max widened by 1/32 of the
+//                   range each side; values outside clamp).
+//   pca:K           mean and the top-K principal axes of the training data; 2·K bytes (fp16
+//                   coefficients).
+//   pca:K+int8      the same, coefficients coded by int8 (calibrated on the training
+//                   coefficients): K bytes.
+//   pq:M, opq:M     FAISS product quantizer, M sub-quantizers of 256 centroids (8 bits), M
+//                   bytes; D % M == 0. opq first rotates by FAISS's OPQ matrix, learned jointly.
+//   faiss:FACTORY   any FAISS index_factory string as a standalone codec (sa_encode/sa_decode),
+//                   e.g. faiss:PCA128,SQ8: FAISS's own pipelines, for comparison in one run.
+// Training errors (Error(unsupported), naming the codec and the counts) when there are fewer
+// vectors than the codec can learn from: 256 for pq/opq (one per centroid), K + 1 for pca,
+// 2 for int8. Below recommended_train_vectors() (FAISS's 39 per centroid) it trains but
+// the result is likely worse; the CLI says so.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fovea/tensor.hpp"
+
+namespace fovea {
+
+// A decode simple enough for a shader: every output element comes from its own bytes of the
+// record (the store's Vulkan gather decodes these on the device).
+struct ElementwiseDecode {
+  enum class Kind : uint8_t {
+    f16,        // x[d] = half(record[2d..2d+1])
+    bf16,       // x[d] = bfloat16(record[2d..2d+1])
+    u8_affine,  // x[d] = lo[d] + step[d] * record[d]
+  };
+  Kind kind = Kind::f16;
+  std::vector<float> lo, step;  // u8_affine only: [D] each
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+
+  // The spec string that make_codec() takes to build this codec ("pca:128+int8").
+  virtual std::string spec() const = 0;
+  // D: floats per token.
+  virtual int64_t dim() const = 0;
+  virtual int64_t bytes_per_token() const = 0;
+
+  // Whether train() must run (or a codebook be loaded) before encode/decode.
+  virtual bool needs_training() const { return false; }
+  virtual bool trained() const { return true; }
+  // Vectors below which train() throws, and below which it trains but warns.
+  virtual int64_t min_train_vectors() const { return 0; }
+  virtual int64_t recommended_train_vectors() const { return 0; }
+  // `x`: [n, D] f32. Throws Error(invalid_argument) for a bad shape or dtype, Error(unsupported)
+  // for too few vectors.
+  virtual void train(const Tensor& x) {}
+
+  // n tokens, row-major: x [n, D] floats -> n records of bytes_per_token() bytes, and back.
+  // The raw forms do no checking; call them with trained codecs and the right sizes.
+  virtual void encode_rows(const float* x, int64_t n, uint8_t* records) const = 0;
+  virtual void decode_rows(const uint8_t* records, int64_t n, float* x) const = 0;
+
+  // Checked forms: [N, D] f32 -> [N, bytes_per_token()] u8, and back.
+  Tensor encode(const Tensor& x) const;
+  Tensor decode(const Tensor& records) const;
+
+  // The learned state, as named f32 tensors (empty for fp16/bf16), and its inverse.
+  virtual std::vector<std::pair<std::string, Tensor>> state() const { return {}; }
+  // Throws Error(corrupt_data) naming the tensor that is missing or has the wrong shape.
+  virtual void load_state(const std::map<std::string, const Tensor*>& tensors) {}
+
+  // Set when decoding is elementwise (fp16, bf16, int8), for decoding on a device.
+  virtual std::optional<ElementwiseDecode> elementwise_decode() const { return std::nullopt; }
+
+  // BLAKE2b-256 (hex) of the spec, D and every state tensor: the compressed file's reference.
+  std::string state_hash() const;
+
+  // OpenMP threads for FAISS's training and coding (set for the call, restored after; 0: the
+  // OpenMP default). 1 by default: on shared, busy cores FAISS's many short parallel regions
+  // wait at barriers for descheduled threads (a PQ training here took 78 s on 2 threads
+  // under load and 3.5 s on one).
+  void set_threads(int threads) { threads_ = threads; }
+  int threads() const { return threads_; }
+
+ private:
+  int threads_ = 1;
+};
+
+// "fp16", "bf16", "int8", "pca:K", "pca:K+int8", "pq:M", "opq:M" for D-dimensional tokens.
+// Throws Error(invalid_argument) for an unknown spec or impossible parameters (K > D, D % M).
+std::unique_ptr<Codec> make_codec(std::string_view spec, int64_t dim);
+// The spec strings above, for help texts.
+std::vector<std::string> codec_spec_forms();
+
+// Codebook files: safetensors holding the state tensors, with metadata format=fovea.codebook,
+// codec=<spec>, dim, hash=<state_hash()>, plus `extra` (the CLI adds model and train_vectors).
+// Written atomically.
+void save_codebook(const Codec& codec, const std::string& path, const std::map<std::string, std::string>& extra = {});
+// Throws Error(io) when unreadable, Error(corrupt_data) for a file that is not a codebook or
+// whose tensors do not match its spec. `metadata`, when given, receives the file's metadata.
+std::unique_ptr<Codec> load_codebook(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+
+// ---- Quadtree-aware merge ------------------------------------------------------------------------
+//
+// Four sibling tokens at level l — the four quadrants of one level-(l+1) box of the allocation's
+// quadtree — whose embeddings are nearly identical become one token at level l+1: its embedding
+// is their mean, its position the parent box (centre, side doubled, level + 1). Repeats up the
+// levels, so merged parents merge again. It reduces N, not bytes per token.
+//
+// Siblings are found from `positions` ([N, 4]: centre x, centre y, side px, level, as fovea
+// tokenize/encode write them): a token at level l with side s covers [cx - s/2, cx + s/2) and
+// its parent is the box of side 2s on the grid of that side.
+struct MergeParams {
+  float min_cosine = 0.98f;  // every sibling's cosine to the four's mean must reach this
+  int max_level = 30;        // no parent above this level
+};
+
+struct MergeResult {
+  Tensor embeddings;  // [N', D] f32, sorted by level (one run per level), then by y, x
+  Tensor positions;   // [N', 4] f32
+  Tensor levels;      // [N'] i32
+  Tensor parent;      // [N] i32: the row of `embeddings` each input token ended up in
+  int64_t groups_merged = 0;                // merges of four (a merged parent counts again)
+  std::map<int, int64_t> groups_per_level;  // children's level -> merges
+};
+
+// Throws Error(invalid_argument) for inconsistent shapes, Error(corrupt_data) for positions
+// that are not on a quadtree grid.
+MergeResult merge_siblings(const Tensor& embeddings, const Tensor& positions, const MergeParams& params = {});
+// Per input token, its merged embedding (what a consumer of the merged tokens sees in its
+// place): [N, D] f32.
+Tensor unmerge(const MergeResult& merged);
+
+// ---- Rate–distortion ----------------------------------------------------------------------------
+
+struct Distortion {
+  double mean_cosine = 0, min_cosine = 0;
+  double relative_mse = 0;  // sum ||x - y||^2 / sum ||x||^2
+  // Share of tokens whose nearest other token (by cosine) is the same in `decoded` as in
+  // `original`.
+  double nn_agreement = 0;
+};
+// `original` and `decoded`: [N, D] f32. `threads` as Codec::set_threads.
+Distortion measure_distortion(const Tensor& original, const Tensor& decoded, int threads = 1);
+
+}  // namespace fovea
+
+namespace fovea {
+
+// One row of the rate–distortion report: a trained codec measured on [N, D] f32 embeddings.
+struct RateDistortionRow {
+  std::string codec;
+  int64_t bytes_per_token = 0;
+  double ratio_vs_fp32 = 0;      // 4·D / bytes_per_token
+  Distortion distortion;
+  double train_ms = 0;
+  double encode_gb_s = 0;        // f32 input bytes per second (best of the repetitions)
+  double decode_gb_s = 0;        // f32 output bytes per second
+  double memcpy_gb_s = 0;        // memcpy of the same f32 bytes, in the same run
+  int64_t tokens_in = 0, tokens_out = 0;  // differ for the merge row only
+};
+
+// Codec specs the report runs by default for D-dimensional tokens: fp16, bf16, int8 and
+// PCA/PQ/OPQ settings at D/6 and D/12 bytes a token (128 and 64 for D = 768).
+std::vector<std::string> default_report_codecs(int64_t dim);
+// Encodes and decodes `eval` with a trained codec `reps` times (the best time counts) and
+// measures the distortion.
+RateDistortionRow measure_codec(const Codec& codec, const Tensor& eval, int reps = 3);
+
+}  // namespace fovea
