@@ -1,5 +1,7 @@
 // Loading a ViT: naming detection, config.json, one tensor lookup that collects every problem,
 // and seeded random models.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -69,6 +71,13 @@ class Lookup {
       problems_.push_back(name + " has dtype " + e->dtype_name + ", expected F32, F16 or BF16");
       return {};
     }
+    // A tensor that cannot fit in this machine's memory as float32 is refused before allocating.
+    const unsigned __int128 f32_bytes = (unsigned __int128)uint64_t(e->numel()) * 4;
+    const uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+    if (f32_bytes > ram)
+      throw Error(Errc::limit_exceeded, "'" + f_.path() + "': " + name + " " + shape_str(e->shape) + " needs " +
+                                            std::to_string(uint64_t(f32_bytes >> 20)) + " MiB as float32, more than this machine's " +
+                                            std::to_string(ram >> 20) + " MiB of memory");
     Tensor t(DType::f32, as.empty() ? want : as);
     const std::span<const std::byte> raw = f_.data(*e);
     float* dst = t.data<float>();
@@ -177,8 +186,19 @@ int count_layers(const SafetensorsFile& f, const std::string& prefix) {
   return n;
 }
 
+// A dimension read from a tensor's shape, before it is used as an int and before anything is
+// allocated: a hostile or broken checkpoint (e.g. a sparse file claiming 2^40 elements) gets a
+// clear error instead of a wrapped size or a huge allocation.
+int checked_dim(int64_t v, int64_t max, const std::string& path, const std::string& what) {
+  if (v < 1 || v > max)
+    throw Error(Errc::limit_exceeded, "'" + path + "': " + what + " is " + std::to_string(v) +
+                                          ", outside the encoder's range [1, " + std::to_string(max) + "]");
+  return int(v);
+}
+
 int square_side(int64_t n, const std::string& path, const std::string& name) {
   const int64_t g = int64_t(std::llround(std::sqrt(double(n))));
+  if (g > 4096) checked_dim(g, 4096, path, "the position grid's side (" + name + ")");
   if (g < 1 || g * g != n)
     throw Error(Errc::unsupported, "'" + path + "': " + name + " has " + std::to_string(n) +
                                        " positions, not a square grid");
@@ -204,9 +224,9 @@ std::shared_ptr<VitModel::Impl> load_hf(const SafetensorsFile& f, const std::str
     throw Error(Errc::corrupt_data, "'" + f.path() + "': config.json says model_type '" + mt + "' but the tensors " +
                                         (has_class ? "have" : "have no") + " class embedding");
   c.family = has_class ? VitFamily::clip : VitFamily::siglip;
-  c.hidden = int(pe->shape[0]);
-  c.channels = int(pe->shape[1]);
-  c.patch_px = int(pe->shape[2]);
+  c.hidden = checked_dim(pe->shape[0], 1 << 16, f.path(), "the hidden size (" + pe->name + " dim 0)");
+  c.channels = checked_dim(pe->shape[1], 16, f.path(), "the channel count (" + pe->name + " dim 1)");
+  c.patch_px = checked_dim(pe->shape[2], 1024, f.path(), "the patch size (" + pe->name + " dim 2)");
   const int64_t D = c.hidden;
   const auto* pos = f.find(p + "embeddings.position_embedding.weight");
   if (!pos || pos->shape.size() != 2)
@@ -214,7 +234,8 @@ std::shared_ptr<VitModel::Impl> load_hf(const SafetensorsFile& f, const std::str
   c.grid = square_side(pos->shape[0] - (has_class ? 1 : 0), f.path(), pos->name);
   c.layers = count_layers(f, p + "encoder.layers.");
   const auto* fc1 = f.find(p + "encoder.layers.0.mlp.fc1.weight");
-  c.mlp = fc1 && fc1->shape.size() == 2 ? int(fc1->shape[0]) : 4 * c.hidden;
+  c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, f.path(), "the MLP width (" + fc1->name + " dim 0)")
+                                        : 4 * c.hidden;
   c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
   c.class_token = has_class;
   c.patch_bias = !has_class;
@@ -320,9 +341,9 @@ std::shared_ptr<VitModel::Impl> load_torchvision(const SafetensorsFile& f, const
     throw Error(Errc::corrupt_data, "'" + f.path() + "': conv_proj.weight has shape " + shape_str(pe->shape) +
                                         ", expected [D, C, P, P]");
   c.family = VitFamily::torchvision;
-  c.hidden = int(pe->shape[0]);
-  c.channels = int(pe->shape[1]);
-  c.patch_px = int(pe->shape[2]);
+  c.hidden = checked_dim(pe->shape[0], 1 << 16, f.path(), "the hidden size (" + pe->name + " dim 0)");
+  c.channels = checked_dim(pe->shape[1], 16, f.path(), "the channel count (" + pe->name + " dim 1)");
+  c.patch_px = checked_dim(pe->shape[2], 1024, f.path(), "the patch size (" + pe->name + " dim 2)");
   const auto* pos = f.find("encoder.pos_embedding");
   if (!pos || pos->shape.size() != 3)
     throw Error(Errc::corrupt_data, "'" + f.path() + "': missing or malformed encoder.pos_embedding");
@@ -331,7 +352,8 @@ std::shared_ptr<VitModel::Impl> load_torchvision(const SafetensorsFile& f, const
   const bool legacy_mlp = f.find("encoder.layers.encoder_layer_0.mlp.linear_1.weight") != nullptr;
   const std::string fc1n = legacy_mlp ? "mlp.linear_1." : "mlp.0.", fc2n = legacy_mlp ? "mlp.linear_2." : "mlp.3.";
   const auto* fc1 = f.find("encoder.layers.encoder_layer_0." + fc1n + "weight");
-  c.mlp = fc1 && fc1->shape.size() == 2 ? int(fc1->shape[0]) : 4 * c.hidden;
+  c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, f.path(), "the MLP width (" + fc1->name + " dim 0)")
+                                        : 4 * c.hidden;
   c.heads = cfg_get<int>(cfg, {"num_heads", "num_attention_heads"}).value_or(default_heads(c.hidden));
   c.class_token = true;
   c.patch_bias = true;
