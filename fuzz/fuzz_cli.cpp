@@ -68,8 +68,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CLI::App app{"fovea", "fovea"};
     app.set_version_flag("--version", "fuzz");
     app.require_subcommand(1);
-    std::vector<CLI::App*> subs;
-    for (const fovea::cli::Command& c : fovea::cli::registry()) (void)c.setup(*app.add_subcommand(c.name, c.description));
+    // The runners own the state the options write into (as in main): keep them alive.
+    std::vector<fovea::cli::Runner> runners;
+    for (const fovea::cli::Command& c : fovea::cli::registry()) runners.push_back(c.setup(*app.add_subcommand(c.name, c.description)));
     app.parse(argc, argv.data());
   });
 

@@ -116,14 +116,13 @@ TEST(Limits, PatchOne) {
   const std::string dir = test::temp_dir("patch1");
   save_png(test::gradient_image(40, 30, 3), dir + "/in.png");
   expect_one_line_error(test::run_cli({"tokenize", dir + "/in.png", "--patch", "1"}), 2, "--patch");
-  // The library: patch 1 is legal there; one token per pixel at full budget, each patch one pixel.
+  // The library refuses it too, before any stage runs, as it does 0 and negative sizes.
   Executor ex;
   TokenizeParams p;
   p.patch_px = 1;
-  p.alloc.budget_tokens = 40 * 30;
-  const Tokenization t = tokenize(test::gradient_image(40, 30, 3), {}, p, ex);
-  EXPECT_EQ(t.batch.size(), 40 * 30);
-  EXPECT_EQ(t.batch.patches.dim(2), 1);
+  const Error e = caught([&] { tokenize(test::gradient_image(40, 30, 3), {}, p, ex); });
+  EXPECT_EQ(e.code(), Errc::invalid_argument);
+  EXPECT_STREQ(e.what(), "patch size must be in [2, 256] pixels, got 1");
   p.patch_px = 0;
   EXPECT_EQ(caught([&] { tokenize(test::gradient_image(40, 30, 3), {}, p, ex); }).code(), Errc::invalid_argument);
   p.patch_px = -16;
@@ -154,10 +153,10 @@ TEST(Limits, Image65535x1) {
 void sparse_safetensors(const std::string& path, const nlohmann::json& header, uint64_t buffer_bytes) {
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');
-  std::vector<uint8_t> head(8);
-  for (int i = 0; i < 8; ++i) head[size_t(i)] = uint8_t(uint64_t(h.size()) >> (8 * i));
-  head.insert(head.end(), h.begin(), h.end());
-  put(path, head);
+  std::string head(8, '\0');
+  for (int i = 0; i < 8; ++i) head[size_t(i)] = char(uint8_t(uint64_t(h.size()) >> (8 * i)));
+  head += h;
+  std::ofstream(path, std::ios::binary) << head;
   ASSERT_EQ(::truncate(path.c_str(), off_t(head.size() + buffer_bytes)), 0) << "cannot make a sparse file";
 }
 
