@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "fovea/version_gen.hpp"
 #include "test_util.hpp"
 
 extern char** environ;
@@ -167,6 +168,9 @@ TEST(AtomicOutput, SigkillDuringTokenizeLeavesOldOrCompleteFiles) {
 }
 
 TEST(AtomicOutput, SigkillDuringEncodeLeavesOldOrCompleteFile) {
+#if !FOVEA_BUILT_WITH_ENCODER
+  GTEST_SKIP() << "this build has no encoder (FOVEA_WITH_ENCODER=OFF): no 'fovea encode'";
+#endif
   const std::string image = test::source_dir() + "/data/astronaut.jpg";
   const std::string model = test::source_dir() + "/tests/data/encoder/clip/model.safetensors";
   kill_at_random_points({"encode",

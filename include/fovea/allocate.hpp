@@ -1,8 +1,11 @@
 // fovea/allocate.hpp — spend a token budget where relevance is: a quadtree over finest tiles.
 //
+//   fovea::Executor exec;
+//   fovea::PyramidU8 pyr = fovea::build_pyramid(fovea::load_image("photo.jpg"), {}, exec);
+//   fovea::RelevanceMap relevance = fovea::compute_relevance(pyr, 16, fovea::Query{}, {}, exec);
 //   fovea::Allocation a = fovea::allocate(relevance, {.budget_tokens = 273});
-//   a.layout.tokens            // sorted by level; level ℓ's run is [level_offsets[ℓ], [ℓ+1])
-//   a.rate_map.level[t]        // per finest tile: the level of the token covering it
+//   for (const fovea::Token& tok : a.layout.tokens) { /* sorted by level */ (void)tok; }
+//   int level_of_tile_0 = a.rate_map.level[0];   // per finest tile: the level covering it
 //
 // The algorithm: start from the coarsest tiling (every node of the level-L grid, L =
 // max_level), split nodes that have a single child for free, then repeatedly split the node
@@ -78,6 +81,23 @@ struct Allocation {
 Allocation allocate(const RelevanceMap& relevance, const AllocParams& params);
 
 int resolve_max_level(const TileGrid& grid, int max_level);
+
+// How a layout covers the finest tiles: the check any consumer of an allocation can run (the
+// CLI's --json coverage, the tests, a caller that edits a layout, e.g. video hysteresis).
+// Exact tiling means every tile is covered by exactly one token, every token lies inside its
+// level's grid, and the rate map names the covering token's level for every tile.
+struct TilingReport {
+  int64_t tiles = 0;
+  int64_t covered = 0;              // tiles covered by at least one token
+  int64_t overlapping = 0;          // tiles covered by more than one
+  int64_t outside = 0;              // tokens whose node is outside their level's grid
+  int64_t rate_map_mismatches = 0;  // tiles whose rate-map level is not the covering token's
+  std::vector<double> area_per_level;  // share of the tiles at each level (from the rate map)
+  bool exact() const {
+    return covered == tiles && overlapping == 0 && outside == 0 && rate_map_mismatches == 0;
+  }
+};
+TilingReport check_tiling(const Allocation& allocation);
 
 // The uniform baseline at the same budget: what a standard VLM does. The image is resized to
 // (grid_x·P) × (grid_y·P) with the largest grid_x·grid_y ≤ budget that keeps the aspect

@@ -1,8 +1,11 @@
 // fovea/relevance.hpp — one score per finest tile: where tokens should go.
 //
+//   fovea::Executor exec;
+//   fovea::PyramidU8 pyr = fovea::build_pyramid(fovea::load_image("photo.jpg"), {}, exec);
 //   fovea::Query q;
 //   q.fixations.push_back({512, 300});                        // px in the original image
-//   fovea::RelevanceMap rel = fovea::compute_relevance(pyr, q, {}, exec);
+//   fovea::RelevanceMap rel = fovea::compute_relevance(pyr, 16, q, {}, exec);
+//   int tx = 3, ty = 2;                                       // a finest tile
 //   float s = rel.score[ty * rel.grid.tiles_x + tx];
 //
 // score = floor + w_info·information + w_saliency·saliency + w_query·query, each term in [0, 1]:
