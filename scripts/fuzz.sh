@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/) with clang + ASan + UBSan and runs each for N seconds.
 #   scripts/fuzz.sh [--seconds N] [--build-dir DIR] [--jobs J] [TARGET...]
-# TARGET: png jpeg safetensors tokenize cli (default: all of them). Each target starts from its
+# TARGET: png jpeg safetensors gguf tokenize cli (default: all of them). Each target starts from its
 # committed seed corpus fuzz/corpus/<target>/ plus the inputs earlier runs found (kept in
 # DIR/corpus/<target>/, never committed). Exits non-zero when any target crashes, leaks, times
 # out (one input over FUZZ_TIMEOUT s, default 10) or exceeds 2 GiB; the input that did it is saved as
@@ -18,7 +18,7 @@ seconds=30
 build_dir=build-fuzz
 jobs=$(nproc)
 targets=()
-all_targets=(png jpeg safetensors tokenize cli)
+all_targets=(png jpeg safetensors gguf tokenize cli)
 usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ "$#" -gt 0 ]; do
   case "$1" in

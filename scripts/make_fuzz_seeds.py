@@ -107,6 +107,14 @@ def main():
         [("patches", "U8", [2, 3, 2, 2], bytes(range(24))), ("positions", "F32", [2, 4], np.zeros(8, np.float32).tobytes()),
          ("levels", "I32", [2], np.zeros(2, np.int32).tobytes())], {"budget": "2", "patch": "2"}))
 
+    # gguf: the two mmproj fixtures (CLIP with LLaVA projector, SigLIP), written by
+    # scripts/make_encoder_fixtures.py, plus a header-only file.
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "encoder")
+    for name in ("gguf_llava", "gguf_siglip"):
+        with open(os.path.join(fixtures, name, "mmproj.gguf"), "rb") as f:
+            out("gguf", name + ".gguf", f.read())
+    out("gguf", "empty.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 0))
+
     # tokenize: the harness maps bytes to extents, parameters, queries, then pixels.
     for i, n in enumerate((64, 200, 600, 2000)):
         out("tokenize", f"random{i}.bin", rng.integers(0, 256, n, dtype=np.uint8).tobytes())
