@@ -34,13 +34,19 @@ std::vector<std::string> fault_backends() {
   return names;
 }
 
+// Every Vulkan backend of these tests reports its validation messages here.
+const std::shared_ptr<ValidationLog>& fault_validation_log() {
+  static const auto log = std::make_shared<ValidationLog>();
+  return log;
+}
+
 // Vulkan backends with validation on; unavailable ones fail the test with the reason (CI has
 // lavapipe), as in test_store.cpp.
 std::unique_ptr<StoreBackend> real_backend(const std::string& name) {
   if (name == "host") return make_host_store_backend();
 #ifdef FOVEA_HAVE_VULKAN
   std::string why;
-  const VulkanStoreOptions options{.device = "", .validation = true};
+  const VulkanStoreOptions options{.device = "", .validation = true, .validation_log = fault_validation_log()};
   auto b = name == "vulkan-image" ? make_vulkan_image_store_backend(&why, options) : make_vulkan_store_backend(&why, options);
   if (!b) throw Error(Errc::device, "the " + name + " store backend is not available: " + why);
   return b;
@@ -49,13 +55,7 @@ std::unique_ptr<StoreBackend> real_backend(const std::string& name) {
 #endif
 }
 
-int64_t validation_messages_now() {
-#ifdef FOVEA_HAVE_VULKAN
-  return store_vk::validation_message_count();
-#else
-  return 0;
-#endif
-}
+int64_t validation_messages_now() { return fault_validation_log()->count(); }
 
 // True when `f` threw what the fault backend injects (Error(device) or std::bad_alloc).
 template <typename F> bool injected_failure(F&& f) {
