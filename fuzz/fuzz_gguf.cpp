@@ -13,7 +13,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fovea::fuzz::expect_only_fovea_errors([&] {
     const fovea::GgufFile f = fovea::GgufFile::from_bytes(std::span(data, size), "fuzz.gguf");
-    for (const auto& [key, v] : f.kv()) fovea::fuzz::expect_only_fovea_errors([&] { (void)v.as_floats(key); });
+    for (const auto& kv : f.kv())  // (clang 14 cannot capture structured bindings)
+      fovea::fuzz::expect_only_fovea_errors([&] { (void)kv.second.as_floats(kv.first); });
     for (const fovea::GgufTensorInfo& t : f.tensors()) {
       if (t.size_bytes > (64u << 20)) continue;  // decoding is linear; keep iterations fast
       fovea::fuzz::expect_only_fovea_errors([&] { (void)f.load_f32(t); });
