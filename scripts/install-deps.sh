@@ -3,6 +3,7 @@
 #   scripts/install-deps.sh build   compiler, CMake, libraries (the default)
 #   scripts/install-deps.sh test    build + what the test suite reads (numpy, tesseract, images, Vulkan)
 #   scripts/install-deps.sh bench   test + the competitors measured by the benchmarks (torch, OpenCV)
+#   scripts/install-deps.sh fuzz    build + clang 14, libFuzzer and its runtimes (scripts/fuzz.sh)
 # Packages already present are not reinstalled and apt's index is refreshed only when
 # something is missing, so a second run costs a few dpkg queries.
 set -euo pipefail
@@ -24,6 +25,9 @@ test_pkgs=(python3 python3-numpy tesseract-ocr tesseract-ocr-eng python3-skimage
   fonts-dejavu-extra fonts-lyx python3-pil python3-opencv
   python3-pytest python3-distributed ffmpeg python3-av
   clang libfuzzer-14-dev libclang-rt-14-dev)
+# The fuzz targets (scripts/fuzz.sh): clang 14 with libFuzzer, its sanitizer runtimes and its
+# OpenMP (the encoder is part of the library every target links).
+fuzz_pkgs=(clang-14 libfuzzer-14-dev libclang-rt-14-dev libomp-14-dev)
 bench_pkgs=(python3-torch python3-torchvision python3-opencv libopenblas0-pthread python3-matplotlib)
 
 # Packages that must come from bookworm-backports: Debian 12's own Mesa (22.3) has no sparse
@@ -32,9 +36,10 @@ backports_pkgs=(mesa-vulkan-drivers)
 
 case "$group" in
   build) want=("${build_pkgs[@]}") ;;
-  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
-  bench|all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}") ;;
-  *) echo "install-deps: unknown group '$group' (expected build, test or bench)" >&2; exit 2 ;;
+  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
+  fuzz) want=("${build_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
+  bench|all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${bench_pkgs[@]}") ;;
+  *) echo "install-deps: unknown group '$group' (expected build, test, fuzz or bench)" >&2; exit 2 ;;
 esac
 
 SUDO=()

@@ -24,6 +24,17 @@
 // throws Error(out_of_memory) with nothing changed. Released, unknown and out-of-range
 // sequences/tokens throw Error(invalid_argument) naming the sequence and the range.
 //
+// Device errors. When the backend fails in the middle of a submission (any prefix of it may
+// have taken effect), bind_batch, unbind_batch and release put every page of the batch back
+// as it was and rethrow: nothing changed, accounting stays exact, no page is left half-bound,
+// and an unbound page's tokens are intact once mapped back. A failed write leaves residency
+// unchanged and the written tokens' bytes unspecified; a failed gather changes nothing; a
+// failed update_frame leaves the sequence consistent (every resident token fully bound) but
+// which of its tokens are resident, and their bytes, unspecified: write the frame again or
+// release it. Should putting pages back fail as well, the store is unusable: every later call
+// throws Error(device) saying so (destroying it is still safe and frees everything).
+// tests/test_store_faults.cpp injects such failures (src/store/fault_backend.hpp).
+//
 // Threads: a TokenStore is safe to share between threads: any number of concurrent readers
 // (gather, read, queries, stats) and one writer at a time (reserve, bind, unbind, write, update_frame, release). A store-wide shared_mutex
 // enforces it, writer-preferring (a waiting writer is not starved by a stream of readers);
@@ -84,7 +95,9 @@ struct StoreLayout {
 
 // The interface a backend implements. The front end guarantees: binds never map a virtual page
 // that is already bound (it unbinds first), never bind a physical page twice, and reads/writes
-// only touch bound pages. Implementations must allow concurrent read()/gather() calls.
+// only touch bound pages. Unbinding a page that is not bound must be harmless (a rollback after
+// a failed submission unbinds every page the submission named). Implementations must allow
+// concurrent read()/gather() calls.
 class StoreBackend {
  public:
   virtual ~StoreBackend() = default;
@@ -290,6 +303,11 @@ class TokenStore {
   void token_runs(const Sequence& s, int64_t first, int64_t count, std::vector<ByteRun>& out) const;
   // [n, D] f32 encoded by the codec, or records / tokens of the store's dtype: the bytes to store.
   Tensor to_records(const Tensor& tokens, const char* op) const;
+  // (virtual page, physical page or PageBind::kUnbound) as they were before a submission.
+  using Mappings = std::vector<std::pair<int64_t, int64_t>>;
+  // After a failed submission (any prefix of which may have taken effect), maps these virtual
+  // pages as they were. Returns false, and marks the store unusable, when that fails too.
+  bool restore_mappings(const Mappings& before);
 
   StoreConfig config_;
   std::unique_ptr<StoreBackend> backend_;
@@ -305,6 +323,7 @@ class TokenStore {
   int64_t phys_hint_ = 0;                   // next-fit cursor
   std::vector<std::pair<int64_t, int64_t>> virt_free_;  // sorted free runs (first, pages)
   int64_t bind_calls_ = 0, bind_entries_ = 0;
+  std::string broken_;  // why the store is unusable (a rollback failed); empty while it is fine
 };
 
 }  // namespace fovea

@@ -52,6 +52,9 @@ void AlignedFree::operator()(void* p) const noexcept { std::free(p); }
 
 std::unique_ptr<std::byte[], AlignedFree> aligned_alloc_bytes(size_t bytes) {
   constexpr size_t kAlign = 64;
+  // More than any process can map (128 TiB): a clear error, not a request the allocator may
+  // not refuse cleanly (sanitizers abort on it).
+  if (bytes > (size_t(1) << 47)) throw Error(Errc::out_of_memory, "cannot allocate " + std::to_string(bytes) + " bytes");
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
   if (!p) throw Error(Errc::out_of_memory, "cannot allocate " + std::to_string(bytes) + " bytes");

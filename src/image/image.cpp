@@ -21,7 +21,10 @@ Image<T>::Image(int width, int height, int channels, bool zero)
   constexpr size_t kRowAlign = 64 / sizeof(T);
   stride_ = (size_t(width) + kRowAlign - 1) / kRowAlign * kRowAlign;
   const unsigned __int128 wide = (unsigned __int128)stride_ * size_t(height) * size_t(channels) * sizeof(T);
-  if (wide > (unsigned __int128)(SIZE_MAX / 2))
+  // 2^47 bytes (128 TiB) is more than any x86-64 or AArch64 process can map: refuse it here
+  // rather than ask the allocator (which a sanitizer, or an overcommitting kernel, may not
+  // refuse cleanly).
+  if (wide > (unsigned __int128)(uint64_t(1) << 47))
     throw Error(Errc::out_of_memory, "image of " + std::to_string(width) + "x" + std::to_string(height) +
                                          " is too large to allocate");
   const size_t bytes = static_cast<size_t>(wide);

@@ -49,46 +49,102 @@ std::vector<uint8_t> read_file(const std::string& path) {
   return bytes;
 }
 
-void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
-  if (path.empty()) throw Error(Errc::invalid_argument, "output path is empty");
-  std::random_device rd;
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {  // retry on a name collision
-    tmp = path + ".tmp-" + std::to_string(rd() % 1000000);
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) throw Error(Errc::io, "cannot write '" + path + "': " + errno_text());
+namespace {
+
+// Writes all of `bytes` to fd and flushes it to disk; false with errno set on failure.
+bool write_all_and_sync(int fd, std::span<const uint8_t> bytes) {
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(Errc::io, "cannot write '" + path + "': " + why);
+      if (w == 0) errno = EIO;
+      return false;
     }
     done += static_cast<size_t>(w);
   }
   // Data on disk before the name points at it: a crash leaves the old file or the new one.
-  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+  return ::fsync(fd) == 0 || errno == EINVAL || errno == EROFS;
+}
+
+std::string folder_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Makes the rename durable too (best effort: some filesystems refuse fsync on folders).
+void sync_folder(const std::string& folder) {
+  const int dfd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  if (path.empty()) throw Error(Errc::invalid_argument, "output path is empty");
+  std::random_device rd;
+  auto fail = [&](const std::string& why) { return Error(Errc::io, "cannot write '" + path + "': " + why); };
+  const std::string folder = folder_of(path);
+  std::string tmp;
+
+  // Linux: write an unnamed file in the target's folder (O_TMPFILE) and give it a name only once
+  // it is complete, just before the rename, so a process killed while writing (SIGKILL, OOM
+  // killer) leaves no half-written temporary file behind either.
+  int fd = ::open(folder.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    if (!write_all_and_sync(fd, bytes)) {
+      const std::string why = errno_text();
+      ::close(fd);
+      throw fail(why);
+    }
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    bool linked = false;
+    for (int attempt = 0; attempt < 16 && !linked; ++attempt) {
+      tmp = path + ".tmp-" + std::to_string(rd() % 1000000);
+      linked = ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0;
+      if (!linked && errno != EEXIST) break;
+    }
+    ::close(fd);
+    fd = -1;
+    if (linked) {
+      if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        const std::string why = errno_text();
+        ::unlink(tmp.c_str());
+        throw fail(why);
+      }
+      sync_folder(folder);
+      return;
+    }
+    // No /proc, or the filesystem cannot link it: write a named temporary file instead.
+  }
+
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {  // retry on a name collision
+    tmp = path + ".tmp-" + std::to_string(rd() % 1000000);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) throw fail(errno_text());
+  if (!write_all_and_sync(fd, bytes)) {
     const std::string why = errno_text();
     ::close(fd);
     ::unlink(tmp.c_str());
-    throw Error(Errc::io, "cannot write '" + path + "': " + why);
+    throw fail(why);
   }
   if (::close(fd) != 0) {
     const std::string why = errno_text();
     ::unlink(tmp.c_str());
-    throw Error(Errc::io, "cannot write '" + path + "': " + why);
+    throw fail(why);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = errno_text();
     ::unlink(tmp.c_str());
-    throw Error(Errc::io, "cannot write '" + path + "': " + why);
+    throw fail(why);
   }
+  sync_folder(folder);
 }
 
 }  // namespace fovea

@@ -111,6 +111,7 @@ TokenStore::Sequence& TokenStore::live(SeqId seq, const char* op) {
 }
 
 const TokenStore::Sequence& TokenStore::live(SeqId seq, const char* op) const {
+  if (!broken_.empty()) throw Error(Errc::device, std::string("token store ") + op + ": the store is unusable: " + broken_);
   auto it = seqs_.find(seq);
   if (it != seqs_.end()) return *it->second;
   if (seq >= 1 && seq < next_id_)
@@ -180,6 +181,7 @@ std::vector<int64_t> TokenStore::alloc_physical(int64_t pages) {
 
 SeqId TokenStore::reserve(int64_t capacity_tokens) {
   const auto lock = write_lock();
+  if (!broken_.empty()) throw Error(Errc::device, "token store reserve: the store is unusable: " + broken_);
   if (capacity_tokens < 1 || capacity_tokens > (int64_t(1) << 40) / token_bytes_)
     throw bad("token store reserve: capacity must be >= 1 token and fit the address space, got " +
               std::to_string(capacity_tokens));
@@ -241,17 +243,44 @@ void TokenStore::submit(std::vector<PageBind>& binds) {
   }
 }
 
+bool TokenStore::restore_mappings(const Mappings& before) {
+  if (before.empty()) return true;
+  try {
+    // Unbind all of them first (harmless where the failed submission never got to), then map
+    // back those that were bound: the front end never binds over a bound page.
+    std::vector<PageBind> unbind, rebind;
+    for (const auto& [virt, phys] : before) {
+      unbind.push_back({virt, PageBind::kUnbound, 1});
+      if (phys != PageBind::kUnbound) rebind.push_back({virt, phys, 1});
+    }
+    submit(unbind);
+    submit(rebind);
+    return true;
+  } catch (const std::exception& e) {
+    broken_ = std::string("a device error, then another while putting ") + std::to_string(before.size()) +
+              " pages back as they were (" + e.what() + "); destroy it and create a new store";
+    return false;
+  }
+}
+
 void TokenStore::release(SeqId seq) {
   const auto lock = write_lock();
   Sequence& s = live(seq, "release");
   std::vector<PageBind> binds;
   std::vector<int64_t> freed;
+  Mappings undo;
   for (size_t p = 0; p < s.phys.size(); ++p)
     if (s.phys[p] >= 0) {
       binds.push_back({s.base_page + int64_t(p), PageBind::kUnbound, 1});
       freed.push_back(s.phys[p]);
+      undo.push_back({s.base_page + int64_t(p), s.phys[p]});
     }
-  submit(binds);
+  try {
+    submit(binds);
+  } catch (...) {
+    restore_mappings(undo);  // the sequence stays as it was
+    throw;
+  }
   for (int64_t f : freed) phys_used_[size_t(f)] = 0;
   phys_free_ += int64_t(freed.size());
   free_virtual(s.base_page, int64_t(s.phys.size()));
@@ -295,18 +324,50 @@ void TokenStore::bind_locked(std::span<const TokenRange> ranges) {
   std::vector<int64_t> phys = alloc_physical(int64_t(need.size()));
   std::vector<PageBind> binds;
   std::vector<ByteRun> zero;
+  Mappings undo;
   binds.reserve(need.size());
   for (size_t i = 0; i < need.size(); ++i) {
     const int64_t v = need[i].s->base_page + need[i].page;
     binds.push_back({v, phys[i], 1});
-    push_run(zero, v * config_.page_bytes, config_.page_bytes);
+    undo.push_back({v, PageBind::kUnbound});
+    zero.push_back({v * config_.page_bytes, config_.page_bytes});
+  }
+  // Newly resident tokens read as 0: new pages are zeroed whole; in pages already bound, the
+  // bytes of the tokens that become resident are zeroed (unbind leaves old bytes behind, so a
+  // failed unbind never has to restore any).
+  for (const TokenRange& r : ranges) {
+    const Sequence& s = *seqs_.at(r.seq);
+    const int64_t base = s.base_page * config_.page_bytes;
+    for (int64_t t = r.first; t < r.first + r.count; ++t) {
+      if (s.resident[size_t(t)]) continue;
+      const int64_t b0 = t * token_bytes_, b1 = b0 + token_bytes_;
+      for (int64_t p = b0 / config_.page_bytes; p <= (b1 - 1) / config_.page_bytes; ++p)
+        if (s.phys[size_t(p)] >= 0)
+          zero.push_back({base + std::max(b0, p * config_.page_bytes), std::min(b1, (p + 1) * config_.page_bytes) -
+                                                                         std::max(b0, p * config_.page_bytes)});
+    }
+  }
+  std::sort(zero.begin(), zero.end(), [](const ByteRun& a, const ByteRun& b) { return a.virt_byte < b.virt_byte; });
+  std::vector<ByteRun> merged_zero;  // sorted, overlaps (ranges repeated in a batch) merged
+  for (const ByteRun& r : zero) {
+    if (!merged_zero.empty() && merged_zero.back().virt_byte + merged_zero.back().bytes >= r.virt_byte) {
+      ByteRun& m = merged_zero.back();
+      m.bytes = std::max(m.virt_byte + m.bytes, r.virt_byte + r.bytes) - m.virt_byte;
+    } else {
+      merged_zero.push_back(r);
+    }
   }
   try {
     submit(binds);
-    if (!zero.empty()) backend_->fill_zero(zero);
+    if (!merged_zero.empty()) backend_->fill_zero(merged_zero);
   } catch (...) {
-    for (int64_t p : phys) phys_used_[size_t(p)] = 0;
-    phys_free_ += int64_t(phys.size());
+    // Any prefix of the submission may have taken effect (a device error mid-batch, or one
+    // page at a time in single mode): unbind every page of the batch, then give the pool its
+    // pages back. Nothing else changed yet, so the batch is all-or-nothing.
+    if (restore_mappings(undo)) {
+      for (int64_t p : phys) phys_used_[size_t(p)] = 0;
+      phys_free_ += int64_t(phys.size());
+    }
     throw;
   }
   for (size_t i = 0; i < need.size(); ++i) {
@@ -336,7 +397,7 @@ void TokenStore::unbind_locked(std::span<const TokenRange> ranges) {
     Sequence& s = live(r.seq, "unbind");
     check_range(s, r.seq, r.first, r.count, "unbind");
   }
-  // Bookkeeping first (nothing below can fail on bad input), remembering what to zero.
+  // Bookkeeping first (nothing below can fail on bad input), remembering what to undo.
   struct Gone {
     Sequence* s;
     int64_t token;
@@ -354,36 +415,47 @@ void TokenStore::unbind_locked(std::span<const TokenRange> ranges) {
       gone.push_back({&s, t});
     }
   }
-  // Non-resident tokens read as 0 once bound again: zero their bytes in pages that stay bound.
-  std::vector<ByteRun> zero;
-  std::sort(gone.begin(), gone.end(), [](const Gone& a, const Gone& b) {
-    return a.s->base_page != b.s->base_page ? a.s->base_page < b.s->base_page : a.token < b.token;
-  });
-  for (const Gone& g : gone) {
-    const int64_t base = g.s->base_page * config_.page_bytes;
-    const int64_t b0 = g.token * token_bytes_, b1 = b0 + token_bytes_;
-    for (int64_t p = b0 / config_.page_bytes; p <= (b1 - 1) / config_.page_bytes; ++p) {
-      if (g.s->page_tokens[size_t(p)] == 0) continue;
-      const int64_t lo = std::max(b0, p * config_.page_bytes), hi = std::min(b1, (p + 1) * config_.page_bytes);
-      push_run(zero, base + lo, hi - lo);
-    }
-  }
   std::vector<PageBind> binds;
   std::vector<int64_t> freed;
+  struct Freed {
+    Sequence* s;
+    int64_t page;  // local
+  };
+  std::vector<Freed> freed_pages;
+  Mappings undo;
   for (const Gone& g : gone) {
     const int64_t b0 = g.token * token_bytes_, b1 = b0 + token_bytes_;
     for (int64_t p = b0 / config_.page_bytes; p <= (b1 - 1) / config_.page_bytes; ++p) {
       int64_t& ph = g.s->phys[size_t(p)];
       if (g.s->page_tokens[size_t(p)] == 0 && ph >= 0) {
         binds.push_back({g.s->base_page + p, PageBind::kUnbound, 1});
+        undo.push_back({g.s->base_page + p, ph});
         freed.push_back(ph);
+        freed_pages.push_back({g.s, p});
         ph = -1;
         --g.s->resident_pages;
       }
     }
   }
-  if (!zero.empty()) backend_->fill_zero(zero);
-  submit(binds);
+  try {
+    submit(binds);
+  } catch (...) {
+    // All-or-nothing: map the pages back (their memory still holds the tokens) and undo the
+    // bookkeeping above.
+    const bool restored = restore_mappings(undo);
+    for (size_t i = 0; i < freed_pages.size(); ++i) {
+      freed_pages[i].s->phys[size_t(freed_pages[i].page)] = freed[i];
+      ++freed_pages[i].s->resident_pages;
+    }
+    for (const Gone& g : gone) {
+      g.s->resident[size_t(g.token)] = 1;
+      ++g.s->resident_tokens;
+      const int64_t b0 = g.token * token_bytes_, b1 = b0 + token_bytes_;
+      for (int64_t p = b0 / config_.page_bytes; p <= (b1 - 1) / config_.page_bytes; ++p) ++g.s->page_tokens[size_t(p)];
+    }
+    (void)restored;  // when the mappings could not be restored the store is unusable (broken_)
+    throw;
+  }
   for (int64_t f : freed) phys_used_[size_t(f)] = 0;
   phys_free_ += int64_t(freed.size());
 }

@@ -1,5 +1,7 @@
 // What every loader shares: the two WeightSources, the Lookup, the JSON files beside the
 // weights, and the input contracts (preprocessor_config.json and the families' defaults).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -156,6 +158,15 @@ Tensor Lookup::get(const std::string& name, const std::vector<int64_t>& want, bo
     type_problems_.push_back(*why);
     return {};
   }
+  // A tensor that cannot fit in this machine's memory as float32 is refused before allocating.
+  unsigned __int128 elements = 1;
+  for (int64_t d : e->shape) elements *= (unsigned __int128)uint64_t(d);
+  const uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+  if (elements * 4 > ram)
+    throw Error(Errc::limit_exceeded, "'" + w_.path() + "': " + name + " " + shape_str(e->shape) + " needs " +
+                                          std::to_string(uint64_t((elements * 4) >> 20)) +
+                                          " MiB as float32, more than this machine's " + std::to_string(ram >> 20) +
+                                          " MiB of memory");
   Tensor t = w_.load_f32(name);
   if (as.empty()) return t;
   Tensor r(DType::f32, as);
@@ -240,8 +251,16 @@ int count_layers(const WeightSource& w, const std::string& prefix) {
   return n;
 }
 
+int checked_dim(int64_t v, int64_t max, const std::string& path, const std::string& what) {
+  if (v < 1 || v > max)
+    throw Error(Errc::limit_exceeded, "'" + path + "': " + what + " is " + std::to_string(v) +
+                                          ", outside the encoder's range [1, " + std::to_string(max) + "]");
+  return int(v);
+}
+
 int square_side(int64_t n, const std::string& path, const std::string& name) {
   const int64_t g = int64_t(std::llround(std::sqrt(double(std::max<int64_t>(n, 0)))));
+  if (g > 4096) checked_dim(g, 4096, path, "the position grid's side (" + name + ")");
   if (g < 1 || g * g != n)
     throw Error(Errc::unsupported, "'" + path + "': " + name + " has " + std::to_string(n) +
                                        " positions, not a square grid");

@@ -40,9 +40,9 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
                                         (clip ? "have" : "have no") + " class embedding");
   c.family = clip ? VitFamily::clip : VitFamily::siglip;
   c.naming = clip ? "hf_clip" : "hf_siglip";
-  c.hidden = int(pe->shape[0]);
-  c.channels = int(pe->shape[1]);
-  c.patch_px = int(pe->shape[2]);
+  c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (" + std::string(p + "embeddings.patch_embedding.weight") + " dim 0)");
+  c.channels = checked_dim(pe->shape[1], 16, path, "the channel count (" + std::string(p + "embeddings.patch_embedding.weight") + " dim 1)");
+  c.patch_px = checked_dim(pe->shape[2], 1024, path, "the patch size (" + std::string(p + "embeddings.patch_embedding.weight") + " dim 2)");
   const auto pos = w.info(p + "embeddings.position_embedding.weight");
   if (!pos || pos->shape.size() != 2)
     throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + p + "embeddings.position_embedding.weight");
@@ -50,7 +50,7 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
   c.layers = count_layers(w, p + "encoder.layers.");
   c.layers_in_checkpoint = c.layers;
   const auto fc1 = w.info(p + "encoder.layers.0.mlp.fc1.weight");
-  c.mlp = fc1 && fc1->shape.size() == 2 ? int(fc1->shape[0]) : 4 * c.hidden;
+  c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
   c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
   c.class_token = clip;
   c.patch_bias = !clip;

@@ -115,6 +115,10 @@ Activation parse_hf_act(const std::string& s, const std::string& path);
 // Number of blocks named PREFIX<N>.* (the largest N + 1).
 int count_layers(const WeightSource& w, const std::string& prefix);
 int square_side(int64_t n, const std::string& path, const std::string& name);
+// A dimension read from a tensor's shape, checked before it is narrowed to int and before
+// anything is allocated: Error(limit_exceeded) outside [1, max] (a hostile or broken checkpoint,
+// e.g. a sparse file claiming 2^40 elements, instead of a wrapped size or a huge allocation).
+int checked_dim(int64_t v, int64_t max, const std::string& path, const std::string& what);
 // Splits a [G·G + 1, D] position table (class position first) into class_pos and pos_grid.
 void split_class_position(Tensor all, int64_t D, VitModel::Impl& m);
 

@@ -26,9 +26,9 @@ class TorchvisionLoader final : public ModelLoader {
                                           ", expected [D, C, P, P]");
     c.family = VitFamily::torchvision;
     c.naming = "torchvision";
-    c.hidden = int(pe->shape[0]);
-    c.channels = int(pe->shape[1]);
-    c.patch_px = int(pe->shape[2]);
+    c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (" + std::string("conv_proj.weight") + " dim 0)");
+    c.channels = checked_dim(pe->shape[1], 16, path, "the channel count (" + std::string("conv_proj.weight") + " dim 1)");
+    c.patch_px = checked_dim(pe->shape[2], 1024, path, "the patch size (" + std::string("conv_proj.weight") + " dim 2)");
     const auto pos = w.info("encoder.pos_embedding");
     if (!pos || pos->shape.size() != 3)
       throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed encoder.pos_embedding");
@@ -38,7 +38,7 @@ class TorchvisionLoader final : public ModelLoader {
     const bool legacy_mlp = w.info("encoder.layers.encoder_layer_0.mlp.linear_1.weight").has_value();
     const std::string fc1n = legacy_mlp ? "mlp.linear_1." : "mlp.0.", fc2n = legacy_mlp ? "mlp.linear_2." : "mlp.3.";
     const auto fc1 = w.info("encoder.layers.encoder_layer_0." + fc1n + "weight");
-    c.mlp = fc1 && fc1->shape.size() == 2 ? int(fc1->shape[0]) : 4 * c.hidden;
+    c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
     c.heads = cfg_get<int>(ck.config, {"num_heads", "num_attention_heads"}).value_or(default_heads(c.hidden));
     c.class_token = true;
     c.patch_bias = true;

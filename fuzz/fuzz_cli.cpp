@@ -1,0 +1,95 @@
+// The CLI's argument parsing: the input is an argument vector (arguments separated by NUL
+// bytes), parsed by the real subcommands (tools/fovea/cmd_*.cpp register themselves, as in the
+// fovea binary), then validated as the tokenize-family runners do before any work
+// (TokenizeOptions::params/query, ExecOptions, StoreOptions::validate). No command runs: a
+// fuzzed vector must never read or write files. Bad arguments must be CLI11's ParseError or a
+// fovea::Error; anything else escaping (std::invalid_argument from a number conversion,
+// std::out_of_range) would crash the real CLI's error path into "internal error" and is a
+// finding.
+#include <CLI/CLI.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cli_util.hpp"
+#include "command.hpp"
+#include "fuzz_util.hpp"
+
+namespace fovea::cli {
+std::vector<Command>& registry() {  // main.cpp's definition; main.cpp itself is not linked
+  static std::vector<Command> commands;
+  return commands;
+}
+}  // namespace fovea::cli
+
+namespace {
+
+std::vector<std::string> split_args(const uint8_t* data, size_t size) {
+  std::vector<std::string> args{"fovea"};
+  std::string cur;
+  for (size_t i = 0; i < size && args.size() < 64; ++i) {
+    if (data[i] == 0) {
+      args.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(char(data[i]));
+    }
+  }
+  if (!cur.empty()) args.push_back(cur);
+  return args;
+}
+
+template <typename F>
+void parse_guarded(F&& f) {
+  try {
+    f();
+  } catch (const CLI::Success&) {
+  } catch (const CLI::ParseError&) {
+  } catch (const fovea::Error&) {
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz: a non-fovea exception escaped argument parsing (%s): %s\n", typeid(e).name(), e.what());
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::vector<std::string> args = split_args(data, size);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const int argc = int(args.size());
+
+  // 1. The whole command line, every subcommand, as main() builds it (help/version included).
+  parse_guarded([&] {
+    CLI::App app{"fovea", "fovea"};
+    app.set_version_flag("--version", "fuzz");
+    app.require_subcommand(1);
+    // The runners own the state the options write into (as in main): keep them alive.
+    std::vector<fovea::cli::Runner> runners;
+    for (const fovea::cli::Command& c : fovea::cli::registry()) runners.push_back(c.setup(*app.add_subcommand(c.name, c.description)));
+    app.parse(argc, argv.data());
+  });
+
+  // 2. The tokenize flags and their validation (the runners' first step), on argv[1..].
+  parse_guarded([&] {
+    CLI::App app{"tokenize", "tokenize"};
+    fovea::cli::TokenizeOptions tok;
+    fovea::cli::ExecOptions exec;
+    fovea::cli::StoreOptions store;
+    tok.add(app);
+    exec.add(app);
+    store.add(app);
+    app.allow_extras();
+    app.parse(argc, argv.data());
+    (void)tok.params();
+    (void)tok.query();
+    (void)tok.load_options();
+    (void)exec.config();
+    if (store.enabled) store.validate(tok.dtype);
+  });
+  return 0;
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/) with clang + ASan + UBSan and runs each for N seconds.
+#   scripts/fuzz.sh [--seconds N] [--build-dir DIR] [--jobs J] [TARGET...]
+# TARGET: png jpeg safetensors gguf tokenize cli (default: all of them). Each target starts from its
+# committed seed corpus fuzz/corpus/<target>/ plus the inputs earlier runs found (kept in
+# DIR/corpus/<target>/, never committed). Exits non-zero when any target crashes, leaks, times
+# out (one input over FUZZ_TIMEOUT s, default 10) or exceeds 2 GiB; the input that did it is saved as
+# fuzz/crashes/<target>-<kind>-<sha1> and the command to reproduce it is printed. A summary
+# (executions, executions/s, corpus size, result per target) is printed at the end and written
+# to DIR/fuzz-summary.tsv. Extra libFuzzer flags: FUZZ_FLAGS="-max_len=4096 ...". The per-input
+# timeout is wall-clock: on a machine shared with other work, or under nice, raise it
+# (FUZZ_TIMEOUT=60) or a starved process reads as a hang.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+seconds=30
+build_dir=build-fuzz
+jobs=$(nproc)
+targets=()
+all_targets=(png jpeg safetensors gguf tokenize cli)
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds=${2:?--seconds needs a number}; shift 2 ;;
+    --seconds=*) seconds=${1#*=}; shift ;;
+    --build-dir) build_dir=${2:?}; shift 2 ;;
+    --jobs) jobs=${2:?}; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "fuzz.sh: error: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+[[ "$seconds" =~ ^[0-9]+$ ]] && [ "$seconds" -ge 1 ] || { echo "fuzz.sh: error: --seconds must be a positive integer" >&2; exit 2; }
+[ "${#targets[@]}" -gt 0 ] || targets=("${all_targets[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all_targets[*]} " == *" $t "* ]] || { echo "fuzz.sh: error: unknown target '$t' (${all_targets[*]})" >&2; exit 2; }
+done
+
+bash scripts/install-deps.sh fuzz
+
+cc=$(command -v clang-14 || command -v clang); cxx=$(command -v clang++-14 || command -v clang++)
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+fi
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  # No Vulkan: no fuzz target reaches it, and lavapipe under ASan would only slow every run.
+  cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DFOVEA_FUZZ=ON \
+    -DFOVEA_BUILD_TESTS=OFF -DFOVEA_BUILD_BENCH=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Vulkan=TRUE
+fi
+cmake --build "$build_dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
+
+mkdir -p fuzz/crashes
+summary="$build_dir/fuzz-summary.tsv"
+printf 'target\tseconds\texecutions\texec_per_s\tcorpus_inputs\tresult\n' > "$summary"
+failed=0
+for t in "${targets[@]}"; do
+  corpus="$build_dir/corpus/$t"
+  mkdir -p "$corpus"
+  log="$build_dir/fuzz-$t.log"
+  echo "fuzz.sh: $t for ${seconds}s (log: $log)"
+  # -timeout: one input over 10 s is a hang. -rss_limit_mb: a parser that balloons is a finding.
+  # ASan's leak check runs at exit and on every input that looked leaky (-detect_leaks=1).
+  set +e
+  # shellcheck disable=SC2086
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    "$build_dir/fuzz/fuzz_$t" "$corpus" "fuzz/corpus/$t" \
+      -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -detect_leaks=1 \
+      -artifact_prefix="fuzz/crashes/$t-" -print_final_stats=1 ${FUZZ_FLAGS:-} > "$log" 2>&1
+  rc=$?
+  set -e
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  inputs=$(find "$corpus" -type f | wc -l)
+  if [ "$rc" = 0 ]; then
+    result=ok
+  else
+    failed=1
+    artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
+    result="FAILED (exit $rc)"
+    grep -m3 -E '^==[0-9]+==ERROR|SUMMARY:|runtime error:|fuzz: ' "$log" | sed "s/^/fuzz.sh: $t: /" >&2 || true
+    if [ -n "$artifact" ]; then
+      echo "fuzz.sh: $t: reproducer saved as $artifact; rerun: $build_dir/fuzz/fuzz_$t $artifact" >&2
+    else
+      tail -20 "$log" >&2
+    fi
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "$inputs" "$result" >> "$summary"
+done
+column -t -s $'\t' "$summary" 2>/dev/null || cat "$summary"
+[ "$failed" = 0 ] || { echo "fuzz.sh: error: at least one target failed (reproducers in fuzz/crashes/)" >&2; exit 1; }

@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""Writes the fuzz targets' seed corpora (fuzz/corpus/<target>/): small valid inputs of every
+kind each parser handles, so libFuzzer starts deep inside the format rather than at its magic
+bytes. Deterministic; uses PIL and numpy only. Run: /usr/bin/python3 scripts/make_fuzz_seeds.py
+"""
+import io
+import json
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+from PIL import Image
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus")
+rng = np.random.default_rng(19)
+
+
+def out(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def pil_bytes(img, fmt, **kw):
+    b = io.BytesIO()
+    img.save(b, fmt, **kw)
+    return b.getvalue()
+
+
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def png_interlaced_gray(w, h):
+    """An Adam7-interlaced 8-bit gray PNG (PIL cannot write interlaced files)."""
+    px = (np.arange(w * h).reshape(h, w) * 7 % 256).astype(np.uint8)
+    passes = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+    raw = b""
+    for x0, y0, dx, dy in passes:
+        sub = px[y0::dy, x0::dx]
+        if sub.size == 0:
+            continue
+        for row in sub:
+            raw += b"\x00" + row.tobytes()
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 1)
+    return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", zlib.compress(raw)) + png_chunk(b"IEND", b"")
+
+
+def exif_app1(orientation, big_endian):
+    e = ">" if big_endian else "<"
+    tiff = (b"MM" if big_endian else b"II") + struct.pack(e + "HI", 42, 8)
+    tiff += struct.pack(e + "H", 1) + struct.pack(e + "HHIHH", 0x0112, 3, 1, orientation, 0) + struct.pack(e + "I", 0)
+    return b"Exif\x00\x00" + tiff
+
+
+def safetensors(tensors, metadata=None):
+    header, blobs, at = {}, [], 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + len(data)]}
+        blobs.append(data)
+        at += len(data)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+def main():
+    # PNG: every colour type and bit depth the decoder handles, and interlacing.
+    rgb = Image.fromarray(rng.integers(0, 256, (9, 13, 3), dtype=np.uint8))
+    out("png", "rgb8.png", pil_bytes(rgb, "PNG"))
+    out("png", "gray8.png", pil_bytes(rgb.convert("L"), "PNG"))
+    out("png", "gray_alpha.png", pil_bytes(rgb.convert("LA"), "PNG"))
+    out("png", "rgba.png", pil_bytes(rgb.convert("RGBA"), "PNG"))
+    out("png", "palette.png", pil_bytes(rgb.convert("P", palette=Image.ADAPTIVE, colors=8), "PNG"))
+    out("png", "bilevel.png", pil_bytes(rgb.convert("1"), "PNG"))
+    out("png", "gray16.png", pil_bytes(Image.fromarray((np.arange(70).reshape(7, 10) * 900).astype(np.uint16)), "PNG"))
+    out("png", "interlaced.png", png_interlaced_gray(11, 9))
+    out("png", "wide_1px.png", pil_bytes(Image.fromarray(rng.integers(0, 256, (1, 300), dtype=np.uint8)), "PNG"))
+
+    # JPEG: baseline, progressive, gray, 4:4:4, CMYK, EXIF orientations; raw EXIF payloads.
+    img = Image.fromarray(rng.integers(0, 256, (16, 24, 3), dtype=np.uint8))
+    out("jpeg", "baseline.jpg", pil_bytes(img, "JPEG", quality=80))
+    out("jpeg", "progressive.jpg", pil_bytes(img, "JPEG", quality=80, progressive=True))
+    out("jpeg", "gray.jpg", pil_bytes(img.convert("L"), "JPEG", quality=80))
+    out("jpeg", "444.jpg", pil_bytes(img, "JPEG", quality=90, subsampling=0))
+    out("jpeg", "cmyk.jpg", pil_bytes(img.convert("CMYK"), "JPEG", quality=80))
+    for o, be in ((6, True), (3, False), (8, False)):
+        out("jpeg", f"exif_o{o}.jpg", pil_bytes(img, "JPEG", quality=70, exif=exif_app1(o, be)))
+        out("jpeg", f"exif_o{o}.app1", exif_app1(o, be))
+
+    # safetensors: several dtypes, metadata, empty and zero-sized tensors.
+    f32 = np.arange(6, dtype=np.float32).tobytes()
+    out("safetensors", "small.safetensors", safetensors(
+        [("a", "F32", [2, 3], f32), ("b", "F16", [4], np.ones(4, np.float16).tobytes()),
+         ("c", "BF16", [2], b"\x80\x3f\x00\x40"), ("d", "I64", [1], struct.pack("<q", -5))],
+        {"format": "pt", "note": "seed"}))
+    out("safetensors", "empty.safetensors", safetensors([]))
+    out("safetensors", "zero_dim.safetensors", safetensors([("z", "U8", [0, 5], b""), ("s", "F64", [], struct.pack("<d", 1.5))]))
+    out("safetensors", "odd_dtypes.safetensors", safetensors(
+        [("b", "BOOL", [3], b"\x00\x01\x01"), ("f8", "F8_E4M3", [2], b"\x38\x40"), ("u", "U32", [1], b"\x01\x00\x00\x00")]))
+    out("safetensors", "tokens_like.safetensors", safetensors(
+        [("patches", "U8", [2, 3, 2, 2], bytes(range(24))), ("positions", "F32", [2, 4], np.zeros(8, np.float32).tobytes()),
+         ("levels", "I32", [2], np.zeros(2, np.int32).tobytes())], {"budget": "2", "patch": "2"}))
+
+    # gguf: the two mmproj fixtures (CLIP with LLaVA projector, SigLIP), written by
+    # scripts/make_encoder_fixtures.py, plus a header-only file.
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "encoder")
+    for name in ("gguf_llava", "gguf_siglip"):
+        with open(os.path.join(fixtures, name, "mmproj.gguf"), "rb") as f:
+            out("gguf", name + ".gguf", f.read())
+    out("gguf", "empty.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 0))
+
+    # tokenize: the harness maps bytes to extents, parameters, queries, then pixels.
+    for i, n in enumerate((64, 200, 600, 2000)):
+        out("tokenize", f"random{i}.bin", rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+    out("tokenize", "defaults.bin", bytes([40, 0, 30, 0, 1]) + bytes([200, 16, 0, 0, 0]) + bytes(300))
+
+    # cli: NUL-separated argument vectors.
+    cli = {
+        "tokenize.args": ["tokenize", "in.png", "--budget", "100", "--fixation", "10,20", "-o", "t.safetensors"],
+        "regions.args": ["tokenize", "in.jpg", "--region", "1,2,30,40,2", "--weights", "info=1,sal=0.5,q=8,floor=0.05",
+                         "--dtype", "f16", "--mean", "0.5,0.5,0.5", "--std", "0.2,0.2,0.2", "--e0", "0.1", "--sharpness", "2"],
+        "uniform.args": ["tokenize", "a.png", "--uniform", "--patch", "14", "--max-level", "3", "--threads", "2",
+                         "--store", "--store-backend", "host", "--store-page-bytes", "65536", "--json"],
+        "encode.args": ["encode", "a.png", "--model", "random:vit-b16", "--precision", "bf16", "-o", "e.safetensors"],
+        "store_bench.args": ["store-bench", "--backend", "host", "--json"],
+        "devices.args": ["devices", "--json"],
+        "help.args": ["tokenize", "--help"],
+    }
+    for name, args in cli.items():
+        out("cli", name, b"\x00".join(a.encode() for a in args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

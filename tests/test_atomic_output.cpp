@@ -1,0 +1,184 @@
+// Atomic outputs, proven (issue 19): the CLI is killed with SIGKILL at seeded random points
+// while it runs, many times, most of them while it writes (the kill lands as soon as a
+// temporary file shows up in the output folder, plus a random delay). Afterwards every output
+// path holds either the file that was there before or the complete new file (byte-identical to
+// an uninterrupted run's), never a truncated one; a temporary file left behind is complete too
+// (outputs are written unnamed and named only once complete: write_file_atomic). Jobs: tokenize (token file, overlay PNG, seen PNG) and encode (embeddings).
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fovea/version_gen.hpp"
+#include "test_util.hpp"
+
+extern char** environ;
+
+namespace fovea {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void put(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+pid_t spawn_cli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_s{FOVEA_CLI};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error("cannot spawn the fovea CLI");
+  return pid;
+}
+
+std::vector<std::string> temp_files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) out.push_back(e.path().string());
+  return out;
+}
+
+// Whether process `pid` has a file open in `dir`: an output being written (a named temporary
+// file, or an unnamed O_TMPFILE one, which /proc shows as "dir/#inode (deleted)").
+bool writing_into(pid_t pid, const std::string& dir) {
+  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fds, ec)) {
+    std::error_code ec2;
+    const fs::path target = fs::read_symlink(e.path(), ec2);
+    if (!ec2 && target.string().rfind(dir + "/", 0) == 0) return true;
+  }
+  return false;
+}
+
+struct Job {
+  std::string name;
+  std::vector<std::string> args;     // "{out}" is replaced by the output folder
+  std::vector<std::string> outputs;   // file names in the output folder
+};
+
+std::vector<std::string> with_dir(std::vector<std::string> args, const std::string& dir) {
+  for (auto& a : args) {
+    const size_t at = a.find("{out}");
+    if (at != std::string::npos) a.replace(at, 5, dir);
+  }
+  return args;
+}
+
+void kill_at_random_points(const Job& job, int kills, uint64_t seed) {
+  const std::string dir = test::temp_dir("atomic_" + job.name);
+  // The reference: one uninterrupted run, and how long it takes.
+  const auto t0 = std::chrono::steady_clock::now();
+  const test::RunResult ref = test::run_cli(with_dir(job.args, dir));
+  const double run_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  std::vector<std::string> want;
+  for (const std::string& o : job.outputs) {
+    want.push_back(slurp(dir + "/" + o));
+    ASSERT_GT(want.back().size(), 64u) << o;
+  }
+  std::mt19937_64 rng(seed);
+  int old_kept = 0, new_complete = 0, killed_writing = 0, leftovers = 0;
+  for (int i = 0; i < kills; ++i) {
+    SCOPED_TRACE("kill " + std::to_string(i));
+    for (const std::string& t : temp_files(dir)) fs::remove(t);
+    const std::string old = "the previous file, run " + std::to_string(i) + "\n";
+    for (const std::string& o : job.outputs) put(dir + "/" + o, old);
+    const pid_t pid = spawn_cli(with_dir(job.args, dir));
+    if (i % 3 != 2) {
+      // While writing: as soon as an output file is open, after 0..2 ms.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(int64_t(run_us * 3 + 2e6));
+      bool seen = false;
+      while (!seen && std::chrono::steady_clock::now() < deadline) {
+        seen = writing_into(pid, dir) || !temp_files(dir).empty();
+        if (!seen) {
+          int status = 0;
+          if (waitpid(pid, &status, WNOHANG) == pid) break;  // finished before we saw one
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+      }
+      killed_writing += seen;
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(int64_t(rng() % uint64_t(run_us * 1.2 + 1))));
+    }
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    for (size_t k = 0; k < job.outputs.size(); ++k) {
+      const std::string got = slurp(dir + "/" + job.outputs[k]);
+      const bool is_old = got == old, is_new = got == want[k];
+      EXPECT_TRUE(is_old || is_new) << job.outputs[k] << ": " << got.size() << " bytes, neither the old file ("
+                                    << old.size() << ") nor the complete new one (" << want[k].size() << ")";
+      old_kept += is_old;
+      new_complete += is_new;
+    }
+    // Outputs are written unnamed (O_TMPFILE) and named only once complete, so a temporary file
+    // the kill left behind (the instant between naming it and the rename) is a complete one.
+    for (const std::string& t : temp_files(dir)) {
+      ++leftovers;
+      const std::string got = slurp(t);
+      bool complete = false;
+      for (const std::string& w : want) complete |= got == w;
+      EXPECT_TRUE(complete) << t << " is a truncated temporary file (" << got.size() << " bytes)";
+      fs::remove(t);
+    }
+  }
+  std::printf("%s: %d kills (%d while an output was open): %d outputs kept the old file, %d were complete new "
+              "files, never a truncated one; %d (complete) temporary files left behind\n",
+              job.name.c_str(), kills, killed_writing, old_kept, new_complete, leftovers);
+  EXPECT_GT(killed_writing, 0) << "no kill landed while the CLI was writing";
+}
+
+TEST(AtomicOutput, SigkillDuringTokenizeLeavesOldOrCompleteFiles) {
+  const std::string image = test::source_dir() + "/data/astronaut.jpg";
+  // A large f32 token file (~12 MiB) so the write takes a while; two PNGs after it.
+  kill_at_random_points({"tokenize",
+                         {"tokenize", image, "--budget", "4000", "--threads", "1", "-o", "{out}/tokens.safetensors",
+                          "--overlay", "{out}/overlay.png", "--seen", "{out}/seen.png"},
+                         {"tokens.safetensors", "overlay.png", "seen.png"}},
+                        30, 19);
+}
+
+TEST(AtomicOutput, SigkillDuringEncodeLeavesOldOrCompleteFile) {
+#if !FOVEA_BUILT_WITH_ENCODER
+  GTEST_SKIP() << "this build has no encoder (FOVEA_WITH_ENCODER=OFF): no 'fovea encode'";
+#endif
+  const std::string image = test::source_dir() + "/data/astronaut.jpg";
+  const std::string model = test::source_dir() + "/tests/data/encoder/clip/model.safetensors";
+  kill_at_random_points({"encode",
+                         {"encode", image, "--model", model, "--budget", "3000", "--threads", "1", "-o",
+                          "{out}/embeddings.safetensors"},
+                         {"embeddings.safetensors"}},
+                        15, 20);
+}
+
+}  // namespace
+}  // namespace fovea

@@ -1,0 +1,202 @@
+// Limits (issue 19): absurd sizes get one clear error before any large allocation, in the
+// library and through the CLI: decompression-bomb headers (PNG and JPEG claiming 60000x60000),
+// budgets above 2^24, patch 1, a 65535x1 image, checkpoints claiming 2^40 elements (a header
+// that lies, and a sparse file whose header is true), and huge but consistent model dimensions.
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fovea/error.hpp"
+#include "fovea/image.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/tokenizer.hpp"
+#include "fovea/version_gen.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+void expect_one_line_error(const test::RunResult& r, int code, const std::string& fragment) {
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("fovea: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << r.err;
+}
+
+template <typename F> Error caught(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a fovea::Error";
+  return Error(Errc::internal, "none");
+}
+
+void put(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+// A real PNG whose IHDR then claims width x height (CRC fixed, so only the size is wrong).
+std::vector<uint8_t> png_claiming(uint32_t width, uint32_t height) {
+  std::vector<uint8_t> png = encode_png(test::gradient_image(8, 8, 3));
+  // Signature (8), IHDR length (4), "IHDR" (4), width at 16, height at 20, CRC at 29.
+  for (int i = 0; i < 4; ++i) {
+    png[size_t(16 + i)] = uint8_t(width >> (24 - 8 * i));
+    png[size_t(20 + i)] = uint8_t(height >> (24 - 8 * i));
+  }
+  const uint32_t crc = uint32_t(crc32(0, png.data() + 12, 17));
+  for (int i = 0; i < 4; ++i) png[size_t(29 + i)] = uint8_t(crc >> (24 - 8 * i));
+  return png;
+}
+
+// A real JPEG whose SOF marker then claims width x height.
+std::vector<uint8_t> jpeg_claiming(uint16_t width, uint16_t height) {
+  std::vector<uint8_t> jpg = encode_jpeg(test::gradient_image(16, 16, 3), 80);
+  for (size_t i = 2; i + 9 < jpg.size(); ++i)
+    if (jpg[i] == 0xFF && (jpg[i + 1] == 0xC0 || jpg[i + 1] == 0xC2)) {
+      jpg[i + 5] = uint8_t(height >> 8);
+      jpg[i + 6] = uint8_t(height);
+      jpg[i + 7] = uint8_t(width >> 8);
+      jpg[i + 8] = uint8_t(width);
+      return jpg;
+    }
+  ADD_FAILURE() << "no SOF marker";
+  return jpg;
+}
+
+TEST(Limits, DecompressionBombHeadersAreRefusedBeforeDecoding) {
+  for (const auto& [name, bytes] : {std::pair{std::string("bomb.png"), png_claiming(60000, 60000)},
+                                    std::pair{std::string("bomb.jpg"), jpeg_claiming(60000, 60000)}}) {
+    SCOPED_TRACE(name);
+    const Error e = caught([&] { (void)decode_image(bytes, {}, name); });
+    EXPECT_EQ(e.code(), Errc::limit_exceeded) << e.what();
+    EXPECT_NE(std::string(e.what()).find("60000x60000 = 3600000000 pixels, over the limit"), std::string::npos) << e.what();
+    EXPECT_EQ(caught([&] { (void)decode_image_f32(bytes, {}, name); }).code(), Errc::limit_exceeded);
+    const std::string dir = test::temp_dir("bomb");
+    put(dir + "/" + name, bytes);
+    expect_one_line_error(test::run_cli({"tokenize", dir + "/" + name, "-o", dir + "/t.safetensors"}), 1, "over the limit");
+    EXPECT_FALSE(std::ifstream(dir + "/t.safetensors").good());
+  }
+  // The limit is the caller's: a lower one refuses a smaller claim, with the same message.
+  LoadOptions small;
+  small.max_pixels = 1000;
+  EXPECT_EQ(caught([&] { (void)decode_image(png_claiming(100, 11), small); }).code(), Errc::limit_exceeded);
+}
+
+TEST(Limits, BudgetsAbove2To24) {
+  const std::string dir = test::temp_dir("budget");
+  save_png(test::gradient_image(64, 48, 3), dir + "/in.png");
+  expect_one_line_error(test::run_cli({"tokenize", dir + "/in.png", "--budget", "16777217"}), 2, "--budget");
+  expect_one_line_error(test::run_cli({"tokenize", dir + "/in.png", "--budget", "99999999999999999999"}), 2, "--budget");
+  // The library takes any int budget: the tokens never exceed the full-resolution grid.
+  for (int budget : {1 << 24, (1 << 24) + 1, 1 << 30, INT_MAX}) {
+    for (bool uniform : {false, true}) {
+      Executor ex;
+      TokenizeParams p;
+      p.alloc.budget_tokens = budget;
+      p.uniform = uniform;
+      const Tokenization t = tokenize(test::gradient_image(64, 48, 3), {}, p, ex);
+      EXPECT_EQ(t.batch.size(), 4 * 3) << budget << (uniform ? " uniform" : "");
+    }
+  }
+}
+
+TEST(Limits, PatchOne) {
+  const std::string dir = test::temp_dir("patch1");
+  save_png(test::gradient_image(40, 30, 3), dir + "/in.png");
+  expect_one_line_error(test::run_cli({"tokenize", dir + "/in.png", "--patch", "1"}), 2, "--patch");
+  // The library refuses it too, before any stage runs, as it does 0 and negative sizes.
+  Executor ex;
+  TokenizeParams p;
+  p.patch_px = 1;
+  const Error e = caught([&] { tokenize(test::gradient_image(40, 30, 3), {}, p, ex); });
+  EXPECT_EQ(e.code(), Errc::invalid_argument);
+  EXPECT_STREQ(e.what(), "patch size must be in [2, 256] pixels, got 1");
+  p.patch_px = 0;
+  EXPECT_EQ(caught([&] { tokenize(test::gradient_image(40, 30, 3), {}, p, ex); }).code(), Errc::invalid_argument);
+  p.patch_px = -16;
+  EXPECT_EQ(caught([&] { tokenize(test::gradient_image(40, 30, 3), {}, p, ex); }).code(), Errc::invalid_argument);
+}
+
+TEST(Limits, Image65535x1) {
+  const std::string dir = test::temp_dir("wide");
+  save_png(test::gradient_image(65535, 1, 3), dir + "/wide.png");
+  // 4096 tiles in one row: more than the default budget can cover at the coarsest level the
+  // 1-pixel height allows, which is a clear error naming the smallest budget that works.
+  const test::RunResult r = test::run_cli({"tokenize", dir + "/wide.png", "-o", dir + "/t.safetensors"});
+  expect_one_line_error(r, 2, "budget of 273");
+  const test::RunResult ok = test::run_cli({"tokenize", dir + "/wide.png", "--budget", "4096", "--patch", "16",
+                                            "-o", dir + "/t.safetensors", "--json"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  const SafetensorsFile f = SafetensorsFile::open(dir + "/t.safetensors");
+  ASSERT_NE(f.find("patches"), nullptr);
+  EXPECT_EQ(f.find("patches")->shape, (std::vector<int64_t>{4096, 3, 16, 16}));
+  // The transposed image too.
+  save_png(test::gradient_image(1, 65535, 1), dir + "/tall.png");
+  EXPECT_EQ(test::run_cli({"tokenize", dir + "/tall.png", "--budget", "4096", "-o", dir + "/t2.safetensors"}).exit_code, 0);
+}
+
+// A safetensors file with these entries, whose data buffer is `buffer_bytes` long: written as a
+// sparse file (the buffer is a hole), so a header that tells the truth about 2^40 elements costs
+// no disk.
+void sparse_safetensors(const std::string& path, const nlohmann::json& header, uint64_t buffer_bytes) {
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  std::string head(8, '\0');
+  for (int i = 0; i < 8; ++i) head[size_t(i)] = char(uint8_t(uint64_t(h.size()) >> (8 * i)));
+  head += h;
+  std::ofstream(path, std::ios::binary) << head;
+  ASSERT_EQ(::truncate(path.c_str(), off_t(head.size() + buffer_bytes)), 0) << "cannot make a sparse file";
+}
+
+TEST(Limits, CheckpointClaiming2To40Elements) {
+#if !FOVEA_BUILT_WITH_ENCODER
+  GTEST_SKIP() << "this build has no encoder (FOVEA_WITH_ENCODER=OFF): no 'fovea encode'";
+#endif
+  const std::string dir = test::temp_dir("huge_ckpt");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 64, 3), image);
+  const uint64_t e40 = uint64_t(1) << 40;
+
+  // A header that lies: 2^40 F32 elements in a 16-byte buffer.
+  nlohmann::json lie = {{"w", {{"dtype", "F32"}, {"shape", {e40}}, {"data_offsets", {0, 4 * e40}}}}};
+  sparse_safetensors(dir + "/lie.safetensors", lie, 16);
+  EXPECT_EQ(caught([&] { SafetensorsFile::open(dir + "/lie.safetensors"); }).code(), Errc::corrupt_data);
+  expect_one_line_error(test::run_cli({"encode", image, "--model", dir + "/lie.safetensors"}), 1, "ends at byte");
+
+  // A header that tells the truth: a sparse 4 TiB file holding a patch embedding of 2^40 F32
+  // elements ([2^32, 1, 16, 16]): the hidden size is refused before anything is read.
+  const std::string p = "vision_model.";
+  nlohmann::json truth = {
+      {p + "embeddings.patch_embedding.weight", {{"dtype", "F32"}, {"shape", {uint64_t(1) << 32, 1, 16, 16}}, {"data_offsets", {0, 4 * e40}}}},
+      {p + "embeddings.class_embedding", {{"dtype", "F32"}, {"shape", {uint64_t(1) << 32}}, {"data_offsets", {4 * e40, 4 * e40 + (uint64_t(16) << 30)}}}}};
+  sparse_safetensors(dir + "/truth.safetensors", truth, 4 * e40 + (uint64_t(16) << 30));
+  expect_one_line_error(test::run_cli({"encode", image, "--model", dir + "/truth.safetensors"}), 1,
+                        "hidden size (vision_model.embeddings.patch_embedding.weight dim 0) is 4294967296");
+
+  // Dimensions each within range, but a tensor larger than this machine's memory: refused
+  // before it is allocated (D = 65536, P = 1024: the patch embedding alone is 768 GiB).
+  const uint64_t D = 65536, P = 1024, pe = D * 3 * P * P * 4, pos = 2 * D * 4, fc1 = 4 * D * D * 4;
+  nlohmann::json big = {
+      {p + "embeddings.patch_embedding.weight", {{"dtype", "F32"}, {"shape", {D, 3, P, P}}, {"data_offsets", {0, pe}}}},
+      {p + "embeddings.class_embedding", {{"dtype", "F32"}, {"shape", {D}}, {"data_offsets", {pe, pe + D * 4}}}},
+      {p + "embeddings.position_embedding.weight", {{"dtype", "F32"}, {"shape", {2, D}}, {"data_offsets", {pe + D * 4, pe + D * 4 + pos}}}},
+      {p + "encoder.layers.0.mlp.fc1.weight", {{"dtype", "F32"}, {"shape", {4 * D, D}}, {"data_offsets", {pe + D * 4 + pos, pe + D * 4 + pos + fc1}}}}};
+  sparse_safetensors(dir + "/big.safetensors", big, pe + D * 4 + pos + fc1);
+  expect_one_line_error(test::run_cli({"encode", image, "--model", dir + "/big.safetensors"}), 1, "more than this machine's");
+}
+
+}  // namespace
+}  // namespace fovea
