@@ -63,6 +63,9 @@ struct AllocParams {
   int max_level = -1;
   // How strongly token size follows relevance: side ∝ relevance^(−sharpness). In [0.5, 4].
   float sharpness = 1.0f;
+  // How many levels deep a split's gain is looked ahead, in [1, 8]: a node's priority is its
+  // best gain per extra token over splitting it 1..lookahead levels deep at once.
+  int lookahead = 3;
 };
 
 struct Allocation {

@@ -41,6 +41,10 @@ namespace fovea {
 struct Fixation {
   float x_px = 0, y_px = 0;  // original-image pixels
   float weight = 1;          // scales this fixation's term (the query term is the max over all)
+  // Size hint: the radius (px) of what is looked at. 0: unknown, the falloff starts at the
+  // fixation with scale e0 · long side. > 0: full inside the disc, falling off outside it with
+  // scale min(e0 · long side, radius), as a region does.
+  float radius_px = 0;
 };
 
 struct Region {
@@ -64,6 +68,9 @@ struct RelevanceWeights {
   float saliency = 0.5f;
   float query = 8.0f;
   float floor = 0.05f;  // keeps every tile's score > 0: the periphery still gets coarse tokens
+  // Rate–distortion: weight of the measured detail energy (see RelevanceMap::detail). 0 turns
+  // it off and the allocation follows `score` alone.
+  float detail = 1.0f;
 };
 
 struct RelevanceParams {
@@ -76,6 +83,10 @@ struct RelevanceParams {
   // survive, and it reads a quarter of the pixels. Lowered automatically when P is not a
   // multiple of 2^level or the pyramid is shorter (tiny images).
   int stats_level = 1;
+  // How a fixation takes the shape of what it looks at, in (0, 1]: crossing a tile as detailed
+  // as the fixated content costs `fixation_spread` of the distance of crossing a flat one, so
+  // the fovea extends along a line of text instead of a fixed disc. 1: purely radial.
+  float fixation_spread = 0.25f;
   TileFeatureFn tile_features;  // required when the query has an embedding
 };
 
@@ -87,6 +98,15 @@ struct RelevanceMap {
   std::vector<float> information;
   std::vector<float> saliency;
   std::vector<float> query;
+  // Rate–distortion, [levels − 1][tiles]: detail[j][t] is what the allocator gains, on tile t,
+  // by sampling it from mip j instead of mip j+1: the squared error (summed over channels and
+  // the tile's level-0 pixels) between mip j and mip j+1 upsampled, divided by the image's mean
+  // total per tile (so the image's detail sums to 1 a tile on average), times
+  // weights.detail · (1 + weights.query · query[t]): the query focuses the error that counts.
+  // Empty when weights.detail is 0.
+  std::vector<std::vector<float>> detail;
+  std::vector<float> detail_total;  // [tiles] Σ_j of the normalised energy, before weighting
+  float detail_scale = 0;           // 1 / the normaliser (per unit of squared grey level)
 };
 
 // Throws Error(invalid_argument) for a bad patch size, non-finite query coordinates, an

@@ -42,6 +42,36 @@ void AccumulateRow(const uint8_t* HWY_RESTRICT row, uint16_t* HWY_RESTRICT acc, 
   accumulate_row_ref(row + x, acc + x, n - x);
 }
 
+void BlockEnergyRow(const uint8_t* HWY_RESTRICT r0, const uint8_t* HWY_RESTRICT r1, uint32_t* HWY_RESTRICT acc,
+                    int blocks) {
+#if HWY_TARGET == HWY_SCALAR
+  block_energy_row_ref(r0, r1, acc, blocks);  // one lane: no even/odd split to vectorise
+#else
+  // i32 lanes: 2N pixels of a row are promoted into two vectors, whose even and odd lanes are
+  // the left and right columns of N blocks.
+  const hn::ScalableTag<int32_t> d32;
+  const hn::Rebind<uint8_t, decltype(d32)> d8;  // quarter-width u8, one byte per i32 lane
+  const hn::RebindToUnsigned<decltype(d32)> du32;
+  const int lanes = static_cast<int>(hn::Lanes(d32));
+  const auto four = hn::Set(d32, 4);
+  int i = 0;
+  for (; i + lanes <= blocks; i += lanes) {
+    const int x = 2 * i;
+    const auto p0 = hn::PromoteTo(d32, hn::LoadU(d8, r0 + x));
+    const auto p1 = hn::PromoteTo(d32, hn::LoadU(d8, r0 + x + lanes));
+    const auto q0 = hn::PromoteTo(d32, hn::LoadU(d8, r1 + x));
+    const auto q1 = hn::PromoteTo(d32, hn::LoadU(d8, r1 + x + lanes));
+    const auto a = hn::ConcatEven(d32, p1, p0), b = hn::ConcatOdd(d32, p1, p0);
+    const auto c = hn::ConcatEven(d32, q1, q0), d = hn::ConcatOdd(d32, q1, q0);
+    const auto s = hn::Add(hn::Add(a, b), hn::Add(c, d));
+    const auto sq = hn::Add(hn::Add(hn::Mul(a, a), hn::Mul(b, b)), hn::Add(hn::Mul(c, c), hn::Mul(d, d)));
+    const auto v = hn::Sub(hn::Mul(four, sq), hn::Mul(s, s));
+    hn::StoreU(hn::Add(hn::LoadU(du32, acc + i), hn::BitCast(du32, v)), du32, acc + i);
+  }
+  block_energy_row_ref(r0 + 2 * i, r1 + 2 * i, acc + i, blocks - i);
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace fovea::relevance_detail
 HWY_AFTER_NAMESPACE();
@@ -50,10 +80,14 @@ HWY_AFTER_NAMESPACE();
 namespace fovea::relevance_detail {
 HWY_EXPORT(LumaRow);
 HWY_EXPORT(AccumulateRow);
+HWY_EXPORT(BlockEnergyRow);
 
 void luma_row(const uint8_t* r, const uint8_t* g, const uint8_t* b, uint8_t* out, int n) {
   HWY_DYNAMIC_DISPATCH(LumaRow)(r, g, b, out, n);
 }
 void accumulate_row(const uint8_t* row, uint16_t* acc, int n) { HWY_DYNAMIC_DISPATCH(AccumulateRow)(row, acc, n); }
+void block_energy_row(const uint8_t* r0, const uint8_t* r1, uint32_t* acc, int blocks) {
+  HWY_DYNAMIC_DISPATCH(BlockEnergyRow)(r0, r1, acc, blocks);
+}
 }  // namespace fovea::relevance_detail
 #endif
