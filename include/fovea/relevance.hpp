@@ -87,6 +87,12 @@ struct RelevanceParams {
   // as the fixated content costs `fixation_spread` of the distance of crossing a flat one, so
   // the fovea extends along a line of text instead of a fixed disc. 1: purely radial.
   float fixation_spread = 0.25f;
+  // How much the query focuses the detail term: detail is weighted by (1 + w_query·query)^focus.
+  float detail_focus = 1.0f;
+  // Fine-detail bias: the detail gain of mip j is weighted by 2^(−fine_bias·j). 0: plain
+  // squared error over the image (best whole-image PSNR); 2: every mip level's error per
+  // sample counts the same, so fine detail (text strokes) wins over smooth large structures.
+  float fine_bias = 0.0f;
   TileFeatureFn tile_features;  // required when the query has an embedding
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -255,10 +256,12 @@ float distance_to_box(float px, float py, float x0, float y0, float x1, float y1
 
 // Distance in px from a fixation to every tile (to the tile's nearest point), shortened along
 // content like the fixated one. `fine` is each tile's fine-detail energy (mip 0→1 and 1→2);
-// when the fixated tiles are clearly more detailed than the image's average, a tile as
-// detailed as them is crossed at `spread` of the cost of a flat one (a chamfer distance on the
-// tile grid, seeded with the Euclidean one, so flat content keeps the radial falloff). A
-// fixation on a line of text then extends along the line, and stops where the text does.
+// when the fixated tiles are clearly more detailed than the image's average, the distance is a
+// geodesic (a chamfer distance on the tile grid) in which a row step over content as detailed
+// as the fixated one costs `spread` of its length, and any other step into unlike content
+// costs kOffContent times its length. A fixation on a line of text then extends along the
+// line and falls off quickly away from it. Otherwise (a fixation on flat or ordinary content)
+// it is the Euclidean distance: the radial falloff.
 std::vector<float> fixation_distance(const TileGrid& g, const Fixation& f, const std::vector<float>& fine,
                                      float spread) {
   const int P = g.patch_px, W = g.tiles_x, H = g.tiles_y;
@@ -279,32 +282,45 @@ std::vector<float> fixation_distance(const TileGrid& g, const Fixation& f, const
     for (int x = std::max(0, fx - 1); x <= std::min(W - 1, fx + 1); ++x) f0 = std::max(f0, fine[size_t(y) * W + x]);
   constexpr double kDistinct = 2.0;  // the fixated content must stand out from the average
   if (!(f0 > kDistinct * mean) || f0 <= 0) return d;
-  std::vector<float> cost(g.tiles());  // px of distance per px crossed
+  // px of distance per px crossed: along rows, `spread` on content like the fixated one and 1
+  // on flat content; across rows, 1 on like content and kOffContent on unlike content, so the
+  // fovea hugs the fixated content instead of filling a disc around it.
+  constexpr float kOffContent = 2.0f;
+  std::vector<float> cost(g.tiles()), off(g.tiles());
   for (size_t t = 0; t < cost.size(); ++t) {
     const float a = std::min(1.0f, fine[t] / (0.5f * f0));
     cost[t] = 1.0f - (1.0f - spread) * a;
+    off[t] = kOffContent - (kOffContent - 1.0f) * a;
   }
+  // The discount applies along rows only: text runs horizontally, and the lines above and
+  // below a fixated one (a page) are as detailed but not what was looked at. Steps up, down
+  // and diagonal cost their full length, so the fovea keeps its radial falloff across lines.
+  // Geodesic from the fixation: seeded with the exact distance on the fixation's 3x3 tiles.
+  std::vector<float> e(g.tiles(), std::numeric_limits<float>::infinity());
+  for (int y = std::max(0, fy - 1); y <= std::min(H - 1, fy + 1); ++y)
+    for (int x = std::max(0, fx - 1); x <= std::min(W - 1, fx + 1); ++x) e[size_t(y) * W + x] = d[size_t(y) * W + x];
+  d.swap(e);
   const float diag = std::sqrt(2.0f) * P;
-  auto relax = [&](int x, int y, int nx, int ny, float len) {
+  auto relax = [&](int x, int y, int nx, int ny, float len, bool along) {
     if (nx < 0 || ny < 0 || nx >= W || ny >= H) return;
     const size_t a = size_t(y) * W + x, b = size_t(ny) * W + nx;
-    const float via = d[b] + len * 0.5f * (cost[a] + cost[b]);
+    const float via = d[b] + (along ? len * 0.5f * (cost[a] + cost[b]) : len * 0.5f * (off[a] + off[b]));
     if (via < d[a]) d[a] = via;
   };
   for (int pass = 0; pass < 2; ++pass) {
     for (int y = 0; y < H; ++y)
       for (int x = 0; x < W; ++x) {
-        relax(x, y, x - 1, y, float(P));
-        relax(x, y, x, y - 1, float(P));
-        relax(x, y, x - 1, y - 1, diag);
-        relax(x, y, x + 1, y - 1, diag);
+        relax(x, y, x - 1, y, float(P), true);
+        relax(x, y, x, y - 1, float(P), false);
+        relax(x, y, x - 1, y - 1, diag, false);
+        relax(x, y, x + 1, y - 1, diag, false);
       }
     for (int y = H - 1; y >= 0; --y)
       for (int x = W - 1; x >= 0; --x) {
-        relax(x, y, x + 1, y, float(P));
-        relax(x, y, x, y + 1, float(P));
-        relax(x, y, x + 1, y + 1, diag);
-        relax(x, y, x - 1, y + 1, diag);
+        relax(x, y, x + 1, y, float(P), true);
+        relax(x, y, x, y + 1, float(P), false);
+        relax(x, y, x + 1, y + 1, diag, false);
+        relax(x, y, x - 1, y + 1, diag, false);
       }
   }
   return d;
@@ -399,6 +415,8 @@ void validate(const Query& q, const RelevanceParams& p) {
   if (p.entropy_bins < 2 || p.entropy_bins > 256) throw bad("entropy bins must be in [2, 256]");
   if (!finite(p.fixation_spread) || p.fixation_spread <= 0 || p.fixation_spread > 1)
     throw bad("fixation spread must be in (0, 1]");
+  if (!finite(p.detail_focus) || p.detail_focus < 0 || p.detail_focus > 4) throw bad("detail focus must be in [0, 4]");
+  if (!finite(p.fine_bias) || p.fine_bias < 0 || p.fine_bias > 4) throw bad("fine bias must be in [0, 4]");
   if (!finite(p.e0) || p.e0 <= 0) throw bad("e0 must be a finite number > 0");
   const RelevanceWeights& w = p.weights;
   for (float v : {w.information, w.saliency, w.query, w.floor, w.detail})
@@ -448,16 +466,24 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
     // noise level of kNoiseGrey per channel so a nearly flat image is not amplified.
     constexpr double kNoiseGrey = 2.0;
     double total = 0;
-    for (const auto& lv : m.detail)
-      for (float v : lv) total += v;
+    for (size_t j = 0; j < m.detail.size(); ++j) {
+      const float bias = std::exp2(-params.fine_bias * float(j));
+      for (float& v : m.detail[j]) total += (v *= bias);
+    }
     const double floor_energy = double(m.grid.patch_px) * m.grid.patch_px * pyramid.channels() * kNoiseGrey * kNoiseGrey;
     const double z = std::max(total / double(n), floor_energy);
     m.detail_scale = float(1.0 / z);
+    // Per-tile factor: weight · (1 + w_query · query)^focus / z (no pow without a query).
+    std::vector<float> factor(n, float(w.detail / z));
+    if (!query.empty())
+      for (size_t t = 0; t < n; ++t)
+        factor[t] *= params.detail_focus == 1.0f ? 1.0f + w.query * m.query[t]
+                                                 : std::pow(1.0f + w.query * m.query[t], params.detail_focus);
+    const float inv_z = float(1.0 / z);
     for (auto& lv : m.detail)
       for (size_t t = 0; t < n; ++t) {
-        const float e = float(lv[t] / z);
-        m.detail_total[t] += e;
-        lv[t] = w.detail * (1.0f + w.query * m.query[t]) * e;
+        m.detail_total[t] += lv[t] * inv_z;
+        lv[t] *= factor[t];
       }
   }
   return m;

@@ -118,6 +118,17 @@ void TokenizeOptions::add(CLI::App& app) {
   app.add_option("--sharpness", sharpness,
                  "How strongly token size follows relevance: side ~ relevance^-sharpness, in [0.5, 4]")
       ->default_val(AllocParams{}.sharpness);
+  app.add_option("--fine-bias", fine_bias,
+                 "Rate-distortion: weight of mip j's detail is 2^(-bias*j), in [0, 4]; 0 = plain squared error "
+                 "(best PSNR), higher favours fine detail such as text")
+      ->default_val(RelevanceParams{}.fine_bias);
+  app.add_option("--detail-focus", detail_focus,
+                 "How much a query focuses the detail term: weight (1 + query)^focus, in [0, 4]")
+      ->default_val(RelevanceParams{}.detail_focus);
+  app.add_option("--fixation-spread", fixation_spread,
+                 "Cost of crossing content like the fixated one, relative to flat content, in (0, 1]; "
+                 "1 = radial fovea")
+      ->default_val(RelevanceParams{}.fixation_spread);
   app.add_option("--lookahead", lookahead,
                  "Levels a split's detail gain is looked ahead, in [1, 8] (deeper reaches fine text sooner)")
       ->check(CLI::Range(1, 8))
@@ -145,6 +156,17 @@ TokenizeParams TokenizeOptions::params() const {
   if (!(sharpness >= 0.5f && sharpness <= 4.0f)) throw bad("--sharpness must be in [0.5, 4]");
   p.alloc.sharpness = sharpness;
   p.alloc.lookahead = lookahead;
+  auto in_range = [&](float v, float lo, float hi, bool open_lo, const char* flag) {
+    if (!std::isfinite(v) || v > hi || (open_lo ? v <= lo : v < lo))
+      throw bad(std::string(flag) + " must be in " + (open_lo ? "(" : "[") + std::to_string(int(lo)) + ", " +
+                std::to_string(int(hi)) + "]");
+  };
+  in_range(fine_bias, 0, 4, false, "--fine-bias");
+  in_range(detail_focus, 0, 4, false, "--detail-focus");
+  in_range(fixation_spread, 0, 1, true, "--fixation-spread");
+  p.relevance.fine_bias = fine_bias;
+  p.relevance.detail_focus = detail_focus;
+  p.relevance.fixation_spread = fixation_spread;
   if (max_level < -1 || max_level > 24) throw bad("--max-level must be in [-1, 24]");
   if (!std::isfinite(e0) || e0 <= 0) throw bad("--e0 must be a number > 0");
   p.relevance.e0 = e0;

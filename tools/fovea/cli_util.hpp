@@ -43,6 +43,9 @@ struct TokenizeOptions {
   float e0 = RelevanceParams{}.e0;
   float sharpness = AllocParams{}.sharpness;
   int lookahead = AllocParams{}.lookahead;
+  float fine_bias = RelevanceParams{}.fine_bias;
+  float detail_focus = RelevanceParams{}.detail_focus;
+  float fixation_spread = RelevanceParams{}.fixation_spread;
   bool uniform = false;
   std::string dtype = "f32";
   std::string mean, std;  // "R,G,B"
