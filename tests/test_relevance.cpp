@@ -17,10 +17,18 @@ PyramidU8 single_level(const ImageU8& img) {
   return PyramidU8(std::move(levels));
 }
 
+// The entropy and saliency terms, as they were the defaults before the detail term.
+RelevanceParams with_stats() {
+  RelevanceParams p;
+  p.weights.information = 1.0f;
+  p.weights.saliency = 0.5f;
+  return p;
+}
+
 TEST(Relevance, ConstantImageHasNoInformationOrSaliency) {
   Executor exec;
   const PyramidU8 pyr = single_level(test::constant_image(200, 100, 3, 90));
-  const RelevanceMap m = compute_relevance(pyr, 16, {}, {}, exec);
+  const RelevanceMap m = compute_relevance(pyr, 16, {}, with_stats(), exec);
   EXPECT_EQ(m.grid.tiles(), 13 * 7);
   for (int64_t t = 0; t < m.grid.tiles(); ++t) {
     EXPECT_EQ(m.information[t], 0.0f);
@@ -37,7 +45,7 @@ TEST(Relevance, EntropyIsHighOnNoiseAndLowOnFlat) {
     for (int y = 0; y < 32; ++y)
       for (int x = 0; x < 32; ++x) img.at(c, y, x + 32) = noise.at(c, y, x);
   Executor exec;
-  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, {}, exec);
+  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, with_stats(), exec);
   EXPECT_EQ(m.information[0], 0.0f);
   EXPECT_GT(m.information[2], 0.85f);  // 256 px of uniform noise over 16 bins
   EXPECT_LE(m.information[2], 1.0f);
@@ -51,7 +59,7 @@ TEST(Relevance, SaliencyPeaksOnAnOddPatch) {
       img.at(1, y, x) = 20;
     }
   Executor exec;
-  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, {}, exec);
+  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, with_stats(), exec);
   const auto it = std::max_element(m.saliency.begin(), m.saliency.end());
   EXPECT_EQ(it - m.saliency.begin(), 10 * 16 + 4);
   EXPECT_FLOAT_EQ(*it, 1.0f);
@@ -209,7 +217,17 @@ TEST(Relevance, DetailIsTheMipErrorTileByTile) {
     const PyramidU8 pyr = build_pyramid(test::random_image(w, h, 3, w), {}, exec);
     RelevanceParams p;
     p.weights.detail = 2.0f;
+    p.fine_bias = 0;  // the plain squared error
     const RelevanceMap m = compute_relevance(pyr, P, {}, p, exec);
+    // A fine bias only reweights the levels: mip j by 2^(−bias·j), up to the normaliser.
+    RelevanceParams biased = p;
+    biased.fine_bias = 1.5f;
+    const RelevanceMap mb = compute_relevance(pyr, P, {}, biased, exec);
+    for (size_t j = 1; j < m.detail.size(); ++j)
+      for (int64_t t = 0; t < m.grid.tiles(); t += 7)
+        ASSERT_NEAR(mb.detail[j][t] * m.detail[0][t], m.detail[j][t] * mb.detail[0][t] * std::exp2(-1.5 * j),
+                    1e-3 * (1e-6 + m.detail[j][t] * mb.detail[0][t]))
+            << j << " " << t;
     const auto T = brute_detail(pyr, m.grid);
     ASSERT_EQ(m.detail.size(), T.size());
     double total = 0;
@@ -325,10 +343,10 @@ TEST(Relevance, StatisticsLevelOneIgnoresPixelNoiseAndCoversEdgeTiles) {
       for (int x = 0; x < 33; ++x) img.at(c, y, x) = ((x + y) % 2) ? 255 : 0;
   Executor exec;
   const PyramidU8 pyr = build_pyramid(img.clone(), {}, exec);
-  RelevanceParams at0;
+  RelevanceParams at0 = with_stats();
   at0.stats_level = 0;
   const RelevanceMap m0 = compute_relevance(pyr, 16, {}, at0, exec);
-  const RelevanceMap m1 = compute_relevance(pyr, 16, {}, {}, exec);
+  const RelevanceMap m1 = compute_relevance(pyr, 16, {}, with_stats(), exec);
   ASSERT_EQ(m1.grid.tiles(), 9);
   for (int64_t t = 0; t < 9; ++t) {
     EXPECT_NEAR(m0.information[t], t == 8 ? 0.0f : 0.25f, 0.01f) << t;  // tile 8: 1 pixel
@@ -336,10 +354,10 @@ TEST(Relevance, StatisticsLevelOneIgnoresPixelNoiseAndCoversEdgeTiles) {
     EXPECT_TRUE(std::isfinite(m1.score[t]));
   }
   // P = 14 is not a multiple of 4: a requested level 2 falls back to level 1 (7-px tiles).
-  RelevanceParams at2;
+  RelevanceParams at2 = with_stats();
   at2.stats_level = 2;
   const RelevanceMap m2 = compute_relevance(pyr, 14, {}, at2, exec);
-  const RelevanceMap m2ref = compute_relevance(pyr, 14, {}, {}, exec);
+  const RelevanceMap m2ref = compute_relevance(pyr, 14, {}, with_stats(), exec);
   EXPECT_EQ(m2.information, m2ref.information);
   RelevanceParams bad;
   bad.stats_level = 4;
@@ -352,8 +370,8 @@ TEST(Relevance, ReferenceAndSimdKernelsGiveTheSameMap) {
   const PyramidU8 pyr = build_pyramid(test::random_image(333, 171, 3, 8), {}, ref);
   Query q;
   q.fixations.push_back({100, 50});
-  const RelevanceMap a = compute_relevance(pyr, 14, q, {}, best);
-  const RelevanceMap b = compute_relevance(pyr, 14, q, {}, ref);
+  const RelevanceMap a = compute_relevance(pyr, 14, q, with_stats(), best);
+  const RelevanceMap b = compute_relevance(pyr, 14, q, with_stats(), ref);
   EXPECT_EQ(a.score, b.score);
   EXPECT_EQ(a.information, b.information);
   EXPECT_EQ(a.saliency, b.saliency);

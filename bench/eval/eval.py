@@ -401,6 +401,9 @@ def main():
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--fovea-args", default="",
                     help="extra flags for the foveated runs, e.g. '--e0 0.03 --sharpness 1.5'")
+    ap.add_argument("--aggregate-only", action="store_true",
+                    help="run nothing: make the tables from OUT/scenes.jsonl, the per-scene records a "
+                         "run appends as it goes (e.g. of a run that was stopped)")
     a = ap.parse_args()
     if shutil.which("tesseract") is None:
         sys.exit("eval: tesseract not found (scripts/install-deps.sh test installs it)")
@@ -411,21 +414,31 @@ def main():
             sys.exit(f"eval: unknown strategy '{s}' (expected {', '.join(STRATEGIES)})")
     cli = os.path.abspath(a.cli)
     t0 = time.time()
-    work = a.work or tempfile.mkdtemp(prefix="fovea-eval-")
-    scenes = scene_gen.generate(os.path.join(work, "scenes"), a.scenes, a.seed, a.max_side)
-    extra = a.fovea_args.split()
-    jobs = [(s, cli, budgets, strategies, extra) for s in scenes]
+    os.makedirs(a.out, exist_ok=True)
+    partial = os.path.join(a.out, "scenes.jsonl")
     results = []
-    with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        for rec in pool.map(run_scene, jobs):
-            results.append(rec)
-            print(f"{rec['id']} {rec['width']}x{rec['height']} h={rec['height_at_1024']:g}: " +
-                  " ".join(f"{r['strategy'][:7]}@{r['budget']}={100 * r['ocr_accuracy']:.0f}"
-                           for r in rec["runs"] if r["budget"] in (TARGET_BUDGET,) or r["strategy"] == "ceiling"),
-                  file=sys.stderr, flush=True)
+    if a.aggregate_only:
+        with open(partial) as f:
+            results = [json.loads(line) for line in f if line.strip()]
+        if not results:
+            sys.exit(f"eval: no scene records in {partial}")
+    else:
+        work = a.work or tempfile.mkdtemp(prefix="fovea-eval-")
+        scenes = scene_gen.generate(os.path.join(work, "scenes"), a.scenes, a.seed, a.max_side)
+        extra = a.fovea_args.split()
+        jobs = [(s, cli, budgets, strategies, extra) for s in scenes]
+        open(partial, "w").close()
+        with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+            for rec in pool.map(run_scene, jobs):
+                results.append(rec)
+                with open(partial, "a") as f:  # a stopped run still leaves its finished scenes
+                    f.write(json.dumps(finite_or_none(rec)) + "\n")
+                print(f"{rec['id']} {rec['width']}x{rec['height']} h={rec['height_at_1024']:g}: " +
+                      " ".join(f"{r['strategy'][:7]}@{r['budget']}={100 * r['ocr_accuracy']:.0f}"
+                               for r in rec["runs"] if r["budget"] in (TARGET_BUDGET,) or r["strategy"] == "ceiling"),
+                      file=sys.stderr, flush=True)
     agg, targets = aggregate(results, budgets, strategies)
     wall = time.time() - t0
-    os.makedirs(a.out, exist_ok=True)
     out = {"command": " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]), "wall_seconds": round(wall, 1),
            "jobs": a.jobs, "seed": a.seed, "budgets": budgets, "strategies": strategies,
            "fovea_args": a.fovea_args, "psnr_cap_db": PSNR_CAP_DB,

@@ -64,10 +64,15 @@ struct Query {
 using TileFeatureFn = std::function<Tensor(const PyramidU8&, const TileGrid&)>;
 
 struct RelevanceWeights {
-  float information = 1.0f;
-  float saliency = 0.5f;
+  // Entropy and saliency are off by default: the detail term measures what they estimated (where
+  // a coarser token loses content), better, at a quarter of their cost. Each is computed only
+  // when its weight is > 0.
+  float information = 0.0f;
+  float saliency = 0.0f;
   float query = 8.0f;
-  float floor = 0.05f;  // keeps every tile's score > 0: the periphery still gets coarse tokens
+  // Every tile's share of the budget regardless of content: keeps every score > 0 (the periphery
+  // still gets coarse tokens) and, against the detail term, how evenly a budget spreads.
+  float floor = 0.5f;
   // Rate–distortion: weight of the measured detail energy (see RelevanceMap::detail). 0 turns
   // it off and the allocation follows `score` alone.
   float detail = 1.0f;
@@ -87,12 +92,15 @@ struct RelevanceParams {
   // as the fixated content costs `fixation_spread` of the distance of crossing a flat one, so
   // the fovea extends along a line of text instead of a fixed disc. 1: purely radial.
   float fixation_spread = 0.25f;
-  // How much the query focuses the detail term: detail is weighted by (1 + w_query·query)^focus.
-  float detail_focus = 1.0f;
-  // Fine-detail bias: the detail gain of mip j is weighted by 2^(−fine_bias·j). 0: plain
-  // squared error over the image (best whole-image PSNR); 2: every mip level's error per
+  // How much the query focuses the detail term: detail is weighted by (1 + w_query·query)^focus,
+  // in [0, 4]. 3: the error near the query counts ~700 times the periphery's, so the query
+  // decides where tokens go and the detail decides their shape there.
+  float detail_focus = 3.0f;
+  // Fine-detail bias of the bottom-up allocation (an empty query; with a query it is 0), in
+  // [0, 4]: the detail gain of mip j is weighted by 2^(−fine_bias·j). 0: plain squared error
+  // over the image (best whole-image PSNR at every budget); 2: every mip level's error per
   // sample counts the same, so fine detail (text strokes) wins over smooth large structures.
-  float fine_bias = 0.0f;
+  float fine_bias = 1.5f;
   TileFeatureFn tile_features;  // required when the query has an embedding
 };
 

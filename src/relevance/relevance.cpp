@@ -466,8 +466,11 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
     // noise level of kNoiseGrey per channel so a nearly flat image is not amplified.
     constexpr double kNoiseGrey = 2.0;
     double total = 0;
+    // The fine bias is a prior for when nobody says where to look; a query says it, and the
+    // error inside its focus is then counted plainly.
+    const float fine_bias = query.empty() ? params.fine_bias : 0.0f;
     for (size_t j = 0; j < m.detail.size(); ++j) {
-      const float bias = std::exp2(-params.fine_bias * float(j));
+      const float bias = std::exp2(-fine_bias * float(j));
       for (float& v : m.detail[j]) total += (v *= bias);
     }
     const double floor_energy = double(m.grid.patch_px) * m.grid.patch_px * pyramid.channels() * kNoiseGrey * kNoiseGrey;
