@@ -263,7 +263,8 @@ float distance_to_box(float px, float py, float x0, float y0, float x1, float y1
 // line and falls off quickly away from it. Otherwise (a fixation on flat or ordinary content)
 // it is the Euclidean distance: the radial falloff.
 std::vector<float> fixation_distance(const TileGrid& g, const Fixation& f, const std::vector<float>& fine,
-                                     float spread) {
+                                     float spread, float* content_half_height_px) {
+  *content_half_height_px = 0;
   const int P = g.patch_px, W = g.tiles_x, H = g.tiles_y;
   std::vector<float> d(g.tiles());
   for (int ty = 0; ty < H; ++ty)
@@ -287,11 +288,25 @@ std::vector<float> fixation_distance(const TileGrid& g, const Fixation& f, const
   // fovea hugs the fixated content instead of filling a disc around it.
   constexpr float kOffContent = 2.0f;
   std::vector<float> cost(g.tiles()), off(g.tiles());
+  std::vector<uint8_t> like(g.tiles());
   for (size_t t = 0; t < cost.size(); ++t) {
     const float a = std::min(1.0f, fine[t] / (0.5f * f0));
     cost[t] = 1.0f - (1.0f - spread) * a;
     off[t] = kOffContent - (kOffContent - 1.0f) * a;
+    like[t] = a >= 1.0f;
   }
+  // The fixated content's height: the run of like tiles through the fixation's column (or a
+  // neighbour's, the fixation may sit in a gap between letters). Half of it is the size hint
+  // a region's box would give.
+  int best_run = 0;
+  for (int x = std::max(0, fx - 1); x <= std::min(W - 1, fx + 1); ++x) {
+    int y0 = fy, y1 = fy;
+    if (!like[size_t(fy) * W + x]) continue;
+    while (y0 > 0 && like[size_t(y0 - 1) * W + x]) --y0;
+    while (y1 + 1 < H && like[size_t(y1 + 1) * W + x]) ++y1;
+    best_run = std::max(best_run, y1 - y0 + 1);
+  }
+  *content_half_height_px = 0.5f * float(best_run * P);
   // The discount applies along rows only: text runs horizontally, and the lines above and
   // below a fixated one (a page) are as detailed but not what was looked at. Steps up, down
   // and diagonal cost their full length, so the fovea keeps its radial falloff across lines.
@@ -360,8 +375,13 @@ std::vector<float> query_term(const PyramidU8& pyr, const TileGrid& g, const Que
   for (const Fixation& f : q.fixations) {
     // With a radius the fixation is a disc: full inside, falling off from its rim at the
     // smaller of e0 · long side and the radius (as a region's box does).
-    const std::vector<float> dist = fixation_distance(g, f, fine, params.fixation_spread);
-    const float scale = f.radius_px > 0 ? std::min(fixation_scale, f.radius_px) : fixation_scale;
+    float content_half_px = 0;
+    const std::vector<float> dist = fixation_distance(g, f, fine, params.fixation_spread, &content_half_px);
+    // The falloff scale: the radius when given, else the fixated content's half height when it
+    // stands out (a line of small text falls off as its box would), never more than e0 · long
+    // side.
+    const float hint = f.radius_px > 0 ? f.radius_px : content_half_px;
+    const float scale = hint > 0 ? std::min(fixation_scale, hint) : fixation_scale;
     for (size_t t = 0; t < out.size(); ++t)
       out[t] = std::max(out[t], f.weight * falloff(std::max(0.0f, dist[t] - f.radius_px), scale));
   }
