@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Configures and builds fovea: scripts/build.sh [BUILD_DIR] [extra CMake arguments...]
+# Configures and builds fovea:
+#   scripts/build.sh [BUILD_DIR] [extra CMake arguments...] [-- extra build arguments...]
+# e.g. scripts/build.sh build-min -DFOVEA_WITH_ENCODER=OFF -DFOVEA_WITH_VULKAN=OFF -- --target fovea_cli
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}
 shift || true
+configure_args=()
+build_args=()
+while [ "$#" -gt 0 ]; do
+  if [ "$1" = "--" ]; then shift; build_args=("$@"); break; fi
+  configure_args+=("$1"); shift
+done
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 # ccache (when installed) keeps rebuilds of unchanged sources cheap, across build folders and
@@ -13,8 +21,8 @@ if command -v ccache >/dev/null 2>&1; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(pwd)} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 fi
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
-  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
-elif [ "$#" -gt 0 ]; then
-  cmake -S . -B "$build_dir" "$@"
+  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${configure_args[@]}"
+elif [ "${#configure_args[@]}" -gt 0 ]; then
+  cmake -S . -B "$build_dir" "${configure_args[@]}"
 fi
-cmake --build "$build_dir" -j "$(nproc)"
+cmake --build "$build_dir" -j "$(nproc)" "${build_args[@]}"

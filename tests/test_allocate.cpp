@@ -36,21 +36,12 @@ Allocation allocate_image(const ImageU8& img, int budget, const Query& q = {}) {
   return allocate(compute_relevance(pyr, 16, q, {}, exec), {.budget_tokens = budget});
 }
 
-// Every finest tile covered by exactly one token, and the rate map agrees with the tokens.
+// Every finest tile covered by exactly one token, and the rate map agrees with the tokens
+// (the library's check_tiling, itself tested below on broken layouts).
 void expect_exact_tiling(const Allocation& a) {
-  const TileGrid& g = a.rate_map.grid;
-  std::vector<int> hits(g.tiles(), 0);
-  for (const Token& t : a.layout.tokens) {
-    const int s = 1 << t.level;
-    ASSERT_LT(t.x, g.tiles_x_at(t.level));
-    ASSERT_LT(t.y, g.tiles_y_at(t.level));
-    for (int y = t.y * s; y < std::min(g.tiles_y, (t.y + 1) * s); ++y)
-      for (int x = t.x * s; x < std::min(g.tiles_x, (t.x + 1) * s); ++x) {
-        ++hits[size_t(y) * g.tiles_x + x];
-        EXPECT_EQ(a.rate_map.level[size_t(y) * g.tiles_x + x], t.level);
-      }
-  }
-  for (int64_t i = 0; i < g.tiles(); ++i) ASSERT_EQ(hits[i], 1) << "tile " << i;
+  const TilingReport r = check_tiling(a);
+  EXPECT_TRUE(r.exact()) << "covered " << r.covered << "/" << r.tiles << ", overlapping " << r.overlapping
+                         << ", outside " << r.outside << ", rate-map mismatches " << r.rate_map_mismatches;
 }
 
 TEST(TileGrid, CeilsAndValidates) {
@@ -243,6 +234,36 @@ TEST(UniformGrid, FitsBudgetAndKeepsAspect) {
   const UniformGrid small = uniform_grid(100, 50, 16, 1000);   // native grid fits: 7×4
   EXPECT_EQ(small.grid_x, 7);
   EXPECT_EQ(small.grid_y, 4);
+}
+
+
+TEST(CheckTiling, SeesEveryKindOfBrokenLayout) {
+  RelevanceMap m = random_relevance(300, 200, 16, 7);
+  const Allocation good = allocate(m, {.budget_tokens = 60});
+  ASSERT_TRUE(check_tiling(good).exact());
+  ASSERT_GE(good.layout.tokens.size(), 2u);
+
+  Allocation dropped = good;  // a tile left uncovered
+  dropped.layout.tokens.pop_back();
+  EXPECT_LT(check_tiling(dropped).covered, check_tiling(dropped).tiles);
+  EXPECT_FALSE(check_tiling(dropped).exact());
+
+  Allocation doubled = good;  // a token twice
+  doubled.layout.tokens.push_back(doubled.layout.tokens.front());
+  EXPECT_GT(check_tiling(doubled).overlapping, 0);
+
+  Allocation outside = good;  // a node past its level's grid
+  outside.layout.tokens.push_back({outside.rate_map.grid.tiles_x_at(0), 0, 0});
+  EXPECT_EQ(check_tiling(outside).outside, 1);
+
+  Allocation wrong_rate = good;  // the rate map disagrees with the tokens
+  wrong_rate.rate_map.level[0] = uint8_t(wrong_rate.rate_map.level[0] + 1);
+  EXPECT_EQ(check_tiling(wrong_rate).rate_map_mismatches, 1);
+  EXPECT_FALSE(check_tiling(wrong_rate).exact());
+
+  double area = 0;
+  for (double f : check_tiling(good).area_per_level) area += f;
+  EXPECT_NEAR(area, 1.0, 1e-9);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@
 
 #include "fovea/error.hpp"
 #include "fovea/store.hpp"
-#include "fovea/store_bench.hpp"
+#include "store_bench.hpp"
 #include "fovea/token_cache.hpp"
 
 #ifdef FOVEA_HAVE_VULKAN

@@ -1,19 +1,27 @@
 // fovea/allocate.hpp — spend a token budget where relevance is: a quadtree over finest tiles.
 //
+//   fovea::Executor exec;
+//   fovea::PyramidU8 pyr = fovea::build_pyramid(fovea::load_image("photo.jpg"), {}, exec);
+//   fovea::RelevanceMap relevance = fovea::compute_relevance(pyr, 16, fovea::Query{}, {}, exec);
 //   fovea::Allocation a = fovea::allocate(relevance, {.budget_tokens = 273});
-//   a.layout.tokens            // sorted by level; level ℓ's run is [level_offsets[ℓ], [ℓ+1])
-//   a.rate_map.level[t]        // per finest tile: the level of the token covering it
+//   for (const fovea::Token& tok : a.layout.tokens) { /* sorted by level */ (void)tok; }
+//   int level_of_tile_0 = a.rate_map.level[0];   // per finest tile: the level covering it
 //
 // The algorithm: start from the coarsest tiling (every node of the level-L grid, L =
 // max_level), split nodes that have a single child for free, then repeatedly split the node
-// with the highest priority
-//        priority = (sum of relevance over the node's finest tiles) / ((children − 1) · 2^(α·ℓ))
-// with ℓ the node's level and α = 2 − 1/sharpness. This is greedy descent on the objective
-// Σ_tiles relevance · D(side), whose continuous optimum makes a token's side proportional to
-// relevance^(−sharpness): sharpness 1 (the default) gives side ∝ 1/relevance, so a fixation's
-// linear cortical magnification maps to token size growing linearly with eccentricity;
-// sharpness 0.5 makes token *density* proportional to relevance. It stops at the first split
-// that no longer fits the budget, so
+// with the highest priority. Splitting a level-ℓ node gains
+//        gain(ℓ) = (sum of score over the node's tiles) · 2^(−α·ℓ)      the prior (query, floor)
+//                + (sum of detail[ℓ−1] over the node's tiles)          the distortion it removes
+// (RelevanceMap::detail: the measured error of mip ℓ against mip ℓ−1, rate–distortion), and
+//        priority = max over d = 1..lookahead of (gain(ℓ) + … + gain(ℓ−d+1)) / (tokens added)
+// so detail that only shows at fine levels (text strokes) is reached even when the first split
+// alone gains little. α = 2 − 1/sharpness: on the prior alone this is greedy descent on
+// Σ_tiles score · D(side), whose continuous optimum makes a token's side proportional to
+// score^(−sharpness): sharpness 1 (the default) gives side ∝ 1/score, so a fixation's linear
+// cortical magnification maps to token size growing linearly with eccentricity; sharpness 0.5
+// makes token *density* proportional to score. An empty `detail` gives exactly that. Every
+// node's priority is fixed when it is created, and it stops at the first split that no longer
+// fits the budget, so
 //   * the token count never exceeds the budget and lands within 2 of it (a split costs at
 //     most 3 tokens) unless every tile is already at level 0;
 //   * the splits made for budget B are a prefix of those for any B' > B: a larger budget
@@ -77,10 +85,28 @@ struct Allocation {
 };
 
 // Throws Error(invalid_argument) when the budget is below the coarsest tiling (the message
-// says how many tokens that is), or max_level is outside [-1, 24].
+// says how many tokens that is), max_level is outside [-1, 24], lookahead outside [1, 8], or
+// a score or detail value is negative or not finite.
 Allocation allocate(const RelevanceMap& relevance, const AllocParams& params);
 
 int resolve_max_level(const TileGrid& grid, int max_level);
+
+// How a layout covers the finest tiles: the check any consumer of an allocation can run (the
+// CLI's --json coverage, the tests, a caller that edits a layout, e.g. video hysteresis).
+// Exact tiling means every tile is covered by exactly one token, every token lies inside its
+// level's grid, and the rate map names the covering token's level for every tile.
+struct TilingReport {
+  int64_t tiles = 0;
+  int64_t covered = 0;              // tiles covered by at least one token
+  int64_t overlapping = 0;          // tiles covered by more than one
+  int64_t outside = 0;              // tokens whose node is outside their level's grid
+  int64_t rate_map_mismatches = 0;  // tiles whose rate-map level is not the covering token's
+  std::vector<double> area_per_level;  // share of the tiles at each level (from the rate map)
+  bool exact() const {
+    return covered == tiles && overlapping == 0 && outside == 0 && rate_map_mismatches == 0;
+  }
+};
+TilingReport check_tiling(const Allocation& allocation);
 
 // The uniform baseline at the same budget: what a standard VLM does. The image is resized to
 // (grid_x·P) × (grid_y·P) with the largest grid_x·grid_y ≤ budget that keeps the aspect

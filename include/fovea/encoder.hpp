@@ -1,9 +1,11 @@
 // fovea/encoder.hpp — a ViT from a checkpoint turns a TokenBatch into embeddings.
 //
+//   fovea::Executor exec;
+//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("photo.jpg"), {}, {}, exec);
 //   fovea::VitModel m = fovea::VitModel::load("clip-vit-b16.safetensors");   // or "random:vit-b16"
-//   fovea::Encoding e = fovea::encode(m, batch.patches, batch.positions,
-//                                     {.image_width = 1024, .image_height = 1024}, exec);
-//   e.embeddings   // [N, D] float32: last hidden state of every token, in batch order
+//   fovea::Encoding e = fovea::encode(m, t.batch.patches, t.batch.positions,
+//                                     {.image_width = t.pyramid.width(), .image_height = t.pyramid.height()}, exec);
+//   const fovea::Tensor& emb = e.embeddings;   // [N, D] float32: last hidden state, batch order
 //
 // Checkpoints (safetensors, F32/F16/BF16) in three namings, detected from tensor names and
 // shapes, plus config.json beside the file when present:

@@ -1,7 +1,7 @@
 // fovea/error.hpp — the one exception type that crosses the public API.
 //
-//   try { auto img = fovea::load_image("x.png"); }
-//   catch (const fovea::Error& e) { std::cerr << e.what() << '\n'; /* e.code() says which kind */ }
+//   try { fovea::ImageU8 img = fovea::load_image("x.png"); }
+//   catch (const fovea::Error& e) { std::fprintf(stderr, "%s\n", e.what()); /* e.code(): which kind */ }
 //
 // Recoverable failures (bad files, bad arguments, limits, missing device features) throw
 // fovea::Error with a message written for the person at the terminal: one line, naming the

@@ -1,7 +1,8 @@
 // fovea/exec.hpp — how the stages run, kept apart from what they compute.
 //
 //   fovea::Executor exec({.threads = 2});                   // a pool of 2 (caller included)
-//   exec.parallel_for(rows, 16, [&](int64_t y0, int64_t y1) { ... });
+//   std::vector<float> rows(1000);
+//   exec.parallel_for(1000, 16, [&](int64_t y0, int64_t y1) { for (int64_t y = y0; y < y1; ++y) rows[y] = 1; });
 //
 // Every stage is a pure function of its inputs plus an Executor that says how to run it:
 // how many threads, which SIMD kernels, which backend. Results never depend on the thread

@@ -1,8 +1,12 @@
 // fovea/extract.hpp — from an allocation to the tensors a vision encoder eats, and back.
 //
+//   fovea::Executor exec;
+//   fovea::ImageU8 img = fovea::load_image("photo.jpg");
+//   fovea::PyramidU8 pyr = fovea::build_pyramid(img.clone(), {}, exec);
+//   fovea::Allocation alloc = fovea::allocate(fovea::compute_relevance(pyr, 16, {}, {}, exec), {.budget_tokens = 273});
 //   fovea::TokenBatch b = fovea::extract(pyr, alloc, {}, exec);
-//   b.patches    // [N, 3, P, P]  float32 (CLIP-normalised), float16 or uint8
-//   b.positions  // [N, 4] float32: centre x, centre y, side (px, original image), level
+//   // b.patches [N, 3, P, P] float32 (CLIP-normalised), float16 or uint8
+//   // b.positions [N, 4] float32: centre x, centre y, side (px, original image), level
 //   fovea::ImageU8 seen = fovea::reconstruct(b, img.width(), img.height(), exec);
 //
 // A token's patch is sampled from its own mip level: level-ℓ samples [x·P, (x+1)·P) ×
@@ -60,9 +64,5 @@ TokenBatch extract_uniform(const ImageU8& image, const UniformGrid& grid, int pa
 // "What the model sees": every token's patch (de-normalised) stretched bilinearly over its
 // box, clipped to the image. Full level-0 coverage reproduces the image exactly.
 ImageU8 reconstruct(const TokenBatch& batch, int width, int height, Executor& exec);
-
-// Area-filter resize (each output pixel is the mean of the input area it covers, fractional
-// at the borders: OpenCV's INTER_AREA for downscaling); upscaling falls back to bilinear.
-ImageU8 resize_area(const ImageU8& src, int width, int height, Executor& exec);
 
 }  // namespace fovea

@@ -1,5 +1,8 @@
 // fovea/grid.hpp — the tile grid every stage after the pyramid shares.
 //
+//   fovea::TileGrid g = fovea::TileGrid::make(1000, 600, 16);   // 63 × 38 finest tiles of 16 px
+//   int64_t coarse = g.tiles_at(2);                              // nodes of the level-2 grid
+//
 // A finest tile is P×P level-0 pixels (P = patch size, 16 by default; 14 supported, any
 // 2..256 accepted). A token at level ℓ is one P×P patch sampled from mip level ℓ, so it covers
 // a square of 2^ℓ × 2^ℓ finest tiles, P·2^ℓ level-0 pixels on a side. Tiles at the right and

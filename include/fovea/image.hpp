@@ -2,7 +2,7 @@
 //
 //   fovea::ImageU8 img = fovea::load_image("photo.jpg");     // EXIF orientation applied
 //   for (int c = 0; c < img.channels(); ++c)
-//     for (int y = 0; y < img.height(); ++y) { const uint8_t* row = img.row(c, y); ... }
+//     for (int y = 0; y < img.height(); ++y) { const uint8_t* row = img.row(c, y); (void)row; }
 //   fovea::save_png(img, "out.png");                          // temp file + rename
 //
 // Layout: `channels` planes (1 = gray, 3 = RGB), each `height` rows of `width` samples, rows
@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "fovea/exec.hpp"
+#include "fovea/files.hpp"
 #include "fovea/tensor.hpp"
 
 namespace fovea {
@@ -83,6 +85,10 @@ ImageU8 to_u8(const ImageF32& img);
 // Gray -> RGB by replication; RGB input is cloned.
 ImageU8 to_rgb(const ImageU8& img);
 
+// Area-filter resize (each output pixel is the mean of the input area it covers, fractional
+// at the borders: OpenCV's INTER_AREA for downscaling); upscaling falls back to bilinear.
+ImageU8 resize_area(const ImageU8& src, int width, int height, Executor& exec);
+
 // ---- files -----------------------------------------------------------------------------------
 
 struct LoadOptions {
@@ -115,9 +121,5 @@ std::vector<uint8_t> encode_png(const ImageU8& img);
 std::vector<uint8_t> encode_jpeg(const ImageU8& img, int quality = 92);
 void save_png(const ImageU8& img, const std::string& path);
 void save_jpeg(const ImageU8& img, const std::string& path, int quality = 92);
-
-// Writes `bytes` to `path` atomically (temp file in the same folder + rename).
-void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
-std::vector<uint8_t> read_file(const std::string& path);
 
 }  // namespace fovea

@@ -1,7 +1,7 @@
 // fovea/pyramid.hpp — mip chains of 2×2 box reductions.
 //
 //   fovea::Executor exec;
-//   fovea::PyramidU8 pyr = fovea::build_pyramid(std::move(img), {}, exec);   // full chain to 1×1
+//   fovea::PyramidU8 pyr = fovea::build_pyramid(fovea::load_image("photo.jpg"), {}, exec);   // to 1×1
 //   const fovea::ImageU8& l2 = pyr.level(2);   // extents mip_extent(w, 2) × mip_extent(h, 2)
 //
 // Semantics (glGenerateMipmap's, made exact):

@@ -1,11 +1,20 @@
 // fovea/relevance.hpp — one score per finest tile: where tokens should go.
 //
+//   fovea::Executor exec;
+//   fovea::PyramidU8 pyr = fovea::build_pyramid(fovea::load_image("photo.jpg"), {}, exec);
 //   fovea::Query q;
 //   q.fixations.push_back({512, 300});                        // px in the original image
-//   fovea::RelevanceMap rel = fovea::compute_relevance(pyr, q, {}, exec);
+//   fovea::RelevanceMap rel = fovea::compute_relevance(pyr, 16, q, {}, exec);
+//   int tx = 3, ty = 2;                                       // a finest tile
 //   float s = rel.score[ty * rel.grid.tiles_x + tx];
 //
-// score = floor + w_info·information + w_saliency·saliency + w_query·query, each term in [0, 1]:
+// Two parts, both read by the allocator (allocate.hpp):
+//   * detail (rate–distortion, RelevanceMap::detail): per tile and mip level j, the measured
+//     squared error of mip j+1 against mip j: what a token one level coarser loses there. It is
+//     weighted by (1 + w_query·query)^detail_focus (the query focuses the error that counts) and,
+//     with no query, by 2^(−fine_bias·j) (fine detail such as small text over smooth structure);
+//   * score = floor + w_info·information + w_saliency·saliency + w_query·query, each term in
+//     [0, 1], a content-blind prior (entropy and saliency are off by default):
 //   * information: Shannon entropy of the tile's luma histogram (`entropy_bins` bins, over the
 //     tile's pixels at pyramid level `stats_level`, 1 by default), divided by
 //     log2(entropy_bins), so a flat tile scores 0 and a tile using every bin equally 1;
@@ -18,7 +27,11 @@
 //       - fixations, through cortical magnification M(e) = M0 / (e + e0) with e the distance
 //         from the fixation to the tile, in units of the image's longer side. The term is
 //         M(e)/M(0) = e0 / (e + e0); with the allocator's default sharpness (token side ∝
-//         1/relevance) token size then grows linearly with eccentricity, as receptive fields do;
+//         1/relevance) token size then grows linearly with eccentricity, as receptive fields do.
+//         When the fixated content stands out (fine detail ≥ 2× the image's mean), e is a
+//         geodesic that runs cheaply along rows of like content (`fixation_spread`) and dearly
+//         into unlike content, and the scale is half that content's height: the fovea takes the
+//         shape of a line of text. A radius (`Fixation::radius_px`) makes it a disc;
 //       - regions: 1 inside the box; outside it s / (d + s) with d the distance in pixels from
 //         the box and s = min(e0 · longer side, half the box's shorter side): the box says how
 //         far the interest extends, so a small box on a large image falls off quickly;

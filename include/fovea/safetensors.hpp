@@ -5,7 +5,8 @@
 //   fovea::Tensor w = f.load(*e);                                              // a copy
 //   std::span<const std::byte> raw = f.data(*e);                               // zero-copy (mmap)
 //
-//   fovea::save_safetensors("out.safetensors", {{"patches", &b.patches}}, {{"budget", "273"}});
+//   fovea::Tensor patches(fovea::DType::f32, {10, 3, 16, 16});
+//   fovea::save_safetensors("out.safetensors", {{"patches", &patches}}, {{"budget", "273"}});
 //
 // Format (https://github.com/huggingface/safetensors): 8-byte little-endian header length N,
 // N bytes of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":

@@ -5,8 +5,9 @@
 //   fovea::TokenStore store(cfg);               // host backend; make_store_backend("vulkan") for GPU
 //   fovea::SeqId img = store.reserve(1024);     // worst case: 1024 tokens, nothing resident yet
 //   store.bind(img, 0, 410);                    // pages only for the 410 tokens that survived
+//   fovea::Tensor embeddings(fovea::DType::f16, {410, 1024});
 //   store.write(img, 0, embeddings);            // [410, D] tensor of the store's dtype
-//   fovea::Tensor batch = store.gather({{img, 0, 410}, {other, 0, 200}});   // [610, D]
+//   fovea::Tensor batch = store.gather({{img, 0, 410}});   // [410, D]
 //   store.release(img);
 //
 // Model. Every sequence (an image, a video frame, a chat turn's image) owns a contiguous range

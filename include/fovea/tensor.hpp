@@ -1,5 +1,6 @@
 // fovea/tensor.hpp — a dense, row-major, move-only n-d array with a runtime dtype.
 //
+//   int64_t n = 273;
 //   fovea::Tensor t(fovea::DType::f32, {n, 4});      // zero-filled, 64-byte aligned
 //   float* p = t.data<float>();                      // checked: dtype must be f32
 //   fovea::Tensor copy = t.clone();                  // copies are explicit

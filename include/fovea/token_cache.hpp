@@ -1,9 +1,10 @@
 // fovea/token_cache.hpp — content-hashed reuse of token embeddings (video frames, chat turns).
 //
 //   fovea::TokenCache cache(256 << 20);                         // LRU budget for unreferenced entries
-//   fovea::CacheKey key = fovea::tile_key(pixels, w, h, 3, level, "siglip-so400m");
-//   if (const fovea::Tensor* hit = cache.acquire(key)) { use(*hit); }
-//   else { hit = &cache.insert(key, encode(tile)); use(*hit); }  // insert also acquires
+//   std::vector<uint8_t> pixels(16 * 16 * 3);
+//   fovea::CacheKey key = fovea::tile_key(pixels.data(), 16, 16, 3, /*level=*/0, "siglip-so400m");
+//   const fovea::Tensor* hit = cache.acquire(key);
+//   if (!hit) hit = &cache.insert(key, fovea::Tensor(fovea::DType::f32, {1, 768}));  // insert also acquires
 //   cache.release(key);                                        // when the frame/turn is done
 //
 // Keys are BLAKE2b-256 (RFC 7693) digests, full width, never truncated, of the model id, the

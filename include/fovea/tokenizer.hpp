@@ -2,9 +2,11 @@
 // extraction, with per-stage timings, and the safetensors file it is saved as.
 //
 //   fovea::Executor exec;
-//   fovea::Query q;  q.fixations.push_back({512, 300});
-//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("in.jpg"), q, {}, exec);
-//   fovea::save_tokens("out.safetensors", t, q, {});
+//   fovea::Query q;
+//   q.fixations.push_back({512, 300});
+//   fovea::TokenizeParams params;   // budget 273, 16-px patches, CLIP normalisation
+//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("in.jpg"), q, params, exec);
+//   fovea::save_tokens("out.safetensors", t, q, params);
 //
 // The two stages that touch pixels (build the pyramid, sample the patches) are pluggable:
 // tokenize(..., stages) runs them through a TokenizeStages, e.g. the Vulkan backend's

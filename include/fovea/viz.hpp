@@ -1,6 +1,8 @@
 // fovea/viz.hpp — pictures that explain an allocation.
 //
-//   fovea::ImageU8 o = fovea::render_overlay(img, t.relevance, t.batch);
+//   fovea::Executor exec;
+//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("in.jpg"), {}, {}, exec);
+//   fovea::ImageU8 o = fovea::render_overlay(t.pyramid.level(0), t.relevance, t.batch);
 //   fovea::save_png(o, "overlay.png");
 #pragma once
 

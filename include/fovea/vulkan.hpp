@@ -2,8 +2,11 @@
 // rate map, batches as array textures.
 //
 //   if (fovea::vulkan_available()) {
+//     fovea::ImageU8 img = fovea::load_image("in.jpg");
+//     fovea::Executor exec;
 //     auto gpu = fovea::VulkanBackend::create({.device = ""});       // best device
 //     fovea::PyramidU8 pyr = gpu->build_pyramid(img, {}, fovea::MipMethod::compute);
+//     fovea::Allocation alloc = fovea::allocate(fovea::compute_relevance(pyr, 16, {}, {}, exec), {.budget_tokens = 273});
 //     fovea::TokenBatch b = gpu->extract(img, alloc, {});            // upload, mips, sample
 //   }
 //

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "fovea/error.hpp"
-#include "fovea/extract.hpp"
+#include "fovea/image.hpp"
 
 namespace fovea {
 

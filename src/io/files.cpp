@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fovea/error.hpp"
-#include "fovea/image.hpp"
+#include "fovea/files.hpp"
 
 namespace fovea {
 

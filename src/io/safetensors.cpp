@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fovea/error.hpp"
-#include "fovea/image.hpp"
+#include "fovea/files.hpp"
 
 namespace fovea {
 

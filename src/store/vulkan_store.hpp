@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "fovea/store.hpp"
-#include "vulkan/vk.hpp"
-#include "vulkan/vk_sparse.hpp"
+#include "vk/vk.hpp"
+#include "vk/vk_sparse.hpp"
 
 namespace fovea::store_vk {
 

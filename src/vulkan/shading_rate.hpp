@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "fovea/allocate.hpp"
-#include "vulkan/vk.hpp"
+#include "vk/vk.hpp"
 
 namespace fovea::vk {
 

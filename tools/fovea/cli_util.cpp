@@ -256,25 +256,14 @@ nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, co
     j["max_level"] = t.allocation.max_level;
     j["coarsest_tokens"] = t.allocation.coarsest_tokens;
     j["tokens_per_level"] = per_level;
-    // Coverage in finest tiles: how many tokens cover each tile (1 everywhere = exact tiling),
-    // and the share of the image's area resolved at each level.
-    std::vector<int> hits(g.tiles(), 0);
-    for (const Token& tok : lay.tokens) {
-      const int s = 1 << tok.level;
-      for (int y = tok.y * s; y < std::min(g.tiles_y, (tok.y + 1) * s); ++y)
-        for (int x = tok.x * s; x < std::min(g.tiles_x, (tok.x + 1) * s); ++x) ++hits[size_t(y) * g.tiles_x + x];
-    }
-    int64_t covered = 0, overlapped = 0;
-    for (int h : hits) {
-      covered += h >= 1;
-      overlapped += h > 1;
-    }
-    std::vector<double> area(lay.num_levels(), 0.0);
-    for (uint8_t l : t.allocation.rate_map.level) area[l] += 1.0 / double(g.tiles());
-    j["coverage"] = {{"tiles", g.tiles()},
-                     {"covered_tiles", covered},
-                     {"overlapping_tiles", overlapped},
-                     {"area_fraction_per_level", area}};
+    // Coverage in finest tiles (1 token everywhere = exact tiling), and the share of the
+    // image's area resolved at each level.
+    const TilingReport cov = check_tiling(t.allocation);
+    j["coverage"] = {{"tiles", cov.tiles},
+                     {"covered_tiles", cov.covered},
+                     {"overlapping_tiles", cov.overlapping},
+                     {"exact", cov.exact()},
+                     {"area_fraction_per_level", cov.area_per_level}};
   }
   j["timings_ms"] = {{"pyramid", t.timings.pyramid_ms},
                      {"relevance", t.timings.relevance_ms},

@@ -6,6 +6,7 @@
 
 #include "cli_util.hpp"
 #include "command.hpp"
+#include "fovea/embeddings.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/safetensors.hpp"
@@ -74,8 +75,7 @@ struct EncodeCommand {
     t0 = Clock::now();
     if (!output.empty()) {
       std::map<std::string, std::string> meta = token_metadata(t, query, params);
-      meta["format"] = "fovea.embeddings";
-      meta["source"] = tok.image;
+            meta["source"] = tok.image;
       meta["model"] = model_spec;
       meta["model_description"] = model.describe();
       meta["model_family"] = std::string(to_string(mc.family));
@@ -83,14 +83,18 @@ struct EncodeCommand {
       meta["precision"] = std::string(to_string(prec));
       meta["hidden_size"] = std::to_string(mc.hidden);
       meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
-      std::vector<NamedTensor> tensors{{"embeddings", &e.embeddings},
-                                       {"positions", &t.batch.positions},
-                                       {"levels", &t.batch.levels}};
-      if (e.class_token.rank() > 0) tensors.push_back({"class_token", &e.class_token});
-      if (e.pooled.rank() > 0) tensors.push_back({"pooled", &e.pooled});
-      if (e.image_embeds.rank() > 0) tensors.push_back({"image_embeds", &e.image_embeds});
-      if (e.logits.rank() > 0) tensors.push_back({"logits", &e.logits});
-      save_safetensors(output, tensors, meta);
+      // The library owns the file's layout (fovea/embeddings.hpp); the encoding is moved in.
+      EmbeddingsFile file;
+      file.metadata = std::move(meta);
+      file.embeddings = std::move(e.embeddings);
+      file.positions = t.batch.positions.clone();
+      file.levels = t.batch.levels.clone();
+      file.class_token = std::move(e.class_token);
+      file.pooled = std::move(e.pooled);
+      file.image_embeds = std::move(e.image_embeds);
+      file.logits = std::move(e.logits);
+      save_embeddings(output, file);
+      e.embeddings = std::move(file.embeddings);  // the summary below reads them
     }
     const double write_ms = ms_since(t0);
 

@@ -11,7 +11,7 @@
 
 #include "command.hpp"
 #include "fovea/error.hpp"
-#include "fovea/store_bench.hpp"
+#include "store_bench.hpp"
 #include <nlohmann/json.hpp>
 
 namespace fovea::cli {

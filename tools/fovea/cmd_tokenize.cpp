@@ -6,7 +6,10 @@
 
 #include "cli_util.hpp"
 #include "command.hpp"
+#include "fovea/version_gen.hpp"
+#if FOVEA_BUILT_WITH_ENCODER
 #include "fovea/encoder.hpp"
+#endif
 #include "fovea/error.hpp"
 #include "fovea/tokenizer.hpp"
 #include "fovea/viz.hpp"
@@ -31,6 +34,10 @@ struct TokenizeCommand {
     Executor ex(exec.config());
     if (store.enabled) store.validate(tok.dtype);
     if (!query_embedding.empty()) {
+#if !FOVEA_BUILT_WITH_ENCODER
+      throw Error(Errc::unsupported, "--query-embedding needs the encoder, and this fovea was built without it "
+                                     "(FOVEA_WITH_ENCODER=OFF or oneDNN not found)");
+#else
       // Per-tile features come from the encoder's patch embedding (see fovea/encoder.hpp).
       if (model_spec.empty())
         throw Error(Errc::invalid_argument, "--query-embedding needs --model CKPT (the tile features come from its patch embedding)");
@@ -43,6 +50,7 @@ struct TokenizeCommand {
         params.patch_px = model.config().patch_px;
       }
       params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, int(query.embedding.size()), ex);
+#endif
     } else if (!model_spec.empty()) {
       throw Error(Errc::invalid_argument, "--model is only used with --query-embedding (use 'fovea encode' to encode)");
     }

@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "vulkan/vk.hpp"
+#include "vk/vk.hpp"
 
 namespace fovea::vk {
 

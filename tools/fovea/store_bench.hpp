@@ -1,5 +1,5 @@
-// fovea/store_bench.hpp — the token store's measurement scenario (issue 5), shared by
-// `fovea store-bench` and bench/bench_store.cpp.
+// store_bench.hpp — the token store's measurement scenario (issue 5), shared by `fovea store-bench`
+// and the tests. Not part of the library: only the CLI and the tests use it.
 //
 //   fovea::SeedTable t = fovea::seed_table("host", fovea::StoreConfig{});   // seed 000's 8 images
 //   std::printf("%.1f%% saved\n", 100 * t.saved_fraction());

@@ -1,5 +1,5 @@
 // The store's measurement scenario: seed 000's table, bind modes, gather vs memcpy.
-#include "fovea/store_bench.hpp"
+#include "store_bench.hpp"
 
 #include <algorithm>
 #include <chrono>

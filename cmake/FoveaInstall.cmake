@@ -1,0 +1,55 @@
+# cmake --install: headers, the stage libraries (static; shared with BUILD_SHARED_LIBS=ON), the
+# CLI, a CMake package (find_package(fovea CONFIG [COMPONENTS encoder vulkan])) and fovea.pc.
+include(CMakePackageConfigHelpers)
+
+get_property(_public_headers GLOBAL PROPERTY FOVEA_PUBLIC_HEADERS)
+list(TRANSFORM _public_headers PREPEND ${PROJECT_SOURCE_DIR}/include/fovea/)
+install(FILES ${_public_headers} ${PROJECT_BINARY_DIR}/generated/fovea/version_gen.hpp
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fovea COMPONENT dev)
+
+install(TARGETS fovea ${_fovea_stage_targets} EXPORT foveaTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS fovea_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+install(EXPORT foveaTargets NAMESPACE fovea:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/fovea COMPONENT dev)
+
+# The package's optional components are the parts this build has.
+set(FOVEA_COMPONENTS "")
+foreach(part encoder vulkan)
+  string(TOUPPER ${part} P)
+  if(FOVEA_HAVE_${P})
+    list(APPEND FOVEA_COMPONENTS ${part})
+  endif()
+endforeach()
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/foveaConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/foveaConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/fovea)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/foveaConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/foveaConfig.cmake ${PROJECT_BINARY_DIR}/foveaConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/fovea COMPONENT dev)
+
+# pkg-config: the stage libraries downstream first (static linking order), their system
+# libraries in Libs.private (static) / Requires.private.
+set(_pc_libs "")
+set(_rev ${FOVEA_STAGES})
+list(REVERSE _rev)
+foreach(stage IN LISTS _rev)
+  string(APPEND _pc_libs " -lfovea_${stage}")
+endforeach()
+set(_pc_requires_private "libpng libjpeg libhwy")
+set(_pc_libs_private "-lpthread")
+if(FOVEA_HAVE_ENCODER)
+  string(APPEND _pc_libs_private " -ldnnl -fopenmp")
+endif()
+if(FOVEA_HAVE_VULKAN)
+  string(APPEND _pc_requires_private " vulkan")
+endif()
+foreach(extra IN LISTS FOVEA_PC_REQUIRES_PRIVATE)
+  string(APPEND _pc_requires_private " ${extra}")
+endforeach()
+foreach(extra IN LISTS FOVEA_PC_LIBS_PRIVATE)
+  string(APPEND _pc_libs_private " ${extra}")
+endforeach()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/fovea.pc.in ${PROJECT_BINARY_DIR}/fovea.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/fovea.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
