@@ -109,7 +109,7 @@ void TokenizeOptions::add(CLI::App& app) {
       ->type_name("X0,Y0,X1,Y1")
       ->allow_extra_args(false);  // one value per flag: never swallow the image positional
   app.add_option("--weights", weights,
-                 "Relevance weights, e.g. detail=1,query=8,floor=0.05,information=0,saliency=0 (keys "
+                 "Relevance weights, e.g. detail=1,query=8,floor=0.5,information=0,saliency=0 (keys "
                  "may be abbreviated: info, sal, q)")
       ->type_name("K=V,...");
   app.add_option("--e0", e0, "Cortical-magnification half-saturation eccentricity, as a fraction of "

@@ -39,7 +39,7 @@ struct TokenizeOptions {
   int max_level = -1;
   std::vector<std::string> fixations;  // "X,Y", "X,Y,R" or "X,Y,R,WEIGHT"
   std::vector<std::string> regions;    // "X0,Y0,X1,Y1" or with ",WEIGHT"
-  std::string weights;                 // "detail=1,query=8,floor=0.05,information=0,saliency=0"
+  std::string weights;                 // "detail=1,query=8,floor=0.5,information=0,saliency=0"
   float e0 = RelevanceParams{}.e0;
   float sharpness = AllocParams{}.sharpness;
   int lookahead = AllocParams{}.lookahead;
