@@ -6,9 +6,12 @@
 // Prints one JSON object per line: {"n", "precision", "threads", "median_ms", "min_ms", ...}.
 // The first encode of every shape (oneDNN primitive creation, bf16 weight packing) is a warm-up
 // and not timed.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -54,7 +57,12 @@ Stats time_reps(int reps, F&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fovea::use_passive_openmp_wait(argv);  // as the fovea CLI does (fovea/exec.hpp)
+  // The passive OpenMP wait policy, as the fovea CLI chooses it (tools/fovea/main.cpp): the
+  // program owns that choice, and libgomp reads it only at load time, hence the re-exec.
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") && ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0) {
+    ::execv("/proc/self/exe", argv);
+    ::unsetenv("OMP_WAIT_POLICY");
+  }
   std::string model_spec = "random:vit-b16", ns = "196,273,576,1024,4096", precision = "fp32", e2e_image;
   int threads = 2, reps = 3, budget = 273;
   bool uniform = false;

@@ -140,11 +140,11 @@ class ClipEmbeddings(nn.Module):
 
 
 class ClipVisionTransformer(nn.Module):
-    def __init__(self):
+    def __init__(self, layers=LAYERS):
         super().__init__()
         self.embeddings = ClipEmbeddings()
         self.pre_layrnorm = nn.LayerNorm(D, eps=1e-5)
-        self.encoder = Encoder(D, HEADS, MLP, LAYERS, quick_gelu, 1e-5)
+        self.encoder = Encoder(D, HEADS, MLP, layers, quick_gelu, 1e-5)
         self.post_layernorm = nn.LayerNorm(D, eps=1e-5)
 
     def run(self, x):  # from the embeddings on: (last_hidden_state, pooler_output)
@@ -156,9 +156,9 @@ class ClipVisionTransformer(nn.Module):
 
 
 class ClipVisionModel(nn.Module):  # CLIPVisionModel
-    def __init__(self):
+    def __init__(self, layers=LAYERS):
         super().__init__()
-        self.vision_model = ClipVisionTransformer()
+        self.vision_model = ClipVisionTransformer(layers)
 
 
 class ClipTextStub(nn.Module):  # a few text-tower tensors the loader must ignore
@@ -296,6 +296,39 @@ def foveated_tokens(gen, width, height, n):
     return patches, pos
 
 
+def raw_image(gen, out):
+    """A native-size RGB image (smooth gradients plus noise, every value 0..255), saved as PNG."""
+    ys, xs = torch.meshgrid(torch.arange(G * P), torch.arange(G * P), indexing="ij")
+    base = torch.stack([xs * 255.0 / (G * P - 1), ys * 255.0 / (G * P - 1), (xs + ys) * 127.0 / (G * P - 1)], dim=2)
+    noise = torch.randint(-60, 61, (G * P, G * P, 3), generator=gen).to(torch.float64)
+    img = (base + noise).clamp(0, 255).round().to(torch.uint8).numpy()
+    from PIL import Image
+    Image.fromarray(img, "RGB").save(os.path.join(out, "image.png"))
+    return img
+
+
+def preprocess(img, mean, std, rescale=1.0 / 255.0):
+    """HF's image processors at native size (resize and centre crop are the identity there):
+    pixel * rescale_factor, then (x - image_mean) / image_std, in float64 -> [1, C, H, W]."""
+    x = torch.from_numpy(np.asarray(img)).to(torch.float64).permute(2, 0, 1).unsqueeze(0) * rescale
+    m = torch.tensor(mean, dtype=torch.float64).view(1, 3, 1, 1)
+    s = torch.tensor(std, dtype=torch.float64).view(1, 3, 1, 1)
+    return (x - m) / s
+
+
+CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def preprocessor_config(out, mean, std, processor):
+    cfg = {"image_processor_type": processor, "do_resize": True, "size": {"shortest_edge": G * P},
+           "do_center_crop": True, "crop_size": {"height": G * P, "width": G * P}, "do_rescale": True,
+           "rescale_factor": 1.0 / 255.0, "do_normalize": True, "image_mean": mean, "image_std": std,
+           "resample": 3}
+    with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
 def close(a, b, what, tol=1e-9):
     err = (a - b).abs().max().item()
     if err > tol:
@@ -342,8 +375,9 @@ def f32(t):
 
 # ---- the models ---------------------------------------------------------------------------------
 
-def hf_cases(vt, has_class, gen, out, proj=None):
-    """native / interp / foveated cases for an HF-named vision transformer `vt` (float64)."""
+def hf_cases(vt, has_class, gen, out, proj=None, raw=None):
+    """native / interp / foveated cases for an HF-named vision transformer `vt` (float64), and
+    `raw`: (uint8 image, mean, std, rescale) through the family's own preprocessing."""
     cases, meta = {}, {}
 
     def token_forward(patches, pos, width, height):
@@ -388,11 +422,19 @@ def hf_cases(vt, has_class, gen, out, proj=None):
         patches, pos = foveated_tokens(gen, W, H, 23)
         hidden, pooled = token_forward(patches, pos, W, H)
         record("foveated", patches, pos, W, H, hidden, pooled)
-    meta["cases"] = "native,interp,foveated"
+        names = "native,interp,foveated"
+        if raw is not None:
+            px = preprocess(*raw)
+            hidden, pooled = vt(px)
+            patches, pos = patches_of(px)
+            record("raw", patches, pos, G * P, G * P, hidden, pooled)
+            meta["raw.image"] = "image.png"
+            names += ",raw"
+    meta["cases"] = names
     save_safetensors(os.path.join(out, "cases.safetensors"), cases, meta)
 
 
-def make_clip(out, gen, full):
+def make_clip(out, gen, full, raw_gen):
     os.makedirs(out, exist_ok=True)
     model = ClipModel(24) if full else ClipVisionModel()
     model = model.double()
@@ -411,10 +453,15 @@ def make_clip(out, gen, full):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, dtype)
-    hf_cases(model.vision_model, True, gen, out, model.visual_projection if full else None)
+    # clip_full's preprocessing deliberately differs from CLIP's defaults, so its raw case can
+    # only pass when preprocessor_config.json is read.
+    mean, std = ([0.5, 0.4, 0.3], [0.2, 0.25, 0.3]) if full else (CLIP_MEAN, CLIP_STD)
+    preprocessor_config(out, mean, std, "CLIPImageProcessor")
+    img = raw_image(raw_gen, out)
+    hf_cases(model.vision_model, True, gen, out, model.visual_projection if full else None, (img, mean, std))
 
 
-def make_siglip(out, gen):
+def make_siglip(out, gen, raw_gen):
     os.makedirs(out, exist_ok=True)
     model = SiglipVisionModel().double()
     randomize(model, gen)
@@ -426,10 +473,12 @@ def make_siglip(out, gen):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "BF16")
-    hf_cases(model.vision_model, False, gen, out)
+    preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "SiglipImageProcessor")
+    img = raw_image(raw_gen, out)
+    hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]))
 
 
-def make_torchvision(out, gen):
+def make_torchvision(out, gen, raw_gen):
     os.makedirs(out, exist_ok=True)
     model = torchvision.models.VisionTransformer(image_size=G * P, patch_size=P, num_layers=LAYERS,
                                                  num_heads=HEADS, hidden_dim=D, mlp_dim=MLP, num_classes=10)
@@ -477,8 +526,334 @@ def make_torchvision(out, gen):
         patches, pos = foveated_tokens(gen, W, H, 23)
         hidden, logits = token_forward(patches, pos, W, H)
         record("foveated", patches, pos, W, H, hidden, logits)
-    meta["cases"] = "native,foveated"
+        # From raw pixels through torchvision's own transforms (ToTensor + Normalize with
+        # ImageNet's mean and std, as every torchvision ViT weight set's transforms()); no
+        # preprocessor_config.json: fovea must know the ImageNet defaults itself.
+        img = raw_image(raw_gen, out)
+        import torchvision.transforms.functional as TF
+        px = torch.from_numpy(img).permute(2, 0, 1).to(torch.float64) / 255.0
+        px = TF.normalize(px, IMAGENET_MEAN, IMAGENET_STD).unsqueeze(0)
+        hidden, logits = module_forward(px)
+        patches, pos = patches_of(px)
+        record("raw", patches, pos, G * P, G * P, hidden, logits)
+        meta["raw.image"] = "image.png"
+    meta["cases"] = "native,foveated,raw"
     save_safetensors(os.path.join(out, "cases.safetensors"), cases, meta)
+
+
+# ---- GGUF (llama.cpp mmproj files), written by hand after the spec ------------------------------
+# https://github.com/ggml-org/ggml/blob/master/docs/gguf.md: "GGUF", u32 version 3, u64 tensor
+# count, u64 key/value count, the key/values, the tensor infos (name, u32 n_dims, u64 ne[] in
+# ggml order = row-major dims reversed, u32 ggml type, u64 offset into the data), padding to the
+# alignment, the data (each tensor padded to the alignment). No `gguf` package is used.
+
+GGUF_U32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 4, 6, 7, 8, 9
+GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
+
+
+def gguf_str(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(kind, v):
+    if kind == GGUF_U32:
+        return struct.pack("<I", v)
+    if kind == GGUF_F32:
+        return struct.pack("<f", v)
+    if kind == GGUF_BOOL:
+        return struct.pack("<B", 1 if v else 0)
+    if kind == GGUF_STRING:
+        return gguf_str(v)
+    elem, items = v
+    return struct.pack("<IQ", elem, len(items)) + b"".join(gguf_value(elem, x) for x in items)
+
+
+def f16_round(x):
+    return torch.from_numpy(np.asarray(x, dtype=np.float64).astype(np.float16).astype(np.float64))
+
+
+def ggml_encode(t, kind):
+    """(bytes, the values as stored, float64) of a tensor stored as ggml type `kind`."""
+    t = t.detach().to(torch.float64).contiguous()
+    if kind == GGML_F32:
+        a = t.numpy().astype("<f4")
+        return a.tobytes(), torch.from_numpy(a.astype(np.float64)).view(t.shape)
+    if kind == GGML_F16:
+        a = t.numpy().astype("<f2")
+        return a.tobytes(), torch.from_numpy(a.astype(np.float64)).view(t.shape)
+    if kind == GGML_BF16:
+        b = t.to(torch.float32).to(torch.bfloat16)
+        return b.view(torch.int16).numpy().astype("<i2").tobytes(), b.to(torch.float64).view(t.shape)
+    assert kind == GGML_Q8_0 and t.shape[-1] % 32 == 0
+    # ggml's quantize_row_q8_0_ref: per block of 32, d = max|x| / 127, q = roundf(x / d), d as f16.
+    x = t.reshape(-1, 32).numpy()
+    d = np.abs(x).max(axis=1) / 127.0
+    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+    v = x * inv[:, None]
+    q = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int8)
+    d16 = d.astype("<f2")
+    out = b"".join(d16[i].tobytes() + q[i].tobytes() for i in range(len(q)))
+    deq = d16.astype(np.float64)[:, None] * q.astype(np.float64)
+    return out, torch.from_numpy(deq).view(t.shape)
+
+
+def save_gguf(path, kvs, tensors, alignment=32):
+    """kvs: [(key, gguf type, value)]; tensors: [(name, data bytes, row-major shape, ggml type)]."""
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
+    for k, kind, v in kvs:
+        head += gguf_str(k) + struct.pack("<I", kind) + gguf_value(kind, v)
+    offset, infos, blobs = 0, b"", []
+    for name, data, shape, kind in tensors:
+        ne = list(reversed(shape))
+        infos += gguf_str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
+        infos += struct.pack("<IQ", kind, offset)
+        pad = (-len(data)) % alignment
+        blobs.append(data + b"\0" * pad)
+        offset += len(data) + pad
+    body = head + infos
+    body += b"\0" * ((-len(body)) % alignment)
+    with open(path, "wb") as f:
+        f.write(body + b"".join(blobs))
+
+
+def read_gguf_tensor_names(path):
+    """The tensor names of a GGUF file, read back (a self-check of the writer)."""
+    with open(path, "rb") as f:
+        b = f.read()
+    assert b[:4] == b"GGUF"
+    _, nt, nkv = struct.unpack_from("<IQQ", b, 4)
+    pos = 24
+
+    def string(pos):
+        n = struct.unpack_from("<Q", b, pos)[0]
+        return b[pos + 8:pos + 8 + n].decode(), pos + 8 + n
+
+    def skip(kind, pos):
+        sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+        if kind == GGUF_STRING:
+            return string(pos)[1]
+        if kind == GGUF_ARRAY:
+            elem, n = struct.unpack_from("<IQ", b, pos)
+            pos += 12
+            for _ in range(n):
+                pos = skip(elem, pos)
+            return pos
+        return pos + sizes[kind]
+
+    for _ in range(nkv):
+        _, pos = string(pos)
+        kind = struct.unpack_from("<I", b, pos)[0]
+        pos = skip(kind, pos + 4)
+    names = []
+    for _ in range(nt):
+        name, pos = string(pos)
+        nd = struct.unpack_from("<I", b, pos)[0]
+        pos += 4 + 8 * nd + 12
+        names.append(name)
+    return names
+
+
+def vision_keys(image_mean, image_std, blocks, eps, use_gelu, extra=()):
+    return [("general.architecture", GGUF_STRING, "clip"),
+            ("clip.has_text_encoder", GGUF_BOOL, False),
+            ("clip.has_vision_encoder", GGUF_BOOL, True),
+            ("general.file_type", GGUF_U32, 1),
+            ("clip.vision.image_size", GGUF_U32, G * P),
+            ("clip.vision.patch_size", GGUF_U32, P),
+            ("clip.vision.embedding_length", GGUF_U32, D),
+            ("clip.vision.feed_forward_length", GGUF_U32, MLP),
+            ("clip.vision.projection_dim", GGUF_U32, 0),
+            ("clip.vision.attention.head_count", GGUF_U32, HEADS),
+            ("clip.vision.attention.layer_norm_epsilon", GGUF_F32, eps),
+            ("clip.vision.block_count", GGUF_U32, blocks),
+            ("clip.vision.image_mean", GGUF_ARRAY, (GGUF_F32, image_mean)),
+            ("clip.vision.image_std", GGUF_ARRAY, (GGUF_F32, image_std)),
+            ("clip.use_gelu", GGUF_BOOL, use_gelu)] + list(extra)
+
+
+def gguf_tower_tensors(vt, blocks, legacy_ffn, kind2d, pre_ln, post_ln):
+    """The vision tower's tensors under llama.cpp's names; weights replaced in `vt` by the values
+    as stored. legacy_ffn: the legacy converter's names (HF fc1 -> ffn_down, fc2 -> ffn_up)."""
+    out = []
+
+    def add(name, param, kind):
+        data, stored = ggml_encode(param, kind)
+        with torch.no_grad():
+            param.copy_(stored.view(param.shape))
+        out.append((name, data, list(param.shape), kind))
+
+    e = vt.embeddings
+    add("v.patch_embd.weight", e.patch_embedding.weight, GGML_F16)  # 4-D: always F16 (the converter)
+    if e.patch_embedding.bias is not None:
+        add("v.patch_embd.bias", e.patch_embedding.bias, GGML_F32)
+    if hasattr(e, "class_embedding"):
+        add("v.class_embd", e.class_embedding, GGML_F32)
+    add("v.position_embd.weight", e.position_embedding.weight, GGML_F32)
+    if pre_ln:
+        add("v.pre_ln.weight", vt.pre_layrnorm.weight, GGML_F32)
+        add("v.pre_ln.bias", vt.pre_layrnorm.bias, GGML_F32)
+    up, down = ("ffn_down", "ffn_up") if legacy_ffn else ("ffn_up", "ffn_down")
+    for i in range(blocks):
+        l = vt.encoder.layers[i]
+        b = f"v.blk.{i}."
+        for n, lin in (("attn_q", l.self_attn.q_proj), ("attn_k", l.self_attn.k_proj),
+                       ("attn_v", l.self_attn.v_proj), ("attn_out", l.self_attn.out_proj),
+                       (up, l.mlp.fc1), (down, l.mlp.fc2)):
+            add(b + n + ".weight", lin.weight, kind2d)
+            add(b + n + ".bias", lin.bias, GGML_F32)
+        for n, ln in (("ln1", l.layer_norm1), ("ln2", l.layer_norm2)):
+            add(b + n + ".weight", ln.weight, GGML_F32)
+            add(b + n + ".bias", ln.bias, GGML_F32)
+    if post_ln:
+        add("v.post_ln.weight", vt.post_layernorm.weight, GGML_F32)
+        add("v.post_ln.bias", vt.post_layernorm.bias, GGML_F32)
+    return out, add
+
+
+def gguf_cases(out, img, mean, std, forward, tokens, has_class, proj=None):  # also HF LLaVA's
+    """raw: the native image through the GGUF's mean/std and `forward` (the reference);
+    foveated: mixed-size tokens through `tokens` (token-level forward)."""
+    cases, meta = {}, {}
+    gen = torch.Generator().manual_seed(7)
+    k = 1 if has_class else 0
+
+    def record(name, patches, pos, width, height, hidden):
+        cases[f"{name}.patches"] = f32(patches)
+        cases[f"{name}.positions"] = f32(pos)
+        cases[f"{name}.last_hidden"] = f32(hidden[0, k:])
+        if has_class:
+            cases[f"{name}.class_token"] = f32(hidden[0, :1])
+        if proj is not None:
+            cases[f"{name}.projected"] = f32(proj(hidden[0, k:]))
+        meta[f"{name}.image_width"], meta[f"{name}.image_height"] = width, height
+
+    with torch.no_grad():
+        px = preprocess(img, mean, std)
+        hidden = forward(px)
+        patches, pos = patches_of(px)
+        close(tokens(patches, pos, G * P, G * P), hidden, "GGUF tower: token-level forward vs module forward")
+        record("raw", patches, pos, G * P, G * P, hidden)
+        W, H = 77, 53
+        patches, pos = foveated_tokens(gen, W, H, 23)
+        record("foveated", patches, pos, W, H, tokens(patches, pos, W, H))
+    meta["cases"] = "raw,foveated"
+    meta["raw.image"] = "image.png"
+    save_safetensors(os.path.join(out, "cases.safetensors"), cases, meta)
+
+
+def make_gguf_llava(out, gen):
+    """A LLaVA-1.5-style mmproj as llama.cpp's legacy converter (convert_image_encoder_to_gguf.py
+    --llava-projector) writes it: a 3-block CLIP tower of which the last block is dropped
+    (block_count = 2: LLaVA reads HF's hidden_states[-2]), no post_layernorm, HF's fc1/fc2 stored
+    as ffn_down/ffn_up, the projector multi_modal_projector.linear_1/2 as mm.0/mm.2. Deviation:
+    mm.0.weight is stored as Q8_0 (the converter writes F16) so the reader's Q8_0 path is covered.
+    Reference: HF LlavaForConditionalGeneration.get_image_features, i.e.
+    projector(vision_tower(pixels, output_hidden_states=True).hidden_states[-2][:, 1:])."""
+    os.makedirs(out, exist_ok=True)
+    L_FULL, E1, E = 3, 48, 40
+    tower = ClipVisionModel(L_FULL).double()
+    proj = nn.Sequential(nn.Linear(D, E1), nn.GELU(), nn.Linear(E1, E)).double()  # linear_1, act, linear_2
+    randomize(tower, gen)
+    randomize(proj, gen)
+    vt = tower.vision_model
+    tensors, add = gguf_tower_tensors(vt, L_FULL - 1, legacy_ffn=True, kind2d=GGML_F16, pre_ln=True, post_ln=False)
+    add("mm.0.weight", proj[0].weight, GGML_Q8_0)
+    add("mm.0.bias", proj[0].bias, GGML_F32)
+    add("mm.2.weight", proj[2].weight, GGML_F16)
+    add("mm.2.bias", proj[2].bias, GGML_F32)
+    kvs = vision_keys(CLIP_MEAN, CLIP_STD, L_FULL - 1, 1e-5, False, [
+        ("clip.has_llava_projector", GGUF_BOOL, True),
+        ("clip.projector_type", GGUF_STRING, "mlp"),
+        ("general.name", GGUF_STRING, "fovea-test-llava"),
+        ("general.description", GGUF_STRING, "image encoder for LLaVA")])
+    save_gguf(os.path.join(out, "mmproj.gguf"), kvs, tensors)
+    assert read_gguf_tensor_names(os.path.join(out, "mmproj.gguf")) == [t[0] for t in tensors]
+    img = raw_image(gen, out)
+    forward, tokens = llava_reference(vt, L_FULL - 1)
+    gguf_cases(out, img, CLIP_MEAN, CLIP_STD, forward, tokens, True, proj)
+
+
+def llava_reference(vt, blocks):
+    """HF LLaVA's vision features: hidden_states[blocks] of the tower (states[0] is the
+    pre_layrnorm output), module-level and token-level."""
+    def forward(px):
+        h = vt.pre_layrnorm(vt.embeddings(px))
+        for l in vt.encoder.layers[:blocks]:
+            h = l(h)
+        return h
+
+    def tokens(patches, pos, width, height):
+        e = vt.embeddings
+        x = e.patch_embedding(patches).flatten(1)
+        pw = e.position_embedding.weight
+        x = x + sample_positions(pw[1:], pos, width, height)
+        x = torch.cat([(e.class_embedding + pw[0]).unsqueeze(0), x], dim=0).unsqueeze(0)
+        x = vt.pre_layrnorm(x)
+        for l in vt.encoder.layers[:blocks]:
+            x = l(x)
+        return x
+
+    return forward, tokens
+
+
+def make_hf_llava(out, gen):
+    """An HF LlavaForConditionalGeneration checkpoint (transformers' pre-4.52 names, as the
+    llava-hf models on the Hub have them): vision_tower.vision_model.* (a 3-block CLIP tower,
+    post_layernorm included but unused), multi_modal_projector.linear_1/2, a language-model stub;
+    F16; config.json with vision_feature_layer -2 and the default select strategy. Reference:
+    get_image_features = projector(hidden_states[-2][:, 1:])."""
+    os.makedirs(out, exist_ok=True)
+    L_FULL, E1, E = 3, 48, 40
+    tower = ClipVisionModel(L_FULL).double()
+    proj = nn.Sequential(nn.Linear(D, E1), nn.GELU(), nn.Linear(E1, E)).double()
+    randomize(tower, gen)
+    randomize(proj, gen)
+    round_to(tower, torch.float16)
+    round_to(proj, torch.float16)
+    vt = tower.vision_model
+    state = {f"vision_tower.{k}": v for k, v in tower.state_dict().items()}
+    state["multi_modal_projector.linear_1.weight"] = proj[0].weight
+    state["multi_modal_projector.linear_1.bias"] = proj[0].bias
+    state["multi_modal_projector.linear_2.weight"] = proj[2].weight
+    state["multi_modal_projector.linear_2.bias"] = proj[2].bias
+    state["language_model.model.embed_tokens.weight"] = torch.randn((16, E), generator=gen, dtype=torch.float64)
+    state["language_model.lm_head.weight"] = torch.randn((16, E), generator=gen, dtype=torch.float64)
+    save_safetensors(os.path.join(out, "model.safetensors"), state, {"format": "pt"}, "F16")
+    vision = {"hidden_size": D, "intermediate_size": MLP, "num_hidden_layers": L_FULL, "num_attention_heads": HEADS,
+              "image_size": G * P, "patch_size": P, "num_channels": C, "hidden_act": "quick_gelu",
+              "layer_norm_eps": 1e-5, "model_type": "clip_vision_model"}
+    cfg = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "vision_feature_layer": -2,
+           "vision_feature_select_strategy": "default", "projector_hidden_act": "gelu", "image_token_index": 15,
+           "vision_config": vision, "text_config": {"model_type": "llama", "hidden_size": E}}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    preprocessor_config(out, CLIP_MEAN, CLIP_STD, "CLIPImageProcessor")
+    img = raw_image(gen, out)
+    forward, tokens = llava_reference(vt, L_FULL - 1)
+    gguf_cases(out, img, CLIP_MEAN, CLIP_STD, forward, tokens, True, proj)
+
+
+def make_gguf_siglip(out, gen):
+    """A SigLIP tower named as convert_hf_to_gguf.py --mmproj names it (fc1 -> ffn_up), with
+    post_ln, BF16 matrices, general.alignment 64 and no projector. Reference: HF SigLIP's
+    last_hidden_state (after post_layernorm), which is also what clip.cpp computes."""
+    os.makedirs(out, exist_ok=True)
+    model = SiglipVisionModel().double()
+    randomize(model, gen)
+    vt = model.vision_model
+    tensors, _ = gguf_tower_tensors(vt, LAYERS, legacy_ffn=False, kind2d=GGML_BF16, pre_ln=False, post_ln=True)
+    kvs = vision_keys([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], LAYERS, 1e-6, True,
+                      [("general.alignment", GGUF_U32, 64), ("general.name", GGUF_STRING, "fovea-test-siglip")])
+    save_gguf(os.path.join(out, "mmproj.gguf"), kvs, tensors, alignment=64)
+    img = raw_image(gen, out)
+
+    def tokens(patches, pos, width, height):
+        e = vt.embeddings
+        x = e.patch_embedding(patches).flatten(1) + sample_positions(e.position_embedding.weight, pos, width, height)
+        return vt.post_layernorm(vt.encoder(x.unsqueeze(0)))
+
+    gguf_cases(out, img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], lambda px: vt(px)[0], tokens, False)
 
 
 def main():
@@ -488,10 +863,16 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(20261124)
-    make_clip(os.path.join(a.out, "clip"), gen, full=False)
-    make_clip(os.path.join(a.out, "clip_full"), gen, full=True)
-    make_siglip(os.path.join(a.out, "siglip"), gen)
-    make_torchvision(os.path.join(a.out, "torchvision"), gen)
+    # The raw-pixel images and the GGUF models draw from their own generator, so the models and
+    # cases above stay what they were.
+    raw_gen = torch.Generator().manual_seed(20261125)
+    make_clip(os.path.join(a.out, "clip"), gen, False, raw_gen)
+    make_clip(os.path.join(a.out, "clip_full"), gen, True, raw_gen)
+    make_siglip(os.path.join(a.out, "siglip"), gen, raw_gen)
+    make_torchvision(os.path.join(a.out, "torchvision"), gen, raw_gen)
+    make_gguf_llava(os.path.join(a.out, "gguf_llava"), raw_gen)
+    make_gguf_siglip(os.path.join(a.out, "gguf_siglip"), raw_gen)
+    make_hf_llava(os.path.join(a.out, "hf_llava"), raw_gen)
     total = 0
     for root, _, files in os.walk(a.out):
         for f in sorted(files):

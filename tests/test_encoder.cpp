@@ -28,8 +28,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string fixture(const std::string& model, const std::string& file = "model.safetensors") {
-  return test::source_dir() + "/tests/data/encoder/" + model + "/" + file;
+// The model file of a fixture directory: model.safetensors, or mmproj.gguf for the gguf_* ones.
+std::string fixture(const std::string& model, const std::string& file = "") {
+  const std::string f = !file.empty() ? file : model.rfind("gguf_", 0) == 0 ? "mmproj.gguf" : "model.safetensors";
+  return test::source_dir() + "/tests/data/encoder/" + model + "/" + f;
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
@@ -80,6 +82,7 @@ double compare(const SafetensorsFile& f, const std::string& c, const Encoding& e
   check("pooled", e.pooled);
   check("image_embeds", e.image_embeds);
   check("logits", e.logits);
+  check("projected", e.projected);
   return worst;
 }
 
@@ -110,11 +113,155 @@ TEST_P(EncoderFixture, Bf16CosineToFp32AtLeast0999) {
     const double cos = mean_row_cosine(a.embeddings, b.embeddings);
     EXPECT_GE(cos, 0.999) << c.name;
     RecordProperty(c.name + ".bf16_mean_row_cosine", std::to_string(cos));
-    EXPECT_GE(cosine_similarity(a.pooled, b.pooled), 0.999) << c.name;
+    if (encoder_detail::present(a.pooled)) EXPECT_GE(cosine_similarity(a.pooled, b.pooled), 0.999) << c.name;
+    if (encoder_detail::present(a.projected)) EXPECT_GE(mean_row_cosine(a.projected, b.projected), 0.999) << c.name;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture, ::testing::Values("clip", "clip_full", "siglip", "torchvision"));
+// From raw pixels: the fixture's native-size image.png through fovea's uniform tokenizer with
+// the model's own input contract (preprocessor_config.json, ImageNet's defaults for torchvision,
+// the GGUF keys) against the reference's forward of the same pixels with the family's own
+// preprocessing (HF's rescale + normalize, torchvision's transforms, LLaVA's get_image_features).
+TEST_P(EncoderFixture, FromRawPixelsWithTheModelsOwnPreprocessing) {
+  const VitModel model = VitModel::load(fixture(GetParam()));
+  const SafetensorsFile f = SafetensorsFile::open(fixture(GetParam(), "cases.safetensors"));
+  ASSERT_TRUE(f.metadata().count("raw.image"));
+  ImageU8 image = load_image(fixture(GetParam(), f.metadata().at("raw.image")));
+  const VitConfig& c = model.config();
+  ASSERT_EQ(image.width(), c.native_px());
+  TokenizeParams tp;
+  tp.uniform = true;
+  tp.patch_px = c.patch_px;
+  tp.extract.norm = normalization(c.input);
+  Executor exec({.threads = 2});
+  const Tokenization t = tokenize(std::move(image), {}, tp, exec);
+  ASSERT_EQ(t.batch.size(), int64_t(c.grid) * c.grid);  // native size: no resize
+  const Encoding e = encode(model, t.batch.patches, t.batch.positions,
+                            {.image_width = c.native_px(), .image_height = c.native_px()}, exec);
+  const double err = compare(f, "raw", e);
+  RecordProperty("raw.max_abs_error", std::to_string(err));
+  if (c.projector != ProjectorType::none) EXPECT_EQ(e.projected.dim(1), c.projector_dim);
+}
+
+// The same through the command line, as a user runs it: `fovea encode IMAGE --uniform --model M`.
+TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
+  const std::string dir = test::temp_dir("enc_raw_cli_" + GetParam());
+  const SafetensorsFile ref = SafetensorsFile::open(fixture(GetParam(), "cases.safetensors"));
+  const auto r = test::run_cli({"encode", fixture(GetParam(), "image.png"), "--uniform", "--model", fixture(GetParam()),
+                                "-o", dir + "/e.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile out = SafetensorsFile::open(dir + "/e.safetensors");
+  for (const char* name : {"last_hidden", "projected"}) {
+    const auto* want = ref.find(std::string("raw.") + name);
+    if (!want) continue;
+    const auto* got = out.find(std::string(name) == "last_hidden" ? "embeddings" : name);
+    ASSERT_NE(got, nullptr) << name;
+    const double err = max_abs_diff(ref.load(*want), out.load(*got));
+    EXPECT_LE(err, 1e-4) << name;
+    RecordProperty(std::string("cli.") + name + ".max_abs_error", std::to_string(err));
+  }
+  const std::string source = out.metadata().at("preprocessing_source");
+  EXPECT_EQ(source.rfind("model: ", 0), 0u) << source;
+  EXPECT_EQ(out.metadata().at("model_naming"), VitModel::load(fixture(GetParam())).config().naming);
+  EXPECT_FALSE(out.metadata().at("embeddings_output").empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
+                         ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
+                                           "hf_llava"));
+
+// HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
+TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
+  const VitConfig c = VitModel::load(fixture("hf_llava")).config();
+  EXPECT_EQ(c.naming, "hf_llava");
+  EXPECT_EQ(c.layers, 2);  // hidden_states[-2] of 3 blocks
+  EXPECT_EQ(c.layers_in_checkpoint, 3);
+  EXPECT_EQ(c.final_norm, FinalNorm::none);
+  EXPECT_EQ(c.projector, ProjectorType::mlp);
+  EXPECT_EQ(c.projector_dim, 40);
+  EXPECT_EQ(c.input.source, "preprocessor_config.json");
+  const std::string dir = test::temp_dir("enc_llava_cfg");
+  fs::copy_file(fixture("hf_llava"), dir + "/model.safetensors");
+  nlohmann::json cfg;
+  std::ifstream(fixture("hf_llava", "config.json")) >> cfg;
+  auto with = [&](const char* key, nlohmann::json v) {
+    nlohmann::json c2 = cfg;
+    c2[key] = std::move(v);
+    std::ofstream(dir + "/config.json") << c2.dump();
+  };
+  with("vision_feature_layer", -1);
+  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().layers, 3);
+  with("vision_feature_layer", 1);
+  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().layers, 1);
+  with("vision_feature_layer", nlohmann::json::array({-2, -1}));
+  EXPECT_THROW(VitModel::load(dir + "/model.safetensors"), Error);
+  with("vision_feature_layer", -5);
+  EXPECT_THROW(VitModel::load(dir + "/model.safetensors"), Error);
+  with("vision_feature_select_strategy", "full");
+  try {
+    VitModel::load(dir + "/model.safetensors");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::unsupported);
+    EXPECT_NE(std::string(e.what()).find("'full'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EncoderContract, WhereThePreprocessingComesFrom) {
+  const VitConfig clip = VitModel::load(fixture("clip")).config();
+  EXPECT_EQ(clip.input.source, "preprocessor_config.json");
+  EXPECT_NE(embedding_output(clip).find("before post_layernorm"), std::string::npos);
+  const VitConfig full = VitModel::load(fixture("clip_full")).config();
+  EXPECT_FLOAT_EQ(full.input.mean[1], 0.4f);  // the file's, not CLIP's defaults
+  EXPECT_FLOAT_EQ(full.input.std[2], 0.3f);
+  const VitConfig sig = VitModel::load(fixture("siglip")).config();
+  EXPECT_FLOAT_EQ(sig.input.mean[0], 0.5f);
+  EXPECT_NE(embedding_output(sig).find("after post_layernorm"), std::string::npos);
+  const VitConfig tv = VitModel::load(fixture("torchvision")).config();
+  EXPECT_NE(tv.input.source.find("ImageNet"), std::string::npos);
+  EXPECT_FLOAT_EQ(tv.input.mean[0], 0.485f);
+  EXPECT_FLOAT_EQ(tv.input.std[2], 0.225f);
+  EXPECT_EQ(tv.naming, "torchvision");
+  // Without preprocessor_config.json: the family's published defaults, labelled as such.
+  const std::string dir = test::temp_dir("enc_contract");
+  fs::copy_file(fixture("siglip"), dir + "/model.safetensors");
+  const VitConfig bare = VitModel::load(dir + "/model.safetensors").config();
+  EXPECT_NE(bare.input.source.find("SigLIP defaults"), std::string::npos);
+  EXPECT_FLOAT_EQ(bare.input.std[1], 0.5f);
+  // A broken preprocessor_config.json is an error, not a silent default.
+  std::ofstream(dir + "/preprocessor_config.json") << R"({"image_mean": [0.5, 0.5], "image_std": [0.5, 0.5, 0.5]})";
+  EXPECT_THROW(VitModel::load(dir + "/model.safetensors"), Error);
+  // rescale_factor and do_normalize fold into the tokenizer's (x/255 − mean')/std'.
+  std::ofstream(dir + "/preprocessor_config.json")
+      << R"({"image_mean": [0.5, 0.5, 0.5], "image_std": [0.25, 0.5, 1.0], "rescale_factor": 0.00784313725490196})";
+  const Normalization n = normalization(VitModel::load(dir + "/model.safetensors").config().input);
+  for (int ch = 0; ch < 3; ++ch) {
+    const float want = (200.0f / 127.5f - 0.5f) / (ch == 0 ? 0.25f : ch == 1 ? 0.5f : 1.0f);
+    EXPECT_NEAR((200.0f / 255.0f - n.mean[ch]) / n.std[ch], want, 1e-5) << ch;
+  }
+  std::ofstream(dir + "/preprocessor_config.json") << R"({"do_normalize": false, "do_rescale": true})";
+  const Normalization raw = normalization(VitModel::load(dir + "/model.safetensors").config().input);
+  EXPECT_NEAR((200.0f / 255.0f - raw.mean[0]) / raw.std[0], 200.0f / 255.0f, 1e-6);
+}
+
+// --mean / --std still override the model, and the file says which was applied.
+TEST(EncodeCli, MeanAndStdOverrideTheModelsPreprocessing) {
+  const std::string dir = test::temp_dir("enc_override");
+  const SafetensorsFile ref = SafetensorsFile::open(fixture("siglip", "cases.safetensors"));
+  const auto r = test::run_cli({"encode", fixture("siglip", "image.png"), "--uniform", "--model", fixture("siglip"),
+                                "--mean", "0,0,0", "--std", "1,1,1", "-o", dir + "/e.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile out = SafetensorsFile::open(dir + "/e.safetensors");
+  EXPECT_EQ(out.metadata().at("preprocessing_source"), "--mean/--std");
+  EXPECT_EQ(out.metadata().at("norm_mean"), "0,0,0");
+  EXPECT_GT(max_abs_diff(ref.load(*ref.find("raw.last_hidden")), out.load(*out.find("embeddings"))), 0.1);
+  const auto half = test::run_cli({"encode", fixture("siglip", "image.png"), "--uniform", "--model", fixture("siglip"),
+                                   "--std", "1,1,1", "-o", dir + "/h.safetensors", "--json"});
+  ASSERT_EQ(half.exit_code, 0) << half.err;
+  const nlohmann::json j = nlohmann::json::parse(half.out);
+  EXPECT_NE(j["encoder"]["preprocessing"]["source"].get<std::string>().find("mean from the model"), std::string::npos);
+  EXPECT_NEAR(j["encoder"]["preprocessing"]["mean"][0].get<double>(), 0.5, 1e-6);
+}
 
 TEST(Encoder, DetectsFamiliesAndConfig) {
   const VitModel clip = VitModel::load(fixture("clip"));
@@ -328,6 +475,54 @@ TEST(EncoderCheckpoint, HostileFilesGiveClearErrors) {
   expect_load_error(dir + "/absent.safetensors", Errc::io, {"absent.safetensors"});
 }
 
+// HF's sharded layout (model.safetensors.index.json + shards), given as the index or the
+// directory, loads the same model as the single file.
+TEST(EncoderCheckpoint, ShardedHfCheckpointsLoadLikeOneFile) {
+  const std::string dir = test::temp_dir("enc_sharded");
+  const SafetensorsFile f = SafetensorsFile::open(fixture("hf_llava"));
+  std::vector<Tensor> ts;
+  ts.reserve(f.entries().size());
+  std::vector<NamedTensor> a, b;
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  for (size_t i = 0; i < f.entries().size(); ++i) {
+    const auto& e = f.entries()[i];
+    ts.push_back(f.load(e));
+    const bool first = i % 2 == 0;  // interleaved, so the tower and the projector span both shards
+    (first ? a : b).push_back({e.name, &ts.back()});
+    index["weight_map"][e.name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  save_safetensors(dir + "/model-00001-of-00002.safetensors", a);
+  save_safetensors(dir + "/model-00002-of-00002.safetensors", b);
+  std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  for (const char* file : {"config.json", "preprocessor_config.json"})
+    fs::copy_file(fixture("hf_llava", file), dir + "/" + file);
+  const VitModel one = VitModel::load(fixture("hf_llava"));
+  const SafetensorsFile cases = SafetensorsFile::open(fixture("hf_llava", "cases.safetensors"));
+  std::vector<Case> all = load_cases(cases);
+  const Case& c = all[0];
+  Executor exec({.threads = 1});
+  const Encoding want = encode(one, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
+  for (const std::string spec : {dir + "/model.safetensors.index.json", dir}) {
+    const VitModel m = VitModel::load(spec);
+    EXPECT_EQ(m.config().naming, "hf_llava");
+    EXPECT_EQ(m.tensors_used(), one.tensors_used());
+    const Encoding got = encode(m, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
+    EXPECT_EQ(max_abs_diff(want.projected, got.projected), 0.0) << spec;
+  }
+  // A shard that is missing, a tensor the shard does not hold, a path outside the directory.
+  nlohmann::json bad = index;
+  bad["weight_map"][f.entries()[0].name] = "model-00003-of-00002.safetensors";
+  std::ofstream(dir + "/model.safetensors.index.json") << bad.dump();
+  expect_load_error(dir, Errc::io, {"model-00003-of-00002.safetensors"});
+  bad = index;
+  bad["weight_map"][f.entries()[0].name] = "model-00002-of-00002.safetensors";
+  std::ofstream(dir + "/model.safetensors.index.json") << bad.dump();
+  expect_load_error(dir, Errc::corrupt_data, {"does not hold it"});
+  bad["weight_map"][f.entries()[0].name] = "../model-00001-of-00002.safetensors";
+  std::ofstream(dir + "/model.safetensors.index.json") << bad.dump();
+  expect_load_error(dir, Errc::corrupt_data, {"not a plain file name"});
+}
+
 TEST(EncoderCheckpoint, ConfigJsonMustAgreeWithTensors) {
   const std::string dir = test::temp_dir("enc_config");
   fs::copy_file(fixture("clip"), dir + "/model.safetensors");
@@ -511,7 +706,7 @@ TEST(EncodeCli, StoreReportsTheEmbeddingsPages) {
 }
 
 // The CLI runs with the passive OpenMP wait policy unless the environment chooses one
-// (fovea::use_passive_openmp_wait re-executes it once).
+// (tools/fovea/main.cpp re-executes it once: the program owns the policy, not the library).
 TEST(EncodeCli, OpenMpWaitPolicyIsPassiveUnlessChosen) {
   const std::string dir = test::temp_dir("enc_cli_omp");
   const std::string image = dir + "/in.png";
@@ -543,6 +738,14 @@ TEST(EncodeCli, TokenizeTakesAQueryEmbedding) {
                                 "--budget", "16", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("embedding(32)"), std::string::npos) << r.out;
+  // The tokens follow the model's preprocessing (SigLIP's 0.5/0.5 from its preprocessor_config.json).
+  const auto s = test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors", "--model",
+                                fixture("siglip"), "--budget", "16", "-o", dir + "/t.safetensors"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const SafetensorsFile t = SafetensorsFile::open(dir + "/t.safetensors");
+  EXPECT_EQ(t.metadata().at("norm_mean"), "0.5,0.5,0.5");
+  EXPECT_EQ(t.metadata().at("norm_std"), "0.5,0.5,0.5");
+  EXPECT_EQ(t.metadata().at("preprocessing_source"), "model: preprocessor_config.json");
   expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors"}), 2, "--model");
   expect_one_line_error(test::run_cli({"tokenize", image, "--query-embedding", dir + "/q.safetensors", "--model",
                                        "random:vit-tiny"}), 2, "64");

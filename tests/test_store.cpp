@@ -40,13 +40,19 @@ std::vector<std::string> test_backends() {
   return names;
 }
 
+// Every Vulkan backend of these tests reports its validation messages here.
+const std::shared_ptr<ValidationLog>& test_validation_log() {
+  static const auto log = std::make_shared<ValidationLog>();
+  return log;
+}
+
 // A backend for the tests: Vulkan ones with validation on. Throws (failing the test) with the
 // reason when a Vulkan backend is unavailable.
 std::unique_ptr<StoreBackend> make_test_backend(const std::string& name) {
   if (name == "host") return make_host_store_backend();
 #ifdef FOVEA_HAVE_VULKAN
   std::string why;
-  const VulkanStoreOptions options{.device = "", .validation = true};
+  const VulkanStoreOptions options{.device = "", .validation = true, .validation_log = test_validation_log()};
   std::unique_ptr<StoreBackend> b = name == "vulkan-image" ? make_vulkan_image_store_backend(&why, options)
                                                            : make_vulkan_store_backend(&why, options);
   if (!b) throw Error(Errc::device, "the " + name + " store backend is not available: " + why);
@@ -66,19 +72,11 @@ std::unique_ptr<StoreBackend> make_test_backend(const std::string& name) {
 // token counts, same expectations).
 int64_t scale_of(const std::string& name) { return name == "vulkan-image" ? 16 : 1; }
 
-int64_t validation_messages_now() {
-#ifdef FOVEA_HAVE_VULKAN
-  return store_vk::validation_message_count();
-#else
-  return 0;
-#endif
-}
+int64_t validation_messages_now() { return test_validation_log()->count(); }
 
 std::string validation_report() {
   std::string all;
-#ifdef FOVEA_HAVE_VULKAN
-  for (const std::string& m : store_vk::validation_messages()) all += "  " + m + "\n";
-#endif
+  for (const std::string& m : test_validation_log()->messages()) all += "  " + m + "\n";
   return all;
 }
 
@@ -763,6 +761,55 @@ TEST(TokenCache, KeysSeparateModelLevelAndPixels) {
   std::vector<uint8_t> wide(16 * 20 * 3, 0);
   for (int y = 0; y < 16; ++y) std::memcpy(&wide[size_t(y) * 60], &px[size_t(y) * 48], 48);
   EXPECT_EQ(tile_key(wide.data(), 16, 16, 3, 0, "m", 60), tile_key(px.data(), 16, 16, 3, 0, "m"));
+}
+
+// Keys against Python's hashlib.blake2b over the documented serialisation: tag with its NUL,
+// the model id's length (u64 LE) and bytes, (level, width, height, channels) as i32 LE, pixels.
+TEST(TokenCache, KeysMatchHashlibUnkeyedAndKeyed) {
+  uint8_t px[12];
+  for (int i = 0; i < 12; ++i) px[i] = uint8_t((i * 5 + 1) % 256);
+  EXPECT_EQ(tile_key(px, 2, 2, 3, 1, "m").hex(), "845c24614f0096bde2f349fb2e20da5b6d17ae848679250ca61e8ce3337206d5");
+  CacheSecret secret;
+  for (int i = 0; i < 32; ++i) secret.bytes[size_t(i)] = uint8_t(i);
+  EXPECT_EQ(tile_key(secret, px, 2, 2, 3, 1, "m").hex(),
+            "d81d5a1e35ee855b7d6a152bc8734a3ccd9792b2f18f7ce23e1e55e613ebb4e5");
+  // hashlib.blake2b(b"abc", key=bytes(range(32)), digest_size=32)
+  Blake2b h(32, secret.bytes);
+  h.update("abc", 3);
+  uint8_t d[32];
+  h.final(d);
+  char hex[65];
+  for (int i = 0; i < 32; ++i) std::snprintf(hex + 2 * i, 3, "%02x", d[i]);
+  EXPECT_EQ(std::string(hex), "d63a32d3e44738d7907f964316c241adaba0abfeabc32349677578a15a203f7f");
+  EXPECT_THROW(h.final(d), Error);  // once only
+  EXPECT_THROW(Blake2b(65), Error);
+  EXPECT_THROW(Blake2b(32, std::vector<uint8_t>(65, 1)), Error);
+}
+
+// A cache keys with its own secret: random per cache unless given, so two caches' keys for
+// the same tile differ, and a given secret reproduces them.
+TEST(TokenCache, CacheKeysAreKeyedWithTheCacheSecret) {
+  std::vector<uint8_t> px(8 * 8 * 3, 9);
+  TokenCache a(1 << 20), b(1 << 20);
+  const CacheKey ka = a.tile_key(px.data(), 8, 8, 3, 0, "m");
+  EXPECT_EQ(ka, a.tile_key(px.data(), 8, 8, 3, 0, "m"));
+  EXPECT_NE(ka, b.tile_key(px.data(), 8, 8, 3, 0, "m"));
+  EXPECT_NE(ka, tile_key(px.data(), 8, 8, 3, 0, "m"));
+  EXPECT_NE(CacheSecret::random().bytes, CacheSecret::random().bytes);
+  CacheSecret s;
+  s.bytes.fill(0x5a);
+  TokenCache c(1 << 20, s), d(1 << 20, s);
+  EXPECT_EQ(c.tile_key(px.data(), 8, 8, 3, 0, "m"), d.tile_key(px.data(), 8, 8, 3, 0, "m"));
+  EXPECT_EQ(c.tile_key(px.data(), 8, 8, 3, 0, "m"), tile_key(s, px.data(), 8, 8, 3, 0, "m"));
+  // Key semantics as unkeyed: any change of level, model, geometry or pixels changes the key.
+  const CacheKey kc = c.tile_key(px.data(), 8, 8, 3, 0, "m");
+  EXPECT_NE(kc, c.tile_key(px.data(), 8, 8, 3, 1, "m"));
+  EXPECT_NE(kc, c.tile_key(px.data(), 8, 8, 3, 0, "n"));
+  EXPECT_NE(kc, c.tile_key(px.data(), 4, 16, 3, 0, "m"));
+  px[5] ^= 1;
+  EXPECT_NE(kc, c.tile_key(px.data(), 8, 8, 3, 0, "m"));
+  // A stride shorter than a row is refused.
+  EXPECT_THROW(tile_key(px.data(), 8, 8, 3, 0, "m", 23), Error);
 }
 
 CacheKey key_of(int i) {

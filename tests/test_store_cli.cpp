@@ -2,14 +2,61 @@
 // Vulkan builds, on the sparse backends (with the host serving when no device can).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <string>
 
 #include "fovea/image.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/token_cache.hpp"
 #include "test_util.hpp"
 
 namespace fovea {
 namespace {
+
+std::string blake2b_hex(std::span<const std::byte> bytes) {
+  Blake2b h(32);
+  h.update(bytes.data(), bytes.size());
+  uint8_t d[32];
+  h.final(d);
+  std::string out;
+  char hex[3];
+  for (uint8_t b : d) {
+    std::snprintf(hex, sizeof hex, "%02x", b);
+    out += hex;
+  }
+  return out;
+}
+
+// The bind structure of store-bench's modes, which is what makes merged binds fast: single
+// submits one backend call per page, batched one call with an entry per page, merged one call
+// with neighbouring pages merged. The seed table's 8 images each get contiguous virtual and
+// physical pages, so a frame merges to at most one entry per image. (The speed-up itself is a
+// timing: bench material, reported by store-bench, not asserted here.)
+void expect_bind_structure(const nlohmann::json& j) {
+  for (const char* table : {"backend_binds", "frame_binds"}) {
+    ASSERT_FALSE(j[table].empty()) << table;
+    for (const auto& b : j[table]) {
+      const int64_t pages = b["pages"], calls = b["calls"], entries = b["entries"];
+      const std::string mode = b["mode"];
+      ASSERT_GT(pages, 1) << b;
+      if (mode == "single") {
+        EXPECT_EQ(calls, pages) << b;
+        EXPECT_EQ(entries, pages) << b;
+      } else if (mode == "batched") {
+        EXPECT_EQ(calls, 1) << b;
+        EXPECT_EQ(entries, pages) << b;
+      } else {
+        EXPECT_EQ(mode, "merged");
+        EXPECT_EQ(calls, 1) << b;
+        // backend_binds maps virtual page i to physical page i: one run.
+        EXPECT_EQ(entries, std::string(table) == "backend_binds" ? 1 : 8) << b;
+      }
+    }
+  }
+}
 
 TEST(StoreCli, StoreBenchAndTokenizeStore) {
   const auto r = test::run_cli({"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "64", "--json"});
@@ -17,6 +64,7 @@ TEST(StoreCli, StoreBenchAndTokenizeStore) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["seed_table"][0]["resident_pages"].get<int64_t>(), 138);
   EXPECT_EQ(j["backend_binds"].size(), 3u);
+  expect_bind_structure(j);
   const auto text = test::run_cli({"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "16"});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("46.1% saved"), std::string::npos) << text.out;
@@ -27,14 +75,21 @@ TEST(StoreCli, StoreBenchAndTokenizeStore) {
   const std::string dir = test::temp_dir("store_cli");
   const std::string image = dir + "/in.png";
   save_png(test::gradient_image(128, 96, 3), image);
-  const auto t = test::run_cli({"tokenize", image, "--budget", "20", "--dtype", "f16", "--store", "--json"});
+  const auto t = test::run_cli(
+      {"tokenize", image, "--budget", "20", "--dtype", "f16", "--store", "--json", "-o", dir + "/tokens.safetensors"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const auto s = nlohmann::json::parse(t.out)["store"];
   const int64_t kept = s["kept_tokens"].get<int64_t>(), tb = s["token_bytes"].get<int64_t>();
   EXPECT_EQ(tb, 16 * 16 * 3 * 2);
   EXPECT_EQ(s["dense_tokens"].get<int64_t>(), 8 * 6);
   EXPECT_EQ(s["pages"].get<int64_t>(), (kept * tb + 65535) / 65536);
-  EXPECT_TRUE(s["roundtrip_ok"].get<bool>());
+  // What the store gave back is what the token file holds (exit 0 alone says only that the
+  // CLI's own comparison passed): the patches' N and their bytes' BLAKE2b.
+  const SafetensorsFile file = SafetensorsFile::open(dir + "/tokens.safetensors");
+  const SafetensorsFile::Entry* patches = file.find("patches");
+  ASSERT_NE(patches, nullptr);
+  EXPECT_EQ(patches->shape.at(0), kept);
+  EXPECT_EQ(s["gathered_blake2b"].get<std::string>(), blake2b_hex(file.data(*patches)));
   const auto u8 = test::run_cli({"tokenize", image, "--dtype", "u8", "--store"});
   EXPECT_EQ(u8.exit_code, 2);
   EXPECT_NE(u8.err.find("--store needs float tokens"), std::string::npos) << u8.err;
@@ -48,16 +103,18 @@ TEST(StoreCli, StoreBenchReportsEveryBackend) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["seed_table"].size(), 3u) << r.out;
+  // (Every backend's gather returning the written bytes is what exit 0 means here: store-bench
+  // fails otherwise. tests/test_store.cpp compares the backends byte for byte.)
   for (const auto& t : j["seed_table"]) {
     EXPECT_EQ(t["resident_pages"].get<int64_t>(), 138) << t["backend"];
-    EXPECT_TRUE(t["roundtrip_ok"].get<bool>()) << t["backend"];
+    EXPECT_EQ(t["payload_bytes"], j["seed_table"][0]["payload_bytes"]) << t["backend"];
   }
   EXPECT_EQ(j["seed_table"][1]["backend"], "vulkan");
   EXPECT_EQ(j["seed_table"][2]["backend"], "vulkan-image");
   EXPECT_EQ(j["backend_binds"].size(), 9u);
   EXPECT_EQ(j["frame_binds"].size(), 9u);
   ASSERT_EQ(j["frame_speedup"].size(), 3u);
-  for (const auto& f : j["frame_speedup"]) EXPECT_GT(f["merged_vs_single"].get<double>(), 0.0) << f;
+  expect_bind_structure(j);
   ASSERT_EQ(j["gather"].size(), 3u);
   const auto text = test::run_cli({"store-bench", "--backend", "vulkan", "--reps", "1", "--bind-pages", "16"});
   ASSERT_EQ(text.exit_code, 0) << text.err;
@@ -75,9 +132,12 @@ TEST(StoreCli, TokenizeStoreOnVulkanAndFallback) {
     ASSERT_EQ(t.exit_code, 0) << t.err;
     auto s = nlohmann::json::parse(t.out)["store"];
     EXPECT_EQ(s["backend"], backend);
-    EXPECT_TRUE(s["roundtrip_ok"].get<bool>());
+    // Each device store returns the host's bytes (the same tokens: tokenize is deterministic).
     if (std::string(backend) == "host") host_store = s;
-    else EXPECT_EQ(s["pages"], host_store["pages"]) << backend;
+    else {
+      EXPECT_EQ(s["pages"], host_store["pages"]) << backend;
+      EXPECT_EQ(s["gathered_blake2b"], host_store["gathered_blake2b"]) << backend;
+    }
   }
   // No Vulkan driver at all: one note on stderr, the host serves, exit 0.
   ::setenv("VK_ICD_FILENAMES", "/nonexistent/fovea-no-icd.json", 1);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "fovea/error.hpp"
 #include "fovea/image.hpp"
@@ -41,6 +43,72 @@ TEST(Image, MovedFromIsEmptyAndPlanesArePadded) {
   EXPECT_THROW(ImageU8(0, 3, 3), Error);
   EXPECT_THROW(ImageU8(3, 3, 2), Error);
   EXPECT_THROW(ImageU8(1 << 30, 1 << 30, 3), Error);
+}
+
+TEST(Tensor, DefaultAndMovedFromAreEmpty) {
+  Tensor t;
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_TRUE(t.empty());
+  EXPECT_EQ(t.size_bytes(), 0u);
+  EXPECT_EQ(t.bytes(), nullptr);
+  EXPECT_EQ(t.data<float>(), nullptr);
+  EXPECT_EQ(t.data<uint8_t>(), nullptr);  // nothing to misread
+  EXPECT_TRUE(t.clone().empty());
+  // A rank-0 tensor made with an empty shape is a scalar, not empty.
+  Tensor scalar(DType::i64, {});
+  EXPECT_EQ(scalar.numel(), 1);
+  EXPECT_FALSE(scalar.empty());
+  scalar.data<int64_t>()[0] = 7;
+  EXPECT_EQ(scalar.clone().data<int64_t>()[0], 7);
+  Tensor a(DType::f32, {2, 3});
+  a.data<float>()[5] = 1.5f;
+  Tensor b = std::move(a);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(a.numel(), 0);
+  EXPECT_EQ(a.rank(), 0u);
+  EXPECT_EQ(b.numel(), 6);
+  EXPECT_EQ(b.data<float>()[5], 1.5f);
+  Tensor c;
+  c = std::move(b);
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(c.shape(), (std::vector<int64_t>{2, 3}));
+  // A zero-extent tensor is empty too, but keeps its shape and dtype.
+  Tensor z(DType::u8, {0, 4});
+  EXPECT_TRUE(z.empty());
+  EXPECT_EQ(z.rank(), 2u);
+}
+
+TEST(Tensor, TypedAccessChecksTheDtype) {
+  Tensor f(DType::f32, {4});
+  EXPECT_NE(f.data<float>(), nullptr);
+  // Same size, other type: the old sizeof check let these through.
+  EXPECT_THROW(f.data<int32_t>(), Error);
+  Tensor i8(DType::i8, {4});
+  EXPECT_NE(i8.data<int8_t>(), nullptr);
+  EXPECT_THROW(i8.data<uint8_t>(), Error);
+  EXPECT_THROW(Tensor(DType::u8, {4}).data<int8_t>(), Error);
+  EXPECT_THROW(Tensor(DType::f64, {4}).data<int64_t>(), Error);
+  EXPECT_THROW(Tensor(DType::i16, {4}).data<uint16_t>(), Error);
+  // 16-bit floats are read as their bit patterns through uint16_t, and only so.
+  for (DType t : {DType::f16, DType::bf16, DType::u16}) {
+    Tensor h(t, {3});
+    EXPECT_NE(h.data<uint16_t>(), nullptr) << dtype_name(t);
+    EXPECT_THROW(h.data<float>(), Error) << dtype_name(t);
+    EXPECT_THROW(h.data<int16_t>(), Error) << dtype_name(t);
+  }
+  Tensor h(DType::f16, {1});
+  h.data<uint16_t>()[0] = f32_to_f16(0.5f);
+  EXPECT_EQ(f16_to_f32(std::as_const(h).data<uint16_t>()[0]), 0.5f);
+  // The message names both types.
+  try {
+    (void)h.data<float>();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("F16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("F32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("uint16_t"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Tensor, NegativeExtentIsAnError) {

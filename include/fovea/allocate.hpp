@@ -27,6 +27,9 @@
 //   * the splits made for budget B are a prefix of those for any B' > B: a larger budget
 //     never lowers the resolution of any tile.
 // Ties break by level, then y, then x, so the result is deterministic.
+//
+// Thread safety: allocate() and uniform_grid() are pure functions of their arguments, safe to
+// call from any number of threads; the structs are plain values (concurrent reads are safe).
 #pragma once
 
 #include <array>

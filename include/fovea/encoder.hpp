@@ -1,20 +1,34 @@
 // fovea/encoder.hpp — a ViT from a checkpoint turns a TokenBatch into embeddings.
 //
 //   fovea::Executor exec;
-//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("photo.jpg"), {}, {}, exec);
-//   fovea::VitModel m = fovea::VitModel::load("clip-vit-b16.safetensors");   // or "random:vit-b16"
+//   fovea::VitModel m = fovea::VitModel::load("clip-vit-b16/model.safetensors");  // or an mmproj .gguf, "random:vit-b16"
+//   fovea::TokenizeParams tp;
+//   tp.patch_px = m.config().patch_px;
+//   tp.extract.norm = fovea::normalization(m.config().input);   // the model's own preprocessing
+//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("photo.jpg"), {}, tp, exec);
 //   fovea::Encoding e = fovea::encode(m, t.batch.patches, t.batch.positions,
 //                                     {.image_width = t.pyramid.width(), .image_height = t.pyramid.height()}, exec);
-//   const fovea::Tensor& emb = e.embeddings;   // [N, D] float32: last hidden state, batch order
+//   const fovea::Tensor& emb = e.embeddings;   // [N, D] float32, batch order (see embedding_output())
+//   const fovea::Tensor& llm = e.projected;    // [N, E] when the checkpoint has a projector: the LLM's input
 //
-// Checkpoints (safetensors, F32/F16/BF16) in three namings, detected from tensor names and
-// shapes, plus config.json beside the file when present:
-//   * HF CLIPVisionModel / CLIPModel: `vision_model.*` (class token, pre_layrnorm, quick_gelu,
-//     post_layernorm on the pooled class token, `visual_projection` when present);
-//   * HF SigLIP vision tower: `vision_model.*` without class token, patch-embedding bias,
-//     tanh-GELU, post_layernorm on every token, attention-pooling `head` when present;
-//   * torchvision VisionTransformer: `conv_proj`, `encoder.layers.encoder_layer_N.*`
-//     (class token, exact GELU, final `encoder.ln`, `heads.head` when present).
+// Checkpoints, one loader per naming (src/encoder/loaders/), chosen from the file's contents:
+//   * HF CLIPVisionModel / CLIPModel (.safetensors, `vision_model.*`): class token, pre_layrnorm,
+//     quick_gelu; `embeddings` is last_hidden_state, BEFORE post_layernorm (which HF applies to
+//     the pooled class token only); `visual_projection` → image_embeds when present;
+//   * HF SigLIP vision tower (.safetensors): no class token, patch bias, tanh-GELU;
+//     last_hidden_state is AFTER post_layernorm; attention-pooling `head` → pooled;
+//   * torchvision VisionTransformer (.safetensors, `conv_proj`, `encoder.layers.*`): class token,
+//     exact GELU, `encoder.ln` on every token, `heads.head` → logits;
+//   * HF LlavaForConditionalGeneration (.safetensors, `vision_tower.vision_model.*` +
+//     `multi_modal_projector.linear_1/2`): the tower up to config.json's vision_feature_layer,
+//     then the projector → projected (the language model's tensors are ignored);
+//   * llama.cpp mmproj (.gguf, `v.*`, `clip.vision.*` keys): CLIP or SigLIP towers, optionally with
+//     the LLaVA MLP projector (`mm.0`, GELU, `mm.2`) → projected.
+// Safetensors: F32/F16/BF16; GGUF: F32/F16/BF16/Q8_0.
+//
+// The model carries its input contract (VitConfig::input): mean, std and rescale from
+// preprocessor_config.json beside the weights (HF), ImageNet's for torchvision, the GGUF keys
+// clip.vision.image_mean / image_std, else the family's published defaults; `source` says which.
 // "random:vit-b16" / "random:vit-s16" build seeded random CLIP-shaped models for benchmarks;
 // VitModel::is_random() is true and every output says so.
 //
@@ -25,8 +39,16 @@
 // v = cy·G/H − 0.5 for an image of W×H pixels. A uniform level-0 grid of an image G·P pixels
 // square samples exactly the grid nodes, so it reproduces the original model; a uniform grid at
 // any other size reproduces HF's interpolate_pos_encoding.
+//
+// Thread safety: a VitModel's weights are immutable and shared by its copies; encode() and the
+// tile_feature_fn hook on one model (or its copies) run one at a time (an internal mutex), so
+// a model may be shared between threads, and separately loaded models encode in parallel. Each
+// call runs on exec.threads() threads: it sets the calling thread's OpenMP team size for the
+// call and restores the caller's value. The OpenMP wait policy is the program's (exec.hpp).
+// The hook from tile_feature_fn keeps exec's thread count and kernel choice (not exec itself).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,6 +77,10 @@ enum class Precision : uint8_t {
 std::string_view to_string(VitFamily f);
 std::string_view to_string(Activation a);
 std::string_view to_string(Precision p);
+struct VitConfig;
+// What `Encoding::embeddings` holds for this model, e.g. "last_hidden_state (before
+// post_layernorm)" for HF CLIP, "hidden_states[-2] (the projector's input)" for LLaVA mmproj.
+std::string embedding_output(const VitConfig& c);
 
 enum class FinalNorm : uint8_t {
   none,
@@ -62,8 +88,29 @@ enum class FinalNorm : uint8_t {
   pooled_only,  // CLIP post_layernorm: applied to the class token for `pooled` only
 };
 
+// How pixels must be prepared for the model: value = (pixel · rescale − mean) / std per channel
+// (pixel in 0..255), as HF's image processors do (do_rescale, do_normalize).
+struct InputContract {
+  std::array<float, 3> mean{0.48145466f, 0.4578275f, 0.40821073f};  // CLIP's
+  std::array<float, 3> std{0.26862954f, 0.26130258f, 0.27577711f};
+  float rescale = 1.0f / 255.0f;
+  bool normalize = true;  // false: value = pixel · rescale
+  std::string source = "CLIP defaults";  // where the numbers came from, for reports and metadata
+};
+// The tokenizer's Normalization that applies `contract` ((x/255 − mean')/std', with the rescale
+// folded into mean' and std').
+Normalization normalization(const InputContract& contract);
+
+enum class ProjectorType : uint8_t {
+  none,
+  mlp,  // LLaVA: mm.0 (Linear D → E), GELU (erf), mm.2 (Linear E → E) when present
+};
+std::string_view to_string(ProjectorType p);
+
 struct VitConfig {
   VitFamily family = VitFamily::clip;
+  std::string naming = "random";  // hf_clip, hf_siglip, hf_llava, torchvision, gguf_mmproj, random
+  InputContract input;
   int hidden = 768;     // D
   int layers = 12;
   int heads = 12;
@@ -80,6 +127,14 @@ struct VitConfig {
   int projection_dim = 0;       // CLIP visual_projection (0: none)
   bool attention_pool = false;  // SigLIP multihead-attention pooling head
   int num_classes = 0;          // torchvision heads.head (0: none)
+  // The encoder runs `layers` blocks. For a projector, that is the layer it reads: LLaVA reads
+  // HF's hidden_states[-2], which llama.cpp's converter stores as the file's blocks (the last
+  // block dropped); clip.vision.feature_layer = [f] selects hidden_states[f] (f blocks).
+  int layers_in_checkpoint = 0;  // blocks present in the file (>= layers)
+  ProjectorType projector = ProjectorType::none;
+  Activation projector_act = Activation::gelu_erf;  // between the projector's two linears
+  int projector_hidden = 0;      // mm.0's output width
+  int projector_dim = 0;         // E = n_embd of the language model (the `projected` width)
   int head_dim() const { return hidden / heads; }
   int native_px() const { return grid * patch_px; }
 };
@@ -89,10 +144,13 @@ struct VitConfig {
 // encode() calls on one model are serialised internally.
 class VitModel {
  public:
-  // `spec` is a path to a .safetensors file or "random:vit-b16" / "random:vit-s16"
-  // (optionally "random:vit-b16:SEED"). Throws Error(io) for an unreadable file,
-  // Error(corrupt_data) for a malformed one, Error(unsupported) for an unknown naming, and
-  // Error(corrupt_data) naming every missing or mis-shaped tensor.
+  // `spec` is a path to a .safetensors or .gguf file (recognised by content, not by name), an HF
+  // sharded checkpoint's model.safetensors.index.json, a directory holding either, or
+  // "random:vit-b16" / "random:vit-s16" (optionally "random:vit-b16:SEED"). config.json and
+  // preprocessor_config.json beside a .safetensors file are read. Throws Error(io) for an
+  // unreadable file, Error(corrupt_data) for a malformed one, Error(unsupported) for an unknown
+  // naming, projector or tensor type, and Error(corrupt_data) naming every missing or
+  // mis-shaped tensor.
   static VitModel load(const std::string& spec);
   // Seeded random weights (normal-ish, std 0.02; LayerNorms identity) for `config`.
   static VitModel random(const VitConfig& config, uint64_t seed, const std::string& name);
@@ -126,6 +184,7 @@ struct Encoding {
                         //        torchvision: the normed class token
   Tensor image_embeds;  // [1, E] CLIP visual_projection(pooled)
   Tensor logits;        // [1, K] torchvision heads.head(pooled)
+  Tensor projected;     // [N, E] projector(embeddings): the LLM's input embeddings, batch order
   double encode_ms = 0;
 };
 

@@ -6,6 +6,8 @@
 // Recoverable failures (bad files, bad arguments, limits, missing device features) throw
 // fovea::Error with a message written for the person at the terminal: one line, naming the
 // input and what is wrong with it. Broken invariants inside the library assert instead.
+//
+// Thread safety: an Error is an immutable value; to_string() is pure.
 #pragma once
 
 #include <stdexcept>

@@ -7,6 +7,18 @@
 // Every stage is a pure function of its inputs plus an Executor that says how to run it:
 // how many threads, which SIMD kernels, which backend. Results never depend on the thread
 // count; the scalar reference kernels give the same output as the SIMD ones (tests check).
+//
+// The thread count is per call: a stage uses the threads of the Executor it is given and
+// changes nothing process-wide. The encoder runs oneDNN, which Debian builds on OpenMP
+// (DNNL_CPU_RUNTIME == OMP, so oneDNN cannot run on this pool): it sets the calling thread's
+// OpenMP team size to threads() for the call and restores the caller's value before returning.
+// The OpenMP wait policy (OMP_WAIT_POLICY) belongs to the program, not the library: libgomp
+// reads it once when it loads. The fovea CLI chooses PASSIVE (tools/fovea/main.cpp;
+// docs/encoder.md says why).
+//
+// Thread safety: an Executor may be shared by threads; concurrent parallel_for calls on the
+// same Executor run one after another (one pool job at a time). Give each thread its own
+// Executor to run calls side by side.
 #pragma once
 
 #include <cstdint>
@@ -48,20 +60,5 @@ class Executor {
   int threads_ = 1;
   std::unique_ptr<Pool> pool_;
 };
-
-// For programs, first thing in main(): unless the environment already chooses an OpenMP wait
-// policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT), re-executes the program once with
-// OMP_WAIT_POLICY=PASSIVE, and returns only when it did not (already chosen, or exec failed).
-// libgomp reads the policy when it loads, before main, so setting it any later has no effect.
-// Its default spins idle threads at every barrier for a while; the encoder (oneDNN and its own
-// parallel loops) crosses thousands of barriers, and on cores shared with other work the
-// spinning threads take the time the others need. Measured on this project's 2-core machine
-// with two busy processes beside it: ViT-B/16 bf16 at N=273 took 412 ms spinning and 206 ms
-// passive (the fair share of half the cores); alone, both took the same within noise.
-void use_passive_openmp_wait(char** argv);
-
-// The OpenMP wait policy this process runs with: the environment's OMP_WAIT_POLICY, or
-// "default".
-const char* openmp_wait_policy();
 
 }  // namespace fovea

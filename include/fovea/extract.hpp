@@ -12,6 +12,9 @@
 // A token's patch is sampled from its own mip level: level-ℓ samples [x·P, (x+1)·P) ×
 // [y·P, (y+1)·P) of mip ℓ, clamped to the mip's edge (CLAMP_TO_EDGE). Level-0 patches are
 // therefore the raw pixels. Gray images are replicated to 3 channels.
+//
+// Thread safety: the functions are pure (they read their arguments and write only their
+// results) and may run on any number of threads; the structs are plain values.
 #pragma once
 
 #include <array>

@@ -7,6 +7,8 @@
 // 2..256 accepted). A token at level ℓ is one P×P patch sampled from mip level ℓ, so it covers
 // a square of 2^ℓ × 2^ℓ finest tiles, P·2^ℓ level-0 pixels on a side. Tiles at the right and
 // bottom edges may reach past the image; samplers clamp to the edge there.
+//
+// Thread safety: TileGrid is a plain value.
 #pragma once
 
 #include <cstdint>

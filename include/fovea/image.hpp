@@ -10,6 +10,10 @@
 // Planar rows are what the 2×2 pyramid kernels and per-channel patch extraction want.
 // Sample ranges: uint8 in [0, 255]; float in [0, 1].
 // Images are move-only: copies of megapixel buffers are explicit (clone()).
+//
+// Thread safety: an Image is a plain value (concurrent reads safe, a write is not). The file
+// functions keep no shared state (one libpng/libjpeg context per call): any number may run at
+// once.
 #pragma once
 
 #include <cstddef>

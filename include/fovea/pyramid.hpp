@@ -3,6 +3,8 @@
 //   fovea::Executor exec;
 //   fovea::PyramidU8 pyr = fovea::build_pyramid(fovea::load_image("photo.jpg"), {}, exec);   // to 1×1
 //   const fovea::ImageU8& l2 = pyr.level(2);   // extents mip_extent(w, 2) × mip_extent(h, 2)
+//   pyr.level(0) = fovea::load_image("next.jpg");   // same size: the next frame...
+//   fovea::rebuild_pyramid(pyr, {}, exec);          // ...reuses levels 1.. in place, no allocation
 //
 // Semantics (glGenerateMipmap's, made exact):
 //   * level 0 is the image; level ℓ+1 has extents max(1, n >> 1) of level ℓ's;
@@ -39,6 +41,13 @@ struct PyramidParams {
                        // (negative: Error(invalid_argument))
 };
 
+namespace pyramid_detail {
+struct Access;
+}
+
+// Thread safety: a Pyramid is a plain value (concurrent reads are safe, a write is not);
+// build_pyramid and rebuild_pyramid use only their arguments, so calls on different pyramids
+// may run at once (each with its own Executor, or sharing one: see exec.hpp).
 template <typename T>
 class Pyramid {
  public:
@@ -55,6 +64,7 @@ class Pyramid {
   int channels() const { return levels_.empty() ? 0 : levels_[0].channels(); }
 
  private:
+  friend struct pyramid_detail::Access;
   std::vector<Image<T>> levels_;
 };
 
@@ -66,6 +76,17 @@ using PyramidF32 = Pyramid<float>;
 // kernels. Output is identical for every thread count and kernel choice.
 PyramidU8 build_pyramid(ImageU8 base, const PyramidParams& params, Executor& exec);
 PyramidF32 build_pyramid(ImageF32 base, const PyramidParams& params, Executor& exec);
+
+// Recomputes levels 1.. of `pyramid` from its level 0 (which the caller has replaced or
+// written into), with `params` deciding the level count as for build_pyramid. Every level
+// whose extents and channels already fit is overwritten in place, so in the steady state (a
+// video's frames, same-size images) nothing is allocated and no memory is touched for the
+// first time: on machines where a first-touch page fault costs microseconds, that is most of
+// a fresh build's time. Levels that do not fit are reallocated, extra ones dropped. The result
+// is build_pyramid's for the same level 0, bit for bit. Throws Error(invalid_argument) when
+// level 0 is missing or empty.
+void rebuild_pyramid(PyramidU8& pyramid, const PyramidParams& params, Executor& exec);
+void rebuild_pyramid(PyramidF32& pyramid, const PyramidParams& params, Executor& exec);
 
 // One reduction step: dst must have extents (mip_extent(src.w, 1), mip_extent(src.h, 1)) and
 // the same channel count, or Error(invalid_argument) is thrown.

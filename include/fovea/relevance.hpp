@@ -38,6 +38,9 @@
 //       - an embedding: cosine similarity of `embedding` with per-tile features from the
 //         `tile_features` hook (filled by the encoder), clamped at 0, divided by its maximum.
 // With an empty query the map is purely bottom-up.
+//
+// Thread safety: the functions are pure and may run on any number of threads; the query
+// hook (RelevanceParams::tile_features) is called on the calling thread.
 #pragma once
 
 #include <functional>

@@ -15,6 +15,9 @@
 // known dtypes, non-negative shapes whose byte size matches the offsets, offsets in bounds,
 // no two tensors overlapping, and the tensors covering the whole buffer with no gaps. A
 // malformed or hostile file gives Error(corrupt_data) naming the file and the problem.
+//
+// Thread safety: a SafetensorsFile is immutable once opened (a read-only mapping): its const
+// methods may be called from any number of threads. The save functions keep no shared state.
 #pragma once
 
 #include <cstddef>

@@ -24,8 +24,8 @@
 // throws Error(out_of_memory) with nothing changed. Released, unknown and out-of-range
 // sequences/tokens throw Error(invalid_argument) naming the sequence and the range.
 //
-// Threads: any number of concurrent readers (gather, read, queries, stats) and one writer at a
-// time (reserve, bind, unbind, write, update_frame, release). A store-wide shared_mutex
+// Threads: a TokenStore is safe to share between threads: any number of concurrent readers
+// (gather, read, queries, stats) and one writer at a time (reserve, bind, unbind, write, update_frame, release). A store-wide shared_mutex
 // enforces it, writer-preferring (a waiting writer is not starved by a stream of readers);
 // a gather sees every sequence either entirely before or after a write.
 //
@@ -107,10 +107,26 @@ class StoreBackend {
 // The host backend: a RAM pool and a page table (virtual page -> physical page).
 std::unique_ptr<StoreBackend> make_host_store_backend();
 
+// Where Vulkan store backends put their validation-layer messages (warnings and errors). The
+// caller creates it and passes it in VulkanStoreOptions; backends add to it after each
+// operation and when they are destroyed, so messages from vkDestroy* are there afterwards.
+// Several backends may share one log. Thread-safe.
+class ValidationLog {
+ public:
+  void add(std::string message);
+  int64_t count() const;                      // every message added
+  std::vector<std::string> messages() const;  // the first 64
+ private:
+  mutable std::mutex mutex_;
+  int64_t count_ = 0;
+  std::vector<std::string> messages_;
+};
+
 struct VulkanStoreOptions {
   std::string device;       // "" the best device, "N" an index, else a name substring (--device)
-  bool validation = false;  // VK_LAYER_KHRONOS_validation; its messages go to a process-wide
-                            // log the tests read (src/store/vulkan_store.hpp)
+  bool validation = false;  // VK_LAYER_KHRONOS_validation
+  // With validation: where its messages go. nullptr: they are dropped.
+  std::shared_ptr<ValidationLog> validation_log = nullptr;
 };
 
 // The Vulkan sparse-residency backend ("vulkan"): a sparse buffer (sparseResidencyBuffer) is the

@@ -7,6 +7,9 @@
 //
 // It is the unit that crosses stage boundaries and files: safetensors reads and writes it,
 // extraction fills it, the encoder consumes it.
+//
+// Thread safety: a Tensor is a plain value. Concurrent reads (const methods, reading the
+// data) are safe; writing one from a thread while others use it is not.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fovea {
@@ -45,13 +49,23 @@ std::unique_ptr<std::byte[], AlignedFree> aligned_alloc_bytes(size_t bytes);
 
 class Tensor {
  public:
+  // Empty: holds nothing (rank 0, numel() 0, bytes() == nullptr). A rank-0 tensor made with
+  // an empty shape, Tensor(dtype, {}), is a scalar instead: numel() 1.
   Tensor() = default;
   // Zero-filled. Every extent must be >= 0.
   Tensor(DType dtype, std::vector<int64_t> shape);
   Tensor(const Tensor&) = delete;  // copies of large buffers are explicit: clone()
   Tensor& operator=(const Tensor&) = delete;
-  Tensor(Tensor&&) noexcept = default;
-  Tensor& operator=(Tensor&&) noexcept = default;
+  // A moved-from tensor is empty, as a default one.
+  Tensor(Tensor&& other) noexcept { *this = std::move(other); }
+  Tensor& operator=(Tensor&& other) noexcept {
+    if (this != &other) {
+      dtype_ = other.dtype_;
+      shape_ = std::exchange(other.shape_, {});
+      data_ = std::move(other.data_);
+    }
+    return *this;
+  }
 
   Tensor clone() const;
 
@@ -67,18 +81,24 @@ class Tensor {
   const std::byte* bytes() const { return data_.get(); }
   std::span<const std::byte> byte_span() const { return {data_.get(), size_bytes()}; }
 
-  // Typed access; asserts sizeof(T) matches the dtype (f16/bf16 are read as uint16_t).
+  // Typed access, checked: T must be the dtype's C++ type (dtype_of<T>() == dtype()), or
+  // Error(invalid_argument) is thrown naming both; a T with no dtype does not compile. C++
+  // has no standard 16-bit float type, so F16 and BF16 tensors are read and written as their
+  // bit patterns through uint16_t (convert with f16_to_f32 / bf16_to_f32 below); uint16_t
+  // also reads U16. Every other dtype takes its own type only (int32_t is not float, uint8_t
+  // is not int8_t). An empty tensor (default or moved-from) returns nullptr for any T. bytes()
+  // is the unchecked raw access.
   template <typename T> T* data() {
-    check_type(sizeof(T));
+    check_type(dtype_of<T>());
     return reinterpret_cast<T*>(data_.get());
   }
   template <typename T> const T* data() const {
-    check_type(sizeof(T));
+    check_type(dtype_of<T>());
     return reinterpret_cast<const T*>(data_.get());
   }
 
  private:
-  void check_type(size_t elem_size) const;
+  void check_type(DType requested) const;
 
   DType dtype_ = DType::f32;
   std::vector<int64_t> shape_;

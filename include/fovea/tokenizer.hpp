@@ -16,6 +16,12 @@
 // The file holds: patches [N,3,P,P], positions [N,4] f32, levels [N] i32, rate_map
 // [tiles_y, tiles_x] u8, relevance [tiles_y, tiles_x] f32, and __metadata__ (image size,
 // budget, patch size, mode, query, dtype, normalisation, fovea version).
+//
+// Thread safety: tokenize() uses only its arguments (the image, the query, the Executor and,
+// when given, the stages object): calls on different inputs may run at once, each with its own
+// Executor (one Executor shared by threads runs their parallel loops one after another). A
+// TokenizeStages object that keeps state between its stages (the Vulkan backend's) serves one
+// tokenize() at a time. Tokenization is a plain value.
 #pragma once
 
 #include <map>

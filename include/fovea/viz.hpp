@@ -4,6 +4,8 @@
 //   fovea::Tokenization t = fovea::tokenize(fovea::load_image("in.jpg"), {}, {}, exec);
 //   fovea::ImageU8 o = fovea::render_overlay(t.pyramid.level(0), t.relevance, t.batch);
 //   fovea::save_png(o, "overlay.png");
+//
+// Thread safety: pure functions.
 #pragma once
 
 #include "fovea/extract.hpp"

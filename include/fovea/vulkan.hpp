@@ -40,7 +40,9 @@ namespace fovea {
 
 // True when fovea was built with the Vulkan backend (not whether a device exists).
 bool vulkan_built();
-// True when built with Vulkan and at least one usable device is present (cached).
+// True when built with Vulkan and at least one usable device is present. Asked afresh on each
+// call (it creates and destroys a VkInstance: a few ms, more with some drivers), so keep the
+// answer if you need it often. Thread-safe.
 bool vulkan_available();
 
 struct VulkanDeviceInfo {
@@ -71,7 +73,8 @@ enum class MipMethod : uint8_t {
 
 struct VulkanOptions {
   std::string device;       // "" best (discrete first), "N" index, else a name substring
-  bool validation = false;  // VK_LAYER_KHRONOS_validation + message counting
+  bool validation = false;  // VK_LAYER_KHRONOS_validation; messages counted per backend
+                            // (validation_errors(), validation_messages()), nothing process-wide
   // Blit mips filter an image padded to power-of-two extents (the data in its top-left
   // corner), so that the driver's normalised texel coordinates are exact and its 2:1 linear
   // filter averages exactly 4 texels. false, or a padded image the device refuses (limits,
@@ -83,11 +86,16 @@ struct VulkanOptions {
 // Wall-clock split of the last GPU call (ms), each phase submitted and waited on separately.
 struct VulkanTimings {
   double upload_ms = 0, mips_ms = 0, dispatch_ms = 0, readback_ms = 0;
+  // Queue submissions (each one waited on) the call made. A batch of B images costs as many
+  // as one image: one upload, one mip chain, one dispatch, and so on.
+  int submissions = 0;
   double total_ms() const { return upload_ms + mips_ms + dispatch_ms + readback_ms; }
 };
 
 // Keeps the images, buffers and descriptor sets of its calls for the next ones of the same
-// shape (memory stays allocated until the backend is destroyed). Not thread-safe: one per thread.
+// shape (memory stays allocated until the backend is destroyed).
+// Thread safety: none. Use a backend from one thread at a time (one per thread, or a lock);
+// separate backends are independent (each has its own VkInstance and VkDevice).
 class VulkanBackend {
  public:
   static std::unique_ptr<VulkanBackend> create(const VulkanOptions& options = {});

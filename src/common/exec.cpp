@@ -1,10 +1,7 @@
 #include "fovea/exec.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -124,18 +121,6 @@ void Executor::parallel_for(int64_t n, int64_t grain,
   // One pool job at a time: concurrent callers of the same Executor serialise here.
   std::lock_guard lock(pool_->submit);
   pool_->run(n, chunk, body);
-}
-
-void use_passive_openmp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT") || !argv || !argv[0]) return;
-  if (::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-  ::execv("/proc/self/exe", argv);
-  ::unsetenv("OMP_WAIT_POLICY");  // exec failed: carry on with the policy this process has
-}
-
-const char* openmp_wait_policy() {
-  const char* p = std::getenv("OMP_WAIT_POLICY");
-  return p ? p : "default";
 }
 
 }  // namespace fovea

@@ -2,7 +2,6 @@
 
 #include <sys/mman.h>
 
-#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -71,28 +70,43 @@ std::unique_ptr<std::byte[], AlignedFree> aligned_alloc_bytes(size_t bytes) {
 }
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
-  for (int64_t d : shape_)
+  int64_t elems = 1;
+  for (int64_t d : shape_) {
     if (d < 0) throw Error(Errc::invalid_argument, "tensor extent must be >= 0");
-  const size_t n = size_bytes();
+    if (__builtin_mul_overflow(elems, d, &elems) || elems > (int64_t(1) << 56))
+      throw Error(Errc::limit_exceeded, "tensor of more than 2^56 elements");
+  }
+  const size_t n = size_t(elems) * dtype_size(dtype_);  // numel() counts 0 until data_ exists
   data_ = aligned_alloc_bytes(n);
   std::memset(data_.get(), 0, n);
 }
 
 int64_t Tensor::numel() const {
+  if (!data_) return 0;  // empty (default or moved-from); Tensor(dtype, {}) is a scalar
   int64_t n = 1;
   for (int64_t d : shape_) n *= d;
   return n;
 }
 
 Tensor Tensor::clone() const {
+  if (!data_) {  // empty stays empty (Tensor(dtype_, {}) would be a scalar)
+    Tensor t;
+    t.dtype_ = dtype_;
+    return t;
+  }
   Tensor t(dtype_, shape_);
   if (size_bytes()) std::memcpy(t.data_.get(), data_.get(), size_bytes());
   return t;
 }
 
-void Tensor::check_type(size_t elem_size) const {
-  assert(elem_size == dtype_size(dtype_) && "Tensor::data<T>() with a T of the wrong size");
-  (void)elem_size;
+void Tensor::check_type(DType requested) const {
+  if (requested == dtype_ || !data_) return;  // an empty tensor has nothing to misread
+  if (requested == DType::u16 && (dtype_ == DType::f16 || dtype_ == DType::bf16)) return;  // bit patterns
+  throw Error(Errc::invalid_argument, "Tensor::data<T>(): the tensor is " + std::string(dtype_name(dtype_)) +
+                                          ", T is the type of " + std::string(dtype_name(requested)) +
+                                          (dtype_ == DType::f16 || dtype_ == DType::bf16
+                                               ? " (16-bit floats are read as uint16_t)"
+                                               : ""));
 }
 
 // ---- 16-bit floats --------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 // Private to src/encoder: the weights of a loaded ViT and the kernels the forward pass uses.
 #pragma once
 
+#include <omp.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -15,9 +17,28 @@ namespace fovea {
 
 namespace encoder_detail {
 class Gemm;
-// A default-constructed Tensor has rank 0 and numel() 1 (a scalar), so Tensor::empty() is
-// false for it: optional weights are "present" when they have a shape and elements.
+// Optional weights are "present" when they have a shape and elements (a default Tensor is
+// empty; a rank-0 tensor would be a scalar, which no weight is).
 inline bool present(const Tensor& t) { return t.rank() > 0 && t.numel() > 0; }
+
+// The calling thread's OpenMP team size (what oneDNN's primitives and a `#pragma omp parallel`
+// without num_threads use) set to `threads` for a scope, and the caller's value put back when
+// it ends, exceptions included. The value is the calling thread's own (OpenMP keeps it per
+// thread), so concurrent calls from different threads do not see each other's.
+class OmpThreadsScope {
+ public:
+  explicit OmpThreadsScope(int threads) : saved_(omp_get_max_threads()) {
+    if (threads != saved_) omp_set_num_threads(threads);
+  }
+  ~OmpThreadsScope() {
+    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+  }
+  OmpThreadsScope(const OmpThreadsScope&) = delete;
+  OmpThreadsScope& operator=(const OmpThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
 }
 
 // One transformer block. Linear weights are [out, in] row-major (PyTorch's layout); q, k and v
@@ -54,6 +75,8 @@ struct VitModel::Impl {
   Tensor pool_out_w, pool_out_b;  // [D, D], [D]
   Tensor pool_ln_w, pool_ln_b;    // [D]
   Tensor pool_fc1_w, pool_fc1_b, pool_fc2_w, pool_fc2_b;
+  // LLaVA MLP projector (ProjectorType::mlp): mm.0 [E1, D], [E1]; mm.2 [E, E1], [E] or empty.
+  Tensor mm0_w, mm0_b, mm2_w, mm2_b;
   std::vector<VitLayer> layers;
 
   std::mutex mutex;  // encode() is serialised per model (bf16 weights, GEMM caches)
@@ -97,6 +120,9 @@ class Gemm {
   // Makes room for OpenMP thread numbers 0..threads-1 calling run() concurrently. Not
   // thread-safe: call before the parallel region.
   void reserve_threads(int threads);
+  // Cached primitives per OpenMP team size they were made for (tests: the thread count is the
+  // call's, so a call with another count gets its own primitives).
+  std::map<int, int> primitives_per_team_size() const;
 
  private:
   void run_unchecked(const GemmArgs& args);
@@ -123,6 +149,10 @@ void to_bf16_row(const float* x, uint16_t* out, int64_t n);
 void from_bf16_row(const uint16_t* x, float* out, int64_t n);
 
 float activation_ref(Activation a, float x);
+
+// ---- projector (projector.cpp) ---------------------------------------------------------------
+// The model's projector over x [N, D] f32 rows: [N, E]. `gemm` null: the reference GEMM.
+Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* gemm);
 
 }  // namespace encoder_detail
 }  // namespace fovea

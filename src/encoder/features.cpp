@@ -16,7 +16,10 @@ namespace fovea {
 using namespace encoder_detail;
 
 TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, int query_dim, Executor& exec) {
-  return [model, norm, query_dim, &exec](const PyramidU8& pyr, const TileGrid& g) -> Tensor {
+  // The hook keeps the Executor's settings, not the Executor: it may outlive it.
+  const int threads = std::max(1, exec.threads());
+  const bool reference = exec.reference();
+  return [model, norm, query_dim, threads, reference](const PyramidU8& pyr, const TileGrid& g) -> Tensor {
     VitModel::Impl& m = const_cast<VitModel::Impl&>(model.impl());
     const VitConfig& c = m.config;
     const int64_t D = c.hidden;
@@ -56,10 +59,10 @@ TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, 
     a.m = tiles, a.n = D, a.k = K;
     {
       std::lock_guard<std::mutex> lock(m.mutex);
-      if (exec.reference()) {
+      if (reference) {
         gemm_reference(a);
       } else {
-        omp_set_num_threads(std::max(1, exec.threads()));
+        const OmpThreadsScope team(threads);  // restored on return
         if (!m.gemm) m.gemm = std::make_unique<Gemm>();
         m.gemm->run(a);
       }

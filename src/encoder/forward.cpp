@@ -290,7 +290,7 @@ Encoding encode(const VitModel& model, const Tensor& patches, const Tensor& posi
   Ops ops;
   ops.ref = exec.reference();
   ops.threads = std::max(1, exec.threads());
-  omp_set_num_threads(ops.threads);  // oneDNN's team size
+  const OmpThreadsScope team(ops.threads);  // oneDNN's team size, the caller's restored on return
   if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
   if (m.gemm) m.gemm->reserve_threads(ops.threads);
   ops.gemm = m.gemm.get();
@@ -359,7 +359,7 @@ Encoding encode(const VitModel& model, const Tensor& patches, const Tensor& posi
   e.embeddings = Tensor(DType::f32, {N, D});
   std::memcpy(e.embeddings.bytes(), x + cls * D, size_t(N * D) * 4);
   if (cls) e.class_token = row_copy(x, D);
-  if (c.family == VitFamily::clip) {
+  if (c.family == VitFamily::clip && c.final_norm == FinalNorm::pooled_only) {
     std::vector<float> p(D);
     layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
     e.pooled = row_copy(p.data(), D);
@@ -377,6 +377,7 @@ Encoding encode(const VitModel& model, const Tensor& patches, const Tensor& posi
     const std::vector<float> p = siglip_pool(ops, m, x, T);
     e.pooled = row_copy(p.data(), D);
   }
+  if (c.projector != ProjectorType::none) e.projected = run_projector(m, x + cls * D, N, ops.ref ? nullptr : ops.gemm);
   e.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   return e;
 }

@@ -1,8 +1,10 @@
 // GEMMs through oneDNN's matmul primitive, cached per shape, strides and types.
 //
 // oneDNN here is built on OpenMP: a primitive run from the main thread uses the OpenMP team
-// size (omp_set_num_threads, set by encode()); run from inside an OpenMP parallel region it
-// runs on the calling thread alone. The attention blocks use the latter, so primitives run
+// size (set for the call by encode()'s OmpThreadsScope); run from inside an OpenMP parallel
+// region it runs on the calling thread alone. A primitive fixes its thread count (and its work
+// split) when it is created, so the cache key includes the team size: a model used with 2
+// threads and then with 1 gets a 1-thread primitive, not the 2-thread one. The attention blocks use the latter, so primitives run
 // concurrently: each thread then brings its own scratchpad (scratchpad_mode::user), because
 // the library-managed one is shared unless oneDNN was built for concurrent execution.
 #include <omp.h>
@@ -31,11 +33,14 @@ dnnl::memory::data_type dt_of(DType t) {
 }
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, bool,
-                       float, bool, bool>;
+                       float, bool, bool, int>;
+
+// The threads a primitive created now would use (oneDNN's own count: 1 inside a parallel region).
+int team_size() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
 Key key_of(const GemmArgs& a) {
   return Key{a.m, a.n, a.k, a.lda, a.ldw, a.ldc, int(a.a_dt), int(a.w_dt), int(a.c_dt), int(a.post),
-             a.bias != nullptr, a.accumulate, a.alpha, a.w_is_kn, a.constant_w};
+             a.bias != nullptr, a.accumulate, a.alpha, a.w_is_kn, a.constant_w, team_size()};
 }
 
 }  // namespace
@@ -131,6 +136,13 @@ void Gemm::reserve_threads(int threads) {
   while (s_->streams.size() < n) s_->streams.push_back(std::make_unique<dnnl::stream>(s_->engine));
 }
 Gemm::~Gemm() = default;
+
+std::map<int, int> Gemm::primitives_per_team_size() const {
+  std::lock_guard<std::mutex> lock(s_->mutex);
+  std::map<int, int> out;
+  for (const auto& [key, entry] : s_->cache) ++out[std::get<15>(key)];
+  return out;
+}
 
 void Gemm::run(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;

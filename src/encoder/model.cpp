@@ -1,5 +1,5 @@
-// Loading a ViT: naming detection, config.json, one tensor lookup that collects every problem,
-// and seeded random models.
+// Loading a ViT: the file's format decides the WeightSource, the first loader that accepts the
+// checkpoint loads it (src/encoder/loaders/), and seeded random models.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,8 +10,9 @@
 #include <set>
 #include <sstream>
 
-#include "encoder/encoder_internal.hpp"
+#include "encoder/loaders/loader.hpp"
 #include "fovea/error.hpp"
+#include "fovea/gguf.hpp"
 #include "fovea/safetensors.hpp"
 
 namespace fovea {
@@ -36,355 +37,6 @@ std::string_view to_string(Activation a) {
 std::string_view to_string(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-// The one place tensors are taken from a checkpoint: each get() checks presence, dtype and
-// shape; problems are collected so that a bad file is reported in full, once.
-class Lookup {
- public:
-  explicit Lookup(const SafetensorsFile& f) : f_(f) {}
-
-  bool has(const std::string& name) const { return f_.find(name) != nullptr; }
-
-  // Returns the tensor converted to f32 with shape `as` (same element count as `want`, which is
-  // the shape the file must have). Missing optional tensors give an empty Tensor.
-  Tensor get(const std::string& name, const std::vector<int64_t>& want, bool required = true,
-             std::vector<int64_t> as = {}) {
-    const SafetensorsFile::Entry* e = f_.find(name);
-    if (!e) {
-      if (required) missing_.push_back(name + " " + shape_str(want));
-      return {};
-    }
-    used_.insert(name);
-    if (e->shape != want) {
-      problems_.push_back(name + " has shape " + shape_str(e->shape) + ", expected " + shape_str(want));
-      return {};
-    }
-    if (e->dtype_name != "F32" && e->dtype_name != "F16" && e->dtype_name != "BF16") {
-      problems_.push_back(name + " has dtype " + e->dtype_name + ", expected F32, F16 or BF16");
-      return {};
-    }
-    Tensor t(DType::f32, as.empty() ? want : as);
-    const std::span<const std::byte> raw = f_.data(*e);
-    float* dst = t.data<float>();
-    const int64_t n = t.numel();
-    if (e->dtype_name == "F32") {
-      std::memcpy(dst, raw.data(), size_t(n) * 4);
-    } else {
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, raw.data() + 2 * i, 2);
-        dst[i] = e->dtype_name == "F16" ? f16_to_f32(h) : bf16_to_f32(h);
-      }
-    }
-    return t;
-  }
-
-  void mark_used(const std::string& name) {
-    if (has(name)) used_.insert(name);
-  }
-
-  // Throws Error(corrupt_data) naming every missing or mis-shaped tensor.
-  void finish(const std::string& what) const {
-    if (missing_.empty() && problems_.empty()) return;
-    std::string msg = "'" + f_.path() + "' is not a complete " + what + " checkpoint:";
-    if (!missing_.empty()) {
-      msg += " missing " + std::to_string(missing_.size()) + " tensor(s): ";
-      for (size_t i = 0; i < missing_.size(); ++i) msg += (i ? ", " : "") + missing_[i];
-      if (!problems_.empty()) msg += ";";
-    }
-    for (size_t i = 0; i < problems_.size(); ++i) msg += (i ? "; " : " ") + problems_[i];
-    throw Error(Errc::corrupt_data, msg);
-  }
-
-  int used() const { return int(used_.size()); }
-
- private:
-  const SafetensorsFile& f_;
-  std::vector<std::string> missing_, problems_;
-  std::set<std::string> used_;
-};
-
-// config.json beside the checkpoint, reduced to the vision tower's settings; {} when absent.
-nlohmann::json read_config(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path cfg = fs::path(path).parent_path() / "config.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(cfg, ec)) return {};
-  std::ifstream in(cfg, std::ios::binary);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    throw Error(Errc::corrupt_data, std::string(1, '\'').append(cfg.string()).append("' is not a valid JSON object"));
-  if (j.contains("vision_config") && j["vision_config"].is_object()) {
-    nlohmann::json v = j["vision_config"];
-    if (j.contains("projection_dim") && !v.contains("projection_dim")) v["projection_dim"] = j["projection_dim"];
-    if (j.contains("model_type")) v["parent_model_type"] = j["model_type"];
-    return v;
-  }
-  return j;
-}
-
-template <typename T>
-std::optional<T> cfg_get(const nlohmann::json& j, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) {
-    auto it = j.find(k);
-    if (it == j.end() || it->is_null()) continue;
-    try {
-      return it->get<T>();
-    } catch (const nlohmann::json::exception&) {
-      throw Error(Errc::corrupt_data, std::string("config.json: '") + k + "' has the wrong type");
-    }
-  }
-  return std::nullopt;
-}
-
-int default_heads(int hidden) {
-  switch (hidden) {
-    case 192: return 3;
-    case 384: return 6;
-    case 768: return 12;
-    case 1024: return 16;
-    case 1152: return 16;  // SigLIP so400m
-    case 1280: return 16;  // ViT-H
-    case 1664: return 16;  // ViT-bigG
-    default: return std::max(1, hidden / 64);
-  }
-}
-
-Activation parse_act(const std::string& s, const std::string& path) {
-  if (s == "quick_gelu") return Activation::quick_gelu;
-  if (s == "gelu_pytorch_tanh" || s == "gelu_new" || s == "gelu_tanh") return Activation::gelu_tanh;
-  if (s == "gelu") return Activation::gelu_erf;
-  throw Error(Errc::unsupported, "'" + path + "': config.json hidden_act '" + s + "' is not supported (quick_gelu, gelu, gelu_pytorch_tanh)");
-}
-
-int count_layers(const SafetensorsFile& f, const std::string& prefix) {
-  int n = 0;
-  for (const auto& e : f.entries()) {
-    if (e.name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = e.name.substr(prefix.size());
-    size_t dot = rest.find('.');
-    if (dot == 0 || dot == std::string::npos) continue;
-    const std::string num = rest.substr(0, dot);
-    if (!std::all_of(num.begin(), num.end(), ::isdigit) || num.size() > 6) continue;
-    n = std::max(n, std::stoi(num) + 1);
-  }
-  return n;
-}
-
-int square_side(int64_t n, const std::string& path, const std::string& name) {
-  const int64_t g = int64_t(std::llround(std::sqrt(double(n))));
-  if (g < 1 || g * g != n)
-    throw Error(Errc::unsupported, "'" + path + "': " + name + " has " + std::to_string(n) +
-                                       " positions, not a square grid");
-  return int(g);
-}
-
-std::shared_ptr<VitModel::Impl> load_hf(const SafetensorsFile& f, const std::string& prefix,
-                                        const nlohmann::json& cfg) {
-  auto m = std::make_shared<VitModel::Impl>();
-  VitConfig& c = m->config;
-  const std::string p = prefix;
-  const std::string root = prefix.size() >= 13 && prefix.ends_with("vision_model.") ? prefix.substr(0, prefix.size() - 13) : "";
-  const auto* pe = f.find(p + "embeddings.patch_embedding.weight");
-  if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
-    throw Error(Errc::corrupt_data, "'" + f.path() + "': " + pe->name + " has shape " + shape_str(pe->shape) +
-                                        ", expected [D, C, P, P]");
-  const bool has_class = f.find(p + "embeddings.class_embedding") != nullptr;
-  std::string mt = cfg_get<std::string>(cfg, {"model_type"}).value_or("");
-  if (mt.empty()) mt = cfg_get<std::string>(cfg, {"parent_model_type"}).value_or("");
-  const bool cfg_siglip = mt.find("siglip") != std::string::npos;
-  const bool cfg_clip = mt.find("clip") != std::string::npos;
-  if ((cfg_siglip && has_class) || (cfg_clip && !has_class))
-    throw Error(Errc::corrupt_data, "'" + f.path() + "': config.json says model_type '" + mt + "' but the tensors " +
-                                        (has_class ? "have" : "have no") + " class embedding");
-  c.family = has_class ? VitFamily::clip : VitFamily::siglip;
-  c.hidden = int(pe->shape[0]);
-  c.channels = int(pe->shape[1]);
-  c.patch_px = int(pe->shape[2]);
-  const int64_t D = c.hidden;
-  const auto* pos = f.find(p + "embeddings.position_embedding.weight");
-  if (!pos || pos->shape.size() != 2)
-    throw Error(Errc::corrupt_data, "'" + f.path() + "': missing or malformed " + p + "embeddings.position_embedding.weight");
-  c.grid = square_side(pos->shape[0] - (has_class ? 1 : 0), f.path(), pos->name);
-  c.layers = count_layers(f, p + "encoder.layers.");
-  const auto* fc1 = f.find(p + "encoder.layers.0.mlp.fc1.weight");
-  c.mlp = fc1 && fc1->shape.size() == 2 ? int(fc1->shape[0]) : 4 * c.hidden;
-  c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
-  c.class_token = has_class;
-  c.patch_bias = !has_class;
-  c.pre_norm = has_class;
-  c.final_norm = has_class ? FinalNorm::pooled_only : FinalNorm::all_tokens;
-  c.act = has_class ? Activation::quick_gelu : Activation::gelu_tanh;
-  c.ln_eps = has_class ? 1e-5f : 1e-6f;
-  if (auto a = cfg_get<std::string>(cfg, {"hidden_act"})) c.act = parse_act(*a, f.path());
-  if (auto e = cfg_get<double>(cfg, {"layer_norm_eps"})) c.ln_eps = float(*e);
-  // Shapes win over config.json; a disagreement is a mismatched pair of files.
-  auto check = [&](const char* key, int have) {
-    if (auto v = cfg_get<int>(cfg, {key}); v && *v != have)
-      throw Error(Errc::corrupt_data, "'" + f.path() + "': config.json " + key + " = " + std::to_string(*v) +
-                                          " but the tensors say " + std::to_string(have));
-  };
-  check("hidden_size", c.hidden);
-  check("patch_size", c.patch_px);
-  check("num_hidden_layers", c.layers);
-  check("intermediate_size", c.mlp);
-  check("image_size", c.grid * c.patch_px);
-  if (c.layers < 1) throw Error(Errc::corrupt_data, "'" + f.path() + "': no " + p + "encoder.layers.N tensors");
-  if (c.heads < 1 || D % c.heads != 0)
-    throw Error(Errc::corrupt_data, "'" + f.path() + "': hidden size " + std::to_string(D) + " is not divisible by " +
-                                        std::to_string(c.heads) + " heads");
-  const int64_t M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
-
-  Lookup L(f);
-  m->patch_w = L.get(p + "embeddings.patch_embedding.weight", {D, C, P, P}, true, {D, C * P * P});
-  if (c.patch_bias) m->patch_b = L.get(p + "embeddings.patch_embedding.bias", {D});
-  if (has_class) {
-    m->class_emb = L.get(p + "embeddings.class_embedding", {D});
-    Tensor all = L.get(p + "embeddings.position_embedding.weight", {G * G + 1, D});
-    if (present(all)) {
-      m->class_pos = Tensor(DType::f32, {D});
-      m->pos_grid = Tensor(DType::f32, {G * G, D});
-      std::memcpy(m->class_pos.bytes(), all.bytes(), size_t(D) * 4);
-      std::memcpy(m->pos_grid.bytes(), all.bytes() + size_t(D) * 4, size_t(G * G * D) * 4);
-    }
-    m->pre_w = L.get(p + "pre_layrnorm.weight", {D});
-    m->pre_b = L.get(p + "pre_layrnorm.bias", {D});
-  } else {
-    m->pos_grid = L.get(p + "embeddings.position_embedding.weight", {G * G, D});
-  }
-  L.mark_used(p + "embeddings.position_ids");
-  for (int i = 0; i < c.layers; ++i) {
-    const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
-    VitLayer ly;
-    ly.ln1_w = L.get(l + "layer_norm1.weight", {D});
-    ly.ln1_b = L.get(l + "layer_norm1.bias", {D});
-    ly.qkv_w = Tensor(DType::f32, {3 * D, D});
-    ly.qkv_b = Tensor(DType::f32, {3 * D});
-    const char* names[3] = {"q_proj", "k_proj", "v_proj"};
-    for (int j = 0; j < 3; ++j) {
-      Tensor w = L.get(l + "self_attn." + names[j] + ".weight", {D, D});
-      Tensor b = L.get(l + "self_attn." + names[j] + ".bias", {D});
-      if (present(w)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, w.bytes(), size_t(D * D) * 4);
-      if (present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
-    }
-    ly.out_w = L.get(l + "self_attn.out_proj.weight", {D, D});
-    ly.out_b = L.get(l + "self_attn.out_proj.bias", {D});
-    ly.ln2_w = L.get(l + "layer_norm2.weight", {D});
-    ly.ln2_b = L.get(l + "layer_norm2.bias", {D});
-    ly.fc1_w = L.get(l + "mlp.fc1.weight", {M, D});
-    ly.fc1_b = L.get(l + "mlp.fc1.bias", {M});
-    ly.fc2_w = L.get(l + "mlp.fc2.weight", {D, M});
-    ly.fc2_b = L.get(l + "mlp.fc2.bias", {D});
-    m->layers.push_back(std::move(ly));
-  }
-  m->post_w = L.get(p + "post_layernorm.weight", {D});
-  m->post_b = L.get(p + "post_layernorm.bias", {D});
-  if (has_class) {
-    if (const auto* pj = f.find(root + "visual_projection.weight"); pj && pj->shape.size() == 2) {
-      c.projection_dim = int(pj->shape[0]);
-      m->proj_w = L.get(root + "visual_projection.weight", {pj->shape[0], D});
-    }
-  } else if (std::any_of(f.entries().begin(), f.entries().end(),
-                         [&](const SafetensorsFile::Entry& e) { return e.name.rfind(p + "head.", 0) == 0; })) {
-    // Any head tensor means the checkpoint has the pooling head: then all of it is required.
-    c.attention_pool = true;
-    const std::string h = p + "head.";
-    m->pool_probe = L.get(h + "probe", {1, 1, D}, true, {D});
-    m->pool_in_w = L.get(h + "attention.in_proj_weight", {3 * D, D});
-    m->pool_in_b = L.get(h + "attention.in_proj_bias", {3 * D});
-    m->pool_out_w = L.get(h + "attention.out_proj.weight", {D, D});
-    m->pool_out_b = L.get(h + "attention.out_proj.bias", {D});
-    m->pool_ln_w = L.get(h + "layernorm.weight", {D});
-    m->pool_ln_b = L.get(h + "layernorm.bias", {D});
-    m->pool_fc1_w = L.get(h + "mlp.fc1.weight", {M, D});
-    m->pool_fc1_b = L.get(h + "mlp.fc1.bias", {M});
-    m->pool_fc2_w = L.get(h + "mlp.fc2.weight", {D, M});
-    m->pool_fc2_b = L.get(h + "mlp.fc2.bias", {D});
-  }
-  L.finish(has_class ? "HF CLIP vision" : "HF SigLIP vision");
-  m->tensors_used = L.used();
-  return m;
-}
-
-std::shared_ptr<VitModel::Impl> load_torchvision(const SafetensorsFile& f, const nlohmann::json& cfg) {
-  auto m = std::make_shared<VitModel::Impl>();
-  VitConfig& c = m->config;
-  const auto* pe = f.find("conv_proj.weight");
-  if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
-    throw Error(Errc::corrupt_data, "'" + f.path() + "': conv_proj.weight has shape " + shape_str(pe->shape) +
-                                        ", expected [D, C, P, P]");
-  c.family = VitFamily::torchvision;
-  c.hidden = int(pe->shape[0]);
-  c.channels = int(pe->shape[1]);
-  c.patch_px = int(pe->shape[2]);
-  const auto* pos = f.find("encoder.pos_embedding");
-  if (!pos || pos->shape.size() != 3)
-    throw Error(Errc::corrupt_data, "'" + f.path() + "': missing or malformed encoder.pos_embedding");
-  c.grid = square_side(pos->shape[1] - 1, f.path(), "encoder.pos_embedding");
-  c.layers = count_layers(f, "encoder.layers.encoder_layer_");
-  const bool legacy_mlp = f.find("encoder.layers.encoder_layer_0.mlp.linear_1.weight") != nullptr;
-  const std::string fc1n = legacy_mlp ? "mlp.linear_1." : "mlp.0.", fc2n = legacy_mlp ? "mlp.linear_2." : "mlp.3.";
-  const auto* fc1 = f.find("encoder.layers.encoder_layer_0." + fc1n + "weight");
-  c.mlp = fc1 && fc1->shape.size() == 2 ? int(fc1->shape[0]) : 4 * c.hidden;
-  c.heads = cfg_get<int>(cfg, {"num_heads", "num_attention_heads"}).value_or(default_heads(c.hidden));
-  c.class_token = true;
-  c.patch_bias = true;
-  c.pre_norm = false;
-  c.final_norm = FinalNorm::all_tokens;
-  c.act = Activation::gelu_erf;
-  c.ln_eps = 1e-6f;
-  if (c.layers < 1) throw Error(Errc::corrupt_data, "'" + f.path() + "': no encoder.layers.encoder_layer_N tensors");
-  if (c.heads < 1 || c.hidden % c.heads != 0)
-    throw Error(Errc::corrupt_data, "'" + f.path() + "': hidden size " + std::to_string(c.hidden) +
-                                        " is not divisible by " + std::to_string(c.heads) + " heads");
-  const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
-  Lookup L(f);
-  m->patch_w = L.get("conv_proj.weight", {D, C, P, P}, true, {D, C * P * P});
-  m->patch_b = L.get("conv_proj.bias", {D});
-  m->class_emb = L.get("class_token", {1, 1, D}, true, {D});
-  Tensor all = L.get("encoder.pos_embedding", {1, G * G + 1, D});
-  if (present(all)) {
-    m->class_pos = Tensor(DType::f32, {D});
-    m->pos_grid = Tensor(DType::f32, {G * G, D});
-    std::memcpy(m->class_pos.bytes(), all.bytes(), size_t(D) * 4);
-    std::memcpy(m->pos_grid.bytes(), all.bytes() + size_t(D) * 4, size_t(G * G * D) * 4);
-  }
-  for (int i = 0; i < c.layers; ++i) {
-    const std::string l = "encoder.layers.encoder_layer_" + std::to_string(i) + ".";
-    VitLayer ly;
-    ly.ln1_w = L.get(l + "ln_1.weight", {D});
-    ly.ln1_b = L.get(l + "ln_1.bias", {D});
-    ly.qkv_w = L.get(l + "self_attention.in_proj_weight", {3 * D, D});
-    ly.qkv_b = L.get(l + "self_attention.in_proj_bias", {3 * D});
-    ly.out_w = L.get(l + "self_attention.out_proj.weight", {D, D});
-    ly.out_b = L.get(l + "self_attention.out_proj.bias", {D});
-    ly.ln2_w = L.get(l + "ln_2.weight", {D});
-    ly.ln2_b = L.get(l + "ln_2.bias", {D});
-    ly.fc1_w = L.get(l + fc1n + "weight", {M, D});
-    ly.fc1_b = L.get(l + fc1n + "bias", {M});
-    ly.fc2_w = L.get(l + fc2n + "weight", {D, M});
-    ly.fc2_b = L.get(l + fc2n + "bias", {D});
-    m->layers.push_back(std::move(ly));
-  }
-  m->post_w = L.get("encoder.ln.weight", {D});
-  m->post_b = L.get("encoder.ln.bias", {D});
-  if (!L.has("heads.pre_logits.weight")) {
-    if (const auto* hw = f.find("heads.head.weight"); hw && hw->shape.size() == 2) {
-      c.num_classes = int(hw->shape[0]);
-      m->head_w = L.get("heads.head.weight", {hw->shape[0], D});
-      m->head_b = L.get("heads.head.bias", {hw->shape[0]});
-    }
-  }
-  L.finish("torchvision VisionTransformer");
-  m->tensors_used = L.used();
-  return m;
-}
 
 // A small, fast, seeded generator: splitmix64 into uniform floats.
 struct Rng {
@@ -414,6 +66,8 @@ VitModel VitModel::random(const VitConfig& config, uint64_t seed, const std::str
     throw Error(Errc::invalid_argument, "random ViT: inconsistent dimensions");
   auto m = std::make_shared<Impl>();
   m->config = config;
+  m->config.naming = "random";
+  m->config.layers_in_checkpoint = c.layers;
   m->source = name;
   m->random = true;
   Rng rng{seed};
@@ -477,34 +131,57 @@ VitModel VitModel::load(const std::string& spec) {
       throw Error(Errc::invalid_argument, "--model " + spec + ": unknown random model (random:vit-b16, random:vit-s16)");
     }
     c.pre_norm = true;
+    c.input.source = "CLIP defaults (random model)";
     return random(c, seed, spec);
   }
-  SafetensorsFile f = SafetensorsFile::open(spec);
-  const nlohmann::json cfg = read_config(spec);
-  std::shared_ptr<Impl> m;
-  std::string hf_prefix;
-  bool hf = false;
-  const std::string kPe = "embeddings.patch_embedding.weight";
-  // The vision tower's prefix: "vision_model." normally, longer inside a VLM checkpoint.
-  for (const auto& e : f.entries()) {
-    if (!e.name.ends_with(kPe)) continue;
-    const std::string pre = e.name.substr(0, e.name.size() - kPe.size());
-    const bool better = !hf || (pre.ends_with("vision_model.") && !hf_prefix.ends_with("vision_model.")) ||
-                        (pre.ends_with("vision_model.") == hf_prefix.ends_with("vision_model.") && pre.size() < hf_prefix.size());
-    if (better) hf_prefix = pre;
-    hf = true;
+  // The format by content: GGUF starts with its magic; everything else is tried as safetensors.
+  using namespace encoder_detail;
+  std::optional<GgufFile> gguf;
+  std::optional<SafetensorsFile> st;
+  std::unique_ptr<WeightSource> weights;
+  // A directory means its model.safetensors.index.json (sharded) or model.safetensors.
+  std::string file = spec;
+  {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(spec, ec)) {
+      const fs::path index = fs::path(spec) / "model.safetensors.index.json";
+      file = fs::exists(index, ec) ? index.string() : (fs::path(spec) / "model.safetensors").string();
+    }
   }
-  if (f.find("conv_proj.weight")) {
-    m = load_torchvision(f, cfg);
-  } else if (hf) {
-    m = load_hf(f, hf_prefix, cfg);
+  Checkpoint ck;
+  ck.path = file;
+  if (looks_like_gguf(file)) {
+    gguf.emplace(GgufFile::open(file));
+    weights = gguf_source(*gguf);
+    ck.gguf = &*gguf;
   } else {
+    if (file.ends_with(".index.json")) {
+      weights = sharded_safetensors_source(file);
+    } else {
+      st.emplace(SafetensorsFile::open(file));
+      weights = safetensors_source(*st);
+    }
+    ck.full_config = read_json_beside(file, "config.json");
+    ck.config = vision_part(ck.full_config);
+    ck.preprocessor = read_json_beside(file, "preprocessor_config.json");
+  }
+  ck.weights = weights.get();
+  // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
+  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_clip_loader(),
+                                  &hf_siglip_loader()};
+  std::shared_ptr<Impl> m;
+  for (const ModelLoader* l : loaders)
+    if (l->accepts(ck)) {
+      m = l->load(ck);
+      break;
+    }
+  if (!m)
     throw Error(Errc::unsupported,
                 "'" + spec + "': no ViT naming recognised (expected vision_model.embeddings.patch_embedding.weight "
-                "for HF CLIP/SigLIP, or conv_proj.weight for torchvision)");
-  }
+                "for HF CLIP/SigLIP, conv_proj.weight for torchvision, or a llama.cpp mmproj .gguf)");
   m->source = spec;
-  m->tensors_ignored = int(f.entries().size()) - m->tensors_used;
+  m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
   VitModel out;
   out.impl_ = std::move(m);
   return out;
@@ -521,7 +198,10 @@ std::string VitModel::describe() const {
   std::string s = impl_->random ? "RANDOM WEIGHTS (benchmark only, meaningless embeddings) " : "";
   s += std::string(to_string(c.family)) + " ViT D=" + std::to_string(c.hidden) + " L=" + std::to_string(c.layers) +
        " H=" + std::to_string(c.heads) + " MLP=" + std::to_string(c.mlp) + " P=" + std::to_string(c.patch_px) +
-       " G=" + std::to_string(c.grid) + " act=" + std::string(to_string(c.act)) + " (" + impl_->source + ")";
+       " G=" + std::to_string(c.grid) + " act=" + std::string(to_string(c.act));
+  if (c.projector != ProjectorType::none)
+    s += " projector=" + std::string(to_string(c.projector)) + "(" + std::to_string(c.projector_dim) + ")";
+  s += " [" + c.naming + "] (" + impl_->source + ")";
   return s;
 }
 

@@ -20,7 +20,19 @@
 
 #include <cstdint>
 
+#include <vector>
+
+#include "fovea/pyramid.hpp"
+
 namespace fovea::pyramid_detail {
+
+// The private side of Pyramid, for the pyramid stage's own functions.
+struct Access {
+  template <typename T>
+  static std::vector<Image<T>>& levels(Pyramid<T>& p) {
+    return p.levels_;
+  }
+};
 
 // Scalar reference (downsample_ref.cpp).
 void box2x2_ref(const uint8_t* top, const uint8_t* bottom, uint8_t* dst, int dst_w);

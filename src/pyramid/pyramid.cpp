@@ -80,22 +80,20 @@ void reduce_level(const Image<T>& src, Image<T>& dst, const RowKernels<T>& k, Ex
   });
 }
 
-template <typename T>
-Pyramid<T> build(Image<T> base, const PyramidParams& params, Executor& exec) {
-  if (base.empty()) throw Error(Errc::invalid_argument, "build_pyramid: the image is empty");
+// The level count build_pyramid makes for a W×H level 0.
+int level_count(const char* who, int W, int H, const PyramidParams& params) {
   if (params.max_levels < 0)
     throw Error(Errc::invalid_argument,
-                "build_pyramid: max_levels must be >= 0, got " + std::to_string(params.max_levels));
-  const int W = base.width(), H = base.height(), C = base.channels();
-  int num_levels = full_mip_levels(W, H);
-  if (params.max_levels > 0) num_levels = std::min(num_levels, params.max_levels);
+                std::string(who) + ": max_levels must be >= 0, got " + std::to_string(params.max_levels));
+  const int full = full_mip_levels(W, H);
+  return params.max_levels > 0 ? std::min(full, params.max_levels) : full;
+}
 
-  std::vector<Image<T>> levels;
-  levels.reserve(num_levels);
-  levels.push_back(std::move(base));
-  for (int l = 1; l < num_levels; ++l) {
-    levels.emplace_back(mip_extent(W, l), mip_extent(H, l), C);
-  }
+// Levels 1.. of `levels` (all allocated with their extents) from level 0.
+template <typename T>
+void reduce_chain(std::vector<Image<T>>& levels, Executor& exec) {
+  const int num_levels = static_cast<int>(levels.size());
+  const int W = levels[0].width(), H = levels[0].height(), C = levels[0].channels();
   const RowKernels<T> k = row_kernels<T>(exec.reference());
 
   // Fused levels 1..fused, strips of 2^fused level-0 rows. Only levels whose height is
@@ -126,7 +124,35 @@ Pyramid<T> build(Image<T> base, const PyramidParams& params, Executor& exec) {
     });
   }
   for (int l = fused + 1; l < num_levels; ++l) reduce_level(levels[l - 1], levels[l], k, exec);
+}
+
+template <typename T>
+Pyramid<T> build(Image<T> base, const PyramidParams& params, Executor& exec) {
+  if (base.empty()) throw Error(Errc::invalid_argument, "build_pyramid: the image is empty");
+  const int W = base.width(), H = base.height(), C = base.channels();
+  const int num_levels = level_count("build_pyramid", W, H, params);
+  std::vector<Image<T>> levels;
+  levels.reserve(num_levels);
+  levels.push_back(std::move(base));
+  for (int l = 1; l < num_levels; ++l) levels.emplace_back(mip_extent(W, l), mip_extent(H, l), C);
+  reduce_chain(levels, exec);
   return Pyramid<T>(std::move(levels));
+}
+
+template <typename T>
+void rebuild(Pyramid<T>& pyramid, const PyramidParams& params, Executor& exec) {
+  std::vector<Image<T>>& levels = pyramid_detail::Access::levels(pyramid);
+  if (levels.empty() || levels[0].empty())
+    throw Error(Errc::invalid_argument, "rebuild_pyramid: the pyramid has no level 0");
+  const int W = levels[0].width(), H = levels[0].height(), C = levels[0].channels();
+  const int num_levels = level_count("rebuild_pyramid", W, H, params);
+  levels.resize(size_t(num_levels));
+  for (int l = 1; l < num_levels; ++l) {
+    Image<T>& lv = levels[size_t(l)];
+    const int w = mip_extent(W, l), h = mip_extent(H, l);
+    if (lv.width() != w || lv.height() != h || lv.channels() != C) lv = Image<T>(w, h, C);
+  }
+  reduce_chain(levels, exec);
 }
 
 template <typename T>
@@ -158,6 +184,13 @@ PyramidU8 build_pyramid(ImageU8 base, const PyramidParams& params, Executor& exe
 }
 PyramidF32 build_pyramid(ImageF32 base, const PyramidParams& params, Executor& exec) {
   return build(std::move(base), params, exec);
+}
+
+void rebuild_pyramid(PyramidU8& pyramid, const PyramidParams& params, Executor& exec) {
+  rebuild(pyramid, params, exec);
+}
+void rebuild_pyramid(PyramidF32& pyramid, const PyramidParams& params, Executor& exec) {
+  rebuild(pyramid, params, exec);
 }
 
 void downsample_2x2(const ImageU8& src, ImageU8& dst, Executor& exec) {

@@ -551,4 +551,22 @@ StoreStats TokenStore::stats() const {
   return st;
 }
 
+// ---- ValidationLog -----------------------------------------------------------------------
+
+void ValidationLog::add(std::string message) {
+  std::lock_guard lock(mutex_);
+  ++count_;
+  if (messages_.size() < 64) messages_.push_back(std::move(message));
+}
+
+int64_t ValidationLog::count() const {
+  std::lock_guard lock(mutex_);
+  return count_;
+}
+
+std::vector<std::string> ValidationLog::messages() const {
+  std::lock_guard lock(mutex_);
+  return messages_;
+}
+
 }  // namespace fovea

@@ -1,4 +1,5 @@
-// Content-hashed token cache: BLAKE2b-256 keys, reference counts, LRU over unreferenced entries.
+// Content-hashed token cache: BLAKE2b-256 keys (libb2, src/store/blake2b.cpp), reference counts,
+// LRU over unreferenced entries.
 #include "fovea/token_cache.hpp"
 
 #include <cstring>
@@ -23,12 +24,15 @@ size_t CacheKeyHash::operator()(const CacheKey& k) const noexcept {
   return h;
 }
 
-CacheKey tile_key(const uint8_t* pixels, int width, int height, int channels, int level, std::string_view model_id,
-                  size_t stride_bytes) {
+namespace {
+
+CacheKey tile_key_with(Blake2b h, const uint8_t* pixels, int width, int height, int channels, int level,
+                       std::string_view model_id, size_t stride_bytes) {
   if (width < 1 || height < 1 || channels < 1 || level < 0 || !pixels)
     throw Error(Errc::invalid_argument, "tile_key: empty tile or negative level");
   if (stride_bytes == 0) stride_bytes = size_t(width) * size_t(channels);
-  Blake2b h(32);
+  if (stride_bytes < size_t(width) * size_t(channels))
+    throw Error(Errc::invalid_argument, "tile_key: the row stride is shorter than a row");
   // Domain tag and lengths first, so no two (model, geometry, pixels) tuples serialise alike.
   const char tag[] = "fovea.tile.v1";
   h.update(tag, sizeof tag);
@@ -43,7 +47,21 @@ CacheKey tile_key(const uint8_t* pixels, int width, int height, int channels, in
   return k;
 }
 
-TokenCache::TokenCache(int64_t budget_bytes) {
+}  // namespace
+
+CacheKey tile_key(const uint8_t* pixels, int width, int height, int channels, int level, std::string_view model_id,
+                  size_t stride_bytes) {
+  return tile_key_with(Blake2b(32), pixels, width, height, channels, level, model_id, stride_bytes);
+}
+
+CacheKey tile_key(const CacheSecret& secret, const uint8_t* pixels, int width, int height, int channels, int level,
+                  std::string_view model_id, size_t stride_bytes) {
+  return tile_key_with(Blake2b(32, secret.bytes), pixels, width, height, channels, level, model_id, stride_bytes);
+}
+
+TokenCache::TokenCache(int64_t budget_bytes) : TokenCache(budget_bytes, CacheSecret::random()) {}
+
+TokenCache::TokenCache(int64_t budget_bytes, const CacheSecret& secret) : secret_(secret) {
   if (budget_bytes < 0) throw Error(Errc::invalid_argument, "token cache budget must be >= 0 bytes");
   stats_.budget_bytes = budget_bytes;
 }

@@ -1,28 +1,10 @@
-// What both Vulkan store backends share: the device, the validation log, the pool, gathers.
+// What both Vulkan store backends share: the device, validation messages, the pool, gathers.
 #include <algorithm>
 #include <cstring>
 
 #include "store/vulkan_store.hpp"
 
 namespace fovea::store_vk {
-
-// ---- validation log --------------------------------------------------------------------------
-
-namespace {
-std::mutex g_log_mutex;
-int64_t g_log_count = 0;
-std::vector<std::string> g_log;
-}  // namespace
-
-int64_t validation_message_count() {
-  std::lock_guard lock(g_log_mutex);
-  return g_log_count;
-}
-
-std::vector<std::string> validation_messages() {
-  std::lock_guard lock(g_log_mutex);
-  return g_log;
-}
 
 // ---- device ----------------------------------------------------------------------------------
 
@@ -42,7 +24,7 @@ const char* feature_name(Residency need) {
 
 }  // namespace
 
-StoreDevice::StoreDevice(const VulkanStoreOptions& options, Residency need) {
+StoreDevice::StoreDevice(const VulkanStoreOptions& options, Residency need) : log_(options.validation_log) {
   try {
     instance_ = std::make_unique<vk::Instance>(vk::InstanceOptions{.validation = options.validation});
   } catch (const Error& e) {
@@ -97,10 +79,10 @@ void StoreDevice::drain() const {
   const std::vector<std::string> msgs = instance_->validation_messages();
   const int n = instance_->validation_errors();
   instance_->clear_validation_messages();
-  std::lock_guard lock(g_log_mutex);
-  g_log_count += n;
-  for (const std::string& m : msgs)
-    if (g_log.size() < 64) g_log.push_back(m);
+  if (!log_) return;
+  // The instance keeps the first 64 texts of its n messages: the count stays exact.
+  for (int i = 0; i < n; ++i)
+    log_->add(size_t(i) < msgs.size() ? msgs[size_t(i)] : std::string("(message text not kept)"));
 }
 
 // ---- the shared backend part -----------------------------------------------------------------

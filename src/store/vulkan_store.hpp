@@ -25,12 +25,6 @@
 
 namespace fovea::store_vk {
 
-// Validation-layer messages of every Vulkan store backend created with options.validation,
-// collected process-wide after each operation and when a backend is destroyed (so messages
-// from vkDestroy* count too). Tests assert the count does not move.
-int64_t validation_message_count();
-std::vector<std::string> validation_messages();  // the first 64
-
 enum class Residency { buffer, image2d };
 
 // An instance and a device with a sparse-binding queue and the residency feature `need`.
@@ -45,12 +39,14 @@ class StoreDevice {
   vk::Instance& instance() const { return *instance_; }
   const vk::Device& device() const { return *device_; }
   std::mutex& queue_mutex() const { return queue_mutex_; }
-  // Moves new validation messages into the process-wide log.
+  // Moves new validation messages into options.validation_log (after each operation, and
+  // when the device is destroyed, so messages from vkDestroy* count too).
   void drain() const;
 
  private:
   std::unique_ptr<vk::Instance> instance_;
   std::unique_ptr<vk::Device> device_;
+  std::shared_ptr<ValidationLog> log_;
   mutable std::mutex queue_mutex_;
   mutable std::mutex drain_mutex_;  // read-and-clear of the instance's messages is one step
 };

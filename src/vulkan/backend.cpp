@@ -292,6 +292,11 @@ struct VulkanBackend::Impl {
     }
     return commands.begin();
   }
+  // Every submission of a call goes through here: counted in the call's timings.
+  void submit_and_wait() {
+    commands.submit_and_wait();
+    ++timings.submissions;
+  }
 
   Impl(const VulkanOptions& o)
       : instance(vk::InstanceOptions{.validation = o.validation}),
@@ -429,7 +434,7 @@ struct VulkanBackend::Impl {
                       VK_ACCESS_TRANSFER_WRITE_BIT);
     vkCmdCopyBufferToImage(cb, staging.handle(), g.image().handle(), VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
                            uint32_t(regions.size()), regions.data());
-    commands.submit_and_wait();
+    submit_and_wait();
     timings.upload_ms += ms_since(t0);
 
     t0 = Clock::now();
@@ -465,7 +470,7 @@ struct VulkanBackend::Impl {
       record_blit_mips(cb, g, guards, zeros);
     else
       record_compute_mips<T>(cb, g);
-    commands.submit_and_wait();
+    submit_and_wait();
     if (mip_u8) mip_u8->reset_sets();
     if (quantize) quantize->reset_sets();
     mip_f32->reset_sets();
@@ -616,7 +621,7 @@ struct VulkanBackend::Impl {
     vkCmdCopyImageToBuffer(cb, g.image().handle(), src_layout, rb.handle(), uint32_t(regions.size()), regions.data());
     vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
                        VK_ACCESS_HOST_READ_BIT);
-    commands.submit_and_wait();
+    submit_and_wait();
     g.layout = src_layout;
     g.last_stage = VK_PIPELINE_STAGE_TRANSFER_BIT;
     g.last_access = 0;
@@ -730,7 +735,7 @@ struct VulkanBackend::Impl {
     vk::image_barrier(cb, rate.handle(), 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
                       VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL, VK_PIPELINE_STAGE_TRANSFER_BIT,
                       VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
-    commands.submit_and_wait();
+    submit_and_wait();
     timings.upload_ms += ms_since(t0);
 
     // One dispatch for the whole batch.
@@ -771,7 +776,7 @@ struct VulkanBackend::Impl {
     vk::memory_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                        VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
                        VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT);
-    commands.submit_and_wait();
+    submit_and_wait();
     sample->reset_sets();
     timings.dispatch_ms += ms_since(t0);
 
@@ -784,7 +789,7 @@ struct VulkanBackend::Impl {
     vkCmdCopyBuffer(cb, result.handle(), rb.handle(), 1, &bc);
     vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
                        VK_ACCESS_HOST_READ_BIT);
-    commands.submit_and_wait();
+    submit_and_wait();
     const uint32_t* st = static_cast<const uint32_t*>(status.mapped());
     if (st[0] != 0)
       throw Error(Errc::invalid_argument, "vulkan: the rate map and the token layout disagree on " +
@@ -826,19 +831,17 @@ std::vector<VulkanDeviceInfo> list_vulkan_devices() {
   return out;
 }
 
+// Asked afresh on every call (an instance is created and destroyed): nothing is cached for the
+// process, so a device that appears or goes away (a driver installed, VK_ICD_FILENAMES
+// changed) is seen by the next call.
 bool vulkan_available() {
-  static std::once_flag once;
-  static bool available = false;
-  std::call_once(once, [] {
-    try {
-      vk::Instance inst;
-      (void)vk::select_device(inst, "");
-      available = true;
-    } catch (const Error&) {
-      available = false;
-    }
-  });
-  return available;
+  try {
+    vk::Instance inst;
+    (void)vk::select_device(inst, "");
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 VulkanBackend::VulkanBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <iostream>
 
 #include "fovea/error.hpp"
 #include "fovea/store.hpp"
+#include "fovea/token_cache.hpp"
 
 namespace fovea::cli {
 
@@ -139,8 +141,8 @@ void TokenizeOptions::add(CLI::App& app) {
   app.add_option("--dtype", dtype, "Patch dtype: f32, f16 or u8 (u8 is never normalised)")
       ->check(CLI::IsMember({"f32", "f16", "u8"}))
       ->default_val("f32");
-  app.add_option("--mean", mean, "Normalisation mean R,G,B (CLIP's by default)")->type_name("R,G,B");
-  app.add_option("--std", std, "Normalisation std R,G,B (CLIP's by default)")->type_name("R,G,B");
+  app.add_option("--mean", mean, "Normalisation mean R,G,B (default: the model's own with --model, else CLIP's)")->type_name("R,G,B");
+  app.add_option("--std", std, "Normalisation std R,G,B (default: the model's own with --model, else CLIP's)")->type_name("R,G,B");
   app.add_flag("--no-normalize", no_normalize, "Float patches hold x/255 in [0, 1]");
   app.add_option("--max-pixels", max_pixels, "Refuse images with more pixels than this")
       ->default_val(LoadOptions{}.max_pixels);
@@ -344,12 +346,23 @@ nlohmann::json store_report(const Tensor& tokens, int64_t dense_tokens, const St
   TokenStore store(cfg, backend ? std::move(backend) : make_host_store_backend());
   const SeqId seq = store.reserve(dense_tokens);
   bool roundtrip = true;
+  std::string digest;
   if (n > 0) {
     store.bind(seq, 0, n);
     store.write_bytes(seq, 0, n, tokens.bytes());
     const TokenRange all{seq, 0, n};
     const Tensor back = store.gather({&all, 1});
     roundtrip = std::memcmp(back.bytes(), tokens.bytes(), tokens.size_bytes()) == 0;
+    // What came back, for a check outside this process (the tests hash the written file).
+    Blake2b h(32);
+    h.update(back.bytes(), back.size_bytes());
+    uint8_t d[32];
+    h.final(d);
+    char hex[3];
+    for (uint8_t b : d) {
+      std::snprintf(hex, sizeof hex, "%02x", b);
+      digest += hex;
+    }
   }
   if (!roundtrip) throw Error(Errc::internal, "--store: the store did not return the tokens written to it");
   const StoreStats st = store.stats();
@@ -371,6 +384,7 @@ nlohmann::json store_report(const Tensor& tokens, int64_t dense_tokens, const St
   j["saved_fraction"] = st.dense_bytes > 0 ? 1.0 - double(st.resident_bytes) / double(st.dense_bytes) : 0.0;
   j["page_overhead"] = st.payload_bytes > 0 ? double(st.resident_bytes) / double(st.payload_bytes) - 1.0 : 0.0;
   j["roundtrip_ok"] = roundtrip;
+  j["gathered_blake2b"] = digest;  // BLAKE2b-256 of the tokens read back from the store
   return j;
 }
 
@@ -384,6 +398,11 @@ void print_store_report(const nlohmann::json& s) {
               s["pages"].get<long long>(), s["resident_bytes"].get<double>() / 1024.0,
               s["dense_bytes"].get<double>() / 1024.0, 100.0 * s["saved_fraction"].get<double>(),
               s["payload_bytes"].get<double>() / 1024.0, 100.0 * s["page_overhead"].get<double>());
+}
+
+const char* openmp_wait_policy() {
+  const char* p = std::getenv("OMP_WAIT_POLICY");
+  return p ? p : "default";
 }
 
 }  // namespace fovea::cli

@@ -83,4 +83,8 @@ std::vector<float> parse_floats(const std::string& text, const std::string& flag
 nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, const Query& query);
 void print_summary(const nlohmann::json& summary);
 
+// The OpenMP wait policy this process runs with: the environment's OMP_WAIT_POLICY (main()
+// sets PASSIVE for the commands that run OpenMP code, unless the caller chose), or "default".
+const char* openmp_wait_policy();
+
 }  // namespace fovea::cli

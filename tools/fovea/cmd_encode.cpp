@@ -6,6 +6,7 @@
 
 #include "cli_util.hpp"
 #include "command.hpp"
+#include "model_preprocessing.hpp"
 #include "fovea/embeddings.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
@@ -43,6 +44,8 @@ struct EncodeCommand {
     if (model.is_random())
       std::fprintf(stderr, "fovea: note: %s has RANDOM weights; its embeddings are for benchmarking only\n",
                    model_spec.c_str());
+    // The model's own preprocessing unless --mean / --std say otherwise (each overrides its half).
+    const std::string norm_source = apply_model_preprocessing(tok, mc.input, params.extract.norm);
     if (mc.patch_px != params.patch_px) {
       if (patch_opt && patch_opt->count() > 0)
         throw Error(Errc::invalid_argument, "--patch " + std::to_string(params.patch_px) + " does not match the model's " +
@@ -83,6 +86,13 @@ struct EncodeCommand {
       meta["precision"] = std::string(to_string(prec));
       meta["hidden_size"] = std::to_string(mc.hidden);
       meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
+      meta["model_naming"] = mc.naming;
+      meta["preprocessing_source"] = norm_source;
+      meta["embeddings_output"] = embedding_output(mc);
+      if (mc.projector != ProjectorType::none) {
+        meta["projector"] = std::string(to_string(mc.projector));
+        meta["projected_dim"] = std::to_string(mc.projector_dim);
+      }
       // The library owns the file's layout (fovea/embeddings.hpp); the encoding is moved in.
       EmbeddingsFile file;
       file.metadata = std::move(meta);
@@ -93,8 +103,10 @@ struct EncodeCommand {
       file.pooled = std::move(e.pooled);
       file.image_embeds = std::move(e.image_embeds);
       file.logits = std::move(e.logits);
+      file.projected = std::move(e.projected);
       save_embeddings(output, file);
       e.embeddings = std::move(file.embeddings);  // the summary below reads them
+      e.projected = std::move(file.projected);
     }
     const double write_ms = ms_since(t0);
 
@@ -120,7 +132,15 @@ struct EncodeCommand {
                           {"openmp_wait_policy", openmp_wait_policy()},
                           {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}},
                           {"tensors_used", model.tensors_used()},
-                          {"tensors_ignored", model.tensors_ignored()}};
+                          {"tensors_ignored", model.tensors_ignored()},
+                          {"naming", mc.naming},
+                          {"embeddings_output", embedding_output(mc)},
+                          {"preprocessing", {{"source", norm_source},
+                                             {"mean", params.extract.norm.mean},
+                                             {"std", params.extract.norm.std},
+                                             {"normalized", params.extract.norm.enabled}}}};
+    if (mc.projector != ProjectorType::none)
+      summary["encoder"]["projected"] = {e.projected.dim(0), e.projected.dim(1)};
     if (cosine >= -1 && check_fp32 && prec != Precision::fp32) summary["encoder"]["cosine_vs_fp32"] = cosine;
     summary["outputs"] = {{"embeddings", output}};
     if (store.enabled)
@@ -133,6 +153,10 @@ struct EncodeCommand {
       std::printf("  encode: %lld x %d embeddings, %s, %.2f ms (tokenize + encode %.2f ms)\n",
                   (long long)e.embeddings.dim(0), int(e.embeddings.dim(1)), precision.c_str(), e.encode_ms,
                   t.timings.total_ms() + e.encode_ms);
+      std::printf("  preprocessing: %s\n", norm_source.c_str());
+      if (mc.projector != ProjectorType::none)
+        std::printf("  projected: %lld x %d (projector %s)\n", (long long)e.projected.dim(0), int(e.projected.dim(1)),
+                    std::string(to_string(mc.projector)).c_str());
       if (check_fp32 && prec != Precision::fp32) std::printf("  mean cosine vs fp32: %.6f\n", cosine);
       if (store.enabled) print_store_report(summary["store"]);
       if (!output.empty()) std::printf("  wrote %s\n", output.c_str());
@@ -146,13 +170,16 @@ Runner setup(CLI::App& sub) {
   cmd->tok.add(sub);
   cmd->patch_opt = sub.get_option("--patch");
   sub.add_option("--model,-m", cmd->model_spec,
-                 "ViT checkpoint (.safetensors: HF CLIP/SigLIP vision tower or torchvision ViT; config.json "
-                 "beside it is read) or random:vit-b16 / random:vit-s16 (random weights, benchmarks only)")
+                 "ViT checkpoint: .safetensors (HF CLIP/SigLIP/LLaVA or torchvision ViT; a sharded "
+                 "model.safetensors.index.json or its directory; config.json and preprocessor_config.json beside "
+                 "it are read), a llama.cpp mmproj .gguf, or random:vit-b16 / "
+                 "random:vit-s16 (random weights, benchmarks only). Its preprocessing (mean, std) is used "
+                 "unless --mean/--std are given")
       ->required()
       ->type_name("CKPT");
   sub.add_option("-o,--output", cmd->output,
-                 "Write embeddings [N, D], positions, levels (and class_token, pooled, image_embeds, logits "
-                 "when the model has them) as safetensors")
+                 "Write embeddings [N, D], positions, levels (and class_token, pooled, image_embeds, logits, "
+                 "projected [N, E] when the model has them) as safetensors")
       ->type_name("OUT.safetensors");
   sub.add_option("--precision", cmd->precision, "fp32 (exact) or bf16 (fast; GEMM inputs in bfloat16)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
@@ -168,6 +195,7 @@ Runner setup(CLI::App& sub) {
   sub.footer(
       "Examples:\n"
       "  fovea encode photo.jpg --model clip-vit-b16/model.safetensors --fixation 512,300 -o emb.safetensors\n"
+      "  fovea encode photo.jpg --model mmproj-model-f16.gguf --uniform -o emb.safetensors   # + projected\n"
       "  fovea encode photo.jpg --model random:vit-b16 --budget 273 --precision bf16 --json");
   return [cmd] { return cmd->run(); };
 }

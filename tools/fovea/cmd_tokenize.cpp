@@ -9,6 +9,7 @@
 #include "fovea/version_gen.hpp"
 #if FOVEA_BUILT_WITH_ENCODER
 #include "fovea/encoder.hpp"
+#include "model_preprocessing.hpp"
 #endif
 #include "fovea/error.hpp"
 #include "fovea/tokenizer.hpp"
@@ -33,6 +34,10 @@ struct TokenizeCommand {
     Query query = tok.query();
     Executor ex(exec.config());
     if (store.enabled) store.validate(tok.dtype);
+    std::string norm_source = tok.no_normalize                      ? "--no-normalize (x/255)"
+                              : tok.mean.empty() && tok.std.empty() ? "CLIP defaults"
+                              : !tok.mean.empty() && !tok.std.empty() ? "--mean/--std"
+                                                                      : "--mean/--std, CLIP defaults for the rest";
     if (!query_embedding.empty()) {
 #if !FOVEA_BUILT_WITH_ENCODER
       throw Error(Errc::unsupported, "--query-embedding needs the encoder, and this fovea was built without it "
@@ -43,6 +48,8 @@ struct TokenizeCommand {
         throw Error(Errc::invalid_argument, "--query-embedding needs --model CKPT (the tile features come from its patch embedding)");
       query.embedding = load_query_embedding(query_embedding);
       const VitModel model = VitModel::load(model_spec);
+      // Tokens and tile features both follow the model's preprocessing unless --mean/--std say otherwise.
+      norm_source = apply_model_preprocessing(tok, model.config().input, params.extract.norm);
       if (model.config().patch_px != params.patch_px) {
         if (patch_opt && patch_opt->count() > 0)
           throw Error(Errc::invalid_argument, "--patch " + std::to_string(params.patch_px) + " does not match the model's " +
@@ -63,7 +70,8 @@ struct TokenizeCommand {
     Tokenization t = exec.tokenize(std::move(image), query, params, ex, backend);
 
     t0 = Clock::now();
-    if (!output.empty()) save_tokens(output, t, query, params, {{"source", tok.image}});
+    if (!output.empty())
+      save_tokens(output, t, query, params, {{"source", tok.image}, {"preprocessing_source", norm_source}});
     if (!overlay.empty()) save_png(render_overlay(t.pyramid.level(0), t.relevance, t.batch), overlay);
     if (!seen.empty()) save_png(reconstruct(t.batch, t.pyramid.width(), t.pyramid.height(), ex), seen);
     const double write_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

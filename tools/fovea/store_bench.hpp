@@ -6,6 +6,9 @@
 //   fovea::BindTiming one = fovea::time_backend_binds("vulkan", fovea::BindMode::single, 1000, 4096, 5);
 //
 // Timings are medians over `reps` repetitions, in milliseconds, of wall-clock time.
+//
+// Thread safety: each function builds its own store and backend; calls are independent (but
+// timings taken side by side disturb each other).
 #pragma once
 
 #include <cstdint>

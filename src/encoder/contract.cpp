@@ -1,0 +1,41 @@
+// The model's input contract and what its outputs mean, in words for reports and metadata.
+#include "encoder/encoder_internal.hpp"
+
+namespace fovea {
+
+Normalization normalization(const InputContract& c) {
+  // (pixel·r − mean)/std = (pixel/255 − mean/(255·r)) / (std/(255·r)).
+  Normalization n;
+  n.enabled = true;
+  const float k = 255.0f * c.rescale;
+  for (int i = 0; i < 3; ++i) {
+    n.mean[i] = c.normalize ? c.mean[i] / k : 0.0f;
+    n.std[i] = (c.normalize ? c.std[i] : 1.0f) / k;
+  }
+  return n;
+}
+
+std::string_view to_string(ProjectorType p) {
+  switch (p) {
+    case ProjectorType::none: return "none";
+    case ProjectorType::mlp: return "mlp";
+  }
+  return "?";
+}
+
+std::string embedding_output(const VitConfig& c) {
+  if (c.projector != ProjectorType::none) {
+    std::string s = "the projector's input: the hidden state after block " + std::to_string(c.layers) + " of the " +
+                    std::to_string(c.layers_in_checkpoint) + " in the file";
+    return c.final_norm == FinalNorm::all_tokens ? s + ", then post_ln" : s;
+  }
+  switch (c.final_norm) {
+    case FinalNorm::pooled_only: return "last_hidden_state (before post_layernorm, which only the pooled output gets)";
+    case FinalNorm::all_tokens:
+      return c.family == VitFamily::torchvision ? "last hidden state after encoder.ln" : "last_hidden_state (after post_layernorm)";
+    case FinalNorm::none: return "last hidden state (the checkpoint has no final norm)";
+  }
+  return "?";
+}
+
+}  // namespace fovea

@@ -1,0 +1,312 @@
+// What every loader shares: the two WeightSources, the Lookup, the JSON files beside the
+// weights, and the input contracts (preprocessor_config.json and the families' defaults).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "encoder/loaders/loader.hpp"
+#include "fovea/error.hpp"
+#include "fovea/gguf.hpp"
+#include "fovea/safetensors.hpp"
+
+namespace fovea::encoder_detail {
+
+namespace {
+
+class SafetensorsSource final : public WeightSource {
+ public:
+  explicit SafetensorsSource(const SafetensorsFile& f) : f_(f) {}
+  const std::string& path() const override { return f_.path(); }
+  std::optional<Info> info(std::string_view name) const override {
+    const auto* e = f_.find(name);
+    if (!e) return std::nullopt;
+    return Info{e->shape, e->dtype_name};
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& e : f_.entries()) out.push_back(e.name);
+    return out;
+  }
+  std::optional<std::string> type_problem(std::string_view name) const override {
+    const auto* e = f_.find(name);
+    if (e->dtype_name == "F32" || e->dtype_name == "F16" || e->dtype_name == "BF16") return std::nullopt;
+    return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16 or BF16";
+  }
+  Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find(name)); }
+
+ private:
+  const SafetensorsFile& f_;
+};
+
+class GgufSource final : public WeightSource {
+ public:
+  explicit GgufSource(const GgufFile& f) : f_(f) {}
+  const std::string& path() const override { return f_.path(); }
+  std::optional<Info> info(std::string_view name) const override {
+    const auto* t = f_.find_tensor(name);
+    if (!t) return std::nullopt;
+    return Info{t->shape(), ggml_type_name(t->type)};
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& t : f_.tensors()) out.push_back(t.name);
+    return out;
+  }
+  std::optional<std::string> type_problem(std::string_view name) const override {
+    const auto* t = f_.find_tensor(name);
+    switch (GgmlType(t->type)) {
+      case GgmlType::f32: case GgmlType::f16: case GgmlType::bf16: case GgmlType::q8_0: return std::nullopt;
+    }
+    return "unsupported GGUF tensor type " + ggml_type_name(t->type) + " in " + std::string(name) +
+           " (fovea reads F32, F16, BF16 and Q8_0)";
+  }
+  Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find_tensor(name)); }
+
+ private:
+  const GgufFile& f_;
+};
+
+// HF's sharded checkpoints: model.safetensors.index.json maps every tensor to a shard file in
+// the same directory. Each shard is mapped (pages are read only for the tensors used).
+class ShardedSource final : public WeightSource {
+ public:
+  explicit ShardedSource(const std::string& index_path) : path_(index_path) {
+    namespace fs = std::filesystem;
+    std::ifstream in(index_path, std::ios::binary);
+    if (!in) throw Error(Errc::io, "cannot open '" + index_path + "'");
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + index_path + "': " + why); };
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw bad("not a safetensors index (a JSON object with a \"weight_map\")");
+    const fs::path dir = fs::path(index_path).parent_path();
+    std::map<std::string, size_t> shard_of_file;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it->is_string()) throw bad("weight_map[" + it.key() + "] is not a file name");
+      const std::string file = it->get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos || file == "..")
+        throw bad("shard name '" + file + "' is not a plain file name in the index's directory");
+      auto [pos, fresh] = shard_of_file.emplace(file, shards_.size());
+      if (fresh) shards_.push_back(SafetensorsFile::open((dir / file).string()));
+      const SafetensorsFile& shard = shards_[pos->second];
+      if (!shard.find(it.key())) throw bad("the index puts " + it.key() + " in " + file + ", which does not hold it");
+      where_.emplace(it.key(), pos->second);
+    }
+  }
+  const std::string& path() const override { return path_; }
+  std::optional<Info> info(std::string_view name) const override {
+    const auto* e = entry(name);
+    if (!e) return std::nullopt;
+    return Info{e->shape, e->dtype_name};
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [n, _] : where_) out.push_back(n);
+    return out;
+  }
+  std::optional<std::string> type_problem(std::string_view name) const override {
+    const auto* e = entry(name);
+    if (e->dtype_name == "F32" || e->dtype_name == "F16" || e->dtype_name == "BF16") return std::nullopt;
+    return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16 or BF16";
+  }
+  Tensor load_f32(std::string_view name) const override {
+    const auto it = where_.find(std::string(name));
+    return shards_[it->second].load_f32(*shards_[it->second].find(name));
+  }
+
+ private:
+  const SafetensorsFile::Entry* entry(std::string_view name) const {
+    const auto it = where_.find(std::string(name));
+    return it == where_.end() ? nullptr : shards_[it->second].find(name);
+  }
+  std::string path_;
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, size_t> where_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> sharded_safetensors_source(const std::string& index_path) {
+  return std::make_unique<ShardedSource>(index_path);
+}
+
+std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f) { return std::make_unique<SafetensorsSource>(f); }
+std::unique_ptr<WeightSource> gguf_source(const GgufFile& f) { return std::make_unique<GgufSource>(f); }
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+Tensor Lookup::get(const std::string& name, const std::vector<int64_t>& want, bool required, std::vector<int64_t> as) {
+  const std::optional<WeightSource::Info> e = w_.info(name);
+  if (!e) {
+    if (required) missing_.push_back(name + " " + shape_str(want));
+    return {};
+  }
+  used_.insert(name);
+  if (e->shape != want) {
+    problems_.push_back(name + " has shape " + shape_str(e->shape) + ", expected " + shape_str(want));
+    return {};
+  }
+  if (std::optional<std::string> why = w_.type_problem(name)) {
+    type_problems_.push_back(*why);
+    return {};
+  }
+  Tensor t = w_.load_f32(name);
+  if (as.empty()) return t;
+  Tensor r(DType::f32, as);
+  std::memcpy(r.bytes(), t.bytes(), t.size_bytes());
+  return r;
+}
+
+void Lookup::mark_used(const std::string& name) {
+  if (has(name)) used_.insert(name);
+}
+
+void Lookup::finish(const std::string& what) const {
+  if (missing_.empty() && problems_.empty() && type_problems_.empty()) return;
+  std::string msg = "'" + w_.path() + "' is not a complete " + what + " checkpoint:";
+  if (!missing_.empty()) {
+    msg += " missing " + std::to_string(missing_.size()) + " tensor(s): ";
+    for (size_t i = 0; i < missing_.size(); ++i) msg += (i ? ", " : "") + missing_[i];
+    if (!problems_.empty() || !type_problems_.empty()) msg += ";";
+  }
+  std::vector<std::string> all = problems_;
+  all.insert(all.end(), type_problems_.begin(), type_problems_.end());
+  for (size_t i = 0; i < all.size(); ++i) msg += (i ? "; " : " ") + all[i];
+  const bool only_types = missing_.empty() && problems_.empty();
+  throw Error(only_types ? Errc::unsupported : Errc::corrupt_data, msg);
+}
+
+nlohmann::json read_json_beside(const std::string& weights_path, const char* file) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::path(weights_path).parent_path() / file;
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return {};
+  std::ifstream in(p, std::ios::binary);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    // (built with append: GCC 12 warns a false -Wrestrict on "'" + path here)
+    throw Error(Errc::corrupt_data, std::string(1, '\'').append(p.string()).append("' is not a valid JSON object"));
+  return j;
+}
+
+nlohmann::json vision_part(nlohmann::json j) {
+  if (j.contains("vision_config") && j["vision_config"].is_object()) {
+    nlohmann::json v = j["vision_config"];
+    if (j.contains("projection_dim") && !v.contains("projection_dim")) v["projection_dim"] = j["projection_dim"];
+    if (j.contains("model_type")) v["parent_model_type"] = j["model_type"];
+    return v;
+  }
+  return j;
+}
+
+int default_heads(int hidden) {
+  switch (hidden) {
+    case 192: return 3;
+    case 384: return 6;
+    case 768: return 12;
+    case 1024: return 16;
+    case 1152: return 16;  // SigLIP so400m
+    case 1280: return 16;  // ViT-H
+    case 1664: return 16;  // ViT-bigG
+    default: return std::max(1, hidden / 64);
+  }
+}
+
+Activation parse_hf_act(const std::string& s, const std::string& path) {
+  if (s == "quick_gelu") return Activation::quick_gelu;
+  if (s == "gelu_pytorch_tanh" || s == "gelu_new" || s == "gelu_tanh") return Activation::gelu_tanh;
+  if (s == "gelu") return Activation::gelu_erf;
+  throw Error(Errc::unsupported, "'" + path + "': config.json hidden_act '" + s +
+                                     "' is not supported (quick_gelu, gelu, gelu_pytorch_tanh)");
+}
+
+int count_layers(const WeightSource& w, const std::string& prefix) {
+  int n = 0;
+  for (const std::string& name : w.names()) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos) continue;
+    const std::string num = rest.substr(0, dot);
+    if (num.size() > 6 || !std::all_of(num.begin(), num.end(), ::isdigit)) continue;
+    n = std::max(n, std::stoi(num) + 1);
+  }
+  return n;
+}
+
+int square_side(int64_t n, const std::string& path, const std::string& name) {
+  const int64_t g = int64_t(std::llround(std::sqrt(double(std::max<int64_t>(n, 0)))));
+  if (g < 1 || g * g != n)
+    throw Error(Errc::unsupported, "'" + path + "': " + name + " has " + std::to_string(n) +
+                                       " positions, not a square grid");
+  return int(g);
+}
+
+void split_class_position(Tensor all, int64_t D, VitModel::Impl& m) {
+  if (!present(all)) return;
+  const int64_t cells = all.numel() / D - 1;
+  m.class_pos = Tensor(DType::f32, {D});
+  m.pos_grid = Tensor(DType::f32, {cells, D});
+  std::memcpy(m.class_pos.bytes(), all.bytes(), size_t(D) * 4);
+  std::memcpy(m.pos_grid.bytes(), all.bytes() + size_t(D) * 4, size_t(cells * D) * 4);
+}
+
+InputContract clip_defaults() {
+  InputContract c;  // OPENAI_CLIP_MEAN / OPENAI_CLIP_STD
+  c.source = "CLIP defaults (no preprocessor_config.json)";
+  return c;
+}
+InputContract siglip_defaults() {
+  InputContract c;  // SiglipImageProcessor: IMAGENET_STANDARD_MEAN / _STD
+  c.mean = {0.5f, 0.5f, 0.5f};
+  c.std = {0.5f, 0.5f, 0.5f};
+  c.source = "SigLIP defaults 0.5/0.5 (no preprocessor_config.json)";
+  return c;
+}
+InputContract imagenet_defaults() {
+  InputContract c;  // torchvision's ViT weights' transforms: ImageNet mean / std
+  c.mean = {0.485f, 0.456f, 0.406f};
+  c.std = {0.229f, 0.224f, 0.225f};
+  c.source = "torchvision ImageNet defaults";
+  return c;
+}
+
+InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback) {
+  if (pre.is_null() || pre.empty()) return fallback;
+  const char* file = "preprocessor_config.json";
+  InputContract c = fallback;
+  auto triple = [&](const char* key, std::array<float, 3>& out) {
+    auto it = pre.find(key);
+    if (it == pre.end() || it->is_null()) return;
+    std::vector<double> v;
+    if (it->is_number()) v.assign(3, it->get<double>());
+    else if (it->is_array()) {
+      for (const auto& x : *it) {
+        if (!x.is_number()) throw Error(Errc::corrupt_data, std::string(file) + ": '" + key + "' must hold numbers");
+        v.push_back(x.get<double>());
+      }
+      if (v.size() == 1) v.assign(3, v[0]);
+    }
+    if (v.size() != 3) throw Error(Errc::corrupt_data, std::string(file) + ": '" + key + "' must be 3 numbers (R, G, B)");
+    for (int i = 0; i < 3; ++i) out[i] = float(v[i]);
+  };
+  triple("image_mean", c.mean);
+  triple("image_std", c.std);
+  for (float s : c.std)
+    if (!(s > 0) || !std::isfinite(s)) throw Error(Errc::corrupt_data, std::string(file) + ": image_std values must be > 0");
+  c.normalize = cfg_get<bool>(pre, {"do_normalize"}, file).value_or(true);
+  const bool rescale = cfg_get<bool>(pre, {"do_rescale"}, file).value_or(true);
+  c.rescale = rescale ? float(cfg_get<double>(pre, {"rescale_factor"}, file).value_or(1.0 / 255.0)) : 1.0f;
+  if (!(c.rescale > 0) || !std::isfinite(c.rescale))
+    throw Error(Errc::corrupt_data, std::string(file) + ": rescale_factor must be > 0");
+  c.source = "preprocessor_config.json";
+  return c;
+}
+
+}  // namespace fovea::encoder_detail

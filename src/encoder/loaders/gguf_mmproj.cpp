@@ -1,0 +1,234 @@
+// llama.cpp multimodal projector files (mmproj .gguf), as its converters write them
+// (tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py, convert_hf_to_gguf.py --mmproj):
+//
+//   keys     clip.vision.{image_size, patch_size, embedding_length, feed_forward_length,
+//            block_count, attention.head_count, attention.layer_norm_epsilon, image_mean,
+//            image_std, feature_layer}, clip.projector_type, clip.use_gelu, clip.use_silu
+//   tensors  v.patch_embd.weight [D, C, P, P] (ggml ne = [P, P, C, D]), v.patch_embd.bias,
+//            v.class_embd, v.position_embd.weight, v.pre_ln, v.post_ln,
+//            v.blk.N.{attn_q, attn_k, attn_v, attn_out, ln1, ln2, ffn_up, ffn_down}.{weight,bias},
+//            mm.0, mm.2 (the LLaVA MLP projector)
+//
+// Semantics follow clip.cpp's graph (models/llava.cpp, models/siglip.cpp): pre_ln when present,
+// the blocks, post_ln on every token when present, then the projector over the patch tokens
+// (the class token is dropped). Three choices differ from or pin down llama.cpp:
+//   * which block the projector reads: LLaVA was trained on HF's hidden_states[-2]. The
+//     converter already drops the last block (block_count = L − 1, blocks 0..L−2 stored), so
+//     fovea runs every stored block. llama.cpp's graph subtracts one more (il_last = n_layer − 1:
+//     ggml-org/llama.cpp#25817), i.e. reads one block short of what the projector was trained on.
+//     clip.vision.feature_layer = [f] (granite-vision style) reads hidden_states[f]: f blocks.
+//   * ffn_up / ffn_down: the legacy converter wrote HF's fc1 as ffn_down and fc2 as ffn_up;
+//     clip.cpp swaps them back when ffn_down's input width is D. fovea does the same when the
+//     shapes say so (M ≠ D), and, when M = D, for the mlp projector (clip.cpp's rule).
+//   * the projector's GELU is the exact (erf) GELU of HF's LlavaMultiModalProjector; ggml_gelu
+//     is the tanh approximation (a ~1e-3 relative difference on the projector's hidden layer).
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "encoder/loaders/loader.hpp"
+#include "fovea/error.hpp"
+#include "fovea/gguf.hpp"
+
+namespace fovea::encoder_detail {
+namespace {
+
+// llama.cpp's projector types (clip-impl.h PROJECTOR_TYPE_NAMES) that fovea does not run.
+constexpr const char* kOtherProjectors =
+    "mlp_norm, ldp, ldpv2, resampler, adapter, qwen2vl_merger, qwen2.5vl_merger, qwen3vl_merger, gemma3, "
+    "idefics3, pixtral, internvl, llama4, phi4, kimivl, lfm2, cogvlm, janus_pro, glm4v and the audio types";
+
+class GgufMmprojLoader final : public ModelLoader {
+ public:
+  std::string_view name() const override { return "gguf_mmproj"; }
+  bool accepts(const Checkpoint& c) const override { return c.gguf != nullptr; }
+
+  std::shared_ptr<VitModel::Impl> load(const Checkpoint& ck) const override {
+    const GgufFile& g = *ck.gguf;
+    const WeightSource& w = *ck.weights;
+    const std::string& path = g.path();
+    auto fail = [&](Errc code, const std::string& why) { return Error(code, "'" + path + "': " + why); };
+    auto key = [&](const char* k) -> const GgufValue& {
+      const GgufValue* v = g.find_kv(k);
+      if (!v) throw fail(Errc::corrupt_data, "missing GGUF key " + std::string(k) + " (not a llama.cpp mmproj file?)");
+      return *v;
+    };
+    auto int_key = [&](const char* k, int64_t lo, int64_t hi) {
+      const int64_t v = key(k).as_int(k);
+      if (v < lo || v > hi)
+        throw fail(Errc::corrupt_data, std::string(k) + " = " + std::to_string(v) + " is out of range [" +
+                                           std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      return int(v);
+    };
+    auto opt_bool = [&](const char* k) {
+      const GgufValue* v = g.find_kv(k);
+      return v ? v->as_bool(k) : false;
+    };
+
+    if (const GgufValue* a = g.find_kv("general.architecture"); a && a->as_string("general.architecture") != "clip")
+      throw fail(Errc::unsupported, "GGUF architecture '" + a->as_string("general.architecture") +
+                                        "' is not a vision tower (llama.cpp mmproj files say 'clip'); pass the "
+                                        "mmproj file, not the language model");
+    if (const GgufValue* v = g.find_kv("clip.has_vision_encoder"); v && !v->as_bool("clip.has_vision_encoder"))
+      throw fail(Errc::unsupported, "clip.has_vision_encoder is false: the file holds no vision tower");
+
+    auto m = std::make_shared<VitModel::Impl>();
+    VitConfig& c = m->config;
+    c.naming = "gguf_mmproj";
+
+    // ---- projector type -----------------------------------------------------------------
+    std::string ptype;
+    for (const char* k : {"clip.vision.projector_type", "clip.projector_type"})
+      if (const GgufValue* v = g.find_kv(k)) {
+        ptype = v->as_string(k);
+        break;
+      }
+    if (ptype.empty() && (opt_bool("clip.has_llava_projector") || w.info("mm.0.weight"))) ptype = "mlp";
+    if (ptype == "mlp") c.projector = ProjectorType::mlp;
+    else if (!ptype.empty())
+      throw fail(Errc::unsupported, "projector type '" + ptype + "' is not supported: fovea runs 'mlp' (LLaVA's " +
+                                        "MLP projector) and towers without a projector; llama.cpp's " +
+                                        kOtherProjectors + " are not");
+
+    // ---- hyper-parameters ---------------------------------------------------------------
+    const int kBig = 1 << 16;
+    c.hidden = int_key("clip.vision.embedding_length", 1, kBig);
+    c.mlp = int_key("clip.vision.feed_forward_length", 1, 1 << 20);
+    const int blocks = int_key("clip.vision.block_count", 0, 4096);
+    c.heads = int_key("clip.vision.attention.head_count", 1, kBig);
+    c.patch_px = int_key("clip.vision.patch_size", 1, 4096);
+    const int image_size = int_key("clip.vision.image_size", 1, 1 << 20);
+    c.ln_eps = float(key("clip.vision.attention.layer_norm_epsilon").as_float("clip.vision.attention.layer_norm_epsilon"));
+    if (!(c.ln_eps > 0) || c.ln_eps > 1) throw fail(Errc::corrupt_data, "clip.vision.attention.layer_norm_epsilon is out of range");
+    if (c.hidden % c.heads != 0)
+      throw fail(Errc::corrupt_data, "embedding_length " + std::to_string(c.hidden) + " is not divisible by " +
+                                         std::to_string(c.heads) + " heads");
+    if (image_size % c.patch_px != 0)
+      throw fail(Errc::unsupported, "image_size " + std::to_string(image_size) + " is not a multiple of patch_size " +
+                                        std::to_string(c.patch_px));
+    c.grid = image_size / c.patch_px;
+    const bool gelu = opt_bool("clip.use_gelu");
+    if (opt_bool("clip.use_silu")) throw fail(Errc::unsupported, "clip.use_silu (SiLU MLP blocks) is not supported");
+    // ggml_gelu is the tanh approximation: SigLIP's gelu_pytorch_tanh.
+    c.act = gelu ? Activation::gelu_tanh : Activation::quick_gelu;
+
+    c.input.mean = three("clip.vision.image_mean", key("clip.vision.image_mean"), path);
+    c.input.std = three("clip.vision.image_std", key("clip.vision.image_std"), path);
+    for (float s : c.input.std)
+      if (!(s > 0)) throw fail(Errc::corrupt_data, "clip.vision.image_std values must be > 0");
+    c.input.rescale = 1.0f / 255.0f;
+    c.input.normalize = true;
+    c.input.source = "GGUF clip.vision.image_mean / image_std";
+
+    // ---- the layer the projector reads ----------------------------------------------------
+    c.layers_in_checkpoint = count_layers(w, "v.blk.");
+    c.layers = blocks;
+    if (const GgufValue* fl = g.find_kv("clip.vision.feature_layer")) {
+      const std::vector<int64_t> layers = fl->as_ints("clip.vision.feature_layer");
+      if (layers.size() != 1)
+        throw fail(Errc::unsupported, "clip.vision.feature_layer lists " + std::to_string(layers.size()) +
+                                          " layers; concatenated features from several layers are not supported");
+      if (layers[0] < 0 || layers[0] > blocks)
+        throw fail(Errc::corrupt_data, "clip.vision.feature_layer " + std::to_string(layers[0]) +
+                                           " is outside the " + std::to_string(blocks) + " blocks");
+      c.layers = int(layers[0]);
+    }
+
+    // ---- tensors ----------------------------------------------------------------------------
+    const auto pe = w.info("v.patch_embd.weight");
+    if (!pe)
+      throw fail(Errc::corrupt_data, "missing tensor v.patch_embd.weight (not a vision mmproj file?)");
+    if (pe->shape.size() != 4 || pe->shape[0] != c.hidden || pe->shape[2] != c.patch_px || pe->shape[3] != c.patch_px)
+      throw fail(Errc::corrupt_data, "v.patch_embd.weight has shape " + shape_str(pe->shape) + ", expected [" +
+                                         std::to_string(c.hidden) + ", C, " + std::to_string(c.patch_px) + ", " +
+                                         std::to_string(c.patch_px) + "] (ggml ne reversed)");
+    c.channels = int(pe->shape[1]);
+    c.class_token = w.info("v.class_embd").has_value();
+    c.family = c.class_token ? VitFamily::clip : VitFamily::siglip;
+    c.patch_bias = w.info("v.patch_embd.bias").has_value();
+    c.pre_norm = w.info("v.pre_ln.weight").has_value();
+    c.final_norm = w.info("v.post_ln.weight").has_value() ? FinalNorm::all_tokens : FinalNorm::none;
+
+    const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
+    Lookup L(w);
+    m->patch_w = L.get("v.patch_embd.weight", {D, C, P, P}, true, {D, C * P * P});
+    if (c.patch_bias) m->patch_b = L.get("v.patch_embd.bias", {D});
+    if (c.class_token) {
+      m->class_emb = L.get("v.class_embd", {D});
+      split_class_position(L.get("v.position_embd.weight", {G * G + 1, D}), D, *m);
+    } else {
+      m->pos_grid = L.get("v.position_embd.weight", {G * G, D});
+    }
+    if (c.pre_norm) {
+      m->pre_w = L.get("v.pre_ln.weight", {D});
+      m->pre_b = L.get("v.pre_ln.bias", {D});
+    }
+    for (int i = 0; i < c.layers; ++i) {
+      const std::string l = "v.blk." + std::to_string(i) + ".";
+      VitLayer ly;
+      ly.ln1_w = L.get(l + "ln1.weight", {D});
+      ly.ln1_b = L.get(l + "ln1.bias", {D});
+      ly.qkv_w = Tensor(DType::f32, {3 * D, D});
+      ly.qkv_b = Tensor(DType::f32, {3 * D});
+      const char* names[3] = {"attn_q", "attn_k", "attn_v"};
+      for (int j = 0; j < 3; ++j) {
+        const Tensor wt = L.get(l + names[j] + ".weight", {D, D});
+        const Tensor b = L.get(l + names[j] + ".bias", {D}, /*required=*/false);
+        if (present(wt)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, wt.bytes(), size_t(D * D) * 4);
+        if (present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
+      }
+      ly.out_w = L.get(l + "attn_out.weight", {D, D});
+      ly.out_b = L.get(l + "attn_out.bias", {D}, false);
+      ly.ln2_w = L.get(l + "ln2.weight", {D});
+      ly.ln2_b = L.get(l + "ln2.bias", {D});
+      std::string up = l + "ffn_up.", down = l + "ffn_down.";
+      const auto dn = w.info(down + "weight");
+      if (dn && dn->shape.size() == 2 && dn->shape[1] == D && (M != D || c.projector == ProjectorType::mlp)) {
+        std::swap(up, down);  // the legacy converter's fc1 → ffn_down, fc2 → ffn_up
+      }
+      ly.fc1_w = L.get(up + "weight", {M, D});
+      ly.fc1_b = L.get(up + "bias", {M}, false);
+      ly.fc2_w = L.get(down + "weight", {D, M});
+      ly.fc2_b = L.get(down + "bias", {D}, false);
+      m->layers.push_back(std::move(ly));
+    }
+    if (c.final_norm == FinalNorm::all_tokens) {
+      m->post_w = L.get("v.post_ln.weight", {D});
+      m->post_b = L.get("v.post_ln.bias", {D});
+    }
+    if (c.projector == ProjectorType::mlp) {
+      const auto m0 = w.info("mm.0.weight");
+      const int64_t E1 = m0 && m0->shape.size() == 2 ? m0->shape[0] : 0;
+      m->mm0_w = L.get("mm.0.weight", {E1, D});
+      m->mm0_b = L.get("mm.0.bias", {E1});
+      c.projector_hidden = int(E1);
+      c.projector_dim = int(E1);
+      if (const auto m2 = w.info("mm.2.weight")) {
+        const int64_t E = m2->shape.size() == 2 ? m2->shape[0] : 0;
+        m->mm2_w = L.get("mm.2.weight", {E, E1});
+        m->mm2_b = L.get("mm.2.bias", {E});
+        c.projector_dim = int(E);
+      }
+    }
+    L.finish(c.projector == ProjectorType::mlp ? "llama.cpp LLaVA mmproj" : "llama.cpp mmproj vision");
+    m->tensors_used = L.used();
+    return m;
+  }
+
+ private:
+  static std::array<float, 3> three(const char* k, const GgufValue& v, const std::string& path) {
+    const std::vector<double> x = v.as_floats(k);
+    if (x.size() != 3)
+      throw Error(Errc::corrupt_data, "'" + path + "': " + k + " has " + std::to_string(x.size()) + " values, expected 3");
+    return {float(x[0]), float(x[1]), float(x[2])};
+  }
+};
+
+}  // namespace
+
+const ModelLoader& gguf_mmproj_loader() {
+  static const GgufMmprojLoader loader;
+  return loader;
+}
+
+}  // namespace fovea::encoder_detail

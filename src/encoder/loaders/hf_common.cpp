@@ -1,0 +1,128 @@
+// What HF CLIP and SigLIP vision towers share: the embeddings, the encoder blocks
+// (`encoder.layers.N.{layer_norm1, self_attn.{q,k,v,out}_proj, layer_norm2, mlp.fc1, mlp.fc2}`)
+// and post_layernorm, and the checks of config.json against the tensors.
+#include <cstring>
+
+#include "encoder/loaders/loader.hpp"
+#include "fovea/error.hpp"
+
+namespace fovea::encoder_detail {
+
+std::optional<std::string> hf_vision_prefix(const WeightSource& w) {
+  const std::string kPe = "embeddings.patch_embedding.weight";
+  std::optional<std::string> best;
+  // "vision_model." normally; inside a VLM checkpoint the shortest prefix ending in it wins.
+  for (const std::string& name : w.names()) {
+    if (!name.ends_with(kPe)) continue;
+    const std::string pre = name.substr(0, name.size() - kPe.size());
+    const bool better = !best || (pre.ends_with("vision_model.") && !best->ends_with("vision_model.")) ||
+                        (pre.ends_with("vision_model.") == best->ends_with("vision_model.") && pre.size() < best->size());
+    if (better) best = pre;
+  }
+  return best;
+}
+
+std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
+  const WeightSource& w = *ck.weights;
+  const std::string& path = w.path();
+  const std::string p = *hf_vision_prefix(w);
+  const nlohmann::json& cfg = ck.config;
+  VitConfig& c = m.config;
+  const auto pe = w.info(p + "embeddings.patch_embedding.weight");
+  if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
+    throw Error(Errc::corrupt_data, "'" + path + "': " + p + "embeddings.patch_embedding.weight has shape " +
+                                        shape_str(pe->shape) + ", expected [D, C, P, P]");
+  std::string mt = cfg_get<std::string>(cfg, {"model_type"}).value_or("");
+  if (mt.empty()) mt = cfg_get<std::string>(cfg, {"parent_model_type"}).value_or("");
+  if ((clip && mt.find("siglip") != std::string::npos) || (!clip && mt.find("clip") != std::string::npos &&
+                                                           mt.find("siglip") == std::string::npos))
+    throw Error(Errc::corrupt_data, "'" + path + "': config.json says model_type '" + mt + "' but the tensors " +
+                                        (clip ? "have" : "have no") + " class embedding");
+  c.family = clip ? VitFamily::clip : VitFamily::siglip;
+  c.naming = clip ? "hf_clip" : "hf_siglip";
+  c.hidden = int(pe->shape[0]);
+  c.channels = int(pe->shape[1]);
+  c.patch_px = int(pe->shape[2]);
+  const auto pos = w.info(p + "embeddings.position_embedding.weight");
+  if (!pos || pos->shape.size() != 2)
+    throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + p + "embeddings.position_embedding.weight");
+  c.grid = square_side(pos->shape[0] - (clip ? 1 : 0), path, p + "embeddings.position_embedding.weight");
+  c.layers = count_layers(w, p + "encoder.layers.");
+  c.layers_in_checkpoint = c.layers;
+  const auto fc1 = w.info(p + "encoder.layers.0.mlp.fc1.weight");
+  c.mlp = fc1 && fc1->shape.size() == 2 ? int(fc1->shape[0]) : 4 * c.hidden;
+  c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
+  c.class_token = clip;
+  c.patch_bias = !clip;
+  c.pre_norm = clip;
+  // HF CLIP's last_hidden_state is before post_layernorm (applied to the pooled class token
+  // only); SigLIP's is after it.
+  c.final_norm = clip ? FinalNorm::pooled_only : FinalNorm::all_tokens;
+  c.act = clip ? Activation::quick_gelu : Activation::gelu_tanh;
+  c.ln_eps = clip ? 1e-5f : 1e-6f;
+  if (auto a = cfg_get<std::string>(cfg, {"hidden_act"})) c.act = parse_hf_act(*a, path);
+  if (auto e = cfg_get<double>(cfg, {"layer_norm_eps"})) c.ln_eps = float(*e);
+  // Shapes win over config.json; a disagreement is a mismatched pair of files.
+  auto check = [&](const char* key, int have) {
+    if (auto v = cfg_get<int>(cfg, {key}); v && *v != have)
+      throw Error(Errc::corrupt_data, "'" + path + "': config.json " + key + " = " + std::to_string(*v) +
+                                          " but the tensors say " + std::to_string(have));
+  };
+  check("hidden_size", c.hidden);
+  check("patch_size", c.patch_px);
+  check("num_hidden_layers", c.layers);
+  check("intermediate_size", c.mlp);
+  check("image_size", c.grid * c.patch_px);
+  if (c.layers < 1) throw Error(Errc::corrupt_data, "'" + path + "': no " + p + "encoder.layers.N tensors");
+  if (c.heads < 1 || c.hidden % c.heads != 0)
+    throw Error(Errc::corrupt_data, "'" + path + "': hidden size " + std::to_string(c.hidden) +
+                                        " is not divisible by " + std::to_string(c.heads) + " heads");
+  c.input = contract_from_preprocessor(ck.preprocessor, clip ? clip_defaults() : siglip_defaults());
+  return p;
+}
+
+void hf_load_blocks(Lookup& L, const std::string& p, int blocks, int64_t D, int64_t M, VitModel::Impl& m) {
+  for (int i = 0; i < blocks; ++i) {
+    const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
+    VitLayer ly;
+    ly.ln1_w = L.get(l + "layer_norm1.weight", {D});
+    ly.ln1_b = L.get(l + "layer_norm1.bias", {D});
+    ly.qkv_w = Tensor(DType::f32, {3 * D, D});
+    ly.qkv_b = Tensor(DType::f32, {3 * D});
+    const char* names[3] = {"q_proj", "k_proj", "v_proj"};
+    for (int j = 0; j < 3; ++j) {
+      Tensor w = L.get(l + "self_attn." + names[j] + ".weight", {D, D});
+      Tensor b = L.get(l + "self_attn." + names[j] + ".bias", {D});
+      if (present(w)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, w.bytes(), size_t(D * D) * 4);
+      if (present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
+    }
+    ly.out_w = L.get(l + "self_attn.out_proj.weight", {D, D});
+    ly.out_b = L.get(l + "self_attn.out_proj.bias", {D});
+    ly.ln2_w = L.get(l + "layer_norm2.weight", {D});
+    ly.ln2_b = L.get(l + "layer_norm2.bias", {D});
+    ly.fc1_w = L.get(l + "mlp.fc1.weight", {M, D});
+    ly.fc1_b = L.get(l + "mlp.fc1.bias", {M});
+    ly.fc2_w = L.get(l + "mlp.fc2.weight", {D, M});
+    ly.fc2_b = L.get(l + "mlp.fc2.bias", {D});
+    m.layers.push_back(std::move(ly));
+  }
+}
+
+void hf_load_tower(Lookup& L, const std::string& p, VitModel::Impl& m) {
+  const VitConfig& c = m.config;
+  const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
+  m.patch_w = L.get(p + "embeddings.patch_embedding.weight", {D, C, P, P}, true, {D, C * P * P});
+  if (c.patch_bias) m.patch_b = L.get(p + "embeddings.patch_embedding.bias", {D});
+  if (c.class_token) {
+    m.class_emb = L.get(p + "embeddings.class_embedding", {D});
+    split_class_position(L.get(p + "embeddings.position_embedding.weight", {G * G + 1, D}), D, m);
+  } else {
+    m.pos_grid = L.get(p + "embeddings.position_embedding.weight", {G * G, D});
+  }
+  L.mark_used(p + "embeddings.position_ids");
+  hf_load_blocks(L, p, c.layers, D, M, m);
+  m.post_w = L.get(p + "post_layernorm.weight", {D});
+  m.post_b = L.get(p + "post_layernorm.bias", {D});
+}
+
+}  // namespace fovea::encoder_detail

@@ -1,0 +1,139 @@
+// Private to src/encoder: checkpoint loading. One loader per naming (hf_clip.cpp, hf_siglip.cpp,
+// torchvision.cpp, gguf_mmproj.cpp) behind ModelLoader; every loader reads tensors through a
+// WeightSource (safetensors or GGUF) and takes them with one Lookup, which checks presence,
+// type and shape and reports every problem of a file in one error.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "encoder/encoder_internal.hpp"
+#include "fovea/error.hpp"
+
+namespace fovea {
+class GgufFile;
+class SafetensorsFile;
+
+namespace encoder_detail {
+
+// Tensors by name from one checkpoint file, whatever its format. Shapes are row-major
+// (PyTorch's order; a GGUF tensor's ggml dims reversed).
+class WeightSource {
+ public:
+  struct Info {
+    std::vector<int64_t> shape;
+    std::string dtype;  // as the format names it: "BF16", "Q8_0", ...
+  };
+  virtual ~WeightSource() = default;
+  virtual const std::string& path() const = 0;
+  virtual std::optional<Info> info(std::string_view name) const = 0;
+  virtual std::vector<std::string> names() const = 0;
+  // Why the tensor cannot be decoded to float32 (its type), or nullopt when it can.
+  virtual std::optional<std::string> type_problem(std::string_view name) const = 0;
+  virtual Tensor load_f32(std::string_view name) const = 0;
+};
+std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f);  // F32, F16, BF16
+std::unique_ptr<WeightSource> gguf_source(const GgufFile& f);                // + Q8_0
+// HF sharded safetensors: `index_path` is model.safetensors.index.json (owns its shards).
+std::unique_ptr<WeightSource> sharded_safetensors_source(const std::string& index_path);
+
+std::string shape_str(const std::vector<int64_t>& s);
+
+// The one place tensors are taken from a checkpoint.
+class Lookup {
+ public:
+  explicit Lookup(const WeightSource& w) : w_(w) {}
+  bool has(const std::string& name) const { return w_.info(name).has_value(); }
+  // The tensor as f32 with shape `as` (default `want`, which is the shape the file must hold).
+  // A missing optional tensor gives an empty Tensor; problems are collected.
+  Tensor get(const std::string& name, const std::vector<int64_t>& want, bool required = true,
+             std::vector<int64_t> as = {});
+  void mark_used(const std::string& name);
+  void problem(const std::string& what) { problems_.push_back(what); }
+  // Throws naming every missing, mis-shaped or undecodable tensor: Error(unsupported) when the
+  // only problems are tensor types, else Error(corrupt_data).
+  void finish(const std::string& what) const;
+  int used() const { return int(used_.size()); }
+
+ private:
+  const WeightSource& w_;
+  std::vector<std::string> missing_, problems_, type_problems_;
+  std::set<std::string> used_;
+};
+
+// What a loader gets: the weights, the GGUF key/values for .gguf files, and the JSON files
+// beside a .safetensors file ({} when absent).
+struct Checkpoint {
+  std::string path;
+  const WeightSource* weights = nullptr;
+  const GgufFile* gguf = nullptr;
+  nlohmann::json config;        // config.json, reduced to the vision tower's part
+  nlohmann::json full_config;   // config.json as written (a VLM's top level: vision_feature_layer, ...)
+  nlohmann::json preprocessor;  // preprocessor_config.json
+};
+
+class ModelLoader {
+ public:
+  virtual ~ModelLoader() = default;
+  virtual std::string_view name() const = 0;  // the naming, as VitConfig::naming
+  virtual bool accepts(const Checkpoint& c) const = 0;
+  // Throws fovea::Error; sets everything but `source`, tensors_ignored.
+  virtual std::shared_ptr<VitModel::Impl> load(const Checkpoint& c) const = 0;
+};
+const ModelLoader& hf_clip_loader();
+const ModelLoader& hf_siglip_loader();
+const ModelLoader& torchvision_loader();
+const ModelLoader& gguf_mmproj_loader();
+const ModelLoader& hf_llava_loader();
+
+// ---- helpers shared by the loaders -----------------------------------------------------------
+nlohmann::json read_json_beside(const std::string& weights_path, const char* file);
+nlohmann::json vision_part(nlohmann::json config);  // CLIPModel's vision_config, else itself
+
+template <typename T>
+std::optional<T> cfg_get(const nlohmann::json& j, std::initializer_list<const char*> keys, const char* file = "config.json") {
+  for (const char* k : keys) {
+    auto it = j.find(k);
+    if (it == j.end() || it->is_null()) continue;
+    try {
+      return it->get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw Error(Errc::corrupt_data, std::string(file) + ": '" + k + "' has the wrong type");
+    }
+  }
+  return std::nullopt;
+}
+
+int default_heads(int hidden);
+Activation parse_hf_act(const std::string& s, const std::string& path);
+// Number of blocks named PREFIX<N>.* (the largest N + 1).
+int count_layers(const WeightSource& w, const std::string& prefix);
+int square_side(int64_t n, const std::string& path, const std::string& name);
+// Splits a [G·G + 1, D] position table (class position first) into class_pos and pos_grid.
+void split_class_position(Tensor all, int64_t D, VitModel::Impl& m);
+
+// The HF vision tower's prefix ("vision_model." normally, longer inside a VLM checkpoint), or
+// nullopt when there is no `...embeddings.patch_embedding.weight`.
+std::optional<std::string> hf_vision_prefix(const WeightSource& w);
+// HF CLIP and SigLIP share the embeddings and the encoder blocks (hf_common.cpp): hf_configure
+// fills `m.config` from the tensor shapes and config.json (checking they agree) and returns the
+// tower's prefix; hf_load_tower takes the patch and position embeddings, the blocks and
+// post_layernorm.
+std::string hf_configure(const Checkpoint& c, bool clip, VitModel::Impl& m);
+void hf_load_tower(Lookup& L, const std::string& prefix, VitModel::Impl& m);
+// The first `blocks` encoder blocks `PREFIX encoder.layers.N.*` into m.layers.
+void hf_load_blocks(Lookup& L, const std::string& prefix, int blocks, int64_t D, int64_t M, VitModel::Impl& m);
+
+// The input contract: preprocessor_config.json if present, else `fallback`.
+InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback);
+InputContract clip_defaults();
+InputContract siglip_defaults();
+InputContract imagenet_defaults();
+
+}  // namespace encoder_detail
+}  // namespace fovea

@@ -1,0 +1,99 @@
+// torchvision.models.VisionTransformer state dicts: `conv_proj`, `class_token`,
+// `encoder.pos_embedding`, `encoder.layers.encoder_layer_N.*` (`mlp.0/3`, or the legacy
+// `mlp.linear_1/2`), `encoder.ln`, `heads.head`. torchvision files carry no config: the head
+// count comes from config.json when present, else from the width; the input contract is
+// ImageNet's mean and std (the transforms of every torchvision ViT weight set) unless a
+// preprocessor_config.json says otherwise.
+#include "encoder/loaders/loader.hpp"
+#include "fovea/error.hpp"
+
+namespace fovea::encoder_detail {
+namespace {
+
+class TorchvisionLoader final : public ModelLoader {
+ public:
+  std::string_view name() const override { return "torchvision"; }
+  bool accepts(const Checkpoint& c) const override { return !c.gguf && c.weights->info("conv_proj.weight").has_value(); }
+
+  std::shared_ptr<VitModel::Impl> load(const Checkpoint& ck) const override {
+    const WeightSource& w = *ck.weights;
+    const std::string& path = w.path();
+    auto m = std::make_shared<VitModel::Impl>();
+    VitConfig& c = m->config;
+    const auto pe = w.info("conv_proj.weight");
+    if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
+      throw Error(Errc::corrupt_data, "'" + path + "': conv_proj.weight has shape " + shape_str(pe->shape) +
+                                          ", expected [D, C, P, P]");
+    c.family = VitFamily::torchvision;
+    c.naming = "torchvision";
+    c.hidden = int(pe->shape[0]);
+    c.channels = int(pe->shape[1]);
+    c.patch_px = int(pe->shape[2]);
+    const auto pos = w.info("encoder.pos_embedding");
+    if (!pos || pos->shape.size() != 3)
+      throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed encoder.pos_embedding");
+    c.grid = square_side(pos->shape[1] - 1, path, "encoder.pos_embedding");
+    c.layers = count_layers(w, "encoder.layers.encoder_layer_");
+    c.layers_in_checkpoint = c.layers;
+    const bool legacy_mlp = w.info("encoder.layers.encoder_layer_0.mlp.linear_1.weight").has_value();
+    const std::string fc1n = legacy_mlp ? "mlp.linear_1." : "mlp.0.", fc2n = legacy_mlp ? "mlp.linear_2." : "mlp.3.";
+    const auto fc1 = w.info("encoder.layers.encoder_layer_0." + fc1n + "weight");
+    c.mlp = fc1 && fc1->shape.size() == 2 ? int(fc1->shape[0]) : 4 * c.hidden;
+    c.heads = cfg_get<int>(ck.config, {"num_heads", "num_attention_heads"}).value_or(default_heads(c.hidden));
+    c.class_token = true;
+    c.patch_bias = true;
+    c.pre_norm = false;
+    c.final_norm = FinalNorm::all_tokens;
+    c.act = Activation::gelu_erf;
+    c.ln_eps = 1e-6f;
+    if (c.layers < 1) throw Error(Errc::corrupt_data, "'" + path + "': no encoder.layers.encoder_layer_N tensors");
+    if (c.heads < 1 || c.hidden % c.heads != 0)
+      throw Error(Errc::corrupt_data, "'" + path + "': hidden size " + std::to_string(c.hidden) +
+                                          " is not divisible by " + std::to_string(c.heads) + " heads");
+    c.input = contract_from_preprocessor(ck.preprocessor, imagenet_defaults());
+    const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
+    Lookup L(w);
+    m->patch_w = L.get("conv_proj.weight", {D, C, P, P}, true, {D, C * P * P});
+    m->patch_b = L.get("conv_proj.bias", {D});
+    m->class_emb = L.get("class_token", {1, 1, D}, true, {D});
+    split_class_position(L.get("encoder.pos_embedding", {1, G * G + 1, D}), D, *m);
+    for (int i = 0; i < c.layers; ++i) {
+      const std::string l = "encoder.layers.encoder_layer_" + std::to_string(i) + ".";
+      VitLayer ly;
+      ly.ln1_w = L.get(l + "ln_1.weight", {D});
+      ly.ln1_b = L.get(l + "ln_1.bias", {D});
+      ly.qkv_w = L.get(l + "self_attention.in_proj_weight", {3 * D, D});
+      ly.qkv_b = L.get(l + "self_attention.in_proj_bias", {3 * D});
+      ly.out_w = L.get(l + "self_attention.out_proj.weight", {D, D});
+      ly.out_b = L.get(l + "self_attention.out_proj.bias", {D});
+      ly.ln2_w = L.get(l + "ln_2.weight", {D});
+      ly.ln2_b = L.get(l + "ln_2.bias", {D});
+      ly.fc1_w = L.get(l + fc1n + "weight", {M, D});
+      ly.fc1_b = L.get(l + fc1n + "bias", {M});
+      ly.fc2_w = L.get(l + fc2n + "weight", {D, M});
+      ly.fc2_b = L.get(l + fc2n + "bias", {D});
+      m->layers.push_back(std::move(ly));
+    }
+    m->post_w = L.get("encoder.ln.weight", {D});
+    m->post_b = L.get("encoder.ln.bias", {D});
+    if (!L.has("heads.pre_logits.weight")) {
+      if (const auto hw = w.info("heads.head.weight"); hw && hw->shape.size() == 2) {
+        c.num_classes = int(hw->shape[0]);
+        m->head_w = L.get("heads.head.weight", {hw->shape[0], D});
+        m->head_b = L.get("heads.head.bias", {hw->shape[0]});
+      }
+    }
+    L.finish("torchvision VisionTransformer");
+    m->tensors_used = L.used();
+    return m;
+  }
+};
+
+}  // namespace
+
+const ModelLoader& torchvision_loader() {
+  static const TorchvisionLoader loader;
+  return loader;
+}
+
+}  // namespace fovea::encoder_detail

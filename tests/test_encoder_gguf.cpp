@@ -1,0 +1,152 @@
+// The llama.cpp mmproj loader (src/encoder/loaders/gguf_mmproj.cpp) and hostile GGUF files
+// through `fovea encode`: the loader names what it does not support or find, the CLI prints
+// one line and exits 1. Needs the encoder (left out of builds without it).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
+#include "fovea/gguf.hpp"
+#include "gguf_build.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace test;
+
+std::string fixture(const std::string& dir, const std::string& file = "mmproj.gguf") {
+  return test::source_dir() + "/tests/data/encoder/" + dir + "/" + file;
+}
+
+// ---- the mmproj loader ---------------------------------------------------------------------------
+
+void expect_load_error(const std::string& path, Errc code, const std::vector<std::string>& fragments) {
+  try {
+    VitModel::load(path);
+    ADD_FAILURE() << "loaded " << path;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << f << " not in: " << e.what();
+  }
+}
+
+void write_file(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+TEST(GgufMmproj, LoadsTheLlavaLayoutAndItsContract) {
+  const VitModel m = VitModel::load(fixture("gguf_llava"));
+  const VitConfig& c = m.config();
+  EXPECT_EQ(c.naming, "gguf_mmproj");
+  EXPECT_EQ(c.family, VitFamily::clip);
+  EXPECT_TRUE(c.class_token);
+  EXPECT_TRUE(c.pre_norm);
+  EXPECT_EQ(c.final_norm, FinalNorm::none);  // the converter leaves post_layernorm out
+  EXPECT_EQ(c.layers, 2);                     // every stored block: HF's hidden_states[-2]
+  EXPECT_EQ(c.projector, ProjectorType::mlp);
+  EXPECT_EQ(c.projector_hidden, 48);
+  EXPECT_EQ(c.projector_dim, 40);
+  EXPECT_EQ(c.act, Activation::quick_gelu);
+  EXPECT_EQ(c.input.source, "GGUF clip.vision.image_mean / image_std");
+  EXPECT_FLOAT_EQ(c.input.mean[0], 0.48145466f);
+  EXPECT_FLOAT_EQ(c.input.std[2], 0.27577711f);
+  EXPECT_NE(embedding_output(c).find("projector"), std::string::npos);
+  const VitModel s = VitModel::load(fixture("gguf_siglip"));
+  EXPECT_EQ(s.config().family, VitFamily::siglip);
+  EXPECT_FALSE(s.config().class_token);
+  EXPECT_TRUE(s.config().patch_bias);
+  EXPECT_EQ(s.config().final_norm, FinalNorm::all_tokens);
+  EXPECT_EQ(s.config().act, Activation::gelu_tanh);
+  EXPECT_EQ(s.config().projector, ProjectorType::none);
+  EXPECT_FLOAT_EQ(s.config().input.mean[1], 0.5f);
+}
+
+TEST(GgufMmproj, FeatureLayerSelectsTheBlocksRun) {
+  const std::string dir = test::temp_dir("gguf_feature");
+  GgufBuild g = GgufBuild::from(GgufFile::open(fixture("gguf_llava")));
+  g.set("clip.vision.feature_layer", array(GgufType::i32, {int64_t(1)}));
+  write_file(dir + "/one.gguf", g.bytes());
+  const VitModel m = VitModel::load(dir + "/one.gguf");
+  EXPECT_EQ(m.config().layers, 1);
+  EXPECT_EQ(m.config().layers_in_checkpoint, 2);
+  g.set("clip.vision.feature_layer", array(GgufType::i32, {int64_t(1), int64_t(2)}));
+  write_file(dir + "/two.gguf", g.bytes());
+  expect_load_error(dir + "/two.gguf", Errc::unsupported, {"feature_layer lists 2 layers"});
+  g.set("clip.vision.feature_layer", array(GgufType::i32, {int64_t(7)}));
+  write_file(dir + "/seven.gguf", g.bytes());
+  expect_load_error(dir + "/seven.gguf", Errc::corrupt_data, {"feature_layer 7"});
+}
+
+TEST(GgufMmproj, NamesWhatItDoesNotSupportOrFind) {
+  const std::string dir = test::temp_dir("gguf_loader_errors");
+  const GgufBuild base = GgufBuild::from(GgufFile::open(fixture("gguf_llava")));
+  GgufBuild g = base;
+  g.set("clip.projector_type", scalar(GgufType::string, std::string("ldp")));
+  write_file(dir + "/ldp.gguf", g.bytes());
+  expect_load_error(dir + "/ldp.gguf", Errc::unsupported, {"projector type 'ldp' is not supported", "'mlp'", "resampler"});
+
+  g = base;
+  std::erase_if(g.tensors, [](const GgufBuild::T& t) { return t.name == "v.blk.1.ln2.bias" || t.name == "mm.2.bias"; });
+  write_file(dir + "/missing.gguf", g.bytes());
+  expect_load_error(dir + "/missing.gguf", Errc::corrupt_data, {"missing 2 tensor(s)", "v.blk.1.ln2.bias [32]", "mm.2.bias [40]"});
+
+  g = base;
+  GgufBuild::T* q = g.tensor("v.blk.0.attn_q.weight");
+  q->type = 12;  // Q4_K, a valid ggml type; its 256-element rows cannot be a 32x32 matrix
+  q->ne = {256, 4};
+  q->data.assign(4 * 144, 0);
+  write_file(dir + "/q4k.gguf", g.bytes());
+  expect_load_error(dir + "/q4k.gguf", Errc::corrupt_data, {"v.blk.0.attn_q.weight has shape [4, 256], expected [32, 32]"});
+  q->type = 26;  // I32: right shape, a type fovea does not decode
+  q->ne = {32, 32};
+  q->data.assign(32 * 32 * 4, 0);
+  write_file(dir + "/i32.gguf", g.bytes());
+  expect_load_error(dir + "/i32.gguf", Errc::unsupported, {"unsupported GGUF tensor type I32 in v.blk.0.attn_q.weight"});
+
+  g = base;
+  g.set("general.architecture", scalar(GgufType::string, std::string("llama")));
+  write_file(dir + "/llm.gguf", g.bytes());
+  expect_load_error(dir + "/llm.gguf", Errc::unsupported, {"architecture 'llama'", "mmproj"});
+
+  g = base;
+  g.erase_kv("clip.vision.image_mean");
+  write_file(dir + "/nomean.gguf", g.bytes());
+  expect_load_error(dir + "/nomean.gguf", Errc::corrupt_data, {"clip.vision.image_mean"});
+
+  g = base;
+  g.set("clip.vision.embedding_length", scalar(GgufType::u32, uint64_t(48)));
+  write_file(dir + "/width.gguf", g.bytes());
+  expect_load_error(dir + "/width.gguf", Errc::corrupt_data, {"v.patch_embd.weight has shape [32, 3, 8, 8]"});
+}
+
+// The CLI: every hostile file is one "fovea: error:" line and exit 1, and no output file.
+TEST(GgufCli, HostileFilesExitOneWithOneLine) {
+  const std::string dir = test::temp_dir("gguf_cli");
+  const std::string image = fixture("gguf_llava", "image.png");
+  std::vector<Hostile> files = hostile_files();
+  const std::vector<uint8_t> real = [&] {
+    std::ifstream in(fixture("gguf_llava"), std::ios::binary);
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+  }();
+  files.push_back({"truncated_real", std::vector<uint8_t>(real.begin(), real.begin() + real.size() / 2), Errc::corrupt_data,
+                   "runs past the end"});
+  files.push_back({"header_only", std::vector<uint8_t>(real.begin(), real.begin() + 16), Errc::corrupt_data, "key/value count"});
+  for (const Hostile& h : files) {
+    const std::string path = dir + "/" + h.name + ".gguf";
+    write_file(path, h.bytes);
+    const test::RunResult r = test::run_cli({"encode", image, "--uniform", "--model", path, "-o", dir + "/o.safetensors"});
+    EXPECT_EQ(r.exit_code, 1) << h.name << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << h.name << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("fovea: error: ", 0), 0u) << h.name << ": " << r.err;
+    EXPECT_NE(r.err.find(h.fragment), std::string::npos) << h.name << ": " << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir + "/o.safetensors"));
+}
+
+}  // namespace
+}  // namespace fovea

@@ -1,0 +1,27 @@
+// The model's input contract applied to the tokenize flags (encode, tokenize --query-embedding).
+// Only for builds with the encoder: include it where fovea/encoder.hpp is available.
+#pragma once
+
+#include <string>
+
+#include "cli_util.hpp"
+#include "fovea/encoder.hpp"
+
+namespace fovea::cli {
+
+// Sets `norm` to the model's input contract (fovea::normalization) for whatever --mean / --std
+// did not give; --no-normalize leaves it alone. Returns where the numbers came from, for
+// reports and the file's metadata (e.g. "model: preprocessor_config.json").
+inline std::string apply_model_preprocessing(const TokenizeOptions& tok, const InputContract& contract,
+                                             Normalization& norm) {
+  if (tok.no_normalize) return "--no-normalize (x/255)";
+  if (!tok.mean.empty() && !tok.std.empty()) return "--mean/--std";
+  const Normalization model = normalization(contract);
+  if (tok.mean.empty()) norm.mean = model.mean;
+  if (tok.std.empty()) norm.std = model.std;
+  if (!tok.mean.empty()) return "--mean; std from the model (" + contract.source + ")";
+  if (!tok.std.empty()) return "--std; mean from the model (" + contract.source + ")";
+  return "model: " + contract.source;
+}
+
+}  // namespace fovea::cli
