@@ -64,8 +64,9 @@ TEST_F(Cli, BadArgumentsExitTwoWithOneLine) {
   expect_one_line_error(test::run_cli({"tokenize", image, "--std", "1,0,1"}), 2, "--std");
   expect_one_line_error(test::run_cli({"tokenize", image, "--sharpness", "9"}), 2, "--sharpness");
   expect_one_line_error(test::run_cli({"tokenize", image, "--no-such-flag"}), 2, "--no-such-flag");
-  // The image positional is never swallowed by a repeatable flag.
-  expect_one_line_error(test::run_cli({"tokenize", "--fixation", "1,2", "3,4", image}), 2, "not expected");
+  // The image positional is never swallowed by a repeatable flag: "3,4" is taken as a second
+  // input, which makes a batch, and a batch needs an output folder or shard.
+  expect_one_line_error(test::run_cli({"tokenize", "--fixation", "1,2", "3,4", image}), 2, "-o DIR");
 }
 
 TEST_F(Cli, BudgetBelowCoarsestTilingExitsTwo) {
@@ -82,7 +83,8 @@ TEST_F(Cli, BadInputFilesExitOneAndWriteNothing) {
   const std::vector<uint8_t> bytes(300, 0x5a);
   write_file_atomic(junk, bytes);
   expect_one_line_error(test::run_cli({"tokenize", junk, "-o", out}), 1, "junk.png");
-  expect_one_line_error(test::run_cli({"tokenize", dir, "-o", out}), 1, dir);
+  // A directory is a batch input: its output must be a folder or a shard, not one file.
+  expect_one_line_error(test::run_cli({"tokenize", dir, "-o", out}), 2, "-o DIR");
   expect_one_line_error(test::run_cli({"tokenize", image, "-o", dir + "/no/such/dir/x.safetensors"}), 1,
                         "cannot write");
   expect_one_line_error(test::run_cli({"tokenize", image, "--max-pixels", "1000", "-o", out}), 1, "pixels");

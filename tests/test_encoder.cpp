@@ -113,8 +113,12 @@ TEST_P(EncoderFixture, Bf16CosineToFp32AtLeast0999) {
     const double cos = mean_row_cosine(a.embeddings, b.embeddings);
     EXPECT_GE(cos, 0.999) << c.name;
     RecordProperty(c.name + ".bf16_mean_row_cosine", std::to_string(cos));
-    if (encoder_detail::present(a.pooled)) EXPECT_GE(cosine_similarity(a.pooled, b.pooled), 0.999) << c.name;
-    if (encoder_detail::present(a.projected)) EXPECT_GE(mean_row_cosine(a.projected, b.projected), 0.999) << c.name;
+    if (encoder_detail::present(a.pooled)) {
+      EXPECT_GE(cosine_similarity(a.pooled, b.pooled), 0.999) << c.name;
+    }
+    if (encoder_detail::present(a.projected)) {
+      EXPECT_GE(mean_row_cosine(a.projected, b.projected), 0.999) << c.name;
+    }
   }
 }
 
@@ -140,7 +144,9 @@ TEST_P(EncoderFixture, FromRawPixelsWithTheModelsOwnPreprocessing) {
                             {.image_width = c.native_px(), .image_height = c.native_px()}, exec);
   const double err = compare(f, "raw", e);
   RecordProperty("raw.max_abs_error", std::to_string(err));
-  if (c.projector != ProjectorType::none) EXPECT_EQ(e.projected.dim(1), c.projector_dim);
+  if (c.projector != ProjectorType::none) {
+    EXPECT_EQ(e.projected.dim(1), c.projector_dim);
+  }
 }
 
 // The same through the command line, as a user runs it: `fovea encode IMAGE --uniform --model M`.
@@ -502,7 +508,7 @@ TEST(EncoderCheckpoint, ShardedHfCheckpointsLoadLikeOneFile) {
   const Case& c = all[0];
   Executor exec({.threads = 1});
   const Encoding want = encode(one, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
-  for (const std::string spec : {dir + "/model.safetensors.index.json", dir}) {
+  for (const std::string& spec : {dir + "/model.safetensors.index.json", dir}) {
     const VitModel m = VitModel::load(spec);
     EXPECT_EQ(m.config().naming, "hf_llava");
     EXPECT_EQ(m.tensors_used(), one.tensors_used());

@@ -108,6 +108,19 @@ TEST(GgufMmproj, NamesWhatItDoesNotSupportOrFind) {
   write_file(dir + "/i32.gguf", g.bytes());
   expect_load_error(dir + "/i32.gguf", Errc::unsupported, {"unsupported GGUF tensor type I32 in v.blk.0.attn_q.weight"});
 
+  // A hostile width backed by a small patch embedding: a clear error naming the mismatched
+  // tensors, not a 50 GB allocation for the stacked attention matrices.
+  g = base;
+  g.set("clip.vision.embedding_length", scalar(GgufType::u32, uint64_t(65536)));
+  g.set("clip.vision.patch_size", scalar(GgufType::u32, uint64_t(1)));
+  g.set("clip.vision.image_size", scalar(GgufType::u32, uint64_t(4)));
+  GgufBuild::T* pe = g.tensor("v.patch_embd.weight");
+  pe->type = 0;
+  pe->ne = {1, 1, 3, 65536};
+  pe->data.assign(65536 * 3 * 4, 0);
+  write_file(dir + "/wide.gguf", g.bytes());
+  expect_load_error(dir + "/wide.gguf", Errc::corrupt_data, {"v.position_embd.weight has shape", "v.blk.0.attn_q.weight has shape"});
+
   g = base;
   g.set("general.architecture", scalar(GgufType::string, std::string("llama")));
   write_file(dir + "/llm.gguf", g.bytes());

@@ -665,6 +665,23 @@ TEST(StoreBackends, IdenticalResultsOnEveryBackend) {
   EXPECT_EQ(validation_messages_now(), messages) << validation_report();
 }
 
+// The validation log a caller passes to Vulkan store backends: every message counted, the
+// first 64 texts kept, safe to fill from several threads.
+TEST(ValidationLogTest, CountsEveryMessageKeepsTheFirst64) {
+  ValidationLog log;
+  EXPECT_EQ(log.count(), 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&log, t] {
+      for (int i = 0; i < 50; ++i) log.add("thread " + std::to_string(t) + " message " + std::to_string(i));
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(log.count(), 200);
+  const std::vector<std::string> kept = log.messages();
+  ASSERT_EQ(kept.size(), 64u);
+  EXPECT_EQ(std::set<std::string>(kept.begin(), kept.end()).size(), 64u);  // no torn or repeated entries
+}
+
 TEST(StoreConfigTest, RejectsBadConfigs) {
   auto make = [](StoreConfig c) { TokenStore s(c); };
   StoreConfig c;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <map>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,8 @@ struct EmbeddingsFile {
 // Throws Error(invalid_argument) naming the tensor when a shape or dtype breaks the table
 // above (N must agree across the per-token tensors), Error(io) when the file cannot be written.
 void save_embeddings(const std::string& path, const EmbeddingsFile& file);
+// The file's bytes, as save_embeddings writes them (for archives: the batch CLI's .tar shards).
+std::vector<uint8_t> serialize_embeddings(const EmbeddingsFile& file);
 // Throws Error(io) for an unreadable file and Error(corrupt_data) for a file that is not an
 // embeddings file or breaks the table above (the message names the file and the tensor).
 EmbeddingsFile load_embeddings(const std::string& path);

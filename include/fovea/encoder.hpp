@@ -60,6 +60,7 @@
 #include "fovea/extract.hpp"
 #include "fovea/relevance.hpp"
 #include "fovea/tensor.hpp"
+#include "fovea/view.hpp"
 
 namespace fovea {
 
@@ -189,9 +190,10 @@ struct Encoding {
 };
 
 // patches [N, C, P, P] float32 or float16 (normalised as the model expects), positions [N, 4]
-// float32 (centre x, centre y, side, level: the TokenBatch layout). Throws
+// float32 (centre x, centre y, side, level: the TokenBatch layout). Both are read in place: a
+// Tensor or a caller's buffer (TensorView, e.g. a numpy array). Throws
 // Error(invalid_argument) when the patch size, channels or shapes do not match the model.
-Encoding encode(const VitModel& model, const Tensor& patches, const Tensor& positions,
+Encoding encode(const VitModel& model, const TensorView& patches, const TensorView& positions,
                 const EncodeParams& params, Executor& exec);
 
 // The relevance stage's query-embedding hook (RelevanceParams::tile_features). Features come

@@ -26,6 +26,7 @@
 #include "fovea/image.hpp"
 #include "fovea/pyramid.hpp"
 #include "fovea/tensor.hpp"
+#include "fovea/view.hpp"
 
 namespace fovea {
 
@@ -60,8 +61,8 @@ TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation,
                    const ExtractParams& params, Executor& exec);
 
 // The uniform baseline: resize `image` to grid.resized_{width,height} (area filter) and cut
-// it into a grid_x × grid_y grid of P×P patches, raster order.
-TokenBatch extract_uniform(const ImageU8& image, const UniformGrid& grid, int patch_px,
+// it into a grid_x × grid_y grid of P×P patches, raster order. `image` is read in place.
+TokenBatch extract_uniform(const ImageViewU8& image, const UniformGrid& grid, int patch_px,
                            const ExtractParams& params, Executor& exec);
 
 // "What the model sees": every token's patch (de-normalised) stretched bilinearly over its

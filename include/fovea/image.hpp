@@ -89,9 +89,14 @@ ImageU8 to_u8(const ImageF32& img);
 // Gray -> RGB by replication; RGB input is cloned.
 ImageU8 to_rgb(const ImageU8& img);
 
+template <typename T>
+class ImageView;  // fovea/view.hpp (included at the end: every Image converts to a view)
+using ImageViewU8 = ImageView<uint8_t>;
+
 // Area-filter resize (each output pixel is the mean of the input area it covers, fractional
 // at the borders: OpenCV's INTER_AREA for downscaling); upscaling falls back to bilinear.
-ImageU8 resize_area(const ImageU8& src, int width, int height, Executor& exec);
+// `src` is read in place (an Image, or a caller's interleaved or planar pixels).
+ImageU8 resize_area(const ImageViewU8& src, int width, int height, Executor& exec);
 
 // ---- files -----------------------------------------------------------------------------------
 
@@ -127,3 +132,5 @@ void save_png(const ImageU8& img, const std::string& path);
 void save_jpeg(const ImageU8& img, const std::string& path, int quality = 92);
 
 }  // namespace fovea
+
+#include "fovea/view.hpp"  // after Image: view.hpp builds on it

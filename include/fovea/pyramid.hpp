@@ -21,10 +21,14 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "fovea/exec.hpp"
+#include "fovea/error.hpp"
 #include "fovea/image.hpp"
+#include "fovea/view.hpp"
 
 namespace fovea {
 
@@ -48,24 +52,53 @@ struct Access;
 // Thread safety: a Pyramid is a plain value (concurrent reads are safe, a write is not);
 // build_pyramid and rebuild_pyramid use only their arguments, so calls on different pyramids
 // may run at once (each with its own Executor, or sharing one: see exec.hpp).
+// Levels 1.. are always owned. Level 0 is owned (built from an Image) or borrowed (built from
+// an ImageView: the caller's buffer, read in place and never copied). view(l) works for every
+// level either way; level(l) returns the owned Image and throws Error(invalid_argument) for a
+// borrowed level 0.
 template <typename T>
 class Pyramid {
  public:
   Pyramid() = default;
   explicit Pyramid(std::vector<Image<T>> levels) : levels_(std::move(levels)) {}
-  Pyramid(Pyramid&&) noexcept = default;
-  Pyramid& operator=(Pyramid&&) noexcept = default;
+  // `levels[0]` is an empty placeholder; `base` is level 0.
+  Pyramid(const ImageView<T>& base, std::vector<Image<T>> levels)
+      : levels_(std::move(levels)), base_(base), borrowed_(true) {}
+  Pyramid(Pyramid&& o) noexcept { *this = std::move(o); }
+  Pyramid& operator=(Pyramid&& o) noexcept {
+    levels_ = std::move(o.levels_);
+    base_ = std::exchange(o.base_, ImageView<T>());
+    borrowed_ = std::exchange(o.borrowed_, false);
+    return *this;
+  }
 
   int num_levels() const { return static_cast<int>(levels_.size()); }
-  const Image<T>& level(int l) const { return levels_.at(l); }
-  Image<T>& level(int l) { return levels_.at(l); }
-  int width() const { return levels_.empty() ? 0 : levels_[0].width(); }
-  int height() const { return levels_.empty() ? 0 : levels_[0].height(); }
-  int channels() const { return levels_.empty() ? 0 : levels_[0].channels(); }
+  const Image<T>& level(int l) const {
+    check_owned(l);
+    return levels_.at(l);
+  }
+  Image<T>& level(int l) {
+    check_owned(l);
+    return levels_.at(l);
+  }
+  ImageView<T> view(int l) const {
+    if (l == 0 && !levels_.empty()) return borrowed_ ? base_ : ImageView<T>(levels_[0]);
+    return ImageView<T>(levels_.at(l));
+  }
+  bool borrows_level0() const { return borrowed_; }
+  int width() const { return levels_.empty() ? 0 : borrowed_ ? base_.width() : levels_[0].width(); }
+  int height() const { return levels_.empty() ? 0 : borrowed_ ? base_.height() : levels_[0].height(); }
+  int channels() const { return levels_.empty() ? 0 : borrowed_ ? base_.channels() : levels_[0].channels(); }
 
  private:
   friend struct pyramid_detail::Access;
+  void check_owned(int l) const {
+    if (l == 0 && borrowed_)
+      throw Error(Errc::invalid_argument, "this pyramid borrows its level 0 (the caller's pixels): use view(0)");
+  }
   std::vector<Image<T>> levels_;
+  ImageView<T> base_;  // a borrowed level 0 (the caller's pixels); unused when owned
+  bool borrowed_ = false;
 };
 
 using PyramidU8 = Pyramid<uint8_t>;
@@ -76,6 +109,10 @@ using PyramidF32 = Pyramid<float>;
 // kernels. Output is identical for every thread count and kernel choice.
 PyramidU8 build_pyramid(ImageU8 base, const PyramidParams& params, Executor& exec);
 PyramidF32 build_pyramid(ImageF32 base, const PyramidParams& params, Executor& exec);
+// Borrows `base` as level 0 (no copy; interleaved or planar, see fovea/view.hpp): the first
+// reduction reads it in place (de-interleaving two rows at a time in cache). The result is
+// valid while `base`'s buffer lives, and identical to build_pyramid(to_image(base), ...).
+PyramidU8 build_pyramid(const ImageViewU8& base, const PyramidParams& params, Executor& exec);
 
 // Recomputes levels 1.. of `pyramid` from its level 0 (which the caller has replaced or
 // written into), with `params` deciding the level count as for build_pyramid. Every level
@@ -92,5 +129,31 @@ void rebuild_pyramid(PyramidF32& pyramid, const PyramidParams& params, Executor&
 // the same channel count, or Error(invalid_argument) is thrown.
 void downsample_2x2(const ImageU8& src, ImageU8& dst, Executor& exec);
 void downsample_2x2(const ImageF32& src, ImageF32& dst, Executor& exec);
+
+}  // namespace fovea
+
+// ---- incremental update (src/pyramid/update.cpp) -----------------------------------------------
+namespace fovea {
+
+// Which parts of a pyramid an update touched. Level ℓ's node grid has ceil(tiles / 2^ℓ) nodes
+// per axis (TileGrid::tiles_x_at); node (x, y) covers level-ℓ samples [x·P, (x+1)·P) ×
+// [y·P, (y+1)·P), clipped to the level: exactly the footprint of a level-ℓ token (x, y).
+struct PyramidDirty {
+  int tile_px = 0;
+  std::vector<int> nodes_x, nodes_y;          // per level
+  std::vector<std::vector<uint8_t>> nodes;    // per level: [nodes_y · nodes_x], 1 = recomputed
+  int64_t samples_recomputed = 0;             // per channel, over levels 1..
+  bool dirty(int level, int x, int y) const { return nodes[level][size_t(y) * nodes_x[level] + x] != 0; }
+};
+
+// After level 0 of `pyramid` changed inside some finest tiles (P×P px; `dirty_tiles` has one
+// entry per tile of the ceil(W/P) × ceil(H/P) grid, raster order, nonzero = changed), recomputes
+// in place only the samples of levels 1.. whose 2^ℓ × 2^ℓ level-0 footprint holds a changed
+// tile, level by level (each from the level above, with the same row kernels as build_pyramid).
+// The result is bit-identical to build_pyramid of the new level 0. Throws
+// Error(invalid_argument) for a tile size outside [2, 256], a mask of the wrong size or an
+// empty pyramid.
+PyramidDirty update_pyramid(PyramidU8& pyramid, int tile_px, std::span<const uint8_t> dirty_tiles, Executor& exec);
+PyramidDirty update_pyramid(PyramidF32& pyramid, int tile_px, std::span<const uint8_t> dirty_tiles, Executor& exec);
 
 }  // namespace fovea

@@ -27,6 +27,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fovea/allocate.hpp"
 #include "fovea/exec.hpp"
@@ -34,6 +35,7 @@
 #include "fovea/image.hpp"
 #include "fovea/pyramid.hpp"
 #include "fovea/relevance.hpp"
+#include "fovea/view.hpp"
 
 namespace fovea {
 
@@ -75,6 +77,9 @@ class TokenizeStages {
   // fovea::build_pyramid's contract: level 0 is `image` (moved in), params.max_levels levels.
   // Relevance and allocation read this pyramid on the CPU.
   virtual PyramidU8 build_pyramid(ImageU8 image, const PyramidParams& params, Executor& exec);
+  // The same for the caller's pixels (tokenize(ImageViewU8, ...)): the CPU borrows `image` as
+  // level 0 (fovea::build_pyramid(ImageViewU8)); a device backend copies it for its upload.
+  virtual PyramidU8 build_pyramid(const ImageViewU8& image, const PyramidParams& params, Executor& exec);
   // fovea::extract's contract: the allocation's tokens sampled from `pyramid`.
   virtual TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation, const ExtractParams& params,
                              Executor& exec);
@@ -86,10 +91,20 @@ Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& p
 // The same pipeline with the pixel stages of `stages`.
 Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec,
                       TokenizeStages& stages);
+// Reads the caller's pixels in place (fovea/view.hpp: interleaved HWC as numpy arrays and video
+// frames hold them, or planar): nothing copies the whole image. The result's pyramid borrows
+// `image` as its level 0, so the buffer must outlive the Tokenization and stay unchanged
+// while tokenize runs. Output is identical to tokenize(to_image(image), ...).
+Tokenization tokenize(const ImageViewU8& image, const Query& query, const TokenizeParams& params, Executor& exec);
+Tokenization tokenize(const ImageViewU8& image, const Query& query, const TokenizeParams& params, Executor& exec,
+                      TokenizeStages& stages);
 
 // __metadata__ of the token file (all values are strings, as safetensors requires).
 std::map<std::string, std::string> token_metadata(const Tokenization& t, const Query& query,
                                                   const TokenizeParams& params);
+// The token file's bytes (what save_tokens writes); `extra` metadata is merged in.
+std::vector<uint8_t> serialize_tokens(const Tokenization& t, const Query& query, const TokenizeParams& params,
+                                      const std::map<std::string, std::string>& extra = {});
 // Writes the token file atomically; `extra` metadata is merged in (e.g. "source").
 void save_tokens(const std::string& path, const Tokenization& t, const Query& query,
                  const TokenizeParams& params, const std::map<std::string, std::string>& extra = {});

@@ -11,13 +11,14 @@
 #include "fovea/extract.hpp"
 #include "fovea/image.hpp"
 #include "fovea/relevance.hpp"
+#include "fovea/view.hpp"
 
 namespace fovea {
 
 // The image in gray, tinted by a heat map of relevance (blue = low, red = high), with every
 // token's border drawn in its level's colour: 0 red, 1 orange, 2 yellow, 3 green, 4 cyan,
 // 5 blue, 6 violet, 7+ white.
-ImageU8 render_overlay(const ImageU8& image, const RelevanceMap& relevance, const TokenBatch& batch);
+ImageU8 render_overlay(const ImageViewU8& image, const RelevanceMap& relevance, const TokenBatch& batch);
 
 // RGB colour of a level in the overlay.
 void level_colour(int level, uint8_t rgb[3]);

@@ -32,7 +32,7 @@ TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, 
     if (g.patch_px != c.patch_px)
       throw Error(Errc::invalid_argument, "the query-embedding features need --patch " + std::to_string(c.patch_px) +
                                               " (the model's patch size)");
-    const ImageU8& img = pyr.level(0);
+    const ImageViewU8 img = pyr.view(0);  // the caller's pixels when tokenize was given a view
     const int P = g.patch_px, C = c.channels;
     const int64_t tiles = g.tiles(), K = int64_t(C) * P * P;
     Tensor patches(DType::f32, {tiles, K});
@@ -45,8 +45,9 @@ TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, 
         const float mean = norm.enabled ? norm.mean[cc % 3] : 0.0f, inv = norm.enabled ? 1.0f / norm.std[cc % 3] : 1.0f;
         for (int y = 0; y < P; ++y) {
           const uint8_t* row = img.row(src_c, std::min(ty * P + y, h - 1));
+          const ptrdiff_t ps = img.pixel_stride();
           for (int x = 0; x < P; ++x)
-            pp[t * K + (int64_t(cc) * P + y) * P + x] = (row[std::min(tx * P + x, w - 1)] / 255.0f - mean) * inv;
+            pp[t * K + (int64_t(cc) * P + y) * P + x] = (row[std::min(tx * P + x, w - 1) * ps] / 255.0f - mean) * inv;
         }
       }
     }

@@ -260,7 +260,7 @@ std::vector<float> siglip_pool(const Ops& ops, const VitModel::Impl& m, const fl
 
 }  // namespace
 
-Encoding encode(const VitModel& model, const Tensor& patches, const Tensor& positions, const EncodeParams& params,
+Encoding encode(const VitModel& model, const TensorView& patches, const TensorView& positions, const EncodeParams& params,
                 Executor& exec) {
   const auto t_start = std::chrono::steady_clock::now();
   VitModel::Impl& m = const_cast<VitModel::Impl&>(model.impl());

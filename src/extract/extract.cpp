@@ -45,18 +45,20 @@ struct RowWriter {
 };
 
 // Copies the P×P block at (x0, y0) of `img` (clamped to its edges) for every output channel.
-void sample_block(const ImageU8& img, int x0, int y0, int P, const RowWriter& w, std::byte* dst,
+// `img` is a pyramid level (planar) or the caller's level-0 view (any pixel stride).
+void sample_block(const ImageViewU8& img, int x0, int y0, int P, const RowWriter& w, std::byte* dst,
                   size_t elem) {
   uint8_t row[256];
   const int W = img.width(), H = img.height();
-  const bool inside_x = x0 >= 0 && x0 + P <= W;
+  const ptrdiff_t ps = img.pixel_stride();
+  const bool direct = ps == 1 && x0 >= 0 && x0 + P <= W;
   for (int c = 0; c < 3; ++c) {
     const int sc = img.channels() == 3 ? c : 0;
     for (int py = 0; py < P; ++py) {
       const uint8_t* s = img.row(sc, std::clamp(y0 + py, 0, H - 1));
       const uint8_t* src = s + x0;
-      if (!inside_x) {
-        for (int px = 0; px < P; ++px) row[px] = s[std::clamp(x0 + px, 0, W - 1)];
+      if (!direct) {
+        for (int px = 0; px < P; ++px) row[px] = s[std::clamp(x0 + px, 0, W - 1) * ps];
         src = row;
       }
       w.write(src, P, c, dst + (size_t(c) * P + py) * P * elem);
@@ -141,14 +143,14 @@ TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation,
   exec.parallel_for(b.size(), 16, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const Token& t = tokens[size_t(i)];
-      sample_block(pyramid.level(t.level), t.x * P, t.y * P, P, writer,
+      sample_block(pyramid.view(t.level), t.x * P, t.y * P, P, writer,
                    b.patches.bytes() + size_t(i) * patch_bytes, elem);
     }
   });
   return b;
 }
 
-TokenBatch extract_uniform(const ImageU8& image, const UniformGrid& grid, int patch_px,
+TokenBatch extract_uniform(const ImageViewU8& image, const UniformGrid& grid, int patch_px,
                            const ExtractParams& params, Executor& exec) {
   check_extract_params(params);
   const int P = patch_px;

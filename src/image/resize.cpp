@@ -48,7 +48,7 @@ std::vector<Tap> make_taps(int in, int out) {
 
 // Integer factors (the common case: 1024 → 256 for a 16×16 grid) are a kx×ky box mean in
 // integer arithmetic: vertical sums into u32 columns, then horizontal groups. Ties round up.
-ImageU8 resize_box_integer(const ImageU8& src, int width, int height, int kx, int ky, Executor& exec) {
+ImageU8 resize_box_integer(const ImageViewU8& src, int width, int height, int kx, int ky, Executor& exec) {
   const int C = src.channels();
   ImageU8 dst(width, height, C);
   const uint32_t area = uint32_t(kx) * ky;
@@ -59,6 +59,7 @@ ImageU8 resize_box_integer(const ImageU8& src, int width, int height, int kx, in
   const uint64_t d = 2ull * area;
   const bool fast = 1022.0 * double(area) * double(area) < 4503599627370496.0;  // 511·area·d < 2^52
   const uint64_t m = ((uint64_t(1) << 52) + d - 1) / d;
+  const ptrdiff_t ps = src.pixel_stride();
   exec.parallel_for(int64_t(C) * height, 4, [&](int64_t r0, int64_t r1) {
     std::vector<uint32_t> col(src.width());
     for (int64_t r = r0; r < r1; ++r) {
@@ -66,7 +67,10 @@ ImageU8 resize_box_integer(const ImageU8& src, int width, int height, int kx, in
       std::fill(col.begin(), col.end(), 0u);
       for (int k = 0; k < ky; ++k) {
         const uint8_t* s = src.row(c, y * ky + k);
-        for (int x = 0; x < src.width(); ++x) col[x] += s[x];
+        if (ps == 1)
+          for (int x = 0; x < src.width(); ++x) col[x] += s[x];
+        else
+          for (int x = 0; x < src.width(); ++x) col[x] += s[x * ps];
       }
       uint8_t* out = dst.row(c, y);
       for (int x = 0; x < width; ++x) {
@@ -82,7 +86,8 @@ ImageU8 resize_box_integer(const ImageU8& src, int width, int height, int kx, in
 
 }  // namespace
 
-ImageU8 resize_area(const ImageU8& src, int width, int height, Executor& exec) {
+ImageU8 resize_area(const ImageViewU8& src, int width, int height, Executor& exec) {
+  const ptrdiff_t ps = src.pixel_stride();
   if (width <= 0 || height <= 0)
     throw Error(Errc::invalid_argument, "resize target must be positive, got " +
                                             std::to_string(width) + "x" + std::to_string(height));
@@ -90,7 +95,11 @@ ImageU8 resize_area(const ImageU8& src, int width, int height, Executor& exec) {
   ImageU8 dst(width, height, C);
   if (width == src.width() && height == src.height()) {
     for (int c = 0; c < C; ++c)
-      for (int y = 0; y < height; ++y) std::copy_n(src.row(c, y), width, dst.row(c, y));
+      for (int y = 0; y < height; ++y) {
+        const uint8_t* s = src.row(c, y);
+        uint8_t* d = dst.row(c, y);
+        for (int x = 0; x < width; ++x) d[x] = s[x * ps];
+      }
     return dst;
   }
   if (src.width() % width == 0 && src.height() % height == 0)
@@ -107,7 +116,7 @@ ImageU8 resize_area(const ImageU8& src, int width, int height, Executor& exec) {
       for (int x = 0; x < width; ++x) {
         const Tap& t = tx[x];
         float acc = 0;
-        for (size_t k = 0; k < t.weights.size(); ++k) acc += t.weights[k] * s[t.first + k];
+        for (size_t k = 0; k < t.weights.size(); ++k) acc += t.weights[k] * s[(t.first + ptrdiff_t(k)) * ps];
         d[x] = acc;
       }
     }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "fovea/error.hpp"
+#include "fovea/files.hpp"
 #include "fovea/safetensors.hpp"
 
 namespace fovea {
@@ -60,7 +61,7 @@ void validate_embeddings(const EmbeddingsFile& f) {
       expect(name != s.name, "embeddings file: extra tensor '" + name + "' shadows a standard one");
 }
 
-void save_embeddings(const std::string& path, const EmbeddingsFile& f) {
+std::vector<uint8_t> serialize_embeddings(const EmbeddingsFile& f) {
   validate_embeddings(f);
   std::vector<NamedTensor> tensors;
   for (const Slot& s : kSlots)
@@ -68,7 +69,11 @@ void save_embeddings(const std::string& path, const EmbeddingsFile& f) {
   for (const auto& [name, t] : f.extra) tensors.push_back({name, &t});
   std::map<std::string, std::string> meta = f.metadata;
   meta["format"] = kEmbeddingsFormat;
-  save_safetensors(path, tensors, meta);
+  return serialize_safetensors(tensors, meta);
+}
+
+void save_embeddings(const std::string& path, const EmbeddingsFile& f) {
+  write_file_atomic(path, serialize_embeddings(f));
 }
 
 EmbeddingsFile load_embeddings(const std::string& path) {

@@ -28,19 +28,22 @@ PyramidU8 TokenizeStages::build_pyramid(ImageU8 image, const PyramidParams& para
   return fovea::build_pyramid(std::move(image), params, exec);
 }
 
+PyramidU8 TokenizeStages::build_pyramid(const ImageViewU8& image, const PyramidParams& params, Executor& exec) {
+  return fovea::build_pyramid(image, params, exec);
+}
+
 TokenBatch TokenizeStages::extract(const PyramidU8& pyramid, const Allocation& allocation,
                                    const ExtractParams& params, Executor& exec) {
   return fovea::extract(pyramid, allocation, params, exec);
 }
 
-Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec) {
-  TokenizeStages cpu;
-  return tokenize(std::move(image), query, params, exec, cpu);
-}
+namespace {
 
-Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec,
-                      TokenizeStages& stages) {
-  if (image.empty()) throw Error(Errc::invalid_argument, "cannot tokenize an empty image");
+// The pipeline behind both entry points; `build` runs the pyramid stage on the image (owned or
+// borrowed), `image` gives its extents.
+template <typename Build>
+Tokenization run_pipeline(const ImageViewU8& image, const Query& query, const TokenizeParams& params, Executor& exec,
+                          Build&& build, TokenizeStages& stages) {
   if (params.alloc.budget_tokens < 1)
     throw Error(Errc::invalid_argument,
                 "budget must be at least 1 token, got " + std::to_string(params.alloc.budget_tokens));
@@ -53,7 +56,7 @@ Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& p
   // The levels the tokens sample from, and at least those the relevance statistics read.
   const int levels = std::max(params.uniform ? 1 : L + 1, params.relevance.stats_level + 1);
   const int w = image.width(), h = image.height(), channels = image.channels();
-  t.pyramid = stages.build_pyramid(std::move(image), PyramidParams{.max_levels = levels}, exec);
+  t.pyramid = build(PyramidParams{.max_levels = levels});
   if (t.pyramid.width() != w || t.pyramid.height() != h || t.pyramid.channels() != channels ||
       t.pyramid.num_levels() < std::min(levels, full_mip_levels(w, h)))
     throw Error(Errc::internal, "tokenize: the pyramid stage returned " + std::to_string(t.pyramid.num_levels()) +
@@ -83,11 +86,41 @@ Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& p
 
   t0 = Clock::now();
   t.batch = params.uniform
-                ? extract_uniform(t.pyramid.level(0), *t.uniform, params.patch_px, params.extract, exec)
+                ? extract_uniform(t.pyramid.view(0), *t.uniform, params.patch_px, params.extract, exec)
                 : stages.extract(t.pyramid, t.allocation, params.extract, exec);
   t.timings.extract_ms = ms_since(t0);
   return t;
 }
+
+}  // namespace
+
+Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec) {
+  TokenizeStages cpu;
+  return tokenize(std::move(image), query, params, exec, cpu);
+}
+
+Tokenization tokenize(const ImageViewU8& image, const Query& query, const TokenizeParams& params, Executor& exec) {
+  TokenizeStages cpu;
+  return tokenize(image, query, params, exec, cpu);
+}
+
+Tokenization tokenize(ImageU8 image, const Query& query, const TokenizeParams& params, Executor& exec,
+                      TokenizeStages& stages) {
+  if (image.empty()) throw Error(Errc::invalid_argument, "cannot tokenize an empty image");
+  const ImageViewU8 view(image);  // extents only: the pyramid stage takes the Image itself
+  return run_pipeline(view, query, params, exec, [&](const PyramidParams& pp) {
+    return stages.build_pyramid(std::move(image), pp, exec);
+  }, stages);
+}
+
+Tokenization tokenize(const ImageViewU8& image, const Query& query, const TokenizeParams& params, Executor& exec,
+                      TokenizeStages& stages) {
+  image.check();
+  return run_pipeline(image, query, params, exec, [&](const PyramidParams& pp) {
+    return stages.build_pyramid(image, pp, exec);
+  }, stages);
+}
+
 
 std::map<std::string, std::string> token_metadata(const Tokenization& t, const Query& query,
                                                   const TokenizeParams& params) {
@@ -134,8 +167,8 @@ std::map<std::string, std::string> token_metadata(const Tokenization& t, const Q
   return m;
 }
 
-void save_tokens(const std::string& path, const Tokenization& t, const Query& query,
-                 const TokenizeParams& params, const std::map<std::string, std::string>& extra) {
+std::vector<uint8_t> serialize_tokens(const Tokenization& t, const Query& query, const TokenizeParams& params,
+                                      const std::map<std::string, std::string>& extra) {
   const TileGrid& g = t.relevance.grid;
   Tensor rate(DType::u8, {g.tiles_y, g.tiles_x});
   std::copy(t.allocation.rate_map.level.begin(), t.allocation.rate_map.level.end(), rate.data<uint8_t>());
@@ -148,7 +181,12 @@ void save_tokens(const std::string& path, const Tokenization& t, const Query& qu
                                  {"levels", &t.batch.levels},
                                  {"rate_map", &rate},
                                  {"relevance", &rel}};
-  save_safetensors(path, tensors, meta);
+  return serialize_safetensors(tensors, meta);
+}
+
+void save_tokens(const std::string& path, const Tokenization& t, const Query& query,
+                 const TokenizeParams& params, const std::map<std::string, std::string>& extra) {
+  write_file_atomic(path, serialize_tokens(t, query, params, extra));
 }
 
 }  // namespace fovea

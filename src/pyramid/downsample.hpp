@@ -18,6 +18,7 @@
 // columns, which is the same expression, so no FMA or reassociation can change a bit.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <vector>
@@ -48,6 +49,15 @@ void box2x2_simd(const uint8_t* top, const uint8_t* bottom, uint8_t* dst, int ds
 void box2x2_simd(const float* top, const float* bottom, float* dst, int dst_w);
 void box2x1_simd(const uint8_t* src, uint8_t* dst, int dst_w);
 void box2x1_simd(const float* src, float* dst, int dst_w);
+
+// The first reduction of an interleaved level 0 (fovea/view.hpp): `top` and `bottom` are rows
+// of pixels `pixel_stride` samples apart, channel c of a pixel at +c; writes dst[c][0, dst_w)
+// for c < channels, planar. Reads pixels [0, 2·dst_w) only. Same arithmetic as box2x2 (the
+// SIMD version de-interleaves in registers and is bit-identical to the reference).
+void box2x2_interleaved_ref(const uint8_t* top, const uint8_t* bottom, ptrdiff_t pixel_stride, int channels,
+                            uint8_t* const* dst, int dst_w);
+void box2x2_interleaved_simd(const uint8_t* top, const uint8_t* bottom, ptrdiff_t pixel_stride, int channels,
+                             uint8_t* const* dst, int dst_w);
 
 // HWY_TARGETS as compiled into downsample_hwy.cpp (a bit mask of HWY_* targets): tests
 // intersect it with hwy::SupportedTargets() to run every kernel on every target.

@@ -98,6 +98,60 @@ HWY_INLINE int Box2x1F32Vectors(D d, const float* HWY_RESTRICT src, float* HWY_R
   return x;
 }
 
+using U8x16Tag = hn::CappedTag<uint8_t, 16>;
+
+// One output vector of box2x2 from the even/odd input pairs: t0 holds top inputs [0, n), t1
+// inputs [n, 2n) (bottom likewise): Box2x2U8Vectors' arithmetic on vectors already loaded.
+template <class D, class V>
+HWY_INLINE V Reduce2x2U8(D d8, V t0v, V t1v, V b0v, V b1v) {
+  const hn::RepartitionToWide<D> d16;
+  const auto low_byte = hn::Set(d16, uint16_t{0x00FF});
+  const auto two = hn::Set(d16, uint16_t{2});
+  const auto t0 = hn::BitCast(d16, t0v), t1 = hn::BitCast(d16, t1v);
+  const auto b0 = hn::BitCast(d16, b0v), b1 = hn::BitCast(d16, b1v);
+  const auto s0 = hn::Add(hn::Add(hn::And(t0, low_byte), hn::And(b0, low_byte)),
+                          hn::Add(hn::ShiftRight<8>(t0), hn::ShiftRight<8>(b0)));
+  const auto s1 = hn::Add(hn::Add(hn::And(t1, low_byte), hn::And(b1, low_byte)),
+                          hn::Add(hn::ShiftRight<8>(t1), hn::ShiftRight<8>(b1)));
+  const auto r0 = hn::ShiftRight<2>(hn::Add(s0, two));
+  const auto r1 = hn::ShiftRight<2>(hn::Add(s1, two));
+  return hn::ConcatEven(d8, hn::BitCast(d8, r1), hn::BitCast(d8, r0));
+}
+
+// RGB interleaved (pixel stride 3): LoadInterleaved3 splits 2n pixels of each row into planar
+// channel vectors, which then reduce exactly as a planar row does.
+template <class D>
+HWY_INLINE int Box2x2Rgb3Vectors(D d8, const uint8_t* HWY_RESTRICT top, const uint8_t* HWY_RESTRICT bottom,
+                                 uint8_t* HWY_RESTRICT d0, uint8_t* HWY_RESTRICT d1, uint8_t* HWY_RESTRICT d2, int x,
+                                 int dst_w) {
+  const int n = static_cast<int>(hn::Lanes(d8));
+  using V = hn::Vec<D>;
+  for (; x + n <= dst_w; x += n) {
+    V tr0, tg0, tb0, tr1, tg1, tb1, br0, bg0, bb0, br1, bg1, bb1;
+    hn::LoadInterleaved3(d8, top + 6 * x, tr0, tg0, tb0);
+    hn::LoadInterleaved3(d8, top + 6 * x + 3 * n, tr1, tg1, tb1);
+    hn::LoadInterleaved3(d8, bottom + 6 * x, br0, bg0, bb0);
+    hn::LoadInterleaved3(d8, bottom + 6 * x + 3 * n, br1, bg1, bb1);
+    hn::StoreU(Reduce2x2U8(d8, tr0, tr1, br0, br1), d8, d0 + x);
+    hn::StoreU(Reduce2x2U8(d8, tg0, tg1, bg0, bg1), d8, d1 + x);
+    hn::StoreU(Reduce2x2U8(d8, tb0, tb1, bb0, bb1), d8, d2 + x);
+  }
+  return x;
+}
+
+void Box2x2InterleavedU8(const uint8_t* top, const uint8_t* bottom, ptrdiff_t pixel_stride, int channels,
+                         uint8_t* const* dst, int dst_w) {
+  int x = 0;
+  if (pixel_stride == 3 && channels == 3) {
+    x = Box2x2Rgb3Vectors(hn::ScalableTag<uint8_t>(), top, bottom, dst[0], dst[1], dst[2], 0, dst_w);
+    x = Box2x2Rgb3Vectors(U8x16Tag(), top, bottom, dst[0], dst[1], dst[2], x, dst_w);
+  }
+  uint8_t* rest[3] = {};
+  for (int c = 0; c < channels; ++c) rest[c] = dst[c] + x;
+  box2x2_interleaved_ref(top + 2 * x * pixel_stride, bottom + 2 * x * pixel_stride, pixel_stride, channels, rest,
+                         dst_w - x);
+}
+
 // Full vectors, then 128-bit ones (a no-op where full vectors are 128-bit).
 using U8x16 = hn::CappedTag<uint8_t, 16>;
 using F32x4 = hn::CappedTag<float, 4>;
@@ -128,6 +182,11 @@ void Box2x1F32(const float* src, float* dst, int dst_w) {
 
 #else  // HWY_SCALAR lacks ConcatEven/ConcatOdd: its "SIMD" kernels are the reference.
 
+void Box2x2InterleavedU8(const uint8_t* top, const uint8_t* bottom, ptrdiff_t pixel_stride, int channels,
+                         uint8_t* const* dst, int dst_w) {
+  box2x2_interleaved_ref(top, bottom, pixel_stride, channels, dst, dst_w);
+}
+
 void Box2x2U8(const uint8_t* top, const uint8_t* bottom, uint8_t* dst, int dst_w) {
   box2x2_ref(top, bottom, dst, dst_w);
 }
@@ -150,6 +209,12 @@ HWY_EXPORT(Box2x2U8);
 HWY_EXPORT(Box2x1U8);
 HWY_EXPORT(Box2x2F32);
 HWY_EXPORT(Box2x1F32);
+HWY_EXPORT(Box2x2InterleavedU8);
+
+void box2x2_interleaved_simd(const uint8_t* top, const uint8_t* bottom, ptrdiff_t pixel_stride, int channels,
+                             uint8_t* const* dst, int dst_w) {
+  HWY_DYNAMIC_DISPATCH(Box2x2InterleavedU8)(top, bottom, pixel_stride, channels, dst, dst_w);
+}
 
 void box2x2_simd(const uint8_t* top, const uint8_t* bottom, uint8_t* dst, int dst_w) {
   HWY_DYNAMIC_DISPATCH(Box2x2U8)(top, bottom, dst, dst_w);

@@ -38,4 +38,13 @@ void box1x2_ref(const float* top, const float* bottom, float* dst, int dst_w) {
   for (int x = 0; x < dst_w; ++x) dst[x] = (top[x] + bottom[x]) * 0.5f;
 }
 
+void box2x2_interleaved_ref(const uint8_t* top, const uint8_t* bottom, ptrdiff_t pixel_stride, int channels,
+                            uint8_t* const* dst, int dst_w) {
+  for (int x = 0; x < dst_w; ++x) {
+    const ptrdiff_t a = 2 * x * pixel_stride, b = a + pixel_stride;
+    for (int c = 0; c < channels; ++c)
+      dst[c][x] = static_cast<uint8_t>((unsigned(top[a + c]) + top[b + c] + bottom[a + c] + bottom[b + c] + 2) >> 2);
+  }
+}
+
 }  // namespace fovea::pyramid_detail

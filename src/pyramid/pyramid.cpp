@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "fovea/error.hpp"
@@ -42,8 +43,9 @@ std::string extents(int w, int h, int c) {
 }
 
 // Rows [y0, y1) of channel c of dst = one reduction step of src.
+// `src` has contiguous rows (an owned level, or a planar view of level 0).
 template <typename T>
-void reduce_rows(const Image<T>& src, Image<T>& dst, int c, int y0, int y1,
+void reduce_rows(const ImageView<T>& src, Image<T>& dst, int c, int y0, int y1,
                  const RowKernels<T>& k) {
   const int dst_w = dst.width();
   if (src.height() == 1) {  // a 2×1 box along the row; dst is a single row
@@ -65,7 +67,7 @@ void reduce_rows(const Image<T>& src, Image<T>& dst, int c, int y0, int y1,
 
 // One whole level, rows of every channel in parallel.
 template <typename T>
-void reduce_level(const Image<T>& src, Image<T>& dst, const RowKernels<T>& k, Executor& exec) {
+void reduce_level(const ImageView<T>& src, Image<T>& dst, const RowKernels<T>& k, Executor& exec) {
   const int64_t rows = dst.height();
   const size_t row_read_bytes = 2 * size_t(src.width()) * sizeof(T);
   const int64_t grain = std::max<int64_t>(1, ceil_div(kMinTaskBytes, row_read_bytes));
@@ -80,6 +82,34 @@ void reduce_level(const Image<T>& src, Image<T>& dst, const RowKernels<T>& k, Ex
   });
 }
 
+// Rows [y0, y1) of every channel of level 1 from an interleaved level 0 (pixel_stride != 1).
+void reduce_rows_interleaved(const ImageViewU8& src, ImageU8& dst, int y0, int y1, bool reference) {
+  const int C = src.channels(), dst_w = dst.width();
+  const ptrdiff_t ps = src.pixel_stride();
+  uint8_t* out[3] = {};
+  for (int y = y0; y < y1; ++y) {
+    for (int c = 0; c < C; ++c) out[c] = dst.row(c, y);
+    if (src.height() == 1 || src.width() == 1) {  // 2×1 / 1×2 / 1×1 boxes: tiny images only
+      const int sy1 = src.height() == 1 ? 0 : 2 * y + 1, sy0 = src.height() == 1 ? 0 : 2 * y;
+      for (int c = 0; c < C; ++c)
+        for (int x = 0; x < dst_w; ++x) {
+          const int sx0 = src.width() == 1 ? 0 : 2 * x, sx1 = src.width() == 1 ? 0 : 2 * x + 1;
+          if (sx0 == sx1 && sy0 == sy1)
+            out[c][x] = src.at(c, sy0, sx0);
+          else if (sx0 == sx1)
+            out[c][x] = static_cast<uint8_t>((unsigned(src.at(c, sy0, sx0)) + src.at(c, sy1, sx0) + 1) >> 1);
+          else
+            out[c][x] = static_cast<uint8_t>((unsigned(src.at(c, sy0, sx0)) + src.at(c, sy0, sx1) + 1) >> 1);
+        }
+      continue;
+    }
+    const uint8_t* top = src.row(0, 2 * y);
+    const uint8_t* bottom = src.row(0, 2 * y + 1);
+    if (reference) pyramid_detail::box2x2_interleaved_ref(top, bottom, ps, C, out, dst_w);
+    else pyramid_detail::box2x2_interleaved_simd(top, bottom, ps, C, out, dst_w);
+  }
+}
+
 // The level count build_pyramid makes for a W×H level 0.
 int level_count(const char* who, int W, int H, const PyramidParams& params) {
   if (params.max_levels < 0)
@@ -89,11 +119,12 @@ int level_count(const char* who, int W, int H, const PyramidParams& params) {
   return params.max_levels > 0 ? std::min(full, params.max_levels) : full;
 }
 
-// Levels 1.. of `levels` (all allocated with their extents) from level 0.
+// Levels 1.. of `levels` (all allocated with their extents) from level 0, `base`: levels[0]'s
+// view, or the caller's pixels (levels[0] is then an empty placeholder).
 template <typename T>
-void reduce_chain(std::vector<Image<T>>& levels, Executor& exec) {
+void reduce_chain(const ImageView<T>& base, std::vector<Image<T>>& levels, Executor& exec) {
   const int num_levels = static_cast<int>(levels.size());
-  const int W = levels[0].width(), H = levels[0].height(), C = levels[0].channels();
+  const int W = base.width(), H = base.height(), C = base.channels();
   const RowKernels<T> k = row_kernels<T>(exec.reference());
 
   // Fused levels 1..fused, strips of 2^fused level-0 rows. Only levels whose height is
@@ -104,38 +135,65 @@ void reduce_chain(std::vector<Image<T>>& levels, Executor& exec) {
   while (fused > 1 &&
          (size_t(1) << (fused - 1)) * size_t(mip_extent(W, 1)) * sizeof(T) > kStripCacheBytes)
     --fused;
-  while (fused > 1 && C * ceil_div(H, int64_t(1) << fused) < 4 * int64_t(exec.threads())) --fused;
+  // An interleaved level 0 is reduced for all channels at once (its rows hold every channel):
+  // tasks are strips, and the strip's fused levels follow per channel.
+  const bool interleaved = !base.planar_rows();
+  const int task_channels = interleaved ? 1 : C;
+  while (fused > 1 && task_channels * ceil_div(H, int64_t(1) << fused) < 4 * int64_t(exec.threads())) --fused;
+  auto src_view = [&](int l) { return l == 0 ? base : ImageView<T>(levels[l]); };
 
   if (fused >= 1) {
     const int64_t strip_rows = int64_t(1) << fused;
     const int64_t strips = ceil_div(H, strip_rows);
-    const size_t strip_read_bytes = size_t(strip_rows) * size_t(W) * sizeof(T);
+    const size_t strip_read_bytes = size_t(strip_rows) * size_t(W) * sizeof(T) * (interleaved ? C : 1);
     const int64_t grain = std::max<int64_t>(1, ceil_div(kMinTaskBytes, strip_read_bytes));
-    exec.parallel_for(int64_t(C) * strips, grain, [&](int64_t begin, int64_t end) {
+    exec.parallel_for(int64_t(task_channels) * strips, grain, [&](int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
-        const int c = static_cast<int>(task / strips);
         const int64_t strip = task % strips;
         for (int l = 1; l <= fused; ++l) {
           const int64_t y0 = (strip * strip_rows) >> l;
           const int64_t y1 = std::min<int64_t>(((strip + 1) * strip_rows) >> l, levels[l].height());
-          reduce_rows(levels[l - 1], levels[l], c, static_cast<int>(y0), static_cast<int>(y1), k);
+          if constexpr (std::is_same_v<T, uint8_t>) {
+            if (interleaved && l == 1) {
+              reduce_rows_interleaved(base, levels[1], static_cast<int>(y0), static_cast<int>(y1), exec.reference());
+              continue;
+            }
+          }
+          const ImageView<T> src = src_view(l - 1);
+          if (interleaved) {
+            for (int c = 0; c < C; ++c) reduce_rows(src, levels[l], c, static_cast<int>(y0), static_cast<int>(y1), k);
+          } else {
+            reduce_rows(src, levels[l], static_cast<int>(task / strips), static_cast<int>(y0), static_cast<int>(y1), k);
+          }
         }
       }
     });
   }
-  for (int l = fused + 1; l < num_levels; ++l) reduce_level(levels[l - 1], levels[l], k, exec);
+  for (int l = fused + 1; l < num_levels; ++l) {
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      if (interleaved && l == 1) {
+        exec.parallel_for(levels[1].height(), 16, [&](int64_t y0, int64_t y1) {
+          reduce_rows_interleaved(base, levels[1], static_cast<int>(y0), static_cast<int>(y1), exec.reference());
+        });
+        continue;
+      }
+    }
+    reduce_level(src_view(l - 1), levels[l], k, exec);
+  }
 }
 
+// Level 0 is `owned` (moved in) or, when `borrowed` is not null, the caller's view.
 template <typename T>
-Pyramid<T> build(Image<T> base, const PyramidParams& params, Executor& exec) {
-  if (base.empty()) throw Error(Errc::invalid_argument, "build_pyramid: the image is empty");
+Pyramid<T> build(Image<T> owned, const ImageView<T>* borrowed, const PyramidParams& params, Executor& exec) {
+  const ImageView<T> base = borrowed ? *borrowed : ImageView<T>(owned);
   const int W = base.width(), H = base.height(), C = base.channels();
   const int num_levels = level_count("build_pyramid", W, H, params);
   std::vector<Image<T>> levels;
   levels.reserve(num_levels);
-  levels.push_back(std::move(base));
+  levels.push_back(std::move(owned));  // empty when level 0 is borrowed
   for (int l = 1; l < num_levels; ++l) levels.emplace_back(mip_extent(W, l), mip_extent(H, l), C);
-  reduce_chain(levels, exec);
+  reduce_chain(base, levels, exec);
+  if (borrowed) return Pyramid<T>(base, std::move(levels));
   return Pyramid<T>(std::move(levels));
 }
 
@@ -152,7 +210,7 @@ void rebuild(Pyramid<T>& pyramid, const PyramidParams& params, Executor& exec) {
     const int w = mip_extent(W, l), h = mip_extent(H, l);
     if (lv.width() != w || lv.height() != h || lv.channels() != C) lv = Image<T>(w, h, C);
   }
-  reduce_chain(levels, exec);
+  reduce_chain(ImageView<T>(levels[0]), levels, exec);
 }
 
 template <typename T>
@@ -165,7 +223,7 @@ void downsample(const Image<T>& src, Image<T>& dst, Executor& exec) {
                     extents(dst.width(), dst.height(), dst.channels()) + ", a " +
                     extents(src.width(), src.height(), src.channels()) + " source needs " +
                     extents(w, h, src.channels()));
-  reduce_level(src, dst, row_kernels<T>(exec.reference()), exec);
+  reduce_level(ImageView<T>(src), dst, row_kernels<T>(exec.reference()), exec);
 }
 
 }  // namespace
@@ -180,10 +238,16 @@ int full_mip_levels(int width, int height) {
 }
 
 PyramidU8 build_pyramid(ImageU8 base, const PyramidParams& params, Executor& exec) {
-  return build(std::move(base), params, exec);
+  if (base.empty()) throw Error(Errc::invalid_argument, "build_pyramid: the image is empty");
+  return build<uint8_t>(std::move(base), nullptr, params, exec);
 }
 PyramidF32 build_pyramid(ImageF32 base, const PyramidParams& params, Executor& exec) {
-  return build(std::move(base), params, exec);
+  if (base.empty()) throw Error(Errc::invalid_argument, "build_pyramid: the image is empty");
+  return build<float>(std::move(base), nullptr, params, exec);
+}
+PyramidU8 build_pyramid(const ImageViewU8& base, const PyramidParams& params, Executor& exec) {
+  base.check("build_pyramid: the image");
+  return build<uint8_t>(ImageU8(), &base, params, exec);
 }
 
 void rebuild_pyramid(PyramidU8& pyramid, const PyramidParams& params, Executor& exec) {

@@ -25,7 +25,9 @@ struct TileStats {
 // `img` is pyramid level L; tile t covers the level-L pixels of its level-0 footprint, P >> L on a
 // side. A footprint that the level's floor(n / 2^L) extent cut off entirely (a 1-px edge tile)
 // is given the level's last row or column, so every tile has at least one pixel.
-TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int level, int bins, Executor& exec) {
+// `img` may be the caller's interleaved level 0 (stats_level 0 on a view): its rows are then
+// gathered per channel into a scratch row before the row kernels read them.
+TileStats gather_tile_stats(const ImageViewU8& img, const TileGrid& g, int level, int bins, Executor& exec) {
   const int P = g.patch_px >> level;
   auto span = [P](int t, int extent) {
     const int a = std::min(t * P, extent - 1);
@@ -50,20 +52,31 @@ TileStats gather_tile_stats(const ImageU8& img, const TileGrid& g, int level, in
     // once per tile row instead of once per pixel row.
     std::vector<uint16_t> colsum(size_t(C) * img.width());
     std::vector<uint8_t> luma(img.width());
+    const ptrdiff_t ps = img.pixel_stride();
+    std::vector<uint8_t> gathered(ps == 1 ? 0 : size_t(C) * img.width());
+    const uint8_t* rows[3] = {};
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       std::fill(hist.begin(), hist.end(), 0u);
       std::fill(colsum.begin(), colsum.end(), uint16_t{0});
       const auto [y0, y1] = span(static_cast<int>(ty), img.height());
       for (int y = y0; y < y1; ++y) {
         for (int c = 0; c < C; ++c) {
-          uint16_t* acc = colsum.data() + size_t(c) * img.width();
-          if (ref) accumulate_row_ref(img.row(c, y), acc, img.width());
-          else accumulate_row(img.row(c, y), acc, img.width());
+          rows[c] = img.row(c, y);
+          if (ps != 1) {
+            uint8_t* d = gathered.data() + size_t(c) * img.width();
+            for (int x = 0; x < img.width(); ++x) d[x] = rows[c][x * ps];
+            rows[c] = d;
+          }
         }
-        const uint8_t* l = img.row(0, y);
+        for (int c = 0; c < C; ++c) {
+          uint16_t* acc = colsum.data() + size_t(c) * img.width();
+          if (ref) accumulate_row_ref(rows[c], acc, img.width());
+          else accumulate_row(rows[c], acc, img.width());
+        }
+        const uint8_t* l = rows[0];
         if (C == 3) {
-          if (ref) luma_row_ref(img.row(0, y), img.row(1, y), img.row(2, y), luma.data(), img.width());
-          else luma_row(img.row(0, y), img.row(1, y), img.row(2, y), luma.data(), img.width());
+          if (ref) luma_row_ref(rows[0], rows[1], rows[2], luma.data(), img.width());
+          else luma_row(rows[0], rows[1], rows[2], luma.data(), img.width());
           l = luma.data();
         }
         for (int tx = 0; tx < g.tiles_x; ++tx) {
@@ -185,7 +198,7 @@ std::vector<std::vector<float>> detail_energy(const PyramidU8& pyr, const TileGr
   const int C = pyr.channels();
   const int P = g.patch_px;
   std::vector<std::vector<float>> T(std::max(J, 0), std::vector<float>(g.tiles(), 0.0f));
-  auto usable = [&](int j) { return pyr.level(j).width() >= 2 && pyr.level(j).height() >= 2; };
+  auto usable = [&](int j) { return pyr.view(j).width() >= 2 && pyr.view(j).height() >= 2; };
   // Fine levels: a mip-(j+1) sample (2^(j+1) level-0 px) fits in a tile. Samples of tile row ty
   // are rows [first(ty), first(ty + 1)) of mip j+1, first(ty) = ceil(ty·P / 2^(j+1)).
   int fine = 0;
@@ -194,10 +207,22 @@ std::vector<std::vector<float>> detail_energy(const PyramidU8& pyr, const TileGr
   const bool ref = exec.reference();
   exec.parallel_for(g.tiles_y, 1, [&](int64_t ty0, int64_t ty1) {
     std::vector<uint32_t> acc;
+    std::vector<uint8_t> gathered;  // a borrowed, interleaved level 0: two rows of one channel
     for (int j = 0; j < fine; ++j) {
       if (!usable(j)) continue;
-      const ImageU8& src = pyr.level(j);
-      const ImageU8& dst = pyr.level(j + 1);
+      const ImageViewU8 src = pyr.view(j);
+      const ImageViewU8 dst = pyr.view(j + 1);
+      const ptrdiff_t ps = src.pixel_stride();
+      if (ps != 1) gathered.resize(2 * size_t(src.width()));
+      auto rows = [&](int c, int y, const uint8_t** r0, const uint8_t** r1) {
+        *r0 = src.row(c, 2 * y);
+        *r1 = src.row(c, 2 * y + 1);
+        if (ps == 1) return;
+        uint8_t* d = gathered.data();
+        for (int x = 0; x < src.width(); ++x) d[x] = (*r0)[x * ps], d[src.width() + x] = (*r1)[x * ps];
+        *r0 = d;
+        *r1 = d + src.width();
+      };
       const int S = 2 << j;  // level-0 px per mip-(j+1) sample
       const int W = dst.width(), H = dst.height();
       const float scale = std::ldexp(1.0f, 2 * j - 2);  // 4^j / 4
@@ -208,8 +233,10 @@ std::vector<std::vector<float>> detail_energy(const PyramidU8& pyr, const TileGr
         std::fill(acc.begin(), acc.end(), 0u);
         for (int y = y0; y < y1; ++y)
           for (int c = 0; c < C; ++c) {
-            if (ref) block_energy_row_ref(src.row(c, 2 * y), src.row(c, 2 * y + 1), acc.data(), W);
-            else block_energy_row(src.row(c, 2 * y), src.row(c, 2 * y + 1), acc.data(), W);
+            const uint8_t *r0, *r1;
+            rows(c, y, &r0, &r1);
+            if (ref) block_energy_row_ref(r0, r1, acc.data(), W);
+            else block_energy_row(r0, r1, acc.data(), W);
           }
         float* out = T[j].data() + size_t(ty) * g.tiles_x;
         for (int tx = 0; tx < g.tiles_x; ++tx) {
@@ -224,14 +251,19 @@ std::vector<std::vector<float>> detail_energy(const PyramidU8& pyr, const TileGr
   // Coarse levels: few samples, each shared by the tiles whose top-left pixel it holds.
   for (int j = fine; j < J; ++j) {
     if (!usable(j)) continue;
-    const ImageU8& src = pyr.level(j);
-    const int W = pyr.level(j + 1).width(), H = pyr.level(j + 1).height();
+    const ImageViewU8 src = pyr.view(j);
+    const int W = pyr.view(j + 1).width(), H = pyr.view(j + 1).height();
+    std::vector<uint8_t> r0(src.width()), r1(src.width());  // strided rows gathered (level 0 view)
     const int64_t S = int64_t(2) << j;
     const float scale = std::ldexp(1.0f, 2 * j - 2);
     std::vector<uint32_t> acc(W);
     for (int y = 0; y < H; ++y) {
       std::fill(acc.begin(), acc.end(), 0u);
-      for (int c = 0; c < C; ++c) block_energy_row_ref(src.row(c, 2 * y), src.row(c, 2 * y + 1), acc.data(), W);
+      for (int c = 0; c < C; ++c) {
+        for (int x = 0; x < src.width(); ++x)
+          r0[x] = src.row(c, 2 * y)[x * src.pixel_stride()], r1[x] = src.row(c, 2 * y + 1)[x * src.pixel_stride()];
+        block_energy_row_ref(r0.data(), r1.data(), acc.data(), W);
+      }
       const int ty0 = int((y * S + P - 1) / P), ty1 = std::min<int64_t>(g.tiles_y, ((y + 1) * S + P - 1) / P);
       for (int x = 0; x < W; ++x) {
         const int tx0 = int((x * S + P - 1) / P), tx1 = std::min<int64_t>(g.tiles_x, ((x + 1) * S + P - 1) / P);
@@ -460,7 +492,7 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
   // Terms weighted 0 are not computed (their vectors are zeros): the tile statistics pass is
   // a full read of the statistics level.
   if (w.information > 0 || w.saliency > 0) {
-    TileStats st = gather_tile_stats(pyramid.level(level), m.grid, level, params.entropy_bins, exec);
+    TileStats st = gather_tile_stats(pyramid.view(level), m.grid, level, params.entropy_bins, exec);
     m.saliency = w.saliency > 0 ? saliency_from_means(st, m.grid, exec) : std::vector<float>(n, 0.0f);
     m.information = std::move(st.entropy);
   } else {

@@ -25,7 +25,7 @@ void heat(float t, float rgb[3]) {
 }
 }  // namespace
 
-ImageU8 render_overlay(const ImageU8& image, const RelevanceMap& relevance, const TokenBatch& batch) {
+ImageU8 render_overlay(const ImageViewU8& image, const RelevanceMap& relevance, const TokenBatch& batch) {
   const int W = image.width(), H = image.height();
   ImageU8 out(W, H, 3);
   const TileGrid& g = relevance.grid;

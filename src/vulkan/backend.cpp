@@ -895,6 +895,11 @@ class VulkanStages final : public TokenizeStages {
     return p;
   }
 
+  // The caller's pixels: the upload reads a planar image, so this is the one copy of them.
+  PyramidU8 build_pyramid(const ImageViewU8& image, const PyramidParams& params, Executor& exec) override {
+    return build_pyramid(to_image(image), params, exec);
+  }
+
   TokenBatch extract(const PyramidU8& pyramid, const Allocation& allocation, const ExtractParams& params,
                      Executor&) override {
     const ImageU8* one[] = {&pyramid.level(0)};

@@ -94,7 +94,13 @@ ExecConfig ExecOptions::config() const {
 }
 
 void TokenizeOptions::add(CLI::App& app) {
-  app.add_option("image", image, "Input image (PNG or JPEG)")->required();
+  app.add_option("image", inputs,
+                 "Input image (PNG or JPEG); several images, directories of them or WebDataset .tar shards "
+                 "run as a batch (-o DIR or -o OUT.tar)")
+      ->required()
+      ->each([this](const std::string& v) {
+        if (image.empty()) image = v;
+      });
   app.add_option("--budget,-b", budget, "Token budget B: the output never has more tokens")
       ->check(CLI::Range(1, 1 << 24))
       ->default_val(273);

@@ -33,7 +33,8 @@ struct ExecOptions {
 };
 
 struct TokenizeOptions {
-  std::string image;
+  std::string image;                 // the first input (single-image mode)
+  std::vector<std::string> inputs;   // every input: images, directories, .tar shards (batch.hpp)
   int budget = 273;
   int patch = 16;
   int max_level = -1;

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include "batch.hpp"
 #include "cli_util.hpp"
 #include "command.hpp"
 #include "model_preprocessing.hpp"
@@ -57,6 +58,55 @@ struct EncodeCommand {
       params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, int(query.embedding.size()), ex);
     }
 
+    // The embeddings file (fovea/embeddings.hpp: the library owns the layout); the encoding's
+    // tensors are moved in. Also the batch's per-image output.
+    auto embeddings_file = [&](const Tokenization& t, Encoding& e, const std::string& source) {
+      std::map<std::string, std::string> meta = token_metadata(t, query, params);
+      meta["source"] = source;
+      meta["model"] = model_spec;
+      meta["model_description"] = model.describe();
+      meta["model_family"] = std::string(to_string(mc.family));
+      meta["random_weights"] = model.is_random() ? "true" : "false";
+      meta["precision"] = std::string(to_string(prec));
+      meta["hidden_size"] = std::to_string(mc.hidden);
+      meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
+      meta["model_naming"] = mc.naming;
+      meta["preprocessing_source"] = norm_source;
+      meta["embeddings_output"] = embedding_output(mc);
+      if (mc.projector != ProjectorType::none) {
+        meta["projector"] = std::string(to_string(mc.projector));
+        meta["projected_dim"] = std::to_string(mc.projector_dim);
+      }
+      EmbeddingsFile file;
+      file.metadata = std::move(meta);
+      file.embeddings = std::move(e.embeddings);
+      file.positions = t.batch.positions.clone();
+      file.levels = t.batch.levels.clone();
+      file.class_token = std::move(e.class_token);
+      file.pooled = std::move(e.pooled);
+      file.image_embeds = std::move(e.image_embeds);
+      file.logits = std::move(e.logits);
+      file.projected = std::move(e.projected);
+      return file;
+    };
+
+    if (is_batch(tok.inputs, output)) {
+      if (store.enabled || check_fp32) throw Error(Errc::invalid_argument, "--store and --check-fp32 take one image, not a batch");
+      nlohmann::json backend;
+      const BatchReport r = run_batch(tok.inputs, output, tok.load_options(), [&](ImageU8 img, const std::string& src) {
+        const int w = img.width(), h = img.height();
+        const Tokenization t = exec.tokenize(std::move(img), query, params, ex, backend);
+        Encoding e = encode(model, t.batch.patches, t.batch.positions,
+                            EncodeParams{.precision = prec, .image_width = w, .image_height = h}, ex);
+        return serialize_embeddings(embeddings_file(t, e, src));
+      });
+      return report_batch(r, output, json,
+                          {{"threads", ex.threads()},
+                           {"budget", params.alloc.budget_tokens},
+                           {"encoder", {{"model", model_spec}, {"description", model.describe()},
+                                        {"random_weights", model.is_random()}, {"precision", std::string(to_string(prec))}}}});
+    }
+
     t0 = Clock::now();
     ImageU8 image = load_image(tok.image, tok.load_options());
     const double decode_ms = ms_since(t0);
@@ -77,33 +127,7 @@ struct EncodeCommand {
 
     t0 = Clock::now();
     if (!output.empty()) {
-      std::map<std::string, std::string> meta = token_metadata(t, query, params);
-            meta["source"] = tok.image;
-      meta["model"] = model_spec;
-      meta["model_description"] = model.describe();
-      meta["model_family"] = std::string(to_string(mc.family));
-      meta["random_weights"] = model.is_random() ? "true" : "false";
-      meta["precision"] = std::string(to_string(prec));
-      meta["hidden_size"] = std::to_string(mc.hidden);
-      meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
-      meta["model_naming"] = mc.naming;
-      meta["preprocessing_source"] = norm_source;
-      meta["embeddings_output"] = embedding_output(mc);
-      if (mc.projector != ProjectorType::none) {
-        meta["projector"] = std::string(to_string(mc.projector));
-        meta["projected_dim"] = std::to_string(mc.projector_dim);
-      }
-      // The library owns the file's layout (fovea/embeddings.hpp); the encoding is moved in.
-      EmbeddingsFile file;
-      file.metadata = std::move(meta);
-      file.embeddings = std::move(e.embeddings);
-      file.positions = t.batch.positions.clone();
-      file.levels = t.batch.levels.clone();
-      file.class_token = std::move(e.class_token);
-      file.pooled = std::move(e.pooled);
-      file.image_embeds = std::move(e.image_embeds);
-      file.logits = std::move(e.logits);
-      file.projected = std::move(e.projected);
+      EmbeddingsFile file = embeddings_file(t, e, tok.image);
       save_embeddings(output, file);
       e.embeddings = std::move(file.embeddings);  // the summary below reads them
       e.projected = std::move(file.projected);
@@ -196,7 +220,8 @@ Runner setup(CLI::App& sub) {
       "Examples:\n"
       "  fovea encode photo.jpg --model clip-vit-b16/model.safetensors --fixation 512,300 -o emb.safetensors\n"
       "  fovea encode photo.jpg --model mmproj-model-f16.gguf --uniform -o emb.safetensors   # + projected\n"
-      "  fovea encode photo.jpg --model random:vit-b16 --budget 273 --precision bf16 --json");
+      "  fovea encode photo.jpg --model random:vit-b16 --budget 273 --precision bf16 --json\n"
+      "  fovea encode photos/ shards/*.tar --model CKPT --precision bf16 -o emb/   (batch: model loaded once)");
   return [cmd] { return cmd->run(); };
 }
 

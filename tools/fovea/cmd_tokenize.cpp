@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include "batch.hpp"
 #include "cli_util.hpp"
 #include "command.hpp"
 #include "fovea/version_gen.hpp"
@@ -62,6 +63,17 @@ struct TokenizeCommand {
       throw Error(Errc::invalid_argument, "--model is only used with --query-embedding (use 'fovea encode' to encode)");
     }
 
+    if (is_batch(tok.inputs, output)) {
+      if (!overlay.empty() || !seen.empty() || store.enabled)
+        throw Error(Errc::invalid_argument, "--overlay, --seen and --store take one image, not a batch");
+      nlohmann::json backend;
+      const BatchReport r = run_batch(tok.inputs, output, tok.load_options(), [&](ImageU8 img, const std::string& src) {
+        const Tokenization t = exec.tokenize(std::move(img), query, params, ex, backend);
+        return serialize_tokens(t, query, params, {{"source", src}, {"preprocessing_source", norm_source}});
+      });
+      return report_batch(r, output, json, {{"threads", ex.threads()}, {"budget", params.alloc.budget_tokens}});
+    }
+
     auto t0 = Clock::now();
     ImageU8 image = load_image(tok.image, tok.load_options());
     const double decode_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -72,7 +84,7 @@ struct TokenizeCommand {
     t0 = Clock::now();
     if (!output.empty())
       save_tokens(output, t, query, params, {{"source", tok.image}, {"preprocessing_source", norm_source}});
-    if (!overlay.empty()) save_png(render_overlay(t.pyramid.level(0), t.relevance, t.batch), overlay);
+    if (!overlay.empty()) save_png(render_overlay(t.pyramid.view(0), t.relevance, t.batch), overlay);
     if (!seen.empty()) save_png(reconstruct(t.batch, t.pyramid.width(), t.pyramid.height(), ex), seen);
     const double write_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
@@ -121,7 +133,8 @@ Runner setup(CLI::App& sub) {
       "Examples:\n"
       "  fovea tokenize photo.jpg --budget 273 --fixation 512,300 -o tokens.safetensors\n"
       "  fovea tokenize page.png --region 100,80,600,140 --overlay overlay.png --seen seen.png --json\n"
-      "  fovea tokenize photo.jpg --uniform --budget 256 --seen baseline.png");
+      "  fovea tokenize photo.jpg --uniform --budget 256 --seen baseline.png\n"
+      "  fovea tokenize photos/ shards/*.tar --budget 273 -o tokens/        (batch: one file per image)");
   return [cmd] { return cmd->run(); };
 }
 

@@ -49,7 +49,7 @@ void use_passive_openmp_wait(char** argv) {
 // Only the encoder runs OpenMP code (oneDNN and its parallel loops): `fovea encode`, and the
 // tile features of `tokenize --query-embedding`. The others skip the re-exec (~15 ms).
 bool runs_openmp(int argc, char** argv) {
-  if (argc > 1 && std::string_view(argv[1]) == "encode") return true;
+  if (argc > 1 && (std::string_view(argv[1]) == "encode" || std::string_view(argv[1]) == "video")) return true;
   for (int i = 2; i < argc; ++i)
     if (std::string_view(argv[i]).starts_with("--query-embedding")) return true;
   return false;

@@ -168,14 +168,23 @@ class GgufMmprojLoader final : public ModelLoader {
       VitLayer ly;
       ly.ln1_w = L.get(l + "ln1.weight", {D});
       ly.ln1_b = L.get(l + "ln1.bias", {D});
-      ly.qkv_w = Tensor(DType::f32, {3 * D, D});
-      ly.qkv_b = Tensor(DType::f32, {3 * D});
       const char* names[3] = {"attn_q", "attn_k", "attn_v"};
+      // Allocated only when the file holds the three [D, D] matrices (a hostile width cannot ask
+      // for memory the file does not back).
+      bool all = true;
+      for (const char* n : names) {
+        const auto i = w.info(l + n + ".weight");
+        all = all && i && i->shape == std::vector<int64_t>{D, D};
+      }
+      if (all) {
+        ly.qkv_w = Tensor(DType::f32, {3 * D, D});
+        ly.qkv_b = Tensor(DType::f32, {3 * D});
+      }
       for (int j = 0; j < 3; ++j) {
         const Tensor wt = L.get(l + names[j] + ".weight", {D, D});
         const Tensor b = L.get(l + names[j] + ".bias", {D}, /*required=*/false);
-        if (present(wt)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, wt.bytes(), size_t(D * D) * 4);
-        if (present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
+        if (all && present(wt)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, wt.bytes(), size_t(D * D) * 4);
+        if (all && present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
       }
       ly.out_w = L.get(l + "attn_out.weight", {D, D});
       ly.out_b = L.get(l + "attn_out.bias", {D}, false);

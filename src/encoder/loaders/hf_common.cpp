@@ -87,14 +87,23 @@ void hf_load_blocks(Lookup& L, const std::string& p, int blocks, int64_t D, int6
     VitLayer ly;
     ly.ln1_w = L.get(l + "layer_norm1.weight", {D});
     ly.ln1_b = L.get(l + "layer_norm1.bias", {D});
-    ly.qkv_w = Tensor(DType::f32, {3 * D, D});
-    ly.qkv_b = Tensor(DType::f32, {3 * D});
     const char* names[3] = {"q_proj", "k_proj", "v_proj"};
+    // The stacked matrix is allocated only when the file holds the three [D, D] matrices, so a
+    // hostile width (from a tiny patch embedding) cannot ask for memory the file does not back.
+    bool all = true;
+    for (const char* n : names) {
+      const auto i = L.source().info(l + "self_attn." + n + ".weight");
+      all = all && i && i->shape == std::vector<int64_t>{D, D};
+    }
+    if (all) {
+      ly.qkv_w = Tensor(DType::f32, {3 * D, D});
+      ly.qkv_b = Tensor(DType::f32, {3 * D});
+    }
     for (int j = 0; j < 3; ++j) {
       Tensor w = L.get(l + "self_attn." + names[j] + ".weight", {D, D});
       Tensor b = L.get(l + "self_attn." + names[j] + ".bias", {D});
-      if (present(w)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, w.bytes(), size_t(D * D) * 4);
-      if (present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
+      if (all && present(w)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, w.bytes(), size_t(D * D) * 4);
+      if (all && present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
     }
     ly.out_w = L.get(l + "self_attn.out_proj.weight", {D, D});
     ly.out_b = L.get(l + "self_attn.out_proj.bias", {D});

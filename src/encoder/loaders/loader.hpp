@@ -49,6 +49,7 @@ class Lookup {
  public:
   explicit Lookup(const WeightSource& w) : w_(w) {}
   bool has(const std::string& name) const { return w_.info(name).has_value(); }
+  const WeightSource& source() const { return w_; }
   // The tensor as f32 with shape `as` (default `want`, which is the shape the file must hold).
   // A missing optional tensor gives an empty Tensor; problems are collected.
   Tensor get(const std::string& name, const std::vector<int64_t>& want, bool required = true,

@@ -1,0 +1,83 @@
+// fovea/incremental_encoder.hpp — a ViT that re-encodes only what changed since the last call.
+//
+//   fovea::Executor exec;
+//   fovea::VitModel model = fovea::VitModel::load("random:vit-b16");
+//   fovea::Tokenization t = fovea::tokenize(fovea::load_image("frame.png"), {}, {}, exec);
+//   fovea::IncrementalEncoder enc(model);
+//   fovea::IncrementalParams p{.image_width = t.pyramid.width(), .image_height = t.pyramid.height()};
+//   fovea::IncrementalResult r0 = enc.encode(t.batch.patches, t.batch.positions, {}, {}, p, exec);  // full
+//   // Next frame: prev_row[i] = token i's row in the previous call (-1: a new token),
+//   // patch_dirty[i] = 1 when its patch changed.
+//   std::vector<int64_t> prev_row(t.batch.size());
+//   std::vector<uint8_t> patch_dirty(t.batch.size());
+//   for (int64_t i = 0; i < t.batch.size(); ++i) prev_row[i] = i;
+//   fovea::IncrementalResult r1 = enc.encode(t.batch.patches, t.batch.positions, prev_row, patch_dirty, p, exec);
+//   const fovea::Tensor& embeddings = r1.embeddings;   // [N, D]
+//
+// Two levels of reuse:
+//   * patch embeddings (always): a token with prev_row ≥ 0 and patch_dirty 0 keeps its patch
+//     embedding row; only the others go through the patch-embedding GEMM. This is exact;
+//   * layer states (reuse_layers, Eventful Transformers, Dutson et al., ICCV 2023): per layer,
+//     the encoder keeps every token's layer input as of its last recomputation (the reference),
+//     its keys and values, and its layer output. A token is recomputed in a layer when it is new
+//     or its input moved from the reference by more than token_threshold (‖x − ref‖₂ / ‖ref‖₂):
+//     its LayerNorm, QKV, its attention against every token's keys and values (the cached ones
+//     for the others), the output projection and the MLP. The other tokens keep their cached
+//     outputs, so their inputs to the next layer do not move either. The class token is always
+//     recomputed. This is an approximation (a kept token does not see its neighbours' new keys);
+//     the drift is bounded by the threshold (references only move when a token is recomputed)
+//     and by full refreshes (reset()). Results say `approximate`.
+// With reuse_layers false, or on the first call after reset(), every layer runs on every token,
+// and the result equals fovea::encode (up to the order of float operations in the GEMMs).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "fovea/encoder.hpp"
+#include "fovea/exec.hpp"
+#include "fovea/tensor.hpp"
+
+namespace fovea {
+
+struct IncrementalParams {
+  Precision precision = Precision::fp32;
+  int image_width = 0, image_height = 0;  // the frame the positions refer to (> 0)
+  bool reuse_layers = true;               // false: exact (patch embeddings reused, every layer full)
+  float token_threshold = 0.1f;           // relative L2 change of a layer input that recomputes the token
+};
+
+struct IncrementalResult {
+  Tensor embeddings;                     // [N, D] f32, last hidden state, in input order
+  std::vector<uint8_t> recomputed;       // [N] 1: patch embedding or any layer recomputed for the token
+  int64_t patch_embeddings_computed = 0;
+  std::vector<int64_t> layer_tokens;     // per layer: patch tokens recomputed
+  double flops_fraction = 1;             // rough share of a full encode's GEMM work done
+  bool approximate = false;              // some layer reused cached states
+  double encode_ms = 0;
+};
+
+class IncrementalEncoder {
+ public:
+  explicit IncrementalEncoder(const VitModel& model);
+  ~IncrementalEncoder();
+  IncrementalEncoder(const IncrementalEncoder&) = delete;
+  IncrementalEncoder& operator=(const IncrementalEncoder&) = delete;
+
+  // Forget every cached state: the next encode() is a full one.
+  void reset();
+  // patches [N, C, P, P] f32/f16 normalised for the model, positions [N, 4] f32. prev_row and
+  // patch_dirty have N entries, or are empty (everything new). Throws Error(invalid_argument)
+  // for shapes that do not match the model or a prev_row outside the previous call's rows or
+  // used twice. A change of image size or precision resets.
+  IncrementalResult encode(const Tensor& patches, const Tensor& positions, std::span<const int64_t> prev_row,
+                           std::span<const uint8_t> patch_dirty, const IncrementalParams& params, Executor& exec);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace fovea

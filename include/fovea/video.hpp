@@ -1,0 +1,215 @@
+// fovea/video.hpp — video in, foveated tokens per frame out, re-doing only what changed.
+//
+//   fovea::VideoReader reader = fovea::VideoReader::open("clip.mp4");   // any ffmpeg input
+//   fovea::Executor exec;
+//   fovea::VitModel model = fovea::VitModel::load("random:vit-b16");
+//   fovea::VideoParams vp;                      // budget, patch, thresholds, reuse mode
+//   fovea::VideoSession session(vp, &model, exec);
+//   fovea::VideoFrame frame;
+//   while (reader.read(frame)) {
+//     fovea::Query q;  q.fixations.push_back({320, 180});
+//     fovea::FrameResult r = session.process(std::move(frame.image), q, frame.index, frame.pts_s);
+//     // r.embeddings [N, D], r.batch.positions [N, 4], r.recomputed [N]
+//     frame.image = std::move(r.recycled);   // hand the buffer back: no allocation per frame
+//   }
+//
+// VideoReader decodes through libavformat / libavcodec and converts with libswscale straight
+// into the planes of an ImageU8 (AV_PIX_FMT_GBRP, no extra copy). It streams: it holds the
+// packet being decoded, the decoder's own reference frames and the caller's frame, never the
+// video; memory does not grow with the length. Packets the decoder rejects are skipped and
+// counted (corrupt_packets), as ffmpeg's command line does; the stream goes on.
+//
+// VideoSession keeps the previous frame's state and, per frame:
+//   1. change test per finest tile (P×P px): the tile is dirty when, in any 4×4 block of it,
+//      the mean absolute difference to the reference frame (over the three channels, 8-bit
+//      levels) exceeds `change_threshold`. The block mean averages codec noise away; the max
+//      over blocks still sees a small object. The reference is the session's own level 0:
+//      only dirty tiles are copied into it, so sub-threshold noise never accumulates into
+//      the pyramid and a clean tile's pixels are exactly those its tokens were made from;
+//   2. a full refresh (everything recomputed, layout re-allocated) on the first frame, on
+//      every keyframe_interval-th frame, on a size change, and when more than
+//      refresh_fraction of the tiles are dirty (a scene cut);
+//   3. the pyramid is updated in place (fovea::update_pyramid): bit-identical to a rebuild;
+//   4. relevance is recomputed; the previous layout is kept unless the query moved or the
+//      relevance changed by more than layout_hysteresis (relative L1), so unchanged content
+//      keeps its tokens;
+//   5. a token whose footprint holds no dirty tile and which was in the previous layout keeps
+//      its patch and its patch embedding (exact); the others are sampled again;
+//   6. the encoder runs in the chosen Reuse mode (IncrementalEncoder).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fovea/encoder.hpp"
+#include "fovea/exec.hpp"
+#include "fovea/image.hpp"
+#include "fovea/incremental_encoder.hpp"
+#include "fovea/pyramid.hpp"
+#include "fovea/tokenizer.hpp"
+
+namespace fovea {
+
+// ---- decoding ---------------------------------------------------------------------------------
+
+struct VideoReaderOptions {
+  int threads = 0;                     // decoder threads; 0: libavcodec's choice (a few frames in flight)
+  uint64_t max_pixels = 100'000'000;   // larger frames are refused (Error(limit_exceeded))
+  int max_consecutive_errors = 1000;   // read errors in a row after which the stream is taken as ended
+};
+
+struct VideoInfo {
+  int width = 0, height = 0;
+  double fps = 0;           // average frame rate; 0 when the container does not say
+  double duration_s = 0;    // 0 when unknown
+  int64_t frame_count = 0;  // the container's count; 0 when unknown
+  std::string container;    // e.g. "mov,mp4,m4a,3gp,3g2,mj2"
+  std::string codec;        // e.g. "h264"
+};
+
+struct VideoFrame {
+  ImageU8 image;       // RGB, planar; the buffer is reused by the next read() when the size matches
+  int64_t index = 0;   // 0-based, in presentation order, counting every decoded frame
+  double pts_s = 0;    // presentation time in seconds (best effort timestamp; synthesised when absent)
+};
+
+// Which decoded frames read() converts and returns (the others are decoded, counted, dropped).
+using FrameFilter = std::function<bool(int64_t index, double pts_s)>;
+
+class VideoReader {
+ public:
+  // Throws Error(io) for a missing or unreadable file, Error(corrupt_data) for a file ffmpeg
+  // cannot read as media, Error(unsupported) when it has no video stream or no decoder,
+  // Error(limit_exceeded) beyond max_pixels. Messages name the file.
+  static VideoReader open(const std::string& path, const VideoReaderOptions& options = {});
+  VideoReader(VideoReader&&) noexcept;
+  VideoReader& operator=(VideoReader&&) noexcept;
+  ~VideoReader();
+
+  const VideoInfo& info() const;
+  // The next frame (kept by `keep`, if given) into `frame`; false at the end of the stream.
+  bool read(VideoFrame& frame, const FrameFilter& keep = nullptr);
+
+  int64_t frames_decoded() const;   // every frame out of the decoder, kept or not
+  int64_t corrupt_packets() const;  // packets the decoder or the demuxer rejected (skipped)
+  int64_t corrupt_frames() const;   // frames the decoder flagged as corrupt (still returned)
+  // One line per problem since the last call (for warnings on stderr), at most 100 kept.
+  std::vector<std::string> take_warnings();
+
+ private:
+  VideoReader();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// libav* logs to stderr by default; the CLI and the tests call this once to keep stderr to
+// fovea's own lines. Process-wide (av_log_set_level).
+void quiet_ffmpeg_log();
+
+// ---- the session ----------------------------------------------------------------------------
+
+enum class Reuse : uint8_t {
+  off,          // every frame from scratch: pyramid, patches, full encode
+  exact,        // unchanged tokens keep patch and patch embedding; the ViT runs on every token
+  incremental,  // and the ViT recomputes only tokens whose layer input changed (approximate)
+};
+std::string_view to_string(Reuse r);
+
+struct VideoParams {
+  TokenizeParams tokenize;          // patch size, budget (tokenize.alloc), relevance, extraction
+  Reuse reuse = Reuse::incremental;
+  float change_threshold = 8.0f;    // 8-bit levels, mean |Δ| over a 4×4 block (all channels); ≥ 0
+  float refresh_fraction = 0.5f;    // dirty tiles above this fraction: full refresh (scene cut)
+  int keyframe_interval = 0;        // K > 0: every K-th processed frame is a full refresh
+  float layout_hysteresis = 0.1f;   // relative L1 change of relevance that re-allocates; 0: always
+  IncrementalParams encoder;        // precision, token threshold (image size is filled in)
+};
+
+struct FrameTimings {
+  double change_ms = 0, pyramid_ms = 0, relevance_ms = 0, allocate_ms = 0, extract_ms = 0, encode_ms = 0;
+  double total_ms() const { return change_ms + pyramid_ms + relevance_ms + allocate_ms + extract_ms + encode_ms; }
+};
+
+struct FrameResult {
+  int64_t index = 0;
+  double pts_s = 0;
+  TokenBatch batch;               // this frame's tokens (patches, positions, levels)
+  Tensor embeddings;              // [N, D]; empty without a model
+  std::vector<uint8_t> recomputed;  // [N] 1: the token's patch embedding or ViT state was recomputed
+  std::vector<int64_t> previous_row;  // [N] the token's row in the previous frame, -1 if new
+  int64_t dirty_tiles = 0;        // tiles that failed the change test (all of them on a refresh)
+  int64_t tiles = 0;
+  int64_t resampled_tokens = 0;   // tokens whose patch was sampled again
+  int64_t recomputed_tokens = 0;  // count of recomputed[]
+  bool refresh = false;           // full refresh
+  std::string refresh_reason;     // "first", "keyframe", "scene-cut", "size", "reuse-off"
+  bool layout_changed = false;    // the allocation was made again
+  bool approximate = false;       // the embeddings come from incremental ViT reuse
+  FrameTimings timings;
+  ImageU8 recycled;               // the decoded frame's buffer, handed back for the next read
+};
+
+class VideoSession {
+ public:
+  // `model` may be null (patches only); it must outlive the session. Throws
+  // Error(invalid_argument) for bad parameters.
+  VideoSession(const VideoParams& params, const VitModel* model, Executor& exec);
+  ~VideoSession();
+  VideoSession(const VideoSession&) = delete;
+  VideoSession& operator=(const VideoSession&) = delete;
+
+  // One frame (RGB or gray, any size; a size change is a refresh). The query may change per frame.
+  FrameResult process(ImageU8 frame, const Query& query, int64_t index = 0, double pts_s = 0);
+
+  const PyramidU8& pyramid() const;        // the reference frame's pyramid
+  const Allocation& allocation() const;    // the current layout
+  const VideoParams& params() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The change test alone: per finest tile of `grid`, 1 where `a` and `b` differ (see above).
+// Images of equal size and channel count.
+std::vector<uint8_t> changed_tiles(const ImageU8& a, const ImageU8& b, const TileGrid& grid, float threshold,
+                                   Executor& exec);
+
+}  // namespace fovea
+
+// ---- output -----------------------------------------------------------------------------------
+namespace fovea {
+
+// Streams a video's tokens into one safetensors file with bounded memory: the per-token rows
+// (embeddings or patches) go to an unlinked spill file beside the output as frames arrive; the
+// small tensors stay in memory. finish() writes `path.tmp-N` and renames it over `path`, so a
+// reader never sees a half-written file and a run that fails (or is never finished) leaves none.
+// The file holds, frame after frame:
+//   frame_offsets [F+1] I64 (frame f's tokens are rows frame_offsets[f] .. frame_offsets[f+1]),
+//   pts [F] F64 (seconds), <rows_name> [T, row_shape...], positions [T, 4] F32, levels [T] I32,
+//   recomputed [T] U8.
+class VideoTokenWriter {
+ public:
+  // Throws Error(io) when the spill file cannot be created beside `path`.
+  VideoTokenWriter(const std::string& path, const std::string& rows_name, DType dtype, std::vector<int64_t> row_shape);
+  ~VideoTokenWriter();
+  VideoTokenWriter(const VideoTokenWriter&) = delete;
+  VideoTokenWriter& operator=(const VideoTokenWriter&) = delete;
+
+  // rows [n, row_shape...] of the writer's dtype, positions [n, 4] f32, levels [n] i32, recomputed n entries.
+  void add_frame(const Tensor& rows, const Tensor& positions, const Tensor& levels,
+                 const std::vector<uint8_t>& recomputed, double pts_s);
+  void finish(const std::map<std::string, std::string>& metadata);
+  int64_t frames() const;
+  int64_t tokens() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fovea

@@ -1,0 +1,724 @@
+// fovea._fovea: the pybind11 module under the `fovea` Python package.
+//
+// Nothing here re-implements the pipeline: every call goes to the C++ library. What this file
+// owns is the boundary:
+//   * inputs: a uint8 [H, W, 3] / [H, W] numpy array is wrapped as a fovea::ImageViewU8 and
+//     read in place (no copy); any other dtype or layout is a TypeError / ValueError;
+//   * outputs: numpy arrays are views on tensors C++ owns, kept alive by the Python object
+//     that owns them (Tokens, Encoding, TensorFile) or by a capsule;
+//   * the GIL is released while the pipeline or the encoder runs;
+//   * fovea::Error becomes ValueError (bad arguments), OSError (I/O) or RuntimeError, with
+//     the library's one-line message.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <string>
+#include <vector>
+
+#include "fovea/embeddings.hpp"
+#include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
+#include "fovea/extract.hpp"
+#include "fovea/image.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/tokenizer.hpp"
+#include "fovea/version_gen.hpp"
+#include "fovea/view.hpp"
+#include "fovea/viz.hpp"
+
+namespace py = pybind11;
+using namespace fovea;
+
+namespace {
+
+Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+
+// ---- numpy <-> fovea ---------------------------------------------------------------------------
+
+py::dtype numpy_dtype(DType t) {
+  switch (t) {
+    case DType::u8: return py::dtype::of<uint8_t>();
+    case DType::i8: return py::dtype::of<int8_t>();
+    case DType::u16: return py::dtype::of<uint16_t>();
+    case DType::i16: return py::dtype::of<int16_t>();
+    case DType::i32: return py::dtype::of<int32_t>();
+    case DType::i64: return py::dtype::of<int64_t>();
+    case DType::f16: return py::dtype("float16");
+    case DType::f32: return py::dtype::of<float>();
+    case DType::f64: return py::dtype::of<double>();
+    case DType::bf16: break;
+  }
+  throw Error(Errc::unsupported, "numpy has no " + std::string(dtype_name(t)) + " dtype");
+}
+
+std::optional<DType> fovea_dtype(const py::dtype& d) {
+  const char kind = d.kind();
+  const auto size = d.itemsize();
+  if (kind == 'u' && size == 1) return DType::u8;
+  if (kind == 'i' && size == 1) return DType::i8;
+  if (kind == 'u' && size == 2) return DType::u16;
+  if (kind == 'i' && size == 2) return DType::i16;
+  if (kind == 'i' && size == 4) return DType::i32;
+  if (kind == 'i' && size == 8) return DType::i64;
+  if (kind == 'f' && size == 2) return DType::f16;
+  if (kind == 'f' && size == 4) return DType::f32;
+  if (kind == 'f' && size == 8) return DType::f64;
+  return std::nullopt;
+}
+
+// A numpy view of `t`'s memory; `owner` keeps that memory alive.
+py::array tensor_view(const Tensor& t, py::handle owner) {
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  return py::array(numpy_dtype(t.dtype()), shape, {}, t.bytes(), owner);
+}
+
+// Moves `t` into a capsule the array owns: the array is the only owner.
+py::array tensor_array(Tensor&& t) {
+  if (t.rank() == 0) return py::none();
+  auto* heap = new Tensor(std::move(t));
+  py::capsule owner(heap, [](void* p) { delete static_cast<Tensor*>(p); });
+  return tensor_view(*heap, owner);
+}
+
+// [H, W, 3] uint8, C-contiguous, from a planar image (pictures: seen, overlay).
+py::array_t<uint8_t> to_hwc(const ImageU8& img) {
+  const int H = img.height(), W = img.width(), C = img.channels();
+  py::array_t<uint8_t> out({H, W, C});
+  uint8_t* d = out.mutable_data();
+  for (int y = 0; y < H; ++y)
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* s = img.row(c, y);
+      uint8_t* o = d + (size_t(y) * W) * C + c;
+      for (int x = 0; x < W; ++x) o[size_t(x) * C] = s[x];
+    }
+  return out;
+}
+
+// The caller's array as an image view, or a TypeError / ValueError saying what to do.
+ImageViewU8 array_view(const py::array& a) {
+  if (!py::isinstance<py::array_t<uint8_t>>(a) || a.dtype().kind() != 'u' || a.itemsize() != 1)
+    throw py::type_error("image must be a uint8 numpy array [H, W, 3] (RGB) or [H, W] (gray), got dtype " +
+                         std::string(py::str(a.dtype())) + "; convert floats in [0, 1] with (a * 255).round().astype(np.uint8)");
+  if (a.ndim() != 2 && a.ndim() != 3)
+    throw py::value_error("image must be [H, W, 3] or [H, W], got " + std::to_string(a.ndim()) + " dimensions");
+  const int H = static_cast<int>(a.shape(0)), W = static_cast<int>(a.shape(1));
+  const int C = a.ndim() == 3 ? static_cast<int>(a.shape(2)) : 1;
+  if (C != 1 && C != 3)
+    throw py::value_error("image must have 3 channels (RGB) or 1 (gray), got " + std::to_string(C) +
+                          (C == 4 ? " (drop alpha with a[..., :3])" : ""));
+  if (H < 1 || W < 1) throw py::value_error("image is empty (" + std::to_string(W) + "x" + std::to_string(H) + ")");
+  const py::ssize_t rs = a.strides(0), ps = a.strides(1), cs = a.ndim() == 3 ? a.strides(2) : 1;
+  // HWC with positive strides: rows may be padded (a crop of a larger array), pixels may be
+  // wider than the channels read (a[..., :3] of RGBA); flipped or channel-major layouts are not
+  // read in place.
+  if (!(cs == 1 || C == 1) || ps < C || rs < ps * W)
+    throw py::value_error("image must be laid out [H, W, C] with rows and pixels in increasing memory order "
+                          "(strides " + std::to_string(rs) + ", " + std::to_string(ps) + ", " + std::to_string(cs) +
+                          "); pass np.ascontiguousarray(image)");
+  return ImageViewU8(static_cast<const uint8_t*>(a.data()), W, H, C, ps, rs, 1);
+}
+
+// ---- Tokens ----------------------------------------------------------------------------------
+
+struct PyTokens {
+  Tokenization t;
+  Query query;
+  TokenizeParams params;
+  std::string source;  // the path, or "<array>"
+  std::string preprocessing_source;  // where the normalisation came from (token file metadata)
+  py::object pixels;   // the array the pyramid's level 0 borrows (None when fovea owns it)
+  int width = 0, height = 0;
+};
+
+py::dict to_dict(const std::map<std::string, std::string>& m) {
+  py::dict d;
+  for (const auto& [k, v] : m) d[py::str(k)] = py::str(v);
+  return d;
+}
+
+template <typename T>
+py::array vector_view(const std::vector<T>& v, std::vector<py::ssize_t> shape, py::handle owner) {
+  return py::array(py::dtype::of<T>(), shape, {}, v.data(), owner);
+}
+
+// ---- checks the CLI does on its flags, for keyword arguments --------------------------------
+
+void check_params(const TokenizeParams& p) {
+  if (p.patch_px < 2 || p.patch_px > 256) throw bad("patch must be in [2, 256], got " + std::to_string(p.patch_px));
+  if (p.alloc.budget_tokens < 1) throw bad("budget must be at least 1 token, got " + std::to_string(p.alloc.budget_tokens));
+  if (!(p.alloc.sharpness >= 0.5f && p.alloc.sharpness <= 4.0f)) throw bad("sharpness must be in [0.5, 4]");
+  if (p.alloc.max_level < -1 || p.alloc.max_level > 24) throw bad("max_level must be in [-1, 24]");
+  if (!std::isfinite(p.relevance.e0) || p.relevance.e0 <= 0) throw bad("e0 must be a number > 0");
+  const RelevanceWeights& w = p.relevance.weights;
+  for (float v : {w.information, w.saliency, w.query, w.floor})
+    if (!std::isfinite(v) || v < 0) throw bad("weights must be finite and >= 0");
+}
+
+Query make_query(const std::vector<std::vector<float>>& fixations, const std::vector<std::vector<float>>& regions) {
+  Query q;
+  for (const auto& v : fixations) {
+    if (v.size() != 2 && v.size() != 3) throw bad("a fixation is (x, y) or (x, y, weight)");
+    for (float f : v)
+      if (!std::isfinite(f)) throw bad("fixation values must be finite");
+    if (v.size() == 3 && v[2] < 0) throw bad("fixation weight must be >= 0");
+    q.fixations.push_back({v[0], v[1], v.size() == 3 ? v[2] : 1.0f});
+  }
+  for (const auto& v : regions) {
+    if (v.size() != 4 && v.size() != 5) throw bad("a region is (x0, y0, x1, y1) or (x0, y0, x1, y1, weight)");
+    for (float f : v)
+      if (!std::isfinite(f)) throw bad("region values must be finite");
+    if (!(v[2] > v[0]) || !(v[3] > v[1])) throw bad("a region needs x1 > x0 and y1 > y0");
+    if (v.size() == 5 && v[4] < 0) throw bad("region weight must be >= 0");
+    q.regions.push_back({v[0], v[1], v[2], v[3], v.size() == 5 ? v[4] : 1.0f});
+  }
+  return q;
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f32" || s == "float32") return DType::f32;
+  if (s == "f16" || s == "float16") return DType::f16;
+  if (s == "u8" || s == "uint8") return DType::u8;
+  throw bad("dtype must be 'f32', 'f16' or 'u8', got '" + s + "'");
+}
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  throw bad("precision must be 'fp32' or 'bf16', got '" + s + "'");
+}
+
+ExecConfig exec_config(int threads) {
+  if (threads < 0 || threads > 1024) throw bad("threads must be in [0, 1024] (0: one per hardware thread)");
+  return ExecConfig{.threads = threads};
+}
+
+std::vector<float> query_vector(const py::object& q) {
+  py::array_t<float, py::array::c_style | py::array::forcecast> a(q);
+  if (a.ndim() == 2 && a.shape(0) == 1) return {a.data(), a.data() + a.shape(1)};
+  if (a.ndim() != 1 || a.shape(0) < 1) throw bad("query_embedding must be [D] or [1, D]");
+  std::vector<float> v(a.data(), a.data() + a.shape(0));
+  for (float f : v)
+    if (!std::isfinite(f)) throw bad("query_embedding has a non-finite value");
+  return v;
+}
+
+std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const std::vector<std::vector<float>>& fixations,
+                                      const std::vector<std::vector<float>>& regions, std::optional<int> patch, bool uniform, int threads,
+                                      int max_level, const std::map<std::string, float>& weights, std::optional<float> e0,
+                                      std::optional<float> sharpness, const std::string& dtype,
+                                      std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_,
+                                      bool normalize, const py::object& query_embedding, const py::object& model,
+                                      uint64_t max_pixels, const std::string& source) {
+  auto out = std::make_unique<PyTokens>();
+  TokenizeParams& p = out->params;
+  std::optional<VitModel> vit;
+  if (!model.is_none()) vit = model.cast<VitModel>();
+  // The model's input contract (patch size, normalisation) unless the arguments say otherwise,
+  // as the CLI's encode does.
+  if (vit && patch && *patch != vit->config().patch_px)
+    throw bad("patch " + std::to_string(*patch) + " does not match the model's " +
+              std::to_string(vit->config().patch_px) + "-px patches");
+  p.patch_px = patch ? *patch : vit ? vit->config().patch_px : 16;
+  p.uniform = uniform;
+  p.alloc.budget_tokens = budget;
+  p.alloc.max_level = max_level;
+  if (sharpness) p.alloc.sharpness = *sharpness;
+  if (e0) p.relevance.e0 = *e0;
+  for (const auto& [k, v] : weights) {
+    RelevanceWeights& w = p.relevance.weights;
+    if (k == "information" || k == "info" || k == "entropy") w.information = v;
+    else if (k == "saliency" || k == "sal") w.saliency = v;
+    else if (k == "query" || k == "q") w.query = v;
+    else if (k == "floor") w.floor = v;
+    else throw bad("weights: unknown key '" + k + "' (information, saliency, query, floor)");
+  }
+  p.extract.dtype = parse_dtype(dtype);
+  p.extract.norm.enabled = normalize;
+  auto rgb = [](const std::optional<std::vector<float>>& v, const char* name, std::array<float, 3>& dst) {
+    if (!v) return;
+    if (v->size() != 3) throw bad(std::string(name) + " needs three values (R, G, B)");
+    std::copy(v->begin(), v->end(), dst.begin());
+  };
+  if (vit && normalize) {
+    const Normalization mn = normalization(vit->config().input);
+    p.extract.norm.mean = mn.mean;
+    p.extract.norm.std = mn.std;
+  }
+  rgb(mean, "mean", p.extract.norm.mean);
+  rgb(std_, "std", p.extract.norm.std);
+  const std::string defaults = vit ? "the model (" + vit->config().input.source + ")" : "CLIP defaults";
+  out->preprocessing_source = !normalize       ? std::string("--no-normalize (x/255)")
+                              : !mean && !std_ ? (vit ? "model: " + vit->config().input.source : std::string("CLIP defaults"))
+                              : mean && std_   ? std::string("--mean/--std")
+                              : vit            ? (mean ? "--mean; std from " : "--std; mean from ") + defaults
+                                               : std::string("--mean/--std, CLIP defaults for the rest");
+  check_params(p);
+  out->query = make_query(fixations, regions);
+  const ExecConfig cfg = exec_config(threads);
+
+  const bool query_features = !query_embedding.is_none();
+  if (query_features) {
+    if (!vit) throw bad("query_embedding needs model= (the tile features come from its patch embedding)");
+    out->query.embedding = query_vector(query_embedding);
+  }
+
+  std::optional<ImageViewU8> view;
+  std::string path;
+  py::bytes encoded;
+  bool have_bytes = false;
+  if (py::isinstance<py::array>(image)) {
+    view = array_view(image.cast<py::array>());
+    out->pixels = image;
+    out->source = "<array>";
+  } else if (py::isinstance<py::bytes>(image) || py::isinstance<py::bytearray>(image) ||
+             py::isinstance<py::memoryview>(image)) {
+    // An encoded PNG/JPEG in memory (e.g. a WebDataset member): decoded by fovea.
+    encoded = py::isinstance<py::bytes>(image) ? py::reinterpret_borrow<py::bytes>(image)
+                                               : py::bytes(py::module_::import("builtins").attr("bytes")(image));
+    have_bytes = true;
+    out->source = "<bytes>";
+  } else if (py::isinstance<py::str>(image) || py::hasattr(image, "__fspath__")) {
+    path = py::str(py::module_::import("os").attr("fspath")(image));
+    out->source = path;
+  } else {
+    throw py::type_error("image must be a uint8 numpy array [H, W, 3] or a path, got " +
+                         std::string(py::str(py::type::of(image).attr("__name__"))));
+  }
+
+  std::span<const uint8_t> bytes_span;
+  if (have_bytes) {
+    const std::string_view sv = encoded;  // the bytes object stays alive (and immutable) below
+    bytes_span = {reinterpret_cast<const uint8_t*>(sv.data()), sv.size()};
+  }
+  if (!source.empty()) out->source = source;
+  {
+    py::gil_scoped_release nogil;
+    Executor ex(cfg);
+    if (query_features) p.relevance.tile_features = tile_feature_fn(*vit, p.extract.norm, int(out->query.embedding.size()), ex);
+    LoadOptions lo;
+    lo.max_pixels = max_pixels;
+    if (view) {
+      out->t = tokenize(*view, out->query, p, ex);
+    } else if (have_bytes) {
+      out->t = tokenize(decode_image(bytes_span, lo, source.empty() ? "<bytes>" : source), out->query, p, ex);
+    } else {
+      out->t = tokenize(load_image(path, lo), out->query, p, ex);
+    }
+    p.relevance.tile_features = nullptr;  // holds the model and a reference to `ex`
+  }
+  out->width = out->t.pyramid.width();
+  out->height = out->t.pyramid.height();
+  return out;
+}
+
+// ---- Encoding --------------------------------------------------------------------------------
+
+struct PyEncoding {
+  Encoding e;
+  py::object tokens;  // the Tokens it came from (for save), or None
+  VitModel model;
+  Precision precision = Precision::fp32;
+};
+
+std::map<std::string, std::string> embeddings_metadata(const PyTokens& t, const VitModel& model, Precision prec) {
+  // The metadata `fovea encode -o` writes (tools/fovea/cmd_encode.cpp), so files from either
+  // are interchangeable.
+  std::map<std::string, std::string> meta = token_metadata(t.t, t.query, t.params);
+  const VitConfig& mc = model.config();
+  meta["source"] = t.source;
+  meta["model"] = model.source();
+  meta["model_description"] = model.describe();
+  meta["model_family"] = std::string(to_string(mc.family));
+  meta["random_weights"] = model.is_random() ? "true" : "false";
+  meta["precision"] = std::string(to_string(prec));
+  meta["hidden_size"] = std::to_string(mc.hidden);
+  meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
+  meta["model_naming"] = mc.naming;
+  meta["preprocessing_source"] = t.preprocessing_source;
+  meta["embeddings_output"] = embedding_output(mc);
+  if (mc.projector != ProjectorType::none) {
+    meta["projector"] = std::string(to_string(mc.projector));
+    meta["projected_dim"] = std::to_string(mc.projector_dim);
+  }
+  return meta;
+}
+
+py::dict config_dict(const VitConfig& c) {
+  py::dict d;
+  d["family"] = std::string(to_string(c.family));
+  d["hidden_size"] = c.hidden;
+  d["layers"] = c.layers;
+  d["heads"] = c.heads;
+  d["mlp_size"] = c.mlp;
+  d["patch_size"] = c.patch_px;
+  d["position_grid"] = c.grid;
+  d["native_size"] = c.native_px();
+  d["channels"] = c.channels;
+  d["class_token"] = c.class_token;
+  d["activation"] = std::string(to_string(c.act));
+  d["layer_norm_eps"] = c.ln_eps;
+  d["projection_dim"] = c.projection_dim;
+  d["attention_pool"] = c.attention_pool;
+  d["num_classes"] = c.num_classes;
+  d["naming"] = c.naming;
+  d["projector"] = std::string(to_string(c.projector));
+  d["projected_dim"] = c.projector_dim;
+  d["embeddings_output"] = embedding_output(c);
+  const Normalization n = normalization(c.input);
+  d["mean"] = std::vector<float>(n.mean.begin(), n.mean.end());
+  d["std"] = std::vector<float>(n.std.begin(), n.std.end());
+  d["preprocessing_source"] = c.input.source;
+  return d;
+}
+
+// ---- files -----------------------------------------------------------------------------------
+
+struct PyTensorFile {
+  std::shared_ptr<SafetensorsFile> file;
+};
+
+py::object file_tensor(const py::object& self, const std::string& name) {
+  const PyTensorFile& f = self.cast<const PyTensorFile&>();
+  const SafetensorsFile::Entry* e = f.file->find(name);
+  if (!e) throw py::key_error(name);
+  if (e->dtype_known && e->dtype != DType::bf16) {
+    // A read-only view on the mapped file.
+    std::vector<py::ssize_t> shape(e->shape.begin(), e->shape.end());
+    py::array a(numpy_dtype(e->dtype), shape, {}, f.file->data(*e).data(), self);
+    py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+    return a;
+  }
+  return tensor_array(f.file->load_f32(*e));  // BF16 and friends: numpy has no dtype, f32 copy
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_fovea, m) {
+  m.doc() = "fovea's C++ library (see the `fovea` package for the documented API)";
+  m.attr("__version__") = FOVEA_VERSION_STRING;
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      switch (e.code()) {
+        case Errc::invalid_argument: PyErr_SetString(PyExc_ValueError, e.what()); return;
+        case Errc::io: PyErr_SetString(PyExc_OSError, e.what()); return;
+        case Errc::out_of_memory: PyErr_SetString(PyExc_MemoryError, e.what()); return;
+        default: PyErr_SetString(PyExc_RuntimeError, e.what()); return;
+      }
+    }
+  });
+
+  // ---- Tokens --------------------------------------------------------------------------------
+  py::class_<PyTokens>(m, "Tokens", "A budgeted set of multi-scale patches (see fovea.tokenize).")
+      .def_property_readonly(
+          "patches", [](py::object self) { return tensor_view(self.cast<PyTokens&>().t.batch.patches, self); },
+          "[N, 3, P, P] float32 (normalised), float16 or uint8: one patch per token, a view (no copy)")
+      .def_property_readonly(
+          "positions", [](py::object self) { return tensor_view(self.cast<PyTokens&>().t.batch.positions, self); },
+          "[N, 4] float32: centre x, centre y, side (pixels of the original image), level")
+      .def_property_readonly(
+          "levels", [](py::object self) { return tensor_view(self.cast<PyTokens&>().t.batch.levels, self); },
+          "[N] int32: mip level of each token (sorted by level)")
+      .def_property_readonly(
+          "rate_map",
+          [](py::object self) {
+            const PyTokens& t = self.cast<PyTokens&>();
+            const TileGrid& g = t.t.relevance.grid;
+            return vector_view(t.t.allocation.rate_map.level, {g.tiles_y, g.tiles_x}, self);
+          },
+          "[tiles_y, tiles_x] uint8: per finest tile, the level covering it (the shading-rate image)")
+      .def_property_readonly(
+          "relevance",
+          [](py::object self) {
+            const PyTokens& t = self.cast<PyTokens&>();
+            const TileGrid& g = t.t.relevance.grid;
+            return vector_view(t.t.relevance.score, {g.tiles_y, g.tiles_x}, self);
+          },
+          "[tiles_y, tiles_x] float32: the score the allocation followed")
+      .def_property_readonly(
+          "boxes",
+          [](const PyTokens& t) {
+            const auto& b = t.t.batch.boxes;
+            py::array_t<float> a({py::ssize_t(b.size()), py::ssize_t(4)});
+            if (!b.empty()) std::memcpy(a.mutable_data(), b.data(), b.size() * sizeof(b[0]));
+            return a;
+          },
+          "[N, 4] float32: each token's box [x0, y0, x1, y1) in original pixels (a copy)")
+      .def_property_readonly("image_size", [](const PyTokens& t) { return py::make_tuple(t.width, t.height); },
+                             "(width, height) of the tokenized image")
+      .def_property_readonly("patch_size", [](const PyTokens& t) { return t.params.patch_px; })
+      .def_property_readonly("budget", [](const PyTokens& t) { return t.params.alloc.budget_tokens; })
+      .def_property_readonly("mode", [](const PyTokens& t) { return t.t.is_uniform() ? "uniform" : "foveated"; })
+      .def_property_readonly("source", [](const PyTokens& t) { return t.source; })
+      .def_property_readonly("metadata", [](const PyTokens& t) { return to_dict(token_metadata(t.t, t.query, t.params)); },
+                             "The token file's __metadata__ (all strings)")
+      .def_property_readonly(
+          "timings",
+          [](const PyTokens& t) {
+            py::dict d;
+            d["pyramid_ms"] = t.t.timings.pyramid_ms;
+            d["relevance_ms"] = t.t.timings.relevance_ms;
+            d["allocate_ms"] = t.t.timings.allocate_ms;
+            d["extract_ms"] = t.t.timings.extract_ms;
+            d["total_ms"] = t.t.timings.total_ms();
+            return d;
+          },
+          "Per-stage wall times in milliseconds")
+      .def(
+          "seen",
+          [](const PyTokens& t, int threads) {
+            ImageU8 img;
+            {
+              py::gil_scoped_release nogil;
+              Executor ex(exec_config(threads));
+              img = reconstruct(t.t.batch, t.width, t.height, ex);
+            }
+            return to_hwc(img);
+          },
+          py::arg("threads") = 0, "What the model sees: [H, W, 3] uint8, every patch stretched over its box")
+      .def(
+          "overlay",
+          [](const PyTokens& t) {
+            ImageU8 img;
+            {
+              py::gil_scoped_release nogil;
+              img = render_overlay(t.t.pyramid.view(0), t.t.relevance, t.t.batch);
+            }
+            return to_hwc(img);
+          },
+          "[H, W, 3] uint8: token borders coloured by level over a relevance heat map")
+      .def(
+          "save",
+          [](const PyTokens& t, const py::object& path) {
+            const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+            py::gil_scoped_release nogil;
+            save_tokens(p, t.t, t.query, t.params, {{"source", t.source}, {"preprocessing_source", t.preprocessing_source}});
+          },
+          py::arg("path"), "Write the token file `fovea tokenize -o` writes (atomically)")
+      .def("__len__", [](const PyTokens& t) { return t.t.batch.size(); })
+      .def("__repr__", [](const PyTokens& t) {
+        return "<fovea.Tokens " + std::to_string(t.t.batch.size()) + " tokens, " +
+               (t.t.is_uniform() ? "uniform" : "foveated") + ", budget " + std::to_string(t.params.alloc.budget_tokens) +
+               ", " + std::to_string(t.width) + "x" + std::to_string(t.height) + ", source " + t.source + ">";
+      });
+
+  m.def("tokenize", &tokenize_py, py::arg("image"), py::arg("budget") = 273,
+        py::arg("fixations") = std::vector<std::vector<float>>{}, py::arg("regions") = std::vector<std::vector<float>>{},
+        py::arg("patch") = py::none(), py::arg("uniform") = false, py::arg("threads") = 0, py::arg("max_level") = -1,
+        py::arg("weights") = std::map<std::string, float>{}, py::arg("e0") = py::none(), py::arg("sharpness") = py::none(),
+        py::arg("dtype") = "f32", py::arg("mean") = py::none(), py::arg("std") = py::none(), py::arg("normalize") = true,
+        py::arg("query_embedding") = py::none(), py::arg("model") = py::none(),
+        py::arg("max_pixels") = LoadOptions{}.max_pixels, py::arg("source") = "");
+
+  // ---- Model / Encoding ----------------------------------------------------------------------
+  py::class_<PyEncoding>(m, "Encoding", "Everything the encoder returns for one image (see Model.encode_full).")
+      .def_property_readonly("embeddings",
+                             [](py::object self) { return tensor_view(self.cast<PyEncoding&>().e.embeddings, self); },
+                             "[N, D] float32: last hidden state of every token, in token order")
+      .def_property_readonly(
+          "class_token",
+          [](py::object self) -> py::object {
+            const Tensor& t = self.cast<PyEncoding&>().e.class_token;
+            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+          },
+          "[1, D] float32 or None")
+      .def_property_readonly(
+          "pooled",
+          [](py::object self) -> py::object {
+            const Tensor& t = self.cast<PyEncoding&>().e.pooled;
+            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+          },
+          "[1, D] float32 or None")
+      .def_property_readonly(
+          "image_embeds",
+          [](py::object self) -> py::object {
+            const Tensor& t = self.cast<PyEncoding&>().e.image_embeds;
+            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+          },
+          "[1, E] float32 (CLIP visual projection) or None")
+      .def_property_readonly(
+          "logits",
+          [](py::object self) -> py::object {
+            const Tensor& t = self.cast<PyEncoding&>().e.logits;
+            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+          },
+          "[1, K] float32 (torchvision head) or None")
+      .def_property_readonly(
+          "projected",
+          [](py::object self) -> py::object {
+            const Tensor& t = self.cast<PyEncoding&>().e.projected;
+            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+          },
+          "[N, E] float32: the projector's output, what the language model consumes (LLaVA / mmproj), or None")
+      .def_property_readonly("encode_ms", [](const PyEncoding& e) { return e.e.encode_ms; })
+      .def_property_readonly("precision", [](const PyEncoding& e) { return std::string(to_string(e.precision)); })
+      .def(
+          "save",
+          [](const PyEncoding& e, const py::object& path) {
+            if (e.tokens.is_none()) throw bad("save needs the Tokens the encoding came from (encode a Tokens object)");
+            const PyTokens& t = e.tokens.cast<const PyTokens&>();
+            const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+            py::gil_scoped_release nogil;
+            EmbeddingsFile file;  // the library's format (fovea/embeddings.hpp), as `fovea encode -o`
+            file.metadata = embeddings_metadata(t, e.model, e.precision);
+            file.embeddings = e.e.embeddings.clone();
+            file.positions = t.t.batch.positions.clone();
+            file.levels = t.t.batch.levels.clone();
+            if (e.e.class_token.rank() > 0) file.class_token = e.e.class_token.clone();  // clone() of an absent tensor is not empty
+            if (e.e.pooled.rank() > 0) file.pooled = e.e.pooled.clone();  // clone() of an absent tensor is not empty
+            if (e.e.image_embeds.rank() > 0) file.image_embeds = e.e.image_embeds.clone();  // clone() of an absent tensor is not empty
+            if (e.e.logits.rank() > 0) file.logits = e.e.logits.clone();
+            if (e.e.projected.rank() > 0) file.projected = e.e.projected.clone();
+            save_embeddings(p, file);
+          },
+          py::arg("path"), "Write the embeddings file `fovea encode -o` writes (atomically)")
+      .def("__len__", [](const PyEncoding& e) { return e.e.embeddings.rank() ? e.e.embeddings.dim(0) : 0; });
+
+  auto encode_impl = [](const VitModel& model, const py::object& tokens, const std::string& precision, int threads,
+                        const py::object& positions, const py::object& image_size) {
+    auto out = std::make_unique<PyEncoding>();
+    out->model = model;
+    out->precision = parse_precision(precision);
+    const ExecConfig cfg = exec_config(threads);
+    EncodeParams ep{.precision = out->precision};
+    if (py::isinstance<PyTokens>(tokens)) {
+      if (!positions.is_none() || !image_size.is_none())
+        throw bad("positions and image_size come from the Tokens; pass them only with a patches array");
+      const PyTokens& t = tokens.cast<const PyTokens&>();
+      if (t.params.extract.dtype == DType::u8)
+        throw bad("u8 patches are not normalised; tokenize with dtype='f32' or 'f16' to encode");
+      ep.image_width = t.width;
+      ep.image_height = t.height;
+      out->tokens = tokens;
+      py::gil_scoped_release nogil;
+      Executor ex(cfg);
+      out->e = encode(model, TensorView(t.t.batch.patches), TensorView(t.t.batch.positions), ep, ex);
+    } else {
+      // Raw arrays: patches [N, C, P, P] float32/float16 and positions [N, 4] float32, read in place.
+      if (!py::isinstance<py::array>(tokens)) throw py::type_error("encode takes a fovea.Tokens or a patches array");
+      if (positions.is_none() || image_size.is_none())
+        throw bad("encoding a patches array needs positions= ([N, 4] float32) and image_size=(width, height)");
+      py::array pa = tokens.cast<py::array>();
+      py::array qa = positions.cast<py::array>();
+      const auto pd = fovea_dtype(pa.dtype());
+      if (!pd || (*pd != DType::f32 && *pd != DType::f16))
+        throw py::type_error("patches must be float32 or float16, got " + std::string(py::str(pa.dtype())));
+      if (fovea_dtype(qa.dtype()) != DType::f32)
+        throw py::type_error("positions must be float32, got " + std::string(py::str(qa.dtype())));
+      if (!(pa.flags() & py::array::c_style) || !(qa.flags() & py::array::c_style))
+        throw py::value_error("patches and positions must be C-contiguous; pass np.ascontiguousarray(...)");
+      const auto wh = image_size.cast<std::pair<int, int>>();
+      ep.image_width = wh.first;
+      ep.image_height = wh.second;
+      TensorView pv(*pd, std::vector<int64_t>(pa.shape(), pa.shape() + pa.ndim()), pa.data());
+      TensorView qv(DType::f32, std::vector<int64_t>(qa.shape(), qa.shape() + qa.ndim()), qa.data());
+      py::gil_scoped_release nogil;
+      Executor ex(cfg);
+      out->e = encode(model, pv, qv, ep, ex);
+    }
+    return out;
+  };
+
+  py::class_<VitModel>(m, "Model", "A ViT checkpoint (see fovea.Model).")
+      .def(py::init([](const py::object& spec) {
+             const std::string s = py::str(py::isinstance<py::str>(spec) ? spec : py::module_::import("os").attr("fspath")(spec));
+             py::gil_scoped_release nogil;
+             return VitModel::load(s);
+           }),
+           py::arg("spec"))
+      .def_property_readonly("config", [](const VitModel& v) { return config_dict(v.config()); })
+      .def_property_readonly("description", &VitModel::describe)
+      .def_property_readonly("source", &VitModel::source)
+      .def_property_readonly("is_random", &VitModel::is_random)
+      .def(
+          "encode",
+          [encode_impl](const VitModel& model, const py::object& tokens, const std::string& precision, int threads,
+                        const py::object& positions, const py::object& image_size) {
+            std::unique_ptr<PyEncoding> e = encode_impl(model, tokens, precision, threads, positions, image_size);
+            return tensor_array(std::move(e->e.embeddings));
+          },
+          py::arg("tokens"), py::arg("precision") = "fp32", py::arg("threads") = 0, py::arg("positions") = py::none(),
+          py::arg("image_size") = py::none())
+      .def("encode_full", encode_impl, py::arg("tokens"), py::arg("precision") = "fp32", py::arg("threads") = 0,
+           py::arg("positions") = py::none(), py::arg("image_size") = py::none())
+      .def("__repr__", [](const VitModel& v) { return "<fovea.Model " + v.describe() + ">"; });
+
+  // ---- files ---------------------------------------------------------------------------------
+  py::class_<PyTensorFile>(m, "TensorFile", "A safetensors file, mapped (see fovea.load).")
+      .def("__getitem__", &file_tensor)
+      .def("__contains__", [](const PyTensorFile& f, const std::string& k) { return f.file->find(k) != nullptr; })
+      .def("__len__", [](const PyTensorFile& f) { return f.file->entries().size(); })
+      .def("keys",
+           [](const PyTensorFile& f) {
+             std::vector<std::string> k;
+             for (const auto& e : f.file->entries()) k.push_back(e.name);
+             return k;
+           })
+      .def("__iter__",
+           [](const PyTensorFile& f) {
+             py::list k;
+             for (const auto& e : f.file->entries()) k.append(e.name);
+             return py::iter(k);
+           })
+      .def_property_readonly("metadata", [](const PyTensorFile& f) { return to_dict(f.file->metadata()); })
+      .def_property_readonly("path", [](const PyTensorFile& f) { return f.file->path(); })
+      .def("__repr__", [](const PyTensorFile& f) {
+        return "<fovea.TensorFile " + f.file->path() + ", " + std::to_string(f.file->entries().size()) + " tensors>";
+      });
+
+  m.def(
+      "load",
+      [](const py::object& path) {
+        const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+        PyTensorFile f;
+        py::gil_scoped_release nogil;
+        f.file = std::make_shared<SafetensorsFile>(SafetensorsFile::open(p));
+        return f;
+      },
+      py::arg("path"));
+
+  m.def(
+      "save",
+      [](const py::object& path, const py::dict& tensors, const std::map<std::string, std::string>& metadata) {
+        const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+        std::vector<Tensor> owned;  // only for arrays that are not C-contiguous
+        std::vector<TensorView> views;
+        std::vector<std::string> names;
+        std::vector<py::array> keep;
+        for (const auto& [k, v] : tensors) {
+          const std::string name = py::str(k);
+          if (name == "__metadata__") throw bad("'__metadata__' is reserved; pass metadata=");
+          py::array a = py::array::ensure(v);
+          if (!a) throw py::type_error("tensor '" + name + "' is not an array");
+          const auto dt = fovea_dtype(a.dtype());
+          if (!dt) throw py::type_error("tensor '" + name + "' has dtype " + std::string(py::str(a.dtype())) +
+                                        ", which safetensors (as fovea writes it) does not hold");
+          if (!(a.flags() & py::array::c_style)) a = py::array::ensure(a, py::array::c_style);
+          keep.push_back(a);
+          names.push_back(name);
+          views.emplace_back(*dt, std::vector<int64_t>(a.shape(), a.shape() + a.ndim()), a.data());
+        }
+        // save_safetensors takes Tensors: copy each into one (serialising copies anyway).
+        owned.reserve(views.size());
+        for (const TensorView& v : views) {
+          Tensor t(v.dtype(), v.shape());
+          if (t.size_bytes()) std::memcpy(t.bytes(), v.bytes(), t.size_bytes());
+          owned.push_back(std::move(t));
+        }
+        std::vector<NamedTensor> named;
+        for (size_t i = 0; i < owned.size(); ++i) named.push_back({names[i], &owned[i]});
+        py::gil_scoped_release nogil;
+        save_safetensors(p, named, metadata);
+      },
+      py::arg("path"), py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{});
+}

@@ -1,0 +1,317 @@
+// VideoReader: libavformat demuxes, libavcodec decodes, libswscale converts each kept frame
+// straight into the three planes of an ImageU8 (GBRP: the planes are G, B, R, so the pointers
+// are handed over in that order). Streaming: one packet and one decoded frame at a time.
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/log.h>
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+}
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "fovea/error.hpp"
+#include "fovea/video.hpp"
+
+namespace fovea {
+
+namespace {
+
+std::string av_error(int code) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(code, buf, sizeof buf);
+  return buf;
+}
+
+struct FormatCloser {
+  void operator()(AVFormatContext* f) const { avformat_close_input(&f); }
+};
+struct CodecFree {
+  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct PacketFree {
+  void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+struct FrameFree {
+  void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+struct SwsFree {
+  void operator()(SwsContext* s) const { sws_freeContext(s); }
+};
+
+// The swscale colour matrix for a frame: the stream's when it says, else BT.709 for HD and
+// BT.601 below (what players assume).
+int sws_colorspace(const AVFrame* f) {
+  switch (f->colorspace) {
+    case AVCOL_SPC_BT709: return SWS_CS_ITU709;
+    case AVCOL_SPC_FCC: return SWS_CS_FCC;
+    case AVCOL_SPC_SMPTE240M: return SWS_CS_SMPTE240M;
+    case AVCOL_SPC_BT2020_NCL:
+    case AVCOL_SPC_BT2020_CL: return SWS_CS_BT2020;
+    case AVCOL_SPC_BT470BG:
+    case AVCOL_SPC_SMPTE170M: return SWS_CS_ITU601;
+    default: return f->height >= 720 ? SWS_CS_ITU709 : SWS_CS_ITU601;
+  }
+}
+
+bool full_range(const AVFrame* f) {
+  if (f->color_range == AVCOL_RANGE_JPEG) return true;
+  switch (f->format) {
+    case AV_PIX_FMT_YUVJ420P:
+    case AV_PIX_FMT_YUVJ422P:
+    case AV_PIX_FMT_YUVJ444P:
+    case AV_PIX_FMT_YUVJ440P:
+    case AV_PIX_FMT_YUVJ411P: return true;
+    default: return false;
+  }
+}
+
+// The yuvj* formats are deprecated in swscale; it wants the plain format plus the range flag.
+AVPixelFormat plain_format(int fmt) {
+  switch (fmt) {
+    case AV_PIX_FMT_YUVJ420P: return AV_PIX_FMT_YUV420P;
+    case AV_PIX_FMT_YUVJ422P: return AV_PIX_FMT_YUV422P;
+    case AV_PIX_FMT_YUVJ444P: return AV_PIX_FMT_YUV444P;
+    case AV_PIX_FMT_YUVJ440P: return AV_PIX_FMT_YUV440P;
+    case AV_PIX_FMT_YUVJ411P: return AV_PIX_FMT_YUV411P;
+    default: return AVPixelFormat(fmt);
+  }
+}
+
+}  // namespace
+
+struct VideoReader::Impl {
+  std::string path;
+  VideoReaderOptions options;
+  VideoInfo info;
+  std::unique_ptr<AVFormatContext, FormatCloser> fmt;
+  std::unique_ptr<AVCodecContext, CodecFree> codec;
+  std::unique_ptr<AVPacket, PacketFree> packet;
+  std::unique_ptr<AVFrame, FrameFree> frame;
+  SwsContext* sws = nullptr;  // sws_getCachedContext owns and replaces it
+  int stream = -1;
+  AVRational time_base{0, 1};
+  int64_t decoded = 0, corrupt_packets = 0, corrupt_frames = 0;
+  int consecutive_errors = 0;
+  bool demux_done = false, flushed = false, finished = false;
+  double last_pts = -1;
+  std::vector<std::string> warnings;
+
+  ~Impl() { sws_freeContext(sws); }
+
+  void warn(const std::string& w) {
+    if (warnings.size() < 100) warnings.push_back(w);
+  }
+
+  // Receives one decoded frame into `frame`; false when the decoder needs more input or is done.
+  bool receive() {
+    for (;;) {
+      const int r = avcodec_receive_frame(codec.get(), frame.get());
+      if (r == 0) {
+        if (frame->decode_error_flags || (frame->flags & AV_FRAME_FLAG_CORRUPT)) {
+          ++corrupt_frames;
+          warn("frame " + std::to_string(decoded) + " decoded with errors (concealed)");
+        }
+        return true;
+      }
+      if (r == AVERROR(EAGAIN)) return false;
+      if (r == AVERROR_EOF) {
+        finished = true;
+        return false;
+      }
+      ++corrupt_packets;  // a decode error surfacing at receive: that frame is lost
+      warn("decoding error after frame " + std::to_string(decoded) + ": " + av_error(r) + " (skipped)");
+    }
+  }
+
+  // Feeds the decoder until it has a frame. false at the end of the stream.
+  bool next_decoded() {
+    for (;;) {
+      if (finished) return false;
+      if (receive()) return true;
+      if (finished) return false;
+      if (demux_done) {
+        if (flushed) return false;  // EAGAIN after a flush: nothing will come
+        avcodec_send_packet(codec.get(), nullptr);
+        flushed = true;
+        continue;
+      }
+      const int r = av_read_frame(fmt.get(), packet.get());
+      if (r == AVERROR_EOF) {
+        demux_done = true;
+        continue;
+      }
+      if (r < 0) {
+        ++corrupt_packets;
+        warn("read error: " + av_error(r) + " (skipped)");
+        if (r == AVERROR(EIO) || ++consecutive_errors >= options.max_consecutive_errors) {
+          warn("too many read errors: the stream is taken as ended");
+          demux_done = true;
+        }
+        continue;
+      }
+      consecutive_errors = 0;
+      if (packet->stream_index != stream) {
+        av_packet_unref(packet.get());
+        continue;
+      }
+      const bool flagged = packet->flags & AV_PKT_FLAG_CORRUPT;
+      const int s = avcodec_send_packet(codec.get(), packet.get());
+      av_packet_unref(packet.get());
+      if (flagged) {
+        ++corrupt_packets;
+        warn("packet flagged corrupt by the demuxer");
+      }
+      if (s < 0 && s != AVERROR(EAGAIN) && s != AVERROR_EOF) {
+        if (!flagged) ++corrupt_packets;
+        warn("corrupt packet after frame " + std::to_string(decoded) + ": " + av_error(s) + " (skipped)");
+      }
+    }
+  }
+
+  double pts_of(const AVFrame* f) {
+    const int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+    double t;
+    if (ts != AV_NOPTS_VALUE && time_base.den != 0) {
+      t = double(ts) * av_q2d(time_base);
+    } else {
+      const double step = info.fps > 0 ? 1.0 / info.fps : 1.0 / 25;
+      t = last_pts < 0 ? 0.0 : last_pts + step;
+    }
+    last_pts = t;
+    return t;
+  }
+
+  void convert(const AVFrame* f, ImageU8& out) {
+    const int w = f->width, h = f->height;
+    if (w < 1 || h < 1) throw Error(Errc::corrupt_data, path + ": decoded a frame with no pixels");
+    if (uint64_t(w) * uint64_t(h) > options.max_pixels)
+      throw Error(Errc::limit_exceeded, path + ": a " + std::to_string(w) + "x" + std::to_string(h) +
+                                            " frame is over the limit of " + std::to_string(options.max_pixels) +
+                                            " pixels");
+    if (out.width() != w || out.height() != h || out.channels() != 3) out = ImageU8(w, h, 3);
+    const AVPixelFormat src_fmt = plain_format(f->format);
+    sws = sws_getCachedContext(sws, w, h, src_fmt, w, h, AV_PIX_FMT_GBRP,
+                               SWS_BILINEAR | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr);
+    if (!sws)
+      throw Error(Errc::unsupported, path + ": cannot convert pixel format " +
+                                         std::string(av_get_pix_fmt_name(src_fmt) ? av_get_pix_fmt_name(src_fmt) : "?") +
+                                         " to RGB");
+    const int* coeffs = sws_getCoefficients(sws_colorspace(f));
+    sws_setColorspaceDetails(sws, coeffs, full_range(f) ? 1 : 0, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0,
+                             1 << 16, 1 << 16);
+    uint8_t* dst[4] = {out.plane(1), out.plane(2), out.plane(0), nullptr};  // G, B, R
+    const int ls = int(out.stride());
+    const int dst_stride[4] = {ls, ls, ls, 0};
+    sws_scale(sws, f->data, f->linesize, 0, h, dst, dst_stride);
+  }
+};
+
+VideoReader::VideoReader() : impl_(std::make_unique<Impl>()) {}
+VideoReader::VideoReader(VideoReader&&) noexcept = default;
+VideoReader& VideoReader::operator=(VideoReader&&) noexcept = default;
+VideoReader::~VideoReader() = default;
+
+VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions& options) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    throw Error(Errc::io, path + ": cannot open (" + std::strerror(errno) + ")");
+  if (S_ISDIR(st.st_mode)) throw Error(Errc::io, path + ": is a directory, not a video file");
+  if (options.threads < 0) throw Error(Errc::invalid_argument, "video reader: threads must be >= 0");
+
+  VideoReader r;
+  Impl& m = *r.impl_;
+  m.path = path;
+  m.options = options;
+  AVFormatContext* raw = nullptr;
+  int e = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+  if (e < 0) {
+    if (e == AVERROR(EACCES) || e == AVERROR(ENOENT) || e == AVERROR(EIO))
+      throw Error(Errc::io, path + ": cannot open (" + av_error(e) + ")");
+    throw Error(Errc::corrupt_data, path + ": not a video file ffmpeg can read (" + av_error(e) + ")");
+  }
+  m.fmt.reset(raw);
+  e = avformat_find_stream_info(raw, nullptr);
+  if (e < 0) throw Error(Errc::corrupt_data, path + ": cannot read the stream information (" + av_error(e) + ")");
+
+  // The best video stream that is not a still attached to an audio file (cover art).
+  const AVCodec* dec = nullptr;
+  int idx = av_find_best_stream(raw, AVMEDIA_TYPE_VIDEO, -1, -1, &dec, 0);
+  if (idx >= 0 && (raw->streams[idx]->disposition & AV_DISPOSITION_ATTACHED_PIC)) idx = AVERROR_STREAM_NOT_FOUND;
+  if (idx == AVERROR_STREAM_NOT_FOUND) throw Error(Errc::unsupported, path + ": has no video stream");
+  if (idx == AVERROR_DECODER_NOT_FOUND || (idx >= 0 && !dec)) {
+    throw Error(Errc::unsupported, path + ": no decoder for its video codec in this ffmpeg build");
+  }
+  if (idx < 0) throw Error(Errc::corrupt_data, path + ": " + av_error(idx));
+  AVStream* s = raw->streams[idx];
+  m.stream = idx;
+  m.time_base = s->time_base;
+  m.codec.reset(avcodec_alloc_context3(dec));
+  if (!m.codec) throw Error(Errc::out_of_memory, path + ": cannot allocate a decoder");
+  if ((e = avcodec_parameters_to_context(m.codec.get(), s->codecpar)) < 0)
+    throw Error(Errc::corrupt_data, path + ": bad codec parameters (" + av_error(e) + ")");
+  m.codec->pkt_timebase = s->time_base;
+  m.codec->thread_count = options.threads;
+  if ((e = avcodec_open2(m.codec.get(), dec, nullptr)) < 0)
+    throw Error(Errc::unsupported, path + ": cannot open the " + dec->name + " decoder (" + av_error(e) + ")");
+  const int w = s->codecpar->width, h = s->codecpar->height;
+  if (uint64_t(std::max(w, 0)) * uint64_t(std::max(h, 0)) > options.max_pixels)
+    throw Error(Errc::limit_exceeded, path + ": " + std::to_string(w) + "x" + std::to_string(h) +
+                                          " frames are over the limit of " + std::to_string(options.max_pixels) +
+                                          " pixels");
+  m.packet.reset(av_packet_alloc());
+  m.frame.reset(av_frame_alloc());
+  if (!m.packet || !m.frame) throw Error(Errc::out_of_memory, path + ": cannot allocate a packet");
+
+  VideoInfo& in = m.info;
+  in.width = w;
+  in.height = h;
+  const AVRational fr = s->avg_frame_rate.num > 0 ? s->avg_frame_rate : s->r_frame_rate;
+  in.fps = fr.num > 0 && fr.den > 0 ? av_q2d(fr) : 0;
+  if (s->duration != AV_NOPTS_VALUE) in.duration_s = double(s->duration) * av_q2d(s->time_base);
+  else if (raw->duration != AV_NOPTS_VALUE) in.duration_s = double(raw->duration) / AV_TIME_BASE;
+  in.frame_count = s->nb_frames > 0 ? s->nb_frames : 0;
+  in.container = raw->iformat && raw->iformat->name ? raw->iformat->name : "";
+  in.codec = dec->name;
+  return r;
+}
+
+const VideoInfo& VideoReader::info() const { return impl_->info; }
+int64_t VideoReader::frames_decoded() const { return impl_->decoded; }
+int64_t VideoReader::corrupt_packets() const { return impl_->corrupt_packets; }
+int64_t VideoReader::corrupt_frames() const { return impl_->corrupt_frames; }
+std::vector<std::string> VideoReader::take_warnings() { return std::exchange(impl_->warnings, {}); }
+
+bool VideoReader::read(VideoFrame& out, const FrameFilter& keep) {
+  Impl& m = *impl_;
+  while (m.next_decoded()) {
+    const int64_t index = m.decoded++;
+    const double pts = m.pts_of(m.frame.get());
+    if (keep && !keep(index, pts)) {
+      av_frame_unref(m.frame.get());
+      continue;
+    }
+    try {
+      m.convert(m.frame.get(), out.image);
+    } catch (...) {
+      av_frame_unref(m.frame.get());
+      throw;
+    }
+    av_frame_unref(m.frame.get());
+    out.index = index;
+    out.pts_s = pts;
+    return true;
+  }
+  return false;
+}
+
+void quiet_ffmpeg_log() { av_log_set_level(AV_LOG_QUIET); }
+
+}  // namespace fovea

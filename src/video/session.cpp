@@ -1,0 +1,285 @@
+// VideoSession: the per-frame pipeline with reuse (see fovea/video.hpp for the contract).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "extract/batch.hpp"
+#include "fovea/error.hpp"
+#include "fovea/video.hpp"
+
+namespace fovea {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Copies the dirty tiles of `src` into `dst` (same size and channels).
+void copy_tiles(const ImageU8& src, ImageU8& dst, const TileGrid& g, const std::vector<uint8_t>& dirty,
+                Executor& exec) {
+  const int P = g.patch_px, W = src.width(), H = src.height();
+  const int64_t n = std::count(dirty.begin(), dirty.end(), uint8_t(1));
+  // Small copies run on the caller: a pool wake-up costs more than a few tiles' memcpy.
+  const int64_t grain = n * P * P * src.channels() < (int64_t(1) << 18) ? g.tiles_y : 1;
+  exec.parallel_for(g.tiles_y, grain, [&](int64_t ty0, int64_t ty1) {
+    for (int64_t ty = ty0; ty < ty1; ++ty) {
+      const uint8_t* drow = dirty.data() + size_t(ty) * g.tiles_x;
+      for (int tx = 0; tx < g.tiles_x;) {  // runs of dirty tiles: one memcpy per row and run
+        if (!drow[tx]) {
+          ++tx;
+          continue;
+        }
+        int e = tx + 1;
+        while (e < g.tiles_x && drow[e]) ++e;
+        const int x0 = tx * P, x1 = std::min(W, e * P);
+        for (int c = 0; c < src.channels(); ++c)
+          for (int y = int(ty) * P; y < std::min(H, int(ty + 1) * P); ++y)
+            std::memcpy(dst.row(c, y) + x0, src.row(c, y) + x0, size_t(x1 - x0));
+        tx = e;
+      }
+    }
+  });
+}
+
+bool same_query(const Query& a, const Query& b) {
+  if (a.fixations.size() != b.fixations.size() || a.regions.size() != b.regions.size() || a.embedding != b.embedding)
+    return false;
+  for (size_t i = 0; i < a.fixations.size(); ++i)
+    if (a.fixations[i].x_px != b.fixations[i].x_px || a.fixations[i].y_px != b.fixations[i].y_px ||
+        a.fixations[i].weight != b.fixations[i].weight)
+      return false;
+  for (size_t i = 0; i < a.regions.size(); ++i)
+    if (a.regions[i].x0_px != b.regions[i].x0_px || a.regions[i].y0_px != b.regions[i].y0_px ||
+        a.regions[i].x1_px != b.regions[i].x1_px || a.regions[i].y1_px != b.regions[i].y1_px ||
+        a.regions[i].weight != b.regions[i].weight)
+      return false;
+  return true;
+}
+
+}  // namespace
+
+std::string_view to_string(Reuse r) {
+  switch (r) {
+    case Reuse::off: return "off";
+    case Reuse::exact: return "exact";
+    case Reuse::incremental: return "incremental";
+  }
+  return "?";
+}
+
+struct VideoSession::Impl {
+  VideoParams params;
+  const VitModel* model = nullptr;
+  Executor& exec;
+  std::unique_ptr<IncrementalEncoder> encoder;
+  int64_t processed = 0;
+  PyramidU8 pyramid;
+  TileGrid grid;
+  Allocation allocation;
+  bool have_layout = false;
+  std::vector<float> layout_relevance;  // the scores the current layout was allocated from
+  Query layout_query;
+  TokenBatch batch;                      // the previous frame's tokens
+  // Per level, per node of the level's token grid: the token's row in `batch`, or -1.
+  std::vector<std::vector<int32_t>> rows;
+
+  Impl(const VideoParams& p, const VitModel* m, Executor& e) : params(p), model(m), exec(e) {}
+
+  void index_rows() {
+    const int L = allocation.layout.num_levels();
+    rows.assign(size_t(L), {});
+    for (int l = 0; l < L; ++l) rows[size_t(l)].assign(size_t(grid.tiles_at(l)), -1);
+    for (size_t i = 0; i < allocation.layout.tokens.size(); ++i) {
+      const Token& t = allocation.layout.tokens[i];
+      rows[size_t(t.level)][size_t(t.y) * grid.tiles_x_at(t.level) + t.x] = int32_t(i);
+    }
+  }
+  int32_t row_of(const Token& t) const {
+    if (t.level >= int(rows.size())) return -1;
+    return rows[size_t(t.level)][size_t(t.y) * grid.tiles_x_at(t.level) + t.x];
+  }
+};
+
+VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Executor& exec)
+    : impl_(std::make_unique<Impl>(params, model, exec)) {
+  const VideoParams& p = params;
+  if (p.tokenize.uniform) throw Error(Errc::invalid_argument, "video: the uniform baseline has no incremental mode");
+  if (p.tokenize.alloc.budget_tokens < 1) throw Error(Errc::invalid_argument, "video: the budget must be >= 1 token");
+  if (!(p.change_threshold >= 0) || !std::isfinite(p.change_threshold))
+    throw Error(Errc::invalid_argument, "video: the change threshold must be a finite number >= 0");
+  if (!(p.refresh_fraction > 0 && p.refresh_fraction <= 1))
+    throw Error(Errc::invalid_argument, "video: the refresh fraction must be in (0, 1]");
+  if (p.keyframe_interval < 0) throw Error(Errc::invalid_argument, "video: the keyframe interval must be >= 0");
+  if (!(p.layout_hysteresis >= 0)) throw Error(Errc::invalid_argument, "video: the layout hysteresis must be >= 0");
+  if (!(p.encoder.token_threshold >= 0) || !std::isfinite(p.encoder.token_threshold))
+    throw Error(Errc::invalid_argument, "video: the token threshold must be a finite number >= 0");
+  check_extract_params(p.tokenize.extract);
+  if (model) {
+    if (model->config().patch_px != p.tokenize.patch_px)
+      throw Error(Errc::invalid_argument, "video: patch size " + std::to_string(p.tokenize.patch_px) +
+                                              " does not match the model's " +
+                                              std::to_string(model->config().patch_px));
+    if (p.tokenize.extract.dtype == DType::u8)
+      throw Error(Errc::invalid_argument, "video: u8 patches are not normalised; a model needs f32 or f16");
+    impl_->encoder = std::make_unique<IncrementalEncoder>(*model);
+  }
+}
+
+VideoSession::~VideoSession() = default;
+const PyramidU8& VideoSession::pyramid() const { return impl_->pyramid; }
+const Allocation& VideoSession::allocation() const { return impl_->allocation; }
+const VideoParams& VideoSession::params() const { return impl_->params; }
+
+FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
+  Impl& s = *impl_;
+  const VideoParams& p = s.params;
+  Executor& exec = s.exec;
+  if (frame.empty()) throw Error(Errc::invalid_argument, "video: empty frame");
+  if (frame.channels() != 3) frame = to_rgb(frame);
+  FrameResult r;
+  r.index = index;
+  r.pts_s = pts_s;
+  const int P = p.tokenize.patch_px;
+
+  // ---- change test and refresh decision ------------------------------------------------------
+  auto t0 = Clock::now();
+  const bool size_changed = s.pyramid.num_levels() == 0 || s.pyramid.width() != frame.width() ||
+                            s.pyramid.height() != frame.height();
+  if (s.processed == 0) r.refresh = true, r.refresh_reason = "first";
+  else if (size_changed) r.refresh = true, r.refresh_reason = "size";
+  else if (p.reuse == Reuse::off) r.refresh = true, r.refresh_reason = "reuse-off";
+  else if (p.keyframe_interval > 0 && s.processed % p.keyframe_interval == 0)
+    r.refresh = true, r.refresh_reason = "keyframe";
+  if (size_changed) s.grid = TileGrid::make(frame.width(), frame.height(), P);
+  const TileGrid& g = s.grid;
+  r.tiles = g.tiles();
+  std::vector<uint8_t> dirty;
+  if (!r.refresh) {
+    dirty = changed_tiles(frame, s.pyramid.level(0), g, p.change_threshold, exec);
+    r.dirty_tiles = std::count(dirty.begin(), dirty.end(), uint8_t(1));
+    if (double(r.dirty_tiles) > double(p.refresh_fraction) * double(r.tiles))
+      r.refresh = true, r.refresh_reason = "scene-cut";
+  }
+  r.timings.change_ms = ms_since(t0);
+
+  // ---- pyramid -----------------------------------------------------------------------------
+  t0 = Clock::now();
+  const int L = resolve_max_level(g, p.tokenize.alloc.max_level);
+  const int levels = std::max(L + 1, p.tokenize.relevance.stats_level + 1);
+  PyramidDirty pd;
+  if (r.refresh) {
+    r.dirty_tiles = r.tiles;
+    if (!size_changed && s.pyramid.num_levels() > 0) r.recycled = std::move(s.pyramid.level(0));
+    s.pyramid = build_pyramid(std::move(frame), PyramidParams{.max_levels = levels}, exec);
+  } else {
+    copy_tiles(frame, s.pyramid.level(0), g, dirty, exec);
+    pd = update_pyramid(s.pyramid, P, dirty, exec);
+    r.recycled = std::move(frame);
+  }
+  r.timings.pyramid_ms = ms_since(t0);
+
+  // ---- relevance and layout (with hysteresis) ---------------------------------------------
+  t0 = Clock::now();
+  RelevanceMap rel = compute_relevance(s.pyramid, P, query, p.tokenize.relevance, exec);
+  r.timings.relevance_ms = ms_since(t0);
+  t0 = Clock::now();
+  bool reallocate = r.refresh || !s.have_layout || !same_query(query, s.layout_query) || p.layout_hysteresis <= 0;
+  if (!reallocate) {
+    double diff = 0, total = 0;
+    for (size_t i = 0; i < rel.score.size(); ++i)
+      diff += std::fabs(double(rel.score[i]) - s.layout_relevance[i]), total += s.layout_relevance[i];
+    reallocate = diff > double(p.layout_hysteresis) * total;
+  }
+  const bool had_layout = s.have_layout && !r.refresh;
+  std::vector<Token> old_tokens;
+  if (reallocate) {
+    Allocation a = allocate(rel, p.tokenize.alloc);
+    r.layout_changed = !s.have_layout || a.layout.tokens != s.allocation.layout.tokens;
+    if (had_layout) old_tokens = std::move(s.allocation.layout.tokens);
+    s.allocation = std::move(a);
+    s.layout_relevance = rel.score;
+    s.layout_query = query;
+    s.have_layout = true;
+  }
+  const std::vector<Token>& tokens = s.allocation.layout.tokens;
+  const int64_t N = int64_t(tokens.size());
+  // Each token's previous row; the row index of the previous layout is still in s.rows.
+  r.previous_row.assign(size_t(N), -1);
+  std::vector<uint8_t> resample(size_t(N), 1);
+  if (had_layout) {
+    for (int64_t i = 0; i < N; ++i) {
+      const Token& t = tokens[size_t(i)];
+      const int32_t pr = s.row_of(t);
+      r.previous_row[size_t(i)] = pr;
+      resample[size_t(i)] = pr < 0 || t.level >= int(pd.nodes.size()) || pd.dirty(t.level, t.x, t.y);
+    }
+  }
+  r.timings.allocate_ms = ms_since(t0);
+
+  // ---- patches: the clean tokens keep theirs ------------------------------------------------
+  t0 = Clock::now();
+  TokenBatch nb;
+  if (!had_layout) {
+    nb = extract(s.pyramid, s.allocation, p.tokenize.extract, exec);
+  } else {
+    nb = allocation_batch(s.allocation, p.tokenize.extract);
+    Allocation sub;
+    sub.rate_map.grid = g;
+    sub.max_level = s.allocation.max_level;
+    sub.budget_tokens = s.allocation.budget_tokens;
+    std::vector<int64_t> which;
+    for (int64_t i = 0; i < N; ++i)
+      if (resample[size_t(i)]) which.push_back(i), sub.layout.tokens.push_back(tokens[size_t(i)]);
+    sub.layout.level_offsets = {0, int32_t(which.size())};
+    const size_t row_bytes = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
+    if (!which.empty()) {
+      const TokenBatch sb = extract(s.pyramid, sub, p.tokenize.extract, exec);
+      for (size_t j = 0; j < which.size(); ++j)
+        std::memcpy(nb.patches.bytes() + size_t(which[j]) * row_bytes, sb.patches.bytes() + j * row_bytes, row_bytes);
+    }
+    for (int64_t i = 0; i < N; ++i)
+      if (!resample[size_t(i)])
+        std::memcpy(nb.patches.bytes() + size_t(i) * row_bytes,
+                    s.batch.patches.bytes() + size_t(r.previous_row[size_t(i)]) * row_bytes, row_bytes);
+  }
+  r.resampled_tokens = std::count(resample.begin(), resample.end(), uint8_t(1));
+  r.timings.extract_ms = ms_since(t0);
+
+  // ---- encoder -------------------------------------------------------------------------------
+  t0 = Clock::now();
+  if (s.encoder) {
+    IncrementalParams ep = p.encoder;
+    ep.image_width = g.image_width;
+    ep.image_height = g.image_height;
+    ep.reuse_layers = p.reuse == Reuse::incremental;
+    if (r.refresh) s.encoder->reset();
+    IncrementalResult er = s.encoder->encode(nb.patches, nb.positions,
+                                             had_layout ? std::span<const int64_t>(r.previous_row) : std::span<const int64_t>(),
+                                             resample, ep, exec);
+    r.embeddings = std::move(er.embeddings);
+    r.recomputed = p.reuse == Reuse::incremental ? std::move(er.recomputed) : std::vector<uint8_t>(size_t(N), 1);
+    if (p.reuse == Reuse::exact) r.recomputed = resample;
+    r.approximate = er.approximate;
+  } else {
+    r.recomputed = resample;
+  }
+  r.recomputed_tokens = std::count(r.recomputed.begin(), r.recomputed.end(), uint8_t(1));
+  r.timings.encode_ms = ms_since(t0);
+
+  // ---- keep the state ------------------------------------------------------------------------
+  s.batch = std::move(nb);
+  s.index_rows();
+  r.batch.patches = s.batch.patches.clone();
+  r.batch.positions = s.batch.positions.clone();
+  r.batch.levels = s.batch.levels.clone();
+  r.batch.boxes = s.batch.boxes;
+  r.batch.level_offsets = s.batch.level_offsets;
+  r.batch.patch_px = s.batch.patch_px;
+  r.batch.params = s.batch.params;
+  ++s.processed;
+  return r;
+}
+
+}  // namespace fovea

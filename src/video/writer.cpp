@@ -1,0 +1,160 @@
+// VideoTokenWriter: a safetensors file written as a stream (see fovea/video.hpp).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "fovea/error.hpp"
+#include "fovea/video.hpp"
+
+namespace fovea {
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+void write_all(int fd, const void* data, size_t n, const std::string& what) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw Error(Errc::io, "cannot write '" + what + "': " + errno_text());
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+// A file in `path`'s folder named path + suffix + a random number, created exclusively.
+int create_beside(const std::string& path, const std::string& suffix, std::string* name) {
+  std::random_device rd;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    *name = path + suffix + std::to_string(rd() % 1000000);
+    const int fd = ::open(name->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) break;
+  }
+  throw Error(Errc::io, "cannot write '" + path + "': " + errno_text());
+}
+
+}  // namespace
+
+struct VideoTokenWriter::Impl {
+  std::string path, rows_name;
+  DType dtype;
+  std::vector<int64_t> row_shape;
+  size_t row_bytes = 0;
+  int spill = -1;
+  std::vector<int64_t> offsets{0};
+  std::vector<double> pts;
+  std::vector<float> positions;
+  std::vector<int32_t> levels;
+  std::vector<uint8_t> recomputed;
+  ~Impl() {
+    if (spill >= 0) ::close(spill);
+  }
+};
+
+VideoTokenWriter::VideoTokenWriter(const std::string& path, const std::string& rows_name, DType dtype,
+                                   std::vector<int64_t> row_shape)
+    : impl_(std::make_unique<Impl>()) {
+  if (path.empty()) throw Error(Errc::invalid_argument, "output path is empty");
+  Impl& m = *impl_;
+  m.path = path;
+  m.rows_name = rows_name;
+  m.dtype = dtype;
+  m.row_shape = std::move(row_shape);
+  m.row_bytes = dtype_size(dtype);
+  for (int64_t d : m.row_shape) m.row_bytes *= size_t(d);
+  std::string name;
+  m.spill = create_beside(path, ".spill-", &name);
+  ::unlink(name.c_str());  // gone with the descriptor, whatever happens to the process
+}
+
+VideoTokenWriter::~VideoTokenWriter() = default;
+int64_t VideoTokenWriter::frames() const { return int64_t(impl_->pts.size()); }
+int64_t VideoTokenWriter::tokens() const { return impl_->offsets.back(); }
+
+void VideoTokenWriter::add_frame(const Tensor& rows, const Tensor& positions, const Tensor& levels,
+                                 const std::vector<uint8_t>& recomputed, double pts_s) {
+  Impl& m = *impl_;
+  const int64_t n = rows.rank() > 0 ? rows.dim(0) : 0;
+  if (rows.dtype() != m.dtype || size_t(rows.size_bytes()) != size_t(n) * m.row_bytes ||
+      positions.dtype() != DType::f32 || positions.numel() != 4 * n || levels.dtype() != DType::i32 ||
+      levels.numel() != n || int64_t(recomputed.size()) != n)
+    throw Error(Errc::invalid_argument, "VideoTokenWriter: the frame's tensors do not match");
+  write_all(m.spill, rows.bytes(), rows.size_bytes(), m.path);
+  m.offsets.push_back(m.offsets.back() + n);
+  m.pts.push_back(pts_s);
+  m.positions.insert(m.positions.end(), positions.data<float>(), positions.data<float>() + 4 * n);
+  m.levels.insert(m.levels.end(), levels.data<int32_t>(), levels.data<int32_t>() + n);
+  m.recomputed.insert(m.recomputed.end(), recomputed.begin(), recomputed.end());
+}
+
+void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata) {
+  Impl& m = *impl_;
+  const int64_t F = int64_t(m.pts.size()), T = m.offsets.back();
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t at = 0;
+  auto entry = [&](const std::string& name, const char* dt, std::vector<int64_t> shape, uint64_t bytes) {
+    header[name] = {{"dtype", dt}, {"shape", shape}, {"data_offsets", {at, at + bytes}}};
+    at += bytes;
+  };
+  std::vector<int64_t> rows_shape{T};
+  rows_shape.insert(rows_shape.end(), m.row_shape.begin(), m.row_shape.end());
+  entry("frame_offsets", "I64", {F + 1}, uint64_t(F + 1) * 8);
+  entry("pts", "F64", {F}, uint64_t(F) * 8);
+  entry(m.rows_name, std::string(dtype_name(m.dtype)).c_str(), rows_shape, uint64_t(T) * m.row_bytes);
+  entry("positions", "F32", {T, 4}, uint64_t(T) * 16);
+  entry("levels", "I32", {T}, uint64_t(T) * 4);
+  entry("recomputed", "U8", {T}, uint64_t(T));
+  header["__metadata__"] = metadata;
+  std::string h = header.dump();
+  while (h.size() % 8) h.push_back(' ');
+
+  std::string tmp;
+  const int fd = create_beside(m.path, ".tmp-", &tmp);
+  try {
+    const uint64_t len = h.size();
+    uint8_t le[8];
+    for (int i = 0; i < 8; ++i) le[i] = uint8_t(len >> (8 * i));
+    write_all(fd, le, 8, m.path);
+    write_all(fd, h.data(), h.size(), m.path);
+    write_all(fd, m.offsets.data(), m.offsets.size() * 8, m.path);
+    write_all(fd, m.pts.data(), m.pts.size() * 8, m.path);
+    if (::lseek(m.spill, 0, SEEK_SET) != 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
+    std::vector<uint8_t> buf(size_t(4) << 20);
+    uint64_t left = uint64_t(T) * m.row_bytes;
+    while (left > 0) {
+      const ssize_t r = ::read(m.spill, buf.data(), std::min<uint64_t>(left, buf.size()));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
+      write_all(fd, buf.data(), size_t(r), m.path);
+      left -= uint64_t(r);
+    }
+    write_all(fd, m.positions.data(), m.positions.size() * 4, m.path);
+    write_all(fd, m.levels.data(), m.levels.size() * 4, m.path);
+    write_all(fd, m.recomputed.data(), m.recomputed.size(), m.path);
+    if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) throw Error(Errc::io, "cannot write '" + m.path + "': " + errno_text());
+    if (::close(fd) != 0) {
+      ::unlink(tmp.c_str());
+      throw Error(Errc::io, "cannot write '" + m.path + "': " + errno_text());
+    }
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::rename(tmp.c_str(), m.path.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw Error(Errc::io, "cannot write '" + m.path + "': " + why);
+  }
+}
+
+}  // namespace fovea

@@ -1,0 +1,239 @@
+"""The fovea Python module: results equal the CLI's files, zero copy, the GIL, bad inputs."""
+import gc
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import fovea
+from pyhelpers import cli, photo, save_png
+
+
+@pytest.fixture(scope="module")
+def png(tmp_path_factory):
+    d = tmp_path_factory.mktemp("png")
+    arr = photo(3, 240, 320)
+    return arr, save_png(arr, str(d / "photo.png"))
+
+
+def assert_same_file(a: str, b: str, skip_meta=("source",)):
+    fa, fb = fovea.load(a), fovea.load(b)
+    assert sorted(fa.keys()) == sorted(fb.keys())
+    for k in fa.keys():
+        x, y = fa[k], fb[k]
+        assert x.dtype == y.dtype and x.shape == y.shape, k
+        assert np.array_equal(x, y), k
+    ma = {k: v for k, v in fa.metadata.items() if k not in skip_meta}
+    mb = {k: v for k, v in fb.metadata.items() if k not in skip_meta}
+    assert ma == mb
+
+
+def test_tokenize_array_and_path_equal_cli_file(png, tmp_path):
+    arr, path = png
+    out = tmp_path / "cli.safetensors"
+    cli("tokenize", path, "--budget", 120, "--fixation", "100,80", "--region", "150,100,300,200", "-o", out)
+    for image in (arr, path, open(path, "rb").read()):
+        t = fovea.tokenize(image, budget=120, fixations=[(100, 80)], regions=[(150, 100, 300, 200)], source=path)
+        mine = tmp_path / "py.safetensors"
+        t.save(mine)
+        assert open(mine, "rb").read() == open(out, "rb").read()  # byte for byte, metadata included
+        f = fovea.load(out)
+        for k in ("patches", "positions", "levels", "rate_map", "relevance"):
+            assert np.array_equal(getattr(t, k), f[k]), k
+    assert t.image_size == (320, 240) and len(t) <= 120 and t.mode == "foveated"
+
+
+@pytest.mark.parametrize("kw", [dict(uniform=True), dict(dtype="f16"), dict(dtype="u8"), dict(budget=2000)])
+def test_view_input_equals_decoded_input(png, kw):
+    """Every mode reads the array in place and matches fovea's own decode of the PNG."""
+    arr, path = png
+    a, b = fovea.tokenize(arr, **kw), fovea.tokenize(path, **kw)
+    for k in ("patches", "positions", "levels", "rate_map", "relevance"):
+        assert np.array_equal(getattr(a, k), getattr(b, k)), k
+    assert np.array_equal(a.seen(), b.seen()) and np.array_equal(a.overlay(), b.overlay())
+
+
+def test_strided_views_read_in_place(png):
+    arr, _ = png
+    big = np.zeros((300, 400, 4), np.uint8)
+    big[20:260, 30:350, :3] = arr  # a crop with padded rows and 4-byte pixels (RGBA[..., :3])
+    view = big[20:260, 30:350, :3]
+    assert not view.flags["C_CONTIGUOUS"]
+    a, b = fovea.tokenize(view, budget=200), fovea.tokenize(arr, budget=200)
+    assert np.array_equal(a.patches, b.patches) and np.array_equal(a.relevance, b.relevance)
+    gray = np.ascontiguousarray(arr[..., 1])
+    g = fovea.tokenize(gray, budget=100, dtype="u8")  # u8: no per-channel normalisation
+    assert g.patches.shape[1] == 3 and np.array_equal(g.patches[:, 0], g.patches[:, 2])
+
+
+def test_encode_equals_cli_file(png, tmp_path):
+    arr, path = png
+    out = tmp_path / "cli.safetensors"
+    cli("encode", path, "--model", "random:vit-s16", "--budget", 64, "--threads", 1, "-o", out)
+    m = fovea.Model("random:vit-s16")
+    assert m.is_random and m.config["hidden_size"] == 384 and m.config["patch_size"] == 16
+    t = fovea.tokenize(arr, budget=64, threads=1, source=path, model=m)  # the model's preprocessing
+    e = m.encode_full(t, threads=1)
+    assert e.projected is None and m.config["projector"] == "none"
+    mine = tmp_path / "py.safetensors"
+    e.save(mine)
+    assert_same_file(str(mine), str(out), skip_meta=())
+    emb = m.encode(t, threads=1)
+    assert emb.shape == (len(t), 384) and emb.dtype == np.float32
+    assert np.array_equal(emb, fovea.load(out)["embeddings"])
+    # The raw-array form of encode reads the caller's patches in place.
+    raw = m.encode(np.ascontiguousarray(t.patches), threads=1, positions=t.positions, image_size=t.image_size)
+    assert np.array_equal(raw, emb)
+
+
+def test_outputs_are_views_without_copies(png):
+    arr, _ = png
+    t = fovea.tokenize(arr, budget=100)
+    for k in ("patches", "positions", "levels", "rate_map", "relevance"):
+        a, b = getattr(t, k), getattr(t, k)
+        assert not a.flags["OWNDATA"], k  # memory C++ owns
+        assert a.__array_interface__["data"][0] == b.__array_interface__["data"][0], k  # same memory each access
+        assert a.flags["C_CONTIGUOUS"], k
+    p = t.patches
+    del t
+    gc.collect()
+    assert np.isfinite(p).all()  # the array keeps the Tokens (and its memory) alive
+    emb = fovea.Model("random:vit-s16").encode(fovea.tokenize(arr, budget=64), threads=1)
+    assert not emb.flags["OWNDATA"] and emb.flags["WRITEABLE"]  # torch.from_numpy shares it
+
+
+def test_input_array_is_borrowed_not_copied(png):
+    """The pyramid's level 0 is the caller's array: the overlay (which reads level 0) sees a
+    later write to it, and the Tokens keep the array alive."""
+    arr, _ = png
+    mine = arr.copy()
+    t = fovea.tokenize(mine, budget=100)
+    before = t.overlay()
+    mine[:] = 0
+    after = t.overlay()
+    assert not np.array_equal(before, after)
+    del mine
+    gc.collect()
+    assert t.overlay().shape == before.shape
+
+
+def test_gil_released_during_encode(png):
+    arr, _ = png
+    m = fovea.Model("random:vit-b16")
+    t = fovea.tokenize(arr, budget=273)
+    m.encode(t, threads=1, precision="bf16")  # warm up (bf16 weights)
+    started = threading.Event()
+    result = {}
+
+    def work():
+        started.set()
+        result["emb"] = m.encode(t, threads=1)
+
+    th = threading.Thread(target=work)
+    th.start()
+    started.wait()
+    ticks = 0
+    while th.is_alive():
+        ticks += 1
+    th.join()
+    # With the GIL held for the whole encode this thread could not run until it returned.
+    assert ticks > 1000, ticks
+    assert result["emb"].shape[0] == len(t)
+
+
+def test_two_threads_encode_at_once(png):
+    arr, _ = png
+    toks = [fovea.tokenize(photo(s), budget=64) for s in (1, 2)]
+    models = [fovea.Model("random:vit-s16"), fovea.Model("random:vit-s16")]
+    serial = [models[0].encode(t, threads=1) for t in toks]
+    out = [None, None]
+
+    def work(i):
+        out[i] = models[i].encode(toks[i], threads=1)
+
+    ths = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    assert all(np.array_equal(a, b) for a, b in zip(out, serial))
+
+
+def test_bad_inputs_raise(png, tmp_path):
+    arr, path = png
+    with pytest.raises(TypeError, match="uint8"):
+        fovea.tokenize(arr.astype(np.float32))
+    with pytest.raises(TypeError):
+        fovea.tokenize(42)
+    with pytest.raises(ValueError, match="ascontiguousarray"):
+        fovea.tokenize(arr[::-1])
+    with pytest.raises(ValueError, match="channels"):
+        fovea.tokenize(np.zeros((10, 10, 4), np.uint8))
+    with pytest.raises(ValueError, match="channels"):
+        fovea.tokenize(arr.transpose(2, 0, 1).copy())
+    with pytest.raises(ValueError):
+        fovea.tokenize(np.zeros((0, 10, 3), np.uint8))
+    with pytest.raises(ValueError, match="budget"):
+        fovea.tokenize(arr, budget=0)
+    with pytest.raises(ValueError, match="sharpness"):
+        fovea.tokenize(arr, sharpness=9)
+    with pytest.raises(ValueError, match="fixation"):
+        fovea.tokenize(arr, fixations=[(1, 2, 3, 4)])
+    with pytest.raises(ValueError, match="dtype"):
+        fovea.tokenize(arr, dtype="f64")
+    with pytest.raises(ValueError, match="weights"):
+        fovea.tokenize(arr, weights={"nope": 1})
+    corrupt = tmp_path / "bad.jpg"
+    corrupt.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    with pytest.raises(RuntimeError):
+        fovea.tokenize(str(corrupt))
+    with pytest.raises(RuntimeError):
+        fovea.tokenize(b"garbage bytes")
+    m = fovea.Model("random:vit-s16")
+    with pytest.raises(ValueError, match="precision"):
+        m.encode(fovea.tokenize(arr, budget=64), precision="fp8")
+    with pytest.raises(ValueError, match="u8"):
+        m.encode(fovea.tokenize(arr, budget=64, dtype="u8"))
+    with pytest.raises(ValueError):
+        m.encode(np.zeros((4, 3, 14, 14), np.float32), positions=np.zeros((4, 4), np.float32), image_size=(64, 64))
+    with pytest.raises(TypeError):
+        m.encode(np.zeros((4, 3, 16, 16), np.float64), positions=np.zeros((4, 4), np.float32), image_size=(64, 64))
+    with pytest.raises(OSError):
+        fovea.Model(str(tmp_path / "missing.safetensors"))
+    with pytest.raises(OSError):
+        fovea.load(tmp_path / "missing.safetensors")
+    with pytest.raises(RuntimeError):
+        fovea.load(corrupt)
+
+
+def test_error_message_is_the_clis(tmp_path):
+    missing = str(tmp_path / "nope.png")
+    r = cli("tokenize", missing, "-o", tmp_path / "x.safetensors", check=False)
+    assert r.returncode == 1
+    with pytest.raises(OSError) as e:
+        fovea.tokenize(missing)
+    assert r.stderr.strip() == "fovea: error: " + str(e.value)
+
+
+def test_load_save_roundtrip(tmp_path):
+    tensors = {"a": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.arange(5, dtype=np.int32),
+               "c": np.ones((2, 2), np.float16), "d": np.arange(6, dtype=np.uint8)[::2]}
+    p = tmp_path / "t.safetensors"
+    fovea.save(p, tensors, {"k": "v"})
+    f = fovea.load(p)
+    assert set(f.keys()) == set(tensors) and f.metadata == {"k": "v"} and "a" in f and len(f) == 4
+    for k, v in tensors.items():
+        assert np.array_equal(f[k], v) and f[k].dtype == v.dtype
+    assert not f["a"].flags["WRITEABLE"]  # a view on the mapped file
+    with pytest.raises(KeyError):
+        f["zzz"]
+    with pytest.raises(TypeError):
+        fovea.save(p, {"x": np.zeros(3, np.complex64)})
+    assert os.listdir(tmp_path) == ["t.safetensors"]  # no temporary left behind
+
+
+def test_docstrings_and_stubs():
+    assert "budget" in fovea.tokenize.__doc__ and "GIL" in fovea.Model.encode.__doc__
+    import pathlib
+    assert (pathlib.Path(fovea.__file__).parent / "_fovea.pyi").exists()

@@ -1,0 +1,458 @@
+// Video: the reader (order, pts, bounded memory, bad and corrupt input), the incremental
+// pyramid, the change test, the session's reuse and the incremental encoder, and the CLI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
+#include "fovea/files.hpp"
+#include "fovea/incremental_encoder.hpp"
+#include "fovea/pyramid.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/video.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture(const std::string& name) { return test::source_dir() + "/tests/data/video/" + name; }
+
+// A y4m clip (4:2:0, 8 bit): frame i has luma 16 + (5·i mod 200) everywhere plus a bright
+// square at x = 4·i, so frames differ and their order is visible in the pixels.
+void write_y4m(const std::string& path, int w, int h, int frames, int fps_num, int fps_den) {
+  std::ofstream f(path, std::ios::binary);
+  f << "YUV4MPEG2 W" << w << " H" << h << " F" << fps_num << ":" << fps_den << " Ip A1:1 C420jpeg\n";
+  std::vector<uint8_t> y(size_t(w) * h), uv(size_t((w + 1) / 2) * ((h + 1) / 2), 128);
+  for (int i = 0; i < frames; ++i) {
+    std::fill(y.begin(), y.end(), uint8_t(16 + (5 * i) % 200));
+    for (int yy = 0; yy < std::min(h, 8); ++yy)
+      for (int xx = (4 * i) % w; xx < std::min(w, (4 * i) % w + 8); ++xx) y[size_t(yy) * w + xx] = 250;
+    f << "FRAME\n";
+    f.write(reinterpret_cast<const char*>(y.data()), std::streamsize(y.size()));
+    f.write(reinterpret_cast<const char*>(uv.data()), std::streamsize(uv.size()));
+    f.write(reinterpret_cast<const char*>(uv.data()), std::streamsize(uv.size()));
+  }
+}
+
+int64_t rss_kib() {
+  std::ifstream s("/proc/self/status");
+  std::string line;
+  while (std::getline(s, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  return -1;
+}
+
+class VideoTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { quiet_ffmpeg_log(); }
+};
+
+// ---- incremental pyramid --------------------------------------------------------------------
+
+template <typename T>
+void expect_same_pyramid(const Pyramid<T>& a, const Pyramid<T>& b) {
+  ASSERT_EQ(a.num_levels(), b.num_levels());
+  for (int l = 0; l < a.num_levels(); ++l)
+    for (int c = 0; c < a.channels(); ++c)
+      for (int y = 0; y < a.level(l).height(); ++y)
+        ASSERT_EQ(0, std::memcmp(a.level(l).row(c, y), b.level(l).row(c, y), sizeof(T) * a.level(l).width()))
+            << "level " << l << " channel " << c << " row " << y;
+}
+
+TEST_F(VideoTest, IncrementalPyramidEqualsFullRebuild) {
+  for (bool reference : {false, true}) {
+    Executor exec({.threads = 2, .kernels = reference ? Kernels::reference : Kernels::best});
+    for (auto [w, h, P] : {std::tuple{203, 117, 16}, {640, 360, 16}, {97, 300, 14}, {1, 40, 4}, {333, 2, 8}}) {
+      SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + " P=" + std::to_string(P));
+      PyramidU8 pyr = build_pyramid(test::random_image(w, h, 3, 7), {}, exec);
+      const int tx = (w + P - 1) / P, ty = (h + P - 1) / P;
+      for (int round = 0; round < 3; ++round) {
+        std::vector<uint8_t> dirty(size_t(tx) * ty, 0);
+        uint32_t s = 12345u + round;
+        ImageU8 next = test::random_image(w, h, 3, 100 + round);
+        for (size_t i = 0; i < dirty.size(); ++i) {
+          s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+          dirty[i] = (s % 5) == 0;
+        }
+        ImageU8& l0 = pyr.level(0);
+        for (int t = 0; t < tx * ty; ++t) {
+          if (!dirty[size_t(t)]) continue;
+          const int x0 = (t % tx) * P, y0 = (t / tx) * P;
+          for (int c = 0; c < 3; ++c)
+            for (int y = y0; y < std::min(h, y0 + P); ++y)
+              for (int x = x0; x < std::min(w, x0 + P); ++x) l0.at(c, y, x) = next.at(c, y, x);
+        }
+        const PyramidDirty pd = update_pyramid(pyr, P, dirty, exec);
+        const PyramidU8 full = build_pyramid(pyr.level(0).clone(), {}, exec);
+        expect_same_pyramid(pyr, full);
+        EXPECT_EQ(int(pd.nodes.size()), pyr.num_levels());
+      }
+    }
+  }
+  // Float pyramids too.
+  Executor exec({.threads = 2});
+  PyramidF32 pf = build_pyramid(test::random_image_f32(150, 90, 3, 3), {}, exec);
+  std::vector<uint8_t> dirty(size_t(10) * 6, 0);
+  dirty[13] = dirty[40] = 1;
+  for (int c = 0; c < 3; ++c)
+    for (int y = 16; y < 32; ++y) pf.level(0).at(c, y, 50) = 0.25f, pf.level(0).at(c, y + 48, 0) = 0.75f;
+  update_pyramid(pf, 16, dirty, exec);
+  expect_same_pyramid(pf, build_pyramid(pf.level(0).clone(), {}, exec));
+}
+
+TEST_F(VideoTest, DirtyNodesAreTheFootprintsOfTheChangedTile) {
+  Executor exec({.threads = 1});
+  PyramidU8 pyr = build_pyramid(test::random_image(256, 160, 3, 1), {}, exec);
+  std::vector<uint8_t> dirty(size_t(16) * 10, 0);
+  const int tx = 11, ty = 6;
+  dirty[size_t(ty) * 16 + tx] = 1;
+  const PyramidDirty pd = update_pyramid(pyr, 16, dirty, exec);
+  for (int l = 0; l < pyr.num_levels(); ++l)
+    for (int y = 0; y < pd.nodes_y[size_t(l)]; ++y)
+      for (int x = 0; x < pd.nodes_x[size_t(l)]; ++x)
+        EXPECT_EQ(pd.dirty(l, x, y), x == (tx >> l) && y == (ty >> l)) << "level " << l << " node " << x << "," << y;
+  EXPECT_THROW(update_pyramid(pyr, 16, std::vector<uint8_t>(3), exec), Error);
+}
+
+TEST_F(VideoTest, ChangeTestToleratesNoiseAndSeesSmallObjects) {
+  Executor exec({.threads = 2});
+  ImageU8 a = test::random_image(64, 32, 3, 5);
+  ImageU8 b = a.clone();
+  const TileGrid g = TileGrid::make(64, 32, 16);
+  // ±2 levels of noise everywhere: below a threshold of 4.
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 32; ++y)
+      for (int x = 0; x < 64; ++x) b.at(c, y, x) = uint8_t(std::clamp(int(a.at(c, y, x)) + ((x + y + c) % 2 ? 2 : -2), 0, 255));
+  std::vector<uint8_t> d = changed_tiles(a, b, g, 4.0f, exec);
+  EXPECT_EQ(std::count(d.begin(), d.end(), 1), 0);
+  // A 3×3 object in tile (2, 1): that tile only.
+  for (int c = 0; c < 3; ++c)
+    for (int y = 20; y < 23; ++y)
+      for (int x = 37; x < 40; ++x) b.at(c, y, x) = uint8_t(a.at(c, y, x) ^ 0x80);
+  d = changed_tiles(a, b, g, 4.0f, exec);
+  EXPECT_EQ(std::count(d.begin(), d.end(), 1), 1);
+  EXPECT_EQ(d[1 * 4 + 2], 1);
+  // Threshold 0: any difference.
+  d = changed_tiles(a, b, g, 0.0f, exec);
+  EXPECT_EQ(std::count(d.begin(), d.end(), 1), 8);
+}
+
+// ---- session --------------------------------------------------------------------------------
+
+VideoParams small_params(int budget) {
+  VideoParams vp;
+  vp.tokenize.alloc.budget_tokens = budget;
+  return vp;
+}
+
+TEST_F(VideoTest, StaticClipRecomputesNothingAfterTheFirstFrame) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-s16");
+  VideoParams vp = small_params(40);
+  VideoSession session(vp, &model, exec);
+  Query q;
+  q.fixations.push_back({100, 60});
+  const ImageU8 img = test::gradient_image(224, 160, 3);
+  Tensor first;
+  for (int f = 0; f < 4; ++f) {
+    FrameResult r = session.process(img.clone(), q, f, f / 25.0);
+    ASSERT_GT(r.batch.size(), 0);
+    if (f == 0) {
+      EXPECT_TRUE(r.refresh);
+      EXPECT_EQ(r.recomputed_tokens, r.batch.size());
+      first = r.embeddings.clone();
+    } else {
+      EXPECT_FALSE(r.refresh);
+      EXPECT_EQ(r.dirty_tiles, 0);
+      EXPECT_EQ(r.resampled_tokens, 0);
+      EXPECT_EQ(r.recomputed_tokens, 0);
+      EXPECT_FALSE(r.layout_changed);
+      ASSERT_EQ(r.embeddings.size_bytes(), first.size_bytes());
+      EXPECT_EQ(0, std::memcmp(r.embeddings.bytes(), first.bytes(), first.size_bytes()));
+    }
+  }
+}
+
+TEST_F(VideoTest, OneChangedTileDirtiesExactlyTheTokenOverIt) {
+  Executor exec({.threads = 2});
+  VideoParams vp = small_params(60);
+  vp.reuse = Reuse::exact;
+  VideoSession session(vp, nullptr, exec);
+  Query q;
+  q.fixations.push_back({40, 40});
+  ImageU8 img = test::gradient_image(320, 192, 3);
+  session.process(img.clone(), q, 0, 0);
+  const int tx = 15, ty = 9;  // a peripheral tile
+  for (int c = 0; c < 3; ++c)
+    for (int y = ty * 16; y < ty * 16 + 16; ++y)
+      for (int x = tx * 16; x < tx * 16 + 16; ++x) img.at(c, y, x) = uint8_t(255 - img.at(c, y, x));
+  FrameResult r = session.process(img.clone(), q, 1, 0.04);
+  EXPECT_EQ(r.dirty_tiles, 1);
+  EXPECT_FALSE(r.layout_changed);
+  ASSERT_EQ(r.resampled_tokens, 1);
+  // The resampled token is the one whose footprint holds the tile, and its patch is what a
+  // fresh tokenization of the new frame samples.
+  const std::vector<Token>& tokens = session.allocation().layout.tokens;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const Token& t = tokens[i];
+    const bool holds = (tx >> t.level) == t.x && (ty >> t.level) == t.y;
+    EXPECT_EQ(r.recomputed[i] != 0, holds) << "token " << i;
+  }
+  PyramidU8 full = build_pyramid(img.clone(), {}, exec);
+  const TokenBatch fresh = extract(full, session.allocation(), vp.tokenize.extract, exec);
+  ASSERT_EQ(fresh.patches.size_bytes(), r.batch.patches.size_bytes());
+  EXPECT_EQ(0, std::memcmp(fresh.patches.bytes(), r.batch.patches.bytes(), fresh.patches.size_bytes()));
+}
+
+TEST_F(VideoTest, SceneCutAndKeyframesRefresh) {
+  Executor exec({.threads = 2});
+  VideoParams vp = small_params(40);
+  vp.keyframe_interval = 3;
+  VideoSession session(vp, nullptr, exec);
+  const Query q;
+  const ImageU8 a = test::gradient_image(160, 96, 3), b = test::random_image(160, 96, 3, 9);
+  std::vector<std::string> reasons;
+  for (int f = 0; f < 7; ++f) {
+    FrameResult r = session.process((f == 4 ? b : (f > 4 ? b : a)).clone(), q, f, 0);
+    reasons.push_back(r.refresh ? r.refresh_reason : "-");
+  }
+  EXPECT_EQ(reasons, (std::vector<std::string>{"first", "-", "-", "keyframe", "scene-cut", "-", "keyframe"}));
+}
+
+// ---- incremental encoder ---------------------------------------------------------------------
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+  return m;
+}
+
+TEST_F(VideoTest, IncrementalEncoderFullAndExactModesMatchEncode) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-s16");
+  PyramidU8 pyr = build_pyramid(test::gradient_image(192, 128, 3), {}, exec);
+  Query q;
+  q.fixations.push_back({50, 50});
+  const RelevanceMap rel = compute_relevance(pyr, 16, q, {}, exec);
+  const Allocation alloc = allocate(rel, {.budget_tokens = 40});
+  const TokenBatch b = extract(pyr, alloc, {}, exec);
+  const EncodeParams ep{.image_width = 192, .image_height = 128};
+  const Encoding ref = encode(model, b.patches, b.positions, ep, exec);
+  IncrementalEncoder enc(model);
+  IncrementalParams ip{.image_width = 192, .image_height = 128, .reuse_layers = false};
+  IncrementalResult r0 = enc.encode(b.patches, b.positions, {}, {}, ip, exec);
+  EXPECT_LT(max_abs_diff(r0.embeddings, ref.embeddings), 1e-4);
+  EXPECT_FALSE(r0.approximate);
+  // Exact mode, every patch embedding reused: the same result.
+  const int64_t N = b.size();
+  std::vector<int64_t> prev(static_cast<size_t>(N), 0);
+  for (int64_t i = 0; i < N; ++i) prev[size_t(i)] = i;
+  std::vector<uint8_t> clean(static_cast<size_t>(N), 0);
+  IncrementalResult r1 = enc.encode(b.patches, b.positions, prev, clean, ip, exec);
+  EXPECT_EQ(r1.patch_embeddings_computed, 0);
+  EXPECT_LT(max_abs_diff(r1.embeddings, ref.embeddings), 1e-4);
+  // Incremental with nothing changed: nothing recomputed, identical output.
+  ip.reuse_layers = true;
+  IncrementalResult r2 = enc.encode(b.patches, b.positions, prev, clean, ip, exec);
+  IncrementalResult r3 = enc.encode(b.patches, b.positions, prev, clean, ip, exec);
+  EXPECT_EQ(std::count(r3.recomputed.begin(), r3.recomputed.end(), 1), 0);
+  for (int64_t n : r3.layer_tokens) EXPECT_EQ(n, 0);
+  EXPECT_EQ(0, std::memcmp(r2.embeddings.bytes(), r3.embeddings.bytes(), r2.embeddings.size_bytes()));
+  // Bad prev_row.
+  prev[1] = prev[0];
+  EXPECT_THROW(enc.encode(b.patches, b.positions, prev, clean, ip, exec), Error);
+}
+
+// ---- reader ---------------------------------------------------------------------------------
+
+TEST_F(VideoTest, FrameOrderAndPtsArePreserved) {
+  const std::string dir = test::temp_dir("video_order");
+  const std::string path = dir + "/clip.y4m";
+  write_y4m(path, 64, 48, 30, 30000, 1001);
+  VideoReader reader = VideoReader::open(path);
+  EXPECT_EQ(reader.info().width, 64);
+  EXPECT_EQ(reader.info().height, 48);
+  EXPECT_NEAR(reader.info().fps, 30000.0 / 1001, 1e-6);
+  VideoFrame f;
+  int n = 0;
+  while (reader.read(f)) {
+    EXPECT_EQ(f.index, n);
+    EXPECT_NEAR(f.pts_s, n * 1001.0 / 30000, 1e-6);
+    ASSERT_EQ(f.image.channels(), 3);
+    // Luma 16 + 5n (limited range) back to RGB grey: (Y − 16)·255/219.
+    const double expect = (5.0 * n) * 255 / 219;
+    EXPECT_NEAR(f.image.at(1, 40, 40), expect, 2.0) << "frame " << n;
+    EXPECT_GT(f.image.at(0, 2, (4 * n) % 64 + 2), 230) << "frame " << n;
+    ++n;
+  }
+  EXPECT_EQ(n, 30);
+  EXPECT_EQ(reader.corrupt_packets(), 0);
+  // A filter keeps every third frame, in order, with their own pts.
+  VideoReader r2 = VideoReader::open(path);
+  std::vector<int64_t> kept;
+  while (r2.read(f, [](int64_t i, double) { return i % 3 == 0; })) kept.push_back(f.index);
+  EXPECT_EQ(kept, (std::vector<int64_t>{0, 3, 6, 9, 12, 15, 18, 21, 24, 27}));
+  EXPECT_EQ(r2.frames_decoded(), 30);
+}
+
+TEST_F(VideoTest, ReadingALongClipHoldsBoundedMemory) {
+  const std::string dir = test::temp_dir("video_long");
+  const std::string path = dir + "/long.y4m";
+  const int W = 320, H = 240, F = 400;  // 92 MB of RGB frames if they were all held
+  write_y4m(path, W, H, F, 25, 1);
+  VideoReader reader = VideoReader::open(path);
+  VideoFrame f;
+  int n = 0;
+  int64_t base = -1, peak = 0;
+  while (reader.read(f)) {
+    if (++n == 10) base = rss_kib();
+    if (n > 10) peak = std::max(peak, rss_kib());
+  }
+  EXPECT_EQ(n, F);
+  ASSERT_GT(base, 0);
+  EXPECT_LT(peak - base, 16 * 1024) << "RSS grew by " << (peak - base) << " KiB over " << F << " frames";
+  fs::remove(path);
+}
+
+TEST_F(VideoTest, BadInputsGiveClearErrors) {
+  const std::string dir = test::temp_dir("video_bad");
+  auto code_of = [](const std::string& p) {
+    try {
+      VideoReader::open(p);
+    } catch (const Error& e) {
+      return std::pair<Errc, std::string>(e.code(), e.what());
+    }
+    return std::pair<Errc, std::string>(Errc::internal, "opened");
+  };
+  EXPECT_EQ(code_of(dir + "/missing.mp4").first, Errc::io);
+  {
+    std::ofstream(dir + "/notes.txt") << "this is not a video, just some text\n";
+  }
+  auto [c1, m1] = code_of(dir + "/notes.txt");
+  EXPECT_EQ(c1, Errc::corrupt_data) << m1;
+  EXPECT_NE(m1.find("notes.txt"), std::string::npos);
+  {  // a WAV file: audio, no video stream
+    std::ofstream w(dir + "/tone.wav", std::ios::binary);
+    const uint32_t rate = 8000, n = 8000;
+    auto u32 = [&](uint32_t v) { w.write(reinterpret_cast<const char*>(&v), 4); };
+    auto u16 = [&](uint16_t v) { w.write(reinterpret_cast<const char*>(&v), 2); };
+    w << "RIFF";
+    u32(36 + n * 2);
+    w << "WAVEfmt ";
+    u32(16), u16(1), u16(1), u32(rate), u32(rate * 2), u16(2), u16(16);
+    w << "data";
+    u32(n * 2);
+    for (uint32_t i = 0; i < n; ++i) u16(uint16_t(int16_t(1000 * std::sin(i * 0.1))));
+  }
+  auto [c2, m2] = code_of(dir + "/tone.wav");
+  EXPECT_EQ(c2, Errc::unsupported) << m2;
+  EXPECT_NE(m2.find("no video stream"), std::string::npos) << m2;
+}
+
+TEST_F(VideoTest, CorruptPacketsAreSkippedAndCounted) {
+  for (const char* name : {"small.avi", "small.mp4"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = test::temp_dir("video_corrupt");
+    std::vector<uint8_t> bytes = read_file(fixture(name));
+    // Garbage over the middle third of the file (packets, not the headers or the mp4 index).
+    uint32_t s = 99;
+    for (size_t i = bytes.size() * 4 / 10; i < bytes.size() * 6 / 10; ++i) {
+      s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+      bytes[i] = uint8_t(s);
+    }
+    const std::string path = dir + "/bad_" + name;
+    write_file_atomic(path, bytes);
+    VideoReader reader = VideoReader::open(path);
+    VideoFrame f;
+    int n = 0;
+    int64_t last = -1;
+    while (reader.read(f)) {
+      EXPECT_GT(f.index, last);
+      last = f.index;
+      ++n;
+    }
+    EXPECT_GT(n, 2);  // the run goes on past the damage
+    EXPECT_GT(reader.corrupt_packets() + reader.corrupt_frames(), 0);
+  }
+}
+
+// ---- CLI ------------------------------------------------------------------------------------
+
+TEST_F(VideoTest, CliWritesOneFileWithFramesInOrder) {
+  const std::string dir = test::temp_dir("video_cli");
+  const std::string out = dir + "/v.safetensors";
+  const auto r = test::run_cli({"video", fixture("small.mp4"), "--budget", "12", "--fixation", "30,30", "-o", out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json s = nlohmann::json::parse(r.out);
+  EXPECT_EQ(s["frames"], 12);
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  const Tensor off = f.load(*f.find("frame_offsets"));
+  const Tensor pts = f.load(*f.find("pts"));
+  ASSERT_EQ(off.numel(), 13);
+  ASSERT_EQ(pts.numel(), 12);
+  const auto* patches = f.find("patches");
+  ASSERT_NE(patches, nullptr);
+  EXPECT_EQ(patches->shape[0], off.data<int64_t>()[12]);
+  EXPECT_EQ(f.find("recomputed")->shape[0], off.data<int64_t>()[12]);
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_LE(off.data<int64_t>()[i], off.data<int64_t>()[i + 1]);
+    EXPECT_NEAR(pts.data<double>()[i], i / 25.0, 1e-6);
+    EXPECT_EQ(s["per_frame"][i]["index"], i);
+  }
+  EXPECT_EQ(f.metadata().at("reuse"), "exact");
+}
+
+TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
+  const std::string dir = test::temp_dir("video_cli_model");
+  const std::string out = dir + "/e.safetensors";
+  const auto r = test::run_cli({"video", fixture("small.avi"), "--model", "random:vit-s16", "--budget", "16",
+                                "--fixation", "130,20", "--check", "--store", "host", "--every", "2", "-o", out,
+                                "--json", "--threads", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json s = nlohmann::json::parse(r.out);
+  EXPECT_EQ(s["frames"], 6);
+  EXPECT_EQ(s["reuse"], "incremental");
+  EXPECT_EQ(s["approximate"], true);
+  for (const auto& f : s["per_frame"]) {
+    EXPECT_EQ(f["index"].get<int>() % 2, 0);
+    EXPECT_GT(f["full_ms"].get<double>(), 0);
+    EXPECT_GT(f["cosine"].get<double>(), 0.9);
+    EXPECT_TRUE(f.contains("store"));
+    EXPECT_LE(f["recomputed_tokens"].get<int>(), f["tokens"].get<int>());
+  }
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  EXPECT_EQ(f.find("embeddings")->shape[1], 384);
+  EXPECT_EQ(f.metadata().at("approximate"), "true");
+  EXPECT_EQ(f.metadata().at("random_weights"), "true");
+}
+
+TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {
+  const std::string dir = test::temp_dir("video_cli_bad");
+  {
+    std::ofstream(dir + "/x.mp4") << "not a video";
+  }
+  const std::string out = dir + "/o.safetensors";
+  auto r = test::run_cli({"video", dir + "/x.mp4", "-o", out});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.rfind("fovea: error:", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos);
+  r = test::run_cli({"video", fixture("small.mp4"), "--reuse", "sometimes", "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  r = test::run_cli({"video", fixture("small.mp4"), "--check", "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+}  // namespace fovea

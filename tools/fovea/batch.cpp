@@ -1,0 +1,460 @@
+#include "batch.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "fovea/error.hpp"
+
+namespace fovea::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool is_tar(const std::string& path) { return ends_with(lower(path), ".tar"); }
+bool is_image_name(const std::string& name) {
+  const std::string l = lower(name);
+  return ends_with(l, ".jpg") || ends_with(l, ".jpeg") || ends_with(l, ".png");
+}
+// WebDataset's key: the member name up to the first '.' of its file name.
+std::string tar_key(const std::string& member) {
+  const size_t slash = member.rfind('/');
+  const size_t dot = member.find('.', slash == std::string::npos ? 0 : slash + 1);
+  return dot == std::string::npos ? member : member.substr(0, dot);
+}
+
+// ---- tar (POSIX ustar, GNU long names, pax path records) --------------------------------------
+// No tar library is packaged here (libarchive-dev is not installed); the format is 512-byte
+// headers, each followed by the member's bytes padded to 512.
+
+struct TarMember {
+  std::string name;
+  std::vector<uint8_t> bytes;
+};
+
+uint64_t tar_number(const char* field, size_t n) {
+  if (static_cast<unsigned char>(field[0]) & 0x80) {  // GNU base-256
+    uint64_t v = static_cast<unsigned char>(field[0]) & 0x7F;
+    for (size_t i = 1; i < n; ++i) v = (v << 8) | static_cast<unsigned char>(field[i]);
+    return v;
+  }
+  uint64_t v = 0;
+  size_t i = 0;
+  while (i < n && (field[i] == ' ' || field[i] == '\0')) ++i;
+  for (; i < n && field[i] >= '0' && field[i] <= '7'; ++i) v = v * 8 + uint64_t(field[i] - '0');
+  return v;
+}
+
+class TarReader {
+ public:
+  explicit TarReader(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "rb")) {
+    if (!f_) throw Error(Errc::io, "cannot open '" + path + "': " + std::strerror(errno));
+  }
+  ~TarReader() {
+    if (f_) std::fclose(f_);
+  }
+  TarReader(const TarReader&) = delete;
+  TarReader& operator=(const TarReader&) = delete;
+
+  // The next regular member whose name `want` accepts (its bytes read; others skipped).
+  // False at the end. Error(corrupt_data) for a malformed archive.
+  bool next(TarMember& out, const std::function<bool(const std::string&)>& want, bool read_bytes = true) {
+    std::string long_name;
+    for (;;) {
+      char h[512];
+      const size_t got = std::fread(h, 1, 512, f_);
+      if (got == 0) return false;
+      if (got != 512) throw corrupt("truncated header");
+      if (std::all_of(h, h + 512, [](char c) { return c == 0; })) return false;  // end-of-archive block
+      uint64_t sum = 0;
+      for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? uint64_t(' ') : uint64_t(static_cast<unsigned char>(h[i]));
+      if (sum != tar_number(h + 148, 8)) throw corrupt("header checksum mismatch (not a tar file?)");
+      const uint64_t size = tar_number(h + 124, 12);
+      const char type = h[156];
+      std::string name(h, strnlen(h, 100));
+      if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345]) name = std::string(h + 345, strnlen(h + 345, 155)) + "/" + name;
+      const uint64_t padded = (size + 511) / 512 * 512;
+      if (type == 'L' || type == 'x') {  // the next member's name (GNU) / its pax records
+        if (size > (1u << 20)) throw corrupt("oversized long-name record");
+        std::string data(padded, '\0');
+        if (std::fread(data.data(), 1, padded, f_) != padded) throw corrupt("truncated record");
+        data.resize(size);
+        if (type == 'L') {
+          long_name = data.c_str();
+        } else {
+          for (size_t pos = 0; pos < data.size();) {  // "LEN key=value\n"
+            const size_t sp = data.find(' ', pos);
+            if (sp == std::string::npos) break;
+            const size_t len = std::strtoull(data.c_str() + pos, nullptr, 10);
+            if (len == 0 || pos + len > data.size()) break;
+            const std::string rec = data.substr(sp + 1, pos + len - sp - 2);
+            if (rec.rfind("path=", 0) == 0) long_name = rec.substr(5);
+            pos += len;
+          }
+        }
+        continue;
+      }
+      if (!long_name.empty()) name = std::exchange(long_name, std::string());
+      const bool regular = type == '0' || type == '\0' || type == '7';
+      if (!regular || !want(name)) {
+        if (std::fseek(f_, long(padded), SEEK_CUR) != 0) throw corrupt("truncated member");
+        continue;
+      }
+      out.name = name;
+      out.bytes.clear();
+      if (!read_bytes) {
+        if (std::fseek(f_, long(padded), SEEK_CUR) != 0) throw corrupt("truncated member");
+        return true;
+      }
+      if (size > (uint64_t(1) << 32)) throw Error(Errc::limit_exceeded, "'" + path_ + "': member '" + name + "' is over 4 GiB");
+      out.bytes.resize(size);
+      if (size && std::fread(out.bytes.data(), 1, size, f_) != size) throw corrupt("truncated member '" + name + "'");
+      if (padded > size && std::fseek(f_, long(padded - size), SEEK_CUR) != 0) throw corrupt("truncated member");
+      return true;
+    }
+  }
+
+ private:
+  Error corrupt(const std::string& what) const { return Error(Errc::corrupt_data, "'" + path_ + "': " + what); }
+  std::string path_;
+  FILE* f_;
+};
+
+// Writes members to PATH.tmp-XXXX and renames it to PATH in finish(); a shard that is never
+// finished is removed.
+class TarWriter {
+ public:
+  explicit TarWriter(const std::string& path) : path_(path) {
+    std::random_device rd;
+    tmp_ = path + ".tmp-" + std::to_string(rd() % 1000000);
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) throw Error(Errc::io, "cannot create '" + tmp_ + "': " + std::strerror(errno));
+  }
+  ~TarWriter() {
+    if (f_) {
+      std::fclose(f_);
+      std::remove(tmp_.c_str());
+    }
+  }
+  TarWriter(const TarWriter&) = delete;
+  TarWriter& operator=(const TarWriter&) = delete;
+
+  void add(const std::string& name, const std::vector<uint8_t>& bytes) {
+    if (name.size() > 99) header("././@LongLink", name.size() + 1, 'L'), write(name.c_str(), name.size() + 1);
+    header(name.substr(0, 99), bytes.size(), '0');
+    write(bytes.data(), bytes.size());
+  }
+  void finish() {
+    static const char zeros[1024] = {};
+    if (std::fwrite(zeros, 1, 1024, f_) != 1024 || std::fflush(f_) != 0 || fsync(fileno(f_)) != 0) fail();
+    std::fclose(std::exchange(f_, nullptr));
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      std::remove(tmp_.c_str());
+      throw Error(Errc::io, "cannot rename '" + tmp_ + "' to '" + path_ + "': " + std::strerror(errno));
+    }
+  }
+
+ private:
+  void header(const std::string& name, uint64_t size, char type) {
+    char h[512] = {};
+    std::memcpy(h, name.data(), std::min<size_t>(name.size(), 100));
+    std::snprintf(h + 100, 8, "%07o", 0644);
+    std::snprintf(h + 108, 8, "%07o", 0);
+    std::snprintf(h + 116, 8, "%07o", 0);
+    std::snprintf(h + 124, 12, "%011llo", static_cast<unsigned long long>(size));
+    std::snprintf(h + 136, 12, "%011llo", static_cast<unsigned long long>(std::time(nullptr)));
+    h[156] = type;
+    std::memcpy(h + 257, "ustar", 6);
+    std::memcpy(h + 263, "00", 2);
+    std::memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (unsigned char c : h) sum += c;
+    std::snprintf(h + 148, 8, "%06o", sum);
+    h[155] = ' ';
+    write(h, 512);
+  }
+  void write(const void* p, size_t n) {
+    static const char zeros[512] = {};
+    if (n && std::fwrite(p, 1, n, f_) != n) fail();
+    const size_t pad = (512 - n % 512) % 512;
+    if (pad && std::fwrite(zeros, 1, pad, f_) != pad) fail();
+  }
+  [[noreturn]] void fail() { throw Error(Errc::io, "cannot write '" + tmp_ + "': " + std::strerror(errno)); }
+  std::string path_, tmp_;
+  FILE* f_ = nullptr;
+};
+
+// ---- the plan: every image and where its output goes -------------------------------------------
+
+struct Source {
+  std::string path;  // a file, or a .tar shard
+  bool shard = false;
+  int64_t images = 0;
+  std::string out;  // file inputs: DIR/<stem>.safetensors; shards: the output shard (or the -o shard)
+};
+
+std::string stem(const std::string& path) { return fs::path(path).stem().string(); }
+
+}  // namespace
+
+bool is_batch(const std::vector<std::string>& inputs, const std::string& output) {
+  if (inputs.size() != 1) return true;
+  std::error_code ec;
+  if (fs::is_directory(inputs[0], ec) || is_tar(inputs[0])) return true;
+  if (!output.empty() && (output.back() == '/' || fs::is_directory(output, ec) || is_tar(output))) return true;
+  return false;
+}
+
+nlohmann::json to_json(const BatchReport& r) {
+  return {{"images", r.images},
+          {"ok", r.ok},
+          {"failed", r.failed},
+          {"failures", r.failures},
+          {"elapsed_s", r.elapsed_s},
+          {"images_per_s", r.elapsed_s > 0 ? double(r.ok + r.failed) / r.elapsed_s : 0.0}};
+}
+
+int report_batch(const BatchReport& r, const std::string& output, bool json, const nlohmann::json& extra) {
+  if (json) {
+    nlohmann::json j = extra;
+    j["batch"] = to_json(r);
+    j["outputs"] = output;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("fovea: %lld images, %lld ok, %lld failed, %.2f images/s, %.1f s -> %s\n", (long long)r.images,
+                (long long)r.ok, (long long)r.failed, r.elapsed_s > 0 ? r.images / r.elapsed_s : 0.0, r.elapsed_s,
+                output.c_str());
+  }
+  std::fflush(stdout);
+  if (r.failed == 0) return 0;
+  std::fprintf(stderr, "fovea: error: %lld of %lld images failed (each is named above)\n", (long long)r.failed,
+               (long long)r.images);
+  return 1;
+}
+
+BatchReport run_batch(const std::vector<std::string>& inputs, const std::string& output, const LoadOptions& load,
+                      const BatchFn& fn) {
+  using Clock = std::chrono::steady_clock;
+  if (output.empty()) throw bad("batch mode needs -o DIR (one file per image) or -o OUT.tar (one shard)");
+  if (ends_with(lower(output), ".safetensors"))
+    throw bad("-o '" + output + "' is one file, but the inputs are a batch (several images, a directory or a .tar shard): "
+              "use -o DIR or -o OUT.tar");
+  const bool out_shard = is_tar(output);
+  std::error_code ec;
+  if (!out_shard && fs::exists(output, ec) && !fs::is_directory(output, ec))
+    throw bad("-o '" + output + "' exists and is not a directory");
+
+  // Plan every source before any work: typos, empty folders and colliding outputs cost nothing.
+  std::vector<Source> sources;
+  for (const std::string& in : inputs) {
+    if (fs::is_directory(in, ec)) {
+      std::vector<std::string> files;
+      for (auto it = fs::recursive_directory_iterator(in, fs::directory_options::skip_permission_denied, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        if (it->is_regular_file(ec) && is_image_name(it->path().filename().string())) files.push_back(it->path().string());
+      if (ec) throw Error(Errc::io, "cannot list '" + in + "': " + ec.message());
+      std::sort(files.begin(), files.end());
+      if (files.empty()) std::fprintf(stderr, "fovea: warning: no .jpg/.jpeg/.png files in '%s'\n", in.c_str());
+      for (auto& f : files) sources.push_back({f, false, 1, ""});
+    } else if (is_tar(in)) {
+      TarReader r(in);  // Error(io) for a missing shard: an argument, checked now
+      Source s{in, true, 0, ""};
+      TarMember m;
+      try {
+        while (r.next(m, is_image_name, false)) ++s.images;
+      } catch (const Error& e) {
+        // Counted and reported when the batch reaches it.
+        s.images = std::max<int64_t>(s.images, 1);
+      }
+      sources.push_back(s);
+    } else {
+      if (!fs::exists(in, ec)) throw Error(Errc::io, "cannot open '" + in + "': No such file or directory");
+      sources.push_back({in, false, 1, ""});
+    }
+  }
+  std::map<std::string, std::string> claimed;  // output -> input
+  for (Source& s : sources) {
+    if (out_shard) {
+      s.out = output;
+      continue;
+    }
+    s.out = (fs::path(output) / (stem(s.path) + (s.shard ? ".tar" : ".safetensors"))).string();
+    auto [it, fresh] = claimed.emplace(s.out, s.path);
+    if (!fresh) throw bad("'" + s.path + "' and '" + it->second + "' would both write '" + s.out + "'");
+  }
+  int64_t total = 0;
+  for (const Source& s : sources) total += s.images;
+  if (total == 0) throw Error(Errc::io, "no images found in the inputs");
+  if (!out_shard) {
+    fs::create_directories(output, ec);
+    if (ec) throw Error(Errc::io, "cannot create '" + output + "': " + ec.message());
+  }
+
+  BatchReport rep;
+  const bool tty = isatty(fileno(stderr));
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  auto progress = [&](bool last) {
+    if (!tty) return;
+    const int64_t done = std::min(total, rep.ok + rep.failed);
+    const double s = elapsed(), rate = s > 0 ? done / s : 0;
+    const int width = 30, filled = int(width * done / std::max<int64_t>(1, total));
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld images  %.1f images/s  %lld failed  eta %.0f s \x1b[K",
+                 std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), (long long)done,
+                 (long long)total, rate, (long long)rep.failed, rate > 0 ? (total - done) / rate : 0.0);
+    if (last) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  };
+  auto failed = [&](const std::string& label, const std::string& what) {
+    ++rep.failed;
+    rep.failures.push_back({{"input", label}, {"error", what}});
+    if (tty) std::fputs("\r\x1b[K", stderr);
+    std::fprintf(stderr, "fovea: warning: skipped %s: %s\n", label.c_str(), what.c_str());
+  };
+  // A producer thread reads and decodes the images in order into a short queue; this thread
+  // runs `fn` and writes: decoding the next images overlaps the current one's work.
+  struct Item {
+    size_t source = 0;
+    std::string label, key;
+    std::optional<ImageU8> image;
+    std::string error;  // decode failure, or an unreadable/corrupt shard (the rest of it)
+    bool end = false;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Item> queue;
+  bool stop = false;
+  constexpr size_t kQueue = 2;
+  auto push = [&](Item it) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return stop || queue.size() < kQueue; });
+    if (stop) return false;
+    queue.push_back(std::move(it));
+    cv.notify_all();
+    return true;
+  };
+  auto decode_into = [&](Item& it, std::span<const uint8_t> bytes, const std::string& path) {
+    try {
+      it.image = path.empty() ? decode_image(bytes, load, it.label) : load_image(path, load);
+    } catch (const std::exception& e) {
+      it.error = e.what();
+    }
+  };
+  std::thread producer([&] {
+    for (size_t si = 0; si < sources.size(); ++si) {
+      const Source& s = sources[si];
+      if (!s.shard) {
+        Item it{si, s.path, stem(s.path), std::nullopt, {}, false};
+        decode_into(it, {}, s.path);
+        if (!push(std::move(it))) return;
+        continue;
+      }
+      try {
+        TarReader r(s.path);
+        TarMember m;
+        while (r.next(m, is_image_name)) {
+          Item it{si, s.path + ":" + m.name, tar_key(m.name), std::nullopt, {}, false};
+          decode_into(it, m.bytes, "");
+          if (!push(std::move(it))) return;
+        }
+      } catch (const std::exception& e) {
+        Item it{si, s.path, "", std::nullopt, {}, false};
+        it.error = e.what();
+        if (!push(std::move(it))) return;
+      }
+    }
+    Item end;
+    end.end = true;
+    push(std::move(end));
+  });
+  auto pop = [&] {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return !queue.empty(); });
+    Item it = std::move(queue.front());
+    queue.pop_front();
+    cv.notify_all();
+    return it;
+  };
+
+  std::unique_ptr<TarWriter> shard;  // the shard being written (per input shard, or the -o one)
+  std::string shard_path;
+  try {
+    if (out_shard) {
+      shard = std::make_unique<TarWriter>(output);
+      shard_path = output;
+    }
+    for (;;) {
+      Item it = pop();
+      if (it.end) break;
+      const Source& s = sources[it.source];
+      if (!it.image) {
+        failed(it.label, it.error);
+        progress(false);
+        continue;
+      }
+      std::optional<std::vector<uint8_t>> out;
+      try {
+        out = fn(std::move(*it.image), it.label);
+        ++rep.ok;
+      } catch (const Error& e) {
+        if (e.code() == Errc::io) throw;  // writing is broken for every image: stop
+        failed(it.label, e.what());
+      } catch (const std::exception& e) {
+        failed(it.label, e.what());
+      }
+      if (out) {
+        if (!out_shard && !s.shard) {
+          write_file_atomic(s.out, *out);
+        } else {
+          if (!out_shard && shard_path != s.out) {
+            if (shard) shard->finish();
+            shard = std::make_unique<TarWriter>(s.out);
+            shard_path = s.out;
+          }
+          shard->add(it.key + ".safetensors", *out);
+        }
+      }
+      progress(false);
+    }
+    if (shard) shard->finish();
+  } catch (...) {
+    {
+      std::lock_guard lock(mu);
+      stop = true;
+      cv.notify_all();
+    }
+    producer.join();
+    throw;
+  }
+  producer.join();
+  rep.images = rep.ok + rep.failed;
+  rep.elapsed_s = elapsed();
+  progress(true);
+  return rep;
+}
+
+}  // namespace fovea::cli

@@ -1,0 +1,434 @@
+// fovea video IN [--budget B] [--fixation X,Y | --fixations FILE.csv] [--model CKPT [--precision ..]]
+//                [--every N | --fps F] [--max-frames N] [--reuse exact|incremental|off] [--keyframe K]
+//                [--threshold T] [--check] [--store host|vulkan|vulkan-image] -o OUT.safetensors [--json]
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "cli_util.hpp"
+#include "command.hpp"
+#include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
+#include "fovea/store.hpp"
+#include "fovea/video.hpp"
+
+namespace fovea::cli {
+namespace {
+
+Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+
+// --fixations FILE.csv: lines "frame,x,y" (an optional header line; '#' comments). A frame
+// uses the fixations of the last listed frame at or before it (several lines for one frame:
+// several fixations); frames before the first listed one use --fixation, if any.
+struct FixationTrack {
+  std::map<int64_t, std::vector<Fixation>> by_frame;
+  static FixationTrack load(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw Error(Errc::io, path + ": cannot open the fixations file");
+    FixationTrack t;
+    std::string line;
+    int lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      const size_t hash = line.find('#');
+      if (hash != std::string::npos) line.resize(hash);
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      std::stringstream ss(line);
+      std::string a, b, c;
+      std::getline(ss, a, ','), std::getline(ss, b, ','), std::getline(ss, c, ',');
+      char* end = nullptr;
+      const long long f = std::strtoll(a.c_str(), &end, 10);
+      if (end == a.c_str()) {
+        if (lineno == 1) continue;  // a header
+        throw Error(Errc::invalid_argument, path + ":" + std::to_string(lineno) + ": expected frame,x,y");
+      }
+      char *ex = nullptr, *ey = nullptr;
+      const float x = std::strtof(b.c_str(), &ex), y = std::strtof(c.c_str(), &ey);
+      if (f < 0 || ex == b.c_str() || ey == c.c_str() || !std::isfinite(x) || !std::isfinite(y))
+        throw Error(Errc::invalid_argument, path + ":" + std::to_string(lineno) + ": expected frame,x,y with frame >= 0");
+      t.by_frame[f].push_back({x, y, 1.0f});
+    }
+    if (t.by_frame.empty()) throw Error(Errc::invalid_argument, path + ": no fixations in the file");
+    return t;
+  }
+  // The fixations for `frame`, or nullptr before the first listed frame.
+  const std::vector<Fixation>* at(int64_t frame) const {
+    auto it = by_frame.upper_bound(frame);
+    if (it == by_frame.begin()) return nullptr;
+    return &std::prev(it)->second;
+  }
+};
+
+struct VideoCommand {
+  TokenizeOptions tok;
+  ExecOptions exec;
+  std::string model_spec, output, precision = "fp32", fixations_csv, reuse, store_backend;
+  int every = 0, keyframe = 0;
+  double fps = 0;
+  int64_t max_frames = 0;
+  float threshold = VideoParams{}.change_threshold;
+  float token_threshold = IncrementalParams{}.token_threshold;
+  float hysteresis = VideoParams{}.layout_hysteresis;
+  float refresh_fraction = VideoParams{}.refresh_fraction;
+  bool json = false, check = false, decode_only = false;
+
+  // --decode-only: decode and convert every frame to RGB planes, nothing else (the benchmark's
+  // floor against `ffmpeg -i IN -f null -`).
+  int run_decode_only(VideoReader& reader) const {
+    const auto t0 = std::chrono::steady_clock::now();
+    VideoFrame frame;
+    int64_t n = 0;
+    while ((max_frames == 0 || n < max_frames) && reader.read(frame)) ++n;
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    nlohmann::json s = {{"frames", n},
+                        {"decode_ms", ms},
+                        {"fps", ms > 0 ? 1000.0 * n / ms : 0.0},
+                        {"corrupt_packets", reader.corrupt_packets()}};
+    if (json) std::cout << s.dump(2) << '\n';
+    else std::printf("decoded %lld frames in %.1f ms (%.1f fps)\n", (long long)n, ms, ms > 0 ? 1000.0 * n / ms : 0.0);
+    return 0;
+  }
+
+  int run() const {
+    using Clock = std::chrono::steady_clock;
+    auto ms_since = [](Clock::time_point t0) {
+      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    };
+    // ---- arguments, all checked before any work ------------------------------------------
+    if (tok.uniform) throw bad("--uniform has no video mode");
+    VideoParams vp;
+    vp.tokenize = tok.params();
+    Query base_query = tok.query();
+    if (!fixations_csv.empty() && !tok.fixations.empty())
+      throw bad("--fixation and --fixations are exclusive");
+    std::optional<FixationTrack> track;
+    if (!fixations_csv.empty()) track = FixationTrack::load(fixations_csv);
+    if (every < 0) throw bad("--every must be >= 1");
+    if (fps < 0 || !std::isfinite(fps)) throw bad("--fps must be > 0");
+    if (max_frames < 0) throw bad("--max-frames must be >= 1");
+    if (keyframe < 0) throw bad("--keyframe must be >= 0");
+    if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("--threshold must be a number >= 0");
+    if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw bad("--token-threshold must be >= 0");
+    if (!(hysteresis >= 0)) throw bad("--hysteresis must be >= 0");
+    if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw bad("--refresh-fraction must be in (0, 1]");
+    const bool have_model = !model_spec.empty();
+    if (check && !have_model) throw bad("--check compares embeddings: it needs --model");
+    if (!store_backend.empty() && !have_model) throw bad("--store holds embeddings: it needs --model");
+    if (output.empty() && !decode_only) throw bad("-o OUT.safetensors is required");
+    if (have_model && vp.tokenize.extract.dtype == DType::u8)
+      throw bad("--dtype u8 patches are not normalised; a model needs f32 or f16");
+    vp.reuse = reuse.empty() ? (have_model ? Reuse::incremental : Reuse::exact)
+               : reuse == "off" ? Reuse::off
+               : reuse == "exact" ? Reuse::exact
+                                  : Reuse::incremental;
+    vp.change_threshold = threshold;
+    vp.keyframe_interval = keyframe;
+    vp.layout_hysteresis = hysteresis;
+    vp.refresh_fraction = refresh_fraction;
+    vp.encoder.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
+    vp.encoder.token_threshold = token_threshold;
+
+    Executor ex(exec.config());
+    std::optional<VitModel> model;
+    if (have_model) {
+      model = VitModel::load(model_spec);
+      if (model->is_random())
+        std::fprintf(stderr, "fovea: note: %s has RANDOM weights; its embeddings are for benchmarking only\n",
+                     model_spec.c_str());
+      if (model->config().patch_px != vp.tokenize.patch_px) {
+        if (patch_given) throw bad("--patch " + std::to_string(vp.tokenize.patch_px) + " does not match the model's " +
+                                   std::to_string(model->config().patch_px) + "-px patches");
+        vp.tokenize.patch_px = model->config().patch_px;
+      }
+    }
+    quiet_ffmpeg_log();
+    VideoReaderOptions ro;
+    ro.max_pixels = tok.max_pixels;
+    VideoReader reader = VideoReader::open(tok.image, ro);
+    const VideoInfo info = reader.info();
+    if (decode_only) return run_decode_only(reader);
+    VideoSession session(vp, model ? &*model : nullptr, ex);
+
+    // The store: one sequence, delta-rebound every frame.
+    std::unique_ptr<TokenStore> store;
+    SeqId seq = 0;
+    if (!store_backend.empty()) {
+      StoreConfig sc;
+      sc.dim = model->config().hidden;
+      sc.dtype = DType::f16;
+      const int64_t token_bytes = sc.dim * 2;
+      sc.pool_pages = (int64_t(vp.tokenize.alloc.budget_tokens) * token_bytes + sc.page_bytes - 1) / sc.page_bytes + 2;
+      store = std::make_unique<TokenStore>(sc, make_store_backend(store_backend));
+      seq = store->reserve(vp.tokenize.alloc.budget_tokens);
+    }
+
+    const int P = vp.tokenize.patch_px;
+    std::unique_ptr<VideoTokenWriter> writer;
+    auto make_writer = [&](const FrameResult& r) {
+      if (have_model)
+        writer = std::make_unique<VideoTokenWriter>(output, "embeddings", DType::f32,
+                                                    std::vector<int64_t>{model->config().hidden});
+      else
+        writer = std::make_unique<VideoTokenWriter>(output, "patches", vp.tokenize.extract.dtype,
+                                                    std::vector<int64_t>{3, P, P});
+    };
+
+    // ---- the loop ---------------------------------------------------------------------------
+    const bool progress = ::isatty(2) && !json;
+    double next_t = -1;
+    FrameFilter keep = [&](int64_t index, double pts) {
+      if (every > 0) return index % every == 0;
+      if (fps > 0) {
+        if (next_t < 0) next_t = pts;
+        if (pts + 1e-9 < next_t) return false;
+        next_t += 1.0 / fps;
+        return true;
+      }
+      return true;
+    };
+    nlohmann::json per_frame = nlohmann::json::array();
+    VideoFrame frame;
+    int64_t processed = 0, tokens_total = 0, recomputed_total = 0;
+    double ms_total = 0, full_total = 0, cosine_total = 0, decode_ms = 0, store_ms = 0;
+    double cosine_min = 1;
+    bool approximate = false;
+    const auto t_run = Clock::now();
+    for (;;) {
+      if (max_frames > 0 && processed >= max_frames) break;
+      auto t0 = Clock::now();
+      const bool got = reader.read(frame, keep);
+      decode_ms += ms_since(t0);
+      for (const std::string& w : reader.take_warnings())
+        std::fprintf(stderr, "%sfovea: warning: %s: %s\n", progress ? "\n" : "", tok.image.c_str(), w.c_str());
+      if (!got) break;
+      Query q = base_query;
+      if (track) {
+        if (const std::vector<Fixation>* f = track->at(frame.index)) q.fixations = *f;
+      }
+      std::optional<ImageU8> copy;
+      if (check) copy = frame.image.clone();
+      FrameResult r = session.process(std::move(frame.image), q, frame.index, frame.pts_s);
+      frame.image = std::move(r.recycled);
+      const double ms = r.timings.total_ms();
+      nlohmann::json pf = {{"index", r.index},
+                           {"pts", r.pts_s},
+                           {"tokens", r.batch.size()},
+                           {"dirty_tiles", r.dirty_tiles},
+                           {"tiles", r.tiles},
+                           {"resampled_tokens", r.resampled_tokens},
+                           {"recomputed_tokens", r.recomputed_tokens},
+                           {"refresh", r.refresh},
+                           {"layout_changed", r.layout_changed},
+                           {"ms", ms},
+                           {"timings_ms",
+                            {{"change", r.timings.change_ms},
+                             {"pyramid", r.timings.pyramid_ms},
+                             {"relevance", r.timings.relevance_ms},
+                             {"allocate", r.timings.allocate_ms},
+                             {"extract", r.timings.extract_ms},
+                             {"encode", r.timings.encode_ms}}}};
+      if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
+      approximate = approximate || r.approximate;
+      if (check) {
+        // The full foveated pipeline on the decoded frame, from scratch: its time; and the
+        // session's layout encoded in full from that frame's pyramid: the reference embeddings.
+        const auto tf = Clock::now();
+        Tokenization full = tokenize(std::move(*copy), q, vp.tokenize, ex);
+        const EncodeParams ep{.precision = vp.encoder.precision, .image_width = full.pyramid.width(),
+                              .image_height = full.pyramid.height()};
+        Encoding fe = encode(*model, full.batch.patches, full.batch.positions, ep, ex);
+        const double full_ms = ms_since(tf);
+        double cosine;
+        if (full.allocation.layout.tokens == session.allocation().layout.tokens) {
+          cosine = mean_row_cosine(r.embeddings, fe.embeddings);
+        } else {
+          const TokenBatch b = extract(full.pyramid, session.allocation(), vp.tokenize.extract, ex);
+          const Encoding re = encode(*model, b.patches, b.positions, ep, ex);
+          cosine = mean_row_cosine(r.embeddings, re.embeddings);
+        }
+        pf["full_ms"] = full_ms;
+        pf["cosine"] = cosine;
+        full_total += full_ms;
+        cosine_total += cosine;
+        cosine_min = std::min(cosine_min, cosine);
+      }
+      if (store) {
+        const auto ts = Clock::now();
+        const Tensor& e = r.embeddings;
+        Tensor h(DType::f16, {e.dim(0), e.dim(1)});
+        for (int64_t i = 0; i < e.numel(); ++i) h.data<uint16_t>()[i] = f32_to_f16(e.data<float>()[i]);
+        const FrameDelta d = store->update_frame(seq, h);
+        store_ms += ms_since(ts);
+        pf["store"] = {{"pages_written", d.pages_written},
+                       {"pages_unchanged", d.pages_unchanged},
+                       {"pages_bound", d.pages_bound},
+                       {"pages_unbound", d.pages_unbound}};
+      }
+      if (!writer) make_writer(r);
+      writer->add_frame(have_model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
+                        r.pts_s);
+      ++processed;
+      tokens_total += r.batch.size();
+      recomputed_total += r.recomputed_tokens;
+      ms_total += ms;
+      per_frame.push_back(std::move(pf));
+      if (progress) {
+        const double secs = std::chrono::duration<double>(Clock::now() - t_run).count();
+        std::fprintf(stderr, "\rfovea video: %lld frames, %.1f fps, reuse %.1f%%   ", (long long)processed,
+                     secs > 0 ? processed / secs : 0.0,
+                     tokens_total ? 100.0 * (1.0 - double(recomputed_total) / double(tokens_total)) : 0.0);
+        std::fflush(stderr);
+      }
+    }
+    if (progress) std::fprintf(stderr, "\n");
+    if (processed == 0) throw Error(Errc::corrupt_data, tok.image + ": no frame could be decoded");
+
+    std::map<std::string, std::string> meta;
+    meta["format"] = have_model ? "fovea.video.embeddings" : "fovea.video.tokens";
+    meta["source"] = tok.image;
+    meta["frames"] = std::to_string(processed);
+    meta["width"] = std::to_string(info.width);
+    meta["height"] = std::to_string(info.height);
+    meta["patch_size"] = std::to_string(P);
+    meta["budget"] = std::to_string(vp.tokenize.alloc.budget_tokens);
+    meta["reuse"] = std::string(to_string(vp.reuse));
+    meta["change_threshold"] = std::to_string(threshold);
+    meta["keyframe"] = std::to_string(keyframe);
+    meta["approximate"] = approximate ? "true" : "false";
+    if (approximate)
+      meta["approximation"] = "incremental ViT (Eventful-style token gating, token threshold " +
+                              std::to_string(token_threshold) + "): reused layer states, not a full encode";
+    if (have_model) {
+      meta["model"] = model_spec;
+      meta["model_description"] = model->describe();
+      meta["embedding_output"] = embedding_output(model->config());
+      meta["random_weights"] = model->is_random() ? "true" : "false";
+      meta["precision"] = precision;
+    } else {
+      meta["dtype"] = std::string(dtype_name(vp.tokenize.extract.dtype));
+    }
+    writer->finish(meta);
+
+    nlohmann::json s;
+    s["frames"] = processed;
+    s["video"] = {{"path", tok.image},   {"width", info.width}, {"height", info.height}, {"fps", info.fps},
+                  {"codec", info.codec}, {"container", info.container}};
+    s["decode"] = {{"frames_decoded", reader.frames_decoded()},
+                   {"corrupt_packets", reader.corrupt_packets()},
+                   {"corrupt_frames", reader.corrupt_frames()},
+                   {"ms", decode_ms}};
+    s["reuse"] = std::string(to_string(vp.reuse));
+    s["approximate"] = approximate;
+    if (approximate)
+      s["approximation"] = "incremental ViT reuse (Eventful Transformers-style): embeddings approximate a full encode";
+    s["tokens"] = tokens_total;
+    s["recomputed_tokens"] = recomputed_total;
+    s["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
+    s["mean_ms"] = ms_total / double(processed);
+    s["threads"] = ex.threads();
+    if (check) {
+      s["mean_full_ms"] = full_total / double(processed);
+      s["mean_cosine"] = cosine_total / double(processed);
+      s["min_cosine"] = cosine_min;
+      s["speedup_vs_full"] = ms_total > 0 ? full_total / ms_total : 0.0;
+    }
+    if (have_model) {
+      s["encoder"] = {{"model", model_spec},
+                      {"description", model->describe()},
+                      {"random_weights", model->is_random()},
+                      {"precision", precision},
+                      {"token_threshold", token_threshold}};
+    }
+    if (store) {
+      const StoreStats st = store->stats();
+      s["store"] = {{"backend", std::string(store->backend_name())},
+                    {"resident_pages", st.resident_pages},
+                    {"bind_calls", st.bind_calls},
+                    {"ms", store_ms}};
+    }
+    s["output"] = output;
+    s["per_frame"] = std::move(per_frame);
+    if (json) {
+      std::cout << s.dump(2) << '\n';
+    } else {
+      std::printf("fovea video: %s (%dx%d %s, %.3g fps)\n", tok.image.c_str(), info.width, info.height,
+                  info.codec.c_str(), info.fps);
+      std::printf("  frames: %lld processed of %lld decoded; corrupt packets %lld\n", (long long)processed,
+                  (long long)reader.frames_decoded(), (long long)reader.corrupt_packets());
+      std::printf("  reuse %s: %.1f%% of tokens reused, %.2f ms per frame (decode %.2f ms)%s\n",
+                  to_string(vp.reuse).data(), 100.0 * s["reuse_rate"].get<double>(), s["mean_ms"].get<double>(),
+                  decode_ms / double(processed), approximate ? " [approximate: incremental ViT]" : "");
+      if (check)
+        std::printf("  check: full re-encode %.2f ms per frame (%.1fx), mean cosine %.5f (min %.5f)\n",
+                    s["mean_full_ms"].get<double>(), s["speedup_vs_full"].get<double>(),
+                    s["mean_cosine"].get<double>(), cosine_min);
+      std::printf("  wrote %s (%lld tokens)\n", output.c_str(), (long long)tokens_total);
+    }
+    return 0;
+  }
+  bool patch_given = false;
+};
+
+Runner setup(CLI::App& sub) {
+  auto cmd = std::make_shared<VideoCommand>();
+  cmd->tok.add(sub);
+  sub.get_option("image")->description("Input video: any container and codec ffmpeg reads (y4m included)");
+  CLI::Option* patch = sub.get_option("--patch");
+  sub.add_option("--fixations", cmd->fixations_csv,
+                 "Per-frame fixations: CSV lines frame,x,y (a frame keeps the last listed fixations)")
+      ->type_name("FILE.csv");
+  sub.add_option("--model,-m", cmd->model_spec, "ViT checkpoint or random:vit-b16 (without: patches only)")
+      ->type_name("CKPT");
+  sub.add_option("--precision", cmd->precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  auto* every = sub.add_option("--every", cmd->every, "Process every N-th decoded frame")->type_name("N");
+  auto* fps = sub.add_option("--fps", cmd->fps, "Process frames at this rate (by pts)")->type_name("F");
+  every->excludes(fps);
+  sub.add_option("--max-frames", cmd->max_frames, "Stop after N processed frames")->type_name("N");
+  sub.add_option("--reuse", cmd->reuse,
+                 "incremental (default with a model: Eventful-style ViT reuse, approximate), exact (patches and "
+                 "patch embeddings reused, full ViT), off (every frame from scratch)")
+      ->check(CLI::IsMember({"incremental", "exact", "off"}));
+  sub.add_option("--keyframe", cmd->keyframe, "Full refresh every K-th processed frame (0: only on scene cuts)")
+      ->type_name("K");
+  sub.add_option("--threshold", cmd->threshold,
+                 "Tile change test: mean |difference| over a 4x4 block, 8-bit levels (default 8)")
+      ->type_name("T");
+  sub.add_option("--token-threshold", cmd->token_threshold,
+                 "Incremental ViT: relative L2 change of a token's layer input that recomputes it (default 0.1)");
+  sub.add_option("--hysteresis", cmd->hysteresis,
+                 "Relative change of the relevance map that re-allocates the layout (default 0.1; 0: every frame)");
+  sub.add_option("--refresh-fraction", cmd->refresh_fraction,
+                 "Fraction of dirty tiles that counts as a scene cut (full refresh; default 0.5)");
+  sub.add_flag("--check", cmd->check,
+               "Also run the full foveated pipeline on every frame: its time and the cosine of the reused embeddings");
+  sub.add_option("--store", cmd->store_backend, "Delta-rebind each frame's embeddings in a token store")
+      ->check(CLI::IsMember({"host", "vulkan", "vulkan-image"}))
+      ->type_name("host|vulkan|vulkan-image");
+  sub.add_option("-o,--output", cmd->output, "Output safetensors (embeddings or patches, frame_offsets, positions, "
+                                             "levels, pts, recomputed)")
+      ->type_name("OUT.safetensors");
+  sub.add_flag("--json", cmd->json, "Print a JSON summary with one entry per frame");
+  sub.add_flag("--decode-only", cmd->decode_only, "Only decode (and convert to RGB) every frame, and time it");
+  cmd->exec.add(sub);
+  sub.footer(
+      "Examples:\n"
+      "  fovea video clip.mp4 --model random:vit-b16 --fixation 320,180 -o tokens.safetensors --json\n"
+      "  fovea video clip.mp4 --fixations gaze.csv --every 2 --max-frames 100 -o patches.safetensors");
+  return [cmd, patch] {
+    cmd->patch_given = patch && patch->count() > 0;
+    return cmd->run();
+  };
+}
+
+Registration reg{{"video", "Tokenize (and encode) a video, re-doing only what changed between frames", 30, setup}};
+
+}  // namespace
+}  // namespace fovea::cli
