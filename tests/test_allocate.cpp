@@ -19,7 +19,21 @@ RelevanceMap random_relevance(int w, int h, int P, uint32_t seed) {
   std::uniform_real_distribution<float> u(0.01f, 1.0f);
   m.score.resize(m.grid.tiles());
   for (float& s : m.score) s = u(rng);
+  // Rate–distortion gains too, heavy-tailed like real detail energy (most tiles flat, a few
+  // with text), so the invariants are checked with both parts of the priority.
+  std::exponential_distribution<float> e(1.0f);
+  for (int j = 0; j < resolve_max_level(m.grid, -1); ++j) {
+    m.detail.emplace_back(m.grid.tiles());
+    for (float& v : m.detail.back()) v = std::pow(e(rng), 3.0f) * std::ldexp(1.0f, j);
+  }
   return m;
+}
+
+// The whole front half of tokenize: pyramid, relevance (no query) and allocation.
+Allocation allocate_image(const ImageU8& img, int budget, const Query& q = {}) {
+  Executor exec({.threads = 2});
+  const PyramidU8 pyr = build_pyramid(img.clone(), {}, exec);
+  return allocate(compute_relevance(pyr, 16, q, {}, exec), {.budget_tokens = budget});
 }
 
 // Every finest tile covered by exactly one token, and the rate map agrees with the tokens
@@ -126,6 +140,45 @@ TEST(Allocate, FixationPullsFineTokensToIt) {
       }
     EXPECT_LT(near / nn + 1.5, far / nf);
   }
+}
+
+TEST(Allocate, FlatImageGetsUniformResolutionWithoutAQuery) {
+  // No detail anywhere: every tile is worth the same, so a budget that a level tiles exactly
+  // gives exactly that level everywhere, and any other budget mixes two adjacent levels.
+  const ImageU8 flat = test::constant_image(1024, 512, 3, 77);
+  const Allocation a = allocate_image(flat, 128);  // 16 x 8 tokens of level 2
+  ASSERT_EQ(a.layout.tokens.size(), 128u);
+  for (uint8_t l : a.rate_map.level) ASSERT_EQ(l, 2);
+  const Allocation b = allocate_image(flat, 300);
+  const auto [lo, hi] = std::minmax_element(b.rate_map.level.begin(), b.rate_map.level.end());
+  EXPECT_LE(*hi - *lo, 1);
+}
+
+TEST(Allocate, DetailedPatchOnAFlatBackgroundGetsTheFineTokens) {
+  // A 64 x 64 px patch of "print" (random black/white pixels) on flat grey, no query. It is
+  // one level-2 node (tiles 24..27 x 8..11), so exactly its 16 tiles can be at level 0.
+  ImageU8 img = test::constant_image(768, 512, 3, 128);
+  const ImageU8 noise = test::random_image(64, 64, 1, 9);
+  const int px = 384, py = 128;
+  for (int y = 0; y < 64; ++y)
+    for (int x = 0; x < 64; ++x)
+      for (int c = 0; c < 3; ++c) img.at(c, py + y, px + x) = noise.at(0, y, x) > 127 ? 250 : 10;
+  const Allocation a = allocate_image(img, 40);
+  const TileGrid& g = a.rate_map.grid;
+  for (int ty = py / 16; ty < (py + 64) / 16; ++ty)
+    for (int tx = px / 16; tx < (px + 64) / 16; ++tx)
+      EXPECT_EQ(a.rate_map.level[size_t(ty) * g.tiles_x + tx], 0) << tx << "," << ty;
+  // Everything else stays coarse: the patch's tiles are the only level-0 tokens.
+  EXPECT_EQ(a.layout.count_at(0), 16);
+}
+
+TEST(Allocate, LookaheadIsValidated) {
+  const RelevanceMap r = random_relevance(256, 256, 16, 4);
+  EXPECT_THROW(allocate(r, {.budget_tokens = 64, .lookahead = 0}), Error);
+  EXPECT_THROW(allocate(r, {.budget_tokens = 64, .lookahead = 9}), Error);
+  RelevanceMap bad = r;
+  bad.detail[0][3] = -1.0f;
+  EXPECT_THROW(allocate(bad, {.budget_tokens = 64}), Error);
 }
 
 TEST(Allocate, BudgetBelowCoarsestTilingIsAClearError) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "fovea/error.hpp"
 #include "fovea/relevance.hpp"
@@ -16,10 +17,18 @@ PyramidU8 single_level(const ImageU8& img) {
   return PyramidU8(std::move(levels));
 }
 
+// The entropy and saliency terms, as they were the defaults before the detail term.
+RelevanceParams with_stats() {
+  RelevanceParams p;
+  p.weights.information = 1.0f;
+  p.weights.saliency = 0.5f;
+  return p;
+}
+
 TEST(Relevance, ConstantImageHasNoInformationOrSaliency) {
   Executor exec;
   const PyramidU8 pyr = single_level(test::constant_image(200, 100, 3, 90));
-  const RelevanceMap m = compute_relevance(pyr, 16, {}, {}, exec);
+  const RelevanceMap m = compute_relevance(pyr, 16, {}, with_stats(), exec);
   EXPECT_EQ(m.grid.tiles(), 13 * 7);
   for (int64_t t = 0; t < m.grid.tiles(); ++t) {
     EXPECT_EQ(m.information[t], 0.0f);
@@ -36,7 +45,7 @@ TEST(Relevance, EntropyIsHighOnNoiseAndLowOnFlat) {
     for (int y = 0; y < 32; ++y)
       for (int x = 0; x < 32; ++x) img.at(c, y, x + 32) = noise.at(c, y, x);
   Executor exec;
-  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, {}, exec);
+  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, with_stats(), exec);
   EXPECT_EQ(m.information[0], 0.0f);
   EXPECT_GT(m.information[2], 0.85f);  // 256 px of uniform noise over 16 bins
   EXPECT_LE(m.information[2], 1.0f);
@@ -50,7 +59,7 @@ TEST(Relevance, SaliencyPeaksOnAnOddPatch) {
       img.at(1, y, x) = 20;
     }
   Executor exec;
-  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, {}, exec);
+  const RelevanceMap m = compute_relevance(single_level(img), 16, {}, with_stats(), exec);
   const auto it = std::max_element(m.saliency.begin(), m.saliency.end());
   EXPECT_EQ(it - m.saliency.begin(), 10 * 16 + 4);
   EXPECT_FLOAT_EQ(*it, 1.0f);
@@ -157,6 +166,136 @@ TEST(Relevance, DescribesQueries) {
   q.fixations.push_back({10, 20});
   q.regions.push_back({1, 2, 3, 4, 0.5f});
   EXPECT_EQ(describe(q), "fixation(10,20) region(1,2,3,4;w=0.5)");
+  q.fixations.push_back({5, 6, 1, 30});
+  EXPECT_EQ(describe(q), "fixation(10,20) fixation(5,6;r=30) region(1,2,3,4;w=0.5)");
+}
+
+// Brute force of RelevanceMap::detail's definition, in double: per mip-(j+1) sample, 4^j ·
+// Σ over its 2x2 mip-j block of (x − block mean)², summed over channels, given to the tile
+// holding the sample's top-left level-0 pixel, or shared equally by the tiles whose top-left
+// pixel the sample holds when it is larger than a tile.
+std::vector<std::vector<double>> brute_detail(const PyramidU8& pyr, const TileGrid& g) {
+  std::vector<std::vector<double>> T(pyr.num_levels() - 1, std::vector<double>(g.tiles(), 0.0));
+  const int P = g.patch_px;
+  for (int j = 0; j + 1 < pyr.num_levels(); ++j) {
+    const ImageU8& a = pyr.level(j);
+    const ImageU8& b = pyr.level(j + 1);
+    if (a.width() < 2 || a.height() < 2) continue;
+    const int64_t S = int64_t(2) << j;
+    for (int y = 0; y < b.height(); ++y)
+      for (int x = 0; x < b.width(); ++x) {
+        double e = 0;
+        for (int c = 0; c < a.channels(); ++c) {
+          double v[4] = {double(a.at(c, 2 * y, 2 * x)), double(a.at(c, 2 * y, 2 * x + 1)),
+                         double(a.at(c, 2 * y + 1, 2 * x)), double(a.at(c, 2 * y + 1, 2 * x + 1))};
+          const double m = (v[0] + v[1] + v[2] + v[3]) / 4;
+          for (double u : v) e += (u - m) * (u - m);
+        }
+        e *= std::pow(4.0, j);
+        std::vector<size_t> tiles;
+        if (S <= P) {
+          const int tx = int(x * S / P), ty = int(y * S / P);
+          if (tx < g.tiles_x && ty < g.tiles_y) tiles.push_back(size_t(ty) * g.tiles_x + tx);
+        } else {
+          for (int ty = 0; ty < g.tiles_y; ++ty)
+            for (int tx = 0; tx < g.tiles_x; ++tx)
+              if (int64_t(tx) * P >= x * S && int64_t(tx) * P < (x + 1) * S && int64_t(ty) * P >= y * S &&
+                  int64_t(ty) * P < (y + 1) * S)
+                tiles.push_back(size_t(ty) * g.tiles_x + tx);
+        }
+        for (size_t t : tiles) T[j][t] += e / double(tiles.size());
+      }
+  }
+  return T;
+}
+
+TEST(Relevance, DetailIsTheMipErrorTileByTile) {
+  // Odd, non-square sizes and a patch that is not a power of two.
+  for (const auto& [w, h, P] : {std::tuple{333, 171, 14}, std::tuple{256, 200, 16}, std::tuple{97, 61, 8}}) {
+    SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + " P=" + std::to_string(P));
+    Executor exec({.threads = 2});
+    const PyramidU8 pyr = build_pyramid(test::random_image(w, h, 3, w), {}, exec);
+    RelevanceParams p;
+    p.weights.detail = 2.0f;
+    p.fine_bias = 0;  // the plain squared error
+    const RelevanceMap m = compute_relevance(pyr, P, {}, p, exec);
+    // A fine bias only reweights the levels: mip j by 2^(−bias·j), up to the normaliser.
+    RelevanceParams biased = p;
+    biased.fine_bias = 1.5f;
+    const RelevanceMap mb = compute_relevance(pyr, P, {}, biased, exec);
+    for (size_t j = 1; j < m.detail.size(); ++j)
+      for (int64_t t = 0; t < m.grid.tiles(); t += 7)
+        ASSERT_NEAR(mb.detail[j][t] * m.detail[0][t], m.detail[j][t] * mb.detail[0][t] * std::exp2(-1.5 * j),
+                    1e-3 * (1e-6 + m.detail[j][t] * mb.detail[0][t]))
+            << j << " " << t;
+    const auto T = brute_detail(pyr, m.grid);
+    ASSERT_EQ(m.detail.size(), T.size());
+    double total = 0;
+    for (const auto& lv : T)
+      for (double v : lv) total += v;
+    EXPECT_NEAR(m.detail_scale, m.grid.tiles() / total, 1e-5 * m.grid.tiles() / total);
+    double sum = 0;
+    for (size_t j = 0; j < T.size(); ++j)
+      for (int64_t t = 0; t < m.grid.tiles(); ++t) {
+        // detail = weight · energy / mean energy per tile; no query, so no focus factor.
+        ASSERT_NEAR(m.detail[j][t] / (2.0 * m.detail_scale), T[j][t], 1e-4 * (1 + T[j][t])) << j << " " << t;
+        sum += m.detail_total[t];
+      }
+    EXPECT_NEAR(sum / T.size(), double(m.grid.tiles()), 1e-3 * m.grid.tiles());  // mean 1 a tile
+  }
+}
+
+TEST(Relevance, FlatImageHasNoDetailAndDetailCanBeTurnedOff) {
+  Executor exec;
+  const PyramidU8 pyr = build_pyramid(test::constant_image(300, 200, 3, 90), {}, exec);
+  const RelevanceMap m = compute_relevance(pyr, 16, {}, {}, exec);
+  ASSERT_FALSE(m.detail.empty());
+  for (const auto& lv : m.detail)
+    for (float v : lv) ASSERT_EQ(v, 0.0f);
+  RelevanceParams off;
+  off.weights.detail = 0;
+  EXPECT_TRUE(compute_relevance(pyr, 16, {}, off, exec).detail.empty());
+}
+
+TEST(Relevance, FixationSpreadsAlongDetailedContent) {
+  // A 32-px band of "print" across a flat image; a fixation on it. Along the band the query
+  // term stays high much farther than across it, and with spread 1 the falloff is radial.
+  ImageU8 img = test::constant_image(1024, 1024, 3, 120);
+  const ImageU8 noise = test::random_image(1024, 32, 1, 3);
+  for (int y = 0; y < 32; ++y)
+    for (int x = 0; x < 1024; ++x)
+      for (int c = 0; c < 3; ++c) img.at(c, 512 + y, x) = noise.at(0, y, x) > 127 ? 240 : 20;
+  Executor exec;
+  const PyramidU8 pyr = build_pyramid(img.clone(), {}, exec);
+  Query q;
+  q.fixations.push_back({512, 520});
+  const RelevanceMap m = compute_relevance(pyr, 16, q, {}, exec);
+  auto at = [&](const RelevanceMap& r, int tx, int ty) { return r.query[size_t(ty) * r.grid.tiles_x + tx]; };
+  // 320 px to the right, on the band, vs 320 px below, off it.
+  EXPECT_GT(at(m, 52, 32), 2.0f * at(m, 32, 52));
+  RelevanceParams radial;
+  radial.fixation_spread = 1.0f;
+  const RelevanceMap r = compute_relevance(pyr, 16, q, radial, exec);
+  EXPECT_NEAR(at(r, 52, 32), at(r, 32, 52), 0.02f);
+  // Along the band the fovea reaches farther than the radial one, away from it less far.
+  EXPECT_GT(at(m, 52, 32), at(r, 52, 32));
+  EXPECT_LT(at(m, 32, 52), at(r, 32, 52));
+  EXPECT_FLOAT_EQ(at(m, 32, 32), 1.0f);  // the fixated tile
+}
+
+TEST(Relevance, FixationRadiusIsFullInsideTheDisc) {
+  Executor exec;
+  const PyramidU8 pyr = single_level(test::constant_image(1024, 1024, 1, 0));
+  Query q;
+  q.fixations.push_back({512, 512, 1, 100});
+  const RelevanceMap m = compute_relevance(pyr, 16, q, {}, exec);
+  auto at = [&](int tx, int ty) { return m.query[size_t(ty) * m.grid.tiles_x + tx]; };
+  EXPECT_FLOAT_EQ(at(32 + 5, 32), 1.0f);  // tile x0 = 592: 80 px away, inside the disc
+  // Tile x0 = 720: 208 px away, 108 px outside the rim; scale min(0.05 · 1024, 100) = 51.2.
+  EXPECT_NEAR(at(45, 32), 51.2f / (108 + 51.2f), 1e-5f);
+  Query bad;
+  bad.fixations.push_back({1, 2, 1, -3});
+  EXPECT_THROW(compute_relevance(pyr, 16, bad, {}, exec), Error);
 }
 
 }  // namespace
@@ -184,6 +323,11 @@ TEST(Relevance, SimdRowKernelsMatchReferenceOnEveryTarget) {
       accumulate_row(img.row(1, 1), s.data(), n);
       accumulate_row_ref(img.row(1, 1), r.data(), n);
       ASSERT_EQ(s, r) << "accumulate n=" << n;
+      const int blocks = n / 2;
+      std::vector<uint32_t> e(blocks + 1, 7), f(blocks + 1, 7);
+      block_energy_row(img.row(0, 1), img.row(2, 2), e.data(), blocks);
+      block_energy_row_ref(img.row(0, 1), img.row(2, 2), f.data(), blocks);
+      ASSERT_EQ(e, f) << "block energy n=" << n;
     }
   }
   hwy::SetSupportedTargetsForTest(0);
@@ -199,10 +343,10 @@ TEST(Relevance, StatisticsLevelOneIgnoresPixelNoiseAndCoversEdgeTiles) {
       for (int x = 0; x < 33; ++x) img.at(c, y, x) = ((x + y) % 2) ? 255 : 0;
   Executor exec;
   const PyramidU8 pyr = build_pyramid(img.clone(), {}, exec);
-  RelevanceParams at0;
+  RelevanceParams at0 = with_stats();
   at0.stats_level = 0;
   const RelevanceMap m0 = compute_relevance(pyr, 16, {}, at0, exec);
-  const RelevanceMap m1 = compute_relevance(pyr, 16, {}, {}, exec);
+  const RelevanceMap m1 = compute_relevance(pyr, 16, {}, with_stats(), exec);
   ASSERT_EQ(m1.grid.tiles(), 9);
   for (int64_t t = 0; t < 9; ++t) {
     EXPECT_NEAR(m0.information[t], t == 8 ? 0.0f : 0.25f, 0.01f) << t;  // tile 8: 1 pixel
@@ -210,10 +354,10 @@ TEST(Relevance, StatisticsLevelOneIgnoresPixelNoiseAndCoversEdgeTiles) {
     EXPECT_TRUE(std::isfinite(m1.score[t]));
   }
   // P = 14 is not a multiple of 4: a requested level 2 falls back to level 1 (7-px tiles).
-  RelevanceParams at2;
+  RelevanceParams at2 = with_stats();
   at2.stats_level = 2;
   const RelevanceMap m2 = compute_relevance(pyr, 14, {}, at2, exec);
-  const RelevanceMap m2ref = compute_relevance(pyr, 14, {}, {}, exec);
+  const RelevanceMap m2ref = compute_relevance(pyr, 14, {}, with_stats(), exec);
   EXPECT_EQ(m2.information, m2ref.information);
   RelevanceParams bad;
   bad.stats_level = 4;
@@ -226,11 +370,13 @@ TEST(Relevance, ReferenceAndSimdKernelsGiveTheSameMap) {
   const PyramidU8 pyr = build_pyramid(test::random_image(333, 171, 3, 8), {}, ref);
   Query q;
   q.fixations.push_back({100, 50});
-  const RelevanceMap a = compute_relevance(pyr, 14, q, {}, best);
-  const RelevanceMap b = compute_relevance(pyr, 14, q, {}, ref);
+  const RelevanceMap a = compute_relevance(pyr, 14, q, with_stats(), best);
+  const RelevanceMap b = compute_relevance(pyr, 14, q, with_stats(), ref);
   EXPECT_EQ(a.score, b.score);
   EXPECT_EQ(a.information, b.information);
   EXPECT_EQ(a.saliency, b.saliency);
+  EXPECT_EQ(a.detail, b.detail);
+  EXPECT_EQ(a.query, b.query);
 }
 
 }  // namespace

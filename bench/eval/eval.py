@@ -221,6 +221,38 @@ def aggregate(results, budgets, strategies):
                 "small_text_gain_over_uniform_pts": 100 * gain,
                 "meets_30pt_small_text_gain": bool(gain >= 0.30),
             }
+    # Issue 17's targets. Bottom-up (no query) against uniform: >= +15 points on text under
+    # 20 px at B = 273, never worse overall, and a whole-image PSNR never below uniform's at any
+    # budget (the mean over scenes; the scenes below are counted too). A fixation: >= 85 % of
+    # the ceiling at B = 64 and >= 98 % at B = 273.
+    ceil = agg["all"]["ceiling"]["ocr_accuracy"]
+    if "bottom-up" in strategies and "uniform" in strategies:
+        bu = {}
+        if tb in agg["all"]["budgets"]:
+            small = agg["small_text"]["budgets"][tb]
+            gain = small["bottom-up"]["ocr_accuracy"] - small["uniform"]["ocr_accuracy"]
+            bu["small_text_gain_over_uniform_pts"] = 100 * gain
+            bu["meets_15pt_small_text_gain"] = bool(gain >= 0.15)
+        bu["overall_gain_over_uniform_pts"] = {
+            str(b): 100 * (agg["all"]["budgets"][str(b)]["bottom-up"]["ocr_accuracy"] -
+                           agg["all"]["budgets"][str(b)]["uniform"]["ocr_accuracy"]) for b in budgets}
+        bu["never_worse_overall"] = all(v >= 0 for v in bu["overall_gain_over_uniform_pts"].values())
+        bu["psnr_image_gain_db"] = {
+            str(b): agg["all"]["budgets"][str(b)]["bottom-up"]["psnr_image"] -
+            agg["all"]["budgets"][str(b)]["uniform"]["psnr_image"] for b in budgets}
+        bu["psnr_never_below_uniform"] = all(v >= 0 for v in bu["psnr_image_gain_db"].values())
+        bu["scenes_psnr_below_uniform"] = {
+            str(b): sum(1 for sc in results if pick([sc], "bottom-up", b, "psnr_image")[0] <
+                        pick([sc], "uniform", b, "psnr_image")[0]) for b in budgets}
+        targets["bottom-up"] = bu
+    if "fov-fixation" in strategies and ceil > 0:
+        fx = {}
+        for b, need in ((64, 0.85), (TARGET_BUDGET, 0.98)):
+            if str(b) in agg["all"]["budgets"]:
+                frac = agg["all"]["budgets"][str(b)]["fov-fixation"]["ocr_accuracy"] / ceil
+                fx[f"fraction_of_ceiling_at_{b}"] = frac
+                fx[f"meets_{int(100 * need)}pct_at_{b}"] = bool(frac >= need)
+        targets.setdefault("fov-fixation", {}).update(fx)
     return agg, targets
 
 
@@ -283,12 +315,38 @@ def table_md(agg, targets, budgets, strategies):
         lines.append(f"Targets at B = {TARGET_BUDGET}:")
         lines.append("")
         for s, t in targets.items():
+            if "meets_90pct_of_ceiling" not in t:
+                continue
             ok1 = "MET" if t["meets_90pct_of_ceiling"] else "MISSED"
             ok2 = "MET" if t["meets_30pt_small_text_gain"] else "MISSED"
             lines.append(f"- {names[s]}: {fmt(t['fraction_of_ceiling'], True)} % of the ceiling "
                          f"(target >= 90 %: {ok1}); on < {SMALL_TEXT_PX} px text "
                          f"{t['small_text_gain_over_uniform_pts']:+.1f} points over uniform "
                          f"(target >= +30: {ok2})")
+    bu = targets.get("bottom-up")
+    fx = targets.get("fov-fixation", {})
+    if bu or any(k.startswith("fraction_of_ceiling_at_") for k in fx):
+        lines.append("")
+        lines.append("Issue 17 targets:")
+        lines.append("")
+        mark = lambda ok: "MET" if ok else "MISSED"
+        if bu:
+            if "small_text_gain_over_uniform_pts" in bu:
+                lines.append(f"- bottom-up at B = {TARGET_BUDGET}, text < {SMALL_TEXT_PX} px: "
+                             f"{bu['small_text_gain_over_uniform_pts']:+.1f} points over uniform "
+                             f"(target >= +15: {mark(bu['meets_15pt_small_text_gain'])})")
+            lines.append("- bottom-up OCR over uniform, all scenes: " + ", ".join(
+                f"B={b} {v:+.1f}" for b, v in bu["overall_gain_over_uniform_pts"].items()) +
+                f" (target never below: {mark(bu['never_worse_overall'])})")
+            lines.append("- bottom-up whole-image PSNR over uniform (dB, mean): " + ", ".join(
+                f"B={b} {v:+.2f}" for b, v in bu["psnr_image_gain_db"].items()) +
+                f" (target never below: {mark(bu['psnr_never_below_uniform'])}); scenes below uniform: " +
+                ", ".join(f"B={b} {n}" for b, n in bu["scenes_psnr_below_uniform"].items()))
+        for b, need in ((64, 85), (TARGET_BUDGET, 98)):
+            k = f"fraction_of_ceiling_at_{b}"
+            if k in fx:
+                lines.append(f"- fixation at B = {b}: {fmt(fx[k], True)} % of the ceiling "
+                             f"(target >= {need} %: {mark(fx[f'meets_{need}pct_at_{b}'])})")
     return "\n".join(lines) + "\n"
 
 
@@ -343,6 +401,9 @@ def main():
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--fovea-args", default="",
                     help="extra flags for the foveated runs, e.g. '--e0 0.03 --sharpness 1.5'")
+    ap.add_argument("--aggregate-only", action="store_true",
+                    help="run nothing: make the tables from OUT/scenes.jsonl, the per-scene records a "
+                         "run appends as it goes (e.g. of a run that was stopped)")
     a = ap.parse_args()
     if shutil.which("tesseract") is None:
         sys.exit("eval: tesseract not found (scripts/install-deps.sh test installs it)")
@@ -353,21 +414,31 @@ def main():
             sys.exit(f"eval: unknown strategy '{s}' (expected {', '.join(STRATEGIES)})")
     cli = os.path.abspath(a.cli)
     t0 = time.time()
-    work = a.work or tempfile.mkdtemp(prefix="fovea-eval-")
-    scenes = scene_gen.generate(os.path.join(work, "scenes"), a.scenes, a.seed, a.max_side)
-    extra = a.fovea_args.split()
-    jobs = [(s, cli, budgets, strategies, extra) for s in scenes]
+    os.makedirs(a.out, exist_ok=True)
+    partial = os.path.join(a.out, "scenes.jsonl")
     results = []
-    with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        for rec in pool.map(run_scene, jobs):
-            results.append(rec)
-            print(f"{rec['id']} {rec['width']}x{rec['height']} h={rec['height_at_1024']:g}: " +
-                  " ".join(f"{r['strategy'][:7]}@{r['budget']}={100 * r['ocr_accuracy']:.0f}"
-                           for r in rec["runs"] if r["budget"] in (TARGET_BUDGET,) or r["strategy"] == "ceiling"),
-                  file=sys.stderr, flush=True)
+    if a.aggregate_only:
+        with open(partial) as f:
+            results = [json.loads(line) for line in f if line.strip()]
+        if not results:
+            sys.exit(f"eval: no scene records in {partial}")
+    else:
+        work = a.work or tempfile.mkdtemp(prefix="fovea-eval-")
+        scenes = scene_gen.generate(os.path.join(work, "scenes"), a.scenes, a.seed, a.max_side)
+        extra = a.fovea_args.split()
+        jobs = [(s, cli, budgets, strategies, extra) for s in scenes]
+        open(partial, "w").close()
+        with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+            for rec in pool.map(run_scene, jobs):
+                results.append(rec)
+                with open(partial, "a") as f:  # a stopped run still leaves its finished scenes
+                    f.write(json.dumps(finite_or_none(rec)) + "\n")
+                print(f"{rec['id']} {rec['width']}x{rec['height']} h={rec['height_at_1024']:g}: " +
+                      " ".join(f"{r['strategy'][:7]}@{r['budget']}={100 * r['ocr_accuracy']:.0f}"
+                               for r in rec["runs"] if r["budget"] in (TARGET_BUDGET,) or r["strategy"] == "ceiling"),
+                      file=sys.stderr, flush=True)
     agg, targets = aggregate(results, budgets, strategies)
     wall = time.time() - t0
-    os.makedirs(a.out, exist_ok=True)
     out = {"command": " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]), "wall_seconds": round(wall, 1),
            "jobs": a.jobs, "seed": a.seed, "budgets": budgets, "strategies": strategies,
            "fovea_args": a.fovea_args, "psnr_cap_db": PSNR_CAP_DB,

@@ -9,14 +9,19 @@
 //
 // The algorithm: start from the coarsest tiling (every node of the level-L grid, L =
 // max_level), split nodes that have a single child for free, then repeatedly split the node
-// with the highest priority
-//        priority = (sum of relevance over the node's finest tiles) / ((children − 1) · 2^(α·ℓ))
-// with ℓ the node's level and α = 2 − 1/sharpness. This is greedy descent on the objective
-// Σ_tiles relevance · D(side), whose continuous optimum makes a token's side proportional to
-// relevance^(−sharpness): sharpness 1 (the default) gives side ∝ 1/relevance, so a fixation's
-// linear cortical magnification maps to token size growing linearly with eccentricity;
-// sharpness 0.5 makes token *density* proportional to relevance. It stops at the first split
-// that no longer fits the budget, so
+// with the highest priority. Splitting a level-ℓ node gains
+//        gain(ℓ) = (sum of score over the node's tiles) · 2^(−α·ℓ)      the prior (query, floor)
+//                + (sum of detail[ℓ−1] over the node's tiles)          the distortion it removes
+// (RelevanceMap::detail: the measured error of mip ℓ against mip ℓ−1, rate–distortion), and
+//        priority = max over d = 1..lookahead of (gain(ℓ) + … + gain(ℓ−d+1)) / (tokens added)
+// so detail that only shows at fine levels (text strokes) is reached even when the first split
+// alone gains little. α = 2 − 1/sharpness: on the prior alone this is greedy descent on
+// Σ_tiles score · D(side), whose continuous optimum makes a token's side proportional to
+// score^(−sharpness): sharpness 1 (the default) gives side ∝ 1/score, so a fixation's linear
+// cortical magnification maps to token size growing linearly with eccentricity; sharpness 0.5
+// makes token *density* proportional to score. An empty `detail` gives exactly that. Every
+// node's priority is fixed when it is created, and it stops at the first split that no longer
+// fits the budget, so
 //   * the token count never exceeds the budget and lands within 2 of it (a split costs at
 //     most 3 tokens) unless every tile is already at level 0;
 //   * the splits made for budget B are a prefix of those for any B' > B: a larger budget
@@ -69,6 +74,9 @@ struct AllocParams {
   int max_level = -1;
   // How strongly token size follows relevance: side ∝ relevance^(−sharpness). In [0.5, 4].
   float sharpness = 1.0f;
+  // How many levels deep a split's gain is looked ahead, in [1, 8]: a node's priority is its
+  // best gain per extra token over splitting it 1..lookahead levels deep at once.
+  int lookahead = 3;
 };
 
 struct Allocation {
@@ -80,7 +88,8 @@ struct Allocation {
 };
 
 // Throws Error(invalid_argument) when the budget is below the coarsest tiling (the message
-// says how many tokens that is), or max_level is outside [-1, 24].
+// says how many tokens that is), max_level is outside [-1, 24], lookahead outside [1, 8], or
+// a score or detail value is negative or not finite.
 Allocation allocate(const RelevanceMap& relevance, const AllocParams& params);
 
 int resolve_max_level(const TileGrid& grid, int max_level);

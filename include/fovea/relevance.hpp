@@ -8,7 +8,13 @@
 //   int tx = 3, ty = 2;                                       // a finest tile
 //   float s = rel.score[ty * rel.grid.tiles_x + tx];
 //
-// score = floor + w_info·information + w_saliency·saliency + w_query·query, each term in [0, 1]:
+// Two parts, both read by the allocator (allocate.hpp):
+//   * detail (rate–distortion, RelevanceMap::detail): per tile and mip level j, the measured
+//     squared error of mip j+1 against mip j: what a token one level coarser loses there. It is
+//     weighted by (1 + w_query·query)^detail_focus (the query focuses the error that counts) and,
+//     with no query, by 2^(−fine_bias·j) (fine detail such as small text over smooth structure);
+//   * score = floor + w_info·information + w_saliency·saliency + w_query·query, each term in
+//     [0, 1], a content-blind prior (entropy and saliency are off by default):
 //   * information: Shannon entropy of the tile's luma histogram (`entropy_bins` bins, over the
 //     tile's pixels at pyramid level `stats_level`, 1 by default), divided by
 //     log2(entropy_bins), so a flat tile scores 0 and a tile using every bin equally 1;
@@ -21,7 +27,11 @@
 //       - fixations, through cortical magnification M(e) = M0 / (e + e0) with e the distance
 //         from the fixation to the tile, in units of the image's longer side. The term is
 //         M(e)/M(0) = e0 / (e + e0); with the allocator's default sharpness (token side ∝
-//         1/relevance) token size then grows linearly with eccentricity, as receptive fields do;
+//         1/relevance) token size then grows linearly with eccentricity, as receptive fields do.
+//         When the fixated content stands out (fine detail ≥ 2× the image's mean), e is a
+//         geodesic that runs cheaply along rows of like content (`fixation_spread`) and dearly
+//         into unlike content, and the scale is half that content's height: the fovea takes the
+//         shape of a line of text. A radius (`Fixation::radius_px`) makes it a disc;
 //       - regions: 1 inside the box; outside it s / (d + s) with d the distance in pixels from
 //         the box and s = min(e0 · longer side, half the box's shorter side): the box says how
 //         far the interest extends, so a small box on a large image falls off quickly;
@@ -47,6 +57,10 @@ namespace fovea {
 struct Fixation {
   float x_px = 0, y_px = 0;  // original-image pixels
   float weight = 1;          // scales this fixation's term (the query term is the max over all)
+  // Size hint: the radius (px) of what is looked at. 0: unknown, the falloff starts at the
+  // fixation with scale e0 · long side. > 0: full inside the disc, falling off outside it with
+  // scale min(e0 · long side, radius), as a region does.
+  float radius_px = 0;
 };
 
 struct Region {
@@ -66,10 +80,18 @@ struct Query {
 using TileFeatureFn = std::function<Tensor(const PyramidU8&, const TileGrid&)>;
 
 struct RelevanceWeights {
-  float information = 1.0f;
-  float saliency = 0.5f;
+  // Entropy and saliency are off by default: the detail term measures what they estimated (where
+  // a coarser token loses content), better, at a quarter of their cost. Each is computed only
+  // when its weight is > 0.
+  float information = 0.0f;
+  float saliency = 0.0f;
   float query = 8.0f;
-  float floor = 0.05f;  // keeps every tile's score > 0: the periphery still gets coarse tokens
+  // Every tile's share of the budget regardless of content: keeps every score > 0 (the periphery
+  // still gets coarse tokens) and, against the detail term, how evenly a budget spreads.
+  float floor = 0.5f;
+  // Rate–distortion: weight of the measured detail energy (see RelevanceMap::detail). 0 turns
+  // it off and the allocation follows `score` alone.
+  float detail = 1.0f;
 };
 
 struct RelevanceParams {
@@ -82,6 +104,19 @@ struct RelevanceParams {
   // survive, and it reads a quarter of the pixels. Lowered automatically when P is not a
   // multiple of 2^level or the pyramid is shorter (tiny images).
   int stats_level = 1;
+  // How a fixation takes the shape of what it looks at, in (0, 1]: crossing a tile as detailed
+  // as the fixated content costs `fixation_spread` of the distance of crossing a flat one, so
+  // the fovea extends along a line of text instead of a fixed disc. 1: purely radial.
+  float fixation_spread = 0.25f;
+  // How much the query focuses the detail term: detail is weighted by (1 + w_query·query)^focus,
+  // in [0, 4]. 3: the error near the query counts ~700 times the periphery's, so the query
+  // decides where tokens go and the detail decides their shape there.
+  float detail_focus = 3.0f;
+  // Fine-detail bias of the bottom-up allocation (an empty query; with a query it is 0), in
+  // [0, 4]: the detail gain of mip j is weighted by 2^(−fine_bias·j). 0: plain squared error
+  // over the image (best whole-image PSNR at every budget); 2: every mip level's error per
+  // sample counts the same, so fine detail (text strokes) wins over smooth large structures.
+  float fine_bias = 1.5f;
   TileFeatureFn tile_features;  // required when the query has an embedding
 };
 
@@ -93,6 +128,15 @@ struct RelevanceMap {
   std::vector<float> information;
   std::vector<float> saliency;
   std::vector<float> query;
+  // Rate–distortion, [levels − 1][tiles]: detail[j][t] is what the allocator gains, on tile t,
+  // by sampling it from mip j instead of mip j+1: the squared error (summed over channels and
+  // the tile's level-0 pixels) between mip j and mip j+1 upsampled, divided by the image's mean
+  // total per tile (so the image's detail sums to 1 a tile on average), times
+  // weights.detail · (1 + weights.query · query[t]): the query focuses the error that counts.
+  // Empty when weights.detail is 0.
+  std::vector<std::vector<float>> detail;
+  std::vector<float> detail_total;  // [tiles] Σ_j of the normalised energy, before weighting
+  float detail_scale = 0;           // 1 / the normaliser (per unit of squared grey level)
 };
 
 // Throws Error(invalid_argument) for a bad patch size, non-finite query coordinates, an

@@ -99,7 +99,19 @@ Allocation allocate(const RelevanceMap& relevance, const AllocParams& params) {
   std::vector<double> level_scale(L + 1);  // 2^(−α·ℓ)
   for (int l = 0; l <= L; ++l) level_scale[l] = std::exp2(-alpha * l);
 
+  if (!(params.lookahead >= 1 && params.lookahead <= 8))
+    throw Error(Errc::invalid_argument, "lookahead must be in [1, 8], got " + std::to_string(params.lookahead));
   const MassTable mass(relevance.score, g.tiles_x, g.tiles_y);
+  // detail[j]: the gain of going from mip j+1 to mip j, tile by tile; summed over a node at
+  // level j+1 it is the gain of splitting it.
+  std::vector<MassTable> detail;
+  for (size_t j = 0; j < relevance.detail.size() && int(j) < L; ++j) {
+    if (relevance.detail[j].size() != size_t(g.tiles()))
+      throw Error(Errc::invalid_argument, "relevance detail level " + std::to_string(j) + " does not match its tile grid");
+    for (float v : relevance.detail[j])
+      if (!std::isfinite(v) || v < 0) throw Error(Errc::invalid_argument, "relevance detail must be finite and >= 0");
+    detail.emplace_back(relevance.detail[j], g.tiles_x, g.tiles_y);
+  }
   auto children_of = [&](const Token& n, Token* out) {
     int k = 0;
     const int cl = n.level - 1;
@@ -114,11 +126,26 @@ Allocation allocate(const RelevanceMap& relevance, const AllocParams& params) {
   auto candidate = [&](const Token& n) {
     Token kids[4];
     const int k = children_of(n, kids);
+    if (k == 1) return Candidate{std::numeric_limits<double>::infinity(), n};
     const int s = 1 << n.level;
-    const double m = mass.sum(n.x * s, n.y * s, std::min(g.tiles_x, (n.x + 1) * s),
-                              std::min(g.tiles_y, (n.y + 1) * s));
-    const double pr = k == 1 ? std::numeric_limits<double>::infinity() : m * level_scale[n.level] / (k - 1);
-    return Candidate{pr, n};
+    const int x0 = n.x * s, y0 = n.y * s;
+    const int x1 = std::min(g.tiles_x, (n.x + 1) * s), y1 = std::min(g.tiles_y, (n.y + 1) * s);
+    const double m = mass.sum(x0, y0, x1, y1);
+    // Gain per extra token of splitting the node d levels deep at once, best over d: detail
+    // that only shows at fine levels (text strokes) is reached even when the first split
+    // alone gains little.
+    double best = 0, gain = 0;
+    for (int d = 1; d <= std::min(params.lookahead, int(n.level)); ++d) {
+      const int l = n.level - d + 1;  // the level whose nodes split at this depth
+      gain += m * level_scale[l];
+      if (l - 1 < int(detail.size())) gain += detail[l - 1].sum(x0, y0, x1, y1);
+      // Tokens after splitting d levels deep: the level-(ℓ−d) nodes inside the node.
+      const int c = n.level - d;
+      const int64_t nodes = int64_t(std::min(g.tiles_x_at(c), (n.x + 1) << d) - (n.x << d)) *
+                            (std::min(g.tiles_y_at(c), (n.y + 1) << d) - (n.y << d));
+      best = std::max(best, gain / double(nodes - 1));
+    }
+    return Candidate{best, n};
   };
 
   std::priority_queue<Candidate, std::vector<Candidate>, Lower> heap;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -186,6 +187,96 @@ std::vector<float> saliency_from_means(const TileStats& st, const TileGrid& g, E
   return sal;
 }
 
+// Detail energy per tile and level: T[j][t] = Σ over the level-0 pixels of tile t of the squared
+// error (summed over channels) added by representing mip j with mip j+1, measured exactly on
+// the mips' 2x2 blocks (4 · Σ (x − block mean)², from block_energy_row) and scaled to level-0
+// pixels (one mip-j sample stands for 4^j of them). A mip-(j+1) sample belongs to the tile
+// holding its top-left level-0 pixel; a sample larger than a tile is shared equally by the
+// tiles whose top-left pixel it holds. Mips one sample wide or tall (no 2x2 blocks) add none.
+std::vector<std::vector<float>> detail_energy(const PyramidU8& pyr, const TileGrid& g, Executor& exec) {
+  const int J = pyr.num_levels() - 1;
+  const int C = pyr.channels();
+  const int P = g.patch_px;
+  std::vector<std::vector<float>> T(std::max(J, 0), std::vector<float>(g.tiles(), 0.0f));
+  auto usable = [&](int j) { return pyr.view(j).width() >= 2 && pyr.view(j).height() >= 2; };
+  // Fine levels: a mip-(j+1) sample (2^(j+1) level-0 px) fits in a tile. Samples of tile row ty
+  // are rows [first(ty), first(ty + 1)) of mip j+1, first(ty) = ceil(ty·P / 2^(j+1)).
+  int fine = 0;
+  while (fine < J && (2 << fine) <= P) ++fine;
+  using namespace relevance_detail;
+  const bool ref = exec.reference();
+  exec.parallel_for(g.tiles_y, 1, [&](int64_t ty0, int64_t ty1) {
+    std::vector<uint32_t> acc;
+    std::vector<uint8_t> gathered;  // a borrowed, interleaved level 0: two rows of one channel
+    for (int j = 0; j < fine; ++j) {
+      if (!usable(j)) continue;
+      const ImageViewU8 src = pyr.view(j);
+      const ImageViewU8 dst = pyr.view(j + 1);
+      const ptrdiff_t ps = src.pixel_stride();
+      if (ps != 1) gathered.resize(2 * size_t(src.width()));
+      auto rows = [&](int c, int y, const uint8_t** r0, const uint8_t** r1) {
+        *r0 = src.row(c, 2 * y);
+        *r1 = src.row(c, 2 * y + 1);
+        if (ps == 1) return;
+        uint8_t* d = gathered.data();
+        for (int x = 0; x < src.width(); ++x) d[x] = (*r0)[x * ps], d[src.width() + x] = (*r1)[x * ps];
+        *r0 = d;
+        *r1 = d + src.width();
+      };
+      const int S = 2 << j;  // level-0 px per mip-(j+1) sample
+      const int W = dst.width(), H = dst.height();
+      const float scale = std::ldexp(1.0f, 2 * j - 2);  // 4^j / 4
+      acc.assign(W, 0u);
+      for (int64_t ty = ty0; ty < ty1; ++ty) {
+        const int y0 = std::min(H, int((ty * P + S - 1) / S)), y1 = std::min(H, int(((ty + 1) * P + S - 1) / S));
+        if (y0 >= y1) continue;
+        std::fill(acc.begin(), acc.end(), 0u);
+        for (int y = y0; y < y1; ++y)
+          for (int c = 0; c < C; ++c) {
+            const uint8_t *r0, *r1;
+            rows(c, y, &r0, &r1);
+            if (ref) block_energy_row_ref(r0, r1, acc.data(), W);
+            else block_energy_row(r0, r1, acc.data(), W);
+          }
+        float* out = T[j].data() + size_t(ty) * g.tiles_x;
+        for (int tx = 0; tx < g.tiles_x; ++tx) {
+          const int x0 = std::min(W, (tx * P + S - 1) / S), x1 = std::min(W, ((tx + 1) * P + S - 1) / S);
+          uint64_t sum = 0;
+          for (int x = x0; x < x1; ++x) sum += acc[x];
+          out[tx] = float(sum) * scale;
+        }
+      }
+    }
+  });
+  // Coarse levels: few samples, each shared by the tiles whose top-left pixel it holds.
+  for (int j = fine; j < J; ++j) {
+    if (!usable(j)) continue;
+    const ImageViewU8 src = pyr.view(j);
+    const int W = pyr.view(j + 1).width(), H = pyr.view(j + 1).height();
+    std::vector<uint8_t> r0(src.width()), r1(src.width());  // strided rows gathered (level 0 view)
+    const int64_t S = int64_t(2) << j;
+    const float scale = std::ldexp(1.0f, 2 * j - 2);
+    std::vector<uint32_t> acc(W);
+    for (int y = 0; y < H; ++y) {
+      std::fill(acc.begin(), acc.end(), 0u);
+      for (int c = 0; c < C; ++c) {
+        for (int x = 0; x < src.width(); ++x)
+          r0[x] = src.row(c, 2 * y)[x * src.pixel_stride()], r1[x] = src.row(c, 2 * y + 1)[x * src.pixel_stride()];
+        block_energy_row_ref(r0.data(), r1.data(), acc.data(), W);
+      }
+      const int ty0 = int((y * S + P - 1) / P), ty1 = std::min<int64_t>(g.tiles_y, ((y + 1) * S + P - 1) / P);
+      for (int x = 0; x < W; ++x) {
+        const int tx0 = int((x * S + P - 1) / P), tx1 = std::min<int64_t>(g.tiles_x, ((x + 1) * S + P - 1) / P);
+        if (tx0 >= tx1 || ty0 >= ty1) continue;
+        const float share = float(acc[x]) * scale / float((tx1 - tx0) * (ty1 - ty0));
+        for (int ty = ty0; ty < ty1; ++ty)
+          for (int tx = tx0; tx < tx1; ++tx) T[j][size_t(ty) * g.tiles_x + tx] = share;
+      }
+    }
+  }
+  return T;
+}
+
 bool finite(float v) { return std::isfinite(v); }
 
 // Distance in pixels from point (px, py) to the rectangle [x0, x1) × [y0, y1).
@@ -195,8 +286,95 @@ float distance_to_box(float px, float py, float x0, float y0, float x1, float y1
   return std::sqrt(dx * dx + dy * dy);
 }
 
+// Distance in px from a fixation to every tile (to the tile's nearest point), shortened along
+// content like the fixated one. `fine` is each tile's fine-detail energy (mip 0→1 and 1→2);
+// when the fixated tiles are clearly more detailed than the image's average, the distance is a
+// geodesic (a chamfer distance on the tile grid) in which a row step over content as detailed
+// as the fixated one costs `spread` of its length, and any other step into unlike content
+// costs kOffContent times its length. A fixation on a line of text then extends along the
+// line and falls off quickly away from it. Otherwise (a fixation on flat or ordinary content)
+// it is the Euclidean distance: the radial falloff.
+std::vector<float> fixation_distance(const TileGrid& g, const Fixation& f, const std::vector<float>& fine,
+                                     float spread, float* content_half_height_px) {
+  *content_half_height_px = 0;
+  const int P = g.patch_px, W = g.tiles_x, H = g.tiles_y;
+  std::vector<float> d(g.tiles());
+  for (int ty = 0; ty < H; ++ty)
+    for (int tx = 0; tx < W; ++tx) {
+      const float x0 = float(tx * P), y0 = float(ty * P);
+      const float x1 = std::min<float>(x0 + P, g.image_width), y1 = std::min<float>(y0 + P, g.image_height);
+      d[size_t(ty) * W + tx] = distance_to_box(f.x_px, f.y_px, x0, y0, x1, y1);
+    }
+  if (fine.empty() || spread >= 1.0f) return d;
+  const int fx = std::clamp(int(f.x_px) / P, 0, W - 1), fy = std::clamp(int(f.y_px) / P, 0, H - 1);
+  double mean = 0;
+  for (float v : fine) mean += v;
+  mean /= double(fine.size());
+  float f0 = 0;  // the fixated content's detail: the most detailed tile next to the fixation
+  for (int y = std::max(0, fy - 1); y <= std::min(H - 1, fy + 1); ++y)
+    for (int x = std::max(0, fx - 1); x <= std::min(W - 1, fx + 1); ++x) f0 = std::max(f0, fine[size_t(y) * W + x]);
+  constexpr double kDistinct = 2.0;  // the fixated content must stand out from the average
+  if (!(f0 > kDistinct * mean) || f0 <= 0) return d;
+  // px of distance per px crossed: along rows, `spread` on content like the fixated one and 1
+  // on flat content; across rows, 1 on like content and kOffContent on unlike content, so the
+  // fovea hugs the fixated content instead of filling a disc around it.
+  constexpr float kOffContent = 2.0f;
+  std::vector<float> cost(g.tiles()), off(g.tiles());
+  std::vector<uint8_t> like(g.tiles());
+  for (size_t t = 0; t < cost.size(); ++t) {
+    const float a = std::min(1.0f, fine[t] / (0.5f * f0));
+    cost[t] = 1.0f - (1.0f - spread) * a;
+    off[t] = kOffContent - (kOffContent - 1.0f) * a;
+    like[t] = a >= 1.0f;
+  }
+  // The fixated content's height: the run of like tiles through the fixation's column (or a
+  // neighbour's, the fixation may sit in a gap between letters). Half of it is the size hint
+  // a region's box would give.
+  int best_run = 0;
+  for (int x = std::max(0, fx - 1); x <= std::min(W - 1, fx + 1); ++x) {
+    int y0 = fy, y1 = fy;
+    if (!like[size_t(fy) * W + x]) continue;
+    while (y0 > 0 && like[size_t(y0 - 1) * W + x]) --y0;
+    while (y1 + 1 < H && like[size_t(y1 + 1) * W + x]) ++y1;
+    best_run = std::max(best_run, y1 - y0 + 1);
+  }
+  *content_half_height_px = 0.5f * float(best_run * P);
+  // The discount applies along rows only: text runs horizontally, and the lines above and
+  // below a fixated one (a page) are as detailed but not what was looked at. Steps up, down
+  // and diagonal cost their full length, so the fovea keeps its radial falloff across lines.
+  // Geodesic from the fixation: seeded with the exact distance on the fixation's 3x3 tiles.
+  std::vector<float> e(g.tiles(), std::numeric_limits<float>::infinity());
+  for (int y = std::max(0, fy - 1); y <= std::min(H - 1, fy + 1); ++y)
+    for (int x = std::max(0, fx - 1); x <= std::min(W - 1, fx + 1); ++x) e[size_t(y) * W + x] = d[size_t(y) * W + x];
+  d.swap(e);
+  const float diag = std::sqrt(2.0f) * P;
+  auto relax = [&](int x, int y, int nx, int ny, float len, bool along) {
+    if (nx < 0 || ny < 0 || nx >= W || ny >= H) return;
+    const size_t a = size_t(y) * W + x, b = size_t(ny) * W + nx;
+    const float via = d[b] + (along ? len * 0.5f * (cost[a] + cost[b]) : len * 0.5f * (off[a] + off[b]));
+    if (via < d[a]) d[a] = via;
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int y = 0; y < H; ++y)
+      for (int x = 0; x < W; ++x) {
+        relax(x, y, x - 1, y, float(P), true);
+        relax(x, y, x, y - 1, float(P), false);
+        relax(x, y, x - 1, y - 1, diag, false);
+        relax(x, y, x + 1, y - 1, diag, false);
+      }
+    for (int y = H - 1; y >= 0; --y)
+      for (int x = W - 1; x >= 0; --x) {
+        relax(x, y, x + 1, y, float(P), true);
+        relax(x, y, x, y + 1, float(P), false);
+        relax(x, y, x + 1, y + 1, diag, false);
+        relax(x, y, x - 1, y + 1, diag, false);
+      }
+  }
+  return d;
+}
+
 std::vector<float> query_term(const PyramidU8& pyr, const TileGrid& g, const Query& q,
-                              const RelevanceParams& params) {
+                              const RelevanceParams& params, const std::vector<float>& fine) {
   std::vector<float> out(g.tiles(), 0.0f);
   const float long_side = static_cast<float>(std::max(g.image_width, g.image_height));
   // Cortical magnification M(e) = M0 / (e + e0), normalised to 1 at e = 0: in pixels,
@@ -218,8 +396,6 @@ std::vector<float> query_term(const PyramidU8& pyr, const TileGrid& g, const Que
       const float x0 = float(tx * P), y0 = float(ty * P);
       const float x1 = std::min<float>(x0 + P, g.image_width), y1 = std::min<float>(y0 + P, g.image_height);
       float best = 0;
-      for (const Fixation& f : q.fixations)
-        best = std::max(best, f.weight * falloff(distance_to_box(f.x_px, f.y_px, x0, y0, x1, y1), fixation_scale));
       for (const Region& r : q.regions) {
         // Box-to-box distance: zero when they overlap.
         const float dx = std::max({r.x0_px - x1, 0.0f, x0 - r.x1_px});
@@ -228,6 +404,19 @@ std::vector<float> query_term(const PyramidU8& pyr, const TileGrid& g, const Que
       }
       out[size_t(ty) * g.tiles_x + tx] = best;
     }
+  for (const Fixation& f : q.fixations) {
+    // With a radius the fixation is a disc: full inside, falling off from its rim at the
+    // smaller of e0 · long side and the radius (as a region's box does).
+    float content_half_px = 0;
+    const std::vector<float> dist = fixation_distance(g, f, fine, params.fixation_spread, &content_half_px);
+    // The falloff scale: the radius when given, else the fixated content's half height when it
+    // stands out (a line of small text falls off as its box would), never more than e0 · long
+    // side.
+    const float hint = f.radius_px > 0 ? f.radius_px : content_half_px;
+    const float scale = hint > 0 ? std::min(fixation_scale, hint) : fixation_scale;
+    for (size_t t = 0; t < out.size(); ++t)
+      out[t] = std::max(out[t], f.weight * falloff(std::max(0.0f, dist[t] - f.radius_px), scale));
+  }
   if (!q.embedding.empty()) {
     const Tensor feats = params.tile_features(pyr, g);
     const int64_t D = static_cast<int64_t>(q.embedding.size());
@@ -261,6 +450,7 @@ void validate(const Query& q, const RelevanceParams& p) {
   for (const Fixation& f : q.fixations) {
     if (!finite(f.x_px) || !finite(f.y_px)) throw bad("fixation coordinates must be finite numbers");
     if (!finite(f.weight) || f.weight < 0) throw bad("fixation weight must be a finite number >= 0");
+    if (!finite(f.radius_px) || f.radius_px < 0) throw bad("fixation radius must be a finite number >= 0");
   }
   for (const Region& r : q.regions) {
     if (!finite(r.x0_px) || !finite(r.y0_px) || !finite(r.x1_px) || !finite(r.y1_px))
@@ -275,9 +465,13 @@ void validate(const Query& q, const RelevanceParams& p) {
     throw bad("a query embedding needs per-tile features from an encoder (use 'fovea encode --model')");
   if (p.stats_level < 0 || p.stats_level > 3) throw bad("statistics level must be in [0, 3]");
   if (p.entropy_bins < 2 || p.entropy_bins > 256) throw bad("entropy bins must be in [2, 256]");
+  if (!finite(p.fixation_spread) || p.fixation_spread <= 0 || p.fixation_spread > 1)
+    throw bad("fixation spread must be in (0, 1]");
+  if (!finite(p.detail_focus) || p.detail_focus < 0 || p.detail_focus > 4) throw bad("detail focus must be in [0, 4]");
+  if (!finite(p.fine_bias) || p.fine_bias < 0 || p.fine_bias > 4) throw bad("fine bias must be in [0, 4]");
   if (!finite(p.e0) || p.e0 <= 0) throw bad("e0 must be a finite number > 0");
   const RelevanceWeights& w = p.weights;
-  for (float v : {w.information, w.saliency, w.query, w.floor})
+  for (float v : {w.information, w.saliency, w.query, w.floor, w.detail})
     if (!finite(v) || v < 0) throw bad("relevance weights must be finite numbers >= 0");
 }
 
@@ -293,16 +487,60 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
   // the pyramid has it.
   int level = params.stats_level;
   while (level > 0 && (level >= pyramid.num_levels() || patch_px % (1 << level) != 0)) --level;
-  TileStats st = gather_tile_stats(pyramid.view(level), m.grid, level, params.entropy_bins, exec);
-  m.saliency = saliency_from_means(st, m.grid, exec);
-  m.information = std::move(st.entropy);
-  m.query = query.empty() ? std::vector<float>(m.grid.tiles(), 0.0f)
-                          : query_term(pyramid, m.grid, query, params);
   const RelevanceWeights& w = params.weights;
-  m.score.resize(m.grid.tiles());
-  for (int64_t t = 0; t < m.grid.tiles(); ++t)
+  const size_t n = size_t(m.grid.tiles());
+  // Terms weighted 0 are not computed (their vectors are zeros): the tile statistics pass is
+  // a full read of the statistics level.
+  if (w.information > 0 || w.saliency > 0) {
+    TileStats st = gather_tile_stats(pyramid.view(level), m.grid, level, params.entropy_bins, exec);
+    m.saliency = w.saliency > 0 ? saliency_from_means(st, m.grid, exec) : std::vector<float>(n, 0.0f);
+    m.information = std::move(st.entropy);
+  } else {
+    m.information.assign(n, 0.0f);
+    m.saliency.assign(n, 0.0f);
+  }
+  m.detail_total.assign(n, 0.0f);
+  std::vector<float> fine;  // fine-detail energy per tile (mips 0→1→2), for shaping fixations
+  if (w.detail > 0 || (params.fixation_spread < 1.0f && !query.fixations.empty())) {
+    m.detail = detail_energy(pyramid, m.grid, exec);
+    fine.assign(n, 0.0f);
+    for (size_t j = 0; j < std::min<size_t>(2, m.detail.size()); ++j)
+      for (size_t t = 0; t < n; ++t) fine[t] += m.detail[j][t];
+  }
+  m.query = query.empty() ? std::vector<float>(n, 0.0f) : query_term(pyramid, m.grid, query, params, fine);
+  m.score.resize(n);
+  for (size_t t = 0; t < n; ++t)
     m.score[t] = w.floor + w.information * m.information[t] + w.saliency * m.saliency[t] +
                  w.query * m.query[t];
+  if (w.detail <= 0) m.detail.clear();
+  if (w.detail > 0) {
+    // Normalise by the image's mean energy per tile (its detail variance), floored at a
+    // noise level of kNoiseGrey per channel so a nearly flat image is not amplified.
+    constexpr double kNoiseGrey = 2.0;
+    double total = 0;
+    // The fine bias is a prior for when nobody says where to look; a query says it, and the
+    // error inside its focus is then counted plainly.
+    const float fine_bias = query.empty() ? params.fine_bias : 0.0f;
+    for (size_t j = 0; j < m.detail.size(); ++j) {
+      const float bias = std::exp2(-fine_bias * float(j));
+      for (float& v : m.detail[j]) total += (v *= bias);
+    }
+    const double floor_energy = double(m.grid.patch_px) * m.grid.patch_px * pyramid.channels() * kNoiseGrey * kNoiseGrey;
+    const double z = std::max(total / double(n), floor_energy);
+    m.detail_scale = float(1.0 / z);
+    // Per-tile factor: weight · (1 + w_query · query)^focus / z (no pow without a query).
+    std::vector<float> factor(n, float(w.detail / z));
+    if (!query.empty())
+      for (size_t t = 0; t < n; ++t)
+        factor[t] *= params.detail_focus == 1.0f ? 1.0f + w.query * m.query[t]
+                                                 : std::pow(1.0f + w.query * m.query[t], params.detail_focus);
+    const float inv_z = float(1.0 / z);
+    for (auto& lv : m.detail)
+      for (size_t t = 0; t < n; ++t) {
+        m.detail_total[t] += lv[t] * inv_z;
+        lv[t] *= factor[t];
+      }
+  }
   return m;
 }
 
@@ -312,6 +550,7 @@ std::string describe(const Query& q) {
   const char* sep = "";
   for (const Fixation& f : q.fixations) {
     s << sep << "fixation(" << f.x_px << "," << f.y_px;
+    if (f.radius_px > 0) s << ";r=" << f.radius_px;
     if (f.weight != 1) s << ";w=" << f.weight;
     s << ")";
     sep = " ";

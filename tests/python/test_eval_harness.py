@@ -61,10 +61,14 @@ def main():
 
     agg = res["aggregate"]["all"]
     assert agg["scenes"] == 4 and set(agg["budgets"]) == {str(b) for b in budgets}
-    assert set(res["targets"]) == {"fov-fixation", "fov-region"}
+    assert set(res["targets"]) == {"fov-fixation", "fov-region", "bottom-up"}
+    bu = res["targets"]["bottom-up"]
+    assert set(bu["psnr_image_gain_db"]) == {str(b) for b in budgets}
+    assert all(0 <= n <= 4 for n in bu["scenes_psnr_below_uniform"].values())
+    assert 0 <= res["targets"]["fov-fixation"]["fraction_of_ceiling_at_64"] <= 1.5
     with open(os.path.join(out, "table.md")) as f:
         table = f.read()
-    assert "| 273 |" in table and "full res" in table and "Targets at B = 273" in table
+    assert "| 273 |" in table and "full res" in table and "Targets at B = 273" in table and "Issue 17 targets" in table
     print("eval harness ok:", ", ".join(f"{s['id']} ceiling {100 * s['runs'][0]['ocr_accuracy']:.0f}%"
                                        for s in scenes))
 

@@ -108,16 +108,17 @@ void TokenizeOptions::add(CLI::App& app) {
       ->check(CLI::Range(2, 256))
       ->default_val(16);
   app.add_option("--fixation,-f", fixations,
-                 "Fixation point X,Y in image pixels (optionally X,Y,WEIGHT); repeatable")
-      ->type_name("X,Y")
+                 "Fixation point X,Y in image pixels; X,Y,R adds the radius R (px) of what is looked at, "
+                 "X,Y,R,WEIGHT a weight (R = 0: no size hint); repeatable")
+      ->type_name("X,Y[,R]")
       ->allow_extra_args(false);  // one value per flag: never swallow the image positional
   app.add_option("--region,-r", regions,
                  "Region of interest X0,Y0,X1,Y1 in image pixels (optionally ,WEIGHT); repeatable")
       ->type_name("X0,Y0,X1,Y1")
       ->allow_extra_args(false);  // one value per flag: never swallow the image positional
   app.add_option("--weights", weights,
-                 "Relevance weights, e.g. information=1,saliency=0.5,query=8,floor=0.05 (keys may be "
-                 "abbreviated: info, sal, q)")
+                 "Relevance weights, e.g. detail=1,query=8,floor=0.5,information=0,saliency=0 (keys "
+                 "may be abbreviated: info, sal, q)")
       ->type_name("K=V,...");
   app.add_option("--e0", e0, "Cortical-magnification half-saturation eccentricity, as a fraction of "
                              "the image's longer side")
@@ -125,6 +126,21 @@ void TokenizeOptions::add(CLI::App& app) {
   app.add_option("--sharpness", sharpness,
                  "How strongly token size follows relevance: side ~ relevance^-sharpness, in [0.5, 4]")
       ->default_val(AllocParams{}.sharpness);
+  app.add_option("--fine-bias", fine_bias,
+                 "Rate-distortion: weight of mip j's detail is 2^(-bias*j), in [0, 4]; 0 = plain squared error "
+                 "(best PSNR), higher favours fine detail such as text")
+      ->default_val(RelevanceParams{}.fine_bias);
+  app.add_option("--detail-focus", detail_focus,
+                 "How much a query focuses the detail term: weight (1 + query)^focus, in [0, 4]")
+      ->default_val(RelevanceParams{}.detail_focus);
+  app.add_option("--fixation-spread", fixation_spread,
+                 "Cost of crossing content like the fixated one, relative to flat content, in (0, 1]; "
+                 "1 = radial fovea")
+      ->default_val(RelevanceParams{}.fixation_spread);
+  app.add_option("--lookahead", lookahead,
+                 "Levels a split's detail gain is looked ahead, in [1, 8] (deeper reaches fine text sooner)")
+      ->check(CLI::Range(1, 8))
+      ->default_val(AllocParams{}.lookahead);
   app.add_option("--max-level", max_level, "Coarsest mip level of the quadtree (-1: automatic)")
       ->default_val(-1);
   app.add_flag("--uniform", uniform, "The baseline: resize so a plain grid holds <= budget tokens");
@@ -147,6 +163,18 @@ TokenizeParams TokenizeOptions::params() const {
   p.alloc.max_level = max_level;
   if (!(sharpness >= 0.5f && sharpness <= 4.0f)) throw bad("--sharpness must be in [0.5, 4]");
   p.alloc.sharpness = sharpness;
+  p.alloc.lookahead = lookahead;
+  auto in_range = [&](float v, float lo, float hi, bool open_lo, const char* flag) {
+    if (!std::isfinite(v) || v > hi || (open_lo ? v <= lo : v < lo))
+      throw bad(std::string(flag) + " must be in " + (open_lo ? "(" : "[") + std::to_string(int(lo)) + ", " +
+                std::to_string(int(hi)) + "]");
+  };
+  in_range(fine_bias, 0, 4, false, "--fine-bias");
+  in_range(detail_focus, 0, 4, false, "--detail-focus");
+  in_range(fixation_spread, 0, 1, true, "--fixation-spread");
+  p.relevance.fine_bias = fine_bias;
+  p.relevance.detail_focus = detail_focus;
+  p.relevance.fixation_spread = fixation_spread;
   if (max_level < -1 || max_level > 24) throw bad("--max-level must be in [-1, 24]");
   if (!std::isfinite(e0) || e0 <= 0) throw bad("--e0 must be a number > 0");
   p.relevance.e0 = e0;
@@ -165,7 +193,8 @@ TokenizeParams TokenizeOptions::params() const {
       else if (key == "saliency" || key == "sal") w.saliency = v;
       else if (key == "query" || key == "q") w.query = v;
       else if (key == "floor") w.floor = v;
-      else throw bad("--weights: unknown key '" + key + "' (information, saliency, query, floor)");
+      else if (key == "detail") w.detail = v;
+      else throw bad("--weights: unknown key '" + key + "' (detail, information, saliency, query, floor)");
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -192,9 +221,10 @@ Query TokenizeOptions::query() const {
   Query q;
   for (const std::string& f : fixations) {
     const std::vector<float> v = parse_floats(f, "--fixation");
-    if (v.size() != 2 && v.size() != 3) throw bad("--fixation needs X,Y or X,Y,WEIGHT, got '" + f + "'");
-    if (v.size() == 3 && v[2] < 0) throw bad("--fixation weight must be >= 0");
-    q.fixations.push_back({v[0], v[1], v.size() == 3 ? v[2] : 1.0f});
+    if (v.size() < 2 || v.size() > 4) throw bad("--fixation needs X,Y, X,Y,R or X,Y,R,WEIGHT, got '" + f + "'");
+    if (v.size() >= 3 && v[2] < 0) throw bad("--fixation radius must be >= 0");
+    if (v.size() == 4 && v[3] < 0) throw bad("--fixation weight must be >= 0");
+    q.fixations.push_back({v[0], v[1], v.size() == 4 ? v[3] : 1.0f, v.size() >= 3 ? v[2] : 0.0f});
   }
   for (const std::string& r : regions) {
     const std::vector<float> v = parse_floats(r, "--region");

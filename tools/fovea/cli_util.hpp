@@ -38,11 +38,15 @@ struct TokenizeOptions {
   int budget = 273;
   int patch = 16;
   int max_level = -1;
-  std::vector<std::string> fixations;  // "X,Y" or "X,Y,WEIGHT"
+  std::vector<std::string> fixations;  // "X,Y", "X,Y,R" or "X,Y,R,WEIGHT"
   std::vector<std::string> regions;    // "X0,Y0,X1,Y1" or with ",WEIGHT"
-  std::string weights;                 // "information=1,saliency=0.5,query=8,floor=0.05"
+  std::string weights;                 // "detail=1,query=8,floor=0.5,information=0,saliency=0"
   float e0 = RelevanceParams{}.e0;
   float sharpness = AllocParams{}.sharpness;
+  int lookahead = AllocParams{}.lookahead;
+  float fine_bias = RelevanceParams{}.fine_bias;
+  float detail_focus = RelevanceParams{}.detail_focus;
+  float fixation_spread = RelevanceParams{}.fixation_spread;
   bool uniform = false;
   std::string dtype = "f32";
   std::string mean, std;  // "R,G,B"
