@@ -1,15 +1,18 @@
 // fovea/view.hpp — non-owning views of a caller's pixels and tensors: no copy on the way in.
 //
 //   // A C-contiguous [H, W, 3] uint8 buffer (a numpy array, a decoded video frame):
-//   fovea::ImageViewU8 v = fovea::ImageViewU8::interleaved(ptr, width, height, 3);
-//   fovea::Tokenization t = fovea::tokenize(v, query, params, exec);   // reads `ptr` in place
-//   // t.pyramid borrows `ptr` as level 0: keep the buffer alive (and unchanged) while t lives.
+//   int width = 640, height = 480;
+//   std::vector<uint8_t> pixels(size_t(width) * height * 3, 128);
+//   fovea::ImageViewU8 v = fovea::ImageViewU8::interleaved(pixels.data(), width, height, 3);
+//   fovea::Executor exec;
+//   fovea::Tokenization t = fovea::tokenize(v, fovea::Query{}, fovea::TokenizeParams{}, exec);
+//   // t.pyramid borrows `pixels` as level 0: keep the buffer alive (and unchanged) while t lives.
 //
 //   fovea::ImageU8 img = fovea::load_image("in.jpg");
 //   fovea::ImageViewU8 planar = img;                                     // an Image is a view too
 //
-//   fovea::TensorView p(fovea::DType::f32, {n, 3, 16, 16}, data);         // [N, C, P, P], C order
-//   fovea::Encoding e = fovea::encode(model, p, positions, ep, exec);
+//   std::vector<float> data(4 * 3 * 16 * 16);
+//   fovea::TensorView p(fovea::DType::f32, {4, 3, 16, 16}, data.data());  // [N, C, P, P], C order
 //
 // ImageView layout: sample (c, y, x) is at data[c·channel_stride + y·row_stride +
 // x·pixel_stride] (strides in samples, not bytes). Interleaved HWC: pixel_stride = channels,
