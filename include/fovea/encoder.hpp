@@ -50,6 +50,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -172,6 +173,12 @@ class VitModel {
  private:
   std::shared_ptr<Impl> impl_;
 };
+
+// What an embeddings file records about the model and the precision: model, model_description,
+// model_family, random_weights, precision, hidden_size, positional_interpolation,
+// model_naming, embeddings_output, and projector / projected_dim when the model has one.
+// `fovea encode -o` and the Python binding both write these, so their files agree.
+std::map<std::string, std::string> encoder_metadata(const VitModel& model, Precision precision);
 
 struct EncodeParams {
   Precision precision = Precision::fp32;

@@ -332,22 +332,9 @@ std::map<std::string, std::string> embeddings_metadata(const PyTokens& t, const 
   // The metadata `fovea encode -o` writes (tools/fovea/cmd_encode.cpp), so files from either
   // are interchangeable.
   std::map<std::string, std::string> meta = token_metadata(t.t, t.query, t.params);
-  const VitConfig& mc = model.config();
   meta["source"] = t.source;
-  meta["model"] = model.source();
-  meta["model_description"] = model.describe();
-  meta["model_family"] = std::string(to_string(mc.family));
-  meta["random_weights"] = model.is_random() ? "true" : "false";
-  meta["precision"] = std::string(to_string(prec));
-  meta["hidden_size"] = std::to_string(mc.hidden);
-  meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
-  meta["model_naming"] = mc.naming;
+  for (auto& [k, v] : encoder_metadata(model, prec)) meta[k] = v;
   meta["preprocessing_source"] = t.preprocessing_source;
-  meta["embeddings_output"] = embedding_output(mc);
-  if (mc.projector != ProjectorType::none) {
-    meta["projector"] = std::string(to_string(mc.projector));
-    meta["projected_dim"] = std::to_string(mc.projector_dim);
-  }
   return meta;
 }
 

@@ -38,4 +38,23 @@ std::string embedding_output(const VitConfig& c) {
   return "?";
 }
 
+std::map<std::string, std::string> encoder_metadata(const VitModel& model, Precision precision) {
+  const VitConfig& mc = model.config();
+  std::map<std::string, std::string> meta;
+  meta["model"] = model.source();
+  meta["model_description"] = model.describe();
+  meta["model_family"] = std::string(to_string(mc.family));
+  meta["random_weights"] = model.is_random() ? "true" : "false";
+  meta["precision"] = std::string(to_string(precision));
+  meta["hidden_size"] = std::to_string(mc.hidden);
+  meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
+  meta["model_naming"] = mc.naming;
+  meta["embeddings_output"] = embedding_output(mc);
+  if (mc.projector != ProjectorType::none) {
+    meta["projector"] = std::string(to_string(mc.projector));
+    meta["projected_dim"] = std::to_string(mc.projector_dim);
+  }
+  return meta;
+}
+
 }  // namespace fovea

@@ -63,20 +63,8 @@ struct EncodeCommand {
     auto embeddings_file = [&](const Tokenization& t, Encoding& e, const std::string& source) {
       std::map<std::string, std::string> meta = token_metadata(t, query, params);
       meta["source"] = source;
-      meta["model"] = model_spec;
-      meta["model_description"] = model.describe();
-      meta["model_family"] = std::string(to_string(mc.family));
-      meta["random_weights"] = model.is_random() ? "true" : "false";
-      meta["precision"] = std::string(to_string(prec));
-      meta["hidden_size"] = std::to_string(mc.hidden);
-      meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
-      meta["model_naming"] = mc.naming;
+      for (auto& [k, v] : encoder_metadata(model, prec)) meta[k] = v;  // as the Python binding writes
       meta["preprocessing_source"] = norm_source;
-      meta["embeddings_output"] = embedding_output(mc);
-      if (mc.projector != ProjectorType::none) {
-        meta["projector"] = std::string(to_string(mc.projector));
-        meta["projected_dim"] = std::to_string(mc.projector_dim);
-      }
       EmbeddingsFile file;
       file.metadata = std::move(meta);
       file.embeddings = std::move(e.embeddings);
