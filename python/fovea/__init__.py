@@ -24,17 +24,36 @@ For datasets, see fovea.distributed (Dask).
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _fovea
-from ._fovea import Encoding, TensorFile, Tokens
+from ._fovea import Encoding, TensorFile, Tokens, VideoFrameResult
 
 __version__ = _fovea.__version__
-__all__ = ["tokenize", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "__version__"]
+__all__ = ["tokenize", "Fixation", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "VideoReader",
+           "VideoFrame", "VideoFrameResult", "video", "__version__"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Fixation(NamedTuple):
+    """Where the query looks, in image pixels; the CLI's --fixation X,Y[,R[,WEIGHT]].
+
+    radius: the radius (px) of what is looked at: the relevance is full inside that disc and
+        falls off outside it. 0: no size hint (the falloff starts at the point, with scale e0
+        times the image's longer side).
+    weight: scales this fixation's term (the query term is the max over all fixations).
+
+    A plain tuple means the same, position by position: (x, y), (x, y, radius),
+    (x, y, radius, weight). (Before fovea 0.3 the binding read a third value as a weight;
+    it is the radius now, as in the CLI. Pass Fixation(x, y, weight=w) for a weight.)
+    """
+    x: float
+    y: float
+    radius: float = 0.0
+    weight: float = 1.0
 
 
 def tokenize(
@@ -58,24 +77,39 @@ def tokenize(
     model: Optional["Model"] = None,
     max_pixels: int = 100_000_000,
     source: str = "",
+    fine_bias: Optional[float] = None,
+    detail_focus: Optional[float] = None,
+    fixation_spread: Optional[float] = None,
+    lookahead: Optional[int] = None,
+    exif: bool = True,
 ) -> Tokens:
     """Turn an image and a query into a budgeted set of multi-scale patches.
 
     Args:
         image: a uint8 numpy array [H, W, 3] (RGB) or [H, W] (gray), read in place (no
-            copy; rows may be padded, e.g. a crop of a larger array), a path to a PNG or
-            JPEG file, or the file's bytes (decoded by fovea, EXIF orientation applied).
-            Other dtypes raise TypeError, other layouts ValueError.
+            copy; any positive strides: padded rows such as a crop of a larger array,
+            rgba[..., :3], planar chw.transpose(1, 2, 0), a fovea.VideoReader frame), a
+            path to a PNG or JPEG file, or the file's bytes (decoded by fovea, EXIF
+            orientation applied unless exif=False). Other dtypes raise TypeError, flipped or
+            overlapping layouts ValueError.
         budget: the maximum number of tokens (the result lands within 2 of it).
-        fixations: points (x, y) or (x, y, weight) in image pixels where the query looks.
+        fixations: where the query looks, in image pixels: fovea.Fixation(x, y, radius=0,
+            weight=1) or tuples (x, y), (x, y, radius), (x, y, radius, weight), as the
+            CLI's --fixation X,Y[,R[,WEIGHT]] (the radius, px, of what is looked at).
         regions: boxes (x0, y0, x1, y1) or (x0, y0, x1, y1, weight) in image pixels.
         patch: patch size P in pixels (default: the model's, else 16).
         uniform: the baseline a standard VLM uses: resize so a plain grid holds <= budget.
         threads: worker threads for this call (0: one per hardware thread).
         max_level: coarsest mip level of the quadtree (-1: automatic).
-        weights: relevance weights {"information", "saliency", "query", "floor"}.
+        weights: relevance weights {"detail", "query", "floor", "information", "saliency"}
+            (the CLI's --weights).
         e0: cortical-magnification half-saturation eccentricity (fraction of the longer side).
         sharpness: how strongly token size follows relevance, in [0.5, 4].
+        fine_bias: rate-distortion weight of fine detail, in [0, 4] (--fine-bias).
+        detail_focus: how much a query focuses the detail term, in [0, 4] (--detail-focus).
+        fixation_spread: cost of crossing content like the fixated one, in (0, 1]; 1 is a
+            radial fovea (--fixation-spread).
+        lookahead: levels a split's gain is looked ahead, in [1, 8] (--lookahead).
         dtype: patch dtype, "f32" (normalised), "f16" or "u8" (raw pixels).
         mean, std: normalisation (default: the model's input contract, else CLIP's);
             normalize=False gives x/255.
@@ -84,6 +118,7 @@ def tokenize(
         model: a fovea.Model whose input contract (patch size, mean, std) the patches
             follow, as `fovea encode` does; needed for query_embedding.
         max_pixels: images with more pixels are refused (paths and bytes).
+        exif: apply the JPEG EXIF orientation (paths and bytes; --no-exif is exif=False).
         source: recorded as the files' "source" metadata (default: the path, "<array>" or
             "<bytes>").
 
@@ -98,7 +133,7 @@ def tokenize(
         image, budget, [tuple(f) for f in fixations], [tuple(r) for r in regions], patch, uniform, threads,
         max_level, dict(weights or {}), e0, sharpness, dtype,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
-        query_embedding, model, max_pixels, source)
+        query_embedding, model, max_pixels, source, fine_bias, detail_focus, fixation_spread, lookahead, exif)
 
 
 class Model(_fovea.Model):
@@ -159,3 +194,145 @@ def save(path: PathLike, tensors: Mapping[str, np.ndarray], metadata: Optional[M
     for anything else (e.g. a query embedding: fovea.save("q.safetensors", {"query": v})).
     """
     _fovea.save(path, dict(tensors), {str(k): str(v) for k, v in (metadata or {}).items()})
+
+
+class VideoFrame(NamedTuple):
+    """One decoded frame: image [H, W, 3] uint8 RGB, pts in seconds, 0-based index among all
+    decoded frames (the kept ones, with every= or fps=, are a subset)."""
+    image: np.ndarray
+    pts: float
+    index: int
+
+
+class VideoReader:
+    """Decode a video (any container and codec Debian's ffmpeg reads) frame by frame.
+
+        for f in fovea.VideoReader("clip.mp4", every=2, max_frames=100):
+            f.image, f.pts, f.index       # [H, W, 3] uint8 RGB, seconds, decoded-frame index
+            t = fovea.tokenize(f.image)   # read in place
+
+    Each image is a view on the buffer the C++ decoder converted into (libswscale, straight to
+    RGB planes): no copy. It is planar underneath, so its strides are (row, 1, plane): numpy,
+    torch.from_numpy and fovea.tokenize read it as is; np.ascontiguousarray(f.image) gives
+    the interleaved copy OpenCV wants. A frame's buffer is reused for a later frame only after
+    its array is gone. The GIL is released while a frame is decoded. Streams: memory does not
+    grow with the length.
+
+    Args:
+        path: the video file.
+        every: keep every N-th decoded frame (the others are decoded and dropped).
+        fps: or keep one frame per 1/fps seconds of presentation time.
+        max_frames: stop after this many kept frames.
+        threads: decoder threads (0: libavcodec's choice).
+        max_pixels: larger frames are refused.
+        quiet: silence libav's own log lines (process-wide, av_log_set_level, as the CLI does);
+            problems still appear in .warnings.
+
+    .info is a dict (width, height, fps, duration_s, frame_count, container, codec);
+    .frames_decoded, .corrupt_packets (skipped, as ffmpeg does), .warnings.
+    Raises OSError for a missing or unreadable file, RuntimeError for a file that is not a
+    video (the CLI's messages).
+    """
+
+    def __init__(self, path: PathLike, every: int = 1, fps: Optional[float] = None,
+                 max_frames: Optional[int] = None, threads: int = 0, max_pixels: int = 100_000_000,
+                 quiet: bool = True) -> None:
+        self._r = _fovea.VideoReader(path, every, fps, max_frames, threads, max_pixels, quiet)
+
+    def __iter__(self) -> "VideoReader":
+        return self
+
+    def __next__(self) -> VideoFrame:
+        return VideoFrame(*next(self._r))
+
+    @property
+    def info(self) -> dict:
+        return self._r.info
+
+    @property
+    def frames_decoded(self) -> int:
+        return self._r.frames_decoded
+
+    @property
+    def corrupt_packets(self) -> int:
+        return self._r.corrupt_packets
+
+    @property
+    def warnings(self) -> list:
+        return self._r.warnings
+
+
+def video(
+    path: PathLike,
+    model: Optional["Model"] = None,
+    budget: int = 273,
+    fixations=(),
+    regions: Iterable[Sequence[float]] = (),
+    *,
+    every: Optional[int] = None,
+    fps: Optional[float] = None,
+    max_frames: Optional[int] = None,
+    reuse: Optional[str] = None,
+    keyframe: int = 0,
+    threshold: float = 8.0,
+    token_threshold: float = 0.1,
+    hysteresis: float = 0.1,
+    refresh_fraction: float = 0.5,
+    precision: str = "fp32",
+    threads: int = 0,
+    output: Optional[PathLike] = None,
+    patch: Optional[int] = None,
+    dtype: str = "f32",
+    max_level: int = -1,
+    weights: Optional[Mapping[str, float]] = None,
+    e0: Optional[float] = None,
+    sharpness: Optional[float] = None,
+    mean: Optional[Sequence[float]] = None,
+    std: Optional[Sequence[float]] = None,
+    normalize: bool = True,
+    fine_bias: Optional[float] = None,
+    detail_focus: Optional[float] = None,
+    fixation_spread: Optional[float] = None,
+    lookahead: Optional[int] = None,
+    max_pixels: int = 100_000_000,
+    quiet: bool = True,
+):
+    """Tokenize (and, with a model, encode) a video, re-doing only what changed between frames:
+    the session `fovea video` runs (docs/video.md).
+
+    Args:
+        path: the video file.
+        model: a fovea.Model; without one, frames are tokenized only (patches).
+        budget, regions, patch, dtype, max_level, weights, e0, sharpness, mean, std,
+            normalize, fine_bias, detail_focus, fixation_spread, lookahead: as fovea.tokenize.
+        fixations: as fovea.tokenize (fovea.Fixation or (x, y[, radius[, weight]]) tuples),
+            or a function (index, pts) -> fixations called for every frame (the CLI's
+            --fixations FILE.csv, in Python).
+        every / fps / max_frames: which frames, as the CLI's --every / --fps / --max-frames.
+        reuse: "incremental" (default with a model: Eventful-style ViT reuse, approximate),
+            "exact" (patches and patch embeddings reused, full ViT), "off".
+        keyframe, threshold, token_threshold, hysteresis, refresh_fraction: the CLI's
+            --keyframe, --threshold, --token-threshold, --hysteresis, --refresh-fraction.
+        precision: "fp32" or "bf16"; threads: threads (0: one per hardware thread).
+        output: write the file `fovea video -o` writes (embeddings or patches, frame_offsets,
+            pts, positions, levels, recomputed), streamed with bounded memory, atomically.
+
+    Returns:
+        with output: the summary (frames, tokens, recomputed_tokens, reuse_rate, approximate,
+        mean_ms, frames_decoded, corrupt_packets, warnings, video info, output);
+        without: a list of fovea.VideoFrameResult (.embeddings, .patches, .positions,
+        .levels, .recomputed, .pts, .refresh, .timings, ...), numpy views on C++ memory
+        (every frame stays in memory: use output= for long videos).
+
+    The GIL is released while frames are decoded and processed. Errors as the CLI's:
+    OSError for a missing file, RuntimeError for one that is not a video, ValueError for
+    bad arguments.
+    """
+    if not callable(fixations):
+        fixations = [tuple(f) for f in fixations]
+    return _fovea.video(
+        path, model, budget, fixations, [tuple(r) for r in regions], every or 0, fps or 0.0, max_frames or 0,
+        reuse, keyframe, threshold, token_threshold, hysteresis, refresh_fraction, precision, threads, output,
+        patch, dtype, max_level, dict(weights or {}), e0, sharpness,
+        None if mean is None else list(mean), None if std is None else list(std), normalize,
+        fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet)

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -31,6 +32,7 @@
 #include "fovea/safetensors.hpp"
 #include "fovea/tokenizer.hpp"
 #include "fovea/version_gen.hpp"
+#include "fovea/video.hpp"
 #include "fovea/view.hpp"
 #include "fovea/viz.hpp"
 
@@ -116,14 +118,21 @@ ImageViewU8 array_view(const py::array& a) {
                           (C == 4 ? " (drop alpha with a[..., :3])" : ""));
   if (H < 1 || W < 1) throw py::value_error("image is empty (" + std::to_string(W) + "x" + std::to_string(H) + ")");
   const py::ssize_t rs = a.strides(0), ps = a.strides(1), cs = a.ndim() == 3 ? a.strides(2) : 1;
-  // HWC with positive strides: rows may be padded (a crop of a larger array), pixels may be
-  // wider than the channels read (a[..., :3] of RGBA); flipped or channel-major layouts are not
-  // read in place.
-  if (!(cs == 1 || C == 1) || ps < C || rs < ps * W)
-    throw py::value_error("image must be laid out [H, W, C] with rows and pixels in increasing memory order "
-                          "(strides " + std::to_string(rs) + ", " + std::to_string(ps) + ", " + std::to_string(cs) +
-                          "); pass np.ascontiguousarray(image)");
-  return ImageViewU8(static_cast<const uint8_t*>(a.data()), W, H, C, ps, rs, 1);
+  // Any positive strides whose samples do not overlap are read in place: HWC with padded rows
+  // (a crop of a larger array), wider pixels than the channels read (a[..., :3] of RGBA), and
+  // planar data seen as [H, W, C] (chw.transpose(1, 2, 0), fovea's video frames). Flipped
+  // (negative) strides are not.
+  if (rs <= 0 || ps <= 0 || (C > 1 && cs <= 0))
+    throw py::value_error("image strides must be positive (got " + std::to_string(rs) + ", " + std::to_string(ps) +
+                          ", " + std::to_string(cs) + " bytes: a flipped view); pass np.ascontiguousarray(image)");
+  ImageViewU8 v(static_cast<const uint8_t*>(a.data()), W, H, C, ps, rs, C > 1 ? cs : 1);
+  try {
+    v.check();
+  } catch (const Error&) {
+    throw py::value_error("image strides (" + std::to_string(rs) + ", " + std::to_string(ps) + ", " + std::to_string(cs) +
+                          " bytes) make samples overlap; pass np.ascontiguousarray(image)");
+  }
+  return v;
 }
 
 // ---- Tokens ----------------------------------------------------------------------------------
@@ -157,19 +166,28 @@ void check_params(const TokenizeParams& p) {
   if (!(p.alloc.sharpness >= 0.5f && p.alloc.sharpness <= 4.0f)) throw bad("sharpness must be in [0.5, 4]");
   if (p.alloc.max_level < -1 || p.alloc.max_level > 24) throw bad("max_level must be in [-1, 24]");
   if (!std::isfinite(p.relevance.e0) || p.relevance.e0 <= 0) throw bad("e0 must be a number > 0");
+  if (!(p.relevance.fine_bias >= 0 && p.relevance.fine_bias <= 4)) throw bad("fine_bias must be in [0, 4]");
+  if (!(p.relevance.detail_focus >= 0 && p.relevance.detail_focus <= 4)) throw bad("detail_focus must be in [0, 4]");
+  if (!(p.relevance.fixation_spread > 0 && p.relevance.fixation_spread <= 1)) throw bad("fixation_spread must be in (0, 1]");
+  if (p.alloc.lookahead < 1 || p.alloc.lookahead > 8) throw bad("lookahead must be in [1, 8]");
   const RelevanceWeights& w = p.relevance.weights;
-  for (float v : {w.information, w.saliency, w.query, w.floor})
+  for (float v : {w.information, w.saliency, w.query, w.floor, w.detail})
     if (!std::isfinite(v) || v < 0) throw bad("weights must be finite and >= 0");
 }
 
+// Fixations mean what the CLI's --fixation X,Y[,R[,WEIGHT]] means: (x, y), (x, y, radius) or
+// (x, y, radius, weight); fovea.Fixation(x, y, radius=0, weight=1) is such a tuple.
 Query make_query(const std::vector<std::vector<float>>& fixations, const std::vector<std::vector<float>>& regions) {
   Query q;
   for (const auto& v : fixations) {
-    if (v.size() != 2 && v.size() != 3) throw bad("a fixation is (x, y) or (x, y, weight)");
+    if (v.size() < 2 || v.size() > 4)
+      throw bad("a fixation is (x, y), (x, y, radius) or (x, y, radius, weight), as the CLI's --fixation X,Y[,R[,WEIGHT]]; "
+                "got " + std::to_string(v.size()) + " values");
     for (float f : v)
       if (!std::isfinite(f)) throw bad("fixation values must be finite");
-    if (v.size() == 3 && v[2] < 0) throw bad("fixation weight must be >= 0");
-    q.fixations.push_back({v[0], v[1], v.size() == 3 ? v[2] : 1.0f});
+    if (v.size() >= 3 && v[2] < 0) throw bad("fixation radius must be >= 0");
+    if (v.size() == 4 && v[3] < 0) throw bad("fixation weight must be >= 0");
+    q.fixations.push_back({v[0], v[1], v.size() == 4 ? v[3] : 1.0f, v.size() >= 3 ? v[2] : 0.0f});
   }
   for (const auto& v : regions) {
     if (v.size() != 4 && v.size() != 5) throw bad("a region is (x0, y0, x1, y1) or (x0, y0, x1, y1, weight)");
@@ -210,17 +228,17 @@ std::vector<float> query_vector(const py::object& q) {
   return v;
 }
 
-std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const std::vector<std::vector<float>>& fixations,
-                                      const std::vector<std::vector<float>>& regions, std::optional<int> patch, bool uniform, int threads,
-                                      int max_level, const std::map<std::string, float>& weights, std::optional<float> e0,
-                                      std::optional<float> sharpness, const std::string& dtype,
-                                      std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_,
-                                      bool normalize, const py::object& query_embedding, const py::object& model,
-                                      uint64_t max_pixels, const std::string& source) {
-  auto out = std::make_unique<PyTokens>();
-  TokenizeParams& p = out->params;
-  std::optional<VitModel> vit;
-  if (!model.is_none()) vit = model.cast<VitModel>();
+// The keyword arguments of tokenize (and video) as TokenizeParams, with the model's input
+// contract (patch size, normalisation) unless the arguments say otherwise, as the CLI's
+// encode does; `preprocessing_source` says where the normalisation came from.
+TokenizeParams build_params(int budget, std::optional<int> patch, bool uniform, int max_level,
+                            const std::map<std::string, float>& weights, std::optional<float> e0,
+                            std::optional<float> sharpness, const std::string& dtype,
+                            const std::optional<std::vector<float>>& mean, const std::optional<std::vector<float>>& std_,
+                            bool normalize, const std::optional<VitModel>& vit, std::optional<float> fine_bias,
+                            std::optional<float> detail_focus, std::optional<float> fixation_spread,
+                            std::optional<int> lookahead, std::string& preprocessing_source) {
+  TokenizeParams p;
   // The model's input contract (patch size, normalisation) unless the arguments say otherwise,
   // as the CLI's encode does.
   if (vit && patch && *patch != vit->config().patch_px)
@@ -232,13 +250,18 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
   p.alloc.max_level = max_level;
   if (sharpness) p.alloc.sharpness = *sharpness;
   if (e0) p.relevance.e0 = *e0;
+  if (fine_bias) p.relevance.fine_bias = *fine_bias;
+  if (detail_focus) p.relevance.detail_focus = *detail_focus;
+  if (fixation_spread) p.relevance.fixation_spread = *fixation_spread;
+  if (lookahead) p.alloc.lookahead = *lookahead;
   for (const auto& [k, v] : weights) {
     RelevanceWeights& w = p.relevance.weights;
     if (k == "information" || k == "info" || k == "entropy") w.information = v;
     else if (k == "saliency" || k == "sal") w.saliency = v;
     else if (k == "query" || k == "q") w.query = v;
     else if (k == "floor") w.floor = v;
-    else throw bad("weights: unknown key '" + k + "' (information, saliency, query, floor)");
+    else if (k == "detail") w.detail = v;
+    else throw bad("weights: unknown key '" + k + "' (detail, information, saliency, query, floor)");
   }
   p.extract.dtype = parse_dtype(dtype);
   p.extract.norm.enabled = normalize;
@@ -255,12 +278,30 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
   rgb(mean, "mean", p.extract.norm.mean);
   rgb(std_, "std", p.extract.norm.std);
   const std::string defaults = vit ? "the model (" + vit->config().input.source + ")" : "CLIP defaults";
-  out->preprocessing_source = !normalize       ? std::string("--no-normalize (x/255)")
+  preprocessing_source = !normalize       ? std::string("--no-normalize (x/255)")
                               : !mean && !std_ ? (vit ? "model: " + vit->config().input.source : std::string("CLIP defaults"))
                               : mean && std_   ? std::string("--mean/--std")
                               : vit            ? (mean ? "--mean; std from " : "--std; mean from ") + defaults
                                                : std::string("--mean/--std, CLIP defaults for the rest");
   check_params(p);
+  return p;
+}
+
+std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const std::vector<std::vector<float>>& fixations,
+                                      const std::vector<std::vector<float>>& regions, std::optional<int> patch, bool uniform, int threads,
+                                      int max_level, const std::map<std::string, float>& weights, std::optional<float> e0,
+                                      std::optional<float> sharpness, const std::string& dtype,
+                                      std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_,
+                                      bool normalize, const py::object& query_embedding, const py::object& model,
+                                      uint64_t max_pixels, const std::string& source, std::optional<float> fine_bias,
+                                      std::optional<float> detail_focus, std::optional<float> fixation_spread,
+                                      std::optional<int> lookahead, bool exif) {
+  auto out = std::make_unique<PyTokens>();
+  std::optional<VitModel> vit;
+  if (!model.is_none()) vit = model.cast<VitModel>();
+  out->params = build_params(budget, patch, uniform, max_level, weights, e0, sharpness, dtype, mean, std_, normalize, vit,
+                             fine_bias, detail_focus, fixation_spread, lookahead, out->preprocessing_source);
+  TokenizeParams& p = out->params;
   out->query = make_query(fixations, regions);
   const ExecConfig cfg = exec_config(threads);
 
@@ -305,6 +346,7 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
     if (query_features) p.relevance.tile_features = tile_feature_fn(*vit, p.extract.norm, int(out->query.embedding.size()), ex);
     LoadOptions lo;
     lo.max_pixels = max_pixels;
+    lo.apply_exif_orientation = exif;
     if (view) {
       out->t = tokenize(*view, out->query, p, ex);
     } else if (have_bytes) {
@@ -384,6 +426,253 @@ py::object file_tensor(const py::object& self, const std::string& name) {
     return a;
   }
   return tensor_array(f.file->load_f32(*e));  // BF16 and friends: numpy has no dtype, f32 copy
+}
+
+
+// ---- video ---------------------------------------------------------------------------------
+
+// A decoded frame's planes, owned by the numpy array that views them. When the array dies the
+// buffer goes back to its reader's pool, so steady-state decoding allocates nothing.
+struct FramePool {
+  std::mutex mu;
+  std::vector<ImageU8> free;
+  ImageU8 take() {
+    std::lock_guard lock(mu);
+    if (free.empty()) return {};
+    ImageU8 img = std::move(free.back());
+    free.pop_back();
+    return img;
+  }
+};
+
+struct OwnedFrame {
+  ImageU8 img;
+  std::weak_ptr<FramePool> pool;
+  ~OwnedFrame() {
+    if (auto p = pool.lock()) {
+      std::lock_guard lock(p->mu);
+      if (p->free.size() < 4) p->free.push_back(std::move(img));
+    }
+  }
+};
+
+// [H, W, 3] uint8 (or [H, W] gray): a view on the planar frame, strides (row, 1, plane).
+py::array frame_array(ImageU8&& img, const std::shared_ptr<FramePool>& pool) {
+  auto* owned = new OwnedFrame{std::move(img), pool};
+  py::capsule owner(owned, [](void* p) { delete static_cast<OwnedFrame*>(p); });
+  const ImageU8& im = owned->img;
+  const py::ssize_t H = im.height(), W = im.width(), C = im.channels();
+  if (C == 1)
+    return py::array(py::dtype::of<uint8_t>(), {H, W}, {py::ssize_t(im.stride()), py::ssize_t(1)}, im.plane(0), owner);
+  return py::array(py::dtype::of<uint8_t>(), {H, W, C},
+                   {py::ssize_t(im.stride()), py::ssize_t(1), py::ssize_t(im.plane_stride())}, im.plane(0), owner);
+}
+
+py::dict info_dict(const VideoInfo& i) {
+  py::dict d;
+  d["width"] = i.width;
+  d["height"] = i.height;
+  d["fps"] = i.fps;
+  d["duration_s"] = i.duration_s;
+  d["frame_count"] = i.frame_count;
+  d["container"] = i.container;
+  d["codec"] = i.codec;
+  return d;
+}
+
+// Which decoded frames are kept: every N-th, or one per 1/fps seconds of pts (the CLI's rule).
+struct KeepRule {
+  int every = 0;
+  double fps = 0;
+  double next_t = -1;
+  bool operator()(int64_t index, double pts) {
+    if (every > 0) return index % every == 0;
+    if (fps > 0) {
+      if (next_t < 0) next_t = pts;
+      if (pts + 1e-9 < next_t) return false;
+      next_t += 1.0 / fps;
+      return true;
+    }
+    return true;
+  }
+};
+
+struct PyVideoReader {
+  std::unique_ptr<VideoReader> reader;
+  std::shared_ptr<FramePool> pool = std::make_shared<FramePool>();
+  std::mutex mu;  // one read at a time (the GIL is released while decoding)
+  KeepRule keep;
+  int64_t max_frames = 0, returned = 0;
+  std::vector<std::string> warnings;
+};
+
+struct PyFrameResult {
+  FrameResult r;
+};
+
+
+Reuse parse_reuse(const std::optional<std::string>& r, bool have_model) {
+  if (!r) return have_model ? Reuse::incremental : Reuse::exact;
+  if (*r == "off") return Reuse::off;
+  if (*r == "exact") return Reuse::exact;
+  if (*r == "incremental") return Reuse::incremental;
+  throw bad("reuse must be 'incremental', 'exact' or 'off', got '" + *r + "'");
+}
+
+// fovea.video: the session `fovea video` runs (tools/fovea/cmd_video.cpp), frame by frame with
+// the GIL released; into the CLI's file (output=) or a list of per-frame results.
+py::object video_py(const py::object& path_obj, const py::object& model, int budget, const py::object& fixations,
+                    const std::vector<std::vector<float>>& regions, int every, double fps, int64_t max_frames,
+                    const std::optional<std::string>& reuse, int keyframe, float threshold, float token_threshold,
+                    float hysteresis, float refresh_fraction, const std::string& precision, int threads,
+                    const py::object& output, std::optional<int> patch, const std::string& dtype, int max_level,
+                    const std::map<std::string, float>& weights, std::optional<float> e0, std::optional<float> sharpness,
+                    std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_, bool normalize,
+                    std::optional<float> fine_bias, std::optional<float> detail_focus,
+                    std::optional<float> fixation_spread, std::optional<int> lookahead, uint64_t max_pixels, bool quiet) {
+  const std::string path = py::str(py::module_::import("os").attr("fspath")(path_obj));
+  std::optional<VitModel> vit;
+  if (!model.is_none()) vit = model.cast<VitModel>();
+  const bool have_model = vit.has_value();
+  std::string prep;
+  VideoParams vp;
+  vp.tokenize = build_params(budget, patch, false, max_level, weights, e0, sharpness, dtype, mean, std_, normalize, vit,
+                             fine_bias, detail_focus, fixation_spread, lookahead, prep);
+  if (every < 0) throw bad("every must be >= 1");
+  if (every > 0 && fps > 0) throw bad("every and fps are exclusive");
+  if (fps < 0 || !std::isfinite(fps)) throw bad("fps must be > 0");
+  if (max_frames < 0) throw bad("max_frames must be >= 1");
+  if (keyframe < 0) throw bad("keyframe must be >= 0");
+  if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("threshold must be a number >= 0");
+  if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw bad("token_threshold must be >= 0");
+  if (!(hysteresis >= 0)) throw bad("hysteresis must be >= 0");
+  if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw bad("refresh_fraction must be in (0, 1]");
+  if (have_model && vp.tokenize.extract.dtype == DType::u8)
+    throw bad("dtype 'u8' patches are not normalised; a model needs 'f32' or 'f16'");
+  vp.reuse = parse_reuse(reuse, have_model);
+  vp.change_threshold = threshold;
+  vp.keyframe_interval = keyframe;
+  vp.layout_hysteresis = hysteresis;
+  vp.refresh_fraction = refresh_fraction;
+  vp.encoder.precision = parse_precision(precision);
+  vp.encoder.token_threshold = token_threshold;
+  const bool per_frame_query = PyCallable_Check(fixations.ptr());
+  Query base = make_query(per_frame_query ? std::vector<std::vector<float>>{}
+                                          : fixations.cast<std::vector<std::vector<float>>>(), regions);
+  const std::optional<std::string> out_path =
+      output.is_none() ? std::nullopt : std::optional<std::string>(py::str(py::module_::import("os").attr("fspath")(output)));
+  const ExecConfig cfg = exec_config(threads);
+
+  if (quiet) quiet_ffmpeg_log();
+  VideoReaderOptions ro;
+  ro.max_pixels = max_pixels;
+  std::unique_ptr<VideoReader> reader;
+  std::unique_ptr<Executor> ex;
+  std::unique_ptr<VideoSession> session;
+  {
+    py::gil_scoped_release nogil;
+    reader = std::make_unique<VideoReader>(VideoReader::open(path, ro));
+    ex = std::make_unique<Executor>(cfg);
+    session = std::make_unique<VideoSession>(vp, vit ? &*vit : nullptr, *ex);
+  }
+  const VideoInfo info = reader->info();
+  const int P = vp.tokenize.patch_px;
+  std::unique_ptr<VideoTokenWriter> writer;
+  KeepRule keep{every, fps};
+  FrameFilter filter = [&keep](int64_t i, double t) { return keep(i, t); };
+  VideoFrame frame;
+  py::list results, warnings;
+  int64_t processed = 0, tokens_total = 0, recomputed_total = 0;
+  double ms_total = 0;
+  bool approximate = false;
+  for (;;) {
+    if (max_frames > 0 && processed >= max_frames) break;
+    bool got;
+    {
+      py::gil_scoped_release nogil;
+      got = reader->read(frame, filter);
+    }
+    for (const std::string& w : reader->take_warnings()) warnings.append(path + ": " + w);
+    if (!got) break;
+    Query q = base;
+    if (per_frame_query)
+      q.fixations = make_query(fixations(frame.index, frame.pts_s).cast<std::vector<std::vector<float>>>(), {}).fixations;
+    FrameResult r;
+    {
+      py::gil_scoped_release nogil;
+      r = session->process(std::move(frame.image), q, frame.index, frame.pts_s);
+      frame.image = std::move(r.recycled);
+      if (out_path) {
+        if (!writer) {
+          if (have_model)
+            writer = std::make_unique<VideoTokenWriter>(*out_path, "embeddings", DType::f32,
+                                                        std::vector<int64_t>{vit->config().hidden});
+          else
+            writer = std::make_unique<VideoTokenWriter>(*out_path, "patches", vp.tokenize.extract.dtype,
+                                                        std::vector<int64_t>{3, P, P});
+        }
+        writer->add_frame(have_model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
+                          r.pts_s);
+      }
+    }
+    ++processed;
+    tokens_total += r.batch.size();
+    recomputed_total += r.recomputed_tokens;
+    ms_total += r.timings.total_ms();
+    approximate = approximate || r.approximate;
+    if (!out_path) {
+      auto pr = std::make_unique<PyFrameResult>();
+      pr->r = std::move(r);
+      results.append(py::cast(std::move(pr)));
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C between frames
+  }
+  if (processed == 0) throw Error(Errc::corrupt_data, path + ": no frame could be decoded");
+  if (!out_path) return results;
+
+  // The metadata `fovea video -o` writes (tools/fovea/cmd_video.cpp), key for key.
+  std::map<std::string, std::string> meta;
+  meta["format"] = have_model ? "fovea.video.embeddings" : "fovea.video.tokens";
+  meta["source"] = path;
+  meta["frames"] = std::to_string(processed);
+  meta["width"] = std::to_string(info.width);
+  meta["height"] = std::to_string(info.height);
+  meta["patch_size"] = std::to_string(P);
+  meta["budget"] = std::to_string(vp.tokenize.alloc.budget_tokens);
+  meta["reuse"] = std::string(to_string(vp.reuse));
+  meta["change_threshold"] = std::to_string(threshold);
+  meta["keyframe"] = std::to_string(keyframe);
+  meta["approximate"] = approximate ? "true" : "false";
+  if (approximate)
+    meta["approximation"] = "incremental ViT (Eventful-style token gating, token threshold " +
+                            std::to_string(token_threshold) + "): reused layer states, not a full encode";
+  if (have_model) {
+    meta["model"] = vit->source();
+    meta["model_description"] = vit->describe();
+    meta["embedding_output"] = embedding_output(vit->config());
+    meta["random_weights"] = vit->is_random() ? "true" : "false";
+    meta["precision"] = precision;
+  } else {
+    meta["dtype"] = std::string(dtype_name(vp.tokenize.extract.dtype));
+  }
+  {
+    py::gil_scoped_release nogil;
+    writer->finish(meta);
+  }
+  py::dict summary;
+  summary["frames"] = processed;
+  summary["video"] = info_dict(info);
+  summary["frames_decoded"] = reader->frames_decoded();
+  summary["corrupt_packets"] = reader->corrupt_packets();
+  summary["reuse"] = std::string(to_string(vp.reuse));
+  summary["approximate"] = approximate;
+  summary["tokens"] = tokens_total;
+  summary["recomputed_tokens"] = recomputed_total;
+  summary["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
+  summary["mean_ms"] = ms_total / double(processed);
+  summary["warnings"] = warnings;
+  summary["output"] = *out_path;
+  return summary;
 }
 
 }  // namespace
@@ -505,7 +794,9 @@ PYBIND11_MODULE(_fovea, m) {
         py::arg("weights") = std::map<std::string, float>{}, py::arg("e0") = py::none(), py::arg("sharpness") = py::none(),
         py::arg("dtype") = "f32", py::arg("mean") = py::none(), py::arg("std") = py::none(), py::arg("normalize") = true,
         py::arg("query_embedding") = py::none(), py::arg("model") = py::none(),
-        py::arg("max_pixels") = LoadOptions{}.max_pixels, py::arg("source") = "");
+        py::arg("max_pixels") = LoadOptions{}.max_pixels, py::arg("source") = "", py::arg("fine_bias") = py::none(),
+        py::arg("detail_focus") = py::none(), py::arg("fixation_spread") = py::none(), py::arg("lookahead") = py::none(),
+        py::arg("exif") = true);
 
   // ---- Model / Encoding ----------------------------------------------------------------------
   py::class_<PyEncoding>(m, "Encoding", "Everything the encoder returns for one image (see Model.encode_full).")
@@ -639,6 +930,113 @@ PYBIND11_MODULE(_fovea, m) {
       .def("encode_full", encode_impl, py::arg("tokens"), py::arg("precision") = "fp32", py::arg("threads") = 0,
            py::arg("positions") = py::none(), py::arg("image_size") = py::none())
       .def("__repr__", [](const VitModel& v) { return "<fovea.Model " + v.describe() + ">"; });
+
+  // ---- video ---------------------------------------------------------------------------------
+  py::class_<PyVideoReader>(m, "VideoReader", "Decoded video frames (see fovea.VideoReader).")
+      .def(py::init([](const py::object& path_obj, int every, std::optional<double> fps, std::optional<int64_t> max_frames,
+                       int threads, uint64_t max_pixels, bool quiet) {
+             const std::string path = py::str(py::module_::import("os").attr("fspath")(path_obj));
+             if (every < 1) throw bad("every must be >= 1");
+             if (fps && !(*fps > 0 && std::isfinite(*fps))) throw bad("fps must be > 0");
+             if (fps && every != 1) throw bad("every and fps are exclusive");
+             if (max_frames && *max_frames < 1) throw bad("max_frames must be >= 1");
+             if (threads < 0) throw bad("threads must be >= 0");
+             auto r = std::make_unique<PyVideoReader>();
+             r->keep = KeepRule{every > 1 ? every : 0, fps ? *fps : 0.0};
+             r->max_frames = max_frames ? *max_frames : 0;
+             if (quiet) quiet_ffmpeg_log();
+             VideoReaderOptions ro;
+             ro.threads = threads;
+             ro.max_pixels = max_pixels;
+             py::gil_scoped_release nogil;
+             r->reader = std::make_unique<VideoReader>(VideoReader::open(path, ro));
+             return r;
+           }),
+           py::arg("path"), py::arg("every") = 1, py::arg("fps") = py::none(), py::arg("max_frames") = py::none(),
+           py::arg("threads") = 0, py::arg("max_pixels") = VideoReaderOptions{}.max_pixels, py::arg("quiet") = true)
+      .def_property_readonly("info", [](const PyVideoReader& r) { return info_dict(r.reader->info()); })
+      .def_property_readonly("frames_decoded", [](const PyVideoReader& r) { return r.reader->frames_decoded(); })
+      .def_property_readonly("corrupt_packets", [](const PyVideoReader& r) { return r.reader->corrupt_packets(); })
+      .def_property_readonly("corrupt_frames", [](const PyVideoReader& r) { return r.reader->corrupt_frames(); })
+      .def_property_readonly("warnings", [](const PyVideoReader& r) { return r.warnings; })
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", [](PyVideoReader& self) {
+        VideoFrame f;
+        bool got = false;
+        {
+          py::gil_scoped_release nogil;
+          std::lock_guard lock(self.mu);
+          if (self.max_frames == 0 || self.returned < self.max_frames) {
+            f.image = self.pool->take();  // a buffer an earlier frame's array gave back, if any
+            got = self.reader->read(f, [&self](int64_t i, double t) { return self.keep(i, t); });
+            if (got) ++self.returned;
+          }
+          for (std::string& w : self.reader->take_warnings()) self.warnings.push_back(std::move(w));
+        }
+        if (!got) throw py::stop_iteration();
+        return py::make_tuple(frame_array(std::move(f.image), self.pool), f.pts_s, f.index);
+      });
+
+  py::class_<PyFrameResult>(m, "VideoFrameResult", "One processed frame of fovea.video.")
+      .def_property_readonly("index", [](const PyFrameResult& f) { return f.r.index; })
+      .def_property_readonly("pts", [](const PyFrameResult& f) { return f.r.pts_s; })
+      .def_property_readonly("embeddings",
+                             [](py::object self) -> py::object {
+                               const Tensor& t = self.cast<PyFrameResult&>().r.embeddings;
+                               return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+                             },
+                             "[N, D] float32, or None without a model")
+      .def_property_readonly("patches", [](py::object self) { return tensor_view(self.cast<PyFrameResult&>().r.batch.patches, self); },
+                             "[N, 3, P, P]")
+      .def_property_readonly("positions", [](py::object self) { return tensor_view(self.cast<PyFrameResult&>().r.batch.positions, self); },
+                             "[N, 4] float32: centre x, centre y, side, level")
+      .def_property_readonly("levels", [](py::object self) { return tensor_view(self.cast<PyFrameResult&>().r.batch.levels, self); },
+                             "[N] int32")
+      .def_property_readonly("recomputed",
+                             [](py::object self) {
+                               const auto& v = self.cast<PyFrameResult&>().r.recomputed;
+                               return vector_view(v, {py::ssize_t(v.size())}, self);
+                             },
+                             "[N] uint8: 1 where the token's patch embedding or ViT state was recomputed")
+      .def_property_readonly("previous_row",
+                             [](py::object self) {
+                               const auto& v = self.cast<PyFrameResult&>().r.previous_row;
+                               return vector_view(v, {py::ssize_t(v.size())}, self);
+                             },
+                             "[N] int64: the token's row in the previous frame, -1 if new")
+      .def_property_readonly("dirty_tiles", [](const PyFrameResult& f) { return f.r.dirty_tiles; })
+      .def_property_readonly("tiles", [](const PyFrameResult& f) { return f.r.tiles; })
+      .def_property_readonly("resampled_tokens", [](const PyFrameResult& f) { return f.r.resampled_tokens; })
+      .def_property_readonly("recomputed_tokens", [](const PyFrameResult& f) { return f.r.recomputed_tokens; })
+      .def_property_readonly("refresh", [](const PyFrameResult& f) { return f.r.refresh; })
+      .def_property_readonly("refresh_reason", [](const PyFrameResult& f) { return f.r.refresh_reason; })
+      .def_property_readonly("layout_changed", [](const PyFrameResult& f) { return f.r.layout_changed; })
+      .def_property_readonly("approximate", [](const PyFrameResult& f) { return f.r.approximate; })
+      .def_property_readonly("timings",
+                             [](const PyFrameResult& f) {
+                               const FrameTimings& t = f.r.timings;
+                               py::dict d;
+                               d["change_ms"] = t.change_ms;
+                               d["pyramid_ms"] = t.pyramid_ms;
+                               d["relevance_ms"] = t.relevance_ms;
+                               d["allocate_ms"] = t.allocate_ms;
+                               d["extract_ms"] = t.extract_ms;
+                               d["encode_ms"] = t.encode_ms;
+                               d["total_ms"] = t.total_ms();
+                               return d;
+                             })
+      .def("__len__", [](const PyFrameResult& f) { return f.r.batch.size(); })
+      .def("__repr__", [](const PyFrameResult& f) {
+        return "<fovea.VideoFrameResult frame " + std::to_string(f.r.index) + ", " + std::to_string(f.r.batch.size()) +
+               " tokens, " + std::to_string(f.r.recomputed_tokens) + " recomputed" + (f.r.refresh ? ", refresh>" : ">");
+      });
+
+  m.def("video", &video_py, py::arg("path"), py::arg("model"), py::arg("budget"), py::arg("fixations"), py::arg("regions"),
+        py::arg("every"), py::arg("fps"), py::arg("max_frames"), py::arg("reuse"), py::arg("keyframe"), py::arg("threshold"),
+        py::arg("token_threshold"), py::arg("hysteresis"), py::arg("refresh_fraction"), py::arg("precision"),
+        py::arg("threads"), py::arg("output"), py::arg("patch"), py::arg("dtype"), py::arg("max_level"), py::arg("weights"),
+        py::arg("e0"), py::arg("sharpness"), py::arg("mean"), py::arg("std"), py::arg("normalize"), py::arg("fine_bias"),
+        py::arg("detail_focus"), py::arg("fixation_spread"), py::arg("lookahead"), py::arg("max_pixels"), py::arg("quiet"));
 
   // ---- files ---------------------------------------------------------------------------------
   py::class_<PyTensorFile>(m, "TensorFile", "A safetensors file, mapped (see fovea.load).")

@@ -44,6 +44,45 @@ def test_tokenize_array_and_path_equal_cli_file(png, tmp_path):
     assert t.image_size == (320, 240) and len(t) <= 120 and t.mode == "foveated"
 
 
+@pytest.mark.parametrize("flag, fix", [("100,80,30", fovea.Fixation(100, 80, radius=30)),
+                                       ("100,80,30", (100, 80, 30)),
+                                       ("100,80,0,0.5", fovea.Fixation(100, 80, weight=0.5)),
+                                       ("100,80,12,2", (100, 80, 12, 2))])
+def test_fixation_means_what_the_cli_flag_means(png, tmp_path, flag, fix):
+    """A fixation's third value is the radius and the fourth the weight, as --fixation X,Y,R,W."""
+    arr, path = png
+    out = tmp_path / "cli.safetensors"
+    cli("tokenize", path, "--budget", 120, "--fixation", flag, "-o", out)
+    t = fovea.tokenize(arr, budget=120, fixations=[fix], source=path)
+    t.save(tmp_path / "py.safetensors")
+    assert open(tmp_path / "py.safetensors", "rb").read() == open(out, "rb").read()
+
+
+def test_relevance_options_match_the_cli(png, tmp_path):
+    arr, path = png
+    out = tmp_path / "cli.safetensors"
+    cli("tokenize", path, "--budget", 100, "--fixation", "60,50", "--weights", "detail=2,query=4", "--fine-bias", "1",
+        "--detail-focus", "2", "--fixation-spread", "0.5", "--lookahead", "2", "-o", out)
+    t = fovea.tokenize(arr, budget=100, fixations=[(60, 50)], weights={"detail": 2, "query": 4}, fine_bias=1,
+                       detail_focus=2, fixation_spread=0.5, lookahead=2, source=path)
+    t.save(tmp_path / "py.safetensors")
+    assert open(tmp_path / "py.safetensors", "rb").read() == open(out, "rb").read()
+
+
+def test_planar_array_read_in_place(png):
+    """A CHW buffer seen as [H, W, 3] (strides row, 1, plane) is read without a copy and gives
+    the interleaved array's tokens."""
+    arr, _ = png
+    chw = np.ascontiguousarray(arr.transpose(2, 0, 1))
+    hwc_view = chw.transpose(1, 2, 0)
+    assert not hwc_view.flags.c_contiguous
+    a, b = fovea.tokenize(hwc_view, budget=150), fovea.tokenize(arr, budget=150)
+    for k in ("patches", "positions", "levels", "rate_map", "relevance"):
+        assert np.array_equal(getattr(a, k), getattr(b, k)), k
+    chw[:, :8, :8] = 255  # the pyramid borrows the caller's buffer: the overlay shows the write
+    assert not np.array_equal(a.overlay()[:8, :8], b.overlay()[:8, :8])
+
+
 @pytest.mark.parametrize("kw", [dict(uniform=True), dict(dtype="f16"), dict(dtype="u8"), dict(budget=2000)])
 def test_view_input_equals_decoded_input(png, kw):
     """Every mode reads the array in place and matches fovea's own decode of the PNG."""
@@ -179,7 +218,11 @@ def test_bad_inputs_raise(png, tmp_path):
     with pytest.raises(ValueError, match="sharpness"):
         fovea.tokenize(arr, sharpness=9)
     with pytest.raises(ValueError, match="fixation"):
-        fovea.tokenize(arr, fixations=[(1, 2, 3, 4)])
+        fovea.tokenize(arr, fixations=[(1, 2, 3, 4, 5)])
+    with pytest.raises(ValueError, match="radius"):
+        fovea.tokenize(arr, fixations=[fovea.Fixation(1, 2, radius=-3)])
+    with pytest.raises(ValueError, match="fixation_spread"):
+        fovea.tokenize(arr, fixation_spread=0)
     with pytest.raises(ValueError, match="dtype"):
         fovea.tokenize(arr, dtype="f64")
     with pytest.raises(ValueError, match="weights"):

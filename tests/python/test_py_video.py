@@ -1,0 +1,131 @@
+"""fovea.VideoReader and fovea.video: frames equal PyAV's decode within the colour-conversion
+tolerance, zero copy, files equal to `fovea video -o`, the CLI's errors."""
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import fovea
+from pyhelpers import SOURCE, cli
+
+CLIP = os.path.join(SOURCE, "tests", "data", "video", "small.mp4")
+
+
+def pyav_frames(path):
+    av = pytest.importorskip("av")
+    with av.open(path) as c:
+        return [(f.time, f.to_ndarray(format="rgb24")) for f in c.decode(video=0)]
+
+
+def test_reader_frames_equal_pyav():
+    ref = pyav_frames(CLIP)
+    r = fovea.VideoReader(CLIP)
+    assert r.info["width"] == ref[0][1].shape[1] and r.info["height"] == ref[0][1].shape[0]
+    frames = list(r)
+    assert len(frames) == len(ref) == r.frames_decoded
+    for i, (f, (t, img)) in enumerate(zip(frames, ref)):
+        assert f.index == i and abs(f.pts - t) < 1e-6
+        assert f.image.shape == img.shape and f.image.dtype == np.uint8
+        # libswscale on both sides through different paths (fovea: straight to RGB planes,
+        # accurate rounding): the C++ test's tolerance, 2 levels, on the mean per frame.
+        diff = np.abs(f.image.astype(np.int16) - img.astype(np.int16))
+        assert diff.mean() < 2.0, (i, diff.mean())
+
+
+def test_reader_every_and_max_frames():
+    all_frames = list(fovea.VideoReader(CLIP))
+    some = list(fovea.VideoReader(CLIP, every=3, max_frames=4))
+    assert [f.index for f in some] == [0, 3, 6, 9][:len(some)] and len(some) == min(4, (len(all_frames) + 2) // 3)
+    for f in some:
+        assert np.array_equal(f.image, all_frames[f.index].image)
+
+
+def test_reader_frames_are_views_and_tokenize_reads_them_in_place():
+    r = fovea.VideoReader(CLIP, max_frames=2)
+    f0, f1 = next(r), next(r)
+    img = f0.image
+    assert not img.flags.owndata and img.base is not None  # a view on the decoder's buffer
+    assert img.strides[1] == 1 and img.strides[2] >= img.shape[0] * img.shape[1]  # planar RGB
+    assert not np.shares_memory(f0.image, f1.image)  # a held frame is never overwritten
+    t = fovea.tokenize(img, budget=32)
+    c = fovea.tokenize(np.ascontiguousarray(img), budget=32)
+    assert np.array_equal(t.patches, c.patches) and np.array_equal(t.positions, c.positions)
+
+
+def test_reader_releases_the_gil():
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    th = threading.Thread(target=spin)
+    th.start()
+    try:
+        n = sum(1 for _ in fovea.VideoReader(CLIP))
+    finally:
+        stop.set()
+        th.join()
+    assert n > 0 and ticks[0] > 100
+
+
+@pytest.mark.parametrize("args, kw", [
+    (["--budget", "24", "--fixation", "40,40,10", "--dtype", "u8"], dict(budget=24, fixations=[(40, 40, 10)], dtype="u8")),
+    (["--budget", "24", "--model", "random:vit-s16", "--every", "2", "--max-frames", "5"],
+     dict(budget=24, model="random:vit-s16", every=2, max_frames=5)),
+])
+def test_video_file_equals_cli(tmp_path, args, kw):
+    out_cli, out_py = tmp_path / "cli.safetensors", tmp_path / "py.safetensors"
+    cli("video", CLIP, *args, "--threads", 1, "-o", out_cli)
+    if "model" in kw:
+        kw["model"] = fovea.Model(kw["model"])
+    s = fovea.video(CLIP, output=out_py, threads=1, **kw)
+    assert open(out_py, "rb").read() == open(out_cli, "rb").read()  # byte for byte, metadata included
+    assert s["frames"] == int(fovea.load(out_py).metadata["frames"])
+    # The same run returning per-frame results: the file's rows, frame by frame.
+    frames = fovea.video(CLIP, threads=1, **kw)
+    f = fovea.load(out_py)
+    off = f["frame_offsets"]
+    rows = f["embeddings"] if "model" in kw else f["patches"]
+    assert len(frames) == len(off) - 1
+    for i, r in enumerate(frames):
+        mine = r.embeddings if "model" in kw else r.patches
+        assert np.array_equal(mine, rows[off[i]:off[i + 1]])
+        assert np.array_equal(r.positions, f["positions"][off[i]:off[i + 1]])
+        assert abs(r.pts - f["pts"][i]) < 1e-9
+    assert frames[0].refresh and frames[0].refresh_reason == "first"
+
+
+def test_video_per_frame_fixations(tmp_path):
+    seen = []
+
+    def track(index, pts):
+        seen.append(index)
+        return [fovea.Fixation(20 + 4 * index, 30)]
+
+    frames = fovea.video(CLIP, budget=24, fixations=track, max_frames=3, dtype="u8")
+    assert seen == [0, 1, 2] and len(frames) == 3
+
+
+def test_video_bad_inputs_raise_the_clis_message(tmp_path):
+    missing = tmp_path / "missing.mp4"
+    r = cli("video", missing, "-o", tmp_path / "x.safetensors", check=False)
+    assert r.returncode == 1
+    with pytest.raises(OSError) as e:
+        fovea.video(missing, output=tmp_path / "y.safetensors")
+    assert r.stderr.strip() == f"fovea: error: {e.value}"
+    with pytest.raises(OSError):
+        fovea.VideoReader(missing)
+    notvideo = tmp_path / "notvideo.mp4"
+    notvideo.write_bytes(b"this is not a video file at all" * 20)
+    r = cli("video", notvideo, "-o", tmp_path / "x.safetensors", check=False)
+    with pytest.raises((RuntimeError, OSError)) as e:
+        fovea.VideoReader(notvideo)
+    assert r.returncode == 1 and r.stderr.strip() == f"fovea: error: {e.value}"
+    assert not os.path.exists(tmp_path / "x.safetensors") and not os.path.exists(tmp_path / "y.safetensors")
+    with pytest.raises(ValueError, match="reuse"):
+        fovea.video(CLIP, reuse="sometimes")
+    with pytest.raises(ValueError, match="every"):
+        fovea.VideoReader(CLIP, every=0)
