@@ -144,16 +144,49 @@ def _model(spec: str) -> "fovea.Model":
     return m
 
 
-def _worker_threads(threads: int) -> int:
+def _worker_threads(threads: int, slots_per_host: Optional[Dict[str, int]] = None) -> int:
+    """fovea threads for one task. An explicit `threads` wins. Inside a Dask worker the default
+    shares the host's cores between the task slots every worker on that host runs at once
+    (cores // slots; the driver counts the slots per host from the scheduler), so that N
+    workers x T threads on a C-core host never run more than C compute threads. Outside Dask:
+    0, one thread per hardware thread."""
     if threads:
         return threads
-    try:  # inside a Dask worker: its thread count, so workers x threads = the cores given
+    try:
         from distributed import get_worker
         w = get_worker()
-        n = getattr(getattr(w, "state", None), "nthreads", None) or getattr(w, "nthreads", 0)
-        return int(n) or 0
-    except Exception:
+    except (ImportError, ValueError):
         return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    slots = (slots_per_host or {}).get(_host(w.address))
+    if not slots:  # unknown to the driver (a worker that joined later): this worker's own slots
+        slots = int(getattr(getattr(w, "state", None), "nthreads", None) or getattr(w, "nthreads", 1) or 1)
+    return max(1, cpus // max(1, slots))
+
+
+def _host(address: str) -> str:
+    """'tcp://10.0.0.5:40123' -> '10.0.0.5'"""
+    rest = address.split("://", 1)[-1]
+    return rest.rsplit(":", 1)[0].strip("[]")
+
+
+_WARNED_WAIT_POLICY = False
+
+
+def _check_wait_policy(threads: int, options: Dict[str, Any]) -> Optional[str]:
+    """A note for the driver when this process runs fovea's encoder on several OpenMP threads
+    with libgomp's default wait policy (idle threads spin at every barrier). The policy is read
+    once, when libgomp loads, so it cannot be fixed from here: it belongs in the worker's
+    environment. Measured here: ~0.6 s of CPU per image instead of ~0.18 s (docs/python.md)."""
+    global _WARNED_WAIT_POLICY
+    uses_openmp = options.get("model") is not None  # only the encoder runs OpenMP code
+    if (threads == 1 or not uses_openmp or _WARNED_WAIT_POLICY or os.environ.get("OMP_WAIT_POLICY")
+            or os.environ.get("GOMP_SPINCOUNT")):
+        return None
+    _WARNED_WAIT_POLICY = True
+    return (f"process {os.getpid()} encodes on {threads or 'all'} OpenMP threads with the default (spinning) "
+            "OpenMP wait policy, several times slower on shared cores: start it with OMP_WAIT_POLICY=PASSIVE "
+            "in its environment (Dask workers: OMP_WAIT_POLICY=PASSIVE dask worker ...)")
 
 
 def _process(image, source: str, options: Dict[str, Any], outfile: Optional[str]) -> Optional[bytes]:
@@ -161,7 +194,8 @@ def _process(image, source: str, options: Dict[str, Any], outfile: Optional[str]
     opts = dict(options)
     model_spec = opts.pop("model", None)
     precision = opts.pop("precision", "fp32")
-    threads = _worker_threads(opts.pop("threads", 0))
+    opts.pop("_slots_per_host", None)
+    threads = opts.pop("threads", 0)
     if model_spec:
         model = _model(model_spec)
         t = fovea.tokenize(image, threads=threads, source=source, model=model, **opts)
@@ -179,10 +213,14 @@ def _process(image, source: str, options: Dict[str, Any], outfile: Optional[str]
 
 
 def run_task(task: Dict[str, Any], options: Dict[str, Any]) -> Dict[str, Any]:
-    """One task: a batch of files or one shard. Returns {"ok": n, "failed": [[input, error]...]}.
-    Safe to rerun: every output is replaced atomically with the same bytes."""
+    """One task: a batch of files or one shard. Returns a small record, never the outputs
+    themselves: {"ok": n, "failed": [[input, error]...], "notes": [warnings]}. Safe to rerun:
+    every output is replaced atomically with the same bytes."""
     _tune_worker_malloc()
+    options = dict(options)
+    options["threads"] = _worker_threads(options.get("threads", 0), options.get("_slots_per_host"))
     ok, failed = 0, []
+    notes = [n for n in [_check_wait_policy(options["threads"], options)] if n]
     if task["kind"] == "files":
         for path, out in zip(task["paths"], task["outputs"]):
             try:
@@ -190,7 +228,7 @@ def run_task(task: Dict[str, Any], options: Dict[str, Any]) -> Dict[str, Any]:
                 ok += 1
             except (ValueError, OSError, RuntimeError) as e:
                 failed.append([path, str(e)])
-        return {"ok": ok, "failed": failed}
+        return {"ok": ok, "failed": failed, "notes": notes}
     shard, out = task["path"], task["output"]
     members = []
     try:
@@ -223,30 +261,40 @@ def run_task(task: Dict[str, Any], options: Dict[str, Any]) -> Dict[str, Any]:
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
-    return {"ok": ok, "failed": failed}
+    return {"ok": ok, "failed": failed, "notes": notes}
 
 
 # ---- the driver -------------------------------------------------------------------------------
 
 
 def _summarize(results: Iterable[Dict[str, Any]], elapsed: float) -> Dict[str, Any]:
-    ok, failed = 0, []
+    ok, failed, notes = 0, [], []
     for r in results:
         ok += r["ok"]
         failed += r["failed"]
+        notes += [n for n in r.get("notes", ()) if n not in notes]
     n = ok + len(failed)
     return {"images": n, "ok": ok, "failed": len(failed),
-            "failures": [{"input": i, "error": e} for i, e in failed],
+            "failures": [{"input": i, "error": e} for i, e in failed], "warnings": notes,
             "elapsed_s": elapsed, "images_per_s": n / elapsed if elapsed > 0 else 0.0}
+
+
+def _slots_per_host(client) -> Dict[str, int]:
+    """Task slots (Dask threads) per host: the workers of one host share its cores."""
+    slots: Dict[str, int] = {}
+    for addr, w in client.scheduler_info()["workers"].items():
+        h = _host(addr)
+        slots[h] = slots.get(h, 0) + int(w.get("nthreads", 1) or 1)
+    return slots
 
 
 def _auto_batch_size(inputs: Sequence[str], client) -> int:
     """Files per task: up to 16 (fewer scheduler round trips at dataset scale), but at least
-    4 tasks per worker, so the last tasks do not leave workers idle (an image takes ~0.1-1 s;
-    a task costs the scheduler ~1 ms)."""
-    workers = len(client.scheduler_info()["workers"]) if client is not None else 1
+    8 tasks per task slot, so the last tasks leave no slot idle for long. A task costs the
+    scheduler a few ms of CPU; an image ~0.2-1 s."""
+    slots = sum(_slots_per_host(client).values()) if client is not None else 1
     files = sum(len(t["paths"]) for t in plan(inputs, "", 1) if t["kind"] == "files")
-    return max(1, min(16, files // (4 * max(1, workers))))
+    return max(1, min(16, files // (8 * max(1, slots))))
 
 
 def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: Optional[int] = None, retries: int = 3,
@@ -265,7 +313,14 @@ def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: Optional
         progress: print images done and images/s to stderr as tasks finish.
         options: fovea.tokenize's keywords (budget, fixations, regions, patch, uniform, dtype,
             ...), plus model= (a checkpoint or "random:vit-b16"), precision= and threads=
-            (per worker; 0: the worker's thread count).
+            (fovea threads per task; 0: the host's cores divided by the task slots of all
+            workers on that host).
+
+    Layout: one worker process per machine running one task at a time (--nthreads 1), with
+    fovea's threads = the machine's cores, was the fastest here (within a few % of the batch
+    CLI, docs/python.md); several single-thread workers or slots per machine measured ~0.65x.
+    Workers running several fovea threads need OMP_WAIT_POLICY=PASSIVE in their environment
+    (the summary's "warnings" say when a worker lacks it).
 
     Returns the summary: images, ok, failed, failures [{input, error}], elapsed_s,
     images_per_s.
@@ -290,6 +345,7 @@ def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: Optional
             report(run_task(t, options))
     else:
         from distributed import as_completed
+        options = dict(options, _slots_per_host=_slots_per_host(client))
         futures = client.map(run_task, tasks, options=options, retries=retries, pure=False)
         for fut in as_completed(futures):
             report(fut.result())
@@ -304,12 +360,14 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("inputs", nargs="+", help="image files, directories, WebDataset .tar shards")
     p.add_argument("-o", "--output", required=True, help="output directory")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=int, default=0,
-                       help="start a LocalCluster of N worker processes on this machine (default: one per 2 cores)")
+    where.add_argument("--workers", type=int, default=1,
+                       help="start a LocalCluster of N worker processes on this machine (default 1: one process, "
+                            "one model copy, all cores on each image)")
     where.add_argument("--scheduler", help="connect to a running scheduler, e.g. tcp://HOST:8786")
     where.add_argument("--serial", action="store_true", help="no Dask: run the tasks here, one after another")
     p.add_argument("--threads-per-worker", type=int, default=1, help="LocalCluster: threads per worker (default 1)")
-    p.add_argument("--threads", type=int, default=0, help="fovea threads per task (0: the worker's thread count)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="fovea threads per task (0: the host's cores / the task slots of all workers on it)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="files per task (default: up to 16, at least 4 tasks per worker)")
     p.add_argument("--retries", type=int, default=3)
@@ -317,7 +375,8 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--budget", "-b", type=int, default=273)
     p.add_argument("--patch", "-p", type=int)
-    p.add_argument("--fixation", "-f", action="append", default=[], help="X,Y or X,Y,WEIGHT; repeatable")
+    p.add_argument("--fixation", "-f", action="append", default=[], help="X,Y[,R[,WEIGHT]] as fovea's CLI: R is the radius (px) "
+                   "of what is looked at (0: no size hint); repeatable")
     p.add_argument("--region", "-r", action="append", default=[], help="X0,Y0,X1,Y1[,WEIGHT]; repeatable")
     p.add_argument("--uniform", action="store_true")
     p.add_argument("--dtype", choices=["f32", "f16", "u8"], default="f32")
@@ -351,7 +410,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if args.scheduler:
                 client = Client(args.scheduler)
             else:
-                n = args.workers or max(1, (os.cpu_count() or 2) // max(1, args.threads_per_worker))
+                # The program's choice, as fovea's CLI makes it: libgomp reads the policy once, when
+                # it loads, and spinning idle OpenMP threads cost ~3x here. Set before the workers
+                # are spawned (they inherit it), even though this process loaded libgomp already.
+                os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+                n = max(1, args.workers)
                 cluster = LocalCluster(n_workers=n, threads_per_worker=args.threads_per_worker, processes=True,
                                        host="127.0.0.1", dashboard_address=None)
                 client = Client(cluster)
@@ -369,6 +432,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (OSError, RuntimeError) as e:
         print(f"fovea: error: {e}", file=sys.stderr)
         return 1
+    for w in summary["warnings"]:
+        print(f"fovea: warning: {w}", file=sys.stderr)
     for f in summary["failures"]:
         print(f"fovea: warning: skipped {f['input']}: {f['error']}", file=sys.stderr)
     if args.json:

@@ -36,6 +36,7 @@ def test_batch_tokenize(tmp_path):
     assert r.returncode == 1, r.stderr  # two bad images
     summary = json.loads(r.stdout)["batch"]
     assert summary["images"] == 7 and summary["ok"] == 5 and summary["failed"] == 2
+    assert 0 < summary["first_image_s"] <= summary["elapsed_s"] and summary["steady_images_per_s"] > 0
     failed = sorted(f["input"] for f in summary["failures"])
     assert failed[0].endswith("broken.png") and failed[1].endswith("shard-000.tar:samples/000003.jpg")
     assert r.stderr.count("fovea: warning: skipped") == 2

@@ -60,6 +60,11 @@ def test_local_cluster_with_a_killed_worker(dataset, serial, tmp_path):
     root, _ = dataset
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                                   dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        # fovea's default threads per task: the host's cores shared by its task slots (2 here).
+        cpus = len(os.sched_getaffinity(0))
+        slots = fd._slots_per_host(client)
+        assert slots == {"127.0.0.1": 2}
+        assert set(client.run(fd._worker_threads, 0, slots).values()) == {max(1, cpus // 2)}
         out = tmp_path / "dask"
         os.makedirs(out)
         tasks = fd.plan([str(root / "imgs"), str(root / "shard-a.tar")], str(out), batch_size=1)
@@ -94,3 +99,18 @@ def test_module_command_line(dataset, tmp_path):
     r = subprocess.run([sys.executable, "-m", "fovea.distributed", str(tmp_path / "missing"), "-o", str(tmp_path / "x"),
                         "--serial"], capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.startswith("fovea: error:")
+
+
+def test_wait_policy_warning(monkeypatch):
+    """Several OpenMP threads with libgomp's spinning default: the task's record says so."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.setattr(fd, "_WARNED_WAIT_POLICY", False)
+    assert fd._check_wait_policy(1, {"model": "m"}) is None  # one thread: no team, nothing spins
+    assert fd._check_wait_policy(2, {}) is None  # tokenize only: no OpenMP code
+    note = fd._check_wait_policy(2, {"model": "m"})
+    assert note and "OMP_WAIT_POLICY=PASSIVE" in note
+    assert fd._check_wait_policy(2, {"model": "m"}) is None  # once per process
+    monkeypatch.setattr(fd, "_WARNED_WAIT_POLICY", False)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert fd._check_wait_policy(2, {"model": "m"}) is None

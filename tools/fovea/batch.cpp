@@ -235,7 +235,11 @@ nlohmann::json to_json(const BatchReport& r) {
           {"failed", r.failed},
           {"failures", r.failures},
           {"elapsed_s", r.elapsed_s},
-          {"images_per_s", r.elapsed_s > 0 ? double(r.ok + r.failed) / r.elapsed_s : 0.0}};
+          {"images_per_s", r.elapsed_s > 0 ? double(r.ok + r.failed) / r.elapsed_s : 0.0},
+          {"first_image_s", r.first_image_s},
+          {"steady_images_per_s", r.images > 1 && r.elapsed_s > r.first_image_s
+                                      ? double(r.images - 1) / (r.elapsed_s - r.first_image_s)
+                                      : 0.0}};
 }
 
 int report_batch(const BatchReport& r, const std::string& output, bool json, const nlohmann::json& extra) {
@@ -438,6 +442,7 @@ BatchReport run_batch(const std::vector<std::string>& inputs, const std::string&
           shard->add(it.key + ".safetensors", *out);
         }
       }
+      if (rep.first_image_s == 0) rep.first_image_s = elapsed();
       progress(false);
     }
     if (shard) shard->finish();

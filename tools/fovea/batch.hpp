@@ -36,6 +36,9 @@ using BatchFn = std::function<std::vector<uint8_t>(ImageU8 image, const std::str
 struct BatchReport {
   int64_t images = 0, ok = 0, failed = 0;
   double elapsed_s = 0;
+  // When the first image was done (decode, model warm-up on first use: bf16 weight copies,
+  // oneDNN kernels): steady_images_per_s leaves it out, for comparisons with warm pipelines.
+  double first_image_s = 0;
   nlohmann::json failures = nlohmann::json::array();  // [{"input": ..., "error": ...}]
 };
 
