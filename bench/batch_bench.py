@@ -14,8 +14,10 @@ bf16 weight copies, oneDNN kernels).
 
   1. batch CLI:   fovea encode FILES --model M --precision P --budget B --threads 2 -o OUT
                   (steady_images_per_s from its JSON);
-  2. Python loop: for each path, fovea.tokenize + Model.encode_full + Encoding.save, one process,
-                  threads=2;
+  2. Python loop: for each path, fovea.tokenize + Model.encode_full + Encoding.save, in a
+                  Python process of its own (as a user's script), threads=2; "Python prefetch" tokenizes the next image on a second Python
+                  thread (1 fovea thread) while the current one is encoded, as the CLI decodes
+                  ahead on a producer thread;
   3. Dask:        fovea.distributed.run on LocalClusters with 2 cores' worth of work at a time
                   (--dask, default "1x1,2x1,1x2": workers x Dask threads per worker); fovea's
                   threads per task are the library default (cores / task slots on the host:
@@ -55,6 +57,8 @@ def parse_args():
     ap.add_argument("--rounds", type=int, default=4, help="interleaved rounds (load drift evens out)")
     ap.add_argument("--dask", default="1x1,2x1,1x2", help="Dask layouts, WORKERSxTHREADS, comma separated")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--serve-python", action="store_true",
+                    help=argparse.SUPPRESS)  # internal: the Python loops' own process (see PythonProcess)
     return ap.parse_args()
 
 
@@ -118,11 +122,16 @@ def run_cli(cli, inputs, out):
 _PY_MODEL = {}
 
 
-def run_python(paths, out):
+def py_model(warm_path):
     m = _PY_MODEL.get("m")
     if m is None:  # loaded once, with its bf16 weights, before the clock starts
         m = _PY_MODEL["m"] = fovea.Model(ARGS.model)
-        m.encode(fovea.tokenize(paths[0], budget=ARGS.budget), precision=ARGS.precision)
+        m.encode(fovea.tokenize(warm_path, budget=ARGS.budget), precision=ARGS.precision)
+    return m
+
+
+def run_python(paths, out):
+    m = py_model(paths[0])
     os.makedirs(out, exist_ok=True)
     t0 = time.perf_counter()
     for p in paths:
@@ -131,6 +140,59 @@ def run_python(paths, out):
         e.save(os.path.join(out, os.path.splitext(os.path.basename(p))[0] + ".safetensors"))
     dt = time.perf_counter() - t0
     return len(paths) / dt, dt
+
+
+_POOL = {}
+
+
+def run_python_prefetch(paths, out):
+    """The Python loop with the CLI's overlap: the next image is decoded and tokenized on a
+    second Python thread (fovea releases the GIL) while this one is encoded and written."""
+    from concurrent.futures import ThreadPoolExecutor
+    m = py_model(paths[0])
+    pool = _POOL.get("p")
+    if pool is None:
+        pool = _POOL["p"] = ThreadPoolExecutor(1)
+    os.makedirs(out, exist_ok=True)
+    t0 = time.perf_counter()
+    nxt = pool.submit(fovea.tokenize, paths[0], budget=ARGS.budget, threads=1)
+    for i, p in enumerate(paths):
+        t = nxt.result()
+        if i + 1 < len(paths):
+            nxt = pool.submit(fovea.tokenize, paths[i + 1], budget=ARGS.budget, threads=1)
+        e = m.encode_full(t, precision=ARGS.precision, threads=ARGS.threads)
+        e.save(os.path.join(out, os.path.splitext(os.path.basename(p))[0] + ".safetensors"))
+    dt = time.perf_counter() - t0
+    return len(paths) / dt, dt
+
+
+def serve_python():
+    """The Python loops run in a process of their own, as a user's script would: the driver
+    process also hosts the LocalClusters' schedulers, whose threads take the GIL. Reads one
+    JSON request per line: {"paths", "out", "prefetch"}; answers {"rate"}."""
+    for line in sys.stdin:
+        req = json.loads(line)
+        fn = run_python_prefetch if req["prefetch"] else run_python
+        rate, _ = fn(req["paths"], req["out"])
+        print(json.dumps({"rate": rate}), flush=True)
+
+
+class PythonProcess:
+    def __init__(self, warm_path):
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve-python", "--build-dir",
+                                   ARGS.build_dir, "--model", ARGS.model, "--precision", ARGS.precision, "--budget",
+                                   str(ARGS.budget), "--threads", str(ARGS.threads)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self([warm_path], os.path.join(tempfile.gettempdir(), "fovea-batch-bench-warm"), False)  # model warm
+
+    def __call__(self, paths, out, prefetch):
+        self.p.stdin.write(json.dumps({"paths": paths, "out": out, "prefetch": prefetch}) + "\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())["rate"], None
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
 
 
 class DaskRunner:
@@ -213,7 +275,9 @@ def main():
     if "cli" not in skip:
         runners["batch CLI"] = lambda chunk, r: run_cli(cli, chunk, os.path.join(work, f"out-cli{r}"))
     if "python" not in skip:
-        runners["Python loop"] = lambda chunk, r: run_python(chunk, os.path.join(work, "out-py"))
+        pyproc = PythonProcess(paths[0])
+        runners["Python loop"] = lambda chunk, r: pyproc(chunk, os.path.join(work, "out-py"), False)
+        runners["Python prefetch"] = lambda chunk, r: pyproc(chunk, os.path.join(work, "out-pyp"), True)
     clusters = []
     if "dask" not in skip:
         for layout in filter(None, ARGS.dask.split(",")):
@@ -240,6 +304,8 @@ def main():
             print(f"  round {r}: {k:14s} {rate:7.2f} images/s  (load {os.getloadavg()[0]:.1f})", flush=True)
     for d in clusters:
         d.close()
+    if "python" not in skip:
+        pyproc.close()
     results = {k: done[k] / spent[k] for k in runners}
     for k, v in results.items():
         print(f"  {k:16s} {v:7.2f} images/s over {done[k]} images")
@@ -265,4 +331,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if ARGS.serve_python:
+        serve_python()
+    else:
+        main()

@@ -6,7 +6,11 @@
 INPUTS are image files, directories of them (.jpg/.jpeg/.png, recursively) and WebDataset-style
 .tar shards. There is one Dask task per input shard and one per batch of --batch-size files.
 Each worker process loads the model once (a per-process cache) and runs fovea's C++ pipeline
-with the GIL released. Outputs are those of the batch CLI (`fovea tokenize|encode ... -o DIR`),
+with the GIL released, on the host's cores divided by the task slots of the workers there.
+The layout that measured fastest (docs/python.md) is one worker per machine running one task
+at a time (`dask worker ... --nworkers 1 --nthreads 1`; the LocalCluster default here), with
+OMP_WAIT_POLICY=PASSIVE in the worker's environment (set for the LocalCluster this command
+starts; the summary warns when a worker runs without it). Outputs are those of the batch CLI (`fovea tokenize|encode ... -o DIR`),
 byte for byte:
   * a file input writes OUTDIR/<name without extension>.safetensors;
   * a shard writes OUTDIR/<shard name>.tar with a <key>.safetensors member per image.
