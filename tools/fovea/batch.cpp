@@ -1,5 +1,7 @@
 #include "batch.hpp"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -369,6 +371,11 @@ BatchReport run_batch(const std::vector<std::string>& inputs, const std::string&
     }
   };
   std::thread producer([&] {
+    // Decoding ahead should use cycles the encoder leaves idle (its OpenMP threads sleep at
+    // barriers), not take them: a third runnable thread on two busy cores preempts a team
+    // member, and the whole team waits for it at the next barrier. At the lowest priority
+    // (per thread on Linux) it still gets the cores whenever the main thread waits for it.
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
     for (size_t si = 0; si < sources.size(); ++si) {
       const Source& s = sources[si];
       if (!s.shard) {
