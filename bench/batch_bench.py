@@ -16,8 +16,8 @@ bf16 weight copies, oneDNN kernels).
                   (steady_images_per_s from its JSON);
   2. Python loop: for each path, fovea.tokenize + Model.encode_full + Encoding.save, in a
                   Python process of its own (as a user's script), threads=2; "Python prefetch" tokenizes the next image on a second Python
-                  thread (1 fovea thread) while the current one is encoded, as the CLI decodes
-                  ahead on a producer thread;
+                  thread (1 fovea thread, nice 19) while the current one is encoded, as the
+                  CLI decodes ahead on a niced producer thread;
   3. Dask:        fovea.distributed.run on LocalClusters with 2 cores' worth of work at a time
                   (--dask, default "1x1,2x1,1x2": workers x Dask threads per worker); fovea's
                   threads per task are the library default (cores / task slots on the host:
@@ -147,12 +147,13 @@ _POOL = {}
 
 def run_python_prefetch(paths, out):
     """The Python loop with the CLI's overlap: the next image is decoded and tokenized on a
-    second Python thread (fovea releases the GIL) while this one is encoded and written."""
+    second Python thread at the lowest priority (fovea releases the GIL) while this one is
+    encoded and written."""
     from concurrent.futures import ThreadPoolExecutor
     m = py_model(paths[0])
     pool = _POOL.get("p")
     if pool is None:
-        pool = _POOL["p"] = ThreadPoolExecutor(1)
+        pool = _POOL["p"] = ThreadPoolExecutor(1, initializer=fd._lowest_priority)  # as the CLI's producer
     os.makedirs(out, exist_ok=True)
     t0 = time.perf_counter()
     nxt = pool.submit(fovea.tokenize, paths[0], budget=ARGS.budget, threads=1)
