@@ -359,7 +359,7 @@ def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: Optional
         client: a dask.distributed.Client; None runs the same tasks here, one after another
             (the serial reference).
         batch_size: files per task (a shard is always one task); None: up to 16, at least
-            4 tasks per worker.
+            8 tasks per task slot.
         retries: Dask reruns a task that raised up to this many times (a killed worker's
             tasks are rescheduled by Dask regardless).
         progress: print images done and images/s to stderr as tasks finish.
@@ -421,7 +421,7 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0,
                    help="fovea threads per task (0: the host's cores / the task slots of all workers on it)")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="files per task (default: up to 16, at least 4 tasks per worker)")
+                   help="files per task (default: up to 16, at least 8 tasks per task slot)")
     p.add_argument("--retries", type=int, default=3)
     p.add_argument("--model", "-m", help="encode with this checkpoint (or random:vit-b16); without it, tokenize")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")

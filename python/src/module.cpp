@@ -497,8 +497,23 @@ struct KeepRule {
   }
 };
 
+// libav* objects are freed with the GIL released: freeing a decoder joins its frame threads,
+// and those may be logging through a log callback that takes the GIL (PyAV installs one when
+// it is imported), which would wait forever on a GIL this thread holds.
+struct FreeWithoutGil {
+  void operator()(VideoReader* r) const {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      delete r;
+    } else {
+      delete r;
+    }
+  }
+};
+using ReaderPtr = std::unique_ptr<VideoReader, FreeWithoutGil>;
+
 struct PyVideoReader {
-  std::unique_ptr<VideoReader> reader;
+  ReaderPtr reader;
   std::shared_ptr<FramePool> pool = std::make_shared<FramePool>();
   std::mutex mu;  // one read at a time (the GIL is released while decoding)
   KeepRule keep;
@@ -566,12 +581,12 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   if (quiet) quiet_ffmpeg_log();
   VideoReaderOptions ro;
   ro.max_pixels = max_pixels;
-  std::unique_ptr<VideoReader> reader;
+  ReaderPtr reader;
   std::unique_ptr<Executor> ex;
   std::unique_ptr<VideoSession> session;
   {
     py::gil_scoped_release nogil;
-    reader = std::make_unique<VideoReader>(VideoReader::open(path, ro));
+    reader = ReaderPtr(new VideoReader(VideoReader::open(path, ro)));
     ex = std::make_unique<Executor>(cfg);
     session = std::make_unique<VideoSession>(vp, vit ? &*vit : nullptr, *ex);
   }
@@ -595,8 +610,17 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
     for (const std::string& w : reader->take_warnings()) warnings.append(path + ": " + w);
     if (!got) break;
     Query q = base;
-    if (per_frame_query)
-      q.fixations = make_query(fixations(frame.index, frame.pts_s).cast<std::vector<std::vector<float>>>(), {}).fixations;
+    if (per_frame_query) {
+      const py::object f = fixations(frame.index, frame.pts_s);
+      std::vector<std::vector<float>> v;
+      try {
+        v = f.cast<std::vector<std::vector<float>>>();
+      } catch (const py::cast_error&) {
+        throw py::type_error("fixations(index, pts) must return a list of (x, y[, radius[, weight]]), got " +
+                             std::string(py::str(py::type::of(f).attr("__name__"))));
+      }
+      q.fixations = make_query(v, {}).fixations;
+    }
     FrameResult r;
     {
       py::gil_scoped_release nogil;
@@ -949,7 +973,7 @@ PYBIND11_MODULE(_fovea, m) {
              ro.threads = threads;
              ro.max_pixels = max_pixels;
              py::gil_scoped_release nogil;
-             r->reader = std::make_unique<VideoReader>(VideoReader::open(path, ro));
+             r->reader = ReaderPtr(new VideoReader(VideoReader::open(path, ro)));
              return r;
            }),
            py::arg("path"), py::arg("every") = 1, py::arg("fps") = py::none(), py::arg("max_frames") = py::none(),

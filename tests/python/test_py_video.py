@@ -107,6 +107,8 @@ def test_video_per_frame_fixations(tmp_path):
 
     frames = fovea.video(CLIP, budget=24, fixations=track, max_frames=3, dtype="u8")
     assert seen == [0, 1, 2] and len(frames) == 3
+    with pytest.raises(TypeError, match="fixations"):
+        fovea.video(CLIP, budget=24, fixations=lambda i, t: 42, max_frames=1, dtype="u8")
 
 
 def test_video_bad_inputs_raise_the_clis_message(tmp_path):
@@ -129,3 +131,16 @@ def test_video_bad_inputs_raise_the_clis_message(tmp_path):
         fovea.video(CLIP, reuse="sometimes")
     with pytest.raises(ValueError, match="every"):
         fovea.VideoReader(CLIP, every=0)
+
+
+def test_dropping_a_reader_mid_stream_with_pyav_loaded():
+    """PyAV's libav log callback takes the GIL, from the decoder's frame threads too: freeing
+    a decoder (which joins them) while holding the GIL deadlocked. Readers and video() runs
+    are freed with the GIL released."""
+    pytest.importorskip("av")
+    for _ in range(5):
+        r = fovea.VideoReader(CLIP, quiet=False)
+        next(r)
+        del r  # frames still in flight in the decoder's threads
+    with pytest.raises(TypeError):
+        fovea.video(CLIP, fixations=lambda i, t: 42, max_frames=1, dtype="u8")  # freed on the error path
