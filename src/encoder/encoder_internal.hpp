@@ -141,9 +141,10 @@ struct GemmArgs {
   // W given as [K, N] (row stride ldw) instead of [N, K]: C = A·W (attention P·V).
   bool w_is_kn = false;
   // W is a model weight that never changes (keyed by the pointer w). Its first use reads it
-  // where it lies (a mapped checkpoint: no copy) unless its type must change; from its second
-  // use on, it is reordered once into the layout oneDNN's kernel prefers and the packed copy
-  // is reused. A type change (f32 → bf16) is made in that same single reorder.
+  // where it lies (a mapped checkpoint: no copy), or, when its type must change (f32 → bf16),
+  // converts it into a buffer every layer reuses; from its second use on, it is reordered once
+  // (converting its type in the same pass) into the layout oneDNN's kernel prefers, and that
+  // packed copy is reused.
   bool constant_w = false;
 };
 

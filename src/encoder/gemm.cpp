@@ -6,8 +6,10 @@
 // and packed (reordered into the kernel's layout, in memory asking for transparent huge pages)
 // only from its second use on, when the copy starts to pay for itself: at M = 32 a plain f32
 // weight runs ~7x slower than a packed one, at M = 272 the same (measured with oneDNN 2.6 on an
-// AMX Xeon). A weight whose type must change (f32 file, bf16 GEMM) is converted and packed in
-// one reorder on first use.
+// AMX Xeon). A weight whose type must change (f32 file, bf16 GEMM) is converted on first use by
+// one reorder into a buffer that every layer reuses (so it stays in cache and costs no fresh
+// pages), and packed for good from its second use. Fresh pages are what a one-shot process
+// pays most for: on this VM the kernel's clearing of a new page was ~45% of a one-shot encode.
 //
 // oneDNN here is built on OpenMP: a primitive run from the main thread uses the OpenMP team
 // size (set for the call by encode()'s OmpThreadsScope); run from inside an OpenMP parallel
@@ -48,6 +50,10 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int
 
 // The threads a primitive created now would use (oneDNN's own count: 1 inside a parallel region).
 int team_size() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+// How a GEMM reads W: as given; converted into a reused buffer (first use of a constant weight
+// whose type changes); or from its persistent packed copy (constant weights from their second use).
+enum class WeightUse { plain, transient, packed };
 
 Key key_of(const GemmArgs& a, bool packed) {
   return Key{a.m, a.n, a.k, a.lda, a.ldw, a.ldc, int(a.a_dt), int(a.w_dt), int(a.c_dt), int(a.post),
@@ -162,13 +168,21 @@ struct Gemm::State {
   std::vector<Scratch> scratch;
   std::vector<std::unique_ptr<dnnl::stream>> streams;
 
-  // Whether this use of constant weights g.w should run on a packed copy (counts the use).
-  bool use_packed(const GemmArgs& g) {
+  // How this use of W runs (counts the use of constant weights).
+  WeightUse weight_use(const GemmArgs& g) {
+    if (!g.constant_w) return WeightUse::plain;
     std::lock_guard<std::mutex> lock(mutex);
     ConstantWeight& cw = constants[g.w];
     ++cw.uses;
-    return g.w_dt != g.a_dt || cw.uses >= 2 || !cw.packed.empty();
+    if (cw.uses >= 2 || !cw.packed.empty()) return WeightUse::packed;
+    return g.w_dt == g.a_dt ? WeightUse::plain : WeightUse::transient;
   }
+  // The buffer a first-use conversion is reordered into: one, reused by every layer, so it stays
+  // in cache and costs no fresh pages per weight. Its mutex is held from the reorder to the end
+  // of the GEMM that reads it.
+  std::mutex transient_mutex;
+  std::unique_ptr<std::byte[], AlignedFree> transient;
+  size_t transient_bytes = 0;
 
   std::shared_ptr<Entry> get(const GemmArgs& g, bool packed) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -255,8 +269,8 @@ Gemm::PackedStats Gemm::packed_stats() const {
 
 void Gemm::run_unchecked(const GemmArgs& g) {
   if (!g.constant_w && g.w_dt != g.a_dt) throw Error(Errc::internal, "encoder GEMM: A and W types differ");
-  const bool packed = g.constant_w && s_->use_packed(g);
-  const std::shared_ptr<State::Entry> e = s_->get(g, packed);
+  const WeightUse use = s_->weight_use(g);
+  const std::shared_ptr<State::Entry> e = s_->get(g, use != WeightUse::plain);
   const int tid = omp_in_parallel() ? omp_get_thread_num() : 0;
   if (tid >= int(s_->streams.size())) throw Error(Errc::internal, "encoder GEMM: thread id out of range");
   State::Scratch& scratch = s_->scratch[tid];
@@ -267,7 +281,23 @@ void Gemm::run_unchecked(const GemmArgs& g) {
   const dnnl::engine& eng = s_->engine;
   dnnl::stream& st = *s_->streams[tid];
   dnnl::memory a(e->a_md, eng, const_cast<void*>(g.a));
-  dnnl::memory w = packed ? s_->packed_weights(g, *e, st) : dnnl::memory(e->w_md, eng, const_cast<void*>(g.w));
+  std::unique_lock<std::mutex> transient_lock;
+  dnnl::memory w;
+  if (use == WeightUse::packed) {
+    w = s_->packed_weights(g, *e, st);
+  } else if (use == WeightUse::transient) {
+    transient_lock = std::unique_lock<std::mutex>(s_->transient_mutex);
+    const size_t bytes = e->w_packed_md.get_size();
+    if (s_->transient_bytes < bytes) {
+      s_->transient = aligned_alloc_bytes(bytes);
+      s_->transient_bytes = bytes;
+    }
+    dnnl::memory src(e->w_md, eng, const_cast<void*>(g.w));
+    w = dnnl::memory(e->w_packed_md, eng, s_->transient.get());
+    dnnl::reorder(src, w).execute(st, src, w);
+  } else {
+    w = dnnl::memory(e->w_md, eng, const_cast<void*>(g.w));
+  }
   dnnl::memory c(e->c_md, eng, g.c);
   dnnl::memory sp(dnnl::memory::desc({int64_t(e->scratch_bytes)}, dnnl::memory::data_type::u8, {1}), eng,
                   scratch.data.get());
