@@ -1,0 +1,120 @@
+// How a checkpoint's weights reach the GEMMs (issue 18, time to first embedding): matrices are
+// read where they lie in the mapped file, converted or packed only when that pays, and every
+// path gives the same embeddings.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "encoder/encoder_internal.hpp"
+#include "fovea/encoder.hpp"
+#include "fovea/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+std::string fixture(const std::string& model, const std::string& file = "model.safetensors") {
+  return test::source_dir() + "/tests/data/encoder/" + model + "/" + file;
+}
+
+struct FirstCase {
+  Tensor patches, positions;
+  int width = 0, height = 0;
+};
+
+FirstCase first_case(const std::string& model) {
+  const SafetensorsFile f = SafetensorsFile::open(fixture(model, "cases.safetensors"));
+  const std::string n = f.metadata().at("cases").substr(0, f.metadata().at("cases").find(','));
+  FirstCase c;
+  c.patches = f.load(*f.find(n + ".patches"));
+  c.positions = f.load(*f.find(n + ".positions"));
+  c.width = std::stoi(f.metadata().at(n + ".image_width"));
+  c.height = std::stoi(f.metadata().at(n + ".image_height"));
+  return c;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.bytes(), b.bytes(), a.size_bytes()) == 0;
+}
+
+// F32 and BF16 matrices are views of the mapping (no copy); F16 ones are decoded to f32; HF's
+// separate q, k, v are stacked into one owned matrix of the file's type.
+TEST(EncoderWeights, CheckpointMatricesAreViewsOfTheMappedFile) {
+  {
+    const VitModel m = VitModel::load(fixture("torchvision"));  // F32, q|k|v stored stacked
+    ASSERT_FALSE(m.impl().layers.empty());
+    for (const VitLayer& l : m.impl().layers)
+      for (const WeightMatrix* w : {&l.qkv_w, &l.out_w, &l.fc1_w, &l.fc2_w}) {
+        EXPECT_TRUE(w->mapped());
+        EXPECT_EQ(w->dtype, DType::f32);
+      }
+    EXPECT_NE(m.impl().mapping, nullptr) << "the model must keep the file its weights point into";
+  }
+  {
+    const VitModel m = VitModel::load(fixture("siglip"));  // BF16, separate q, k, v
+    for (const VitLayer& l : m.impl().layers) {
+      for (const WeightMatrix* w : {&l.out_w, &l.fc1_w, &l.fc2_w}) {
+        EXPECT_TRUE(w->mapped());
+        EXPECT_EQ(w->dtype, DType::bf16);
+      }
+      EXPECT_FALSE(l.qkv_w.mapped());
+      EXPECT_EQ(l.qkv_w.dtype, DType::bf16) << "stacking must keep BF16 weights in BF16";
+      EXPECT_EQ(l.qkv_w.rows, 3 * l.qkv_w.cols);
+    }
+  }
+  {
+    const VitModel m = VitModel::load(fixture("clip_full"));  // F16: decoded
+    for (const VitLayer& l : m.impl().layers)
+      for (const WeightMatrix* w : {&l.qkv_w, &l.out_w, &l.fc1_w, &l.fc2_w}) {
+        EXPECT_FALSE(w->mapped());
+        EXPECT_EQ(w->dtype, DType::f32);
+      }
+    EXPECT_EQ(m.impl().mapping, nullptr) << "nothing points into the file: it need not stay mapped";
+  }
+}
+
+// The first encode reads the weights in place (fp32) or converts them into a reused buffer
+// (bf16 from an F32 file) and packs nothing; the second packs them; the third reuses the
+// packed copies. All three give the same bytes.
+TEST(EncoderWeights, InPlaceConvertedAndPackedWeightsGiveTheSameEmbeddings) {
+  for (const std::string name : {"torchvision", "siglip"}) {
+    for (const Precision prec : {Precision::fp32, Precision::bf16}) {
+      SCOPED_TRACE(name + (prec == Precision::bf16 ? " bf16" : " fp32"));
+      const VitModel model = VitModel::load(fixture(name));
+      const FirstCase c = first_case(name);
+      Executor exec({.threads = 2});
+      const EncodeParams p{.precision = prec, .image_width = c.width, .image_height = c.height};
+      const Encoding first = encode(model, c.patches, c.positions, p, exec);
+      const auto& gemm = model.impl().gemm;
+      ASSERT_NE(gemm, nullptr);
+      EXPECT_EQ(gemm->packed_stats().weights, 0) << "a one-shot encode must not pack (copy) weights";
+      EXPECT_EQ(gemm->packed_stats().bytes, 0u);
+      const Encoding second = encode(model, c.patches, c.positions, p, exec);
+      const encoder_detail::Gemm::PackedStats packed = gemm->packed_stats();
+      // 4 matrices per layer plus the patch embedding (+ the projector, none here).
+      EXPECT_EQ(packed.weights, 4 * int(model.impl().layers.size()) + 1);
+      EXPECT_GT(packed.bytes, 0u);
+      const Encoding third = encode(model, c.patches, c.positions, p, exec);
+      EXPECT_EQ(gemm->packed_stats().weights, packed.weights) << "packed weights must be reused, not repacked";
+      EXPECT_EQ(gemm->packed_stats().bytes, packed.bytes);
+      EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
+      EXPECT_TRUE(same_bytes(second.embeddings, third.embeddings));
+    }
+  }
+}
+
+// bf16 GEMMs over f32 weights convert them inside oneDNN's reorder; the scalar reference
+// rounds them the same way (the conversion is part of the algorithm, not of the kernel).
+TEST(EncoderWeights, Bf16FromF32WeightsMatchesTheReferencePath) {
+  const VitModel model = VitModel::load(fixture("torchvision"));
+  const FirstCase c = first_case("torchvision");
+  const EncodeParams p{.precision = Precision::bf16, .image_width = c.width, .image_height = c.height};
+  Executor fast({.threads = 2}), ref({.threads = 1, .kernels = Kernels::reference});
+  const Encoding a = encode(model, c.patches, c.positions, p, fast);
+  const Encoding b = encode(model, c.patches, c.positions, p, ref);
+  EXPECT_GE(mean_row_cosine(a.embeddings, b.embeddings), 0.9999);
+}
+
+}  // namespace
+}  // namespace fovea
