@@ -3,10 +3,9 @@
 // Constant weights (GemmArgs::constant_w) cost the one-shot CLI more than the GEMMs: a 346 MB
 // ViT-B/16 checkpoint copied to f32, then to bf16, then reordered, is a gigabyte of fresh pages
 // for the kernel to zero. So a weight is read where it lies (the mapped file) on its first use,
-// and packed (reordered into the kernel's layout, in memory asking for transparent huge pages)
-// only from its second use on, when the copy starts to pay for itself: at M = 32 a plain f32
-// weight runs ~7x slower than a packed one, at M = 272 the same (measured with oneDNN 2.6 on an
-// AMX Xeon). A weight whose type must change (f32 file, bf16 GEMM) is converted on first use by
+// and packed (reordered into the kernel's layout) only from its second use on, when the copy
+// starts to pay for itself: at M = 32 a plain f32 weight runs ~7x slower than a packed one, at
+// M = 272 the same; bf16 at M = 1024, 1.9x slower (oneDNN 2.6 on an AMX Xeon). A weight whose type must change (f32 file, bf16 GEMM) is converted on first use by
 // one reorder into a buffer that every layer reuses (so it stays in cache and costs no fresh
 // pages), and packed for good from its second use. Fresh pages are what a one-shot process
 // pays most for: on this VM the kernel's clearing of a new page was ~45% of a one-shot encode.
@@ -60,9 +59,11 @@ Key key_of(const GemmArgs& a, bool packed) {
              a.bias != nullptr, a.accumulate, a.alpha, a.w_is_kn, a.constant_w, team_size(), packed};
 }
 
-// Memory for packed weights: 2 MiB-aligned anonymous mappings with MADV_HUGEPAGE (transparent
-// huge pages in `madvise` mode), handed out by a bump pointer. A fresh 4 KiB page costs a fault
-// and a clear; a huge page makes that 512 times fewer faults. Untouched tails cost nothing.
+// Memory for packed weights: large anonymous mappings handed out by a bump pointer (few
+// mappings, no heap fragmentation, untouched tails cost nothing). Deliberately without
+// MADV_HUGEPAGE: on the AMX VM this was measured on (THP `madvise`, defrag `madvise`), packing
+// ViT-B/16's 346 MB of f32 weights into huge pages cost 0.44-0.81 s of system time against
+// 0.14-0.24 s with 4 KiB pages (98 K faults instead of 16 K, but no direct compaction).
 class PackedArena {
  public:
   PackedArena() = default;
@@ -74,18 +75,11 @@ class PackedArena {
   void* allocate(size_t bytes) {
     bytes = (bytes + 63) & ~size_t(63);
     if (chunks_.empty() || chunks_.back().used + bytes > chunks_.back().size) {
-      constexpr size_t kHuge = size_t(2) << 20, kChunk = size_t(32) << 20;
-      const size_t size = std::max(kChunk, (bytes + kHuge - 1) & ~(kHuge - 1));
-      // Over-map by 2 MiB so the chunk can start on a huge-page boundary, then trim.
-      void* raw = ::mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (raw == MAP_FAILED) throw Error(Errc::out_of_memory, "cannot map " + std::to_string(size) + " bytes for packed weights");
-      const uintptr_t r = reinterpret_cast<uintptr_t>(raw), a = (r + kHuge - 1) & ~uintptr_t(kHuge - 1);
-      if (a > r) ::munmap(raw, a - r);
-      if (r + kHuge > a) ::munmap(reinterpret_cast<void*>(a + size), r + kHuge - a);
-#ifdef MADV_HUGEPAGE
-      ::madvise(reinterpret_cast<void*>(a), size, MADV_HUGEPAGE);  // a hint; failure is harmless
-#endif
-      chunks_.push_back({reinterpret_cast<std::byte*>(a), size, 0});
+      constexpr size_t kPage = size_t(4) << 10, kChunk = size_t(32) << 20;
+      const size_t size = std::max(kChunk, (bytes + kPage - 1) & ~(kPage - 1));
+      void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw Error(Errc::out_of_memory, "cannot map " + std::to_string(size) + " bytes for packed weights");
+      chunks_.push_back({static_cast<std::byte*>(p), size, 0});
     }
     Chunk& c = chunks_.back();
     void* p = c.base + c.used;
@@ -181,7 +175,8 @@ struct Gemm::State {
   // in cache and costs no fresh pages per weight. Its mutex is held from the reorder to the end
   // of the GEMM that reads it.
   std::mutex transient_mutex;
-  std::unique_ptr<std::byte[], AlignedFree> transient;
+  std::unique_ptr<PackedArena> transient_arena;
+  void* transient = nullptr;
   size_t transient_bytes = 0;
 
   std::shared_ptr<Entry> get(const GemmArgs& g, bool packed) {
@@ -289,11 +284,13 @@ void Gemm::run_unchecked(const GemmArgs& g) {
     transient_lock = std::unique_lock<std::mutex>(s_->transient_mutex);
     const size_t bytes = e->w_packed_md.get_size();
     if (s_->transient_bytes < bytes) {
-      s_->transient = aligned_alloc_bytes(bytes);
+      s_->transient_arena.reset();
+      s_->transient_arena = std::make_unique<PackedArena>();
+      s_->transient = s_->transient_arena->allocate(bytes);
       s_->transient_bytes = bytes;
     }
     dnnl::memory src(e->w_md, eng, const_cast<void*>(g.w));
-    w = dnnl::memory(e->w_packed_md, eng, s_->transient.get());
+    w = dnnl::memory(e->w_packed_md, eng, s_->transient);
     dnnl::reorder(src, w).execute(st, src, w);
   } else {
     w = dnnl::memory(e->w_md, eng, const_cast<void*>(g.w));

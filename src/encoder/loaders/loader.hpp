@@ -62,8 +62,7 @@ class Lookup {
   Tensor get(const std::string& name, const std::vector<int64_t>& want, bool required = true,
              std::vector<int64_t> as = {});
   // A weight matrix of shape `want` ([rows, cols]): a view of the mapped file when it is F32 or
-  // BF16 (no copy; the pages are mapped in one madvise instead of one fault each), else decoded
-  // to f32. Missing (optional) or faulty: an empty matrix, the problem collected as by get().
+  // BF16 (no copy), else decoded to f32. Missing (optional) or faulty: an empty matrix, the problem collected as by get().
   WeightMatrix matrix(const std::string& name, const std::vector<int64_t>& want, bool required = true);
   // The matrices `names`, each [rows, cols], stacked into one owned [n·rows, cols] matrix (HF's
   // separate q, k, v projections): bf16 when all are stored BF16, else f32. Allocated only when
