@@ -165,6 +165,8 @@ def main():
               f"{int(med(name, 'tokens')):6d}")
     summary = {}
     if not a.no_torch:
+        print(f"(torch's phases inside its process, medians: import {med('torch fp32', 'import_ms'):.0f} ms, "
+              f"torch.load {med('torch fp32', 'model_load_ms'):.0f} ms, encode {med('torch fp32', 'encode_ms'):.0f} ms)")
         print()
         for name, _ in configs:
             if not name.startswith("fovea"):
