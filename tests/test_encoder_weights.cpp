@@ -74,6 +74,32 @@ TEST(EncoderWeights, CheckpointMatricesAreViewsOfTheMappedFile) {
   }
 }
 
+// map_weights = false: the same matrices, copied in their own type; the file is not kept.
+TEST(EncoderWeights, UnmappedWeightsAreOwnedCopiesGivingTheSameEmbeddings) {
+  for (const std::string name : {"torchvision", "siglip"}) {
+    SCOPED_TRACE(name);
+    const VitModel mapped = VitModel::load(fixture(name));
+    const VitModel owned = VitModel::load(fixture(name), {.map_weights = false});
+    EXPECT_EQ(owned.impl().mapping, nullptr);
+    ASSERT_EQ(owned.impl().layers.size(), mapped.impl().layers.size());
+    for (size_t i = 0; i < owned.impl().layers.size(); ++i) {
+      const VitLayer& a = mapped.impl().layers[i];
+      const VitLayer& b = owned.impl().layers[i];
+      for (auto [wa, wb] : {std::pair{&a.out_w, &b.out_w}, {&a.fc1_w, &b.fc1_w}, {&a.fc2_w, &b.fc2_w}}) {
+        EXPECT_FALSE(wb->mapped());
+        EXPECT_EQ(wb->dtype, wa->dtype) << "a copy keeps the file's type";
+        ASSERT_EQ(wb->size_bytes(), wa->size_bytes());
+        EXPECT_EQ(std::memcmp(wa->data, wb->data, wa->size_bytes()), 0);
+      }
+    }
+    const FirstCase c = first_case(name);
+    Executor exec({.threads = 2});
+    const EncodeParams p{.image_width = c.width, .image_height = c.height};
+    EXPECT_TRUE(same_bytes(encode(mapped, c.patches, c.positions, p, exec).embeddings,
+                           encode(owned, c.patches, c.positions, p, exec).embeddings));
+  }
+}
+
 // The first encode reads the weights in place (fp32) or converts them into a reused buffer
 // (bf16 from an F32 file) and packs nothing; the second packs them; the third reuses the
 // packed copies. All three give the same bytes.

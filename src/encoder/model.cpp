@@ -128,7 +128,7 @@ VitModel VitModel::random(const VitConfig& config, uint64_t seed, const std::str
   return out;
 }
 
-VitModel VitModel::load(const std::string& spec) {
+VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options) {
   if (spec.rfind("random:", 0) == 0) {
     std::string rest = spec.substr(7);
     uint64_t seed = 0;
@@ -192,6 +192,7 @@ VitModel VitModel::load(const std::string& spec) {
     ck.config = vision_part(ck.full_config);
     ck.preprocessor = read_json_beside(file, "preprocessor_config.json");
   }
+  weights->map_weights = options.map_weights;
   ck.weights = weights.get();
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
   const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_clip_loader(),

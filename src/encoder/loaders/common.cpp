@@ -206,7 +206,13 @@ WeightMatrix Lookup::matrix(const std::string& name, const std::vector<int64_t>&
     if (const std::optional<WeightSource::Raw> r = w_.raw(name)) {
       used_.insert(name);
       // (MADV_POPULATE_READ on these pages was measured: no change in time or faults.)
-      return WeightMatrix::view(r->data, r->dtype, want[0], want[1]);
+      if (w_.map_weights) return WeightMatrix::view(r->data, r->dtype, want[0], want[1]);
+      const unsigned __int128 bytes = (unsigned __int128)uint64_t(want[0]) * uint64_t(want[1]) * dtype_size(r->dtype);
+      if (bytes <= uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE))) {  // else get() refuses it
+        Tensor t(r->dtype, want);
+        std::memcpy(t.bytes(), r->data, t.size_bytes());
+        return WeightMatrix(std::move(t));
+      }
     }
   }
   Tensor t = get(name, want, required);  // decodes (F16, Q8_0) or records the problem

@@ -43,6 +43,8 @@ class WeightSource {
     DType dtype;
   };
   virtual std::optional<Raw> raw(std::string_view name) const = 0;
+  // Whether Lookup::matrix may return views of raw() (ModelLoadOptions::map_weights).
+  bool map_weights = true;
 };
 std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f);  // F32, F16, BF16
 std::unique_ptr<WeightSource> gguf_source(const GgufFile& f);                // + Q8_0
@@ -62,7 +64,8 @@ class Lookup {
   Tensor get(const std::string& name, const std::vector<int64_t>& want, bool required = true,
              std::vector<int64_t> as = {});
   // A weight matrix of shape `want` ([rows, cols]): a view of the mapped file when it is F32 or
-  // BF16 (no copy), else decoded to f32. Missing (optional) or faulty: an empty matrix, the problem collected as by get().
+  // BF16 (no copy; an owned copy of the same type when the source's map_weights is false), else
+  // decoded to f32. Missing (optional) or faulty: an empty matrix, the problem collected as by get().
   WeightMatrix matrix(const std::string& name, const std::vector<int64_t>& want, bool required = true);
   // The matrices `names`, each [rows, cols], stacked into one owned [n·rows, cols] matrix (HF's
   // separate q, k, v projections): bf16 when all are stored BF16, else f32. Allocated only when
