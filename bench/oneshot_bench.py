@@ -12,7 +12,8 @@ once first, so the page cache is warm: this measures a user's second run, not th
 
 Each round runs, in a fresh process each and in an order rotated per round:
   fovea encode PHOTO --budget B --model vit_b16.safetensors --precision P --json -o OUT
-  (and, with --bf16-file, the same on the BF16-stored copy of the checkpoint)
+  (and, with --bf16-file, the same on the BF16-stored copy of the checkpoint; with
+  --baseline-build DIR, DIR/fovea too: another commit's build, for before/after in one run)
   bench/oneshot_torch.py PHOTO vit_b16.pt --tokens B-1 (import torch, torch.load, encode fp32)
 timing the whole process from outside (wall clock, plus user / system CPU, minor page faults
 and peak RSS from wait4). Ratios are torch's wall time over fovea's, per round, then the median.
@@ -49,6 +50,7 @@ def parse_args():
     ap.add_argument("--budget", type=int, default=273)
     ap.add_argument("--precisions", default="bf16,fp32")
     ap.add_argument("--bf16-file", action="store_true", help="also run fovea on the BF16-stored checkpoint")
+    ap.add_argument("--baseline-build", help="also run this build's fovea (e.g. an older commit's), same rounds")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-steady", action="store_true")
     ap.add_argument("--json", help="also write the results here")
@@ -122,6 +124,11 @@ def main():
                             [fovea, "encode", a.photo, "--budget", str(a.budget), "--model", st16, "--precision", prec,
                              "--threads", str(a.threads), "--json",
                              "-o", os.path.join(out_dir, f"e16_{prec}.safetensors")]))
+        if a.baseline_build:
+            configs.append((f"baseline {prec}",
+                            [os.path.join(a.baseline_build, "fovea"), "encode", a.photo, "--budget", str(a.budget),
+                             "--model", st, "--precision", prec, "--threads", str(a.threads), "--json",
+                             "-o", os.path.join(out_dir, f"b_{prec}.safetensors")]))
     if not a.no_torch:
         configs.append(("torch fp32", [sys.executable, os.path.join(HERE, "oneshot_torch.py"), a.photo, pt,
                                        "--tokens", str(a.budget - 1), "--threads", str(a.threads)]))
@@ -138,7 +145,7 @@ def main():
         order = configs[r % len(configs):] + configs[:r % len(configs)]
         for name, cmd in order:
             m, out = measure(cmd, env)
-            if name.startswith("fovea"):
+            if not name.startswith("torch"):
                 j = json.loads(out)
                 m["model_load_ms"] = j["timings_ms"]["model_load"]
                 m["encode_ms"] = j["timings_ms"]["encode"]
@@ -169,7 +176,7 @@ def main():
               f"torch.load {med('torch fp32', 'model_load_ms'):.0f} ms, encode {med('torch fp32', 'encode_ms'):.0f} ms)")
         print()
         for name, _ in configs:
-            if not name.startswith("fovea"):
+            if name.startswith("torch"):
                 continue
             ratios = [t["wall_s"] / f["wall_s"] for t, f in zip(runs["torch fp32"], runs[name])]
             cpu = [(t["user_s"] + t["sys_s"]) / (f["user_s"] + f["sys_s"]) for t, f in zip(runs["torch fp32"], runs[name])]
