@@ -130,6 +130,36 @@ TEST(EncoderWeights, InPlaceConvertedAndPackedWeightsGiveTheSameEmbeddings) {
   }
 }
 
+// The same at ViT-B/16's sizes (K = 768 and 3072 span several of the kernels' K blocks, so a
+// different layout could change the summation order): the first, in-place or converted use and
+// the packed ones agree to the bit.
+TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
+  const int n = 40;
+  Tensor patches(DType::f32, {n, 3, 16, 16}), positions(DType::f32, {n, 4});
+  uint32_t s = 7;
+  for (int64_t i = 0; i < patches.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    patches.data<float>()[i] = float(s >> 8) / float(1 << 24) * 4 - 2;
+  }
+  for (int i = 0; i < n; ++i) {
+    float* p = positions.data<float>() + i * 4;
+    p[0] = (i % 8 + 0.5f) * 16, p[1] = (i / 8 + 0.5f) * 16, p[2] = 16, p[3] = 0;
+  }
+  Executor exec({.threads = 2});
+  for (const Precision prec : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(prec == Precision::bf16 ? "bf16" : "fp32");
+    VitConfig c;  // ViT-B/16's widths, two layers (the shapes matter, not the depth)
+    c.hidden = 768, c.heads = 12, c.mlp = 3072, c.layers = 2;
+    const VitModel model = VitModel::random(c, 1, "vit-b16-widths");
+    const EncodeParams p{.precision = prec, .image_width = 128, .image_height = 80};
+    const Encoding first = encode(model, patches, positions, p, exec);
+    EXPECT_EQ(model.impl().gemm->packed_stats().weights, 0);
+    const Encoding second = encode(model, patches, positions, p, exec);
+    EXPECT_GT(model.impl().gemm->packed_stats().weights, 0);
+    EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
+  }
+}
+
 // bf16 GEMMs over f32 weights convert them inside oneDNN's reorder; the scalar reference
 // rounds them the same way (the conversion is part of the algorithm, not of the kernel).
 TEST(EncoderWeights, Bf16FromF32WeightsMatchesTheReferencePath) {
