@@ -5,10 +5,12 @@
 // for the kernel to zero. So a weight is read where it lies (the mapped file) on its first use,
 // and packed (reordered into the kernel's layout) only from its second use on, when the copy
 // starts to pay for itself: at M = 32 a plain f32 weight runs ~7x slower than a packed one, at
-// M = 272 the same; bf16 at M = 1024, 1.9x slower (oneDNN 2.6 on an AMX Xeon). A weight whose type must change (f32 file, bf16 GEMM) is converted on first use by
-// one reorder into a buffer that every layer reuses (so it stays in cache and costs no fresh
-// pages), and packed for good from its second use. Fresh pages are what a one-shot process
-// pays most for: on this VM the kernel's clearing of a new page was ~45% of a one-shot encode.
+// M = 272 the same; bf16 at M = 1024, 1.9x slower (oneDNN 2.6 on an AMX Xeon). A weight whose
+// type must change (f32 file, bf16 GEMM) is converted on first use by one reorder into a buffer
+// that every layer reuses (in cache, no fresh pages), and packed for good from its second use.
+// Both are the same reorder into the same layout, so first and later uses agree to the bit.
+// Fresh pages are what a one-shot process pays most for: on this VM the kernel's clearing of
+// new pages was ~45% of a one-shot encode.
 //
 // oneDNN here is built on OpenMP: a primitive run from the main thread uses the OpenMP team
 // size (set for the call by encode()'s OmpThreadsScope); run from inside an OpenMP parallel
@@ -167,7 +169,7 @@ struct Gemm::State {
     if (!g.constant_w) return WeightUse::plain;
     std::lock_guard<std::mutex> lock(mutex);
     ConstantWeight& cw = constants[g.w];
-    ++cw.uses;
+    if (cw.uses < 2) ++cw.uses;
     if (cw.uses >= 2 || !cw.packed.empty()) return WeightUse::packed;
     return g.w_dt == g.a_dt ? WeightUse::plain : WeightUse::transient;
   }
