@@ -134,7 +134,7 @@ TEST(EncoderWeights, InPlaceConvertedAndPackedWeightsGiveTheSameEmbeddings) {
 // different layout could change the summation order): the first, in-place or converted use and
 // the packed ones agree to the bit.
 TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
-  const int n = 40;
+  const int n = 271;  // + the class token: M = 272, where a bf16 plain layout changed the bits
   Tensor patches(DType::f32, {n, 3, 16, 16}), positions(DType::f32, {n, 4});
   uint32_t s = 7;
   for (int64_t i = 0; i < patches.numel(); ++i) {
@@ -143,15 +143,24 @@ TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
   }
   for (int i = 0; i < n; ++i) {
     float* p = positions.data<float>() + i * 4;
-    p[0] = (i % 8 + 0.5f) * 16, p[1] = (i / 8 + 0.5f) * 16, p[2] = 16, p[3] = 0;
+    p[0] = (i % 17 + 0.5f) * 16, p[1] = (i / 17 + 0.5f) * 16, p[2] = 16, p[3] = 0;
   }
   Executor exec({.threads = 2});
-  for (const Precision prec : {Precision::fp32, Precision::bf16}) {
-    SCOPED_TRACE(prec == Precision::bf16 ? "bf16" : "fp32");
+  // f32 weights (an F32 file) at both precisions, and bf16 weights (a BF16 file) at bf16.
+  for (const auto [prec, bf16_weights] : {std::pair{Precision::fp32, false}, {Precision::bf16, false}, {Precision::bf16, true}}) {
+    SCOPED_TRACE(std::string(prec == Precision::bf16 ? "bf16" : "fp32") + (bf16_weights ? ", bf16 weights" : ""));
     VitConfig c;  // ViT-B/16's widths, two layers (the shapes matter, not the depth)
     c.hidden = 768, c.heads = 12, c.mlp = 3072, c.layers = 2;
     const VitModel model = VitModel::random(c, 1, "vit-b16-widths");
-    const EncodeParams p{.precision = prec, .image_width = 128, .image_height = 80};
+    if (bf16_weights) {  // as a BF16 checkpoint would hold them
+      for (VitLayer& l : const_cast<VitModel::Impl&>(model.impl()).layers)
+        for (WeightMatrix* w : {&l.qkv_w, &l.out_w, &l.fc1_w, &l.fc2_w}) {
+          Tensor t(DType::bf16, {w->rows, w->cols});
+          encoder_detail::to_bf16_row(static_cast<const float*>(w->data), t.data<uint16_t>(), w->rows * w->cols);
+          *w = WeightMatrix(std::move(t));
+        }
+    }
+    const EncodeParams p{.precision = prec, .image_width = 272, .image_height = 256};
     const Encoding first = encode(model, patches, positions, p, exec);
     EXPECT_EQ(model.impl().gemm->packed_stats().weights, 0);
     const Encoding second = encode(model, patches, positions, p, exec);

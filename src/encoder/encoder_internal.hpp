@@ -140,11 +140,11 @@ struct GemmArgs {
   float alpha = 1.0f;
   // W given as [K, N] (row stride ldw) instead of [N, K]: C = A·W (attention P·V).
   bool w_is_kn = false;
-  // W is a model weight that never changes (keyed by the pointer w). Its first use reads it
-  // where it lies (a mapped checkpoint: no copy), or, when its type must change (f32 → bf16),
-  // converts it into a buffer every layer reuses; from its second use on, it is reordered once
-  // (converting its type in the same pass) into the layout oneDNN's kernel prefers, and that
-  // packed copy is reused.
+  // W is a model weight that never changes (keyed by the pointer w). Its first use reads an
+  // f32 W where it lies (a mapped checkpoint: no copy); a bf16 W, or one whose type must change
+  // (f32 → bf16), is reordered into a buffer every layer reuses. From its second use on, it is
+  // reordered once (converting its type in the same pass) into the layout oneDNN's kernel
+  // prefers, and that packed copy is reused. Every use gives the same bits.
   bool constant_w = false;
 };
 

@@ -5,8 +5,8 @@
 // for the kernel to zero. So a weight is read where it lies (the mapped file) on its first use,
 // and packed (reordered into the kernel's layout) only from its second use on, when the copy
 // starts to pay for itself: at M = 32 a plain f32 weight runs ~7x slower than a packed one, at
-// M = 272 the same; bf16 at M = 1024, 1.9x slower (oneDNN 2.6 on an AMX Xeon). A weight whose
-// type must change (f32 file, bf16 GEMM) is converted on first use by one reorder into a buffer
+// M = 272 the same; bf16 at M = 1024, 1.9x slower (oneDNN 2.6 on an AMX Xeon). A bf16 weight,
+// or one whose type must change (f32 file, bf16 GEMM), is reordered on first use into a buffer
 // that every layer reuses (in cache, no fresh pages), and packed for good from its second use.
 // Both are the same reorder into the same layout, so first and later uses agree to the bit.
 // Fresh pages are what a one-shot process pays most for: on this VM the kernel's clearing of
@@ -171,7 +171,11 @@ struct Gemm::State {
     ConstantWeight& cw = constants[g.w];
     if (cw.uses < 2) ++cw.uses;
     if (cw.uses >= 2 || !cw.packed.empty()) return WeightUse::packed;
-    return g.w_dt == g.a_dt ? WeightUse::plain : WeightUse::transient;
+    // In place only for f32: there the plain-layout kernel gives the packed one's bits (tested
+    // at ViT-B/16's widths). A bf16 weight read in the plain layout gets another K blocking
+    // (last-bit differences from the packed path: max 0.013 on ViT-B/16's embeddings), so it
+    // is reordered into the reused buffer, as a conversion is, and every use agrees.
+    return g.w_dt == g.a_dt && g.a_dt == DType::f32 ? WeightUse::plain : WeightUse::transient;
   }
   // The buffer a first-use conversion is reordered into: one, reused by every layer, so it stays
   // in cache and costs no fresh pages per weight. Its mutex is held from the reorder to the end
