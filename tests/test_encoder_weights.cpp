@@ -169,6 +169,22 @@ TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
   }
 }
 
+// Uses are counted per kernel type: `encode --check-fp32` (a bf16 encode, then an fp32 one)
+// packs no layer weight.
+TEST(EncoderWeights, OneEncodePerPrecisionPacksNothing) {
+  const VitModel model = VitModel::load(fixture("torchvision"));
+  const FirstCase c = first_case("torchvision");
+  Executor exec({.threads = 2});
+  EncodeParams p{.precision = Precision::bf16, .image_width = c.width, .image_height = c.height};
+  encode(model, c.patches, c.positions, p, exec);
+  p.precision = Precision::fp32;
+  encode(model, c.patches, c.positions, p, exec);
+  // Only the patch embedding, which runs in f32 at both precisions, was used twice.
+  EXPECT_EQ(model.impl().gemm->packed_stats().weights, 1);
+  encode(model, c.patches, c.positions, p, exec);
+  EXPECT_EQ(model.impl().gemm->packed_stats().weights, 1 + 4 * int(model.impl().layers.size()));
+}
+
 // bf16 GEMMs over f32 weights convert them inside oneDNN's reorder; the scalar reference
 // rounds them the same way (the conversion is part of the algorithm, not of the kernel).
 TEST(EncoderWeights, Bf16FromF32WeightsMatchesTheReferencePath) {

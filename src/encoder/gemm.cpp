@@ -153,7 +153,8 @@ struct Gemm::State {
     int uses = 0;
     std::vector<Packed> packed;
   };
-  std::map<const void*, ConstantWeight> constants;
+  // Per weight and kernel type (A's): a bf16 encode does not make the first fp32 one a second use.
+  std::map<std::pair<const void*, DType>, ConstantWeight> constants;
   PackedArena arena;
   int packed_count = 0;
   // One scratchpad and stream per OpenMP thread number (regrown on demand).
@@ -168,7 +169,7 @@ struct Gemm::State {
   WeightUse weight_use(const GemmArgs& g) {
     if (!g.constant_w) return WeightUse::plain;
     std::lock_guard<std::mutex> lock(mutex);
-    ConstantWeight& cw = constants[g.w];
+    ConstantWeight& cw = constants[{g.w, g.a_dt}];
     if (cw.uses < 2) ++cw.uses;
     if (cw.uses >= 2 || !cw.packed.empty()) return WeightUse::packed;
     // In place only for f32: there the plain-layout kernel gives the packed one's bits (tested
@@ -225,7 +226,7 @@ struct Gemm::State {
   // where W lies, converting its type if the kernel's differs.
   dnnl::memory packed_weights(const GemmArgs& g, const Entry& e, dnnl::stream& st) {
     std::lock_guard<std::mutex> lock(mutex);
-    std::vector<Packed>& list = constants[g.w].packed;
+    std::vector<Packed>& list = constants[{g.w, g.a_dt}].packed;
     for (const Packed& p : list)
       if (p.md == e.w_packed_md) return p.mem;
     dnnl::memory src(e.w_md, engine, const_cast<void*>(g.w));
