@@ -8,7 +8,8 @@ random initialisation, written twice with the same weights:
   vit_b16.safetensors  float32, torchvision's names (what `fovea encode --model` reads), 346 MB
   vit_b16.pt           torch.save(state_dict), what torch's one-shot script loads, 346 MB
   vit_b16_bf16.safetensors  the same weights stored as BF16 (173 MB), as many HF checkpoints are
-Never commit these: they are large and regenerated in ~20 s. Existing files are kept unless
+Never commit these: they are large, and regenerated in under a minute (50 s on the shared
+2-core machine). Existing files are kept unless
 --force. Needs Debian's torch and torchvision (python3-torch, python3-torchvision).
 """
 import argparse
