@@ -4,13 +4,13 @@
     /usr/bin/python3 scripts/make_vit_b16_checkpoint.py [--out /tmp/fovea-vit-b16] [--seed 0]
 
 torchvision's `vit_b_16` (86.6 M parameters, 12 layers, D=768, 1000-class head) with its own
-random initialisation, written twice with the same weights:
+random initialisation, written three ways with the same weights:
   vit_b16.safetensors  float32, torchvision's names (what `fovea encode --model` reads), 346 MB
   vit_b16.pt           torch.save(state_dict), what torch's one-shot script loads, 346 MB
   vit_b16_bf16.safetensors  the same weights stored as BF16 (173 MB), as many HF checkpoints are
 Never commit these: they are large, and regenerated in under a minute (50 s on the shared
-2-core machine). Existing files are kept unless
---force. Needs Debian's torch and torchvision (python3-torch, python3-torchvision).
+2-core machine). Existing files are kept unless --force. Needs Debian's torch and torchvision
+(python3-torch, python3-torchvision).
 """
 import argparse
 import os
