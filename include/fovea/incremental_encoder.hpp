@@ -29,6 +29,16 @@
 //     and by full refreshes (reset()). Results say `approximate`.
 // With reuse_layers false, or on the first call after reset(), every layer runs on every token,
 // and the result equals fovea::encode (up to the order of float operations in the GEMMs).
+//
+// Frame groups (encode_group): G consecutive frames in one call give the results G encode()
+// calls would give, but layer-major: per layer, the recomputed rows of every frame go through
+// one LayerNorm + QKV GEMM, one output projection and one MLP, so the weights are read once per
+// group instead of once per frame and the GEMMs get G times the rows. This is exact, not a
+// further approximation: frame f at layer l depends only on its own layer-(l−1) output and on
+// the layer-l caches as frame f−1 left them; the attention still runs per frame, in order,
+// against that frame's keys and values. With the reference kernels (Executor reference()) the
+// results are bit for bit those of frame-by-frame calls; oneDNN may pick another kernel for
+// another row count, which changes the rounding of a GEMM (not what is computed).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +59,15 @@ struct IncrementalParams {
   float token_threshold = 0.1f;           // relative L2 change of a layer input that recomputes the token
 };
 
+// One frame of a group: the arguments of encode() for that frame. prev_row refers to the rows of
+// the group's previous frame (the previous call's last frame for the first one).
+struct IncrementalFrame {
+  const Tensor* patches = nullptr;    // [N, C, P, P] (required)
+  const Tensor* positions = nullptr;  // [N, 4] (required)
+  std::span<const int64_t> prev_row;  // N entries, or empty (everything new)
+  std::span<const uint8_t> patch_dirty;
+};
+
 struct IncrementalResult {
   Tensor embeddings;                     // [N, D] f32, last hidden state, in input order
   std::vector<uint8_t> recomputed;       // [N] 1: patch embedding or any layer recomputed for the token
@@ -56,7 +75,7 @@ struct IncrementalResult {
   std::vector<int64_t> layer_tokens;     // per layer: patch tokens recomputed
   double flops_fraction = 1;             // rough share of a full encode's GEMM work done
   bool approximate = false;              // some layer reused cached states
-  double encode_ms = 0;
+  double encode_ms = 0;                  // for a group: the group's time divided by its frames
 };
 
 class IncrementalEncoder {
@@ -74,6 +93,12 @@ class IncrementalEncoder {
   // used twice. A change of image size or precision resets.
   IncrementalResult encode(const Tensor& patches, const Tensor& positions, std::span<const int64_t> prev_row,
                            std::span<const uint8_t> patch_dirty, const IncrementalParams& params, Executor& exec);
+  // Frames in order, as if encode() were called on each in turn (see "Frame groups" above).
+  // Everything is checked before any state changes. A frame whose layout changed (prev_row not
+  // the identity), or any frame with reuse_layers false, starts a new layer-major run inside the
+  // group; a caller that wants a fresh start calls reset() before the group.
+  std::vector<IncrementalResult> encode_group(std::span<const IncrementalFrame> frames, const IncrementalParams& params,
+                                              Executor& exec);
 
  private:
   struct State;

@@ -127,6 +127,10 @@ struct VideoParams {
   int keyframe_interval = 0;        // K > 0: every K-th processed frame is a full refresh
   float layout_hysteresis = 0.1f;   // relative L1 change of relevance that re-allocates; 0: always
   IncrementalParams encoder;        // precision, token threshold (image size is filled in)
+  // Incremental ViT only: frames whose encoder work runs as one group (IncrementalEncoder::
+  // encode_group: weights read once per group, the same results). Results come out when a group
+  // is full (or at flush()), so latency grows by up to group_frames − 1 frames. 1..1024.
+  int group_frames = 1;
 };
 
 struct FrameTimings {
@@ -149,6 +153,8 @@ struct FrameResult {
   std::string refresh_reason;     // "first", "keyframe", "scene-cut", "size", "reuse-off"
   bool layout_changed = false;    // the allocation was made again
   bool approximate = false;       // the embeddings come from incremental ViT reuse
+  int group_frames = 1;           // frames encoded together with this one (timings.encode_ms is its share)
+  std::shared_ptr<const Allocation> allocation;  // this frame's layout
   FrameTimings timings;
   ImageU8 recycled;               // the decoded frame's buffer, handed back for the next read
 };
@@ -163,10 +169,21 @@ class VideoSession {
   VideoSession& operator=(const VideoSession&) = delete;
 
   // One frame (RGB or gray, any size; a size change is a refresh). The query may change per frame.
+  // The frame is encoded alone (a group of one), whatever group_frames says; throws
+  // Error(invalid_argument) while push() has frames pending.
   FrameResult process(ImageU8 frame, const Query& query, int64_t index = 0, double pts_s = 0);
+  // Streaming in groups: the frame goes through the front end now (change test, pyramid,
+  // relevance, layout, patches) and waits for its group's encoder pass. Returns the frames
+  // finished by this call, in order: none, or a whole group (when it is full, or when this frame
+  // is a refresh, which starts a new group). `recycled`, if given, receives a buffer the caller
+  // can decode the next frame into. flush() encodes what is pending (call it at the end).
+  std::vector<FrameResult> push(ImageU8 frame, const Query& query, int64_t index, double pts_s,
+                                ImageU8* recycled = nullptr);
+  std::vector<FrameResult> flush();
+  int64_t pending_frames() const;
 
   const PyramidU8& pyramid() const;        // the reference frame's pyramid
-  const Allocation& allocation() const;    // the current layout
+  const Allocation& allocation() const;    // the layout of the last frame in
   const VideoParams& params() const;
 
  private:
