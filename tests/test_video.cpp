@@ -272,6 +272,164 @@ TEST_F(VideoTest, IncrementalEncoderFullAndExactModesMatchEncode) {
   EXPECT_THROW(enc.encode(b.patches, b.positions, prev, clean, ip, exec), Error);
 }
 
+// Ten frames of a small clip through a model-less session (the encoder's inputs, as the video
+// path makes them): a square moves every frame, and the fixation jumps at frame 5, so frame 5
+// changes the layout (its previous rows are not the identity).
+struct EncoderInputs {
+  std::vector<Tensor> patches, positions;
+  std::vector<std::vector<int64_t>> prev_row;
+  std::vector<std::vector<uint8_t>> dirty;
+};
+EncoderInputs moving_square_inputs(Executor& exec) {
+  VideoParams vp = small_params(30);
+  vp.reuse = Reuse::exact;
+  vp.layout_hysteresis = 0.5f;
+  VideoSession session(vp, nullptr, exec);
+  EncoderInputs in;
+  bool layout_changed_at_5 = false;
+  for (int f = 0; f < 10; ++f) {
+    ImageU8 img = test::gradient_image(192, 128, 3);
+    for (int c = 0; c < 3; ++c)
+      for (int y = 70; y < 90; ++y)
+        for (int x = 10 + 6 * f; x < 30 + 6 * f; ++x) img.at(c, y, x) = uint8_t(c == 0 ? 250 : 20);
+    Query q;
+    q.fixations.push_back(f < 5 ? Fixation{40, 40, 1} : Fixation{150, 30, 1});
+    FrameResult r = session.process(std::move(img), q, f, f / 25.0);
+    if (f == 5) layout_changed_at_5 = r.layout_changed;
+    in.patches.push_back(std::move(r.batch.patches));
+    in.positions.push_back(std::move(r.batch.positions));
+    in.prev_row.push_back(f == 0 ? std::vector<int64_t>{} : r.previous_row);
+    in.dirty.push_back(r.recomputed);  // without a model: the resampled tokens
+  }
+  EXPECT_TRUE(layout_changed_at_5);
+  return in;
+}
+
+// Frame groups are exact: G frames in one encode_group call give what G encode() calls give.
+TEST_F(VideoTest, EncodeGroupEqualsFrameByFrameBitForBit) {
+  VitConfig c;
+  c.hidden = 64, c.heads = 4, c.mlp = 128, c.layers = 4, c.grid = 8;
+  c.pre_norm = true;
+  const VitModel model = VitModel::random(c, 3, "test");
+  for (const bool reference : {true, false}) {
+    Executor exec({.threads = 2, .kernels = reference ? Kernels::reference : Kernels::best});
+    const EncoderInputs in = moving_square_inputs(exec);
+    const size_t F = in.patches.size();
+    IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0.02f};
+    auto frame = [&](size_t f) {
+      return IncrementalFrame{.patches = &in.patches[f], .positions = &in.positions[f], .prev_row = in.prev_row[f],
+                              .patch_dirty = in.dirty[f]};
+    };
+    IncrementalEncoder one(model);
+    std::vector<IncrementalResult> base;
+    for (size_t f = 0; f < F; ++f)
+      base.push_back(one.encode(in.patches[f], in.positions[f], in.prev_row[f], in.dirty[f], ip, exec));
+    // Something was reused and something recomputed, or the comparison proves little.
+    int64_t reused = 0, recomputed = 0;
+    for (size_t f = 1; f < F; ++f)
+      for (int64_t n : base[f].layer_tokens) reused += in.patches[f].dim(0) - n, recomputed += n;
+    EXPECT_GT(reused, 0);
+    EXPECT_GT(recomputed, 0);
+    for (const size_t G : {size_t(3), size_t(4), F}) {
+      IncrementalEncoder grouped(model);
+      std::vector<IncrementalResult> got;
+      for (size_t a = 0; a < F; a += G) {
+        std::vector<IncrementalFrame> group;
+        for (size_t f = a; f < std::min(F, a + G); ++f) group.push_back(frame(f));
+        for (IncrementalResult& r : grouped.encode_group(group, ip, exec)) got.push_back(std::move(r));
+      }
+      ASSERT_EQ(got.size(), F);
+      for (size_t f = 0; f < F; ++f) {
+        SCOPED_TRACE("reference " + std::to_string(reference) + ", G " + std::to_string(G) + ", frame " +
+                     std::to_string(f));
+        EXPECT_EQ(got[f].layer_tokens, base[f].layer_tokens);
+        EXPECT_EQ(got[f].recomputed, base[f].recomputed);
+        EXPECT_EQ(got[f].approximate, base[f].approximate);
+        ASSERT_EQ(got[f].embeddings.size_bytes(), base[f].embeddings.size_bytes());
+        // The reference kernels are row-independent: bit for bit. oneDNN may pick another GEMM
+        // kernel for another row count (it does not on AVX-512, where this is bit for bit too).
+        if (reference)
+          EXPECT_EQ(0, std::memcmp(got[f].embeddings.bytes(), base[f].embeddings.bytes(), base[f].embeddings.size_bytes()));
+        else
+          EXPECT_LT(max_abs_diff(got[f].embeddings, base[f].embeddings), 1e-5);
+      }
+    }
+  }
+}
+
+TEST_F(VideoTest, EncodeGroupChecksEveryFrameFirst) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  const EncoderInputs in = moving_square_inputs(exec);
+  IncrementalEncoder enc(model);
+  IncrementalParams ip{.image_width = 192, .image_height = 128};
+  enc.encode(in.patches[0], in.positions[0], {}, {}, ip, exec);
+  // Frame 1 of the group refers to a row its previous frame (the group's frame 0) does not have.
+  std::vector<int64_t> bad = in.prev_row[2];
+  bad[0] = in.patches[1].dim(0) + 5;
+  const IncrementalFrame g[2] = {{&in.patches[1], &in.positions[1], in.prev_row[1], in.dirty[1]},
+                                 {&in.patches[2], &in.positions[2], bad, in.dirty[2]}};
+  try {
+    enc.encode_group(g, ip, exec);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("frame 1"), std::string::npos) << e.what();
+  }
+  // Nothing changed: frame 1 still follows frame 0.
+  const IncrementalResult r = enc.encode(in.patches[1], in.positions[1], in.prev_row[1], in.dirty[1], ip, exec);
+  EXPECT_TRUE(r.approximate);
+  EXPECT_TRUE(enc.encode_group({}, ip, exec).empty());
+}
+
+// The session in groups: results in order, a refresh alone, embeddings as frame by frame.
+TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  VideoParams vp = small_params(30);
+  vp.keyframe_interval = 6;
+  auto image = [](int f) {
+    ImageU8 img = test::gradient_image(160, 96, 3);
+    for (int c = 0; c < 3; ++c)
+      for (int y = 60; y < 80; ++y)
+        for (int x = 8 + 5 * f; x < 24 + 5 * f; ++x) img.at(c, y, x) = 255;
+    return img;
+  };
+  Query q;
+  q.fixations.push_back({130, 20});
+  VideoSession single(vp, &model, exec);
+  std::vector<FrameResult> base;
+  for (int f = 0; f < 11; ++f) base.push_back(single.process(image(f), q, f, f / 25.0));
+  vp.group_frames = 4;
+  VideoSession grouped(vp, &model, exec);
+  std::vector<FrameResult> got;
+  std::vector<size_t> out_after;  // results out after each push
+  for (int f = 0; f < 11; ++f) {
+    for (FrameResult& r : grouped.push(image(f), q, f, f / 25.0)) got.push_back(std::move(r));
+    out_after.push_back(got.size());
+  }
+  EXPECT_EQ(grouped.pending_frames(), 11 - int64_t(got.size()));
+  for (FrameResult& r : grouped.flush()) got.push_back(std::move(r));
+  EXPECT_EQ(grouped.pending_frames(), 0);
+  // Frame 0 (first) and 6 (keyframe) are refreshes, each a group of one; 1–4 and 7–10 are groups
+  // of 4; frame 5, pending when the keyframe came, went through alone.
+  EXPECT_EQ(out_after, (std::vector<size_t>{1, 1, 1, 1, 5, 5, 7, 7, 7, 7, 11}));
+  ASSERT_EQ(got.size(), base.size());
+  for (size_t f = 0; f < got.size(); ++f) {
+    SCOPED_TRACE("frame " + std::to_string(f));
+    EXPECT_EQ(got[f].index, int64_t(f));
+    EXPECT_EQ(got[f].refresh, base[f].refresh);
+    EXPECT_EQ(got[f].group_frames, f == 0 || f == 5 || f == 6 ? 1 : 4);
+    EXPECT_EQ(got[f].recomputed, base[f].recomputed);
+    ASSERT_NE(got[f].allocation, nullptr);
+    EXPECT_EQ(got[f].allocation->layout.tokens.size(), size_t(got[f].batch.size()));
+    EXPECT_LT(max_abs_diff(got[f].embeddings, base[f].embeddings), 1e-5);
+  }
+  // process() refuses to run with frames pending.
+  (void)grouped.push(image(11), q, 11, 0.44);
+  EXPECT_THROW(grouped.process(image(12), q, 12, 0.48), Error);
+}
+
 // ---- reader ---------------------------------------------------------------------------------
 
 TEST_F(VideoTest, FrameOrderAndPtsArePreserved) {
@@ -451,6 +609,9 @@ TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {
   EXPECT_EQ(r.exit_code, 2);
   r = test::run_cli({"video", fixture("small.mp4"), "--check", "-o", out});
   EXPECT_EQ(r.exit_code, 2);
+  r = test::run_cli({"video", fixture("small.mp4"), "--model", "random:vit-tiny", "--group", "0", "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "fovea: error: --group must be 1..1024 frames\n");
   EXPECT_FALSE(fs::exists(out));
 }
 

@@ -175,7 +175,7 @@ class VideoSession {
   // Streaming in groups: the frame goes through the front end now (change test, pyramid,
   // relevance, layout, patches) and waits for its group's encoder pass. Returns the frames
   // finished by this call, in order: none, or a whole group (when it is full, or when this frame
-  // is a refresh, which starts a new group). `recycled`, if given, receives a buffer the caller
+  // is a refresh: the frames before it, then the refresh alone, a group of its own). `recycled`, if given, receives a buffer the caller
   // can decode the next frame into. flush() encodes what is pending (call it at the end).
   std::vector<FrameResult> push(ImageU8 frame, const Query& query, int64_t index, double pts_s,
                                 ImageU8* recycled = nullptr);

@@ -164,10 +164,13 @@ std::vector<FrameResult> VideoSession::push(ImageU8 frame, const Query& query, i
   Impl::Pending pf = s.front(std::move(frame), query, index, pts_s);
   if (recycled) *recycled = std::move(s.recycled);
   std::vector<FrameResult> out;
-  // A refresh starts a group: the frames before it are encoded first (the refresh resets the encoder).
-  if (pf.r.refresh && !s.pending.empty()) out = s.encode_pending();
+  // A refresh (a full encode, which resets the encoder) is a group of its own: the frames
+  // before it are encoded first, and it goes through at once. Its 'all rows' GEMMs already
+  // read every weight for hundreds of rows; grouping it would only delay the frames after it.
+  const bool refresh = pf.r.refresh;
+  if (refresh && !s.pending.empty()) out = s.encode_pending();
   s.pending.push_back(std::move(pf));
-  if (int(s.pending.size()) >= s.group_size()) {
+  if (refresh || int(s.pending.size()) >= s.group_size()) {
     std::vector<FrameResult> more = s.encode_pending();
     for (FrameResult& r : more) out.push_back(std::move(r));
   }

@@ -72,7 +72,7 @@ struct VideoCommand {
   TokenizeOptions tok;
   ExecOptions exec;
   std::string model_spec, output, precision = "fp32", fixations_csv, reuse, store_backend;
-  int every = 0, keyframe = 0, group = 1;
+  int every = 0, keyframe = 0, group = 8;
   double fps = 0;
   int64_t max_frames = 0;
   float threshold = VideoParams{}.change_threshold;
@@ -422,7 +422,7 @@ Runner setup(CLI::App& sub) {
                  "Fraction of dirty tiles that counts as a scene cut (full refresh; default 0.5)");
   sub.add_option("--group", cmd->group,
                  "Incremental ViT: encode G frames per pass, layer-major (weights read once per group; the same "
-                 "results, G-1 frames more latency; default 1)")
+                 "results, G-1 frames more latency; default 8)")
       ->type_name("G");
   sub.add_flag("--check", cmd->check,
                "Also run the full foveated pipeline on every frame: its time and the cosine of the reused embeddings");
