@@ -18,6 +18,7 @@
 #include "fovea/safetensors.hpp"
 #include "fovea/video.hpp"
 #include "test_util.hpp"
+#include "video/change.hpp"
 
 namespace fovea {
 namespace {
@@ -144,6 +145,22 @@ TEST_F(VideoTest, ChangeTestToleratesNoiseAndSeesSmallObjects) {
   // Threshold 0: any difference.
   d = changed_tiles(a, b, g, 0.0f, exec);
   EXPECT_EQ(std::count(d.begin(), d.end(), 1), 8);
+}
+
+TEST_F(VideoTest, ChangeRowKernelMatchesReference) {
+  std::vector<uint8_t> a(301), b(301);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = uint8_t(i * 37 + 11), b[i] = uint8_t(i * 91 + (i % 7) * 40);
+  a[5] = 0, b[5] = 255, a[6] = 255, b[6] = 0;  // the extremes both ways
+  for (const int n : {0, 1, 15, 16, 17, 63, 64, 65, 301}) {
+    std::vector<uint16_t> fast(size_t(n) + 1, 7), ref(size_t(n) + 1, 7);
+    for (int rep = 0; rep < 12; ++rep) {  // 12 rows: a band of 4 rows × 3 channels
+      video_detail::absdiff_accumulate_row(a.data(), b.data(), fast.data(), n);
+      video_detail::absdiff_accumulate_row_ref(a.data(), b.data(), ref.data(), n);
+    }
+    EXPECT_EQ(fast, ref) << "n " << n;
+    if (n > 6) EXPECT_EQ(ref[5], 7 + 12 * 255);
+    EXPECT_EQ(fast[size_t(n)], 7);  // nothing past n
+  }
 }
 
 // ---- session --------------------------------------------------------------------------------
