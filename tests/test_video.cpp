@@ -297,8 +297,9 @@ struct EncoderInputs {
   std::vector<std::vector<int64_t>> prev_row;
   std::vector<std::vector<uint8_t>> dirty;
 };
-EncoderInputs moving_square_inputs(Executor& exec) {
+EncoderInputs moving_square_inputs(Executor& exec, int patch_px = 16) {
   VideoParams vp = small_params(30);
+  vp.tokenize.patch_px = patch_px;
   vp.reuse = Reuse::exact;
   vp.layout_hysteresis = 0.5f;
   VideoSession session(vp, nullptr, exec);
@@ -323,14 +324,18 @@ EncoderInputs moving_square_inputs(Executor& exec) {
 }
 
 // Frame groups are exact: G frames in one encode_group call give what G encode() calls give.
+// Also with a projector (the LLaVA fixture, 8-px patches): `projected` the same way.
 TEST_F(VideoTest, EncodeGroupEqualsFrameByFrameBitForBit) {
   VitConfig c;
   c.hidden = 64, c.heads = 4, c.mlp = 128, c.layers = 4, c.grid = 8;
   c.pre_norm = true;
-  const VitModel model = VitModel::random(c, 3, "test");
-  for (const bool reference : {true, false}) {
+  const VitModel random_model = VitModel::random(c, 3, "test");
+  const VitModel llava = VitModel::load(test::source_dir() + "/tests/data/encoder/hf_llava");
+  for (const bool reference : {true, false})
+  for (const VitModel* mp : {&random_model, &llava}) {
+    const VitModel& model = *mp;
     Executor exec({.threads = 2, .kernels = reference ? Kernels::reference : Kernels::best});
-    const EncoderInputs in = moving_square_inputs(exec);
+    const EncoderInputs in = moving_square_inputs(exec, model.config().patch_px);
     const size_t F = in.patches.size();
     IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0.02f};
     auto frame = [&](size_t f) {
@@ -357,21 +362,60 @@ TEST_F(VideoTest, EncodeGroupEqualsFrameByFrameBitForBit) {
       }
       ASSERT_EQ(got.size(), F);
       for (size_t f = 0; f < F; ++f) {
-        SCOPED_TRACE("reference " + std::to_string(reference) + ", G " + std::to_string(G) + ", frame " +
-                     std::to_string(f));
+        SCOPED_TRACE(model.describe() + ", reference " + std::to_string(reference) + ", G " + std::to_string(G) +
+                     ", frame " + std::to_string(f));
+        ASSERT_EQ(got[f].projected.size_bytes(), base[f].projected.size_bytes());
+        EXPECT_EQ(got[f].projected.rank() == 2, mp == &llava);
         EXPECT_EQ(got[f].layer_tokens, base[f].layer_tokens);
         EXPECT_EQ(got[f].recomputed, base[f].recomputed);
         EXPECT_EQ(got[f].approximate, base[f].approximate);
         ASSERT_EQ(got[f].embeddings.size_bytes(), base[f].embeddings.size_bytes());
         // The reference kernels are row-independent: bit for bit. oneDNN may pick another GEMM
         // kernel for another row count (it does not on AVX-512, where this is bit for bit too).
-        if (reference)
+        if (reference) {
           EXPECT_EQ(0, std::memcmp(got[f].embeddings.bytes(), base[f].embeddings.bytes(), base[f].embeddings.size_bytes()));
-        else
+          EXPECT_EQ(0, std::memcmp(got[f].projected.bytes(), base[f].projected.bytes(), base[f].projected.size_bytes()));
+        } else {
           EXPECT_LT(max_abs_diff(got[f].embeddings, base[f].embeddings), 1e-5);
+          EXPECT_LT(max_abs_diff(got[f].projected, base[f].projected), 1e-5);
+        }
       }
     }
   }
+}
+
+// The projector per frame: a full pass gives fovea::encode's `projected`; later frames project
+// exactly the tokens whose last hidden state changed, and keep the others' rows bit for bit.
+TEST_F(VideoTest, IncrementalEncoderProjectsOnlyChangedTokens) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load(test::source_dir() + "/tests/data/encoder/hf_llava");
+  const EncoderInputs in = moving_square_inputs(exec, model.config().patch_px);
+  IncrementalEncoder enc(model);
+  IncrementalParams ip{.image_width = 192, .image_height = 128};
+  IncrementalResult prev = enc.encode(in.patches[0], in.positions[0], {}, {}, ip, exec);
+  const EncodeParams ep{.image_width = 192, .image_height = 128};
+  const Encoding full = encode(model, in.patches[0], in.positions[0], ep, exec);
+  ASSERT_EQ(prev.projected.rank(), 2);
+  EXPECT_EQ(prev.projected.dim(1), model.config().projector_dim);
+  EXPECT_LT(max_abs_diff(prev.projected, full.projected), 1e-4);
+  int64_t kept = 0, changed = 0;
+  for (size_t f = 1; f < 5; ++f) {  // frames 1-4 keep the layout
+    IncrementalResult r = enc.encode(in.patches[f], in.positions[f], in.prev_row[f], in.dirty[f], ip, exec);
+    const int64_t D = r.embeddings.dim(1), E = r.projected.dim(1);
+    for (int64_t i = 0; i < r.embeddings.dim(0); ++i) {
+      const int64_t p = in.prev_row[f][size_t(i)];
+      ASSERT_GE(p, 0);
+      const bool same = !std::memcmp(r.embeddings.data<float>() + i * D, prev.embeddings.data<float>() + p * D, size_t(D) * 4);
+      const bool same_proj =
+          !std::memcmp(r.projected.data<float>() + i * E, prev.projected.data<float>() + p * E, size_t(E) * 4);
+      if (same) EXPECT_TRUE(same_proj) << "frame " << f << " token " << i;
+      else EXPECT_FALSE(same_proj) << "frame " << f << " token " << i;
+      (same ? kept : changed) += 1;
+    }
+    prev = std::move(r);
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(changed, 0);
 }
 
 TEST_F(VideoTest, EncodeGroupChecksEveryFrameFirst) {
@@ -608,6 +652,25 @@ TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
   EXPECT_EQ(f.find("embeddings")->shape[1], 384);
   EXPECT_EQ(f.metadata().at("approximate"), "true");
   EXPECT_EQ(f.metadata().at("random_weights"), "true");
+  EXPECT_EQ(f.find("projected"), nullptr);  // no projector
+}
+
+TEST_F(VideoTest, CliWritesTheProjectorsOutputForLlava) {
+  const std::string dir = test::temp_dir("video_cli_llava");
+  const std::string out = dir + "/p.safetensors";
+  const auto r = test::run_cli({"video", fixture("small.mp4"), "--model",
+                                test::source_dir() + "/tests/data/encoder/hf_llava", "--budget", "30", "--fixation",
+                                "30,30", "--group", "4", "-o", out, "--json", "--threads", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  const auto* emb = f.find("embeddings");
+  const auto* proj = f.find("projected");
+  ASSERT_NE(proj, nullptr);
+  EXPECT_EQ(proj->shape[0], emb->shape[0]);
+  EXPECT_EQ(proj->shape[1], 40);  // the fixture's text hidden size
+  const nlohmann::json s = nlohmann::json::parse(r.out);
+  EXPECT_EQ(s["group_frames"], 4);
+  EXPECT_EQ(s["per_frame"][1]["group_frames"], 4);
 }
 
 TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {

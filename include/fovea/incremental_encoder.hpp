@@ -70,6 +70,9 @@ struct IncrementalFrame {
 
 struct IncrementalResult {
   Tensor embeddings;                     // [N, D] f32, last hidden state, in input order
+  // [N, E] f32 when the model has a projector (LLaVA's MLP, Encoding::projected): per token,
+  // so a token whose last hidden state did not change keeps its projection (exact reuse).
+  Tensor projected;
   std::vector<uint8_t> recomputed;       // [N] 1: patch embedding or any layer recomputed for the token
   int64_t patch_embeddings_computed = 0;
   std::vector<int64_t> layer_tokens;     // per layer: patch tokens recomputed

@@ -143,6 +143,7 @@ struct FrameResult {
   double pts_s = 0;
   TokenBatch batch;               // this frame's tokens (patches, positions, levels)
   Tensor embeddings;              // [N, D]; empty without a model
+  Tensor projected;               // [N, E] when the model has a projector (the LLM's input), else empty
   std::vector<uint8_t> recomputed;  // [N] 1: the token's patch embedding or ViT state was recomputed
   std::vector<int64_t> previous_row;  // [N] the token's row in the previous frame, -1 if new
   int64_t dirty_tiles = 0;        // tiles that failed the change test (all of them on a refresh)
@@ -217,9 +218,13 @@ class VideoTokenWriter {
   VideoTokenWriter(const VideoTokenWriter&) = delete;
   VideoTokenWriter& operator=(const VideoTokenWriter&) = delete;
 
-  // rows [n, row_shape...] of the writer's dtype, positions [n, 4] f32, levels [n] i32, recomputed n entries.
+  // Another per-token tensor, `name` [T, row_shape...] (e.g. "projected"), streamed through its
+  // own spill file; before the first add_frame. Throws Error(invalid_argument) after it.
+  void add_rows_tensor(const std::string& name, DType dtype, std::vector<int64_t> row_shape);
+  // rows [n, row_shape...] of the writer's dtype, positions [n, 4] f32, levels [n] i32, recomputed n entries;
+  // `extra`: one tensor [n, ...] per add_rows_tensor, in order.
   void add_frame(const Tensor& rows, const Tensor& positions, const Tensor& levels,
-                 const std::vector<uint8_t>& recomputed, double pts_s);
+                 const std::vector<uint8_t>& recomputed, double pts_s, const std::vector<const Tensor*>& extra = {});
   void finish(const std::map<std::string, std::string>& metadata);
   int64_t frames() const;
   int64_t tokens() const;

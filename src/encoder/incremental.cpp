@@ -263,6 +263,7 @@ struct IncrementalEncoder::State {
   std::vector<LayerCache> layers;  // as the previous frame left them
   LayerCache spare;                // where a layout change moves a layer's rows (then swapped in)
   Tensor fin;                      // [n + cls, D] f32: the last hidden state (final norm applied)
+  Tensor fin_proj;                 // [n + cls, E] f32: the projector's output of fin's rows
   Buf IN, XR, H, QKV, A, Hm, Pt;
   explicit State(const VitModel& m) : model(m) {}
   void run(std::span<const IncrementalFrame> frames, const int64_t* Ns, const IncrementalParams& params,
@@ -620,12 +621,43 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         std::memcpy(nf.data<float>() + t * D, fin.data<float>() + head.prev_t[size_t(t)] * D, rowb);
     fin = std::move(nf);
   }
+  // The projector (LLaVA's MLP) is per token: only the rows whose last hidden state was
+  // recomputed go through it, every frame's in one pass; the others keep their projection.
+  Tensor proj;
+  int64_t E = 0;
+  const bool project = c.projector != ProjectorType::none;
+  if (project) {
+    const int64_t rg = round_up(std::max<int64_t>(in_rows, 1), kRowBucket);
+    Pt.ensure(size_t(rg) * rowb);
+    if (in_rows > 0) std::memcpy(Pt.get(), IN.get(), size_t(in_rows) * rowb);
+    std::memset(Pt.as<float>() + in_rows * D, 0, size_t(rg - in_rows) * rowb);
+    proj = run_projector(m, Pt.as<float>(), rg, ops.ref ? nullptr : ops.gemm);
+    E = proj.dim(1);
+    if (!head.gate) {
+      if (fin_proj.rank() != 2 || fin_proj.dim(0) != head.T || fin_proj.dim(1) != E)
+        fin_proj = Tensor(DType::f32, {head.T, E});
+    } else if (head.remap) {
+      Tensor np(DType::f32, {head.T, E});
+      for (int64_t t = 0; t < head.T; ++t)
+        if (head.prev_t[size_t(t)] >= 0)
+          std::memcpy(np.data<float>() + t * E, fin_proj.data<float>() + head.prev_t[size_t(t)] * E, size_t(E) * 4);
+      fin_proj = std::move(np);
+    }
+  }
   for (FrameWork& w : fw) {
-    for (size_t k = 0; k < w.cand.size(); ++k)
+    for (size_t k = 0; k < w.cand.size(); ++k) {
       std::memcpy(fin.data<float>() + w.cand[k] * D, IN.as<float>() + (w.in_off + int64_t(k)) * D, rowb);
+      if (project)
+        std::memcpy(fin_proj.data<float>() + w.cand[k] * E, proj.data<float>() + (w.in_off + int64_t(k)) * E,
+                    size_t(E) * 4);
+    }
     IncrementalResult& r = *w.res;
     r.embeddings = Tensor(DType::f32, {w.N, D});
     std::memcpy(r.embeddings.bytes(), fin.data<float>() + cls * D, size_t(w.N) * rowb);
+    if (project) {
+      r.projected = Tensor(DType::f32, {w.N, E});
+      std::memcpy(r.projected.bytes(), fin_proj.data<float>() + cls * E, size_t(w.N * E) * 4);
+    }
     r.approximate = w.gate;
     r.flops_fraction = w.full_work > 0 ? w.work / w.full_work : 1;
   }

@@ -201,6 +201,7 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
       FrameResult& r = pending[i].r;
       const int64_t N = r.batch.size();
       r.embeddings = std::move(er[i].embeddings);
+      r.projected = std::move(er[i].projected);
       if (params.reuse == Reuse::incremental) r.recomputed = std::move(er[i].recomputed);
       else if (params.reuse == Reuse::exact) r.recomputed = pending[i].resample;
       else r.recomputed.assign(size_t(N), 1);

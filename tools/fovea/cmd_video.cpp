@@ -176,9 +176,12 @@ struct VideoCommand {
     const int P = vp.tokenize.patch_px;
     std::unique_ptr<VideoTokenWriter> writer;
     auto make_writer = [&](const FrameResult& r) {
-      if (have_model)
+      if (have_model) {
         writer = std::make_unique<VideoTokenWriter>(output, "embeddings", DType::f32,
                                                     std::vector<int64_t>{model->config().hidden});
+        if (r.projected.rank() == 2)  // the projector's output, the LLM's input (as fovea encode writes it)
+          writer->add_rows_tensor("projected", DType::f32, std::vector<int64_t>{r.projected.dim(1)});
+      }
       else
         writer = std::make_unique<VideoTokenWriter>(output, "patches", vp.tokenize.extract.dtype,
                                                     std::vector<int64_t>{3, P, P});
@@ -266,8 +269,10 @@ struct VideoCommand {
                        {"pages_unbound", d.pages_unbound}};
       }
       if (!writer) make_writer(r);
+      std::vector<const Tensor*> extra;
+      if (r.projected.rank() == 2) extra.push_back(&r.projected);
       writer->add_frame(have_model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
-                        r.pts_s);
+                        r.pts_s, extra);
       ++processed;
       tokens_total += r.batch.size();
       recomputed_total += r.recomputed_tokens;
