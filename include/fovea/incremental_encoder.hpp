@@ -13,6 +13,10 @@
 //   for (int64_t i = 0; i < t.batch.size(); ++i) prev_row[i] = i;
 //   fovea::IncrementalResult r1 = enc.encode(t.batch.patches, t.batch.positions, prev_row, patch_dirty, p, exec);
 //   const fovea::Tensor& embeddings = r1.embeddings;   // [N, D]
+//   // Several frames in one pass (the same results as encode() on each in turn):
+//   const fovea::IncrementalFrame group[2] = {{&t.batch.patches, &t.batch.positions, prev_row, patch_dirty},
+//                                             {&t.batch.patches, &t.batch.positions, prev_row, patch_dirty}};
+//   std::vector<fovea::IncrementalResult> rs = enc.encode_group(group, p, exec);
 //
 // Two levels of reuse:
 //   * patch embeddings (always): a token with prev_row ≥ 0 and patch_dirty 0 keeps its patch

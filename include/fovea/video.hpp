@@ -12,6 +12,11 @@
 //     // r.embeddings [N, D], r.batch.positions [N, 4], r.recomputed [N]
 //     frame.image = std::move(r.recycled);   // hand the buffer back: no allocation per frame
 //   }
+//   // Or in groups of 8 frames (vp.group_frames = 8): the encoder reads its weights once per
+//   // group; results come out a group at a time, in order (flush() at the end).
+//   //   for (fovea::FrameResult& r : session.push(std::move(frame.image), q, frame.index, frame.pts_s,
+//   //                                             &frame.image)) { ... }
+//   //   for (fovea::FrameResult& r : session.flush()) { ... }
 //
 // VideoReader decodes through libavformat / libavcodec and converts with libswscale straight
 // into the planes of an ImageU8 (AV_PIX_FMT_GBRP, no extra copy). It streams: it holds the
