@@ -25,6 +25,7 @@ run (fp32: the baseline a VLM runs today).
 Ratios are computed from numbers of the same run; the machine is shared, so absolute times are noisy.
 """
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -113,17 +114,18 @@ def torch_baseline(clip, frames):
             if len(imgs) >= frames:
                 break
 
-    def encode(img, size):
+    def encode(img, size, model=model, dtype=torch.float32):
         x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).unsqueeze(0).float().div(255)
         x = torch.nn.functional.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)
-        x = (x - mean) / std
+        x = ((x - mean) / std).to(dtype)
         gh, gw = size[0] // 16, size[1] // 16
         t = model.conv_proj(x).flatten(2).transpose(1, 2)  # [1, N, 768]: the patches through the embedding
         t = torch.cat([model.class_token, t], dim=1)
-        t = t + torch.zeros(1, gh * gw + 1, 768)  # positions (interpolated in a real model; zeros cost the same)
+        t = t + torch.zeros(1, gh * gw + 1, 768, dtype=dtype)  # positions (interpolated in a real model; zeros cost the same)
         return model.encoder.ln(model.encoder.layers(t))
 
     out = {}
+    model16 = copy.deepcopy(model).to(torch.bfloat16) if "bf16" in ARGS.precision else None
     with torch.inference_mode():
         h, w = imgs[0].shape[:2]
         for name, size in (("native", (h // 16 * 16 + (16 if h % 16 else 0), w // 16 * 16 + (16 if w % 16 else 0))),
@@ -134,6 +136,17 @@ def torch_baseline(clip, frames):
                 encode(img, size)
                 ts.append((time.perf_counter() - t0) * 1e3)
             out[name] = {"tokens": (size[0] // 16) * (size[1] // 16), "ms": statistics.median(ts)}
+            if "bf16" in ARGS.precision:
+                # The same encode with bf16 weights and activations (torch's oneDNN/AMX kernels
+                # where it has them; CPU autocast fails in torch 1.13's fused attention): the
+                # competitor for fovea's bf16 numbers.
+                ts = []
+                encode(imgs[0], size, model16, torch.bfloat16)  # warm-up
+                for img in imgs:
+                    t0 = time.perf_counter()
+                    encode(img, size, model16, torch.bfloat16)
+                    ts.append((time.perf_counter() - t0) * 1e3)
+                out[name + "_bf16"] = {"tokens": out[name]["tokens"], "ms": statistics.median(ts)}
     return out
 
 
@@ -199,6 +212,9 @@ def run_precision(prec, clips, torch):
             t = torch
             line += (f"; vs torch uniform native ({t['native']['tokens']} tok) {t['native']['ms'] / row['incremental_ms']:.0f}x, "
                      f"224 ({t['224']['tokens']} tok) {t['224']['ms'] / row['incremental_ms']:.1f}x")
+            if prec == "bf16" and "native_bf16" in t:
+                line += (f"; vs torch bf16 native {t['native_bf16']['ms'] / row['incremental_ms']:.0f}x, "
+                         f"224 {t['224_bf16']['ms'] / row['incremental_ms']:.1f}x")
         print(line)
         d = row["decode"]
         print("     stages (ms per non-refresh frame, incremental run): " +
@@ -229,7 +245,8 @@ def main():
     if not ARGS.no_torch:
         results["torch"] = torch_baseline(first, ARGS.torch_frames)
         for k, v in results["torch"].items():
-            print(f"torch uniform per-frame encode ({k}, {v['tokens']} tokens, fp32): {v['ms']:.1f} ms")
+            print(f"torch uniform per-frame encode ({k}, {v['tokens']} tokens, "
+                  f"{'bf16 weights and activations' if k.endswith('_bf16') else 'fp32'}): {v['ms']:.1f} ms")
 
     for prec in precisions:
         results["precisions"][prec] = run_precision(prec, clips, results.get("torch"))

@@ -339,15 +339,20 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
   // Runs: a frame joins the one before when it reuses the layer caches with the same rows (the
   // layout did not change); a layout change or a frame without reuse starts a new run.
   std::vector<IncrementalResult> out(F);
-  for (size_t a = 0; a < F;) {
-    size_t b = a + 1;
-    while (b < F && params.reuse_layers && !frames[b].prev_row.empty() && Ns[b] == Ns[b - 1] &&
-           is_identity(frames[b].prev_row))
-      ++b;
-    st.run(frames.subspan(a, b - a), Ns.data() + a, params, ops, out.data() + a);
-    st.width = params.image_width, st.height = params.image_height;
-    st.precision = params.precision;
-    a = b;
+  try {
+    for (size_t a = 0; a < F;) {
+      size_t b = a + 1;
+      while (b < F && params.reuse_layers && !frames[b].prev_row.empty() && Ns[b] == Ns[b - 1] &&
+             is_identity(frames[b].prev_row))
+        ++b;
+      st.run(frames.subspan(a, b - a), Ns.data() + a, params, ops, out.data() + a);
+      st.width = params.image_width, st.height = params.image_height;
+      st.precision = params.precision;
+      a = b;
+    }
+  } catch (...) {
+    reset();  // the caches may be half updated: the next call starts from scratch
+    throw;
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   for (IncrementalResult& r : out) r.encode_ms = ms / double(F);
