@@ -68,20 +68,6 @@ struct Ops {
   }
 };
 
-GemmArgs lin(const void* a, DType adt, int64_t m, const Tensor& w, const Tensor* w16, const Tensor* b, void* c,
-             DType cdt) {
-  const bool use16 = adt == DType::bf16;
-  GemmArgs g{};
-  g.a = a, g.lda = w.dim(1), g.a_dt = adt;
-  g.w = use16 ? static_cast<const void*>(w16->bytes()) : static_cast<const void*>(w.bytes());
-  g.ldw = w.dim(1), g.w_dt = use16 ? DType::bf16 : DType::f32;
-  g.bias = b && present(*b) ? b->data<float>() : nullptr;
-  g.c = c, g.ldc = w.dim(0), g.c_dt = cdt;
-  g.m = m, g.n = w.dim(0), g.k = w.dim(1);
-  g.constant_w = true;
-  return g;
-}
-
 // PyTorch's cubic convolution (A = −0.75), taps clamped: as forward.cpp.
 void cubic_weights(float t, float w[4]) {
   constexpr float A = -0.75f;
@@ -106,22 +92,6 @@ void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float*
     for (int64_t d = 0; d < D; ++d)
       out[d] += wy[j] * (r[0][d] * wx[0] + r[1][d] * wx[1] + r[2][d] * wx[2] + r[3][d] * wx[3]);
   }
-}
-
-void ensure_bf16(VitModel::Impl& m) {
-  if (m.have_bf16) return;
-  auto conv = [](const Tensor& w) {
-    Tensor t(DType::bf16, w.shape());
-    to_bf16_row(w.data<float>(), t.data<uint16_t>(), w.numel());
-    return t;
-  };
-  for (VitLayer& l : m.layers) {
-    l.qkv_w16 = conv(l.qkv_w);
-    l.out_w16 = conv(l.out_w);
-    l.fc1_w16 = conv(l.fc1_w);
-    l.fc2_w16 = conv(l.fc2_w);
-  }
-  m.have_bf16 = true;
 }
 
 // Attention of r query rows (q, row stride ldq, heads contiguous) against T keys and values
@@ -334,7 +304,6 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
   if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
   if (m.gemm) m.gemm->reserve_threads(ops.threads);
   ops.gemm = m.gemm.get();
-  if (params.precision == Precision::bf16) ensure_bf16(m);
 
   // Runs: a frame joins the one before when it reuses the layer caches with the same rows (the
   // layout did not change); a layout change or a frame without reuse starts a new run.
@@ -436,7 +405,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     }
     std::memset(src + r * K, 0, size_t((rg - r) * K) * 4);
     XR.ensure(size_t(rg) * rowb);
-    ops.linear(lin(src, DType::f32, rg, m.patch_w, nullptr, &m.patch_b, XR.get(), DType::f32));
+    ops.linear(linear_args(src, DType::f32, rg, m.patch_w, &m.patch_b, XR.get(), DType::f32));
   }
 
   // ---- layer-0 candidates --------------------------------------------------------------------
@@ -583,7 +552,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       float* xr = XR.as<float>();
       std::memset(xr + rows * D, 0, size_t((rg - rows) * D) * 4);
       ops.layer_norm(xr, rg, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
-      ops.linear(lin(H.get(), dt, rg, l.qkv_w, &l.qkv_w16, &l.qkv_b, QKV.get(), dt));
+      ops.linear(linear_args(H.get(), dt, rg, l.qkv_w, &l.qkv_b, QKV.get(), dt));
       std::memset(QKV.get() + size_t(rg * 3 * D) * es, 0, size_t(kRowBucket * 3 * D) * es);
       for (size_t f = 0; f < F; ++f) {  // 3. in frame order: K|V into the cache, then attention
         const FrameWork& w = fw[f];
@@ -597,14 +566,14 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         attention_rows(ops, QKV.get() + size_t(w.xr_off * 3 * D) * es, 3 * D, ra, C.kv.bytes(), 2 * D, w.T, D,
                        c.heads, dt, A.get() + size_t(w.xr_off * D) * es);
       }
-      GemmArgs o = lin(A.get(), dt, rg, l.out_w, &l.out_w16, &l.out_b, xr, DType::f32);
+      GemmArgs o = linear_args(A.get(), dt, rg, l.out_w, &l.out_b, xr, DType::f32);
       o.accumulate = true;
       ops.linear(o);
       ops.layer_norm(xr, rg, D, l.ln2_w, l.ln2_b, c.ln_eps, H.get(), dt);
-      GemmArgs f1 = lin(H.get(), dt, rg, l.fc1_w, &l.fc1_w16, &l.fc1_b, Hm.get(), dt);
+      GemmArgs f1 = linear_args(H.get(), dt, rg, l.fc1_w, &l.fc1_b, Hm.get(), dt);
       f1.post = post_for(c.act);
       ops.linear(f1);
-      GemmArgs f2 = lin(Hm.get(), dt, rg, l.fc2_w, &l.fc2_w16, &l.fc2_b, xr, DType::f32);
+      GemmArgs f2 = linear_args(Hm.get(), dt, rg, l.fc2_w, &l.fc2_b, xr, DType::f32);
       f2.accumulate = true;
       ops.linear(f2);
     }
