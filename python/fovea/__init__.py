@@ -274,6 +274,7 @@ def video(
     max_frames: Optional[int] = None,
     reuse: Optional[str] = None,
     keyframe: int = 0,
+    group: int = 8,
     threshold: float = 8.0,
     token_threshold: float = 0.1,
     hysteresis: float = 0.1,
@@ -311,8 +312,9 @@ def video(
         every / fps / max_frames: which frames, as the CLI's --every / --fps / --max-frames.
         reuse: "incremental" (default with a model: Eventful-style ViT reuse, approximate),
             "exact" (patches and patch embeddings reused, full ViT), "off".
-        keyframe, threshold, token_threshold, hysteresis, refresh_fraction: the CLI's
-            --keyframe, --threshold, --token-threshold, --hysteresis, --refresh-fraction.
+        keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction: the CLI's
+            --keyframe, --group (frames encoded together: the encoder reads its weights once
+            per group), --threshold, --token-threshold, --hysteresis, --refresh-fraction.
         precision: "fp32" or "bf16"; threads: threads (0: one per hardware thread).
         output: write the file `fovea video -o` writes (embeddings or patches, frame_offsets,
             pts, positions, levels, recomputed), streamed with bounded memory, atomically.
@@ -332,7 +334,7 @@ def video(
         fixations = [tuple(f) for f in fixations]
     return _fovea.video(
         path, model, budget, fixations, [tuple(r) for r in regions], every or 0, fps or 0.0, max_frames or 0,
-        reuse, keyframe, threshold, token_threshold, hysteresis, refresh_fraction, precision, threads, output,
+        reuse, keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction, precision, threads, output,
         patch, dtype, max_level, dict(weights or {}), e0, sharpness,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
         fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet)

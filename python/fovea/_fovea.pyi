@@ -165,7 +165,7 @@ class VideoFrameResult:
 
 def video(path: Union[str, os.PathLike], model: Optional[Model], budget: int, fixations: object,
           regions: Sequence[Sequence[float]], every: int, fps: float, max_frames: int, reuse: Optional[str],
-          keyframe: int, threshold: float, token_threshold: float, hysteresis: float, refresh_fraction: float,
+          keyframe: int, group: int, threshold: float, token_threshold: float, hysteresis: float, refresh_fraction: float,
           precision: str, threads: int, output: Optional[Union[str, os.PathLike]], patch: Optional[int], dtype: str,
           max_level: int, weights: Mapping[str, float], e0: Optional[float], sharpness: Optional[float],
           mean: Optional[Sequence[float]], std: Optional[Sequence[float]], normalize: bool,

@@ -538,7 +538,7 @@ Reuse parse_reuse(const std::optional<std::string>& r, bool have_model) {
 // the GIL released; into the CLI's file (output=) or a list of per-frame results.
 py::object video_py(const py::object& path_obj, const py::object& model, int budget, const py::object& fixations,
                     const std::vector<std::vector<float>>& regions, int every, double fps, int64_t max_frames,
-                    const std::optional<std::string>& reuse, int keyframe, float threshold, float token_threshold,
+                    const std::optional<std::string>& reuse, int keyframe, int group, float threshold, float token_threshold,
                     float hysteresis, float refresh_fraction, const std::string& precision, int threads,
                     const py::object& output, std::optional<int> patch, const std::string& dtype, int max_level,
                     const std::map<std::string, float>& weights, std::optional<float> e0, std::optional<float> sharpness,
@@ -558,6 +558,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   if (fps < 0 || !std::isfinite(fps)) throw bad("fps must be > 0");
   if (max_frames < 0) throw bad("max_frames must be >= 1");
   if (keyframe < 0) throw bad("keyframe must be >= 0");
+  if (group < 1 || group > 1024) throw bad("group must be 1..1024 frames");
   if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("threshold must be a number >= 0");
   if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw bad("token_threshold must be >= 0");
   if (!(hysteresis >= 0)) throw bad("hysteresis must be >= 0");
@@ -567,6 +568,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   vp.reuse = parse_reuse(reuse, have_model);
   vp.change_threshold = threshold;
   vp.keyframe_interval = keyframe;
+  vp.group_frames = group;
   vp.layout_hysteresis = hysteresis;
   vp.refresh_fraction = refresh_fraction;
   vp.encoder.precision = parse_precision(precision);
@@ -597,11 +599,43 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   FrameFilter filter = [&keep](int64_t i, double t) { return keep(i, t); };
   VideoFrame frame;
   py::list results, warnings;
-  int64_t processed = 0, tokens_total = 0, recomputed_total = 0;
+  int64_t pushed = 0, processed = 0, tokens_total = 0, recomputed_total = 0;
   double ms_total = 0;
   bool approximate = false;
+  // A finished frame (frames come out a group at a time, in order): into the file, or a result.
+  // Called with the GIL held; the file write releases it.
+  auto finish_frame = [&](FrameResult& r) {
+    if (out_path) {
+      py::gil_scoped_release nogil;
+      if (!writer) {
+        if (have_model) {
+          writer = std::make_unique<VideoTokenWriter>(*out_path, "embeddings", DType::f32,
+                                                      std::vector<int64_t>{vit->config().hidden});
+          if (r.projected.rank() == 2)  // the projector's output, as `fovea video` writes it
+            writer->add_rows_tensor("projected", DType::f32, std::vector<int64_t>{r.projected.dim(1)});
+        } else {
+          writer = std::make_unique<VideoTokenWriter>(*out_path, "patches", vp.tokenize.extract.dtype,
+                                                      std::vector<int64_t>{3, P, P});
+        }
+      }
+      std::vector<const Tensor*> extra;
+      if (r.projected.rank() == 2) extra.push_back(&r.projected);
+      writer->add_frame(have_model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
+                        r.pts_s, extra);
+    }
+    ++processed;
+    tokens_total += r.batch.size();
+    recomputed_total += r.recomputed_tokens;
+    ms_total += r.timings.total_ms();
+    approximate = approximate || r.approximate;
+    if (!out_path) {
+      auto pr = std::make_unique<PyFrameResult>();
+      pr->r = std::move(r);
+      results.append(py::cast(std::move(pr)));
+    }
+  };
   for (;;) {
-    if (max_frames > 0 && processed >= max_frames) break;
+    if (max_frames > 0 && pushed >= max_frames) break;
     bool got;
     {
       py::gil_scoped_release nogil;
@@ -621,35 +655,22 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
       }
       q.fixations = make_query(v, {}).fixations;
     }
-    FrameResult r;
+    std::vector<FrameResult> done;
     {
       py::gil_scoped_release nogil;
-      r = session->process(std::move(frame.image), q, frame.index, frame.pts_s);
-      frame.image = std::move(r.recycled);
-      if (out_path) {
-        if (!writer) {
-          if (have_model)
-            writer = std::make_unique<VideoTokenWriter>(*out_path, "embeddings", DType::f32,
-                                                        std::vector<int64_t>{vit->config().hidden});
-          else
-            writer = std::make_unique<VideoTokenWriter>(*out_path, "patches", vp.tokenize.extract.dtype,
-                                                        std::vector<int64_t>{3, P, P});
-        }
-        writer->add_frame(have_model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
-                          r.pts_s);
-      }
+      done = session->push(std::move(frame.image), q, frame.index, frame.pts_s, &frame.image);
     }
-    ++processed;
-    tokens_total += r.batch.size();
-    recomputed_total += r.recomputed_tokens;
-    ms_total += r.timings.total_ms();
-    approximate = approximate || r.approximate;
-    if (!out_path) {
-      auto pr = std::make_unique<PyFrameResult>();
-      pr->r = std::move(r);
-      results.append(py::cast(std::move(pr)));
-    }
+    ++pushed;
+    for (FrameResult& r : done) finish_frame(r);
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C between frames
+  }
+  {
+    std::vector<FrameResult> done;
+    {
+      py::gil_scoped_release nogil;
+      done = session->flush();
+    }
+    for (FrameResult& r : done) finish_frame(r);
   }
   if (processed == 0) throw Error(Errc::corrupt_data, path + ": no frame could be decoded");
   if (!out_path) return results;
@@ -666,6 +687,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   meta["reuse"] = std::string(to_string(vp.reuse));
   meta["change_threshold"] = std::to_string(threshold);
   meta["keyframe"] = std::to_string(keyframe);
+  meta["group_frames"] = std::to_string(vp.group_frames);
   meta["approximate"] = approximate ? "true" : "false";
   if (approximate)
     meta["approximation"] = "incremental ViT (Eventful-style token gating, token threshold " +
@@ -1056,7 +1078,7 @@ PYBIND11_MODULE(_fovea, m) {
       });
 
   m.def("video", &video_py, py::arg("path"), py::arg("model"), py::arg("budget"), py::arg("fixations"), py::arg("regions"),
-        py::arg("every"), py::arg("fps"), py::arg("max_frames"), py::arg("reuse"), py::arg("keyframe"), py::arg("threshold"),
+        py::arg("every"), py::arg("fps"), py::arg("max_frames"), py::arg("reuse"), py::arg("keyframe"), py::arg("group"), py::arg("threshold"),
         py::arg("token_threshold"), py::arg("hysteresis"), py::arg("refresh_fraction"), py::arg("precision"),
         py::arg("threads"), py::arg("output"), py::arg("patch"), py::arg("dtype"), py::arg("max_level"), py::arg("weights"),
         py::arg("e0"), py::arg("sharpness"), py::arg("mean"), py::arg("std"), py::arg("normalize"), py::arg("fine_bias"),
