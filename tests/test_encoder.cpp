@@ -712,7 +712,8 @@ TEST(EncodeCli, StoreReportsTheEmbeddingsPages) {
 }
 
 // The CLI runs with the passive OpenMP wait policy unless the environment chooses one
-// (tools/fovea/main.cpp re-executes it once: the program owns the policy, not the library).
+// (the `fovea` launcher, tools/fovea/launcher.cpp, sets it before the CLI proper loads libgomp:
+// the program owns the policy, not the library). An empty variable is no choice.
 TEST(EncodeCli, OpenMpWaitPolicyIsPassiveUnlessChosen) {
   const std::string dir = test::temp_dir("enc_cli_omp");
   const std::string image = dir + "/in.png";
@@ -726,6 +727,8 @@ TEST(EncodeCli, OpenMpWaitPolicyIsPassiveUnlessChosen) {
   const std::string saved_value = saved ? saved : "";
   ::unsetenv("OMP_WAIT_POLICY");
   ::unsetenv("GOMP_SPINCOUNT");
+  EXPECT_EQ(policy(), "PASSIVE");
+  ::setenv("OMP_WAIT_POLICY", "", 1);
   EXPECT_EQ(policy(), "PASSIVE");
   ::setenv("OMP_WAIT_POLICY", "active", 1);
   EXPECT_EQ(policy(), "active");

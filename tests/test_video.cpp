@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "fovea/embeddings.hpp"
 #include "fovea/encoder.hpp"
+#include "fovea/image.hpp"
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
 #include "fovea/incremental_encoder.hpp"
@@ -671,6 +673,55 @@ TEST_F(VideoTest, CliWritesTheProjectorsOutputForLlava) {
   const nlohmann::json s = nlohmann::json::parse(r.out);
   EXPECT_EQ(s["group_frames"], 4);
   EXPECT_EQ(s["per_frame"][1]["group_frames"], 4);
+}
+
+// The model brings its preprocessing (issue 13): fovea video applies the model's mean/std as
+// fovea encode does (SigLIP's 0.5, not CLIP's defaults), records it, and --mean overrides it.
+// Frame 0 is a full encode, so its embeddings equal fovea encode's of the same frame.
+TEST_F(VideoTest, CliAppliesTheModelsPreprocessingAsEncodeDoes) {
+  const std::string dir = test::temp_dir("video_cli_prep");
+  const std::string model = test::source_dir() + "/tests/data/encoder/siglip";
+  const std::string out = dir + "/v.safetensors";
+  const auto r = test::run_cli({"video", fixture("small.mp4"), "--model", model, "--budget", "16", "--fixation",
+                                "30,30", "--max-frames", "2", "-o", out, "--threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile v = SafetensorsFile::open(out);
+  EXPECT_EQ(v.metadata().at("norm_mean"), "0.5,0.5,0.5");
+  EXPECT_EQ(v.metadata().at("norm_std"), "0.5,0.5,0.5");
+  EXPECT_EQ(v.metadata().at("preprocessing_source").rfind("model:", 0), 0u) << v.metadata().at("preprocessing_source");
+
+  // Frame 0 as a PNG, encoded by fovea encode with the same query.
+  VideoReader reader = VideoReader::open(fixture("small.mp4"));
+  VideoFrame f0;
+  ASSERT_TRUE(reader.read(f0));
+  const std::string png = dir + "/f0.png";
+  save_png(f0.image, png);
+  const std::string enc = dir + "/e.safetensors";
+  const auto e = test::run_cli({"encode", png, "--model", model, "--budget", "16", "--fixation", "30,30", "-o", enc,
+                                "--threads", "1"});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const EmbeddingsFile ef = load_embeddings(enc);
+  const Tensor rows = v.load(*v.find("embeddings"));
+  const Tensor offsets = v.load(*v.find("frame_offsets"));
+  const int64_t n0 = offsets.data<int64_t>()[1];
+  ASSERT_EQ(n0, ef.embeddings.dim(0));
+  const int64_t d = ef.embeddings.dim(1);
+  double worst = 1;
+  for (int64_t i = 0; i < n0; ++i) {
+    const float* a = rows.data<float>() + i * d;
+    const float* b = ef.embeddings.data<float>() + i * d;
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t k = 0; k < d; ++k) ab += double(a[k]) * b[k], aa += double(a[k]) * a[k], bb += double(b[k]) * b[k];
+    worst = std::min(worst, ab / std::sqrt(aa * bb + 1e-30));
+  }
+  EXPECT_GT(worst, 0.9999);
+
+  const auto o = test::run_cli({"video", fixture("small.mp4"), "--model", model, "--budget", "16", "--mean",
+                                "0.25,0.25,0.25", "--max-frames", "1", "-o", out, "--threads", "1"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const SafetensorsFile v2 = SafetensorsFile::open(out);
+  EXPECT_EQ(v2.metadata().at("norm_mean"), "0.25,0.25,0.25");
+  EXPECT_EQ(v2.metadata().at("norm_std"), "0.5,0.5,0.5");
 }
 
 TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {

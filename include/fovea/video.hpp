@@ -207,6 +207,24 @@ std::vector<uint8_t> changed_tiles(const ImageU8& a, const ImageU8& b, const Til
 // ---- output -----------------------------------------------------------------------------------
 namespace fovea {
 
+// What a finished run wrote, for video_metadata().
+struct VideoRunSummary {
+  std::string source;        // the input, as given
+  VideoInfo info;
+  int64_t frames = 0;        // frames written
+  bool approximate = false;  // some frame kept reused layer states (FrameResult::approximate)
+};
+
+// The metadata of a video tokens or embeddings file: the run's parameters (budget, patch,
+// reuse, change threshold, keyframe, group), the model (its name, description, which hidden
+// state the rows are, precision) and the preprocessing applied to the patches (mean/std and
+// where they came from), and whether the embeddings are an approximation. `fovea video -o`
+// and the Python module's fovea.video(out=...) both write exactly this. `model` may be null
+// (patches only); `model_name` is the name the user gave (path or "random:...").
+std::map<std::string, std::string> video_metadata(const VideoParams& params, const VideoRunSummary& run,
+                                                  const VitModel* model, const std::string& model_name,
+                                                  const std::string& precision, const std::string& preprocessing_source);
+
 // Streams a video's tokens into one safetensors file with bounded memory: the per-token rows
 // (embeddings or patches) go to an unlinked spill file beside the output as frames arrive; the
 // small tensors stay in memory. finish() writes `path.tmp-N` and renames it over `path`, so a

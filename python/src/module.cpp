@@ -675,32 +675,14 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   if (processed == 0) throw Error(Errc::corrupt_data, path + ": no frame could be decoded");
   if (!out_path) return results;
 
-  // The metadata `fovea video -o` writes (tools/fovea/cmd_video.cpp), key for key.
-  std::map<std::string, std::string> meta;
-  meta["format"] = have_model ? "fovea.video.embeddings" : "fovea.video.tokens";
-  meta["source"] = path;
-  meta["frames"] = std::to_string(processed);
-  meta["width"] = std::to_string(info.width);
-  meta["height"] = std::to_string(info.height);
-  meta["patch_size"] = std::to_string(P);
-  meta["budget"] = std::to_string(vp.tokenize.alloc.budget_tokens);
-  meta["reuse"] = std::string(to_string(vp.reuse));
-  meta["change_threshold"] = std::to_string(threshold);
-  meta["keyframe"] = std::to_string(keyframe);
-  meta["group_frames"] = std::to_string(vp.group_frames);
-  meta["approximate"] = approximate ? "true" : "false";
-  if (approximate)
-    meta["approximation"] = "incremental ViT (Eventful-style token gating, token threshold " +
-                            std::to_string(token_threshold) + "): reused layer states, not a full encode";
-  if (have_model) {
-    meta["model"] = vit->source();
-    meta["model_description"] = vit->describe();
-    meta["embedding_output"] = embedding_output(vit->config());
-    meta["random_weights"] = vit->is_random() ? "true" : "false";
-    meta["precision"] = precision;
-  } else {
-    meta["dtype"] = std::string(dtype_name(vp.tokenize.extract.dtype));
-  }
+  // The metadata `fovea video -o` writes: the library's, key for key.
+  VideoRunSummary run;
+  run.source = path;
+  run.info = info;
+  run.frames = processed;
+  run.approximate = approximate;
+  const std::map<std::string, std::string> meta =
+      video_metadata(vp, run, have_model ? &*vit : nullptr, have_model ? vit->source() : std::string(), precision, prep);
   {
     py::gil_scoped_release nogil;
     writer->finish(meta);

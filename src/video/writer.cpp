@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "fovea/error.hpp"
@@ -183,6 +184,53 @@ void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata
     ::unlink(tmp.c_str());
     throw Error(Errc::io, "cannot write '" + m.path + "': " + why);
   }
+}
+
+namespace {
+
+std::string fmt3(const std::array<float, 3>& v) {
+  std::ostringstream s;
+  s.precision(8);
+  s << v[0] << ',' << v[1] << ',' << v[2];
+  return s.str();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> video_metadata(const VideoParams& params, const VideoRunSummary& run,
+                                                  const VitModel* model, const std::string& model_name,
+                                                  const std::string& precision, const std::string& preprocessing_source) {
+  std::map<std::string, std::string> meta;
+  meta["format"] = model ? "fovea.video.embeddings" : "fovea.video.tokens";
+  meta["source"] = run.source;
+  meta["frames"] = std::to_string(run.frames);
+  meta["width"] = std::to_string(run.info.width);
+  meta["height"] = std::to_string(run.info.height);
+  meta["patch_size"] = std::to_string(params.tokenize.patch_px);
+  meta["budget"] = std::to_string(params.tokenize.alloc.budget_tokens);
+  meta["reuse"] = std::string(to_string(params.reuse));
+  meta["change_threshold"] = std::to_string(params.change_threshold);
+  meta["keyframe"] = std::to_string(params.keyframe_interval);
+  meta["group_frames"] = std::to_string(params.group_frames);
+  meta["approximate"] = run.approximate ? "true" : "false";
+  if (run.approximate)
+    meta["approximation"] = "incremental ViT (Eventful-style token gating, token threshold " +
+                            std::to_string(params.encoder.token_threshold) + "): reused layer states, not a full encode";
+  const Normalization& n = params.tokenize.extract.norm;
+  const bool normalised = params.tokenize.extract.dtype != DType::u8 && n.enabled;
+  meta["norm_mean"] = normalised ? fmt3(n.mean) : "none";
+  meta["norm_std"] = normalised ? fmt3(n.std) : "none";
+  if (model) {
+    meta["model"] = model_name;
+    meta["model_description"] = model->describe();
+    meta["embedding_output"] = embedding_output(model->config());
+    meta["random_weights"] = model->is_random() ? "true" : "false";
+    meta["precision"] = precision;
+    meta["preprocessing_source"] = preprocessing_source;
+  } else {
+    meta["dtype"] = std::string(dtype_name(params.tokenize.extract.dtype));
+  }
+  return meta;
 }
 
 }  // namespace fovea

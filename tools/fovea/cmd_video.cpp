@@ -16,6 +16,7 @@
 
 #include "cli_util.hpp"
 #include "command.hpp"
+#include "model_preprocessing.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/store.hpp"
@@ -141,11 +142,14 @@ struct VideoCommand {
 
     Executor ex(exec.config());
     std::optional<VitModel> model;
+    std::string norm_source;
     if (have_model) {
       model = VitModel::load(model_spec);
       if (model->is_random())
         std::fprintf(stderr, "fovea: note: %s has RANDOM weights; its embeddings are for benchmarking only\n",
                      model_spec.c_str());
+      // The model's own preprocessing unless --mean / --std say otherwise, as fovea encode does.
+      norm_source = apply_model_preprocessing(tok, model->config().input, vp.tokenize.extract.norm);
       if (model->config().patch_px != vp.tokenize.patch_px) {
         if (patch_given) throw bad("--patch " + std::to_string(vp.tokenize.patch_px) + " does not match the model's " +
                                    std::to_string(model->config().patch_px) + "-px patches");
@@ -307,31 +311,13 @@ struct VideoCommand {
     if (progress) std::fprintf(stderr, "\n");
     if (processed == 0) throw Error(Errc::corrupt_data, tok.image + ": no frame could be decoded");
 
-    std::map<std::string, std::string> meta;
-    meta["format"] = have_model ? "fovea.video.embeddings" : "fovea.video.tokens";
-    meta["source"] = tok.image;
-    meta["frames"] = std::to_string(processed);
-    meta["width"] = std::to_string(info.width);
-    meta["height"] = std::to_string(info.height);
-    meta["patch_size"] = std::to_string(P);
-    meta["budget"] = std::to_string(vp.tokenize.alloc.budget_tokens);
-    meta["reuse"] = std::string(to_string(vp.reuse));
-    meta["change_threshold"] = std::to_string(threshold);
-    meta["keyframe"] = std::to_string(keyframe);
-    meta["group_frames"] = std::to_string(vp.group_frames);
-    meta["approximate"] = approximate ? "true" : "false";
-    if (approximate)
-      meta["approximation"] = "incremental ViT (Eventful-style token gating, token threshold " +
-                              std::to_string(token_threshold) + "): reused layer states, not a full encode";
-    if (have_model) {
-      meta["model"] = model_spec;
-      meta["model_description"] = model->describe();
-      meta["embedding_output"] = embedding_output(model->config());
-      meta["random_weights"] = model->is_random() ? "true" : "false";
-      meta["precision"] = precision;
-    } else {
-      meta["dtype"] = std::string(dtype_name(vp.tokenize.extract.dtype));
-    }
+    VideoRunSummary summary;
+    summary.source = tok.image;
+    summary.info = info;
+    summary.frames = processed;
+    summary.approximate = approximate;
+    const std::map<std::string, std::string> meta =
+        video_metadata(vp, summary, model ? &*model : nullptr, model_spec, precision, norm_source);
     writer->finish(meta);
 
     nlohmann::json s;

@@ -45,7 +45,10 @@ void own_folder(const char* argv0, char* out, size_t size) {
 
 int main(int argc, char** argv) {
   (void)argc;
-  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  // An empty variable is no choice: libgomp ignores it and spins.
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  if ((!policy || !*policy) && (!spin || !*spin)) ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   char folder[PATH_MAX];
   own_folder(argc > 0 ? argv[0] : nullptr, folder, sizeof folder);
   char path[PATH_MAX + 64];
