@@ -3,7 +3,7 @@
 //
 // One layer for the set R of recomputed tokens (R = all tokens on a full pass):
 //   XR = x[R]; H = LN1(XR); QKV_R = H·Wqkvᵀ; K, V of R written into the layer's K|V cache;
-//   A_R = softmax(Q_R·Kᵀ/√d)·V over every token's keys and values (flash-style, as forward.cpp);
+//   A_R = softmax(Q_R·Kᵀ/√d)·V over every token's keys and values (attention.cpp, as forward.cpp);
 //   XR += A_R·Woᵀ; XR += MLP(LN2(XR)); x_out[R] = XR, x_out[¬R] = the cached outputs.
 // The schedule follows forward.cpp: every GEMM through oneDNN (encoder_detail::Gemm) with
 // bias, GELU and residual fused, row kernels for LayerNorm and softmax; the small helpers
@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 
+#include "encoder/attention.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/error.hpp"
 #include "fovea/incremental_encoder.hpp"
@@ -122,76 +123,6 @@ void ensure_bf16(VitModel::Impl& m) {
     l.fc2_w16 = conv(l.fc2_w);
   }
   m.have_bf16 = true;
-}
-
-// Attention of r query rows (q, row stride ldq, heads contiguous) against T keys and values
-// (kv: K at column 0, V at column D, row stride ldkv) into out [r, D], flash-style.
-void attention_rows(const Ops& ops, const std::byte* q, int64_t ldq, int64_t r, const std::byte* kv, int64_t ldkv,
-                    int64_t T, int64_t D, int heads, DType dt, std::byte* out) {
-  const int64_t hd = D / heads;
-  const float scale = float(1.0 / std::sqrt(double(hd)));
-  const int64_t Bq = ops.ref ? r : std::min<int64_t>(r, 128);
-  const int64_t Bk = ops.ref ? T : std::min<int64_t>(T, 512);
-  const int64_t nqb = (r + Bq - 1) / Bq;
-  const int64_t tasks = nqb * heads;
-  const size_t es = esize(dt);
-  std::exception_ptr error;
-  std::mutex error_mutex;
-#pragma omp parallel num_threads(ops.threads)
-  {
-    Buf S, P, O;
-    S.ensure(size_t(Bq * Bk) * 4), P.ensure(size_t(Bq * Bk) * es), O.ensure(size_t(Bq * hd) * 4);
-    std::vector<float> m(Bq), l(Bq);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      try {
-        const int64_t h = task % heads, q0 = (task / heads) * Bq, bq = std::min(Bq, r - q0);
-        std::fill(m.begin(), m.end(), -INFINITY);
-        std::fill(l.begin(), l.end(), 0.0f);
-        std::memset(O.get(), 0, size_t(bq * hd) * 4);
-        for (int64_t k0 = 0; k0 < T; k0 += Bk) {
-          const int64_t bk = std::min(Bk, T - k0);
-          GemmArgs s{};
-          s.a = q + size_t(q0 * ldq + h * hd) * es, s.lda = ldq, s.a_dt = dt;
-          s.w = kv + size_t(k0 * ldkv + h * hd) * es, s.ldw = ldkv, s.w_dt = dt;
-          s.c = S.get(), s.ldc = bk, s.c_dt = DType::f32;
-          s.m = bq, s.n = bk, s.k = hd;
-          ops.linear(s);
-          for (int64_t i = 0; i < bq; ++i) {
-            void* prow = P.get() + size_t(i * bk) * es;
-            const float corr = ops.ref ? softmax_step_row_ref(S.as<float>() + i * bk, bk, scale, &m[i], &l[i], prow, dt)
-                                       : softmax_step_row(S.as<float>() + i * bk, bk, scale, &m[i], &l[i], prow, dt);
-            if (corr != 1.0f) {
-              float* o = O.as<float>() + i * hd;
-              for (int64_t j = 0; j < hd; ++j) o[j] *= corr;
-            }
-          }
-          GemmArgs pv{};
-          pv.a = P.get(), pv.lda = bk, pv.a_dt = dt;
-          pv.w = kv + size_t(k0 * ldkv + D + h * hd) * es, pv.ldw = ldkv, pv.w_dt = dt, pv.w_is_kn = true;
-          pv.c = O.get(), pv.ldc = hd, pv.c_dt = DType::f32;
-          pv.m = bq, pv.n = hd, pv.k = bk;
-          pv.accumulate = true;
-          ops.linear(pv);
-        }
-        for (int64_t i = 0; i < bq; ++i) {
-          const float inv = 1.0f / l[i];
-          const float* o = O.as<float>() + i * hd;
-          if (dt == DType::f32) {
-            float* dst = reinterpret_cast<float*>(out) + (q0 + i) * D + h * hd;
-            for (int64_t j = 0; j < hd; ++j) dst[j] = o[j] * inv;
-          } else {
-            uint16_t* dst = reinterpret_cast<uint16_t*>(out) + (q0 + i) * D + h * hd;
-            for (int64_t j = 0; j < hd; ++j) dst[j] = f32_to_bf16(o[j] * inv);
-          }
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
 }
 
 // Per-layer cache, rows in token order (class token first when the model has one).
@@ -429,7 +360,8 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
       for (int64_t j = 0; j < r; ++j)
         std::memcpy(nc.kv.bytes() + size_t(R[size_t(j)] * 2 * D) * es, st.QKV.get() + size_t(j * 3 * D + D) * es,
                     size_t(2 * D) * es);
-      attention_rows(ops, st.QKV.get(), 3 * D, rg, nc.kv.bytes(), 2 * D, T, D, c.heads, dt, st.A.get());
+      attention_rows({ops.ref, ops.threads, ops.gemm}, st.QKV.get(), 3 * D, rg, nc.kv.bytes(), 2 * D, T, D, c.heads, dt,
+                     st.A.get());
       GemmArgs o = lin(st.A.get(), dt, rg, l.out_w, &l.out_w16, &l.out_b, xr, DType::f32);
       o.accumulate = true;
       ops.linear(o);
