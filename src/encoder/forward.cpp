@@ -210,6 +210,8 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
     throw bad("encode: positions must be [N, 4] float32 with N = " + std::to_string(N));
   if (N > (int64_t(1) << 20)) throw Error(Errc::limit_exceeded, "encode: more than 2^20 tokens");
   if (params.image_width < 1 || params.image_height < 1) throw bad("encode: the image size must be positive");
+  if (params.attention.top_k < 1 || params.attention.block_tokens < 1)
+    throw bad("encode: hierarchical attention needs top_k >= 1 and block_tokens >= 1");
   const float* pos = positions.data<float>();
   for (int64_t i = 0; i < N; ++i)
     if (!std::isfinite(pos[i * positions.dim(1)]) || !std::isfinite(pos[i * positions.dim(1) + 1]))
@@ -266,11 +268,15 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
 
   // ---- transformer ------------------------------------------------------------------------
   Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * Mh) * es);
+  AttentionWorkspace attention_ws;
+  HierarchicalPlan plan;
+  const bool hier = params.attention.mode == AttentionParams::Mode::hierarchical;
+  if (hier) plan = plan_hierarchical(params.attention, cls, pos, positions.dim(1), N);
   for (const VitLayer& l : m.layers) {
     ops.layer_norm(x, T, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
     ops.linear(lin(H.get(), dt, T, l.qkv_w, &l.qkv_w16, &l.qkv_b, QKV.get(), dt));
     attention_rows({ops.ref, ops.threads, ops.gemm}, QKV.get(), 3 * D, T, QKV.get() + size_t(D) * es, 3 * D, T, D,
-                   c.heads, dt, A.get());
+                   c.heads, dt, A.get(), hier ? &plan : nullptr, &attention_ws);
     GemmArgs o = lin(A.get(), dt, T, l.out_w, &l.out_w16, &l.out_b, x, DType::f32);
     o.accumulate = true;
     ops.linear(o);
