@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -80,6 +81,9 @@ struct VitModel::Impl {
   std::vector<VitLayer> layers;
 
   std::mutex mutex;  // encode() is serialised per model (bf16 weights, GEMM caches)
+  // Benchmarks only (bench/bench_encode.cpp --entropy): called by encode() with each layer's
+  // q|k|v rows [T, 3D] (dtype dt) before attention. Empty in the library's own use.
+  std::function<void(int layer, const std::byte* qkv, DType dt, int64_t T)> attention_probe;
   bool have_bf16 = false;
   std::unique_ptr<encoder_detail::Gemm> gemm;  // oneDNN engine and primitive cache, created on first use
 };

@@ -275,6 +275,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   for (const VitLayer& l : m.layers) {
     ops.layer_norm(x, T, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
     ops.linear(lin(H.get(), dt, T, l.qkv_w, &l.qkv_w16, &l.qkv_b, QKV.get(), dt));
+    if (m.attention_probe) m.attention_probe(int(&l - m.layers.data()), QKV.get(), dt, T);
     attention_rows({ops.ref, ops.threads, ops.gemm}, QKV.get(), 3 * D, T, QKV.get() + size_t(D) * es, 3 * D, T, D,
                    c.heads, dt, A.get(), hier ? &plan : nullptr, &attention_ws);
     GemmArgs o = lin(A.get(), dt, T, l.out_w, &l.out_w16, &l.out_b, x, DType::f32);
