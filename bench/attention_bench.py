@@ -2,7 +2,7 @@
 """Coarse-to-fine (hierarchical) attention against exact attention: speed and error, same run.
 
     /usr/bin/python3 bench/attention_bench.py [--build-dir build] [--threads 2] [--reps 1]
-        [--ns 1024,4096] [--modes hierarchical:8:64,hierarchical:4:64,hierarchical:16:64]
+        [--ns 1024,4096] [--modes hierarchical:16:64,hierarchical:8:64,hierarchical:32:64]
         [--precision bf16] [--qk-scale 10] [--no-fixtures]
 
 Per N, build/bench/bench_encode times exact and each hierarchical mode back to back in one
@@ -35,7 +35,7 @@ ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--reps", type=int, default=1)
 ap.add_argument("--ns", default="1024,4096")
-ap.add_argument("--modes", default="hierarchical:8:64,hierarchical:4:64,hierarchical:16:64")
+ap.add_argument("--modes", default="hierarchical:16:64,hierarchical:8:64,hierarchical:32:64")
 ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
 ap.add_argument("--qk-scale", type=float, default=10.0)
 ap.add_argument("--no-fixtures", action="store_true")

@@ -187,7 +187,7 @@ struct AttentionParams {
   // log(count)), and to the mean key and value of every other block with a log(count) bias, so a
   // pooled key stands for its block's mass. The class token is attended exactly by every query
   // and attends exactly to every key. top_k >= the number of blocks gives exact attention.
-  int top_k = 8;
+  int top_k = 16;
   int block_tokens = 64;
 };
 // "exact", "hierarchical", "hierarchical:K" or "hierarchical:K:B" (K >= 1 blocks, B >= 1 tokens

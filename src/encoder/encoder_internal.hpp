@@ -18,6 +18,7 @@ namespace fovea {
 
 namespace encoder_detail {
 class Gemm;
+struct AttentionWorkspace;
 // Optional weights are "present" when they have a shape and elements (a default Tensor is
 // empty; a rank-0 tensor would be a scalar, which no weight is).
 inline bool present(const Tensor& t) { return t.rank() > 0 && t.numel() > 0; }
@@ -86,6 +87,8 @@ struct VitModel::Impl {
   std::function<void(int layer, const std::byte* qkv, DType dt, int64_t T)> attention_probe;
   bool have_bf16 = false;
   std::unique_ptr<encoder_detail::Gemm> gemm;  // oneDNN engine and primitive cache, created on first use
+  // attention.hpp's buffers, kept from one encode to the next (fresh pages cost a zeroing fault).
+  std::shared_ptr<encoder_detail::AttentionWorkspace> attention_ws;
 };
 
 namespace encoder_detail {

@@ -268,7 +268,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
 
   // ---- transformer ------------------------------------------------------------------------
   Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * Mh) * es);
-  AttentionWorkspace attention_ws;
+  if (!m.attention_ws) m.attention_ws = std::make_shared<AttentionWorkspace>();
   HierarchicalPlan plan;
   const bool hier = params.attention.mode == AttentionParams::Mode::hierarchical;
   if (hier) plan = plan_hierarchical(params.attention, cls, pos, positions.dim(1), N);
@@ -277,7 +277,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
     ops.linear(lin(H.get(), dt, T, l.qkv_w, &l.qkv_w16, &l.qkv_b, QKV.get(), dt));
     if (m.attention_probe) m.attention_probe(int(&l - m.layers.data()), QKV.get(), dt, T);
     attention_rows({ops.ref, ops.threads, ops.gemm}, QKV.get(), 3 * D, T, QKV.get() + size_t(D) * es, 3 * D, T, D,
-                   c.heads, dt, A.get(), hier ? &plan : nullptr, &attention_ws);
+                   c.heads, dt, A.get(), hier ? &plan : nullptr, m.attention_ws.get());
     GemmArgs o = lin(A.get(), dt, T, l.out_w, &l.out_w16, &l.out_b, x, DType::f32);
     o.accumulate = true;
     ops.linear(o);
