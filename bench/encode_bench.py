@@ -15,8 +15,9 @@ End-to-end (unless --no-e2e): a 1024x1024 photo, decode excluded. fovea tokenize
 at B=273 (foveated, bf16) against torch's uniform 4096-token encode of the same image (CLIP
 normalisation + 64x64 patches + encode, fp32), and against fovea's own uniform 4096 encode.
 
-Peak: the machine's bare GEMM rate, measured first in the same run (`bench_encode --peak`: one
-oneDNN matmul 4096x768x3072, f32 and bf16, best of --reps), and fovea's fraction of it per N:
+Peak: the machine's bare GEMM rate, measured in the same run before every N (`bench_encode --peak`:
+one oneDNN matmul 4096x768x3072, f32 and bf16, best of --reps; the best rate seen so far is the
+reference), and fovea's fraction of it per N:
 encode FLOPs (patch embedding, per layer 8TD^2 + 4T^2D + 4TDM; T = N + 1) / time / peak.
 
 Torch calls whatever libblas.so.3 the alternatives system selects; the script prints the BLAS
@@ -156,8 +157,17 @@ def main():
         torch_threads = best_torch_threads(model)
     print(f"torch runs with intra-op threads {torch_threads}, OpenBLAS threads {ARGS.threads} (the faster setting)")
     results = {"threads": ARGS.threads, "blas": blas, "torch_intra_op_threads": torch_threads, "rows": []}
-    peak = {p["precision"]: p for p in fovea("--peak", "--reps", str(max(ARGS.reps, 3)))}
-    results["peak"] = peak
+    # The peak is measured before every N and the best rate seen so far is the reference: on a
+    # shared machine a single measurement can land in a busy moment (and flatter the fractions).
+    peak = {}
+
+    def update_peak():
+        for p in fovea("--peak", "--reps", str(max(ARGS.reps, 3))):
+            if p["precision"] not in peak or p["gflops"] > peak[p["precision"]]["gflops"]:
+                peak[p["precision"]] = p
+        results["peak"] = peak
+
+    update_peak()
     print(f"bare oneDNN GEMM 4096x768x3072 ({ARGS.threads} threads): "
           f"fp32 {peak['fp32']['gflops']:.0f} GFLOP/s ({peak['fp32']['impl']}), "
           f"bf16 {peak['bf16']['gflops']:.0f} GFLOP/s ({peak['bf16']['impl']}); load average {os.getloadavg()[0]:.1f}")
@@ -172,6 +182,7 @@ def main():
             fn = lambda: torch_encode(model, patches, pos)  # noqa: E731
             # fovea and torch back to back for each N, so a shared machine's load changes less
             # between the two sides of a ratio.
+            update_peak()
             f32 = fovea("--n", str(n), "--precision", "fp32", "--reps", str(ARGS.reps))[0]["median_ms"]
             b16 = fovea("--n", str(n), "--precision", "bf16", "--reps", str(ARGS.reps))[0]["median_ms"]
             t = once(fn) if n >= 4096 else timed(fn, ARGS.reps)
