@@ -20,8 +20,9 @@
 //   rows per head, and ln(T) (uniform attention) for reference.
 //
 // Prints one JSON object per line: {"n", "precision", "threads", "median_ms", "min_ms", ...}.
-// The first encode of every shape (oneDNN primitive creation, bf16 weight packing) is a warm-up
-// and not timed.
+// The first encode of every shape (oneDNN primitive creation, weight packing, first touch of the
+// weights) is a warm-up, not in the median; it is reported apart as first_ms (and the model's
+// load as load_ms), for bench/oneshot_bench.py.
 #include <omp.h>
 #include <unistd.h>
 
@@ -111,13 +112,20 @@ void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
 }
 
 // Scales every layer's Q and K projections by √s (see --qk-scale). Benchmarks only: call before
-// the first encode (bf16 copies are made from the f32 weights on first use).
+// the first encode (the GEMMs convert and pack the weights on first use).
+// The layer's stacked q|k|v weights, writable: only an f32 model the process owns (random:...).
+float* qkv_weights(fovea::VitLayer& l) {
+  if (l.qkv_w.dtype != fovea::DType::f32 || l.qkv_w.mapped())
+    throw fovea::Error(fovea::Errc::invalid_argument, "--qk-scale / --qk-tie need a random:... model (f32, not mapped)");
+  return const_cast<float*>(static_cast<const float*>(l.qkv_w.data));
+}
+
 void scale_qk(const fovea::VitModel& model, float s) {
   auto& m = const_cast<fovea::VitModel::Impl&>(model.impl());
   const int64_t D = m.config.hidden;
   const float r = std::sqrt(s);
   for (fovea::VitLayer& l : m.layers) {
-    float* w = l.qkv_w.data<float>();
+    float* w = qkv_weights(l);
     for (int64_t i = 0; i < 2 * D * D; ++i) w[i] *= r;
     if (fovea::encoder_detail::present(l.qkv_b))
       for (int64_t i = 0; i < 2 * D; ++i) l.qkv_b.data<float>()[i] *= r;
@@ -129,7 +137,7 @@ void tie_qk(const fovea::VitModel& model) {
   auto& m = const_cast<fovea::VitModel::Impl&>(model.impl());
   const int64_t D = m.config.hidden;
   for (fovea::VitLayer& l : m.layers) {
-    float* w = l.qkv_w.data<float>();
+    float* w = qkv_weights(l);
     std::copy(w, w + D * D, w + D * D);
     if (fovea::encoder_detail::present(l.qkv_b))
       std::copy(l.qkv_b.data<float>(), l.qkv_b.data<float>() + D, l.qkv_b.data<float>() + D);
@@ -249,7 +257,9 @@ int main(int argc, char** argv) {
       std::stringstream ss(attention_list);
       for (std::string item; std::getline(ss, item, ',');) modes.push_back(fovea::parse_attention(item));
     }
+    const auto t_load = Clock::now();
     const fovea::VitModel model = fovea::VitModel::load(model_spec);
+    const double load_ms = ms_since(t_load);
     if (qk_tie) tie_qk(model);
     if (qk_scale != 1.0f) scale_qk(model, qk_scale);
     const fovea::VitConfig& c = model.config();
@@ -312,11 +322,13 @@ int main(int argc, char** argv) {
       for (const fovea::AttentionParams& att : modes) {
         const fovea::EncodeParams ep{.precision = prec, .image_width = side * c.patch_px,
                                      .image_height = side * c.patch_px, .attention = att};
-        const fovea::Encoding first = fovea::encode(model, patches, positions, ep, exec);  // warm-up
+        const auto t_first = Clock::now();
+        const fovea::Encoding first = fovea::encode(model, patches, positions, ep, exec);  // warm-up: first touch
+        const double first_ms = ms_since(t_first);
         const Stats st = time_reps(reps, [&] { fovea::encode(model, patches, positions, ep, exec); });
         nlohmann::json j{{"mode", "encode"}, {"n", n}, {"precision", precision}, {"threads", threads},
                          {"attention", fovea::to_string(att)}, {"qk_scale", qk_scale}, {"median_ms", st.median},
-                         {"min_ms", st.min}, {"model", model.describe()}};
+                         {"min_ms", st.min}, {"first_ms", first_ms}, {"load_ms", load_ms}, {"model", model.describe()}};
         const bool is_exact = att.mode == fovea::AttentionParams::Mode::exact;
         if (compare_exact && !is_exact) {
           if (exact_embeddings.rank() == 0) {

@@ -69,20 +69,6 @@ struct Ops {
   }
 };
 
-GemmArgs lin(const void* a, DType adt, int64_t m, const Tensor& w, const Tensor* w16, const Tensor* b, void* c,
-             DType cdt) {
-  const bool use16 = adt == DType::bf16;
-  GemmArgs g{};
-  g.a = a, g.lda = w.dim(1), g.a_dt = adt;
-  g.w = use16 ? static_cast<const void*>(w16->bytes()) : static_cast<const void*>(w.bytes());
-  g.ldw = w.dim(1), g.w_dt = use16 ? DType::bf16 : DType::f32;
-  g.bias = b && present(*b) ? b->data<float>() : nullptr;
-  g.c = c, g.ldc = w.dim(0), g.c_dt = cdt;
-  g.m = m, g.n = w.dim(0), g.k = w.dim(1);
-  g.constant_w = true;
-  return g;
-}
-
 // PyTorch's cubic convolution (A = −0.75), taps clamped: as forward.cpp.
 void cubic_weights(float t, float w[4]) {
   constexpr float A = -0.75f;
@@ -107,22 +93,6 @@ void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float*
     for (int64_t d = 0; d < D; ++d)
       out[d] += wy[j] * (r[0][d] * wx[0] + r[1][d] * wx[1] + r[2][d] * wx[2] + r[3][d] * wx[3]);
   }
-}
-
-void ensure_bf16(VitModel::Impl& m) {
-  if (m.have_bf16) return;
-  auto conv = [](const Tensor& w) {
-    Tensor t(DType::bf16, w.shape());
-    to_bf16_row(w.data<float>(), t.data<uint16_t>(), w.numel());
-    return t;
-  };
-  for (VitLayer& l : m.layers) {
-    l.qkv_w16 = conv(l.qkv_w);
-    l.out_w16 = conv(l.out_w);
-    l.fc1_w16 = conv(l.fc1_w);
-    l.fc2_w16 = conv(l.fc2_w);
-  }
-  m.have_bf16 = true;
 }
 
 // Per-layer cache, rows in token order (class token first when the model has one).
@@ -207,7 +177,6 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
   if (m.gemm) m.gemm->reserve_threads(ops.threads);
   ops.gemm = m.gemm.get();
   const bool bf16 = params.precision == Precision::bf16;
-  if (bf16) ensure_bf16(m);
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
   const int64_t D = c.hidden, Mh = c.mlp, cls = c.class_token ? 1 : 0, T = N + cls;
@@ -248,7 +217,7 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
         std::memset(src + r * K, 0, size_t((rg - r) * K) * 4);
       }
       st.XR.ensure(size_t(rg * D) * 4);
-      ops.linear(lin(src, DType::f32, rg, m.patch_w, nullptr, &m.patch_b, st.XR.get(), DType::f32));
+      ops.linear(linear_args(src, DType::f32, rg, m.patch_w, &m.patch_b, st.XR.get(), DType::f32));
       for (int64_t j = 0; j < r; ++j)
         std::memcpy(emb.data<float>() + todo[size_t(j)] * D, st.XR.as<float>() + j * D, size_t(D) * 4);
     }
@@ -356,20 +325,20 @@ IncrementalResult IncrementalEncoder::encode(const Tensor& patches, const Tensor
       }
       if (rg > r) std::memset(xr + r * D, 0, size_t((rg - r) * D) * 4);
       ops.layer_norm(xr, rg, D, l.ln1_w, l.ln1_b, c.ln_eps, st.H.get(), dt);
-      ops.linear(lin(st.H.get(), dt, rg, l.qkv_w, &l.qkv_w16, &l.qkv_b, st.QKV.get(), dt));
+      ops.linear(linear_args(st.H.get(), dt, rg, l.qkv_w, &l.qkv_b, st.QKV.get(), dt));
       for (int64_t j = 0; j < r; ++j)
         std::memcpy(nc.kv.bytes() + size_t(R[size_t(j)] * 2 * D) * es, st.QKV.get() + size_t(j * 3 * D + D) * es,
                     size_t(2 * D) * es);
       attention_rows({ops.ref, ops.threads, ops.gemm}, st.QKV.get(), 3 * D, rg, nc.kv.bytes(), 2 * D, T, D, c.heads, dt,
                      st.A.get());
-      GemmArgs o = lin(st.A.get(), dt, rg, l.out_w, &l.out_w16, &l.out_b, xr, DType::f32);
+      GemmArgs o = linear_args(st.A.get(), dt, rg, l.out_w, &l.out_b, xr, DType::f32);
       o.accumulate = true;
       ops.linear(o);
       ops.layer_norm(xr, rg, D, l.ln2_w, l.ln2_b, c.ln_eps, st.H.get(), dt);
-      GemmArgs f1 = lin(st.H.get(), dt, rg, l.fc1_w, &l.fc1_w16, &l.fc1_b, st.Hm.get(), dt);
+      GemmArgs f1 = linear_args(st.H.get(), dt, rg, l.fc1_w, &l.fc1_b, st.Hm.get(), dt);
       f1.post = post_for(c.act);
       ops.linear(f1);
-      GemmArgs f2 = lin(st.Hm.get(), dt, rg, l.fc2_w, &l.fc2_w16, &l.fc2_b, xr, DType::f32);
+      GemmArgs f2 = linear_args(st.Hm.get(), dt, rg, l.fc2_w, &l.fc2_b, xr, DType::f32);
       f2.accumulate = true;
       ops.linear(f2);
       for (int64_t j = 0; j < r; ++j) std::memcpy(nc.out.data<float>() + R[size_t(j)] * D, xr + j * D, size_t(D) * 4);
