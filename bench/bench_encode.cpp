@@ -2,14 +2,32 @@
 //
 //   build/bench/bench_encode --model random:vit-b16 --n 196,273,1024 --precision fp32 --threads 2 --reps 3
 //   build/bench/bench_encode --e2e IMAGE --budget 273 --precision bf16 ...   (tokenize + encode)
+//   build/bench/bench_encode --peak [--peak-shape 4096,768,3072]   (bare oneDNN matmul f32 and bf16)
+//   build/bench/bench_encode --n 4096 --attention exact,hierarchical:8:64 --compare-exact --qk-scale 4 --entropy
+//
+// --attention: a comma list of modes timed back to back per N (fovea::parse_attention).
+// --compare-exact: per-token cosine of each non-exact mode's embeddings to exact's (mean, min).
+// --qk-scale S: multiplies every layer's Q and K projections (weights and biases) by √S, so the
+//   attention logits are S times the model's: random-init ViTs attend almost uniformly, trained
+//   ones do not; S makes the benchmark's attention as peaked as a trained model's (see --entropy).
+// --qk-tie: sets every layer's K projection equal to its Q projection (per head, scores become
+//   q_i·q_j: tokens attend to tokens like themselves, as trained ViTs' content and locality heads
+//   do; random Q and K give a random bilinear form instead).
+// --image PATH: the N tokens are the uniform side×side grid of PATH resized (nearest) to
+//   side·P pixels square, normalised (x/255 − 0.5)/0.25, instead of random patches: real images
+//   are spatially coherent, random patches are not.
+// --entropy: the mean attention entropy (nats) per layer of exact attention, over 64 sampled query
+//   rows per head, and ln(T) (uniform attention) for reference.
 //
 // Prints one JSON object per line: {"n", "precision", "threads", "median_ms", "min_ms", ...}.
 // The first encode of every shape (oneDNN primitive creation, weight packing, first touch of the
 // weights) is a warm-up, not in the median; it is reported apart as first_ms (and the model's
 // load as load_ms), for bench/oneshot_bench.py.
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +37,9 @@
 #include <string>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/exec.hpp"
@@ -55,6 +76,130 @@ Stats time_reps(int reps, F&& fn) {
   return {ts[ts.size() / 2], ts[0]};
 }
 
+// The machine's bare GEMM rate: one oneDNN matmul C[M, N] = A[M, K]·B[K, N] (B in the layout
+// the kernel prefers, as the encoder's weights are), inputs filled with ordinary values (zero
+// pages and denormals would flatter or slow it), best of `reps` after a warm-up.
+void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
+  using dt = dnnl::memory::data_type;
+  omp_set_num_threads(threads);
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream st(eng);
+  for (dt t : {dt::f32, dt::bf16}) {
+    const dnnl::memory::desc a({M, K}, t, {K, 1}), b({K, N}, t, dnnl::memory::format_tag::any), c({M, N}, t, {N, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
+    dnnl::memory A(a, eng), B(pd.weights_desc(), eng), C(c, eng);
+    for (dnnl::memory* m : {&A, &B, &C}) {
+      const size_t n = m->get_desc().get_size();
+      auto* p = static_cast<uint8_t*>(m->get_data_handle());
+      if (t == dt::f32)
+        for (size_t i = 0; i < n / 4; ++i) reinterpret_cast<float*>(p)[i] = float((i * 2654435761u >> 13) & 255) / 128 - 1;
+      else
+        for (size_t i = 0; i < n / 2; ++i)
+          reinterpret_cast<uint16_t*>(p)[i] = fovea::f32_to_bf16(float((i * 2654435761u >> 13) & 255) / 128 - 1);
+    }
+    const dnnl::matmul mm(pd);
+    const Stats s = time_reps(reps + 1, [&] {
+      mm.execute(st, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
+      st.wait();
+    });
+    const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
+    nlohmann::json j{{"mode", "peak"}, {"precision", t == dt::f32 ? "fp32" : "bf16"}, {"m", M}, {"k", K}, {"n", N},
+                     {"threads", threads}, {"min_ms", s.min}, {"gflops", gflop / (s.min / 1e3)},
+                     {"impl", pd.impl_info_str()}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+}
+
+// Scales every layer's Q and K projections by √s (see --qk-scale). Benchmarks only: call before
+// the first encode (the GEMMs convert and pack the weights on first use).
+// The layer's stacked q|k|v weights, writable: only an f32 model the process owns (random:...).
+float* qkv_weights(fovea::VitLayer& l) {
+  if (l.qkv_w.dtype != fovea::DType::f32 || l.qkv_w.mapped())
+    throw fovea::Error(fovea::Errc::invalid_argument, "--qk-scale / --qk-tie need a random:... model (f32, not mapped)");
+  return const_cast<float*>(static_cast<const float*>(l.qkv_w.data));
+}
+
+void scale_qk(const fovea::VitModel& model, float s) {
+  auto& m = const_cast<fovea::VitModel::Impl&>(model.impl());
+  const int64_t D = m.config.hidden;
+  const float r = std::sqrt(s);
+  for (fovea::VitLayer& l : m.layers) {
+    float* w = qkv_weights(l);
+    for (int64_t i = 0; i < 2 * D * D; ++i) w[i] *= r;
+    if (fovea::encoder_detail::present(l.qkv_b))
+      for (int64_t i = 0; i < 2 * D; ++i) l.qkv_b.data<float>()[i] *= r;
+  }
+}
+
+// K projection := Q projection in every layer (see --qk-tie). Before the first encode.
+void tie_qk(const fovea::VitModel& model) {
+  auto& m = const_cast<fovea::VitModel::Impl&>(model.impl());
+  const int64_t D = m.config.hidden;
+  for (fovea::VitLayer& l : m.layers) {
+    float* w = qkv_weights(l);
+    std::copy(w, w + D * D, w + D * D);
+    if (fovea::encoder_detail::present(l.qkv_b))
+      std::copy(l.qkv_b.data<float>(), l.qkv_b.data<float>() + D, l.qkv_b.data<float>() + D);
+  }
+}
+
+// Per layer, the mean entropy (nats) of exact softmax attention rows, over up to 64 query rows
+// per head spread evenly over the tokens.
+struct EntropyProbe {
+  std::vector<double> sum;
+  std::vector<int64_t> count;
+  int64_t tokens = 0;
+  void attach(const fovea::VitModel& model) {
+    auto& m = const_cast<fovea::VitModel::Impl&>(model.impl());
+    const int64_t D = m.config.hidden;
+    const int heads = m.config.heads;
+    sum.assign(m.layers.size(), 0.0), count.assign(m.layers.size(), 0);
+    m.attention_probe = [this, D, heads](int layer, const std::byte* qkv, fovea::DType dt, int64_t T) {
+      tokens = T;
+      const int64_t hd = D / heads, ld = 3 * D, step = std::max<int64_t>(1, T / 64);
+      auto at = [&](int64_t row, int64_t col) {
+        return dt == fovea::DType::f32 ? reinterpret_cast<const float*>(qkv)[row * ld + col]
+                                       : fovea::bf16_to_f32(reinterpret_cast<const uint16_t*>(qkv)[row * ld + col]);
+      };
+      std::vector<double> s(size_t(T), 0.0);
+      for (int h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < T; i += step) {
+          double mx = -INFINITY;
+          for (int64_t t = 0; t < T; ++t) {
+            double a = 0;
+            for (int64_t j = 0; j < hd; ++j) a += double(at(i, h * hd + j)) * at(t, D + h * hd + j);
+            s[t] = a / std::sqrt(double(hd));
+            mx = std::max(mx, s[t]);
+          }
+          double z = 0, ez = 0;
+          for (int64_t t = 0; t < T; ++t) {
+            const double e = std::exp(s[t] - mx);
+            z += e, ez += e * (s[t] - mx);
+          }
+          sum[size_t(layer)] += std::log(z) - ez / z;  // H = log Z − E[s − max]
+          ++count[size_t(layer)];
+        }
+    };
+  }
+  void detach(const fovea::VitModel& model) { const_cast<fovea::VitModel::Impl&>(model.impl()).attention_probe = {}; }
+};
+
+// Per-token cosine of a's rows to b's: mean and min.
+std::pair<double, double> row_cosines(const fovea::Tensor& a, const fovea::Tensor& b) {
+  const int64_t n = a.dim(0), d = a.dim(1);
+  double total = 0, worst = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = a.data<float>() + i * d;
+    const float* y = b.data<float>() + i * d;
+    double xy = 0, xx = 0, yy = 0;
+    for (int64_t j = 0; j < d; ++j) xy += double(x[j]) * y[j], xx += double(x[j]) * x[j], yy += double(y[j]) * y[j];
+    const double c = xx > 0 && yy > 0 ? xy / std::sqrt(xx * yy) : 1.0;
+    total += c, worst = std::min(worst, c);
+  }
+  return {total / double(n), worst};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,8 +210,11 @@ int main(int argc, char** argv) {
     ::unsetenv("OMP_WAIT_POLICY");
   }
   std::string model_spec = "random:vit-b16", ns = "196,273,576,1024,4096", precision = "fp32", e2e_image;
+  std::string attention_list = "exact", peak_shape = "4096,768,3072";
   int threads = 2, reps = 3, budget = 273;
-  bool uniform = false;
+  bool uniform = false, run_peak = false, compare_exact = false, entropy = false, qk_tie = false;
+  std::string grid_image;
+  float qk_scale = 1.0f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -84,15 +232,36 @@ int main(int argc, char** argv) {
     else if (a == "--e2e") e2e_image = next();
     else if (a == "--budget") budget = std::stoi(next());
     else if (a == "--uniform") uniform = true;
+    else if (a == "--peak") run_peak = true;
+    else if (a == "--peak-shape") peak_shape = next();
+    else if (a == "--attention") attention_list = next();
+    else if (a == "--compare-exact") compare_exact = true;
+    else if (a == "--entropy") entropy = true;
+    else if (a == "--qk-tie") qk_tie = true;
+    else if (a == "--image") grid_image = next();
+    else if (a == "--qk-scale") qk_scale = std::stof(next());
     else {
       std::fprintf(stderr, "bench_encode: unknown argument %s\n", a.c_str());
       return 2;
     }
   }
   try {
+    if (run_peak) {
+      const std::vector<int> s = parse_list(peak_shape);
+      if (s.size() != 3) throw fovea::Error(fovea::Errc::invalid_argument, "--peak-shape M,K,N");
+      peak(s[0], s[1], s[2], threads, reps);
+      return 0;
+    }
+    std::vector<fovea::AttentionParams> modes;
+    {
+      std::stringstream ss(attention_list);
+      for (std::string item; std::getline(ss, item, ',');) modes.push_back(fovea::parse_attention(item));
+    }
     const auto t_load = Clock::now();
     const fovea::VitModel model = fovea::VitModel::load(model_spec);
     const double load_ms = ms_since(t_load);
+    if (qk_tie) tie_qk(model);
+    if (qk_scale != 1.0f) scale_qk(model, qk_scale);
     const fovea::VitConfig& c = model.config();
     fovea::Executor exec({.threads = threads});
     const fovea::Precision prec = precision == "bf16" ? fovea::Precision::bf16 : fovea::Precision::fp32;
@@ -130,21 +299,60 @@ int main(int argc, char** argv) {
         patches.data<float>()[i] = float(s >> 8) / float(1 << 24) * 4 - 2;
       }
       const int side = int(std::ceil(std::sqrt(double(n))));
+      if (!grid_image.empty()) {
+        const fovea::ImageU8 img = fovea::load_image(grid_image);
+        const int P = c.patch_px, px = side * P;
+        float* d = patches.data<float>();
+        for (int i = 0; i < n; ++i)
+          for (int ch = 0; ch < c.channels; ++ch)
+            for (int y = 0; y < P; ++y)
+              for (int x = 0; x < P; ++x) {
+                const int gx = (i % side) * P + x, gy = (i / side) * P + y;
+                const uint8_t v = img.at(std::min(ch, img.channels() - 1), int(int64_t(gy) * img.height() / px),
+                                         int(int64_t(gx) * img.width() / px));
+                d[((int64_t(i) * c.channels + ch) * P + y) * P + x] = (v / 255.0f - 0.5f) / 0.25f;
+              }
+      }
       for (int i = 0; i < n; ++i) {
         float* p = positions.data<float>() + i * 4;
         p[0] = (float(i % side) + 0.5f) * c.patch_px, p[1] = (float(i / side) + 0.5f) * c.patch_px;
         p[2] = float(c.patch_px), p[3] = 0;
       }
-      const fovea::EncodeParams ep{.precision = prec, .image_width = side * c.patch_px, .image_height = side * c.patch_px};
-      const auto t_first = Clock::now();
-      fovea::encode(model, patches, positions, ep, exec);  // warm-up: first touch of weights and kernels
-      const double first_ms = ms_since(t_first);
-      const Stats st = time_reps(reps, [&] { fovea::encode(model, patches, positions, ep, exec); });
-      nlohmann::json j{{"mode", "encode"}, {"n", n}, {"precision", precision}, {"threads", threads},
-                       {"median_ms", st.median}, {"min_ms", st.min}, {"first_ms", first_ms},
-                       {"load_ms", load_ms}, {"model", model.describe()}};
-      std::printf("%s\n", j.dump().c_str());
-      std::fflush(stdout);
+      fovea::Tensor exact_embeddings;
+      for (const fovea::AttentionParams& att : modes) {
+        const fovea::EncodeParams ep{.precision = prec, .image_width = side * c.patch_px,
+                                     .image_height = side * c.patch_px, .attention = att};
+        const auto t_first = Clock::now();
+        const fovea::Encoding first = fovea::encode(model, patches, positions, ep, exec);  // warm-up: first touch
+        const double first_ms = ms_since(t_first);
+        const Stats st = time_reps(reps, [&] { fovea::encode(model, patches, positions, ep, exec); });
+        nlohmann::json j{{"mode", "encode"}, {"n", n}, {"precision", precision}, {"threads", threads},
+                         {"attention", fovea::to_string(att)}, {"qk_scale", qk_scale}, {"median_ms", st.median},
+                         {"min_ms", st.min}, {"first_ms", first_ms}, {"load_ms", load_ms}, {"model", model.describe()}};
+        const bool is_exact = att.mode == fovea::AttentionParams::Mode::exact;
+        if (compare_exact && !is_exact) {
+          if (exact_embeddings.rank() == 0) {
+            fovea::EncodeParams ex = ep;
+            ex.attention = {};
+            exact_embeddings = fovea::encode(model, patches, positions, ex, exec).embeddings;
+          }
+          const auto [mean, worst] = row_cosines(first.embeddings, exact_embeddings);
+          j["cosine_to_exact_mean"] = mean, j["cosine_to_exact_min"] = worst;
+        }
+        if (is_exact && compare_exact) exact_embeddings = first.embeddings.clone();
+        if (is_exact && entropy) {
+          EntropyProbe probe;
+          probe.attach(model);
+          fovea::encode(model, patches, positions, ep, exec);
+          probe.detach(model);
+          nlohmann::json layers = nlohmann::json::array();
+          for (size_t l = 0; l < probe.sum.size(); ++l) layers.push_back(probe.sum[l] / double(std::max<int64_t>(1, probe.count[l])));
+          j["entropy_per_layer"] = layers;
+          j["entropy_uniform"] = std::log(double(probe.tokens));
+        }
+        std::printf("%s\n", j.dump().c_str());
+        std::fflush(stdout);
+      }
     }
   } catch (const fovea::Error& e) {
     std::fprintf(stderr, "bench_encode: %s\n", e.what());

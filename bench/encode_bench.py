@@ -15,6 +15,11 @@ End-to-end (unless --no-e2e): a 1024x1024 photo, decode excluded. fovea tokenize
 at B=273 (foveated, bf16) against torch's uniform 4096-token encode of the same image (CLIP
 normalisation + 64x64 patches + encode, fp32), and against fovea's own uniform 4096 encode.
 
+Peak: the machine's bare GEMM rate, measured in the same run before every N (`bench_encode --peak`:
+one oneDNN matmul 4096x768x3072, f32 and bf16, best of --reps; the best rate seen so far is the
+reference), and fovea's fraction of it per N:
+encode FLOPs (patch embedding, per layer 8TD^2 + 4T^2D + 4TDM; T = N + 1) / time / peak.
+
 Torch calls whatever libblas.so.3 the alternatives system selects; the script prints the BLAS
 library actually mapped into this process (OpenBLAS is the competitor at its best; the
 reference BLAS is ~40x slower).
@@ -112,6 +117,13 @@ def timed(fn, reps):
     return statistics.median(ts) * 1e3
 
 
+def encode_gflop(n, d=768, layers=12, mlp=3072, patch_k=768):
+    """FLOPs of one ViT-B/16 encode of n tokens (+ class token), multiply-adds counted as 2."""
+    t = n + 1
+    per_layer = 2 * t * d * 3 * d + 2 * t * t * d * 2 + 2 * t * d * d + 2 * 2 * t * d * mlp
+    return (2 * n * patch_k * d + layers * per_layer) / 1e9
+
+
 def once(fn):
     t0 = time.perf_counter()
     fn()
@@ -145,8 +157,23 @@ def main():
         torch_threads = best_torch_threads(model)
     print(f"torch runs with intra-op threads {torch_threads}, OpenBLAS threads {ARGS.threads} (the faster setting)")
     results = {"threads": ARGS.threads, "blas": blas, "torch_intra_op_threads": torch_threads, "rows": []}
+    # The peak is measured before every N and the best rate seen so far is the reference: on a
+    # shared machine a single measurement can land in a busy moment (and flatter the fractions).
+    peak = {}
 
-    print(f"\n{'N':>6} {'torch fp32 ms':>14} {'fovea fp32 ms':>14} {'ratio':>7} {'fovea bf16 ms':>14} {'ratio':>7}")
+    def update_peak():
+        for p in fovea("--peak", "--reps", str(max(ARGS.reps, 3))):
+            if p["precision"] not in peak or p["gflops"] > peak[p["precision"]]["gflops"]:
+                peak[p["precision"]] = p
+        results["peak"] = peak
+
+    update_peak()
+    print(f"bare oneDNN GEMM 4096x768x3072 ({ARGS.threads} threads): "
+          f"fp32 {peak['fp32']['gflops']:.0f} GFLOP/s ({peak['fp32']['impl']}), "
+          f"bf16 {peak['bf16']['gflops']:.0f} GFLOP/s ({peak['bf16']['impl']}); load average {os.getloadavg()[0]:.1f}")
+
+    print(f"\n{'N':>6} {'torch fp32 ms':>14} {'fovea fp32 ms':>14} {'ratio':>7} {'of peak':>8} "
+          f"{'fovea bf16 ms':>14} {'ratio':>7} {'of peak':>8} {'load':>5}")
     with torch.inference_mode():
         for n in ns:
             g = torch.Generator().manual_seed(n)
@@ -155,12 +182,19 @@ def main():
             fn = lambda: torch_encode(model, patches, pos)  # noqa: E731
             # fovea and torch back to back for each N, so a shared machine's load changes less
             # between the two sides of a ratio.
+            update_peak()
             f32 = fovea("--n", str(n), "--precision", "fp32", "--reps", str(ARGS.reps))[0]["median_ms"]
             b16 = fovea("--n", str(n), "--precision", "bf16", "--reps", str(ARGS.reps))[0]["median_ms"]
             t = once(fn) if n >= 4096 else timed(fn, ARGS.reps)
-            row = {"n": n, "torch_fp32_ms": t, "fovea_fp32_ms": f32, "fovea_bf16_ms": b16}
+            g = encode_gflop(n)
+            frac32 = g / (f32 / 1e3) / peak["fp32"]["gflops"]
+            frac16 = g / (b16 / 1e3) / peak["bf16"]["gflops"]
+            load = os.getloadavg()[0]
+            row = {"n": n, "torch_fp32_ms": t, "fovea_fp32_ms": f32, "fovea_bf16_ms": b16, "gflop": g,
+                   "fp32_fraction_of_peak": frac32, "bf16_fraction_of_peak": frac16, "load_average": load}
             results["rows"].append(row)
-            print(f"{n:>6} {t:>14.1f} {f32:>14.1f} {t / f32:>6.2f}x {b16:>14.1f} {t / b16:>6.2f}x", flush=True)
+            print(f"{n:>6} {t:>14.1f} {f32:>14.1f} {t / f32:>6.2f}x {frac32:>7.0%} {b16:>14.1f} {t / b16:>6.2f}x "
+                  f"{frac16:>7.0%} {load:>5.1f}", flush=True)
 
         if not ARGS.no_e2e:
             with tempfile.TemporaryDirectory() as tmp:

@@ -186,15 +186,40 @@ class VitModel {
   std::shared_ptr<Impl> impl_;
 };
 
+// How every layer's self-attention runs.
+struct AttentionParams {
+  enum class Mode : uint8_t {
+    exact,         // softmax(Q·Kᵀ/√d)·V over every token (the default)
+    hierarchical,  // coarse-to-fine, training-free: an APPROXIMATION, labelled in every output
+  };
+  Mode mode = Mode::exact;
+  // hierarchical: tokens are grouped by their positions (centre x, y; Morton order, i.e. quadtree
+  // cells) into blocks of block_tokens. Each query block attends exactly to the keys of its
+  // top_k key blocks, ranked by the block's mean query against each block's mean key (plus
+  // log(count)), and to the mean key and value of every other block with a log(count) bias, so a
+  // pooled key stands for its block's mass. The class token is attended exactly by every query
+  // and attends exactly to every key. top_k >= the number of blocks gives exact attention.
+  int top_k = 16;
+  int block_tokens = 64;
+};
+// "exact", "hierarchical", "hierarchical:K" or "hierarchical:K:B" (K >= 1 blocks, B >= 1 tokens
+// per block). Throws Error(invalid_argument) naming the accepted forms.
+AttentionParams parse_attention(std::string_view spec);
+// "exact" or "hierarchical:K:B" (parse_attention reads it back).
+std::string to_string(const AttentionParams& a);
+
 // What an embeddings file records about the model and the precision: model, model_description,
-// model_family, random_weights, precision, hidden_size, positional_interpolation,
+// model_family, random_weights, precision, attention, hidden_size, positional_interpolation,
 // model_naming, embeddings_output, and projector / projected_dim when the model has one.
 // `fovea encode -o` and the Python binding both write these, so their files agree.
-std::map<std::string, std::string> encoder_metadata(const VitModel& model, Precision precision);
+// `attention` (key "attention": "exact" or "hierarchical:K:B (approximate)") says how it ran.
+std::map<std::string, std::string> encoder_metadata(const VitModel& model, Precision precision,
+                                                    const AttentionParams& attention = {});
 
 struct EncodeParams {
   Precision precision = Precision::fp32;
   int image_width = 0, image_height = 0;  // the original image the positions refer to (> 0)
+  AttentionParams attention{};            // exact unless asked
 };
 
 struct Encoding {

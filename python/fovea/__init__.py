@@ -152,7 +152,7 @@ class Model(_fovea.Model):
         super().__init__(spec)
 
     def encode(self, tokens, precision: str = "fp32", threads: int = 0, *, positions=None,
-               image_size=None) -> np.ndarray:
+               image_size=None, attention: str = "exact") -> np.ndarray:
         """Encode tokens; returns the last hidden state, [N, D] float32, one row per token.
 
         Args:
@@ -161,20 +161,24 @@ class Model(_fovea.Model):
                 and image_size=(width, height).
             precision: "fp32" (within 1e-4 of PyTorch) or "bf16" (fast).
             threads: threads for this call (0: one per hardware thread).
+            attention: "exact" (default) or "hierarchical[:K[:B]]", an approximation: tokens
+                grouped by position into blocks of B (64); each query block attends exactly to
+                its top K key blocks (16) and to the mean key/value of the others (`fovea encode
+                --attention`; recorded in saved files).
 
         The GIL is released while the encoder runs. The array owns C++ memory (no copy);
         torch.from_numpy(result) shares it.
         """
-        return super().encode(tokens, precision, threads, positions, image_size)
+        return super().encode(tokens, precision, threads, positions, image_size, attention)
 
     def encode_full(self, tokens, precision: str = "fp32", threads: int = 0, *, positions=None,
-                    image_size=None) -> Encoding:
+                    image_size=None, attention: str = "exact") -> Encoding:
         """As encode(), but returns a fovea.Encoding with every output the model has:
         .embeddings, .projected (LLaVA / mmproj projector: the LLM's input), .class_token,
         .pooled, .image_embeds (CLIP projection), .logits (torchvision head), .encode_ms,
         and .save(path) writing `fovea encode -o`'s file. Tokenize with model=self so
         the patches follow the model's preprocessing."""
-        return super().encode_full(tokens, precision, threads, positions, image_size)
+        return super().encode_full(tokens, precision, threads, positions, image_size, attention)
 
 
 def load(path: PathLike) -> TensorFile:

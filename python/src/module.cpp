@@ -368,14 +368,16 @@ struct PyEncoding {
   py::object tokens;  // the Tokens it came from (for save), or None
   VitModel model;
   Precision precision = Precision::fp32;
+  AttentionParams attention{};
 };
 
-std::map<std::string, std::string> embeddings_metadata(const PyTokens& t, const VitModel& model, Precision prec) {
+std::map<std::string, std::string> embeddings_metadata(const PyTokens& t, const VitModel& model, Precision prec,
+                                                       const AttentionParams& attention) {
   // The metadata `fovea encode -o` writes (tools/fovea/cmd_encode.cpp), so files from either
   // are interchangeable.
   std::map<std::string, std::string> meta = token_metadata(t.t, t.query, t.params);
   meta["source"] = t.source;
-  for (auto& [k, v] : encoder_metadata(model, prec)) meta[k] = v;
+  for (auto& [k, v] : encoder_metadata(model, prec, attention)) meta[k] = v;
   meta["preprocessing_source"] = t.preprocessing_source;
   return meta;
 }
@@ -868,6 +870,8 @@ PYBIND11_MODULE(_fovea, m) {
           "[N, E] float32: the projector's output, what the language model consumes (LLaVA / mmproj), or None")
       .def_property_readonly("encode_ms", [](const PyEncoding& e) { return e.e.encode_ms; })
       .def_property_readonly("precision", [](const PyEncoding& e) { return std::string(to_string(e.precision)); })
+      .def_property_readonly("attention", [](const PyEncoding& e) { return to_string(e.attention); },
+                             "'exact' or 'hierarchical:K:B' (an approximation)")
       .def(
           "save",
           [](const PyEncoding& e, const py::object& path) {
@@ -876,7 +880,7 @@ PYBIND11_MODULE(_fovea, m) {
             const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
             py::gil_scoped_release nogil;
             EmbeddingsFile file;  // the library's format (fovea/embeddings.hpp), as `fovea encode -o`
-            file.metadata = embeddings_metadata(t, e.model, e.precision);
+            file.metadata = embeddings_metadata(t, e.model, e.precision, e.attention);
             file.embeddings = e.e.embeddings.clone();
             file.positions = t.t.batch.positions.clone();
             file.levels = t.t.batch.levels.clone();
@@ -891,12 +895,13 @@ PYBIND11_MODULE(_fovea, m) {
       .def("__len__", [](const PyEncoding& e) { return e.e.embeddings.rank() ? e.e.embeddings.dim(0) : 0; });
 
   auto encode_impl = [](const VitModel& model, const py::object& tokens, const std::string& precision, int threads,
-                        const py::object& positions, const py::object& image_size) {
+                        const py::object& positions, const py::object& image_size, const std::string& attention) {
     auto out = std::make_unique<PyEncoding>();
     out->model = model;
     out->precision = parse_precision(precision);
+    out->attention = parse_attention(attention);
     const ExecConfig cfg = exec_config(threads);
-    EncodeParams ep{.precision = out->precision};
+    EncodeParams ep{.precision = out->precision, .attention = out->attention};
     if (py::isinstance<PyTokens>(tokens)) {
       if (!positions.is_none() || !image_size.is_none())
         throw bad("positions and image_size come from the Tokens; pass them only with a patches array");
@@ -949,14 +954,14 @@ PYBIND11_MODULE(_fovea, m) {
       .def(
           "encode",
           [encode_impl](const VitModel& model, const py::object& tokens, const std::string& precision, int threads,
-                        const py::object& positions, const py::object& image_size) {
-            std::unique_ptr<PyEncoding> e = encode_impl(model, tokens, precision, threads, positions, image_size);
+                        const py::object& positions, const py::object& image_size, const std::string& attention) {
+            std::unique_ptr<PyEncoding> e = encode_impl(model, tokens, precision, threads, positions, image_size, attention);
             return tensor_array(std::move(e->e.embeddings));
           },
           py::arg("tokens"), py::arg("precision") = "fp32", py::arg("threads") = 0, py::arg("positions") = py::none(),
-          py::arg("image_size") = py::none())
+          py::arg("image_size") = py::none(), py::arg("attention") = "exact")
       .def("encode_full", encode_impl, py::arg("tokens"), py::arg("precision") = "fp32", py::arg("threads") = 0,
-           py::arg("positions") = py::none(), py::arg("image_size") = py::none())
+           py::arg("positions") = py::none(), py::arg("image_size") = py::none(), py::arg("attention") = "exact")
       .def("__repr__", [](const VitModel& v) { return "<fovea.Model " + v.describe() + ">"; });
 
   // ---- video ---------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ std::string embedding_output(const VitConfig& c) {
   return "?";
 }
 
-std::map<std::string, std::string> encoder_metadata(const VitModel& model, Precision precision) {
+std::map<std::string, std::string> encoder_metadata(const VitModel& model, Precision precision,
+                                                    const AttentionParams& attention) {
   const VitConfig& mc = model.config();
   std::map<std::string, std::string> meta;
   meta["model"] = model.source();
@@ -46,6 +47,7 @@ std::map<std::string, std::string> encoder_metadata(const VitModel& model, Preci
   meta["model_family"] = std::string(to_string(mc.family));
   meta["random_weights"] = model.is_random() ? "true" : "false";
   meta["precision"] = std::string(to_string(precision));
+  meta["attention"] = attention.mode == AttentionParams::Mode::exact ? "exact" : to_string(attention) + " (approximate)";
   meta["hidden_size"] = std::to_string(mc.hidden);
   meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
   meta["model_naming"] = mc.naming;

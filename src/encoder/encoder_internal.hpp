@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@ namespace fovea {
 
 namespace encoder_detail {
 class Gemm;
+struct AttentionWorkspace;
 // Optional weights are "present" when they have a shape and elements (a default Tensor is
 // empty; a rank-0 tensor would be a scalar, which no weight is).
 inline bool present(const Tensor& t) { return t.rank() > 0 && t.numel() > 0; }
@@ -114,7 +116,12 @@ struct VitModel::Impl {
   // null for random models and when every matrix is owned.
   std::shared_ptr<const void> mapping;
   std::mutex mutex;  // encode() is serialised per model (GEMM caches, packed weights)
+  // Benchmarks only (bench/bench_encode.cpp --entropy): called by encode() with each layer's
+  // q|k|v rows [T, 3D] (dtype dt) before attention. Empty in the library's own use.
+  std::function<void(int layer, const std::byte* qkv, DType dt, int64_t T)> attention_probe;
   std::unique_ptr<encoder_detail::Gemm> gemm;  // oneDNN engine and primitive cache, created on first use
+  // attention.hpp's buffers, kept from one encode to the next (fresh pages cost a zeroing fault).
+  std::shared_ptr<encoder_detail::AttentionWorkspace> attention_ws;
 };
 
 namespace encoder_detail {

@@ -1,11 +1,8 @@
 // The ViT forward pass over a batch of foveated tokens.
 //
 // Schedule: every GEMM is one oneDNN matmul over all tokens (bias, GELU and the residual add
-// fused as post-ops); LayerNorm and the softmax are Highway row kernels; attention is
-// flash-style: (head, query block) tasks run in parallel, each walking the key blocks with an
-// online softmax, so the working set is a Bq×Bk score block per thread, never T×T.
-// Kernels::reference runs the same algorithm with the scalar kernels and a single key block
-// (plain softmax attention).
+// fused as post-ops); LayerNorm is a Highway row kernel; attention is attention.cpp's.
+// Kernels::reference runs the same algorithm with the scalar kernels.
 #include <omp.h>
 
 #include <atomic>
@@ -15,6 +12,7 @@
 #include <exception>
 #include <mutex>
 
+#include "encoder/attention.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/error.hpp"
 
@@ -85,75 +83,6 @@ void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float*
     for (int64_t d = 0; d < D; ++d)
       out[d] += wy[j] * (r[0][d] * wx[0] + r[1][d] * wx[1] + r[2][d] * wx[2] + r[3][d] * wx[3]);
   }
-}
-
-// Multi-head attention over qkv [T, 3D] (q | k | v, heads contiguous inside each) into
-// out [T, D], flash-style.
-void attention(const Ops& ops, const std::byte* qkv, DType dt, int64_t T, int64_t D, int heads, std::byte* out) {
-  const int64_t hd = D / heads;
-  const float scale = float(1.0 / std::sqrt(double(hd)));
-  const int64_t Bq = ops.ref ? T : std::min<int64_t>(T, 128);
-  const int64_t Bk = ops.ref ? T : std::min<int64_t>(T, 512);
-  const int64_t nqb = (T + Bq - 1) / Bq;
-  const int64_t tasks = nqb * heads;
-  const size_t es = esize(dt);
-  const int64_t ld = 3 * D;
-  std::exception_ptr error;
-  std::mutex error_mutex;
-#pragma omp parallel num_threads(ops.threads)
-  {
-    Buffer S(size_t(Bq * Bk) * 4), P(size_t(Bq * Bk) * es), O(size_t(Bq * hd) * 4);
-    std::vector<float> m(Bq), l(Bq);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      try {
-        const int64_t h = task % heads, q0 = (task / heads) * Bq, bq = std::min(Bq, T - q0);
-        std::fill(m.begin(), m.end(), -INFINITY);
-        std::fill(l.begin(), l.end(), 0.0f);
-        std::memset(O.get(), 0, size_t(bq * hd) * 4);
-        for (int64_t k0 = 0; k0 < T; k0 += Bk) {
-          const int64_t bk = std::min(Bk, T - k0);
-          GemmArgs s{};
-          s.a = qkv + size_t(q0 * ld + h * hd) * es, s.lda = ld, s.a_dt = dt;
-          s.w = qkv + size_t(k0 * ld + D + h * hd) * es, s.ldw = ld, s.w_dt = dt;
-          s.c = S.get(), s.ldc = bk, s.c_dt = DType::f32;
-          s.m = bq, s.n = bk, s.k = hd;
-          ops.linear(s);
-          for (int64_t r = 0; r < bq; ++r) {
-            void* prow = P.get() + size_t(r * bk) * es;
-            const float corr = ops.ref ? softmax_step_row_ref(S.as<float>() + r * bk, bk, scale, &m[r], &l[r], prow, dt)
-                                       : softmax_step_row(S.as<float>() + r * bk, bk, scale, &m[r], &l[r], prow, dt);
-            if (corr != 1.0f) {
-              float* o = O.as<float>() + r * hd;
-              for (int64_t j = 0; j < hd; ++j) o[j] *= corr;
-            }
-          }
-          GemmArgs pv{};
-          pv.a = P.get(), pv.lda = bk, pv.a_dt = dt;
-          pv.w = qkv + size_t(k0 * ld + 2 * D + h * hd) * es, pv.ldw = ld, pv.w_dt = dt, pv.w_is_kn = true;
-          pv.c = O.get(), pv.ldc = hd, pv.c_dt = DType::f32;
-          pv.m = bq, pv.n = hd, pv.k = bk;
-          pv.accumulate = true;
-          ops.linear(pv);
-        }
-        for (int64_t r = 0; r < bq; ++r) {
-          const float inv = 1.0f / l[r];
-          const float* o = O.as<float>() + r * hd;
-          if (dt == DType::f32) {
-            float* dst = reinterpret_cast<float*>(out) + (q0 + r) * D + h * hd;
-            for (int64_t j = 0; j < hd; ++j) dst[j] = o[j] * inv;
-          } else {
-            uint16_t* dst = reinterpret_cast<uint16_t*>(out) + (q0 + r) * D + h * hd;
-            for (int64_t j = 0; j < hd; ++j) dst[j] = f32_to_bf16(o[j] * inv);
-          }
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
 }
 
 Tensor row_copy(const float* src, int64_t d) {
@@ -250,6 +179,8 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
     throw bad("encode: positions must be [N, 4] float32 with N = " + std::to_string(N));
   if (N > (int64_t(1) << 20)) throw Error(Errc::limit_exceeded, "encode: more than 2^20 tokens");
   if (params.image_width < 1 || params.image_height < 1) throw bad("encode: the image size must be positive");
+  if (params.attention.top_k < 1 || params.attention.block_tokens < 1)
+    throw bad("encode: hierarchical attention needs top_k >= 1 and block_tokens >= 1");
   const float* pos = positions.data<float>();
   for (int64_t i = 0; i < N; ++i)
     if (!std::isfinite(pos[i * positions.dim(1)]) || !std::isfinite(pos[i * positions.dim(1) + 1]))
@@ -305,10 +236,16 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
 
   // ---- transformer ------------------------------------------------------------------------
   Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * Mh) * es);
+  if (!m.attention_ws) m.attention_ws = std::make_shared<AttentionWorkspace>();
+  HierarchicalPlan plan;
+  const bool hier = params.attention.mode == AttentionParams::Mode::hierarchical;
+  if (hier) plan = plan_hierarchical(params.attention, cls, pos, positions.dim(1), N);
   for (const VitLayer& l : m.layers) {
     ops.layer_norm(x, T, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
     ops.linear(linear_args(H.get(), dt, T, l.qkv_w, &l.qkv_b, QKV.get(), dt));
-    attention(ops, QKV.get(), dt, T, D, c.heads, A.get());
+    if (m.attention_probe) m.attention_probe(int(&l - m.layers.data()), QKV.get(), dt, T);
+    attention_rows({ops.ref, ops.threads, ops.gemm}, QKV.get(), 3 * D, T, QKV.get() + size_t(D) * es, 3 * D, T, D,
+                   c.heads, dt, A.get(), hier ? &plan : nullptr, m.attention_ws.get());
     GemmArgs o = linear_args(A.get(), dt, T, l.out_w, &l.out_b, x, DType::f32);
     o.accumulate = true;
     ops.linear(o);

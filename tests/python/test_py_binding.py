@@ -126,6 +126,26 @@ def test_encode_equals_cli_file(png, tmp_path):
     assert np.array_equal(raw, emb)
 
 
+def test_encode_hierarchical_attention_equals_cli_file(png, tmp_path):
+    """attention= is `fovea encode --attention`: same embeddings, same metadata, labelled."""
+    arr, path = png
+    out = tmp_path / "cli.safetensors"
+    cli("encode", path, "--model", "random:vit-s16", "--budget", 64, "--threads", 1, "--attention", "hierarchical:2:8",
+        "-o", out)
+    m = fovea.Model("random:vit-s16")
+    t = fovea.tokenize(arr, budget=64, threads=1, source=path, model=m)
+    e = m.encode_full(t, threads=1, attention="hierarchical:2:8")
+    assert e.attention == "hierarchical:2:8"
+    mine = tmp_path / "py.safetensors"
+    e.save(mine)
+    assert_same_file(str(mine), str(out), skip_meta=())
+    assert fovea.load(out).metadata["attention"] == "hierarchical:2:8 (approximate)"
+    exact = m.encode(t, threads=1)
+    assert not np.array_equal(exact, e.embeddings)  # 64 tokens in 8 blocks, 2 exact: an approximation
+    with pytest.raises(ValueError, match="hierarchical:K"):
+        m.encode(t, attention="hierarchical:0")
+
+
 def test_outputs_are_views_without_copies(png):
     arr, _ = png
     t = fovea.tokenize(arr, budget=100)

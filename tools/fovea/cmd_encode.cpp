@@ -1,4 +1,5 @@
-// fovea encode IMAGE --model CKPT [tokenize flags] -o OUT.safetensors [--precision fp32|bf16] [--json]
+// fovea encode IMAGE --model CKPT [tokenize flags] -o OUT.safetensors [--precision fp32|bf16]
+//              [--attention exact|hierarchical[:K[:B]]] [--json]
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -17,11 +18,18 @@
 namespace fovea::cli {
 namespace {
 
+// The attention mode for --json: {"mode": "exact"} or the hierarchical parameters, labelled.
+nlohmann::json attention_json(const AttentionParams& a) {
+  if (a.mode == AttentionParams::Mode::exact) return {{"mode", "exact"}};
+  return {{"mode", "hierarchical"}, {"top_k_blocks", a.top_k}, {"block_tokens", a.block_tokens}, {"approximate", true},
+          {"spec", to_string(a)}};
+}
+
 struct EncodeCommand {
   TokenizeOptions tok;
   ExecOptions exec;
   StoreOptions store;
-  std::string model_spec, output, precision = "fp32", query_embedding;
+  std::string model_spec, output, precision = "fp32", query_embedding, attention = "exact";
   bool json = false, check_fp32 = false;
   CLI::Option* patch_opt = nullptr;
 
@@ -33,6 +41,7 @@ struct EncodeCommand {
     TokenizeParams params = tok.params();
     Query query = tok.query();
     const Precision prec = precision == "bf16" ? Precision::bf16 : Precision::fp32;
+    const AttentionParams att = parse_attention(attention);
     if (params.extract.dtype == DType::u8)
       throw Error(Errc::invalid_argument, "--dtype u8 patches are not normalised; encode needs f32 or f16");
     Executor ex(exec.config());
@@ -63,7 +72,7 @@ struct EncodeCommand {
     auto embeddings_file = [&](const Tokenization& t, Encoding& e, const std::string& source) {
       std::map<std::string, std::string> meta = token_metadata(t, query, params);
       meta["source"] = source;
-      for (auto& [k, v] : encoder_metadata(model, prec)) meta[k] = v;  // as the Python binding writes
+      for (auto& [k, v] : encoder_metadata(model, prec, att)) meta[k] = v;  // as the Python binding writes
       meta["preprocessing_source"] = norm_source;
       EmbeddingsFile file;
       file.metadata = std::move(meta);
@@ -85,14 +94,15 @@ struct EncodeCommand {
         const int w = img.width(), h = img.height();
         const Tokenization t = exec.tokenize(std::move(img), query, params, ex, backend);
         Encoding e = encode(model, t.batch.patches, t.batch.positions,
-                            EncodeParams{.precision = prec, .image_width = w, .image_height = h}, ex);
+                            EncodeParams{.precision = prec, .image_width = w, .image_height = h, .attention = att}, ex);
         return serialize_embeddings(embeddings_file(t, e, src));
       });
       return report_batch(r, output, json,
                           {{"threads", ex.threads()},
                            {"budget", params.alloc.budget_tokens},
                            {"encoder", {{"model", model_spec}, {"description", model.describe()},
-                                        {"random_weights", model.is_random()}, {"precision", std::string(to_string(prec))}}}});
+                                        {"random_weights", model.is_random()}, {"precision", std::string(to_string(prec))},
+                                        {"attention", attention_json(att)}}}});
     }
 
     t0 = Clock::now();
@@ -102,13 +112,16 @@ struct EncodeCommand {
 
     nlohmann::json backend;
     Tokenization t = exec.tokenize(std::move(image), query, params, ex, backend);
-    EncodeParams ep{.precision = prec, .image_width = width, .image_height = height};
+    EncodeParams ep{.precision = prec, .image_width = width, .image_height = height, .attention = att};
     Encoding e = encode(model, t.batch.patches, t.batch.positions, ep, ex);
 
+    // The reference of --check-fp32: fp32 with exact attention.
+    const bool approximate = prec != Precision::fp32 || att.mode != AttentionParams::Mode::exact;
     double cosine = -1;
-    if (check_fp32 && prec != Precision::fp32) {
+    if (check_fp32 && approximate) {
       EncodeParams ep32 = ep;
       ep32.precision = Precision::fp32;
+      ep32.attention = AttentionParams{};
       const Encoding ref = encode(model, t.batch.patches, t.batch.positions, ep32, ex);
       cosine = mean_row_cosine(e.embeddings, ref.embeddings);
     }
@@ -141,6 +154,7 @@ struct EncodeCommand {
                           {"patch_size", mc.patch_px},
                           {"position_grid", mc.grid},
                           {"precision", std::string(to_string(prec))},
+                          {"attention", attention_json(att)},
                           {"openmp_wait_policy", openmp_wait_policy()},
                           {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}},
                           {"tensors_used", model.tensors_used()},
@@ -153,7 +167,7 @@ struct EncodeCommand {
                                              {"normalized", params.extract.norm.enabled}}}};
     if (mc.projector != ProjectorType::none)
       summary["encoder"]["projected"] = {e.projected.dim(0), e.projected.dim(1)};
-    if (cosine >= -1 && check_fp32 && prec != Precision::fp32) summary["encoder"]["cosine_vs_fp32"] = cosine;
+    if (check_fp32 && approximate) summary["encoder"]["cosine_vs_fp32"] = cosine;
     summary["outputs"] = {{"embeddings", output}};
     if (store.enabled)
       summary["store"] = store_report(e.embeddings, summary["full_resolution_tokens"].get<int64_t>(), store);
@@ -166,10 +180,13 @@ struct EncodeCommand {
                   (long long)e.embeddings.dim(0), int(e.embeddings.dim(1)), precision.c_str(), e.encode_ms,
                   t.timings.total_ms() + e.encode_ms);
       std::printf("  preprocessing: %s\n", norm_source.c_str());
+      if (att.mode != AttentionParams::Mode::exact)
+        std::printf("  attention: %s (APPROXIMATE: coarse-to-fine, not the model's exact attention)\n",
+                    to_string(att).c_str());
       if (mc.projector != ProjectorType::none)
         std::printf("  projected: %lld x %d (projector %s)\n", (long long)e.projected.dim(0), int(e.projected.dim(1)),
                     std::string(to_string(mc.projector)).c_str());
-      if (check_fp32 && prec != Precision::fp32) std::printf("  mean cosine vs fp32: %.6f\n", cosine);
+      if (check_fp32 && approximate) std::printf("  mean cosine vs fp32 exact: %.6f\n", cosine);
       if (store.enabled) print_store_report(summary["store"]);
       if (!output.empty()) std::printf("  wrote %s\n", output.c_str());
     }
@@ -200,7 +217,15 @@ Runner setup(CLI::App& sub) {
                  "Query vector (.npy or .safetensors, [D] or [1, D]) scored against per-tile patch-embedding "
                  "features in the relevance stage")
       ->type_name("FILE");
-  sub.add_flag("--check-fp32", cmd->check_fp32, "With --precision bf16: also run fp32 and report the mean cosine");
+  sub.add_option("--attention", cmd->attention,
+                 "exact (default), or hierarchical[:K[:B]]: an APPROXIMATION, training-free. Tokens are grouped "
+                 "by position into blocks of B (default 64); each query block attends exactly to its top K key "
+                 "blocks (default 16) and to the mean key/value of the others. Recorded in the output's metadata")
+      ->type_name("MODE")
+      ->default_val("exact");
+  sub.add_flag("--check-fp32", cmd->check_fp32,
+               "With --precision bf16 or --attention hierarchical: also run fp32 with exact attention and report "
+               "the mean per-token cosine");
   sub.add_flag("--json", cmd->json, "Print a JSON summary (tokenization, encoder, timings)");
   cmd->exec.add(sub);
   cmd->store.add(sub);

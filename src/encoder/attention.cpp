@@ -1,0 +1,400 @@
+// Multi-head attention (attention.hpp).
+//
+// Schedule. Q, K and V are first copied head-major ([heads, rows, hd], dense), because oneDNN 2.6
+// runs a matmul whose operands have row strides other than their width (the per-head views into
+// the [T, 3D] q|k|v buffer) on its generic `gemm:jit` path, and dense ones on brgemm
+// (`brg:avx512_core_amx_bf16` / `brg:avx512_core` / `brg:avx2`..., chosen at run time). The copy
+// is 3·T·D elements, a few percent of one QKV GEMM's traffic. Then (head, query block) tasks run
+// in parallel, each walking balanced key blocks with an online softmax (scale, max, exp, sum and
+// the bf16 P in one Highway pass per row; the 1/sum normalisation at the end), so no T×T matrix
+// exists: the working set per thread is a Bq×Bk score block. Each task's GEMMs run on its own
+// thread (single-threaded primitives, per-thread scratchpads: gemm.cpp).
+//
+// Hierarchical (AttentionParams::Mode::hierarchical): the rows are permuted into spatial blocks
+// (HierarchicalPlan) during the same head-major copy; per head, every block's mean key and
+// value are computed; a query block ranks the key blocks by its mean query against their mean
+// keys (+ log count), gathers the keys and values of its top-K blocks plus the pooled rows of
+// the others (bias log count), and runs the same block kernel over that short key list.
+//
+// The reference (AttentionExec::reference) runs the same algorithm with the scalar kernels, the
+// reference GEMM and a single query and key block (plain softmax attention).
+#include "encoder/attention.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "fovea/error.hpp"
+
+namespace fovea {
+
+AttentionParams parse_attention(std::string_view spec) {
+  auto fail = [&] {
+    return Error(Errc::invalid_argument, "--attention '" + std::string(spec) +
+                                             "': expected exact, hierarchical, hierarchical:K or hierarchical:K:B "
+                                             "(K >= 1 key blocks, B >= 1 tokens per block)");
+  };
+  AttentionParams a;
+  if (spec == "exact") return a;
+  const std::string_view h = "hierarchical";
+  if (spec.substr(0, h.size()) != h) throw fail();
+  a.mode = AttentionParams::Mode::hierarchical;
+  std::string_view rest = spec.substr(h.size());
+  if (rest.empty()) return a;
+  auto number = [&](std::string_view s) {
+    int v = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size() || v < 1 || v > (1 << 20)) throw fail();
+    return v;
+  };
+  if (rest[0] != ':') throw fail();
+  rest.remove_prefix(1);
+  const size_t colon = rest.find(':');
+  a.top_k = number(rest.substr(0, colon));
+  if (colon != std::string_view::npos) a.block_tokens = number(rest.substr(colon + 1));
+  return a;
+}
+
+std::string to_string(const AttentionParams& a) {
+  if (a.mode == AttentionParams::Mode::exact) return "exact";
+  return "hierarchical:" + std::to_string(a.top_k) + ":" + std::to_string(a.block_tokens);
+}
+
+namespace encoder_detail {
+
+namespace {
+
+size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
+
+constexpr int64_t kMaxBq = 128;   // query rows per exact task
+constexpr int64_t kMaxBk = 1024;  // keys per score block
+
+// n items cut into ceil(n / max) near-equal blocks, rounded up to 16 (AMX tile rows / a cache
+// line of floats): fewer distinct GEMM shapes and no sliver of a last block.
+int64_t balanced_block(int64_t n, int64_t max) {
+  const int64_t blocks = (n + max - 1) / max;
+  const int64_t b = (n + blocks - 1) / blocks;
+  return std::min(n, (b + 15) / 16 * 16);
+}
+
+void linear(const AttentionExec& ex, const GemmArgs& a) {
+  if (ex.reference) gemm_reference(a);
+  else ex.gemm->run(a);
+}
+
+// Per-thread buffers of the block kernel and the hierarchical gather.
+struct TaskBuffers {
+  ScratchBuf *S, *P, *O, *Kg, *Vg;
+  std::vector<float> m, l, bias, qbar, score;
+  std::vector<int32_t> pick;
+};
+
+// O[bq, hd] (f32, normalised) = softmax(Q·Kᵀ·scale + bias)·V over nk keys. Q [bq, hd], K and V
+// [nk, hd] dense, dtype dt. bias (score units, after scale) applies to keys >= bias_from.
+void block_attention(const AttentionExec& ex, const std::byte* Q, int64_t bq, const std::byte* K, const std::byte* V,
+                     const float* bias, int64_t bias_from, int64_t nk, int64_t hd, float scale, DType dt,
+                     TaskBuffers& b, float* O) {
+  const size_t es = esize(dt);
+  const int64_t Bk = ex.reference ? nk : balanced_block(nk, kMaxBk);
+  b.S->ensure(size_t(bq * Bk) * 4);
+  b.P->ensure(size_t(bq * Bk) * es);
+  float* S = b.S->as<float>();
+  std::byte* P = b.P->get();
+  b.m.assign(size_t(bq), -INFINITY);
+  b.l.assign(size_t(bq), 0.0f);
+  std::memset(O, 0, size_t(bq * hd) * 4);
+  const float inv_scale = 1.0f / scale;
+  for (int64_t k0 = 0; k0 < nk; k0 += Bk) {
+    const int64_t bk = std::min(Bk, nk - k0);
+    GemmArgs s{};
+    s.a = Q, s.lda = hd, s.a_dt = dt;
+    s.w = K + size_t(k0 * hd) * es, s.ldw = hd, s.w_dt = dt;
+    s.c = S, s.ldc = bk, s.c_dt = DType::f32;
+    s.m = bq, s.n = bk, s.k = hd;
+    linear(ex, s);
+    if (bias && k0 + bk > bias_from) {
+      const int64_t j0 = std::max<int64_t>(0, bias_from - k0);
+      for (int64_t i = 0; i < bq; ++i)
+        for (int64_t j = j0; j < bk; ++j) S[i * bk + j] += bias[k0 + j] * inv_scale;
+    }
+    for (int64_t i = 0; i < bq; ++i) {
+      std::byte* prow = P + size_t(i * bk) * es;
+      const float corr = ex.reference ? softmax_step_row_ref(S + i * bk, bk, scale, &b.m[i], &b.l[i], prow, dt)
+                                      : softmax_step_row(S + i * bk, bk, scale, &b.m[i], &b.l[i], prow, dt);
+      if (corr != 1.0f && k0 > 0) {
+        float* o = O + i * hd;
+        for (int64_t j = 0; j < hd; ++j) o[j] *= corr;
+      }
+    }
+    GemmArgs pv{};
+    pv.a = P, pv.lda = bk, pv.a_dt = dt;
+    pv.w = V + size_t(k0 * hd) * es, pv.ldw = hd, pv.w_dt = dt, pv.w_is_kn = true;
+    pv.c = O, pv.ldc = hd, pv.c_dt = DType::f32;
+    pv.m = bq, pv.n = hd, pv.k = bk;
+    pv.accumulate = k0 > 0;
+    linear(ex, pv);
+  }
+  for (int64_t i = 0; i < bq; ++i) {
+    const float inv = 1.0f / b.l[i];
+    float* o = O + i * hd;
+    for (int64_t j = 0; j < hd; ++j) o[j] *= inv;
+  }
+}
+
+// dst[h, p, :] = src[row(p), h·hd : (h+1)·hd] for p < rows, row(p) = perm ? perm[p] : p.
+void head_major(const AttentionExec& ex, const std::byte* src, int64_t ld, int64_t rows, int heads, int64_t hd,
+                DType dt, const int32_t* perm, std::byte* dst) {
+  const size_t es = esize(dt), row_bytes = size_t(hd) * es;
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+  for (int64_t p = 0; p < rows; ++p) {
+    const std::byte* s = src + size_t((perm ? perm[p] : p) * ld) * es;
+    for (int h = 0; h < heads; ++h) std::memcpy(dst + (size_t(h) * rows + p) * row_bytes, s + h * row_bytes, row_bytes);
+  }
+}
+
+float load(const std::byte* p, DType dt, int64_t i) {
+  return dt == DType::f32 ? reinterpret_cast<const float*>(p)[i] : bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
+}
+
+// out[row, h·hd + j] = O[i, j] (dt), row = perm ? perm[p0 + i] : p0 + i.
+void write_rows(const float* O, int64_t bq, int64_t hd, int h, int64_t D, DType dt, const int32_t* perm, int64_t p0,
+                std::byte* out) {
+  for (int64_t i = 0; i < bq; ++i) {
+    const int64_t row = perm ? perm[p0 + i] : p0 + i;
+    const float* o = O + i * hd;
+    if (dt == DType::f32) std::memcpy(reinterpret_cast<float*>(out) + row * D + h * hd, o, size_t(hd) * 4);
+    else to_bf16_row(o, reinterpret_cast<uint16_t*>(out) + row * D + h * hd, hd);
+  }
+}
+
+// Runs fn(task, buffers) for tasks 0..n-1 on ex.threads OpenMP threads, the first exception
+// rethrown after the loop.
+template <typename Fn>
+void parallel_tasks(const AttentionExec& ex, AttentionWorkspace& ws, int64_t n, Fn&& fn) {
+  constexpr size_t kSlots = 5;
+  if (ws.thread_scratch.size() < size_t(ex.threads) * kSlots) ws.thread_scratch.resize(size_t(ex.threads) * kSlots);
+  std::exception_ptr error;
+  std::mutex error_mutex;
+#pragma omp parallel num_threads(ex.threads)
+  {
+    ScratchBuf* slot = &ws.thread_scratch[size_t(omp_get_thread_num()) * kSlots];
+    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], {}, {}, {}, {}, {}, {}};
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n; ++task) {
+      try {
+        fn(task, b);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void exact(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t r, const std::byte* kv, int64_t ldkv,
+           int64_t T, int64_t D, int heads, DType dt, std::byte* out, AttentionWorkspace& ws) {
+  const int64_t hd = D / heads;
+  const size_t es = esize(dt);
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  ws.q.ensure(size_t(r * D) * es), ws.k.ensure(size_t(T * D) * es), ws.v.ensure(size_t(T * D) * es);
+  head_major(ex, q, ldq, r, heads, hd, dt, nullptr, ws.q.get());
+  head_major(ex, kv, ldkv, T, heads, hd, dt, nullptr, ws.k.get());
+  head_major(ex, kv + size_t(D) * es, ldkv, T, heads, hd, dt, nullptr, ws.v.get());
+  const int64_t Bq = ex.reference ? r : balanced_block(r, kMaxBq);
+  const int64_t nqb = (r + Bq - 1) / Bq;
+  parallel_tasks(ex, ws, nqb * heads, [&](int64_t task, TaskBuffers& b) {
+    const int h = int(task % heads);
+    const int64_t q0 = (task / heads) * Bq, bq = std::min(Bq, r - q0);
+    b.O->ensure(size_t(bq * hd) * 4);
+    block_attention(ex, ws.q.get() + size_t((h * r + q0) * hd) * es, bq, ws.k.get() + size_t(h * T * hd) * es,
+                    ws.v.get() + size_t(h * T * hd) * es, nullptr, 0, T, hd, scale, dt, b, b.O->as<float>());
+    write_rows(b.O->as<float>(), bq, hd, h, D, dt, nullptr, q0, out);
+  });
+}
+
+void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const std::byte* qkv_q, int64_t ldq,
+                  const std::byte* kv, int64_t ldkv, int64_t T, int64_t D, int heads, DType dt, std::byte* out,
+                  AttentionWorkspace& ws) {
+  const int64_t hd = D / heads, nb = plan.blocks(), G = plan.n_global;
+  const size_t es = esize(dt), row_bytes = size_t(hd) * es;
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  const int32_t* perm = plan.order.data();
+  ws.q.ensure(size_t(T * D) * es), ws.k.ensure(size_t(T * D) * es), ws.v.ensure(size_t(T * D) * es);
+  head_major(ex, qkv_q, ldq, T, heads, hd, dt, perm, ws.q.get());
+  head_major(ex, kv, ldkv, T, heads, hd, dt, perm, ws.k.get());
+  head_major(ex, kv + size_t(D) * es, ldkv, T, heads, hd, dt, perm, ws.v.get());
+  const std::byte* Qh = ws.q.get();
+  const std::byte* Kh = ws.k.get();
+  const std::byte* Vh = ws.v.get();
+
+  // Pooled keys and values: the mean of each block's rows, per head (f32 sums, stored as dt).
+  ws.kp.ensure(size_t(heads * nb * hd) * es), ws.vp.ensure(size_t(heads * nb * hd) * es);
+  std::vector<float> log_count(size_t(std::max<int64_t>(nb, 1)));
+  for (int64_t c = 0; c < nb; ++c) log_count[size_t(c)] = std::log(float(plan.block_start[c + 1] - plan.block_start[c]));
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+  for (int64_t hb = 0; hb < heads * nb; ++hb) {
+    const int64_t h = hb / nb, c = hb % nb, b0 = plan.block_start[c], b1 = plan.block_start[c + 1];
+    std::vector<float> sk(size_t(hd), 0.0f), sv(size_t(hd), 0.0f), row(static_cast<size_t>(hd));
+    auto add_row = [&](const std::byte* src, std::vector<float>& acc) {
+      const float* x = reinterpret_cast<const float*>(src);
+      if (dt == DType::bf16) from_bf16_row(reinterpret_cast<const uint16_t*>(src), row.data(), hd), x = row.data();
+      for (int64_t j = 0; j < hd; ++j) acc[j] += x[j];
+    };
+    for (int64_t p = b0; p < b1; ++p) {
+      add_row(Kh + size_t((h * T + p) * hd) * es, sk);
+      add_row(Vh + size_t((h * T + p) * hd) * es, sv);
+    }
+    const float inv = 1.0f / float(b1 - b0);
+    for (int64_t j = 0; j < hd; ++j) sk[j] *= inv, sv[j] *= inv;
+    std::byte* kd = ws.kp.get() + size_t(hb * hd) * es;
+    std::byte* vd = ws.vp.get() + size_t(hb * hd) * es;
+    if (dt == DType::f32) {
+      std::memcpy(kd, sk.data(), size_t(hd) * 4), std::memcpy(vd, sv.data(), size_t(hd) * 4);
+    } else {
+      to_bf16_row(sk.data(), reinterpret_cast<uint16_t*>(kd), hd);
+      to_bf16_row(sv.data(), reinterpret_cast<uint16_t*>(vd), hd);
+    }
+  }
+
+  const int64_t K = std::min<int64_t>(plan.top_k, nb);
+  int64_t max_block = 1;
+  for (int64_t c = 0; c < nb; ++c) max_block = std::max(max_block, plan.block_start[c + 1] - plan.block_start[c]);
+  // Per head: the global query rows (one task, exact over all keys), then one task per block.
+  const int64_t per_head = nb + (G > 0 ? 1 : 0);
+  parallel_tasks(ex, ws, per_head * heads, [&](int64_t task, TaskBuffers& b) {
+    const int h = int(task / per_head);
+    int64_t c = task % per_head - (G > 0 ? 1 : 0);
+    const std::byte* Kall = Kh + size_t(h * T * hd) * es;
+    const std::byte* Vall = Vh + size_t(h * T * hd) * es;
+    if (c < 0) {  // the class token: exact
+      b.O->ensure(size_t(G * hd) * 4);
+      block_attention(ex, Qh + size_t(h * T * hd) * es, G, Kall, Vall, nullptr, 0, T, hd, scale, dt, b,
+                      b.O->as<float>());
+      write_rows(b.O->as<float>(), G, hd, h, D, dt, perm, 0, out);
+      return;
+    }
+    const int64_t q0 = plan.block_start[c], bq = plan.block_start[c + 1] - q0;
+    const std::byte* Q = Qh + size_t((h * T + q0) * hd) * es;
+    // Rank key blocks by the mean query against the pooled keys, plus log(count).
+    b.qbar.assign(size_t(hd), 0.0f);
+    for (int64_t i = 0; i < bq; ++i)
+      for (int64_t j = 0; j < hd; ++j) b.qbar[j] += load(Q, dt, i * hd + j);
+    b.score.resize(size_t(nb));
+    const std::byte* kp = ws.kp.get() + size_t(h * nb * hd) * es;
+    for (int64_t k = 0; k < nb; ++k) {
+      float s = 0;
+      for (int64_t j = 0; j < hd; ++j) s += b.qbar[j] * load(kp, dt, k * hd + j);
+      b.score[k] = s * scale / float(bq) + log_count[k];
+    }
+    b.pick.resize(size_t(nb));
+    std::iota(b.pick.begin(), b.pick.end(), 0);
+    if (K < nb)
+      std::nth_element(b.pick.begin(), b.pick.begin() + K, b.pick.end(),
+                       [&](int32_t x, int32_t y) { return b.score[x] > b.score[y] || (b.score[x] == b.score[y] && x < y); });
+    std::sort(b.pick.begin(), b.pick.begin() + K);  // ascending block order: contiguous reads
+    std::sort(b.pick.begin() + K, b.pick.end());
+    const std::byte *Kl = Kall, *Vl = Vall;
+    int64_t nk = T, n_exact = T;
+    if (K < nb) {
+      // Gather: global rows, the top-K blocks' rows, then one pooled row per other block.
+      int64_t rows = G;
+      for (int64_t i = 0; i < K; ++i) rows += plan.block_start[b.pick[i] + 1] - plan.block_start[b.pick[i]];
+      n_exact = rows;
+      nk = rows + (nb - K);
+      b.Kg->ensure(size_t(nk) * row_bytes), b.Vg->ensure(size_t(nk) * row_bytes);
+      std::byte* kg = b.Kg->get();
+      std::byte* vg = b.Vg->get();
+      std::memcpy(kg, Kall, size_t(G) * row_bytes), std::memcpy(vg, Vall, size_t(G) * row_bytes);
+      int64_t at = G;
+      for (int64_t i = 0; i < K; ++i) {
+        const int64_t s0 = plan.block_start[b.pick[i]], n = plan.block_start[b.pick[i] + 1] - s0;
+        std::memcpy(kg + size_t(at) * row_bytes, Kall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
+        std::memcpy(vg + size_t(at) * row_bytes, Vall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
+        at += n;
+      }
+      b.bias.resize(size_t(nk));
+      const std::byte* vp = ws.vp.get() + size_t(h * nb * hd) * es;
+      for (int64_t i = K; i < nb; ++i, ++at) {
+        std::memcpy(kg + size_t(at) * row_bytes, kp + size_t(b.pick[i]) * row_bytes, row_bytes);
+        std::memcpy(vg + size_t(at) * row_bytes, vp + size_t(b.pick[i]) * row_bytes, row_bytes);
+        b.bias[size_t(at)] = log_count[b.pick[i]];
+      }
+      Kl = kg, Vl = vg;
+    }
+    b.O->ensure(size_t(bq * hd) * 4);
+    block_attention(ex, Q, bq, Kl, Vl, b.bias.data(), n_exact, nk, hd, scale, dt, b, b.O->as<float>());
+    write_rows(b.O->as<float>(), bq, hd, h, D, dt, perm, q0, out);
+  });
+}
+
+// Interleaves the low 16 bits of x and y (x in the even bits).
+uint32_t morton(uint32_t x, uint32_t y) {
+  auto spread = [](uint32_t v) {
+    v &= 0xffff;
+    v = (v | (v << 8)) & 0x00ff00ff;
+    v = (v | (v << 4)) & 0x0f0f0f0f;
+    v = (v | (v << 2)) & 0x33333333;
+    v = (v | (v << 1)) & 0x55555555;
+    return v;
+  };
+  return spread(x) | (spread(y) << 1);
+}
+
+}  // namespace
+
+HierarchicalPlan plan_hierarchical(const AttentionParams& params, int64_t n_global, const float* pos,
+                                   int64_t pos_stride, int64_t n) {
+  if (params.top_k < 1 || params.block_tokens < 1)
+    throw Error(Errc::invalid_argument, "hierarchical attention: top_k and block_tokens must be >= 1");
+  HierarchicalPlan plan;
+  plan.top_k = params.top_k;
+  plan.n_global = n_global;
+  float x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = pos[i * pos_stride], y = pos[i * pos_stride + 1];
+    x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+  }
+  // One scale for both axes: quadtree cells stay square on a non-square image.
+  const double extent = std::max({double(x1 - x0), double(y1 - y0), 1e-6});
+  std::vector<std::pair<uint32_t, int32_t>> keys(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = (pos[i * pos_stride] - x0) / extent, v = (pos[i * pos_stride + 1] - y0) / extent;
+    keys[size_t(i)] = {morton(uint32_t(std::lround(u * 65535.0)), uint32_t(std::lround(v * 65535.0))), int32_t(i)};
+  }
+  std::sort(keys.begin(), keys.end());
+  plan.order.resize(size_t(n_global + n));
+  for (int64_t g = 0; g < n_global; ++g) plan.order[size_t(g)] = int32_t(g);
+  for (int64_t i = 0; i < n; ++i) plan.order[size_t(n_global + i)] = int32_t(n_global + keys[size_t(i)].second);
+  // Blocks of B consecutive tokens; the remainder spread so no block is a sliver.
+  const int64_t B = params.block_tokens, nb = std::max<int64_t>(1, (n + B - 1) / B);
+  for (int64_t c = 0; c <= nb; ++c) plan.block_start.push_back(n_global + (n * c) / nb);
+  return plan;
+}
+
+void attention_rows(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t r, const std::byte* kv,
+                    int64_t ldkv, int64_t T, int64_t D, int heads, DType dt, std::byte* out,
+                    const HierarchicalPlan* plan, AttentionWorkspace* ws) {
+  if (r == 0 || T == 0) return;
+  AttentionWorkspace local;
+  AttentionWorkspace& w = ws ? *ws : local;
+  if (!ex.reference && !ex.gemm) throw Error(Errc::internal, "attention: no GEMM engine");
+  if (plan) {
+    if (r != T || int64_t(plan->order.size()) != T)
+      throw Error(Errc::internal, "hierarchical attention: the plan does not match the rows");
+    hierarchical(ex, *plan, q, ldq, kv, ldkv, T, D, heads, dt, out, w);
+  } else {
+    exact(ex, q, ldq, r, kv, ldkv, T, D, heads, dt, out, w);
+  }
+}
+
+}  // namespace encoder_detail
+}  // namespace fovea

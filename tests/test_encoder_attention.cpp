@@ -1,0 +1,254 @@
+// Attention (src/encoder/attention.cpp): the fast exact kernels against a plain double-precision
+// softmax attention, the hierarchical approximation's limits (all blocks = exact; odd N), its
+// quadtree blocks, and the --attention option of the CLI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "encoder/attention.hpp"
+#include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
+#include "fovea/image.hpp"
+#include "fovea/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+using namespace encoder_detail;
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  if (a.numel() != b.numel()) return INFINITY;
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+  return m;
+}
+
+bool all_finite(const Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(t.data<float>()[i])) return false;
+  return true;
+}
+
+// n random tokens of model c over a w × h image (xorshift, fixed seed).
+void random_tokens(const VitConfig& c, int64_t n, int w, int h, Tensor* patches, Tensor* positions, uint32_t seed = 7) {
+  *patches = Tensor(DType::f32, {n, c.channels, c.patch_px, c.patch_px});
+  *positions = Tensor(DType::f32, {n, 4});
+  uint32_t s = seed;
+  auto next = [&] {
+    s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+    return float(s % 100000) / 100000.0f;
+  };
+  for (int64_t i = 0; i < patches->numel(); ++i) patches->data<float>()[i] = next() * 4 - 2;
+  for (int64_t i = 0; i < n; ++i) {
+    float* p = positions->data<float>() + i * 4;
+    p[0] = next() * w, p[1] = next() * h, p[2] = float(c.patch_px), p[3] = 0;
+  }
+}
+
+TEST(EncoderAttention, ParseAndPrint) {
+  EXPECT_EQ(parse_attention("exact").mode, AttentionParams::Mode::exact);
+  const AttentionParams h = parse_attention("hierarchical");
+  EXPECT_EQ(h.mode, AttentionParams::Mode::hierarchical);
+  EXPECT_EQ(h.top_k, 16);
+  EXPECT_EQ(h.block_tokens, 64);
+  const AttentionParams k = parse_attention("hierarchical:3");
+  EXPECT_EQ(k.top_k, 3);
+  EXPECT_EQ(k.block_tokens, 64);
+  const AttentionParams kb = parse_attention("hierarchical:5:32");
+  EXPECT_EQ(kb.top_k, 5);
+  EXPECT_EQ(kb.block_tokens, 32);
+  EXPECT_EQ(to_string(kb), "hierarchical:5:32");
+  EXPECT_EQ(to_string(parse_attention(to_string(kb))), "hierarchical:5:32");
+  EXPECT_EQ(to_string(AttentionParams{}), "exact");
+  for (const char* bad : {"", "Exact", "hier", "hierarchical:", "hierarchical:0", "hierarchical:-1", "hierarchical:x",
+                          "hierarchical:4:", "hierarchical:4:0", "hierarchical:4:8:2", "hierarchical4", "exact:3",
+                          "hierarchical:99999999999"}) {
+    try {
+      parse_attention(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::invalid_argument) << bad;
+      EXPECT_NE(std::string(e.what()).find("hierarchical:K"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The fast kernels (head-major copies, balanced blocks, online softmax over several key blocks)
+// and the reference path against attention computed directly in double, for r != T (the
+// incremental encoder's case), fp32 and bf16.
+TEST(EncoderAttention, RowsMatchPlainSoftmaxAttention) {
+  const int64_t r = 150, T = 1300, heads = 4, hd = 24, D = heads * hd;  // T spans two key blocks
+  std::vector<float> q(size_t(r * 2 * D)), kv(size_t(T * 2 * D));  // row strides 2D and 2D
+  uint32_t s = 99;
+  auto next = [&] {
+    s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+    return float(s % 100000) / 50000.0f - 1.0f;
+  };
+  for (float& v : q) v = next() * 2;
+  for (float& v : kv) v = next() * 2;
+  std::vector<double> want(size_t(r * D));
+  for (int h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < r; ++i) {
+      std::vector<double> sc(static_cast<size_t>(T));
+      double mx = -INFINITY;
+      for (int64_t t = 0; t < T; ++t) {
+        double a = 0;
+        for (int64_t j = 0; j < hd; ++j) a += double(q[i * 2 * D + h * hd + j]) * kv[t * 2 * D + h * hd + j];
+        sc[t] = a / std::sqrt(double(hd));
+        mx = std::max(mx, sc[t]);
+      }
+      double sum = 0;
+      for (double& v : sc) sum += (v = std::exp(v - mx));
+      for (int64_t j = 0; j < hd; ++j) {
+        double a = 0;
+        for (int64_t t = 0; t < T; ++t) a += sc[t] * kv[t * 2 * D + D + h * hd + j];
+        want[i * D + h * hd + j] = a / sum;
+      }
+    }
+  Gemm gemm;
+  gemm.reserve_threads(2);
+  for (bool reference : {false, true}) {
+    std::vector<float> out(size_t(r * D));
+    attention_rows({reference, reference ? 1 : 2, &gemm}, reinterpret_cast<const std::byte*>(q.data()), 2 * D, r,
+                   reinterpret_cast<const std::byte*>(kv.data()), 2 * D, T, D, int(heads), DType::f32,
+                   reinterpret_cast<std::byte*>(out.data()));
+    double err = 0;
+    for (size_t i = 0; i < out.size(); ++i) err = std::max(err, std::fabs(out[i] - want[i]));
+    EXPECT_LE(err, 2e-5) << (reference ? "reference" : "fast");
+  }
+  // bf16: inputs rounded, P in bf16; per-row cosine to the f64 result.
+  std::vector<uint16_t> q16(q.size()), kv16(kv.size()), out16(size_t(r * D));
+  to_bf16_row(q.data(), q16.data(), int64_t(q.size()));
+  to_bf16_row(kv.data(), kv16.data(), int64_t(kv.size()));
+  attention_rows({false, 2, &gemm}, reinterpret_cast<const std::byte*>(q16.data()), 2 * D, r,
+                 reinterpret_cast<const std::byte*>(kv16.data()), 2 * D, T, D, int(heads), DType::bf16,
+                 reinterpret_cast<std::byte*>(out16.data()));
+  double worst = 1;
+  for (int64_t i = 0; i < r; ++i) {
+    double xy = 0, xx = 0, yy = 0;
+    for (int64_t j = 0; j < D; ++j) {
+      const double x = bf16_to_f32(out16[i * D + j]), y = want[i * D + j];
+      xy += x * y, xx += x * x, yy += y * y;
+    }
+    worst = std::min(worst, xy / std::sqrt(xx * yy));
+  }
+  EXPECT_GE(worst, 0.995);
+}
+
+// Blocks are quadtree cells: on a 16×16 grid of tokens, blocks of 16 are the 4×4 cells.
+TEST(EncoderAttention, PlanBlocksAreQuadtreeCells) {
+  std::vector<float> pos;
+  for (int y = 0; y < 16; ++y)
+    for (int x = 0; x < 16; ++x) pos.insert(pos.end(), {x * 8.0f + 4, y * 8.0f + 4, 8, 0});
+  AttentionParams a;
+  a.mode = AttentionParams::Mode::hierarchical;
+  a.block_tokens = 16;
+  const HierarchicalPlan p = plan_hierarchical(a, 1, pos.data(), 4, 256);
+  ASSERT_EQ(p.blocks(), 16);
+  ASSERT_EQ(p.order.size(), 257u);
+  EXPECT_EQ(p.order[0], 0);  // the class token first, not in a block
+  EXPECT_EQ(p.block_start.front(), 1);
+  EXPECT_EQ(p.block_start.back(), 257);
+  std::set<int32_t> seen(p.order.begin(), p.order.end());
+  EXPECT_EQ(seen.size(), 257u);  // a permutation
+  for (int64_t b = 0; b < p.blocks(); ++b) {
+    std::set<std::pair<int, int>> cells;
+    for (int64_t i = p.block_start[b]; i < p.block_start[b + 1]; ++i) {
+      const int tok = p.order[i] - 1;
+      cells.insert({(tok % 16) / 4, (tok / 16) / 4});
+    }
+    EXPECT_EQ(cells.size(), 1u) << "block " << b << " spans several 4x4 cells";
+  }
+}
+
+// top_k >= the number of blocks: every key is exact, so hierarchical = exact up to summation order.
+TEST(EncoderAttention, HierarchicalWithEveryBlockIsExact) {
+  const VitModel m = VitModel::load("random:vit-tiny:3");
+  Tensor patches, positions;
+  random_tokens(m.config(), 300, 640, 480, &patches, &positions);
+  for (const Kernels k : {Kernels::best, Kernels::reference}) {
+    Executor exec({.threads = k == Kernels::reference ? 1 : 2, .kernels = k});
+    EncodeParams p{.image_width = 640, .image_height = 480};
+    const Encoding exact = encode(m, patches, positions, p, exec);
+    p.attention = parse_attention("hierarchical:10:32");  // 300 / 32 → 10 blocks
+    const Encoding h10 = encode(m, patches, positions, p, exec);
+    EXPECT_LE(max_abs_diff(exact.embeddings, h10.embeddings), 1e-4);
+    EXPECT_LE(max_abs_diff(exact.class_token, h10.class_token), 1e-4);
+    p.attention = parse_attention("hierarchical:1000:32");
+    EXPECT_LE(max_abs_diff(exact.embeddings, encode(m, patches, positions, p, exec).embeddings), 1e-4);
+    // Fewer blocks than that is an approximation: different, but close on this near-uniform model.
+    p.attention = parse_attention("hierarchical:2:32");
+    const Encoding h2 = encode(m, patches, positions, p, exec);
+    EXPECT_GT(max_abs_diff(exact.embeddings, h2.embeddings), 1e-6);
+    EXPECT_GE(mean_row_cosine(exact.embeddings, h2.embeddings), 0.99);
+  }
+}
+
+TEST(EncoderAttention, HierarchicalOddTokenCounts) {
+  const VitModel m = VitModel::load("random:vit-tiny:5");
+  Executor exec({.threads = 2});
+  for (int64_t n : {1, 2, 3, 17, 37, 129}) {
+    Tensor patches, positions;
+    random_tokens(m.config(), n, 333, 201, &patches, &positions, uint32_t(n));
+    for (Precision prec : {Precision::fp32, Precision::bf16}) {
+      EncodeParams p{.precision = prec, .image_width = 333, .image_height = 201};
+      p.attention = parse_attention("hierarchical:2:8");
+      const Encoding e = encode(m, patches, positions, p, exec);
+      ASSERT_EQ(e.embeddings.shape(), (std::vector<int64_t>{n, m.config().hidden})) << n;
+      EXPECT_TRUE(all_finite(e.embeddings)) << n;
+      if (n <= 16) {  // at most two blocks: all exact
+        p.attention = {};
+        const Encoding x = encode(m, patches, positions, p, exec);
+        EXPECT_GE(mean_row_cosine(x.embeddings, e.embeddings), prec == Precision::fp32 ? 0.99999 : 0.999) << n;
+      }
+    }
+  }
+  // All tokens at one point (zero extent): one Morton code, still valid blocks.
+  Tensor patches, positions;
+  random_tokens(m.config(), 40, 100, 100, &patches, &positions);
+  for (int64_t i = 0; i < 40; ++i) positions.data<float>()[i * 4] = 50, positions.data<float>()[i * 4 + 1] = 50;
+  EncodeParams p{.image_width = 100, .image_height = 100};
+  p.attention = parse_attention("hierarchical:1:8");
+  EXPECT_TRUE(all_finite(encode(m, patches, positions, p, exec).embeddings));
+  p.attention.top_k = 0;
+  EXPECT_THROW(encode(m, patches, positions, p, exec), Error);
+}
+
+int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+TEST(EncoderAttention, CliOptionAndMetadata) {
+  const std::string dir = test::temp_dir("encoder_attention_cli");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(96, 64, 3), image);
+  for (const char* bad : {"bogus", "hierarchical:0", "hierarchical:2:0", "hierarchical:two"}) {
+    const auto r = test::run_cli({"encode", image, "--model", "random:vit-tiny", "--attention", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("fovea: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("--attention"), std::string::npos) << r.err;
+  }
+  const std::string out = dir + "/e.safetensors";
+  const auto r = test::run_cli({"encode", image, "--model", "random:vit-tiny", "--attention", "hierarchical:2:4",
+                                "--check-fp32", "--json", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["encoder"]["attention"]["mode"], "hierarchical");
+  EXPECT_EQ(j["encoder"]["attention"]["approximate"], true);
+  EXPECT_EQ(j["encoder"]["attention"]["top_k_blocks"], 2);
+  EXPECT_GT(j["encoder"]["cosine_vs_fp32"].get<double>(), 0.9);
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  EXPECT_EQ(f.metadata().at("attention"), "hierarchical:2:4 (approximate)");
+  const auto x = test::run_cli({"encode", image, "--model", "random:vit-tiny", "--json", "-o", out});
+  ASSERT_EQ(x.exit_code, 0) << x.err;
+  EXPECT_EQ(nlohmann::json::parse(x.out)["encoder"]["attention"]["mode"], "exact");
+  EXPECT_EQ(SafetensorsFile::open(out).metadata().at("attention"), "exact");
+}
+
+}  // namespace
+}  // namespace fovea
