@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 
+#include "encoder/attention.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/error.hpp"
 #include "fovea/incremental_encoder.hpp"
@@ -94,76 +95,6 @@ void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float*
   }
 }
 
-// Attention of r query rows (q, row stride ldq, heads contiguous) against T keys and values
-// (kv: K at column 0, V at column D, row stride ldkv) into out [r, D], flash-style.
-void attention_rows(const Ops& ops, const std::byte* q, int64_t ldq, int64_t r, const std::byte* kv, int64_t ldkv,
-                    int64_t T, int64_t D, int heads, DType dt, std::byte* out) {
-  const int64_t hd = D / heads;
-  const float scale = float(1.0 / std::sqrt(double(hd)));
-  const int64_t Bq = ops.ref ? r : std::min<int64_t>(r, 128);
-  const int64_t Bk = ops.ref ? T : std::min<int64_t>(T, 512);
-  const int64_t nqb = (r + Bq - 1) / Bq;
-  const int64_t tasks = nqb * heads;
-  const size_t es = esize(dt);
-  std::exception_ptr error;
-  std::mutex error_mutex;
-#pragma omp parallel num_threads(ops.threads)
-  {
-    Buf S, P, O;
-    S.ensure(size_t(Bq * Bk) * 4), P.ensure(size_t(Bq * Bk) * es), O.ensure(size_t(Bq * hd) * 4);
-    std::vector<float> m(Bq), l(Bq);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      try {
-        const int64_t h = task % heads, q0 = (task / heads) * Bq, bq = std::min(Bq, r - q0);
-        std::fill(m.begin(), m.end(), -INFINITY);
-        std::fill(l.begin(), l.end(), 0.0f);
-        std::memset(O.get(), 0, size_t(bq * hd) * 4);
-        for (int64_t k0 = 0; k0 < T; k0 += Bk) {
-          const int64_t bk = std::min(Bk, T - k0);
-          GemmArgs s{};
-          s.a = q + size_t(q0 * ldq + h * hd) * es, s.lda = ldq, s.a_dt = dt;
-          s.w = kv + size_t(k0 * ldkv + h * hd) * es, s.ldw = ldkv, s.w_dt = dt;
-          s.c = S.get(), s.ldc = bk, s.c_dt = DType::f32;
-          s.m = bq, s.n = bk, s.k = hd;
-          ops.linear(s);
-          for (int64_t i = 0; i < bq; ++i) {
-            void* prow = P.get() + size_t(i * bk) * es;
-            const float corr = ops.ref ? softmax_step_row_ref(S.as<float>() + i * bk, bk, scale, &m[i], &l[i], prow, dt)
-                                       : softmax_step_row(S.as<float>() + i * bk, bk, scale, &m[i], &l[i], prow, dt);
-            if (corr != 1.0f) {
-              float* o = O.as<float>() + i * hd;
-              for (int64_t j = 0; j < hd; ++j) o[j] *= corr;
-            }
-          }
-          GemmArgs pv{};
-          pv.a = P.get(), pv.lda = bk, pv.a_dt = dt;
-          pv.w = kv + size_t(k0 * ldkv + D + h * hd) * es, pv.ldw = ldkv, pv.w_dt = dt, pv.w_is_kn = true;
-          pv.c = O.get(), pv.ldc = hd, pv.c_dt = DType::f32;
-          pv.m = bq, pv.n = hd, pv.k = bk;
-          pv.accumulate = true;
-          ops.linear(pv);
-        }
-        for (int64_t i = 0; i < bq; ++i) {
-          const float inv = 1.0f / l[i];
-          const float* o = O.as<float>() + i * hd;
-          if (dt == DType::f32) {
-            float* dst = reinterpret_cast<float*>(out) + (q0 + i) * D + h * hd;
-            for (int64_t j = 0; j < hd; ++j) dst[j] = o[j] * inv;
-          } else {
-            uint16_t* dst = reinterpret_cast<uint16_t*>(out) + (q0 + i) * D + h * hd;
-            for (int64_t j = 0; j < hd; ++j) dst[j] = f32_to_bf16(o[j] * inv);
-          }
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
 // Per-layer cache, rows in token order (class token first when the model has one).
 struct LayerCache {
   Tensor ref_in;  // [T, D] f32: each token's input when it was last recomputed (the reference)
@@ -235,6 +166,7 @@ struct IncrementalEncoder::State {
   Tensor fin;                      // [n + cls, D] f32: the last hidden state (final norm applied)
   Tensor fin_proj;                 // [n + cls, E] f32: the projector's output of fin's rows
   Buf IN, XR, H, QKV, A, Hm, Pt;
+  AttentionWorkspace attn_ws;  // attention's buffers, reused by every layer and frame
   explicit State(const VitModel& m) : model(m) {}
   void run(std::span<const IncrementalFrame> frames, const int64_t* Ns, const IncrementalParams& params,
            const Ops& ops, IncrementalResult* out);
@@ -563,8 +495,10 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
                       QKV.get() + size_t((w.xr_off + j) * 3 * D + D) * es, size_t(2 * D) * es);
         // Rows past this frame's are the next frames' (rewritten when their turn comes) or slack.
         const int64_t ra = ops.ref ? r : round_up(r, kRowBucket);
-        attention_rows(ops, QKV.get() + size_t(w.xr_off * 3 * D) * es, 3 * D, ra, C.kv.bytes(), 2 * D, w.T, D,
-                       c.heads, dt, A.get() + size_t(w.xr_off * D) * es);
+        const AttentionExec aex{ops.ref, ops.threads, ops.gemm};
+        encoder_detail::attention_rows(aex, QKV.get() + size_t(w.xr_off * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
+                                       2 * D, w.T, D, c.heads, dt, A.get() + size_t(w.xr_off * D) * es, nullptr,
+                                       &attn_ws);
       }
       GemmArgs o = linear_args(A.get(), dt, rg, l.out_w, &l.out_b, xr, DType::f32);
       o.accumulate = true;
