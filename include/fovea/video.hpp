@@ -42,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,10 @@ class VideoReader {
   // cannot read as media, Error(unsupported) when it has no video stream or no decoder,
   // Error(limit_exceeded) beyond max_pixels. Messages name the file.
   static VideoReader open(const std::string& path, const VideoReaderOptions& options = {});
+  // The same from a whole file in memory (a download buffer, a fuzzer's input): ffmpeg probes
+  // the format from the bytes. `data` must outlive the reader; `name` only labels messages.
+  static VideoReader open_bytes(std::span<const uint8_t> data, const std::string& name,
+                                const VideoReaderOptions& options = {});
   VideoReader(VideoReader&&) noexcept;
   VideoReader& operator=(VideoReader&&) noexcept;
   ~VideoReader();
@@ -102,6 +107,7 @@ class VideoReader {
 
  private:
   VideoReader();
+  void open_stream();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
