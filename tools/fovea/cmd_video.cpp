@@ -109,8 +109,6 @@ struct VideoCommand {
     Query base_query = tok.query();
     if (!fixations_csv.empty() && !tok.fixations.empty())
       throw bad("--fixation and --fixations are exclusive");
-    std::optional<FixationTrack> track;
-    if (!fixations_csv.empty()) track = FixationTrack::load(fixations_csv);
     if (every < 0) throw bad("--every must be >= 1");
     if (fps < 0 || !std::isfinite(fps)) throw bad("--fps must be > 0");
     if (max_frames < 0) throw bad("--max-frames must be >= 1");
@@ -135,8 +133,12 @@ struct VideoCommand {
     vp.refresh_fraction = refresh_fraction;
     vp.encoder.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     vp.encoder.token_threshold = token_threshold;
+    const ExecConfig exec_config = exec.config();
+    if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
 
-    Executor ex(exec.config());
+    std::optional<FixationTrack> track;
+    if (!fixations_csv.empty()) track = FixationTrack::load(fixations_csv);
+    Executor ex(exec_config);
     std::optional<VitModel> model;
     if (have_model) {
       model = VitModel::load(model_spec);
