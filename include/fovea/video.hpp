@@ -192,8 +192,9 @@ namespace fovea {
 
 // Streams a video's tokens into one safetensors file with bounded memory: the per-token rows
 // (embeddings or patches) go to an unlinked spill file beside the output as frames arrive; the
-// small tensors stay in memory. finish() writes `path.tmp-N` and renames it over `path`, so a
-// reader never sees a half-written file and a run that fails (or is never finished) leaves none.
+// small tensors stay in memory. finish() writes the file unnamed in `path`'s folder and renames
+// it over `path` once complete (fovea::AtomicFile), so a reader never sees a half-written file
+// and a run that fails, is never finished or is killed leaves none.
 // The file holds, frame after frame:
 //   frame_offsets [F+1] I64 (frame f's tokens are rows frame_offsets[f] .. frame_offsets[f+1]),
 //   pts [F] F64 (seconds), <rows_name> [T, row_shape...], positions [T, 4] F32, levels [T] I32,

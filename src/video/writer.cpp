@@ -11,6 +11,7 @@
 #include <string>
 
 #include "fovea/error.hpp"
+#include "fovea/files.hpp"
 #include "fovea/video.hpp"
 
 namespace fovea {
@@ -71,9 +72,16 @@ VideoTokenWriter::VideoTokenWriter(const std::string& path, const std::string& r
   m.row_shape = std::move(row_shape);
   m.row_bytes = dtype_size(dtype);
   for (int64_t d : m.row_shape) m.row_bytes *= size_t(d);
-  std::string name;
-  m.spill = create_beside(path, ".spill-", &name);
-  ::unlink(name.c_str());  // gone with the descriptor, whatever happens to the process
+  // Unnamed (O_TMPFILE), or named and unlinked at once: gone with the descriptor, whatever
+  // happens to the process.
+  const size_t slash = path.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  m.spill = ::open(folder.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (m.spill < 0) {
+    std::string name;
+    m.spill = create_beside(path, ".spill-", &name);
+    ::unlink(name.c_str());
+  }
 }
 
 VideoTokenWriter::~VideoTokenWriter() = default;
@@ -117,44 +125,30 @@ void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata
   std::string h = header.dump();
   while (h.size() % 8) h.push_back(' ');
 
-  std::string tmp;
-  const int fd = create_beside(m.path, ".tmp-", &tmp);
-  try {
-    const uint64_t len = h.size();
-    uint8_t le[8];
-    for (int i = 0; i < 8; ++i) le[i] = uint8_t(len >> (8 * i));
-    write_all(fd, le, 8, m.path);
-    write_all(fd, h.data(), h.size(), m.path);
-    write_all(fd, m.offsets.data(), m.offsets.size() * 8, m.path);
-    write_all(fd, m.pts.data(), m.pts.size() * 8, m.path);
-    if (::lseek(m.spill, 0, SEEK_SET) != 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
-    std::vector<uint8_t> buf(size_t(4) << 20);
-    uint64_t left = uint64_t(T) * m.row_bytes;
-    while (left > 0) {
-      const ssize_t r = ::read(m.spill, buf.data(), std::min<uint64_t>(left, buf.size()));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
-      write_all(fd, buf.data(), size_t(r), m.path);
-      left -= uint64_t(r);
-    }
-    write_all(fd, m.positions.data(), m.positions.size() * 4, m.path);
-    write_all(fd, m.levels.data(), m.levels.size() * 4, m.path);
-    write_all(fd, m.recomputed.data(), m.recomputed.size(), m.path);
-    if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) throw Error(Errc::io, "cannot write '" + m.path + "': " + errno_text());
-    if (::close(fd) != 0) {
-      ::unlink(tmp.c_str());
-      throw Error(Errc::io, "cannot write '" + m.path + "': " + errno_text());
-    }
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  // Unnamed until complete (AtomicFile): a kill at any point leaves the old file or the new one.
+  AtomicFile out(m.path);
+  auto put = [&](const void* p, size_t n) { out.write({static_cast<const uint8_t*>(p), n}); };
+  const uint64_t len = h.size();
+  uint8_t le[8];
+  for (int i = 0; i < 8; ++i) le[i] = uint8_t(len >> (8 * i));
+  put(le, 8);
+  put(h.data(), h.size());
+  put(m.offsets.data(), m.offsets.size() * 8);
+  put(m.pts.data(), m.pts.size() * 8);
+  if (::lseek(m.spill, 0, SEEK_SET) != 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
+  std::vector<uint8_t> buf(size_t(4) << 20);
+  uint64_t left = uint64_t(T) * m.row_bytes;
+  while (left > 0) {
+    const ssize_t r = ::read(m.spill, buf.data(), std::min<uint64_t>(left, buf.size()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
+    put(buf.data(), size_t(r));
+    left -= uint64_t(r);
   }
-  if (::rename(tmp.c_str(), m.path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw Error(Errc::io, "cannot write '" + m.path + "': " + why);
-  }
+  put(m.positions.data(), m.positions.size() * 4);
+  put(m.levels.data(), m.levels.size() * 4);
+  put(m.recomputed.data(), m.recomputed.size());
+  out.commit();
 }
 
 }  // namespace fovea
