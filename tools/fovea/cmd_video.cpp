@@ -281,7 +281,7 @@ struct VideoCommand {
       tokens_total += r.batch.size();
       recomputed_total += r.recomputed_tokens;
       ms_total += ms;
-      per_frame.push_back(std::move(pf));
+      if (json) per_frame.push_back(std::move(pf));  // ~2 KiB a frame: kept only when printed
       if (progress) {
         const double secs = std::chrono::duration<double>(Clock::now() - t_run).count();
         std::fprintf(stderr, "\rfovea video: %lld frames, %.1f fps, reuse %.1f%%   ", (long long)processed,
