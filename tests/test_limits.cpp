@@ -85,8 +85,10 @@ std::vector<uint8_t> jpeg_claiming(uint16_t width, uint16_t height) {
 }
 
 TEST(Limits, DecompressionBombHeadersAreRefusedBeforeDecoding) {
-  for (const auto& [name, bytes] : {std::pair{std::string("bomb.png"), png_claiming(60000, 60000)},
-                                    std::pair{std::string("bomb.jpg"), jpeg_claiming(60000, 60000)}}) {
+  for (const auto& item : {std::pair{std::string("bomb.png"), png_claiming(60000, 60000)},
+                           std::pair{std::string("bomb.jpg"), jpeg_claiming(60000, 60000)}}) {
+    const std::string& name = item.first;  // (not a structured binding: clang 14 cannot capture those)
+    const std::vector<uint8_t>& bytes = item.second;
     SCOPED_TRACE(name);
     const Error e = caught([&] { (void)decode_image(bytes, {}, name); });
     EXPECT_EQ(e.code(), Errc::limit_exceeded) << e.what();
