@@ -10,7 +10,8 @@
 # (executions, executions/s, corpus size, result per target) is printed at the end and written
 # to DIR/fuzz-summary.tsv. Extra libFuzzer flags: FUZZ_FLAGS="-max_len=4096 ...". The per-input
 # timeout is wall-clock: on a machine shared with other work, or under nice, raise it
-# (FUZZ_TIMEOUT=60) or a starved process reads as a hang.
+# (FUZZ_TIMEOUT=60) or a starved process reads as a hang. FUZZ_NO_BUILD=1 runs the binaries as
+# they are, without building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -72,7 +73,8 @@ for t in "${targets[@]}"; do
   fi
 done
 targets=("${kept[@]}")
-cmake --build "$build_dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
+# FUZZ_NO_BUILD=1: run the binaries as built (e.g. while another build runs in the same folder).
+[ "${FUZZ_NO_BUILD:-0}" = 1 ] || cmake --build "$build_dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
 
 mkdir -p fuzz/crashes
 summary="$build_dir/fuzz-summary.tsv"
