@@ -140,6 +140,24 @@ TEST(Limits, PatchOne) {
   EXPECT_EQ(caught([&] { tokenize(test::gradient_image(40, 30, 3), {}, p, ex); }).code(), Errc::invalid_argument);
 }
 
+// Found by fuzz_tokenize (UBSan: float-to-int overflow in the relevance stage's fixation
+// distance): a fixation anywhere on the float line is valid input (outside the image it just
+// pulls tokens to the nearest edge) and must not overflow an int conversion. Under the ASan +
+// UBSan suite this aborts if it does; in every build the tokens stay within the budget.
+TEST(Limits, FixationsFarOutsideTheImage) {
+  Executor ex({.threads = 1});
+  TokenizeParams p;
+  p.alloc.budget_tokens = 24;
+  for (const float v : {4.35e9f, -4.35e9f, 3.0e38f, -3.0e38f}) {
+    Query q;
+    q.fixations.push_back({v, 20.0f, 1.0f});
+    q.fixations.push_back({30.0f, v, 1.0f});
+    const Tokenization t = tokenize(test::random_image(64, 48, 3, 7), q, p, ex);
+    EXPECT_GT(t.batch.size(), 0);
+    EXPECT_LE(t.batch.size(), 24) << v;
+  }
+}
+
 TEST(Limits, Image65535x1) {
   const std::string dir = test::temp_dir("wide");
   save_png(test::gradient_image(65535, 1, 3), dir + "/wide.png");
