@@ -1,8 +1,10 @@
 // The CLI's argument parsing: the input is an argument vector (arguments separated by NUL
 // bytes), parsed by the real subcommands (tools/fovea/cmd_*.cpp register themselves, as in the
 // fovea binary), then validated as the tokenize-family runners do before any work
-// (TokenizeOptions::params/query, ExecOptions, StoreOptions::validate). No command runs: a
-// fuzzed vector must never read or write files. Bad arguments must be CLI11's ParseError or a
+// (TokenizeOptions::params/query, ExecOptions, StoreOptions::validate); the `video` runner
+// runs with check_arguments_only() set, so it checks its own flags (--every/--fps,
+// --max-frames, --reuse, thresholds, --check/--store without --model, ...) and returns before
+// its first file access. No other command runs: a fuzzed vector must never read or write files. Bad arguments must be CLI11's ParseError or a
 // fovea::Error; anything else escaping (std::invalid_argument from a number conversion,
 // std::out_of_range) would crash the real CLI's error path into "internal error" and is a
 // finding.
@@ -10,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +28,9 @@ std::vector<Command>& registry() {  // main.cpp's definition; main.cpp itself is
 }  // namespace fovea::cli
 
 namespace {
+
+// Subcommands whose runner stops after its argument checks when check_arguments_only() is set.
+const std::set<std::string> kChecksOnly = {"video"};
 
 std::vector<std::string> split_args(const uint8_t* data, size_t size) {
   std::vector<std::string> args{"fovea"};
@@ -56,6 +62,11 @@ void parse_guarded(F&& f) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  fovea::cli::check_arguments_only() = true;
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string> args = split_args(data, size);
   std::vector<char*> argv;
@@ -64,14 +75,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int argc = int(args.size());
 
   // 1. The whole command line, every subcommand, as main() builds it (help/version included).
+  //    Then the chosen subcommand's runner, for the runners that honour check_arguments_only()
+  //    (they validate everything and return before touching a file): `video`.
   parse_guarded([&] {
     CLI::App app{"fovea", "fovea"};
     app.set_version_flag("--version", "fuzz");
     app.require_subcommand(1);
     // The runners own the state the options write into (as in main): keep them alive.
-    std::vector<fovea::cli::Runner> runners;
-    for (const fovea::cli::Command& c : fovea::cli::registry()) runners.push_back(c.setup(*app.add_subcommand(c.name, c.description)));
+    std::vector<std::pair<CLI::App*, fovea::cli::Runner>> runners;
+    for (const fovea::cli::Command& c : fovea::cli::registry()) {
+      CLI::App* sub = app.add_subcommand(c.name, c.description);
+      runners.emplace_back(sub, c.setup(*sub));
+    }
     app.parse(argc, argv.data());
+    for (auto& [sub, run] : runners) {
+      if (sub->parsed() && kChecksOnly.count(sub->get_name())) {
+        if (run() != 0) __builtin_trap();  // a checks-only run either throws or returns 0
+      }
+    }
   });
 
   // 2. The tokenize flags and their validation (the runners' first step), on argv[1..].

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/) with clang + ASan + UBSan and runs each for N seconds.
 #   scripts/fuzz.sh [--seconds N] [--build-dir DIR] [--jobs J] [TARGET...]
-# TARGET: png jpeg safetensors gguf tokenize cli (default: all of them). Each target starts from its
+# TARGET: png jpeg safetensors gguf tokenize cli video (default: all of them; video only when the
+# build has the video stage, i.e. libav*). Each target starts from its
 # committed seed corpus fuzz/corpus/<target>/ plus the inputs earlier runs found (kept in
 # DIR/corpus/<target>/, never committed). Exits non-zero when any target crashes, leaks, times
 # out (one input over FUZZ_TIMEOUT s, default 10) or exceeds 2 GiB; the input that did it is saved as
@@ -9,7 +10,8 @@
 # (executions, executions/s, corpus size, result per target) is printed at the end and written
 # to DIR/fuzz-summary.tsv. Extra libFuzzer flags: FUZZ_FLAGS="-max_len=4096 ...". The per-input
 # timeout is wall-clock: on a machine shared with other work, or under nice, raise it
-# (FUZZ_TIMEOUT=60) or a starved process reads as a hang.
+# (FUZZ_TIMEOUT=60) or a starved process reads as a hang. FUZZ_NO_BUILD=1 runs the binaries as
+# they are, without building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -18,7 +20,7 @@ seconds=30
 build_dir=build-fuzz
 jobs=$(nproc)
 targets=()
-all_targets=(png jpeg safetensors gguf tokenize cli)
+all_targets=(png jpeg safetensors gguf tokenize cli video)
 usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -32,7 +34,8 @@ while [ "$#" -gt 0 ]; do
   esac
 done
 [[ "$seconds" =~ ^[0-9]+$ ]] && [ "$seconds" -ge 1 ] || { echo "fuzz.sh: error: --seconds must be a positive integer" >&2; exit 2; }
-[ "${#targets[@]}" -gt 0 ] || targets=("${all_targets[@]}")
+explicit=${#targets[@]}
+[ "$explicit" -gt 0 ] || targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do
   [[ " ${all_targets[*]} " == *" $t "* ]] || { echo "fuzz.sh: error: unknown target '$t' (${all_targets[*]})" >&2; exit 2; }
 done
@@ -53,7 +56,25 @@ if [ ! -f "$build_dir/CMakeCache.txt" ]; then
     -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DFOVEA_FUZZ=ON \
     -DFOVEA_BUILD_TESTS=OFF -DFOVEA_BUILD_BENCH=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Vulkan=TRUE
 fi
-cmake --build "$build_dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
+# A build folder configured elsewhere (scripts/sanitize.sh asan configures build-asan with
+# FOVEA_FUZZ too, so CI builds the library once for the suite and the fuzzers) must have them.
+grep -q '^FOVEA_FUZZ:BOOL=ON' "$build_dir/CMakeCache.txt" || {
+  echo "fuzz.sh: error: $build_dir was not configured with -DFOVEA_FUZZ=ON" >&2; exit 2; }
+# Targets this build has (fuzz_video needs the video stage): a missing one is an error only when asked for.
+available=$(cmake --build "$build_dir" --target help 2>/dev/null | grep -o 'fuzz_[a-z]*' | sort -u || true)
+kept=()
+for t in "${targets[@]}"; do
+  if grep -qx "fuzz_$t" <<<"$available"; then
+    kept+=("$t")
+  elif [ "$explicit" -gt 0 ]; then
+    echo "fuzz.sh: error: this build has no fuzz_$t (the video target needs the video stage: libav*)" >&2; exit 2
+  else
+    echo "fuzz.sh: note: fuzz_$t is not in this build, skipped"
+  fi
+done
+targets=("${kept[@]}")
+# FUZZ_NO_BUILD=1: run the binaries as built (e.g. while another build runs in the same folder).
+[ "${FUZZ_NO_BUILD:-0}" = 1 ] || cmake --build "$build_dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
 
 mkdir -p fuzz/crashes
 summary="$build_dir/fuzz-summary.tsv"

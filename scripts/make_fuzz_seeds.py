@@ -1,13 +1,18 @@
 #!/usr/bin/python3
 """Writes the fuzz targets' seed corpora (fuzz/corpus/<target>/): small valid inputs of every
 kind each parser handles, so libFuzzer starts deep inside the format rather than at its magic
-bytes. Deterministic; uses PIL and numpy only. Run: /usr/bin/python3 scripts/make_fuzz_seeds.py
+bytes. Deterministic; uses PIL and numpy, and Debian's ffmpeg for the video clips (a few frames
+of its synthetic test pattern each, bit-exact single-threaded encodes).
+Run: /usr/bin/python3 scripts/make_fuzz_seeds.py
 """
 import io
 import json
 import os
+import shutil
 import struct
+import subprocess
 import sys
+import tempfile
 import zlib
 
 import numpy as np
@@ -120,6 +125,9 @@ def main():
         out("tokenize", f"random{i}.bin", rng.integers(0, 256, n, dtype=np.uint8).tobytes())
     out("tokenize", "defaults.bin", bytes([40, 0, 30, 0, 1]) + bytes([200, 16, 0, 0, 0]) + bytes(300))
 
+    # video: tiny clips (a few frames, 24..48 px) in the containers and codecs users bring.
+    video_seeds()
+
     # cli: NUL-separated argument vectors.
     cli = {
         "tokenize.args": ["tokenize", "in.png", "--budget", "100", "--fixation", "10,20", "-o", "t.safetensors"],
@@ -131,10 +139,47 @@ def main():
         "store_bench.args": ["store-bench", "--backend", "host", "--json"],
         "devices.args": ["devices", "--json"],
         "help.args": ["tokenize", "--help"],
+        "video.args": ["video", "clip.mp4", "--fixation", "32,18", "--every", "2", "--max-frames", "100",
+                       "--reuse", "exact", "--keyframe", "8", "--threshold", "6", "-o", "v.safetensors", "--json"],
+        "video_model.args": ["video", "c.mkv", "--model", "random:vit-b16", "--fps", "5", "--precision", "bf16",
+                             "--token-threshold", "0.2", "--hysteresis", "0", "--refresh-fraction", "0.7",
+                             "--store", "vulkan", "--check", "-o", "e.safetensors"],
+        "video_fixations.args": ["video", "c.y4m", "--fixations", "gaze.csv", "--budget", "64", "--patch", "14",
+                                 "--decode-only"],
     }
     for name, args in cli.items():
         out("cli", name, b"\x00".join(a.encode() for a in args))
     return 0
+
+
+def video_seeds():
+    ffmpeg = shutil.which("ffmpeg")
+    if not ffmpeg:
+        sys.exit("make_fuzz_seeds: ffmpeg not found (apt-get install ffmpeg)")
+    src = ["-f", "lavfi", "-i", "testsrc2=size={size}:rate=10:duration={dur}"]
+    exact = ["-threads", "1", "-fflags", "+bitexact", "-flags:v", "+bitexact", "-map_metadata", "-1"]
+    clips = {  # name: (size, seconds, encoder arguments)
+        "gray.y4m": ("32x24", 0.3, ["-pix_fmt", "gray", "-strict", "-1"]),
+        "yuv420.y4m": ("32x24", 0.3, ["-pix_fmt", "yuv420p"]),
+        "yuv444.y4m": ("24x16", 0.2, ["-pix_fmt", "yuv444p"]),
+        "h264.mp4": ("48x32", 0.5, ["-c:v", "libx264", "-preset", "ultrafast", "-g", "3", "-pix_fmt", "yuv420p"]),
+        "h264_bframes.mkv": ("48x32", 0.6, ["-c:v", "libx264", "-preset", "medium", "-bf", "2", "-g", "6",
+                                           "-pix_fmt", "yuv420p"]),
+        "vp9.webm": ("48x32", 0.4, ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-b:v", "50k"]),
+        "vp8.mkv": ("48x32", 0.4, ["-c:v", "libvpx", "-deadline", "realtime", "-b:v", "50k"]),
+        "mjpeg.avi": ("32x24", 0.3, ["-c:v", "mjpeg", "-q:v", "10", "-pix_fmt", "yuvj420p"]),
+        "mpeg4.mov": ("48x32", 0.4, ["-c:v", "mpeg4", "-q:v", "10"]),
+        "mpeg2.ts": ("48x32", 0.4, ["-c:v", "mpeg2video", "-q:v", "10"]),
+        "ffv1.mkv": ("24x16", 0.2, ["-c:v", "ffv1"]),
+        "anim.gif": ("24x16", 0.3, ["-c:v", "gif"]),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (size, dur, enc) in clips.items():
+            path = os.path.join(tmp, name)
+            cmd = [ffmpeg, "-hide_banner", "-loglevel", "error", "-y"] + [a.format(size=size, dur=dur) for a in src]
+            subprocess.run(cmd + exact + enc + [path], check=True)
+            with open(path, "rb") as f:
+                out("video", name, f.read())
 
 
 if __name__ == "__main__":

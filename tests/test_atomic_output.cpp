@@ -3,7 +3,10 @@
 // temporary file shows up in the output folder, plus a random delay). Afterwards every output
 // path holds either the file that was there before or the complete new file (byte-identical to
 // an uninterrupted run's), never a truncated one; a temporary file left behind is complete too
-// (outputs are written unnamed and named only once complete: write_file_atomic). Jobs: tokenize (token file, overlay PNG, seen PNG) and encode (embeddings).
+// (outputs are written unnamed and named only once complete: write_file_atomic, AtomicFile).
+// Jobs: tokenize (token file, overlay PNG, seen PNG), encode (embeddings), video (the streamed
+// token file: spill file while frames arrive, then the final file) and compress (the codebook
+// and the compressed file).
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -22,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "fovea/safetensors.hpp"
+#include "fovea/tensor.hpp"
 #include "fovea/version_gen.hpp"
 #include "test_util.hpp"
 
@@ -178,6 +183,41 @@ TEST(AtomicOutput, SigkillDuringEncodeLeavesOldOrCompleteFile) {
                           "{out}/embeddings.safetensors"},
                          {"embeddings.safetensors"}},
                         15, 20);
+}
+
+TEST(AtomicOutput, SigkillDuringVideoLeavesOldOrCompleteFile) {
+#if !FOVEA_BUILT_WITH_ENCODER
+  GTEST_SKIP() << "this build has no encoder, hence no video stage: no 'fovea video'";
+#endif
+  const std::string clip = test::source_dir() + "/tests/data/video/small.mp4";
+  if (!fs::exists(clip)) GTEST_SKIP() << clip << " missing";
+  // 12 frames of patches (f32, 3x16x16 per token): the spill file grows frame by frame, then
+  // finish() writes the ~2 MiB file.
+  kill_at_random_points({"video",
+                         {"video", clip, "--fixation", "120,30", "--budget", "60", "--reuse", "exact", "--threads", "1",
+                          "-o", "{out}/video.safetensors"},
+                         {"video.safetensors"}},
+                        20, 21);
+}
+
+TEST(AtomicOutput, SigkillDuringCompressLeavesOldOrCompleteFiles) {
+  // 6000 random 256-d embeddings (6 MiB): int8 trained on them, the codebook and the codes written.
+  const std::string in_dir = test::temp_dir("atomic_compress_in");
+  const int64_t n = 6000, d = 256;
+  Tensor e(DType::f32, {n, d}), p(DType::f32, {n, 4}), l(DType::i32, {n});
+  std::mt19937 rng(22);
+  std::normal_distribution<float> g;
+  for (int64_t i = 0; i < e.numel(); ++i) e.data<float>()[i] = g(rng);
+  for (int64_t i = 0; i < p.numel(); ++i) p.data<float>()[i] = float(i % 97);
+  for (int64_t i = 0; i < n; ++i) l.data<int32_t>()[i] = int32_t(i % 3);
+  const std::string emb = in_dir + "/emb.safetensors";
+  save_safetensors(emb, {{"embeddings", &e}, {"positions", &p}, {"levels", &l}},
+                   {{"format", "fovea.embeddings"}, {"model", "test"}});
+  kill_at_random_points({"compress",
+                         {"compress", emb, "--codec", "int8", "--train", emb, "--codebook", "{out}/int8.cb.safetensors",
+                          "-o", "{out}/codes.safetensors"},
+                         {"int8.cb.safetensors", "codes.safetensors"}},
+                        20, 22);
 }
 
 }  // namespace

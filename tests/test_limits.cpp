@@ -1,15 +1,23 @@
 // Limits (issue 19): absurd sizes get one clear error before any large allocation, in the
 // library and through the CLI: decompression-bomb headers (PNG and JPEG claiming 60000x60000),
 // budgets above 2^24, patch 1, a 65535x1 image, checkpoints claiming 2^40 elements (a header
-// that lies, and a sparse file whose header is true), and huge but consistent model dimensions.
+// that lies, and a sparse file whose header is true), huge but consistent model dimensions, and
+// a video of 10^6 frames with --max-frames (a generator behind a named pipe).
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
+#include <thread>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -77,8 +85,10 @@ std::vector<uint8_t> jpeg_claiming(uint16_t width, uint16_t height) {
 }
 
 TEST(Limits, DecompressionBombHeadersAreRefusedBeforeDecoding) {
-  for (const auto& [name, bytes] : {std::pair{std::string("bomb.png"), png_claiming(60000, 60000)},
-                                    std::pair{std::string("bomb.jpg"), jpeg_claiming(60000, 60000)}}) {
+  for (const auto& item : {std::pair{std::string("bomb.png"), png_claiming(60000, 60000)},
+                           std::pair{std::string("bomb.jpg"), jpeg_claiming(60000, 60000)}}) {
+    const std::string& name = item.first;  // (not a structured binding: clang 14 cannot capture those)
+    const std::vector<uint8_t>& bytes = item.second;
     SCOPED_TRACE(name);
     const Error e = caught([&] { (void)decode_image(bytes, {}, name); });
     EXPECT_EQ(e.code(), Errc::limit_exceeded) << e.what();
@@ -128,6 +138,24 @@ TEST(Limits, PatchOne) {
   EXPECT_EQ(caught([&] { tokenize(test::gradient_image(40, 30, 3), {}, p, ex); }).code(), Errc::invalid_argument);
   p.patch_px = -16;
   EXPECT_EQ(caught([&] { tokenize(test::gradient_image(40, 30, 3), {}, p, ex); }).code(), Errc::invalid_argument);
+}
+
+// Found by fuzz_tokenize (UBSan: float-to-int overflow in the relevance stage's fixation
+// distance): a fixation anywhere on the float line is valid input (outside the image it just
+// pulls tokens to the nearest edge) and must not overflow an int conversion. Under the ASan +
+// UBSan suite this aborts if it does; in every build the tokens stay within the budget.
+TEST(Limits, FixationsFarOutsideTheImage) {
+  Executor ex({.threads = 1});
+  TokenizeParams p;
+  p.alloc.budget_tokens = 24;
+  for (const float v : {4.35e9f, -4.35e9f, 3.0e38f, -3.0e38f}) {
+    Query q;
+    q.fixations.push_back({v, 20.0f, 1.0f});
+    q.fixations.push_back({30.0f, v, 1.0f});
+    const Tokenization t = tokenize(test::random_image(64, 48, 3, 7), q, p, ex);
+    EXPECT_GT(t.batch.size(), 0);
+    EXPECT_LE(t.batch.size(), 24) << v;
+  }
 }
 
 TEST(Limits, Image65535x1) {
@@ -196,6 +224,73 @@ TEST(Limits, CheckpointClaiming2To40Elements) {
       {p + "encoder.layers.0.mlp.fc1.weight", {{"dtype", "F32"}, {"shape", {4 * D, D}}, {"data_offsets", {pe + D * 4 + pos, pe + D * 4 + pos + fc1}}}}};
   sparse_safetensors(dir + "/big.safetensors", big, pe + D * 4 + pos + fc1);
   expect_one_line_error(test::run_cli({"encode", image, "--model", dir + "/big.safetensors"}), 1, "more than this machine's");
+}
+
+// A video of 10^6 frames: a y4m stream (32x24, 4:2:0, every frame different) written into a
+// named pipe by a generator thread, up to 10^6 frames, until the reader goes away. `fovea video
+// --max-frames 5` must stop after 5 frames: the generator gets EPIPE after a bounded number of
+// frames (what the demuxer probed plus the pipe's buffer), and the CLI's memory stays small.
+TEST(Limits, VideoOfAMillionFramesWithMaxFrames) {
+#if !FOVEA_BUILT_WITH_ENCODER
+  GTEST_SKIP() << "this build has no encoder, hence no video stage: no 'fovea video'";
+#endif
+  const std::string dir = test::temp_dir("limits_video");
+  const std::string fifo = dir + "/stream.y4m", out = dir + "/v.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  constexpr int64_t kFrames = 1'000'000;
+  constexpr int W = 32, H = 24;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> written{0};
+  struct sigaction ignore{}, old{};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGPIPE, &ignore, &old), 0);  // a closed pipe is EPIPE for the writer
+  std::thread generator([&] {
+    int fd = -1;
+    while (fd < 0 && !stop) {  // non-blocking until the CLI opens the pipe (or never does)
+      fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (fd < 0) return;
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    auto put = [&](const std::string& b) {
+      for (size_t at = 0; at < b.size();) {
+        const ssize_t w = ::write(fd, b.data() + at, b.size() - at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        at += size_t(w);
+      }
+      return true;
+    };
+    bool ok = put("YUV4MPEG2 W" + std::to_string(W) + " H" + std::to_string(H) + " F25:1 Ip A1:1 C420jpeg\n");
+    std::string frame = "FRAME\n" + std::string(size_t(W * H * 3 / 2), '\0');
+    for (int64_t f = 0; ok && f < kFrames && !stop; ++f) {
+      for (int i = 0; i < W * H; ++i) frame[6 + size_t(i)] = char((i * 7 + f * 13) & 0xff);  // moving ramp
+      ok = put(frame);
+      if (ok) ++written;
+    }
+    ::close(fd);
+  });
+  const test::RunResult r =
+      test::run_cli({"video", fifo, "--max-frames", "5", "--budget", "8", "--threads", "1", "-o", out, "--json"});
+  stop = true;
+  generator.join();
+  ::sigaction(SIGPIPE, &old, nullptr);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["frames"], 5);
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  EXPECT_EQ(f.find("frame_offsets")->shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ(f.metadata().at("frames"), "5");
+  // Bounded work: the generator was cut off after the frames the CLI read (the demuxer's probe
+  // reads ahead a few MiB at most: ~5000 frames of 1158 bytes), never the million.
+  std::printf("video limit: the generator wrote %lld of %lld frames before the CLI closed the pipe\n",
+              (long long)written.load(), (long long)kFrames);
+  EXPECT_LT(written.load(), 20000);
+  // Bounded memory: the largest child this test process reaped (only the CLI run) stayed small.
+  rusage ru{};
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &ru), 0);
+  std::printf("video limit: the CLI's peak RSS %ld MiB\n", ru.ru_maxrss / 1024);
+  EXPECT_LT(ru.ru_maxrss, 1L << 20) << "KiB";  // 1 GiB
 }
 
 }  // namespace

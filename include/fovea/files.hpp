@@ -2,10 +2,16 @@
 //
 //   std::vector<uint8_t> bytes = fovea::read_file("in.bin");       // Error(io) when unreadable
 //   fovea::write_file_atomic("out.bin", bytes);                     // temp file + rename
+//   fovea::AtomicFile out("big.bin");                               // the same, piece by piece
+//   out.write(bytes);
+//   out.commit();                                                   // flush, then rename
 //
 // A reader never sees a half-written file, and a failed write leaves no file behind: bytes go
-// to `path.tmp-XXXXXX` in the same folder, are flushed (fsync), then renamed over `path`.
-// Thread safety: both functions are safe to call from any thread (distinct paths).
+// to an unnamed file in the same folder (O_TMPFILE; `path.tmp-XXXXXX` where the system has no
+// O_TMPFILE or /proc), are flushed (fsync), named `path.tmp-XXXXXX` and renamed over `path`. A
+// process killed at any point leaves the old file or the complete new one, and no partial
+// temporary file.
+// Thread safety: all of it is safe to use from any thread (distinct paths; one AtomicFile per thread).
 #pragma once
 
 #include <cstdint>
@@ -13,10 +19,29 @@
 #include <string>
 #include <vector>
 
+#include "fovea/error.hpp"
+
 namespace fovea {
 
 // Writes `bytes` to `path` atomically (temp file in the same folder + rename).
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 std::vector<uint8_t> read_file(const std::string& path);
+
+// An output written piece by piece (a stream of frames), committed atomically. Destroyed
+// without commit() (an exception on the way): `path` is untouched and nothing is left behind.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);  // Error(io) when `path`'s folder is not writable
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(std::span<const uint8_t> bytes);  // Error(io), e.g. a full disk
+  void commit();                                // flush, name, rename over `path`; Error(io)
+
+ private:
+  Error fail(const std::string& why) const;
+  std::string path_, tmp_;  // tmp_: the temporary file's name once it has one
+  int fd_ = -1;
+};
 
 }  // namespace fovea

@@ -47,6 +47,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,10 @@ class VideoReader {
   // cannot read as media, Error(unsupported) when it has no video stream or no decoder,
   // Error(limit_exceeded) beyond max_pixels. Messages name the file.
   static VideoReader open(const std::string& path, const VideoReaderOptions& options = {});
+  // The same from a whole file in memory (a download buffer, a fuzzer's input): ffmpeg probes
+  // the format from the bytes. `data` must outlive the reader; `name` only labels messages.
+  static VideoReader open_bytes(std::span<const uint8_t> data, const std::string& name,
+                                const VideoReaderOptions& options = {});
   VideoReader(VideoReader&&) noexcept;
   VideoReader& operator=(VideoReader&&) noexcept;
   ~VideoReader();
@@ -107,6 +112,7 @@ class VideoReader {
 
  private:
   VideoReader();
+  void open_stream();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -227,8 +233,9 @@ std::map<std::string, std::string> video_metadata(const VideoParams& params, con
 
 // Streams a video's tokens into one safetensors file with bounded memory: the per-token rows
 // (embeddings or patches) go to an unlinked spill file beside the output as frames arrive; the
-// small tensors stay in memory. finish() writes `path.tmp-N` and renames it over `path`, so a
-// reader never sees a half-written file and a run that fails (or is never finished) leaves none.
+// small tensors stay in memory. finish() writes the file unnamed in `path`'s folder and renames
+// it over `path` once complete (fovea::AtomicFile), so a reader never sees a half-written file
+// and a run that fails, is never finished or is killed leaves none.
 // The file holds, frame after frame:
 //   frame_offsets [F+1] I64 (frame f's tokens are rows frame_offsets[f] .. frame_offsets[f+1]),
 //   pts [F] F64 (seconds), <rows_name> [T, row_shape...], positions [T, 4] F32, levels [T] I32,

@@ -51,8 +51,8 @@ std::vector<uint8_t> read_file(const std::string& path) {
 
 namespace {
 
-// Writes all of `bytes` to fd and flushes it to disk; false with errno set on failure.
-bool write_all_and_sync(int fd, std::span<const uint8_t> bytes) {
+// Writes all of `bytes` to fd; false with errno set on failure.
+bool write_all(int fd, std::span<const uint8_t> bytes) {
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -63,8 +63,7 @@ bool write_all_and_sync(int fd, std::span<const uint8_t> bytes) {
     }
     done += static_cast<size_t>(w);
   }
-  // Data on disk before the name points at it: a crash leaves the old file or the new one.
-  return ::fsync(fd) == 0 || errno == EINVAL || errno == EROFS;
+  return true;
 }
 
 std::string folder_of(const std::string& path) {
@@ -84,67 +83,73 @@ void sync_folder(const std::string& folder) {
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
-  if (path.empty()) throw Error(Errc::invalid_argument, "output path is empty");
+// Linux: the bytes go to an unnamed file in the target's folder (O_TMPFILE), which is given a
+// name only once complete and flushed, just before the rename, so a process killed while
+// writing (SIGKILL, OOM killer) leaves no half-written temporary file behind either. Where
+// O_TMPFILE or /proc is missing: a named `path.tmp-NNNNNN`, removed on failure.
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  if (path_.empty()) throw Error(Errc::invalid_argument, "output path is empty");
+  // The unnamed file is named through /proc/self/fd at commit: without /proc, a named one.
+  if (::access("/proc/self/fd", X_OK) == 0) {
+    fd_ = ::open(folder_of(path_).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd_ >= 0) return;
+  }
   std::random_device rd;
-  auto fail = [&](const std::string& why) { return Error(Errc::io, "cannot write '" + path + "': " + why); };
-  const std::string folder = folder_of(path);
-  std::string tmp;
+  for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {  // retry on a name collision
+    tmp_ = path_ + ".tmp-" + std::to_string(rd() % 1000000);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno != EEXIST) break;
+  }
+  if (fd_ < 0) {
+    const std::string why = errno_text();
+    tmp_.clear();  // not ours
+    throw fail(why);
+  }
+}
 
-  // Linux: write an unnamed file in the target's folder (O_TMPFILE) and give it a name only once
-  // it is complete, just before the rename, so a process killed while writing (SIGKILL, OOM
-  // killer) leaves no half-written temporary file behind either.
-  int fd = ::open(folder.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    if (!write_all_and_sync(fd, bytes)) {
-      const std::string why = errno_text();
-      ::close(fd);
-      throw fail(why);
-    }
-    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());  // never committed: no litter
+}
+
+Error AtomicFile::fail(const std::string& why) const { return Error(Errc::io, "cannot write '" + path_ + "': " + why); }
+
+void AtomicFile::write(std::span<const uint8_t> bytes) {
+  if (fd_ < 0) throw Error(Errc::invalid_argument, "AtomicFile: write after commit");
+  if (!write_all(fd_, bytes)) throw fail(errno_text());
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0) throw Error(Errc::invalid_argument, "AtomicFile: committed twice");
+  // Data on disk before the name points at it: a crash leaves the old file or the new one.
+  if (::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS) throw fail(errno_text());
+  if (tmp_.empty()) {  // unnamed: name it now
+    const std::string self = "/proc/self/fd/" + std::to_string(fd_);
+    std::random_device rd;
     bool linked = false;
     for (int attempt = 0; attempt < 16 && !linked; ++attempt) {
-      tmp = path + ".tmp-" + std::to_string(rd() % 1000000);
-      linked = ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0;
+      tmp_ = path_ + ".tmp-" + std::to_string(rd() % 1000000);
+      linked = ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp_.c_str(), AT_SYMLINK_FOLLOW) == 0;
       if (!linked && errno != EEXIST) break;
     }
-    ::close(fd);
-    fd = -1;
-    if (linked) {
-      if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        const std::string why = errno_text();
-        ::unlink(tmp.c_str());
-        throw fail(why);
-      }
-      sync_folder(folder);
-      return;
+    if (!linked) {
+      const std::string why = errno_text();
+      tmp_.clear();
+      throw fail("cannot name the finished file (" + why + ")");
     }
-    // No /proc, or the filesystem cannot link it: write a named temporary file instead.
   }
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) throw fail(errno_text());
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) throw fail(errno_text());
+  tmp_.clear();  // renamed: nothing to remove
+  sync_folder(folder_of(path_));
+}
 
-  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {  // retry on a name collision
-    tmp = path + ".tmp-" + std::to_string(rd() % 1000000);
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) throw fail(errno_text());
-  if (!write_all_and_sync(fd, bytes)) {
-    const std::string why = errno_text();
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw fail(why);
-  }
-  if (::close(fd) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw fail(why);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw fail(why);
-  }
-  sync_folder(folder);
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  AtomicFile f(path);
+  f.write(bytes);
+  f.commit();
 }
 
 }  // namespace fovea

@@ -306,7 +306,10 @@ std::vector<float> fixation_distance(const TileGrid& g, const Fixation& f, const
       d[size_t(ty) * W + tx] = distance_to_box(f.x_px, f.y_px, x0, y0, x1, y1);
     }
   if (fine.empty() || spread >= 1.0f) return d;
-  const int fx = std::clamp(int(f.x_px) / P, 0, W - 1), fy = std::clamp(int(f.y_px) / P, 0, H - 1);
+  // Clamped as floats first: a fixation far outside the image (any finite value) must not
+  // overflow the conversion to int.
+  const int fx = int(std::clamp(f.x_px / float(P), 0.0f, float(W - 1)));
+  const int fy = int(std::clamp(f.y_px / float(P), 0.0f, float(H - 1)));
   double mean = 0;
   for (float v : fine) mean += v;
   mean /= double(fine.size());

@@ -12,9 +12,13 @@ extern "C" {
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "fovea/error.hpp"
@@ -44,6 +48,43 @@ struct FrameFree {
 };
 struct SwsFree {
   void operator()(SwsContext* s) const { sws_freeContext(s); }
+};
+struct AvioFree {
+  void operator()(AVIOContext* c) const {
+    av_freep(&c->buffer);  // libavformat may have replaced the buffer it was given
+    avio_context_free(&c);
+  }
+};
+
+// A read-only, seekable view of bytes in memory, for libavformat's custom I/O (open_bytes).
+struct MemorySource {
+  const uint8_t* data = nullptr;
+  int64_t size = 0, pos = 0;
+
+  static int read(void* opaque, uint8_t* buf, int n) {
+    auto* m = static_cast<MemorySource*>(opaque);
+    const int64_t left = m->size - m->pos;
+    if (left <= 0) return AVERROR_EOF;
+    const int k = int(std::min<int64_t>(n, left));
+    std::memcpy(buf, m->data + m->pos, size_t(k));
+    m->pos += k;
+    return k;
+  }
+  static int64_t seek(void* opaque, int64_t offset, int whence) {
+    auto* m = static_cast<MemorySource*>(opaque);
+    int64_t base;
+    switch (whence & ~AVSEEK_FORCE) {
+      case AVSEEK_SIZE: return m->size;
+      case SEEK_SET: base = 0; break;
+      case SEEK_CUR: base = m->pos; break;
+      case SEEK_END: base = m->size; break;
+      default: return AVERROR(EINVAL);
+    }
+    // Overflow-safe: offsets come from the (possibly hostile) file.
+    if ((offset > 0 && base > INT64_MAX - offset) || (offset < 0 && base + offset < 0)) return AVERROR(EINVAL);
+    m->pos = base + offset;  // past the end is allowed (reads then return EOF), as for a file
+    return m->pos;
+  }
 };
 
 // The swscale colour matrix for a frame: the stream's when it says, else BT.709 for HD and
@@ -91,6 +132,8 @@ struct VideoReader::Impl {
   std::string path;
   VideoReaderOptions options;
   VideoInfo info;
+  MemorySource memory;                           // open_bytes: the caller's bytes
+  std::unique_ptr<AVIOContext, AvioFree> avio;   // open_bytes: declared before fmt, freed after it
   std::unique_ptr<AVFormatContext, FormatCloser> fmt;
   std::unique_ptr<AVCodecContext, CodecFree> codec;
   std::unique_ptr<AVPacket, PacketFree> packet;
@@ -231,14 +274,53 @@ VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions&
   m.path = path;
   m.options = options;
   AVFormatContext* raw = nullptr;
-  int e = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+  const int e = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
   if (e < 0) {
     if (e == AVERROR(EACCES) || e == AVERROR(ENOENT) || e == AVERROR(EIO))
       throw Error(Errc::io, path + ": cannot open (" + av_error(e) + ")");
     throw Error(Errc::corrupt_data, path + ": not a video file ffmpeg can read (" + av_error(e) + ")");
   }
   m.fmt.reset(raw);
-  e = avformat_find_stream_info(raw, nullptr);
+  r.open_stream();
+  return r;
+}
+
+VideoReader VideoReader::open_bytes(std::span<const uint8_t> data, const std::string& name,
+                                    const VideoReaderOptions& options) {
+  if (options.threads < 0) throw Error(Errc::invalid_argument, "video reader: threads must be >= 0");
+  VideoReader r;
+  Impl& m = *r.impl_;
+  m.path = name;
+  m.options = options;
+  m.memory = MemorySource{data.data(), int64_t(data.size()), 0};
+  constexpr int kBuffer = 64 << 10;
+  auto* buf = static_cast<uint8_t*>(av_malloc(kBuffer));
+  if (!buf) throw Error(Errc::out_of_memory, name + ": cannot allocate an I/O buffer");
+  AVIOContext* io = avio_alloc_context(buf, kBuffer, 0, &m.memory, &MemorySource::read, nullptr, &MemorySource::seek);
+  if (!io) {
+    av_free(buf);
+    throw Error(Errc::out_of_memory, name + ": cannot allocate an I/O context");
+  }
+  m.avio.reset(io);
+  AVFormatContext* raw = avformat_alloc_context();
+  if (!raw) throw Error(Errc::out_of_memory, name + ": cannot allocate a demuxer");
+  raw->pb = io;
+  raw->flags |= AVFMT_FLAG_CUSTOM_IO;
+  // On failure avformat_open_input frees the context (never the custom I/O).
+  const int e = avformat_open_input(&raw, name.c_str(), nullptr, nullptr);
+  if (e < 0) throw Error(Errc::corrupt_data, name + ": not a video ffmpeg can read (" + av_error(e) + ")");
+  m.fmt.reset(raw);
+  r.open_stream();
+  return r;
+}
+
+// After avformat_open_input: the stream information, the video stream, its decoder, the limits.
+void VideoReader::open_stream() {
+  Impl& m = *impl_;
+  const std::string& path = m.path;
+  const VideoReaderOptions& options = m.options;
+  AVFormatContext* raw = m.fmt.get();
+  int e = avformat_find_stream_info(raw, nullptr);
   if (e < 0) throw Error(Errc::corrupt_data, path + ": cannot read the stream information (" + av_error(e) + ")");
 
   // The best video stream that is not a still attached to an audio file (cover art).
@@ -280,7 +362,6 @@ VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions&
   in.frame_count = s->nb_frames > 0 ? s->nb_frames : 0;
   in.container = raw->iformat && raw->iformat->name ? raw->iformat->name : "";
   in.codec = dec->name;
-  return r;
 }
 
 const VideoInfo& VideoReader::info() const { return impl_->info; }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "fovea/error.hpp"
+#include "fovea/files.hpp"
 #include "fovea/video.hpp"
 
 namespace fovea {
@@ -57,9 +58,16 @@ struct RowStream {
       : name(std::move(n)), dtype(dt), row_shape(std::move(shape)) {
     row_bytes = dtype_size(dtype);
     for (int64_t d : row_shape) row_bytes *= size_t(d);
-    std::string file;
-    spill = create_beside(path, ".spill-", &file);
-    ::unlink(file.c_str());  // gone with the descriptor, whatever happens to the process
+    // Unnamed (O_TMPFILE), or named and unlinked at once: gone with the descriptor, whatever
+    // happens to the process.
+    const size_t slash = path.find_last_of('/');
+    const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    spill = ::open(folder.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (spill < 0) {
+      std::string file;
+      spill = create_beside(path, ".spill-", &file);
+      ::unlink(file.c_str());
+    }
   }
   RowStream(const RowStream&) = delete;
   RowStream& operator=(const RowStream&) = delete;
@@ -144,46 +152,32 @@ void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata
   std::string h = header.dump();
   while (h.size() % 8) h.push_back(' ');
 
-  std::string tmp;
-  const int fd = create_beside(m.path, ".tmp-", &tmp);
-  try {
-    const uint64_t len = h.size();
-    uint8_t le[8];
-    for (int i = 0; i < 8; ++i) le[i] = uint8_t(len >> (8 * i));
-    write_all(fd, le, 8, m.path);
-    write_all(fd, h.data(), h.size(), m.path);
-    write_all(fd, m.offsets.data(), m.offsets.size() * 8, m.path);
-    write_all(fd, m.pts.data(), m.pts.size() * 8, m.path);
-    std::vector<uint8_t> buf(size_t(4) << 20);
-    for (const auto& st : m.streams) {
-      if (::lseek(st->spill, 0, SEEK_SET) != 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
-      uint64_t left = uint64_t(T) * st->row_bytes;
-      while (left > 0) {
-        const ssize_t r = ::read(st->spill, buf.data(), std::min<uint64_t>(left, buf.size()));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
-        write_all(fd, buf.data(), size_t(r), m.path);
-        left -= uint64_t(r);
-      }
+  // Unnamed until complete (AtomicFile): a kill at any point leaves the old file or the new one.
+  AtomicFile out(m.path);
+  auto put = [&](const void* p, size_t n) { out.write({static_cast<const uint8_t*>(p), n}); };
+  const uint64_t len = h.size();
+  uint8_t le[8];
+  for (int i = 0; i < 8; ++i) le[i] = uint8_t(len >> (8 * i));
+  put(le, 8);
+  put(h.data(), h.size());
+  put(m.offsets.data(), m.offsets.size() * 8);
+  put(m.pts.data(), m.pts.size() * 8);
+  std::vector<uint8_t> buf(size_t(4) << 20);
+  for (const auto& st : m.streams) {
+    if (::lseek(st->spill, 0, SEEK_SET) != 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
+    uint64_t left = uint64_t(T) * st->row_bytes;
+    while (left > 0) {
+      const ssize_t r = ::read(st->spill, buf.data(), std::min<uint64_t>(left, buf.size()));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
+      put(buf.data(), size_t(r));
+      left -= uint64_t(r);
     }
-    write_all(fd, m.positions.data(), m.positions.size() * 4, m.path);
-    write_all(fd, m.levels.data(), m.levels.size() * 4, m.path);
-    write_all(fd, m.recomputed.data(), m.recomputed.size(), m.path);
-    if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) throw Error(Errc::io, "cannot write '" + m.path + "': " + errno_text());
-    if (::close(fd) != 0) {
-      ::unlink(tmp.c_str());
-      throw Error(Errc::io, "cannot write '" + m.path + "': " + errno_text());
-    }
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
   }
-  if (::rename(tmp.c_str(), m.path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw Error(Errc::io, "cannot write '" + m.path + "': " + why);
-  }
+  put(m.positions.data(), m.positions.size() * 4);
+  put(m.levels.data(), m.levels.size() * 4);
+  put(m.recomputed.data(), m.recomputed.size());
+  out.commit();
 }
 
 namespace {

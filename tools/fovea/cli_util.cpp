@@ -411,4 +411,9 @@ const char* openmp_wait_policy() {
   return p ? p : "default";
 }
 
+bool& check_arguments_only() {
+  static bool only = false;
+  return only;
+}
+
 }  // namespace fovea::cli

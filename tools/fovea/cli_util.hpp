@@ -88,4 +88,9 @@ void print_summary(const nlohmann::json& summary);
 // sets PASSIVE for the commands that run OpenMP code, unless the caller chose), or "default".
 const char* openmp_wait_policy();
 
+// Process-wide, false in the fovea binary. The CLI fuzz target (fuzz/fuzz_cli.cpp) sets it and
+// then calls the runners that honour it (video): they check every argument as usual and return
+// 0 just before their first file access, so fuzzed argument vectors never read or write files.
+bool& check_arguments_only();
+
 }  // namespace fovea::cli

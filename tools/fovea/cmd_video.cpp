@@ -111,8 +111,6 @@ struct VideoCommand {
     Query base_query = tok.query();
     if (!fixations_csv.empty() && !tok.fixations.empty())
       throw bad("--fixation and --fixations are exclusive");
-    std::optional<FixationTrack> track;
-    if (!fixations_csv.empty()) track = FixationTrack::load(fixations_csv);
     if (every < 0) throw bad("--every must be >= 1");
     if (fps < 0 || !std::isfinite(fps)) throw bad("--fps must be > 0");
     if (max_frames < 0) throw bad("--max-frames must be >= 1");
@@ -139,8 +137,12 @@ struct VideoCommand {
     vp.group_frames = group;
     vp.encoder.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     vp.encoder.token_threshold = token_threshold;
+    const ExecConfig exec_config = exec.config();
+    if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
 
-    Executor ex(exec.config());
+    std::optional<FixationTrack> track;
+    if (!fixations_csv.empty()) track = FixationTrack::load(fixations_csv);
+    Executor ex(exec_config);
     std::optional<VitModel> model;
     std::string norm_source;
     if (have_model) {
@@ -281,7 +283,7 @@ struct VideoCommand {
       tokens_total += r.batch.size();
       recomputed_total += r.recomputed_tokens;
       ms_total += ms;
-      per_frame.push_back(std::move(pf));
+      if (json) per_frame.push_back(std::move(pf));  // ~2 KiB a frame: kept only when printed
       if (progress) {
         const double secs = std::chrono::duration<double>(Clock::now() - t_run).count();
         std::fprintf(stderr, "\rfovea video: %lld frames, %.1f fps, reuse %.1f%%   ", (long long)processed,
