@@ -456,7 +456,7 @@ TEST(Relevance, TokenMetadataRecordsEveryAppliedKnob) {
   EXPECT_EQ(m["fixation_spread"], "0.5");
   EXPECT_EQ(m["lookahead"], "2");
   EXPECT_EQ(m["sharpness"], "1");
-  EXPECT_EQ(m["e0"], "0.05");
+  EXPECT_FLOAT_EQ(std::stof(m["e0"]), 0.05f);
   EXPECT_EQ(m["max_level_requested"], "-1");
   // With a query the fine bias is not applied, and the file says so.
   Query q;
