@@ -44,72 +44,10 @@
 #include <string_view>
 #include <vector>
 
+#include "fovea/codec_interface.hpp"
 #include "fovea/tensor.hpp"
 
 namespace fovea {
-
-// A decode simple enough for a shader: every output element comes from its own bytes of the
-// record (the store's Vulkan gather decodes these on the device).
-struct ElementwiseDecode {
-  enum class Kind : uint8_t {
-    f16,        // x[d] = half(record[2d..2d+1])
-    bf16,       // x[d] = bfloat16(record[2d..2d+1])
-    u8_affine,  // x[d] = lo[d] + step[d] * record[d]
-  };
-  Kind kind = Kind::f16;
-  std::vector<float> lo, step;  // u8_affine only: [D] each
-};
-
-class Codec {
- public:
-  virtual ~Codec() = default;
-
-  // The spec string that make_codec() takes to build this codec ("pca:128+int8").
-  virtual std::string spec() const = 0;
-  // D: floats per token.
-  virtual int64_t dim() const = 0;
-  virtual int64_t bytes_per_token() const = 0;
-
-  // Whether train() must run (or a codebook be loaded) before encode/decode.
-  virtual bool needs_training() const { return false; }
-  virtual bool trained() const { return true; }
-  // Vectors below which train() throws, and below which it trains but warns.
-  virtual int64_t min_train_vectors() const { return 0; }
-  virtual int64_t recommended_train_vectors() const { return 0; }
-  // `x`: [n, D] f32. Throws Error(invalid_argument) for a bad shape or dtype, Error(unsupported)
-  // for too few vectors.
-  virtual void train(const Tensor& x) {}
-
-  // n tokens, row-major: x [n, D] floats -> n records of bytes_per_token() bytes, and back.
-  // The raw forms do no checking; call them with trained codecs and the right sizes.
-  virtual void encode_rows(const float* x, int64_t n, uint8_t* records) const = 0;
-  virtual void decode_rows(const uint8_t* records, int64_t n, float* x) const = 0;
-
-  // Checked forms: [N, D] f32 -> [N, bytes_per_token()] u8, and back.
-  Tensor encode(const Tensor& x) const;
-  Tensor decode(const Tensor& records) const;
-
-  // The learned state, as named f32 tensors (empty for fp16/bf16), and its inverse.
-  virtual std::vector<std::pair<std::string, Tensor>> state() const { return {}; }
-  // Throws Error(corrupt_data) naming the tensor that is missing or has the wrong shape.
-  virtual void load_state(const std::map<std::string, const Tensor*>& tensors) {}
-
-  // Set when decoding is elementwise (fp16, bf16, int8), for decoding on a device.
-  virtual std::optional<ElementwiseDecode> elementwise_decode() const { return std::nullopt; }
-
-  // BLAKE2b-256 (hex) of the spec, D and every state tensor: the compressed file's reference.
-  std::string state_hash() const;
-
-  // OpenMP threads for FAISS's training and coding (set for the call, restored after; 0: the
-  // OpenMP default). 1 by default: on shared, busy cores FAISS's many short parallel regions
-  // wait at barriers for descheduled threads (a PQ training here took 78 s on 2 threads
-  // under load and 3.5 s on one).
-  void set_threads(int threads) { threads_ = threads; }
-  int threads() const { return threads_; }
-
- private:
-  int threads_ = 1;
-};
 
 // "fp16", "bf16", "int8", "pca:K", "pca:K+int8", "pq:M", "opq:M" for D-dimensional tokens.
 // Throws Error(invalid_argument) for an unknown spec or impossible parameters (K > D, D % M).

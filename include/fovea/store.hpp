@@ -59,7 +59,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "fovea/codec.hpp"
+#include "fovea/codec_interface.hpp"
 #include "fovea/tensor.hpp"
 
 namespace fovea {
