@@ -3,11 +3,12 @@
 
     scripts/make_test_clips.sh /tmp/fovea-clips            # the four clips (real photos, ffmpeg)
     /usr/bin/python3 bench/video_bench.py [--clips /tmp/fovea-clips] [--frames 25] [--threads 2]
-                                          [--precision fp32] [--torch-frames 2] [--json OUT]
+                                          [--precision fp32,bf16] [--group 8] [--torch-frames 2] [--json OUT]
 
 Per clip (fixation at (0.8 W, 0.2 H), budget 273, ViT-B/16 with RANDOM weights: no pretrained
 ViT is available on this machine, and the timing does not depend on the weights):
-  * `fovea video --reuse incremental --check`: per frame, the incremental time and, in the same
+  * `fovea video --reuse incremental --group G --check`: per frame, the incremental time (a group's
+    encoder time shared evenly over its frames) and, in the same
     process, the full foveated pipeline from scratch (tokenize + encode) and the cosine of the
     incremental embeddings to a full encode of the same tokens from the decoded frame;
   * `--reuse exact` and `--reuse off` (separate runs of the same clip);
@@ -16,10 +17,15 @@ ViT is available on this machine, and the timing does not depend on the weights)
 Once: torch's uniform per-frame encode of a decoded frame (CLIP normalisation, 16x16 patches,
 torchvision ViT-B/16 layers fp32) at the frame's native grid (W/16 x H/16 tokens, what a
 native-resolution VLM encodes) and at 224x224 (196 tokens, a CLIP-style resize).
-Frame 0 (the full first encode, with oneDNN's one-time weight packing) is left out of the means.
+Then `bench_video_group` on the first clip: the incremental encoder alone with G = 1, 8, 16 and
+full encodes, interleaved in one process (and whether every G gives the G = 1 embeddings).
+Frame 0 (the full first encode, with oneDNN's one-time weight packing) is left out of the means;
+so are refreshes in the per-stage breakdown. Each precision's ratio to torch uses the same torch
+run (fp32: the baseline a VLM runs today).
 Ratios are computed from numbers of the same run; the machine is shared, so absolute times are noisy.
 """
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -41,7 +47,9 @@ def parse_args():
     ap.add_argument("--frames", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--budget", type=int, default=273)
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--precision", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    ap.add_argument("--group", type=int, default=8, help="--group G of the incremental runs")
+    ap.add_argument("--no-group-bench", action="store_true")
     ap.add_argument("--torch-frames", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json", help="also write the results here")
@@ -106,17 +114,18 @@ def torch_baseline(clip, frames):
             if len(imgs) >= frames:
                 break
 
-    def encode(img, size):
+    def encode(img, size, model=model, dtype=torch.float32):
         x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).unsqueeze(0).float().div(255)
         x = torch.nn.functional.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)
-        x = (x - mean) / std
+        x = ((x - mean) / std).to(dtype)
         gh, gw = size[0] // 16, size[1] // 16
         t = model.conv_proj(x).flatten(2).transpose(1, 2)  # [1, N, 768]: the patches through the embedding
         t = torch.cat([model.class_token, t], dim=1)
-        t = t + torch.zeros(1, gh * gw + 1, 768)  # positions (interpolated in a real model; zeros cost the same)
+        t = t + torch.zeros(1, gh * gw + 1, 768, dtype=dtype)  # positions (interpolated in a real model; zeros cost the same)
         return model.encoder.ln(model.encoder.layers(t))
 
     out = {}
+    model16 = copy.deepcopy(model).to(torch.bfloat16) if "bf16" in ARGS.precision else None
     with torch.inference_mode():
         h, w = imgs[0].shape[:2]
         for name, size in (("native", (h // 16 * 16 + (16 if h % 16 else 0), w // 16 * 16 + (16 if w % 16 else 0))),
@@ -127,29 +136,25 @@ def torch_baseline(clip, frames):
                 encode(img, size)
                 ts.append((time.perf_counter() - t0) * 1e3)
             out[name] = {"tokens": (size[0] // 16) * (size[1] // 16), "ms": statistics.median(ts)}
+            if "bf16" in ARGS.precision:
+                # The same encode with bf16 weights and activations (torch's oneDNN/AMX kernels
+                # where it has them; CPU autocast fails in torch 1.13's fused attention): the
+                # competitor for fovea's bf16 numbers.
+                ts = []
+                encode(imgs[0], size, model16, torch.bfloat16)  # warm-up
+                for img in imgs:
+                    t0 = time.perf_counter()
+                    encode(img, size, model16, torch.bfloat16)
+                    ts.append((time.perf_counter() - t0) * 1e3)
+                out[name + "_bf16"] = {"tokens": out[name]["tokens"], "ms": statistics.median(ts)}
     return out
 
 
-def main():
-    clips = [c for c in ARGS.only.split(",") if c]
-    for c in clips:
-        if not os.path.exists(os.path.join(ARGS.clips, c + ".mp4")):
-            sys.exit(f"{ARGS.clips}/{c}.mp4 missing: run scripts/make_test_clips.sh {ARGS.clips}")
-    results = {"threads": ARGS.threads, "frames": ARGS.frames, "budget": ARGS.budget, "precision": ARGS.precision,
-               "model": "random:vit-b16 (RANDOM weights: no pretrained ViT here)", "clips": {}}
-    with open("/proc/cpuinfo") as f:
-        results["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
-    print(f"cpu {results['cpu']}; threads {ARGS.threads}; {ARGS.frames} frames per clip; budget {ARGS.budget}; "
-          f"ViT-B/16 {ARGS.precision}, random weights")
-
-    first = os.path.join(ARGS.clips, clips[0] + ".mp4")
-    if not ARGS.no_torch:
-        results["torch"] = torch_baseline(first, ARGS.torch_frames)
-        for k, v in results["torch"].items():
-            print(f"torch uniform per-frame encode ({k}, {v['tokens']} tokens, fp32): {v['ms']:.1f} ms")
-
+def run_precision(prec, clips, torch):
     common = ["--model", "random:vit-b16", "--budget", str(ARGS.budget), "--max-frames", str(ARGS.frames),
-              "--precision", ARGS.precision]
+              "--precision", prec, "--group", str(ARGS.group)]
+    out = {}
+    print(f"\n{prec}:")
     print(f"\n{'clip':<15} {'incr ms':>8} {'exact ms':>9} {'off ms':>8} {'off/incr':>8} | check run: {'incr ms':>8} "
           f"{'full ms':>8} {'full/incr':>9} "
           f"{'cos mean':>9} {'cos min':>8} {'reuse':>6} {'refresh':>7}")
@@ -183,31 +188,94 @@ def main():
             "refreshes": sum(1 for f in pf if f["refresh"]),
             "dirty_fraction": mean_after_first([f["dirty_tiles"] / max(1, f.get("tiles", 1)) for f in pf]),
             "recomputed_tokens": mean_after_first([f["recomputed_tokens"] for f in pf]),
+            "stages_ms": {k: statistics.fmean(f["timings_ms"][k] for f in plain["per_frame"] if not f["refresh"])
+                          for k in plain["per_frame"][0]["timings_ms"]}
+                         if any(not f["refresh"] for f in plain["per_frame"]) else {},
             "tokens": mean_after_first([f["tokens"] for f in pf]),
             "decode": {"fovea_ms": dec["decode_ms"], "frames": dec["frames"], "ffmpeg_null_ms": ff,
                        "ffmpeg_gbrp_ms": ffrgb},
             "per_frame": [{k: f[k] for k in ("index", "ms", "full_ms", "cosine", "recomputed_tokens", "dirty_tiles",
                                              "refresh")} for f in pf],
         }
-        results["clips"][c] = row
+        out[c] = row
         print(f"{c:<15} {row['incremental_ms']:>8.1f} {row['exact_ms']:>9.1f} {row['off_ms']:>8.1f} "
               f"{row['off_ms'] / row['incremental_ms']:>7.1f}x |            {row['incremental_check_run_ms']:>8.1f} "
               f"{row['full_ms']:>8.1f} {row['full_ms'] / row['incremental_check_run_ms']:>8.1f}x {row['cosine_mean']:>9.5f} "
               f"{row['cosine_min']:>8.5f} {100 * row['reuse_rate']:>5.1f}% {row['refreshes']:>7}", flush=True)
 
-    print("\nratios (same run):")
-    for c, row in results["clips"].items():
+    print(f"ratios ({prec}, same run):")
+    for c, row in out.items():
         line = (f"  {c}: incremental vs full foveated re-encode: {row['off_ms'] / row['incremental_ms']:.1f}x (--reuse off "
                 f"run), {row['full_ms'] / row['incremental_check_run_ms']:.1f}x (interleaved in the --check run); "
                 f"vs exact {row['exact_ms'] / row['incremental_ms']:.1f}x")
-        if "torch" in results:
-            t = results["torch"]
+        if torch:
+            t = torch
             line += (f"; vs torch uniform native ({t['native']['tokens']} tok) {t['native']['ms'] / row['incremental_ms']:.0f}x, "
                      f"224 ({t['224']['tokens']} tok) {t['224']['ms'] / row['incremental_ms']:.1f}x")
+            if prec == "bf16" and "native_bf16" in t:
+                line += (f"; vs torch bf16 native {t['native_bf16']['ms'] / row['incremental_ms']:.0f}x, "
+                         f"224 {t['224_bf16']['ms'] / row['incremental_ms']:.1f}x")
         print(line)
         d = row["decode"]
+        print("     stages (ms per non-refresh frame, incremental run): " +
+              ", ".join(f"{k} {v:.2f}" for k, v in row["stages_ms"].items()))
         print(f"     decode {d['frames']} frames (ffmpeg's -benchmark rtime): fovea {d['fovea_ms']:.1f} ms (incl. RGB planes), ffmpeg -f null "
               f"{d['ffmpeg_null_ms']:.1f} ms, ffmpeg -pix_fmt gbrp {d['ffmpeg_gbrp_ms']:.1f} ms")
+    return out
+
+
+def main():
+    clips = [c for c in ARGS.only.split(",") if c]
+    for c in clips:
+        if not os.path.exists(os.path.join(ARGS.clips, c + ".mp4")):
+            sys.exit(f"{ARGS.clips}/{c}.mp4 missing: run scripts/make_test_clips.sh {ARGS.clips}")
+    precisions = [p for p in ARGS.precision.split(",") if p]
+    for p in precisions:
+        if p not in ("fp32", "bf16"):
+            sys.exit(f"--precision {p}: fp32 or bf16")
+    results = {"threads": ARGS.threads, "frames": ARGS.frames, "budget": ARGS.budget, "group": ARGS.group,
+               "model": "random:vit-b16 (RANDOM weights: no pretrained ViT here)", "precisions": {},
+               "load_start": open("/proc/loadavg").read().split()[:3]}
+    with open("/proc/cpuinfo") as f:
+        results["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
+    print(f"cpu {results['cpu']}; threads {ARGS.threads}; {ARGS.frames} frames per clip; budget {ARGS.budget}; "
+          f"ViT-B/16 {'/'.join(precisions)}, random weights; --group {ARGS.group}; load {' '.join(results['load_start'])}")
+
+    first = os.path.join(ARGS.clips, clips[0] + ".mp4")
+    if not ARGS.no_torch:
+        results["torch"] = torch_baseline(first, ARGS.torch_frames)
+        for k, v in results["torch"].items():
+            print(f"torch uniform per-frame encode ({k}, {v['tokens']} tokens, "
+                  f"{'bf16 weights and activations' if k.endswith('_bf16') else 'fp32'}): {v['ms']:.1f} ms")
+
+    for prec in precisions:
+        results["precisions"][prec] = run_precision(prec, clips, results.get("torch"))
+    if not ARGS.no_group_bench:
+        exe = os.path.join(ARGS.build_dir, "bench", "bench_video_group")
+        if os.path.exists(exe):
+            c = clips[0]
+            clip = os.path.join(ARGS.clips, c + ".mp4")
+            w, h = probe(clip)
+            results["group_bench"] = {}
+            print(f"\nincremental encoder alone on {c}, groups interleaved in one process (bench_video_group):")
+            for prec in precisions:
+                r = subprocess.run([exe, clip, "--fixation", f"{0.8 * w:.0f},{0.2 * h:.0f}", "--frames",
+                                    str(ARGS.frames), "--groups", f"1,{ARGS.group},16", "--precision", prec,
+                                    "--threads", str(ARGS.threads), "--reps", "2", "--budget", str(ARGS.budget)],
+                                   capture_output=True, text=True)
+                if r.returncode != 0:
+                    sys.exit(f"bench_video_group failed: {r.stderr.strip()}")
+                rows = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+                results["group_bench"][prec] = rows
+                for g in rows:
+                    print(f"  {prec} G={g['group']:<3} encoder {g['encode_ms_median']:7.1f} ms/frame (min "
+                          f"{g['encode_ms_min']:.1f}); full encode {g['full_encode_ms_median']:.1f} ms: "
+                          f"{g['speedup_vs_full_median']:.1f}x; vs G=1 {g['speedup_vs_group1_median']:.2f}x; "
+                          f"max |diff| to G=1 {g['max_abs_diff_vs_first_group']:.3g}; load {g['load']}")
+        else:
+            print(f"(no {exe}: the group benchmark is skipped)")
+    results["load_end"] = open("/proc/loadavg").read().split()[:3]
+    print(f"load average at the end: {' '.join(results['load_end'])}")
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -13,6 +13,7 @@ install(TARGETS fovea ${_fovea_stage_targets} EXPORT foveaTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS fovea_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+install(TARGETS fovea_main RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/fovea COMPONENT runtime)
 install(EXPORT foveaTargets NAMESPACE fovea:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/fovea COMPONENT dev)
 
 # The package's optional components are the parts this build has.

@@ -18,6 +18,7 @@
 #include "fovea/safetensors.hpp"
 #include "fovea/video.hpp"
 #include "test_util.hpp"
+#include "video/change.hpp"
 
 namespace fovea {
 namespace {
@@ -146,6 +147,22 @@ TEST_F(VideoTest, ChangeTestToleratesNoiseAndSeesSmallObjects) {
   EXPECT_EQ(std::count(d.begin(), d.end(), 1), 8);
 }
 
+TEST_F(VideoTest, ChangeRowKernelMatchesReference) {
+  std::vector<uint8_t> a(301), b(301);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = uint8_t(i * 37 + 11), b[i] = uint8_t(i * 91 + (i % 7) * 40);
+  a[5] = 0, b[5] = 255, a[6] = 255, b[6] = 0;  // the extremes both ways
+  for (const int n : {0, 1, 15, 16, 17, 63, 64, 65, 301}) {
+    std::vector<uint16_t> fast(size_t(n) + 1, 7), ref(size_t(n) + 1, 7);
+    for (int rep = 0; rep < 12; ++rep) {  // 12 rows: a band of 4 rows × 3 channels
+      video_detail::absdiff_accumulate_row(a.data(), b.data(), fast.data(), n);
+      video_detail::absdiff_accumulate_row_ref(a.data(), b.data(), ref.data(), n);
+    }
+    EXPECT_EQ(fast, ref) << "n " << n;
+    if (n > 6) EXPECT_EQ(ref[5], 7 + 12 * 255);
+    EXPECT_EQ(fast[size_t(n)], 7);  // nothing past n
+  }
+}
+
 // ---- session --------------------------------------------------------------------------------
 
 VideoParams small_params(int budget) {
@@ -270,6 +287,208 @@ TEST_F(VideoTest, IncrementalEncoderFullAndExactModesMatchEncode) {
   // Bad prev_row.
   prev[1] = prev[0];
   EXPECT_THROW(enc.encode(b.patches, b.positions, prev, clean, ip, exec), Error);
+}
+
+// Ten frames of a small clip through a model-less session (the encoder's inputs, as the video
+// path makes them): a square moves every frame, and the fixation jumps at frame 5, so frame 5
+// changes the layout (its previous rows are not the identity).
+struct EncoderInputs {
+  std::vector<Tensor> patches, positions;
+  std::vector<std::vector<int64_t>> prev_row;
+  std::vector<std::vector<uint8_t>> dirty;
+};
+EncoderInputs moving_square_inputs(Executor& exec, int patch_px = 16) {
+  VideoParams vp = small_params(30);
+  vp.tokenize.patch_px = patch_px;
+  vp.reuse = Reuse::exact;
+  vp.layout_hysteresis = 0.5f;
+  VideoSession session(vp, nullptr, exec);
+  EncoderInputs in;
+  bool layout_changed_at_5 = false;
+  for (int f = 0; f < 10; ++f) {
+    ImageU8 img = test::gradient_image(192, 128, 3);
+    for (int c = 0; c < 3; ++c)
+      for (int y = 70; y < 90; ++y)
+        for (int x = 10 + 6 * f; x < 30 + 6 * f; ++x) img.at(c, y, x) = uint8_t(c == 0 ? 250 : 20);
+    Query q;
+    q.fixations.push_back(f < 5 ? Fixation{40, 40, 1} : Fixation{150, 30, 1});
+    FrameResult r = session.process(std::move(img), q, f, f / 25.0);
+    if (f == 5) layout_changed_at_5 = r.layout_changed;
+    in.patches.push_back(std::move(r.batch.patches));
+    in.positions.push_back(std::move(r.batch.positions));
+    in.prev_row.push_back(f == 0 ? std::vector<int64_t>{} : r.previous_row);
+    in.dirty.push_back(r.recomputed);  // without a model: the resampled tokens
+  }
+  EXPECT_TRUE(layout_changed_at_5);
+  return in;
+}
+
+// Frame groups are exact: G frames in one encode_group call give what G encode() calls give.
+// Also with a projector (the LLaVA fixture, 8-px patches): `projected` the same way.
+TEST_F(VideoTest, EncodeGroupEqualsFrameByFrameBitForBit) {
+  VitConfig c;
+  c.hidden = 64, c.heads = 4, c.mlp = 128, c.layers = 4, c.grid = 8;
+  c.pre_norm = true;
+  const VitModel random_model = VitModel::random(c, 3, "test");
+  const VitModel llava = VitModel::load(test::source_dir() + "/tests/data/encoder/hf_llava");
+  for (const bool reference : {true, false})
+  for (const VitModel* mp : {&random_model, &llava}) {
+    const VitModel& model = *mp;
+    Executor exec({.threads = 2, .kernels = reference ? Kernels::reference : Kernels::best});
+    const EncoderInputs in = moving_square_inputs(exec, model.config().patch_px);
+    const size_t F = in.patches.size();
+    IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0.02f};
+    auto frame = [&](size_t f) {
+      return IncrementalFrame{.patches = &in.patches[f], .positions = &in.positions[f], .prev_row = in.prev_row[f],
+                              .patch_dirty = in.dirty[f]};
+    };
+    IncrementalEncoder one(model);
+    std::vector<IncrementalResult> base;
+    for (size_t f = 0; f < F; ++f)
+      base.push_back(one.encode(in.patches[f], in.positions[f], in.prev_row[f], in.dirty[f], ip, exec));
+    // Something was reused and something recomputed, or the comparison proves little.
+    int64_t reused = 0, recomputed = 0;
+    for (size_t f = 1; f < F; ++f)
+      for (int64_t n : base[f].layer_tokens) reused += in.patches[f].dim(0) - n, recomputed += n;
+    EXPECT_GT(reused, 0);
+    EXPECT_GT(recomputed, 0);
+    for (const size_t G : {size_t(3), size_t(4), F}) {
+      IncrementalEncoder grouped(model);
+      std::vector<IncrementalResult> got;
+      for (size_t a = 0; a < F; a += G) {
+        std::vector<IncrementalFrame> group;
+        for (size_t f = a; f < std::min(F, a + G); ++f) group.push_back(frame(f));
+        for (IncrementalResult& r : grouped.encode_group(group, ip, exec)) got.push_back(std::move(r));
+      }
+      ASSERT_EQ(got.size(), F);
+      for (size_t f = 0; f < F; ++f) {
+        SCOPED_TRACE(model.describe() + ", reference " + std::to_string(reference) + ", G " + std::to_string(G) +
+                     ", frame " + std::to_string(f));
+        ASSERT_EQ(got[f].projected.size_bytes(), base[f].projected.size_bytes());
+        EXPECT_EQ(got[f].projected.rank() == 2, mp == &llava);
+        EXPECT_EQ(got[f].layer_tokens, base[f].layer_tokens);
+        EXPECT_EQ(got[f].recomputed, base[f].recomputed);
+        EXPECT_EQ(got[f].approximate, base[f].approximate);
+        ASSERT_EQ(got[f].embeddings.size_bytes(), base[f].embeddings.size_bytes());
+        // The reference kernels are row-independent: bit for bit. oneDNN may pick another GEMM
+        // kernel for another row count (it does not on AVX-512, where this is bit for bit too).
+        if (reference) {
+          EXPECT_EQ(0, std::memcmp(got[f].embeddings.bytes(), base[f].embeddings.bytes(), base[f].embeddings.size_bytes()));
+          EXPECT_EQ(0, std::memcmp(got[f].projected.bytes(), base[f].projected.bytes(), base[f].projected.size_bytes()));
+        } else {
+          EXPECT_LT(max_abs_diff(got[f].embeddings, base[f].embeddings), 1e-5);
+          EXPECT_LT(max_abs_diff(got[f].projected, base[f].projected), 1e-5);
+        }
+      }
+    }
+  }
+}
+
+// The projector per frame: a full pass gives fovea::encode's `projected`; later frames project
+// exactly the tokens whose last hidden state changed, and keep the others' rows bit for bit.
+TEST_F(VideoTest, IncrementalEncoderProjectsOnlyChangedTokens) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load(test::source_dir() + "/tests/data/encoder/hf_llava");
+  const EncoderInputs in = moving_square_inputs(exec, model.config().patch_px);
+  IncrementalEncoder enc(model);
+  IncrementalParams ip{.image_width = 192, .image_height = 128};
+  IncrementalResult prev = enc.encode(in.patches[0], in.positions[0], {}, {}, ip, exec);
+  const EncodeParams ep{.image_width = 192, .image_height = 128};
+  const Encoding full = encode(model, in.patches[0], in.positions[0], ep, exec);
+  ASSERT_EQ(prev.projected.rank(), 2);
+  EXPECT_EQ(prev.projected.dim(1), model.config().projector_dim);
+  EXPECT_LT(max_abs_diff(prev.projected, full.projected), 1e-4);
+  int64_t kept = 0, changed = 0;
+  for (size_t f = 1; f < 5; ++f) {  // frames 1-4 keep the layout
+    IncrementalResult r = enc.encode(in.patches[f], in.positions[f], in.prev_row[f], in.dirty[f], ip, exec);
+    const int64_t D = r.embeddings.dim(1), E = r.projected.dim(1);
+    for (int64_t i = 0; i < r.embeddings.dim(0); ++i) {
+      const int64_t p = in.prev_row[f][size_t(i)];
+      ASSERT_GE(p, 0);
+      const bool same = !std::memcmp(r.embeddings.data<float>() + i * D, prev.embeddings.data<float>() + p * D, size_t(D) * 4);
+      const bool same_proj =
+          !std::memcmp(r.projected.data<float>() + i * E, prev.projected.data<float>() + p * E, size_t(E) * 4);
+      if (same) EXPECT_TRUE(same_proj) << "frame " << f << " token " << i;
+      else EXPECT_FALSE(same_proj) << "frame " << f << " token " << i;
+      (same ? kept : changed) += 1;
+    }
+    prev = std::move(r);
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(changed, 0);
+}
+
+TEST_F(VideoTest, EncodeGroupChecksEveryFrameFirst) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  const EncoderInputs in = moving_square_inputs(exec);
+  IncrementalEncoder enc(model);
+  IncrementalParams ip{.image_width = 192, .image_height = 128};
+  enc.encode(in.patches[0], in.positions[0], {}, {}, ip, exec);
+  // Frame 1 of the group refers to a row its previous frame (the group's frame 0) does not have.
+  std::vector<int64_t> bad = in.prev_row[2];
+  bad[0] = in.patches[1].dim(0) + 5;
+  const IncrementalFrame g[2] = {{&in.patches[1], &in.positions[1], in.prev_row[1], in.dirty[1]},
+                                 {&in.patches[2], &in.positions[2], bad, in.dirty[2]}};
+  try {
+    enc.encode_group(g, ip, exec);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("frame 1"), std::string::npos) << e.what();
+  }
+  // Nothing changed: frame 1 still follows frame 0.
+  const IncrementalResult r = enc.encode(in.patches[1], in.positions[1], in.prev_row[1], in.dirty[1], ip, exec);
+  EXPECT_TRUE(r.approximate);
+  EXPECT_TRUE(enc.encode_group({}, ip, exec).empty());
+}
+
+// The session in groups: results in order, a refresh alone, embeddings as frame by frame.
+TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  VideoParams vp = small_params(30);
+  vp.keyframe_interval = 6;
+  auto image = [](int f) {
+    ImageU8 img = test::gradient_image(160, 96, 3);
+    for (int c = 0; c < 3; ++c)
+      for (int y = 60; y < 80; ++y)
+        for (int x = 8 + 5 * f; x < 24 + 5 * f; ++x) img.at(c, y, x) = 255;
+    return img;
+  };
+  Query q;
+  q.fixations.push_back({130, 20});
+  VideoSession single(vp, &model, exec);
+  std::vector<FrameResult> base;
+  for (int f = 0; f < 11; ++f) base.push_back(single.process(image(f), q, f, f / 25.0));
+  vp.group_frames = 4;
+  VideoSession grouped(vp, &model, exec);
+  std::vector<FrameResult> got;
+  std::vector<size_t> out_after;  // results out after each push
+  for (int f = 0; f < 11; ++f) {
+    for (FrameResult& r : grouped.push(image(f), q, f, f / 25.0)) got.push_back(std::move(r));
+    out_after.push_back(got.size());
+  }
+  EXPECT_EQ(grouped.pending_frames(), 11 - int64_t(got.size()));
+  for (FrameResult& r : grouped.flush()) got.push_back(std::move(r));
+  EXPECT_EQ(grouped.pending_frames(), 0);
+  // Frame 0 (first) and 6 (keyframe) are refreshes, each a group of one; 1–4 and 7–10 are groups
+  // of 4; frame 5, pending when the keyframe came, went through alone.
+  EXPECT_EQ(out_after, (std::vector<size_t>{1, 1, 1, 1, 5, 5, 7, 7, 7, 7, 11}));
+  ASSERT_EQ(got.size(), base.size());
+  for (size_t f = 0; f < got.size(); ++f) {
+    SCOPED_TRACE("frame " + std::to_string(f));
+    EXPECT_EQ(got[f].index, int64_t(f));
+    EXPECT_EQ(got[f].refresh, base[f].refresh);
+    EXPECT_EQ(got[f].group_frames, f == 0 || f == 5 || f == 6 ? 1 : 4);
+    EXPECT_EQ(got[f].recomputed, base[f].recomputed);
+    ASSERT_NE(got[f].allocation, nullptr);
+    EXPECT_EQ(got[f].allocation->layout.tokens.size(), size_t(got[f].batch.size()));
+    EXPECT_LT(max_abs_diff(got[f].embeddings, base[f].embeddings), 1e-5);
+  }
+  // process() refuses to run with frames pending.
+  (void)grouped.push(image(11), q, 11, 0.44);
+  EXPECT_THROW(grouped.process(image(12), q, 12, 0.48), Error);
 }
 
 // ---- reader ---------------------------------------------------------------------------------
@@ -433,6 +652,25 @@ TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
   EXPECT_EQ(f.find("embeddings")->shape[1], 384);
   EXPECT_EQ(f.metadata().at("approximate"), "true");
   EXPECT_EQ(f.metadata().at("random_weights"), "true");
+  EXPECT_EQ(f.find("projected"), nullptr);  // no projector
+}
+
+TEST_F(VideoTest, CliWritesTheProjectorsOutputForLlava) {
+  const std::string dir = test::temp_dir("video_cli_llava");
+  const std::string out = dir + "/p.safetensors";
+  const auto r = test::run_cli({"video", fixture("small.mp4"), "--model",
+                                test::source_dir() + "/tests/data/encoder/hf_llava", "--budget", "30", "--fixation",
+                                "30,30", "--group", "4", "-o", out, "--json", "--threads", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  const auto* emb = f.find("embeddings");
+  const auto* proj = f.find("projected");
+  ASSERT_NE(proj, nullptr);
+  EXPECT_EQ(proj->shape[0], emb->shape[0]);
+  EXPECT_EQ(proj->shape[1], 40);  // the fixture's text hidden size
+  const nlohmann::json s = nlohmann::json::parse(r.out);
+  EXPECT_EQ(s["group_frames"], 4);
+  EXPECT_EQ(s["per_frame"][1]["group_frames"], 4);
 }
 
 TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {
@@ -451,6 +689,9 @@ TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {
   EXPECT_EQ(r.exit_code, 2);
   r = test::run_cli({"video", fixture("small.mp4"), "--check", "-o", out});
   EXPECT_EQ(r.exit_code, 2);
+  r = test::run_cli({"video", fixture("small.mp4"), "--model", "random:vit-tiny", "--group", "0", "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "fovea: error: --group must be 1..1024 frames\n");
   EXPECT_FALSE(fs::exists(out));
 }
 

@@ -141,9 +141,21 @@ struct VitConfig {
   int native_px() const { return grid * patch_px; }
 };
 
-// A loaded model: weights in float32 (converted from F16/BF16 at load), shared and immutable;
-// bf16 copies are made on first bf16 use. Cheap to copy (shared handle). Thread-compatible:
-// encode() calls on one model are serialised internally.
+struct ModelLoadOptions {
+  // true: F32 and BF16 weight matrices are used where they lie in the checkpoint, which stays
+  // mapped read-only while the model lives (no copy: a one-shot encode touches each weight once,
+  // so copying it would cost more than using it). The file must then not be truncated or
+  // rewritten in place meanwhile (replacing it with a rename is fine): reading a truncated
+  // mapping is a SIGBUS, as with llama.cpp's mmap. false: every weight is copied into the
+  // model's own memory and the file is closed after loading.
+  bool map_weights = true;
+};
+
+// A loaded model, shared and immutable. Weight matrices stay in the file's type (F32, BF16;
+// F16 and Q8_0 are decoded to float32 at load), mapped or owned (ModelLoadOptions); the rest
+// (norms, biases, embeddings) is float32. GEMM-ready copies (bf16, oneDNN's blocked layouts) are
+// made by encode() only when they pay: from a weight's second use on. Cheap to copy (shared
+// handle). Thread-compatible: encode() calls on one model are serialised internally.
 class VitModel {
  public:
   // `spec` is a path to a .safetensors or .gguf file (recognised by content, not by name), an HF
@@ -153,7 +165,7 @@ class VitModel {
   // unreadable file, Error(corrupt_data) for a malformed one, Error(unsupported) for an unknown
   // naming, projector or tensor type, and Error(corrupt_data) naming every missing or
   // mis-shaped tensor.
-  static VitModel load(const std::string& spec);
+  static VitModel load(const std::string& spec, const ModelLoadOptions& options = {});
   // Seeded random weights (normal-ish, std 0.02; LayerNorms identity) for `config`.
   static VitModel random(const VitConfig& config, uint64_t seed, const std::string& name);
 

@@ -13,6 +13,10 @@
 //   for (int64_t i = 0; i < t.batch.size(); ++i) prev_row[i] = i;
 //   fovea::IncrementalResult r1 = enc.encode(t.batch.patches, t.batch.positions, prev_row, patch_dirty, p, exec);
 //   const fovea::Tensor& embeddings = r1.embeddings;   // [N, D]
+//   // Several frames in one pass (the same results as encode() on each in turn):
+//   const fovea::IncrementalFrame group[2] = {{&t.batch.patches, &t.batch.positions, prev_row, patch_dirty},
+//                                             {&t.batch.patches, &t.batch.positions, prev_row, patch_dirty}};
+//   std::vector<fovea::IncrementalResult> rs = enc.encode_group(group, p, exec);
 //
 // Two levels of reuse:
 //   * patch embeddings (always): a token with prev_row ≥ 0 and patch_dirty 0 keeps its patch
@@ -29,6 +33,16 @@
 //     and by full refreshes (reset()). Results say `approximate`.
 // With reuse_layers false, or on the first call after reset(), every layer runs on every token,
 // and the result equals fovea::encode (up to the order of float operations in the GEMMs).
+//
+// Frame groups (encode_group): G consecutive frames in one call give the results G encode()
+// calls would give, but layer-major: per layer, the recomputed rows of every frame go through
+// one LayerNorm + QKV GEMM, one output projection and one MLP, so the weights are read once per
+// group instead of once per frame and the GEMMs get G times the rows. This is exact, not a
+// further approximation: frame f at layer l depends only on its own layer-(l−1) output and on
+// the layer-l caches as frame f−1 left them; the attention still runs per frame, in order,
+// against that frame's keys and values. With the reference kernels (Executor reference()) the
+// results are bit for bit those of frame-by-frame calls; oneDNN may pick another kernel for
+// another row count, which changes the rounding of a GEMM (not what is computed).
 #pragma once
 
 #include <cstdint>
@@ -49,14 +63,26 @@ struct IncrementalParams {
   float token_threshold = 0.1f;           // relative L2 change of a layer input that recomputes the token
 };
 
+// One frame of a group: the arguments of encode() for that frame. prev_row refers to the rows of
+// the group's previous frame (the previous call's last frame for the first one).
+struct IncrementalFrame {
+  const Tensor* patches = nullptr;    // [N, C, P, P] (required)
+  const Tensor* positions = nullptr;  // [N, 4] (required)
+  std::span<const int64_t> prev_row;  // N entries, or empty (everything new)
+  std::span<const uint8_t> patch_dirty;
+};
+
 struct IncrementalResult {
   Tensor embeddings;                     // [N, D] f32, last hidden state, in input order
+  // [N, E] f32 when the model has a projector (LLaVA's MLP, Encoding::projected): per token,
+  // so a token whose last hidden state did not change keeps its projection (exact reuse).
+  Tensor projected;
   std::vector<uint8_t> recomputed;       // [N] 1: patch embedding or any layer recomputed for the token
   int64_t patch_embeddings_computed = 0;
   std::vector<int64_t> layer_tokens;     // per layer: patch tokens recomputed
   double flops_fraction = 1;             // rough share of a full encode's GEMM work done
   bool approximate = false;              // some layer reused cached states
-  double encode_ms = 0;
+  double encode_ms = 0;                  // for a group: the group's time divided by its frames
 };
 
 class IncrementalEncoder {
@@ -74,6 +100,12 @@ class IncrementalEncoder {
   // used twice. A change of image size or precision resets.
   IncrementalResult encode(const Tensor& patches, const Tensor& positions, std::span<const int64_t> prev_row,
                            std::span<const uint8_t> patch_dirty, const IncrementalParams& params, Executor& exec);
+  // Frames in order, as if encode() were called on each in turn (see "Frame groups" above).
+  // Everything is checked before any state changes. A frame whose layout changed (prev_row not
+  // the identity), or any frame with reuse_layers false, starts a new layer-major run inside the
+  // group; a caller that wants a fresh start calls reset() before the group.
+  std::vector<IncrementalResult> encode_group(std::span<const IncrementalFrame> frames, const IncrementalParams& params,
+                                              Executor& exec);
 
  private:
   struct State;

@@ -12,6 +12,11 @@
 //     // r.embeddings [N, D], r.batch.positions [N, 4], r.recomputed [N]
 //     frame.image = std::move(r.recycled);   // hand the buffer back: no allocation per frame
 //   }
+//   // Or in groups of 8 frames (vp.group_frames = 8): the encoder reads its weights once per
+//   // group; results come out a group at a time, in order (flush() at the end).
+//   //   for (fovea::FrameResult& r : session.push(std::move(frame.image), q, frame.index, frame.pts_s,
+//   //                                             &frame.image)) { ... }
+//   //   for (fovea::FrameResult& r : session.flush()) { ... }
 //
 // VideoReader decodes through libavformat / libavcodec and converts with libswscale straight
 // into the planes of an ImageU8 (AV_PIX_FMT_GBRP, no extra copy). It streams: it holds the
@@ -127,6 +132,10 @@ struct VideoParams {
   int keyframe_interval = 0;        // K > 0: every K-th processed frame is a full refresh
   float layout_hysteresis = 0.1f;   // relative L1 change of relevance that re-allocates; 0: always
   IncrementalParams encoder;        // precision, token threshold (image size is filled in)
+  // Incremental ViT only: frames whose encoder work runs as one group (IncrementalEncoder::
+  // encode_group: weights read once per group, the same results). Results come out when a group
+  // is full (or at flush()), so latency grows by up to group_frames − 1 frames. 1..1024.
+  int group_frames = 1;
 };
 
 struct FrameTimings {
@@ -139,6 +148,7 @@ struct FrameResult {
   double pts_s = 0;
   TokenBatch batch;               // this frame's tokens (patches, positions, levels)
   Tensor embeddings;              // [N, D]; empty without a model
+  Tensor projected;               // [N, E] when the model has a projector (the LLM's input), else empty
   std::vector<uint8_t> recomputed;  // [N] 1: the token's patch embedding or ViT state was recomputed
   std::vector<int64_t> previous_row;  // [N] the token's row in the previous frame, -1 if new
   int64_t dirty_tiles = 0;        // tiles that failed the change test (all of them on a refresh)
@@ -149,6 +159,8 @@ struct FrameResult {
   std::string refresh_reason;     // "first", "keyframe", "scene-cut", "size", "reuse-off"
   bool layout_changed = false;    // the allocation was made again
   bool approximate = false;       // the embeddings come from incremental ViT reuse
+  int group_frames = 1;           // frames encoded together with this one (timings.encode_ms is its share)
+  std::shared_ptr<const Allocation> allocation;  // this frame's layout
   FrameTimings timings;
   ImageU8 recycled;               // the decoded frame's buffer, handed back for the next read
 };
@@ -163,10 +175,21 @@ class VideoSession {
   VideoSession& operator=(const VideoSession&) = delete;
 
   // One frame (RGB or gray, any size; a size change is a refresh). The query may change per frame.
+  // The frame is encoded alone (a group of one), whatever group_frames says; throws
+  // Error(invalid_argument) while push() has frames pending.
   FrameResult process(ImageU8 frame, const Query& query, int64_t index = 0, double pts_s = 0);
+  // Streaming in groups: the frame goes through the front end now (change test, pyramid,
+  // relevance, layout, patches) and waits for its group's encoder pass. Returns the frames
+  // finished by this call, in order: none, or a whole group (when it is full, or when this frame
+  // is a refresh: the frames before it, then the refresh alone, a group of its own). `recycled`, if given, receives a buffer the caller
+  // can decode the next frame into. flush() encodes what is pending (call it at the end).
+  std::vector<FrameResult> push(ImageU8 frame, const Query& query, int64_t index, double pts_s,
+                                ImageU8* recycled = nullptr);
+  std::vector<FrameResult> flush();
+  int64_t pending_frames() const;
 
   const PyramidU8& pyramid() const;        // the reference frame's pyramid
-  const Allocation& allocation() const;    // the current layout
+  const Allocation& allocation() const;    // the layout of the last frame in
   const VideoParams& params() const;
 
  private:
@@ -200,9 +223,13 @@ class VideoTokenWriter {
   VideoTokenWriter(const VideoTokenWriter&) = delete;
   VideoTokenWriter& operator=(const VideoTokenWriter&) = delete;
 
-  // rows [n, row_shape...] of the writer's dtype, positions [n, 4] f32, levels [n] i32, recomputed n entries.
+  // Another per-token tensor, `name` [T, row_shape...] (e.g. "projected"), streamed through its
+  // own spill file; before the first add_frame. Throws Error(invalid_argument) after it.
+  void add_rows_tensor(const std::string& name, DType dtype, std::vector<int64_t> row_shape);
+  // rows [n, row_shape...] of the writer's dtype, positions [n, 4] f32, levels [n] i32, recomputed n entries;
+  // `extra`: one tensor [n, ...] per add_rows_tensor, in order.
   void add_frame(const Tensor& rows, const Tensor& positions, const Tensor& levels,
-                 const std::vector<uint8_t>& recomputed, double pts_s);
+                 const std::vector<uint8_t>& recomputed, double pts_s, const std::vector<const Tensor*>& extra = {});
   void finish(const std::map<std::string, std::string>& metadata);
   int64_t frames() const;
   int64_t tokens() const;

@@ -41,17 +41,48 @@ class OmpThreadsScope {
 };
 }
 
+// A weight matrix [rows, cols], row-major (PyTorch's [out, in]), stored as f32 or bf16: where it
+// lies in the checkpoint's mapping (the model keeps the file mapped), or in `owned` when the
+// file's type or layout needs a conversion (F16, Q8_0, stacked q|k|v). The GEMMs read it as a
+// constant operand and convert / reorder it themselves, once (gemm.cpp), so no f32, bf16 and
+// reordered copies of a checkpoint exist side by side. Move-only, like Tensor.
+struct WeightMatrix {
+  const void* data = nullptr;
+  DType dtype = DType::f32;  // f32 or bf16
+  int64_t rows = 0, cols = 0;
+  Tensor owned;              // the storage when not mapped; empty when `data` points into a file
+
+  WeightMatrix() = default;
+  // Takes a rank-2 f32 or bf16 tensor.
+  explicit WeightMatrix(Tensor t);
+  // Points at rows·cols values of type dt that outlive the matrix (a mapped checkpoint).
+  static WeightMatrix view(const void* p, DType dt, int64_t rows, int64_t cols);
+  WeightMatrix(WeightMatrix&&) noexcept = default;
+  WeightMatrix& operator=(WeightMatrix&&) noexcept = default;
+
+  int64_t dim(size_t i) const { return i == 0 ? rows : cols; }
+  bool mapped() const { return data && owned.empty(); }
+  size_t size_bytes() const { return size_t(rows * cols) * dtype_size(dtype); }
+  // Element (r, c) as float (reference code, small matrices).
+  float at(int64_t r, int64_t c) const;
+};
+namespace encoder_detail {
+inline bool present(const WeightMatrix& w) { return w.data && w.rows > 0 && w.cols > 0; }
+}  // namespace encoder_detail
+
 // One transformer block. Linear weights are [out, in] row-major (PyTorch's layout); q, k and v
 // are stacked into one [3D, D] matrix (torchvision and SigLIP's head already store them so).
 struct VitLayer {
-  Tensor ln1_w, ln1_b;    // [D]
-  Tensor qkv_w, qkv_b;    // [3D, D], [3D]
-  Tensor out_w, out_b;    // [D, D], [D]
-  Tensor ln2_w, ln2_b;    // [D]
-  Tensor fc1_w, fc1_b;    // [M, D], [M]
-  Tensor fc2_w, fc2_b;    // [D, M], [D]
-  // bf16 copies of the four matrices, made on first bf16 use.
-  Tensor qkv_w16, out_w16, fc1_w16, fc2_w16;
+  Tensor ln1_w, ln1_b;          // [D]
+  WeightMatrix qkv_w;           // [3D, D]
+  Tensor qkv_b;                 // [3D]
+  WeightMatrix out_w;           // [D, D]
+  Tensor out_b;                 // [D]
+  Tensor ln2_w, ln2_b;          // [D]
+  WeightMatrix fc1_w;           // [M, D]
+  Tensor fc1_b;                 // [M]
+  WeightMatrix fc2_w;           // [D, M]
+  Tensor fc2_b;                 // [D]
 };
 
 struct VitModel::Impl {
@@ -79,8 +110,10 @@ struct VitModel::Impl {
   Tensor mm0_w, mm0_b, mm2_w, mm2_b;
   std::vector<VitLayer> layers;
 
-  std::mutex mutex;  // encode() is serialised per model (bf16 weights, GEMM caches)
-  bool have_bf16 = false;
+  // What the mapped WeightMatrix views point into (the checkpoint's files, mapped read-only);
+  // null for random models and when every matrix is owned.
+  std::shared_ptr<const void> mapping;
+  std::mutex mutex;  // encode() is serialised per model (GEMM caches, packed weights)
   std::unique_ptr<encoder_detail::Gemm> gemm;  // oneDNN engine and primitive cache, created on first use
 };
 
@@ -91,8 +124,10 @@ enum class Post : uint8_t { none, quick_gelu, gelu_tanh, gelu_erf };
 Post post_for(Activation a);
 
 // C[M, N] (+)= post(A[M, K] · W[N, K]ᵀ + bias[N]). A, W and C have row strides lda, ldw, ldc
-// (in elements). A and W are f32 or both bf16; C f32 or bf16. `accumulate` adds into C
-// (then post must be none). bias may be null. Primitives are cached per shape.
+// (in elements). A is f32 or bf16 and the product is computed in A's type (f32 accumulation);
+// W is stored as w_dt, which must be A's type unless W is constant (a model weight, converted
+// once: f32 weights for a bf16 GEMM). C f32 or bf16. `accumulate` adds into C (then post must
+// be none). bias may be null. Primitives are cached per shape.
 struct GemmArgs {
   const void* a; int64_t lda; DType a_dt;
   const void* w; int64_t ldw; DType w_dt;
@@ -105,10 +140,19 @@ struct GemmArgs {
   float alpha = 1.0f;
   // W given as [K, N] (row stride ldw) instead of [N, K]: C = A·W (attention P·V).
   bool w_is_kn = false;
-  // W is a model weight that never changes: it is reordered once into the layout oneDNN's
-  // kernel prefers and the packed copy is reused (keyed by the pointer w).
+  // W is a model weight that never changes (keyed by the pointer w). Its first use reads an
+  // f32 W where it lies (a mapped checkpoint: no copy); a bf16 W, or one whose type must change
+  // (f32 → bf16), is reordered into a buffer every layer reuses. From its second use on, it is
+  // reordered once (converting its type in the same pass) into the layout oneDNN's kernel
+  // prefers, and that packed copy is reused. Every use gives the same bits.
   bool constant_w = false;
 };
+
+// The GEMM of a linear layer over m rows of A (type adt, contiguous [m, w.cols]) into C
+// (contiguous [m, w.rows], type cdt): C = A·Wᵀ + b.
+GemmArgs linear_args(const void* a, DType adt, int64_t m, const WeightMatrix& w, const Tensor* b, void* c, DType cdt);
+// The same for a weight held in an f32 Tensor [n, k] (patch embedding, projector).
+GemmArgs linear_args(const void* a, DType adt, int64_t m, const Tensor& w, const Tensor* b, void* c, DType cdt);
 
 class Gemm {
  public:
@@ -123,6 +167,12 @@ class Gemm {
   // Cached primitives per OpenMP team size they were made for (tests: the thread count is the
   // call's, so a call with another count gets its own primitives).
   std::map<int, int> primitives_per_team_size() const;
+  // Bytes of packed (reordered / converted) constant weights held, and how many weights.
+  struct PackedStats {
+    size_t bytes = 0;
+    int weights = 0;
+  };
+  PackedStats packed_stats() const;
 
  private:
   void run_unchecked(const GemmArgs& args);

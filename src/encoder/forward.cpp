@@ -58,21 +58,6 @@ struct Ops {
   }
 };
 
-// C = A·Wᵀ (+ b), A [m, k] f32/bf16 contiguous, W a weight tensor [n, k].
-GemmArgs lin(const void* a, DType adt, int64_t m, const Tensor& w, const Tensor* w16, const Tensor* b, void* c,
-             DType cdt) {
-  const bool use16 = adt == DType::bf16;
-  GemmArgs g{};
-  g.a = a, g.lda = w.dim(1), g.a_dt = adt;
-  g.w = use16 ? static_cast<const void*>(w16->bytes()) : static_cast<const void*>(w.bytes());
-  g.ldw = w.dim(1), g.w_dt = use16 ? DType::bf16 : DType::f32;
-  g.bias = b && present(*b) ? b->data<float>() : nullptr;
-  g.c = c, g.ldc = w.dim(0), g.c_dt = cdt;
-  g.m = m, g.n = w.dim(0), g.k = w.dim(1);
-  g.constant_w = true;
-  return g;
-}
-
 // PyTorch's cubic convolution weights (A = −0.75) for fractional offset t in [0, 1).
 void cubic_weights(float t, float w[4]) {
   constexpr float A = -0.75f;
@@ -190,22 +175,6 @@ std::vector<float> matvec(const Tensor& w, const Tensor* b, const float* x) {
   return y;
 }
 
-void ensure_bf16(VitModel::Impl& m) {
-  if (m.have_bf16) return;
-  auto conv = [](const Tensor& w) {
-    Tensor t(DType::bf16, w.shape());
-    to_bf16_row(w.data<float>(), t.data<uint16_t>(), w.numel());
-    return t;
-  };
-  for (VitLayer& l : m.layers) {
-    l.qkv_w16 = conv(l.qkv_w);
-    l.out_w16 = conv(l.out_w);
-    l.fc1_w16 = conv(l.fc1_w);
-    l.fc2_w16 = conv(l.fc2_w);
-  }
-  m.have_bf16 = true;
-}
-
 // SigLIP's MultiheadAttentionPoolingHead over the (post-normed) hidden states x [T, D].
 std::vector<float> siglip_pool(const Ops& ops, const VitModel::Impl& m, const float* x, int64_t T) {
   const VitConfig& c = m.config;
@@ -295,7 +264,6 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   if (m.gemm) m.gemm->reserve_threads(ops.threads);
   ops.gemm = m.gemm.get();
   const bool bf16 = params.precision == Precision::bf16;
-  if (bf16) ensure_bf16(m);
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
 
@@ -317,7 +285,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
       for (int64_t i = 0; i < N * K; ++i) t[i] = f16_to_f32(h[i]);
       src = t;
     }
-    ops.linear(lin(src, DType::f32, N, m.patch_w, nullptr, &m.patch_b, x + cls * D, DType::f32));
+    ops.linear(linear_args(src, DType::f32, N, m.patch_w, &m.patch_b, x + cls * D, DType::f32));
   }
   if (cls) {
     const float* ce = m.class_emb.data<float>();
@@ -339,16 +307,16 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * Mh) * es);
   for (const VitLayer& l : m.layers) {
     ops.layer_norm(x, T, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
-    ops.linear(lin(H.get(), dt, T, l.qkv_w, &l.qkv_w16, &l.qkv_b, QKV.get(), dt));
+    ops.linear(linear_args(H.get(), dt, T, l.qkv_w, &l.qkv_b, QKV.get(), dt));
     attention(ops, QKV.get(), dt, T, D, c.heads, A.get());
-    GemmArgs o = lin(A.get(), dt, T, l.out_w, &l.out_w16, &l.out_b, x, DType::f32);
+    GemmArgs o = linear_args(A.get(), dt, T, l.out_w, &l.out_b, x, DType::f32);
     o.accumulate = true;
     ops.linear(o);
     ops.layer_norm(x, T, D, l.ln2_w, l.ln2_b, c.ln_eps, H.get(), dt);
-    GemmArgs f1 = lin(H.get(), dt, T, l.fc1_w, &l.fc1_w16, &l.fc1_b, Hm.get(), dt);
+    GemmArgs f1 = linear_args(H.get(), dt, T, l.fc1_w, &l.fc1_b, Hm.get(), dt);
     f1.post = post_for(c.act);
     ops.linear(f1);
-    GemmArgs f2 = lin(Hm.get(), dt, T, l.fc2_w, &l.fc2_w16, &l.fc2_b, x, DType::f32);
+    GemmArgs f2 = linear_args(Hm.get(), dt, T, l.fc2_w, &l.fc2_b, x, DType::f32);
     f2.accumulate = true;
     ops.linear(f2);
   }

@@ -60,6 +60,25 @@ Tensor random_tensor(std::vector<int64_t> shape, Rng& rng, float std, float mean
 
 }  // namespace
 
+WeightMatrix::WeightMatrix(Tensor t) {
+  if (t.rank() != 2 || (t.dtype() != DType::f32 && t.dtype() != DType::bf16))
+    throw Error(Errc::internal, "WeightMatrix: a rank-2 f32 or bf16 tensor is required");
+  rows = t.dim(0), cols = t.dim(1), dtype = t.dtype();
+  owned = std::move(t);
+  data = owned.bytes();
+}
+
+WeightMatrix WeightMatrix::view(const void* p, DType dt, int64_t rows, int64_t cols) {
+  WeightMatrix m;
+  m.data = p, m.dtype = dt, m.rows = rows, m.cols = cols;
+  return m;
+}
+
+float WeightMatrix::at(int64_t r, int64_t c) const {
+  const int64_t i = r * cols + c;
+  return dtype == DType::f32 ? static_cast<const float*>(data)[i] : bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+}
+
 VitModel VitModel::random(const VitConfig& config, uint64_t seed, const std::string& name) {
   const VitConfig& c = config;
   if (c.hidden < 1 || c.heads < 1 || c.hidden % c.heads || c.layers < 1 || c.mlp < 1 || c.grid < 1 || c.patch_px < 2)
@@ -87,15 +106,15 @@ VitModel VitModel::random(const VitConfig& config, uint64_t seed, const std::str
     VitLayer ly;
     ly.ln1_w = random_tensor({D}, rng, 0.02f, 1.0f);
     ly.ln1_b = random_tensor({D}, rng, 0.02f);
-    ly.qkv_w = random_tensor({3 * D, D}, rng, 0.02f);
+    ly.qkv_w = WeightMatrix(random_tensor({3 * D, D}, rng, 0.02f));
     ly.qkv_b = random_tensor({3 * D}, rng, 0.02f);
-    ly.out_w = random_tensor({D, D}, rng, 0.02f);
+    ly.out_w = WeightMatrix(random_tensor({D, D}, rng, 0.02f));
     ly.out_b = random_tensor({D}, rng, 0.02f);
     ly.ln2_w = random_tensor({D}, rng, 0.02f, 1.0f);
     ly.ln2_b = random_tensor({D}, rng, 0.02f);
-    ly.fc1_w = random_tensor({M, D}, rng, 0.02f);
+    ly.fc1_w = WeightMatrix(random_tensor({M, D}, rng, 0.02f));
     ly.fc1_b = random_tensor({M}, rng, 0.02f);
-    ly.fc2_w = random_tensor({D, M}, rng, 0.02f);
+    ly.fc2_w = WeightMatrix(random_tensor({D, M}, rng, 0.02f));
     ly.fc2_b = random_tensor({D}, rng, 0.02f);
     m->layers.push_back(std::move(ly));
   }
@@ -109,7 +128,7 @@ VitModel VitModel::random(const VitConfig& config, uint64_t seed, const std::str
   return out;
 }
 
-VitModel VitModel::load(const std::string& spec) {
+VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options) {
   if (spec.rfind("random:", 0) == 0) {
     std::string rest = spec.substr(7);
     uint64_t seed = 0;
@@ -136,9 +155,16 @@ VitModel VitModel::load(const std::string& spec) {
   }
   // The format by content: GGUF starts with its magic; everything else is tried as safetensors.
   using namespace encoder_detail;
-  std::optional<GgufFile> gguf;
-  std::optional<SafetensorsFile> st;
-  std::unique_ptr<WeightSource> weights;
+  // The open files, kept by the model when its weight matrices are views into their mappings.
+  struct Files {
+    std::optional<GgufFile> gguf;
+    std::optional<SafetensorsFile> st;
+    std::unique_ptr<WeightSource> weights;
+  };
+  auto files = std::make_shared<Files>();
+  std::optional<GgufFile>& gguf = files->gguf;
+  std::optional<SafetensorsFile>& st = files->st;
+  std::unique_ptr<WeightSource>& weights = files->weights;
   // A directory means its model.safetensors.index.json (sharded) or model.safetensors.
   std::string file = spec;
   {
@@ -166,6 +192,7 @@ VitModel VitModel::load(const std::string& spec) {
     ck.config = vision_part(ck.full_config);
     ck.preprocessor = read_json_beside(file, "preprocessor_config.json");
   }
+  weights->map_weights = options.map_weights;
   ck.weights = weights.get();
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
   const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_clip_loader(),
@@ -182,6 +209,10 @@ VitModel VitModel::load(const std::string& spec) {
                 "for HF CLIP/SigLIP, conv_proj.weight for torchvision, or a llama.cpp mmproj .gguf)");
   m->source = spec;
   m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
+  bool mapped = false;
+  for (const VitLayer& l : m->layers)
+    mapped = mapped || l.qkv_w.mapped() || l.out_w.mapped() || l.fc1_w.mapped() || l.fc2_w.mapped();
+  if (mapped) m->mapping = std::move(files);
   VitModel out;
   out.impl_ = std::move(m);
   return out;

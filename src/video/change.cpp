@@ -7,8 +7,8 @@
 // pixels visible, which a whole-tile mean would dilute 16 times.
 //
 // Schedule: tile rows in parallel; inside one, each band of 4 pixel rows first sums |a − b|
-// per column over channels and rows (a plain loop the compiler vectorises), then adds columns
-// up per block.
+// per column over channels and rows (a Highway row kernel, change_hwy.cpp: u16 sums, at most
+// 12 rows of 255), then adds columns up per block.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -16,6 +16,7 @@
 
 #include "fovea/error.hpp"
 #include "fovea/video.hpp"
+#include "video/change.hpp"
 
 namespace fovea {
 
@@ -26,15 +27,18 @@ std::vector<uint8_t> changed_tiles(const ImageU8& a, const ImageU8& b, const Til
   if (g.image_width != a.width() || g.image_height != a.height())
     throw Error(Errc::invalid_argument, "changed_tiles: the tile grid is for another image size");
   if (!(threshold >= 0)) throw Error(Errc::invalid_argument, "changed_tiles: the threshold must be >= 0");
+  if (a.channels() > 64) throw Error(Errc::invalid_argument, "changed_tiles: more than 64 channels");
   const int W = a.width(), H = a.height(), C = a.channels(), P = g.patch_px;
   constexpr int kBlock = 4;
   std::vector<uint8_t> dirty(size_t(g.tiles()), 0);
-  // Chunks of at least ~2 MiB read: the test is memory-bound and a pool wake-up (or a worker
-  // preempted on shared cores) costs more than a small frame's whole pass.
+  // Chunks of at least ~8 MiB read (a 1080p frame pair is one): the test is memory-bound at
+  // a few GB/s, and a pool wake-up (or a worker preempted on shared cores) costs more than a
+  // small frame's whole pass.
   const int64_t row_bytes = int64_t(P) * W * C * 2;
-  const int64_t grain = std::max<int64_t>(1, ((int64_t(2) << 20) + row_bytes - 1) / row_bytes);
+  const int64_t grain = std::max<int64_t>(1, ((int64_t(8) << 20) + row_bytes - 1) / row_bytes);
+  const bool ref = exec.reference();
   exec.parallel_for(g.tiles_y, grain, [&](int64_t ty0, int64_t ty1) {
-    std::vector<uint32_t> col(static_cast<size_t>(W), 0u);
+    std::vector<uint16_t> col(static_cast<size_t>(W), 0u);
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       uint8_t* drow = dirty.data() + size_t(ty) * g.tiles_x;
       const int y_end = std::min(H, int(ty + 1) * P);
@@ -43,10 +47,8 @@ std::vector<uint8_t> changed_tiles(const ImageU8& a, const ImageU8& b, const Til
         std::fill(col.begin(), col.end(), 0u);
         for (int c = 0; c < C; ++c)
           for (int y = by; y < by + rows; ++y) {
-            const uint8_t* pa = a.row(c, y);
-            const uint8_t* pb = b.row(c, y);
-            uint32_t* s = col.data();
-            for (int x = 0; x < W; ++x) s[x] += uint32_t(std::abs(int(pa[x]) - int(pb[x])));
+            if (ref) video_detail::absdiff_accumulate_row_ref(a.row(c, y), b.row(c, y), col.data(), W);
+            else video_detail::absdiff_accumulate_row(a.row(c, y), b.row(c, y), col.data(), W);
           }
         for (int tx = 0; tx < g.tiles_x; ++tx) {
           if (drow[tx]) continue;

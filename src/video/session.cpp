@@ -77,22 +77,35 @@ struct VideoSession::Impl {
   int64_t processed = 0;
   PyramidU8 pyramid;
   TileGrid grid;
-  Allocation allocation;
+  std::shared_ptr<const Allocation> allocation = std::make_shared<const Allocation>();
   bool have_layout = false;
   std::vector<float> layout_relevance;  // the scores the current layout was allocated from
   Query layout_query;
   TokenBatch batch;                      // the previous frame's tokens
   // Per level, per node of the level's token grid: the token's row in `batch`, or -1.
   std::vector<std::vector<int32_t>> rows;
+  // Frames through the front end whose encoder work waits for the rest of their group.
+  struct Pending {
+    FrameResult r;
+    std::vector<uint8_t> resample;  // [N] 1: the token's patch was sampled again
+    bool had_layout = false;        // previous_row refers to the previous frame's rows
+    int width = 0, height = 0;      // the frame's size (a later refresh may change the session's)
+  };
+  ImageU8 recycled;  // the last pushed frame's buffer, for the caller's next read
+  std::vector<Pending> pending;
+
+  int group_size() const { return encoder && params.reuse == Reuse::incremental ? params.group_frames : 1; }
+  Pending front(ImageU8 frame, const Query& query, int64_t index, double pts_s);
+  std::vector<FrameResult> encode_pending();
 
   Impl(const VideoParams& p, const VitModel* m, Executor& e) : params(p), model(m), exec(e) {}
 
   void index_rows() {
-    const int L = allocation.layout.num_levels();
+    const int L = allocation->layout.num_levels();
     rows.assign(size_t(L), {});
     for (int l = 0; l < L; ++l) rows[size_t(l)].assign(size_t(grid.tiles_at(l)), -1);
-    for (size_t i = 0; i < allocation.layout.tokens.size(); ++i) {
-      const Token& t = allocation.layout.tokens[i];
+    for (size_t i = 0; i < allocation->layout.tokens.size(); ++i) {
+      const Token& t = allocation->layout.tokens[i];
       rows[size_t(t.level)][size_t(t.y) * grid.tiles_x_at(t.level) + t.x] = int32_t(i);
     }
   }
@@ -111,6 +124,8 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
     throw Error(Errc::invalid_argument, "video: the change threshold must be a finite number >= 0");
   if (!(p.refresh_fraction > 0 && p.refresh_fraction <= 1))
     throw Error(Errc::invalid_argument, "video: the refresh fraction must be in (0, 1]");
+  if (p.group_frames < 1 || p.group_frames > 1024)
+    throw Error(Errc::invalid_argument, "video: the frame group must be 1..1024 frames");
   if (p.keyframe_interval < 0) throw Error(Errc::invalid_argument, "video: the keyframe interval must be >= 0");
   if (!(p.layout_hysteresis >= 0)) throw Error(Errc::invalid_argument, "video: the layout hysteresis must be >= 0");
   if (!(p.encoder.token_threshold >= 0) || !std::isfinite(p.encoder.token_threshold))
@@ -129,16 +144,91 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
 
 VideoSession::~VideoSession() = default;
 const PyramidU8& VideoSession::pyramid() const { return impl_->pyramid; }
-const Allocation& VideoSession::allocation() const { return impl_->allocation; }
+const Allocation& VideoSession::allocation() const { return *impl_->allocation; }
 const VideoParams& VideoSession::params() const { return impl_->params; }
 
 FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
+  if (!impl_->pending.empty())
+    throw Error(Errc::invalid_argument, "video: process() after push() with frames pending: flush() first");
+  std::vector<FrameResult> out = push(std::move(frame), query, index, pts_s);
+  ImageU8 recycled = std::move(impl_->recycled);
+  if (out.empty()) out = flush();
+  FrameResult r = std::move(out.front());
+  r.recycled = std::move(recycled);
+  return r;
+}
+
+std::vector<FrameResult> VideoSession::push(ImageU8 frame, const Query& query, int64_t index, double pts_s,
+                                            ImageU8* recycled) {
   Impl& s = *impl_;
+  Impl::Pending pf = s.front(std::move(frame), query, index, pts_s);
+  if (recycled) *recycled = std::move(s.recycled);
+  std::vector<FrameResult> out;
+  // A refresh (a full encode, which resets the encoder) is a group of its own: the frames
+  // before it are encoded first, and it goes through at once. Its 'all rows' GEMMs already
+  // read every weight for hundreds of rows; grouping it would only delay the frames after it.
+  const bool refresh = pf.r.refresh;
+  if (refresh && !s.pending.empty()) out = s.encode_pending();
+  s.pending.push_back(std::move(pf));
+  if (refresh || int(s.pending.size()) >= s.group_size()) {
+    std::vector<FrameResult> more = s.encode_pending();
+    for (FrameResult& r : more) out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<FrameResult> VideoSession::flush() { return impl_->encode_pending(); }
+int64_t VideoSession::pending_frames() const { return int64_t(impl_->pending.size()); }
+
+std::vector<FrameResult> VideoSession::Impl::encode_pending() {
+  std::vector<FrameResult> out;
+  if (pending.empty()) return out;
+  const auto t0 = Clock::now();
+  if (encoder) {
+    IncrementalParams ep = params.encoder;
+    ep.image_width = pending.front().width;
+    ep.image_height = pending.front().height;
+    ep.reuse_layers = params.reuse == Reuse::incremental;
+    if (pending.front().r.refresh) encoder->reset();
+    std::vector<IncrementalFrame> frames;
+    for (const Pending& q : pending)
+      frames.push_back({.patches = &q.r.batch.patches,
+                        .positions = &q.r.batch.positions,
+                        .prev_row = q.had_layout ? std::span<const int64_t>(q.r.previous_row) : std::span<const int64_t>(),
+                        .patch_dirty = q.resample});
+    std::vector<IncrementalResult> er = encoder->encode_group(frames, ep, exec);
+    for (size_t i = 0; i < pending.size(); ++i) {
+      FrameResult& r = pending[i].r;
+      const int64_t N = r.batch.size();
+      r.embeddings = std::move(er[i].embeddings);
+      r.projected = std::move(er[i].projected);
+      if (params.reuse == Reuse::incremental) r.recomputed = std::move(er[i].recomputed);
+      else if (params.reuse == Reuse::exact) r.recomputed = pending[i].resample;
+      else r.recomputed.assign(size_t(N), 1);
+      r.approximate = er[i].approximate;
+    }
+  } else {
+    for (Pending& q : pending) q.r.recomputed = q.resample;
+  }
+  // The group's encoder time, shared out evenly over its frames.
+  const double encode_ms = ms_since(t0) / double(pending.size());
+  for (Pending& q : pending) {
+    q.r.recomputed_tokens = std::count(q.r.recomputed.begin(), q.r.recomputed.end(), uint8_t(1));
+    q.r.timings.encode_ms = encode_ms;
+    q.r.group_frames = int(pending.size());
+    out.push_back(std::move(q.r));
+  }
+  pending.clear();
+  return out;
+}
+
+VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
+  Impl& s = *this;
   const VideoParams& p = s.params;
-  Executor& exec = s.exec;
   if (frame.empty()) throw Error(Errc::invalid_argument, "video: empty frame");
   if (frame.channels() != 3) frame = to_rgb(frame);
-  FrameResult r;
+  Pending out;
+  FrameResult& r = out.r;
   r.index = index;
   r.pts_s = pts_s;
   const int P = p.tokenize.patch_px;
@@ -171,12 +261,12 @@ FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t ind
   PyramidDirty pd;
   if (r.refresh) {
     r.dirty_tiles = r.tiles;
-    if (!size_changed && s.pyramid.num_levels() > 0) r.recycled = std::move(s.pyramid.level(0));
+    if (!size_changed && s.pyramid.num_levels() > 0) s.recycled = std::move(s.pyramid.level(0));
     s.pyramid = build_pyramid(std::move(frame), PyramidParams{.max_levels = levels}, exec);
   } else {
     copy_tiles(frame, s.pyramid.level(0), g, dirty, exec);
     pd = update_pyramid(s.pyramid, P, dirty, exec);
-    r.recycled = std::move(frame);
+    s.recycled = std::move(frame);
   }
   r.timings.pyramid_ms = ms_since(t0);
 
@@ -193,17 +283,16 @@ FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t ind
     reallocate = diff > double(p.layout_hysteresis) * total;
   }
   const bool had_layout = s.have_layout && !r.refresh;
-  std::vector<Token> old_tokens;
   if (reallocate) {
     Allocation a = allocate(rel, p.tokenize.alloc);
-    r.layout_changed = !s.have_layout || a.layout.tokens != s.allocation.layout.tokens;
-    if (had_layout) old_tokens = std::move(s.allocation.layout.tokens);
-    s.allocation = std::move(a);
+    r.layout_changed = !s.have_layout || a.layout.tokens != s.allocation->layout.tokens;
+    s.allocation = std::make_shared<const Allocation>(std::move(a));
     s.layout_relevance = rel.score;
     s.layout_query = query;
     s.have_layout = true;
   }
-  const std::vector<Token>& tokens = s.allocation.layout.tokens;
+  r.allocation = s.allocation;
+  const std::vector<Token>& tokens = s.allocation->layout.tokens;
   const int64_t N = int64_t(tokens.size());
   // Each token's previous row; the row index of the previous layout is still in s.rows.
   r.previous_row.assign(size_t(N), -1);
@@ -222,13 +311,13 @@ FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t ind
   t0 = Clock::now();
   TokenBatch nb;
   if (!had_layout) {
-    nb = extract(s.pyramid, s.allocation, p.tokenize.extract, exec);
+    nb = extract(s.pyramid, *s.allocation, p.tokenize.extract, exec);
   } else {
-    nb = allocation_batch(s.allocation, p.tokenize.extract);
+    nb = allocation_batch(*s.allocation, p.tokenize.extract);
     Allocation sub;
     sub.rate_map.grid = g;
-    sub.max_level = s.allocation.max_level;
-    sub.budget_tokens = s.allocation.budget_tokens;
+    sub.max_level = s.allocation->max_level;
+    sub.budget_tokens = s.allocation->budget_tokens;
     std::vector<int64_t> which;
     for (int64_t i = 0; i < N; ++i)
       if (resample[size_t(i)]) which.push_back(i), sub.layout.tokens.push_back(tokens[size_t(i)]);
@@ -247,27 +336,6 @@ FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t ind
   r.resampled_tokens = std::count(resample.begin(), resample.end(), uint8_t(1));
   r.timings.extract_ms = ms_since(t0);
 
-  // ---- encoder -------------------------------------------------------------------------------
-  t0 = Clock::now();
-  if (s.encoder) {
-    IncrementalParams ep = p.encoder;
-    ep.image_width = g.image_width;
-    ep.image_height = g.image_height;
-    ep.reuse_layers = p.reuse == Reuse::incremental;
-    if (r.refresh) s.encoder->reset();
-    IncrementalResult er = s.encoder->encode(nb.patches, nb.positions,
-                                             had_layout ? std::span<const int64_t>(r.previous_row) : std::span<const int64_t>(),
-                                             resample, ep, exec);
-    r.embeddings = std::move(er.embeddings);
-    r.recomputed = p.reuse == Reuse::incremental ? std::move(er.recomputed) : std::vector<uint8_t>(size_t(N), 1);
-    if (p.reuse == Reuse::exact) r.recomputed = resample;
-    r.approximate = er.approximate;
-  } else {
-    r.recomputed = resample;
-  }
-  r.recomputed_tokens = std::count(r.recomputed.begin(), r.recomputed.end(), uint8_t(1));
-  r.timings.encode_ms = ms_since(t0);
-
   // ---- keep the state ------------------------------------------------------------------------
   s.batch = std::move(nb);
   s.index_rows();
@@ -279,7 +347,10 @@ FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t ind
   r.batch.patch_px = s.batch.patch_px;
   r.batch.params = s.batch.params;
   ++s.processed;
-  return r;
+  out.resample = std::move(resample);
+  out.had_layout = had_layout;
+  out.width = g.image_width, out.height = g.image_height;
+  return out;
 }
 
 }  // namespace fovea

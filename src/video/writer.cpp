@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -44,20 +45,36 @@ int create_beside(const std::string& path, const std::string& suffix, std::strin
 
 }  // namespace
 
-struct VideoTokenWriter::Impl {
-  std::string path, rows_name;
+// One per-token tensor streamed through an unlinked spill file.
+struct RowStream {
+  std::string name;
   DType dtype;
   std::vector<int64_t> row_shape;
   size_t row_bytes = 0;
   int spill = -1;
+  RowStream(const std::string& path, std::string n, DType dt, std::vector<int64_t> shape)
+      : name(std::move(n)), dtype(dt), row_shape(std::move(shape)) {
+    row_bytes = dtype_size(dtype);
+    for (int64_t d : row_shape) row_bytes *= size_t(d);
+    std::string file;
+    spill = create_beside(path, ".spill-", &file);
+    ::unlink(file.c_str());  // gone with the descriptor, whatever happens to the process
+  }
+  RowStream(const RowStream&) = delete;
+  RowStream& operator=(const RowStream&) = delete;
+  ~RowStream() {
+    if (spill >= 0) ::close(spill);
+  }
+};
+
+struct VideoTokenWriter::Impl {
+  std::string path;
+  std::vector<std::unique_ptr<RowStream>> streams;  // [0]: the rows given to the constructor
   std::vector<int64_t> offsets{0};
   std::vector<double> pts;
   std::vector<float> positions;
   std::vector<int32_t> levels;
   std::vector<uint8_t> recomputed;
-  ~Impl() {
-    if (spill >= 0) ::close(spill);
-  }
 };
 
 VideoTokenWriter::VideoTokenWriter(const std::string& path, const std::string& rows_name, DType dtype,
@@ -66,14 +83,15 @@ VideoTokenWriter::VideoTokenWriter(const std::string& path, const std::string& r
   if (path.empty()) throw Error(Errc::invalid_argument, "output path is empty");
   Impl& m = *impl_;
   m.path = path;
-  m.rows_name = rows_name;
-  m.dtype = dtype;
-  m.row_shape = std::move(row_shape);
-  m.row_bytes = dtype_size(dtype);
-  for (int64_t d : m.row_shape) m.row_bytes *= size_t(d);
-  std::string name;
-  m.spill = create_beside(path, ".spill-", &name);
-  ::unlink(name.c_str());  // gone with the descriptor, whatever happens to the process
+  m.streams.push_back(std::make_unique<RowStream>(path, rows_name, dtype, std::move(row_shape)));
+}
+
+void VideoTokenWriter::add_rows_tensor(const std::string& name, DType dtype, std::vector<int64_t> row_shape) {
+  Impl& m = *impl_;
+  if (!m.pts.empty()) throw Error(Errc::invalid_argument, "VideoTokenWriter: add_rows_tensor after the first frame");
+  for (const auto& st : m.streams)
+    if (st->name == name) throw Error(Errc::invalid_argument, "VideoTokenWriter: tensor '" + name + "' added twice");
+  m.streams.push_back(std::make_unique<RowStream>(m.path, name, dtype, std::move(row_shape)));
 }
 
 VideoTokenWriter::~VideoTokenWriter() = default;
@@ -81,14 +99,20 @@ int64_t VideoTokenWriter::frames() const { return int64_t(impl_->pts.size()); }
 int64_t VideoTokenWriter::tokens() const { return impl_->offsets.back(); }
 
 void VideoTokenWriter::add_frame(const Tensor& rows, const Tensor& positions, const Tensor& levels,
-                                 const std::vector<uint8_t>& recomputed, double pts_s) {
+                                 const std::vector<uint8_t>& recomputed, double pts_s,
+                                 const std::vector<const Tensor*>& extra) {
   Impl& m = *impl_;
   const int64_t n = rows.rank() > 0 ? rows.dim(0) : 0;
-  if (rows.dtype() != m.dtype || size_t(rows.size_bytes()) != size_t(n) * m.row_bytes ||
-      positions.dtype() != DType::f32 || positions.numel() != 4 * n || levels.dtype() != DType::i32 ||
-      levels.numel() != n || int64_t(recomputed.size()) != n)
-    throw Error(Errc::invalid_argument, "VideoTokenWriter: the frame's tensors do not match");
-  write_all(m.spill, rows.bytes(), rows.size_bytes(), m.path);
+  auto matches = [n](const RowStream& st, const Tensor* t) {
+    return t && t->dtype() == st.dtype && size_t(t->size_bytes()) == size_t(n) * st.row_bytes;
+  };
+  bool ok = matches(*m.streams[0], &rows) && extra.size() + 1 == m.streams.size() && positions.dtype() == DType::f32 &&
+            positions.numel() == 4 * n && levels.dtype() == DType::i32 && levels.numel() == n &&
+            int64_t(recomputed.size()) == n;
+  for (size_t i = 0; ok && i < extra.size(); ++i) ok = matches(*m.streams[i + 1], extra[i]);
+  if (!ok) throw Error(Errc::invalid_argument, "VideoTokenWriter: the frame's tensors do not match");
+  write_all(m.streams[0]->spill, rows.bytes(), rows.size_bytes(), m.path);
+  for (size_t i = 0; i < extra.size(); ++i) write_all(m.streams[i + 1]->spill, extra[i]->bytes(), extra[i]->size_bytes(), m.path);
   m.offsets.push_back(m.offsets.back() + n);
   m.pts.push_back(pts_s);
   m.positions.insert(m.positions.end(), positions.data<float>(), positions.data<float>() + 4 * n);
@@ -105,11 +129,13 @@ void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata
     header[name] = {{"dtype", dt}, {"shape", shape}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
   };
-  std::vector<int64_t> rows_shape{T};
-  rows_shape.insert(rows_shape.end(), m.row_shape.begin(), m.row_shape.end());
   entry("frame_offsets", "I64", {F + 1}, uint64_t(F + 1) * 8);
   entry("pts", "F64", {F}, uint64_t(F) * 8);
-  entry(m.rows_name, std::string(dtype_name(m.dtype)).c_str(), rows_shape, uint64_t(T) * m.row_bytes);
+  for (const auto& st : m.streams) {
+    std::vector<int64_t> shape{T};
+    shape.insert(shape.end(), st->row_shape.begin(), st->row_shape.end());
+    entry(st->name, std::string(dtype_name(st->dtype)).c_str(), shape, uint64_t(T) * st->row_bytes);
+  }
   entry("positions", "F32", {T, 4}, uint64_t(T) * 16);
   entry("levels", "I32", {T}, uint64_t(T) * 4);
   entry("recomputed", "U8", {T}, uint64_t(T));
@@ -127,15 +153,17 @@ void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata
     write_all(fd, h.data(), h.size(), m.path);
     write_all(fd, m.offsets.data(), m.offsets.size() * 8, m.path);
     write_all(fd, m.pts.data(), m.pts.size() * 8, m.path);
-    if (::lseek(m.spill, 0, SEEK_SET) != 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
     std::vector<uint8_t> buf(size_t(4) << 20);
-    uint64_t left = uint64_t(T) * m.row_bytes;
-    while (left > 0) {
-      const ssize_t r = ::read(m.spill, buf.data(), std::min<uint64_t>(left, buf.size()));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
-      write_all(fd, buf.data(), size_t(r), m.path);
-      left -= uint64_t(r);
+    for (const auto& st : m.streams) {
+      if (::lseek(st->spill, 0, SEEK_SET) != 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
+      uint64_t left = uint64_t(T) * st->row_bytes;
+      while (left > 0) {
+        const ssize_t r = ::read(st->spill, buf.data(), std::min<uint64_t>(left, buf.size()));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) throw Error(Errc::io, "cannot read back the spill file: " + errno_text());
+        write_all(fd, buf.data(), size_t(r), m.path);
+        left -= uint64_t(r);
+      }
     }
     write_all(fd, m.positions.data(), m.positions.size() * 4, m.path);
     write_all(fd, m.levels.data(), m.levels.size() * 4, m.path);

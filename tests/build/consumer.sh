@@ -9,7 +9,7 @@ mkdir -p "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 for f in include/fovea/tokenizer.hpp include/fovea/version_gen.hpp lib/cmake/fovea/foveaConfig.cmake \
-         lib/pkgconfig/fovea.pc bin/fovea; do
+         lib/pkgconfig/fovea.pc bin/fovea libexec/fovea/fovea-main; do
   [ -e "$prefix/$f" ] || { echo "consumer: the install has no $f"; exit 1; }
 done
 # Private headers stay private.
@@ -31,4 +31,7 @@ c++ -std=c++20 -O1 -o "$work/tokenize_only_pc" "$src/tests/consumer/tokenize_onl
   $(pkg-config --cflags fovea) $(pkg-config --libs --static fovea)
 LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$work/tokenize_only_pc" "$image"
 "$prefix/bin/fovea" --version
+# The launcher found the installed CLI and chose the OpenMP wait policy for it.
+"$prefix/bin/fovea" tokenize "$image" --budget 16 -o "$work/launched.safetensors" --json >"$work/launched.json"
+[ -s "$work/launched.safetensors" ] || { echo "consumer: bin/fovea did not run the installed CLI"; exit 1; }
 echo "consumer: ok"

@@ -1,11 +1,12 @@
 // fovea video IN [--budget B] [--fixation X,Y | --fixations FILE.csv] [--model CKPT [--precision ..]]
 //                [--every N | --fps F] [--max-frames N] [--reuse exact|incremental|off] [--keyframe K]
-//                [--threshold T] [--check] [--store host|vulkan|vulkan-image] -o OUT.safetensors [--json]
+//                [--threshold T] [--group G] [--check] [--store host|vulkan|vulkan-image] -o OUT.safetensors [--json]
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -71,7 +72,7 @@ struct VideoCommand {
   TokenizeOptions tok;
   ExecOptions exec;
   std::string model_spec, output, precision = "fp32", fixations_csv, reuse, store_backend;
-  int every = 0, keyframe = 0;
+  int every = 0, keyframe = 0, group = 8;
   double fps = 0;
   int64_t max_frames = 0;
   float threshold = VideoParams{}.change_threshold;
@@ -133,6 +134,8 @@ struct VideoCommand {
     vp.keyframe_interval = keyframe;
     vp.layout_hysteresis = hysteresis;
     vp.refresh_fraction = refresh_fraction;
+    if (group < 1 || group > 1024) throw bad("--group must be 1..1024 frames");
+    vp.group_frames = group;
     vp.encoder.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     vp.encoder.token_threshold = token_threshold;
 
@@ -173,9 +176,12 @@ struct VideoCommand {
     const int P = vp.tokenize.patch_px;
     std::unique_ptr<VideoTokenWriter> writer;
     auto make_writer = [&](const FrameResult& r) {
-      if (have_model)
+      if (have_model) {
         writer = std::make_unique<VideoTokenWriter>(output, "embeddings", DType::f32,
                                                     std::vector<int64_t>{model->config().hidden});
+        if (r.projected.rank() == 2)  // the projector's output, the LLM's input (as fovea encode writes it)
+          writer->add_rows_tensor("projected", DType::f32, std::vector<int64_t>{r.projected.dim(1)});
+      }
       else
         writer = std::make_unique<VideoTokenWriter>(output, "patches", vp.tokenize.extract.dtype,
                                                     std::vector<int64_t>{3, P, P});
@@ -196,27 +202,14 @@ struct VideoCommand {
     };
     nlohmann::json per_frame = nlohmann::json::array();
     VideoFrame frame;
-    int64_t processed = 0, tokens_total = 0, recomputed_total = 0;
+    int64_t pushed = 0, processed = 0, tokens_total = 0, recomputed_total = 0;
     double ms_total = 0, full_total = 0, cosine_total = 0, decode_ms = 0, store_ms = 0;
     double cosine_min = 1;
     bool approximate = false;
     const auto t_run = Clock::now();
-    for (;;) {
-      if (max_frames > 0 && processed >= max_frames) break;
-      auto t0 = Clock::now();
-      const bool got = reader.read(frame, keep);
-      decode_ms += ms_since(t0);
-      for (const std::string& w : reader.take_warnings())
-        std::fprintf(stderr, "%sfovea: warning: %s: %s\n", progress ? "\n" : "", tok.image.c_str(), w.c_str());
-      if (!got) break;
-      Query q = base_query;
-      if (track) {
-        if (const std::vector<Fixation>* f = track->at(frame.index)) q.fixations = *f;
-      }
-      std::optional<ImageU8> copy;
-      if (check) copy = frame.image.clone();
-      FrameResult r = session.process(std::move(frame.image), q, frame.index, frame.pts_s);
-      frame.image = std::move(r.recycled);
+    // --check: each frame's decoded image and query, kept until its group comes out.
+    std::deque<std::pair<ImageU8, Query>> check_inputs;
+    auto finish_frame = [&](FrameResult& r) {
       const double ms = r.timings.total_ms();
       nlohmann::json pf = {{"index", r.index},
                            {"pts", r.pts_s},
@@ -227,6 +220,7 @@ struct VideoCommand {
                            {"recomputed_tokens", r.recomputed_tokens},
                            {"refresh", r.refresh},
                            {"layout_changed", r.layout_changed},
+                           {"group_frames", r.group_frames},
                            {"ms", ms},
                            {"timings_ms",
                             {{"change", r.timings.change_ms},
@@ -240,17 +234,19 @@ struct VideoCommand {
       if (check) {
         // The full foveated pipeline on the decoded frame, from scratch: its time; and the
         // session's layout encoded in full from that frame's pyramid: the reference embeddings.
+        auto [image, q] = std::move(check_inputs.front());
+        check_inputs.pop_front();
         const auto tf = Clock::now();
-        Tokenization full = tokenize(std::move(*copy), q, vp.tokenize, ex);
+        Tokenization full = tokenize(std::move(image), q, vp.tokenize, ex);
         const EncodeParams ep{.precision = vp.encoder.precision, .image_width = full.pyramid.width(),
                               .image_height = full.pyramid.height()};
         Encoding fe = encode(*model, full.batch.patches, full.batch.positions, ep, ex);
         const double full_ms = ms_since(tf);
         double cosine;
-        if (full.allocation.layout.tokens == session.allocation().layout.tokens) {
+        if (full.allocation.layout.tokens == r.allocation->layout.tokens) {
           cosine = mean_row_cosine(r.embeddings, fe.embeddings);
         } else {
-          const TokenBatch b = extract(full.pyramid, session.allocation(), vp.tokenize.extract, ex);
+          const TokenBatch b = extract(full.pyramid, *r.allocation, vp.tokenize.extract, ex);
           const Encoding re = encode(*model, b.patches, b.positions, ep, ex);
           cosine = mean_row_cosine(r.embeddings, re.embeddings);
         }
@@ -273,8 +269,10 @@ struct VideoCommand {
                        {"pages_unbound", d.pages_unbound}};
       }
       if (!writer) make_writer(r);
+      std::vector<const Tensor*> extra;
+      if (r.projected.rank() == 2) extra.push_back(&r.projected);
       writer->add_frame(have_model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
-                        r.pts_s);
+                        r.pts_s, extra);
       ++processed;
       tokens_total += r.batch.size();
       recomputed_total += r.recomputed_tokens;
@@ -287,7 +285,25 @@ struct VideoCommand {
                      tokens_total ? 100.0 * (1.0 - double(recomputed_total) / double(tokens_total)) : 0.0);
         std::fflush(stderr);
       }
+    };
+    for (;;) {
+      if (max_frames > 0 && pushed >= max_frames) break;
+      auto t0 = Clock::now();
+      const bool got = reader.read(frame, keep);
+      decode_ms += ms_since(t0);
+      for (const std::string& w : reader.take_warnings())
+        std::fprintf(stderr, "%sfovea: warning: %s: %s\n", progress ? "\n" : "", tok.image.c_str(), w.c_str());
+      if (!got) break;
+      Query q = base_query;
+      if (track) {
+        if (const std::vector<Fixation>* f = track->at(frame.index)) q.fixations = *f;
+      }
+      if (check) check_inputs.emplace_back(frame.image.clone(), q);
+      std::vector<FrameResult> done = session.push(std::move(frame.image), q, frame.index, frame.pts_s, &frame.image);
+      ++pushed;
+      for (FrameResult& r : done) finish_frame(r);
     }
+    for (FrameResult& r : session.flush()) finish_frame(r);
     if (progress) std::fprintf(stderr, "\n");
     if (processed == 0) throw Error(Errc::corrupt_data, tok.image + ": no frame could be decoded");
 
@@ -302,6 +318,7 @@ struct VideoCommand {
     meta["reuse"] = std::string(to_string(vp.reuse));
     meta["change_threshold"] = std::to_string(threshold);
     meta["keyframe"] = std::to_string(keyframe);
+    meta["group_frames"] = std::to_string(vp.group_frames);
     meta["approximate"] = approximate ? "true" : "false";
     if (approximate)
       meta["approximation"] = "incremental ViT (Eventful-style token gating, token threshold " +
@@ -326,6 +343,7 @@ struct VideoCommand {
                    {"corrupt_frames", reader.corrupt_frames()},
                    {"ms", decode_ms}};
     s["reuse"] = std::string(to_string(vp.reuse));
+    s["group_frames"] = vp.group_frames;
     s["approximate"] = approximate;
     if (approximate)
       s["approximation"] = "incremental ViT reuse (Eventful Transformers-style): embeddings approximate a full encode";
@@ -407,6 +425,10 @@ Runner setup(CLI::App& sub) {
                  "Relative change of the relevance map that re-allocates the layout (default 0.1; 0: every frame)");
   sub.add_option("--refresh-fraction", cmd->refresh_fraction,
                  "Fraction of dirty tiles that counts as a scene cut (full refresh; default 0.5)");
+  sub.add_option("--group", cmd->group,
+                 "Incremental ViT: encode G frames per pass, layer-major (weights read once per group; the same "
+                 "results, G-1 frames more latency; default 8)")
+      ->type_name("G");
   sub.add_flag("--check", cmd->check,
                "Also run the full foveated pipeline on every frame: its time and the cosine of the reused embeddings");
   sub.add_option("--store", cmd->store_backend, "Delta-rebind each frame's embeddings in a token store")

@@ -2,8 +2,6 @@
 //
 // Exit codes: 0 success, 1 the job failed (bad input file, I/O, device), 2 bad arguments.
 // Every failure prints exactly one line on stderr, starting with "fovea: error:".
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -31,34 +29,10 @@ std::string one_line(std::string s) {
   return s;
 }
 
-// The OpenMP wait policy is the program's choice, not the library's (fovea/exec.hpp): libgomp
-// reads OMP_WAIT_POLICY once, when it loads, before main(), so a program that wants a policy
-// must have it in its environment at exec time. Its default spins idle threads at every
-// barrier for a while; the encoder (oneDNN and its parallel loops) crosses thousands of
-// barriers, and on cores shared with other work the spinning threads take the time the others
-// need (docs/encoder.md has the measurement). So, unless the caller already chose a policy
-// (OMP_WAIT_POLICY or GOMP_SPINCOUNT), the CLI re-executes itself once with
-// OMP_WAIT_POLICY=PASSIVE; when exec fails it carries on with the default.
-void use_passive_openmp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT") || !argv || !argv[0]) return;
-  if (::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-  ::execv("/proc/self/exe", argv);
-  ::unsetenv("OMP_WAIT_POLICY");
-}
-
-// Only the encoder runs OpenMP code (oneDNN and its parallel loops): `fovea encode`, and the
-// tile features of `tokenize --query-embedding`. The others skip the re-exec (~15 ms).
-bool runs_openmp(int argc, char** argv) {
-  if (argc > 1 && (std::string_view(argv[1]) == "encode" || std::string_view(argv[1]) == "video")) return true;
-  for (int i = 2; i < argc; ++i)
-    if (std::string_view(argv[i]).starts_with("--query-embedding")) return true;
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (runs_openmp(argc, argv)) use_passive_openmp_wait(argv);
+  // The OpenMP wait policy was chosen by the launcher that executed this program (launcher.cpp).
   using namespace fovea::cli;
   CLI::App app{"fovea — foveated visual tokens for vision-language models.\n"
                "An image and a query (fixations, regions, an embedding) in; a budgeted set of\n"

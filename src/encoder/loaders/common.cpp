@@ -18,6 +18,15 @@ namespace fovea::encoder_detail {
 
 namespace {
 
+std::optional<WeightSource::Raw> raw_of(const SafetensorsFile& f, std::string_view name) {
+  const SafetensorsFile::Entry* e = f.find(name);
+  if (!e || !e->dtype_known || (e->dtype != DType::f32 && e->dtype != DType::bf16)) return std::nullopt;
+  const std::span<const std::byte> d = f.data(*e);
+  // safetensors promises no alignment: an odd offset would make a misaligned float pointer.
+  if (reinterpret_cast<uintptr_t>(d.data()) % e->element_size) return std::nullopt;
+  return WeightSource::Raw{d.data(), e->dtype};
+}
+
 class SafetensorsSource final : public WeightSource {
  public:
   explicit SafetensorsSource(const SafetensorsFile& f) : f_(f) {}
@@ -38,6 +47,7 @@ class SafetensorsSource final : public WeightSource {
     return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16 or BF16";
   }
   Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find(name)); }
+  std::optional<Raw> raw(std::string_view name) const override { return raw_of(f_, name); }
 
  private:
   const SafetensorsFile& f_;
@@ -66,6 +76,17 @@ class GgufSource final : public WeightSource {
            " (fovea reads F32, F16, BF16 and Q8_0)";
   }
   Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find_tensor(name)); }
+  std::optional<Raw> raw(std::string_view name) const override {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (!t) return std::nullopt;
+    const GgmlType type = GgmlType(t->type);
+    if (type != GgmlType::f32 && type != GgmlType::bf16) return std::nullopt;
+    const DType dt = type == GgmlType::f32 ? DType::f32 : DType::bf16;
+    const std::span<const std::byte> d = f_.data(*t);
+    if (d.size() != size_t(t->numel()) * dtype_size(dt) || reinterpret_cast<uintptr_t>(d.data()) % dtype_size(dt))
+      return std::nullopt;
+    return Raw{d.data(), dt};
+  }
 
  private:
   const GgufFile& f_;
@@ -116,6 +137,11 @@ class ShardedSource final : public WeightSource {
   Tensor load_f32(std::string_view name) const override {
     const auto it = where_.find(std::string(name));
     return shards_[it->second].load_f32(*shards_[it->second].find(name));
+  }
+  std::optional<Raw> raw(std::string_view name) const override {
+    const auto it = where_.find(std::string(name));
+    if (it == where_.end()) return std::nullopt;
+    return raw_of(shards_[it->second], name);
   }
 
  private:
@@ -172,6 +198,54 @@ Tensor Lookup::get(const std::string& name, const std::vector<int64_t>& want, bo
   Tensor r(DType::f32, as);
   std::memcpy(r.bytes(), t.bytes(), t.size_bytes());
   return r;
+}
+
+WeightMatrix Lookup::matrix(const std::string& name, const std::vector<int64_t>& want, bool required) {
+  const std::optional<WeightSource::Info> e = w_.info(name);
+  if (e && e->shape == want && want.size() == 2 && !w_.type_problem(name)) {
+    if (const std::optional<WeightSource::Raw> r = w_.raw(name)) {
+      used_.insert(name);
+      // (MADV_POPULATE_READ on these pages was measured: no change in time or faults.)
+      if (w_.map_weights) return WeightMatrix::view(r->data, r->dtype, want[0], want[1]);
+      const unsigned __int128 bytes = (unsigned __int128)uint64_t(want[0]) * uint64_t(want[1]) * dtype_size(r->dtype);
+      if (bytes <= uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE))) {  // else get() refuses it
+        Tensor t(r->dtype, want);
+        std::memcpy(t.bytes(), r->data, t.size_bytes());
+        return WeightMatrix(std::move(t));
+      }
+    }
+  }
+  Tensor t = get(name, want, required);  // decodes (F16, Q8_0) or records the problem
+  return present(t) ? WeightMatrix(std::move(t)) : WeightMatrix();
+}
+
+WeightMatrix Lookup::stacked(const std::vector<std::string>& names, int64_t rows, int64_t cols) {
+  const std::vector<int64_t> want{rows, cols};
+  bool all = true, all_bf16 = true;
+  std::vector<std::optional<WeightSource::Raw>> raws;
+  for (const std::string& n : names) {
+    const std::optional<WeightSource::Info> i = w_.info(n);
+    all = all && i && i->shape == want && !w_.type_problem(n);
+    raws.push_back(all ? w_.raw(n) : std::nullopt);
+    all_bf16 = all_bf16 && raws.back() && raws.back()->dtype == DType::bf16;
+  }
+  if (!all) {
+    for (const std::string& n : names) get(n, want);  // records what is missing or wrong
+    return {};
+  }
+  const DType dt = all_bf16 ? DType::bf16 : DType::f32;
+  const size_t part = size_t(rows * cols) * dtype_size(dt);
+  Tensor t(dt, {int64_t(names.size()) * rows, cols});
+  for (size_t j = 0; j < names.size(); ++j) {
+    if (raws[j] && raws[j]->dtype == dt) {
+      used_.insert(names[j]);
+      std::memcpy(t.bytes() + j * part, raws[j]->data, part);
+    } else {
+      const Tensor f = get(names[j], want);
+      if (present(f)) std::memcpy(t.bytes() + j * part, f.bytes(), part);
+    }
+  }
+  return WeightMatrix(std::move(t));
 }
 
 void Lookup::mark_used(const std::string& name) {

@@ -169,24 +169,13 @@ class GgufMmprojLoader final : public ModelLoader {
       ly.ln1_w = L.get(l + "ln1.weight", {D});
       ly.ln1_b = L.get(l + "ln1.bias", {D});
       const char* names[3] = {"attn_q", "attn_k", "attn_v"};
-      // Allocated only when the file holds the three [D, D] matrices (a hostile width cannot ask
-      // for memory the file does not back).
-      bool all = true;
-      for (const char* n : names) {
-        const auto i = w.info(l + n + ".weight");
-        all = all && i && i->shape == std::vector<int64_t>{D, D};
-      }
-      if (all) {
-        ly.qkv_w = Tensor(DType::f32, {3 * D, D});
-        ly.qkv_b = Tensor(DType::f32, {3 * D});
-      }
+      ly.qkv_w = L.stacked({l + "attn_q.weight", l + "attn_k.weight", l + "attn_v.weight"}, D, D);
+      if (present(ly.qkv_w)) ly.qkv_b = Tensor(DType::f32, {3 * D});
       for (int j = 0; j < 3; ++j) {
-        const Tensor wt = L.get(l + names[j] + ".weight", {D, D});
         const Tensor b = L.get(l + names[j] + ".bias", {D}, /*required=*/false);
-        if (all && present(wt)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, wt.bytes(), size_t(D * D) * 4);
-        if (all && present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
+        if (present(ly.qkv_w) && present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
       }
-      ly.out_w = L.get(l + "attn_out.weight", {D, D});
+      ly.out_w = L.matrix(l + "attn_out.weight", {D, D});
       ly.out_b = L.get(l + "attn_out.bias", {D}, false);
       ly.ln2_w = L.get(l + "ln2.weight", {D});
       ly.ln2_b = L.get(l + "ln2.bias", {D});
@@ -195,9 +184,9 @@ class GgufMmprojLoader final : public ModelLoader {
       if (dn && dn->shape.size() == 2 && dn->shape[1] == D && (M != D || c.projector == ProjectorType::mlp)) {
         std::swap(up, down);  // the legacy converter's fc1 → ffn_down, fc2 → ffn_up
       }
-      ly.fc1_w = L.get(up + "weight", {M, D});
+      ly.fc1_w = L.matrix(up + "weight", {M, D});
       ly.fc1_b = L.get(up + "bias", {M}, false);
-      ly.fc2_w = L.get(down + "weight", {D, M});
+      ly.fc2_w = L.matrix(down + "weight", {D, M});
       ly.fc2_b = L.get(down + "bias", {D}, false);
       m->layers.push_back(std::move(ly));
     }

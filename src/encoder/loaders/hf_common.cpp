@@ -88,30 +88,19 @@ void hf_load_blocks(Lookup& L, const std::string& p, int blocks, int64_t D, int6
     ly.ln1_w = L.get(l + "layer_norm1.weight", {D});
     ly.ln1_b = L.get(l + "layer_norm1.bias", {D});
     const char* names[3] = {"q_proj", "k_proj", "v_proj"};
-    // The stacked matrix is allocated only when the file holds the three [D, D] matrices, so a
-    // hostile width (from a tiny patch embedding) cannot ask for memory the file does not back.
-    bool all = true;
-    for (const char* n : names) {
-      const auto i = L.source().info(l + "self_attn." + n + ".weight");
-      all = all && i && i->shape == std::vector<int64_t>{D, D};
-    }
-    if (all) {
-      ly.qkv_w = Tensor(DType::f32, {3 * D, D});
-      ly.qkv_b = Tensor(DType::f32, {3 * D});
-    }
+    ly.qkv_w = L.stacked({l + "self_attn.q_proj.weight", l + "self_attn.k_proj.weight", l + "self_attn.v_proj.weight"}, D, D);
+    if (present(ly.qkv_w)) ly.qkv_b = Tensor(DType::f32, {3 * D});
     for (int j = 0; j < 3; ++j) {
-      Tensor w = L.get(l + "self_attn." + names[j] + ".weight", {D, D});
       Tensor b = L.get(l + "self_attn." + names[j] + ".bias", {D});
-      if (all && present(w)) std::memcpy(ly.qkv_w.bytes() + size_t(j * D * D) * 4, w.bytes(), size_t(D * D) * 4);
-      if (all && present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
+      if (present(ly.qkv_w) && present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
     }
-    ly.out_w = L.get(l + "self_attn.out_proj.weight", {D, D});
+    ly.out_w = L.matrix(l + "self_attn.out_proj.weight", {D, D});
     ly.out_b = L.get(l + "self_attn.out_proj.bias", {D});
     ly.ln2_w = L.get(l + "layer_norm2.weight", {D});
     ly.ln2_b = L.get(l + "layer_norm2.bias", {D});
-    ly.fc1_w = L.get(l + "mlp.fc1.weight", {M, D});
+    ly.fc1_w = L.matrix(l + "mlp.fc1.weight", {M, D});
     ly.fc1_b = L.get(l + "mlp.fc1.bias", {M});
-    ly.fc2_w = L.get(l + "mlp.fc2.weight", {D, M});
+    ly.fc2_w = L.matrix(l + "mlp.fc2.weight", {D, M});
     ly.fc2_b = L.get(l + "mlp.fc2.bias", {D});
     m.layers.push_back(std::move(ly));
   }

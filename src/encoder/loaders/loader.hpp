@@ -36,6 +36,15 @@ class WeightSource {
   // Why the tensor cannot be decoded to float32 (its type), or nullopt when it can.
   virtual std::optional<std::string> type_problem(std::string_view name) const = 0;
   virtual Tensor load_f32(std::string_view name) const = 0;
+  // The tensor's bytes where they lie (the mapped file) when it is F32 or BF16: GEMMs read those
+  // directly. nullopt for other types (they are decoded with load_f32).
+  struct Raw {
+    const void* data;
+    DType dtype;
+  };
+  virtual std::optional<Raw> raw(std::string_view name) const = 0;
+  // Whether Lookup::matrix may return views of raw() (ModelLoadOptions::map_weights).
+  bool map_weights = true;
 };
 std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f);  // F32, F16, BF16
 std::unique_ptr<WeightSource> gguf_source(const GgufFile& f);                // + Q8_0
@@ -54,6 +63,14 @@ class Lookup {
   // A missing optional tensor gives an empty Tensor; problems are collected.
   Tensor get(const std::string& name, const std::vector<int64_t>& want, bool required = true,
              std::vector<int64_t> as = {});
+  // A weight matrix of shape `want` ([rows, cols]): a view of the mapped file when it is F32 or
+  // BF16 (no copy; an owned copy of the same type when the source's map_weights is false), else
+  // decoded to f32. Missing (optional) or faulty: an empty matrix, the problem collected as by get().
+  WeightMatrix matrix(const std::string& name, const std::vector<int64_t>& want, bool required = true);
+  // The matrices `names`, each [rows, cols], stacked into one owned [n·rows, cols] matrix (HF's
+  // separate q, k, v projections): bf16 when all are stored BF16, else f32. Allocated only when
+  // the file holds all of them with that shape; otherwise empty, the problems collected.
+  WeightMatrix stacked(const std::vector<std::string>& names, int64_t rows, int64_t cols);
   void mark_used(const std::string& name);
   void problem(const std::string& what) { problems_.push_back(what); }
   // Throws naming every missing, mis-shaped or undecodable tensor: Error(unsupported) when the

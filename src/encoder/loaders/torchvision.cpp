@@ -62,15 +62,15 @@ class TorchvisionLoader final : public ModelLoader {
       VitLayer ly;
       ly.ln1_w = L.get(l + "ln_1.weight", {D});
       ly.ln1_b = L.get(l + "ln_1.bias", {D});
-      ly.qkv_w = L.get(l + "self_attention.in_proj_weight", {3 * D, D});
+      ly.qkv_w = L.matrix(l + "self_attention.in_proj_weight", {3 * D, D});
       ly.qkv_b = L.get(l + "self_attention.in_proj_bias", {3 * D});
-      ly.out_w = L.get(l + "self_attention.out_proj.weight", {D, D});
+      ly.out_w = L.matrix(l + "self_attention.out_proj.weight", {D, D});
       ly.out_b = L.get(l + "self_attention.out_proj.bias", {D});
       ly.ln2_w = L.get(l + "ln_2.weight", {D});
       ly.ln2_b = L.get(l + "ln_2.bias", {D});
-      ly.fc1_w = L.get(l + fc1n + "weight", {M, D});
+      ly.fc1_w = L.matrix(l + fc1n + "weight", {M, D});
       ly.fc1_b = L.get(l + fc1n + "bias", {M});
-      ly.fc2_w = L.get(l + fc2n + "weight", {D, M});
+      ly.fc2_w = L.matrix(l + fc2n + "weight", {D, M});
       ly.fc2_b = L.get(l + fc2n + "bias", {D});
       m->layers.push_back(std::move(ly));
     }

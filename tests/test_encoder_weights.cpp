@@ -1,0 +1,201 @@
+// How a checkpoint's weights reach the GEMMs (issue 18, time to first embedding): matrices are
+// read where they lie in the mapped file, converted or packed only when that pays, and every
+// path gives the same embeddings.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "encoder/encoder_internal.hpp"
+#include "fovea/encoder.hpp"
+#include "fovea/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+std::string fixture(const std::string& model, const std::string& file = "model.safetensors") {
+  return test::source_dir() + "/tests/data/encoder/" + model + "/" + file;
+}
+
+struct FirstCase {
+  Tensor patches, positions;
+  int width = 0, height = 0;
+};
+
+FirstCase first_case(const std::string& model) {
+  const SafetensorsFile f = SafetensorsFile::open(fixture(model, "cases.safetensors"));
+  const std::string n = f.metadata().at("cases").substr(0, f.metadata().at("cases").find(','));
+  FirstCase c;
+  c.patches = f.load(*f.find(n + ".patches"));
+  c.positions = f.load(*f.find(n + ".positions"));
+  c.width = std::stoi(f.metadata().at(n + ".image_width"));
+  c.height = std::stoi(f.metadata().at(n + ".image_height"));
+  return c;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.bytes(), b.bytes(), a.size_bytes()) == 0;
+}
+
+// F32 and BF16 matrices are views of the mapping (no copy); F16 ones are decoded to f32; HF's
+// separate q, k, v are stacked into one owned matrix of the file's type.
+TEST(EncoderWeights, CheckpointMatricesAreViewsOfTheMappedFile) {
+  {
+    const VitModel m = VitModel::load(fixture("torchvision"));  // F32, q|k|v stored stacked
+    ASSERT_FALSE(m.impl().layers.empty());
+    for (const VitLayer& l : m.impl().layers)
+      for (const WeightMatrix* w : {&l.qkv_w, &l.out_w, &l.fc1_w, &l.fc2_w}) {
+        EXPECT_TRUE(w->mapped());
+        EXPECT_EQ(w->dtype, DType::f32);
+      }
+    EXPECT_NE(m.impl().mapping, nullptr) << "the model must keep the file its weights point into";
+  }
+  {
+    const VitModel m = VitModel::load(fixture("siglip"));  // BF16, separate q, k, v
+    for (const VitLayer& l : m.impl().layers) {
+      for (const WeightMatrix* w : {&l.out_w, &l.fc1_w, &l.fc2_w}) {
+        EXPECT_TRUE(w->mapped());
+        EXPECT_EQ(w->dtype, DType::bf16);
+      }
+      EXPECT_FALSE(l.qkv_w.mapped());
+      EXPECT_EQ(l.qkv_w.dtype, DType::bf16) << "stacking must keep BF16 weights in BF16";
+      EXPECT_EQ(l.qkv_w.rows, 3 * l.qkv_w.cols);
+    }
+  }
+  {
+    const VitModel m = VitModel::load(fixture("clip_full"));  // F16: decoded
+    for (const VitLayer& l : m.impl().layers)
+      for (const WeightMatrix* w : {&l.qkv_w, &l.out_w, &l.fc1_w, &l.fc2_w}) {
+        EXPECT_FALSE(w->mapped());
+        EXPECT_EQ(w->dtype, DType::f32);
+      }
+    EXPECT_EQ(m.impl().mapping, nullptr) << "nothing points into the file: it need not stay mapped";
+  }
+}
+
+// map_weights = false: the same matrices, copied in their own type; the file is not kept.
+TEST(EncoderWeights, UnmappedWeightsAreOwnedCopiesGivingTheSameEmbeddings) {
+  for (const std::string name : {"torchvision", "siglip"}) {
+    SCOPED_TRACE(name);
+    const VitModel mapped = VitModel::load(fixture(name));
+    const VitModel owned = VitModel::load(fixture(name), {.map_weights = false});
+    EXPECT_EQ(owned.impl().mapping, nullptr);
+    ASSERT_EQ(owned.impl().layers.size(), mapped.impl().layers.size());
+    for (size_t i = 0; i < owned.impl().layers.size(); ++i) {
+      const VitLayer& a = mapped.impl().layers[i];
+      const VitLayer& b = owned.impl().layers[i];
+      for (auto [wa, wb] : {std::pair{&a.out_w, &b.out_w}, {&a.fc1_w, &b.fc1_w}, {&a.fc2_w, &b.fc2_w}}) {
+        EXPECT_FALSE(wb->mapped());
+        EXPECT_EQ(wb->dtype, wa->dtype) << "a copy keeps the file's type";
+        ASSERT_EQ(wb->size_bytes(), wa->size_bytes());
+        EXPECT_EQ(std::memcmp(wa->data, wb->data, wa->size_bytes()), 0);
+      }
+    }
+    const FirstCase c = first_case(name);
+    Executor exec({.threads = 2});
+    const EncodeParams p{.image_width = c.width, .image_height = c.height};
+    EXPECT_TRUE(same_bytes(encode(mapped, c.patches, c.positions, p, exec).embeddings,
+                           encode(owned, c.patches, c.positions, p, exec).embeddings));
+  }
+}
+
+// The first encode reads the weights in place (fp32) or converts them into a reused buffer
+// (bf16 from an F32 file) and packs nothing; the second packs them; the third reuses the
+// packed copies. All three give the same bytes.
+TEST(EncoderWeights, InPlaceConvertedAndPackedWeightsGiveTheSameEmbeddings) {
+  for (const std::string name : {"torchvision", "siglip"}) {
+    for (const Precision prec : {Precision::fp32, Precision::bf16}) {
+      SCOPED_TRACE(name + (prec == Precision::bf16 ? " bf16" : " fp32"));
+      const VitModel model = VitModel::load(fixture(name));
+      const FirstCase c = first_case(name);
+      Executor exec({.threads = 2});
+      const EncodeParams p{.precision = prec, .image_width = c.width, .image_height = c.height};
+      const Encoding first = encode(model, c.patches, c.positions, p, exec);
+      const auto& gemm = model.impl().gemm;
+      ASSERT_NE(gemm, nullptr);
+      EXPECT_EQ(gemm->packed_stats().weights, 0) << "a one-shot encode must not pack (copy) weights";
+      EXPECT_EQ(gemm->packed_stats().bytes, 0u);
+      const Encoding second = encode(model, c.patches, c.positions, p, exec);
+      const encoder_detail::Gemm::PackedStats packed = gemm->packed_stats();
+      // 4 matrices per layer plus the patch embedding (+ the projector, none here).
+      EXPECT_EQ(packed.weights, 4 * int(model.impl().layers.size()) + 1);
+      EXPECT_GT(packed.bytes, 0u);
+      const Encoding third = encode(model, c.patches, c.positions, p, exec);
+      EXPECT_EQ(gemm->packed_stats().weights, packed.weights) << "packed weights must be reused, not repacked";
+      EXPECT_EQ(gemm->packed_stats().bytes, packed.bytes);
+      EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
+      EXPECT_TRUE(same_bytes(second.embeddings, third.embeddings));
+    }
+  }
+}
+
+// The same at ViT-B/16's sizes (K = 768 and 3072 span several of the kernels' K blocks, so a
+// different layout could change the summation order): the first, in-place or converted use and
+// the packed ones agree to the bit.
+TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
+  const int n = 271;  // + the class token: M = 272, where a bf16 plain layout changed the bits
+  Tensor patches(DType::f32, {n, 3, 16, 16}), positions(DType::f32, {n, 4});
+  uint32_t s = 7;
+  for (int64_t i = 0; i < patches.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    patches.data<float>()[i] = float(s >> 8) / float(1 << 24) * 4 - 2;
+  }
+  for (int i = 0; i < n; ++i) {
+    float* p = positions.data<float>() + i * 4;
+    p[0] = (i % 17 + 0.5f) * 16, p[1] = (i / 17 + 0.5f) * 16, p[2] = 16, p[3] = 0;
+  }
+  Executor exec({.threads = 2});
+  // f32 weights (an F32 file) at both precisions, and bf16 weights (a BF16 file) at bf16.
+  for (const auto [prec, bf16_weights] : {std::pair{Precision::fp32, false}, {Precision::bf16, false}, {Precision::bf16, true}}) {
+    SCOPED_TRACE(std::string(prec == Precision::bf16 ? "bf16" : "fp32") + (bf16_weights ? ", bf16 weights" : ""));
+    VitConfig c;  // ViT-B/16's widths, two layers (the shapes matter, not the depth)
+    c.hidden = 768, c.heads = 12, c.mlp = 3072, c.layers = 2;
+    const VitModel model = VitModel::random(c, 1, "vit-b16-widths");
+    if (bf16_weights) {  // as a BF16 checkpoint would hold them
+      for (VitLayer& l : const_cast<VitModel::Impl&>(model.impl()).layers)
+        for (WeightMatrix* w : {&l.qkv_w, &l.out_w, &l.fc1_w, &l.fc2_w}) {
+          Tensor t(DType::bf16, {w->rows, w->cols});
+          encoder_detail::to_bf16_row(static_cast<const float*>(w->data), t.data<uint16_t>(), w->rows * w->cols);
+          *w = WeightMatrix(std::move(t));
+        }
+    }
+    const EncodeParams p{.precision = prec, .image_width = 272, .image_height = 256};
+    const Encoding first = encode(model, patches, positions, p, exec);
+    EXPECT_EQ(model.impl().gemm->packed_stats().weights, 0);
+    const Encoding second = encode(model, patches, positions, p, exec);
+    EXPECT_GT(model.impl().gemm->packed_stats().weights, 0);
+    EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
+  }
+}
+
+// Uses are counted per kernel type: `encode --check-fp32` (a bf16 encode, then an fp32 one)
+// packs no layer weight.
+TEST(EncoderWeights, OneEncodePerPrecisionPacksNothing) {
+  const VitModel model = VitModel::load(fixture("torchvision"));
+  const FirstCase c = first_case("torchvision");
+  Executor exec({.threads = 2});
+  EncodeParams p{.precision = Precision::bf16, .image_width = c.width, .image_height = c.height};
+  encode(model, c.patches, c.positions, p, exec);
+  p.precision = Precision::fp32;
+  encode(model, c.patches, c.positions, p, exec);
+  // Only the patch embedding, which runs in f32 at both precisions, was used twice.
+  EXPECT_EQ(model.impl().gemm->packed_stats().weights, 1);
+  encode(model, c.patches, c.positions, p, exec);
+  EXPECT_EQ(model.impl().gemm->packed_stats().weights, 1 + 4 * int(model.impl().layers.size()));
+}
+
+// bf16 GEMMs over f32 weights convert them inside oneDNN's reorder; the scalar reference
+// rounds them the same way (the conversion is part of the algorithm, not of the kernel).
+TEST(EncoderWeights, Bf16FromF32WeightsMatchesTheReferencePath) {
+  const VitModel model = VitModel::load(fixture("torchvision"));
+  const FirstCase c = first_case("torchvision");
+  const EncodeParams p{.precision = Precision::bf16, .image_width = c.width, .image_height = c.height};
+  Executor fast({.threads = 2}), ref({.threads = 1, .kernels = Kernels::reference});
+  const Encoding a = encode(model, c.patches, c.positions, p, fast);
+  const Encoding b = encode(model, c.patches, c.positions, p, ref);
+  EXPECT_GE(mean_row_cosine(a.embeddings, b.embeddings), 0.9999);
+}
+
+}  // namespace
+}  // namespace fovea

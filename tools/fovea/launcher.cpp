@@ -1,0 +1,63 @@
+// The `fovea` command: chooses the OpenMP wait policy, then becomes the CLI proper (fovea-main).
+//
+// libgomp reads OMP_WAIT_POLICY once, when it loads, before main() of any program that links
+// it (the encoder's oneDNN does), so a program that wants a policy must have it in its
+// environment at exec time. libgomp's default spins idle threads at every barrier for a while;
+// the encoder crosses thousands of barriers, and on cores shared with other work the spinning
+// threads take the time the others need (docs/encoder.md: 3.5–6× slower under load). So unless
+// the caller already chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT), this launcher sets
+// OMP_WAIT_POLICY=PASSIVE and executes fovea-main in the same process. It links nothing but
+// libc, so the cost is one small exec (about a millisecond), where fovea-main re-executing
+// itself loaded its ~140 shared libraries twice (tens of milliseconds, docs/encoder.md).
+//
+// fovea-main lives in libexec/fovea/ beside this program in the build tree, and in
+// <prefix>/libexec/fovea/ when installed (FOVEA_MAIN_BUILD_REL, FOVEA_MAIN_INSTALL_REL: paths
+// relative to this program's folder). It can also be run directly; it then keeps libgomp's
+// default policy.
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+// The folder of this program, with a trailing '/', or "" when it cannot be told.
+void own_folder(const char* argv0, char* out, size_t size) {
+  out[0] = '\0';
+  ssize_t n = ::readlink("/proc/self/exe", out, size - 1);
+  if (n > 0) {
+    out[n] = '\0';
+  } else if (argv0 && std::strchr(argv0, '/') && std::strlen(argv0) < size) {
+    std::strcpy(out, argv0);
+  } else {
+    out[0] = '\0';
+    return;
+  }
+  char* slash = std::strrchr(out, '/');
+  if (slash) slash[1] = '\0';
+  else out[0] = '\0';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  (void)argc;
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  char folder[PATH_MAX];
+  own_folder(argc > 0 ? argv[0] : nullptr, folder, sizeof folder);
+  char path[PATH_MAX + 64];
+  int err = ENOENT;
+  const char* const candidates[] = {FOVEA_MAIN_BUILD_REL, FOVEA_MAIN_INSTALL_REL};
+  for (const char* rel : candidates) {
+    std::snprintf(path, sizeof path, "%s%s", folder, rel);
+    ::execv(path, argv);
+    if (errno != ENOENT) err = errno;  // the most telling failure
+  }
+  std::snprintf(path, sizeof path, "%s%s", folder, FOVEA_MAIN_INSTALL_REL);
+  std::fprintf(stderr, "fovea: error: cannot run the CLI %s: %s (is fovea installed completely?)\n", path,
+               std::strerror(err));
+  return 1;
+}
