@@ -172,6 +172,33 @@ TEST(Allocate, DetailedPatchOnAFlatBackgroundGetsTheFineTokens) {
   EXPECT_EQ(a.layout.count_at(0), 16);
 }
 
+TEST(Allocate, FixationStaysOnSmoothContentBesideSharperContent) {
+  // A fixated "face" (mild texture) with a sharp, high-contrast "collar" 64 px below it: the
+  // collar's detail must not pull the finest tokens off the fixation (the demo's case).
+  ImageU8 img = test::random_image(512, 512, 3, 4);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 512; ++y)
+      for (int x = 0; x < 512; ++x) img.at(c, y, x) = static_cast<uint8_t>(120 + img.at(c, y, x) / 32);
+  const ImageU8 noise = test::random_image(128, 64, 1, 5);
+  for (int y = 0; y < 64; ++y)
+    for (int x = 0; x < 128; ++x)
+      for (int c = 0; c < 3; ++c) img.at(c, 192 + y, 192 + x) = noise.at(0, y, x) > 127 ? 250 : 5;
+  Query q;
+  q.fixations.push_back({256, 136});
+  for (int budget : {64, 100, 273}) {
+    SCOPED_TRACE(budget);
+    const Allocation a = allocate_image(img, budget, q);
+    expect_exact_tiling(a);
+    const TileGrid& g = a.rate_map.grid;
+    auto level = [&](int tx, int ty) { return int(a.rate_map.level[size_t(ty) * g.tiles_x + tx]); };
+    EXPECT_EQ(level(16, 8), 0) << "the fixated tile is not at level 0";
+    int collar_finest = 99;
+    for (int ty = 12; ty < 16; ++ty)
+      for (int tx = 12; tx < 20; ++tx) collar_finest = std::min(collar_finest, level(tx, ty));
+    EXPECT_GE(collar_finest, level(16, 8));
+  }
+}
+
 TEST(Allocate, LookaheadIsValidated) {
   const RelevanceMap r = random_relevance(256, 256, 16, 4);
   EXPECT_THROW(allocate(r, {.budget_tokens = 64, .lookahead = 0}), Error);

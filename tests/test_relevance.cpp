@@ -219,15 +219,21 @@ TEST(Relevance, DetailIsTheMipErrorTileByTile) {
     p.weights.detail = 2.0f;
     p.fine_bias = 0;  // the plain squared error
     const RelevanceMap m = compute_relevance(pyr, P, {}, p, exec);
-    // A fine bias only reweights the levels: mip j by 2^(−bias·j), up to the normaliser.
-    RelevanceParams biased = p;
-    biased.fine_bias = 1.5f;
-    const RelevanceMap mb = compute_relevance(pyr, P, {}, biased, exec);
-    for (size_t j = 1; j < m.detail.size(); ++j)
-      for (int64_t t = 0; t < m.grid.tiles(); t += 7)
-        ASSERT_NEAR(mb.detail[j][t] * m.detail[0][t], m.detail[j][t] * mb.detail[0][t] * std::exp2(-1.5 * j),
-                    1e-3 * (1e-6 + m.detail[j][t] * mb.detail[0][t]))
-            << j << " " << t;
+    // A fine bias only reweights the levels: mip j by max(2^(−bias·j), floor), up to the
+    // normaliser.
+    for (const float floor : {0.0f, 0.125f, 0.3f}) {
+      RelevanceParams biased = p;
+      biased.fine_bias = 1.5f;
+      biased.fine_bias_floor = floor;
+      const RelevanceMap mb = compute_relevance(pyr, P, {}, biased, exec);
+      for (size_t j = 1; j < m.detail.size(); ++j) {
+        const double weight = std::max<double>(floor, std::exp2(-1.5 * j));
+        for (int64_t t = 0; t < m.grid.tiles(); t += 7)
+          ASSERT_NEAR(mb.detail[j][t] * m.detail[0][t], m.detail[j][t] * mb.detail[0][t] * weight,
+                      1e-3 * (1e-6 + m.detail[j][t] * mb.detail[0][t]))
+              << j << " " << t << " floor " << floor;
+      }
+    }
     const auto T = brute_detail(pyr, m.grid);
     ASSERT_EQ(m.detail.size(), T.size());
     double total = 0;
@@ -243,6 +249,48 @@ TEST(Relevance, DetailIsTheMipErrorTileByTile) {
       }
     EXPECT_NEAR(sum / T.size(), double(m.grid.tiles()), 1e-3 * m.grid.tiles());  // mean 1 a tile
   }
+}
+
+TEST(Relevance, ScoreIsThePriorPlusTheDetailTheAllocatorWeighs) {
+  // The map the overlay and the token file show is what the allocation follows.
+  Executor exec;
+  const PyramidU8 pyr = build_pyramid(test::random_image(200, 150, 3, 8), {}, exec);
+  for (bool with_query : {false, true}) {
+    Query q;
+    if (with_query) q.fixations.push_back({60, 70});
+    const RelevanceMap m = compute_relevance(pyr, 16, q, {}, exec);
+    ASSERT_EQ(m.prior.size(), m.score.size());
+    ASSERT_FALSE(m.detail.empty());
+    for (int64_t t = 0; t < m.grid.tiles(); ++t) {
+      double want = m.prior[t];
+      for (const auto& lv : m.detail) want += lv[t];
+      ASSERT_NEAR(m.score[t], want, 1e-5 * want) << t;
+      ASSERT_NEAR(m.prior[t], RelevanceWeights{}.floor + RelevanceWeights{}.query * m.query[t], 1e-5f);
+    }
+  }
+}
+
+TEST(Relevance, DetailNearAQueryIsCappedAtTheFocussedContent) {
+  // A flat left half with a fixation on it, noise on the right half: the noise's detail is
+  // capped at the flat focus's (none), so the query alone places the tokens.
+  ImageU8 img = test::random_image(512, 256, 3, 12);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 256; ++y)
+      for (int x = 0; x < 256; ++x) img.at(c, y, x) = 100;
+  Executor exec;
+  const PyramidU8 pyr = build_pyramid(img.clone(), {}, exec);
+  Query q;
+  q.fixations.push_back({64, 128});
+  const RelevanceMap m = compute_relevance(pyr, 16, q, {}, exec);
+  for (const auto& lv : m.detail)
+    for (float v : lv) ASSERT_EQ(v, 0.0f);
+  // The same query on the noise: the detail is there, shaped by the query.
+  Query on_noise;
+  on_noise.fixations.push_back({384, 128});
+  const RelevanceMap n = compute_relevance(pyr, 16, on_noise, {}, exec);
+  const size_t fixated = size_t(8) * n.grid.tiles_x + 24, far = 24;  // 112 px above it
+  EXPECT_GT(n.detail[0][fixated], 10.0f * n.detail[0][far]);
+  EXPECT_GT(n.detail[0][far], 0.0f);
 }
 
 TEST(Relevance, FlatImageHasNoDetailAndDetailCanBeTurnedOff) {
@@ -377,6 +425,48 @@ TEST(Relevance, ReferenceAndSimdKernelsGiveTheSameMap) {
   EXPECT_EQ(a.saliency, b.saliency);
   EXPECT_EQ(a.detail, b.detail);
   EXPECT_EQ(a.query, b.query);
+}
+
+}  // namespace
+}  // namespace fovea
+
+#include "fovea/tokenizer.hpp"
+
+namespace fovea {
+namespace {
+
+TEST(Relevance, TokenMetadataRecordsEveryAppliedKnob) {
+  Executor exec;
+  TokenizeParams p;
+  p.alloc.budget_tokens = 40;
+  p.alloc.lookahead = 2;
+  p.relevance.fine_bias = 0.75f;
+  p.relevance.fine_bias_floor = 0.25f;
+  p.relevance.detail_focus = 2.0f;
+  p.relevance.fixation_spread = 0.5f;
+  p.relevance.weights.detail = 3.0f;
+  const ImageU8 img = test::random_image(160, 96, 3, 2);
+  const Tokenization t = tokenize(img.clone(), {}, p, exec);
+  auto m = token_metadata(t, {}, p);
+  EXPECT_EQ(m["relevance_weights"], "detail=3,query=8,floor=0.5,information=0,saliency=0");
+  EXPECT_EQ(m["fine_bias"], "0.75");
+  EXPECT_EQ(m["fine_bias_applied"], "0.75");
+  EXPECT_EQ(m["fine_bias_floor"], "0.25");
+  EXPECT_EQ(m["detail_focus"], "2");
+  EXPECT_EQ(m["fixation_spread"], "0.5");
+  EXPECT_EQ(m["lookahead"], "2");
+  EXPECT_EQ(m["sharpness"], "1");
+  EXPECT_FLOAT_EQ(std::stof(m["e0"]), 0.05f);
+  EXPECT_EQ(m["max_level_requested"], "-1");
+  // With a query the fine bias is not applied, and the file says so.
+  Query q;
+  q.fixations.push_back({10, 10});
+  EXPECT_EQ(token_metadata(tokenize(img.clone(), q, p, exec), q, p)["fine_bias_applied"], "0");
+  // A uniform layout depends on none of them.
+  p.uniform = true;
+  m = token_metadata(tokenize(img.clone(), {}, p, exec), {}, p);
+  EXPECT_EQ(m.count("fine_bias"), 0u);
+  EXPECT_EQ(m["mode"], "uniform");
 }
 
 }  // namespace

@@ -393,6 +393,9 @@ def main():
     ap.add_argument("--out", required=True, help="where eval.json, table.md, accuracy.png go")
     ap.add_argument("--work", default=None, help="scene images go here (default: a temp dir)")
     ap.add_argument("--scenes", type=int, default=48, help="number of scenes")
+    ap.add_argument("--only", default="",
+                    help="a quick run: only these scene ids, e.g. s000,s002 (of the --scenes generated; "
+                         "the small-text scenes at --budgets 64,273 are a good subset to iterate on)")
     ap.add_argument("--seed", type=int, default=6)
     ap.add_argument("--max-side", type=int, default=2048)
     ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
@@ -425,6 +428,12 @@ def main():
     else:
         work = a.work or tempfile.mkdtemp(prefix="fovea-eval-")
         scenes = scene_gen.generate(os.path.join(work, "scenes"), a.scenes, a.seed, a.max_side)
+        if a.only:
+            keep = set(a.only.split(","))
+            unknown = keep - {s["id"] for s in scenes}
+            if unknown:
+                sys.exit(f"eval: --only names scenes not generated: {', '.join(sorted(unknown))}")
+            scenes = [s for s in scenes if s["id"] in keep]
         extra = a.fovea_args.split()
         jobs = [(s, cli, budgets, strategies, extra) for s in scenes]
         open(partial, "w").close()

@@ -10,16 +10,18 @@
 // The algorithm: start from the coarsest tiling (every node of the level-L grid, L =
 // max_level), split nodes that have a single child for free, then repeatedly split the node
 // with the highest priority. Splitting a level-ℓ node gains
-//        gain(ℓ) = (sum of score over the node's tiles) · 2^(−α·ℓ)      the prior (query, floor)
+//        gain(ℓ) = (sum of prior over the node's tiles) · 2^(−α·ℓ)      the prior (query, floor)
 //                + (sum of detail[ℓ−1] over the node's tiles)          the distortion it removes
 // (RelevanceMap::detail: the measured error of mip ℓ against mip ℓ−1, rate–distortion), and
 //        priority = max over d = 1..lookahead of (gain(ℓ) + … + gain(ℓ−d+1)) / (tokens added)
 // so detail that only shows at fine levels (text strokes) is reached even when the first split
 // alone gains little. α = 2 − 1/sharpness: on the prior alone this is greedy descent on
-// Σ_tiles score · D(side), whose continuous optimum makes a token's side proportional to
-// score^(−sharpness): sharpness 1 (the default) gives side ∝ 1/score, so a fixation's linear
+// Σ_tiles prior · D(side), whose continuous optimum makes a token's side proportional to
+// prior^(−sharpness): sharpness 1 (the default) gives side ∝ 1/prior, so a fixation's linear
 // cortical magnification maps to token size growing linearly with eccentricity; sharpness 0.5
-// makes token *density* proportional to score. An empty `detail` gives exactly that. Every
+// makes token *density* proportional to the prior. An empty `detail` gives exactly that. (The
+// prior is RelevanceMap::prior; a map whose `prior` is empty, e.g. one built by hand, uses
+// `score` as its prior.) Every
 // node's priority is fixed when it is created, and it stops at the first split that no longer
 // fits the budget, so
 //   * the token count never exceeds the budget and lands within 2 of it (a split costs at
@@ -89,7 +91,7 @@ struct Allocation {
 
 // Throws Error(invalid_argument) when the budget is below the coarsest tiling (the message
 // says how many tokens that is), max_level is outside [-1, 24], lookahead outside [1, 8], or
-// a score or detail value is negative or not finite.
+// a prior, score or detail value is negative or not finite.
 Allocation allocate(const RelevanceMap& relevance, const AllocParams& params);
 
 int resolve_max_level(const TileGrid& grid, int max_level);

@@ -15,7 +15,9 @@
 
 namespace fovea {
 
-// The image in gray, tinted by a heat map of relevance (blue = low, red = high), with every
+// The image in gray, tinted by a heat map of the relevance score (RelevanceMap::score, what the
+// allocation follows: blue = low, red = high, on a log scale between the image's lowest and
+// highest tile, since measured detail spans orders of magnitude), with every
 // token's border drawn in its level's colour: 0 red, 1 orange, 2 yellow, 3 green, 4 cyan,
 // 5 blue, 6 violet, 7+ white.
 ImageU8 render_overlay(const ImageViewU8& image, const RelevanceMap& relevance, const TokenBatch& batch);

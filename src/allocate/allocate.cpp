@@ -78,9 +78,11 @@ std::vector<uint8_t> RateMap::shading_rate_codes() const {
 
 Allocation allocate(const RelevanceMap& relevance, const AllocParams& params) {
   const TileGrid& g = relevance.grid;
-  if (relevance.score.size() != size_t(g.tiles()))
+  // The prior mass: RelevanceMap::prior, or the score of a map without one (built by hand).
+  const std::vector<float>& prior = relevance.prior.empty() ? relevance.score : relevance.prior;
+  if (prior.size() != size_t(g.tiles()))
     throw Error(Errc::invalid_argument, "relevance map does not match its tile grid");
-  for (float s : relevance.score)
+  for (float s : prior)
     if (!std::isfinite(s) || s < 0)
       throw Error(Errc::invalid_argument, "relevance scores must be finite and >= 0");
   const int L = resolve_max_level(g, params.max_level);
@@ -101,7 +103,7 @@ Allocation allocate(const RelevanceMap& relevance, const AllocParams& params) {
 
   if (!(params.lookahead >= 1 && params.lookahead <= 8))
     throw Error(Errc::invalid_argument, "lookahead must be in [1, 8], got " + std::to_string(params.lookahead));
-  const MassTable mass(relevance.score, g.tiles_x, g.tiles_y);
+  const MassTable mass(prior, g.tiles_x, g.tiles_y);
   // detail[j]: the gain of going from mip j+1 to mip j, tile by tile; summed over a node at
   // level j+1 it is the gain of splitting it.
   std::vector<MassTable> detail;

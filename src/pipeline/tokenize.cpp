@@ -159,11 +159,26 @@ std::map<std::string, std::string> token_metadata(const Tokenization& t, const Q
     }
     m["tokens_per_level"] = runs;
   }
-  const RelevanceWeights& w = params.relevance.weights;
-  m["relevance_weights"] = "information=" + fmt(w.information) + ",saliency=" + fmt(w.saliency) +
-                           ",query=" + fmt(w.query) + ",floor=" + fmt(w.floor);
-  m["e0"] = fmt(params.relevance.e0);
-  m["sharpness"] = fmt(params.alloc.sharpness);
+  if (!t.is_uniform()) {
+    // Every relevance and allocation parameter that shaped the layout, so a token file says how
+    // it was made (and can be remade). A uniform file's layout depends on none of them.
+    const RelevanceParams& r = params.relevance;
+    const RelevanceWeights& w = r.weights;
+    m["relevance_weights"] = "detail=" + fmt(w.detail) + ",query=" + fmt(w.query) + ",floor=" + fmt(w.floor) +
+                             ",information=" + fmt(w.information) + ",saliency=" + fmt(w.saliency);
+    m["e0"] = fmt(r.e0);
+    // The fine bias applies to the bottom-up allocation only (a query sets it to 0).
+    m["fine_bias"] = fmt(r.fine_bias);
+    m["fine_bias_applied"] = fmt(query.empty() ? r.fine_bias : 0.0);
+    m["fine_bias_floor"] = fmt(r.fine_bias_floor);
+    m["detail_focus"] = fmt(r.detail_focus);
+    m["fixation_spread"] = fmt(r.fixation_spread);
+    if (w.information > 0) m["entropy_bins"] = std::to_string(r.entropy_bins);
+    if (w.information > 0 || w.saliency > 0) m["stats_level"] = std::to_string(r.stats_level);
+    m["sharpness"] = fmt(params.alloc.sharpness);
+    m["lookahead"] = std::to_string(params.alloc.lookahead);
+    m["max_level_requested"] = std::to_string(params.alloc.max_level);
+  }
   return m;
 }
 

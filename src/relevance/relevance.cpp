@@ -472,6 +472,8 @@ void validate(const Query& q, const RelevanceParams& p) {
     throw bad("fixation spread must be in (0, 1]");
   if (!finite(p.detail_focus) || p.detail_focus < 0 || p.detail_focus > 4) throw bad("detail focus must be in [0, 4]");
   if (!finite(p.fine_bias) || p.fine_bias < 0 || p.fine_bias > 4) throw bad("fine bias must be in [0, 4]");
+  if (!finite(p.fine_bias_floor) || p.fine_bias_floor < 0 || p.fine_bias_floor > 1)
+    throw bad("fine bias floor must be in [0, 1]");
   if (!finite(p.e0) || p.e0 <= 0) throw bad("e0 must be a finite number > 0");
   const RelevanceWeights& w = p.weights;
   for (float v : {w.information, w.saliency, w.query, w.floor, w.detail})
@@ -511,9 +513,9 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
       for (size_t t = 0; t < n; ++t) fine[t] += m.detail[j][t];
   }
   m.query = query.empty() ? std::vector<float>(n, 0.0f) : query_term(pyramid, m.grid, query, params, fine);
-  m.score.resize(n);
+  m.prior.resize(n);
   for (size_t t = 0; t < n; ++t)
-    m.score[t] = w.floor + w.information * m.information[t] + w.saliency * m.saliency[t] +
+    m.prior[t] = w.floor + w.information * m.information[t] + w.saliency * m.saliency[t] +
                  w.query * m.query[t];
   if (w.detail <= 0) m.detail.clear();
   if (w.detail > 0) {
@@ -524,9 +526,24 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
     // The fine bias is a prior for when nobody says where to look; a query says it, and the
     // error inside its focus is then counted plainly.
     const float fine_bias = query.empty() ? params.fine_bias : 0.0f;
+    // The bias never weights a level below fine_bias_floor: coarse structure still counts, so
+    // a small budget is not spent on fine detail while large regions stay at their coarsest.
     for (size_t j = 0; j < m.detail.size(); ++j) {
-      const float bias = std::exp2(-fine_bias * float(j));
+      const float bias = std::max(query.empty() ? params.fine_bias_floor : 0.0f, std::exp2(-fine_bias * float(j)));
       for (float& v : m.detail[j]) total += (v *= bias);
+    }
+    std::vector<float> cap(m.detail.size(), std::numeric_limits<float>::infinity());
+    if (!query.empty()) {
+      // The fovea stays on what is looked at: near a query the detail decides the tokens' shape,
+      // but content more detailed than the query's own (a sharp collar next to a fixated face)
+      // must not pull the finest tokens off it. Each level's detail is capped at its largest
+      // value inside the query's focus (the tiles whose query term is at least half its peak).
+      const float qmax = *std::max_element(m.query.begin(), m.query.end());
+      for (size_t j = 0; j < m.detail.size(); ++j) {
+        cap[j] = 0;
+        for (size_t t = 0; t < n; ++t)
+          if (m.query[t] >= 0.5f * qmax) cap[j] = std::max(cap[j], m.detail[j][t]);
+      }
     }
     const double floor_energy = double(m.grid.patch_px) * m.grid.patch_px * pyramid.channels() * kNoiseGrey * kNoiseGrey;
     const double z = std::max(total / double(n), floor_energy);
@@ -538,12 +555,16 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
         factor[t] *= params.detail_focus == 1.0f ? 1.0f + w.query * m.query[t]
                                                  : std::pow(1.0f + w.query * m.query[t], params.detail_focus);
     const float inv_z = float(1.0 / z);
-    for (auto& lv : m.detail)
+    for (size_t j = 0; j < m.detail.size(); ++j)
       for (size_t t = 0; t < n; ++t) {
-        m.detail_total[t] += lv[t] * inv_z;
-        lv[t] *= factor[t];
+        float& v = m.detail[j][t];
+        m.detail_total[t] += v * inv_z;
+        v = std::min(v, cap[j]) * factor[t];
       }
   }
+  m.score = m.prior;
+  for (const auto& lv : m.detail)
+    for (size_t t = 0; t < n; ++t) m.score[t] += lv[t];
   return m;
 }
 

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "fovea/viz.hpp"
 
@@ -29,12 +30,21 @@ ImageU8 render_overlay(const ImageViewU8& image, const RelevanceMap& relevance, 
   const int W = image.width(), H = image.height();
   ImageU8 out(W, H, 3);
   const TileGrid& g = relevance.grid;
+  // The score is the prior (floor + query) plus the measured detail, which is heavy-tailed (a
+  // few edges or lines of text hold most of it): a log scale shows both the fovea's falloff
+  // and the periphery's content. A map with zeros (built by hand) falls back to linear.
   float lo = 0, hi = 0;
   if (!relevance.score.empty()) {
     lo = *std::min_element(relevance.score.begin(), relevance.score.end());
     hi = *std::max_element(relevance.score.begin(), relevance.score.end());
   }
-  const float span = hi > lo ? hi - lo : 1.0f;
+  const bool log_scale = lo > 0 && hi > lo;
+  const float span = log_scale ? std::log(hi / lo) : hi > lo ? hi - lo : 1.0f;
+  std::vector<float> position(relevance.score.size());
+  for (size_t t = 0; t < position.size(); ++t) {
+    const float v = relevance.score[t];
+    position[t] = log_scale ? std::log(v / lo) / span : (v - lo) / span;
+  }
   for (int y = 0; y < H; ++y) {
     const int ty = std::min(g.tiles_y - 1, y / g.patch_px);
     for (int x = 0; x < W; ++x) {
@@ -45,8 +55,7 @@ ImageU8 render_overlay(const ImageViewU8& image, const RelevanceMap& relevance, 
       else
         gray = image.at(0, y, x);
       float h[3];
-      // sqrt spreads the low end, where the content terms live, under a strong query peak.
-      heat(std::sqrt((relevance.score[size_t(ty) * g.tiles_x + tx] - lo) / span), h);
+      heat(position[size_t(ty) * g.tiles_x + tx], h);
       for (int c = 0; c < 3; ++c)
         out.at(c, y, x) = static_cast<uint8_t>(std::lround(0.55f * gray + 0.45f * h[c]));
     }

@@ -130,6 +130,10 @@ void TokenizeOptions::add(CLI::App& app) {
                  "Rate-distortion: weight of mip j's detail is 2^(-bias*j), in [0, 4]; 0 = plain squared error "
                  "(best PSNR), higher favours fine detail such as text")
       ->default_val(RelevanceParams{}.fine_bias);
+  app.add_option("--fine-bias-floor", fine_bias_floor,
+                 "The least weight the fine bias gives a mip level's detail, in [0, 1] (higher: better "
+                 "whole-image PSNR at small budgets, less fine detail)")
+      ->default_val(RelevanceParams{}.fine_bias_floor);
   app.add_option("--detail-focus", detail_focus,
                  "How much a query focuses the detail term: weight (1 + query)^focus, in [0, 4]")
       ->default_val(RelevanceParams{}.detail_focus);
@@ -171,6 +175,8 @@ TokenizeParams TokenizeOptions::params() const {
   };
   in_range(fine_bias, 0, 4, false, "--fine-bias");
   in_range(detail_focus, 0, 4, false, "--detail-focus");
+  in_range(fine_bias_floor, 0, 1, false, "--fine-bias-floor");
+  p.relevance.fine_bias_floor = fine_bias_floor;
   in_range(fixation_spread, 0, 1, true, "--fixation-spread");
   p.relevance.fine_bias = fine_bias;
   p.relevance.detail_focus = detail_focus;

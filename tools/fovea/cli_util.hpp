@@ -45,6 +45,7 @@ struct TokenizeOptions {
   float sharpness = AllocParams{}.sharpness;
   int lookahead = AllocParams{}.lookahead;
   float fine_bias = RelevanceParams{}.fine_bias;
+  float fine_bias_floor = RelevanceParams{}.fine_bias_floor;
   float detail_focus = RelevanceParams{}.detail_focus;
   float fixation_spread = RelevanceParams{}.fixation_spread;
   bool uniform = false;
