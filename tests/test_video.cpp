@@ -376,7 +376,9 @@ TEST_F(VideoTest, EncodeGroupEqualsFrameByFrameBitForBit) {
         // kernel for another row count (it does not on AVX-512, where this is bit for bit too).
         if (reference) {
           EXPECT_EQ(0, std::memcmp(got[f].embeddings.bytes(), base[f].embeddings.bytes(), base[f].embeddings.size_bytes()));
-          EXPECT_EQ(0, std::memcmp(got[f].projected.bytes(), base[f].projected.bytes(), base[f].projected.size_bytes()));
+          ASSERT_EQ(got[f].projected.size_bytes(), base[f].projected.size_bytes());
+          if (base[f].projected.size_bytes() > 0)  // no projector: both empty (null data, memcmp must not see it)
+            EXPECT_EQ(0, std::memcmp(got[f].projected.bytes(), base[f].projected.bytes(), base[f].projected.size_bytes()));
         } else {
           EXPECT_LT(max_abs_diff(got[f].embeddings, base[f].embeddings), 1e-5);
           EXPECT_LT(max_abs_diff(got[f].projected, base[f].projected), 1e-5);
