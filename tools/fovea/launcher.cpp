@@ -52,6 +52,11 @@ int main(int argc, char** argv) {
   char folder[PATH_MAX];
   own_folder(argc > 0 ? argv[0] : nullptr, folder, sizeof folder);
   char path[PATH_MAX + 64];
+  if (!folder[0]) {  // never resolve fovea-main against the working directory
+    std::fprintf(stderr, "fovea: error: cannot tell where this program is (no /proc/self/exe); run %s directly\n",
+                 FOVEA_MAIN_INSTALL_REL);
+    return 1;
+  }
   int err = ENOENT;
   const char* const candidates[] = {FOVEA_MAIN_BUILD_REL, FOVEA_MAIN_INSTALL_REL};
   for (const char* rel : candidates) {
