@@ -211,5 +211,11 @@ float activation_ref(Activation a, float x);
 // The model's projector over x [N, D] f32 rows: [N, E]. `gemm` null: the reference GEMM.
 Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* gemm);
 
+// out[D] += the G×G grid (row-major, D floats a cell) sampled bicubically at grid coordinates
+// (u, v), PyTorch's cubic convolution (A = −0.75), taps clamped (forward.cpp; the incremental
+// encoder interpolates position embeddings with it too).
+void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float* out);
+
 }  // namespace encoder_detail
+
 }  // namespace fovea

@@ -56,8 +56,12 @@ struct Ops {
   }
 };
 
+}  // namespace
+
+namespace encoder_detail {
+
 // PyTorch's cubic convolution weights (A = −0.75) for fractional offset t in [0, 1).
-void cubic_weights(float t, float w[4]) {
+static void cubic_weights(float t, float w[4]) {
   constexpr float A = -0.75f;
   auto c1 = [](float x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
   auto c2 = [](float x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
@@ -84,6 +88,10 @@ void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float*
       out[d] += wy[j] * (r[0][d] * wx[0] + r[1][d] * wx[1] + r[2][d] * wx[2] + r[3][d] * wx[3]);
   }
 }
+
+}  // namespace encoder_detail
+
+namespace {
 
 Tensor row_copy(const float* src, int64_t d) {
   Tensor t(DType::f32, {1, d});

@@ -33,19 +33,7 @@ Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
 constexpr int64_t kRowBucket = 16;
 size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
 
-// A growable 64-byte aligned scratch buffer.
-struct Buf {
-  std::unique_ptr<std::byte[], AlignedFree> p;
-  size_t bytes = 0;
-  void ensure(size_t n) {
-    if (n > bytes) {
-      p = aligned_alloc_bytes(std::max<size_t>(n, 64));
-      bytes = std::max<size_t>(n, 64);
-    }
-  }
-  std::byte* get() { return p.get(); }
-  template <typename T> T* as() { return reinterpret_cast<T*>(p.get()); }
-};
+using Buf = ScratchBuf;
 
 struct Ops {
   bool ref = false;
@@ -68,32 +56,6 @@ struct Ops {
     }
   }
 };
-
-// PyTorch's cubic convolution (A = −0.75), taps clamped: as forward.cpp.
-void cubic_weights(float t, float w[4]) {
-  constexpr float A = -0.75f;
-  auto c1 = [](float x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
-  auto c2 = [](float x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
-  w[0] = c2(t + 1);
-  w[1] = c1(t);
-  w[2] = c1(1 - t);
-  w[3] = c2(2 - t);
-}
-void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float* out) {
-  const double fu = std::floor(u), fv = std::floor(v);
-  float wx[4], wy[4];
-  cubic_weights(float(u - fu), wx);
-  cubic_weights(float(v - fv), wy);
-  const int ix = int(fu), iy = int(fv);
-  auto clampi = [G](int i) { return i < 0 ? 0 : (i >= G ? G - 1 : i); };
-  for (int j = 0; j < 4; ++j) {
-    const int y = clampi(iy - 1 + j);
-    const float* r[4];
-    for (int i = 0; i < 4; ++i) r[i] = grid + (int64_t(y) * G + clampi(ix - 1 + i)) * D;
-    for (int64_t d = 0; d < D; ++d)
-      out[d] += wy[j] * (r[0][d] * wx[0] + r[1][d] * wx[1] + r[2][d] * wx[2] + r[3][d] * wx[3]);
-  }
-}
 
 // Per-layer cache, rows in token order (class token first when the model has one).
 struct LayerCache {
