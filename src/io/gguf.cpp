@@ -4,8 +4,6 @@
 #include "fovea/gguf.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include <optional>
 
 #include "fovea/error.hpp"
+#include "io/file_bytes.hpp"
 
 namespace fovea {
 
@@ -227,14 +226,9 @@ int64_t GgufTensorInfo::numel() const {
 }
 
 struct GgufFile::Mapping {
-  void* addr = nullptr;
-  size_t size = 0;
-  std::vector<uint8_t> owned;
-  ~Mapping() {
-    if (addr) ::munmap(addr, size);
-  }
-  const uint8_t* base() const { return addr ? static_cast<const uint8_t*>(addr) : owned.data(); }
-  uint64_t bytes() const { return addr ? size : owned.size(); }
+  io_detail::FileBytes file;
+  const uint8_t* base() const { return file.data(); }
+  uint64_t bytes() const { return file.size(); }
 };
 
 GgufFile::GgufFile(GgufFile&&) noexcept = default;
@@ -244,25 +238,7 @@ GgufFile::~GgufFile() = default;
 GgufFile GgufFile::open(const std::string& path, const GgufLimits& limits) {
   GgufFile f;
   f.path_ = path;
-  f.map_ = std::make_unique<Mapping>();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(Errc::io, "cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(Errc::io, "cannot read '" + path + "': not a regular file");
-  }
-  if (st.st_size > 0) {
-    void* addr = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (addr == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      throw Error(Errc::io, "cannot map '" + path + "': " + std::strerror(e));
-    }
-    f.map_->addr = addr;
-    f.map_->size = size_t(st.st_size);
-  }
-  ::close(fd);
+  f.map_ = std::make_unique<Mapping>(Mapping{io_detail::FileBytes::map(path)});
   f.parse(limits);
   return f;
 }
@@ -270,8 +246,7 @@ GgufFile GgufFile::open(const std::string& path, const GgufLimits& limits) {
 GgufFile GgufFile::from_bytes(std::span<const uint8_t> bytes, const std::string& name, const GgufLimits& limits) {
   GgufFile f;
   f.path_ = name;
-  f.map_ = std::make_unique<Mapping>();
-  f.map_->owned.assign(bytes.begin(), bytes.end());
+  f.map_ = std::make_unique<Mapping>(Mapping{io_detail::FileBytes::copy(bytes)});
   f.parse(limits);
   return f;
 }

@@ -1,10 +1,5 @@
 #include "fovea/safetensors.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -13,6 +8,7 @@
 
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
+#include "io/file_bytes.hpp"
 
 namespace fovea {
 
@@ -61,12 +57,7 @@ int64_t SafetensorsFile::Entry::numel() const {
 }
 
 struct SafetensorsFile::Mapping {
-  void* addr = nullptr;
-  size_t size = 0;
-  std::vector<uint8_t> owned;  // from_bytes
-  ~Mapping() {
-    if (addr) ::munmap(addr, size);
-  }
+  io_detail::FileBytes bytes;
 };
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
@@ -76,24 +67,10 @@ SafetensorsFile::~SafetensorsFile() = default;
 SafetensorsFile SafetensorsFile::open(const std::string& path, const SafetensorsLimits& limits) {
   SafetensorsFile f;
   f.path_ = path;
-  f.map_ = std::make_unique<Mapping>();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(Errc::io, "cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(Errc::io, "cannot read '" + path + "': not a regular file");
-  }
-  if (st.st_size < 8) {
-    ::close(fd);
+  f.map_ = std::make_unique<Mapping>(Mapping{io_detail::FileBytes::map(path)});
+  if (f.map_->bytes.size() < 8)
     throw Error(Errc::corrupt_data, "'" + path + "' is not a safetensors file: " +
-                                        std::to_string(st.st_size) + " bytes, too short for a header");
-  }
-  void* addr = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (addr == MAP_FAILED) throw Error(Errc::io, "cannot map '" + path + "': " + std::strerror(errno));
-  f.map_->addr = addr;
-  f.map_->size = static_cast<size_t>(st.st_size);
+                                        std::to_string(f.map_->bytes.size()) + " bytes, too short for a header");
   f.parse(limits);
   return f;
 }
@@ -102,8 +79,7 @@ SafetensorsFile SafetensorsFile::from_bytes(std::span<const uint8_t> bytes, cons
                                             const SafetensorsLimits& limits) {
   SafetensorsFile f;
   f.path_ = name;
-  f.map_ = std::make_unique<Mapping>();
-  f.map_->owned.assign(bytes.begin(), bytes.end());
+  f.map_ = std::make_unique<Mapping>(Mapping{io_detail::FileBytes::copy(bytes)});
   if (bytes.size() < 8)
     throw Error(Errc::corrupt_data, "'" + name + "' is not a safetensors file: " +
                                         std::to_string(bytes.size()) + " bytes, too short for a header");
@@ -112,8 +88,8 @@ SafetensorsFile SafetensorsFile::from_bytes(std::span<const uint8_t> bytes, cons
 }
 
 void SafetensorsFile::parse(const SafetensorsLimits& limits) {
-  const uint8_t* base = map_->addr ? static_cast<const uint8_t*>(map_->addr) : map_->owned.data();
-  const uint64_t file_size = map_->addr ? map_->size : map_->owned.size();
+  const uint8_t* base = map_->bytes.data();
+  const uint64_t file_size = map_->bytes.size();
   auto fail = [&](const std::string& why) -> Error {
     return Error(Errc::corrupt_data, "'" + path_ + "' is not a valid safetensors file: " + why);
   };
