@@ -20,19 +20,30 @@ DTYPES = {
 }
 
 
-def read(path):
+def read(path, strict=False):
+    """{name: np.ndarray}, {str: str}. strict: also assert what a careful writer guarantees:
+    the data buffer starts 8-byte aligned, and the tensors cover it exactly (no gap, no overlap,
+    no trailing bytes)."""
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n].decode("utf-8"))
     metadata = header.pop("__metadata__", {})
     buf = memoryview(data)[8 + n:]
+    if strict:
+        assert (8 + n) % 8 == 0, "data buffer should start 8-byte aligned"
     out = {}
-    for name, info in header.items():
+    covered = 0
+    for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
         begin, end = info["data_offsets"]
+        if strict:
+            assert begin == covered, f"{name}: gap or overlap at {begin}"
+            covered = end
         dt = np.dtype(DTYPES[info["dtype"]]).newbyteorder("<")
         arr = np.frombuffer(buf[begin:end], dtype=dt).reshape(info["shape"])
         out[name] = arr
+    if strict:
+        assert covered == len(buf), "trailing bytes"
     return out, metadata
 
 

@@ -9,29 +9,18 @@ within a few levels on average).
 import argparse
 import json
 import os
-import struct
 import subprocess
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from fovea_safetensors import read  # noqa: E402
+
 
 def parse(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    meta = header.pop("__metadata__")
-    dtypes = {"F32": "<f4", "F16": "<f2", "I32": "<i4", "I64": "<i8", "F64": "<f8", "U8": "u1"}
-    body = data[8 + n:]
-    out, covered = {}, 0
-    for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-        b, e = info["data_offsets"]
-        assert b == covered, f"{name}: gap or overlap at {b}"
-        covered = e
-        out[name] = np.frombuffer(body[b:e], dtype=dtypes[info["dtype"]]).reshape(info["shape"])
-    assert covered == len(body), "trailing bytes"
-    return out, meta
+    # A reader fovea did not write (numpy alone), checking the layout strictly.
+    return read(path, strict=True)
 
 
 def main():
