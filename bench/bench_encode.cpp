@@ -85,6 +85,10 @@ void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream st(eng);
   for (dt t : {dt::f32, dt::bf16}) {
+    if (t == dt::bf16 && !fovea::bf16_supported()) {  // AVX2-only CPUs: oneDNN has no bf16 matmul
+      std::printf("%s\n", nlohmann::json{{"mode", "peak"}, {"precision", "bf16"}, {"supported", false}}.dump().c_str());
+      continue;
+    }
     const dnnl::memory::desc a({M, K}, t, {K, 1}), b({K, N}, t, dnnl::memory::format_tag::any), c({M, N}, t, {N, 1});
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
     dnnl::memory A(a, eng), B(pd.weights_desc(), eng), C(c, eng);
@@ -264,7 +268,10 @@ int main(int argc, char** argv) {
     if (qk_scale != 1.0f) scale_qk(model, qk_scale);
     const fovea::VitConfig& c = model.config();
     fovea::Executor exec({.threads = threads});
-    const fovea::Precision prec = precision == "bf16" ? fovea::Precision::bf16 : fovea::Precision::fp32;
+    const fovea::Precision asked = precision == "bf16" ? fovea::Precision::bf16 : fovea::Precision::fp32;
+    const fovea::Precision prec = fovea::runnable_precision(asked);
+    precision = std::string(fovea::to_string(prec));  // what runs (bf16 runs fp32 without bf16 kernels)
+    if (prec != asked) std::fprintf(stderr, "bench_encode: this CPU has no bf16 matrix kernels; bf16 runs fp32\n");
     if (!e2e_image.empty()) {
       // Decode once (excluded), then tokenize + encode per repetition.
       const fovea::ImageU8 img = fovea::load_image(e2e_image);

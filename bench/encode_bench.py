@@ -160,17 +160,25 @@ def main():
     # The peak is measured before every N and the best rate seen so far is the reference: on a
     # shared machine a single measurement can land in a busy moment (and flatter the fractions).
     peak = {}
+    have_bf16 = True  # oneDNN has bf16 kernels only on AVX-512 / AMX CPUs
 
     def update_peak():
+        nonlocal have_bf16
         for p in fovea("--peak", "--reps", str(max(ARGS.reps, 3))):
+            if p.get("supported") is False:
+                have_bf16 = False
+                continue
             if p["precision"] not in peak or p["gflops"] > peak[p["precision"]]["gflops"]:
                 peak[p["precision"]] = p
         results["peak"] = peak
 
     update_peak()
+    bf16_peak = (f"bf16 {peak['bf16']['gflops']:.0f} GFLOP/s ({peak['bf16']['impl']})" if have_bf16
+                 else "bf16: none (this CPU has no bf16 matrix kernels; oneDNN needs AVX-512)")
     print(f"bare oneDNN GEMM 4096x768x3072 ({ARGS.threads} threads): "
           f"fp32 {peak['fp32']['gflops']:.0f} GFLOP/s ({peak['fp32']['impl']}), "
-          f"bf16 {peak['bf16']['gflops']:.0f} GFLOP/s ({peak['bf16']['impl']}); load average {os.getloadavg()[0]:.1f}")
+          f"{bf16_peak}; load average {os.getloadavg()[0]:.1f}")
+    results["bf16_supported"] = have_bf16
 
     print(f"\n{'N':>6} {'torch fp32 ms':>14} {'fovea fp32 ms':>14} {'ratio':>7} {'of peak':>8} "
           f"{'fovea bf16 ms':>14} {'ratio':>7} {'of peak':>8} {'load':>5}")
@@ -184,17 +192,20 @@ def main():
             # between the two sides of a ratio.
             update_peak()
             f32 = fovea("--n", str(n), "--precision", "fp32", "--reps", str(ARGS.reps))[0]["median_ms"]
-            b16 = fovea("--n", str(n), "--precision", "bf16", "--reps", str(ARGS.reps))[0]["median_ms"]
+            b16 = (fovea("--n", str(n), "--precision", "bf16", "--reps", str(ARGS.reps))[0]["median_ms"]
+                   if have_bf16 else None)
             t = once(fn) if n >= 4096 else timed(fn, ARGS.reps)
             g = encode_gflop(n)
             frac32 = g / (f32 / 1e3) / peak["fp32"]["gflops"]
-            frac16 = g / (b16 / 1e3) / peak["bf16"]["gflops"]
+            frac16 = g / (b16 / 1e3) / peak["bf16"]["gflops"] if have_bf16 else None
             load = os.getloadavg()[0]
             row = {"n": n, "torch_fp32_ms": t, "fovea_fp32_ms": f32, "fovea_bf16_ms": b16, "gflop": g,
                    "fp32_fraction_of_peak": frac32, "bf16_fraction_of_peak": frac16, "load_average": load}
             results["rows"].append(row)
-            print(f"{n:>6} {t:>14.1f} {f32:>14.1f} {t / f32:>6.2f}x {frac32:>7.0%} {b16:>14.1f} {t / b16:>6.2f}x "
-                  f"{frac16:>7.0%} {load:>5.1f}", flush=True)
+            bf16_cells = (f"{b16:>14.1f} {t / b16:>6.2f}x {frac16:>7.0%}" if have_bf16
+                          else f"{'n/a':>14} {'':>7} {'':>8}")
+            print(f"{n:>6} {t:>14.1f} {f32:>14.1f} {t / f32:>6.2f}x {frac32:>7.0%} {bf16_cells} {load:>5.1f}",
+                  flush=True)
 
         if not ARGS.no_e2e:
             with tempfile.TemporaryDirectory() as tmp:
@@ -208,16 +219,17 @@ def main():
                     return torch_encode(model, p, torch.zeros(1, 4097, 768))
 
                 t_torch = once(torch_uniform)
-                fov = fovea("--e2e", path, "--budget", "273", "--precision", "bf16", "--reps", str(ARGS.reps))[0]
-                uni = fovea("--e2e", path, "--budget", "4096", "--uniform", "--precision", "bf16", "--reps", "1")[0]
+                prec = "bf16" if have_bf16 else "fp32"  # fovea's fastest precision on this CPU
+                fov = fovea("--e2e", path, "--budget", "273", "--precision", prec, "--reps", str(ARGS.reps))[0]
+                uni = fovea("--e2e", path, "--budget", "4096", "--uniform", "--precision", prec, "--reps", "1")[0]
                 e2e = {"torch_uniform4096_fp32_ms": t_torch, "fovea_foveated_ms": fov["median_ms"],
-                       "fovea_foveated_tokens": fov["n"], "fovea_uniform4096_bf16_ms": uni["median_ms"],
-                       "fovea_uniform_tokens": uni["n"]}
+                       "fovea_precision": prec, "fovea_foveated_tokens": fov["n"],
+                       f"fovea_uniform4096_{prec}_ms": uni["median_ms"], "fovea_uniform_tokens": uni["n"]}
                 results["e2e"] = e2e
                 print(f"\nend to end, 1024x1024 photo (decode excluded):")
                 print(f"  torch uniform {4096} tokens fp32 (normalise + patches + encode): {t_torch:9.1f} ms")
-                print(f"  fovea uniform {uni['n']} tokens bf16 (tokenize + encode):        {uni['median_ms']:9.1f} ms")
-                print(f"  fovea foveated B=273 ({fov['n']} tokens) bf16 (tokenize + encode): {fov['median_ms']:9.1f} ms")
+                print(f"  fovea uniform {uni['n']} tokens {prec} (tokenize + encode):        {uni['median_ms']:9.1f} ms")
+                print(f"  fovea foveated B=273 ({fov['n']} tokens) {prec} (tokenize + encode): {fov['median_ms']:9.1f} ms")
                 print(f"  ratio vs torch uniform: {t_torch / fov['median_ms']:.1f}x; "
                       f"vs fovea uniform: {uni['median_ms'] / fov['median_ms']:.1f}x")
     if ARGS.json:

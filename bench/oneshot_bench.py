@@ -150,6 +150,7 @@ def main():
                 m["model_load_ms"] = j["timings_ms"]["model_load"]
                 m["encode_ms"] = j["timings_ms"]["encode"]
                 m["tokens"] = j["tokens"]
+                m["precision_ran"] = j["encoder"]["precision"]  # bf16 runs fp32 on CPUs without bf16 kernels
             else:
                 j = json.loads(out.strip().splitlines()[-1])
                 m.update({k: j[k] for k in ("import_ms", "model_load_ms", "encode_ms", "tokens")})
@@ -166,6 +167,10 @@ def main():
 
     print()
     print(f"{'':26} {'wall s':>7} {'user s':>7} {'sys s':>6} {'minflt':>8} {'load ms':>8} {'encode ms':>9} {'tokens':>6}")
+    for name, _ in configs:
+        ran = {x.get("precision_ran") for x in runs[name]} - {None}
+        if name.startswith("fovea bf16") and ran != {"bf16"}:
+            print(f"note: '{name}' ran {', '.join(sorted(ran))}: this CPU has no bf16 matrix kernels")
     for name, _ in configs:
         print(f"{name:26} {med(name, 'wall_s'):7.2f} {med(name, 'user_s'):7.2f} {med(name, 'sys_s'):6.2f} "
               f"{med(name, 'minflt'):8.0f} {med(name, 'model_load_ms'):8.0f} {med(name, 'encode_ms'):9.0f} "

@@ -736,6 +736,66 @@ TEST(EncodeCli, OpenMpWaitPolicyIsPassiveUnlessChosen) {
   else ::unsetenv("OMP_WAIT_POLICY");
 }
 
+// bf16 needs bf16 matrix kernels (oneDNN: AVX-512 or AMX). Where the CPU has none, encode()
+// runs fp32 and says so: the embeddings are fp32's bit for bit.
+TEST(Encoder, Bf16RunsWhereSupportedAndFp32Elsewhere) {
+  const VitModel model = VitModel::load(fixture("clip"));
+  const SafetensorsFile f = SafetensorsFile::open(fixture("clip", "cases.safetensors"));
+  const std::vector<Case> cases = load_cases(f);
+  const Case& c = cases.front();
+  Executor exec({.threads = 2});
+  EncodeParams p{.image_width = c.width, .image_height = c.height};
+  const Encoding a = encode(model, c.patches, c.positions, p, exec);
+  EXPECT_EQ(a.precision, Precision::fp32);
+  p.precision = Precision::bf16;
+  const Encoding b = encode(model, c.patches, c.positions, p, exec);
+  EXPECT_EQ(b.precision, runnable_precision(Precision::bf16));
+  EXPECT_EQ(runnable_precision(Precision::fp32), Precision::fp32);
+  if (bf16_supported()) {
+    EXPECT_EQ(b.precision, Precision::bf16);
+    EXPECT_FALSE(std::memcmp(a.embeddings.data<float>(), b.embeddings.data<float>(), a.embeddings.size_bytes()) == 0)
+        << "bf16 gave fp32's bits";
+  } else {
+    EXPECT_EQ(b.precision, Precision::fp32);
+    EXPECT_EQ(std::memcmp(a.embeddings.data<float>(), b.embeddings.data<float>(), a.embeddings.size_bytes()), 0);
+  }
+  const auto meta = encoder_metadata(model, Precision::bf16);
+  EXPECT_EQ(meta.at("precision"), std::string(to_string(b.precision)));
+  EXPECT_EQ(meta.count("precision_requested"), bf16_supported() ? 0u : 1u);
+}
+
+// The CLI on a CPU without bf16 kernels (forced with ONEDNN_MAX_CPU_ISA=AVX2, which caps oneDNN
+// on any x86 machine): one warning line, and the report and the file say fp32 ran for bf16.
+TEST(EncodeCli, Bf16WithoutBf16KernelsRunsFp32AndSaysSo) {
+  const std::string dir = test::temp_dir("enc_cli_bf16_avx2");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  const char* saved = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--precision", "bf16",
+                                "-o", dir + "/e.safetensors", "--json", "--threads", "2"});
+  if (saved) ::setenv("ONEDNN_MAX_CPU_ISA", saved_value.c_str(), 1);
+  else ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("fovea: warning: --precision bf16: this CPU has no bf16 matrix kernels"), std::string::npos)
+      << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["encoder"]["precision"], "fp32");
+  EXPECT_EQ(j["encoder"]["precision_requested"], "bf16");
+  const SafetensorsFile f = SafetensorsFile::open(dir + "/e.safetensors");
+  EXPECT_EQ(f.metadata().at("precision"), "fp32");
+  EXPECT_EQ(f.metadata().at("precision_requested"), "bf16");
+  // The same flags with fp32 write the same embeddings.
+  const auto r32 = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "-o",
+                                  dir + "/f.safetensors", "--threads", "2"});
+  ASSERT_EQ(r32.exit_code, 0) << r32.err;
+  const SafetensorsFile g = SafetensorsFile::open(dir + "/f.safetensors");
+  const auto x = f.data(*f.find("embeddings")), y = g.data(*g.find("embeddings"));
+  EXPECT_TRUE(x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin()));
+  EXPECT_EQ(g.metadata().count("precision_requested"), 0u);
+}
+
 TEST(EncodeCli, TokenizeTakesAQueryEmbedding) {
   const std::string dir = test::temp_dir("enc_cli_query");
   const std::string image = dir + "/in.png";

@@ -76,6 +76,16 @@ enum class Precision : uint8_t {
   bf16,  // GEMM inputs rounded to bfloat16, f32 accumulation; cosine to fp32 reported
 };
 
+// Whether this CPU has the bfloat16 matrix kernels Precision::bf16 runs on. oneDNN (Debian's
+// 2.6) has them on AVX-512 and AMX machines; an AVX2-only CPU (AMD Zen 1-3, Intel before
+// Skylake-SP) has none. Asked of oneDNN once per process, so ONEDNN_MAX_CPU_ISA=AVX2 makes an
+// AVX-512 machine answer false.
+bool bf16_supported();
+// The precision that runs for a request: `requested`, except bf16 on a CPU without bf16 kernels,
+// which runs fp32 (bf16 would be no faster there, only less exact). encode() and the
+// incremental encoder apply it; Encoding::precision says what ran. Front ends say so once.
+Precision runnable_precision(Precision requested);
+
 std::string_view to_string(VitFamily f);
 std::string_view to_string(Activation a);
 std::string_view to_string(Precision p);
@@ -213,6 +223,8 @@ std::string to_string(const AttentionParams& a);
 // model_naming, embeddings_output, and projector / projected_dim when the model has one.
 // `fovea encode -o` and the Python binding both write these, so their files agree.
 // `attention` (key "attention": "exact" or "hierarchical:K:B (approximate)") says how it ran.
+// `precision` is the one requested: the file says what ran (runnable_precision) and, when that
+// differs, `precision_requested`.
 std::map<std::string, std::string> encoder_metadata(const VitModel& model, Precision precision,
                                                     const AttentionParams& attention = {});
 
@@ -230,6 +242,7 @@ struct Encoding {
   Tensor image_embeds;  // [1, E] CLIP visual_projection(pooled)
   Tensor logits;        // [1, K] torchvision heads.head(pooled)
   Tensor projected;     // [N, E] projector(embeddings): the LLM's input embeddings, batch order
+  Precision precision = Precision::fp32;  // what ran: runnable_precision(EncodeParams::precision)
   double encode_ms = 0;
 };
 

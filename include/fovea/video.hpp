@@ -223,13 +223,14 @@ struct VideoRunSummary {
 
 // The metadata of a video tokens or embeddings file: the run's parameters (budget, patch,
 // reuse, change threshold, keyframe, group), the model (its name, description, which hidden
-// state the rows are, precision) and the preprocessing applied to the patches (mean/std and
+// state the rows are, the precision that ran for params.encoder.precision and, when it differs,
+// precision_requested) and the preprocessing applied to the patches (mean/std and
 // where they came from), and whether the embeddings are an approximation. `fovea video -o`
 // and the Python module's fovea.video(out=...) both write exactly this. `model` may be null
 // (patches only); `model_name` is the name the user gave (path or "random:...").
 std::map<std::string, std::string> video_metadata(const VideoParams& params, const VideoRunSummary& run,
                                                   const VitModel* model, const std::string& model_name,
-                                                  const std::string& precision, const std::string& preprocessing_source);
+                                                  const std::string& preprocessing_source);
 
 // Streams a video's tokens into one safetensors file with bounded memory: the per-token rows
 // (embeddings or patches) go to an unlinked spill file beside the output as frames arrive; the

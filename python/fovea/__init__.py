@@ -29,11 +29,11 @@ from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, Uni
 import numpy as np
 
 from . import _fovea
-from ._fovea import Encoding, TensorFile, Tokens, VideoFrameResult
+from ._fovea import Encoding, TensorFile, Tokens, VideoFrameResult, bf16_supported
 
 __version__ = _fovea.__version__
 __all__ = ["tokenize", "Fixation", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "VideoReader",
-           "VideoFrame", "VideoFrameResult", "video", "__version__"]
+           "VideoFrame", "VideoFrameResult", "video", "bf16_supported", "__version__"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -159,7 +159,9 @@ class Model(_fovea.Model):
             tokens: a fovea.Tokens (f32 or f16 patches), or a patches array [N, C, P, P]
                 float32/float16 (C-contiguous, read in place) with positions= [N, 4] float32
                 and image_size=(width, height).
-            precision: "fp32" (within 1e-4 of PyTorch) or "bf16" (fast).
+            precision: "fp32" (within 1e-4 of PyTorch) or "bf16" (fast; on a CPU without
+                bf16 kernels, see bf16_supported(), it runs fp32 with a RuntimeWarning, and
+                Encoding.precision says so).
             threads: threads for this call (0: one per hardware thread).
             attention: "exact" (default) or "hierarchical[:K[:B]]", an approximation: tokens
                 grouped by position into blocks of B (64); each query block attends exactly to

@@ -213,6 +213,14 @@ Precision parse_precision(const std::string& s) {
   throw bad("precision must be 'fp32' or 'bf16', got '" + s + "'");
 }
 
+// The CLI's warning, as a Python RuntimeWarning: bf16 on a CPU without bf16 kernels runs fp32.
+void warn_if_precision_falls_back(Precision asked) {
+  if (runnable_precision(asked) != asked &&
+      PyErr_WarnEx(PyExc_RuntimeWarning,
+                   "precision='bf16': this CPU has no bf16 matrix kernels (oneDNN needs AVX-512); running fp32", 1) != 0)
+    throw py::error_already_set();
+}
+
 ExecConfig exec_config(int threads) {
   if (threads < 0 || threads > 1024) throw bad("threads must be in [0, 1024] (0: one per hardware thread)");
   return ExecConfig{.threads = threads};
@@ -574,6 +582,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   vp.layout_hysteresis = hysteresis;
   vp.refresh_fraction = refresh_fraction;
   vp.encoder.precision = parse_precision(precision);
+  if (have_model) warn_if_precision_falls_back(vp.encoder.precision);
   vp.encoder.token_threshold = token_threshold;
   const bool per_frame_query = PyCallable_Check(fixations.ptr());
   Query base = make_query(per_frame_query ? std::vector<std::vector<float>>{}
@@ -684,7 +693,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   run.frames = processed;
   run.approximate = approximate;
   const std::map<std::string, std::string> meta =
-      video_metadata(vp, run, have_model ? &*vit : nullptr, have_model ? vit->source() : std::string(), precision, prep);
+      video_metadata(vp, run, have_model ? &*vit : nullptr, have_model ? vit->source() : std::string(), prep);
   {
     py::gil_scoped_release nogil;
     writer->finish(meta);
@@ -818,6 +827,9 @@ PYBIND11_MODULE(_fovea, m) {
                ", " + std::to_string(t.width) + "x" + std::to_string(t.height) + ", source " + t.source + ">";
       });
 
+  m.def("bf16_supported", &bf16_supported,
+        "Whether this CPU has bf16 matrix kernels (oneDNN: AVX-512 or AMX). Without them precision='bf16' runs fp32.");
+
   m.def("tokenize", &tokenize_py, py::arg("image"), py::arg("budget") = 273,
         py::arg("fixations") = std::vector<std::vector<float>>{}, py::arg("regions") = std::vector<std::vector<float>>{},
         py::arg("patch") = py::none(), py::arg("uniform") = false, py::arg("threads") = 0, py::arg("max_level") = -1,
@@ -869,7 +881,9 @@ PYBIND11_MODULE(_fovea, m) {
           },
           "[N, E] float32: the projector's output, what the language model consumes (LLaVA / mmproj), or None")
       .def_property_readonly("encode_ms", [](const PyEncoding& e) { return e.e.encode_ms; })
-      .def_property_readonly("precision", [](const PyEncoding& e) { return std::string(to_string(e.precision)); })
+      .def_property_readonly(
+          "precision", [](const PyEncoding& e) { return std::string(to_string(e.e.precision)); },
+          "'fp32' or 'bf16': what ran (bf16 runs fp32 on a CPU without bf16 kernels; fovea.bf16_supported())")
       .def_property_readonly("attention", [](const PyEncoding& e) { return to_string(e.attention); },
                              "'exact' or 'hierarchical:K:B' (an approximation)")
       .def(
@@ -899,6 +913,7 @@ PYBIND11_MODULE(_fovea, m) {
     auto out = std::make_unique<PyEncoding>();
     out->model = model;
     out->precision = parse_precision(precision);
+    warn_if_precision_falls_back(out->precision);
     out->attention = parse_attention(attention);
     const ExecConfig cfg = exec_config(threads);
     EncodeParams ep{.precision = out->precision, .attention = out->attention};

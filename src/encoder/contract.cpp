@@ -46,7 +46,9 @@ std::map<std::string, std::string> encoder_metadata(const VitModel& model, Preci
   meta["model_description"] = model.describe();
   meta["model_family"] = std::string(to_string(mc.family));
   meta["random_weights"] = model.is_random() ? "true" : "false";
-  meta["precision"] = std::string(to_string(precision));
+  const Precision runs = runnable_precision(precision);
+  meta["precision"] = std::string(to_string(runs));
+  if (runs != precision) meta["precision_requested"] = std::string(to_string(precision));
   meta["attention"] = attention.mode == AttentionParams::Mode::exact ? "exact" : to_string(attention) + " (approximate)";
   meta["hidden_size"] = std::to_string(mc.hidden);
   meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";

@@ -202,7 +202,8 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
   if (m.gemm) m.gemm->reserve_threads(ops.threads);
   ops.gemm = m.gemm.get();
-  const bool bf16 = params.precision == Precision::bf16;
+  const Precision precision = runnable_precision(params.precision);  // bf16 needs bf16 kernels
+  const bool bf16 = precision == Precision::bf16;
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
 
@@ -291,6 +292,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
     e.pooled = row_copy(p.data(), D);
   }
   if (c.projector != ProjectorType::none) e.projected = run_projector(m, x + cls * D, N, ops.ref ? nullptr : ops.gemm);
+  e.precision = precision;
   e.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   return e;
 }

@@ -359,3 +359,32 @@ void gemm_reference(const GemmArgs& g) {
 }
 
 }  // namespace fovea::encoder_detail
+
+namespace fovea {
+
+bool bf16_supported() {
+  // A bf16 matmul primitive descriptor is what every bf16 GEMM needs first; oneDNN 2.6 creates
+  // one only where it has a bf16 kernel (AVX-512 core or better). The answer is a fact of the
+  // CPU (and of ONEDNN_MAX_CPU_ISA, which oneDNN reads once), so it is asked once.
+  static const bool supported = [] {
+    try {
+      using md = dnnl::memory::desc;
+      using dt = dnnl::memory::data_type;
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const md a({16, 64}, dt::bf16, dnnl::memory::format_tag::ab);
+      const md w({64, 16}, dt::bf16, dnnl::memory::format_tag::any);
+      const md c({16, 16}, dt::bf16, dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, w, c), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return supported;
+}
+
+Precision runnable_precision(Precision requested) {
+  return requested == Precision::bf16 && !bf16_supported() ? Precision::fp32 : requested;
+}
+
+}  // namespace fovea

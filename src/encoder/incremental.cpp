@@ -169,7 +169,7 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
                         F == 1 ? std::string("incremental encode")
                                : "incremental encode, frame " + std::to_string(f) + " of the group");
   const bool changed = st.valid && (st.width != params.image_width || st.height != params.image_height ||
-                                    st.precision != params.precision);
+                                    st.precision != runnable_precision(params.precision));
   {  // prev_row: rows of the frame before (the previous call's for the first), each used once
     bool prev = st.valid && !changed;
     int64_t prev_n = st.n;
@@ -210,7 +210,7 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
         ++b;
       st.run(frames.subspan(a, b - a), Ns.data() + a, params, ops, out.data() + a);
       st.width = params.image_width, st.height = params.image_height;
-      st.precision = params.precision;
+      st.precision = runnable_precision(params.precision);
       a = b;
     }
   } catch (...) {
@@ -240,7 +240,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
                                     const IncrementalParams& params, const Ops& ops, IncrementalResult* out) {
   VitModel::Impl& m = const_cast<VitModel::Impl&>(model.impl());
   const VitConfig& c = m.config;
-  const bool bf16 = params.precision == Precision::bf16;
+  const bool bf16 = runnable_precision(params.precision) == Precision::bf16;  // bf16 needs bf16 kernels
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
   const int64_t D = c.hidden, Mh = c.mlp, cls = c.class_token ? 1 : 0;

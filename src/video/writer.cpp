@@ -193,7 +193,7 @@ std::string fmt3(const std::array<float, 3>& v) {
 
 std::map<std::string, std::string> video_metadata(const VideoParams& params, const VideoRunSummary& run,
                                                   const VitModel* model, const std::string& model_name,
-                                                  const std::string& precision, const std::string& preprocessing_source) {
+                                                  const std::string& preprocessing_source) {
   std::map<std::string, std::string> meta;
   meta["format"] = model ? "fovea.video.embeddings" : "fovea.video.tokens";
   meta["source"] = run.source;
@@ -219,7 +219,9 @@ std::map<std::string, std::string> video_metadata(const VideoParams& params, con
     meta["model_description"] = model->describe();
     meta["embedding_output"] = embedding_output(model->config());
     meta["random_weights"] = model->is_random() ? "true" : "false";
-    meta["precision"] = precision;
+    const Precision runs = runnable_precision(params.encoder.precision);  // what the encoder ran
+    meta["precision"] = std::string(to_string(runs));
+    if (runs != params.encoder.precision) meta["precision_requested"] = std::string(to_string(params.encoder.precision));
     meta["preprocessing_source"] = preprocessing_source;
   } else {
     meta["dtype"] = std::string(dtype_name(params.tokenize.extract.dtype));

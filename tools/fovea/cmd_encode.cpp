@@ -40,7 +40,8 @@ struct EncodeCommand {
     };
     TokenizeParams params = tok.params();
     Query query = tok.query();
-    const Precision prec = precision == "bf16" ? Precision::bf16 : Precision::fp32;
+    const Precision asked = precision == "bf16" ? Precision::bf16 : Precision::fp32;
+    const Precision prec = runnable_precision_noted(asked);  // what runs
     const AttentionParams att = parse_attention(attention);
     if (params.extract.dtype == DType::u8)
       throw Error(Errc::invalid_argument, "--dtype u8 patches are not normalised; encode needs f32 or f16");
@@ -72,7 +73,7 @@ struct EncodeCommand {
     auto embeddings_file = [&](const Tokenization& t, Encoding& e, const std::string& source) {
       std::map<std::string, std::string> meta = token_metadata(t, query, params);
       meta["source"] = source;
-      for (auto& [k, v] : encoder_metadata(model, prec, att)) meta[k] = v;  // as the Python binding writes
+      for (auto& [k, v] : encoder_metadata(model, asked, att)) meta[k] = v;  // as the Python binding writes
       meta["preprocessing_source"] = norm_source;
       EmbeddingsFile file;
       file.metadata = std::move(meta);
@@ -165,6 +166,7 @@ struct EncodeCommand {
                                              {"mean", params.extract.norm.mean},
                                              {"std", params.extract.norm.std},
                                              {"normalized", params.extract.norm.enabled}}}};
+    if (prec != asked) summary["encoder"]["precision_requested"] = precision;
     if (mc.projector != ProjectorType::none)
       summary["encoder"]["projected"] = {e.projected.dim(0), e.projected.dim(1)};
     if (check_fp32 && approximate) summary["encoder"]["cosine_vs_fp32"] = cosine;
@@ -177,7 +179,7 @@ struct EncodeCommand {
       print_summary(summary);
       std::printf("  encoder: %s\n", model.describe().c_str());
       std::printf("  encode: %lld x %d embeddings, %s, %.2f ms (tokenize + encode %.2f ms)\n",
-                  (long long)e.embeddings.dim(0), int(e.embeddings.dim(1)), precision.c_str(), e.encode_ms,
+                  (long long)e.embeddings.dim(0), int(e.embeddings.dim(1)), std::string(to_string(prec)).c_str(), e.encode_ms,
                   t.timings.total_ms() + e.encode_ms);
       std::printf("  preprocessing: %s\n", norm_source.c_str());
       if (att.mode != AttentionParams::Mode::exact)

@@ -152,6 +152,7 @@ struct VideoCommand {
                      model_spec.c_str());
       // The model's own preprocessing unless --mean / --std say otherwise, as fovea encode does.
       norm_source = apply_model_preprocessing(tok, model->config().input, vp.tokenize.extract.norm);
+      runnable_precision_noted(vp.encoder.precision);  // the warning; the encoder falls back by itself
       if (model->config().patch_px != vp.tokenize.patch_px) {
         if (patch_given) throw bad("--patch " + std::to_string(vp.tokenize.patch_px) + " does not match the model's " +
                                    std::to_string(model->config().patch_px) + "-px patches");
@@ -319,7 +320,7 @@ struct VideoCommand {
     summary.frames = processed;
     summary.approximate = approximate;
     const std::map<std::string, std::string> meta =
-        video_metadata(vp, summary, model ? &*model : nullptr, model_spec, precision, norm_source);
+        video_metadata(vp, summary, model ? &*model : nullptr, model_spec, norm_source);
     writer->finish(meta);
 
     nlohmann::json s;
@@ -350,8 +351,9 @@ struct VideoCommand {
       s["encoder"] = {{"model", model_spec},
                       {"description", model->describe()},
                       {"random_weights", model->is_random()},
-                      {"precision", precision},
+                      {"precision", std::string(to_string(runnable_precision(vp.encoder.precision)))},
                       {"token_threshold", token_threshold}};
+      if (runnable_precision(vp.encoder.precision) != vp.encoder.precision) s["encoder"]["precision_requested"] = precision;
     }
     if (store) {
       const StoreStats st = store->stats();

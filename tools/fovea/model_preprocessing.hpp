@@ -1,7 +1,9 @@
-// The model's input contract applied to the tokenize flags (encode, tokenize --query-embedding).
+// The model's input contract applied to the tokenize flags (encode, tokenize --query-embedding),
+// and --precision resolved against the CPU (encode, video).
 // Only for builds with the encoder: include it where fovea/encoder.hpp is available.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 #include "cli_util.hpp"
@@ -22,6 +24,18 @@ inline std::string apply_model_preprocessing(const TokenizeOptions& tok, const I
   if (!tok.mean.empty()) return "--mean; std from the model (" + contract.source + ")";
   if (!tok.std.empty()) return "--std; mean from the model (" + contract.source + ")";
   return "model: " + contract.source;
+}
+
+// --precision as it will run (fovea::runnable_precision): bf16 on a CPU
+// without bf16 kernels runs fp32, said once on stderr. Reports and files give the precision
+// that ran, and `precision_requested` when it differs.
+inline Precision runnable_precision_noted(Precision asked) {
+  const Precision runs = runnable_precision(asked);
+  if (runs != asked)
+    std::fprintf(stderr,
+                 "fovea: warning: --precision bf16: this CPU has no bf16 matrix kernels (oneDNN needs AVX-512); "
+                 "running fp32\n");
+  return runs;
 }
 
 }  // namespace fovea::cli
