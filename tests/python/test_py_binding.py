@@ -126,6 +126,27 @@ def test_encode_equals_cli_file(png, tmp_path):
     assert np.array_equal(raw, emb)
 
 
+def test_bf16_runs_where_supported_and_fp32_with_a_warning_elsewhere(png, tmp_path):
+    arr, path = png
+    m = fovea.Model("random:vit-s16")
+    t = fovea.tokenize(arr, budget=32, threads=1, source=path, model=m)
+    if fovea.bf16_supported():
+        e = m.encode_full(t, precision="bf16", threads=1)
+        assert e.precision == "bf16"
+        return
+    with pytest.warns(RuntimeWarning, match="no bf16 matrix kernels"):
+        e = m.encode_full(t, precision="bf16", threads=1)
+    assert e.precision == "fp32"
+    assert np.array_equal(e.embeddings, m.encode(t, threads=1))
+    # The file says what ran, and what was asked for, as the CLI's does.
+    e.save(tmp_path / "py.safetensors")
+    meta = fovea.load(tmp_path / "py.safetensors").metadata
+    assert meta["precision"] == "fp32" and meta["precision_requested"] == "bf16"
+    out = tmp_path / "cli.safetensors"
+    cli("encode", path, "--model", "random:vit-s16", "--budget", 32, "--threads", 1, "--precision", "bf16", "-o", out)
+    assert_same_file(str(tmp_path / "py.safetensors"), str(out), skip_meta=())
+
+
 def test_encode_hierarchical_attention_equals_cli_file(png, tmp_path):
     """attention= is `fovea encode --attention`: same embeddings, same metadata, labelled."""
     arr, path = png
