@@ -3,6 +3,7 @@
 //   build/bench/bench_encode --model random:vit-b16 --n 196,273,1024 --precision fp32 --threads 2 --reps 3
 //   build/bench/bench_encode --e2e IMAGE --budget 273 --precision bf16 ...   (tokenize + encode)
 //   build/bench/bench_encode --peak [--peak-shape 4096,768,3072]   (bare oneDNN matmul f32 and bf16)
+//   build/bench/bench_encode --layouts [--reps 5]   (f32 weights as they lie vs oneDNN's preferred layout)
 //   build/bench/bench_encode --n 4096 --attention exact,hierarchical:8:64 --compare-exact --qk-scale 4 --entropy
 //
 // --attention: a comma list of modes timed back to back per N (fovea::parse_attention).
@@ -115,6 +116,58 @@ void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
   }
 }
 
+// Why the encoder packs constant weights only where oneDNN has a blocked (brgemm) layout: per
+// ViT-B/16 linear shape (M = 274, a B=273 image; M = 104, a video group's recomputed rows), the
+// f32 matmul with W as it lies ([N, K], read transposed) against W reordered into the layout the
+// primitive prefers ("any"), one thread, best of `reps` in thread CPU time (so other processes on
+// a shared machine change the figure little). Prints the implementation oneDNN chose.
+void layouts(int reps) {
+  using dt = dnnl::memory::data_type;
+  using md = dnnl::memory::desc;
+  omp_set_num_threads(1);
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream st(eng);
+  auto cpu_s = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+  };
+  const int64_t shapes[][3] = {{274, 768, 2304}, {274, 768, 768}, {274, 768, 3072}, {274, 3072, 768},
+                               {104, 768, 2304}, {104, 768, 768}, {104, 768, 3072}, {104, 3072, 768}};
+  for (const auto& s : shapes) {
+    const int64_t M = s[0], K = s[1], N = s[2];
+    const md a({M, K}, dt::f32, {K, 1}), w({K, N}, dt::f32, {1, K}), c({M, N}, dt::f32, {N, 1});
+    dnnl::memory A(a, eng), W(w, eng), C(c, eng);
+    for (dnnl::memory* m : {&A, &W}) {
+      auto* p = static_cast<float*>(m->get_data_handle());
+      for (size_t i = 0; i < m->get_desc().get_size() / 4; ++i) p[i] = float((i * 2654435761u >> 13) & 255) / 128 - 1;
+    }
+    const dnnl::matmul::primitive_desc plain(dnnl::matmul::desc(a, w, c), eng);
+    const dnnl::matmul::primitive_desc any(
+        dnnl::matmul::desc(a, md({K, N}, dt::f32, dnnl::memory::format_tag::any), c), eng);
+    dnnl::memory P(any.weights_desc(), eng);
+    dnnl::reorder(W, P).execute(st, W, P);
+    st.wait();
+    const dnnl::matmul mp(plain), ma(any);
+    double best_plain = 1e30, best_any = 1e30;
+    for (int r = 0; r < reps + 1; ++r) {
+      double t = cpu_s();
+      mp.execute(st, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, W}, {DNNL_ARG_DST, C}});
+      st.wait();
+      if (r) best_plain = std::min(best_plain, cpu_s() - t);
+      t = cpu_s();
+      ma.execute(st, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, P}, {DNNL_ARG_DST, C}});
+      st.wait();
+      if (r) best_any = std::min(best_any, cpu_s() - t);
+    }
+    const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
+    nlohmann::json j{{"mode", "layouts"}, {"m", M}, {"k", K}, {"n", N}, {"impl", any.impl_info_str()},
+                     {"plain_gflops", gflop / best_plain}, {"preferred_gflops", gflop / best_any}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+}
+
 // Scales every layer's Q and K projections by √s (see --qk-scale). Benchmarks only: call before
 // the first encode (the GEMMs convert and pack the weights on first use).
 // The layer's stacked q|k|v weights, writable: only an f32 model the process owns (random:...).
@@ -216,6 +269,7 @@ int main(int argc, char** argv) {
   std::string model_spec = "random:vit-b16", ns = "196,273,576,1024,4096", precision = "fp32", e2e_image;
   std::string attention_list = "exact", peak_shape = "4096,768,3072";
   int threads = 2, reps = 3, budget = 273;
+  bool run_layouts = false;
   bool uniform = false, run_peak = false, compare_exact = false, entropy = false, qk_tie = false;
   std::string grid_image;
   float qk_scale = 1.0f;
@@ -238,6 +292,7 @@ int main(int argc, char** argv) {
     else if (a == "--uniform") uniform = true;
     else if (a == "--peak") run_peak = true;
     else if (a == "--peak-shape") peak_shape = next();
+    else if (a == "--layouts") run_layouts = true;
     else if (a == "--attention") attention_list = next();
     else if (a == "--compare-exact") compare_exact = true;
     else if (a == "--entropy") entropy = true;
@@ -250,6 +305,10 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    if (run_layouts) {
+      layouts(reps);
+      return 0;
+    }
     if (run_peak) {
       const std::vector<int> s = parse_list(peak_shape);
       if (s.size() != 3) throw fovea::Error(fovea::Errc::invalid_argument, "--peak-shape M,K,N");

@@ -180,6 +180,11 @@ class Gemm {
     int weights = 0;
   };
   PackedStats packed_stats() const;
+  // Whether constant weights are reordered into a blocked layout for kernels computing in
+  // `kernel_dt` (oneDNN's brgemm: AVX-512 / AMX). oneDNN 2.6 has no brgemm matmul for AVX2;
+  // its gemm:jit runs as fast or faster on the weights as they lie, so there f32 weights are
+  // never copied and a weight of another type is converted into the same plain layout.
+  bool packs_blocked(DType kernel_dt);
 
  private:
   void run_unchecked(const GemmArgs& args);

@@ -165,9 +165,39 @@ struct Gemm::State {
   std::vector<Scratch> scratch;
   std::vector<std::unique_ptr<dnnl::stream>> streams;
 
+  // Per kernel type: does oneDNN's preferred weight layout differ from the plain one (brgemm's
+  // blocked layouts), so that reordering a constant weight pays? On AVX2 oneDNN 2.6 picks
+  // gemm:jit, whose preferred ("any") layout is plain K×N, and that ran *slower* than W as it
+  // lies ([N, K], i.e. transposed): one core of an AMD EPYC (Zen 3), thread CPU time,
+  // M = 274, K = 768, N = 3072: 34-42 GFLOP/s against 52-70; M = 104: 35-39 against 57-66;
+  // the other ViT-B/16 shapes within noise. So there W is read as it lies.
+  std::map<int, bool> blocked;
+  bool packs_blocked(DType kernel_dt) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = blocked.find(int(kernel_dt));
+    if (it != blocked.end()) return it->second;
+    using md = dnnl::memory::desc;
+    const dnnl::memory::data_type t = dt_of(kernel_dt);
+    bool b = false;
+    try {  // a ViT-B/16 MLP shape; the choice of implementation follows the ISA, not the shape
+      const dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(md({272, 768}, t, {768, 1}), md({768, 3072}, t, dnnl::memory::format_tag::any),
+                             md({272, 3072}, t, {3072, 1})),
+          engine);
+      b = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+    } catch (const dnnl::error&) {
+      b = false;  // no kernel for this type at all: the GEMM itself will say so
+    }
+    blocked.emplace(int(kernel_dt), b);
+    return b;
+  }
+
   // How this use of W runs (counts the use of constant weights).
   WeightUse weight_use(const GemmArgs& g) {
     if (!g.constant_w) return WeightUse::plain;
+    // No blocked layout (AVX2): W as it lies when its type is the kernel's; converted once (into
+    // the plain layout) otherwise.
+    if (!packs_blocked(g.a_dt) && g.w_dt == g.a_dt) return WeightUse::plain;
     std::lock_guard<std::mutex> lock(mutex);
     ConstantWeight& cw = constants[{g.w, g.a_dt}];
     if (cw.uses < 2) ++cw.uses;
@@ -187,6 +217,7 @@ struct Gemm::State {
   size_t transient_bytes = 0;
 
   std::shared_ptr<Entry> get(const GemmArgs& g, bool packed) {
+    const bool blocked_layout = packed && packs_blocked(g.a_dt);  // before the lock: it takes it
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key_of(g, packed));
     if (it != cache.end()) return it->second;
@@ -211,7 +242,12 @@ struct Gemm::State {
       case Post::gelu_erf: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
     }
     attr.set_post_ops(po);
-    const md w_any = packed ? md({g.k, g.n}, kernel_w_dt, dnnl::memory::format_tag::any) : e->w_md;
+    // Packed: the kernel's preferred (blocked) layout where there is one; otherwise W's own plain
+    // layout in the kernel's type (a conversion only).
+    const md w_any = !packed           ? e->w_md
+                     : blocked_layout ? md({g.k, g.n}, kernel_w_dt, dnnl::memory::format_tag::any)
+                     : g.w_is_kn      ? md({g.k, g.n}, kernel_w_dt, {g.n, 1})
+                                      : md({g.k, g.n}, kernel_w_dt, {1, g.k});
     dnnl::matmul::desc d = g.bias ? dnnl::matmul::desc(e->a_md, w_any, e->b_md, e->c_md)
                                   : dnnl::matmul::desc(e->a_md, w_any, e->c_md);
     dnnl::matmul::primitive_desc pd(d, attr, engine);
@@ -263,6 +299,8 @@ void Gemm::run(const GemmArgs& g) {
     throw Error(Errc::device, std::string("oneDNN matmul failed: ") + err.what());
   }
 }
+
+bool Gemm::packs_blocked(DType kernel_dt) { return s_->packs_blocked(kernel_dt); }
 
 Gemm::PackedStats Gemm::packed_stats() const {
   std::lock_guard<std::mutex> lock(s_->mutex);
