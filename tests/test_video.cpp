@@ -17,6 +17,7 @@
 #include "fovea/files.hpp"
 #include "fovea/incremental_encoder.hpp"
 #include "fovea/pyramid.hpp"
+#include "fovea/relevance.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/video.hpp"
 #include "test_util.hpp"
@@ -110,6 +111,80 @@ TEST_F(VideoTest, IncrementalPyramidEqualsFullRebuild) {
     for (int y = 16; y < 32; ++y) pf.level(0).at(c, y, 50) = 0.25f, pf.level(0).at(c, y + 48, 0) = 0.75f;
   update_pyramid(pf, 16, dirty, exec);
   expect_same_pyramid(pf, build_pyramid(pf.level(0).clone(), {}, exec));
+}
+
+// The session's relevance re-measures only the changed tiles' detail energies: every field of
+// the map equals a full compute_relevance bit for bit, for patch sizes that do and do not divide
+// into the mips' samples (their samples reach into the next tile), odd sizes, with and without
+// a query (a query changes the normalisation, the cap and the fixation's shape), both kernels.
+TEST_F(VideoTest, IncrementalRelevanceEqualsFullRecomputation) {
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << what;
+  };
+  for (bool reference : {false, true}) {
+    Executor exec({.threads = 2, .kernels = reference ? Kernels::reference : Kernels::best});
+    for (auto [w, h, P] : {std::tuple{203, 117, 16}, {320, 180, 16}, {97, 300, 14}, {130, 77, 12}, {64, 40, 8}}) {
+      SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + " P=" + std::to_string(P) +
+                   (reference ? " reference" : ""));
+      // Smooth content with a few detailed patches (so a fixation on one takes its shape).
+      ImageU8 img = test::gradient_image(w, h, 3);
+      const ImageU8 noise = test::random_image(w, h, 3, 5);
+      for (int c = 0; c < 3; ++c)
+        for (int y = h / 4; y < h / 2; ++y)
+          for (int x = w / 3; x < w / 2; ++x) img.at(c, y, x) = noise.at(c, y, x);
+      PyramidU8 pyr = build_pyramid(std::move(img), {}, exec);
+      const int tx = (w + P - 1) / P, ty = (h + P - 1) / P;
+      RelevanceCache cache;
+      RelevanceParams rp;
+      uint32_t s = 777u + uint32_t(P);
+      for (int round = 0; round < 6; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        Query q;
+        if (round % 3 != 2) q.fixations.push_back({float(w) * (round < 3 ? 0.4f : 0.8f), float(h) * 0.35f});
+        std::vector<uint8_t> dirty;
+        if (round > 0) {
+          dirty.assign(size_t(tx) * ty, 0);
+          const ImageU8 next = test::random_image(w, h, 3, 200 + uint32_t(round));
+          for (size_t i = 0; i < dirty.size(); ++i) {
+            s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+            dirty[i] = (s % 7) == 0;
+          }
+          dirty.back() = 1;  // the bottom-right (partial) tile
+          ImageU8& l0 = pyr.level(0);
+          for (int t = 0; t < tx * ty; ++t) {
+            if (!dirty[size_t(t)]) continue;
+            const int x0 = (t % tx) * P, y0 = (t / tx) * P;
+            for (int c = 0; c < 3; ++c)
+              for (int y = y0; y < std::min(h, y0 + P); ++y)
+                for (int x = x0; x < std::min(w, x0 + P); ++x) l0.at(c, y, x) = next.at(c, y, x);
+          }
+          update_pyramid(pyr, P, dirty, exec);
+        }
+        const RelevanceMap inc = compute_relevance(pyr, P, q, rp, exec, cache, dirty);
+        const RelevanceMap full = compute_relevance(pyr, P, q, rp, exec);
+        EXPECT_EQ(cache.levels, pyr.num_levels());
+        same(inc.score, full.score, "score");
+        same(inc.prior, full.prior, "prior");
+        same(inc.query, full.query, "query");
+        same(inc.detail_total, full.detail_total, "detail_total");
+        ASSERT_EQ(inc.detail.size(), full.detail.size());
+        for (size_t j = 0; j < inc.detail.size(); ++j) same(inc.detail[j], full.detail[j], "detail");
+        EXPECT_EQ(inc.detail_scale, full.detail_scale);
+      }
+      // A mask of the wrong length is refused.
+      EXPECT_THROW(compute_relevance(pyr, P, Query{}, rp, exec, cache, std::vector<uint8_t>(3, 0)), Error);
+    }
+  }
+  // Without the detail term (and no query) nothing is measured, and nothing is kept.
+  Executor exec({.threads = 2});
+  const PyramidU8 pyr = build_pyramid(test::random_image(100, 60, 3, 9), {}, exec);
+  RelevanceCache cache;
+  RelevanceParams rp;
+  rp.weights.detail = 0;
+  const RelevanceMap m = compute_relevance(pyr, 16, Query{}, rp, exec, cache, {});
+  EXPECT_EQ(cache.levels, 0);
+  EXPECT_TRUE(m.detail.empty());
 }
 
 TEST_F(VideoTest, DirtyNodesAreTheFootprintsOfTheChangedTile) {

@@ -79,6 +79,7 @@ struct VideoSession::Impl {
   TileGrid grid;
   std::shared_ptr<const Allocation> allocation = std::make_shared<const Allocation>();
   bool have_layout = false;
+  RelevanceCache relevance_cache;        // the reference pyramid's detail energies
   std::vector<float> layout_relevance;  // the scores the current layout was allocated from
   Query layout_query;
   TokenBatch batch;                      // the previous frame's tokens
@@ -272,7 +273,9 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
 
   // ---- relevance and layout (with hysteresis) ---------------------------------------------
   t0 = Clock::now();
-  RelevanceMap rel = compute_relevance(s.pyramid, P, query, p.tokenize.relevance, exec);
+  // Only the dirty tiles' detail energies are measured again (bit for bit a full computation).
+  RelevanceMap rel = compute_relevance(s.pyramid, P, query, p.tokenize.relevance, exec, s.relevance_cache,
+                                       r.refresh ? std::span<const uint8_t>() : std::span<const uint8_t>(dirty));
   r.timings.relevance_ms = ms_since(t0);
   t0 = Clock::now();
   bool reallocate = r.refresh || !s.have_layout || !same_query(query, s.layout_query) || p.layout_hysteresis <= 0;
