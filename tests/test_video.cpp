@@ -570,6 +570,120 @@ TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
   EXPECT_THROW(grouped.process(image(12), q, 12, 0.48), Error);
 }
 
+// run_video (the loop of `fovea video` and fovea.video()): the file holds exactly the frames a
+// hand-written push/flush loop gets, in order; the filter, max_frames, per-frame queries and
+// hooks are honoured; no frame or a throwing hook leaves no file.
+TEST_F(VideoTest, RunVideoWritesWhatTheSessionGives) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  VideoParams vp = small_params(16);
+  vp.group_frames = 3;
+  auto keep = [](int64_t i, double) { return i % 2 == 0; };
+  auto query_of = [](int64_t index) {
+    Query q;
+    q.fixations.push_back({index < 6 ? 30.0f : 120.0f, 40});  // a fixation move at frame 6
+    return q;
+  };
+  // By hand.
+  std::vector<FrameResult> want;
+  {
+    VideoReader reader = VideoReader::open(fixture("small.mp4"));
+    VideoSession session(vp, &model, exec);
+    VideoFrame f;
+    int n = 0;
+    while (n < 5 && reader.read(f, keep)) {
+      for (FrameResult& r : session.push(std::move(f.image), query_of(f.index), f.index, f.pts_s, &f.image))
+        want.push_back(std::move(r));
+      ++n;
+    }
+    for (FrameResult& r : session.flush()) want.push_back(std::move(r));
+  }
+  ASSERT_EQ(want.size(), 5u);
+  const std::string dir = test::temp_dir("video_run");
+  const std::string out = dir + "/r.safetensors";
+  VideoReader reader = VideoReader::open(fixture("small.mp4"));
+  VideoSession session(vp, &model, exec);
+  VideoRunOptions o;
+  o.source = fixture("small.mp4");
+  o.max_frames = 5;
+  o.keep = keep;
+  o.frame_query = [&](const VideoFrame& f) { return query_of(f.index); };
+  o.output = out;
+  o.model_name = "random:vit-tiny";
+  std::vector<int64_t> inputs, results;
+  int pushes = 0;
+  o.on_input = [&](const VideoFrame& f, const Query& q) {
+    inputs.push_back(f.index);
+    EXPECT_EQ(q.fixations.at(0).x_px, query_of(f.index).fixations[0].x_px);
+  };
+  o.after_push = [&] { ++pushes; };
+  const VideoRunStats st = run_video(reader, session, o, [&](FrameResult& r, const VideoRunStats& so_far) {
+    results.push_back(r.index);
+    EXPECT_EQ(so_far.frames, int64_t(results.size()));
+    EXPECT_TRUE(fs::exists(out) == false);  // the file appears only once complete
+  });
+  EXPECT_EQ(inputs, (std::vector<int64_t>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(results, inputs);
+  EXPECT_EQ(pushes, 5);
+  EXPECT_EQ(st.frames, 5);
+  int64_t tokens = 0, recomputed = 0;
+  for (const FrameResult& r : want) tokens += r.batch.size(), recomputed += r.recomputed_tokens;
+  EXPECT_EQ(st.tokens, tokens);
+  EXPECT_EQ(st.recomputed_tokens, recomputed);
+  EXPECT_TRUE(st.approximate);
+  const SafetensorsFile file = SafetensorsFile::open(out);
+  const Tensor off = file.load(*file.find("frame_offsets"));
+  const Tensor emb = file.load(*file.find("embeddings"));
+  const Tensor pos = file.load(*file.find("positions"));
+  const Tensor rec = file.load(*file.find("recomputed"));
+  const Tensor pts = file.load(*file.find("pts"));
+  ASSERT_EQ(off.numel(), 6);
+  for (size_t f = 0; f < want.size(); ++f) {
+    SCOPED_TRACE("frame " + std::to_string(f));
+    const int64_t a = off.data<int64_t>()[f], b = off.data<int64_t>()[f + 1];
+    ASSERT_EQ(b - a, want[f].batch.size());
+    EXPECT_EQ(pts.data<double>()[f], want[f].pts_s);
+    EXPECT_EQ(0, std::memcmp(emb.data<float>() + a * emb.dim(1), want[f].embeddings.bytes(),
+                             want[f].embeddings.size_bytes()));
+    EXPECT_EQ(0, std::memcmp(pos.data<float>() + a * 4, want[f].batch.positions.bytes(),
+                             want[f].batch.positions.size_bytes()));
+    EXPECT_EQ(0, std::memcmp(rec.data<uint8_t>() + a, want[f].recomputed.data(), want[f].recomputed.size()));
+  }
+  EXPECT_EQ(file.metadata(), video_metadata(vp, {.source = o.source, .info = reader.info(), .frames = 5,
+                                                 .approximate = true},
+                                            &model, "random:vit-tiny", "fp32", ""));
+  // Nothing kept: an error naming the source, and no file.
+  const std::string out2 = dir + "/none.safetensors";
+  {
+    VideoReader r2 = VideoReader::open(fixture("small.mp4"));
+    VideoSession s2(vp, &model, exec);
+    VideoRunOptions o2 = o;
+    o2.output = out2;
+    o2.keep = [](int64_t, double) { return false; };
+    try {
+      (void)run_video(r2, s2, o2);
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::corrupt_data);
+      EXPECT_NE(std::string(e.what()).find("small.mp4: no frame could be decoded"), std::string::npos) << e.what();
+    }
+  }
+  // A hook that throws ends the run; the file is not written.
+  {
+    VideoReader r3 = VideoReader::open(fixture("small.mp4"));
+    VideoSession s3(vp, &model, exec);
+    VideoRunOptions o3 = o;
+    o3.output = out2;
+    int calls = 0;
+    o3.after_push = [&] {
+      if (++calls == 4) throw Error(Errc::internal, "stop");
+    };
+    EXPECT_THROW((void)run_video(r3, s3, o3), Error);
+  }
+  EXPECT_FALSE(fs::exists(out2));
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos);
+}
+
 // ---- reader ---------------------------------------------------------------------------------
 
 TEST_F(VideoTest, FrameOrderAndPtsArePreserved) {

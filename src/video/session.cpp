@@ -147,6 +147,7 @@ VideoSession::~VideoSession() = default;
 const PyramidU8& VideoSession::pyramid() const { return impl_->pyramid; }
 const Allocation& VideoSession::allocation() const { return *impl_->allocation; }
 const VideoParams& VideoSession::params() const { return impl_->params; }
+const VitModel* VideoSession::model() const { return impl_->model; }
 
 FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
   if (!impl_->pending.empty())
