@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "extract/batch.hpp"
 #include "fovea/error.hpp"
@@ -258,6 +259,8 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
 
   // ---- pyramid -----------------------------------------------------------------------------
   t0 = Clock::now();
+  // The relevance cache describes the pyramid before this update: unusable if the update throws.
+  const int relevance_levels = std::exchange(s.relevance_cache.levels, 0);
   const int L = resolve_max_level(g, p.tokenize.alloc.max_level);
   const int levels = std::max(L + 1, p.tokenize.relevance.stats_level + 1);
   PyramidDirty pd;
@@ -275,6 +278,7 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
   // ---- relevance and layout (with hysteresis) ---------------------------------------------
   t0 = Clock::now();
   // Only the dirty tiles' detail energies are measured again (bit for bit a full computation).
+  s.relevance_cache.levels = relevance_levels;
   RelevanceMap rel = compute_relevance(s.pyramid, P, query, p.tokenize.relevance, exec, s.relevance_cache,
                                        r.refresh ? std::span<const uint8_t>() : std::span<const uint8_t>(dirty));
   r.timings.relevance_ms = ms_since(t0);
