@@ -536,7 +536,7 @@ Reuse parse_reuse(const std::optional<std::string>& r, bool have_model) {
   throw bad("reuse must be 'incremental', 'exact' or 'off', got '" + *r + "'");
 }
 
-// fovea.video: the session `fovea video` runs (tools/fovea/cmd_video.cpp), frame by frame with
+// fovea.video: `fovea video`'s loop (fovea::run_video, as tools/fovea/cmd_video.cpp calls it) with
 // the GIL released; into the CLI's file (output=) or a list of per-frame results.
 py::object video_py(const py::object& path_obj, const py::object& model, int budget, const py::object& fixations,
                     const std::vector<std::vector<float>>& regions, int every, double fps, int64_t max_frames,
