@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -144,6 +145,53 @@ TEST(EncoderAttention, RowsMatchPlainSoftmaxAttention) {
 }
 
 // Blocks are quadtree cells: on a 16×16 grid of tokens, blocks of 16 are the 4×4 cells.
+// The incremental encoder's cache keeps K and V head-major and calls
+// attention_rows_kv_head_major: the same results as attention_rows on the interleaved K|V, bit
+// for bit (f32 with the fast and the reference kernels, bf16 with the reference ones: oneDNN
+// 2.6 has no bf16 matmul on CPUs without AVX-512; several row and key counts, key blocks).
+TEST(EncoderAttention, HeadMajorKeysAndValuesGiveTheSameBits) {
+  Gemm gemm;
+  gemm.reserve_threads(2);
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [r, T, D, heads] : {std::tuple<int64_t, int64_t, int64_t, int>{16, 273, 64, 4}, {5, 40, 48, 3},
+                                  {32, 1500, 32, 2}}) {
+      SCOPED_TRACE(std::string(dt == DType::f32 ? "f32" : "bf16") + " r=" + std::to_string(r) +
+                   " T=" + std::to_string(T));
+      const int64_t hd = D / heads;
+      const size_t es = dt == DType::f32 ? 4 : 2;
+      std::vector<float> qf(size_t(r * 3 * D)), kvf(size_t(T * 2 * D));
+      uint32_t s = 99u + uint32_t(T);
+      auto next = [&] {
+        s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+        return float(s % 2001) / 1000.0f - 1.0f;
+      };
+      for (float& v : qf) v = next();
+      for (float& v : kvf) v = next();
+      std::vector<std::byte> q(qf.size() * es), kv(kvf.size() * es), khm(size_t(T * D) * es), vhm(size_t(T * D) * es);
+      if (dt == DType::f32) {
+        std::memcpy(q.data(), qf.data(), q.size()), std::memcpy(kv.data(), kvf.data(), kv.size());
+      } else {
+        to_bf16_row(qf.data(), reinterpret_cast<uint16_t*>(q.data()), int64_t(qf.size()));
+        to_bf16_row(kvf.data(), reinterpret_cast<uint16_t*>(kv.data()), int64_t(kvf.size()));
+      }
+      for (int64_t t = 0; t < T; ++t)
+        for (int h = 0; h < heads; ++h) {
+          std::memcpy(khm.data() + size_t((h * T + t) * hd) * es, kv.data() + size_t(t * 2 * D + h * hd) * es, size_t(hd) * es);
+          std::memcpy(vhm.data() + size_t((h * T + t) * hd) * es, kv.data() + size_t(t * 2 * D + D + h * hd) * es,
+                      size_t(hd) * es);
+        }
+      for (bool reference : {false, true}) {
+        if (dt == DType::bf16 && !reference) continue;
+        std::vector<std::byte> a(size_t(r * D) * es), b(size_t(r * D) * es, std::byte{1});
+        const AttentionExec ex{reference, reference ? 1 : 2, &gemm};
+        attention_rows(ex, q.data(), 3 * D, r, kv.data(), 2 * D, T, D, heads, dt, a.data());
+        AttentionWorkspace ws;
+        attention_rows_kv_head_major(ex, q.data(), 3 * D, r, khm.data(), vhm.data(), T, D, heads, dt, b.data(), &ws);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << (reference ? "reference" : "fast");
+      }
+    }
+}
+
 TEST(EncoderAttention, PlanBlocksAreQuadtreeCells) {
   std::vector<float> pos;
   for (int y = 0; y < 16; ++y)

@@ -17,6 +17,7 @@
 #include "fovea/files.hpp"
 #include "fovea/incremental_encoder.hpp"
 #include "fovea/pyramid.hpp"
+#include "fovea/relevance.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/video.hpp"
 #include "test_util.hpp"
@@ -110,6 +111,80 @@ TEST_F(VideoTest, IncrementalPyramidEqualsFullRebuild) {
     for (int y = 16; y < 32; ++y) pf.level(0).at(c, y, 50) = 0.25f, pf.level(0).at(c, y + 48, 0) = 0.75f;
   update_pyramid(pf, 16, dirty, exec);
   expect_same_pyramid(pf, build_pyramid(pf.level(0).clone(), {}, exec));
+}
+
+// The session's relevance re-measures only the changed tiles' detail energies: every field of
+// the map equals a full compute_relevance bit for bit, for patch sizes that do and do not divide
+// into the mips' samples (their samples reach into the next tile), odd sizes, with and without
+// a query (a query changes the normalisation, the cap and the fixation's shape), both kernels.
+TEST_F(VideoTest, IncrementalRelevanceEqualsFullRecomputation) {
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << what;
+  };
+  for (bool reference : {false, true}) {
+    Executor exec({.threads = 2, .kernels = reference ? Kernels::reference : Kernels::best});
+    for (auto [w, h, P] : {std::tuple{203, 117, 16}, {320, 180, 16}, {97, 300, 14}, {130, 77, 12}, {64, 40, 8}}) {
+      SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + " P=" + std::to_string(P) +
+                   (reference ? " reference" : ""));
+      // Smooth content with a few detailed patches (so a fixation on one takes its shape).
+      ImageU8 img = test::gradient_image(w, h, 3);
+      const ImageU8 noise = test::random_image(w, h, 3, 5);
+      for (int c = 0; c < 3; ++c)
+        for (int y = h / 4; y < h / 2; ++y)
+          for (int x = w / 3; x < w / 2; ++x) img.at(c, y, x) = noise.at(c, y, x);
+      PyramidU8 pyr = build_pyramid(std::move(img), {}, exec);
+      const int tx = (w + P - 1) / P, ty = (h + P - 1) / P;
+      RelevanceCache cache;
+      RelevanceParams rp;
+      uint32_t s = 777u + uint32_t(P);
+      for (int round = 0; round < 6; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        Query q;
+        if (round % 3 != 2) q.fixations.push_back({float(w) * (round < 3 ? 0.4f : 0.8f), float(h) * 0.35f});
+        std::vector<uint8_t> dirty;
+        if (round > 0) {
+          dirty.assign(size_t(tx) * ty, 0);
+          const ImageU8 next = test::random_image(w, h, 3, 200 + uint32_t(round));
+          for (size_t i = 0; i < dirty.size(); ++i) {
+            s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+            dirty[i] = (s % 7) == 0;
+          }
+          dirty.back() = 1;  // the bottom-right (partial) tile
+          ImageU8& l0 = pyr.level(0);
+          for (int t = 0; t < tx * ty; ++t) {
+            if (!dirty[size_t(t)]) continue;
+            const int x0 = (t % tx) * P, y0 = (t / tx) * P;
+            for (int c = 0; c < 3; ++c)
+              for (int y = y0; y < std::min(h, y0 + P); ++y)
+                for (int x = x0; x < std::min(w, x0 + P); ++x) l0.at(c, y, x) = next.at(c, y, x);
+          }
+          update_pyramid(pyr, P, dirty, exec);
+        }
+        const RelevanceMap inc = compute_relevance(pyr, P, q, rp, exec, cache, dirty);
+        const RelevanceMap full = compute_relevance(pyr, P, q, rp, exec);
+        EXPECT_EQ(cache.levels, pyr.num_levels());
+        same(inc.score, full.score, "score");
+        same(inc.prior, full.prior, "prior");
+        same(inc.query, full.query, "query");
+        same(inc.detail_total, full.detail_total, "detail_total");
+        ASSERT_EQ(inc.detail.size(), full.detail.size());
+        for (size_t j = 0; j < inc.detail.size(); ++j) same(inc.detail[j], full.detail[j], "detail");
+        EXPECT_EQ(inc.detail_scale, full.detail_scale);
+      }
+      // A mask of the wrong length is refused.
+      EXPECT_THROW(compute_relevance(pyr, P, Query{}, rp, exec, cache, std::vector<uint8_t>(3, 0)), Error);
+    }
+  }
+  // Without the detail term (and no query) nothing is measured, and nothing is kept.
+  Executor exec({.threads = 2});
+  const PyramidU8 pyr = build_pyramid(test::random_image(100, 60, 3, 9), {}, exec);
+  RelevanceCache cache;
+  RelevanceParams rp;
+  rp.weights.detail = 0;
+  const RelevanceMap m = compute_relevance(pyr, 16, Query{}, rp, exec, cache, {});
+  EXPECT_EQ(cache.levels, 0);
+  EXPECT_TRUE(m.detail.empty());
 }
 
 TEST_F(VideoTest, DirtyNodesAreTheFootprintsOfTheChangedTile) {
@@ -493,6 +568,120 @@ TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
   // process() refuses to run with frames pending.
   (void)grouped.push(image(11), q, 11, 0.44);
   EXPECT_THROW(grouped.process(image(12), q, 12, 0.48), Error);
+}
+
+// run_video (the loop of `fovea video` and fovea.video()): the file holds exactly the frames a
+// hand-written push/flush loop gets, in order; the filter, max_frames, per-frame queries and
+// hooks are honoured; no frame or a throwing hook leaves no file.
+TEST_F(VideoTest, RunVideoWritesWhatTheSessionGives) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  VideoParams vp = small_params(16);
+  vp.group_frames = 3;
+  auto keep = [](int64_t i, double) { return i % 2 == 0; };
+  auto query_of = [](int64_t index) {
+    Query q;
+    q.fixations.push_back({index < 6 ? 30.0f : 120.0f, 40});  // a fixation move at frame 6
+    return q;
+  };
+  // By hand.
+  std::vector<FrameResult> want;
+  {
+    VideoReader reader = VideoReader::open(fixture("small.mp4"));
+    VideoSession session(vp, &model, exec);
+    VideoFrame f;
+    int n = 0;
+    while (n < 5 && reader.read(f, keep)) {
+      for (FrameResult& r : session.push(std::move(f.image), query_of(f.index), f.index, f.pts_s, &f.image))
+        want.push_back(std::move(r));
+      ++n;
+    }
+    for (FrameResult& r : session.flush()) want.push_back(std::move(r));
+  }
+  ASSERT_EQ(want.size(), 5u);
+  const std::string dir = test::temp_dir("video_run");
+  const std::string out = dir + "/r.safetensors";
+  VideoReader reader = VideoReader::open(fixture("small.mp4"));
+  VideoSession session(vp, &model, exec);
+  VideoRunOptions o;
+  o.source = fixture("small.mp4");
+  o.max_frames = 5;
+  o.keep = keep;
+  o.frame_query = [&](const VideoFrame& f) { return query_of(f.index); };
+  o.output = out;
+  o.model_name = "random:vit-tiny";
+  std::vector<int64_t> inputs, results;
+  int pushes = 0;
+  o.on_input = [&](const VideoFrame& f, const Query& q) {
+    inputs.push_back(f.index);
+    EXPECT_EQ(q.fixations.at(0).x_px, query_of(f.index).fixations[0].x_px);
+  };
+  o.after_push = [&] { ++pushes; };
+  const VideoRunStats st = run_video(reader, session, o, [&](FrameResult& r, const VideoRunStats& so_far) {
+    results.push_back(r.index);
+    EXPECT_EQ(so_far.frames, int64_t(results.size()));
+    EXPECT_TRUE(fs::exists(out) == false);  // the file appears only once complete
+  });
+  EXPECT_EQ(inputs, (std::vector<int64_t>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(results, inputs);
+  EXPECT_EQ(pushes, 5);
+  EXPECT_EQ(st.frames, 5);
+  int64_t tokens = 0, recomputed = 0;
+  for (const FrameResult& r : want) tokens += r.batch.size(), recomputed += r.recomputed_tokens;
+  EXPECT_EQ(st.tokens, tokens);
+  EXPECT_EQ(st.recomputed_tokens, recomputed);
+  EXPECT_TRUE(st.approximate);
+  const SafetensorsFile file = SafetensorsFile::open(out);
+  const Tensor off = file.load(*file.find("frame_offsets"));
+  const Tensor emb = file.load(*file.find("embeddings"));
+  const Tensor pos = file.load(*file.find("positions"));
+  const Tensor rec = file.load(*file.find("recomputed"));
+  const Tensor pts = file.load(*file.find("pts"));
+  ASSERT_EQ(off.numel(), 6);
+  for (size_t f = 0; f < want.size(); ++f) {
+    SCOPED_TRACE("frame " + std::to_string(f));
+    const int64_t a = off.data<int64_t>()[f], b = off.data<int64_t>()[f + 1];
+    ASSERT_EQ(b - a, want[f].batch.size());
+    EXPECT_EQ(pts.data<double>()[f], want[f].pts_s);
+    EXPECT_EQ(0, std::memcmp(emb.data<float>() + a * emb.dim(1), want[f].embeddings.bytes(),
+                             want[f].embeddings.size_bytes()));
+    EXPECT_EQ(0, std::memcmp(pos.data<float>() + a * 4, want[f].batch.positions.bytes(),
+                             want[f].batch.positions.size_bytes()));
+    EXPECT_EQ(0, std::memcmp(rec.data<uint8_t>() + a, want[f].recomputed.data(), want[f].recomputed.size()));
+  }
+  EXPECT_EQ(file.metadata(), video_metadata(vp, {.source = o.source, .info = reader.info(), .frames = 5,
+                                                 .approximate = true},
+                                            &model, "random:vit-tiny", ""));
+  // Nothing kept: an error naming the source, and no file.
+  const std::string out2 = dir + "/none.safetensors";
+  {
+    VideoReader r2 = VideoReader::open(fixture("small.mp4"));
+    VideoSession s2(vp, &model, exec);
+    VideoRunOptions o2 = o;
+    o2.output = out2;
+    o2.keep = [](int64_t, double) { return false; };
+    try {
+      (void)run_video(r2, s2, o2);
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::corrupt_data);
+      EXPECT_NE(std::string(e.what()).find("small.mp4: no frame could be decoded"), std::string::npos) << e.what();
+    }
+  }
+  // A hook that throws ends the run; the file is not written.
+  {
+    VideoReader r3 = VideoReader::open(fixture("small.mp4"));
+    VideoSession s3(vp, &model, exec);
+    VideoRunOptions o3 = o;
+    o3.output = out2;
+    int calls = 0;
+    o3.after_push = [&] {
+      if (++calls == 4) throw Error(Errc::internal, "stop");
+    };
+    EXPECT_THROW((void)run_video(r3, s3, o3), Error);
+  }
+  EXPECT_FALSE(fs::exists(out2));
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos);
 }
 
 // ---- reader ---------------------------------------------------------------------------------

@@ -51,7 +51,9 @@
 // hook (RelevanceParams::tile_features) is called on the calling thread.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -159,6 +161,27 @@ struct RelevanceMap {
 // inverted region, an embedding without a tile_features hook or of the wrong length.
 RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Query& query,
                                const RelevanceParams& params, Executor& exec);
+
+// ---- across video frames ---------------------------------------------------------------------
+// What compute_relevance measures on the pixels and a video session keeps from frame to frame:
+// the detail energy per tile and level (a pass over the pyramid's fine levels, most of the
+// cost), before any weighting.
+struct RelevanceCache {
+  std::vector<std::vector<float>> energy;  // [levels − 1][tiles]
+  int width = 0, height = 0, channels = 0, patch_px = 0;
+  int levels = 0;                          // 0: nothing kept
+};
+
+// compute_relevance, bit for bit, on a pyramid that differs from the one `cache` was last filled
+// from only inside the finest tiles `changed` marks (one entry per tile of the patch_px grid,
+// raster order): their detail energies, and those of the tiles whose samples reach into them,
+// are measured again, the others kept. An empty `changed`, or a cache filled from another size,
+// patch, channel or level count, measures everything. The cache is updated (emptied when the
+// energy is not needed: detail weight 0 and no shaped fixation). Throws as compute_relevance,
+// and Error(invalid_argument) when `changed` is neither empty nor one entry per tile.
+RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Query& query,
+                               const RelevanceParams& params, Executor& exec, RelevanceCache& cache,
+                               std::span<const uint8_t> changed);
 
 // Human-readable summary of a query for metadata and logs, e.g. "fixation(512,300)".
 std::string describe(const Query& query);

@@ -195,6 +195,7 @@ class VideoSession {
   int64_t pending_frames() const;
 
   const PyramidU8& pyramid() const;        // the reference frame's pyramid
+  const VitModel* model() const;           // the session's model, or null (patches only)
   const Allocation& allocation() const;    // the layout of the last frame in
   const VideoParams& params() const;
 
@@ -264,5 +265,47 @@ class VideoTokenWriter {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+
+// ---- the frame loop -----------------------------------------------------------------------------
+
+// run_video: what `fovea video` and the Python module's fovea.video() both run. Frames are
+// read (the `keep` filter, up to max_frames), pushed through the session in its groups, flushed
+// at the end; each finished frame, in order, is added to the output file (when there is one)
+// and handed to on_result. The file is VideoTokenWriter's (`embeddings` and, with a projector,
+// `projected` with a model; `patches` without), its metadata video_metadata()'s.
+struct VideoRunOptions {
+  std::string source;               // the input as the user gave it (messages, metadata)
+  int64_t max_frames = 0;           // stop after this many frames pushed; 0: the whole stream
+  FrameFilter keep;                 // which decoded frames are processed; null: every one
+  Query query;                      // every frame's query, unless frame_query is given
+  std::function<Query(const VideoFrame&)> frame_query;  // a frame's own query (e.g. a fixation track)
+  std::string output;               // the safetensors file; empty: none is written
+  // For the file's metadata (video_metadata; the precision comes from the session's params): the
+  // model's name as the user gave it, where the patches' normalisation came from.
+  std::string model_name, preprocessing_source;
+  // Optional hooks, called on the calling thread; an exception from one ends the run (no file).
+  std::function<void(const VideoFrame&, const Query&)> on_input;  // a frame about to be pushed
+  std::function<void(const std::string&)> on_warning;            // a reader warning, one line
+  std::function<void()> after_push;                               // after each push (e.g. an interrupt check)
+};
+
+struct VideoRunStats {
+  int64_t frames = 0;             // frames finished (and written)
+  int64_t tokens = 0, recomputed_tokens = 0;
+  double session_ms = 0;          // Σ FrameResult::timings.total_ms()
+  double decode_ms = 0;           // time spent in VideoReader::read
+  bool approximate = false;       // some frame kept reused layer states
+  double reuse_rate() const { return tokens ? 1.0 - double(recomputed_tokens) / double(tokens) : 0.0; }
+  double mean_ms() const { return frames ? session_ms / double(frames) : 0.0; }
+};
+
+// Each finished frame with the totals so far (this frame included); it may move from the result.
+using VideoResultFn = std::function<void(FrameResult&, const VideoRunStats&)>;
+
+// Throws Error(corrupt_data) "<source>: no frame could be decoded" when no frame came out, and
+// whatever reading, the session, the writer or a hook throws; the output file then does not exist.
+VideoRunStats run_video(VideoReader& reader, VideoSession& session, const VideoRunOptions& options,
+                        const VideoResultFn& on_result = nullptr);
 
 }  // namespace fovea

@@ -544,7 +544,7 @@ Reuse parse_reuse(const std::optional<std::string>& r, bool have_model) {
   throw bad("reuse must be 'incremental', 'exact' or 'off', got '" + *r + "'");
 }
 
-// fovea.video: the session `fovea video` runs (tools/fovea/cmd_video.cpp), frame by frame with
+// fovea.video: `fovea video`'s loop (fovea::run_video, as tools/fovea/cmd_video.cpp calls it) with
 // the GIL released; into the CLI's file (output=) or a list of per-frame results.
 py::object video_py(const py::object& path_obj, const py::object& model, int budget, const py::object& fixations,
                     const std::vector<std::vector<float>>& regions, int every, double fps, int64_t max_frames,
@@ -604,58 +604,17 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
     session = std::make_unique<VideoSession>(vp, vit ? &*vit : nullptr, *ex);
   }
   const VideoInfo info = reader->info();
-  const int P = vp.tokenize.patch_px;
-  std::unique_ptr<VideoTokenWriter> writer;
+  // The loop is the CLI's (fovea::run_video), run with the GIL released; the hooks that touch
+  // Python objects take it.
   KeepRule keep{every, fps};
-  FrameFilter filter = [&keep](int64_t i, double t) { return keep(i, t); };
-  VideoFrame frame;
-  py::list results, warnings;
-  int64_t pushed = 0, processed = 0, tokens_total = 0, recomputed_total = 0;
-  double ms_total = 0;
-  bool approximate = false;
-  // A finished frame (frames come out a group at a time, in order): into the file, or a result.
-  // Called with the GIL held; the file write releases it.
-  auto finish_frame = [&](FrameResult& r) {
-    if (out_path) {
-      py::gil_scoped_release nogil;
-      if (!writer) {
-        if (have_model) {
-          writer = std::make_unique<VideoTokenWriter>(*out_path, "embeddings", DType::f32,
-                                                      std::vector<int64_t>{vit->config().hidden});
-          if (r.projected.rank() == 2)  // the projector's output, as `fovea video` writes it
-            writer->add_rows_tensor("projected", DType::f32, std::vector<int64_t>{r.projected.dim(1)});
-        } else {
-          writer = std::make_unique<VideoTokenWriter>(*out_path, "patches", vp.tokenize.extract.dtype,
-                                                      std::vector<int64_t>{3, P, P});
-        }
-      }
-      std::vector<const Tensor*> extra;
-      if (r.projected.rank() == 2) extra.push_back(&r.projected);
-      writer->add_frame(have_model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
-                        r.pts_s, extra);
-    }
-    ++processed;
-    tokens_total += r.batch.size();
-    recomputed_total += r.recomputed_tokens;
-    ms_total += r.timings.total_ms();
-    approximate = approximate || r.approximate;
-    if (!out_path) {
-      auto pr = std::make_unique<PyFrameResult>();
-      pr->r = std::move(r);
-      results.append(py::cast(std::move(pr)));
-    }
-  };
-  for (;;) {
-    if (max_frames > 0 && pushed >= max_frames) break;
-    bool got;
-    {
-      py::gil_scoped_release nogil;
-      got = reader->read(frame, filter);
-    }
-    for (const std::string& w : reader->take_warnings()) warnings.append(path + ": " + w);
-    if (!got) break;
-    Query q = base;
-    if (per_frame_query) {
+  VideoRunOptions ro_run;
+  ro_run.source = path;
+  ro_run.max_frames = max_frames;
+  ro_run.keep = [&keep](int64_t i, double t) { return keep(i, t); };
+  ro_run.query = base;
+  if (per_frame_query)
+    ro_run.frame_query = [&](const VideoFrame& frame) {
+      py::gil_scoped_acquire gil;
       const py::object f = fixations(frame.index, frame.pts_s);
       std::vector<std::vector<float>> v;
       try {
@@ -664,40 +623,39 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
         throw py::type_error("fixations(index, pts) must return a list of (x, y[, radius[, weight]]), got " +
                              std::string(py::str(py::type::of(f).attr("__name__"))));
       }
+      Query q = base;
       q.fixations = make_query(v, {}).fixations;
-    }
-    std::vector<FrameResult> done;
-    {
-      py::gil_scoped_release nogil;
-      done = session->push(std::move(frame.image), q, frame.index, frame.pts_s, &frame.image);
-    }
-    ++pushed;
-    for (FrameResult& r : done) finish_frame(r);
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C between frames
-  }
-  {
-    std::vector<FrameResult> done;
-    {
-      py::gil_scoped_release nogil;
-      done = session->flush();
-    }
-    for (FrameResult& r : done) finish_frame(r);
-  }
-  if (processed == 0) throw Error(Errc::corrupt_data, path + ": no frame could be decoded");
-  if (!out_path) return results;
-
-  // The metadata `fovea video -o` writes: the library's, key for key.
-  VideoRunSummary run;
-  run.source = path;
-  run.info = info;
-  run.frames = processed;
-  run.approximate = approximate;
-  const std::map<std::string, std::string> meta =
-      video_metadata(vp, run, have_model ? &*vit : nullptr, have_model ? vit->source() : std::string(), prep);
+      return q;
+    };
+  if (out_path) ro_run.output = *out_path;
+  ro_run.model_name = have_model ? vit->source() : std::string();
+  ro_run.preprocessing_source = prep;
+  py::list results, warnings;
+  ro_run.on_warning = [&](const std::string& w) {
+    py::gil_scoped_acquire gil;
+    warnings.append(path + ": " + w);
+  };
+  ro_run.after_push = [] {  // Ctrl-C between frames
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  };
+  VideoResultFn keep_result;
+  if (!out_path)
+    keep_result = [&](FrameResult& r, const VideoRunStats&) {
+      auto pr = std::make_unique<PyFrameResult>();
+      pr->r = std::move(r);
+      py::gil_scoped_acquire gil;
+      results.append(py::cast(std::move(pr)));
+    };
+  VideoRunStats run;
   {
     py::gil_scoped_release nogil;
-    writer->finish(meta);
+    run = run_video(*reader, *session, ro_run, keep_result);
   }
+  if (!out_path) return results;
+  const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;
+  const double ms_total = run.session_ms;
+  const bool approximate = run.approximate;
   py::dict summary;
   summary["frames"] = processed;
   summary["video"] = info_dict(info);

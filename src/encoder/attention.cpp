@@ -200,25 +200,34 @@ void parallel_tasks(const AttentionExec& ex, AttentionWorkspace& ws, int64_t n, 
   if (error) std::rethrow_exception(error);
 }
 
-void exact(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t r, const std::byte* kv, int64_t ldkv,
-           int64_t T, int64_t D, int heads, DType dt, std::byte* out, AttentionWorkspace& ws) {
+// Exact attention with K and V already head-major ([heads, T, hd] each).
+void exact_kv(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t r, const std::byte* k,
+              const std::byte* v, int64_t T, int64_t D, int heads, DType dt, std::byte* out, AttentionWorkspace& ws) {
   const int64_t hd = D / heads;
   const size_t es = esize(dt);
   const float scale = float(1.0 / std::sqrt(double(hd)));
-  ws.q.ensure(size_t(r * D) * es), ws.k.ensure(size_t(T * D) * es), ws.v.ensure(size_t(T * D) * es);
+  ws.q.ensure(size_t(r * D) * es);
   head_major(ex, q, ldq, r, heads, hd, dt, nullptr, ws.q.get());
-  head_major(ex, kv, ldkv, T, heads, hd, dt, nullptr, ws.k.get());
-  head_major(ex, kv + size_t(D) * es, ldkv, T, heads, hd, dt, nullptr, ws.v.get());
   const int64_t Bq = ex.reference ? r : balanced_block(r, kMaxBq);
   const int64_t nqb = (r + Bq - 1) / Bq;
   parallel_tasks(ex, ws, nqb * heads, [&](int64_t task, TaskBuffers& b) {
     const int h = int(task % heads);
     const int64_t q0 = (task / heads) * Bq, bq = std::min(Bq, r - q0);
     b.O->ensure(size_t(bq * hd) * 4);
-    block_attention(ex, ws.q.get() + size_t((h * r + q0) * hd) * es, bq, ws.k.get() + size_t(h * T * hd) * es,
-                    ws.v.get() + size_t(h * T * hd) * es, nullptr, 0, T, hd, scale, dt, b, b.O->as<float>());
+    block_attention(ex, ws.q.get() + size_t((h * r + q0) * hd) * es, bq, k + size_t(h * T * hd) * es,
+                    v + size_t(h * T * hd) * es, nullptr, 0, T, hd, scale, dt, b, b.O->as<float>());
     write_rows(b.O->as<float>(), bq, hd, h, D, dt, nullptr, q0, out);
   });
+}
+
+void exact(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t r, const std::byte* kv, int64_t ldkv,
+           int64_t T, int64_t D, int heads, DType dt, std::byte* out, AttentionWorkspace& ws) {
+  const int64_t hd = D / heads;
+  const size_t es = esize(dt);
+  ws.k.ensure(size_t(T * D) * es), ws.v.ensure(size_t(T * D) * es);
+  head_major(ex, kv, ldkv, T, heads, hd, dt, nullptr, ws.k.get());
+  head_major(ex, kv + size_t(D) * es, ldkv, T, heads, hd, dt, nullptr, ws.v.get());
+  exact_kv(ex, q, ldq, r, ws.k.get(), ws.v.get(), T, D, heads, dt, out, ws);
 }
 
 void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const std::byte* qkv_q, int64_t ldq,
@@ -394,6 +403,15 @@ void attention_rows(const AttentionExec& ex, const std::byte* q, int64_t ldq, in
   } else {
     exact(ex, q, ldq, r, kv, ldkv, T, D, heads, dt, out, w);
   }
+}
+
+void attention_rows_kv_head_major(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t r,
+                                  const std::byte* k, const std::byte* v, int64_t T, int64_t D, int heads, DType dt,
+                                  std::byte* out, AttentionWorkspace* ws) {
+  if (r == 0 || T == 0) return;
+  AttentionWorkspace local;
+  if (!ex.reference && !ex.gemm) throw Error(Errc::internal, "attention: no GEMM engine");
+  exact_kv(ex, q, ldq, r, k, v, T, D, heads, dt, out, ws ? *ws : local);
 }
 
 }  // namespace encoder_detail

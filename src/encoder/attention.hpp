@@ -69,4 +69,12 @@ void attention_rows(const AttentionExec& ex, const std::byte* q, int64_t ldq, in
                     int64_t ldkv, int64_t T, int64_t D, int heads, DType dt, std::byte* out,
                     const HierarchicalPlan* plan = nullptr, AttentionWorkspace* ws = nullptr);
 
+// Exact attention_rows with the keys and values already head-major, as the incremental
+// encoder's per-layer cache keeps them (updated row by row, so no copy per call): k and v
+// [heads, T, hd] dense each, dtype dt (token t of head h at (h·T + t)·hd). attention_rows copies
+// its interleaved K|V into this layout and runs the same code: equal results bit for bit.
+void attention_rows_kv_head_major(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t r,
+                                  const std::byte* k, const std::byte* v, int64_t T, int64_t D, int heads, DType dt,
+                                  std::byte* out, AttentionWorkspace* ws = nullptr);
+
 }  // namespace fovea::encoder_detail

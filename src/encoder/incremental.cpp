@@ -60,7 +60,9 @@ struct Ops {
 // Per-layer cache, rows in token order (class token first when the model has one).
 struct LayerCache {
   Tensor ref_in;  // [T, D] f32: each token's input when it was last recomputed (the reference)
-  Tensor kv;      // [T, 2D] dt: K | V as of that recomputation
+  // [2, heads, T, hd] dt: K and V as of that recomputation, head-major (attention reads them
+  // as they are; a recomputed row is written in `heads` pieces).
+  Tensor kv;
 };
 
 int64_t round_up(int64_t r, int64_t b) { return (r + b - 1) / b * b; }
@@ -243,7 +245,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   const bool bf16 = runnable_precision(params.precision) == Precision::bf16;  // bf16 needs bf16 kernels
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
-  const int64_t D = c.hidden, Mh = c.mlp, cls = c.class_token ? 1 : 0;
+  const int64_t D = c.hidden, Mh = c.mlp, cls = c.class_token ? 1 : 0, hd = D / c.heads;
   const int64_t K = int64_t(c.channels) * c.patch_px * c.patch_px;
   const size_t L = m.layers.size();
   const size_t F = frames.size();
@@ -376,9 +378,9 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   if (layers.size() != L) layers.resize(L);
   const double per_token = double(3 * D * D + D * D + 2 * D * Mh);
   auto ensure_cache = [&](LayerCache& lc, int64_t T) {
-    if (lc.ref_in.rank() != 2 || lc.ref_in.dim(0) != T || lc.kv.dtype() != dt) {
+    if (lc.ref_in.rank() != 2 || lc.ref_in.dim(0) != T || lc.kv.dtype() != dt || lc.kv.rank() != 4) {
       lc.ref_in = Tensor(DType::f32, {T, D});
-      lc.kv = Tensor(dt, {T, 2 * D});
+      lc.kv = Tensor(dt, {2, int64_t(c.heads), T, hd});
     }
   };
   const double thr2 = double(params.token_threshold) * double(params.token_threshold);
@@ -389,13 +391,15 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     if (!head.gate) {
       ensure_cache(C, head.T);
     } else if (head.remap) {  // kept tokens carry their reference and K|V to their new rows
+      const int64_t told = C.kv.dim(2);
       ensure_cache(spare, head.T);
       for (int64_t t = 0; t < head.T; ++t) {
         const int64_t p = head.prev_t[size_t(t)];
         if (p < 0) continue;
         std::memcpy(spare.ref_in.data<float>() + t * D, C.ref_in.data<float>() + p * D, rowb);
-        std::memcpy(spare.kv.bytes() + size_t(t * 2 * D) * es, C.kv.bytes() + size_t(p * 2 * D) * es,
-                    size_t(2 * D) * es);
+        for (int64_t kh = 0; kh < 2 * c.heads; ++kh)  // K and V of every head
+          std::memcpy(spare.kv.bytes() + size_t((kh * head.T + t) * hd) * es,
+                      C.kv.bytes() + size_t((kh * told + p) * hd) * es, size_t(hd) * es);
       }
       std::swap(C, spare);
     }
@@ -452,15 +456,19 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         const FrameWork& w = fw[f];
         const int64_t r = int64_t(w.sel.size());
         if (r == 0) continue;
-        for (int64_t j = 0; j < r; ++j)
-          std::memcpy(C.kv.bytes() + size_t(w.sel[size_t(j)] * 2 * D) * es,
-                      QKV.get() + size_t((w.xr_off + j) * 3 * D + D) * es, size_t(2 * D) * es);
+        for (int64_t j = 0; j < r; ++j) {
+          const std::byte* kv_row = QKV.get() + size_t((w.xr_off + j) * 3 * D + D) * es;  // K | V, head by head
+          for (int64_t kh = 0; kh < 2 * c.heads; ++kh)
+            std::memcpy(C.kv.bytes() + size_t((kh * w.T + w.sel[size_t(j)]) * hd) * es, kv_row + size_t(kh * hd) * es,
+                        size_t(hd) * es);
+        }
         // Rows past this frame's are the next frames' (rewritten when their turn comes) or slack.
         const int64_t ra = ops.ref ? r : round_up(r, kRowBucket);
         const AttentionExec aex{ops.ref, ops.threads, ops.gemm};
-        encoder_detail::attention_rows(aex, QKV.get() + size_t(w.xr_off * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
-                                       2 * D, w.T, D, c.heads, dt, A.get() + size_t(w.xr_off * D) * es, nullptr,
-                                       &attn_ws);
+        encoder_detail::attention_rows_kv_head_major(
+            aex, QKV.get() + size_t(w.xr_off * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
+            C.kv.bytes() + size_t(c.heads * w.T * hd) * es, w.T, D, c.heads, dt, A.get() + size_t(w.xr_off * D) * es,
+            &attn_ws);
       }
       GemmArgs o = linear_args(A.get(), dt, rg, l.out_w, &l.out_b, xr, DType::f32);
       o.accumulate = true;

@@ -193,11 +193,17 @@ std::vector<float> saliency_from_means(const TileStats& st, const TileGrid& g, E
 // pixels (one mip-j sample stands for 4^j of them). A mip-(j+1) sample belongs to the tile
 // holding its top-left level-0 pixel; a sample larger than a tile is shared equally by the
 // tiles whose top-left pixel it holds. Mips one sample wide or tall (no 2x2 blocks) add none.
-std::vector<std::vector<float>> detail_energy(const PyramidU8& pyr, const TileGrid& g, Executor& exec) {
+//
+// `stale` (one entry per tile, or null for all): only the tiles it marks are measured again at
+// the fine levels, the others keep the values T holds (T then has the right shape); the
+// coarse levels, a few samples, are always measured in full. The sums are integers, so a
+// tile's value does not depend on which others are measured with it.
+void detail_energy_into(const PyramidU8& pyr, const TileGrid& g, Executor& exec, std::vector<std::vector<float>>& T,
+                        const uint8_t* stale) {
   const int J = pyr.num_levels() - 1;
   const int C = pyr.channels();
   const int P = g.patch_px;
-  std::vector<std::vector<float>> T(std::max(J, 0), std::vector<float>(g.tiles(), 0.0f));
+  if (!stale) T.assign(size_t(std::max(J, 0)), std::vector<float>(size_t(g.tiles()), 0.0f));
   auto usable = [&](int j) { return pyr.view(j).width() >= 2 && pyr.view(j).height() >= 2; };
   // Fine levels: a mip-(j+1) sample (2^(j+1) level-0 px) fits in a tile. Samples of tile row ty
   // are rows [first(ty), first(ty + 1)) of mip j+1, first(ty) = ceil(ty·P / 2^(j+1)).
@@ -227,29 +233,42 @@ std::vector<std::vector<float>> detail_energy(const PyramidU8& pyr, const TileGr
       const int W = dst.width(), H = dst.height();
       const float scale = std::ldexp(1.0f, 2 * j - 2);  // 4^j / 4
       acc.assign(W, 0u);
+      auto first = [&](int tx) { return std::min(W, (tx * P + S - 1) / S); };  // the tile's first sample
       for (int64_t ty = ty0; ty < ty1; ++ty) {
         const int y0 = std::min(H, int((ty * P + S - 1) / S)), y1 = std::min(H, int(((ty + 1) * P + S - 1) / S));
         if (y0 >= y1) continue;
-        std::fill(acc.begin(), acc.end(), 0u);
-        for (int y = y0; y < y1; ++y)
-          for (int c = 0; c < C; ++c) {
-            const uint8_t *r0, *r1;
-            rows(c, y, &r0, &r1);
-            if (ref) block_energy_row_ref(r0, r1, acc.data(), W);
-            else block_energy_row(r0, r1, acc.data(), W);
-          }
+        const uint8_t* st = stale ? stale + size_t(ty) * g.tiles_x : nullptr;
         float* out = T[j].data() + size_t(ty) * g.tiles_x;
-        for (int tx = 0; tx < g.tiles_x; ++tx) {
-          const int x0 = std::min(W, (tx * P + S - 1) / S), x1 = std::min(W, ((tx + 1) * P + S - 1) / S);
-          uint64_t sum = 0;
-          for (int x = x0; x < x1; ++x) sum += acc[x];
-          out[tx] = float(sum) * scale;
+        // Runs [a, b) of tiles to measure: the whole row, or each run of stale tiles.
+        for (int a = 0; a < g.tiles_x;) {
+          if (st && !st[a]) {
+            ++a;
+            continue;
+          }
+          int b = a + 1;
+          while (b < g.tiles_x && (!st || st[b])) ++b;
+          const int x0 = first(a), x1 = first(b);
+          std::fill(acc.begin() + x0, acc.begin() + x1, 0u);
+          for (int y = y0; y < y1 && x0 < x1; ++y)
+            for (int c = 0; c < C; ++c) {
+              const uint8_t *r0, *r1;
+              rows(c, y, &r0, &r1);
+              if (ref) block_energy_row_ref(r0 + 2 * x0, r1 + 2 * x0, acc.data() + x0, x1 - x0);
+              else block_energy_row(r0 + 2 * x0, r1 + 2 * x0, acc.data() + x0, x1 - x0);
+            }
+          for (int tx = a; tx < b; ++tx) {
+            uint64_t sum = 0;
+            for (int x = first(tx); x < first(tx + 1); ++x) sum += acc[x];
+            out[tx] = float(sum) * scale;
+          }
+          a = b;
         }
       }
     }
   });
   // Coarse levels: few samples, each shared by the tiles whose top-left pixel it holds.
   for (int j = fine; j < J; ++j) {
+    if (stale) std::fill(T[j].begin(), T[j].end(), 0.0f);
     if (!usable(j)) continue;
     const ImageViewU8 src = pyr.view(j);
     const int W = pyr.view(j + 1).width(), H = pyr.view(j + 1).height();
@@ -274,7 +293,6 @@ std::vector<std::vector<float>> detail_energy(const PyramidU8& pyr, const TileGr
       }
     }
   }
-  return T;
 }
 
 bool finite(float v) { return std::isfinite(v); }
@@ -482,8 +500,10 @@ void validate(const Query& q, const RelevanceParams& p) {
 
 }  // namespace
 
-RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Query& query,
-                               const RelevanceParams& params, Executor& exec) {
+// compute_relevance; with `cache`, the detail energy is the cache's, updated where `stale` marks
+// (all of it when stale is null), and the cache is invalidated when the energy is not needed.
+RelevanceMap relevance(const PyramidU8& pyramid, int patch_px, const Query& query, const RelevanceParams& params,
+                       Executor& exec, RelevanceCache* cache, const uint8_t* stale) {
   if (pyramid.num_levels() == 0) throw Error(Errc::invalid_argument, "relevance of an empty pyramid");
   validate(query, params);
   RelevanceMap m;
@@ -507,11 +527,19 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
   m.detail_total.assign(n, 0.0f);
   std::vector<float> fine;  // fine-detail energy per tile (mips 0→1→2), for shaping fixations
   if (w.detail > 0 || (params.fixation_spread < 1.0f && !query.fixations.empty())) {
-    m.detail = detail_energy(pyramid, m.grid, exec);
+    if (cache) {
+      detail_energy_into(pyramid, m.grid, exec, cache->energy, stale);
+      cache->width = pyramid.width(), cache->height = pyramid.height(), cache->channels = pyramid.channels();
+      cache->patch_px = patch_px, cache->levels = pyramid.num_levels();
+      m.detail = cache->energy;
+    } else {
+      detail_energy_into(pyramid, m.grid, exec, m.detail, nullptr);
+    }
     fine.assign(n, 0.0f);
     for (size_t j = 0; j < std::min<size_t>(2, m.detail.size()); ++j)
       for (size_t t = 0; t < n; ++t) fine[t] += m.detail[j][t];
   }
+  else if (cache) cache->levels = 0;  // not measured: nothing to carry to the next frame
   m.query = query.empty() ? std::vector<float>(n, 0.0f) : query_term(pyramid, m.grid, query, params, fine);
   m.prior.resize(n);
   for (size_t t = 0; t < n; ++t)
@@ -566,6 +594,38 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
   for (const auto& lv : m.detail)
     for (size_t t = 0; t < n; ++t) m.score[t] += lv[t];
   return m;
+}
+
+RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Query& query,
+                               const RelevanceParams& params, Executor& exec) {
+  return relevance(pyramid, patch_px, query, params, exec, nullptr, nullptr);
+}
+
+RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Query& query,
+                               const RelevanceParams& params, Executor& exec, RelevanceCache& cache,
+                               std::span<const uint8_t> changed) {
+  if (pyramid.num_levels() == 0) throw Error(Errc::invalid_argument, "relevance of an empty pyramid");
+  const TileGrid g = TileGrid::make(pyramid.width(), pyramid.height(), patch_px);
+  if (!changed.empty() && int64_t(changed.size()) != g.tiles())
+    throw Error(Errc::invalid_argument, "relevance: the changed-tile mask must have one entry per tile");
+  const bool reuse = !changed.empty() && cache.levels == pyramid.num_levels() && cache.width == pyramid.width() &&
+                     cache.height == pyramid.height() && cache.patch_px == patch_px &&
+                     cache.channels == pyramid.channels() &&
+                     cache.energy.size() == size_t(std::max(pyramid.num_levels() - 1, 0));
+  std::vector<uint8_t> stale;
+  if (reuse) {
+    // A tile's samples at the fine levels reach at most one tile right and down (a sample not
+    // dividing the tile), so a changed tile also makes the tiles left of, above and above-left
+    // of it stale.
+    stale.assign(changed.size(), 0);
+    for (int ty = 0; ty < g.tiles_y; ++ty)
+      for (int tx = 0; tx < g.tiles_x; ++tx)
+        if (changed[size_t(ty) * g.tiles_x + tx])
+          for (int y = std::max(0, ty - 1); y <= ty; ++y)
+            for (int x = std::max(0, tx - 1); x <= tx; ++x) stale[size_t(y) * g.tiles_x + x] = 1;
+  }
+  cache.levels = 0;  // invalid until the energy is in (an exception leaves it so)
+  return relevance(pyramid, patch_px, query, params, exec, &cache, reuse ? stale.data() : nullptr);
 }
 
 std::string describe(const Query& q) {

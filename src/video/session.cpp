@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "extract/batch.hpp"
 #include "fovea/error.hpp"
@@ -79,6 +80,7 @@ struct VideoSession::Impl {
   TileGrid grid;
   std::shared_ptr<const Allocation> allocation = std::make_shared<const Allocation>();
   bool have_layout = false;
+  RelevanceCache relevance_cache;        // the reference pyramid's detail energies
   std::vector<float> layout_relevance;  // the scores the current layout was allocated from
   Query layout_query;
   TokenBatch batch;                      // the previous frame's tokens
@@ -146,6 +148,7 @@ VideoSession::~VideoSession() = default;
 const PyramidU8& VideoSession::pyramid() const { return impl_->pyramid; }
 const Allocation& VideoSession::allocation() const { return *impl_->allocation; }
 const VideoParams& VideoSession::params() const { return impl_->params; }
+const VitModel* VideoSession::model() const { return impl_->model; }
 
 FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
   if (!impl_->pending.empty())
@@ -256,6 +259,8 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
 
   // ---- pyramid -----------------------------------------------------------------------------
   t0 = Clock::now();
+  // The relevance cache describes the pyramid before this update: unusable if the update throws.
+  const int relevance_levels = std::exchange(s.relevance_cache.levels, 0);
   const int L = resolve_max_level(g, p.tokenize.alloc.max_level);
   const int levels = std::max(L + 1, p.tokenize.relevance.stats_level + 1);
   PyramidDirty pd;
@@ -272,7 +277,10 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
 
   // ---- relevance and layout (with hysteresis) ---------------------------------------------
   t0 = Clock::now();
-  RelevanceMap rel = compute_relevance(s.pyramid, P, query, p.tokenize.relevance, exec);
+  // Only the dirty tiles' detail energies are measured again (bit for bit a full computation).
+  s.relevance_cache.levels = relevance_levels;
+  RelevanceMap rel = compute_relevance(s.pyramid, P, query, p.tokenize.relevance, exec, s.relevance_cache,
+                                       r.refresh ? std::span<const uint8_t>() : std::span<const uint8_t>(dirty));
   r.timings.relevance_ms = ms_since(t0);
   t0 = Clock::now();
   bool reallocate = r.refresh || !s.have_layout || !same_query(query, s.layout_query) || p.layout_hysteresis <= 0;

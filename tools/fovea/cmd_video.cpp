@@ -180,24 +180,13 @@ struct VideoCommand {
       seq = store->reserve(vp.tokenize.alloc.budget_tokens);
     }
 
-    const int P = vp.tokenize.patch_px;
-    std::unique_ptr<VideoTokenWriter> writer;
-    auto make_writer = [&](const FrameResult& r) {
-      if (have_model) {
-        writer = std::make_unique<VideoTokenWriter>(output, "embeddings", DType::f32,
-                                                    std::vector<int64_t>{model->config().hidden});
-        if (r.projected.rank() == 2)  // the projector's output, the LLM's input (as fovea encode writes it)
-          writer->add_rows_tensor("projected", DType::f32, std::vector<int64_t>{r.projected.dim(1)});
-      }
-      else
-        writer = std::make_unique<VideoTokenWriter>(output, "patches", vp.tokenize.extract.dtype,
-                                                    std::vector<int64_t>{3, P, P});
-    };
-
-    // ---- the loop ---------------------------------------------------------------------------
+    // ---- the loop (fovea::run_video; fovea.video() runs the same) ---------------------------
     const bool progress = ::isatty(2) && !json;
     double next_t = -1;
-    FrameFilter keep = [&](int64_t index, double pts) {
+    VideoRunOptions ro_run;
+    ro_run.source = tok.image;
+    ro_run.max_frames = max_frames;
+    ro_run.keep = [&](int64_t index, double pts) {
       if (every > 0) return index % every == 0;
       if (fps > 0) {
         if (next_t < 0) next_t = pts;
@@ -207,16 +196,27 @@ struct VideoCommand {
       }
       return true;
     };
-    nlohmann::json per_frame = nlohmann::json::array();
-    VideoFrame frame;
-    int64_t pushed = 0, processed = 0, tokens_total = 0, recomputed_total = 0;
-    double ms_total = 0, full_total = 0, cosine_total = 0, decode_ms = 0, store_ms = 0;
-    double cosine_min = 1;
-    bool approximate = false;
-    const auto t_run = Clock::now();
+    ro_run.query = base_query;
+    if (track)
+      ro_run.frame_query = [&](const VideoFrame& f) {
+        Query q = base_query;
+        if (const std::vector<Fixation>* fx = track->at(f.index)) q.fixations = *fx;
+        return q;
+      };
+    ro_run.output = output;
+    ro_run.model_name = model_spec;
+    ro_run.preprocessing_source = norm_source;
     // --check: each frame's decoded image and query, kept until its group comes out.
     std::deque<std::pair<ImageU8, Query>> check_inputs;
-    auto finish_frame = [&](FrameResult& r) {
+    if (check) ro_run.on_input = [&](const VideoFrame& f, const Query& q) { check_inputs.emplace_back(f.image.clone(), q); };
+    ro_run.on_warning = [&](const std::string& w) {
+      std::fprintf(stderr, "%sfovea: warning: %s: %s\n", progress ? "\n" : "", tok.image.c_str(), w.c_str());
+    };
+    nlohmann::json per_frame = nlohmann::json::array();
+    double full_total = 0, cosine_total = 0, store_ms = 0;
+    double cosine_min = 1;
+    const auto t_run = Clock::now();
+    auto finish_frame = [&](FrameResult& r, const VideoRunStats& so_far) {
       const double ms = r.timings.total_ms();
       nlohmann::json pf = {{"index", r.index},
                            {"pts", r.pts_s},
@@ -237,7 +237,6 @@ struct VideoCommand {
                              {"extract", r.timings.extract_ms},
                              {"encode", r.timings.encode_ms}}}};
       if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
-      approximate = approximate || r.approximate;
       if (check) {
         // The full foveated pipeline on the decoded frame, from scratch: its time; and the
         // session's layout encoded in full from that frame's pyramid: the reference embeddings.
@@ -275,53 +274,19 @@ struct VideoCommand {
                        {"pages_bound", d.pages_bound},
                        {"pages_unbound", d.pages_unbound}};
       }
-      if (!writer) make_writer(r);
-      std::vector<const Tensor*> extra;
-      if (r.projected.rank() == 2) extra.push_back(&r.projected);
-      writer->add_frame(have_model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
-                        r.pts_s, extra);
-      ++processed;
-      tokens_total += r.batch.size();
-      recomputed_total += r.recomputed_tokens;
-      ms_total += ms;
       if (json) per_frame.push_back(std::move(pf));  // ~2 KiB a frame: kept only when printed
       if (progress) {
         const double secs = std::chrono::duration<double>(Clock::now() - t_run).count();
-        std::fprintf(stderr, "\rfovea video: %lld frames, %.1f fps, reuse %.1f%%   ", (long long)processed,
-                     secs > 0 ? processed / secs : 0.0,
-                     tokens_total ? 100.0 * (1.0 - double(recomputed_total) / double(tokens_total)) : 0.0);
+        std::fprintf(stderr, "\rfovea video: %lld frames, %.1f fps, reuse %.1f%%   ", (long long)so_far.frames,
+                     secs > 0 ? so_far.frames / secs : 0.0, 100.0 * so_far.reuse_rate());
         std::fflush(stderr);
       }
     };
-    for (;;) {
-      if (max_frames > 0 && pushed >= max_frames) break;
-      auto t0 = Clock::now();
-      const bool got = reader.read(frame, keep);
-      decode_ms += ms_since(t0);
-      for (const std::string& w : reader.take_warnings())
-        std::fprintf(stderr, "%sfovea: warning: %s: %s\n", progress ? "\n" : "", tok.image.c_str(), w.c_str());
-      if (!got) break;
-      Query q = base_query;
-      if (track) {
-        if (const std::vector<Fixation>* f = track->at(frame.index)) q.fixations = *f;
-      }
-      if (check) check_inputs.emplace_back(frame.image.clone(), q);
-      std::vector<FrameResult> done = session.push(std::move(frame.image), q, frame.index, frame.pts_s, &frame.image);
-      ++pushed;
-      for (FrameResult& r : done) finish_frame(r);
-    }
-    for (FrameResult& r : session.flush()) finish_frame(r);
+    const VideoRunStats run = run_video(reader, session, ro_run, finish_frame);
     if (progress) std::fprintf(stderr, "\n");
-    if (processed == 0) throw Error(Errc::corrupt_data, tok.image + ": no frame could be decoded");
-
-    VideoRunSummary summary;
-    summary.source = tok.image;
-    summary.info = info;
-    summary.frames = processed;
-    summary.approximate = approximate;
-    const std::map<std::string, std::string> meta =
-        video_metadata(vp, summary, model ? &*model : nullptr, model_spec, norm_source);
-    writer->finish(meta);
+    const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;
+    const double decode_ms = run.decode_ms, ms_total = run.session_ms;
+    const bool approximate = run.approximate;
 
     nlohmann::json s;
     s["frames"] = processed;

@@ -1,0 +1,76 @@
+// run_video: the frame loop `fovea video` and fovea.video() share (see fovea/video.hpp).
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fovea/error.hpp"
+#include "fovea/video.hpp"
+
+namespace fovea {
+
+VideoRunStats run_video(VideoReader& reader, VideoSession& session, const VideoRunOptions& o,
+                        const VideoResultFn& on_result) {
+  using Clock = std::chrono::steady_clock;
+  const VitModel* model = session.model();
+  const VideoParams& vp = session.params();
+  const int P = vp.tokenize.patch_px;
+  std::unique_ptr<VideoTokenWriter> writer;
+  VideoRunStats st;
+  auto finish = [&](FrameResult& r) {
+    if (!o.output.empty()) {
+      if (!writer) {
+        if (model) {
+          writer = std::make_unique<VideoTokenWriter>(o.output, "embeddings", DType::f32,
+                                                      std::vector<int64_t>{model->config().hidden});
+          if (r.projected.rank() == 2)  // the projector's output, the LLM's input (as fovea encode writes it)
+            writer->add_rows_tensor("projected", DType::f32, std::vector<int64_t>{r.projected.dim(1)});
+        } else {
+          writer = std::make_unique<VideoTokenWriter>(o.output, "patches", vp.tokenize.extract.dtype,
+                                                      std::vector<int64_t>{3, P, P});
+        }
+      }
+      std::vector<const Tensor*> extra;
+      if (r.projected.rank() == 2) extra.push_back(&r.projected);
+      writer->add_frame(model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
+                        r.pts_s, extra);
+    }
+    ++st.frames;
+    st.tokens += r.batch.size();
+    st.recomputed_tokens += r.recomputed_tokens;
+    st.session_ms += r.timings.total_ms();
+    st.approximate = st.approximate || r.approximate;
+    if (on_result) on_result(r, st);
+  };
+
+  VideoFrame frame;
+  int64_t pushed = 0;
+  for (;;) {
+    if (o.max_frames > 0 && pushed >= o.max_frames) break;
+    const auto t0 = Clock::now();
+    const bool got = reader.read(frame, o.keep);
+    st.decode_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    for (const std::string& w : reader.take_warnings())
+      if (o.on_warning) o.on_warning(w);
+    if (!got) break;
+    Query q = o.frame_query ? o.frame_query(frame) : o.query;
+    if (o.on_input) o.on_input(frame, q);
+    std::vector<FrameResult> done = session.push(std::move(frame.image), q, frame.index, frame.pts_s, &frame.image);
+    ++pushed;
+    for (FrameResult& r : done) finish(r);
+    if (o.after_push) o.after_push();
+  }
+  for (FrameResult& r : session.flush()) finish(r);
+  if (st.frames == 0) throw Error(Errc::corrupt_data, o.source + ": no frame could be decoded");
+  if (writer) {
+    VideoRunSummary summary;
+    summary.source = o.source;
+    summary.info = reader.info();
+    summary.frames = st.frames;
+    summary.approximate = st.approximate;
+    writer->finish(video_metadata(vp, summary, model, o.model_name, o.preprocessing_source));
+  }
+  return st;
+}
+
+}  // namespace fovea
