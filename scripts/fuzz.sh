@@ -99,7 +99,7 @@ for t in "${targets[@]}"; do
   # -timeout: one input over 10 s is a hang. -rss_limit_mb: a parser that balloons is a finding.
   # ASan's leak check runs at exit and on every input that looked leaky (-detect_leaks=1).
   set +e
-  # shellcheck disable=SC2086
+  # shellcheck disable=SC2086,SC2046
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     "$build_dir/fuzz/fuzz_$t" "$corpus" "fuzz/corpus/$t" \
