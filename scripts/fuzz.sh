@@ -11,7 +11,8 @@
 # to DIR/fuzz-summary.tsv. Extra libFuzzer flags: FUZZ_FLAGS="-max_len=4096 ...". The per-input
 # timeout is wall-clock: on a machine shared with other work, or under nice, raise it
 # (FUZZ_TIMEOUT=60) or a starved process reads as a hang. FUZZ_NO_BUILD=1 runs the binaries as
-# they are, without building.
+# they are, without building. Per-target defaults (before FUZZ_FLAGS, which override them):
+# gguf -max_len=8192 (fuzz/README.md says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -21,7 +22,7 @@ build_dir=build-fuzz
 jobs=$(nproc)
 targets=()
 all_targets=(png jpeg safetensors gguf tokenize cli video)
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --seconds) seconds=${2:?--seconds needs a number}; shift 2 ;;
@@ -76,6 +77,16 @@ targets=("${kept[@]}")
 # FUZZ_NO_BUILD=1: run the binaries as built (e.g. while another build runs in the same folder).
 [ "${FUZZ_NO_BUILD:-0}" = 1 ] || cmake --build "$build_dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
 
+# Per-target libFuzzer defaults; FUZZ_FLAGS comes after them on the command line and wins.
+target_flags() {
+  case "$1" in
+    # The seeds' tensor data is decoded element by element; 8 KiB holds a whole header of the
+    # mmproj fixtures (3 KiB) plus the compact seeds' data, and every size check (a 4096-byte
+    # tensor name included) is reachable below it.
+    gguf) echo "-max_len=8192" ;;
+  esac
+}
+
 mkdir -p fuzz/crashes
 summary="$build_dir/fuzz-summary.tsv"
 printf 'target\tseconds\texecutions\texec_per_s\tcorpus_inputs\tresult\n' > "$summary"
@@ -88,12 +99,12 @@ for t in "${targets[@]}"; do
   # -timeout: one input over 10 s is a hang. -rss_limit_mb: a parser that balloons is a finding.
   # ASan's leak check runs at exit and on every input that looked leaky (-detect_leaks=1).
   set +e
-  # shellcheck disable=SC2086
+  # shellcheck disable=SC2086,SC2046
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     "$build_dir/fuzz/fuzz_$t" "$corpus" "fuzz/corpus/$t" \
       -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -detect_leaks=1 \
-      -artifact_prefix="fuzz/crashes/$t-" -print_final_stats=1 ${FUZZ_FLAGS:-} > "$log" 2>&1
+      -artifact_prefix="fuzz/crashes/$t-" -print_final_stats=1 $(target_flags "$t") ${FUZZ_FLAGS:-} > "$log" 2>&1
   rc=$?
   set -e
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

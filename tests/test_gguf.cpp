@@ -79,6 +79,51 @@ TEST(Gguf, EveryTruncationIsAClearError) {
   }
 }
 
+// The reader builds the name of what it reads only when the read fails (not one string per
+// field and array element): the messages still name the exact field, element and tensor.
+TEST(Gguf, TruncationMessagesNameTheField) {
+  GgufBuild g;
+  GgufValue names;
+  names.type = GgufType::array;
+  names.element_type = GgufType::string;
+  names.array = {std::string(10, 'a'), std::string(10, 'b')};
+  g.set("names", names);
+  const std::string tname(40, 't');
+  g.tensors.push_back({tname, {4, 2}, uint32_t(GgmlType::f32), std::vector<uint8_t>(32), std::nullopt});
+  const std::vector<uint8_t> good = g.bytes();
+  ASSERT_NO_THROW(GgufFile::from_bytes(good, "ok.gguf"));
+  // Layout: header 24 bytes; key "names" (8 + 5), type, element type (4 each), length (8),
+  // two strings of 8 + 10; then the tensor: name (8 + 40), n_dims (4), two dims (8 each),
+  // type (4), offset (8). Cuts late enough that the count checks (bytes left per key/value,
+  // per array element, per tensor) pass, so each read itself runs out.
+  const size_t type = 24 + 13, elem0 = type + 16, elem1 = elem0 + 18, tensor = elem1 + 18;
+  const size_t ndims = tensor + 48, dim0 = ndims + 4;
+  const struct {
+    size_t cut;
+    std::string fragment;
+  } cases[] = {
+      {type + 2, "key names's type runs past the end"},
+      {type + 6, "key names's element type runs past the end"},
+      {type + 13, "key names's array length runs past the end"},
+      {elem1 + 4, "key names[1] length runs past the end"},
+      {elem1 + 14, "key names[1] claims 10 bytes"},
+      {tensor + 36, "tensor 0's name claims 40 bytes"},
+      {ndims + 2, "tensor " + tname + "'s dimension count runs past the end"},
+      {dim0 + 12, "tensor " + tname + "'s dimension 1 runs past the end"},
+      {dim0 + 18, "tensor " + tname + "'s type runs past the end"},
+      {dim0 + 24, "tensor " + tname + "'s offset runs past the end"},
+  };
+  for (const auto& c : cases) {
+    try {
+      GgufFile::from_bytes(std::span(good.data(), c.cut), "cut.gguf");
+      ADD_FAILURE() << "a " << c.cut << "-byte prefix parsed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::corrupt_data) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.fragment), std::string::npos) << c.cut << ": " << e.what();
+    }
+  }
+}
+
 TEST(Gguf, HostileFilesGiveOneClearError) {
   for (const Hostile& h : hostile_files()) {
     try {

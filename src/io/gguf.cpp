@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "fovea/error.hpp"
 #include "io/file_bytes.hpp"
@@ -60,6 +61,15 @@ bool valid_type(uint32_t t) { return t <= 12; }
 
 using Scalar = std::variant<uint64_t, int64_t, double, bool, std::string>;
 
+// What is being read, for messages: a string, or a callable that builds one. Call sites pass
+// callables, so a message is built only when a read fails (building one eagerly cost a string
+// per field and per array element: a vocabulary array of 150k strings built 150k labels).
+template <typename W>
+std::string name_of(const W& what) {
+  if constexpr (std::is_invocable_v<const W&>) return what();
+  else return std::string(what);
+}
+
 // A cursor that never reads past `end`; every failure names what was being read.
 class Reader {
  public:
@@ -70,31 +80,31 @@ class Reader {
   Error fail(const std::string& why) const {
     return Error(Errc::corrupt_data, "'" + path_ + "' is not a valid GGUF file: " + why);
   }
-  void need(uint64_t n, const std::string& what) const {
+  template <typename W> void need(uint64_t n, const W& what) const {
     if (n > left())
-      throw fail(what + " runs past the end of the file (needs " + std::to_string(n) + " bytes at offset " +
+      throw fail(name_of(what) + " runs past the end of the file (needs " + std::to_string(n) + " bytes at offset " +
                  std::to_string(pos_) + ", " + std::to_string(left()) + " left)");
   }
-  template <typename T> T get(const std::string& what) {
+  template <typename T, typename W> T get(const W& what) {
     need(sizeof(T), what);
     T v;
     std::memcpy(&v, base_ + pos_, sizeof(T));
     pos_ += sizeof(T);
     return v;
   }
-  std::string string(const std::string& what, uint64_t max_bytes) {
-    const uint64_t n = get<uint64_t>(what + " length");
+  template <typename W> std::string string(const W& what, uint64_t max_bytes) {
+    const uint64_t n = get<uint64_t>([&] { return name_of(what) + " length"; });
     if (n > left())
-      throw fail(what + " claims " + std::to_string(n) + " bytes at offset " + std::to_string(pos_) + ", only " +
+      throw fail(name_of(what) + " claims " + std::to_string(n) + " bytes at offset " + std::to_string(pos_) + ", only " +
                  std::to_string(left()) + " left");
     if (n > max_bytes)
-      throw Error(Errc::limit_exceeded, "'" + path_ + "': " + what + " of " + std::to_string(n) +
+      throw Error(Errc::limit_exceeded, "'" + path_ + "': " + name_of(what) + " of " + std::to_string(n) +
                                             " bytes exceeds the limit of " + std::to_string(max_bytes));
     std::string s(reinterpret_cast<const char*>(base_ + pos_), size_t(n));
     pos_ += n;
     return s;
   }
-  Scalar scalar(GgufType t, const std::string& what, uint64_t max_string) {
+  template <typename W> Scalar scalar(GgufType t, const W& what, uint64_t max_string) {
     switch (t) {
       case GgufType::u8: return uint64_t(get<uint8_t>(what));
       case GgufType::i8: return int64_t(get<int8_t>(what));
@@ -108,13 +118,13 @@ class Reader {
       case GgufType::f64: return get<double>(what);
       case GgufType::boolean: {
         const uint8_t b = get<uint8_t>(what);
-        if (b > 1) throw fail(what + " is a bool of value " + std::to_string(b));
+        if (b > 1) throw fail(name_of(what) + " is a bool of value " + std::to_string(b));
         return b != 0;
       }
       case GgufType::string: return string(what, max_string);
       case GgufType::array: break;
     }
-    throw fail(what + ": nested arrays are not allowed");
+    throw fail(name_of(what) + ": nested arrays are not allowed");
   }
 
  private:
@@ -253,9 +263,9 @@ GgufFile GgufFile::from_bytes(std::span<const uint8_t> bytes, const std::string&
 
 void GgufFile::parse(const GgufLimits& limits) {
   Reader r(map_->base(), map_->bytes(), path_);
-  auto limit = [&](const std::string& what, uint64_t n, uint64_t max) {
+  auto limit = [&](const auto& what, uint64_t n, uint64_t max) {
     if (n > max)
-      throw Error(Errc::limit_exceeded, "'" + path_ + "': " + std::to_string(n) + " " + what +
+      throw Error(Errc::limit_exceeded, "'" + path_ + "': " + std::to_string(n) + " " + name_of(what) +
                                             " exceed the limit of " + std::to_string(max));
   };
   if (r.left() < 4 || std::memcmp(map_->base(), "GGUF", 4) != 0)
@@ -276,26 +286,28 @@ void GgufFile::parse(const GgufLimits& limits) {
                  " bytes left");
   limit("key/value pairs", n_kv, limits.max_kv);
   for (uint64_t i = 0; i < n_kv; ++i) {
-    const std::string what = "key/value pair " + std::to_string(i);
-    std::string key = r.string(what + "'s key", limits.max_string_bytes);
-    const std::string kwhat = "key " + key;
-    const uint32_t t = r.get<uint32_t>(kwhat + "'s type");
-    if (!valid_type(t)) throw r.fail(kwhat + " has unknown value type " + std::to_string(t));
+    std::string key = r.string([&] { return "key/value pair " + std::to_string(i) + "'s key"; },
+                               limits.max_string_bytes);
+    const auto kwhat = [&] { return "key " + key; };
+    const uint32_t t = r.get<uint32_t>([&] { return kwhat() + "'s type"; });
+    if (!valid_type(t)) throw r.fail(kwhat() + " has unknown value type " + std::to_string(t));
     GgufValue v;
     v.type = GgufType(t);
     if (v.type == GgufType::array) {
-      const uint32_t et = r.get<uint32_t>(kwhat + "'s element type");
-      if (!valid_type(et)) throw r.fail(kwhat + " is an array of unknown type " + std::to_string(et));
-      if (GgufType(et) == GgufType::array) throw r.fail(kwhat + ": nested arrays are not supported");
+      const uint32_t et = r.get<uint32_t>([&] { return kwhat() + "'s element type"; });
+      if (!valid_type(et)) throw r.fail(kwhat() + " is an array of unknown type " + std::to_string(et));
+      if (GgufType(et) == GgufType::array) throw r.fail(kwhat() + ": nested arrays are not supported");
       v.element_type = GgufType(et);
-      const uint64_t n = r.get<uint64_t>(kwhat + "'s array length");
+      const uint64_t n = r.get<uint64_t>([&] { return kwhat() + "'s array length"; });
       const uint64_t min_size = v.element_type == GgufType::string ? 8 : scalar_size(v.element_type);
       if (n > r.left() / min_size)
-        throw r.fail(kwhat + " claims " + std::to_string(n) + " array elements, more than the " +
+        throw r.fail(kwhat() + " claims " + std::to_string(n) + " array elements, more than the " +
                      std::to_string(r.left()) + " bytes left can hold");
-      limit("array elements in " + kwhat, n, limits.max_array_elements);
+      limit([&] { return "array elements in " + kwhat(); }, n, limits.max_array_elements);
       v.array.reserve(size_t(n));
-      for (uint64_t j = 0; j < n; ++j) v.array.push_back(r.scalar(v.element_type, kwhat + "[" + std::to_string(j) + "]", limits.max_string_bytes));
+      for (uint64_t j = 0; j < n; ++j)
+        v.array.push_back(r.scalar(v.element_type, [&] { return kwhat() + "[" + std::to_string(j) + "]"; },
+                                   limits.max_string_bytes));
     } else {
       v.scalar = r.scalar(v.type, kwhat, limits.max_string_bytes);
     }
@@ -317,33 +329,33 @@ void GgufFile::parse(const GgufLimits& limits) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensorInfo t;
-    t.name = r.string("tensor " + std::to_string(i) + "'s name", 4096);
-    const std::string what = "tensor " + t.name;
+    t.name = r.string([&] { return "tensor " + std::to_string(i) + "'s name"; }, 4096);
+    const auto what = [&] { return "tensor " + t.name; };
     if (t.name.empty()) throw r.fail("tensor " + std::to_string(i) + " has an empty name");
-    const uint32_t n_dims = r.get<uint32_t>(what + "'s dimension count");
-    if (n_dims < 1 || n_dims > 4) throw r.fail(what + " has " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
+    const uint32_t n_dims = r.get<uint32_t>([&] { return what() + "'s dimension count"; });
+    if (n_dims < 1 || n_dims > 4) throw r.fail(what() + " has " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
     int64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t ne = r.get<uint64_t>(what + "'s dimension " + std::to_string(d));
+      const uint64_t ne = r.get<uint64_t>([&] { return what() + "'s dimension " + std::to_string(d); });
       if (ne > uint64_t(kMax) || (ne > 0 && uint64_t(numel) > uint64_t(kMax) / ne))
-        throw r.fail(what + "'s element count overflows");
+        throw r.fail(what() + "'s element count overflows");
       t.ne.push_back(int64_t(ne));
       numel *= int64_t(ne);
     }
-    t.type = r.get<uint32_t>(what + "'s type");
-    t.offset = r.get<uint64_t>(what + "'s offset");
+    t.type = r.get<uint32_t>([&] { return what() + "'s type"; });
+    t.offset = r.get<uint64_t>([&] { return what() + "'s offset"; });
     const TypeTraits* tt = type_traits(t.type);
     if (!tt)
       throw Error(Errc::unsupported, "'" + path_ + "': unsupported GGUF tensor type " + std::to_string(t.type) +
                                          " in " + t.name);
     if (t.ne[0] % tt->block != 0)
-      throw r.fail(what + " has rows of " + std::to_string(t.ne[0]) + " elements, not a multiple of " + tt->name +
+      throw r.fail(what() + " has rows of " + std::to_string(t.ne[0]) + " elements, not a multiple of " + tt->name +
                    "'s block of " + std::to_string(tt->block));
     const uint64_t blocks = uint64_t(numel) / tt->block;
-    if (blocks > std::numeric_limits<uint64_t>::max() / tt->bytes) throw r.fail(what + "'s byte size overflows");
+    if (blocks > std::numeric_limits<uint64_t>::max() / tt->bytes) throw r.fail(what() + "'s byte size overflows");
     t.size_bytes = blocks * tt->bytes;
     if (t.offset % alignment_ != 0)
-      throw r.fail(what + "'s offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
+      throw r.fail(what() + "'s offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
                    std::to_string(alignment_));
     if (tensor_index_.count(t.name)) throw r.fail("tensor " + t.name + " appears twice");
     tensor_index_.emplace(t.name, tensors_.size());
