@@ -62,6 +62,19 @@ class VideoTest : public ::testing::Test {
 
 // ---- incremental pyramid --------------------------------------------------------------------
 
+// Copies the P×P tiles marked in `dirty` (tx tiles per row) from `next` into `l0`: a frame
+// where exactly those tiles changed.
+void paste_dirty_tiles(ImageU8& l0, const ImageU8& next, const std::vector<uint8_t>& dirty, int tx, int P) {
+  const int w = l0.width(), h = l0.height();
+  for (int t = 0; t < int(dirty.size()); ++t) {
+    if (!dirty[size_t(t)]) continue;
+    const int x0 = (t % tx) * P, y0 = (t / tx) * P;
+    for (int c = 0; c < 3; ++c)
+      for (int y = y0; y < std::min(h, y0 + P); ++y)
+        for (int x = x0; x < std::min(w, x0 + P); ++x) l0.at(c, y, x) = next.at(c, y, x);
+  }
+}
+
 template <typename T>
 void expect_same_pyramid(const Pyramid<T>& a, const Pyramid<T>& b) {
   ASSERT_EQ(a.num_levels(), b.num_levels());
@@ -87,14 +100,7 @@ TEST_F(VideoTest, IncrementalPyramidEqualsFullRebuild) {
           s ^= s << 13, s ^= s >> 17, s ^= s << 5;
           dirty[i] = (s % 5) == 0;
         }
-        ImageU8& l0 = pyr.level(0);
-        for (int t = 0; t < tx * ty; ++t) {
-          if (!dirty[size_t(t)]) continue;
-          const int x0 = (t % tx) * P, y0 = (t / tx) * P;
-          for (int c = 0; c < 3; ++c)
-            for (int y = y0; y < std::min(h, y0 + P); ++y)
-              for (int x = x0; x < std::min(w, x0 + P); ++x) l0.at(c, y, x) = next.at(c, y, x);
-        }
+        paste_dirty_tiles(pyr.level(0), next, dirty, tx, P);
         const PyramidDirty pd = update_pyramid(pyr, P, dirty, exec);
         const PyramidU8 full = build_pyramid(pyr.level(0).clone(), {}, exec);
         expect_same_pyramid(pyr, full);
@@ -151,14 +157,7 @@ TEST_F(VideoTest, IncrementalRelevanceEqualsFullRecomputation) {
             dirty[i] = (s % 7) == 0;
           }
           dirty.back() = 1;  // the bottom-right (partial) tile
-          ImageU8& l0 = pyr.level(0);
-          for (int t = 0; t < tx * ty; ++t) {
-            if (!dirty[size_t(t)]) continue;
-            const int x0 = (t % tx) * P, y0 = (t / tx) * P;
-            for (int c = 0; c < 3; ++c)
-              for (int y = y0; y < std::min(h, y0 + P); ++y)
-                for (int x = x0; x < std::min(w, x0 + P); ++x) l0.at(c, y, x) = next.at(c, y, x);
-          }
+          paste_dirty_tiles(pyr.level(0), next, dirty, tx, P);
           update_pyramid(pyr, P, dirty, exec);
         }
         const RelevanceMap inc = compute_relevance(pyr, P, q, rp, exec, cache, dirty);
