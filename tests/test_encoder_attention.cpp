@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -237,6 +238,44 @@ TEST(EncoderAttention, HierarchicalWithEveryBlockIsExact) {
     const Encoding h2 = encode(m, patches, positions, p, exec);
     EXPECT_GT(max_abs_diff(exact.embeddings, h2.embeddings), 1e-6);
     EXPECT_GE(mean_row_cosine(exact.embeddings, h2.embeddings), 0.99);
+  }
+}
+
+// A query block picks the key blocks its queries could attend to most, not those its mean query
+// prefers. Three blocks of 4 (D = 4, one head, no class token), top_k = 1: blocks 0 and 1 hold
+// four identical keys and values each, so their pooled rows are exact; block 2 holds three
+// ordinary keys and one that query 3 matches sharply. Queries 0-2 like block 1, and the block's
+// mean query ranks block 1 above block 2; but only block 2 loses anything by pooling, and query 3
+// puts nearly all of its attention on one of its keys. Ranking by the keys' score bounds picks
+// block 2, which makes every row of the approximation exact.
+TEST(EncoderAttention, HierarchicalRanksBlocksByTheirBestKey) {
+  constexpr int64_t T = 12, D = 4;
+  std::vector<float> qkv(size_t(T * 3 * D), 0.0f);  // rows: q | k | v
+  auto set = [&](int64_t row, int part, std::array<float, 4> x) {
+    std::copy(x.begin(), x.end(), qkv.begin() + row * 3 * D + part * D);
+  };
+  for (int64_t r = 0; r < 4; ++r) set(r, 1, {0, 0, 1, 0}), set(r, 2, {1, 0, 0, 0});       // block 0
+  for (int64_t r = 4; r < 8; ++r) set(r, 1, {1, 0, 0, 0}), set(r, 2, {0, 1, 0, 0});       // block 1
+  for (int64_t r = 8; r < 11; ++r) set(r, 1, {-1, 0, 0, 0}), set(r, 2, {0, 0, 0, 1});     // block 2
+  set(11, 1, {0, 20, 0, 0}), set(11, 2, {0, 0, 1, 0});                                      // its sharp key
+  for (int64_t r = 0; r < 3; ++r) set(r, 0, {2, 0, 0, 0});  // queries 0-2: block 1
+  set(3, 0, {0, 2, 0, 0});                                  // query 3: key 11
+  for (int64_t r = 4; r < T; ++r) set(r, 0, {0, 0, 1, 0});
+  HierarchicalPlan plan;
+  plan.top_k = 1;
+  plan.order.resize(T);
+  for (int64_t i = 0; i < T; ++i) plan.order[size_t(i)] = int32_t(i);
+  plan.block_start = {0, 4, 8, 12};
+  for (const bool ref : {true, false}) {
+    Gemm gemm;
+    const AttentionExec ex{ref, 1, &gemm};
+    const auto* in = reinterpret_cast<const std::byte*>(qkv.data());
+    std::vector<float> exact(size_t(T * D)), approx(size_t(T * D));
+    attention_rows(ex, in, 3 * D, T, in + D * 4, 3 * D, T, D, 1, DType::f32, reinterpret_cast<std::byte*>(exact.data()));
+    attention_rows(ex, in, 3 * D, T, in + D * 4, 3 * D, T, D, 1, DType::f32, reinterpret_cast<std::byte*>(approx.data()),
+                   &plan);
+    EXPECT_GT(exact[3 * D + 2], 0.99f) << "query 3 attends to key 11 (value e2)";
+    for (int64_t i = 0; i < T * D; ++i) EXPECT_NEAR(approx[size_t(i)], exact[size_t(i)], 1e-4) << ref << " " << i;
   }
 }
 

@@ -12,9 +12,10 @@
 //
 // Hierarchical (AttentionParams::Mode::hierarchical): the rows are permuted into spatial blocks
 // (HierarchicalPlan) during the same head-major copy; per head, every block's mean key and
-// value are computed; a query block ranks the key blocks by its mean query against their mean
-// keys (+ log count), gathers the keys and values of its top-K blocks plus the pooled rows of
-// the others (bias log count), and runs the same block kernel over that short key list.
+// value and its keys' per-dimension bounds are computed; a query block ranks the key blocks by
+// the attention its queries could give them (score upper bounds from the key bounds), gathers
+// the keys and values of its top-K blocks plus the pooled rows of the others (bias log count),
+// and runs the same block kernel over that short key list.
 //
 // The reference (AttentionExec::reference) runs the same algorithm with the scalar kernels, the
 // reference GEMM and a single query and key block (plain softmax attention).
@@ -93,7 +94,7 @@ void linear(const AttentionExec& ex, const GemmArgs& a) {
 // Per-thread buffers of the block kernel and the hierarchical gather.
 struct TaskBuffers {
   ScratchBuf *S, *P, *O, *Kg, *Vg;
-  std::vector<float> m, l, bias, qbar, score;
+  std::vector<float> m, l, bias, qpos, qneg, score;
   std::vector<int32_t> pick;
 };
 
@@ -186,7 +187,7 @@ void parallel_tasks(const AttentionExec& ex, AttentionWorkspace& ws, int64_t n, 
 #pragma omp parallel num_threads(ex.threads)
   {
     ScratchBuf* slot = &ws.thread_scratch[size_t(omp_get_thread_num()) * kSlots];
-    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], {}, {}, {}, {}, {}, {}};
+    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], {}, {}, {}, {}, {}, {}, {}};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n; ++task) {
       try {
@@ -245,22 +246,29 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
   const std::byte* Kh = ws.k.get();
   const std::byte* Vh = ws.v.get();
 
-  // Pooled keys and values: the mean of each block's rows, per head (f32 sums, stored as dt).
+  // Pooled keys and values: the mean of each block's rows, per head (f32 sums, stored as dt); and
+  // the per-dimension max and min of its keys (f32), which bound any query's scores on the block.
   ws.kp.ensure(size_t(heads * nb * hd) * es), ws.vp.ensure(size_t(heads * nb * hd) * es);
+  ws.kmax.ensure(size_t(heads * nb * hd) * 4), ws.kmin.ensure(size_t(heads * nb * hd) * 4);
   std::vector<float> log_count(size_t(std::max<int64_t>(nb, 1)));
   for (int64_t c = 0; c < nb; ++c) log_count[size_t(c)] = std::log(float(plan.block_start[c + 1] - plan.block_start[c]));
 #pragma omp parallel for num_threads(ex.threads) schedule(static)
   for (int64_t hb = 0; hb < heads * nb; ++hb) {
     const int64_t h = hb / nb, c = hb % nb, b0 = plan.block_start[c], b1 = plan.block_start[c + 1];
     std::vector<float> sk(size_t(hd), 0.0f), sv(size_t(hd), 0.0f), row(static_cast<size_t>(hd));
-    auto add_row = [&](const std::byte* src, std::vector<float>& acc) {
+    float* kmx = ws.kmax.as<float>() + hb * hd;
+    float* kmn = ws.kmin.as<float>() + hb * hd;
+    std::fill(kmx, kmx + hd, -INFINITY), std::fill(kmn, kmn + hd, INFINITY);
+    auto add_row = [&](const std::byte* src, std::vector<float>& acc, bool bounds) {
       const float* x = reinterpret_cast<const float*>(src);
       if (dt == DType::bf16) from_bf16_row(reinterpret_cast<const uint16_t*>(src), row.data(), hd), x = row.data();
       for (int64_t j = 0; j < hd; ++j) acc[j] += x[j];
+      if (bounds)
+        for (int64_t j = 0; j < hd; ++j) kmx[j] = std::max(kmx[j], x[j]), kmn[j] = std::min(kmn[j], x[j]);
     };
     for (int64_t p = b0; p < b1; ++p) {
-      add_row(Kh + size_t((h * T + p) * hd) * es, sk);
-      add_row(Vh + size_t((h * T + p) * hd) * es, sv);
+      add_row(Kh + size_t((h * T + p) * hd) * es, sk, true);
+      add_row(Vh + size_t((h * T + p) * hd) * es, sv, false);
     }
     const float inv = 1.0f / float(b1 - b0);
     for (int64_t j = 0; j < hd; ++j) sk[j] *= inv, sv[j] *= inv;
@@ -293,16 +301,42 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
     }
     const int64_t q0 = plan.block_start[c], bq = plan.block_start[c + 1] - q0;
     const std::byte* Q = Qh + size_t((h * T + q0) * hd) * es;
-    // Rank key blocks by the mean query against the pooled keys, plus log(count).
-    b.qbar.assign(size_t(hd), 0.0f);
-    for (int64_t i = 0; i < bq; ++i)
-      for (int64_t j = 0; j < hd; ++j) b.qbar[j] += load(Q, dt, i * hd + j);
-    b.score.resize(size_t(nb));
     const std::byte* kp = ws.kp.get() + size_t(h * nb * hd) * es;
-    for (int64_t k = 0; k < nb; ++k) {
-      float s = 0;
-      for (int64_t j = 0; j < hd; ++j) s += b.qbar[j] * load(kp, dt, k * hd + j);
-      b.score[k] = s * scale / float(bq) + log_count[k];
+    // Rank the key blocks for this query block. Per query i and block c, an upper bound of its
+    // scores from the block's per-dimension key bounds (Quest, Tang et al. 2024):
+    // u_ic = Σ_j max(q_ij·kmax_cj, q_ij·kmin_cj) = q⁺_i·kmax_c + q⁻_i·kmin_c (two small GEMMs);
+    // p_i = softmax_c(u_ic·scale + log n_c) is where query i could put its attention, and a
+    // block scores the most any query of the block could give it: score_c = max_i p_ic. A
+    // block's mean key (the ranking before) hides one key a query attends to sharply; the bound
+    // does not (measured: bench/attention_bench.py, docs/encoder.md).
+    b.qpos.resize(size_t(bq * hd)), b.qneg.resize(size_t(bq * hd));
+    for (int64_t i = 0; i < bq * hd; ++i) {
+      const float x = load(Q, dt, i);
+      b.qpos[size_t(i)] = std::max(x, 0.0f), b.qneg[size_t(i)] = std::min(x, 0.0f);
+    }
+    b.S->ensure(size_t(bq * nb) * 4);
+    float* U = b.S->as<float>();
+    GemmArgs ub{};
+    ub.a = reinterpret_cast<const std::byte*>(b.qpos.data()), ub.lda = hd, ub.a_dt = DType::f32;
+    ub.w = reinterpret_cast<const std::byte*>(ws.kmax.as<float>() + h * nb * hd), ub.ldw = hd, ub.w_dt = DType::f32;
+    ub.c = U, ub.ldc = nb, ub.c_dt = DType::f32;
+    ub.m = bq, ub.n = nb, ub.k = hd;
+    linear(ex, ub);
+    ub.a = reinterpret_cast<const std::byte*>(b.qneg.data());
+    ub.w = reinterpret_cast<const std::byte*>(ws.kmin.as<float>() + h * nb * hd);
+    ub.accumulate = true;
+    linear(ex, ub);
+    b.score.assign(size_t(nb), 0.0f);
+    b.bias.resize(size_t(nb));
+    const float inv_scale = 1.0f / scale;
+    for (int64_t i = 0; i < bq; ++i) {
+      float* u = U + i * nb;
+      for (int64_t k = 0; k < nb; ++k) u[k] += log_count[k] * inv_scale;
+      float m = -INFINITY, l = 0.0f;
+      if (ex.reference) softmax_step_row_ref(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
+      else softmax_step_row(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
+      const float inv = 1.0f / l;
+      for (int64_t k = 0; k < nb; ++k) b.score[k] = std::max(b.score[k], b.bias[k] * inv);
     }
     b.pick.resize(size_t(nb));
     std::iota(b.pick.begin(), b.pick.end(), 0);

@@ -35,9 +35,10 @@ struct ScratchBuf {
 };
 
 // Buffers attention reuses from call to call (one per encode, reused by every layer): the
-// head-major copies of Q, K and V, the pooled block keys and values, per-thread scratch.
+// head-major copies of Q, K and V, the pooled block keys and values and the bounds of each
+// block's keys (hierarchical), per-thread scratch.
 struct AttentionWorkspace {
-  ScratchBuf q, k, v, kp, vp;
+  ScratchBuf q, k, v, kp, vp, kmax, kmin;
   std::vector<ScratchBuf> thread_scratch;
 };
 
