@@ -1,6 +1,6 @@
 // fovea video IN [--budget B] [--fixation X,Y | --fixations FILE.csv] [--model CKPT [--precision ..]]
 //                [--every N | --fps F] [--max-frames N] [--reuse exact|incremental|off] [--keyframe K]
-//                [--threshold T] [--group G] [--check] [--store host|vulkan|vulkan-image] -o OUT.safetensors [--json]
+//                [--threshold T] [--group G] [--check] [--store host|vulkan|vulkan-image] -o OUT.safetensors [--overlay PNG] [--json]
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +21,7 @@
 #include "fovea/error.hpp"
 #include "fovea/store.hpp"
 #include "fovea/video.hpp"
+#include "fovea/viz.hpp"
 
 namespace fovea::cli {
 namespace {
@@ -72,7 +73,7 @@ struct FixationTrack {
 struct VideoCommand {
   TokenizeOptions tok;
   ExecOptions exec;
-  std::string model_spec, output, precision = "fp32", fixations_csv, reuse, store_backend;
+  std::string model_spec, output, precision = "fp32", fixations_csv, reuse, store_backend, overlay;
   int every = 0, keyframe = 0, group = 8;
   double fps = 0;
   int64_t max_frames = 0;
@@ -208,7 +209,15 @@ struct VideoCommand {
     ro_run.preprocessing_source = norm_source;
     // --check: each frame's decoded image and query, kept until its group comes out.
     std::deque<std::pair<ImageU8, Query>> check_inputs;
-    if (check) ro_run.on_input = [&](const VideoFrame& f, const Query& q) { check_inputs.emplace_back(f.image.clone(), q); };
+    // --overlay: a contact sheet of thumbnails, kept evenly spaced with bounded memory.
+    std::optional<VideoSheet> sheet;
+    if (!overlay.empty()) sheet.emplace();
+    int64_t frames_in = 0, frames_out = 0;
+    ro_run.on_input = [&](const VideoFrame& f, const Query& q) {
+      if (check) check_inputs.emplace_back(f.image.clone(), q);
+      if (sheet) sheet->add_frame(frames_in, f.image, f.index, f.pts_s, ex);
+      ++frames_in;
+    };
     ro_run.on_warning = [&](const std::string& w) {
       std::fprintf(stderr, "%sfovea: warning: %s: %s\n", progress ? "\n" : "", tok.image.c_str(), w.c_str());
     };
@@ -274,6 +283,8 @@ struct VideoCommand {
                        {"pages_bound", d.pages_bound},
                        {"pages_unbound", d.pages_unbound}};
       }
+      if (sheet) sheet->add_tokens(frames_out, r.batch, r.recomputed, r.refresh);
+      ++frames_out;
       if (json) per_frame.push_back(std::move(pf));  // ~2 KiB a frame: kept only when printed
       if (progress) {
         const double secs = std::chrono::duration<double>(Clock::now() - t_run).count();
@@ -284,6 +295,7 @@ struct VideoCommand {
     };
     const VideoRunStats run = run_video(reader, session, ro_run, finish_frame);
     if (progress) std::fprintf(stderr, "\n");
+    if (sheet) save_png(sheet->render(), overlay);
     const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;
     const double decode_ms = run.decode_ms, ms_total = run.session_ms;
     const bool approximate = run.approximate;
@@ -328,6 +340,7 @@ struct VideoCommand {
                     {"ms", store_ms}};
     }
     s["output"] = output;
+    if (sheet) s["overlay"] = {{"path", overlay}, {"frames", sheet->shown_frames()}};
     s["per_frame"] = std::move(per_frame);
     if (json) {
       std::cout << s.dump(2) << '\n';
@@ -344,6 +357,7 @@ struct VideoCommand {
                     s["mean_full_ms"].get<double>(), s["speedup_vs_full"].get<double>(),
                     s["mean_cosine"].get<double>(), cosine_min);
       std::printf("  wrote %s (%lld tokens)\n", output.c_str(), (long long)tokens_total);
+      if (sheet) std::printf("  wrote %s\n", overlay.c_str());
     }
     return 0;
   }
@@ -392,12 +406,17 @@ Runner setup(CLI::App& sub) {
   sub.add_option("-o,--output", cmd->output, "Output safetensors (embeddings or patches, frame_offsets, positions, "
                                              "levels, pts, recomputed)")
       ->type_name("OUT.safetensors");
+  sub.add_option("--overlay", cmd->overlay,
+                 "Write a PNG contact sheet: 12 frames spread over the run, token borders coloured by level, "
+                 "recomputed tokens tinted magenta, captions #frame time recomputed/tokens (R: refresh)")
+      ->type_name("PNG");
   sub.add_flag("--json", cmd->json, "Print a JSON summary with one entry per frame");
   sub.add_flag("--decode-only", cmd->decode_only, "Only decode (and convert to RGB) every frame, and time it");
   cmd->exec.add(sub);
   sub.footer(
       "Examples:\n"
       "  fovea video clip.mp4 --model random:vit-b16 --fixation 320,180 -o tokens.safetensors --json\n"
+      "  fovea video clip.mp4 --model random:vit-b16 -o tokens.safetensors --overlay sheet.png\n"
       "  fovea video clip.mp4 --fixations gaze.csv --every 2 --max-frames 100 -o patches.safetensors");
   return [cmd, patch] {
     cmd->patch_given = patch && patch->count() > 0;
