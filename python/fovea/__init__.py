@@ -303,6 +303,7 @@ def video(
     lookahead: Optional[int] = None,
     max_pixels: int = 100_000_000,
     quiet: bool = True,
+    overlay: Optional[PathLike] = None,
 ):
     """Tokenize (and, with a model, encode) a video, re-doing only what changed between frames:
     the session `fovea video` runs (docs/video.md).
@@ -324,10 +325,13 @@ def video(
         precision: "fp32" or "bf16"; threads: threads (0: one per hardware thread).
         output: write the file `fovea video -o` writes (embeddings or patches, frame_offsets,
             pts, positions, levels, recomputed), streamed with bounded memory, atomically.
+        overlay: write a PNG contact sheet of the run, as `fovea video --overlay`: up to 12
+            frames spread over it, token borders by level, recomputed tokens tinted magenta.
 
     Returns:
         with output: the summary (frames, tokens, recomputed_tokens, reuse_rate, approximate,
-        mean_ms, frames_decoded, corrupt_packets, warnings, video info, output);
+        mean_ms, frames_decoded, corrupt_packets, warnings, video info, output, and with
+        overlay the sheet's path and frame indices);
         without: a list of fovea.VideoFrameResult (.embeddings, .patches, .positions,
         .levels, .recomputed, .pts, .refresh, .timings, ...), numpy views on C++ memory
         (every frame stays in memory: use output= for long videos).
@@ -343,4 +347,4 @@ def video(
         reuse, keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction, precision, threads, output,
         patch, dtype, max_level, dict(weights or {}), e0, sharpness,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
-        fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet)
+        fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet, overlay)

@@ -554,7 +554,8 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
                     const std::map<std::string, float>& weights, std::optional<float> e0, std::optional<float> sharpness,
                     std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_, bool normalize,
                     std::optional<float> fine_bias, std::optional<float> detail_focus,
-                    std::optional<float> fixation_spread, std::optional<int> lookahead, uint64_t max_pixels, bool quiet) {
+                    std::optional<float> fixation_spread, std::optional<int> lookahead, uint64_t max_pixels, bool quiet,
+                    const py::object& overlay) {
   const std::string path = py::str(py::module_::import("os").attr("fspath")(path_obj));
   std::optional<VitModel> vit;
   if (!model.is_none()) vit = model.cast<VitModel>();
@@ -628,6 +629,14 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
       return q;
     };
   if (out_path) ro_run.output = *out_path;
+  // overlay=: the CLI's --overlay contact sheet.
+  const std::optional<std::string> sheet_path =
+      overlay.is_none() ? std::nullopt : std::optional<std::string>(py::str(py::module_::import("os").attr("fspath")(overlay)));
+  std::optional<VideoSheet> sheet;
+  if (sheet_path) sheet.emplace();
+  int64_t frames_in = 0, frames_out = 0;
+  if (sheet)
+    ro_run.on_input = [&](const VideoFrame& f, const Query&) { sheet->add_frame(frames_in++, f.image, f.index, f.pts_s, *ex); };
   ro_run.model_name = have_model ? vit->source() : std::string();
   ro_run.preprocessing_source = prep;
   py::list results, warnings;
@@ -639,18 +648,19 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   };
-  VideoResultFn keep_result;
-  if (!out_path)
-    keep_result = [&](FrameResult& r, const VideoRunStats&) {
-      auto pr = std::make_unique<PyFrameResult>();
-      pr->r = std::move(r);
-      py::gil_scoped_acquire gil;
-      results.append(py::cast(std::move(pr)));
-    };
+  VideoResultFn keep_result = [&](FrameResult& r, const VideoRunStats&) {
+    if (sheet) sheet->add_tokens(frames_out++, r.batch, r.recomputed, r.refresh);
+    if (out_path) return;
+    auto pr = std::make_unique<PyFrameResult>();
+    pr->r = std::move(r);
+    py::gil_scoped_acquire gil;
+    results.append(py::cast(std::move(pr)));
+  };
   VideoRunStats run;
   {
     py::gil_scoped_release nogil;
     run = run_video(*reader, *session, ro_run, keep_result);
+    if (sheet) save_png(sheet->render(), *sheet_path);
   }
   if (!out_path) return results;
   const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;
@@ -669,6 +679,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   summary["mean_ms"] = ms_total / double(processed);
   summary["warnings"] = warnings;
   summary["output"] = *out_path;
+  if (sheet) summary["overlay"] = py::dict(py::arg("path") = *sheet_path, py::arg("frames") = sheet->shown_frames());
   return summary;
 }
 
@@ -1042,7 +1053,8 @@ PYBIND11_MODULE(_fovea, m) {
         py::arg("token_threshold"), py::arg("hysteresis"), py::arg("refresh_fraction"), py::arg("precision"),
         py::arg("threads"), py::arg("output"), py::arg("patch"), py::arg("dtype"), py::arg("max_level"), py::arg("weights"),
         py::arg("e0"), py::arg("sharpness"), py::arg("mean"), py::arg("std"), py::arg("normalize"), py::arg("fine_bias"),
-        py::arg("detail_focus"), py::arg("fixation_spread"), py::arg("lookahead"), py::arg("max_pixels"), py::arg("quiet"));
+        py::arg("detail_focus"), py::arg("fixation_spread"), py::arg("lookahead"), py::arg("max_pixels"), py::arg("quiet"),
+        py::arg("overlay"));
 
   // ---- files ---------------------------------------------------------------------------------
   py::class_<PyTensorFile>(m, "TensorFile", "A safetensors file, mapped (see fovea.load).")

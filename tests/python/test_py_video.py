@@ -144,3 +144,20 @@ def test_dropping_a_reader_mid_stream_with_pyav_loaded():
         del r  # frames still in flight in the decoder's threads
     with pytest.raises(TypeError):
         fovea.video(CLIP, fixations=lambda i, t: 42, max_frames=1, dtype="u8")  # freed on the error path
+
+
+def test_video_overlay_equals_the_clis_sheet(tmp_path):
+    """overlay= writes the CLI's --overlay contact sheet, byte for byte."""
+    png_py, png_cli = str(tmp_path / "py.png"), str(tmp_path / "cli.png")
+    s = fovea.video(CLIP, budget=24, fixations=[(40, 40)], dtype="u8", output=str(tmp_path / "py.safetensors"),
+                    overlay=png_py)
+    assert s["overlay"]["path"] == png_py and s["overlay"]["frames"][0] == 0
+    r = cli("video", CLIP, "--budget", "24", "--fixation", "40,40", "--dtype", "u8",
+            "-o", str(tmp_path / "cli.safetensors"), "--overlay", png_cli)
+    assert r.returncode == 0, r.stderr
+    with open(png_py, "rb") as a, open(png_cli, "rb") as b:
+        data = a.read()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and data == b.read()
+    # Without output= the frames come back and the sheet is still written.
+    frames = fovea.video(CLIP, budget=24, max_frames=2, dtype="u8", overlay=str(tmp_path / "two.png"))
+    assert len(frames) == 2 and os.path.getsize(tmp_path / "two.png") > 0
