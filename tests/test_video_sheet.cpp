@@ -1,7 +1,9 @@
 // The contact sheet of a video run (fovea::VideoSheet, viz.hpp) and `fovea video --overlay`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -110,11 +112,18 @@ TEST(VideoSheet, CliOverlayWritesASheetOfTheRun) {
   EXPECT_EQ(img.channels(), 3);
   EXPECT_GT(img.width(), 64);
   EXPECT_GT(img.height(), 16);
-  // A path that cannot be written: an error, exit 1, one line.
+  // A path that cannot be written fails before the run: one error line, and no output file.
+  const std::string out2 = dir + "/v2.safetensors";
   const auto bad = test::run_cli({"video", test::source_dir() + "/tests/data/video/small.mp4", "--budget", "12", "-o",
-                                  out, "--overlay", dir + "/no/such/dir/sheet.png"});
-  EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.err.find("fovea: error:"), std::string::npos) << bad.err;
+                                  out2, "--overlay", dir + "/no/such/dir/sheet.png"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.err.find("fovea: error:"), 0u) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(out2));
+  const auto dec = test::run_cli({"video", test::source_dir() + "/tests/data/video/small.mp4", "--decode-only",
+                                  "--overlay", dir + "/d.png"});
+  EXPECT_EQ(dec.exit_code, 2) << dec.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/d.png"));
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "fovea/embeddings.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
+#include "fovea/files.hpp"
 #include "fovea/extract.hpp"
 #include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"
@@ -633,7 +634,8 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   const std::optional<std::string> sheet_path =
       overlay.is_none() ? std::nullopt : std::optional<std::string>(py::str(py::module_::import("os").attr("fspath")(overlay)));
   std::optional<VideoSheet> sheet;
-  if (sheet_path) sheet.emplace();
+  std::optional<AtomicFile> sheet_file;  // opened now: an unwritable path fails before the run
+  if (sheet_path) sheet.emplace(), sheet_file.emplace(*sheet_path);
   int64_t frames_in = 0, frames_out = 0;
   if (sheet)
     ro_run.on_input = [&](const VideoFrame& f, const Query&) { sheet->add_frame(frames_in++, f.image, f.index, f.pts_s, *ex); };
@@ -660,7 +662,10 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   {
     py::gil_scoped_release nogil;
     run = run_video(*reader, *session, ro_run, keep_result);
-    if (sheet) save_png(sheet->render(), *sheet_path);
+    if (sheet) {
+      sheet_file->write(encode_png(sheet->render()));
+      sheet_file->commit();
+    }
   }
   if (!out_path) return results;
   const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;

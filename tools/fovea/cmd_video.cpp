@@ -19,6 +19,7 @@
 #include "model_preprocessing.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
+#include "fovea/files.hpp"
 #include "fovea/store.hpp"
 #include "fovea/video.hpp"
 #include "fovea/viz.hpp"
@@ -124,6 +125,7 @@ struct VideoCommand {
     if (check && !have_model) throw bad("--check compares embeddings: it needs --model");
     if (!store_backend.empty() && !have_model) throw bad("--store holds embeddings: it needs --model");
     if (output.empty() && !decode_only) throw bad("-o OUT.safetensors is required");
+    if (decode_only && !overlay.empty()) throw bad("--overlay draws the tokens: it does not go with --decode-only");
     if (have_model && vp.tokenize.extract.dtype == DType::u8)
       throw bad("--dtype u8 patches are not normalised; a model needs f32 or f16");
     vp.reuse = reuse.empty() ? (have_model ? Reuse::incremental : Reuse::exact)
@@ -210,8 +212,10 @@ struct VideoCommand {
     // --check: each frame's decoded image and query, kept until its group comes out.
     std::deque<std::pair<ImageU8, Query>> check_inputs;
     // --overlay: a contact sheet of thumbnails, kept evenly spaced with bounded memory.
+    // Its file is opened now, so that an unwritable path fails before the run, not after it.
     std::optional<VideoSheet> sheet;
-    if (!overlay.empty()) sheet.emplace();
+    std::optional<AtomicFile> sheet_file;
+    if (!overlay.empty()) sheet.emplace(), sheet_file.emplace(overlay);
     int64_t frames_in = 0, frames_out = 0;
     ro_run.on_input = [&](const VideoFrame& f, const Query& q) {
       if (check) check_inputs.emplace_back(f.image.clone(), q);
@@ -295,7 +299,10 @@ struct VideoCommand {
     };
     const VideoRunStats run = run_video(reader, session, ro_run, finish_frame);
     if (progress) std::fprintf(stderr, "\n");
-    if (sheet) save_png(sheet->render(), overlay);
+    if (sheet) {
+      sheet_file->write(encode_png(sheet->render()));
+      sheet_file->commit();
+    }
     const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;
     const double decode_ms = run.decode_ms, ms_total = run.session_ms;
     const bool approximate = run.approximate;
