@@ -212,6 +212,27 @@ void from_bf16_row(const uint16_t* x, float* out, int64_t n);
 
 float activation_ref(Activation a, float x);
 
+// ---- one transformer layer's pieces, shared by encode() and the incremental encoder -----------
+// The kernels a pass runs: the scalar references (ref) or the fast ones (gemm's cached oneDNN
+// primitives, Highway row kernels) on `threads` OpenMP threads.
+struct LayerOps {
+  bool ref = false;
+  int threads = 1;
+  Gemm* gemm = nullptr;  // required unless ref
+  void linear(const GemmArgs& a) const {
+    if (ref) gemm_reference(a);
+    else gemm->run(a);
+  }
+  // out[r] = LayerNorm(x[r]) for rows r < rows of n floats, as f32 or bf16.
+  void layer_norm(const float* x, int64_t rows, int64_t n, const Tensor& w, const Tensor& b, float eps, void* out,
+                  DType out_dt) const;
+  // The rest of a pre-norm layer after attention, over `rows` rows of the residual stream x
+  // [rows, D] f32: x += A·out_wᵀ + out_b; H = LN2(x); Hm = act(H·fc1_wᵀ + fc1_b);
+  // x += Hm·fc2_wᵀ + fc2_b. A [rows, D], H [rows, D] and Hm [rows, mlp] of type dt.
+  void attention_out_and_mlp(const VitLayer& l, const VitConfig& c, const std::byte* A, int64_t rows, float* x,
+                             std::byte* H, std::byte* Hm, DType dt) const;
+};
+
 // ---- projector (projector.cpp) ---------------------------------------------------------------
 // The model's projector over x [N, D] f32 rows: [N, E]. `gemm` null: the reference GEMM.
 Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* gemm);

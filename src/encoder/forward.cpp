@@ -34,31 +34,38 @@ struct Buffer {
   std::byte* get() { return p.get(); }
 };
 
-struct Ops {
-  bool ref = false;
-  int threads = 1;
-  Gemm* gemm = nullptr;
-  void linear(const GemmArgs& a) const {
-    if (ref) gemm_reference(a);
-    else gemm->run(a);
-  }
-  void layer_norm(const float* x, int64_t rows, int64_t n, const Tensor& w, const Tensor& b, float eps,
-                  void* out, DType out_dt) const {
-    const float* pw = w.data<float>();
-    const float* pb = b.data<float>();
-    const size_t es = esize(out_dt);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      void* o = static_cast<std::byte*>(out) + size_t(r * n) * es;
-      if (ref) layer_norm_row_ref(x + r * n, pw, pb, eps, n, o, out_dt);
-      else layer_norm_row(x + r * n, pw, pb, eps, n, o, out_dt);
-    }
-  }
-};
+using Ops = LayerOps;
 
 }  // namespace
 
 namespace encoder_detail {
+
+void LayerOps::layer_norm(const float* x, int64_t rows, int64_t n, const Tensor& w, const Tensor& b, float eps,
+                          void* out, DType out_dt) const {
+  const float* pw = w.data<float>();
+  const float* pb = b.data<float>();
+  const size_t es = esize(out_dt);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    void* o = static_cast<std::byte*>(out) + size_t(r * n) * es;
+    if (ref) layer_norm_row_ref(x + r * n, pw, pb, eps, n, o, out_dt);
+    else layer_norm_row(x + r * n, pw, pb, eps, n, o, out_dt);
+  }
+}
+
+void LayerOps::attention_out_and_mlp(const VitLayer& l, const VitConfig& c, const std::byte* A, int64_t rows, float* x,
+                                     std::byte* H, std::byte* Hm, DType dt) const {
+  GemmArgs o = linear_args(A, dt, rows, l.out_w, &l.out_b, x, DType::f32);
+  o.accumulate = true;
+  linear(o);
+  layer_norm(x, rows, c.hidden, l.ln2_w, l.ln2_b, c.ln_eps, H, dt);
+  GemmArgs f1 = linear_args(H, dt, rows, l.fc1_w, &l.fc1_b, Hm, dt);
+  f1.post = post_for(c.act);
+  linear(f1);
+  GemmArgs f2 = linear_args(Hm, dt, rows, l.fc2_w, &l.fc2_b, x, DType::f32);
+  f2.accumulate = true;
+  linear(f2);
+}
 
 // PyTorch's cubic convolution weights (A = −0.75) for fractional offset t in [0, 1).
 static void cubic_weights(float t, float w[4]) {
@@ -255,16 +262,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
     if (m.attention_probe) m.attention_probe(int(&l - m.layers.data()), QKV.get(), dt, T);
     attention_rows({ops.ref, ops.threads, ops.gemm}, QKV.get(), 3 * D, T, QKV.get() + size_t(D) * es, 3 * D, T, D,
                    c.heads, dt, A.get(), hier ? &plan : nullptr, m.attention_ws.get());
-    GemmArgs o = linear_args(A.get(), dt, T, l.out_w, &l.out_b, x, DType::f32);
-    o.accumulate = true;
-    ops.linear(o);
-    ops.layer_norm(x, T, D, l.ln2_w, l.ln2_b, c.ln_eps, H.get(), dt);
-    GemmArgs f1 = linear_args(H.get(), dt, T, l.fc1_w, &l.fc1_b, Hm.get(), dt);
-    f1.post = post_for(c.act);
-    ops.linear(f1);
-    GemmArgs f2 = linear_args(Hm.get(), dt, T, l.fc2_w, &l.fc2_b, x, DType::f32);
-    f2.accumulate = true;
-    ops.linear(f2);
+    ops.attention_out_and_mlp(l, c, A.get(), T, x, H.get(), Hm.get(), dt);
   }
   if (c.final_norm == FinalNorm::all_tokens) ops.layer_norm(x, T, D, m.post_w, m.post_b, c.ln_eps, x, DType::f32);
 

@@ -35,27 +35,7 @@ size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
 
 using Buf = ScratchBuf;
 
-struct Ops {
-  bool ref = false;
-  int threads = 1;
-  Gemm* gemm = nullptr;
-  void linear(const GemmArgs& a) const {
-    if (ref) gemm_reference(a);
-    else gemm->run(a);
-  }
-  void layer_norm(const float* x, int64_t rows, int64_t n, const Tensor& w, const Tensor& b, float eps, void* out,
-                  DType out_dt) const {
-    const float* pw = w.data<float>();
-    const float* pb = b.data<float>();
-    const size_t es = esize(out_dt);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      void* o = static_cast<std::byte*>(out) + size_t(r * n) * es;
-      if (ref) layer_norm_row_ref(x + r * n, pw, pb, eps, n, o, out_dt);
-      else layer_norm_row(x + r * n, pw, pb, eps, n, o, out_dt);
-    }
-  }
-};
+using Ops = LayerOps;
 
 // Per-layer cache, rows in token order (class token first when the model has one).
 struct LayerCache {
@@ -470,16 +450,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
             C.kv.bytes() + size_t(c.heads * w.T * hd) * es, w.T, D, c.heads, dt, A.get() + size_t(w.xr_off * D) * es,
             &attn_ws);
       }
-      GemmArgs o = linear_args(A.get(), dt, rg, l.out_w, &l.out_b, xr, DType::f32);
-      o.accumulate = true;
-      ops.linear(o);
-      ops.layer_norm(xr, rg, D, l.ln2_w, l.ln2_b, c.ln_eps, H.get(), dt);
-      GemmArgs f1 = linear_args(H.get(), dt, rg, l.fc1_w, &l.fc1_b, Hm.get(), dt);
-      f1.post = post_for(c.act);
-      ops.linear(f1);
-      GemmArgs f2 = linear_args(Hm.get(), dt, rg, l.fc2_w, &l.fc2_b, xr, DType::f32);
-      f2.accumulate = true;
-      ops.linear(f2);
+      ops.attention_out_and_mlp(l, c, A.get(), rg, xr, H.get(), Hm.get(), dt);
     }
     // The recomputed rows' outputs are the next layer's candidates.
     std::swap(IN, XR);
