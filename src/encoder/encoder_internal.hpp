@@ -231,6 +231,9 @@ struct LayerOps {
   // x += Hm·fc2_wᵀ + fc2_b. A [rows, D], H [rows, D] and Hm [rows, mlp] of type dt.
   void attention_out_and_mlp(const VitLayer& l, const VitConfig& c, const std::byte* A, int64_t rows, float* x,
                              std::byte* H, std::byte* Hm, DType dt) const;
+  // The kernels `exec` asks for, on model m's GEMM engine (created on first use, with room for
+  // exec's threads). Call with m.mutex held, inside an OmpThreadsScope of `threads`.
+  static LayerOps for_model(VitModel::Impl& m, const Executor& exec);
 };
 
 // ---- projector (projector.cpp) ---------------------------------------------------------------

@@ -40,6 +40,16 @@ using Ops = LayerOps;
 
 namespace encoder_detail {
 
+LayerOps LayerOps::for_model(VitModel::Impl& m, const Executor& exec) {
+  LayerOps ops;
+  ops.ref = exec.reference();
+  ops.threads = std::max(1, exec.threads());
+  if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
+  if (m.gemm) m.gemm->reserve_threads(ops.threads);
+  ops.gemm = m.gemm.get();
+  return ops;
+}
+
 void LayerOps::layer_norm(const float* x, int64_t rows, int64_t n, const Tensor& w, const Tensor& b, float eps,
                           void* out, DType out_dt) const {
   const float* pw = w.data<float>();
@@ -202,13 +212,8 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
       throw bad("encode: token " + std::to_string(i) + " has a non-finite position");
 
   std::lock_guard<std::mutex> lock(m.mutex);
-  Ops ops;
-  ops.ref = exec.reference();
-  ops.threads = std::max(1, exec.threads());
-  const OmpThreadsScope team(ops.threads);  // oneDNN's team size, the caller's restored on return
-  if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
-  if (m.gemm) m.gemm->reserve_threads(ops.threads);
-  ops.gemm = m.gemm.get();
+  const OmpThreadsScope team(std::max(1, exec.threads()));  // oneDNN's team size, the caller's restored on return
+  const Ops ops = LayerOps::for_model(m, exec);
   const Precision precision = runnable_precision(params.precision);  // bf16 needs bf16 kernels
   const bool bf16 = precision == Precision::bf16;
   const DType dt = bf16 ? DType::bf16 : DType::f32;

@@ -173,13 +173,8 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
   if (changed) reset();
 
   std::lock_guard<std::mutex> lock(m.mutex);
-  Ops ops;
-  ops.ref = exec.reference();
-  ops.threads = std::max(1, exec.threads());
-  const OmpThreadsScope team(ops.threads);  // oneDNN's team size, the caller's restored on return
-  if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
-  if (m.gemm) m.gemm->reserve_threads(ops.threads);
-  ops.gemm = m.gemm.get();
+  const OmpThreadsScope team(std::max(1, exec.threads()));  // oneDNN's team size, the caller's restored on return
+  const Ops ops = LayerOps::for_model(m, exec);
 
   // Runs: a frame joins the one before when it reuses the layer caches with the same rows (the
   // layout did not change); a layout change or a frame without reuse starts a new run.
