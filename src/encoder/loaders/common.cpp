@@ -341,6 +341,17 @@ int square_side(int64_t n, const std::string& path, const std::string& name) {
   return int(g);
 }
 
+void patch_embedding_dims(const WeightSource& w, const std::string& name, VitConfig& c) {
+  const std::string& path = w.path();
+  const auto pe = w.info(name);
+  if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
+    throw Error(Errc::corrupt_data, "'" + path + "': " + name + " has shape " + shape_str(pe->shape) +
+                                        ", expected [D, C, P, P]");
+  c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (" + name + " dim 0)");
+  c.channels = checked_dim(pe->shape[1], 16, path, "the channel count (" + name + " dim 1)");
+  c.patch_px = checked_dim(pe->shape[2], 1024, path, "the patch size (" + name + " dim 2)");
+}
+
 void split_class_position(Tensor all, int64_t D, VitModel::Impl& m) {
   if (!present(all)) return;
   const int64_t cells = all.numel() / D - 1;

@@ -28,10 +28,7 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
   const std::string p = *hf_vision_prefix(w);
   const nlohmann::json& cfg = ck.config;
   VitConfig& c = m.config;
-  const auto pe = w.info(p + "embeddings.patch_embedding.weight");
-  if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
-    throw Error(Errc::corrupt_data, "'" + path + "': " + p + "embeddings.patch_embedding.weight has shape " +
-                                        shape_str(pe->shape) + ", expected [D, C, P, P]");
+  patch_embedding_dims(w, p + "embeddings.patch_embedding.weight", c);
   std::string mt = cfg_get<std::string>(cfg, {"model_type"}).value_or("");
   if (mt.empty()) mt = cfg_get<std::string>(cfg, {"parent_model_type"}).value_or("");
   if ((clip && mt.find("siglip") != std::string::npos) || (!clip && mt.find("clip") != std::string::npos &&
@@ -40,9 +37,6 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
                                         (clip ? "have" : "have no") + " class embedding");
   c.family = clip ? VitFamily::clip : VitFamily::siglip;
   c.naming = clip ? "hf_clip" : "hf_siglip";
-  c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (" + std::string(p + "embeddings.patch_embedding.weight") + " dim 0)");
-  c.channels = checked_dim(pe->shape[1], 16, path, "the channel count (" + std::string(p + "embeddings.patch_embedding.weight") + " dim 1)");
-  c.patch_px = checked_dim(pe->shape[2], 1024, path, "the patch size (" + std::string(p + "embeddings.patch_embedding.weight") + " dim 2)");
   const auto pos = w.info(p + "embeddings.position_embedding.weight");
   if (!pos || pos->shape.size() != 2)
     throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + p + "embeddings.position_embedding.weight");

@@ -49,15 +49,9 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
                                          known + ")");
   }
   VitConfig& c = m.config;
-  const auto pe = w.info(p + kPatch);
-  if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
-    throw Error(Errc::corrupt_data, "'" + path + "': " + p + kPatch + " has shape " + shape_str(pe->shape) +
-                                        ", expected [D, C, P, P]");
   c.family = n.family;
   c.naming = n.naming;
-  c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (" + p + kPatch + " dim 0)");
-  c.channels = checked_dim(pe->shape[1], 16, path, "the channel count (" + p + kPatch + " dim 1)");
-  c.patch_px = checked_dim(pe->shape[2], 1024, path, "the patch size (" + p + kPatch + " dim 2)");
+  patch_embedding_dims(w, p + kPatch, c);
   const std::string pos_name = p + "embeddings.position_embeddings";
   const auto pos = w.info(pos_name);
   if (!pos || pos->shape.size() != 3)

@@ -136,6 +136,9 @@ Activation parse_hf_act(const std::string& s, const std::string& path);
 // Number of blocks named PREFIX<N>.* (the largest N + 1).
 int count_layers(const WeightSource& w, const std::string& prefix);
 int square_side(int64_t n, const std::string& path, const std::string& name);
+// c.hidden, c.channels and c.patch_px from the patch-embedding conv `name` [D, C, P, P] (present),
+// checked: Error(corrupt_data) for another shape, Error(limit_exceeded) out of range.
+void patch_embedding_dims(const WeightSource& w, const std::string& name, VitConfig& c);
 // A dimension read from a tensor's shape, checked before it is narrowed to int and before
 // anything is allocated: Error(limit_exceeded) outside [1, max] (a hostile or broken checkpoint,
 // e.g. a sparse file claiming 2^40 elements, instead of a wrapped size or a huge allocation).

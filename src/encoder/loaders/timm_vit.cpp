@@ -45,15 +45,9 @@ class TimmVitLoader final : public ModelLoader {
       if (w.info(name)) throw Error(Errc::unsupported, "'" + path + "': timm ViT with " + name + ": " + why);
     auto m = std::make_shared<VitModel::Impl>();
     VitConfig& c = m->config;
-    const auto pe = w.info("patch_embed.proj.weight");
-    if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
-      throw Error(Errc::corrupt_data, "'" + path + "': patch_embed.proj.weight has shape " + shape_str(pe->shape) +
-                                          ", expected [D, C, P, P]");
     c.family = VitFamily::vit;
     c.naming = "timm_vit";
-    c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (patch_embed.proj.weight dim 0)");
-    c.channels = checked_dim(pe->shape[1], 16, path, "the channel count (patch_embed.proj.weight dim 1)");
-    c.patch_px = checked_dim(pe->shape[2], 1024, path, "the patch size (patch_embed.proj.weight dim 2)");
+    patch_embedding_dims(w, "patch_embed.proj.weight", c);
     if (!w.info("cls_token"))
       throw Error(Errc::unsupported, "'" + path + "': timm ViT without cls_token (class_token=False) is not supported");
     const auto pos = w.info("pos_embed");
