@@ -759,6 +759,13 @@ TEST(EncoderLoaders, RefusesVariantsItCannotEncode) {
                     Errc::unsupported, {"embeddings.register_tokens", "Dinov2WithRegistersModel"});
   expect_load_error(relaid_checkpoint(dir + "/swiglu", "hf_dinov2", "", {}, {{"encoder.layer.0.mlp.weights_in.weight", &w}}),
                     Errc::unsupported, {"SwiGLU"});
+  Tensor d = filled({32}, 0.1f);
+  expect_load_error(relaid_checkpoint(dir + "/beit", "hf_vit", "beit.", {}, {{"beit.encoder.layer.0.lambda_1", &d}}),
+                    Errc::unsupported, {"beit.encoder.layer.0.lambda_1", "BEiT"});
+  for (const char* name : {"norm_pre.weight", "fc_norm.weight", "blocks.0.attn.q_norm.weight"}) {
+    const std::string sub = dir + "/timm_" + std::string(name).substr(0, std::string(name).find('.'));
+    expect_load_error(relaid_checkpoint(sub, "timm_vit", "", {}, {{name, &d}}), Errc::unsupported, {name, "not supported"});
+  }
   // config.json naming another model over HF ViT names.
   const std::string mae = relaid_checkpoint(dir + "/mae", "hf_vit", "", {}, {});
   nlohmann::json cfg;
