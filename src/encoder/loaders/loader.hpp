@@ -1,8 +1,8 @@
 // Private to src/encoder: checkpoint loading. One loader per naming (hf_clip.cpp, hf_siglip.cpp,
 // hf_llava.cpp, torchvision.cpp, gguf_mmproj.cpp, hf_vit.cpp, hf_dinov2.cpp, timm_vit.cpp) behind
-// ModelLoader; every loader reads tensors through a
-// WeightSource (safetensors or GGUF) and takes them with one Lookup, which checks presence,
-// type and shape and reports every problem of a file in one error.
+// ModelLoader; every loader reads tensors through a WeightSource (safetensors or GGUF) and takes
+// them with one Lookup, which checks presence, type and shape and reports every problem of a
+// file in one error.
 #pragma once
 
 #include <memory>
@@ -191,7 +191,8 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
 
 // Layer scale (DINOv2's layer_scaleN.lambda1, timm's lsN.gamma): y = γ ⊙ (W·x + b) is folded
 // into the linear as (diag(γ)·W)·x + γ ⊙ b, an owned f32 matrix (the forward pass is unchanged).
-// Takes γ [D] as `gamma` when the file has it (required or not); a no-op when w or b is absent.
+// `gamma` names γ [D]; an optional one (required false) that the file lacks changes nothing, and
+// so does a γ whose w or b is missing or faulty (the Lookup has recorded why).
 void fold_layer_scale(Lookup& L, const std::string& gamma, int64_t D, bool required, WeightMatrix& w, Tensor& b);
 
 // The input contract: preprocessor_config.json if present, else `fallback`.
