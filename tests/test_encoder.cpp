@@ -718,6 +718,26 @@ TEST(EncoderLoaders, TimmLayerScaleIsRead) {
   EXPECT_GT(max_abs_diff(encode(two, c.patches, c.positions, p, exec).embeddings, want), 1e-2);
 }
 
+// no_embed_class (DeiT III): pos_embed holds only the G·G grid and the class token gets no
+// position. The fixture rewritten so (its class position added into cls_token) is the same model.
+TEST(EncoderLoaders, TimmWithoutAClassPosition) {
+  const std::string dir = test::temp_dir("enc_loader_noembed");
+  const SafetensorsFile src = SafetensorsFile::open(fixture("timm_vit"));
+  const Tensor pos = src.load(*src.find("pos_embed")), cls = src.load(*src.find("cls_token"));
+  Tensor grid(DType::f32, {1, 16, 32}), cls2(DType::f32, {1, 1, 32});
+  std::memcpy(grid.bytes(), pos.bytes() + 32 * 4, 16 * 32 * 4);
+  for (int d = 0; d < 32; ++d) cls2.data<float>()[d] = cls.data<float>()[d] + pos.data<float>()[d];
+  const VitModel m =
+      VitModel::load(relaid_checkpoint(dir, "timm_vit", "", {"pos_embed", "cls_token"}, {{"pos_embed", &grid}, {"cls_token", &cls2}}));
+  EXPECT_EQ(m.config().grid, 4);
+  const SafetensorsFile f = SafetensorsFile::open(fixture("timm_vit", "cases.safetensors"));
+  Executor exec({.threads = 2});
+  for (const Case& c : load_cases(f)) {
+    const Encoding e = encode(m, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
+    EXPECT_LE(compare(f, c.name, e), 1e-4) << c.name;
+  }
+}
+
 TEST(EncoderLoaders, NamesEveryMissingOrMisShapedTensor) {
   const std::string dir = test::temp_dir("enc_loader_missing");
   expect_load_error(edited_checkpoint(dir + "/vit", "hf_vit", {"encoder.layer.1.intermediate.dense.bias"},

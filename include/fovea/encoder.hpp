@@ -28,7 +28,8 @@
 //     `encoder.layer.N.attention.attention.query`, `layernorm_before`): class token, exact GELU,
 //     `layernorm` on every token; `pooler.dense` (tanh) → pooled when present, `classifier` → logits;
 //   * timm VisionTransformer / DeiT (.safetensors, `patch_embed.proj`, `blocks.N.attn.qkv`): class
-//     token, exact GELU, `norm` on every token, `head` → logits, layer scale (`ls1/ls2.gamma`);
+//     token, exact GELU, `norm` on every token, `head` → logits, layer scale (`ls1/ls2.gamma`) and
+//     no_embed_class (DeiT III);
 //   * HF Dinov2Model (.safetensors, `[dinov2.]embeddings.*`, `encoder.layer.N.norm1`,
 //     `layer_scale1/2.lambda1`): as HF ViT with layer scale; pooled is the normed class token.
 // Safetensors: F32/F16/BF16; GGUF: F32/F16/BF16/Q8_0.

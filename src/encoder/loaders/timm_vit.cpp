@@ -1,5 +1,6 @@
-// timm VisionTransformer state dicts (vit_*, deit_* without distillation; timm's
-// model.safetensors): `cls_token` [1, 1, D], `pos_embed` [1, 1 + G·G, D], `patch_embed.proj`,
+// timm VisionTransformer state dicts (vit_*, deit_* without distillation, deit3_*; timm's
+// model.safetensors): `cls_token` [1, 1, D], `pos_embed` [1, 1 + G·G, D] (or [1, G·G, D] with
+// no_embed_class, as DeiT III: the class token gets no position), `patch_embed.proj`,
 // `blocks.N.{norm1, attn.qkv (q|k|v fused, [3D, D]), attn.proj, norm2, mlp.fc1, mlp.fc2}`,
 // optional layer scale `blocks.N.ls1/ls2.gamma` (DeiT III; folded into attn.proj / mlp.fc2),
 // `norm` on every token (forward_features), optional `head` on the normed class token. Exact
@@ -53,10 +54,9 @@ class TimmVitLoader final : public ModelLoader {
     const auto pos = w.info("pos_embed");
     if (!pos || pos->shape.size() != 3)
       throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed pos_embed (expected [1, 1 + G·G, D])");
-    if (is_square(pos->shape[1]) && !is_square(pos->shape[1] - 1))
-      throw Error(Errc::unsupported, "'" + path + "': pos_embed has " + std::to_string(pos->shape[1]) +
-                                         " rows, no class position (no_embed_class): not supported");
-    c.grid = square_side(pos->shape[1] - 1, path, "pos_embed");
+    // G·G + 1 rows, or G·G without a class position (no_embed_class); both squares only for G = 0.
+    const bool no_embed_class = is_square(pos->shape[1]) && !is_square(pos->shape[1] - 1);
+    c.grid = square_side(pos->shape[1] - (no_embed_class ? 0 : 1), path, "pos_embed");
     c.layers = count_layers(w, "blocks.");
     c.layers_in_checkpoint = c.layers;
     const auto fc1 = w.info("blocks.0.mlp.fc1.weight");
@@ -88,7 +88,12 @@ class TimmVitLoader final : public ModelLoader {
     m->patch_w = L.get("patch_embed.proj.weight", {D, C, P, P}, true, {D, C * P * P});
     m->patch_b = L.get("patch_embed.proj.bias", {D});
     m->class_emb = L.get("cls_token", {1, 1, D}, true, {D});
-    split_class_position(L.get("pos_embed", {1, G * G + 1, D}), D, *m);
+    if (no_embed_class) {
+      m->pos_grid = L.get("pos_embed", {1, G * G, D}, true, {G * G, D});
+      m->class_pos = Tensor(DType::f32, {D});  // zeros: timm adds pos_embed before the class token joins
+    } else {
+      split_class_position(L.get("pos_embed", {1, G * G + 1, D}), D, *m);
+    }
     for (int i = 0; i < c.layers; ++i) {
       const std::string l = "blocks." + std::to_string(i) + ".";
       VitLayer ly;
