@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Builds the encoder test fixtures: small random ViTs in three namings, with PyTorch's outputs.
+"""Builds the encoder test fixtures: small random ViTs in every naming fovea reads, with PyTorch's outputs.
 
 Run with Debian's python3 (torch 1.13 + torchvision; `transformers` is not needed):
 
@@ -245,7 +245,7 @@ def randomize(model, gen):
             leaf = name.rsplit(".", 1)[-1]
             if p.dim() >= 2:
                 fan_in = int(np.prod(p.shape[1:])) if p.dim() != 3 else p.shape[-1]
-                std = 0.5 if "position" in name or "pos_embedding" in name else 1.0 / math.sqrt(fan_in)
+                std = 0.5 if "position" in name or "pos_embed" in name else 1.0 / math.sqrt(fan_in)
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
             elif leaf == "weight":  # LayerNorm
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
@@ -856,6 +856,292 @@ def make_gguf_siglip(out, gen):
     gguf_cases(out, img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], lambda px: vt(px)[0], tokens, False)
 
 
+# ---- HF ViT, HF DINOv2 and timm ViT (plain torch modules under the real names) -------------------
+# HF: transformers' modeling_vit.py (ViTModel) and modeling_dinov2.py (Dinov2Model); timm:
+# timm/models/vision_transformer.py (VisionTransformer, Block, Attention with fused qkv).
+
+class HfSelfAttention(nn.Module):  # ViTSelfAttention / Dinov2SelfAttention (eager)
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.hd = heads, d // heads
+        self.query = nn.Linear(d, d)
+        self.key = nn.Linear(d, d)
+        self.value = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (f(x).view(b, t, self.heads, self.hd).transpose(1, 2) for f in (self.query, self.key, self.value))
+        w = F.softmax(torch.matmul(q, k.transpose(-1, -2)) * self.hd ** -0.5, dim=-1)
+        return torch.matmul(w, v).transpose(1, 2).reshape(b, t, d)
+
+
+class Dense(nn.Module):  # ViTSelfOutput / ViTIntermediate / ViTOutput / ViTPooler: a `dense` Linear
+    def __init__(self, i, o):
+        super().__init__()
+        self.dense = nn.Linear(i, o)
+
+
+class HfAttention(nn.Module):  # ViTAttention / Dinov2Attention
+    def __init__(self, d, heads):
+        super().__init__()
+        self.attention = HfSelfAttention(d, heads)
+        self.output = Dense(d, d)
+
+    def forward(self, x):
+        return self.output.dense(self.attention(x))
+
+
+class HfVitLayer(nn.Module):  # ViTLayer: pre-norm, exact GELU
+    def __init__(self, eps):
+        super().__init__()
+        self.attention = HfAttention(D, HEADS)
+        self.intermediate = Dense(D, MLP)
+        self.output = Dense(MLP, D)
+        self.layernorm_before = nn.LayerNorm(D, eps=eps)
+        self.layernorm_after = nn.LayerNorm(D, eps=eps)
+
+    def forward(self, x):
+        x = x + self.attention(self.layernorm_before(x))
+        return x + self.output.dense(F.gelu(self.intermediate.dense(self.layernorm_after(x))))
+
+
+class LayerScale(nn.Module):  # Dinov2LayerScale
+    def __init__(self):
+        super().__init__()
+        self.lambda1 = nn.Parameter(torch.ones(D))
+
+
+class Dinov2Layer(nn.Module):
+    def __init__(self, eps):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(D, eps=eps)
+        self.attention = HfAttention(D, HEADS)
+        self.layer_scale1 = LayerScale()
+        self.norm2 = nn.LayerNorm(D, eps=eps)
+        self.mlp = Mlp(D, MLP, F.gelu)
+        self.layer_scale2 = LayerScale()
+
+    def forward(self, x):
+        x = x + self.layer_scale1.lambda1 * self.attention(self.norm1(x))
+        return x + self.layer_scale2.lambda1 * self.mlp(self.norm2(x))
+
+
+class HfVitEmbeddings(nn.Module):  # ViTEmbeddings / Dinov2Embeddings
+    def __init__(self, mask_token):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.randn(1, 1, D))
+        if mask_token:
+            self.mask_token = nn.Parameter(torch.zeros(1, D))
+        self.patch_embeddings = nn.Module()
+        self.patch_embeddings.projection = nn.Conv2d(C, D, kernel_size=P, stride=P)
+        self.position_embeddings = nn.Parameter(torch.randn(1, G * G + 1, D))
+
+    def forward(self, pixels, interpolate=False):
+        _, _, h, w = pixels.shape
+        x = self.patch_embeddings.projection(pixels).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        pos = self.position_embeddings[0]
+        if interpolate and not (h == w == G * P):  # interpolate_pos_encoding (size=, bicubic)
+            pos = torch.cat([pos[:1], interpolate_grid(pos[1:], h, w)], dim=0)
+        return x + pos.unsqueeze(0)
+
+
+class HfVitModel(nn.Module):
+    """ViTModel (dinov2=False; `pooler.dense` + tanh when pooler) or Dinov2Model (dinov2=True:
+    norm1/norm2, mlp.fc1/fc2, layer scale, mask_token; pooler_output = the normed class token).
+    Outputs (last_hidden_state, pooler_output, logits=None)."""
+    def __init__(self, dinov2, pooler=False):
+        super().__init__()
+        eps = 1e-6 if dinov2 else 1e-12
+        self.embeddings = HfVitEmbeddings(dinov2)
+        self.encoder = nn.Module()
+        self.encoder.layer = nn.ModuleList([(Dinov2Layer if dinov2 else HfVitLayer)(eps) for _ in range(LAYERS)])
+        self.layernorm = nn.LayerNorm(D, eps=eps)
+        if pooler:
+            self.pooler = Dense(D, D)
+
+    def grid(self):
+        return self.embeddings.position_embeddings[0, 1:]
+
+    def cls(self):
+        return self.embeddings.cls_token[0, 0] + self.embeddings.position_embeddings[0, 0]
+
+    def patch(self, patches):
+        return self.embeddings.patch_embeddings.projection(patches).flatten(1)
+
+    def run(self, x):
+        for l in self.encoder.layer:
+            x = l(x)
+        h = self.layernorm(x)
+        pooled = torch.tanh(self.pooler.dense(h[:, 0])) if hasattr(self, "pooler") else h[:, 0]
+        return h, pooled, None
+
+    def forward(self, pixels, interpolate=False):
+        return self.run(self.embeddings(pixels, interpolate))
+
+
+class TimmAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads, self.hd = HEADS, D // HEADS
+        self.qkv = nn.Linear(D, 3 * D)
+        self.proj = nn.Linear(D, D)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, self.hd).permute(2, 0, 3, 1, 4).unbind(0)
+        attn = (q * self.hd ** -0.5) @ k.transpose(-2, -1)
+        return self.proj((attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class TimmBlock(nn.Module):  # ls1 / ls2 are nn.Identity in vit_* (no layer scale)
+    def __init__(self):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(D, eps=1e-6)
+        self.attn = TimmAttention()
+        self.norm2 = nn.LayerNorm(D, eps=1e-6)
+        self.mlp = Mlp(D, MLP, F.gelu)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="token")
+    def __init__(self, classes):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
+        self.pos_embed = nn.Parameter(torch.zeros(1, G * G + 1, D))
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(C, D, kernel_size=P, stride=P)
+        self.blocks = nn.Sequential(*[TimmBlock() for _ in range(LAYERS)])
+        self.norm = nn.LayerNorm(D, eps=1e-6)
+        self.head = nn.Linear(D, classes)
+
+    def grid(self):
+        return self.pos_embed[0, 1:]
+
+    def cls(self):
+        return self.cls_token[0, 0] + self.pos_embed[0, 0]
+
+    def patch(self, patches):
+        return self.patch_embed.proj(patches).flatten(1)
+
+    def run(self, x):  # blocks, norm (forward_features' end), forward_head on the class token
+        h = self.norm(self.blocks(x))
+        return h, h[:, 0], self.head(h[:, 0])
+
+    def forward(self, pixels, interpolate=False):
+        assert not interpolate  # timm's fixed-size model
+        x = self.patch_embed.proj(pixels).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.run(x)
+
+
+def class_token_cases(out, gen, m, raw, interp):
+    """native / interp (HF interpolate_pos_encoding) / foveated / raw cases of a class-token model
+    `m` (HfVitModel or TimmVit, float64): hidden, class_token, pooled and logits (when a head)."""
+    cases, meta = {}, {}
+
+    def token_forward(patches, pos, width, height):
+        x = m.patch(patches) + sample_positions(m.grid(), pos, width, height)
+        return m.run(torch.cat([m.cls().unsqueeze(0), x], dim=0).unsqueeze(0))
+
+    def record(name, patches, pos, width, height, outs):
+        hidden, pooled, logits = outs
+        cases[f"{name}.patches"] = f32(patches)
+        cases[f"{name}.positions"] = f32(pos)
+        cases[f"{name}.last_hidden"] = f32(hidden[0, 1:])
+        cases[f"{name}.class_token"] = f32(hidden[0, :1])
+        cases[f"{name}.pooled"] = f32(pooled)
+        if logits is not None:
+            cases[f"{name}.logits"] = f32(logits)
+        meta[f"{name}.image_width"], meta[f"{name}.image_height"] = width, height
+
+    names = ["native"]
+    with torch.no_grad():
+        px = torch.randn((1, C, G * P, G * P), generator=gen, dtype=torch.float64)
+        outs = m(px)
+        patches, pos = patches_of(px)
+        close(token_forward(patches, pos, G * P, G * P)[0], outs[0], "token-level forward vs module forward (native)")
+        record("native", patches, pos, G * P, G * P, outs)
+        if interp:
+            W, H = 6 * P, 5 * P
+            px = torch.randn((1, C, H, W), generator=gen, dtype=torch.float64)
+            outs = m(px, interpolate=True)
+            patches, pos = patches_of(px)
+            close(token_forward(patches, pos, W, H)[0], outs[0], "grid_sample vs interpolate_pos_encoding (6x5)")
+            record("interp", patches, pos, W, H, outs)
+            names.append("interp")
+        W, H = 77, 53
+        patches, pos = foveated_tokens(gen, W, H, 23)
+        record("foveated", patches, pos, W, H, token_forward(patches, pos, W, H))
+        px = preprocess(*raw)
+        patches, pos = patches_of(px)
+        record("raw", patches, pos, G * P, G * P, m(px))
+        meta["raw.image"] = "image.png"
+        names += ["foveated", "raw"]
+    meta["cases"] = ",".join(names)
+    save_safetensors(os.path.join(out, "cases.safetensors"), cases, meta)
+
+
+def make_hf_vit(out, gen):
+    """A bare HF ViTModel (no `vit.` prefix) with its pooler, as google/vit-base-patch16-224-in21k
+    is saved; F32; ViTImageProcessor's 0.5/0.5. The tests derive the ViTForImageClassification
+    layout (`vit.` + `classifier`) from it."""
+    os.makedirs(out, exist_ok=True)
+    model = HfVitModel(dinov2=False, pooler=True).double()
+    randomize(model, gen)
+    cfg = {"architectures": ["ViTModel"], "model_type": "vit", "hidden_size": D, "num_hidden_layers": LAYERS,
+           "num_attention_heads": HEADS, "intermediate_size": MLP, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+           "image_size": G * P, "patch_size": P, "num_channels": C, "qkv_bias": True}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "F32")
+    preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "ViTImageProcessor")
+    img = raw_image(gen, out)
+    class_token_cases(out, gen, model, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), interp=True)
+
+
+def make_hf_dinov2(out, gen):
+    """A bare HF Dinov2Model: layer scale (random, not 1), mask_token, BF16 (the layer-scale fold
+    of a BF16 matrix is covered); BitImageProcessor's ImageNet mean/std."""
+    os.makedirs(out, exist_ok=True)
+    model = HfVitModel(dinov2=True).double()
+    randomize(model, gen)
+    round_to(model, torch.bfloat16)
+    cfg = {"architectures": ["Dinov2Model"], "model_type": "dinov2", "hidden_size": D, "num_hidden_layers": LAYERS,
+           "num_attention_heads": HEADS, "mlp_ratio": MLP // D, "hidden_act": "gelu", "layer_norm_eps": 1e-6,
+           "image_size": G * P, "patch_size": P, "num_channels": C, "layerscale_value": 1.0,
+           "use_swiglu_ffn": False, "qkv_bias": True}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "BF16")
+    preprocessor_config(out, IMAGENET_MEAN, IMAGENET_STD, "BitImageProcessor")
+    img = raw_image(gen, out)
+    class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=True)
+
+
+def make_timm_vit(out, gen):
+    """A timm VisionTransformer state dict (vit_* names, fused qkv, 10-class head), F32, with the
+    config.json timm's push_to_hub writes (pretrained_cfg mean/std 0.5 as the augreg weights have,
+    so the raw case passes only when it is read; model_args.num_heads)."""
+    os.makedirs(out, exist_ok=True)
+    model = TimmVit(10).double()
+    randomize(model, gen)
+    cfg = {"architecture": "vit_fovea_test_patch8_32", "num_classes": 10, "num_features": D, "global_pool": "token",
+           "model_args": {"num_heads": HEADS},
+           "pretrained_cfg": {"tag": "test", "input_size": [C, G * P, G * P], "interpolation": "bicubic",
+                              "crop_pct": 1.0, "crop_mode": "center", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+                              "num_classes": 10, "pool_size": None, "first_conv": "patch_embed.proj",
+                              "classifier": "head"}}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), None, "F32")
+    img = raw_image(gen, out)
+    class_token_cases(out, gen, model, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), interp=False)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -873,6 +1159,10 @@ def main():
     make_gguf_llava(os.path.join(a.out, "gguf_llava"), raw_gen)
     make_gguf_siglip(os.path.join(a.out, "gguf_siglip"), raw_gen)
     make_hf_llava(os.path.join(a.out, "hf_llava"), raw_gen)
+    # Added later, each with its own generator: the fixtures above stay byte for byte what they were.
+    make_hf_vit(os.path.join(a.out, "hf_vit"), torch.Generator().manual_seed(20261127))
+    make_hf_dinov2(os.path.join(a.out, "hf_dinov2"), torch.Generator().manual_seed(20261128))
+    make_timm_vit(os.path.join(a.out, "timm_vit"), torch.Generator().manual_seed(20261129))
     total = 0
     for root, _, files in os.walk(a.out):
         for f in sorted(files):

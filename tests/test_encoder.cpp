@@ -174,7 +174,7 @@ TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                          ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
-                                           "hf_llava"));
+                                           "hf_llava", "hf_vit", "hf_dinov2", "timm_vit"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -477,7 +477,8 @@ TEST(EncoderCheckpoint, HostileFilesGiveClearErrors) {
   // Valid safetensors, but no ViT inside.
   Tensor t(DType::f32, {3});
   save_safetensors(dir + "/other.safetensors", {{"linear.weight", &t}});
-  expect_load_error(dir + "/other.safetensors", Errc::unsupported, {"no ViT naming recognised"});
+  expect_load_error(dir + "/other.safetensors", Errc::unsupported,
+                    {"no ViT naming recognised", "layernorm_before", "norm1", "patch_embed.proj.weight"});
   expect_load_error(dir + "/absent.safetensors", Errc::io, {"absent.safetensors"});
 }
 
@@ -545,6 +546,259 @@ TEST(EncoderCheckpoint, ConfigJsonMustAgreeWithTensors) {
   expect_load_error(dir + "/model.safetensors", Errc::unsupported, {"swish"});
 }
 
+// ---- HF ViT, HF DINOv2, timm ViT ------------------------------------------------------------------
+
+int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+void expect_one_line_error(const test::RunResult& r, int code, const std::string& fragment) {
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("fovea: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << r.err;
+}
+
+
+TEST(EncoderLoaders, DetectsHfVitDinov2AndTimm) {
+  const VitModel vit = VitModel::load(fixture("hf_vit"));
+  const VitConfig& v = vit.config();
+  EXPECT_EQ(v.naming, "hf_vit");
+  EXPECT_EQ(v.family, VitFamily::vit);
+  EXPECT_EQ(v.act, Activation::gelu_erf);
+  EXPECT_FLOAT_EQ(v.ln_eps, 1e-12f);
+  EXPECT_EQ(v.heads, 4);
+  EXPECT_EQ(v.grid, 4);
+  EXPECT_EQ(v.patch_px, 8);
+  EXPECT_EQ(v.layers, 2);
+  EXPECT_EQ(v.mlp, 64);
+  EXPECT_TRUE(v.class_token);
+  EXPECT_EQ(v.final_norm, FinalNorm::all_tokens);
+  EXPECT_EQ(v.num_classes, 0);
+  EXPECT_EQ(vit.tensors_ignored(), 0);  // the pooler is read
+  EXPECT_NE(vit.describe().find("[hf_vit]"), std::string::npos) << vit.describe();
+  EXPECT_EQ(embedding_output(v), "last_hidden_state (after the final layernorm)");
+  const VitModel dino = VitModel::load(fixture("hf_dinov2"));
+  const VitConfig& d = dino.config();
+  EXPECT_EQ(d.naming, "hf_dinov2");
+  EXPECT_EQ(d.family, VitFamily::dinov2);
+  EXPECT_EQ(to_string(d.family), "dinov2");
+  EXPECT_FLOAT_EQ(d.ln_eps, 1e-6f);
+  EXPECT_EQ(d.act, Activation::gelu_erf);
+  EXPECT_EQ(d.heads, 4);
+  EXPECT_EQ(dino.tensors_ignored(), 0);  // mask_token counted as read (unused by the forward pass)
+  const VitModel timm = VitModel::load(fixture("timm_vit"));
+  const VitConfig& t = timm.config();
+  EXPECT_EQ(t.naming, "timm_vit");
+  EXPECT_EQ(t.family, VitFamily::vit);
+  EXPECT_EQ(t.heads, 4);  // config.json model_args.num_heads
+  EXPECT_EQ(t.num_classes, 10);
+  EXPECT_FLOAT_EQ(t.ln_eps, 1e-6f);
+  EXPECT_EQ(timm.tensors_ignored(), 0);
+  EXPECT_EQ(embedding_output(t), "forward_features (after the final norm)");
+}
+
+TEST(EncoderLoaders, InputContractsAndTheirSources) {
+  EXPECT_EQ(VitModel::load(fixture("hf_vit")).config().input.source, "preprocessor_config.json");
+  EXPECT_EQ(VitModel::load(fixture("hf_dinov2")).config().input.source, "preprocessor_config.json");
+  const VitConfig timm = VitModel::load(fixture("timm_vit")).config();
+  EXPECT_EQ(timm.input.source, "timm config.json pretrained_cfg");
+  EXPECT_FLOAT_EQ(timm.input.mean[0], 0.5f);
+  EXPECT_FLOAT_EQ(timm.input.std[2], 0.5f);
+  // Without the JSON files: each family's published defaults, and the source says so.
+  const std::string dir = test::temp_dir("enc_loader_contract");
+  for (const char* m : {"hf_vit", "hf_dinov2", "timm_vit"}) {
+    fs::create_directories(dir + "/" + m);
+    fs::copy_file(fixture(m), dir + "/" + m + "/model.safetensors");
+  }
+  const VitConfig vit = VitModel::load(dir + "/hf_vit/model.safetensors").config();
+  EXPECT_EQ(vit.input.source, "HF ViT defaults 0.5/0.5 (no preprocessor_config.json)");
+  EXPECT_FLOAT_EQ(vit.input.mean[1], 0.5f);
+  EXPECT_FLOAT_EQ(vit.input.std[1], 0.5f);
+  EXPECT_FLOAT_EQ(vit.ln_eps, 1e-12f);  // HF ViT's default without config.json
+  const VitConfig dino = VitModel::load(dir + "/hf_dinov2/model.safetensors").config();
+  EXPECT_EQ(dino.input.source, "DINOv2 defaults: ImageNet mean/std (no preprocessor_config.json)");
+  EXPECT_FLOAT_EQ(dino.input.mean[0], 0.485f);
+  EXPECT_FLOAT_EQ(dino.input.std[2], 0.225f);
+  const VitConfig bare = VitModel::load(dir + "/timm_vit/model.safetensors").config();
+  EXPECT_NE(bare.input.source.find("ImageNet mean/std assumed"), std::string::npos) << bare.input.source;
+  EXPECT_FLOAT_EQ(bare.input.mean[2], 0.406f);
+  EXPECT_FLOAT_EQ(bare.input.std[0], 0.229f);
+  EXPECT_EQ(bare.heads, 1);  // no config: the standard count for the width (64 per head, at least 1)
+  // A broken pretrained_cfg is an error, not a silent default.
+  std::ofstream(dir + "/timm_vit/config.json") << R"({"pretrained_cfg": {"mean": [0.5, 0.5]}})";
+  expect_load_error(dir + "/timm_vit/model.safetensors", Errc::corrupt_data, {"timm config.json pretrained_cfg"});
+}
+
+// Re-serialises a fixture with every name prefixed, `drop` removed and `extra` added.
+std::string relaid_checkpoint(const std::string& dir, const std::string& model, const std::string& prefix,
+                              const std::set<std::string>& drop, const std::map<std::string, Tensor*>& extra) {
+  const SafetensorsFile f = SafetensorsFile::open(fixture(model));
+  std::vector<Tensor> keep;
+  keep.reserve(f.entries().size());
+  std::vector<NamedTensor> ts;
+  for (const auto& e : f.entries()) {
+    if (drop.count(e.name)) continue;
+    keep.push_back(f.load(e));
+    ts.push_back({prefix + e.name, &keep.back()});
+  }
+  for (const auto& [name, t] : extra) ts.push_back({name, t});
+  fs::create_directories(dir);
+  fs::copy_file(fixture(model, "config.json"), dir + "/config.json", fs::copy_options::overwrite_existing);
+  save_safetensors(dir + "/model.safetensors", ts);
+  return dir + "/model.safetensors";
+}
+
+Tensor filled(std::vector<int64_t> shape, float scale, float offset = 0) {
+  Tensor t(DType::f32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = offset + scale * std::sin(0.37f * float(i) + 1.0f);
+  return t;
+}
+
+// The task heads' layouts: ViTForImageClassification (`vit.` + classifier, no pooler) and
+// Dinov2ForImageClassification (`dinov2.` + a classifier over class ⊕ mean patch, not read) hold
+// the fixtures' models under a prefix; the embeddings must be the torch reference's.
+TEST(EncoderLoaders, ClassificationLayoutsUnderAPrefix) {
+  const std::string dir = test::temp_dir("enc_loader_prefix");
+  Tensor cw = filled({5, 32}, 0.3f), cb = filled({5}, 0.1f);
+  const std::string vit = relaid_checkpoint(dir + "/vit", "hf_vit", "vit.", {"pooler.dense.weight", "pooler.dense.bias"},
+                                            {{"classifier.weight", &cw}, {"classifier.bias", &cb}});
+  Tensor dw = filled({5, 64}, 0.3f), db = filled({5}, 0.1f);
+  const std::string dino = relaid_checkpoint(dir + "/dino", "hf_dinov2", "dinov2.", {},
+                                             {{"classifier.weight", &dw}, {"classifier.bias", &db}});
+  Executor exec({.threads = 2});
+  for (const auto& [path, model] : {std::pair{vit, "hf_vit"}, std::pair{dino, "hf_dinov2"}}) {
+    const VitModel m = VitModel::load(path);
+    EXPECT_EQ(m.config().naming, model);
+    const SafetensorsFile f = SafetensorsFile::open(fixture(model, "cases.safetensors"));
+    const std::vector<Case> cases = load_cases(f);
+    const Case& c = cases[0];
+    const Encoding e = encode(m, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
+    EXPECT_LE(max_abs_diff(e.embeddings, f.load(*f.find(c.name + ".last_hidden"))), 1e-4) << model;
+    EXPECT_LE(max_abs_diff(e.class_token, f.load(*f.find(c.name + ".class_token"))), 1e-4) << model;
+    EXPECT_EQ(max_abs_diff(e.pooled, e.class_token), 0.0) << model;  // no pooler: the normed class token
+    if (std::string(model) == "hf_vit") {
+      EXPECT_EQ(m.config().num_classes, 5);
+      ASSERT_TRUE(encoder_detail::present(e.logits));
+      for (int k = 0; k < 5; ++k) {
+        double want = cb.data<float>()[k];
+        for (int j = 0; j < 32; ++j) want += double(cw.data<float>()[k * 32 + j]) * e.class_token.data<float>()[j];
+        EXPECT_NEAR(e.logits.data<float>()[k], want, 1e-4) << k;
+      }
+    } else {
+      EXPECT_EQ(m.tensors_ignored(), 2);  // Dinov2ForImageClassification's classifier
+      EXPECT_FALSE(encoder_detail::present(e.logits));
+    }
+  }
+}
+
+// timm's layer scale (DeiT III: blocks.N.ls1/ls2.gamma) is read and folded: gammas of one give
+// the fixture's model, gammas of two do not.
+TEST(EncoderLoaders, TimmLayerScaleIsRead) {
+  const std::string dir = test::temp_dir("enc_loader_ls");
+  std::vector<Tensor> g;
+  g.reserve(8);
+  std::map<std::string, Tensor*> ones, twos;
+  for (int i = 0; i < 2; ++i)
+    for (const char* ls : {"ls1", "ls2"}) {
+      const std::string n = "blocks." + std::to_string(i) + "." + ls + ".gamma";
+      g.push_back(filled({32}, 0.0f, 1.0f));
+      ones[n] = &g.back();
+      g.push_back(filled({32}, 0.0f, 2.0f));
+      twos[n] = &g.back();
+    }
+  const VitModel one = VitModel::load(relaid_checkpoint(dir + "/one", "timm_vit", "", {}, ones));
+  const VitModel two = VitModel::load(relaid_checkpoint(dir + "/two", "timm_vit", "", {}, twos));
+  EXPECT_EQ(one.tensors_used(), VitModel::load(fixture("timm_vit")).tensors_used() + 4);
+  const SafetensorsFile f = SafetensorsFile::open(fixture("timm_vit", "cases.safetensors"));
+  const std::vector<Case> cases = load_cases(f);
+  const Case& c = cases[0];
+  Executor exec({.threads = 2});
+  const EncodeParams p{.image_width = c.width, .image_height = c.height};
+  const Tensor want = f.load(*f.find(c.name + ".last_hidden"));
+  EXPECT_LE(max_abs_diff(encode(one, c.patches, c.positions, p, exec).embeddings, want), 1e-4);
+  EXPECT_GT(max_abs_diff(encode(two, c.patches, c.positions, p, exec).embeddings, want), 1e-2);
+}
+
+// no_embed_class (DeiT III): pos_embed holds only the G·G grid and the class token gets no
+// position. The fixture rewritten so (its class position added into cls_token) is the same model.
+TEST(EncoderLoaders, TimmWithoutAClassPosition) {
+  const std::string dir = test::temp_dir("enc_loader_noembed");
+  const SafetensorsFile src = SafetensorsFile::open(fixture("timm_vit"));
+  const Tensor pos = src.load(*src.find("pos_embed")), cls = src.load(*src.find("cls_token"));
+  Tensor grid(DType::f32, {1, 16, 32}), cls2(DType::f32, {1, 1, 32});
+  std::memcpy(grid.bytes(), pos.bytes() + 32 * 4, 16 * 32 * 4);
+  for (int d = 0; d < 32; ++d) cls2.data<float>()[d] = cls.data<float>()[d] + pos.data<float>()[d];
+  const VitModel m =
+      VitModel::load(relaid_checkpoint(dir, "timm_vit", "", {"pos_embed", "cls_token"}, {{"pos_embed", &grid}, {"cls_token", &cls2}}));
+  EXPECT_EQ(m.config().grid, 4);
+  const SafetensorsFile f = SafetensorsFile::open(fixture("timm_vit", "cases.safetensors"));
+  Executor exec({.threads = 2});
+  for (const Case& c : load_cases(f)) {
+    const Encoding e = encode(m, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
+    EXPECT_LE(compare(f, c.name, e), 1e-4) << c.name;
+  }
+}
+
+TEST(EncoderLoaders, NamesEveryMissingOrMisShapedTensor) {
+  const std::string dir = test::temp_dir("enc_loader_missing");
+  expect_load_error(edited_checkpoint(dir + "/vit", "hf_vit", {"encoder.layer.1.intermediate.dense.bias"},
+                                      {{"encoder.layer.0.attention.attention.key.weight", {32, 31}}}, {"layernorm.bias"}),
+                    Errc::corrupt_data,
+                    {"is not a complete HF ViT checkpoint", "missing 1 tensor(s): encoder.layer.1.intermediate.dense.bias [64]",
+                     "encoder.layer.0.attention.attention.key.weight has shape [32, 31], expected [32, 32]",
+                     "layernorm.bias has dtype I32"});
+  expect_load_error(edited_checkpoint(dir + "/dino", "hf_dinov2", {"encoder.layer.0.layer_scale2.lambda1"},
+                                      {{"encoder.layer.1.layer_scale1.lambda1", {31}}}, {}),
+                    Errc::corrupt_data,
+                    {"is not a complete HF DINOv2 checkpoint", "missing 1 tensor(s): encoder.layer.0.layer_scale2.lambda1 [32]",
+                     "encoder.layer.1.layer_scale1.lambda1 has shape [31], expected [32]"});
+  expect_load_error(edited_checkpoint(dir + "/timm", "timm_vit", {"norm.bias", "blocks.0.attn.proj.weight"},
+                                      {{"blocks.1.attn.qkv.weight", {96, 31}}}, {}),
+                    Errc::corrupt_data,
+                    {"is not a complete timm VisionTransformer checkpoint", "missing 2 tensor(s)",
+                     "blocks.0.attn.proj.weight [32, 32]", "norm.bias [32]",
+                     "blocks.1.attn.qkv.weight has shape [96, 31], expected [96, 32]"});
+  // The command line: one line, non-zero exit, the tensor named.
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(32, 32, 3), image);
+  const std::string timm = edited_checkpoint(dir + "/timm2", "timm_vit", {"blocks.1.mlp.fc2.bias"}, {}, {});
+  expect_one_line_error(test::run_cli({"encode", image, "--model", timm, "-o", dir + "/o.safetensors"}), 1,
+                        "blocks.1.mlp.fc2.bias [32]");
+}
+
+// Relatives under the same names with other arithmetic are refused by name, not encoded wrong.
+TEST(EncoderLoaders, RefusesVariantsItCannotEncode) {
+  const std::string dir = test::temp_dir("enc_loader_refuse");
+  Tensor tok = filled({1, 1, 32}, 0.1f), regs = filled({1, 4, 32}, 0.1f), w = filled({128, 32}, 0.1f);
+  expect_load_error(relaid_checkpoint(dir + "/deit", "timm_vit", "", {}, {{"dist_token", &tok}}), Errc::unsupported,
+                    {"dist_token", "distilled DeiT"});
+  expect_load_error(relaid_checkpoint(dir + "/reg", "timm_vit", "", {}, {{"reg_token", &regs}}), Errc::unsupported,
+                    {"reg_token", "register tokens"});
+  expect_load_error(relaid_checkpoint(dir + "/hfdeit", "hf_vit", "deit.", {}, {{"deit.embeddings.distillation_token", &tok}}),
+                    Errc::unsupported, {"deit.embeddings.distillation_token", "distilled DeiT"});
+  expect_load_error(relaid_checkpoint(dir + "/dreg", "hf_dinov2", "", {}, {{"embeddings.register_tokens", &regs}}),
+                    Errc::unsupported, {"embeddings.register_tokens", "Dinov2WithRegistersModel"});
+  expect_load_error(relaid_checkpoint(dir + "/swiglu", "hf_dinov2", "", {}, {{"encoder.layer.0.mlp.weights_in.weight", &w}}),
+                    Errc::unsupported, {"SwiGLU"});
+  Tensor d = filled({32}, 0.1f);
+  expect_load_error(relaid_checkpoint(dir + "/beit", "hf_vit", "beit.", {}, {{"beit.encoder.layer.0.lambda_1", &d}}),
+                    Errc::unsupported, {"beit.encoder.layer.0.lambda_1", "BEiT"});
+  for (const char* name : {"norm_pre.weight", "fc_norm.weight", "blocks.0.attn.q_norm.weight"}) {
+    const std::string sub = dir + "/timm_" + std::string(name).substr(0, std::string(name).find('.'));
+    expect_load_error(relaid_checkpoint(sub, "timm_vit", "", {}, {{name, &d}}), Errc::unsupported, {name, "not supported"});
+  }
+  // config.json naming another model over HF ViT names.
+  const std::string mae = relaid_checkpoint(dir + "/mae", "hf_vit", "", {}, {});
+  nlohmann::json cfg;
+  std::ifstream(fixture("hf_vit", "config.json")) >> cfg;
+  cfg["model_type"] = "vit_mae";
+  std::ofstream(dir + "/mae/config.json") << cfg.dump();
+  expect_load_error(mae, Errc::unsupported, {"model_type 'vit_mae' is not HF ViT"});
+  cfg["model_type"] = "vit";
+  cfg["num_hidden_layers"] = 3;
+  std::ofstream(dir + "/mae/config.json") << cfg.dump();
+  expect_load_error(mae, Errc::corrupt_data, {"num_hidden_layers = 3", "2"});
+}
+
 // ---- the query-embedding hook and files ------------------------------------------------------------
 
 TEST(EncoderQuery, LoadsNpyAndSafetensors) {
@@ -609,15 +863,6 @@ TEST(EncoderQuery, EmbeddingTermFindsTheMatchingTile) {
 }
 
 // ---- the command line ------------------------------------------------------------------------------
-
-int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
-
-void expect_one_line_error(const test::RunResult& r, int code, const std::string& fragment) {
-  EXPECT_EQ(r.exit_code, code) << r.err;
-  EXPECT_EQ(count_lines(r.err), 1) << r.err;
-  EXPECT_EQ(r.err.rfind("fovea: error: ", 0), 0u) << r.err;
-  EXPECT_NE(r.err.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << r.err;
-}
 
 TEST(EncodeCli, BadCheckpointsGiveOneLineAndNonZeroExit) {
   const std::string dir = test::temp_dir("enc_cli_bad");

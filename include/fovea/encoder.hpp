@@ -23,12 +23,21 @@
 //     `multi_modal_projector.linear_1/2`): the tower up to config.json's vision_feature_layer,
 //     then the projector → projected (the language model's tensors are ignored);
 //   * llama.cpp mmproj (.gguf, `v.*`, `clip.vision.*` keys): CLIP or SigLIP towers, optionally with
-//     the LLaVA MLP projector (`mm.0`, GELU, `mm.2`) → projected.
+//     the LLaVA MLP projector (`mm.0`, GELU, `mm.2`) → projected;
+//   * HF ViTModel / ViTForImageClassification (.safetensors, `[vit.]embeddings.cls_token`,
+//     `encoder.layer.N.attention.attention.query`, `layernorm_before`): class token, exact GELU,
+//     `layernorm` on every token; `pooler.dense` (tanh) → pooled when present, `classifier` → logits;
+//   * timm VisionTransformer / DeiT (.safetensors, `patch_embed.proj`, `blocks.N.attn.qkv`): class
+//     token, exact GELU, `norm` on every token, `head` → logits, layer scale (`ls1/ls2.gamma`) and
+//     no_embed_class (DeiT III);
+//   * HF Dinov2Model (.safetensors, `[dinov2.]embeddings.*`, `encoder.layer.N.norm1`,
+//     `layer_scale1/2.lambda1`): as HF ViT with layer scale; pooled is the normed class token.
 // Safetensors: F32/F16/BF16; GGUF: F32/F16/BF16/Q8_0.
 //
 // The model carries its input contract (VitConfig::input): mean, std and rescale from
 // preprocessor_config.json beside the weights (HF), ImageNet's for torchvision, the GGUF keys
-// clip.vision.image_mean / image_std, else the family's published defaults; `source` says which.
+// clip.vision.image_mean / image_std, timm's config.json pretrained_cfg, else the family's
+// published defaults; `source` says which.
 // "random:vit-b16" / "random:vit-s16" build seeded random CLIP-shaped models for benchmarks;
 // VitModel::is_random() is true and every output says so.
 //
@@ -65,7 +74,13 @@
 
 namespace fovea {
 
-enum class VitFamily : uint8_t { clip, siglip, torchvision };
+enum class VitFamily : uint8_t {
+  clip,
+  siglip,
+  torchvision,
+  vit,     // the original ViT as HF transformers (ViTModel) and timm (VisionTransformer, DeiT) name it
+  dinov2,  // DINOv2: ViT with layer scale (HF Dinov2Model)
+};
 enum class Activation : uint8_t {
   quick_gelu,  // x·σ(1.702x) (CLIP)
   gelu_tanh,   // 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))) (SigLIP)
@@ -96,7 +111,8 @@ std::string embedding_output(const VitConfig& c);
 
 enum class FinalNorm : uint8_t {
   none,
-  all_tokens,   // SigLIP post_layernorm, torchvision encoder.ln: part of the last hidden state
+  all_tokens,   // SigLIP post_layernorm, torchvision encoder.ln, HF ViT / DINOv2 layernorm, timm
+                // norm: part of the last hidden state
   pooled_only,  // CLIP post_layernorm: applied to the class token for `pooled` only
 };
 
@@ -121,7 +137,8 @@ std::string_view to_string(ProjectorType p);
 
 struct VitConfig {
   VitFamily family = VitFamily::clip;
-  std::string naming = "random";  // hf_clip, hf_siglip, hf_llava, torchvision, gguf_mmproj, random
+  // hf_clip, hf_siglip, hf_llava, torchvision, gguf_mmproj, hf_vit, timm_vit, hf_dinov2, random
+  std::string naming = "random";
   InputContract input;
   int hidden = 768;     // D
   int layers = 12;
@@ -138,7 +155,7 @@ struct VitConfig {
   float ln_eps = 1e-5f;
   int projection_dim = 0;       // CLIP visual_projection (0: none)
   bool attention_pool = false;  // SigLIP multihead-attention pooling head
-  int num_classes = 0;          // torchvision heads.head (0: none)
+  int num_classes = 0;          // torchvision heads.head, HF ViT classifier, timm head (0: none)
   // The encoder runs `layers` blocks. For a projector, that is the layer it reads: LLaVA reads
   // HF's hidden_states[-2], which llama.cpp's converter stores as the file's blocks (the last
   // block dropped); clip.vision.feature_layer = [f] selects hidden_states[f] (f blocks).
@@ -238,9 +255,10 @@ struct Encoding {
   Tensor embeddings;    // [N, D] f32: last hidden state of the N patch tokens, batch order
   Tensor class_token;   // [1, D] last hidden state of the class token (models with one)
   Tensor pooled;        // [1, D] CLIP: post_layernorm(class); SigLIP: attention-pool head;
-                        //        torchvision: the normed class token
+                        //        torchvision, timm, DINOv2, HF ViT without pooler: the normed
+                        //        class token; HF ViTModel with pooler: tanh(pooler.dense(it))
   Tensor image_embeds;  // [1, E] CLIP visual_projection(pooled)
-  Tensor logits;        // [1, K] torchvision heads.head(pooled)
+  Tensor logits;        // [1, K] torchvision heads.head / HF ViT classifier / timm head (normed class token)
   Tensor projected;     // [N, E] projector(embeddings): the LLM's input embeddings, batch order
   Precision precision = Precision::fp32;  // what ran: runnable_precision(EncodeParams::precision)
   double encode_ms = 0;

@@ -139,8 +139,10 @@ def tokenize(
 class Model(_fovea.Model):
     """A ViT vision encoder loaded from a checkpoint.
 
-    Model("clip-vit-b16/model.safetensors") reads HF CLIPVisionModel / CLIPModel, HF SigLIP
-    and torchvision VisionTransformer checkpoints (config.json beside the file is read).
+    Model("clip-vit-b16/model.safetensors") reads HF CLIPVisionModel / CLIPModel, HF SigLIP,
+    HF LLaVA, HF ViTModel / ViTForImageClassification, HF Dinov2Model, timm VisionTransformer
+    and torchvision VisionTransformer checkpoints and llama.cpp mmproj .gguf files (config.json
+    beside the file is read).
     Model("random:vit-b16") / "random:vit-s16" build seeded random weights (benchmarks only;
     .is_random is True).
 
@@ -177,7 +179,7 @@ class Model(_fovea.Model):
                     image_size=None, attention: str = "exact") -> Encoding:
         """As encode(), but returns a fovea.Encoding with every output the model has:
         .embeddings, .projected (LLaVA / mmproj projector: the LLM's input), .class_token,
-        .pooled, .image_embeds (CLIP projection), .logits (torchvision head), .encode_ms,
+        .pooled, .image_embeds (CLIP projection), .logits (torchvision / timm head, HF ViT classifier), .encode_ms,
         and .save(path) writing `fovea encode -o`'s file. Tokenize with model=self so
         the patches follow the model's preprocessing."""
         return super().encode_full(tokens, precision, threads, positions, image_size, attention)

@@ -846,7 +846,7 @@ PYBIND11_MODULE(_fovea, m) {
             const Tensor& t = self.cast<PyEncoding&>().e.logits;
             return t.rank() ? py::object(tensor_view(t, self)) : py::none();
           },
-          "[1, K] float32 (torchvision head) or None")
+          "[1, K] float32 (torchvision / timm head, HF ViT classifier) or None")
       .def_property_readonly(
           "projected",
           [](py::object self) -> py::object {

@@ -32,7 +32,10 @@ std::string embedding_output(const VitConfig& c) {
   switch (c.final_norm) {
     case FinalNorm::pooled_only: return "last_hidden_state (before post_layernorm, which only the pooled output gets)";
     case FinalNorm::all_tokens:
-      return c.family == VitFamily::torchvision ? "last hidden state after encoder.ln" : "last_hidden_state (after post_layernorm)";
+      if (c.family == VitFamily::torchvision) return "last hidden state after encoder.ln";
+      if (c.naming == "timm_vit") return "forward_features (after the final norm)";
+      if (c.family == VitFamily::vit || c.family == VitFamily::dinov2) return "last_hidden_state (after the final layernorm)";
+      return "last_hidden_state (after post_layernorm)";
     case FinalNorm::none: return "last hidden state (the checkpoint has no final norm)";
   }
   return "?";

@@ -101,7 +101,8 @@ struct VitModel::Impl {
   Tensor pre_w, pre_b;      // CLIP pre_layrnorm, or empty
   Tensor post_w, post_b;    // CLIP post_layernorm / SigLIP post_layernorm / torchvision encoder.ln
   Tensor proj_w;            // [E, D] CLIP visual_projection, or empty
-  Tensor head_w, head_b;    // torchvision heads.head [K, D], [K]
+  Tensor head_w, head_b;    // torchvision heads.head / HF ViT classifier / timm head [K, D], [K]
+  Tensor pooler_w, pooler_b;  // HF ViTModel pooler.dense [D, D], [D] (pooled = tanh(·)), or empty
   // SigLIP attention-pooling head.
   Tensor pool_probe;        // [D]
   Tensor pool_in_w, pool_in_b;    // [3D, D], [3D]

@@ -284,8 +284,16 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
       const std::vector<float> y = matvec(m.proj_w, nullptr, p.data());
       e.image_embeds = row_copy(y.data(), int64_t(y.size()));
     }
-  } else if (c.family == VitFamily::torchvision) {
-    e.pooled = row_copy(x, D);
+  } else if (c.family == VitFamily::torchvision || c.family == VitFamily::vit || c.family == VitFamily::dinov2) {
+    // The normed class token (HF ViTModel's pooler: tanh(dense(it))); the classifier reads the
+    // normed class token itself, as HF's ViTForImageClassification and timm's head do.
+    if (present(m.pooler_w)) {
+      std::vector<float> p = matvec(m.pooler_w, &m.pooler_b, x);
+      for (float& v : p) v = std::tanh(v);
+      e.pooled = row_copy(p.data(), D);
+    } else {
+      e.pooled = row_copy(x, D);
+    }
     if (present(m.head_w)) {
       const std::vector<float> y = matvec(m.head_w, &m.head_b, x);
       e.logits = row_copy(y.data(), int64_t(y.size()));

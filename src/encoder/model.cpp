@@ -23,6 +23,8 @@ std::string_view to_string(VitFamily f) {
     case VitFamily::clip: return "clip";
     case VitFamily::siglip: return "siglip";
     case VitFamily::torchvision: return "torchvision";
+    case VitFamily::vit: return "vit";
+    case VitFamily::dinov2: return "dinov2";
   }
   return "?";
 }
@@ -196,7 +198,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   ck.weights = weights.get();
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
   const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_clip_loader(),
-                                  &hf_siglip_loader()};
+                                  &hf_siglip_loader(),    &hf_vit_loader(),     &hf_dinov2_loader(), &timm_vit_loader()};
   std::shared_ptr<Impl> m;
   for (const ModelLoader* l : loaders)
     if (l->accepts(ck)) {
@@ -206,7 +208,9 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   if (!m)
     throw Error(Errc::unsupported,
                 "'" + spec + "': no ViT naming recognised (expected vision_model.embeddings.patch_embedding.weight "
-                "for HF CLIP/SigLIP, conv_proj.weight for torchvision, or a llama.cpp mmproj .gguf)");
+                "for HF CLIP/SigLIP, conv_proj.weight for torchvision, [vit.]embeddings.patch_embeddings.projection.weight "
+                "with encoder.layer.N.layernorm_before for HF ViT or encoder.layer.N.norm1 for HF DINOv2, "
+                "patch_embed.proj.weight with blocks.N.attn.qkv for timm ViT/DeiT, or a llama.cpp mmproj .gguf)");
   m->source = spec;
   m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
   bool mapped = false;

@@ -201,7 +201,8 @@ Runner setup(CLI::App& sub) {
   cmd->tok.add(sub);
   cmd->patch_opt = sub.get_option("--patch");
   sub.add_option("--model,-m", cmd->model_spec,
-                 "ViT checkpoint: .safetensors (HF CLIP/SigLIP/LLaVA or torchvision ViT; a sharded "
+                 "ViT checkpoint: .safetensors (HF CLIP/SigLIP/LLaVA, HF ViT/DINOv2, timm ViT/DeiT or "
+                 "torchvision ViT; a sharded "
                  "model.safetensors.index.json or its directory; config.json and preprocessor_config.json beside "
                  "it are read), a llama.cpp mmproj .gguf, or random:vit-b16 / "
                  "random:vit-s16 (random weights, benchmarks only). Its preprocessing (mean, std) is used "

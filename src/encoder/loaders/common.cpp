@@ -341,6 +341,17 @@ int square_side(int64_t n, const std::string& path, const std::string& name) {
   return int(g);
 }
 
+void patch_embedding_dims(const WeightSource& w, const std::string& name, VitConfig& c) {
+  const std::string& path = w.path();
+  const auto pe = w.info(name);
+  if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
+    throw Error(Errc::corrupt_data, "'" + path + "': " + name + " has shape " + shape_str(pe->shape) +
+                                        ", expected [D, C, P, P]");
+  c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (" + name + " dim 0)");
+  c.channels = checked_dim(pe->shape[1], 16, path, "the channel count (" + name + " dim 1)");
+  c.patch_px = checked_dim(pe->shape[2], 1024, path, "the patch size (" + name + " dim 2)");
+}
+
 void split_class_position(Tensor all, int64_t D, VitModel::Impl& m) {
   if (!present(all)) return;
   const int64_t cells = all.numel() / D - 1;
@@ -370,9 +381,14 @@ InputContract imagenet_defaults() {
   return c;
 }
 
-InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback) {
+InputContract imagenet_contract(const std::string& source) {
+  InputContract c = imagenet_defaults();
+  c.source = source;
+  return c;
+}
+
+InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback, const char* file) {
   if (pre.is_null() || pre.empty()) return fallback;
-  const char* file = "preprocessor_config.json";
   InputContract c = fallback;
   auto triple = [&](const char* key, std::array<float, 3>& out) {
     auto it = pre.find(key);
@@ -398,8 +414,25 @@ InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputC
   c.rescale = rescale ? float(cfg_get<double>(pre, {"rescale_factor"}, file).value_or(1.0 / 255.0)) : 1.0f;
   if (!(c.rescale > 0) || !std::isfinite(c.rescale))
     throw Error(Errc::corrupt_data, std::string(file) + ": rescale_factor must be > 0");
-  c.source = "preprocessor_config.json";
+  c.source = file;
   return c;
+}
+
+void fold_layer_scale(Lookup& L, const std::string& gamma, int64_t D, bool required, WeightMatrix& w, Tensor& b) {
+  if (!required && !L.has(gamma)) return;
+  const Tensor g = L.get(gamma, {D}, required);
+  if (!present(g) || !present(w) || !present(b) || w.rows != D) return;
+  Tensor t(DType::f32, {w.rows, w.cols});
+  const float* gp = g.data<float>();
+  float* bp = b.data<float>();
+  for (int64_t r = 0; r < w.rows; ++r) {
+    float* row = t.data<float>() + r * w.cols;
+    if (w.dtype == DType::f32) std::memcpy(row, static_cast<const float*>(w.data) + r * w.cols, size_t(w.cols) * 4);
+    else from_bf16_row(static_cast<const uint16_t*>(w.data) + r * w.cols, row, w.cols);
+    for (int64_t k = 0; k < w.cols; ++k) row[k] *= gp[r];
+    bp[r] *= gp[r];
+  }
+  w = WeightMatrix(std::move(t));
 }
 
 }  // namespace fovea::encoder_detail

@@ -28,10 +28,7 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
   const std::string p = *hf_vision_prefix(w);
   const nlohmann::json& cfg = ck.config;
   VitConfig& c = m.config;
-  const auto pe = w.info(p + "embeddings.patch_embedding.weight");
-  if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
-    throw Error(Errc::corrupt_data, "'" + path + "': " + p + "embeddings.patch_embedding.weight has shape " +
-                                        shape_str(pe->shape) + ", expected [D, C, P, P]");
+  patch_embedding_dims(w, p + "embeddings.patch_embedding.weight", c);
   std::string mt = cfg_get<std::string>(cfg, {"model_type"}).value_or("");
   if (mt.empty()) mt = cfg_get<std::string>(cfg, {"parent_model_type"}).value_or("");
   if ((clip && mt.find("siglip") != std::string::npos) || (!clip && mt.find("clip") != std::string::npos &&
@@ -40,9 +37,6 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
                                         (clip ? "have" : "have no") + " class embedding");
   c.family = clip ? VitFamily::clip : VitFamily::siglip;
   c.naming = clip ? "hf_clip" : "hf_siglip";
-  c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (" + std::string(p + "embeddings.patch_embedding.weight") + " dim 0)");
-  c.channels = checked_dim(pe->shape[1], 16, path, "the channel count (" + std::string(p + "embeddings.patch_embedding.weight") + " dim 1)");
-  c.patch_px = checked_dim(pe->shape[2], 1024, path, "the patch size (" + std::string(p + "embeddings.patch_embedding.weight") + " dim 2)");
   const auto pos = w.info(p + "embeddings.position_embedding.weight");
   if (!pos || pos->shape.size() != 2)
     throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + p + "embeddings.position_embedding.weight");
@@ -62,6 +56,12 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
   c.ln_eps = clip ? 1e-5f : 1e-6f;
   if (auto a = cfg_get<std::string>(cfg, {"hidden_act"})) c.act = parse_hf_act(*a, path);
   if (auto e = cfg_get<double>(cfg, {"layer_norm_eps"})) c.ln_eps = float(*e);
+  check_dims(cfg, path, c, p + "encoder.layers.N");
+  c.input = contract_from_preprocessor(ck.preprocessor, clip ? clip_defaults() : siglip_defaults());
+  return p;
+}
+
+void check_dims(const nlohmann::json& cfg, const std::string& path, const VitConfig& c, const std::string& blocks) {
   // Shapes win over config.json; a disagreement is a mismatched pair of files.
   auto check = [&](const char* key, int have) {
     if (auto v = cfg_get<int>(cfg, {key}); v && *v != have)
@@ -73,12 +73,19 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
   check("num_hidden_layers", c.layers);
   check("intermediate_size", c.mlp);
   check("image_size", c.grid * c.patch_px);
-  if (c.layers < 1) throw Error(Errc::corrupt_data, "'" + path + "': no " + p + "encoder.layers.N tensors");
+  if (c.layers < 1) throw Error(Errc::corrupt_data, "'" + path + "': no " + blocks + " tensors");
   if (c.heads < 1 || c.hidden % c.heads != 0)
     throw Error(Errc::corrupt_data, "'" + path + "': hidden size " + std::to_string(c.hidden) +
                                         " is not divisible by " + std::to_string(c.heads) + " heads");
-  c.input = contract_from_preprocessor(ck.preprocessor, clip ? clip_defaults() : siglip_defaults());
-  return p;
+}
+
+void stack_qkv(Lookup& L, const std::string (&w)[3], const std::string (&b)[3], int64_t D, VitLayer& ly) {
+  ly.qkv_w = L.stacked({w[0], w[1], w[2]}, D, D);
+  if (present(ly.qkv_w)) ly.qkv_b = Tensor(DType::f32, {3 * D});
+  for (int j = 0; j < 3; ++j) {
+    Tensor t = L.get(b[j], {D});
+    if (present(ly.qkv_w) && present(t)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, t.bytes(), size_t(D) * 4);
+  }
 }
 
 void hf_load_blocks(Lookup& L, const std::string& p, int blocks, int64_t D, int64_t M, VitModel::Impl& m) {
@@ -87,13 +94,9 @@ void hf_load_blocks(Lookup& L, const std::string& p, int blocks, int64_t D, int6
     VitLayer ly;
     ly.ln1_w = L.get(l + "layer_norm1.weight", {D});
     ly.ln1_b = L.get(l + "layer_norm1.bias", {D});
-    const char* names[3] = {"q_proj", "k_proj", "v_proj"};
-    ly.qkv_w = L.stacked({l + "self_attn.q_proj.weight", l + "self_attn.k_proj.weight", l + "self_attn.v_proj.weight"}, D, D);
-    if (present(ly.qkv_w)) ly.qkv_b = Tensor(DType::f32, {3 * D});
-    for (int j = 0; j < 3; ++j) {
-      Tensor b = L.get(l + "self_attn." + names[j] + ".bias", {D});
-      if (present(ly.qkv_w) && present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
-    }
+    const std::string a = l + "self_attn.";
+    stack_qkv(L, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
+              {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"}, D, ly);
     ly.out_w = L.matrix(l + "self_attn.out_proj.weight", {D, D});
     ly.out_b = L.get(l + "self_attn.out_proj.bias", {D});
     ly.ln2_w = L.get(l + "layer_norm2.weight", {D});

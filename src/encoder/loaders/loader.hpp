@@ -1,7 +1,8 @@
 // Private to src/encoder: checkpoint loading. One loader per naming (hf_clip.cpp, hf_siglip.cpp,
-// torchvision.cpp, gguf_mmproj.cpp) behind ModelLoader; every loader reads tensors through a
-// WeightSource (safetensors or GGUF) and takes them with one Lookup, which checks presence,
-// type and shape and reports every problem of a file in one error.
+// hf_llava.cpp, torchvision.cpp, gguf_mmproj.cpp, hf_vit.cpp, hf_dinov2.cpp, timm_vit.cpp) behind
+// ModelLoader; every loader reads tensors through a WeightSource (safetensors or GGUF) and takes
+// them with one Lookup, which checks presence, type and shape and reports every problem of a
+// file in one error.
 #pragma once
 
 #include <memory>
@@ -108,6 +109,9 @@ const ModelLoader& hf_siglip_loader();
 const ModelLoader& torchvision_loader();
 const ModelLoader& gguf_mmproj_loader();
 const ModelLoader& hf_llava_loader();
+const ModelLoader& hf_vit_loader();
+const ModelLoader& hf_dinov2_loader();
+const ModelLoader& timm_vit_loader();
 
 // ---- helpers shared by the loaders -----------------------------------------------------------
 nlohmann::json read_json_beside(const std::string& weights_path, const char* file);
@@ -132,6 +136,9 @@ Activation parse_hf_act(const std::string& s, const std::string& path);
 // Number of blocks named PREFIX<N>.* (the largest N + 1).
 int count_layers(const WeightSource& w, const std::string& prefix);
 int square_side(int64_t n, const std::string& path, const std::string& name);
+// c.hidden, c.channels and c.patch_px from the patch-embedding conv `name` [D, C, P, P] (present),
+// checked: Error(corrupt_data) for another shape, Error(limit_exceeded) out of range.
+void patch_embedding_dims(const WeightSource& w, const std::string& name, VitConfig& c);
 // A dimension read from a tensor's shape, checked before it is narrowed to int and before
 // anything is allocated: Error(limit_exceeded) outside [1, max] (a hostile or broken checkpoint,
 // e.g. a sparse file claiming 2^40 elements, instead of a wrapped size or a huge allocation).
@@ -148,14 +155,55 @@ std::optional<std::string> hf_vision_prefix(const WeightSource& w);
 // post_layernorm.
 std::string hf_configure(const Checkpoint& c, bool clip, VitModel::Impl& m);
 void hf_load_tower(Lookup& L, const std::string& prefix, VitModel::Impl& m);
+// The checks every HF-style loader makes once the dimensions are known: config.json's
+// hidden_size, patch_size, num_hidden_layers, intermediate_size and image_size must agree with
+// the tensors (when present), there is at least one block (`blocks` names them), and the head
+// count divides the width.
+void check_dims(const nlohmann::json& cfg, const std::string& path, const VitConfig& c, const std::string& blocks);
+// q, k, v weights [D, D] and biases [D] stacked into ly.qkv_w [3D, D] and ly.qkv_b [3D].
+void stack_qkv(Lookup& L, const std::string (&w)[3], const std::string (&b)[3], int64_t D, VitLayer& ly);
 // The first `blocks` encoder blocks `PREFIX encoder.layers.N.*` into m.layers.
 void hf_load_blocks(Lookup& L, const std::string& prefix, int blocks, int64_t D, int64_t M, VitModel::Impl& m);
 
+// HF ViTModel and Dinov2Model share the embeddings (`embeddings.{cls_token, position_embeddings,
+// patch_embeddings.projection}`), the attention (`encoder.layer.N.attention.attention.{query,
+// key,value}`, `attention.output.dense`) and the final `layernorm` (hf_vit_common.cpp); their
+// blocks differ in the norm and MLP names and DINOv2's layer scale.
+struct HfVitNaming {
+  const char* what;        // "HF ViT", for messages
+  const char* naming;      // VitConfig::naming
+  VitFamily family;
+  const char* marker;      // a block tensor only this naming has: "layernorm_before.weight", "norm1.weight"
+  const char* ln1;         // block norms, without ".weight"
+  const char* ln2;
+  const char* fc1;         // MLP linears, without ".weight"
+  const char* fc2;
+  bool layer_scale;        // layer_scale1/2.lambda1
+  float ln_eps;            // when config.json has no layer_norm_eps
+  std::vector<const char*> model_types;  // config.json model_type values that are this naming
+};
+// The prefix ("", "vit.", "dinov2.", ...) of a checkpoint in `n`'s naming, or nullopt.
+std::optional<std::string> hf_vit_prefix(const WeightSource& w, const HfVitNaming& n);
+// Configures and loads the whole model (embeddings, blocks, final layernorm); the caller adds
+// its heads and calls L.finish.
+std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputContract& defaults, Lookup& L,
+                        VitModel::Impl& m);
+
+// Layer scale (DINOv2's layer_scaleN.lambda1, timm's lsN.gamma): y = γ ⊙ (W·x + b) is folded
+// into the linear as (diag(γ)·W)·x + γ ⊙ b, an owned f32 matrix (the forward pass is unchanged).
+// `gamma` names γ [D]; an optional one (required false) that the file lacks changes nothing, and
+// so does a γ whose w or b is missing or faulty (the Lookup has recorded why).
+void fold_layer_scale(Lookup& L, const std::string& gamma, int64_t D, bool required, WeightMatrix& w, Tensor& b);
+
 // The input contract: preprocessor_config.json if present, else `fallback`.
-InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback);
+// `file` names the JSON in messages and becomes the contract's source.
+InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback,
+                                         const char* file = "preprocessor_config.json");
 InputContract clip_defaults();
 InputContract siglip_defaults();
 InputContract imagenet_defaults();
+// ImageNet's mean and std with another `source` (DINOv2, timm without pretrained_cfg).
+InputContract imagenet_contract(const std::string& source);
 
 }  // namespace encoder_detail
 }  // namespace fovea

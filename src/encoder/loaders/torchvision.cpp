@@ -20,15 +20,9 @@ class TorchvisionLoader final : public ModelLoader {
     const std::string& path = w.path();
     auto m = std::make_shared<VitModel::Impl>();
     VitConfig& c = m->config;
-    const auto pe = w.info("conv_proj.weight");
-    if (pe->shape.size() != 4 || pe->shape[2] != pe->shape[3] || pe->shape[0] < 1)
-      throw Error(Errc::corrupt_data, "'" + path + "': conv_proj.weight has shape " + shape_str(pe->shape) +
-                                          ", expected [D, C, P, P]");
     c.family = VitFamily::torchvision;
     c.naming = "torchvision";
-    c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (" + std::string("conv_proj.weight") + " dim 0)");
-    c.channels = checked_dim(pe->shape[1], 16, path, "the channel count (" + std::string("conv_proj.weight") + " dim 1)");
-    c.patch_px = checked_dim(pe->shape[2], 1024, path, "the patch size (" + std::string("conv_proj.weight") + " dim 2)");
+    patch_embedding_dims(w, "conv_proj.weight", c);
     const auto pos = w.info("encoder.pos_embedding");
     if (!pos || pos->shape.size() != 3)
       throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed encoder.pos_embedding");
@@ -46,10 +40,7 @@ class TorchvisionLoader final : public ModelLoader {
     c.final_norm = FinalNorm::all_tokens;
     c.act = Activation::gelu_erf;
     c.ln_eps = 1e-6f;
-    if (c.layers < 1) throw Error(Errc::corrupt_data, "'" + path + "': no encoder.layers.encoder_layer_N tensors");
-    if (c.heads < 1 || c.hidden % c.heads != 0)
-      throw Error(Errc::corrupt_data, "'" + path + "': hidden size " + std::to_string(c.hidden) +
-                                          " is not divisible by " + std::to_string(c.heads) + " heads");
+    check_dims(nlohmann::json::object(), path, c, "encoder.layers.encoder_layer_N");  // torchvision has no config
     c.input = contract_from_preprocessor(ck.preprocessor, imagenet_defaults());
     const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
     Lookup L(w);

@@ -1,0 +1,110 @@
+// What HF ViTModel and Dinov2Model share (transformers' modeling_vit.py / modeling_dinov2.py):
+// `embeddings.{cls_token [1, 1, D], position_embeddings [1, G·G + 1, D],
+// patch_embeddings.projection}` (a biased conv), `encoder.layer.N.attention.attention.{query,
+// key, value}`, `attention.output.dense`, two block norms and an MLP whose names differ, and the
+// final `layernorm` on every token. Checkpoints of the task heads carry the model under a prefix
+// (`vit.`, `dinov2.`).
+#include <algorithm>
+
+#include "encoder/loaders/loader.hpp"
+#include "fovea/error.hpp"
+
+namespace fovea::encoder_detail {
+
+namespace {
+const std::string kPatch = "embeddings.patch_embeddings.projection.weight";
+}  // namespace
+
+std::optional<std::string> hf_vit_prefix(const WeightSource& w, const HfVitNaming& n) {
+  std::optional<std::string> best;
+  for (const std::string& name : w.names()) {
+    if (!name.ends_with(kPatch)) continue;
+    const std::string pre = name.substr(0, name.size() - kPatch.size());
+    if (!w.info(pre + "encoder.layer.0." + n.marker)) continue;
+    if (!best || pre.size() < best->size()) best = pre;
+  }
+  return best;
+}
+
+std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputContract& defaults, Lookup& L,
+                        VitModel::Impl& m) {
+  const WeightSource& w = *ck.weights;
+  const std::string& path = w.path();
+  const std::string p = *hf_vit_prefix(w, n);
+  const nlohmann::json& cfg = ck.config;
+  // Relatives with the same names and other arithmetic: refused by name rather than read wrong.
+  const std::pair<std::string, const char*> foreign[] = {
+      {p + "embeddings.distillation_token", "a distilled DeiT (DeiTModel: class and distillation tokens) is not supported"},
+      {p + "embeddings.register_tokens", "register tokens (Dinov2WithRegistersModel) are not supported"},
+      {p + "encoder.layer.0.lambda_1", "BEiT / Data2VecVision (relative position bias, lambda_1) is not supported"},
+      {p + "encoder.layer.0.mlp.weights_in.weight", "the SwiGLU MLP (use_swiglu_ffn: dinov2-giant) is not supported"},
+  };
+  for (const auto& [name, why] : foreign)
+    if (w.info(name)) throw Error(Errc::unsupported, "'" + path + "': " + name + ": " + why);
+  if (auto mt = cfg_get<std::string>(cfg, {"model_type"}); mt && !mt->empty()) {
+    std::string known;
+    for (const char* t : n.model_types) known += std::string(known.empty() ? "" : ", ") + t;
+    if (std::none_of(n.model_types.begin(), n.model_types.end(), [&](const char* t) { return *mt == t; }))
+      throw Error(Errc::unsupported, "'" + path + "': config.json model_type '" + *mt + "' is not " + n.what + " (" +
+                                         known + ")");
+  }
+  VitConfig& c = m.config;
+  c.family = n.family;
+  c.naming = n.naming;
+  patch_embedding_dims(w, p + kPatch, c);
+  const std::string pos_name = p + "embeddings.position_embeddings";
+  const auto pos = w.info(pos_name);
+  if (!pos || pos->shape.size() != 3)
+    throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + pos_name + " (expected [1, G·G + 1, D])");
+  c.grid = square_side(pos->shape[1] - 1, path, pos_name);
+  c.layers = count_layers(w, p + "encoder.layer.");
+  c.layers_in_checkpoint = c.layers;
+  const std::string l0 = p + "encoder.layer.0.";
+  const auto fc1 = w.info(l0 + n.fc1 + ".weight");
+  c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
+  c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
+  c.class_token = true;
+  c.patch_bias = true;
+  c.pre_norm = false;
+  c.final_norm = FinalNorm::all_tokens;
+  c.act = Activation::gelu_erf;
+  c.ln_eps = n.ln_eps;
+  if (auto a = cfg_get<std::string>(cfg, {"hidden_act"})) c.act = parse_hf_act(*a, path);
+  if (auto e = cfg_get<double>(cfg, {"layer_norm_eps"})) c.ln_eps = float(*e);
+  check_dims(cfg, path, c, p + "encoder.layer.N");
+  c.input = contract_from_preprocessor(ck.preprocessor, defaults);
+
+  const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
+  m.patch_w = L.get(p + kPatch, {D, C, P, P}, true, {D, C * P * P});
+  m.patch_b = L.get(p + "embeddings.patch_embeddings.projection.bias", {D});
+  m.class_emb = L.get(p + "embeddings.cls_token", {1, 1, D}, true, {D});
+  split_class_position(L.get(pos_name, {1, G * G + 1, D}), D, m);
+  L.mark_used(p + "embeddings.mask_token");  // masked image modelling only
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string l = p + "encoder.layer." + std::to_string(i) + ".";
+    const std::string a = l + "attention.attention.";
+    VitLayer ly;
+    ly.ln1_w = L.get(l + n.ln1 + ".weight", {D});
+    ly.ln1_b = L.get(l + n.ln1 + ".bias", {D});
+    stack_qkv(L, {a + "query.weight", a + "key.weight", a + "value.weight"},
+              {a + "query.bias", a + "key.bias", a + "value.bias"}, D, ly);
+    ly.out_w = L.matrix(l + "attention.output.dense.weight", {D, D});
+    ly.out_b = L.get(l + "attention.output.dense.bias", {D});
+    ly.ln2_w = L.get(l + n.ln2 + ".weight", {D});
+    ly.ln2_b = L.get(l + n.ln2 + ".bias", {D});
+    ly.fc1_w = L.matrix(l + n.fc1 + ".weight", {M, D});
+    ly.fc1_b = L.get(l + n.fc1 + ".bias", {M});
+    ly.fc2_w = L.matrix(l + n.fc2 + ".weight", {D, M});
+    ly.fc2_b = L.get(l + n.fc2 + ".bias", {D});
+    if (n.layer_scale) {
+      fold_layer_scale(L, l + "layer_scale1.lambda1", D, true, ly.out_w, ly.out_b);
+      fold_layer_scale(L, l + "layer_scale2.lambda1", D, true, ly.fc2_w, ly.fc2_b);
+    }
+    m.layers.push_back(std::move(ly));
+  }
+  m.post_w = L.get(p + "layernorm.weight", {D});
+  m.post_b = L.get(p + "layernorm.bias", {D});
+  return p;
+}
+
+}  // namespace fovea::encoder_detail
