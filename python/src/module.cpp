@@ -487,25 +487,13 @@ py::dict info_dict(const VideoInfo& i) {
   d["frame_count"] = i.frame_count;
   d["container"] = i.container;
   d["codec"] = i.codec;
+  d["orientation"] = i.orientation;
+  d["rotation"] = std::string(orientation_name(i.orientation));
+  d["rotation_applied"] = i.rotation_applied;
+  d["sample_aspect_ratio"] = py::make_tuple(i.sar_num, i.sar_den);
   return d;
 }
 
-// Which decoded frames are kept: every N-th, or one per 1/fps seconds of pts (the CLI's rule).
-struct KeepRule {
-  int every = 0;
-  double fps = 0;
-  double next_t = -1;
-  bool operator()(int64_t index, double pts) {
-    if (every > 0) return index % every == 0;
-    if (fps > 0) {
-      if (next_t < 0) next_t = pts;
-      if (pts + 1e-9 < next_t) return false;
-      next_t += 1.0 / fps;
-      return true;
-    }
-    return true;
-  }
-};
 
 // libav* objects are freed with the GIL released: freeing a decoder joins its frame threads,
 // and those may be logging through a log callback that takes the GIL (PyAV installs one when
@@ -526,7 +514,7 @@ struct PyVideoReader {
   ReaderPtr reader;
   std::shared_ptr<FramePool> pool = std::make_shared<FramePool>();
   std::mutex mu;  // one read at a time (the GIL is released while decoding)
-  KeepRule keep;
+  FrameFilter keep;  // fovea::frame_sampler: the CLI's --every / --fps rule
   int64_t max_frames = 0, returned = 0;
   std::vector<std::string> warnings;
 };
@@ -606,11 +594,10 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   const VideoInfo info = reader->info();
   // The loop is the CLI's (fovea::run_video), run with the GIL released; the hooks that touch
   // Python objects take it.
-  KeepRule keep{every, fps};
   VideoRunOptions ro_run;
   ro_run.source = path;
   ro_run.max_frames = max_frames;
-  ro_run.keep = [&keep](int64_t i, double t) { return keep(i, t); };
+  ro_run.keep = frame_sampler(every, fps);
   ro_run.query = base;
   if (per_frame_query)
     ro_run.frame_query = [&](const VideoFrame& frame) {
@@ -661,6 +648,8 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   summary["video"] = info_dict(info);
   summary["frames_decoded"] = reader->frames_decoded();
   summary["corrupt_packets"] = reader->corrupt_packets();
+  summary["corrupt_frames"] = reader->corrupt_frames();
+  summary["timestamps_repaired"] = reader->timestamps_repaired();
   summary["reuse"] = std::string(to_string(vp.reuse));
   summary["approximate"] = approximate;
   summary["tokens"] = tokens_total;
@@ -948,7 +937,7 @@ PYBIND11_MODULE(_fovea, m) {
              if (max_frames && *max_frames < 1) throw bad("max_frames must be >= 1");
              if (threads < 0) throw bad("threads must be >= 0");
              auto r = std::make_unique<PyVideoReader>();
-             r->keep = KeepRule{every > 1 ? every : 0, fps ? *fps : 0.0};
+             r->keep = frame_sampler(every > 1 ? every : 0, fps ? *fps : 0.0);
              r->max_frames = max_frames ? *max_frames : 0;
              if (quiet) quiet_ffmpeg_log();
              VideoReaderOptions ro;
@@ -964,6 +953,8 @@ PYBIND11_MODULE(_fovea, m) {
       .def_property_readonly("frames_decoded", [](const PyVideoReader& r) { return r.reader->frames_decoded(); })
       .def_property_readonly("corrupt_packets", [](const PyVideoReader& r) { return r.reader->corrupt_packets(); })
       .def_property_readonly("corrupt_frames", [](const PyVideoReader& r) { return r.reader->corrupt_frames(); })
+      .def_property_readonly("timestamps_repaired",
+                             [](const PyVideoReader& r) { return r.reader->timestamps_repaired(); })
       .def_property_readonly("warnings", [](const PyVideoReader& r) { return r.warnings; })
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", [](PyVideoReader& self) {
@@ -974,7 +965,7 @@ PYBIND11_MODULE(_fovea, m) {
           std::lock_guard lock(self.mu);
           if (self.max_frames == 0 || self.returned < self.max_frames) {
             f.image = self.pool->take();  // a buffer an earlier frame's array gave back, if any
-            got = self.reader->read(f, [&self](int64_t i, double t) { return self.keep(i, t); });
+            got = self.reader->read(f, self.keep);
             if (got) ++self.returned;
           }
           for (std::string& w : self.reader->take_warnings()) self.warnings.push_back(std::move(w));

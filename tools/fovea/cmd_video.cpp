@@ -80,7 +80,7 @@ struct VideoCommand {
   float token_threshold = IncrementalParams{}.token_threshold;
   float hysteresis = VideoParams{}.layout_hysteresis;
   float refresh_fraction = VideoParams{}.refresh_fraction;
-  bool json = false, check = false, decode_only = false;
+  bool json = false, check = false, decode_only = false, no_autorotate = false;
 
   // --decode-only: decode and convert every frame to RGB planes, nothing else (the benchmark's
   // floor against `ffmpeg -i IN -f null -`).
@@ -162,6 +162,7 @@ struct VideoCommand {
     quiet_ffmpeg_log();
     VideoReaderOptions ro;
     ro.max_pixels = tok.max_pixels;
+    ro.autorotate = !no_autorotate;
     VideoReader reader = VideoReader::open(tok.image, ro);
     const VideoInfo info = reader.info();
     if (decode_only) return run_decode_only(reader);
@@ -182,20 +183,10 @@ struct VideoCommand {
 
     // ---- the loop (fovea::run_video; fovea.video() runs the same) ---------------------------
     const bool progress = ::isatty(2) && !json;
-    double next_t = -1;
     VideoRunOptions ro_run;
     ro_run.source = tok.image;
     ro_run.max_frames = max_frames;
-    ro_run.keep = [&](int64_t index, double pts) {
-      if (every > 0) return index % every == 0;
-      if (fps > 0) {
-        if (next_t < 0) next_t = pts;
-        if (pts + 1e-9 < next_t) return false;
-        next_t += 1.0 / fps;
-        return true;
-      }
-      return true;
-    };
+    ro_run.keep = frame_sampler(every, fps);
     ro_run.query = base_query;
     if (track)
       ro_run.frame_query = [&](const VideoFrame& f) {
@@ -290,11 +281,20 @@ struct VideoCommand {
 
     nlohmann::json s;
     s["frames"] = processed;
-    s["video"] = {{"path", tok.image},   {"width", info.width}, {"height", info.height}, {"fps", info.fps},
-                  {"codec", info.codec}, {"container", info.container}};
+    s["video"] = {{"path", tok.image},
+                  {"width", info.width},
+                  {"height", info.height},
+                  {"fps", info.fps},
+                  {"codec", info.codec},
+                  {"container", info.container},
+                  {"orientation", info.orientation},
+                  {"rotation", std::string(orientation_name(info.orientation))},
+                  {"rotation_applied", info.rotation_applied},
+                  {"sample_aspect_ratio", std::to_string(info.sar_num) + ":" + std::to_string(info.sar_den)}};
     s["decode"] = {{"frames_decoded", reader.frames_decoded()},
                    {"corrupt_packets", reader.corrupt_packets()},
                    {"corrupt_frames", reader.corrupt_frames()},
+                   {"timestamps_repaired", reader.timestamps_repaired()},
                    {"ms", decode_ms}};
     s["reuse"] = std::string(to_string(vp.reuse));
     s["group_frames"] = vp.group_frames;
@@ -394,6 +394,9 @@ Runner setup(CLI::App& sub) {
       ->type_name("OUT.safetensors");
   sub.add_flag("--json", cmd->json, "Print a JSON summary with one entry per frame");
   sub.add_flag("--decode-only", cmd->decode_only, "Only decode (and convert to RGB) every frame, and time it");
+  sub.add_flag("--no-autorotate", cmd->no_autorotate,
+               "Keep frames as stored: ignore the stream's rotation (display matrix), which is applied by default as "
+               "players and ffmpeg do");
   cmd->exec.add(sub);
   sub.footer(
       "Examples:\n"
