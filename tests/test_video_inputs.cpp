@@ -303,5 +303,48 @@ TEST_F(VideoInputs, UnwritableOutputFailsBeforeAnyFrame) {
   }
 }
 
+// Arguments the CLI took and did nothing with: a second input (only the first was read, with
+// no word about the others), --every 0 and --fps 0 (taken as "every frame"). Now usage errors.
+TEST_F(VideoInputs, CliRefusesWhatItWouldIgnore) {
+  const std::string dir = test::temp_dir("video_inputs_args");
+  const std::string out = dir + "/o.safetensors";
+  auto r = test::run_cli({"video", fixture("small.mp4"), fixture("small.avi"), "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "fovea: error: fovea video takes one input, got 2 (run it once per video)\n");
+  r = test::run_cli({"video", fixture("small.mp4"), "--every", "0", "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "fovea: error: --every must be >= 1\n");
+  r = test::run_cli({"video", fixture("small.mp4"), "--fps", "0", "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "fovea: error: --fps must be > 0\n");
+  EXPECT_FALSE(fs::exists(out));
+  r = test::run_cli({"video", fixture("small.mp4"), "--every", "5", "-o", out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["frames"], 3);
+}
+
+// A file cut inside its headers (a truncated download): libavformat says EIO or EOF; that was
+// reported as "cannot open (Input/output error)", as if the disk had failed. Now it names the
+// likely cause; a file cut after its headers is read up to the cut.
+TEST_F(VideoInputs, FileCutInsideItsHeadersSaysSo) {
+  const std::string dir = test::temp_dir("video_inputs_cut");
+  const std::vector<uint8_t> mkv = read_file(fixture("dup_pts.mkv"));
+  write_file_atomic(dir + "/cut.mkv", std::span<const uint8_t>(mkv.data(), mkv.size() / 10));
+  try {
+    VideoReader::open(dir + "/cut.mkv");
+    ADD_FAILURE() << "opened";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::corrupt_data) << e.what();
+    EXPECT_NE(std::string(e.what()).find("truncated or damaged"), std::string::npos) << e.what();
+  }
+  const std::vector<uint8_t> mp4 = read_file(fixture("small.mp4"));  // moov first (faststart)
+  write_file_atomic(dir + "/cut.mp4", std::span<const uint8_t>(mp4.data(), mp4.size() * 9 / 10));
+  VideoReader r = VideoReader::open(dir + "/cut.mp4");
+  const std::vector<VideoFrame> f = read_all(r);
+  EXPECT_GE(f.size(), 2u);
+  EXPECT_LT(f.size(), 12u);
+  EXPECT_GT(r.corrupt_packets(), 0);
+}
+
 }  // namespace
 }  // namespace fovea

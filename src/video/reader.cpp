@@ -385,9 +385,13 @@ VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions&
   AVFormatContext* raw = nullptr;
   const int e = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
   if (e < 0) {
-    if (e == AVERROR(EACCES) || e == AVERROR(ENOENT) || e == AVERROR(EIO))
+    if (e == AVERROR(EACCES) || e == AVERROR(ENOENT))
       throw Error(Errc::io, path + ": cannot open (" + av_error(e) + ")");
-    throw Error(Errc::corrupt_data, path + ": not a video file ffmpeg can read (" + av_error(e) + ")");
+    // The file was there and readable (stat): an end of file or an I/O error inside the headers
+    // is what libavformat reports for a file cut short (a truncated mkv says EIO, an mp4 EOF).
+    if (e == AVERROR_EOF || e == AVERROR(EIO))
+      throw Error(Errc::corrupt_data, path + ": ends inside its headers: a truncated or damaged file (" + av_error(e) + ")");
+    throw Error(Errc::corrupt_data, path + ": not a video file ffmpeg can read, or a damaged one (" + av_error(e) + ")");
   }
   m.fmt.reset(raw);
   r.open_stream();

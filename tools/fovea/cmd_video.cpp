@@ -106,13 +106,15 @@ struct VideoCommand {
     };
     // ---- arguments, all checked before any work ------------------------------------------
     if (tok.uniform) throw bad("--uniform has no video mode");
+    if (tok.inputs.size() > 1)  // before, the others were silently ignored
+      throw bad("fovea video takes one input, got " + std::to_string(tok.inputs.size()) + " (run it once per video)");
     VideoParams vp;
     vp.tokenize = tok.params();
     Query base_query = tok.query();
     if (!fixations_csv.empty() && !tok.fixations.empty())
       throw bad("--fixation and --fixations are exclusive");
-    if (every < 0) throw bad("--every must be >= 1");
-    if (fps < 0 || !std::isfinite(fps)) throw bad("--fps must be > 0");
+    if (every < 0 || (every_given && every == 0)) throw bad("--every must be >= 1");
+    if (fps < 0 || !std::isfinite(fps) || (fps_given && fps == 0)) throw bad("--fps must be > 0");
     if (max_frames < 0) throw bad("--max-frames must be >= 1");
     if (keyframe < 0) throw bad("--keyframe must be >= 0");
     if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("--threshold must be a number >= 0");
@@ -347,7 +349,7 @@ struct VideoCommand {
     }
     return 0;
   }
-  bool patch_given = false;
+  bool patch_given = false, every_given = false, fps_given = false;
 };
 
 Runner setup(CLI::App& sub) {
@@ -402,8 +404,10 @@ Runner setup(CLI::App& sub) {
       "Examples:\n"
       "  fovea video clip.mp4 --model random:vit-b16 --fixation 320,180 -o tokens.safetensors --json\n"
       "  fovea video clip.mp4 --fixations gaze.csv --every 2 --max-frames 100 -o patches.safetensors");
-  return [cmd, patch] {
+  return [cmd, patch, every, fps] {
     cmd->patch_given = patch && patch->count() > 0;
+    cmd->every_given = every->count() > 0;
+    cmd->fps_given = fps->count() > 0;
     return cmd->run();
   };
 }
