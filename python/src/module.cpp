@@ -542,7 +542,8 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
                     const std::map<std::string, float>& weights, std::optional<float> e0, std::optional<float> sharpness,
                     std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_, bool normalize,
                     std::optional<float> fine_bias, std::optional<float> detail_focus,
-                    std::optional<float> fixation_spread, std::optional<int> lookahead, uint64_t max_pixels, bool quiet) {
+                    std::optional<float> fixation_spread, std::optional<int> lookahead, uint64_t max_pixels, bool quiet,
+                    bool autorotate) {
   const std::string path = py::str(py::module_::import("os").attr("fspath")(path_obj));
   std::optional<VitModel> vit;
   if (!model.is_none()) vit = model.cast<VitModel>();
@@ -582,6 +583,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   if (quiet) quiet_ffmpeg_log();
   VideoReaderOptions ro;
   ro.max_pixels = max_pixels;
+  ro.autorotate = autorotate;
   ReaderPtr reader;
   std::unique_ptr<Executor> ex;
   std::unique_ptr<VideoSession> session;
@@ -929,7 +931,7 @@ PYBIND11_MODULE(_fovea, m) {
   // ---- video ---------------------------------------------------------------------------------
   py::class_<PyVideoReader>(m, "VideoReader", "Decoded video frames (see fovea.VideoReader).")
       .def(py::init([](const py::object& path_obj, int every, std::optional<double> fps, std::optional<int64_t> max_frames,
-                       int threads, uint64_t max_pixels, bool quiet) {
+                       int threads, uint64_t max_pixels, bool quiet, bool autorotate) {
              const std::string path = py::str(py::module_::import("os").attr("fspath")(path_obj));
              if (every < 1) throw bad("every must be >= 1");
              if (fps && !(*fps > 0 && std::isfinite(*fps))) throw bad("fps must be > 0");
@@ -943,12 +945,14 @@ PYBIND11_MODULE(_fovea, m) {
              VideoReaderOptions ro;
              ro.threads = threads;
              ro.max_pixels = max_pixels;
+             ro.autorotate = autorotate;
              py::gil_scoped_release nogil;
              r->reader = ReaderPtr(new VideoReader(VideoReader::open(path, ro)));
              return r;
            }),
            py::arg("path"), py::arg("every") = 1, py::arg("fps") = py::none(), py::arg("max_frames") = py::none(),
-           py::arg("threads") = 0, py::arg("max_pixels") = VideoReaderOptions{}.max_pixels, py::arg("quiet") = true)
+           py::arg("threads") = 0, py::arg("max_pixels") = VideoReaderOptions{}.max_pixels, py::arg("quiet") = true,
+           py::arg("autorotate") = true)
       .def_property_readonly("info", [](const PyVideoReader& r) { return info_dict(r.reader->info()); })
       .def_property_readonly("frames_decoded", [](const PyVideoReader& r) { return r.reader->frames_decoded(); })
       .def_property_readonly("corrupt_packets", [](const PyVideoReader& r) { return r.reader->corrupt_packets(); })
@@ -1033,7 +1037,8 @@ PYBIND11_MODULE(_fovea, m) {
         py::arg("token_threshold"), py::arg("hysteresis"), py::arg("refresh_fraction"), py::arg("precision"),
         py::arg("threads"), py::arg("output"), py::arg("patch"), py::arg("dtype"), py::arg("max_level"), py::arg("weights"),
         py::arg("e0"), py::arg("sharpness"), py::arg("mean"), py::arg("std"), py::arg("normalize"), py::arg("fine_bias"),
-        py::arg("detail_focus"), py::arg("fixation_spread"), py::arg("lookahead"), py::arg("max_pixels"), py::arg("quiet"));
+        py::arg("detail_focus"), py::arg("fixation_spread"), py::arg("lookahead"), py::arg("max_pixels"), py::arg("quiet"),
+        py::arg("autorotate"));
 
   // ---- files ---------------------------------------------------------------------------------
   py::class_<PyTensorFile>(m, "TensorFile", "A safetensors file, mapped (see fovea.load).")
