@@ -112,6 +112,18 @@ def truncated(base_make, base_ext, fraction):
     return make
 
 
+def head_cut(base_make, base_ext, fraction):
+    """The file without its first `fraction` of bytes (a capture joined mid-stream)."""
+    def make(path):
+        tmp = path + ".full" + base_ext
+        base_make(tmp)
+        data = open(tmp, "rb").read()
+        os.remove(tmp)
+        with open(path, "wb") as f:
+            f.write(data[int(len(data) * fraction):])
+    return make
+
+
 def damaged(base_make, base_ext, lo=0.4, hi=0.6, zero=False):
     def make(path):
         tmp = path + ".full" + base_ext
@@ -350,6 +362,9 @@ def cases(tmp):
         add(f"trunc{pct}_ts", "ts", truncated(ts, ".ts", f), expect="any")
         add(f"trunc{pct}_y4m", "y4m", truncated(y4m, ".y4m", f), expect="ok" if pct >= 50 else "any")
         add(f"trunc{pct}_avi", "avi", truncated(avi, ".avi", f), expect="any")
+    # An MPEG-TS capture without its first 40 % (no SPS/PPS until the next keyframe: ffmpeg
+    # drops the frames before it, as ffprobe counts).
+    add("head_cut_ts", "ts", head_cut(clip("", H264 + ["-g", "10", "-f", "mpegts"], n=30), ".ts", 0.4))
     for name, make, ext in [("mp4", mp4fs, ".mp4"), ("mkv", mkv, ".mkv"), ("ts", ts, ".ts"), ("avi", avi, ".avi"),
                             ("y4m", y4m, ".y4m")]:
         add(f"corrupt_mid_{name}", ext[1:], damaged(make, ext), expect="ok")
