@@ -1,6 +1,7 @@
 // fovea video IN [--budget B] [--fixation X,Y | --fixations FILE.csv] [--model CKPT [--precision ..]]
 //                [--every N | --fps F] [--max-frames N] [--reuse exact|incremental|off] [--keyframe K]
-//                [--threshold T] [--group G] [--check] [--store host|vulkan|vulkan-image] -o OUT.safetensors [--json]
+//                [--threshold T] [--group G] [--check] [--store host|vulkan|vulkan-image] [--no-autorotate]
+//                -o OUT.safetensors [--json]
 #include <unistd.h>
 
 #include <chrono>
