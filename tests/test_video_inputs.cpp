@@ -346,5 +346,25 @@ TEST_F(VideoInputs, FileCutInsideItsHeadersSaysSo) {
   EXPECT_GT(r.corrupt_packets(), 0);
 }
 
+// A URL or an ffmpeg protocol said "cannot open (No such file or directory)", which does not say
+// why; a file whose name merely has a colon is still "no such file".
+TEST_F(VideoInputs, UrlsAreNotFiles) {
+  for (const char* url : {"http://example.invalid/clip.mp4", "pipe:0", "concat:a.ts|b.ts", "rtsp://cam/1"}) {
+    try {
+      VideoReader::open(url);
+      ADD_FAILURE() << url << " opened";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::io);
+      EXPECT_NE(std::string(e.what()).find("not a file"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    VideoReader::open(test::temp_dir("video_inputs_url") + "/take:2.mp4");
+    ADD_FAILURE() << "opened";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("No such file"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace fovea

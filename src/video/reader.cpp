@@ -192,6 +192,23 @@ void orient(const ImageU8& src, ImageU8& dst, int o) {
   }
 }
 
+// "http://...", "pipe:0", "concat:a|b": what ffmpeg would take as a URL or protocol, which the
+// reader does not open (it reads files).
+bool looks_like_url(const std::string& p) {
+  const size_t colon = p.find(':');
+  if (colon == std::string::npos || colon < 2) return false;
+  for (size_t i = 0; i < colon; ++i) {
+    const char c = p[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
+    if (!ok) return false;
+  }
+  if (p.compare(colon, 3, "://") == 0) return true;
+  const std::string scheme = p.substr(0, colon);
+  for (const char* known : {"pipe", "fd", "concat", "subfile", "data", "cache", "async", "crypto", "file"})
+    if (scheme == known) return true;
+  return false;
+}
+
 }  // namespace
 
 struct VideoReader::Impl {
@@ -373,8 +390,13 @@ VideoReader::~VideoReader() = default;
 
 VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions& options) {
   struct stat st{};
-  if (::stat(path.c_str(), &st) != 0)
-    throw Error(Errc::io, path + ": cannot open (" + std::strerror(errno) + ")");
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (looks_like_url(path))
+      throw Error(Errc::io, path + ": not a file (videos are read from files, /dev/stdin included; not from URLs or "
+                                   "ffmpeg protocols)");
+    throw Error(Errc::io, path + ": cannot open (" + std::strerror(err) + ")");
+  }
   if (S_ISDIR(st.st_mode)) throw Error(Errc::io, path + ": is a directory, not a video file");
   if (options.threads < 0) throw Error(Errc::invalid_argument, "video reader: threads must be >= 0");
 
