@@ -31,6 +31,22 @@ if [ "${1:-}" = "--fixtures" ]; then
     -c:v libx264 -preset medium -crf 20 -pix_fmt yuv420p -r 25 -g 6 -movflags +faststart "$out/small.mp4"
   "${FF[@]}" -loop 1 -i "$SK/astronaut.png" -loop 1 -i "$SK/chelsea.png" -filter_complex "$filt" -frames:v 12 \
     -c:v mjpeg -q:v 12 -pix_fmt yuvj420p -r 25 "$out/small.avi"
+  # Inputs real videos bring (tests/test_video_inputs.cpp):
+  # small_rot90.mp4: small.mp4's stream copied with a display matrix (a phone's rotate tag; ffmpeg
+  # 5.1 writes one on stream copy): players and ffmpeg show it turned 90 degrees counter-clockwise.
+  "${FF[@]}" -i "$out/small.mp4" -c copy -metadata:s:v:0 rotate=90 "$out/small_rot90.mp4"
+  # dup_pts.mkv: 6 frames of 48x32 whose timestamps come in equal pairs (0 0 1 1 2 2, in 1/25 s).
+  "${FF[@]}" -loop 1 -i "$SK/astronaut.png" -vf "scale=64:40,setsar=1,crop=48:32:'2*n':'n',setpts='floor(N/2)/25/TB'" \
+    -frames:v 6 -c:v libx264 -preset medium -crf 30 -pix_fmt yuv420p -bf 0 -fps_mode passthrough -enc_time_base 1/25 \
+    "$out/dup_pts.mkv"
+  # restart.ts: two MPEG-TS segments joined byte for byte (cat a.ts b.ts): 4 frames of 48x32, then
+  # 4 frames of 32x48 whose timestamps start over (a size change and a backward jump).
+  "${FF[@]}" -loop 1 -i "$SK/astronaut.png" -vf "scale=64:40,setsar=1,crop=48:32:'2*n':'n'" -frames:v 4 \
+    -c:v libx264 -preset medium -crf 30 -pix_fmt yuv420p -bf 0 -r 25 -f mpegts "$out/restart_a.ts.tmp"
+  "${FF[@]}" -loop 1 -i "$SK/chelsea.png" -vf "scale=40:64,setsar=1,crop=32:48:'n':'2*n'" -frames:v 4 \
+    -c:v libx264 -preset medium -crf 30 -pix_fmt yuv420p -bf 0 -r 25 -f mpegts "$out/restart_b.ts.tmp"
+  cat "$out/restart_a.ts.tmp" "$out/restart_b.ts.tmp" > "$out/restart.ts"
+  rm -f "$out/restart_a.ts.tmp" "$out/restart_b.ts.tmp"
   ls -l "$out"
   exit 0
 fi

@@ -234,7 +234,9 @@ TEST_F(VideoTest, ChangeRowKernelMatchesReference) {
       video_detail::absdiff_accumulate_row_ref(a.data(), b.data(), ref.data(), n);
     }
     EXPECT_EQ(fast, ref) << "n " << n;
-    if (n > 6) EXPECT_EQ(ref[5], 7 + 12 * 255);
+    if (n > 6) {
+      EXPECT_EQ(ref[5], 7 + 12 * 255);
+    }
     EXPECT_EQ(fast[size_t(n)], 7);  // nothing past n
   }
 }
@@ -451,8 +453,9 @@ TEST_F(VideoTest, EncodeGroupEqualsFrameByFrameBitForBit) {
         if (reference) {
           EXPECT_EQ(0, std::memcmp(got[f].embeddings.bytes(), base[f].embeddings.bytes(), base[f].embeddings.size_bytes()));
           ASSERT_EQ(got[f].projected.size_bytes(), base[f].projected.size_bytes());
-          if (base[f].projected.size_bytes() > 0)  // no projector: both empty (null data, memcmp must not see it)
+          if (base[f].projected.size_bytes() > 0) {  // no projector: both empty (null data, memcmp must not see it)
             EXPECT_EQ(0, std::memcmp(got[f].projected.bytes(), base[f].projected.bytes(), base[f].projected.size_bytes()));
+          }
         } else {
           EXPECT_LT(max_abs_diff(got[f].embeddings, base[f].embeddings), 1e-5);
           EXPECT_LT(max_abs_diff(got[f].projected, base[f].projected), 1e-5);

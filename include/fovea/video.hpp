@@ -49,6 +49,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fovea/encoder.hpp"
@@ -66,10 +67,22 @@ struct VideoReaderOptions {
   int threads = 0;                     // decoder threads; 0: libavcodec's choice (a few frames in flight)
   uint64_t max_pixels = 100'000'000;   // larger frames are refused (Error(limit_exceeded))
   int max_consecutive_errors = 1000;   // read errors in a row after which the stream is taken as ended
+  // Frames are turned as the stream's display matrix says (phone videos: "rotate 90"), as
+  // players and ffmpeg's command line show them; false: as stored (ffmpeg's -noautorotate).
+  bool autorotate = true;
 };
 
 struct VideoInfo {
-  int width = 0, height = 0;
+  int width = 0, height = 0;  // as the frames come out (after autorotation)
+  // How stored frames are turned for display, in EXIF numbering: 1 as stored, 3 rotated 180°,
+  // 6 rotated 90° clockwise, 8 rotated 90° counter-clockwise, 2/4/5/7 mirrored variants. It is
+  // applied when VideoReaderOptions::autorotate (the default); rotation_applied says whether.
+  // A display matrix that is not a multiple of 90° is not applied (a warning says so).
+  int orientation = 1;
+  bool rotation_applied = false;
+  // Sample (pixel) aspect ratio, width:height of one stored pixel; 1:1 when square or unknown.
+  // Frames are not resampled for it: tokens are made from the stored pixels.
+  int sar_num = 1, sar_den = 1;
   double fps = 0;           // average frame rate; 0 when the container does not say
   double duration_s = 0;    // 0 when unknown
   int64_t frame_count = 0;  // the container's count; 0 when unknown
@@ -77,14 +90,32 @@ struct VideoInfo {
   std::string codec;        // e.g. "h264"
 };
 
+// "rotated 90 degrees clockwise", ... for VideoInfo::orientation (EXIF numbering); "as stored" for 1.
+std::string_view orientation_name(int orientation);
+
 struct VideoFrame {
   ImageU8 image;       // RGB, planar; the buffer is reused by the next read() when the size matches
   int64_t index = 0;   // 0-based, in presentation order, counting every decoded frame
-  double pts_s = 0;    // presentation time in seconds (best effort timestamp; synthesised when absent)
+  // Presentation time in seconds: the stream's best-effort timestamp, strictly increasing.
+  // Where the stream's timestamps do not increase they are repaired (timestamps_repaired()):
+  // absent: the previous frame's + 1/fps; equal to the previous frame's or less than half a
+  // frame interval (1/fps, else 1/25 s) before it (a duplicate, a coarse time base): the
+  // previous + 1/(16·fps); further back (a discontinuity: concatenated streams, a restarted
+  // clock): the previous + 1/fps, and every later frame shifted by as much, so the stream's own
+  // spacing goes on. Forward gaps are kept.
+  double pts_s = 0;
 };
 
 // Which decoded frames read() converts and returns (the others are decoded, counted, dropped).
 using FrameFilter = std::function<bool(int64_t index, double pts_s)>;
+
+// `fovea video --every N | --fps F` (and fovea.video's every= / fps=): every N-th decoded frame
+// (N >= 1), or by pts at most F frames a second: the first frame, then the first frame at or
+// after each tick of a grid 1/F s apart that starts at it. A gap in the stream skips the ticks
+// it covers (no burst of frames after it); F above the stream's rate keeps every frame. Neither
+// (0, 0): every frame. The filter keeps state: one per reader. Error(invalid_argument) for
+// N < 0, F < 0 or not finite, or both.
+FrameFilter frame_sampler(int every, double fps);
 
 class VideoReader {
  public:
@@ -107,6 +138,7 @@ class VideoReader {
   int64_t frames_decoded() const;   // every frame out of the decoder, kept or not
   int64_t corrupt_packets() const;  // packets the decoder or the demuxer rejected (skipped)
   int64_t corrupt_frames() const;   // frames the decoder flagged as corrupt (still returned)
+  int64_t timestamps_repaired() const;  // frames whose pts did not increase and were repaired (see VideoFrame)
   // One line per problem since the last call (for warnings on stderr), at most 100 kept.
   std::vector<std::string> take_warnings();
 

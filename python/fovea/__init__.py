@@ -235,17 +235,21 @@ class VideoReader:
         max_pixels: larger frames are refused.
         quiet: silence libav's own log lines (process-wide, av_log_set_level, as the CLI does);
             problems still appear in .warnings.
+        autorotate: turn frames as the stream's display matrix says (a phone's rotation), as
+            players and ffmpeg show them (default); False: as stored (the CLI's --no-autorotate).
 
-    .info is a dict (width, height, fps, duration_s, frame_count, container, codec);
-    .frames_decoded, .corrupt_packets (skipped, as ffmpeg does), .warnings.
+    .info is a dict (width, height, fps, duration_s, frame_count, container, codec,
+    orientation (EXIF numbering), rotation, rotation_applied, sample_aspect_ratio);
+    .frames_decoded, .corrupt_packets (skipped, as ffmpeg does), .corrupt_frames,
+    .timestamps_repaired (pts that did not increase, made to: docs/video.md "Inputs"), .warnings.
     Raises OSError for a missing or unreadable file, RuntimeError for a file that is not a
     video (the CLI's messages).
     """
 
     def __init__(self, path: PathLike, every: int = 1, fps: Optional[float] = None,
                  max_frames: Optional[int] = None, threads: int = 0, max_pixels: int = 100_000_000,
-                 quiet: bool = True) -> None:
-        self._r = _fovea.VideoReader(path, every, fps, max_frames, threads, max_pixels, quiet)
+                 quiet: bool = True, autorotate: bool = True) -> None:
+        self._r = _fovea.VideoReader(path, every, fps, max_frames, threads, max_pixels, quiet, autorotate)
 
     def __iter__(self) -> "VideoReader":
         return self
@@ -264,6 +268,14 @@ class VideoReader:
     @property
     def corrupt_packets(self) -> int:
         return self._r.corrupt_packets
+
+    @property
+    def corrupt_frames(self) -> int:
+        return self._r.corrupt_frames
+
+    @property
+    def timestamps_repaired(self) -> int:
+        return self._r.timestamps_repaired
 
     @property
     def warnings(self) -> list:
@@ -305,6 +317,7 @@ def video(
     lookahead: Optional[int] = None,
     max_pixels: int = 100_000_000,
     quiet: bool = True,
+    autorotate: bool = True,
     overlay: Optional[PathLike] = None,
 ):
     """Tokenize (and, with a model, encode) a video, re-doing only what changed between frames:
@@ -327,13 +340,14 @@ def video(
         precision: "fp32" or "bf16"; threads: threads (0: one per hardware thread).
         output: write the file `fovea video -o` writes (embeddings or patches, frame_offsets,
             pts, positions, levels, recomputed), streamed with bounded memory, atomically.
+        autorotate: as fovea.VideoReader's (the CLI's --no-autorotate is autorotate=False).
         overlay: write a PNG contact sheet of the run, as `fovea video --overlay`: up to 12
             frames spread over it, token borders by level, recomputed tokens tinted magenta.
 
     Returns:
         with output: the summary (frames, tokens, recomputed_tokens, reuse_rate, approximate,
-        mean_ms, frames_decoded, corrupt_packets, warnings, video info, output, and with
-        overlay the sheet's path and frame indices);
+        mean_ms, frames_decoded, corrupt_packets, corrupt_frames, timestamps_repaired, warnings,
+        video info, output, and with overlay the sheet's path and frame indices);
         without: a list of fovea.VideoFrameResult (.embeddings, .patches, .positions,
         .levels, .recomputed, .pts, .refresh, .timings, ...), numpy views on C++ memory
         (every frame stays in memory: use output= for long videos).
@@ -349,4 +363,4 @@ def video(
         reuse, keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction, precision, threads, output,
         patch, dtype, max_level, dict(weights or {}), e0, sharpness,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
-        fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet, overlay)
+        fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet, autorotate, overlay)

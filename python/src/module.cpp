@@ -488,25 +488,13 @@ py::dict info_dict(const VideoInfo& i) {
   d["frame_count"] = i.frame_count;
   d["container"] = i.container;
   d["codec"] = i.codec;
+  d["orientation"] = i.orientation;
+  d["rotation"] = std::string(orientation_name(i.orientation));
+  d["rotation_applied"] = i.rotation_applied;
+  d["sample_aspect_ratio"] = py::make_tuple(i.sar_num, i.sar_den);
   return d;
 }
 
-// Which decoded frames are kept: every N-th, or one per 1/fps seconds of pts (the CLI's rule).
-struct KeepRule {
-  int every = 0;
-  double fps = 0;
-  double next_t = -1;
-  bool operator()(int64_t index, double pts) {
-    if (every > 0) return index % every == 0;
-    if (fps > 0) {
-      if (next_t < 0) next_t = pts;
-      if (pts + 1e-9 < next_t) return false;
-      next_t += 1.0 / fps;
-      return true;
-    }
-    return true;
-  }
-};
 
 // libav* objects are freed with the GIL released: freeing a decoder joins its frame threads,
 // and those may be logging through a log callback that takes the GIL (PyAV installs one when
@@ -527,7 +515,7 @@ struct PyVideoReader {
   ReaderPtr reader;
   std::shared_ptr<FramePool> pool = std::make_shared<FramePool>();
   std::mutex mu;  // one read at a time (the GIL is released while decoding)
-  KeepRule keep;
+  FrameFilter keep;  // fovea::frame_sampler: the CLI's --every / --fps rule
   int64_t max_frames = 0, returned = 0;
   std::vector<std::string> warnings;
 };
@@ -556,7 +544,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
                     std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_, bool normalize,
                     std::optional<float> fine_bias, std::optional<float> detail_focus,
                     std::optional<float> fixation_spread, std::optional<int> lookahead, uint64_t max_pixels, bool quiet,
-                    const py::object& overlay) {
+                    bool autorotate, const py::object& overlay) {
   const std::string path = py::str(py::module_::import("os").attr("fspath")(path_obj));
   std::optional<VitModel> vit;
   if (!model.is_none()) vit = model.cast<VitModel>();
@@ -596,6 +584,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   if (quiet) quiet_ffmpeg_log();
   VideoReaderOptions ro;
   ro.max_pixels = max_pixels;
+  ro.autorotate = autorotate;
   ReaderPtr reader;
   std::unique_ptr<Executor> ex;
   std::unique_ptr<VideoSession> session;
@@ -608,11 +597,10 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   const VideoInfo info = reader->info();
   // The loop is the CLI's (fovea::run_video), run with the GIL released; the hooks that touch
   // Python objects take it.
-  KeepRule keep{every, fps};
   VideoRunOptions ro_run;
   ro_run.source = path;
   ro_run.max_frames = max_frames;
-  ro_run.keep = [&keep](int64_t i, double t) { return keep(i, t); };
+  ro_run.keep = frame_sampler(every, fps);
   ro_run.query = base;
   if (per_frame_query)
     ro_run.frame_query = [&](const VideoFrame& frame) {
@@ -676,6 +664,8 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   summary["video"] = info_dict(info);
   summary["frames_decoded"] = reader->frames_decoded();
   summary["corrupt_packets"] = reader->corrupt_packets();
+  summary["corrupt_frames"] = reader->corrupt_frames();
+  summary["timestamps_repaired"] = reader->timestamps_repaired();
   summary["reuse"] = std::string(to_string(vp.reuse));
   summary["approximate"] = approximate;
   summary["tokens"] = tokens_total;
@@ -956,7 +946,7 @@ PYBIND11_MODULE(_fovea, m) {
   // ---- video ---------------------------------------------------------------------------------
   py::class_<PyVideoReader>(m, "VideoReader", "Decoded video frames (see fovea.VideoReader).")
       .def(py::init([](const py::object& path_obj, int every, std::optional<double> fps, std::optional<int64_t> max_frames,
-                       int threads, uint64_t max_pixels, bool quiet) {
+                       int threads, uint64_t max_pixels, bool quiet, bool autorotate) {
              const std::string path = py::str(py::module_::import("os").attr("fspath")(path_obj));
              if (every < 1) throw bad("every must be >= 1");
              if (fps && !(*fps > 0 && std::isfinite(*fps))) throw bad("fps must be > 0");
@@ -964,22 +954,26 @@ PYBIND11_MODULE(_fovea, m) {
              if (max_frames && *max_frames < 1) throw bad("max_frames must be >= 1");
              if (threads < 0) throw bad("threads must be >= 0");
              auto r = std::make_unique<PyVideoReader>();
-             r->keep = KeepRule{every > 1 ? every : 0, fps ? *fps : 0.0};
+             r->keep = frame_sampler(every > 1 ? every : 0, fps ? *fps : 0.0);
              r->max_frames = max_frames ? *max_frames : 0;
              if (quiet) quiet_ffmpeg_log();
              VideoReaderOptions ro;
              ro.threads = threads;
              ro.max_pixels = max_pixels;
+             ro.autorotate = autorotate;
              py::gil_scoped_release nogil;
              r->reader = ReaderPtr(new VideoReader(VideoReader::open(path, ro)));
              return r;
            }),
            py::arg("path"), py::arg("every") = 1, py::arg("fps") = py::none(), py::arg("max_frames") = py::none(),
-           py::arg("threads") = 0, py::arg("max_pixels") = VideoReaderOptions{}.max_pixels, py::arg("quiet") = true)
+           py::arg("threads") = 0, py::arg("max_pixels") = VideoReaderOptions{}.max_pixels, py::arg("quiet") = true,
+           py::arg("autorotate") = true)
       .def_property_readonly("info", [](const PyVideoReader& r) { return info_dict(r.reader->info()); })
       .def_property_readonly("frames_decoded", [](const PyVideoReader& r) { return r.reader->frames_decoded(); })
       .def_property_readonly("corrupt_packets", [](const PyVideoReader& r) { return r.reader->corrupt_packets(); })
       .def_property_readonly("corrupt_frames", [](const PyVideoReader& r) { return r.reader->corrupt_frames(); })
+      .def_property_readonly("timestamps_repaired",
+                             [](const PyVideoReader& r) { return r.reader->timestamps_repaired(); })
       .def_property_readonly("warnings", [](const PyVideoReader& r) { return r.warnings; })
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", [](PyVideoReader& self) {
@@ -990,7 +984,7 @@ PYBIND11_MODULE(_fovea, m) {
           std::lock_guard lock(self.mu);
           if (self.max_frames == 0 || self.returned < self.max_frames) {
             f.image = self.pool->take();  // a buffer an earlier frame's array gave back, if any
-            got = self.reader->read(f, [&self](int64_t i, double t) { return self.keep(i, t); });
+            got = self.reader->read(f, self.keep);
             if (got) ++self.returned;
           }
           for (std::string& w : self.reader->take_warnings()) self.warnings.push_back(std::move(w));
@@ -1059,7 +1053,7 @@ PYBIND11_MODULE(_fovea, m) {
         py::arg("threads"), py::arg("output"), py::arg("patch"), py::arg("dtype"), py::arg("max_level"), py::arg("weights"),
         py::arg("e0"), py::arg("sharpness"), py::arg("mean"), py::arg("std"), py::arg("normalize"), py::arg("fine_bias"),
         py::arg("detail_focus"), py::arg("fixation_spread"), py::arg("lookahead"), py::arg("max_pixels"), py::arg("quiet"),
-        py::arg("overlay"));
+        py::arg("autorotate"), py::arg("overlay"));
 
   // ---- files ---------------------------------------------------------------------------------
   py::class_<PyTensorFile>(m, "TensorFile", "A safetensors file, mapped (see fovea.load).")

@@ -4,6 +4,7 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/display.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/log.h>
 #include <libavutil/pixdesc.h>
@@ -20,6 +21,7 @@ extern "C" {
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "fovea/error.hpp"
 #include "fovea/video.hpp"
@@ -126,6 +128,87 @@ AVPixelFormat plain_format(int fmt) {
   }
 }
 
+// The display matrix (AV_PKT_DATA_DISPLAYMATRIX: a phone's "rotate" tag, an H.264 display
+// orientation SEI) as an EXIF orientation (1..8), the way ffmpeg's command line turns frames
+// for display (fftools, autorotate): 90° steps, with the mirrored variants. 0 when the matrix
+// is not a multiple of 90° (not applied), 1 when there is none.
+int display_orientation(const int32_t* m) {
+  if (!m) return 1;
+  double theta = -std::round(av_display_rotation_get(m));
+  if (!std::isfinite(theta)) return 1;
+  theta -= 360 * std::floor(theta / 360 + 0.9 / 360);
+  if (std::fabs(theta - 90) < 1.0) return m[3] > 0 ? 5 : 6;   // transpose / 90° clockwise
+  if (std::fabs(theta - 270) < 1.0) return m[3] < 0 ? 7 : 8;  // transverse / 90° counter-clockwise
+  if (std::fabs(theta - 180) < 1.0) {
+    const bool h = m[0] < 0, v = m[4] < 0;  // 180° is both flips
+    return h && v ? 3 : h ? 2 : v ? 4 : 1;
+  }
+  if (std::fabs(theta) < 1.0 || std::fabs(theta - 360) < 1.0) return m[4] < 0 ? 4 : 1;
+  return 0;
+}
+
+}  // namespace
+
+std::string_view orientation_name(int o) {
+  switch (o) {
+    case 2: return "mirrored left-right";
+    case 3: return "rotated 180 degrees";
+    case 4: return "mirrored top-bottom";
+    case 5: return "transposed";
+    case 6: return "rotated 90 degrees clockwise";
+    case 7: return "transversed";
+    case 8: return "rotated 90 degrees counter-clockwise";
+    default: return "as stored";
+  }
+}
+
+namespace {
+
+bool swaps_axes(int o) { return o >= 5 && o <= 8; }
+
+// dst = src turned by EXIF orientation `o` (dst sized by the caller: swapped for 5..8). Stored
+// (x, y) of a W×H image goes to displayed (dx, dy):
+//   2 (W-1-x, y)  3 (W-1-x, H-1-y)  4 (x, H-1-y)  5 (y, x)  6 (H-1-y, x)  7 (H-1-y, W-1-x)  8 (y, W-1-x)
+void orient(const ImageU8& src, ImageU8& dst, int o) {
+  const int W = src.width(), H = src.height();
+  const ptrdiff_t s = ptrdiff_t(dst.stride());
+  for (int c = 0; c < src.channels(); ++c) {
+    uint8_t* d = dst.plane(c);
+    for (int y = 0; y < H; ++y) {
+      const uint8_t* row = src.row(c, y);
+      ptrdiff_t at = 0, step = 1;  // where x = 0 of stored row y lands, and the step per x
+      switch (o) {
+        case 2: at = y * s + (W - 1), step = -1; break;
+        case 3: at = (H - 1 - y) * s + (W - 1), step = -1; break;
+        case 4: at = (H - 1 - y) * s, step = 1; break;
+        case 5: at = y, step = s; break;
+        case 6: at = H - 1 - y, step = s; break;
+        case 7: at = ptrdiff_t(W - 1) * s + (H - 1 - y), step = -s; break;
+        case 8: at = ptrdiff_t(W - 1) * s + y, step = -s; break;
+        default: at = y * s, step = 1; break;
+      }
+      for (int x = 0; x < W; ++x) d[at + ptrdiff_t(x) * step] = row[x];
+    }
+  }
+}
+
+// "http://...", "pipe:0", "concat:a|b": what ffmpeg would take as a URL or protocol, which the
+// reader does not open (it reads files).
+bool looks_like_url(const std::string& p) {
+  const size_t colon = p.find(':');
+  if (colon == std::string::npos || colon < 2) return false;
+  for (size_t i = 0; i < colon; ++i) {
+    const char c = p[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
+    if (!ok) return false;
+  }
+  if (p.compare(colon, 3, "://") == 0) return true;
+  const std::string scheme = p.substr(0, colon);
+  for (const char* known : {"pipe", "fd", "concat", "subfile", "data", "cache", "async", "crypto", "file"})
+    if (scheme == known) return true;
+  return false;
+}
+
 }  // namespace
 
 struct VideoReader::Impl {
@@ -141,10 +224,15 @@ struct VideoReader::Impl {
   SwsContext* sws = nullptr;  // sws_getCachedContext owns and replaces it
   int stream = -1;
   AVRational time_base{0, 1};
-  int64_t decoded = 0, corrupt_packets = 0, corrupt_frames = 0;
+  int64_t decoded = 0, corrupt_packets = 0, corrupt_frames = 0, repaired = 0;
   int consecutive_errors = 0;
   bool demux_done = false, flushed = false, finished = false;
-  double last_pts = -1;
+  bool have_pts = false;  // last_pts holds the previous frame's
+  double last_pts = 0;
+  double pts_offset = 0;  // added to the stream's timestamps after a backward discontinuity
+  int stream_orientation = 1;  // the stream's display matrix (EXIF numbering; 0: not a 90° step)
+  bool odd_rotation_warned = false;
+  ImageU8 stored;              // a turned frame as stored, before orient()
   std::vector<std::string> warnings;
 
   ~Impl() { sws_freeContext(sws); }
@@ -193,13 +281,17 @@ struct VideoReader::Impl {
       }
       if (r < 0) {
         ++corrupt_packets;
-        warn("read error: " + av_error(r) + " (skipped)");
+        // One line for a run of errors (a demuxer resynchronising may fail on every byte of
+        // the damage): the first, and the count when the run ends.
+        if (consecutive_errors == 0) warn("read error after frame " + std::to_string(decoded) + ": " + av_error(r) + " (skipped)");
         if (r == AVERROR(EIO) || ++consecutive_errors >= options.max_consecutive_errors) {
           warn("too many read errors: the stream is taken as ended");
           demux_done = true;
         }
         continue;
       }
+      if (consecutive_errors > 1)
+        warn(std::to_string(consecutive_errors) + " read errors in a row before this packet (skipped)");
       consecutive_errors = 0;
       if (packet->stream_index != stream) {
         av_packet_unref(packet.get());
@@ -219,15 +311,33 @@ struct VideoReader::Impl {
     }
   }
 
-  double pts_of(const AVFrame* f) {
+  // The frame's presentation time, strictly increasing (the rules are in fovea/video.hpp, VideoFrame).
+  double pts_of(const AVFrame* f, int64_t index) {
     const int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+    // One frame interval: the stream's average rate when it is plausible, else 25 fps.
+    const double step = info.fps > 0.5 && info.fps < 10000 ? 1.0 / info.fps : 1.0 / 25;
     double t;
-    if (ts != AV_NOPTS_VALUE && time_base.den != 0) {
-      t = double(ts) * av_q2d(time_base);
+    if (ts != AV_NOPTS_VALUE && time_base.num > 0 && time_base.den > 0) {
+      t = double(ts) * av_q2d(time_base) + pts_offset;
+      if (have_pts && !(t > last_pts)) {
+        const double back = last_pts - t;
+        if (back >= step / 2) {  // a discontinuity: continue the clock, keep the stream's spacing after it
+          pts_offset += back + step;
+          t = last_pts + step;
+          warn("frame " + std::to_string(index) + ": the timestamps jump back by " + std::to_string(back) +
+               " s (a discontinuity): this frame and the later ones are shifted to continue after the previous one");
+        } else {  // a duplicate or a small disorder: just after the previous frame
+          t = last_pts + step / 16;
+          if (repaired == 0)
+            warn("frame " + std::to_string(index) + ": its timestamp does not increase (a duplicate?): moved just after the previous frame's; "
+                      "later repairs are only counted");
+        }
+        ++repaired;
+      }
     } else {
-      const double step = info.fps > 0 ? 1.0 / info.fps : 1.0 / 25;
-      t = last_pts < 0 ? 0.0 : last_pts + step;
+      t = have_pts ? last_pts + step : 0.0;  // no timestamp: the next frame interval
     }
+    have_pts = true;
     last_pts = t;
     return t;
   }
@@ -239,7 +349,22 @@ struct VideoReader::Impl {
       throw Error(Errc::limit_exceeded, path + ": a " + std::to_string(w) + "x" + std::to_string(h) +
                                             " frame is over the limit of " + std::to_string(options.max_pixels) +
                                             " pixels");
-    if (out.width() != w || out.height() != h || out.channels() != 3) out = ImageU8(w, h, 3);
+    // How this frame is shown: the frame's own display matrix (an H.264 orientation SEI), else the stream's.
+    int o = 1;
+    if (options.autorotate) {
+      const AVFrameSideData* sd = av_frame_get_side_data(f, AV_FRAME_DATA_DISPLAYMATRIX);
+      o = sd && sd->size >= 9 * sizeof(int32_t) ? display_orientation(reinterpret_cast<const int32_t*>(sd->data))
+                                                : stream_orientation;
+      if (o == 0) {
+        if (!odd_rotation_warned) warn("the display matrix is not a multiple of 90 degrees: frames are left as stored");
+        odd_rotation_warned = true;
+        o = 1;
+      }
+    }
+    const int ow = swaps_axes(o) ? h : w, oh = swaps_axes(o) ? w : h;
+    if (out.width() != ow || out.height() != oh || out.channels() != 3) out = ImageU8(ow, oh, 3);
+    ImageU8& target = o == 1 ? out : stored;
+    if (o != 1 && (stored.width() != w || stored.height() != h)) stored = ImageU8(w, h, 3);
     const AVPixelFormat src_fmt = plain_format(f->format);
     sws = sws_getCachedContext(sws, w, h, src_fmt, w, h, AV_PIX_FMT_GBRP,
                                SWS_BILINEAR | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr);
@@ -250,10 +375,11 @@ struct VideoReader::Impl {
     const int* coeffs = sws_getCoefficients(sws_colorspace(f));
     sws_setColorspaceDetails(sws, coeffs, full_range(f) ? 1 : 0, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0,
                              1 << 16, 1 << 16);
-    uint8_t* dst[4] = {out.plane(1), out.plane(2), out.plane(0), nullptr};  // G, B, R
-    const int ls = int(out.stride());
+    uint8_t* dst[4] = {target.plane(1), target.plane(2), target.plane(0), nullptr};  // G, B, R
+    const int ls = int(target.stride());
     const int dst_stride[4] = {ls, ls, ls, 0};
     sws_scale(sws, f->data, f->linesize, 0, h, dst, dst_stride);
+    if (o != 1) orient(stored, out, o);
   }
 };
 
@@ -264,8 +390,13 @@ VideoReader::~VideoReader() = default;
 
 VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions& options) {
   struct stat st{};
-  if (::stat(path.c_str(), &st) != 0)
-    throw Error(Errc::io, path + ": cannot open (" + std::strerror(errno) + ")");
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (looks_like_url(path))
+      throw Error(Errc::io, path + ": not a file (videos are read from files, /dev/stdin included; not from URLs or "
+                                   "ffmpeg protocols)");
+    throw Error(Errc::io, path + ": cannot open (" + std::strerror(err) + ")");
+  }
   if (S_ISDIR(st.st_mode)) throw Error(Errc::io, path + ": is a directory, not a video file");
   if (options.threads < 0) throw Error(Errc::invalid_argument, "video reader: threads must be >= 0");
 
@@ -276,9 +407,13 @@ VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions&
   AVFormatContext* raw = nullptr;
   const int e = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
   if (e < 0) {
-    if (e == AVERROR(EACCES) || e == AVERROR(ENOENT) || e == AVERROR(EIO))
+    if (e == AVERROR(EACCES) || e == AVERROR(ENOENT))
       throw Error(Errc::io, path + ": cannot open (" + av_error(e) + ")");
-    throw Error(Errc::corrupt_data, path + ": not a video file ffmpeg can read (" + av_error(e) + ")");
+    // The file was there and readable (stat): an end of file or an I/O error inside the headers
+    // is what libavformat reports for a file cut short (a truncated mkv says EIO, an mp4 EOF).
+    if (e == AVERROR_EOF || e == AVERROR(EIO))
+      throw Error(Errc::corrupt_data, path + ": ends inside its headers: a truncated or damaged file (" + av_error(e) + ")");
+    throw Error(Errc::corrupt_data, path + ": not a video file ffmpeg can read, or a damaged one (" + av_error(e) + ")");
   }
   m.fmt.reset(raw);
   r.open_stream();
@@ -353,8 +488,35 @@ void VideoReader::open_stream() {
   if (!m.packet || !m.frame) throw Error(Errc::out_of_memory, path + ": cannot allocate a packet");
 
   VideoInfo& in = m.info;
-  in.width = w;
-  in.height = h;
+  const int32_t* matrix = nullptr;
+#if LIBAVFORMAT_VERSION_INT >= AV_VERSION_INT(60, 15, 100)  // stream side data moved to codecpar
+  if (const AVPacketSideData* sd = av_packet_side_data_get(s->codecpar->coded_side_data, s->codecpar->nb_coded_side_data,
+                                                           AV_PKT_DATA_DISPLAYMATRIX);
+      sd && sd->size >= 9 * sizeof(int32_t))
+    matrix = reinterpret_cast<const int32_t*>(sd->data);
+#else
+  size_t matrix_size = 0;
+  matrix = reinterpret_cast<const int32_t*>(av_stream_get_side_data(s, AV_PKT_DATA_DISPLAYMATRIX, &matrix_size));
+  if (matrix_size < 9 * sizeof(int32_t)) matrix = nullptr;
+#endif
+  const int orientation = display_orientation(matrix);
+  in.orientation = orientation == 0 ? 1 : orientation;
+  in.rotation_applied = options.autorotate && in.orientation != 1;
+  m.stream_orientation = orientation;
+  if (options.autorotate && orientation == 0) {
+    m.warn("the display matrix turns frames by " + std::to_string(-av_display_rotation_get(matrix)) +
+           " degrees, not a multiple of 90: frames are left as stored");
+    m.odd_rotation_warned = true;
+  }
+  const bool swap = in.rotation_applied && swaps_axes(in.orientation);
+  in.width = swap ? h : w;
+  in.height = swap ? w : h;
+  const AVRational sar = av_guess_sample_aspect_ratio(raw, s, nullptr);
+  if (sar.num > 0 && sar.den > 0 && sar.num != sar.den) {
+    AVRational r = av_make_q(swap ? sar.den : sar.num, swap ? sar.num : sar.den);  // turned with the frame
+    av_reduce(&r.num, &r.den, r.num, r.den, 1 << 20);
+    in.sar_num = r.num, in.sar_den = r.den;
+  }
   const AVRational fr = s->avg_frame_rate.num > 0 ? s->avg_frame_rate : s->r_frame_rate;
   in.fps = fr.num > 0 && fr.den > 0 ? av_q2d(fr) : 0;
   if (s->duration != AV_NOPTS_VALUE) in.duration_s = double(s->duration) * av_q2d(s->time_base);
@@ -368,13 +530,14 @@ const VideoInfo& VideoReader::info() const { return impl_->info; }
 int64_t VideoReader::frames_decoded() const { return impl_->decoded; }
 int64_t VideoReader::corrupt_packets() const { return impl_->corrupt_packets; }
 int64_t VideoReader::corrupt_frames() const { return impl_->corrupt_frames; }
+int64_t VideoReader::timestamps_repaired() const { return impl_->repaired; }
 std::vector<std::string> VideoReader::take_warnings() { return std::exchange(impl_->warnings, {}); }
 
 bool VideoReader::read(VideoFrame& out, const FrameFilter& keep) {
   Impl& m = *impl_;
   while (m.next_decoded()) {
     const int64_t index = m.decoded++;
-    const double pts = m.pts_of(m.frame.get());
+    const double pts = m.pts_of(m.frame.get(), index);
     if (keep && !keep(index, pts)) {
       av_frame_unref(m.frame.get());
       continue;

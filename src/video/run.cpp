@@ -1,5 +1,6 @@
 // run_video: the frame loop `fovea video` and fovea.video() share (see fovea/video.hpp).
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,27 +10,45 @@
 
 namespace fovea {
 
+FrameFilter frame_sampler(int every, double fps) {
+  if (every < 0) throw Error(Errc::invalid_argument, "video: every must be >= 1 (0: every frame)");
+  if (!(fps >= 0) || !std::isfinite(fps)) throw Error(Errc::invalid_argument, "video: fps must be > 0");
+  if (every > 0 && fps > 0) throw Error(Errc::invalid_argument, "video: every and fps are exclusive");
+  if (every > 0) return [every](int64_t index, double) { return index % every == 0; };
+  if (fps == 0) return nullptr;
+  const double step = 1.0 / fps;
+  constexpr double kSlack = 1e-9;  // seconds: pts that land on a tick up to rounding count as on it
+  return [step, start = 0.0, next = -1.0, started = false](int64_t, double pts) mutable {
+    if (!started) {
+      started = true, start = pts, next = pts + step;
+      return true;
+    }
+    if (pts + kSlack < next) return false;
+    // The next tick after this frame: skips every tick a gap covered.
+    next = start + (std::floor((pts + kSlack - start) / step) + 1) * step;
+    return true;
+  };
+}
+
 VideoRunStats run_video(VideoReader& reader, VideoSession& session, const VideoRunOptions& o,
                         const VideoResultFn& on_result) {
   using Clock = std::chrono::steady_clock;
   const VitModel* model = session.model();
   const VideoParams& vp = session.params();
   const int P = vp.tokenize.patch_px;
+  // The writer first: an output that cannot be written fails the run before any frame is decoded.
   std::unique_ptr<VideoTokenWriter> writer;
+  if (!o.output.empty()) {
+    writer = model ? std::make_unique<VideoTokenWriter>(o.output, "embeddings", DType::f32,
+                                                        std::vector<int64_t>{model->config().hidden})
+                   : std::make_unique<VideoTokenWriter>(o.output, "patches", vp.tokenize.extract.dtype,
+                                                        std::vector<int64_t>{3, P, P});
+  }
   VideoRunStats st;
   auto finish = [&](FrameResult& r) {
-    if (!o.output.empty()) {
-      if (!writer) {
-        if (model) {
-          writer = std::make_unique<VideoTokenWriter>(o.output, "embeddings", DType::f32,
-                                                      std::vector<int64_t>{model->config().hidden});
-          if (r.projected.rank() == 2)  // the projector's output, the LLM's input (as fovea encode writes it)
-            writer->add_rows_tensor("projected", DType::f32, std::vector<int64_t>{r.projected.dim(1)});
-        } else {
-          writer = std::make_unique<VideoTokenWriter>(o.output, "patches", vp.tokenize.extract.dtype,
-                                                      std::vector<int64_t>{3, P, P});
-        }
-      }
+    if (writer) {
+      if (st.frames == 0 && r.projected.rank() == 2)  // the projector's output, the LLM's input (as fovea encode writes it)
+        writer->add_rows_tensor("projected", DType::f32, std::vector<int64_t>{r.projected.dim(1)});
       std::vector<const Tensor*> extra;
       if (r.projected.rank() == 2) extra.push_back(&r.projected);
       writer->add_frame(model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,

@@ -90,6 +90,9 @@ VideoTokenWriter::VideoTokenWriter(const std::string& path, const std::string& r
                                    std::vector<int64_t> row_shape)
     : impl_(std::make_unique<Impl>()) {
   if (path.empty()) throw Error(Errc::invalid_argument, "output path is empty");
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))  // else found only at the final rename
+    throw Error(Errc::io, "cannot write '" + path + "': it is a directory");
   Impl& m = *impl_;
   m.path = path;
   m.streams.push_back(std::make_unique<RowStream>(path, rows_name, dtype, std::move(row_shape)));
@@ -207,6 +210,9 @@ std::map<std::string, std::string> video_metadata(const VideoParams& params, con
   meta["keyframe"] = std::to_string(params.keyframe_interval);
   meta["group_frames"] = std::to_string(params.group_frames);
   meta["approximate"] = run.approximate ? "true" : "false";
+  if (run.info.rotation_applied) meta["rotation"] = std::string(orientation_name(run.info.orientation));
+  if (run.info.sar_num != run.info.sar_den)  // not resampled: the tokens are of the stored pixels
+    meta["sample_aspect_ratio"] = std::to_string(run.info.sar_num) + ":" + std::to_string(run.info.sar_den);
   if (run.approximate)
     meta["approximation"] = "incremental ViT (Eventful-style token gating, token threshold " +
                             std::to_string(params.encoder.token_threshold) + "): reused layer states, not a full encode";

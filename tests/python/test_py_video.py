@@ -161,3 +161,30 @@ def test_video_overlay_equals_the_clis_sheet(tmp_path):
     # Without output= the frames come back and the sheet is still written.
     frames = fovea.video(CLIP, budget=24, max_frames=2, dtype="u8", overlay=str(tmp_path / "two.png"))
     assert len(frames) == 2 and os.path.getsize(tmp_path / "two.png") > 0
+
+
+def test_reader_turns_rotated_videos_and_video_repairs_timestamps(tmp_path):
+    """The inputs of tests/test_video_inputs.cpp through Python: a display matrix turns the
+    frames (90 degrees counter-clockwise here, as ffmpeg shows it; autorotate=False: as
+    stored), and fovea.video's file has increasing pts over a restarted clock."""
+    data = os.path.join(SOURCE, "tests", "data", "video")
+    plain = [f.image.copy() for f in fovea.VideoReader(CLIP)]
+    r = fovea.VideoReader(os.path.join(data, "small_rot90.mp4"))
+    assert r.info["orientation"] == 8 and r.info["rotation_applied"]
+    assert (r.info["width"], r.info["height"]) == (plain[0].shape[0], plain[0].shape[1])
+    turned = [f.image.copy() for f in r]
+    assert len(turned) == len(plain)
+    for a, b in zip(plain, turned):
+        assert np.array_equal(np.rot90(a, 1), b)
+    stored = [f.image.copy() for f in fovea.VideoReader(os.path.join(data, "small_rot90.mp4"), autorotate=False)]
+    assert all(np.array_equal(a, b) for a, b in zip(plain, stored))
+
+    out = tmp_path / "restart.safetensors"
+    s = fovea.video(os.path.join(data, "restart.ts"), budget=6, output=out)
+    assert s["frames"] == 8 and s["timestamps_repaired"] == 1
+    import sys
+    sys.path.insert(0, os.path.join(SOURCE, "scripts"))
+    from fovea_safetensors import read
+    t, _ = read(str(out))
+    assert (np.diff(t["pts"]) > 0).all()
+    assert any("jump back" in w for w in s["warnings"])

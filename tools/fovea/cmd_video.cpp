@@ -1,6 +1,7 @@
 // fovea video IN [--budget B] [--fixation X,Y | --fixations FILE.csv] [--model CKPT [--precision ..]]
 //                [--every N | --fps F] [--max-frames N] [--reuse exact|incremental|off] [--keyframe K]
-//                [--threshold T] [--group G] [--check] [--store host|vulkan|vulkan-image] -o OUT.safetensors [--overlay PNG] [--json]
+//                [--threshold T] [--group G] [--check] [--store host|vulkan|vulkan-image] [--no-autorotate]
+//                -o OUT.safetensors [--overlay PNG] [--json]
 #include <unistd.h>
 
 #include <chrono>
@@ -82,7 +83,7 @@ struct VideoCommand {
   float token_threshold = IncrementalParams{}.token_threshold;
   float hysteresis = VideoParams{}.layout_hysteresis;
   float refresh_fraction = VideoParams{}.refresh_fraction;
-  bool json = false, check = false, decode_only = false;
+  bool json = false, check = false, decode_only = false, no_autorotate = false;
 
   // --decode-only: decode and convert every frame to RGB planes, nothing else (the benchmark's
   // floor against `ffmpeg -i IN -f null -`).
@@ -108,13 +109,15 @@ struct VideoCommand {
     };
     // ---- arguments, all checked before any work ------------------------------------------
     if (tok.uniform) throw bad("--uniform has no video mode");
+    if (tok.inputs.size() > 1)  // before, the others were silently ignored
+      throw bad("fovea video takes one input, got " + std::to_string(tok.inputs.size()) + " (run it once per video)");
     VideoParams vp;
     vp.tokenize = tok.params();
     Query base_query = tok.query();
     if (!fixations_csv.empty() && !tok.fixations.empty())
       throw bad("--fixation and --fixations are exclusive");
-    if (every < 0) throw bad("--every must be >= 1");
-    if (fps < 0 || !std::isfinite(fps)) throw bad("--fps must be > 0");
+    if (every < 0 || (every_given && every == 0)) throw bad("--every must be >= 1");
+    if (fps < 0 || !std::isfinite(fps) || (fps_given && fps == 0)) throw bad("--fps must be > 0");
     if (max_frames < 0) throw bad("--max-frames must be >= 1");
     if (keyframe < 0) throw bad("--keyframe must be >= 0");
     if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("--threshold must be a number >= 0");
@@ -165,6 +168,7 @@ struct VideoCommand {
     quiet_ffmpeg_log();
     VideoReaderOptions ro;
     ro.max_pixels = tok.max_pixels;
+    ro.autorotate = !no_autorotate;
     VideoReader reader = VideoReader::open(tok.image, ro);
     const VideoInfo info = reader.info();
     if (decode_only) return run_decode_only(reader);
@@ -185,20 +189,10 @@ struct VideoCommand {
 
     // ---- the loop (fovea::run_video; fovea.video() runs the same) ---------------------------
     const bool progress = ::isatty(2) && !json;
-    double next_t = -1;
     VideoRunOptions ro_run;
     ro_run.source = tok.image;
     ro_run.max_frames = max_frames;
-    ro_run.keep = [&](int64_t index, double pts) {
-      if (every > 0) return index % every == 0;
-      if (fps > 0) {
-        if (next_t < 0) next_t = pts;
-        if (pts + 1e-9 < next_t) return false;
-        next_t += 1.0 / fps;
-        return true;
-      }
-      return true;
-    };
+    ro_run.keep = frame_sampler(every, fps);
     ro_run.query = base_query;
     if (track)
       ro_run.frame_query = [&](const VideoFrame& f) {
@@ -309,11 +303,20 @@ struct VideoCommand {
 
     nlohmann::json s;
     s["frames"] = processed;
-    s["video"] = {{"path", tok.image},   {"width", info.width}, {"height", info.height}, {"fps", info.fps},
-                  {"codec", info.codec}, {"container", info.container}};
+    s["video"] = {{"path", tok.image},
+                  {"width", info.width},
+                  {"height", info.height},
+                  {"fps", info.fps},
+                  {"codec", info.codec},
+                  {"container", info.container},
+                  {"orientation", info.orientation},
+                  {"rotation", std::string(orientation_name(info.orientation))},
+                  {"rotation_applied", info.rotation_applied},
+                  {"sample_aspect_ratio", std::to_string(info.sar_num) + ":" + std::to_string(info.sar_den)}};
     s["decode"] = {{"frames_decoded", reader.frames_decoded()},
                    {"corrupt_packets", reader.corrupt_packets()},
                    {"corrupt_frames", reader.corrupt_frames()},
+                   {"timestamps_repaired", reader.timestamps_repaired()},
                    {"ms", decode_ms}};
     s["reuse"] = std::string(to_string(vp.reuse));
     s["group_frames"] = vp.group_frames;
@@ -368,7 +371,7 @@ struct VideoCommand {
     }
     return 0;
   }
-  bool patch_given = false;
+  bool patch_given = false, every_given = false, fps_given = false;
 };
 
 Runner setup(CLI::App& sub) {
@@ -419,14 +422,19 @@ Runner setup(CLI::App& sub) {
       ->type_name("PNG");
   sub.add_flag("--json", cmd->json, "Print a JSON summary with one entry per frame");
   sub.add_flag("--decode-only", cmd->decode_only, "Only decode (and convert to RGB) every frame, and time it");
+  sub.add_flag("--no-autorotate", cmd->no_autorotate,
+               "Keep frames as stored: ignore the stream's rotation (display matrix), which is applied by default as "
+               "players and ffmpeg do");
   cmd->exec.add(sub);
   sub.footer(
       "Examples:\n"
       "  fovea video clip.mp4 --model random:vit-b16 --fixation 320,180 -o tokens.safetensors --json\n"
       "  fovea video clip.mp4 --model random:vit-b16 -o tokens.safetensors --overlay sheet.png\n"
       "  fovea video clip.mp4 --fixations gaze.csv --every 2 --max-frames 100 -o patches.safetensors");
-  return [cmd, patch] {
+  return [cmd, patch, every, fps] {
     cmd->patch_given = patch && patch->count() > 0;
+    cmd->every_given = every->count() > 0;
+    cmd->fps_given = fps->count() > 0;
     return cmd->run();
   };
 }
