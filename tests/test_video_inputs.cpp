@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
@@ -366,6 +368,45 @@ TEST_F(VideoInputs, UrlsAreNotFiles) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("No such file"), std::string::npos) << e.what();
   }
+}
+
+// A playlist names other files: a downloaded "video" must not make fovea read (and encode) them.
+TEST_F(VideoInputs, PlaylistsDoNotOpenOtherFiles) {
+  const std::string dir = test::temp_dir("video_inputs_m3u8");
+  const std::string segment = test::source_dir() + "/tests/data/video/restart.ts";  // a clip ffmpeg decodes
+  const std::string playlist = dir + "/clip.m3u8";
+  const std::string text = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:10\n#EXTINF:1.0,\n" + segment +
+                           "\n#EXT-X-ENDLIST\n";
+  {
+    std::ofstream f(playlist);
+    f << text;
+  }
+  auto expect_refused = [&](auto&& open) {
+    try {
+      VideoReader r = open();
+      VideoFrame frame;
+      while (r.read(frame)) {
+      }
+      ADD_FAILURE() << "the playlist was read";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("refers to another file"), std::string::npos) << e.what();
+    }
+  };
+  expect_refused([&] { return VideoReader::open(playlist); });
+  const std::vector<uint8_t> bytes(text.begin(), text.end());
+  expect_refused([&] { return VideoReader::open_bytes(bytes, "clip.m3u8"); });
+  // The segment itself is a video.
+  VideoReader seg = VideoReader::open(segment);
+  VideoFrame frame;
+  EXPECT_TRUE(seg.read(frame));
+
+  const std::string out = dir + "/v.safetensors";
+  const auto r = test::run_cli({"video", playlist, "--budget", "8", "-o", out});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.find("fovea: error:"), 0u) << r.err;
+  EXPECT_NE(r.err.find("refers to another file"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace

@@ -58,6 +58,31 @@ struct AvioFree {
   }
 };
 
+// What a demuxer may open. libavformat opens every file and URL through AVFormatContext::io_open:
+// the input itself, and whatever the input names. A playlist (HLS .m3u8, DASH .mpd) or an image
+// pattern makes a demuxer open other files or URLs; a downloaded "video" could thus make fovea
+// read (and encode into its output) any file the user can read, or fetch any URL. So the only
+// thing opened is the input, by its exact name (`allowed`; none for open_bytes); any other open
+// is refused and remembered, and the reader then fails naming it.
+struct IoGuard {
+  std::string allowed;
+  std::string refused;  // the first URL refused
+};
+
+int open_only_the_input(AVFormatContext* s, AVIOContext** pb, const char* url, int flags, AVDictionary** options) {
+  auto* g = static_cast<IoGuard*>(s->opaque);
+  if (g && url && !g->allowed.empty() && g->allowed == url && !(flags & AVIO_FLAG_WRITE))
+    return avio_open2(pb, url, flags, &s->interrupt_callback, options);
+  if (g && g->refused.empty()) g->refused = url ? url : "?";
+  return AVERROR(EPERM);
+}
+
+Error refused_error(const std::string& path, const std::string& url) {
+  return Error(Errc::unsupported, path + ": refers to another file or URL ('" + url +
+                                      "'): playlists (HLS .m3u8, DASH .mpd) and other indirect inputs are not read; "
+                                      "fovea reads only the file it is given");
+}
+
 // A read-only, seekable view of bytes in memory, for libavformat's custom I/O (open_bytes).
 struct MemorySource {
   const uint8_t* data = nullptr;
@@ -216,6 +241,7 @@ struct VideoReader::Impl {
   VideoReaderOptions options;
   VideoInfo info;
   MemorySource memory;                           // open_bytes: the caller's bytes
+  IoGuard guard;                                 // fmt's opaque: declared before fmt, outlives it
   std::unique_ptr<AVIOContext, AvioFree> avio;   // open_bytes: declared before fmt, freed after it
   std::unique_ptr<AVFormatContext, FormatCloser> fmt;
   std::unique_ptr<AVCodecContext, CodecFree> codec;
@@ -404,9 +430,15 @@ VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions&
   Impl& m = *r.impl_;
   m.path = path;
   m.options = options;
-  AVFormatContext* raw = nullptr;
+  AVFormatContext* raw = avformat_alloc_context();
+  if (!raw) throw Error(Errc::out_of_memory, path + ": cannot allocate a demuxer");
+  m.guard.allowed = path;
+  raw->opaque = &m.guard;
+  raw->io_open = &open_only_the_input;
+  // On failure avformat_open_input frees the context.
   const int e = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
   if (e < 0) {
+    if (!m.guard.refused.empty()) throw refused_error(path, m.guard.refused);
     if (e == AVERROR(EACCES) || e == AVERROR(ENOENT))
       throw Error(Errc::io, path + ": cannot open (" + av_error(e) + ")");
     // The file was there and readable (stat): an end of file or an I/O error inside the headers
@@ -441,8 +473,11 @@ VideoReader VideoReader::open_bytes(std::span<const uint8_t> data, const std::st
   if (!raw) throw Error(Errc::out_of_memory, name + ": cannot allocate a demuxer");
   raw->pb = io;
   raw->flags |= AVFMT_FLAG_CUSTOM_IO;
+  raw->opaque = &m.guard;  // nothing may be opened: the bytes are the whole input
+  raw->io_open = &open_only_the_input;
   // On failure avformat_open_input frees the context (never the custom I/O).
   const int e = avformat_open_input(&raw, name.c_str(), nullptr, nullptr);
+  if (e < 0 && !m.guard.refused.empty()) throw refused_error(name, m.guard.refused);
   if (e < 0) throw Error(Errc::corrupt_data, name + ": not a video ffmpeg can read (" + av_error(e) + ")");
   m.fmt.reset(raw);
   r.open_stream();
@@ -456,6 +491,7 @@ void VideoReader::open_stream() {
   const VideoReaderOptions& options = m.options;
   AVFormatContext* raw = m.fmt.get();
   int e = avformat_find_stream_info(raw, nullptr);
+  if (!m.guard.refused.empty()) throw refused_error(path, m.guard.refused);
   if (e < 0) throw Error(Errc::corrupt_data, path + ": cannot read the stream information (" + av_error(e) + ")");
 
   // The best video stream that is not a still attached to an audio file (cover art).
@@ -536,6 +572,7 @@ std::vector<std::string> VideoReader::take_warnings() { return std::exchange(imp
 bool VideoReader::read(VideoFrame& out, const FrameFilter& keep) {
   Impl& m = *impl_;
   while (m.next_decoded()) {
+    if (!m.guard.refused.empty()) throw refused_error(m.path, m.guard.refused);
     const int64_t index = m.decoded++;
     const double pts = m.pts_of(m.frame.get(), index);
     if (keep && !keep(index, pts)) {
