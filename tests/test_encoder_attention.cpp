@@ -57,7 +57,7 @@ TEST(EncoderAttention, ParseAndPrint) {
   EXPECT_EQ(parse_attention("exact").mode, AttentionParams::Mode::exact);
   const AttentionParams h = parse_attention("hierarchical");
   EXPECT_EQ(h.mode, AttentionParams::Mode::hierarchical);
-  EXPECT_EQ(h.top_k, 16);
+  EXPECT_EQ(h.top_k, 8);
   EXPECT_EQ(h.block_tokens, 64);
   const AttentionParams k = parse_attention("hierarchical:3");
   EXPECT_EQ(k.top_k, 3);

@@ -167,7 +167,7 @@ class Model(_fovea.Model):
             threads: threads for this call (0: one per hardware thread).
             attention: "exact" (default) or "hierarchical[:K[:B]]", an approximation: tokens
                 grouped by position into blocks of B (64); each query block attends exactly to
-                its top K key blocks (16) and to the mean key/value of the others (`fovea encode
+                the K key blocks (8) its queries could attend to most and to the mean key/value of the others (`fovea encode
                 --attention`; recorded in saved files).
 
         The GIL is released while the encoder runs. The array owns C++ memory (no copy);

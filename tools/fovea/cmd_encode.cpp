@@ -222,8 +222,8 @@ Runner setup(CLI::App& sub) {
       ->type_name("FILE");
   sub.add_option("--attention", cmd->attention,
                  "exact (default), or hierarchical[:K[:B]]: an APPROXIMATION, training-free. Tokens are grouped "
-                 "by position into blocks of B (default 64); each query block attends exactly to its top K key "
-                 "blocks (default 16) and to the mean key/value of the others. Recorded in the output's metadata")
+                 "by position into blocks of B (default 64); each query block attends exactly to the K key "
+                 "blocks (default 8) its queries could attend to most and to the mean key/value of the others. Recorded in the output's metadata")
       ->type_name("MODE")
       ->default_val("exact");
   sub.add_flag("--check-fp32", cmd->check_fp32,
