@@ -309,34 +309,38 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
     // block scores the most any query of the block could give it: score_c = max_i p_ic. A
     // block's mean key (the ranking before) hides one key a query attends to sharply; the bound
     // does not (measured: bench/attention_bench.py, docs/encoder.md).
-    b.qpos.resize(size_t(bq * hd)), b.qneg.resize(size_t(bq * hd));
-    for (int64_t i = 0; i < bq * hd; ++i) {
-      const float x = load(Q, dt, i);
-      b.qpos[size_t(i)] = std::max(x, 0.0f), b.qneg[size_t(i)] = std::min(x, 0.0f);
-    }
-    b.S->ensure(size_t(bq * nb) * 4);
-    float* U = b.S->as<float>();
-    GemmArgs ub{};
-    ub.a = reinterpret_cast<const std::byte*>(b.qpos.data()), ub.lda = hd, ub.a_dt = DType::f32;
-    ub.w = reinterpret_cast<const std::byte*>(ws.kmax.as<float>() + h * nb * hd), ub.ldw = hd, ub.w_dt = DType::f32;
-    ub.c = U, ub.ldc = nb, ub.c_dt = DType::f32;
-    ub.m = bq, ub.n = nb, ub.k = hd;
-    linear(ex, ub);
-    ub.a = reinterpret_cast<const std::byte*>(b.qneg.data());
-    ub.w = reinterpret_cast<const std::byte*>(ws.kmin.as<float>() + h * nb * hd);
-    ub.accumulate = true;
-    linear(ex, ub);
+    // (Not needed when every block is taken exactly: K >= nb.)
     b.score.assign(size_t(nb), 0.0f);
-    b.bias.resize(size_t(nb));
-    const float inv_scale = 1.0f / scale;
-    for (int64_t i = 0; i < bq; ++i) {
-      float* u = U + i * nb;
-      for (int64_t k = 0; k < nb; ++k) u[k] += log_count[k] * inv_scale;
-      float m = -INFINITY, l = 0.0f;
-      if (ex.reference) softmax_step_row_ref(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
-      else softmax_step_row(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
-      const float inv = 1.0f / l;
-      for (int64_t k = 0; k < nb; ++k) b.score[k] = std::max(b.score[k], b.bias[k] * inv);
+    if (K < nb) {
+      b.qpos.resize(size_t(bq * hd)), b.qneg.resize(size_t(bq * hd));
+      for (int64_t i = 0; i < bq * hd; ++i) {
+        const float x = load(Q, dt, i);
+        b.qpos[size_t(i)] = std::max(x, 0.0f), b.qneg[size_t(i)] = std::min(x, 0.0f);
+      }
+      b.S->ensure(size_t(bq * nb) * 4);
+      float* U = b.S->as<float>();
+      GemmArgs ub{};
+      ub.a = reinterpret_cast<const std::byte*>(b.qpos.data()), ub.lda = hd, ub.a_dt = DType::f32;
+      ub.w = reinterpret_cast<const std::byte*>(ws.kmax.as<float>() + h * nb * hd), ub.ldw = hd, ub.w_dt = DType::f32;
+      ub.c = U, ub.ldc = nb, ub.c_dt = DType::f32;
+      ub.m = bq, ub.n = nb, ub.k = hd;
+      linear(ex, ub);
+      ub.a = reinterpret_cast<const std::byte*>(b.qneg.data());
+      ub.w = reinterpret_cast<const std::byte*>(ws.kmin.as<float>() + h * nb * hd);
+      ub.accumulate = true;
+      linear(ex, ub);
+      b.bias.resize(size_t(nb));
+      const float inv_scale = 1.0f / scale;
+      for (int64_t i = 0; i < bq; ++i) {
+        float* u = U + i * nb;
+        for (int64_t k = 0; k < nb; ++k) u[k] += log_count[k] * inv_scale;
+        float m = -INFINITY, l = 0.0f;
+        if (ex.reference) softmax_step_row_ref(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
+        else softmax_step_row(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
+        const float inv = 1.0f / l;
+        // A NaN (non-finite activations) never enters: std::max keeps the first argument.
+        for (int64_t k = 0; k < nb; ++k) b.score[k] = std::max(b.score[k], b.bias[k] * inv);
+      }
     }
     b.pick.resize(size_t(nb));
     std::iota(b.pick.begin(), b.pick.end(), 0);
