@@ -112,6 +112,17 @@ def truncated(base_make, base_ext, fraction):
     return make
 
 
+def playlist(base_make, base_ext):
+    """An HLS playlist naming a real clip by absolute path: refused (fovea reads only the file
+    it is given; before 2026-11-27 ffmpeg's HLS demuxer read the listed file)."""
+    def make(path):
+        seg = os.path.abspath(path + ".segment" + base_ext)
+        base_make(seg)
+        with open(path, "w") as f:
+            f.write(f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:1.0,\n{seg}\n#EXT-X-ENDLIST\n")
+    return make
+
+
 def head_cut(base_make, base_ext, fraction):
     """The file without its first `fraction` of bytes (a capture joined mid-stream)."""
     def make(path):
@@ -354,6 +365,7 @@ def cases(tmp):
     ts = clip("", H264 + ["-f", "mpegts"], n=12)
     y4m = clip("", ["-pix_fmt", "yuv420p"], n=12)
     avi = clip("", ["-c:v", "mjpeg", "-pix_fmt", "yuvj420p"], n=12)
+    add("hls_playlist_naming_a_local_file", "m3u8", playlist(ts, ".ts"), expect="error")
     for pct in (10, 50, 90):
         f = pct / 100
         add(f"trunc{pct}_mp4", "mp4", truncated(mp4, ".mp4", f), expect="any")
