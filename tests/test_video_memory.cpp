@@ -87,6 +87,8 @@ TEST(VideoMemory, EveryFuzzSeedClipDecodes) {
   const fs::path dir = fs::path(test::source_dir()) / "fuzz" / "corpus" / "video";
   int clips = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
+    // regress_*: inputs the fuzzer found (damaged on purpose), replayed by every fuzz run.
+    if (e.path().filename().string().rfind("regress_", 0) == 0) continue;
     SCOPED_TRACE(e.path().filename().string());
     const std::vector<uint8_t> bytes = read_file(e.path().string());
     VideoReader r = VideoReader::open_bytes(bytes, e.path().filename().string(), {.threads = 1});

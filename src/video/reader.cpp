@@ -19,6 +19,7 @@ extern "C" {
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -114,10 +115,22 @@ struct MemorySource {
   }
 };
 
+// The value an enum field of a libav struct holds, read as its int bits. libavcodec copies
+// colour fields from the bitstream (an 8-bit VUI value, say), so a hostile file can leave a
+// value no enumerator has; loading that as the enum type is undefined behaviour (UBSan's
+// -fsanitize=enum caught it: fuzz_video, AVColorSpace 191). Compared as ints, any value is fine.
+template <typename E>
+int enum_value(const E& field) {
+  static_assert(std::is_enum_v<E> && sizeof(E) == sizeof(int));
+  int v;
+  std::memcpy(&v, &field, sizeof v);
+  return v;
+}
+
 // The swscale colour matrix for a frame: the stream's when it says, else BT.709 for HD and
 // BT.601 below (what players assume).
 int sws_colorspace(const AVFrame* f) {
-  switch (f->colorspace) {
+  switch (enum_value(f->colorspace)) {
     case AVCOL_SPC_BT709: return SWS_CS_ITU709;
     case AVCOL_SPC_FCC: return SWS_CS_FCC;
     case AVCOL_SPC_SMPTE240M: return SWS_CS_SMPTE240M;
@@ -130,7 +143,7 @@ int sws_colorspace(const AVFrame* f) {
 }
 
 bool full_range(const AVFrame* f) {
-  if (f->color_range == AVCOL_RANGE_JPEG) return true;
+  if (enum_value(f->color_range) == AVCOL_RANGE_JPEG) return true;
   switch (f->format) {
     case AV_PIX_FMT_YUVJ420P:
     case AV_PIX_FMT_YUVJ422P:
