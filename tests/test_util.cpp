@@ -5,11 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 extern char** environ;
 
@@ -112,5 +115,20 @@ RunResult run_cli(const std::vector<std::string>& args) {
 }
 
 std::string source_dir() { return FOVEA_SOURCE_DIR; }
+
+void write_y4m(const std::string& path, int w, int h, int frames, int fps_num, int fps_den, const std::string& aspect) {
+  std::ofstream f(path, std::ios::binary);
+  f << "YUV4MPEG2 W" << w << " H" << h << " F" << fps_num << ":" << fps_den << " Ip A" << aspect << " C420jpeg\n";
+  std::vector<uint8_t> y(size_t(w) * h), uv(size_t((w + 1) / 2) * ((h + 1) / 2), 128);
+  for (int i = 0; i < frames; ++i) {
+    std::fill(y.begin(), y.end(), uint8_t(16 + (5 * i) % 200));
+    for (int yy = 0; yy < std::min(h, 8); ++yy)
+      for (int xx = (4 * i) % w; xx < std::min(w, (4 * i) % w + 8); ++xx) y[size_t(yy) * w + xx] = 250;
+    f << "FRAME\n";
+    f.write(reinterpret_cast<const char*>(y.data()), std::streamsize(y.size()));
+    f.write(reinterpret_cast<const char*>(uv.data()), std::streamsize(uv.size()));
+    f.write(reinterpret_cast<const char*>(uv.data()), std::streamsize(uv.size()));
+  }
+}
 
 }  // namespace fovea::test

@@ -31,4 +31,10 @@ RunResult run_cli(const std::vector<std::string>& args);
 
 std::string source_dir();
 
+// A y4m clip (4:2:0, 8 bit) at fps_num/fps_den with pixel aspect `aspect` ("1:1", "2:1"): frame i
+// has luma 16 + (5·i mod 200) everywhere plus a bright square at x = 4·i, so frames differ and
+// their order is visible in the pixels.
+void write_y4m(const std::string& path, int w, int h, int frames, int fps_num = 25, int fps_den = 1,
+               const std::string& aspect = "1:1");
+
 }  // namespace fovea::test

@@ -30,22 +30,6 @@ namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) { return test::source_dir() + "/tests/data/video/" + name; }
 
-// A y4m clip (4:2:0, 8 bit): frame i has luma 16 + (5·i mod 200) everywhere plus a bright
-// square at x = 4·i, so frames differ and their order is visible in the pixels.
-void write_y4m(const std::string& path, int w, int h, int frames, int fps_num, int fps_den) {
-  std::ofstream f(path, std::ios::binary);
-  f << "YUV4MPEG2 W" << w << " H" << h << " F" << fps_num << ":" << fps_den << " Ip A1:1 C420jpeg\n";
-  std::vector<uint8_t> y(size_t(w) * h), uv(size_t((w + 1) / 2) * ((h + 1) / 2), 128);
-  for (int i = 0; i < frames; ++i) {
-    std::fill(y.begin(), y.end(), uint8_t(16 + (5 * i) % 200));
-    for (int yy = 0; yy < std::min(h, 8); ++yy)
-      for (int xx = (4 * i) % w; xx < std::min(w, (4 * i) % w + 8); ++xx) y[size_t(yy) * w + xx] = 250;
-    f << "FRAME\n";
-    f.write(reinterpret_cast<const char*>(y.data()), std::streamsize(y.size()));
-    f.write(reinterpret_cast<const char*>(uv.data()), std::streamsize(uv.size()));
-    f.write(reinterpret_cast<const char*>(uv.data()), std::streamsize(uv.size()));
-  }
-}
 
 int64_t rss_kib() {
   std::ifstream s("/proc/self/status");
@@ -691,7 +675,7 @@ TEST_F(VideoTest, RunVideoWritesWhatTheSessionGives) {
 TEST_F(VideoTest, FrameOrderAndPtsArePreserved) {
   const std::string dir = test::temp_dir("video_order");
   const std::string path = dir + "/clip.y4m";
-  write_y4m(path, 64, 48, 30, 30000, 1001);
+  test::write_y4m(path, 64, 48, 30, 30000, 1001);
   VideoReader reader = VideoReader::open(path);
   EXPECT_EQ(reader.info().width, 64);
   EXPECT_EQ(reader.info().height, 48);
@@ -732,7 +716,7 @@ TEST_F(VideoTest, ReadingALongClipHoldsBoundedMemory) {
   const std::string dir = test::temp_dir("video_long");
   const std::string path = dir + "/long.y4m";
   const int W = 320, H = 240, F = 400;  // 92 MB of RGB frames if they were all held
-  write_y4m(path, W, H, F, 25, 1);
+  test::write_y4m(path, W, H, F, 25, 1);
   VideoReader reader = VideoReader::open(path);
   VideoFrame f;
   int n = 0;

@@ -24,22 +24,6 @@ namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) { return test::source_dir() + "/tests/data/video/" + name; }
 
-// A 4:2:0 y4m clip whose pixel aspect is `aspect` ("1:1", "2:1"): frame i is luma 16 + 5i with a
-// bright square at x = 4i.
-void write_y4m(const std::string& path, int w, int h, int frames, const std::string& aspect = "1:1") {
-  std::ofstream f(path, std::ios::binary);
-  f << "YUV4MPEG2 W" << w << " H" << h << " F25:1 Ip A" << aspect << " C420jpeg\n";
-  std::vector<uint8_t> y(size_t(w) * h), uv(size_t((w + 1) / 2) * ((h + 1) / 2), 128);
-  for (int i = 0; i < frames; ++i) {
-    std::fill(y.begin(), y.end(), uint8_t(16 + (5 * i) % 200));
-    for (int yy = 0; yy < std::min(h, 8); ++yy)
-      for (int xx = (4 * i) % w; xx < std::min(w, (4 * i) % w + 8); ++xx) y[size_t(yy) * w + xx] = 250;
-    f << "FRAME\n";
-    f.write(reinterpret_cast<const char*>(y.data()), std::streamsize(y.size()));
-    f.write(reinterpret_cast<const char*>(uv.data()), std::streamsize(uv.size()));
-    f.write(reinterpret_cast<const char*>(uv.data()), std::streamsize(uv.size()));
-  }
-}
 
 std::vector<VideoFrame> read_all(VideoReader& r) {
   std::vector<VideoFrame> out;
@@ -232,7 +216,7 @@ TEST_F(VideoInputs, FpsSamplerSkipsTheTicksOfAGap) {
 // resampled.
 TEST_F(VideoInputs, SampleAspectIsReported) {
   const std::string dir = test::temp_dir("video_inputs_sar");
-  write_y4m(dir + "/a.y4m", 40, 24, 3, "2:1");
+  test::write_y4m(dir + "/a.y4m", 40, 24, 3, 25, 1, "2:1");
   VideoReader r = VideoReader::open(dir + "/a.y4m");
   EXPECT_EQ(r.info().sar_num, 2);
   EXPECT_EQ(r.info().sar_den, 1);
@@ -243,7 +227,7 @@ TEST_F(VideoInputs, SampleAspectIsReported) {
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_EQ(nlohmann::json::parse(c.out)["video"]["sample_aspect_ratio"], "2:1");
   EXPECT_EQ(SafetensorsFile::open(dir + "/a.safetensors").metadata().at("sample_aspect_ratio"), "2:1");
-  write_y4m(dir + "/b.y4m", 40, 24, 3);
+  test::write_y4m(dir + "/b.y4m", 40, 24, 3);
   EXPECT_EQ(VideoReader::open(dir + "/b.y4m").info().sar_num, 1);
 }
 
@@ -252,7 +236,7 @@ TEST_F(VideoInputs, SampleAspectIsReported) {
 // for the run of errors, not one per read (before: 100 identical lines, the cap).
 TEST_F(VideoInputs, ARunOfReadErrorsIsOneWarning) {
   const std::string dir = test::temp_dir("video_inputs_y4m");
-  write_y4m(dir + "/c.y4m", 64, 48, 12);
+  test::write_y4m(dir + "/c.y4m", 64, 48, 12);
   std::vector<uint8_t> bytes = read_file(dir + "/c.y4m");
   uint32_t s = 7;
   for (size_t i = bytes.size() * 4 / 10; i < bytes.size() * 6 / 10; ++i) {
