@@ -69,7 +69,7 @@ class TorchvisionLoader final : public ModelLoader {
     m->post_b = L.get("encoder.ln.bias", {D});
     if (!L.has("heads.pre_logits.weight")) {
       if (const auto hw = w.info("heads.head.weight"); hw && hw->shape.size() == 2) {
-        c.num_classes = int(hw->shape[0]);
+        c.num_classes = checked_dim(hw->shape[0], 1 << 20, path, "the class count");
         m->head_w = L.get("heads.head.weight", {hw->shape[0], D});
         m->head_b = L.get("heads.head.bias", {hw->shape[0]});
       }
