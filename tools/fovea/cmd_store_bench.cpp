@@ -151,8 +151,9 @@ struct StoreBenchCommand {
     // 4. Seed 000's table with compressed pages (issue 16): resident MB against dense fp32.
     std::vector<std::vector<CompressedSeedRow>> compressed;
     json cj = json::array();
+    const std::vector<SeedCodec> seed_codecs = train_seed_codecs(cfg.dim);
     for (size_t i = 0; i < backends.size(); ++i) {
-      compressed.push_back(compressed_seed_table(backends[i], cfgs[i], {}, reps));
+      compressed.push_back(compressed_seed_table(backends[i], cfgs[i], seed_codecs, reps));
       for (const CompressedSeedRow& r : compressed.back()) {
         if (!r.roundtrip_ok)
           throw Error(Errc::internal, "store-bench: " + backends[i] + " gather_decoded of " + r.codec + " pages was wrong");

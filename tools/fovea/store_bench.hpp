@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -106,8 +107,15 @@ struct CompressedSeedRow {
   double gather_decoded_ms = 0;  // median
   double resident_vs_dense_fp32() const { return double(resident_bytes) / double(dense_fp32_bytes); }
 };
-// `codecs` empty: fp32, fp16, int8, pq:D/8 (128 bytes at D = 1024), pq:D/16.
+// The table's codecs, trained once (PQ training is most of the table's time) and shared by every
+// backend's run, so the backends also store the same records. `specs` empty: fp32 (no codec:
+// the dense reference's dtype, paged), fp16, int8, pq:D/8 (128 bytes at D = 1024), pq:D/16.
+struct SeedCodec {
+  std::string spec;
+  std::shared_ptr<Codec> codec;  // null for fp32
+};
+std::vector<SeedCodec> train_seed_codecs(int64_t dim, std::vector<std::string> specs = {});
 std::vector<CompressedSeedRow> compressed_seed_table(std::string_view backend, StoreConfig cfg,
-                                                     std::vector<std::string> codecs = {}, int reps = 5);
+                                                     const std::vector<SeedCodec>& codecs, int reps = 5);
 
 }  // namespace fovea

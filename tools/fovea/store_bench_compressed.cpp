@@ -46,24 +46,32 @@ int64_t divisor_at_most(int64_t d, int64_t target) {
 
 }  // namespace
 
-std::vector<CompressedSeedRow> compressed_seed_table(std::string_view backend, StoreConfig cfg,
-                                                     std::vector<std::string> codecs, int reps) {
-  const int64_t dim = cfg.dim;
-  if (codecs.empty())
-    codecs = {"fp32", "fp16", "int8", "pq:" + std::to_string(divisor_at_most(dim, dim / 8)),
-              "pq:" + std::to_string(divisor_at_most(dim, dim / 16))};
+std::vector<SeedCodec> train_seed_codecs(int64_t dim, std::vector<std::string> specs) {
+  if (specs.empty())
+    specs = {"fp32", "fp16", "int8", "pq:" + std::to_string(divisor_at_most(dim, dim / 8)),
+             "pq:" + std::to_string(divisor_at_most(dim, dim / 16))};
   const Tensor train = synthetic(1024, dim, 1);
-  std::vector<CompressedSeedRow> rows;
-  for (const std::string& spec : codecs) {
-    StoreConfig c = cfg;
-    c.codec = nullptr;
-    if (spec == "fp32") {
-      c.dtype = DType::f32;
-    } else {
-      std::shared_ptr<Codec> codec = make_codec(spec, dim);
-      if (codec->needs_training()) codec->train(train);
-      c.codec = codec;
+  std::vector<SeedCodec> out;
+  for (const std::string& spec : specs) {
+    SeedCodec sc{spec, nullptr};
+    if (spec != "fp32") {
+      sc.codec = make_codec(spec, dim);
+      if (sc.codec->needs_training()) sc.codec->train(train);
     }
+    out.push_back(std::move(sc));
+  }
+  return out;
+}
+
+std::vector<CompressedSeedRow> compressed_seed_table(std::string_view backend, StoreConfig cfg,
+                                                     const std::vector<SeedCodec>& codecs, int reps) {
+  const int64_t dim = cfg.dim;
+  std::vector<CompressedSeedRow> rows;
+  for (const SeedCodec& sc : codecs) {
+    const std::string& spec = sc.spec;
+    StoreConfig c = cfg;
+    c.codec = sc.codec;
+    if (!c.codec) c.dtype = DType::f32;
     const int64_t record = c.codec ? c.codec->bytes_per_token() : 4 * dim;
     int64_t need = 0;
     for (int64_t k : kSeedKeptTokens) need += (k * record + c.page_bytes - 1) / c.page_bytes;
