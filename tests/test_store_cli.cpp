@@ -59,15 +59,27 @@ void expect_bind_structure(const nlohmann::json& j) {
 }
 
 TEST(StoreCli, StoreBenchAndTokenizeStore) {
-  const auto r = test::run_cli({"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "64", "--json"});
+  // (The compressed table's PQ training is the slow part: every backend's run below trains it.)
+  const auto r = test::run_cli(
+      {"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "64", "--codecs", "fp16,int8", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["seed_table"][0]["resident_pages"].get<int64_t>(), 138);
   EXPECT_EQ(j["backend_binds"].size(), 3u);
   expect_bind_structure(j);
-  const auto text = test::run_cli({"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "16"});
+  ASSERT_EQ(j["compressed_seed_table"].size(), 2u) << r.out;
+  EXPECT_EQ(j["compressed_seed_table"][0]["codec"], "fp16");
+  EXPECT_EQ(j["compressed_seed_table"][1]["codec"], "int8");
+  EXPECT_EQ(j["compressed_seed_table"][1]["record_bytes"].get<int64_t>(), 1024);  // one byte a value at D = 1024
+  const auto text = test::run_cli({"store-bench", "--backend", "host", "--reps", "1", "--bind-pages", "16", "--codecs", "none"});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("46.1% saved"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("compressed pages"), std::string::npos) << text.out;
+  for (const char* bad : {"pq:7", "zstd", "int8,,fp16", "none,int8"}) {
+    const auto b = test::run_cli({"store-bench", "--backend", "host", "--codecs", bad});
+    EXPECT_EQ(b.exit_code, 2) << bad;
+    EXPECT_NE(b.err.find("fovea: error:"), std::string::npos) << bad << ": " << b.err;
+  }
   const auto badpage = test::run_cli({"store-bench", "--page-bytes", "5000"});
   EXPECT_EQ(badpage.exit_code, 2);
   EXPECT_NE(badpage.err.find("multiple of"), std::string::npos) << badpage.err;
@@ -116,7 +128,7 @@ TEST(StoreCli, StoreBenchReportsEveryBackend) {
   ASSERT_EQ(j["frame_speedup"].size(), 3u);
   expect_bind_structure(j);
   ASSERT_EQ(j["gather"].size(), 3u);
-  const auto text = test::run_cli({"store-bench", "--backend", "vulkan", "--reps", "1", "--bind-pages", "16"});
+  const auto text = test::run_cli({"store-bench", "--backend", "vulkan", "--reps", "1", "--bind-pages", "16", "--codecs", "int8"});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("A frame's binds, merged vs one page at a time (target: at least 10x faster):"), std::string::npos) << text.out;
 }

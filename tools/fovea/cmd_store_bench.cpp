@@ -1,15 +1,18 @@
-// fovea store-bench [--backend all|host|vulkan|vulkan-image] [--dim D] [--dtype f16] [--page-bytes N] [--json]
+// fovea store-bench [--backend all|host|vulkan|vulkan-image] [--dim D] [--dtype f16] [--page-bytes N]
+//                   [--codecs LIST|none] [--json]
 //
 // The token store's scenario (issue 5): seed 000's eight-image table (resident vs dense
 // memory), pages bound per second one at a time vs batched vs merged on each backend, a frame's
 // binds merged vs one page at a time (target: 10x), and gather bandwidth against memcpy. All
 // backends run in the same process, so the ratios compare like with like. Page sizes are
 // rounded up to each backend's sparse page (vulkan-image: 64 KiB blocks on lavapipe).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 
 #include "command.hpp"
+#include "fovea/codec.hpp"
 #include "fovea/error.hpp"
 #include "store_bench.hpp"
 #include <nlohmann/json.hpp>
@@ -25,7 +28,25 @@ struct StoreBenchCommand {
   int64_t bind_pages = 1000;
   int64_t bind_page_bytes = 4096;
   int reps = 7;
+  std::string codecs;  // empty: the default set (train_seed_codecs); "none": no compressed table
   bool as_json = false;
+
+  std::vector<std::string> codec_specs() const {
+    std::vector<std::string> v;
+    if (codecs.empty()) return v;
+    if (codecs == "none") return {"none"};
+    size_t at = 0;
+    while (at <= codecs.size()) {
+      const size_t comma = std::min(codecs.find(',', at), codecs.size());
+      const std::string spec = codecs.substr(at, comma - at);
+      if (spec.empty() || spec == "none")
+        throw Error(Errc::invalid_argument, "--codecs '" + codecs + "': expected none or a comma-separated list of fp32, fp16, int8, pq:M");
+      if (spec != "fp32") make_codec(spec, dim);  // an unknown or unfitting codec fails here, before any work
+      v.push_back(spec);
+      at = comma + 1;
+    }
+    return v;
+  }
 
   int run() const {
     using nlohmann::json;
@@ -42,6 +63,8 @@ struct StoreBenchCommand {
                                           "rounded up to each backend's sparse page), got " +
                                               std::to_string(page_bytes) + " and " + std::to_string(bind_page_bytes));
     if (bind_pages < 1 || bind_pages > (1 << 20)) throw Error(Errc::invalid_argument, "--bind-pages must be in [1, 1048576]");
+    const std::vector<std::string> specs = codec_specs();
+    const bool with_codecs = specs.empty() || specs.front() != "none";
     std::string why;
     std::vector<std::string> backends;
     const std::vector<std::string> avail = available_store_backends(&why);
@@ -151,8 +174,8 @@ struct StoreBenchCommand {
     // 4. Seed 000's table with compressed pages (issue 16): resident MB against dense fp32.
     std::vector<std::vector<CompressedSeedRow>> compressed;
     json cj = json::array();
-    const std::vector<SeedCodec> seed_codecs = train_seed_codecs(cfg.dim);
-    for (size_t i = 0; i < backends.size(); ++i) {
+    const std::vector<SeedCodec> seed_codecs = with_codecs ? train_seed_codecs(cfg.dim, specs) : std::vector<SeedCodec>{};
+    for (size_t i = 0; i < backends.size() && with_codecs; ++i) {
       compressed.push_back(compressed_seed_table(backends[i], cfgs[i], seed_codecs, reps));
       for (const CompressedSeedRow& r : compressed.back()) {
         if (!r.roundtrip_ok)
@@ -238,6 +261,7 @@ struct StoreBenchCommand {
       std::printf("  %-12s %10.3f %8.2f %10.3f %8.2f %13.2fx\n", g.backend.c_str(), g.gather_ms, g.gather_gb_s(),
                   g.memcpy_ms, g.memcpy_gb_s(), g.memcpy_ms > 0 ? g.gather_ms / g.memcpy_ms : 0.0);
 
+    if (!with_codecs) return 0;
     std::printf("\nSeed 000 table with compressed pages (D=%lld, %lld KiB pages): the kept tokens stored as each\n"
                 "codec's records; gather_decoded returns [4300, D] f32 (on the device when the backend can):\n",
                 (long long)dim, (long long)(page_bytes >> 10));
@@ -277,12 +301,16 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--reps", cmd->reps, "Repetitions per timing (the median is reported)")
       ->check(CLI::Range(1, 1000))
       ->default_val(7);
+  sub.add_option("--codecs", cmd->codecs,
+                 "Codecs of the compressed seed table, comma-separated (fp32, fp16, int8, pq:M), or none; default "
+                 "fp32,fp16,int8,pq:D/8,pq:D/16 (PQ training takes most of the time)");
   sub.add_flag("--json", cmd->as_json, "Print the results as JSON");
   sub.footer(
       "Examples:\n"
       "  fovea store-bench\n"
       "  fovea store-bench --backend vulkan --bind-pages 4000 --json\n"
-      "  fovea store-bench --dim 1152 --dtype bf16 --page-bytes 16384");
+      "  fovea store-bench --dim 1152 --dtype bf16 --page-bytes 16384\n"
+      "  fovea store-bench --backend host --codecs int8,pq:64");
   return [cmd] { return cmd->run(); };
 }
 
