@@ -111,4 +111,7 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 float bf16_to_f32(uint16_t h);
 
+// `t` converted to float32, same shape (an f32 tensor is returned as it is, moved).
+Tensor to_f32(Tensor t);
+
 }  // namespace fovea

@@ -14,6 +14,7 @@
 #include "fovea/error.hpp"
 #include "fovea/gguf.hpp"
 #include "fovea/safetensors.hpp"
+#include "fovea/torch_checkpoint.hpp"
 
 namespace fovea {
 using encoder_detail::present;
@@ -155,26 +156,34 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
     c.input.source = "CLIP defaults (random model)";
     return random(c, seed, spec);
   }
-  // The format by content: GGUF starts with its magic; everything else is tried as safetensors.
+  // The format by content: GGUF starts with its magic, a PyTorch checkpoint with a ZIP header;
+  // everything else is tried as safetensors.
   using namespace encoder_detail;
   // The open files, kept by the model when its weight matrices are views into their mappings.
   struct Files {
     std::optional<GgufFile> gguf;
     std::optional<SafetensorsFile> st;
+    std::optional<TorchCheckpoint> torch;
     std::unique_ptr<WeightSource> weights;
   };
   auto files = std::make_shared<Files>();
   std::optional<GgufFile>& gguf = files->gguf;
   std::optional<SafetensorsFile>& st = files->st;
   std::unique_ptr<WeightSource>& weights = files->weights;
-  // A directory means its model.safetensors.index.json (sharded) or model.safetensors.
+  // A directory means (HF's layout, first found) model.safetensors.index.json (sharded),
+  // model.safetensors, pytorch_model.bin.index.json, pytorch_model.bin.
   std::string file = spec;
   {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (fs::is_directory(spec, ec)) {
-      const fs::path index = fs::path(spec) / "model.safetensors.index.json";
-      file = fs::exists(index, ec) ? index.string() : (fs::path(spec) / "model.safetensors").string();
+      file = (fs::path(spec) / "model.safetensors").string();  // named in the error when none is there
+      for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
+                               "pytorch_model.bin"})
+        if (fs::exists(fs::path(spec) / name, ec)) {
+          file = (fs::path(spec) / name).string();
+          break;
+        }
     }
   }
   Checkpoint ck;
@@ -186,6 +195,9 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   } else {
     if (file.ends_with(".index.json")) {
       weights = sharded_safetensors_source(file);
+    } else if (looks_like_torch_checkpoint(file)) {
+      files->torch.emplace(TorchCheckpoint::open(file));
+      weights = torch_source(*files->torch);
     } else {
       st.emplace(SafetensorsFile::open(file));
       weights = safetensors_source(*st);

@@ -198,40 +198,7 @@ Tensor SafetensorsFile::load(const Entry& e) const {
   return t;
 }
 
-Tensor SafetensorsFile::load_f32(const Entry& e) const {
-  Tensor raw = load(e);
-  if (raw.dtype() == DType::f32) return raw;
-  Tensor out(DType::f32, e.shape);
-  float* dst = out.data<float>();
-  const int64_t n = raw.numel();
-  const std::byte* src = raw.bytes();
-  auto read = [&](auto tag) {
-    using T = decltype(tag);
-    const T* s = reinterpret_cast<const T*>(src);
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
-  };
-  switch (raw.dtype()) {
-    case DType::f16: {
-      const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
-      break;
-    }
-    case DType::bf16: {
-      const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
-      break;
-    }
-    case DType::f64: read(double{}); break;
-    case DType::u8: read(uint8_t{}); break;
-    case DType::i8: read(int8_t{}); break;
-    case DType::u16: read(uint16_t{}); break;
-    case DType::i16: read(int16_t{}); break;
-    case DType::i32: read(int32_t{}); break;
-    case DType::i64: read(int64_t{}); break;
-    case DType::f32: break;
-  }
-  return out;
-}
+Tensor SafetensorsFile::load_f32(const Entry& e) const { return to_f32(load(e)); }
 
 std::vector<uint8_t> serialize_safetensors(std::span<const NamedTensor> tensors,
                                            const std::map<std::string, std::string>& metadata) {

@@ -13,6 +13,7 @@
 #include "fovea/error.hpp"
 #include "fovea/gguf.hpp"
 #include "fovea/safetensors.hpp"
+#include "fovea/torch_checkpoint.hpp"
 
 namespace fovea::encoder_detail {
 
@@ -92,8 +93,44 @@ class GgufSource final : public WeightSource {
   const GgufFile& f_;
 };
 
-// HF's sharded checkpoints: model.safetensors.index.json maps every tensor to a shard file in
-// the same directory. Each shard is mapped (pages are read only for the tensors used).
+// A PyTorch checkpoint (torch.save's ZIP archive: .pt, .pth, pytorch_model.bin). Contiguous F32
+// and BF16 tensors are used where they lie in the mapped archive, as safetensors'.
+class TorchSource final : public WeightSource {
+ public:
+  explicit TorchSource(const TorchCheckpoint& f) : f_(f) {}
+  const std::string& path() const override { return f_.path(); }
+  std::optional<Info> info(std::string_view name) const override {
+    const auto* e = f_.find(name);
+    if (!e) return std::nullopt;
+    return Info{e->shape, e->dtype_name};
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& e : f_.entries()) out.push_back(e.name);
+    return out;
+  }
+  std::optional<std::string> type_problem(std::string_view name) const override {
+    const auto* e = f_.find(name);
+    if (e->dtype_name == "F32" || e->dtype_name == "F16" || e->dtype_name == "BF16" || e->dtype_name == "F64")
+      return std::nullopt;
+    return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16, BF16 or F64";
+  }
+  Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find(name)); }
+  std::optional<Raw> raw(std::string_view name) const override {
+    const auto* e = f_.find(name);
+    if (!e || !e->contiguous || !e->dtype_known || (e->dtype != DType::f32 && e->dtype != DType::bf16)) return std::nullopt;
+    const std::span<const std::byte> d = f_.data(*e);
+    if (reinterpret_cast<uintptr_t>(d.data()) % e->element_size) return std::nullopt;
+    return Raw{d.data(), e->dtype};
+  }
+
+ private:
+  const TorchCheckpoint& f_;
+};
+
+// HF's sharded checkpoints: model.safetensors.index.json (or pytorch_model.bin.index.json) maps
+// every tensor to a shard file in the same directory. Each shard is mapped (pages are read only
+// for the tensors used); a shard is read as a PyTorch checkpoint when it starts like one.
 class ShardedSource final : public WeightSource {
  public:
   explicit ShardedSource(const std::string& index_path) : path_(index_path) {
@@ -103,7 +140,7 @@ class ShardedSource final : public WeightSource {
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + index_path + "': " + why); };
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      throw bad("not a safetensors index (a JSON object with a \"weight_map\")");
+      throw bad("not a checkpoint index (a JSON object with a \"weight_map\")");
     const fs::path dir = fs::path(index_path).parent_path();
     std::map<std::string, size_t> shard_of_file;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
@@ -112,45 +149,47 @@ class ShardedSource final : public WeightSource {
       if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos || file == "..")
         throw bad("shard name '" + file + "' is not a plain file name in the index's directory");
       auto [pos, fresh] = shard_of_file.emplace(file, shards_.size());
-      if (fresh) shards_.push_back(SafetensorsFile::open((dir / file).string()));
-      const SafetensorsFile& shard = shards_[pos->second];
-      if (!shard.find(it.key())) throw bad("the index puts " + it.key() + " in " + file + ", which does not hold it");
+      if (fresh) {
+        const std::string shard = (dir / file).string();
+        if (looks_like_torch_checkpoint(shard)) {
+          torch_.push_back(std::make_unique<TorchCheckpoint>(TorchCheckpoint::open(shard)));
+          shards_.push_back(std::make_unique<TorchSource>(*torch_.back()));
+        } else {
+          st_.push_back(std::make_unique<SafetensorsFile>(SafetensorsFile::open(shard)));
+          shards_.push_back(std::make_unique<SafetensorsSource>(*st_.back()));
+        }
+      }
+      if (!shards_[pos->second]->info(it.key()))
+        throw bad("the index puts " + it.key() + " in " + file + ", which does not hold it");
       where_.emplace(it.key(), pos->second);
     }
   }
   const std::string& path() const override { return path_; }
   std::optional<Info> info(std::string_view name) const override {
-    const auto* e = entry(name);
-    if (!e) return std::nullopt;
-    return Info{e->shape, e->dtype_name};
+    const WeightSource* s = shard(name);
+    return s ? s->info(name) : std::nullopt;
   }
   std::vector<std::string> names() const override {
     std::vector<std::string> out;
     for (const auto& [n, _] : where_) out.push_back(n);
     return out;
   }
-  std::optional<std::string> type_problem(std::string_view name) const override {
-    const auto* e = entry(name);
-    if (e->dtype_name == "F32" || e->dtype_name == "F16" || e->dtype_name == "BF16") return std::nullopt;
-    return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16 or BF16";
-  }
-  Tensor load_f32(std::string_view name) const override {
-    const auto it = where_.find(std::string(name));
-    return shards_[it->second].load_f32(*shards_[it->second].find(name));
-  }
+  std::optional<std::string> type_problem(std::string_view name) const override { return shard(name)->type_problem(name); }
+  Tensor load_f32(std::string_view name) const override { return shard(name)->load_f32(name); }
   std::optional<Raw> raw(std::string_view name) const override {
-    const auto it = where_.find(std::string(name));
-    if (it == where_.end()) return std::nullopt;
-    return raw_of(shards_[it->second], name);
+    const WeightSource* s = shard(name);
+    return s ? s->raw(name) : std::nullopt;
   }
 
  private:
-  const SafetensorsFile::Entry* entry(std::string_view name) const {
+  const WeightSource* shard(std::string_view name) const {
     const auto it = where_.find(std::string(name));
-    return it == where_.end() ? nullptr : shards_[it->second].find(name);
+    return it == where_.end() ? nullptr : shards_[it->second].get();
   }
   std::string path_;
-  std::vector<SafetensorsFile> shards_;
+  std::vector<std::unique_ptr<SafetensorsFile>> st_;
+  std::vector<std::unique_ptr<TorchCheckpoint>> torch_;
+  std::vector<std::unique_ptr<WeightSource>> shards_;
   std::map<std::string, size_t> where_;
 };
 
@@ -162,6 +201,7 @@ std::unique_ptr<WeightSource> sharded_safetensors_source(const std::string& inde
 
 std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f) { return std::make_unique<SafetensorsSource>(f); }
 std::unique_ptr<WeightSource> gguf_source(const GgufFile& f) { return std::make_unique<GgufSource>(f); }
+std::unique_ptr<WeightSource> torch_source(const TorchCheckpoint& f) { return std::make_unique<TorchSource>(f); }
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";

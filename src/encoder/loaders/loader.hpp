@@ -1,6 +1,6 @@
 // Private to src/encoder: checkpoint loading. One loader per naming (hf_clip.cpp, hf_siglip.cpp,
 // hf_llava.cpp, torchvision.cpp, gguf_mmproj.cpp, hf_vit.cpp, hf_dinov2.cpp, timm_vit.cpp) behind
-// ModelLoader; every loader reads tensors through a WeightSource (safetensors or GGUF) and takes
+// ModelLoader; every loader reads tensors through a WeightSource (safetensors, GGUF or a PyTorch checkpoint) and takes
 // them with one Lookup, which checks presence, type and shape and reports every problem of a
 // file in one error.
 #pragma once
@@ -19,6 +19,7 @@
 namespace fovea {
 class GgufFile;
 class SafetensorsFile;
+class TorchCheckpoint;
 
 namespace encoder_detail {
 
@@ -49,7 +50,9 @@ class WeightSource {
 };
 std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f);  // F32, F16, BF16
 std::unique_ptr<WeightSource> gguf_source(const GgufFile& f);                // + Q8_0
-// HF sharded safetensors: `index_path` is model.safetensors.index.json (owns its shards).
+std::unique_ptr<WeightSource> torch_source(const TorchCheckpoint& f);        // F32, F16, BF16, F64
+// HF sharded checkpoints: `index_path` is model.safetensors.index.json or
+// pytorch_model.bin.index.json (owns its shards, safetensors or PyTorch, by content).
 std::unique_ptr<WeightSource> sharded_safetensors_source(const std::string& index_path);
 
 std::string shape_str(const std::vector<int64_t>& s);

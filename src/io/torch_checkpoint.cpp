@@ -1,0 +1,794 @@
+// PyTorch checkpoints (fovea/torch_checkpoint.hpp): the ZIP directory, a pickle interpreter
+// that never calls anything, and the tensors found in the unpickled object.
+#include "fovea/torch_checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "fovea/error.hpp"
+#include "io/file_bytes.hpp"
+
+namespace fovea {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& why, Errc code = Errc::corrupt_data) {
+  throw Error(code, "'" + path + "': " + why);
+}
+
+uint64_t le(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZIP: the central directory (ZIP64 included) of an archive of stored entries.
+
+struct ZipEntry {
+  uint64_t offset = 0;  // of the data, from the start of the archive
+  uint64_t size = 0;
+  bool stored = true;
+  bool encrypted = false;
+};
+
+std::map<std::string, ZipEntry> read_zip(const uint8_t* d, uint64_t n, const std::string& path) {
+  auto bad = [&](const std::string& why) { fail(path, "not a readable ZIP archive: " + why); };
+  // The end-of-central-directory record: 22 bytes plus a comment of up to 65535.
+  if (n < 22) bad("too short");
+  int64_t eocd = -1;
+  for (int64_t at = int64_t(n) - 22; at >= 0 && at >= int64_t(n) - 22 - 65535; --at)
+    if (le(d + at, 4) == 0x06054b50 && uint64_t(at) + 22 + le(d + at + 20, 2) <= n) {
+      eocd = at;
+      break;
+    }
+  if (eocd < 0) bad("no end-of-central-directory record");
+  const uint8_t* e = d + eocd;
+  uint64_t count = le(e + 10, 2), cd_size = le(e + 12, 4), cd_offset = le(e + 16, 4);
+  if (count == 0xffff || cd_size == 0xffffffff || cd_offset == 0xffffffff) {
+    // ZIP64: a locator just before the record points at the ZIP64 end record.
+    if (eocd < 20 || le(d + eocd - 20, 4) != 0x07064b50) bad("ZIP64 sizes without a ZIP64 locator");
+    const uint64_t z = le(d + eocd - 20 + 8, 8);
+    if (z > n || n - z < 56 || le(d + z, 4) != 0x06064b50) bad("ZIP64 end record out of bounds");
+    count = le(d + z + 32, 8), cd_size = le(d + z + 40, 8), cd_offset = le(d + z + 48, 8);
+  }
+  if (cd_offset > n || cd_size > n - cd_offset) bad("central directory out of bounds");
+  if (count > cd_size / 46) bad("central directory too small for " + std::to_string(count) + " entries");
+  std::map<std::string, ZipEntry> out;
+  uint64_t at = cd_offset;
+  const uint64_t end = cd_offset + cd_size;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (end - at < 46 || le(d + at, 4) != 0x02014b50) bad("central directory entry " + std::to_string(i) + " is damaged");
+    const uint8_t* c = d + at;
+    const uint64_t flags = le(c + 8, 2), method = le(c + 10, 2);
+    uint64_t csize = le(c + 20, 4), usize = le(c + 24, 4), local = le(c + 42, 4);
+    const uint64_t name_len = le(c + 28, 2), extra_len = le(c + 30, 2), comment_len = le(c + 32, 2);
+    if (end - at - 46 < name_len + extra_len + comment_len) bad("central directory entry " + std::to_string(i) + " overruns it");
+    std::string name(reinterpret_cast<const char*>(c + 46), name_len);
+    // ZIP64 extended information: the 8-byte values of the fields saturated above, in order.
+    const uint8_t* x = c + 46 + name_len;
+    for (uint64_t xo = 0; xo + 4 <= extra_len;) {
+      const uint64_t id = le(x + xo, 2), len = le(x + xo + 2, 2);
+      if (xo + 4 + len > extra_len) break;
+      if (id == 1) {
+        uint64_t fo = xo + 4;
+        auto take = [&](uint64_t& v) {
+          if (v != 0xffffffff) return;
+          if (fo + 8 > xo + 4 + len) bad("ZIP64 field of '" + name + "' is short");
+          v = le(x + fo, 8), fo += 8;
+        };
+        take(usize), take(csize), take(local);
+      }
+      xo += 4 + len;
+    }
+    if (local > n || n - local < 30 || le(d + local, 4) != 0x04034b50) bad("local header of '" + name + "' out of bounds");
+    const uint64_t data = local + 30 + le(d + local + 26, 2) + le(d + local + 28, 2);
+    ZipEntry z;
+    z.offset = data;
+    z.size = usize;
+    z.stored = method == 0;
+    z.encrypted = flags & 1;
+    if (z.stored && csize != usize) bad("stored entry '" + name + "' has two sizes");
+    if (data > n || csize > n - data) bad("entry '" + name + "' runs past the end of the file (truncated?)");
+    out.emplace(std::move(name), z);  // a repeated name keeps its first entry
+    at += 46 + name_len + extra_len + comment_len;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pickle: values in an arena (indices, so no reference cycle can leak), a stack and marks.
+
+struct StorageType {
+  const char* torch_name;
+  const char* dtype_name;
+  bool known;
+  DType dtype;
+  size_t size;
+};
+constexpr StorageType kStorageTypes[] = {
+    {"FloatStorage", "F32", true, DType::f32, 4},     {"DoubleStorage", "F64", true, DType::f64, 8},
+    {"HalfStorage", "F16", true, DType::f16, 2},      {"BFloat16Storage", "BF16", true, DType::bf16, 2},
+    {"LongStorage", "I64", true, DType::i64, 8},      {"IntStorage", "I32", true, DType::i32, 4},
+    {"ShortStorage", "I16", true, DType::i16, 2},     {"CharStorage", "I8", true, DType::i8, 1},
+    {"ByteStorage", "U8", true, DType::u8, 1},        {"BoolStorage", "BOOL", false, DType::u8, 1},
+    {"ComplexFloatStorage", "C64", false, DType::u8, 8}, {"ComplexDoubleStorage", "C128", false, DType::u8, 16},
+};
+
+struct Val {
+  enum Kind : uint8_t { none, boolean, integer, floating, str, bytes, tuple, list, dict, set, global, storage, tensor, object };
+  Kind kind = none;
+  int64_t i = 0;       // integer, boolean; storage: numel; tensor: index into the tensor table
+  double f = 0;
+  std::string s;       // str, bytes; global "module.name"; object: its class; storage: key
+  std::vector<int32_t> items;  // tuple, list, set; dict and object: key, value, key, value...
+  int32_t state = -1;  // object: what BUILD set
+  int32_t type = -1;   // storage: index into kStorageTypes
+};
+
+struct TensorRec {
+  int32_t storage = -1;
+  int64_t offset = 0;
+  std::vector<int64_t> shape, stride;
+};
+
+class Unpickler {
+ public:
+  Unpickler(const uint8_t* p, uint64_t n, const std::string& path) : p_(p), n_(n), path_(path) {}
+
+  int32_t run() {
+    for (;;) {
+      const uint8_t op = u8();
+      switch (op) {
+        case 0x80: u8(); break;              // PROTO
+        case 0x95: skip(8); break;           // FRAME
+        case '.':                            // STOP
+          if (stack_.empty()) bad("STOP with an empty stack");
+          return stack_.back();
+        case '(': marks_.push_back(stack_.size()); break;  // MARK
+        case '0': pop(); break;                            // POP
+        case '1': pop_mark(); break;                       // POP_MARK
+        case '2': push(top()); break;                      // DUP
+        case 'N': push(make(Val::none)); break;
+        case 0x88: push(integer(1, Val::boolean)); break;  // NEWTRUE
+        case 0x89: push(integer(0, Val::boolean)); break;  // NEWFALSE
+        case 'J': push(integer(int32_t(uint32_t(le(take(4), 4))))); break;  // BININT
+        case 'K': push(integer(u8())); break;                               // BININT1
+        case 'M': push(integer(int64_t(le(take(2), 2)))); break;            // BININT2
+        case 0x8a: push(long_n(u8())); break;                               // LONG1
+        case 0x8b: {                                                         // LONG4
+          const uint64_t len = le(take(4), 4);
+          if (len > 8) bad("an integer of " + std::to_string(len) + " bytes");
+          push(long_n(int(len)));
+          break;
+        }
+        case 'G': {  // BINFLOAT, big-endian
+          const uint8_t* b = take(8);
+          uint64_t bits = 0;
+          for (int k = 0; k < 8; ++k) bits = (bits << 8) | b[k];
+          const int32_t v = make(Val::floating);
+          std::memcpy(&vals_[size_t(v)].f, &bits, 8);
+          push(v);
+          break;
+        }
+        case 'X': push(text(le(take(4), 4), Val::str)); break;      // BINUNICODE
+        case 0x8c: push(text(u8(), Val::str)); break;               // SHORT_BINUNICODE
+        case 0x8d: push(text(le(take(8), 8), Val::str)); break;     // BINUNICODE8
+        case 'T': push(text(le(take(4), 4), Val::str)); break;      // BINSTRING
+        case 'U': push(text(u8(), Val::str)); break;                // SHORT_BINSTRING
+        case 'B': push(text(le(take(4), 4), Val::bytes)); break;    // BINBYTES
+        case 'C': push(text(u8(), Val::bytes)); break;              // SHORT_BINBYTES
+        case 0x8e: case 0x96: push(text(le(take(8), 8), Val::bytes)); break;  // BINBYTES8, BYTEARRAY8
+        case '}': push(make(Val::dict)); break;   // EMPTY_DICT
+        case ']': push(make(Val::list)); break;   // EMPTY_LIST
+        case ')': push(make(Val::tuple)); break;  // EMPTY_TUPLE
+        case 0x8f: push(make(Val::set)); break;   // EMPTY_SET
+        case 'd': case 'l': case 't': case 0x91: {  // DICT, LIST, TUPLE, FROZENSET
+          std::vector<int32_t> items = pop_mark();
+          const Val::Kind k = op == 'd' ? Val::dict : op == 'l' ? Val::list : op == 't' ? Val::tuple : Val::set;
+          if (k == Val::dict && items.size() % 2) bad("DICT with an odd number of items");
+          const int32_t v = make(k);
+          vals_[size_t(v)].items = std::move(items);
+          push(v);
+          break;
+        }
+        case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
+          const size_t k = size_t(op - 0x84);
+          if (stack_.size() < k + floor()) bad("TUPLE" + std::to_string(k) + " on a short stack");
+          const int32_t v = make(Val::tuple);
+          vals_[size_t(v)].items.assign(stack_.end() - long(k), stack_.end());
+          stack_.resize(stack_.size() - k);
+          push(v);
+          break;
+        }
+        case 'a': {  // APPEND
+          const int32_t x = pop();
+          add_items(top(), {x});
+          break;
+        }
+        case 'e': case 0x90: {  // APPENDS, ADDITEMS
+          std::vector<int32_t> items = pop_mark();
+          add_items(top(), items);
+          break;
+        }
+        case 's': {  // SETITEM
+          const int32_t v = pop(), k = pop();
+          set_items(top(), {k, v});
+          break;
+        }
+        case 'u': {  // SETITEMS
+          std::vector<int32_t> items = pop_mark();
+          if (items.size() % 2) bad("SETITEMS with an odd number of items");
+          set_items(top(), items);
+          break;
+        }
+        case 'c': {  // GLOBAL "module\nname\n"
+          const std::string module = line(), name = line();
+          push(global(module + "." + name));
+          break;
+        }
+        case 0x93: {  // STACK_GLOBAL
+          const int32_t name = pop(), module = pop();
+          if (vals_[size_t(name)].kind != Val::str || vals_[size_t(module)].kind != Val::str) bad("STACK_GLOBAL of non-strings");
+          push(global(vals_[size_t(module)].s + "." + vals_[size_t(name)].s));
+          break;
+        }
+        case 'Q': push(persistent(pop())); break;  // BINPERSID
+        case 'R': {                                 // REDUCE
+          const int32_t args = pop(), callable = pop();
+          push(reduce(callable, args, 0));
+          break;
+        }
+        case 0x81: {  // NEWOBJ
+          const int32_t args = pop(), cls = pop();
+          push(object(cls, args));
+          break;
+        }
+        case 0x92: {  // NEWOBJ_EX
+          pop();
+          const int32_t args = pop(), cls = pop();
+          push(object(cls, args));
+          break;
+        }
+        case 'b': {  // BUILD
+          const int32_t state = pop();
+          Val& o = vals_[size_t(top())];
+          if (o.kind == Val::object && o.state < 0) o.state = state;
+          break;
+        }
+        case 'q': memo_[uint32_t(u8())] = top(); break;              // BINPUT
+        case 'r': memo_[uint32_t(le(take(4), 4))] = top(); break;    // LONG_BINPUT
+        case 0x94: memo_[uint32_t(memo_.size())] = top(); break;     // MEMOIZE
+        case 'h': push(get(u8())); break;                            // BINGET
+        case 'j': push(get(uint32_t(le(take(4), 4)))); break;        // LONG_BINGET
+        default: {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "0x%02x", op);
+          bad(std::string("pickle opcode ") + hex + " at byte " + std::to_string(at_ - 1) +
+              " is not one torch.save writes (protocols 2-5)");
+        }
+      }
+    }
+  }
+
+  const std::vector<Val>& vals() const { return vals_; }
+  const std::vector<TensorRec>& tensors() const { return tensors_; }
+
+ private:
+  static constexpr size_t kMaxValues = 4u << 20;
+  static constexpr size_t kMaxString = 64u << 20;
+
+  [[noreturn]] void bad(const std::string& why) const { fail(path_, "data.pkl: " + why); }
+  const uint8_t* take(uint64_t k) {
+    if (k > n_ - at_) bad("ends inside an opcode (truncated)");
+    const uint8_t* p = p_ + at_;
+    at_ += k;
+    return p;
+  }
+  uint8_t u8() { return *take(1); }
+  void skip(uint64_t k) { take(k); }
+  std::string line() {
+    const uint8_t* s = p_ + at_;
+    const uint8_t* nl = static_cast<const uint8_t*>(std::memchr(s, '\n', size_t(std::min<uint64_t>(n_ - at_, 1024))));
+    if (!nl) bad("GLOBAL without a newline");
+    at_ += uint64_t(nl - s) + 1;
+    return std::string(reinterpret_cast<const char*>(s), size_t(nl - s));
+  }
+  int32_t make(Val::Kind k) {
+    if (vals_.size() >= kMaxValues) fail(path_, "data.pkl holds more than " + std::to_string(kMaxValues) + " values", Errc::limit_exceeded);
+    vals_.emplace_back().kind = k;
+    return int32_t(vals_.size() - 1);
+  }
+  int32_t integer(int64_t v, Val::Kind k = Val::integer) {
+    const int32_t x = make(k);
+    vals_[size_t(x)].i = v;
+    return x;
+  }
+  int32_t long_n(int len) {
+    if (len > 8) bad("an integer of " + std::to_string(len) + " bytes");
+    const uint8_t* b = take(uint64_t(len));
+    uint64_t v = len ? le(b, len) : 0;
+    if (len && len < 8 && (b[len - 1] & 0x80)) v |= ~uint64_t(0) << (8 * len);  // sign-extend
+    return integer(int64_t(v));
+  }
+  int32_t text(uint64_t len, Val::Kind k) {
+    if (len > kMaxString) fail(path_, "data.pkl: a string of " + std::to_string(len) + " bytes", Errc::limit_exceeded);
+    const uint8_t* b = take(len);
+    const int32_t v = make(k);
+    vals_[size_t(v)].s.assign(reinterpret_cast<const char*>(b), size_t(len));
+    return v;
+  }
+  size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  void push(int32_t v) { stack_.push_back(v); }
+  int32_t top() const {
+    if (stack_.size() <= floor()) bad("an opcode needs a value the stack does not have");
+    return stack_.back();
+  }
+  int32_t pop() {
+    const int32_t v = top();
+    stack_.pop_back();
+    return v;
+  }
+  std::vector<int32_t> pop_mark() {
+    if (marks_.empty()) bad("no MARK to pop to");
+    const size_t m = marks_.back();
+    marks_.pop_back();
+    std::vector<int32_t> items(stack_.begin() + long(m), stack_.end());
+    stack_.resize(m);
+    return items;
+  }
+  int32_t get(uint32_t key) const {
+    const auto it = memo_.find(key);
+    if (it == memo_.end()) bad("memo " + std::to_string(key) + " read before it was written");
+    return it->second;
+  }
+  void add_items(int32_t target, const std::vector<int32_t>& items) {
+    Val& t = vals_[size_t(target)];
+    if (t.kind != Val::list && t.kind != Val::set && t.kind != Val::object) bad("APPEND to something not a list");
+    if (t.kind == Val::object) return;  // a list subclass: its items never hold a state dict
+    t.items.insert(t.items.end(), items.begin(), items.end());
+  }
+  void set_items(int32_t target, const std::vector<int32_t>& kv) {
+    Val& t = vals_[size_t(target)];
+    if (t.kind != Val::dict && t.kind != Val::object) bad("SETITEM on something not a dict");
+    t.items.insert(t.items.end(), kv.begin(), kv.end());  // an object: a dict subclass (its items)
+  }
+  int32_t global(std::string name) {
+    const int32_t v = make(Val::global);
+    vals_[size_t(v)].s = std::move(name);
+    return v;
+  }
+  int32_t object(int32_t cls, int32_t args) {
+    const int32_t v = make(Val::object);
+    vals_[size_t(v)].s = vals_[size_t(cls)].kind == Val::global ? vals_[size_t(cls)].s : std::string("?");
+    vals_[size_t(v)].items.clear();
+    (void)args;
+    return v;
+  }
+  // ('storage', torch.XStorage, key, location, numel)
+  int32_t persistent(int32_t pid) {
+    const Val& t = vals_[size_t(pid)];
+    if (t.kind != Val::tuple || t.items.size() < 5 || vals_[size_t(t.items[0])].s != "storage")
+      bad("a persistent id that is not ('storage', type, key, location, numel)");
+    const Val type = vals_[size_t(t.items[1])];  // copies: make() below may move vals_
+    const Val key = vals_[size_t(t.items[2])];
+    const Val numel = vals_[size_t(t.items[4])];
+    if (type.kind != Val::global || key.kind != Val::str || numel.kind != Val::integer || numel.i < 0)
+      bad("a malformed storage reference");
+    std::string tn = type.s;
+    for (const char* prefix : {"torch.cuda.", "torch."})
+      if (tn.rfind(prefix, 0) == 0) {
+        tn = tn.substr(std::strlen(prefix));
+        break;
+      }
+    int32_t found = -1;
+    for (size_t k = 0; k < std::size(kStorageTypes); ++k)
+      if (tn == kStorageTypes[k].torch_name) found = int32_t(k);
+    if (found < 0) fail(path_, "a storage of type " + type.s + ", which fovea does not read", Errc::unsupported);
+    const int32_t v = make(Val::storage);
+    vals_[size_t(v)].s = key.s;
+    vals_[size_t(v)].i = numel.i;
+    vals_[size_t(v)].type = found;
+    return v;
+  }
+  std::vector<int64_t> ints(int32_t tuple, const char* what) const {
+    const Val& t = vals_[size_t(tuple)];
+    if (t.kind != Val::tuple && t.kind != Val::list) bad(std::string("a tensor's ") + what + " is not a tuple");
+    if (t.items.size() > 16) bad(std::string("a tensor's ") + what + " has " + std::to_string(t.items.size()) + " dimensions");
+    std::vector<int64_t> out;
+    for (int32_t x : t.items) {
+      if (vals_[size_t(x)].kind != Val::integer || vals_[size_t(x)].i < 0) bad(std::string("a tensor's ") + what + " holds a non-integer or a negative value");
+      out.push_back(vals_[size_t(x)].i);
+    }
+    return out;
+  }
+  int32_t reduce(int32_t callable, int32_t args, int depth) {
+    if (vals_[size_t(callable)].kind != Val::global || vals_[size_t(args)].kind != Val::tuple) return object(callable, args);
+    // Copies: vals_ grows below, which would move the values references point into.
+    const std::string g = vals_[size_t(callable)].s;
+    const std::vector<int32_t> items = vals_[size_t(args)].items;
+    if (g == "collections.OrderedDict" || g == "builtins.dict") {
+      const int32_t d = make(Val::dict);
+      // OrderedDict([(k, v), ...]): the pairs, when given.
+      if (!items.empty() && vals_[size_t(items[0])].kind == Val::list)
+        for (int32_t pr : vals_[size_t(items[0])].items) {
+          const Val& p = vals_[size_t(pr)];
+          if (p.kind == Val::tuple && p.items.size() == 2) {
+            const int32_t k = p.items[0], v = p.items[1];
+            vals_[size_t(d)].items.push_back(k), vals_[size_t(d)].items.push_back(v);
+          }
+        }
+      return d;
+    }
+    if (g == "torch._utils._rebuild_tensor_v2" || g == "torch._utils._rebuild_tensor") {
+      if (items.size() < 4 || vals_[size_t(items[0])].kind != Val::storage || vals_[size_t(items[1])].kind != Val::integer ||
+          vals_[size_t(items[1])].i < 0)
+        bad(g + " called without (storage, offset, size, stride)");
+      TensorRec t;
+      t.storage = items[0];
+      t.offset = vals_[size_t(items[1])].i;
+      t.shape = ints(items[2], "size");
+      t.stride = ints(items[3], "stride");
+      if (t.shape.size() != t.stride.size()) bad("a tensor whose size and stride differ in length");
+      if (tensors_.size() >= (1u << 24)) fail(path_, "data.pkl: too many tensors", Errc::limit_exceeded);
+      tensors_.push_back(std::move(t));
+      const int32_t v = make(Val::tensor);
+      vals_[size_t(v)].i = int64_t(tensors_.size() - 1);
+      return v;
+    }
+    if (g == "torch._utils._rebuild_parameter" || g == "torch._utils._rebuild_parameter_with_state") {
+      if (items.empty() || vals_[size_t(items[0])].kind != Val::tensor) bad(g + " called without a tensor");
+      return items[0];
+    }
+    // _rebuild_from_type_v2(func, new_type, args, state): a tensor subclass; the tensor is func(*args).
+    if (g == "torch._tensor._rebuild_from_type_v2" && depth == 0 && items.size() >= 3)
+      return reduce(items[0], items[2], depth + 1);
+    return object(callable, args);  // anything else: inert, never called
+  }
+
+  const uint8_t* p_;
+  uint64_t n_, at_ = 0;
+  const std::string& path_;
+  std::vector<Val> vals_;
+  std::vector<TensorRec> tensors_;
+  std::vector<int32_t> stack_;
+  std::vector<size_t> marks_;
+  std::unordered_map<uint32_t, int32_t> memo_;
+};
+
+// Whether any tensor is reachable from a value (through dicts and objects' states); each value
+// is looked at once, whatever the sharing, and cycles end.
+class TensorFinder {
+ public:
+  explicit TensorFinder(const std::vector<Val>& v) : v_(v) {}
+  bool operator()(int32_t x, int depth = 0) {
+    if (depth > 64) return false;
+    const auto it = state_.find(x);
+    if (it != state_.end()) return it->second == 2;  // 1: in progress (a cycle), 2: yes, 3: no
+    state_[x] = 1;
+    const Val& o = v_[size_t(x)];
+    bool yes = o.kind == Val::tensor;
+    if (o.kind == Val::dict)
+      for (size_t k = 1; k < o.items.size() && !yes; k += 2) yes = (*this)(o.items[k], depth + 1);
+    else if (o.kind == Val::object && o.state >= 0)
+      yes = (*this)(o.state, depth + 1);
+    state_[x] = yes ? 2 : 3;
+    return yes;
+  }
+
+ private:
+  const std::vector<Val>& v_;
+  std::unordered_map<int32_t, int8_t> state_;
+};
+
+const Val* dict_get(const std::vector<Val>& v, const Val& d, std::string_view key, int32_t* index = nullptr) {
+  for (size_t k = 0; k + 1 < d.items.size(); k += 2)
+    if (v[size_t(d.items[k])].kind == Val::str && v[size_t(d.items[k])].s == key) {
+      if (index) *index = d.items[k + 1];
+      return &v[size_t(d.items[k + 1])];
+    }
+  return nullptr;
+}
+
+// name -> tensor index, walking dicts (keys joined with '.') and nn.Module objects.
+struct Collector {
+  const std::vector<Val>& v;
+  std::vector<std::pair<std::string, int64_t>> out;
+  std::set<int32_t> seen;
+  void walk(int32_t x, const std::string& prefix, int depth) {
+    if (depth > 64) return;
+    const Val& o = v[size_t(x)];
+    if (o.kind == Val::tensor) {
+      out.emplace_back(prefix, o.i);
+      return;
+    }
+    if (!seen.insert(x).second) return;  // shared (tied) containers: their first name
+    auto key_of = [&](int32_t k) -> std::optional<std::string> {
+      const Val& kv = v[size_t(k)];
+      if (kv.kind == Val::str) return kv.s;
+      if (kv.kind == Val::integer) return std::to_string(kv.i);
+      return std::nullopt;
+    };
+    auto join = [&](const std::string& k) { return prefix.empty() ? k : prefix + "." + k; };
+    if (o.kind == Val::dict) {
+      for (size_t k = 0; k + 1 < o.items.size(); k += 2)
+        if (const auto key = key_of(o.items[k])) walk(o.items[k + 1], join(*key), depth + 1);
+    } else if (o.kind == Val::object && o.state >= 0) {
+      const Val& st = v[size_t(o.state)];
+      // A module's state: its parameters and buffers, then its children (state_dict()'s order).
+      if (st.kind == Val::dict && dict_get(v, st, "_parameters")) {
+        for (const char* part : {"_parameters", "_buffers"}) {
+          const Val* d = dict_get(v, st, part);
+          if (d && d->kind == Val::dict)
+            for (size_t k = 0; k + 1 < d->items.size(); k += 2)
+              if (const auto key = key_of(d->items[k]); key && v[size_t(d->items[k + 1])].kind == Val::tensor)
+                out.emplace_back(join(*key), v[size_t(d->items[k + 1])].i);
+        }
+        const Val* mods = dict_get(v, st, "_modules");
+        if (mods && mods->kind == Val::dict)
+          for (size_t k = 0; k + 1 < mods->items.size(); k += 2)
+            if (const auto key = key_of(mods->items[k])) walk(mods->items[k + 1], join(*key), depth + 1);
+      } else {
+        walk(o.state, prefix, depth + 1);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+int64_t TorchCheckpoint::Entry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+struct TorchCheckpoint::Impl {
+  io_detail::FileBytes bytes;
+  std::vector<const std::byte*> data;  // per entry: its first element (storage + offset)
+  std::map<std::string, size_t, std::less<>> by_name;
+};
+
+TorchCheckpoint::TorchCheckpoint(TorchCheckpoint&&) noexcept = default;
+TorchCheckpoint& TorchCheckpoint::operator=(TorchCheckpoint&&) noexcept = default;
+TorchCheckpoint::~TorchCheckpoint() = default;
+
+bool TorchCheckpoint::looks_like(std::span<const uint8_t> head) {
+  return head.size() >= 4 && head[0] == 'P' && head[1] == 'K' && head[2] == 3 && head[3] == 4;
+}
+
+TorchCheckpoint TorchCheckpoint::open(const std::string& path, const TorchCheckpointLimits& limits) {
+  TorchCheckpoint f;
+  f.path_ = path;
+  f.impl_ = std::make_unique<Impl>();
+  f.impl_->bytes = io_detail::FileBytes::map(path);
+  f.parse(limits);
+  return f;
+}
+
+TorchCheckpoint TorchCheckpoint::from_bytes(std::span<const uint8_t> bytes, const std::string& name,
+                                            const TorchCheckpointLimits& limits) {
+  TorchCheckpoint f;
+  f.path_ = name;
+  f.impl_ = std::make_unique<Impl>();
+  f.impl_->bytes = io_detail::FileBytes::copy(bytes);
+  f.parse(limits);
+  return f;
+}
+
+void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
+  const uint8_t* d = impl_->bytes.data();
+  const uint64_t n = impl_->bytes.size();
+  // torch.save's format before PyTorch 1.6 is a sequence of pickles starting with a magic number.
+  if (n >= 4 && d[0] == 0x80 && d[1] == 0x02 && d[2] == 0x8a && d[3] == 0x0a)
+    fail(path_, "a legacy PyTorch checkpoint (torch.save before 1.6, not a ZIP archive): load it with torch and save "
+                "it again, or convert it to safetensors", Errc::unsupported);
+  if (!looks_like({d, size_t(std::min<uint64_t>(n, 4))}))
+    fail(path_, "not a PyTorch checkpoint (a torch.save ZIP archive starts with PK\\3\\4)");
+  const std::map<std::string, ZipEntry> zip = read_zip(d, n, path_);
+  // The archive's root folder: where data.pkl is (torch names it after the file).
+  std::string root;
+  bool found = false;
+  for (const auto& [name, e] : zip) {
+    const size_t slash = name.find('/');
+    if (slash != std::string::npos && name.compare(slash + 1, std::string::npos, "data.pkl") == 0) {
+      root = name.substr(0, slash + 1);
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    for (const auto& [name, e] : zip)
+      if (name.ends_with("constants.pkl") || name.find("/code/") != std::string::npos)
+        fail(path_, "a TorchScript archive (torch.jit.save), not a torch.save checkpoint: save the model's "
+                    "state_dict() with torch.save, or convert it to safetensors", Errc::unsupported);
+    fail(path_, "a ZIP archive without <root>/data.pkl: not a torch.save checkpoint");
+  }
+  auto entry = [&](const std::string& name) -> const ZipEntry* {
+    const auto it = zip.find(root + name);
+    return it == zip.end() ? nullptr : &it->second;
+  };
+  auto readable = [&](const std::string& name, const ZipEntry& e) {
+    if (e.encrypted) fail(path_, "'" + name + "' is encrypted", Errc::unsupported);
+    if (!e.stored)
+      fail(path_, "'" + name + "' is compressed; torch.save stores its entries uncompressed (was the archive "
+                  "re-zipped?)", Errc::unsupported);
+  };
+  if (const ZipEntry* bo = entry("byteorder")) {
+    readable("byteorder", *bo);
+    const std::string order(reinterpret_cast<const char*>(d + bo->offset), size_t(std::min<uint64_t>(bo->size, 16)));
+    if (order != "little") fail(path_, "byte order '" + order + "': fovea reads little-endian checkpoints", Errc::unsupported);
+  }
+  const ZipEntry& pkl = *entry("data.pkl");
+  readable("data.pkl", pkl);
+  if (pkl.size > limits.max_pickle_bytes)
+    fail(path_, "data.pkl is " + std::to_string(pkl.size) + " bytes, more than the limit of " +
+                    std::to_string(limits.max_pickle_bytes), Errc::limit_exceeded);
+  Unpickler up(d + pkl.offset, pkl.size, path_);
+  const int32_t top = up.run();
+  const std::vector<Val>& v = up.vals();
+
+  // Where the tensors are.
+  int32_t start = top;
+  const Val& t = v[size_t(top)];
+  object_kind_ = t.kind == Val::dict ? "state dict" : t.kind == Val::object ? "object " + t.s : "";
+  if (t.kind == Val::object && t.state >= 0 && v[size_t(t.state)].kind == Val::dict &&
+      dict_get(v, v[size_t(t.state)], "_parameters"))
+    object_kind_ = "nn.Module " + t.s;
+  TensorFinder has_tensors(v);
+  if (t.kind == Val::dict) {
+    bool direct = false;
+    for (size_t k = 1; k < t.items.size() && !direct; k += 2) direct = v[size_t(t.items[k])].kind == Val::tensor;
+    if (!direct) {
+      int32_t chosen = -1;
+      for (const char* key : {"state_dict", "model_state_dict", "model", "module", "model_ema", "state_dict_ema", "ema",
+                              "teacher", "student", "net", "network"}) {
+        int32_t idx = -1;
+        if (dict_get(v, t, key, &idx) && has_tensors(idx)) {
+          chosen = idx, root_key_ = key;
+          break;
+        }
+      }
+      if (chosen < 0) {
+        std::vector<std::pair<std::string, int32_t>> with;
+        for (size_t k = 0; k + 1 < t.items.size(); k += 2)
+          if (v[size_t(t.items[k])].kind == Val::str && has_tensors(t.items[k + 1]))
+            with.emplace_back(v[size_t(t.items[k])].s, t.items[k + 1]);
+        if (with.size() == 1) chosen = with[0].second, root_key_ = with[0].first;
+        else if (with.size() > 1) {
+          std::string keys;
+          for (const auto& [k, _] : with) keys += (keys.empty() ? "" : ", ") + k;
+          fail(path_, "a checkpoint with tensors under several keys (" + keys + "): fovea cannot tell which is the "
+                      "model; save that state dict alone", Errc::unsupported);
+        }
+      }
+      if (chosen >= 0) start = chosen;
+    }
+  }
+  Collector col{v, {}, {}};
+  if (t.kind == Val::tensor) fail(path_, "holds a single tensor, not a state dict", Errc::unsupported);
+  col.walk(start, "", 0);
+  if (col.out.empty()) {
+    std::string what = t.kind == Val::dict ? "a dict without tensors" : t.kind == Val::object ? "an object of class " + t.s + " without tensors" : "no tensors";
+    if (t.kind == Val::dict) {
+      std::string keys;
+      for (size_t k = 0; k + 1 < t.items.size() && k < 40; k += 2)
+        if (v[size_t(t.items[k])].kind == Val::str) keys += (keys.empty() ? "" : ", ") + v[size_t(t.items[k])].s;
+      what += " (keys: " + keys + ")";
+    }
+    fail(path_, "no tensors found: the pickled object is " + what);
+  }
+  if (col.out.size() > limits.max_tensors)
+    fail(path_, std::to_string(col.out.size()) + " tensors, more than the limit of " + std::to_string(limits.max_tensors),
+         Errc::limit_exceeded);
+  // DataParallel / DDP wrap every name in "module.".
+  const bool wrapped = std::all_of(col.out.begin(), col.out.end(), [](const auto& p) { return p.first.rfind("module.", 0) == 0; });
+  // The tensors, checked against their storages.
+  for (auto& [name, ti] : col.out) {
+    const TensorRec& r = up.tensors()[size_t(ti)];
+    const Val& s = v[size_t(r.storage)];
+    const StorageType& st = kStorageTypes[size_t(s.type)];
+    Entry e;
+    e.name = wrapped ? name.substr(7) : name;
+    e.dtype_name = st.dtype_name;
+    e.dtype_known = st.known;
+    e.dtype = st.dtype;
+    e.element_size = st.size;
+    e.shape = r.shape;
+    e.stride = r.stride;
+    e.storage_offset = uint64_t(r.offset);
+    e.storage_key = s.s;
+    auto bad = [&](const std::string& why) { fail(path_, "tensor '" + e.name + "' " + why); };
+    const std::string key_name = "data/" + s.s;
+    const ZipEntry* z = s.s.find('/') == std::string::npos ? entry(key_name) : nullptr;
+    if (!z) bad("refers to storage '" + s.s + "', which the archive does not hold");
+    readable(key_name, *z);
+    const unsigned __int128 storage_bytes = (unsigned __int128)uint64_t(s.i) * st.size;
+    if (storage_bytes > z->size)
+      bad("needs a storage of " + std::to_string(uint64_t(s.i)) + " elements, but " + key_name + " has " +
+          std::to_string(z->size) + " bytes");
+    unsigned __int128 numel = 1, last = uint64_t(r.offset);
+    for (size_t k = 0; k < r.shape.size(); ++k) {
+      numel *= uint64_t(r.shape[k]);
+      if (numel > ((unsigned __int128)1 << 62)) bad("has more elements than any file can hold");
+      if (r.shape[k] > 0) last += (unsigned __int128)uint64_t(r.shape[k] - 1) * uint64_t(r.stride[k]);
+      if (last >> 64) bad("has strides that reach past any storage");
+    }
+    if (numel > 0 && last >= uint64_t(s.i))
+      bad("reaches element " + std::to_string(uint64_t(std::min<unsigned __int128>(last, ~uint64_t(0)))) +
+          " of a storage of " + std::to_string(uint64_t(s.i)));
+    // Row-major dense: every dimension of size > 1 has the stride of the ones after it.
+    int64_t expect = 1;
+    e.contiguous = true;
+    for (size_t k = r.shape.size(); k-- > 0;) {
+      if (r.shape[k] != 1 && r.stride[k] != expect) e.contiguous = false;
+      expect *= r.shape[k];
+    }
+    if (impl_->by_name.count(e.name)) bad("appears twice");
+    impl_->by_name.emplace(e.name, entries_.size());
+    impl_->data.push_back(reinterpret_cast<const std::byte*>(d + z->offset) + e.storage_offset * st.size);
+    entries_.push_back(std::move(e));
+  }
+}
+
+const TorchCheckpoint::Entry* TorchCheckpoint::find(std::string_view name) const {
+  const auto it = impl_->by_name.find(name);
+  return it == impl_->by_name.end() ? nullptr : &entries_[it->second];
+}
+
+std::span<const std::byte> TorchCheckpoint::data(const Entry& e) const {
+  if (!e.contiguous) return {};
+  const size_t i = size_t(&e - entries_.data());
+  return {impl_->data[i], size_t(e.numel()) * e.element_size};
+}
+
+Tensor TorchCheckpoint::load(const Entry& e) const {
+  if (!e.dtype_known)
+    throw Error(Errc::unsupported, "'" + path_ + "': tensor '" + e.name + "' has dtype " + e.dtype_name + ", which fovea does not handle");
+  Tensor t(e.dtype, e.shape);
+  const size_t es = e.element_size;
+  const int64_t n = e.numel();
+  if (n == 0) return t;
+  const std::byte* base = impl_->data[size_t(&e - entries_.data())];
+  if (e.contiguous) {
+    std::memcpy(t.bytes(), base, size_t(n) * es);
+    return t;
+  }
+  // Strided: walk the index odometer.
+  const size_t rank = e.shape.size();
+  std::vector<int64_t> idx(rank, 0);
+  std::byte* out = t.bytes();
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t off = 0;
+    for (size_t j = 0; j < rank; ++j) off += idx[j] * e.stride[j];
+    std::memcpy(out + size_t(k) * es, base + size_t(off) * es, es);
+    for (size_t j = rank; j-- > 0;) {
+      if (++idx[j] < e.shape[j]) break;
+      idx[j] = 0;
+    }
+  }
+  return t;
+}
+
+Tensor TorchCheckpoint::load_f32(const Entry& e) const { return to_f32(load(e)); }
+
+bool looks_like_torch_checkpoint(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  uint8_t magic[4] = {};
+  const ssize_t n = ::read(fd, magic, 4);
+  ::close(fd);
+  if (n != 4) return false;
+  const bool legacy = magic[0] == 0x80 && magic[1] == 0x02 && magic[2] == 0x8a && magic[3] == 0x0a;
+  return legacy || TorchCheckpoint::looks_like(magic);
+}
+
+}  // namespace fovea
