@@ -605,13 +605,12 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
       break;
     }
   }
-  if (!found) {
-    for (const auto& [name, e] : zip)
-      if (name.ends_with("constants.pkl") || name.find("/code/") != std::string::npos)
-        fail(path_, "a TorchScript archive (torch.jit.save), not a torch.save checkpoint: save the model's "
-                    "state_dict() with torch.save, or convert it to safetensors", Errc::unsupported);
-    fail(path_, "a ZIP archive without <root>/data.pkl: not a torch.save checkpoint");
-  }
+  // TorchScript (torch.jit.save) archives hold data.pkl too, beside the model's code.
+  for (const auto& [name, e] : zip)
+    if (name.ends_with("/constants.pkl") || name.find("/code/") != std::string::npos)
+      fail(path_, "a TorchScript archive (torch.jit.save), not a torch.save checkpoint: save the model's "
+                  "state_dict() with torch.save, or convert it to safetensors", Errc::unsupported);
+  if (!found) fail(path_, "a ZIP archive without <root>/data.pkl: not a torch.save checkpoint");
   auto entry = [&](const std::string& name) -> const ZipEntry* {
     const auto it = zip.find(root + name);
     return it == zip.end() ? nullptr : &it->second;

@@ -1,0 +1,196 @@
+// The PyTorch checkpoint reader (fovea/torch_checkpoint.hpp) on the files
+// scripts/make_torch_checkpoints.py wrote with Debian's torch (tests/data/torch/): names, dtypes,
+// views and values as torch saved them, the shapes of checkpoint users bring (training
+// checkpoints, DataParallel names, whole pickled modules), the formats refused by name, and
+// damaged or hostile archives giving one fovea::Error.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "fovea/error.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/torch_checkpoint.hpp"
+#include "test_util.hpp"
+
+using namespace fovea;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string data(const std::string& file) { return test::source_dir() + "/tests/data/torch/" + file; }
+
+std::vector<uint8_t> bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+bool same_values(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.bytes(), b.bytes(), a.size_bytes()) == 0;
+}
+
+Errc code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return Errc::internal;  // (no error)
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// A plain state dict: every tensor of the safetensors file the weights came from, same names,
+// shapes and bytes, F32 and contiguous, so data() is the tensor where it lies.
+TEST(TorchCheckpoint, StateDictHoldsTheSafetensorsTensors) {
+  const TorchCheckpoint ck = TorchCheckpoint::open(data("torchvision/vit.pth"));
+  const SafetensorsFile st = SafetensorsFile::open(test::source_dir() + "/tests/data/encoder/torchvision/model.safetensors");
+  EXPECT_EQ(ck.object_kind(), "state dict");
+  EXPECT_EQ(ck.root_key(), "");
+  ASSERT_EQ(ck.entries().size(), st.entries().size());
+  for (const auto& e : st.entries()) {
+    const TorchCheckpoint::Entry* t = ck.find(e.name);
+    ASSERT_NE(t, nullptr) << e.name;
+    EXPECT_EQ(t->dtype_name, "F32") << e.name;
+    EXPECT_TRUE(t->contiguous) << e.name;
+    EXPECT_TRUE(same_values(ck.load(*t), st.load(e))) << e.name;
+    const auto raw = ck.data(*t);
+    ASSERT_EQ(raw.size(), st.data(e).size()) << e.name;
+    EXPECT_EQ(std::memcmp(raw.data(), st.data(e).data(), raw.size()), 0) << e.name;
+  }
+  EXPECT_EQ(ck.find("no.such.tensor"), nullptr);
+}
+
+// Dtypes, strided views, storage offsets, shared storages, 0-d and empty tensors and nested
+// dicts, against the contiguous copies torch wrote beside them.
+TEST(TorchCheckpoint, DtypesViewsAndNestingAsTorchSavedThem) {
+  const TorchCheckpoint ck = TorchCheckpoint::open(data("tensors.pt"));
+  const SafetensorsFile want = SafetensorsFile::open(data("tensors_expected.safetensors"));
+  std::set<std::string> names;
+  for (const auto& e : ck.entries()) names.insert(e.name);
+  for (const auto& e : want.entries()) {
+    SCOPED_TRACE(e.name);
+    const TorchCheckpoint::Entry* t = ck.find(e.name);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->dtype_name, e.dtype_name);
+    EXPECT_EQ(t->shape, e.shape);
+    if (e.dtype_name == "BOOL") {  // no DType: refused by load(), as safetensors' reader does
+      EXPECT_FALSE(t->dtype_known);
+      EXPECT_EQ(code_of([&] { ck.load(*t); }), Errc::unsupported);
+      continue;
+    }
+    EXPECT_TRUE(same_values(ck.load(*t), want.load(e)));
+    EXPECT_TRUE(same_values(ck.load_f32(*t), want.load_f32(e)));
+    names.erase(e.name);
+  }
+  names.erase("bool");
+  EXPECT_TRUE(names.empty()) << *names.begin();  // nothing beyond what torch saved
+  const TorchCheckpoint::Entry* tr = ck.find("transposed");
+  EXPECT_FALSE(tr->contiguous);
+  EXPECT_TRUE(ck.data(*tr).empty());  // no zero-copy view of a strided tensor
+  EXPECT_EQ(tr->stride, (std::vector<int64_t>{1, 6}));
+  EXPECT_EQ(ck.find("sliced")->storage_offset, 8u);
+  EXPECT_EQ(ck.find("shared_a")->storage_key, ck.find("shared_b")->storage_key);
+  EXPECT_TRUE(ck.find("scalar")->shape.empty());
+  EXPECT_EQ(ck.find("nested.deeper.leaf")->shape, (std::vector<int64_t>{3}));
+}
+
+// What users bring besides a bare state dict: a training checkpoint (the model under "model",
+// DataParallel's "module." names, an argparse Namespace and a numpy scalar beside it) and a
+// whole pickled nn.Module; both give the state dict's names and values.
+TEST(TorchCheckpoint, TrainingCheckpointsAndPickledModulesGiveTheStateDict) {
+  const TorchCheckpoint sd = TorchCheckpoint::open(data("torchvision/vit.pth"));
+  for (const char* file : {"torchvision/checkpoint.pth", "torchvision/module.pt"}) {
+    SCOPED_TRACE(file);
+    const TorchCheckpoint ck = TorchCheckpoint::open(data(file));
+    ASSERT_EQ(ck.entries().size(), sd.entries().size());
+    for (const auto& e : sd.entries()) {
+      const TorchCheckpoint::Entry* t = ck.find(e.name);
+      ASSERT_NE(t, nullptr) << e.name;
+      EXPECT_TRUE(same_values(ck.load(*t), sd.load(e))) << e.name;
+    }
+  }
+  EXPECT_EQ(TorchCheckpoint::open(data("torchvision/checkpoint.pth")).root_key(), "model");
+  EXPECT_EQ(TorchCheckpoint::open(data("torchvision/module.pt")).object_kind(),
+            "nn.Module torchvision.models.vision_transformer.VisionTransformer");
+}
+
+// A pickle that would run a command under pickle.load: its tensor is read, the object stays an
+// inert placeholder, and nothing runs.
+TEST(TorchCheckpoint, AHostileGlobalIsNeverCalled) {
+  const std::string marker = "/tmp/fovea-torch-checkpoint-pwned";
+  fs::remove(marker);
+  const TorchCheckpoint ck = TorchCheckpoint::open(data("evil.pt"));
+  ASSERT_EQ(ck.entries().size(), 1u);
+  EXPECT_EQ(ck.entries()[0].name, "weight");
+  EXPECT_FALSE(fs::exists(marker));
+  // The bytes in memory say os.system: proof the fixture is the hostile one.
+  const std::vector<uint8_t> b = bytes_of(data("evil.pt"));
+  const std::string s(b.begin(), b.end());
+  EXPECT_NE(s.find("system"), std::string::npos);
+}
+
+TEST(TorchCheckpoint, OtherFormatsAreRefusedByName) {
+  const std::string legacy = message_of([&] { TorchCheckpoint::open(data("legacy.pt")); });
+  EXPECT_NE(legacy.find("legacy PyTorch checkpoint"), std::string::npos) << legacy;
+  EXPECT_EQ(code_of([&] { TorchCheckpoint::open(data("legacy.pt")); }), Errc::unsupported);
+  const std::string script = message_of([&] { TorchCheckpoint::open(data("script.pt")); });
+  EXPECT_NE(script.find("TorchScript"), std::string::npos) << script;
+  const std::string st = message_of([&] { TorchCheckpoint::open(data("tensors_expected.safetensors")); });
+  EXPECT_NE(st.find("not a PyTorch checkpoint"), std::string::npos) << st;
+  EXPECT_TRUE(looks_like_torch_checkpoint(data("legacy.pt")));
+  EXPECT_TRUE(looks_like_torch_checkpoint(data("torchvision/vit.pth")));
+  EXPECT_FALSE(looks_like_torch_checkpoint(data("tensors_expected.safetensors")));
+  EXPECT_FALSE(looks_like_torch_checkpoint(data("no-such-file.pt")));
+}
+
+// Every truncation of a checkpoint, and seeded random damage to its bytes, gives a
+// fovea::Error or a checkpoint whose every tensor loads: never a crash or another exception
+// (ASan and UBSan check the reads in the sanitizer job; fuzz_torch goes further).
+TEST(TorchCheckpoint, DamagedArchivesGiveOneError) {
+  for (const char* file : {"tensors.pt", "evil.pt", "torchvision/vit.pth"}) {
+    SCOPED_TRACE(file);
+    const std::vector<uint8_t> good = bytes_of(data(file));
+    auto check = [&](const std::vector<uint8_t>& b) {
+      try {
+        const TorchCheckpoint ck = TorchCheckpoint::from_bytes(b, "damaged.pt");
+        for (const auto& e : ck.entries())
+          if (e.dtype_known) (void)ck.load_f32(e);
+      } catch (const Error&) {
+      }
+    };
+    int truncated_errors = 0;
+    for (size_t cut = 0; cut < good.size(); cut += std::max<size_t>(1, good.size() / 97)) {
+      std::vector<uint8_t> b(good.begin(), good.begin() + long(cut));
+      if (code_of([&] { TorchCheckpoint::from_bytes(b, "cut.pt"); }) != Errc::internal) ++truncated_errors;
+      check(b);
+    }
+    EXPECT_GT(truncated_errors, 0);
+    std::mt19937 rng(7);
+    for (int round = 0; round < 300; ++round) {
+      std::vector<uint8_t> b = good;
+      const int flips = 1 + int(rng() % 8);
+      for (int k = 0; k < flips; ++k) b[rng() % b.size()] = uint8_t(rng());
+      check(b);
+    }
+  }
+  // A truncated archive says so (its directory is gone): corrupt_data, naming the file.
+  const std::vector<uint8_t> good = bytes_of(data("torchvision/vit.pth"));
+  const std::vector<uint8_t> half(good.begin(), good.begin() + long(good.size() / 2));
+  const std::string why = message_of([&] { TorchCheckpoint::from_bytes(half, "half.pth"); });
+  EXPECT_NE(why.find("'half.pth'"), std::string::npos) << why;
+  EXPECT_EQ(code_of([&] { TorchCheckpoint::from_bytes(half, "half.pth"); }), Errc::corrupt_data);
+}
