@@ -204,7 +204,8 @@ Runner setup(CLI::App& sub) {
                  "ViT checkpoint: .safetensors (HF CLIP/SigLIP/LLaVA, HF ViT/DINOv2, timm ViT/DeiT or "
                  "torchvision ViT; a sharded "
                  "model.safetensors.index.json or its directory; config.json and preprocessor_config.json beside "
-                 "it are read), a llama.cpp mmproj .gguf, or random:vit-b16 / "
+                 "it are read), a PyTorch .pt/.pth/pytorch_model.bin of the same (read without running its "
+                 "pickle), a llama.cpp mmproj .gguf, or random:vit-b16 / "
                  "random:vit-s16 (random weights, benchmarks only). Its preprocessing (mean, std) is used "
                  "unless --mean/--std are given")
       ->required()
