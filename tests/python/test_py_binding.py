@@ -321,3 +321,20 @@ def test_docstrings_and_stubs():
     assert "budget" in fovea.tokenize.__doc__ and "GIL" in fovea.Model.encode.__doc__
     import pathlib
     assert (pathlib.Path(fovea.__file__).parent / "_fovea.pyi").exists()
+
+
+def test_pytorch_checkpoints_load_like_their_safetensors():
+    """fovea.Model reads torch.save files (here written by scripts/make_torch_checkpoints.py
+    from the torchvision fixture's weights) without torch: the same embeddings, bit for bit."""
+    root = os.path.join(os.path.dirname(__file__), "..", "data")
+    st = fovea.Model(os.path.join(root, "encoder", "torchvision", "model.safetensors"))
+    arr = photo(5, 64, 64)
+    toks = fovea.tokenize(arr, budget=16, patch=st.config["patch_size"], mean=st.config["mean"], std=st.config["std"])
+    want = st.encode(toks, threads=1)
+    for name in ("vit.pth", "checkpoint.pth", "module.pt"):
+        m = fovea.Model(os.path.join(root, "torch", "torchvision", name))
+        assert m.config["naming"] == "torchvision"
+        got = m.encode(toks, threads=1)
+        assert np.array_equal(np.asarray(got), np.asarray(want)), name
+    with pytest.raises(RuntimeError, match="legacy PyTorch checkpoint"):
+        fovea.Model(os.path.join(root, "torch", "legacy.pt"))

@@ -338,6 +338,7 @@ int default_heads(int hidden) {
     case 1024: return 16;
     case 1152: return 16;  // SigLIP so400m
     case 1280: return 16;  // ViT-H
+    case 1408: return 16;  // ViT-g (timm vit_giant_patch14)
     case 1664: return 16;  // ViT-bigG
     default: return std::max(1, hidden / 64);
   }
