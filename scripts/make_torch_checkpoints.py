@@ -25,6 +25,9 @@ What each file is:
   tensors_expected.safetensors     those tensors, contiguous, for the test to compare with
   evil.pt                          a state dict plus an object whose __reduce__ is os.system(...):
                                    fovea must read the tensor and never call anything
+  zip64.pt                         tensors.pt's entries rewritten as ZIP64 (every size and offset
+                                   in the ZIP64 extra fields and end records), as torch writes
+                                   archives over 4 GiB: the reader must find the same tensors
   legacy.pt                        torch.save(..., _use_new_zipfile_serialization=False)
   script.pt                        torch.jit.save of a scripted module (TorchScript)
 """
@@ -73,6 +76,47 @@ def save_safetensors_plain(path, tensors):
     h += b" " * ((8 - len(h) % 8) % 8)
     with open(path, "wb") as f:
         f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+def write_zip64(src, dst):
+    """Rewrites the stored ZIP archive `src` with every 32-bit size and offset saturated
+    (0xFFFFFFFF) and the real values in ZIP64 extra fields, plus the ZIP64 end record and its
+    locator: the layout of an archive too big for 32-bit fields, at a size a test can hold.
+    Data offsets stay 64-byte aligned (torch aligns storages; the reader maps them in place)."""
+    import struct
+    import zipfile
+    zin = zipfile.ZipFile(src)
+    out = bytearray()
+    central = []
+    for info in zin.infolist():
+        data = zin.read(info.filename)
+        name = info.filename.encode()
+        z64 = struct.pack("<HHQQ", 1, 16, len(data), len(data))  # local: sizes only
+        base = len(out) + 30 + len(name) + len(z64) + 4
+        pad = (-base) % 64
+        pad_field = struct.pack("<HH", 0x4246, pad) + b"Z" * pad  # torch's "FB" padding field
+        offset = len(out)
+        out += struct.pack("<IHHHHHIIIHH", 0x04034b50, 45, 0, 0, 0, 0, zipfile.crc32(data), 0xFFFFFFFF,
+                           0xFFFFFFFF, len(name), len(z64) + len(pad_field))
+        out += name + z64 + pad_field + data
+        central.append((name, zipfile.crc32(data), len(data), offset))
+    cd_start = len(out)
+    for name, crc, size, offset in central:
+        z64 = struct.pack("<HHQQQ", 1, 24, size, size, offset)
+        out += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014b50, 45, 45, 0, 0, 0, 0, crc, 0xFFFFFFFF, 0xFFFFFFFF,
+                           len(name), len(z64), 0, 0, 0, 0, 0xFFFFFFFF)
+        out += name + z64
+    cd_size = len(out) - cd_start
+    z64_end = len(out)
+    out += struct.pack("<IQHHIIQQQQ", 0x06064b50, 44, 45, 45, 0, 0, len(central), len(central), cd_size, cd_start)
+    out += struct.pack("<IIQI", 0x07064b50, 0, z64_end, 1)
+    out += struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    with open(dst, "wb") as f:
+        f.write(out)
+    # Python's own reader agrees it is a ZIP64 archive with the same entries.
+    assert zipfile.ZipFile(dst).namelist() == zin.namelist()
+    for n in zin.namelist():
+        assert zipfile.ZipFile(dst).read(n) == zin.read(n)
 
 
 def main():
@@ -147,6 +191,8 @@ def main():
     flat["nested.inner"] = saved["nested"]["inner"]
     flat["nested.deeper.leaf"] = saved["nested"]["deeper"]["leaf"]
     save_safetensors_plain(os.path.join(out, "tensors_expected.safetensors"), flat)
+
+    write_zip64(os.path.join(out, "tensors.pt"), os.path.join(out, "zip64.pt"))
 
     # Hostile and refused files.
     torch.save({"weight": torch.ones(2, 3), "payload": Evil()}, os.path.join(out, "evil.pt"))

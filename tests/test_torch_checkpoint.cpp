@@ -108,6 +108,22 @@ TEST(TorchCheckpoint, DtypesViewsAndNestingAsTorchSavedThem) {
   EXPECT_EQ(ck.find("nested.deeper.leaf")->shape, (std::vector<int64_t>{3}));
 }
 
+// An archive in ZIP64 form (as torch writes files over 4 GiB: sizes and offsets in the ZIP64
+// extra fields, a ZIP64 end record): the same tensors as the plain archive it was rewritten from.
+TEST(TorchCheckpoint, Zip64ArchivesReadAsPlainOnes) {
+  const TorchCheckpoint plain = TorchCheckpoint::open(data("tensors.pt"));
+  const TorchCheckpoint z64 = TorchCheckpoint::open(data("zip64.pt"));
+  ASSERT_EQ(z64.entries().size(), plain.entries().size());
+  for (const auto& e : plain.entries()) {
+    SCOPED_TRACE(e.name);
+    const TorchCheckpoint::Entry* t = z64.find(e.name);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->shape, e.shape);
+    EXPECT_EQ(t->dtype_name, e.dtype_name);
+    if (e.dtype_known) EXPECT_TRUE(same_values(z64.load(*t), plain.load(e)));
+  }
+}
+
 // What users bring besides a bare state dict: a training checkpoint (the model under "model",
 // DataParallel's "module." names, an argparse Namespace and a numpy scalar beside it) and a
 // whole pickled nn.Module; both give the state dict's names and values.
