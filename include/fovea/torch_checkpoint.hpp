@@ -50,7 +50,7 @@ namespace fovea {
 
 struct TorchCheckpointLimits {
   uint64_t max_pickle_bytes = 256ull << 20;  // data.pkl
-  uint64_t max_tensors = 1u << 20;
+  uint64_t max_tensors = 1u << 18;  // names (of at most 1024 bytes each)
 };
 
 class TorchCheckpoint {

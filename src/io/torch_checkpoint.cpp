@@ -285,6 +285,7 @@ class Unpickler {
  private:
   static constexpr size_t kMaxValues = 4u << 20;
   static constexpr size_t kMaxString = 64u << 20;
+  static constexpr size_t kMaxCopied = 16u << 20;
 
   [[noreturn]] void bad(const std::string& why) const { fail(path_, "data.pkl: " + why); }
   const uint8_t* take(uint64_t k) {
@@ -350,6 +351,13 @@ class Unpickler {
     if (it == memo_.end()) bad("memo " + std::to_string(key) + " read before it was written");
     return it->second;
   }
+  // Container items made by copying (not moved off the stack) count against a budget: a pickle
+  // of n bytes could otherwise copy a long list n times.
+  void grow(size_t k) {
+    copied_ += k;
+    if (copied_ > kMaxCopied)
+      fail(path_, "data.pkl builds more than " + std::to_string(kMaxCopied) + " container items", Errc::limit_exceeded);
+  }
   void add_items(int32_t target, const std::vector<int32_t>& items) {
     Val& t = vals_[size_t(target)];
     if (t.kind != Val::list && t.kind != Val::set && t.kind != Val::object) bad("APPEND to something not a list");
@@ -378,12 +386,16 @@ class Unpickler {
     const Val& t = vals_[size_t(pid)];
     if (t.kind != Val::tuple || t.items.size() < 5 || vals_[size_t(t.items[0])].s != "storage")
       bad("a persistent id that is not ('storage', type, key, location, numel)");
-    const Val type = vals_[size_t(t.items[1])];  // copies: make() below may move vals_
-    const Val key = vals_[size_t(t.items[2])];
-    const Val numel = vals_[size_t(t.items[4])];
-    if (type.kind != Val::global || key.kind != Val::str || numel.kind != Val::integer || numel.i < 0)
+    // Only the scalars are copied (make() below may move vals_): a hostile pickle could make the
+    // tuple's members huge lists and reuse them through the memo.
+    const Val& type = vals_[size_t(t.items[1])];
+    const Val& key_v = vals_[size_t(t.items[2])];
+    const Val& numel_v = vals_[size_t(t.items[4])];
+    if (type.kind != Val::global || key_v.kind != Val::str || numel_v.kind != Val::integer || numel_v.i < 0)
       bad("a malformed storage reference");
-    std::string tn = type.s;
+    const std::string key = key_v.s, type_name = type.s;
+    const int64_t numel = numel_v.i;
+    std::string tn = type_name;
     for (const char* prefix : {"torch.cuda.", "torch."})
       if (tn.rfind(prefix, 0) == 0) {
         tn = tn.substr(std::strlen(prefix));
@@ -392,10 +404,10 @@ class Unpickler {
     int32_t found = -1;
     for (size_t k = 0; k < std::size(kStorageTypes); ++k)
       if (tn == kStorageTypes[k].torch_name) found = int32_t(k);
-    if (found < 0) fail(path_, "a storage of type " + type.s + ", which fovea does not read", Errc::unsupported);
+    if (found < 0) fail(path_, "a storage of type " + type_name + ", which fovea does not read", Errc::unsupported);
     const int32_t v = make(Val::storage);
-    vals_[size_t(v)].s = key.s;
-    vals_[size_t(v)].i = numel.i;
+    vals_[size_t(v)].s = key;
+    vals_[size_t(v)].i = numel;
     vals_[size_t(v)].type = found;
     return v;
   }
@@ -414,18 +426,23 @@ class Unpickler {
     if (vals_[size_t(callable)].kind != Val::global || vals_[size_t(args)].kind != Val::tuple) return object(callable, args);
     // Copies: vals_ grows below, which would move the values references point into.
     const std::string g = vals_[size_t(callable)].s;
-    const std::vector<int32_t> items = vals_[size_t(args)].items;
+    // The first arguments only (all any recognised call reads): the tuple may be huge and reused.
+    const std::vector<int32_t>& all = vals_[size_t(args)].items;
+    const std::vector<int32_t> items(all.begin(), all.begin() + long(std::min<size_t>(all.size(), 4)));
     if (g == "collections.OrderedDict" || g == "builtins.dict") {
       const int32_t d = make(Val::dict);
       // OrderedDict([(k, v), ...]): the pairs, when given.
-      if (!items.empty() && vals_[size_t(items[0])].kind == Val::list)
-        for (int32_t pr : vals_[size_t(items[0])].items) {
+      if (!items.empty() && vals_[size_t(items[0])].kind == Val::list) {
+        const std::vector<int32_t>& pairs = vals_[size_t(items[0])].items;  // (no make() below)
+        grow(2 * pairs.size());  // copied from a list the memo may hand out again and again
+        for (int32_t pr : pairs) {
           const Val& p = vals_[size_t(pr)];
           if (p.kind == Val::tuple && p.items.size() == 2) {
             const int32_t k = p.items[0], v = p.items[1];
             vals_[size_t(d)].items.push_back(k), vals_[size_t(d)].items.push_back(v);
           }
         }
+      }
       return d;
     }
     if (g == "torch._utils._rebuild_tensor_v2" || g == "torch._utils._rebuild_tensor") {
@@ -462,6 +479,7 @@ class Unpickler {
   std::vector<int32_t> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint32_t, int32_t> memo_;
+  size_t copied_ = 0;
 };
 
 // Whether any tensor is reachable from a value (through dicts and objects' states); each value
@@ -499,21 +517,34 @@ const Val* dict_get(const std::vector<Val>& v, const Val& d, std::string_view ke
 }
 
 // name -> tensor index, walking dicts (keys joined with '.') and nn.Module objects.
+// Bounded: at most max_tensors names of at most kMaxName bytes (a hostile pickle could otherwise
+// name one tensor, through the memo, under a million long paths).
 struct Collector {
   const std::vector<Val>& v;
+  const std::string& path;
+  uint64_t max_tensors;
   std::vector<std::pair<std::string, int64_t>> out;
   std::set<int32_t> seen;
+  static constexpr size_t kMaxName = 1024;
+  void add(std::string name, int64_t tensor) {
+    if (name.size() > kMaxName)
+      fail(path, "a tensor name of " + std::to_string(name.size()) + " bytes (more than " + std::to_string(kMaxName) + ")",
+           Errc::limit_exceeded);
+    if (out.size() >= max_tensors)
+      fail(path, "more than " + std::to_string(max_tensors) + " tensors", Errc::limit_exceeded);
+    out.emplace_back(std::move(name), tensor);
+  }
   void walk(int32_t x, const std::string& prefix, int depth) {
-    if (depth > 64) return;
+    if (depth > 64 || prefix.size() > kMaxName) return;
     const Val& o = v[size_t(x)];
     if (o.kind == Val::tensor) {
-      out.emplace_back(prefix, o.i);
+      add(prefix, o.i);
       return;
     }
     if (!seen.insert(x).second) return;  // shared (tied) containers: their first name
     auto key_of = [&](int32_t k) -> std::optional<std::string> {
       const Val& kv = v[size_t(k)];
-      if (kv.kind == Val::str) return kv.s;
+      if (kv.kind == Val::str) return kv.s.size() <= kMaxName ? std::optional<std::string>(kv.s) : std::nullopt;
       if (kv.kind == Val::integer) return std::to_string(kv.i);
       return std::nullopt;
     };
@@ -530,7 +561,7 @@ struct Collector {
           if (d && d->kind == Val::dict)
             for (size_t k = 0; k + 1 < d->items.size(); k += 2)
               if (const auto key = key_of(d->items[k]); key && v[size_t(d->items[k + 1])].kind == Val::tensor)
-                out.emplace_back(join(*key), v[size_t(d->items[k + 1])].i);
+                add(join(*key), v[size_t(d->items[k + 1])].i);
         }
         const Val* mods = dict_get(v, st, "_modules");
         if (mods && mods->kind == Val::dict)
@@ -672,7 +703,7 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
       if (chosen >= 0) start = chosen;
     }
   }
-  Collector col{v, {}, {}};
+  Collector col{v, path_, limits.max_tensors, {}, {}};
   if (t.kind == Val::tensor) fail(path_, "holds a single tensor, not a state dict", Errc::unsupported);
   col.walk(start, "", 0);
   if (col.out.empty()) {
@@ -685,9 +716,6 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
     }
     fail(path_, "no tensors found: the pickled object is " + what);
   }
-  if (col.out.size() > limits.max_tensors)
-    fail(path_, std::to_string(col.out.size()) + " tensors, more than the limit of " + std::to_string(limits.max_tensors),
-         Errc::limit_exceeded);
   // DataParallel / DDP wrap every name in "module.".
   const bool wrapped = std::all_of(col.out.begin(), col.out.end(), [](const auto& p) { return p.first.rfind("module.", 0) == 0; });
   // The tensors, checked against their storages.
