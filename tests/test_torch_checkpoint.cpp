@@ -51,7 +51,66 @@ std::string message_of(const std::function<void()>& f) {
   return "";
 }
 
+// A stored ZIP archive of `files` (name, bytes), as torch.save lays one out (CRCs left 0: the
+// reader does not check them).
+std::vector<uint8_t> zip_of(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<uint8_t> out, central;
+  auto put = [](std::vector<uint8_t>& v, uint64_t x, int n) {
+    for (int i = 0; i < n; ++i) v.push_back(uint8_t(x >> (8 * i)));
+  };
+  for (const auto& [name, body] : files) {
+    const uint64_t offset = out.size();
+    put(out, 0x04034b50, 4), put(out, 20, 2), put(out, 0, 2), put(out, 0, 2), put(out, 0, 4), put(out, 0, 4);
+    put(out, body.size(), 4), put(out, body.size(), 4), put(out, name.size(), 2), put(out, 0, 2);
+    out.insert(out.end(), name.begin(), name.end());
+    out.insert(out.end(), body.begin(), body.end());
+    put(central, 0x02014b50, 4), put(central, 20, 2), put(central, 20, 2), put(central, 0, 2), put(central, 0, 2);
+    put(central, 0, 4), put(central, 0, 4), put(central, body.size(), 4), put(central, body.size(), 4);
+    put(central, name.size(), 2), put(central, 0, 2), put(central, 0, 2), put(central, 0, 2), put(central, 0, 2);
+    put(central, 0, 4), put(central, offset, 4);
+    central.insert(central.end(), name.begin(), name.end());
+  }
+  const uint64_t cd = out.size();
+  out.insert(out.end(), central.begin(), central.end());
+  put(out, 0x06054b50, 4), put(out, 0, 2), put(out, 0, 2), put(out, files.size(), 2), put(out, files.size(), 2);
+  put(out, central.size(), 4), put(out, cd, 4), put(out, 0, 2);
+  return out;
+}
+
 }  // namespace
+
+// Hostile pickles that would exhaust time or memory, not the rules: each ends fast with one
+// error (a budget or "no tensors"), never a hang, a stack overflow or gigabytes allocated.
+TEST(TorchCheckpoint, HostilePicklesAreBounded) {
+  using namespace std::string_literals;  // (the pickles hold NUL bytes)
+  auto open_pickle = [](const std::string& pkl) {
+    const std::vector<uint8_t> z = zip_of({{"a/data.pkl", pkl}});
+    return code_of([&] { TorchCheckpoint::from_bytes(z, "hostile.pt"); });
+  };
+  // A list of 100,000 (k, v) pairs, then OrderedDict(that list) 2000 times through the memo:
+  // 400 M items copied without the budget.
+  std::string p = "\x80\x02(";
+  for (int i = 0; i < 100000; ++i) p += "NN\x86";  // (None, None)
+  p += "l";                                           // LIST
+  p += "q\x00"s;                                      // memo 0 = the list
+  p += "ccollections\nOrderedDict\nq\x01";         // memo 1 = OrderedDict
+  p += "(";
+  for (int i = 0; i < 2000; ++i) p += "h\x01h\x00\x85R"s;  // OrderedDict((list,))
+  p += "l.";
+  EXPECT_EQ(open_pickle(p), Errc::limit_exceeded);
+  // 200,000 nested lists: the machine is iterative, the walk bounded.
+  std::string deep = "\x80\x02";
+  for (int i = 0; i < 200000; ++i) deep += "]";
+  for (int i = 0; i < 199999; ++i) deep += "a";
+  deep += ".";
+  EXPECT_EQ(open_pickle(deep), Errc::corrupt_data);  // no tensors
+  // A dict that holds itself: the search ends.
+  EXPECT_EQ(open_pickle("\x80\x02}q\x00X\x01\x00\x00\x00"s + "a" + "h\x00s."s), Errc::corrupt_data);
+  // Reading a memo that was never written, an unknown opcode, a truncated pickle.
+  EXPECT_EQ(open_pickle("\x80\x02h\x05."), Errc::corrupt_data);
+  EXPECT_EQ(open_pickle("\x80\x02\xff."), Errc::corrupt_data);
+  EXPECT_EQ(open_pickle("\x80\x02X\xff\xff\x00\x00"s + "ab"), Errc::corrupt_data);
+}
 
 // A plain state dict: every tensor of the safetensors file the weights came from, same names,
 // shapes and bytes, F32 and contiguous, so data() is the tensor where it lies.
