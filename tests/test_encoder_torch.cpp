@@ -9,7 +9,9 @@
 #include <filesystem>
 
 #include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
 #include "fovea/safetensors.hpp"
+#include "fovea/torch_checkpoint.hpp"
 #include "test_util.hpp"
 
 using namespace fovea;
@@ -75,5 +77,41 @@ TEST(EncoderTorch, RefusedFilesAreOneLineAndNoOutput) {
     EXPECT_EQ(r.err.rfind("fovea: error: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_FALSE(std::filesystem::exists(dir + "/e.safetensors"));
+  }
+}
+
+// A model inside a wrapper (a PyTorch Lightning module's "model.", a task model's
+// "model.backbone.", with a loss's tensor beside it): found under its prefix, encoded as the bare
+// checkpoint; the other tensors are counted as ignored.
+TEST(EncoderTorch, AModelInsideAWrapperIsFoundUnderItsPrefix) {
+  const std::string dir = test::temp_dir("enc_torch_wrapped");
+  const std::string image = encoder_data("torchvision/image.png");
+  const SafetensorsFile want = encode_cli(encoder_data("torchvision/model.safetensors"), image, dir + "/want.safetensors");
+  const TorchCheckpoint src = TorchCheckpoint::open(torch_data("torchvision/vit.pth"));
+  for (const std::string prefix : {"model.", "model.backbone."}) {
+    SCOPED_TRACE(prefix);
+    std::vector<Tensor> keep;
+    std::vector<std::string> names;
+    for (const auto& e : src.entries()) keep.push_back(src.load(e)), names.push_back(prefix + e.name);
+    keep.emplace_back(DType::f32, std::vector<int64_t>{3}), names.push_back("criterion.pos_weight");
+    std::vector<NamedTensor> ts;
+    for (size_t i = 0; i < keep.size(); ++i) ts.push_back({names[i], &keep[i]});
+    const std::string sub = dir + "/" + std::to_string(prefix.size());
+    std::filesystem::create_directories(sub);
+    std::filesystem::copy_file(torch_data("torchvision/config.json"), sub + "/config.json");
+    save_safetensors(sub + "/model.safetensors", ts);
+    const SafetensorsFile got = encode_cli(sub + "/model.safetensors", image, sub + "/got.safetensors");
+    expect_same_tensors(want, got);
+    const VitModel m = VitModel::load(sub + "/model.safetensors");
+    EXPECT_EQ(m.config().naming, "torchvision");
+  }
+  // No prefix holds a model: the error names what fovea looked for.
+  Tensor t(DType::f32, {2, 2});
+  save_safetensors(dir + "/none.safetensors", {{"model.a.weight", &t}, {"model.b.weight", &t}});
+  try {
+    VitModel::load(dir + "/none.safetensors");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no ViT naming recognised"), std::string::npos) << e.what();
   }
 }

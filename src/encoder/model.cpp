@@ -165,6 +165,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
     std::optional<SafetensorsFile> st;
     std::optional<TorchCheckpoint> torch;
     std::unique_ptr<WeightSource> weights;
+    std::unique_ptr<WeightSource> prefixed;  // weights seen under a wrapper's prefix
   };
   auto files = std::make_shared<Files>();
   std::optional<GgufFile>& gguf = files->gguf;
@@ -211,11 +212,22 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
   const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_clip_loader(),
                                   &hf_siglip_loader(),    &hf_vit_loader(),     &hf_dinov2_loader(), &timm_vit_loader()};
-  std::shared_ptr<Impl> m;
-  for (const ModelLoader* l : loaders)
-    if (l->accepts(ck)) {
-      m = l->load(ck);
-      break;
+  auto try_loaders = [&](const Checkpoint& c) -> std::shared_ptr<Impl> {
+    for (const ModelLoader* l : loaders)
+      if (l->accepts(c)) return l->load(c);
+    return nullptr;
+  };
+  std::shared_ptr<Impl> m = try_loaders(ck);
+  // A model inside a wrapper: a PyTorch Lightning module's "model.", a task model's "backbone."
+  // or "encoder." (other tensors beside it: a head, a loss). The loaders again on the tensors
+  // under each of the most common leading one and two name components.
+  for (int depth = 1; depth <= 2 && !m && !gguf; ++depth)
+    for (const std::string& prefix : common_prefixes(weights->names(), depth, 3)) {
+      files->prefixed = prefixed_source(*weights, prefix);
+      Checkpoint under = ck;
+      under.weights = files->prefixed.get();
+      if ((m = try_loaders(under))) break;
+      files->prefixed.reset();
     }
   if (!m)
     throw Error(Errc::unsupported,

@@ -193,7 +193,52 @@ class ShardedSource final : public WeightSource {
   std::map<std::string, size_t> where_;
 };
 
+// Another source's tensors under `prefix`, named without it (a model inside a wrapper).
+class PrefixSource final : public WeightSource {
+ public:
+  PrefixSource(const WeightSource& inner, std::string prefix) : inner_(inner), prefix_(std::move(prefix)) {
+    map_weights = inner.map_weights;
+  }
+  const std::string& path() const override { return inner_.path(); }
+  std::optional<Info> info(std::string_view name) const override { return inner_.info(full(name)); }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const std::string& n : inner_.names())
+      if (n.size() > prefix_.size() && n.compare(0, prefix_.size(), prefix_) == 0) out.push_back(n.substr(prefix_.size()));
+    return out;
+  }
+  std::optional<std::string> type_problem(std::string_view name) const override { return inner_.type_problem(full(name)); }
+  Tensor load_f32(std::string_view name) const override { return inner_.load_f32(full(name)); }
+  std::optional<Raw> raw(std::string_view name) const override { return inner_.raw(full(name)); }
+
+ private:
+  std::string full(std::string_view name) const { return prefix_ + std::string(name); }
+  const WeightSource& inner_;
+  std::string prefix_;
+};
+
 }  // namespace
+
+std::unique_ptr<WeightSource> prefixed_source(const WeightSource& inner, const std::string& prefix) {
+  return std::make_unique<PrefixSource>(inner, prefix);
+}
+
+std::vector<std::string> common_prefixes(const std::vector<std::string>& names, int components, size_t most) {
+  std::map<std::string, size_t> count;
+  for (const std::string& n : names) {
+    size_t at = 0;
+    int k = 0;
+    while (k < components && (at = n.find('.', at)) != std::string::npos) ++at, ++k;
+    if (k == components && at < n.size()) ++count[n.substr(0, at)];
+  }
+  std::vector<std::pair<size_t, std::string>> by;
+  for (const auto& [p, c] : count)
+    if (c >= 2) by.emplace_back(c, p);
+  std::sort(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  std::vector<std::string> out;
+  for (size_t i = 0; i < by.size() && i < most; ++i) out.push_back(by[i].second);
+  return out;
+}
 
 std::unique_ptr<WeightSource> sharded_safetensors_source(const std::string& index_path) {
   return std::make_unique<ShardedSource>(index_path);

@@ -55,6 +55,12 @@ std::unique_ptr<WeightSource> torch_source(const TorchCheckpoint& f);        // 
 // pytorch_model.bin.index.json (owns its shards, safetensors or PyTorch, by content).
 std::unique_ptr<WeightSource> sharded_safetensors_source(const std::string& index_path);
 
+// `inner`'s tensors whose names start with `prefix`, named without it (`inner` must outlive it).
+std::unique_ptr<WeightSource> prefixed_source(const WeightSource& inner, const std::string& prefix);
+// The `most` most frequent leading `components` path components of `names` ("model." for 1,
+// "model.backbone." for 2), each shared by at least two names, most frequent first.
+std::vector<std::string> common_prefixes(const std::vector<std::string>& names, int components, size_t most);
+
 std::string shape_str(const std::vector<int64_t>& s);
 
 // The one place tensors are taken from a checkpoint.
