@@ -15,6 +15,7 @@ What each file is:
                                    ("module." names), "epoch", "args": argparse.Namespace,
                                    "optimizer": {...}}
   torchvision/module.pt            torch.save(model): the whole pickled nn.Module
+  torchvision/vit_legacy.pth       the state dict in torch.save's legacy (pre-1.6) format
   torchvision/config.json          the fixture's (torchvision files carry no head count)
   hf_vit/                          the HF ViT fixture as sharded pytorch_model-0000N-of-00002.bin
                                    with pytorch_model.bin.index.json, config.json and
@@ -28,7 +29,7 @@ What each file is:
   zip64.pt                         tensors.pt's entries rewritten as ZIP64 (every size and offset
                                    in the ZIP64 extra fields and end records), as torch writes
                                    archives over 4 GiB: the reader must find the same tensors
-  legacy.pt                        torch.save(..., _use_new_zipfile_serialization=False)
+  legacy.pt                        a small dict in the legacy format (fuzz seed)
   script.pt                        torch.jit.save of a scripted module (TorchScript)
 """
 import argparse
@@ -130,6 +131,7 @@ def main():
     os.makedirs(tv, exist_ok=True)
     sd = state_dict_of("torchvision")
     torch.save(sd, os.path.join(tv, "vit.pth"))
+    torch.save(sd, os.path.join(tv, "vit_legacy.pth"), _use_new_zipfile_serialization=False)
     shutil.copy(os.path.join(ENC, "torchvision", "config.json"), os.path.join(tv, "config.json"))
     ns = argparse.Namespace(lr=0.1, model="vit_tiny", epochs=3)
     torch.save({"model": {"module." + k: v for k, v in sd.items()}, "epoch": 3, "args": ns,

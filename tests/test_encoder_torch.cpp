@@ -45,7 +45,8 @@ TEST(EncoderTorch, PthFilesEncodeAsTheirSafetensors) {
   const std::string image = encoder_data("torchvision/image.png");
   const SafetensorsFile want = encode_cli(encoder_data("torchvision/model.safetensors"), image, dir + "/want.safetensors");
   int n = 0;
-  for (const char* file : {"torchvision/vit.pth", "torchvision/checkpoint.pth", "torchvision/module.pt"}) {
+  for (const char* file : {"torchvision/vit.pth", "torchvision/checkpoint.pth", "torchvision/module.pt",
+                           "torchvision/vit_legacy.pth"}) {
     SCOPED_TRACE(file);
     const SafetensorsFile got = encode_cli(torch_data(file), image, dir + "/got" + std::to_string(n++) + ".safetensors");
     expect_same_tensors(want, got);
@@ -69,7 +70,7 @@ TEST(EncoderTorch, HfDirectoryOfShardedBinFiles) {
 
 TEST(EncoderTorch, RefusedFilesAreOneLineAndNoOutput) {
   const std::string dir = test::temp_dir("enc_torch_bad");
-  for (const char* file : {"legacy.pt", "script.pt", "tensors.pt"}) {
+  for (const char* file : {"script.pt", "tensors.pt", "evil.pt"}) {
     SCOPED_TRACE(file);
     const auto r = test::run_cli({"encode", encoder_data("torchvision/image.png"), "--uniform", "--model", torch_data(file),
                                   "-o", dir + "/e.safetensors"});

@@ -183,6 +183,28 @@ TEST(TorchCheckpoint, Zip64ArchivesReadAsPlainOnes) {
   }
 }
 
+// torch.save's legacy format (before PyTorch 1.6, or _use_new_zipfile_serialization=False): a
+// sequence of pickles and raw storages, no ZIP. The same tensors as the archive.
+TEST(TorchCheckpoint, LegacyFormatReadsAsTheZipOne) {
+  const TorchCheckpoint zip = TorchCheckpoint::open(data("torchvision/vit.pth"));
+  const TorchCheckpoint legacy = TorchCheckpoint::open(data("torchvision/vit_legacy.pth"));
+  ASSERT_EQ(legacy.entries().size(), zip.entries().size());
+  for (const auto& e : zip.entries()) {
+    const TorchCheckpoint::Entry* t = legacy.find(e.name);
+    ASSERT_NE(t, nullptr) << e.name;
+    EXPECT_TRUE(same_values(legacy.load(*t), zip.load(e))) << e.name;
+  }
+  const TorchCheckpoint small = TorchCheckpoint::open(data("legacy.pt"));
+  ASSERT_EQ(small.entries().size(), 1u);
+  const Tensor w = small.load_f32(small.entries()[0]);
+  EXPECT_EQ(w.shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(w.data<float>()[5], 1.0f);
+  // Cut anywhere, it fails with one error.
+  const std::vector<uint8_t> b = bytes_of(data("torchvision/vit_legacy.pth"));
+  for (size_t cut : {size_t(3), size_t(20), size_t(200), b.size() / 2, b.size() - 1})
+    EXPECT_EQ(code_of([&] { TorchCheckpoint::from_bytes(std::span(b.data(), cut), "cut.pth"); }), Errc::corrupt_data) << cut;
+}
+
 // What users bring besides a bare state dict: a training checkpoint (the model under "model",
 // DataParallel's "module." names, an argparse Namespace and a numpy scalar beside it) and a
 // whole pickled nn.Module; both give the state dict's names and values.
@@ -219,14 +241,12 @@ TEST(TorchCheckpoint, AHostileGlobalIsNeverCalled) {
 }
 
 TEST(TorchCheckpoint, OtherFormatsAreRefusedByName) {
-  const std::string legacy = message_of([&] { TorchCheckpoint::open(data("legacy.pt")); });
-  EXPECT_NE(legacy.find("legacy PyTorch checkpoint"), std::string::npos) << legacy;
-  EXPECT_EQ(code_of([&] { TorchCheckpoint::open(data("legacy.pt")); }), Errc::unsupported);
   const std::string script = message_of([&] { TorchCheckpoint::open(data("script.pt")); });
   EXPECT_NE(script.find("TorchScript"), std::string::npos) << script;
   const std::string st = message_of([&] { TorchCheckpoint::open(data("tensors_expected.safetensors")); });
   EXPECT_NE(st.find("not a PyTorch checkpoint"), std::string::npos) << st;
   EXPECT_TRUE(looks_like_torch_checkpoint(data("legacy.pt")));
+  EXPECT_TRUE(looks_like_torch_checkpoint(data("torchvision/vit_legacy.pth")));
   EXPECT_TRUE(looks_like_torch_checkpoint(data("torchvision/vit.pth")));
   EXPECT_FALSE(looks_like_torch_checkpoint(data("tensors_expected.safetensors")));
   EXPECT_FALSE(looks_like_torch_checkpoint(data("no-such-file.pt")));

@@ -10,7 +10,10 @@
 // under one root folder: `data.pkl` (the pickled object), `data/<key>` (one raw storage per
 // key, little-endian), `version`, and `byteorder` (torch >= 2.1). Tensors in the pickle are
 // `torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)` calls whose storage is
-// a persistent id `('storage', torch.FloatStorage, key, location, numel)`.
+// a persistent id `('storage', torch.FloatStorage, key, location, numel)`. The legacy format
+// (PyTorch < 1.6, or _use_new_zipfile_serialization=False) is read too: pickles of the magic
+// number, protocol 1001, system info, the object and the sorted storage keys, then each
+// storage as an int64 element count and its elements.
 //
 // Safety. The pickle is interpreted, never executed: a small stack machine knows the opcodes of
 // protocols 2-5 that torch.save emits, builds dicts, lists, tuples, numbers and strings, and
@@ -19,8 +22,8 @@
 // argparse Namespace in a training checkpoint, os.system in a hostile file) becomes an inert
 // placeholder object: nothing is imported or called, whatever the file says. Sizes, offsets
 // and strides are checked against the archive before a byte is handed out; a malformed or
-// hostile file gives Error(corrupt_data) (or Error(unsupported): legacy non-zip files,
-// TorchScript archives, compressed entries, big-endian data) naming the file and the problem.
+// hostile file gives Error(corrupt_data) (or Error(unsupported): TorchScript archives,
+// compressed entries, big-endian data, storage views) naming the file and the problem.
 //
 // Which tensors. The tensors of the pickled object, named as model.state_dict() names them:
 // - a dict of tensors (a state dict) gives its keys;
@@ -108,8 +111,7 @@ class TorchCheckpoint {
 };
 
 // Whether the file starts like a PyTorch checkpoint: a ZIP archive, or torch.save's legacy
-// (pre-1.6) format, which open() refuses with a message saying so. Reads 4 bytes; false when
-// the file cannot be read.
+// (pre-1.6) format. Reads 4 bytes; false when the file cannot be read.
 bool looks_like_torch_checkpoint(const std::string& path);
 
 }  // namespace fovea

@@ -281,6 +281,7 @@ class Unpickler {
 
   const std::vector<Val>& vals() const { return vals_; }
   const std::vector<TensorRec>& tensors() const { return tensors_; }
+  uint64_t consumed() const { return at_; }  // bytes read, up to and with STOP
 
  private:
   static constexpr size_t kMaxValues = 4u << 20;
@@ -386,6 +387,9 @@ class Unpickler {
     const Val& t = vals_[size_t(pid)];
     if (t.kind != Val::tuple || t.items.size() < 5 || vals_[size_t(t.items[0])].s != "storage")
       bad("a persistent id that is not ('storage', type, key, location, numel)");
+    // The legacy format's sixth member, view metadata, is always None since PyTorch 0.4.
+    if (t.items.size() >= 6 && vals_[size_t(t.items[5])].kind != Val::none)
+      fail(path_, "a storage view (PyTorch < 0.4), which fovea does not read", Errc::unsupported);
     // Only the scalars are copied (make() below may move vals_): a hostile pickle could make the
     // tuple's members huge lists and reuse them through the memo.
     const Val& type = vals_[size_t(t.items[1])];
@@ -618,53 +622,111 @@ TorchCheckpoint TorchCheckpoint::from_bytes(std::span<const uint8_t> bytes, cons
 void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
   const uint8_t* d = impl_->bytes.data();
   const uint64_t n = impl_->bytes.size();
-  // torch.save's format before PyTorch 1.6 is a sequence of pickles starting with a magic number.
-  if (n >= 4 && d[0] == 0x80 && d[1] == 0x02 && d[2] == 0x8a && d[3] == 0x0a)
-    fail(path_, "a legacy PyTorch checkpoint (torch.save before 1.6, not a ZIP archive): load it with torch and save "
-                "it again, or convert it to safetensors", Errc::unsupported);
-  if (!looks_like({d, size_t(std::min<uint64_t>(n, 4))}))
-    fail(path_, "not a PyTorch checkpoint (a torch.save ZIP archive starts with PK\\3\\4)");
-  const std::map<std::string, ZipEntry> zip = read_zip(d, n, path_);
-  // The archive's root folder: where data.pkl is (torch names it after the file).
-  std::string root;
-  bool found = false;
-  for (const auto& [name, e] : zip) {
-    const size_t slash = name.find('/');
-    if (slash != std::string::npos && name.compare(slash + 1, std::string::npos, "data.pkl") == 0) {
-      root = name.substr(0, slash + 1);
-      found = true;
-      break;
+  // Where each storage's bytes are (by key), found in the ZIP archive or after the legacy pickles.
+  std::map<std::string, ZipEntry> storages;
+  std::string storage_prefix;  // how the messages name a storage: "data/" in an archive
+  std::unique_ptr<Unpickler> up;
+  int32_t top = -1;
+  // torch.save's format before PyTorch 1.6 (and with _use_new_zipfile_serialization=False): a
+  // sequence of pickles (magic number, protocol 1001, system info, the object, the sorted
+  // storage keys), then each storage in that order: an int64 element count and the elements.
+  const bool legacy = n >= 4 && d[0] == 0x80 && d[1] == 0x02 && d[2] == 0x8a && d[3] == 0x0a;
+  if (legacy) {
+    static constexpr uint8_t kMagic[15] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, '.'};
+    if (n < sizeof kMagic || std::memcmp(d, kMagic, sizeof kMagic) != 0)
+      fail(path_, "not a PyTorch checkpoint: a legacy header without torch's magic number");
+    uint64_t at = sizeof kMagic;
+    auto small_pickle = [&](const char* what) {
+      auto u = std::make_unique<Unpickler>(d + at, n - at, path_);
+      const int32_t v = u->run();
+      at += u->consumed();
+      (void)what;
+      return std::make_pair(std::move(u), v);
+    };
+    {
+      auto [u, v] = small_pickle("protocol");
+      const Val& pv = u->vals()[size_t(v)];
+      if (pv.kind != Val::integer || pv.i != 1001)
+        fail(path_, "a legacy checkpoint of protocol " + std::to_string(pv.i) + " (fovea reads 1001)", Errc::unsupported);
     }
+    {
+      auto [u, v] = small_pickle("system info");
+      const Val& info = u->vals()[size_t(v)];
+      if (info.kind == Val::dict)
+        if (const Val* le_v = dict_get(u->vals(), info, "little_endian"); le_v && le_v->kind == Val::boolean && le_v->i == 0)
+          fail(path_, "a big-endian legacy checkpoint: fovea reads little-endian ones", Errc::unsupported);
+    }
+    up = std::make_unique<Unpickler>(d + at, std::min<uint64_t>(n - at, limits.max_pickle_bytes), path_);
+    top = up->run();
+    at += up->consumed();
+    auto [keys_u, keys_v] = small_pickle("storage keys");
+    const Val& keys = keys_u->vals()[size_t(keys_v)];
+    if (keys.kind != Val::list) fail(path_, "a legacy checkpoint whose storage keys are not a list");
+    std::map<std::string, size_t> element_size;
+    for (const Val& x : up->vals())
+      if (x.kind == Val::storage) element_size[x.s] = kStorageTypes[size_t(x.type)].size;
+    for (int32_t k : keys.items) {
+      const Val& key = keys_u->vals()[size_t(k)];
+      if (key.kind != Val::str) fail(path_, "a legacy checkpoint with a storage key that is not a string");
+      const auto es = element_size.find(key.s);
+      if (es == element_size.end()) fail(path_, "legacy storage '" + key.s + "' is not used by the pickled object");
+      if (n - at < 8) fail(path_, "truncated: storage '" + key.s + "' is missing");
+      const unsigned __int128 bytes = (unsigned __int128)le(d + at, 8) * es->second;
+      at += 8;
+      if (bytes > n - at) fail(path_, "truncated: storage '" + key.s + "' runs past the end of the file");
+      storages[key.s] = ZipEntry{at, uint64_t(bytes), true, false};
+      at += uint64_t(bytes);
+    }
+  } else {
+    if (!looks_like({d, size_t(std::min<uint64_t>(n, 4))}))
+      fail(path_, "not a PyTorch checkpoint (a torch.save ZIP archive starts with PK\\3\\4)");
+    const std::map<std::string, ZipEntry> zip = read_zip(d, n, path_);
+    // The archive's root folder: where data.pkl is (torch names it after the file).
+    std::string root;
+    bool found = false;
+    for (const auto& [name, e] : zip) {
+      const size_t slash = name.find('/');
+      if (slash != std::string::npos && name.compare(slash + 1, std::string::npos, "data.pkl") == 0) {
+        root = name.substr(0, slash + 1);
+        found = true;
+        break;
+      }
+    }
+    // TorchScript (torch.jit.save) archives hold data.pkl too, beside the model's code.
+    for (const auto& [name, e] : zip)
+      if (name.ends_with("/constants.pkl") || name.find("/code/") != std::string::npos)
+        fail(path_, "a TorchScript archive (torch.jit.save), not a torch.save checkpoint: save the model's "
+                    "state_dict() with torch.save, or convert it to safetensors", Errc::unsupported);
+    if (!found) fail(path_, "a ZIP archive without <root>/data.pkl: not a torch.save checkpoint");
+    auto readable = [&](const std::string& name, const ZipEntry& e) {
+      if (e.encrypted) fail(path_, "'" + name + "' is encrypted", Errc::unsupported);
+      if (!e.stored)
+        fail(path_, "'" + name + "' is compressed; torch.save stores its entries uncompressed (was the archive "
+                    "re-zipped?)", Errc::unsupported);
+    };
+    if (const auto bo = zip.find(root + "byteorder"); bo != zip.end()) {
+      readable("byteorder", bo->second);
+      const std::string order(reinterpret_cast<const char*>(d + bo->second.offset),
+                              size_t(std::min<uint64_t>(bo->second.size, 16)));
+      if (order != "little") fail(path_, "byte order '" + order + "': fovea reads little-endian checkpoints", Errc::unsupported);
+    }
+    const ZipEntry& pkl = zip.at(root + "data.pkl");
+    readable("data.pkl", pkl);
+    if (pkl.size > limits.max_pickle_bytes)
+      fail(path_, "data.pkl is " + std::to_string(pkl.size) + " bytes, more than the limit of " +
+                      std::to_string(limits.max_pickle_bytes), Errc::limit_exceeded);
+    for (const auto& [name, e] : zip)
+      if (name.size() > root.size() + 5 && name.compare(0, root.size() + 5, root + "data/") == 0) {
+        const std::string key = name.substr(root.size() + 5);
+        if (key.find('/') != std::string::npos) continue;
+        readable(name, e);
+        storages.emplace(key, e);
+      }
+    storage_prefix = "data/";
+    up = std::make_unique<Unpickler>(d + pkl.offset, pkl.size, path_);
+    top = up->run();
   }
-  // TorchScript (torch.jit.save) archives hold data.pkl too, beside the model's code.
-  for (const auto& [name, e] : zip)
-    if (name.ends_with("/constants.pkl") || name.find("/code/") != std::string::npos)
-      fail(path_, "a TorchScript archive (torch.jit.save), not a torch.save checkpoint: save the model's "
-                  "state_dict() with torch.save, or convert it to safetensors", Errc::unsupported);
-  if (!found) fail(path_, "a ZIP archive without <root>/data.pkl: not a torch.save checkpoint");
-  auto entry = [&](const std::string& name) -> const ZipEntry* {
-    const auto it = zip.find(root + name);
-    return it == zip.end() ? nullptr : &it->second;
-  };
-  auto readable = [&](const std::string& name, const ZipEntry& e) {
-    if (e.encrypted) fail(path_, "'" + name + "' is encrypted", Errc::unsupported);
-    if (!e.stored)
-      fail(path_, "'" + name + "' is compressed; torch.save stores its entries uncompressed (was the archive "
-                  "re-zipped?)", Errc::unsupported);
-  };
-  if (const ZipEntry* bo = entry("byteorder")) {
-    readable("byteorder", *bo);
-    const std::string order(reinterpret_cast<const char*>(d + bo->offset), size_t(std::min<uint64_t>(bo->size, 16)));
-    if (order != "little") fail(path_, "byte order '" + order + "': fovea reads little-endian checkpoints", Errc::unsupported);
-  }
-  const ZipEntry& pkl = *entry("data.pkl");
-  readable("data.pkl", pkl);
-  if (pkl.size > limits.max_pickle_bytes)
-    fail(path_, "data.pkl is " + std::to_string(pkl.size) + " bytes, more than the limit of " +
-                    std::to_string(limits.max_pickle_bytes), Errc::limit_exceeded);
-  Unpickler up(d + pkl.offset, pkl.size, path_);
-  const int32_t top = up.run();
-  const std::vector<Val>& v = up.vals();
+  const std::vector<Val>& v = up->vals();
 
   // Where the tensors are.
   int32_t start = top;
@@ -720,7 +782,7 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
   const bool wrapped = std::all_of(col.out.begin(), col.out.end(), [](const auto& p) { return p.first.rfind("module.", 0) == 0; });
   // The tensors, checked against their storages.
   for (auto& [name, ti] : col.out) {
-    const TensorRec& r = up.tensors()[size_t(ti)];
+    const TensorRec& r = up->tensors()[size_t(ti)];
     const Val& s = v[size_t(r.storage)];
     const StorageType& st = kStorageTypes[size_t(s.type)];
     Entry e;
@@ -734,10 +796,10 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
     e.storage_offset = uint64_t(r.offset);
     e.storage_key = s.s;
     auto bad = [&](const std::string& why) { fail(path_, "tensor '" + e.name + "' " + why); };
-    const std::string key_name = "data/" + s.s;
-    const ZipEntry* z = s.s.find('/') == std::string::npos ? entry(key_name) : nullptr;
-    if (!z) bad("refers to storage '" + s.s + "', which the archive does not hold");
-    readable(key_name, *z);
+    const std::string key_name = storage_prefix + s.s;
+    const auto zi = storages.find(s.s);
+    if (zi == storages.end()) bad("refers to storage '" + s.s + "', which the file does not hold");
+    const ZipEntry* z = &zi->second;
     const unsigned __int128 storage_bytes = (unsigned __int128)uint64_t(s.i) * st.size;
     if (storage_bytes > z->size)
       bad("needs a storage of " + std::to_string(uint64_t(s.i)) + " elements, but " + key_name + " has " +

@@ -331,10 +331,10 @@ def test_pytorch_checkpoints_load_like_their_safetensors():
     arr = photo(5, 64, 64)
     toks = fovea.tokenize(arr, budget=16, patch=st.config["patch_size"], mean=st.config["mean"], std=st.config["std"])
     want = st.encode(toks, threads=1)
-    for name in ("vit.pth", "checkpoint.pth", "module.pt"):
+    for name in ("vit.pth", "checkpoint.pth", "module.pt", "vit_legacy.pth"):
         m = fovea.Model(os.path.join(root, "torch", "torchvision", name))
         assert m.config["naming"] == "torchvision"
         got = m.encode(toks, threads=1)
         assert np.array_equal(np.asarray(got), np.asarray(want)), name
-    with pytest.raises(RuntimeError, match="legacy PyTorch checkpoint"):
-        fovea.Model(os.path.join(root, "torch", "legacy.pt"))
+    with pytest.raises(RuntimeError, match="TorchScript"):
+        fovea.Model(os.path.join(root, "torch", "script.pt"))
