@@ -179,7 +179,9 @@ TEST(TorchCheckpoint, Zip64ArchivesReadAsPlainOnes) {
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(t->shape, e.shape);
     EXPECT_EQ(t->dtype_name, e.dtype_name);
-    if (e.dtype_known) EXPECT_TRUE(same_values(z64.load(*t), plain.load(e)));
+    if (e.dtype_known) {
+      EXPECT_TRUE(same_values(z64.load(*t), plain.load(e)));
+    }
   }
 }
 

@@ -19,18 +19,27 @@ namespace fovea::encoder_detail {
 
 namespace {
 
-std::optional<WeightSource::Raw> raw_of(const SafetensorsFile& f, std::string_view name) {
-  const SafetensorsFile::Entry* e = f.find(name);
-  if (!e || !e->dtype_known || (e->dtype != DType::f32 && e->dtype != DType::bf16)) return std::nullopt;
+// Whether an entry's bytes are the tensor, row-major: always for safetensors; for a PyTorch
+// checkpoint, unless it is a strided view.
+bool dense(const SafetensorsFile::Entry&) { return true; }
+bool dense(const TorchCheckpoint::Entry& e) { return e.contiguous; }
+
+// The tensors of one mapped file (a safetensors file, a PyTorch checkpoint: the same entry
+// interface). F32 and BF16 tensors that are dense and aligned are used where they lie.
+template <typename File>
+std::optional<WeightSource::Raw> raw_of(const File& f, std::string_view name) {
+  const auto* e = f.find(name);
+  if (!e || !e->dtype_known || (e->dtype != DType::f32 && e->dtype != DType::bf16) || !dense(*e)) return std::nullopt;
   const std::span<const std::byte> d = f.data(*e);
-  // safetensors promises no alignment: an odd offset would make a misaligned float pointer.
+  // Neither format promises alignment: an odd offset would make a misaligned float pointer.
   if (reinterpret_cast<uintptr_t>(d.data()) % e->element_size) return std::nullopt;
   return WeightSource::Raw{d.data(), e->dtype};
 }
 
-class SafetensorsSource final : public WeightSource {
+template <typename File>
+class FileSource final : public WeightSource {
  public:
-  explicit SafetensorsSource(const SafetensorsFile& f) : f_(f) {}
+  explicit FileSource(const File& f) : f_(f) {}
   const std::string& path() const override { return f_.path(); }
   std::optional<Info> info(std::string_view name) const override {
     const auto* e = f_.find(name);
@@ -44,15 +53,18 @@ class SafetensorsSource final : public WeightSource {
   }
   std::optional<std::string> type_problem(std::string_view name) const override {
     const auto* e = f_.find(name);
-    if (e->dtype_name == "F32" || e->dtype_name == "F16" || e->dtype_name == "BF16") return std::nullopt;
-    return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16 or BF16";
+    if (e->dtype_name == "F32" || e->dtype_name == "F16" || e->dtype_name == "BF16" || e->dtype_name == "F64")
+      return std::nullopt;
+    return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16, BF16 or F64";
   }
   Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find(name)); }
   std::optional<Raw> raw(std::string_view name) const override { return raw_of(f_, name); }
 
  private:
-  const SafetensorsFile& f_;
+  const File& f_;
 };
+using SafetensorsSource = FileSource<SafetensorsFile>;
+using TorchSource = FileSource<TorchCheckpoint>;  // .pt, .pth, pytorch_model.bin
 
 class GgufSource final : public WeightSource {
  public:
@@ -91,41 +103,6 @@ class GgufSource final : public WeightSource {
 
  private:
   const GgufFile& f_;
-};
-
-// A PyTorch checkpoint (torch.save's ZIP archive: .pt, .pth, pytorch_model.bin). Contiguous F32
-// and BF16 tensors are used where they lie in the mapped archive, as safetensors'.
-class TorchSource final : public WeightSource {
- public:
-  explicit TorchSource(const TorchCheckpoint& f) : f_(f) {}
-  const std::string& path() const override { return f_.path(); }
-  std::optional<Info> info(std::string_view name) const override {
-    const auto* e = f_.find(name);
-    if (!e) return std::nullopt;
-    return Info{e->shape, e->dtype_name};
-  }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& e : f_.entries()) out.push_back(e.name);
-    return out;
-  }
-  std::optional<std::string> type_problem(std::string_view name) const override {
-    const auto* e = f_.find(name);
-    if (e->dtype_name == "F32" || e->dtype_name == "F16" || e->dtype_name == "BF16" || e->dtype_name == "F64")
-      return std::nullopt;
-    return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16, BF16 or F64";
-  }
-  Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find(name)); }
-  std::optional<Raw> raw(std::string_view name) const override {
-    const auto* e = f_.find(name);
-    if (!e || !e->contiguous || !e->dtype_known || (e->dtype != DType::f32 && e->dtype != DType::bf16)) return std::nullopt;
-    const std::span<const std::byte> d = f_.data(*e);
-    if (reinterpret_cast<uintptr_t>(d.data()) % e->element_size) return std::nullopt;
-    return Raw{d.data(), e->dtype};
-  }
-
- private:
-  const TorchCheckpoint& f_;
 };
 
 // HF's sharded checkpoints: model.safetensors.index.json (or pytorch_model.bin.index.json) maps

@@ -48,7 +48,7 @@ class WeightSource {
   // Whether Lookup::matrix may return views of raw() (ModelLoadOptions::map_weights).
   bool map_weights = true;
 };
-std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f);  // F32, F16, BF16
+std::unique_ptr<WeightSource> safetensors_source(const SafetensorsFile& f);  // F32, F16, BF16, F64
 std::unique_ptr<WeightSource> gguf_source(const GgufFile& f);                // + Q8_0
 std::unique_ptr<WeightSource> torch_source(const TorchCheckpoint& f);        // F32, F16, BF16, F64
 // HF sharded checkpoints: `index_path` is model.safetensors.index.json or
