@@ -804,6 +804,9 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
     if (storage_bytes > z->size)
       bad("needs a storage of " + std::to_string(uint64_t(s.i)) + " elements, but " + key_name + " has " +
           std::to_string(z->size) + " bytes");
+    // (Even an empty tensor's offset stays inside its storage: its data pointer is formed from it.)
+    if (uint64_t(r.offset) > uint64_t(s.i))
+      bad("starts at element " + std::to_string(r.offset) + " of a storage of " + std::to_string(uint64_t(s.i)));
     unsigned __int128 numel = 1, last = uint64_t(r.offset);
     for (size_t k = 0; k < r.shape.size(); ++k) {
       numel *= uint64_t(r.shape[k]);
