@@ -24,6 +24,9 @@ namespace {
   throw Error(code, "'" + path + "': " + why);
 }
 
+// torch.save's legacy format starts with a pickle (protocol 2) of a 10-byte LONG1: its magic number.
+bool legacy_head(const uint8_t* d, uint64_t n) { return n >= 4 && d[0] == 0x80 && d[1] == 0x02 && d[2] == 0x8a && d[3] == 0x0a; }
+
 uint64_t le(const uint8_t* p, int n) {
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
@@ -630,27 +633,26 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
   // torch.save's format before PyTorch 1.6 (and with _use_new_zipfile_serialization=False): a
   // sequence of pickles (magic number, protocol 1001, system info, the object, the sorted
   // storage keys), then each storage in that order: an int64 element count and the elements.
-  const bool legacy = n >= 4 && d[0] == 0x80 && d[1] == 0x02 && d[2] == 0x8a && d[3] == 0x0a;
+  const bool legacy = legacy_head(d, n);
   if (legacy) {
     static constexpr uint8_t kMagic[15] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, '.'};
     if (n < sizeof kMagic || std::memcmp(d, kMagic, sizeof kMagic) != 0)
       fail(path_, "not a PyTorch checkpoint: a legacy header without torch's magic number");
     uint64_t at = sizeof kMagic;
-    auto small_pickle = [&](const char* what) {
+    auto small_pickle = [&] {  // the next pickle of the sequence, and its top value
       auto u = std::make_unique<Unpickler>(d + at, n - at, path_);
       const int32_t v = u->run();
       at += u->consumed();
-      (void)what;
       return std::make_pair(std::move(u), v);
     };
     {
-      auto [u, v] = small_pickle("protocol");
+      auto [u, v] = small_pickle();
       const Val& pv = u->vals()[size_t(v)];
       if (pv.kind != Val::integer || pv.i != 1001)
         fail(path_, "a legacy checkpoint of protocol " + std::to_string(pv.i) + " (fovea reads 1001)", Errc::unsupported);
     }
     {
-      auto [u, v] = small_pickle("system info");
+      auto [u, v] = small_pickle();
       const Val& info = u->vals()[size_t(v)];
       if (info.kind == Val::dict)
         if (const Val* le_v = dict_get(u->vals(), info, "little_endian"); le_v && le_v->kind == Val::boolean && le_v->i == 0)
@@ -659,7 +661,7 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
     up = std::make_unique<Unpickler>(d + at, std::min<uint64_t>(n - at, limits.max_pickle_bytes), path_);
     top = up->run();
     at += up->consumed();
-    auto [keys_u, keys_v] = small_pickle("storage keys");
+    auto [keys_u, keys_v] = small_pickle();
     const Val& keys = keys_u->vals()[size_t(keys_v)];
     if (keys.kind != Val::list) fail(path_, "a legacy checkpoint whose storage keys are not a list");
     std::map<std::string, size_t> element_size;
@@ -879,8 +881,7 @@ bool looks_like_torch_checkpoint(const std::string& path) {
   const ssize_t n = ::read(fd, magic, 4);
   ::close(fd);
   if (n != 4) return false;
-  const bool legacy = magic[0] == 0x80 && magic[1] == 0x02 && magic[2] == 0x8a && magic[3] == 0x0a;
-  return legacy || TorchCheckpoint::looks_like(magic);
+  return legacy_head(magic, 4) || TorchCheckpoint::looks_like(magic);
 }
 
 }  // namespace fovea
