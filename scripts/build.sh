@@ -19,6 +19,9 @@ command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 if command -v ccache >/dev/null 2>&1; then
   generator+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(pwd)} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  # The tests and the CLI use precompiled headers (CMake's -include cmake_pch.hxx); ccache caches
+  # such compiles only with this sloppiness (its manual, "Precompiled headers").
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 fi
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${configure_args[@]}"

@@ -55,7 +55,7 @@ if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   # No Vulkan: no fuzz target reaches it, and lavapipe under ASan would only slow every run.
   cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DFOVEA_FUZZ=ON \
-    -DFOVEA_BUILD_TESTS=OFF -DFOVEA_BUILD_BENCH=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Vulkan=TRUE
+    -DFOVEA_BUILD_TESTS=OFF -DFOVEA_BUILD_BENCH=OFF -DFOVEA_DEBUG_INFO=lines -DCMAKE_DISABLE_FIND_PACKAGE_Vulkan=TRUE
 fi
 # A build folder configured elsewhere (scripts/sanitize.sh asan configures build-asan with
 # FOVEA_FUZZ too, so CI builds the library once for the suite and the fuzzers) must have them.

@@ -26,7 +26,7 @@ case "$kind" in
   *) echo "sanitize.sh: error: expected 'asan' or 'tsan', got '${kind}'" >&2; exit 2 ;;
 esac
 bash scripts/install-deps.sh test
-flags+=(-DFOVEA_BUILD_TESTS=ON -DFOVEA_BUILD_BENCH=OFF -DFOVEA_BUILD_PYTHON=OFF)
+flags+=(-DFOVEA_BUILD_TESTS=ON -DFOVEA_BUILD_BENCH=OFF -DFOVEA_BUILD_PYTHON=OFF -DFOVEA_DEBUG_INFO=lines)
 if [ -f "$dir/CMakeCache.txt" ]; then
   bash scripts/build.sh "$dir"   # configured: keep its compiler (CMake cannot switch it in place)
 else

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh test
-bash scripts/build.sh build-reduced -DFOVEA_WITH_ENCODER=OFF -DFOVEA_WITH_VULKAN=OFF -DFOVEA_BUILD_BENCH=OFF \
+bash scripts/build.sh build-reduced -DFOVEA_WITH_ENCODER=OFF -DFOVEA_WITH_VULKAN=OFF -DFOVEA_BUILD_BENCH=OFF -DFOVEA_DEBUG_INFO=lines \
   -DFOVEA_BUILD_TESTS=ON -DBUILD_SHARED_LIBS=ON
 grep -q 'FOVEA_BUILT_WITH_ENCODER 0' build-reduced/generated/fovea/version_gen.hpp
 grep -q 'FOVEA_BUILT_WITH_VULKAN 0' build-reduced/generated/fovea/version_gen.hpp
