@@ -926,12 +926,14 @@ class Dinov2Layer(nn.Module):
         return x + self.layer_scale2.lambda1 * self.mlp(self.norm2(x))
 
 
-class HfVitEmbeddings(nn.Module):  # ViTEmbeddings / Dinov2Embeddings
-    def __init__(self, mask_token):
+class HfVitEmbeddings(nn.Module):  # ViTEmbeddings / Dinov2Embeddings / Dinov2WithRegistersEmbeddings
+    def __init__(self, mask_token, registers=0):
         super().__init__()
         self.cls_token = nn.Parameter(torch.randn(1, 1, D))
         if mask_token:
             self.mask_token = nn.Parameter(torch.zeros(1, D))
+        if registers:
+            self.register_tokens = nn.Parameter(torch.zeros(1, registers, D))
         self.patch_embeddings = nn.Module()
         self.patch_embeddings.projection = nn.Conv2d(C, D, kernel_size=P, stride=P)
         self.position_embeddings = nn.Parameter(torch.randn(1, G * G + 1, D))
@@ -943,17 +945,21 @@ class HfVitEmbeddings(nn.Module):  # ViTEmbeddings / Dinov2Embeddings
         pos = self.position_embeddings[0]
         if interpolate and not (h == w == G * P):  # interpolate_pos_encoding (size=, bicubic)
             pos = torch.cat([pos[:1], interpolate_grid(pos[1:], h, w)], dim=0)
-        return x + pos.unsqueeze(0)
+        x = x + pos.unsqueeze(0)
+        if hasattr(self, "register_tokens"):  # after the positions, between class and patch tokens
+            x = torch.cat([x[:, :1], self.register_tokens.expand(x.shape[0], -1, -1), x[:, 1:]], dim=1)
+        return x
 
 
 class HfVitModel(nn.Module):
     """ViTModel (dinov2=False; `pooler.dense` + tanh when pooler) or Dinov2Model (dinov2=True:
     norm1/norm2, mlp.fc1/fc2, layer scale, mask_token; pooler_output = the normed class token).
     Outputs (last_hidden_state, pooler_output, logits=None)."""
-    def __init__(self, dinov2, pooler=False):
+    def __init__(self, dinov2, pooler=False, registers=0):
         super().__init__()
         eps = 1e-6 if dinov2 else 1e-12
-        self.embeddings = HfVitEmbeddings(dinov2)
+        self.registers = registers
+        self.embeddings = HfVitEmbeddings(dinov2, registers)
         self.encoder = nn.Module()
         self.encoder.layer = nn.ModuleList([(Dinov2Layer if dinov2 else HfVitLayer)(eps) for _ in range(LAYERS)])
         self.layernorm = nn.LayerNorm(D, eps=eps)
@@ -965,6 +971,9 @@ class HfVitModel(nn.Module):
 
     def cls(self):
         return self.embeddings.cls_token[0, 0] + self.embeddings.position_embeddings[0, 0]
+
+    def register_rows(self):
+        return self.embeddings.register_tokens[0]
 
     def patch(self, patches):
         return self.embeddings.patch_embeddings.projection(patches).flatten(1)
@@ -995,12 +1004,12 @@ class TimmAttention(nn.Module):
 
 
 class TimmBlock(nn.Module):  # ls1 / ls2 are nn.Identity in vit_* (no layer scale)
-    def __init__(self):
+    def __init__(self, eps=1e-6, act=F.gelu):
         super().__init__()
-        self.norm1 = nn.LayerNorm(D, eps=1e-6)
+        self.norm1 = nn.LayerNorm(D, eps=eps)
         self.attn = TimmAttention()
-        self.norm2 = nn.LayerNorm(D, eps=1e-6)
-        self.mlp = Mlp(D, MLP, F.gelu)
+        self.norm2 = nn.LayerNorm(D, eps=eps)
+        self.mlp = Mlp(D, MLP, act)
 
     def forward(self, x):
         x = x + self.attn(self.norm1(x))
@@ -1008,33 +1017,52 @@ class TimmBlock(nn.Module):  # ls1 / ls2 are nn.Identity in vit_* (no layer scal
 
 
 class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="token")
-    def __init__(self, classes):
+    """clip=True is timm's CLIP image tower (vit_*_clip_*: pre_norm=True, so norm_pre after the
+    position embedding and no patch-embedding bias; norm_layer=nn.LayerNorm, eps 1e-5;
+    act_layer quick_gelu in the *_clip_quickgelu_* models)."""
+
+    def __init__(self, classes, clip=False, registers=0):
         super().__init__()
+        eps, act = (1e-5, quick_gelu) if clip else (1e-6, F.gelu)
+        self.registers = registers  # vit_*_reg4_dinov2: reg_token, no_embed_class (no prefix positions)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
-        self.pos_embed = nn.Parameter(torch.zeros(1, G * G + 1, D))
+        if registers:
+            self.reg_token = nn.Parameter(torch.zeros(1, registers, D))
+        self.pos_embed = nn.Parameter(torch.zeros(1, G * G + (0 if registers else 1), D))
         self.patch_embed = nn.Module()
-        self.patch_embed.proj = nn.Conv2d(C, D, kernel_size=P, stride=P)
-        self.blocks = nn.Sequential(*[TimmBlock() for _ in range(LAYERS)])
-        self.norm = nn.LayerNorm(D, eps=1e-6)
+        self.patch_embed.proj = nn.Conv2d(C, D, kernel_size=P, stride=P, bias=not clip)
+        if clip:
+            self.norm_pre = nn.LayerNorm(D, eps=eps)
+        self.blocks = nn.Sequential(*[TimmBlock(eps, act) for _ in range(LAYERS)])
+        self.norm = nn.LayerNorm(D, eps=eps)
         self.head = nn.Linear(D, classes)
 
     def grid(self):
-        return self.pos_embed[0, 1:]
+        return self.pos_embed[0, 0 if self.registers else 1:]
 
     def cls(self):
-        return self.cls_token[0, 0] + self.pos_embed[0, 0]
+        return self.cls_token[0, 0] + (0 if self.registers else self.pos_embed[0, 0])
+
+    def register_rows(self):
+        return self.reg_token[0]
 
     def patch(self, patches):
         return self.patch_embed.proj(patches).flatten(1)
 
-    def run(self, x):  # blocks, norm (forward_features' end), forward_head on the class token
+    def run(self, x):  # norm_pre, blocks, norm (forward_features' end), forward_head on the class token
+        if hasattr(self, "norm_pre"):
+            x = self.norm_pre(x)
         h = self.norm(self.blocks(x))
         return h, h[:, 0], self.head(h[:, 0])
 
     def forward(self, pixels, interpolate=False):
         assert not interpolate  # timm's fixed-size model
         x = self.patch_embed.proj(pixels).flatten(2).transpose(1, 2)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        if self.registers:  # _pos_embed with no_embed_class: positions first, then the prefix joins
+            b = x.shape[0]
+            x = torch.cat([self.cls_token.expand(b, -1, -1), self.reg_token.expand(b, -1, -1), x + self.pos_embed], dim=1)
+        else:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
         return self.run(x)
 
 
@@ -1043,15 +1071,18 @@ def class_token_cases(out, gen, m, raw, interp):
     `m` (HfVitModel or TimmVit, float64): hidden, class_token, pooled and logits (when a head)."""
     cases, meta = {}, {}
 
+    regs = getattr(m, "registers", 0)  # register tokens: after the class token, no position
+
     def token_forward(patches, pos, width, height):
         x = m.patch(patches) + sample_positions(m.grid(), pos, width, height)
-        return m.run(torch.cat([m.cls().unsqueeze(0), x], dim=0).unsqueeze(0))
+        prefix = [m.cls().unsqueeze(0)] + ([m.register_rows()] if regs else [])
+        return m.run(torch.cat(prefix + [x], dim=0).unsqueeze(0))
 
     def record(name, patches, pos, width, height, outs):
         hidden, pooled, logits = outs
         cases[f"{name}.patches"] = f32(patches)
         cases[f"{name}.positions"] = f32(pos)
-        cases[f"{name}.last_hidden"] = f32(hidden[0, 1:])
+        cases[f"{name}.last_hidden"] = f32(hidden[0, 1 + regs:])
         cases[f"{name}.class_token"] = f32(hidden[0, :1])
         cases[f"{name}.pooled"] = f32(pooled)
         if logits is not None:
@@ -1142,6 +1173,65 @@ def make_timm_vit(out, gen):
     class_token_cases(out, gen, model, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), interp=False)
 
 
+def make_timm_clip(out, gen):
+    """timm's CLIP image tower (vit_base_patch16_clip_quickgelu_224-like: norm_pre, no patch bias,
+    eps 1e-5, quick_gelu, the image projection as `head`), F16 as open_clip-converted weights are
+    often shipped, with the config.json timm writes (the architecture name is what says
+    quick_gelu: timm's plain *_clip_* models use exact GELU on the same tensor names)."""
+    os.makedirs(out, exist_ok=True)
+    model = TimmVit(12, clip=True).double()
+    randomize(model, gen)
+    round_to(model, torch.float16)
+    cfg = {"architecture": "vit_fovea_test_patch8_clip_quickgelu_32", "num_classes": 12, "num_features": D,
+           "global_pool": "token", "model_args": {"num_heads": HEADS},
+           "pretrained_cfg": {"tag": "test", "input_size": [C, G * P, G * P], "interpolation": "bicubic",
+                              "crop_pct": 1.0, "crop_mode": "center", "mean": CLIP_MEAN,
+                              "std": CLIP_STD, "num_classes": 12, "first_conv": "patch_embed.proj",
+                              "classifier": "head"}}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), None, "F16")
+    img = raw_image(gen, out)
+    class_token_cases(out, gen, model, (img, CLIP_MEAN, CLIP_STD), interp=False)
+
+
+def make_hf_dinov2_registers(out, gen):
+    """HF Dinov2WithRegistersModel (facebook/dinov2-with-registers-*): Dinov2Model's names plus
+    `embeddings.register_tokens` [1, 4, D], F32; BitImageProcessor's ImageNet mean/std. No
+    interpolated case: its interpolate_pos_encoding uses antialias=True (docs/encoder.md)."""
+    os.makedirs(out, exist_ok=True)
+    model = HfVitModel(dinov2=True, registers=4).double()
+    randomize(model, gen)
+    cfg = {"architectures": ["Dinov2WithRegistersModel"], "model_type": "dinov2_with_registers", "hidden_size": D,
+           "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "mlp_ratio": MLP // D, "hidden_act": "gelu",
+           "layer_norm_eps": 1e-6, "image_size": G * P, "patch_size": P, "num_channels": C, "layerscale_value": 1.0,
+           "num_register_tokens": 4, "qkv_bias": True}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "F32")
+    preprocessor_config(out, IMAGENET_MEAN, IMAGENET_STD, "BitImageProcessor")
+    img = raw_image(gen, out)
+    class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=False)
+
+
+def make_timm_registers(out, gen):
+    """timm's DINOv2 with registers layout (vit_*_reg4_dinov2: reg_token [1, 4, D], no_embed_class so
+    pos_embed is [1, G·G, D] and neither prefix token gets a position), F32, 10-class head."""
+    os.makedirs(out, exist_ok=True)
+    model = TimmVit(10, registers=4).double()
+    randomize(model, gen)
+    cfg = {"architecture": "vit_fovea_test_patch8_reg4_dinov2", "num_classes": 10, "num_features": D,
+           "global_pool": "token", "model_args": {"num_heads": HEADS},
+           "pretrained_cfg": {"tag": "test", "input_size": [C, G * P, G * P], "mean": IMAGENET_MEAN,
+                              "std": IMAGENET_STD, "num_classes": 10, "first_conv": "patch_embed.proj",
+                              "classifier": "head"}}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), None, "F32")
+    img = raw_image(gen, out)
+    class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=False)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -1163,6 +1253,9 @@ def main():
     make_hf_vit(os.path.join(a.out, "hf_vit"), torch.Generator().manual_seed(20261127))
     make_hf_dinov2(os.path.join(a.out, "hf_dinov2"), torch.Generator().manual_seed(20261128))
     make_timm_vit(os.path.join(a.out, "timm_vit"), torch.Generator().manual_seed(20261129))
+    make_timm_clip(os.path.join(a.out, "timm_clip"), torch.Generator().manual_seed(20261130))
+    make_hf_dinov2_registers(os.path.join(a.out, "hf_dinov2_reg"), torch.Generator().manual_seed(20261131))
+    make_timm_registers(os.path.join(a.out, "timm_reg"), torch.Generator().manual_seed(20261132))
     total = 0
     for root, _, files in os.walk(a.out):
         for f in sorted(files):

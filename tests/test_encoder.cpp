@@ -18,6 +18,7 @@
 #include "fovea/image.hpp"
 #include "fovea/pyramid.hpp"
 #include "fovea/grid.hpp"
+#include "fovea/incremental_encoder.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/tokenizer.hpp"
 #include "fovea/vulkan.hpp"
@@ -174,7 +175,8 @@ TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                          ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
-                                           "hf_llava", "hf_vit", "hf_dinov2", "timm_vit"));
+                                           "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
+                                           "hf_dinov2_reg", "timm_reg"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -594,6 +596,35 @@ TEST(EncoderLoaders, DetectsHfVitDinov2AndTimm) {
   EXPECT_FLOAT_EQ(t.ln_eps, 1e-6f);
   EXPECT_EQ(timm.tensors_ignored(), 0);
   EXPECT_EQ(embedding_output(t), "forward_features (after the final norm)");
+  // timm's CLIP tower: norm_pre, no patch bias, eps 1e-5, and the activation config.json names.
+  const VitModel clip = VitModel::load(fixture("timm_clip"));
+  const VitConfig& tc = clip.config();
+  EXPECT_EQ(tc.naming, "timm_vit");
+  EXPECT_TRUE(tc.pre_norm);
+  EXPECT_FALSE(tc.patch_bias);
+  EXPECT_FLOAT_EQ(tc.ln_eps, 1e-5f);
+  EXPECT_EQ(tc.act, Activation::quick_gelu);  // architecture "..._clip_quickgelu_..."
+  EXPECT_EQ(tc.num_classes, 12);              // CLIP's image projection, as timm names it `head`
+  EXPECT_EQ(clip.tensors_ignored(), 0);
+}
+
+// What says quick_gelu for a timm CLIP tower: model_args.act_layer, else the architecture name, else
+// nothing (timm's plain *_clip_* models run exact GELU on the same tensors).
+TEST(EncoderLoaders, TimmClipActivationComesFromConfigJson) {
+  const std::string dir = test::temp_dir("enc_timm_clip_act");
+  fs::copy_file(fixture("timm_clip"), dir + "/model.safetensors");
+  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().act, Activation::gelu_erf);  // no config.json
+  nlohmann::json cfg;
+  std::ifstream(fixture("timm_clip", "config.json")) >> cfg;
+  cfg["architecture"] = "vit_base_patch16_clip_224";
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().act, Activation::gelu_erf);
+  cfg["model_args"]["act_layer"] = "quick_gelu";
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().act, Activation::quick_gelu);
+  cfg["model_args"]["act_layer"] = "silu";
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  expect_load_error(dir + "/model.safetensors", Errc::unsupported, {"act_layer 'silu'"});
 }
 
 TEST(EncoderLoaders, InputContractsAndTheirSources) {
@@ -765,24 +796,106 @@ TEST(EncoderLoaders, NamesEveryMissingOrMisShapedTensor) {
                         "blocks.1.mlp.fc2.bias [32]");
 }
 
+// DINOv2 with registers (HF Dinov2WithRegistersModel, timm reg_token): R rows after the class
+// token, in every attention, in no output; the fixtures above check the outputs against torch.
+TEST(EncoderRegisters, ConfigAndChecks) {
+  for (const char* name : {"hf_dinov2_reg", "timm_reg"}) {
+    const VitModel m = VitModel::load(fixture(name));
+    EXPECT_EQ(m.config().registers, 4) << name;
+    EXPECT_TRUE(m.config().class_token) << name;
+    EXPECT_EQ(m.tensors_ignored(), 0) << name;
+  }
+  EXPECT_EQ(VitModel::load(fixture("hf_dinov2")).config().registers, 0);
+  EXPECT_EQ(VitModel::load(fixture("hf_dinov2_reg")).config().family, VitFamily::dinov2);
+  // config.json's num_register_tokens must agree with the tensor.
+  const std::string dir = test::temp_dir("enc_registers");
+  fs::copy_file(fixture("hf_dinov2_reg"), dir + "/model.safetensors");
+  nlohmann::json cfg;
+  std::ifstream(fixture("hf_dinov2_reg", "config.json")) >> cfg;
+  cfg["num_register_tokens"] = 3;
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  expect_load_error(dir + "/model.safetensors", Errc::corrupt_data, {"num_register_tokens = 3", "say 4"});
+  // A reg_token that is not [1, R, D].
+  Tensor bad = filled({4, 32}, 0.1f);
+  expect_load_error(relaid_checkpoint(dir + "/badreg", "timm_reg", "", {"reg_token"}, {{"reg_token", &bad}}),
+                    Errc::corrupt_data, {"reg_token has shape [4, 32]"});
+}
+
+// timm without no_embed_class: pos_embed is [1, 1 + R + G·G, D] and the registers' rows are their
+// positions. The same model written that way (the class position zero, the registers' positions
+// moved out of reg_token into pos_embed) encodes to the same numbers.
+TEST(EncoderRegisters, TimmRegisterPositionsAreFoldedIntoTheTokens) {
+  const std::string dir = test::temp_dir("enc_timm_regpos");
+  const SafetensorsFile src = SafetensorsFile::open(fixture("timm_reg"));
+  const Tensor reg = src.load(*src.find("reg_token")), grid = src.load(*src.find("pos_embed"));
+  const int64_t R = 4, D = 32, GG = grid.dim(1);
+  Tensor shift = filled({1, R, D}, 0.0f), reg2 = filled({1, R, D}, 0.0f), pos = filled({1, 1 + R + GG, D}, 0.0f);
+  for (int64_t i = 0; i < R * D; ++i) {
+    shift.data<float>()[i] = 0.25f * float(i % 7) - 0.5f;
+    reg2.data<float>()[i] = reg.data<float>()[i] - shift.data<float>()[i];
+    pos.data<float>()[D + i] = shift.data<float>()[i];
+  }
+  std::memcpy(pos.data<float>() + (1 + R) * D, grid.data<float>(), size_t(GG * D) * 4);
+  const VitModel a = VitModel::load(fixture("timm_reg"));
+  const VitModel b =
+      VitModel::load(relaid_checkpoint(dir, "timm_reg", "", {"reg_token", "pos_embed"}, {{"reg_token", &reg2}, {"pos_embed", &pos}}));
+  EXPECT_EQ(b.config().registers, 4);
+  const SafetensorsFile f = SafetensorsFile::open(fixture("timm_reg", "cases.safetensors"));
+  Executor exec({.threads = 2});
+  for (const Case& c : load_cases(f)) {
+    const EncodeParams p{.image_width = c.width, .image_height = c.height};
+    const Encoding ea = encode(a, c.patches, c.positions, p, exec), eb = encode(b, c.patches, c.positions, p, exec);
+    EXPECT_LE(max_abs_diff(ea.embeddings, eb.embeddings), 1e-4) << c.name;
+    EXPECT_LE(max_abs_diff(ea.logits, eb.logits), 1e-4) << c.name;
+  }
+}
+
+// The registers take part in hierarchical attention (as the class token: attended exactly) and
+// in the video path's incremental encoder, which must agree with encode().
+TEST(EncoderRegisters, HierarchicalAndIncrementalAgreeWithEncode) {
+  const VitModel m = VitModel::load(fixture("hf_dinov2_reg"));
+  const SafetensorsFile f = SafetensorsFile::open(fixture("hf_dinov2_reg", "cases.safetensors"));
+  Executor exec({.threads = 2});
+  for (const Case& c : load_cases(f)) {
+    EncodeParams p{.image_width = c.width, .image_height = c.height};
+    const Encoding exact = encode(m, c.patches, c.positions, p, exec);
+    p.attention = parse_attention("hierarchical:1000:4");  // every block: exact
+    const Encoding h = encode(m, c.patches, c.positions, p, exec);
+    EXPECT_LE(max_abs_diff(exact.embeddings, h.embeddings), 1e-4) << c.name;
+    EXPECT_LE(max_abs_diff(exact.class_token, h.class_token), 1e-4) << c.name;
+    IncrementalEncoder inc(m);
+    IncrementalParams ip{.image_width = c.width, .image_height = c.height, .reuse_layers = false};
+    const IncrementalResult r0 = inc.encode(c.patches, c.positions, {}, {}, ip, exec);
+    EXPECT_LE(max_abs_diff(r0.embeddings, exact.embeddings), 1e-4) << c.name;
+    const int64_t N = c.patches.dim(0);
+    std::vector<int64_t> prev(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) prev[size_t(i)] = i;
+    const std::vector<uint8_t> clean(static_cast<size_t>(N), 0);
+    ip.reuse_layers = true;
+    const IncrementalResult r1 = inc.encode(c.patches, c.positions, prev, clean, ip, exec);
+    const IncrementalResult r2 = inc.encode(c.patches, c.positions, prev, clean, ip, exec);
+    EXPECT_EQ(std::count(r2.recomputed.begin(), r2.recomputed.end(), 1), 0) << c.name;
+    EXPECT_LE(max_abs_diff(r2.embeddings, exact.embeddings), 1e-4) << c.name;
+    EXPECT_EQ(0, std::memcmp(r1.embeddings.bytes(), r2.embeddings.bytes(), r1.embeddings.size_bytes())) << c.name;
+  }
+}
+
 // Relatives under the same names with other arithmetic are refused by name, not encoded wrong.
 TEST(EncoderLoaders, RefusesVariantsItCannotEncode) {
   const std::string dir = test::temp_dir("enc_loader_refuse");
   Tensor tok = filled({1, 1, 32}, 0.1f), regs = filled({1, 4, 32}, 0.1f), w = filled({128, 32}, 0.1f);
   expect_load_error(relaid_checkpoint(dir + "/deit", "timm_vit", "", {}, {{"dist_token", &tok}}), Errc::unsupported,
                     {"dist_token", "distilled DeiT"});
-  expect_load_error(relaid_checkpoint(dir + "/reg", "timm_vit", "", {}, {{"reg_token", &regs}}), Errc::unsupported,
-                    {"reg_token", "register tokens"});
   expect_load_error(relaid_checkpoint(dir + "/hfdeit", "hf_vit", "deit.", {}, {{"deit.embeddings.distillation_token", &tok}}),
                     Errc::unsupported, {"deit.embeddings.distillation_token", "distilled DeiT"});
-  expect_load_error(relaid_checkpoint(dir + "/dreg", "hf_dinov2", "", {}, {{"embeddings.register_tokens", &regs}}),
-                    Errc::unsupported, {"embeddings.register_tokens", "Dinov2WithRegistersModel"});
+  expect_load_error(relaid_checkpoint(dir + "/vreg", "hf_vit", "", {}, {{"embeddings.register_tokens", &regs}}),
+                    Errc::unsupported, {"embeddings.register_tokens", "Dinov2WithRegistersModel's are"});
   expect_load_error(relaid_checkpoint(dir + "/swiglu", "hf_dinov2", "", {}, {{"encoder.layer.0.mlp.weights_in.weight", &w}}),
                     Errc::unsupported, {"SwiGLU"});
   Tensor d = filled({32}, 0.1f);
   expect_load_error(relaid_checkpoint(dir + "/beit", "hf_vit", "beit.", {}, {{"beit.encoder.layer.0.lambda_1", &d}}),
                     Errc::unsupported, {"beit.encoder.layer.0.lambda_1", "BEiT"});
-  for (const char* name : {"norm_pre.weight", "fc_norm.weight", "blocks.0.attn.q_norm.weight"}) {
+  for (const char* name : {"fc_norm.weight", "blocks.0.attn.q_norm.weight"}) {
     const std::string sub = dir + "/timm_" + std::string(name).substr(0, std::string(name).find('.'));
     expect_load_error(relaid_checkpoint(sub, "timm_vit", "", {}, {{name, &d}}), Errc::unsupported, {name, "not supported"});
   }

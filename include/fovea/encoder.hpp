@@ -148,6 +148,10 @@ struct VitConfig {
   int grid = 14;        // G: the position grid is G×G (native image G·P pixels square)
   int channels = 3;
   bool class_token = true;
+  // Register tokens (DINOv2 with registers: HF Dinov2WithRegisters' embeddings.register_tokens,
+  // timm's reg_token): learned rows after the class token, without a position embedding, that
+  // every token attends to; they are not part of any output.
+  int registers = 0;
   bool patch_bias = false;
   bool pre_norm = false;  // CLIP pre_layrnorm
   FinalNorm final_norm = FinalNorm::pooled_only;

@@ -403,6 +403,7 @@ py::dict config_dict(const VitConfig& c) {
   d["native_size"] = c.native_px();
   d["channels"] = c.channels;
   d["class_token"] = c.class_token;
+  d["registers"] = c.registers;
   d["activation"] = std::string(to_string(c.act));
   d["layer_norm_eps"] = c.ln_eps;
   d["projection_dim"] = c.projection_dim;

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -97,6 +98,7 @@ struct VitModel::Impl {
   Tensor patch_b;     // [D] or empty
   Tensor class_emb;   // [D] or empty
   Tensor class_pos;   // [D] position embedding of the class token, or empty
+  Tensor registers;   // [R, D] register tokens (config.registers = R), or empty
   Tensor pos_grid;    // [G·G, D] raster order
   Tensor pre_w, pre_b;      // CLIP pre_layrnorm, or empty
   Tensor post_w, post_b;    // CLIP post_layernorm / SigLIP post_layernorm / torchvision encoder.ln
@@ -124,6 +126,25 @@ struct VitModel::Impl {
   // attention.hpp's buffers, kept from one encode to the next (fresh pages cost a zeroing fault).
   std::shared_ptr<encoder_detail::AttentionWorkspace> attention_ws;
 };
+
+namespace encoder_detail {
+
+// The rows before the patch tokens: the class token (when the model has one), then the register
+// tokens. The patch tokens' rows start at prefix_tokens(c).
+inline int64_t prefix_tokens(const VitConfig& c) { return (c.class_token ? 1 : 0) + c.registers; }
+// Writes prefix row t (0 <= t < prefix_tokens): class embedding + its position, or register t − cls.
+inline void prefix_row(const VitModel::Impl& m, int64_t t, float* out) {
+  const int64_t D = m.config.hidden;
+  if (m.config.class_token && t == 0) {
+    const float* ce = m.class_emb.data<float>();
+    const float* cp = m.class_pos.data<float>();
+    for (int64_t d = 0; d < D; ++d) out[d] = ce[d] + cp[d];
+  } else {
+    std::memcpy(out, m.registers.data<float>() + (t - (m.config.class_token ? 1 : 0)) * D, size_t(D) * 4);
+  }
+}
+
+}  // namespace encoder_detail
 
 namespace encoder_detail {
 

@@ -219,7 +219,8 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
 
-  const int64_t D = c.hidden, Mh = c.mlp, cls = c.class_token ? 1 : 0, T = N + cls;
+  // cls: the class token's row 0 (read by the pooled outputs); pre: every row before the patches.
+  const int64_t D = c.hidden, Mh = c.mlp, cls = c.class_token ? 1 : 0, pre = prefix_tokens(c), T = N + pre;
   const int64_t K = int64_t(c.channels) * c.patch_px * c.patch_px;
   Buffer X(size_t(T * D) * 4);
   float* x = X.as<float>();
@@ -237,13 +238,9 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
       for (int64_t i = 0; i < N * K; ++i) t[i] = f16_to_f32(h[i]);
       src = t;
     }
-    ops.linear(linear_args(src, DType::f32, N, m.patch_w, &m.patch_b, x + cls * D, DType::f32));
+    ops.linear(linear_args(src, DType::f32, N, m.patch_w, &m.patch_b, x + pre * D, DType::f32));
   }
-  if (cls) {
-    const float* ce = m.class_emb.data<float>();
-    const float* cp = m.class_pos.data<float>();
-    for (int64_t d = 0; d < D; ++d) x[d] = ce[d] + cp[d];
-  }
+  for (int64_t t = 0; t < pre; ++t) prefix_row(m, t, x + t * D);
   {
     const float* grid = m.pos_grid.data<float>();
     const int G = c.grid;
@@ -251,7 +248,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
     const int64_t pst = positions.dim(1);
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
     for (int64_t i = 0; i < N; ++i)
-      add_bicubic(grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, x + (cls + i) * D);
+      add_bicubic(grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, x + (pre + i) * D);
   }
   if (c.pre_norm) ops.layer_norm(x, T, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
 
@@ -260,7 +257,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   if (!m.attention_ws) m.attention_ws = std::make_shared<AttentionWorkspace>();
   HierarchicalPlan plan;
   const bool hier = params.attention.mode == AttentionParams::Mode::hierarchical;
-  if (hier) plan = plan_hierarchical(params.attention, cls, pos, positions.dim(1), N);
+  if (hier) plan = plan_hierarchical(params.attention, pre, pos, positions.dim(1), N);
   for (const VitLayer& l : m.layers) {
     ops.layer_norm(x, T, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
     ops.linear(linear_args(H.get(), dt, T, l.qkv_w, &l.qkv_b, QKV.get(), dt));
@@ -274,7 +271,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   // ---- outputs ----------------------------------------------------------------------------
   Encoding e;
   e.embeddings = Tensor(DType::f32, {N, D});
-  std::memcpy(e.embeddings.bytes(), x + cls * D, size_t(N * D) * 4);
+  std::memcpy(e.embeddings.bytes(), x + pre * D, size_t(N * D) * 4);
   if (cls) e.class_token = row_copy(x, D);
   if (c.family == VitFamily::clip && c.final_norm == FinalNorm::pooled_only) {
     std::vector<float> p(D);
@@ -302,7 +299,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
     const std::vector<float> p = siglip_pool(ops, m, x, T);
     e.pooled = row_copy(p.data(), D);
   }
-  if (c.projector != ProjectorType::none) e.projected = run_projector(m, x + cls * D, N, ops.ref ? nullptr : ops.gemm);
+  if (c.projector != ProjectorType::none) e.projected = run_projector(m, x + pre * D, N, ops.ref ? nullptr : ops.gemm);
   e.precision = precision;
   e.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   return e;

@@ -107,8 +107,8 @@ struct IncrementalEncoder::State {
   std::vector<float> centers;      // [n, 2] the previous frame's token centres
   std::vector<LayerCache> layers;  // as the previous frame left them
   LayerCache spare;                // where a layout change moves a layer's rows (then swapped in)
-  Tensor fin;                      // [n + cls, D] f32: the last hidden state (final norm applied)
-  Tensor fin_proj;                 // [n + cls, E] f32: the projector's output of fin's rows
+  Tensor fin;                      // [n + pre, D] f32: the last hidden state (final norm applied)
+  Tensor fin_proj;                 // [n + pre, E] f32: the projector's output of fin's rows
   Buf IN, XR, H, QKV, A, Hm, Pt;
   AttentionWorkspace attn_ws;  // attention's buffers, reused by every layer and frame
   explicit State(const VitModel& m) : model(m) {}
@@ -220,7 +220,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   const bool bf16 = runnable_precision(params.precision) == Precision::bf16;  // bf16 needs bf16 kernels
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
-  const int64_t D = c.hidden, Mh = c.mlp, cls = c.class_token ? 1 : 0, hd = D / c.heads;
+  const int64_t D = c.hidden, Mh = c.mlp, pre = prefix_tokens(c), hd = D / c.heads;
   const int64_t K = int64_t(c.channels) * c.patch_px * c.patch_px;
   const size_t L = m.layers.size();
   const size_t F = frames.size();
@@ -232,7 +232,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     FrameWork& w = fw[f];
     w.in = &frames[f];
     w.res = &out[f];
-    w.N = Ns[f], w.T = w.N + cls;
+    w.N = Ns[f], w.T = w.N + pre;
     w.have_prev = f > 0 || (valid && !frames[f].prev_row.empty());
     w.gate = f > 0 || (w.have_prev && params.reuse_layers && layers_valid && layers.size() == L);
     w.res->recomputed.assign(size_t(w.N), 0);
@@ -240,10 +240,10 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   FrameWork& head = fw[0];
   if (head.gate) {
     head.prev_t.assign(size_t(head.T), -1);
-    if (cls) head.prev_t[0] = 0;
+    for (int64_t t = 0; t < pre; ++t) head.prev_t[size_t(t)] = t;  // class token, registers
     for (int64_t i = 0; i < head.N; ++i) {
       const int64_t p = head.in->prev_row[size_t(i)];
-      if (p >= 0) head.prev_t[size_t(cls + i)] = cls + p;
+      if (p >= 0) head.prev_t[size_t(pre + i)] = pre + p;
     }
     head.remap = L == 0 || layers[0].ref_in.dim(0) != head.T || !is_identity(head.prev_t);
   }
@@ -287,7 +287,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     if (!w.gate) {
       for (int64_t t = 0; t < w.T; ++t) w.cand.push_back(t);
     } else {
-      if (cls) w.cand.push_back(0);
+      for (int64_t t = 0; t < pre; ++t) w.cand.push_back(t);
       const Tensor& pos = *w.in->positions;
       const float* prev_c = f == 0 ? centers.data() : nullptr;
       const Tensor* prev_pos = f == 0 ? nullptr : frames[f - 1].positions;
@@ -300,7 +300,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
           const float py = prev_c ? prev_c[2 * p + 1] : prev_pos->data<float>()[p * prev_pos->dim(1) + 1];
           cand = x != px || y != py;
         }
-        if (cand) w.cand.push_back(cls + i);
+        if (cand) w.cand.push_back(pre + i);
       }
     }
     in_rows += int64_t(w.cand.size());
@@ -335,12 +335,10 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       for (int64_t k = 0; k < rows; ++k) {
         const int64_t t = w.cand[size_t(k)];
         float* xr = x + k * D;
-        if (t < cls) {
-          const float* ce = m.class_emb.data<float>();
-          const float* cp = m.class_pos.data<float>();
-          for (int64_t d = 0; d < D; ++d) xr[d] = ce[d] + cp[d];
+        if (t < pre) {
+          prefix_row(m, t, xr);
         } else {
-          const int64_t i = t - cls;
+          const int64_t i = t - pre;
           std::memcpy(xr, patch_emb.data<float>() + i * D, rowb);
           add_bicubic(grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, xr);
         }
@@ -390,7 +388,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       const float* x = IN.as<float>() + w.in_off * D;
       for (size_t k = 0; k < w.cand.size(); ++k) {
         const int64_t t = w.cand[k];
-        bool s = !w.gate || t < cls || (w.remap && w.prev_t[size_t(t)] < 0);
+        bool s = !w.gate || t < pre || (w.remap && w.prev_t[size_t(t)] < 0);
         if (!s) {
           const float* a = x + int64_t(k) * D;
           const float* b = C.ref_in.data<float>() + t * D;
@@ -411,8 +409,8 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       rows += int64_t(w.sel.size());
       const int64_t r = int64_t(w.sel.size());
       for (int64_t t : w.sel)
-        if (t >= cls) w.res->recomputed[size_t(t - cls)] = 1;
-      w.res->layer_tokens.push_back(r - std::min<int64_t>(cls, r));
+        if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1;
+      w.res->layer_tokens.push_back(r - std::min<int64_t>(pre, r));
       w.work += double(r) * per_token + 4.0 * double(r) * w.T * D;
       w.full_work += double(w.T) * per_token + 4.0 * double(w.T) * w.T * D;
     }
@@ -497,10 +495,10 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     }
     IncrementalResult& r = *w.res;
     r.embeddings = Tensor(DType::f32, {w.N, D});
-    std::memcpy(r.embeddings.bytes(), fin.data<float>() + cls * D, size_t(w.N) * rowb);
+    std::memcpy(r.embeddings.bytes(), fin.data<float>() + pre * D, size_t(w.N) * rowb);
     if (project) {
       r.projected = Tensor(DType::f32, {w.N, E});
-      std::memcpy(r.projected.bytes(), fin_proj.data<float>() + cls * E, size_t(w.N * E) * 4);
+      std::memcpy(r.projected.bytes(), fin_proj.data<float>() + pre * E, size_t(w.N * E) * 4);
     }
     r.approximate = w.gate;
     r.flops_fraction = w.full_work > 0 ? w.work / w.full_work : 1;

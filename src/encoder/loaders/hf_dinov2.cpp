@@ -8,13 +8,20 @@
 // Dinov2ForImageClassification's `classifier` (class token ⊕ mean patch token) is not read.
 // Exact GELU, eps 1e-6; BitImageProcessor's ImageNet mean / std unless preprocessor_config.json
 // says otherwise.
+// Dinov2WithRegistersModel (facebook/dinov2-with-registers-*) is the same with
+// `embeddings.register_tokens` [1, R, D]: R learned tokens inserted after the class token once
+// the positions are added (so they have none), attended by every token and dropped from the
+// outputs (VitConfig::registers). Its interpolate_pos_encoding resamples the table with
+// antialias=True, which differs from fovea's point sampling at sizes other than the native one
+// (docs/encoder.md).
 #include "encoder/loaders/loader.hpp"
 
 namespace fovea::encoder_detail {
 namespace {
 
 const HfVitNaming kNaming{"HF DINOv2", "hf_dinov2", VitFamily::dinov2, "norm1.weight", "norm1", "norm2",
-                          "mlp.fc1",   "mlp.fc2",   /*layer_scale=*/true, 1e-6f,       {"dinov2"}};
+                          "mlp.fc1",   "mlp.fc2",   /*layer_scale=*/true, /*registers=*/true, 1e-6f,
+                          {"dinov2", "dinov2_with_registers"}};
 
 class HfDinov2Loader final : public ModelLoader {
  public:

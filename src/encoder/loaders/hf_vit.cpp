@@ -11,7 +11,7 @@ namespace {
 
 const HfVitNaming kNaming{"HF ViT",          "hf_vit",          VitFamily::vit,       "layernorm_before.weight",
                           "layernorm_before", "layernorm_after", "intermediate.dense", "output.dense",
-                          /*layer_scale=*/false, 1e-12f,         {"vit", "vit_msn"}};
+                          /*layer_scale=*/false, /*registers=*/false, 1e-12f,         {"vit", "vit_msn"}};
 
 class HfVitLoader final : public ModelLoader {
  public:

@@ -35,12 +35,16 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
   // Relatives with the same names and other arithmetic: refused by name rather than read wrong.
   const std::pair<std::string, const char*> foreign[] = {
       {p + "embeddings.distillation_token", "a distilled DeiT (DeiTModel: class and distillation tokens) is not supported"},
-      {p + "embeddings.register_tokens", "register tokens (Dinov2WithRegistersModel) are not supported"},
       {p + "encoder.layer.0.lambda_1", "BEiT / Data2VecVision (relative position bias, lambda_1) is not supported"},
       {p + "encoder.layer.0.mlp.weights_in.weight", "the SwiGLU MLP (use_swiglu_ffn: dinov2-giant) is not supported"},
   };
   for (const auto& [name, why] : foreign)
     if (w.info(name)) throw Error(Errc::unsupported, "'" + path + "': " + name + ": " + why);
+  const std::string reg_name = p + "embeddings.register_tokens";
+  const auto reg = w.info(reg_name);
+  if (reg && !n.registers)
+    throw Error(Errc::unsupported, "'" + path + "': " + reg_name + ": register tokens in a " + n.what +
+                                       " checkpoint are not supported (Dinov2WithRegistersModel's are)");
   if (auto mt = cfg_get<std::string>(cfg, {"model_type"}); mt && !mt->empty()) {
     std::string known;
     for (const char* t : n.model_types) known += std::string(known.empty() ? "" : ", ") + t;
@@ -64,6 +68,15 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
   c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
   c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
   c.class_token = true;
+  if (reg) {
+    if (reg->shape.size() != 3 || reg->shape[0] != 1 || reg->shape[2] != c.hidden)
+      throw Error(Errc::corrupt_data, "'" + path + "': " + reg_name + " has shape " + shape_str(reg->shape) +
+                                          ", expected [1, R, " + std::to_string(c.hidden) + "]");
+    c.registers = checked_dim(reg->shape[1], 1024, path, "the register count");
+    if (auto r = cfg_get<int>(cfg, {"num_register_tokens"}); r && *r != c.registers)
+      throw Error(Errc::corrupt_data, "'" + path + "': config.json num_register_tokens = " + std::to_string(*r) +
+                                          " but the tensors say " + std::to_string(c.registers));
+  }
   c.patch_bias = true;
   c.pre_norm = false;
   c.final_norm = FinalNorm::all_tokens;
@@ -79,6 +92,7 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
   m.patch_b = L.get(p + "embeddings.patch_embeddings.projection.bias", {D});
   m.class_emb = L.get(p + "embeddings.cls_token", {1, 1, D}, true, {D});
   split_class_position(L.get(pos_name, {1, G * G + 1, D}), D, m);
+  if (c.registers > 0) m.registers = L.get(reg_name, {1, c.registers, D}, true, {c.registers, D});
   L.mark_used(p + "embeddings.mask_token");  // masked image modelling only
   for (int i = 0; i < c.layers; ++i) {
     const std::string l = p + "encoder.layer." + std::to_string(i) + ".";

@@ -188,6 +188,7 @@ struct HfVitNaming {
   const char* fc1;         // MLP linears, without ".weight"
   const char* fc2;
   bool layer_scale;        // layer_scale1/2.lambda1
+  bool registers;          // embeddings.register_tokens may be present (Dinov2WithRegistersModel)
   float ln_eps;            // when config.json has no layer_norm_eps
   std::vector<const char*> model_types;  // config.json model_type values that are this naming
 };

@@ -8,7 +8,19 @@
 // model_args.num_heads) when present, else the standard one for the width. The input contract:
 // preprocessor_config.json, else timm's config.json pretrained_cfg mean / std, else ImageNet's,
 // and `source` says which.
+//
+// timm's CLIP image towers (vit_*_clip_*, pre_norm=True) are the same module with `norm_pre`
+// after the position embedding, no patch-embedding bias and nn.LayerNorm's eps 1e-5; their
+// `head` is CLIP's image projection. Their activation is not in the tensors: timm's
+// *_clip_quickgelu_* models (and act_layer 'quick_gelu') use quick_gelu, the plain *_clip_* ones
+// exact GELU on the same names, so config.json's `architecture` / model_args decide, and exact
+// GELU (timm's default) without them.
+//
+// Register tokens (`reg_token` [1, R, D]: vit_*_reg4_dinov2, DINOv2 with registers) follow the
+// class token. With no_embed_class (those models) they get no position; otherwise pos_embed has
+// 1 + R + G·G rows and their rows are added to them once, at load.
 #include <cmath>
+#include <cstring>
 
 #include "encoder/loaders/loader.hpp"
 #include "fovea/error.hpp"
@@ -19,6 +31,22 @@ namespace {
 bool is_square(int64_t n) {
   const int64_t g = int64_t(std::llround(std::sqrt(double(std::max<int64_t>(n, 0)))));
   return g > 0 && g * g == n;
+}
+
+// The MLP activation timm builds: act_layer from config.json's model_args, else the architecture
+// name (timm registers the quick_gelu CLIP variants as *_clip_quickgelu_*), else nn.GELU.
+Activation timm_activation(const nlohmann::json& cfg, const std::string& path) {
+  if (auto it = cfg.find("model_args"); it != cfg.end() && it->is_object()) {
+    if (auto act = cfg_get<std::string>(*it, {"act_layer"})) {
+      if (*act == "quick_gelu" || *act == "QuickGELU") return Activation::quick_gelu;
+      if (*act == "gelu" || *act == "GELU") return Activation::gelu_erf;
+      if (*act == "gelu_tanh") return Activation::gelu_tanh;
+      throw Error(Errc::unsupported, "'" + path + "': timm act_layer '" + *act +
+                                         "' is not supported (gelu, gelu_tanh and quick_gelu are)");
+    }
+  }
+  const std::string arch = cfg_get<std::string>(cfg, {"architecture"}).value_or("");
+  return arch.find("quickgelu") != std::string::npos ? Activation::quick_gelu : Activation::gelu_erf;
 }
 
 class TimmVitLoader final : public ModelLoader {
@@ -37,9 +65,7 @@ class TimmVitLoader final : public ModelLoader {
     const std::pair<const char*, const char*> foreign[] = {
         {"dist_token", "a distilled DeiT (class and distillation tokens) is not supported; the non-distilled "
                        "deit_*_patch16_224 weights are"},
-        {"reg_token", "register tokens are not supported"},
         {"blocks.0.attn.q_norm.weight", "query/key normalisation (qk_norm) is not supported"},
-        {"norm_pre.weight", "a pre-norm (CLIP-style timm ViT, norm_pre) is not supported; use the HF CLIP checkpoint"},
         {"fc_norm.weight", "average pooling with fc_norm (global_pool='avg') is not supported"},
     };
     for (const auto& [name, why] : foreign)
@@ -54,9 +80,19 @@ class TimmVitLoader final : public ModelLoader {
     const auto pos = w.info("pos_embed");
     if (!pos || pos->shape.size() != 3)
       throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed pos_embed (expected [1, 1 + G·G, D])");
-    // G·G + 1 rows, or G·G without a class position (no_embed_class); both squares only for G = 0.
-    const bool no_embed_class = is_square(pos->shape[1]) && !is_square(pos->shape[1] - 1);
-    c.grid = square_side(pos->shape[1] - (no_embed_class ? 0 : 1), path, "pos_embed");
+    if (const auto reg = w.info("reg_token")) {
+      if (reg->shape.size() != 3 || reg->shape[0] != 1 || reg->shape[2] != c.hidden)
+        throw Error(Errc::corrupt_data, "'" + path + "': reg_token has shape " + shape_str(reg->shape) +
+                                            ", expected [1, R, " + std::to_string(c.hidden) + "]");
+      c.registers = checked_dim(reg->shape[1], 1024, path, "the register count");
+    }
+    const int64_t R = c.registers;
+    // G·G + 1 + R rows, or G·G without prefix positions (no_embed_class); both squares only for
+    // small grids, where a square count is read as no_embed_class when there are registers
+    // (timm's register models all are) and, without, as G·G + 1 unless that is impossible.
+    const int64_t rows = pos->shape[1];
+    const bool no_embed_class = is_square(rows) && (R > 0 || !is_square(rows - 1));
+    c.grid = square_side(rows - (no_embed_class ? 0 : 1 + R), path, "pos_embed");
     c.layers = count_layers(w, "blocks.");
     c.layers_in_checkpoint = c.layers;
     const auto fc1 = w.info("blocks.0.mlp.fc1.weight");
@@ -66,11 +102,11 @@ class TimmVitLoader final : public ModelLoader {
       heads = cfg_get<int>(cfg["model_args"], {"num_heads"});
     c.heads = heads.value_or(default_heads(c.hidden));
     c.class_token = true;
-    c.patch_bias = true;
-    c.pre_norm = false;
+    c.pre_norm = w.info("norm_pre.weight").has_value();
+    c.patch_bias = w.info("patch_embed.proj.bias").has_value();
     c.final_norm = FinalNorm::all_tokens;
-    c.act = Activation::gelu_erf;
-    c.ln_eps = 1e-6f;
+    c.act = timm_activation(cfg, path);
+    c.ln_eps = c.pre_norm ? 1e-5f : 1e-6f;  // CLIP towers: nn.LayerNorm; the rest: partial(LayerNorm, eps=1e-6)
     // timm's config.json has no hidden_size & co.: only the block count and heads are checked.
     check_dims(nlohmann::json::object(), path, c, "blocks.N");
     InputContract fallback = imagenet_contract(
@@ -86,13 +122,27 @@ class TimmVitLoader final : public ModelLoader {
     const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
     Lookup L(w);
     m->patch_w = L.get("patch_embed.proj.weight", {D, C, P, P}, true, {D, C * P * P});
-    m->patch_b = L.get("patch_embed.proj.bias", {D});
+    if (c.patch_bias) m->patch_b = L.get("patch_embed.proj.bias", {D});
+    if (c.pre_norm) {
+      m->pre_w = L.get("norm_pre.weight", {D});
+      m->pre_b = L.get("norm_pre.bias", {D});
+    }
     m->class_emb = L.get("cls_token", {1, 1, D}, true, {D});
+    if (R > 0) m->registers = L.get("reg_token", {1, R, D}, true, {R, D});
     if (no_embed_class) {
       m->pos_grid = L.get("pos_embed", {1, G * G, D}, true, {G * G, D});
-      m->class_pos = Tensor(DType::f32, {D});  // zeros: timm adds pos_embed before the class token joins
-    } else {
+      m->class_pos = Tensor(DType::f32, {D});  // zeros: timm adds pos_embed before the prefix tokens join
+    } else if (R == 0) {
       split_class_position(L.get("pos_embed", {1, G * G + 1, D}), D, *m);
+    } else if (Tensor all = L.get("pos_embed", {1, 1 + R + G * G, D}, true, {1 + R + G * G, D}); present(all)) {
+      // [class, registers, grid]: the registers' positions are constants, added to them here.
+      const float* a = all.data<float>();
+      m->class_pos = Tensor(DType::f32, {D});
+      std::memcpy(m->class_pos.bytes(), a, size_t(D) * 4);
+      if (present(m->registers))
+        for (int64_t i = 0; i < R * D; ++i) m->registers.data<float>()[i] += a[D + i];
+      m->pos_grid = Tensor(DType::f32, {G * G, D});
+      std::memcpy(m->pos_grid.bytes(), a + (1 + R) * D, size_t(G * G * D) * 4);
     }
     for (int i = 0; i < c.layers; ++i) {
       const std::string l = "blocks." + std::to_string(i) + ".";
