@@ -196,6 +196,27 @@ class SiglipEmbeddings(nn.Module):
         return x + pos.unsqueeze(0)
 
 
+class Siglip2Embeddings(nn.Module):  # Siglip2VisionEmbeddings
+    """A linear patch embedding over (row, column, channel)-ordered patch pixels and a G x G table
+    resized bilinearly (antialias=True) to the patch grid, as transformers' modeling_siglip2.py."""
+    pos_mode = "bilinear"
+
+    def __init__(self):
+        super().__init__()
+        self.patch_embedding = nn.Linear(C * P * P, D)
+        self.position_embedding = nn.Embedding(G * G, D)
+
+    def embed_patches(self, patches):  # [N, C, P, P] (the conv layout fovea's tokens have)
+        return self.patch_embedding(patches.permute(0, 2, 3, 1).reshape(patches.shape[0], -1))
+
+    def forward(self, pixels, interpolate=False):
+        _, _, h, w = pixels.shape
+        x = pixels[0].reshape(C, h // P, P, w // P, P).permute(1, 3, 2, 4, 0).reshape((h // P) * (w // P), -1)
+        pos = self.position_embedding.weight.reshape(G, G, D).permute(2, 0, 1).unsqueeze(0)
+        pos = F.interpolate(pos, size=(h // P, w // P), mode="bilinear", align_corners=False, antialias=True)
+        return (self.patch_embedding(x) + pos.reshape(D, -1).t()).unsqueeze(0)
+
+
 class SiglipPoolingHead(nn.Module):  # SiglipMultiheadAttentionPoolingHead
     def __init__(self):
         super().__init__()
@@ -214,9 +235,9 @@ class SiglipPoolingHead(nn.Module):  # SiglipMultiheadAttentionPoolingHead
 
 
 class SiglipVisionTransformer(nn.Module):
-    def __init__(self):
+    def __init__(self, embeddings=SiglipEmbeddings):
         super().__init__()
-        self.embeddings = SiglipEmbeddings()
+        self.embeddings = embeddings()
         self.encoder = Encoder(D, HEADS, MLP, LAYERS, gelu_tanh, 1e-6)
         self.post_layernorm = nn.LayerNorm(D, eps=1e-6)
         self.head = SiglipPoolingHead()
@@ -230,9 +251,9 @@ class SiglipVisionTransformer(nn.Module):
 
 
 class SiglipVisionModel(nn.Module):
-    def __init__(self):
+    def __init__(self, embeddings=SiglipEmbeddings):
         super().__init__()
-        self.vision_model = SiglipVisionTransformer()
+        self.vision_model = SiglipVisionTransformer(embeddings)
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -271,14 +292,15 @@ def patches_of(pixels):
     return patches, pos.to(torch.float64)
 
 
-def sample_positions(grid_rows, positions, width, height):
-    """The G x G position grid [G*G, D] sampled bicubically at token centres -> [N, D]."""
+def sample_positions(grid_rows, positions, width, height, mode="bicubic"):
+    """The G x G position grid [G*G, D] sampled bicubically (SigLIP 2: bilinearly) at token
+    centres -> [N, D]."""
     g = int(round(math.sqrt(grid_rows.shape[0])))
     grid = grid_rows.reshape(1, g, g, -1).permute(0, 3, 1, 2)
     nx = 2.0 * positions[:, 0] / width - 1.0
     ny = 2.0 * positions[:, 1] / height - 1.0
     coords = torch.stack([nx, ny], dim=1).reshape(1, 1, -1, 2).to(grid.dtype)
-    s = F.grid_sample(grid, coords, mode="bicubic", padding_mode="border", align_corners=False)
+    s = F.grid_sample(grid, coords, mode=mode, padding_mode="border", align_corners=False)
     return s[0, :, 0, :].t()
 
 
@@ -382,10 +404,10 @@ def hf_cases(vt, has_class, gen, out, proj=None, raw=None):
 
     def token_forward(patches, pos, width, height):
         e = vt.embeddings
-        x = e.patch_embedding(patches).flatten(1)  # [N, D]
+        x = e.embed_patches(patches) if hasattr(e, "embed_patches") else e.patch_embedding(patches).flatten(1)  # [N, D]
         pw = e.position_embedding.weight
         grid_rows = pw[1:] if has_class else pw
-        x = x + sample_positions(grid_rows, pos, width, height)
+        x = x + sample_positions(grid_rows, pos, width, height, getattr(e, "pos_mode", "bicubic"))
         if has_class:
             x = torch.cat([(e.class_embedding + pw[0]).unsqueeze(0), x], dim=0)
         return vt.run(x.unsqueeze(0))
@@ -475,6 +497,24 @@ def make_siglip(out, gen, raw_gen):
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "BF16")
     preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "SiglipImageProcessor")
     img = raw_image(raw_gen, out)
+    hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]))
+
+
+def make_siglip2(out, gen):
+    """HF Siglip2VisionModel (NaFlex): linear patch embedding, bilinear position resize, F32. The
+    interpolated case upsamples the table (6x5 from 4x4), where antialias=True changes nothing."""
+    os.makedirs(out, exist_ok=True)
+    model = SiglipVisionModel(Siglip2Embeddings).double()
+    randomize(model, gen)
+    cfg = {"model_type": "siglip2_vision_model", "architectures": ["Siglip2VisionModel"], "hidden_size": D,
+           "intermediate_size": MLP, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+           "num_patches": G * G, "patch_size": P, "num_channels": C, "hidden_act": "gelu_pytorch_tanh",
+           "layer_norm_eps": 1e-6}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "F32")
+    preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "Siglip2ImageProcessor")
+    img = raw_image(gen, out)
     hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]))
 
 
@@ -1256,6 +1296,7 @@ def main():
     make_timm_clip(os.path.join(a.out, "timm_clip"), torch.Generator().manual_seed(20261130))
     make_hf_dinov2_registers(os.path.join(a.out, "hf_dinov2_reg"), torch.Generator().manual_seed(20261131))
     make_timm_registers(os.path.join(a.out, "timm_reg"), torch.Generator().manual_seed(20261132))
+    make_siglip2(os.path.join(a.out, "siglip2"), torch.Generator().manual_seed(20261133))
     total = 0
     for root, _, files in os.walk(a.out):
         for f in sorted(files):

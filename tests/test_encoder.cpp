@@ -176,7 +176,7 @@ TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                          ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
                                            "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
-                                           "hf_dinov2_reg", "timm_reg"));
+                                           "hf_dinov2_reg", "timm_reg", "siglip2"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -606,6 +606,31 @@ TEST(EncoderLoaders, DetectsHfVitDinov2AndTimm) {
   EXPECT_EQ(tc.act, Activation::quick_gelu);  // architecture "..._clip_quickgelu_..."
   EXPECT_EQ(tc.num_classes, 12);              // CLIP's image projection, as timm names it `head`
   EXPECT_EQ(clip.tensors_ignored(), 0);
+}
+
+// SigLIP 2: the linear patch embedding's (row, column, channel) columns become the conv layout,
+// the position table is sampled bilinearly, and P comes from config.json or the column count.
+TEST(EncoderLoaders, Siglip2LinearPatchEmbedding) {
+  const VitConfig c = VitModel::load(fixture("siglip2")).config();
+  EXPECT_EQ(c.naming, "hf_siglip2");
+  EXPECT_EQ(c.family, VitFamily::siglip);
+  EXPECT_EQ(c.pos_sampling, PositionSampling::bilinear);
+  EXPECT_EQ(c.patch_px, 8);
+  EXPECT_EQ(c.grid, 4);
+  EXPECT_TRUE(c.attention_pool);
+  EXPECT_EQ(VitModel::load(fixture("siglip")).config().pos_sampling, PositionSampling::bicubic);
+  const std::string dir = test::temp_dir("enc_siglip2");
+  fs::copy_file(fixture("siglip2"), dir + "/model.safetensors");
+  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().patch_px, 8);  // 192 = 8·8·3 columns
+  nlohmann::json cfg;
+  std::ifstream(fixture("siglip2", "config.json")) >> cfg;
+  cfg["patch_size"] = 7;
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  expect_load_error(dir + "/model.safetensors", Errc::corrupt_data, {"patch_embedding.weight has shape [32, 192]"});
+  cfg["patch_size"] = 8;
+  cfg["num_patches"] = 64;
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  expect_load_error(dir + "/model.safetensors", Errc::corrupt_data, {"num_patches = 64"});
 }
 
 // What says quick_gelu for a timm CLIP tower: model_args.act_layer, else the architecture name, else

@@ -16,7 +16,8 @@
 //     quick_gelu; `embeddings` is last_hidden_state, BEFORE post_layernorm (which HF applies to
 //     the pooled class token only); `visual_projection` → image_embeds when present;
 //   * HF SigLIP vision tower (.safetensors): no class token, patch bias, tanh-GELU;
-//     last_hidden_state is AFTER post_layernorm; attention-pooling `head` → pooled;
+//     last_hidden_state is AFTER post_layernorm; attention-pooling `head` → pooled; SigLIP 2
+//     (Siglip2VisionModel: a linear patch embedding, positions resized bilinearly) too;
 //   * torchvision VisionTransformer (.safetensors, `conv_proj`, `encoder.layers.*`): class token,
 //     exact GELU, `encoder.ln` on every token, `heads.head` → logits;
 //   * HF LlavaForConditionalGeneration (.safetensors, `vision_tower.vision_model.*` +
@@ -28,11 +29,12 @@
 //     `encoder.layer.N.attention.attention.query`, `layernorm_before`): class token, exact GELU,
 //     `layernorm` on every token; `pooler.dense` (tanh) → pooled when present, `classifier` → logits;
 //   * timm VisionTransformer / DeiT (.safetensors, `patch_embed.proj`, `blocks.N.attn.qkv`): class
-//     token, exact GELU, `norm` on every token, `head` → logits, layer scale (`ls1/ls2.gamma`) and
-//     no_embed_class (DeiT III);
-//   * HF Dinov2Model (.safetensors, `[dinov2.]embeddings.*`, `encoder.layer.N.norm1`,
-//     `layer_scale1/2.lambda1`): as HF ViT with layer scale; pooled is the normed class token.
-// Safetensors: F32/F16/BF16; GGUF: F32/F16/BF16/Q8_0.
+//     token, exact GELU, `norm` on every token, `head` → logits, layer scale (`ls1/ls2.gamma`),
+//     no_embed_class (DeiT III), register tokens (`reg_token`) and CLIP towers (`norm_pre`);
+//   * HF Dinov2Model / Dinov2WithRegistersModel (.safetensors, `[dinov2.]embeddings.*`,
+//     `encoder.layer.N.norm1`, `layer_scale1/2.lambda1`, `embeddings.register_tokens`): as HF ViT
+//     with layer scale (and registers, in no output); pooled is the normed class token.
+// Safetensors (or PyTorch .pt/.pth/.bin): F32/F16/BF16/F64; GGUF: F32/F16/BF16/Q8_0.
 //
 // The model carries its input contract (VitConfig::input): mean, std and rescale from
 // preprocessor_config.json beside the weights (HF), ImageNet's for torchvision, the GGUF keys
@@ -86,6 +88,12 @@ enum class Activation : uint8_t {
   gelu_tanh,   // 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))) (SigLIP)
   gelu_erf,    // 0.5x(1 + erf(x/√2)) (torchvision)
 };
+// How the G×G position table is read at a token's centre (PyTorch's F.interpolate of the table
+// to the input's patch grid, align_corners=False, sampled at one point).
+enum class PositionSampling : uint8_t {
+  bicubic,   // every model but SigLIP 2 (interpolate_pos_encoding: bicubic, a = −0.75)
+  bilinear,  // SigLIP 2 (resize_positional_embeddings: bilinear)
+};
 enum class Precision : uint8_t {
   fp32,  // within 1e-4 of PyTorch on the test models
   bf16,  // GEMM inputs rounded to bfloat16, f32 accumulation; cosine to fp32 reported
@@ -137,7 +145,7 @@ std::string_view to_string(ProjectorType p);
 
 struct VitConfig {
   VitFamily family = VitFamily::clip;
-  // hf_clip, hf_siglip, hf_llava, torchvision, gguf_mmproj, hf_vit, timm_vit, hf_dinov2, random
+  // hf_clip, hf_siglip, hf_siglip2, hf_llava, torchvision, gguf_mmproj, hf_vit, timm_vit, hf_dinov2, random
   std::string naming = "random";
   InputContract input;
   int hidden = 768;     // D
@@ -154,6 +162,7 @@ struct VitConfig {
   int registers = 0;
   bool patch_bias = false;
   bool pre_norm = false;  // CLIP pre_layrnorm
+  PositionSampling pos_sampling = PositionSampling::bicubic;
   FinalNorm final_norm = FinalNorm::pooled_only;
   Activation act = Activation::quick_gelu;
   float ln_eps = 1e-5f;

@@ -266,6 +266,15 @@ Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* g
 // (u, v), PyTorch's cubic convolution (A = −0.75), taps clamped (forward.cpp; the incremental
 // encoder interpolates position embeddings with it too).
 void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float* out);
+// The same, bilinear (PyTorch's linear modes: a coordinate below 0 is clamped to 0, the upper
+// tap to G − 1).
+void add_bilinear(const float* grid, int G, int64_t D, double u, double v, float* out);
+inline void add_position(PositionSampling s, const float* grid, int G, int64_t D, double u, double v, float* out) {
+  if (s == PositionSampling::bilinear)
+    add_bilinear(grid, G, D, u, v, out);
+  else
+    add_bicubic(grid, G, D, u, v, out);
+}
 
 }  // namespace encoder_detail
 

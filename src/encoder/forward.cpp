@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -104,6 +105,19 @@ void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float*
     for (int64_t d = 0; d < D; ++d)
       out[d] += wy[j] * (r[0][d] * wx[0] + r[1][d] * wx[1] + r[2][d] * wx[2] + r[3][d] * wx[3]);
   }
+}
+
+void add_bilinear(const float* grid, int G, int64_t D, double u, double v, float* out) {
+  u = std::max(u, 0.0), v = std::max(v, 0.0);
+  const int x0 = std::min(int(u), G - 1), y0 = std::min(int(v), G - 1);
+  const int x1 = std::min(x0 + 1, G - 1), y1 = std::min(y0 + 1, G - 1);
+  const float lx = float(u - x0), ly = float(v - y0);
+  const float w00 = (1 - ly) * (1 - lx), w01 = (1 - ly) * lx, w10 = ly * (1 - lx), w11 = ly * lx;
+  const float* a = grid + (int64_t(y0) * G + x0) * D;
+  const float* b = grid + (int64_t(y0) * G + x1) * D;
+  const float* c = grid + (int64_t(y1) * G + x0) * D;
+  const float* d = grid + (int64_t(y1) * G + x1) * D;
+  for (int64_t k = 0; k < D; ++k) out[k] += w00 * a[k] + w01 * b[k] + w10 * c[k] + w11 * d[k];
 }
 
 }  // namespace encoder_detail
@@ -248,7 +262,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
     const int64_t pst = positions.dim(1);
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
     for (int64_t i = 0; i < N; ++i)
-      add_bicubic(grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, x + (pre + i) * D);
+      add_position(c.pos_sampling, grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, x + (pre + i) * D);
   }
   if (c.pre_norm) ops.layer_norm(x, T, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
 

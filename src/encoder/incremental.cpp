@@ -340,7 +340,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         } else {
           const int64_t i = t - pre;
           std::memcpy(xr, patch_emb.data<float>() + i * D, rowb);
-          add_bicubic(grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, xr);
+          add_position(c.pos_sampling, grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, xr);
         }
       }
       if (c.pre_norm && rows > 0) ops.layer_norm(x, rows, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);

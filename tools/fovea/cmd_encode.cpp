@@ -154,6 +154,7 @@ struct EncodeCommand {
                           {"heads", mc.heads},
                           {"patch_size", mc.patch_px},
                           {"position_grid", mc.grid},
+                          {"register_tokens", mc.registers},
                           {"precision", std::string(to_string(prec))},
                           {"attention", attention_json(att)},
                           {"openmp_wait_policy", openmp_wait_policy()},

@@ -1,6 +1,13 @@
 // What HF CLIP and SigLIP vision towers share: the embeddings, the encoder blocks
 // (`encoder.layers.N.{layer_norm1, self_attn.{q,k,v,out}_proj, layer_norm2, mlp.fc1, mlp.fc2}`)
 // and post_layernorm, and the checks of config.json against the tensors.
+// SigLIP 2 (Siglip2VisionModel, google/siglip2-*-naflex and the towers of VLMs built on it) is
+// SigLIP with a linear patch embedding `patch_embedding.weight` [D, P·P·C] over pixels in
+// (row, column, channel) order (Siglip2ImageProcessor's convert_image_to_patches), permuted here
+// to the conv layout [D, C·P·P] the tokenizer's patches have, and a √n × √n position table
+// resized bilinearly (resize_positional_embeddings; PositionSampling::bilinear). P is config.json's
+// patch_size, else the square that fits P·P·C columns.
+#include <cmath>
 #include <cstring>
 
 #include "encoder/loaders/loader.hpp"
@@ -28,7 +35,27 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
   const std::string p = *hf_vision_prefix(w);
   const nlohmann::json& cfg = ck.config;
   VitConfig& c = m.config;
-  patch_embedding_dims(w, p + "embeddings.patch_embedding.weight", c);
+  const std::string pe_name = p + "embeddings.patch_embedding.weight";
+  const auto pe = w.info(pe_name);
+  const bool linear_patch = pe && pe->shape.size() == 2;  // SigLIP 2
+  if (linear_patch) {
+    if (clip)
+      throw Error(Errc::unsupported, "'" + path + "': " + pe_name +
+                                         " is a linear patch embedding (SigLIP 2) in a checkpoint with a class embedding");
+    c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the hidden size (" + pe_name + " dim 0)");
+    c.channels = checked_dim(cfg_get<int64_t>(cfg, {"num_channels"}).value_or(3), 16, path, "the channel count");
+    const int64_t cols = pe->shape[1];
+    int64_t P = cfg_get<int64_t>(cfg, {"patch_size"}).value_or(0);
+    if (P == 0 && cols > 0 && cols % c.channels == 0) P = int64_t(std::llround(std::sqrt(double(cols / c.channels))));
+    if (P < 1 || P > 1024 || P * P * c.channels != cols)
+      throw Error(Errc::corrupt_data, "'" + path + "': " + pe_name + " has shape " + shape_str(pe->shape) +
+                                          ", not [D, P·P·" + std::to_string(c.channels) + "] for patch size " +
+                                          std::to_string(P));
+    c.patch_px = int(P);
+    c.pos_sampling = PositionSampling::bilinear;
+  } else {
+    patch_embedding_dims(w, pe_name, c);
+  }
   std::string mt = cfg_get<std::string>(cfg, {"model_type"}).value_or("");
   if (mt.empty()) mt = cfg_get<std::string>(cfg, {"parent_model_type"}).value_or("");
   if ((clip && mt.find("siglip") != std::string::npos) || (!clip && mt.find("clip") != std::string::npos &&
@@ -36,7 +63,7 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
     throw Error(Errc::corrupt_data, "'" + path + "': config.json says model_type '" + mt + "' but the tensors " +
                                         (clip ? "have" : "have no") + " class embedding");
   c.family = clip ? VitFamily::clip : VitFamily::siglip;
-  c.naming = clip ? "hf_clip" : "hf_siglip";
+  c.naming = clip ? "hf_clip" : linear_patch ? "hf_siglip2" : "hf_siglip";
   const auto pos = w.info(p + "embeddings.position_embedding.weight");
   if (!pos || pos->shape.size() != 2)
     throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + p + "embeddings.position_embedding.weight");
@@ -57,6 +84,9 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
   if (auto a = cfg_get<std::string>(cfg, {"hidden_act"})) c.act = parse_hf_act(*a, path);
   if (auto e = cfg_get<double>(cfg, {"layer_norm_eps"})) c.ln_eps = float(*e);
   check_dims(cfg, path, c, p + "encoder.layers.N");
+  if (auto n = cfg_get<int64_t>(cfg, {"num_patches"}); linear_patch && n && *n != int64_t(c.grid) * c.grid)
+    throw Error(Errc::corrupt_data, "'" + path + "': config.json num_patches = " + std::to_string(*n) +
+                                        " but the position table has " + std::to_string(c.grid * c.grid) + " rows");
   c.input = contract_from_preprocessor(ck.preprocessor, clip ? clip_defaults() : siglip_defaults());
   return p;
 }
@@ -112,7 +142,20 @@ void hf_load_blocks(Lookup& L, const std::string& p, int blocks, int64_t D, int6
 void hf_load_tower(Lookup& L, const std::string& p, VitModel::Impl& m) {
   const VitConfig& c = m.config;
   const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
-  m.patch_w = L.get(p + "embeddings.patch_embedding.weight", {D, C, P, P}, true, {D, C * P * P});
+  const std::string pe = p + "embeddings.patch_embedding.weight";
+  if (c.pos_sampling == PositionSampling::bilinear) {  // SigLIP 2: [D, P·P·C], (row, column, channel)
+    const Tensor lin = L.get(pe, {D, P * P * C});
+    if (present(lin)) {
+      m.patch_w = Tensor(DType::f32, {D, C * P * P});
+      const float* s = lin.data<float>();
+      float* d = m.patch_w.data<float>();
+      for (int64_t o = 0; o < D; ++o)
+        for (int64_t ch = 0; ch < C; ++ch)
+          for (int64_t yx = 0; yx < P * P; ++yx) d[(o * C + ch) * P * P + yx] = s[(o * P * P + yx) * C + ch];
+    }
+  } else {
+    m.patch_w = L.get(pe, {D, C, P, P}, true, {D, C * P * P});
+  }
   if (c.patch_bias) m.patch_b = L.get(p + "embeddings.patch_embedding.bias", {D});
   if (c.class_token) {
     m.class_emb = L.get(p + "embeddings.class_embedding", {D});
