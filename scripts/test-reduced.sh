@@ -9,4 +9,4 @@ bash scripts/build.sh build-reduced -DFOVEA_WITH_ENCODER=OFF -DFOVEA_WITH_VULKAN
   -DFOVEA_BUILD_TESTS=ON -DBUILD_SHARED_LIBS=ON
 grep -q 'FOVEA_BUILT_WITH_ENCODER 0' build-reduced/generated/fovea/version_gen.hpp
 grep -q 'FOVEA_BUILT_WITH_VULKAN 0' build-reduced/generated/fovea/version_gen.hpp
-ctest --test-dir build-reduced --output-on-failure -j "$(nproc)"
+ctest --test-dir build-reduced --output-on-failure -j "$(( $(nproc) * 2 ))"

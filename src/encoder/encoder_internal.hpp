@@ -144,10 +144,6 @@ inline void prefix_row(const VitModel::Impl& m, int64_t t, float* out) {
   }
 }
 
-}  // namespace encoder_detail
-
-namespace encoder_detail {
-
 // ---- GEMM through oneDNN --------------------------------------------------------------------
 enum class Post : uint8_t { none, quick_gelu, gelu_tanh, gelu_erf };
 Post post_for(Activation a);

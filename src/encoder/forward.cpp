@@ -5,9 +5,9 @@
 // Kernels::reference runs the same algorithm with the scalar kernels.
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>

@@ -103,7 +103,8 @@ class TimmVitLoader final : public ModelLoader {
     c.heads = heads.value_or(default_heads(c.hidden));
     c.class_token = true;
     c.pre_norm = w.info("norm_pre.weight").has_value();
-    c.patch_bias = w.info("patch_embed.proj.bias").has_value();
+    // CLIP towers have no patch bias (timm: bias=not pre_norm); every other ViT must have one.
+    c.patch_bias = !c.pre_norm || w.info("patch_embed.proj.bias").has_value();
     c.final_norm = FinalNorm::all_tokens;
     c.act = timm_activation(cfg, path);
     c.ln_eps = c.pre_norm ? 1e-5f : 1e-6f;  // CLIP towers: nn.LayerNorm; the rest: partial(LayerNorm, eps=1e-6)
