@@ -396,6 +396,17 @@ void expect_load_error(const std::string& path, Errc code, std::vector<std::stri
   }
 }
 
+// A fixture's weights copied alone into `dir` (no config.json beside them): the path, and the
+// fixture's config.json to edit and write back with write_config.
+std::string copied_weights(const std::string& dir, const std::string& model, nlohmann::json* cfg) {
+  fs::copy_file(fixture(model), dir + "/model.safetensors");
+  std::ifstream(fixture(model, "config.json")) >> *cfg;
+  return dir + "/model.safetensors";
+}
+void write_config(const std::string& weights, const nlohmann::json& cfg) {
+  std::ofstream(fs::path(weights).parent_path() / "config.json") << cfg.dump();
+}
+
 // Re-serialises the fixture's tensors with edits: `drop` removed, `reshape` given a new shape,
 // `retype` stored as I32.
 std::string edited_checkpoint(const std::string& dir, const std::string& model, const std::set<std::string>& drop,
@@ -619,37 +630,33 @@ TEST(EncoderLoaders, Siglip2LinearPatchEmbedding) {
   EXPECT_EQ(c.grid, 4);
   EXPECT_TRUE(c.attention_pool);
   EXPECT_EQ(VitModel::load(fixture("siglip")).config().pos_sampling, PositionSampling::bicubic);
-  const std::string dir = test::temp_dir("enc_siglip2");
-  fs::copy_file(fixture("siglip2"), dir + "/model.safetensors");
-  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().patch_px, 8);  // 192 = 8·8·3 columns
   nlohmann::json cfg;
-  std::ifstream(fixture("siglip2", "config.json")) >> cfg;
+  const std::string w = copied_weights(test::temp_dir("enc_siglip2"), "siglip2", &cfg);
+  EXPECT_EQ(VitModel::load(w).config().patch_px, 8);  // no config.json: 192 = 8·8·3 columns
   cfg["patch_size"] = 7;
-  std::ofstream(dir + "/config.json") << cfg.dump();
-  expect_load_error(dir + "/model.safetensors", Errc::corrupt_data, {"patch_embedding.weight has shape [32, 192]"});
+  write_config(w, cfg);
+  expect_load_error(w, Errc::corrupt_data, {"patch_embedding.weight has shape [32, 192]"});
   cfg["patch_size"] = 8;
   cfg["num_patches"] = 64;
-  std::ofstream(dir + "/config.json") << cfg.dump();
-  expect_load_error(dir + "/model.safetensors", Errc::corrupt_data, {"num_patches = 64"});
+  write_config(w, cfg);
+  expect_load_error(w, Errc::corrupt_data, {"num_patches = 64"});
 }
 
 // What says quick_gelu for a timm CLIP tower: model_args.act_layer, else the architecture name, else
 // nothing (timm's plain *_clip_* models run exact GELU on the same tensors).
 TEST(EncoderLoaders, TimmClipActivationComesFromConfigJson) {
-  const std::string dir = test::temp_dir("enc_timm_clip_act");
-  fs::copy_file(fixture("timm_clip"), dir + "/model.safetensors");
-  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().act, Activation::gelu_erf);  // no config.json
   nlohmann::json cfg;
-  std::ifstream(fixture("timm_clip", "config.json")) >> cfg;
+  const std::string w = copied_weights(test::temp_dir("enc_timm_clip_act"), "timm_clip", &cfg);
+  EXPECT_EQ(VitModel::load(w).config().act, Activation::gelu_erf);  // no config.json
   cfg["architecture"] = "vit_base_patch16_clip_224";
-  std::ofstream(dir + "/config.json") << cfg.dump();
-  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().act, Activation::gelu_erf);
+  write_config(w, cfg);
+  EXPECT_EQ(VitModel::load(w).config().act, Activation::gelu_erf);
   cfg["model_args"]["act_layer"] = "quick_gelu";
-  std::ofstream(dir + "/config.json") << cfg.dump();
-  EXPECT_EQ(VitModel::load(dir + "/model.safetensors").config().act, Activation::quick_gelu);
+  write_config(w, cfg);
+  EXPECT_EQ(VitModel::load(w).config().act, Activation::quick_gelu);
   cfg["model_args"]["act_layer"] = "silu";
-  std::ofstream(dir + "/config.json") << cfg.dump();
-  expect_load_error(dir + "/model.safetensors", Errc::unsupported, {"act_layer 'silu'"});
+  write_config(w, cfg);
+  expect_load_error(w, Errc::unsupported, {"act_layer 'silu'"});
 }
 
 TEST(EncoderLoaders, InputContractsAndTheirSources) {
@@ -834,12 +841,11 @@ TEST(EncoderRegisters, ConfigAndChecks) {
   EXPECT_EQ(VitModel::load(fixture("hf_dinov2_reg")).config().family, VitFamily::dinov2);
   // config.json's num_register_tokens must agree with the tensor.
   const std::string dir = test::temp_dir("enc_registers");
-  fs::copy_file(fixture("hf_dinov2_reg"), dir + "/model.safetensors");
   nlohmann::json cfg;
-  std::ifstream(fixture("hf_dinov2_reg", "config.json")) >> cfg;
+  const std::string w = copied_weights(dir, "hf_dinov2_reg", &cfg);
   cfg["num_register_tokens"] = 3;
-  std::ofstream(dir + "/config.json") << cfg.dump();
-  expect_load_error(dir + "/model.safetensors", Errc::corrupt_data, {"num_register_tokens = 3", "say 4"});
+  write_config(w, cfg);
+  expect_load_error(w, Errc::corrupt_data, {"num_register_tokens = 3", "say 4"});
   // A reg_token that is not [1, R, D].
   Tensor bad = filled({4, 32}, 0.1f);
   expect_load_error(relaid_checkpoint(dir + "/badreg", "timm_reg", "", {"reg_token"}, {{"reg_token", &bad}}),
