@@ -111,11 +111,12 @@ class Encoder(nn.Module):
         return x
 
 
-def interpolate_grid(pos, height, width):
-    """HF interpolate_pos_encoding for the G x G patch part: [G*G, D] -> [h*w, D]."""
+def interpolate_grid(pos, height, width, antialias=False, mode="bicubic"):
+    """HF interpolate_pos_encoding for the G x G patch part: [G*G, D] -> [h*w, D] (antialias=True:
+    Dinov2WithRegisters' and timm's resample_abs_pos_embed; bilinear: SigLIP 2)."""
     g = int(round(math.sqrt(pos.shape[0])))
     grid = pos.reshape(1, g, g, -1).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=(height // P, width // P), mode="bicubic", align_corners=False)
+    grid = F.interpolate(grid, size=(height // P, width // P), mode=mode, align_corners=False, antialias=antialias)
     return grid.permute(0, 2, 3, 1).reshape(-1, pos.shape[1])
 
 
@@ -199,7 +200,7 @@ class SiglipEmbeddings(nn.Module):
 class Siglip2Embeddings(nn.Module):  # Siglip2VisionEmbeddings
     """A linear patch embedding over (row, column, channel)-ordered patch pixels and a G x G table
     resized bilinearly (antialias=True) to the patch grid, as transformers' modeling_siglip2.py."""
-    pos_mode = "bilinear"
+    pos_mode = "bilinear_aa"
 
     def __init__(self):
         super().__init__()
@@ -292,9 +293,71 @@ def patches_of(pixels):
     return patches, pos.to(torch.float64)
 
 
+def aa_taps(cubic, center, scale, n):
+    """One axis of F.interpolate(antialias=True, align_corners=False) (PyTorch's
+    _compute_weights_aa) for an output cell centred at `center` table cells and `scale` cells
+    wide: (first tap, normalised weights). Support 2 cells (cubic, Keys a = -0.5) or 1 (triangle),
+    times the scale when shrinking; taps outside the table dropped."""
+    center = min(max(center, 0.0), float(n))
+    support = (2.0 if cubic else 1.0) * max(scale, 1.0)
+    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+
+    def filt(x):
+        x = abs(x)
+        if not cubic:
+            return 1.0 - x if x < 1.0 else 0.0
+        a = -0.5
+        if x < 1.0:
+            return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+        if x < 2.0:
+            return (((x - 5.0) * x + 8.0) * x - 4.0) * a
+        return 0.0
+
+    first = max(int(center - support + 0.5), 0)  # int() truncates toward zero, as static_cast
+    last = min(int(center + support + 0.5), n)
+    w = [filt((j - center + 0.5) * invscale) for j in range(first, last)]
+    total = sum(w)
+    return first, [v / total if total != 0.0 else v for v in w]
+
+
+def sample_positions_aa(grid_rows, positions, width, height, cubic):
+    """The antialiased resize for each token on its own: the G x G table resized (as F.interpolate
+    with antialias=True) to a uniform grid of tokens of this token's side, read at its centre."""
+    g = int(round(math.sqrt(grid_rows.shape[0])))
+    grid = grid_rows.reshape(g, g, -1)
+    out = []
+    for cx, cy, side, _ in positions.tolist():
+        x0, wx = aa_taps(cubic, cx * g / width, side * g / width, g)
+        y0, wy = aa_taps(cubic, cy * g / height, side * g / height, g)
+        acc = torch.zeros(grid.shape[2], dtype=grid.dtype)
+        for j, vy in enumerate(wy):
+            row = torch.zeros(grid.shape[2], dtype=grid.dtype)
+            for i, vx in enumerate(wx):
+                row = row + vx * grid[y0 + j, x0 + i]
+            acc = acc + vy * row
+        out.append(acc)
+    return torch.stack(out)
+
+
+def check_aa_sampling():
+    """The per-token antialiased sampler against F.interpolate(antialias=True) on uniform grids
+    that grow, shrink, both, and keep the table's size, for both kernels (float64)."""
+    gen = torch.Generator().manual_seed(7)
+    for g in (4, 5, 37):
+        table = torch.randn((g * g, 6), generator=gen, dtype=torch.float64)
+        for gw, gh in ((6, 5), (3, 2), (6, 3), (g, g), (1, 1), (2, 7), (16, 16), (23, 11)):
+            patches, pos = patches_of(torch.zeros((1, 1, gh * P, gw * P), dtype=torch.float64))
+            for cubic, mode in ((True, "bicubic"), (False, "bilinear")):
+                want = interpolate_grid(table, gh * P, gw * P, antialias=True, mode=mode)
+                got = sample_positions_aa(table, pos, gw * P, gh * P, cubic)
+                close(got, want, f"antialiased sampler vs F.interpolate ({mode}, {g}x{g} -> {gw}x{gh})", 1e-12)
+
+
 def sample_positions(grid_rows, positions, width, height, mode="bicubic"):
-    """The G x G position grid [G*G, D] sampled bicubically (SigLIP 2: bilinearly) at token
-    centres -> [N, D]."""
+    """The G x G position grid [G*G, D] read for each token: bicubic / bilinear point samples at
+    the centres, or bicubic_aa / bilinear_aa (sample_positions_aa) -> [N, D]."""
+    if mode.endswith("_aa"):
+        return sample_positions_aa(grid_rows, positions, width, height, mode == "bicubic_aa")
     g = int(round(math.sqrt(grid_rows.shape[0])))
     grid = grid_rows.reshape(1, g, g, -1).permute(0, 3, 1, 2)
     nx = 2.0 * positions[:, 0] / width - 1.0
@@ -397,9 +460,10 @@ def f32(t):
 
 # ---- the models ---------------------------------------------------------------------------------
 
-def hf_cases(vt, has_class, gen, out, proj=None, raw=None):
-    """native / interp / foveated cases for an HF-named vision transformer `vt` (float64), and
-    `raw`: (uint8 image, mean, std, rescale) through the family's own preprocessing."""
+def hf_cases(vt, has_class, gen, out, proj=None, raw=None, shrink=False):
+    """native / interp / (shrink: a 3x2 grid) / foveated cases for an HF-named vision transformer
+    `vt` (float64), and `raw`: (uint8 image, mean, std, rescale) through the family's own
+    preprocessing."""
     cases, meta = {}, {}
 
     def token_forward(patches, pos, width, height):
@@ -437,14 +501,24 @@ def hf_cases(vt, has_class, gen, out, proj=None, raw=None):
         hidden, pooled = vt(px, interpolate=True)
         patches, pos = patches_of(px)
         h2, _ = token_forward(patches, pos, W, H)
-        close(h2, hidden, "grid_sample vs HF interpolate_pos_encoding (6x5 grid)")
+        close(h2, hidden, "token sampling vs HF interpolate_pos_encoding (6x5 grid)")
         record("interp", patches, pos, W, H, hidden, pooled)
+        names = "native,interp"
+        if shrink:
+            W, H = 3 * P, 2 * P
+            px = torch.randn((1, C, H, W), generator=gen, dtype=torch.float64)
+            hidden, pooled = vt(px, interpolate=True)
+            patches, pos = patches_of(px)
+            h2, _ = token_forward(patches, pos, W, H)
+            close(h2, hidden, "token sampling vs HF's position resize (3x2 grid)")
+            record("shrink", patches, pos, W, H, hidden, pooled)
+            names += ",shrink"
 
         W, H = 77, 53
         patches, pos = foveated_tokens(gen, W, H, 23)
         hidden, pooled = token_forward(patches, pos, W, H)
         record("foveated", patches, pos, W, H, hidden, pooled)
-        names = "native,interp,foveated"
+        names += ",foveated"
         if raw is not None:
             px = preprocess(*raw)
             hidden, pooled = vt(px)
@@ -501,8 +575,9 @@ def make_siglip(out, gen, raw_gen):
 
 
 def make_siglip2(out, gen):
-    """HF Siglip2VisionModel (NaFlex): linear patch embedding, bilinear position resize, F32. The
-    interpolated case upsamples the table (6x5 from 4x4), where antialias=True changes nothing."""
+    """HF Siglip2VisionModel (NaFlex): linear patch embedding, bilinear position resize with
+    antialias=True, F32. The interp case upsamples the table (6x5 from 4x4), the shrink case
+    shrinks it (3x2), where antialias=True widens the kernel."""
     os.makedirs(out, exist_ok=True)
     model = SiglipVisionModel(Siglip2Embeddings).double()
     randomize(model, gen)
@@ -515,7 +590,7 @@ def make_siglip2(out, gen):
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "F32")
     preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "Siglip2ImageProcessor")
     img = raw_image(gen, out)
-    hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]))
+    hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), shrink=True)
 
 
 def make_torchvision(out, gen, raw_gen):
@@ -984,7 +1059,9 @@ class HfVitEmbeddings(nn.Module):  # ViTEmbeddings / Dinov2Embeddings / Dinov2Wi
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         pos = self.position_embeddings[0]
         if interpolate and not (h == w == G * P):  # interpolate_pos_encoding (size=, bicubic)
-            pos = torch.cat([pos[:1], interpolate_grid(pos[1:], h, w)], dim=0)
+            # Dinov2WithRegisters resizes with antialias=True; ViTModel and Dinov2Model without.
+            aa = hasattr(self, "register_tokens")
+            pos = torch.cat([pos[:1], interpolate_grid(pos[1:], h, w, antialias=aa)], dim=0)
         x = x + pos.unsqueeze(0)
         if hasattr(self, "register_tokens"):  # after the positions, between class and patch tokens
             x = torch.cat([x[:, :1], self.register_tokens.expand(x.shape[0], -1, -1), x[:, 1:]], dim=1)
@@ -999,6 +1076,7 @@ class HfVitModel(nn.Module):
         super().__init__()
         eps = 1e-6 if dinov2 else 1e-12
         self.registers = registers
+        self.pos_mode = "bicubic_aa" if registers else "bicubic"  # Dinov2WithRegisters: antialias=True
         self.embeddings = HfVitEmbeddings(dinov2, registers)
         self.encoder = nn.Module()
         self.encoder.layer = nn.ModuleList([(Dinov2Layer if dinov2 else HfVitLayer)(eps) for _ in range(LAYERS)])
@@ -1065,6 +1143,7 @@ class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="to
         super().__init__()
         eps, act = (1e-5, quick_gelu) if clip else (1e-6, F.gelu)
         self.registers = registers  # vit_*_reg4_dinov2: reg_token, no_embed_class (no prefix positions)
+        self.pos_mode = "bicubic_aa"  # resample_abs_pos_embed: bicubic, antialias=True
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         if registers:
             self.reg_token = nn.Parameter(torch.zeros(1, registers, D))
@@ -1096,25 +1175,35 @@ class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="to
         return h, h[:, 0], self.head(h[:, 0])
 
     def forward(self, pixels, interpolate=False):
-        assert not interpolate  # timm's fixed-size model
+        """interpolate: timm's dynamic_img_size, whose _pos_embed resizes pos_embed with
+        resample_abs_pos_embed (bicubic, antialias=True; unchanged for a square grid of the
+        table's size)."""
+        _, _, h, w = pixels.shape
         x = self.patch_embed.proj(pixels).flatten(2).transpose(1, 2)
+        pos = self.pos_embed[0]
+        if interpolate and not (h == w == G * P):
+            k = 0 if self.registers else 1
+            pos = torch.cat([pos[:k], interpolate_grid(pos[k:], h, w, antialias=True)], dim=0)
+        pos = pos.unsqueeze(0)
         if self.registers:  # _pos_embed with no_embed_class: positions first, then the prefix joins
             b = x.shape[0]
-            x = torch.cat([self.cls_token.expand(b, -1, -1), self.reg_token.expand(b, -1, -1), x + self.pos_embed], dim=1)
+            x = torch.cat([self.cls_token.expand(b, -1, -1), self.reg_token.expand(b, -1, -1), x + pos], dim=1)
         else:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + pos
         return self.run(x)
 
 
-def class_token_cases(out, gen, m, raw, interp):
-    """native / interp (HF interpolate_pos_encoding) / foveated / raw cases of a class-token model
-    `m` (HfVitModel or TimmVit, float64): hidden, class_token, pooled and logits (when a head)."""
+def class_token_cases(out, gen, m, raw, interp, shrink=False):
+    """native / interp (HF interpolate_pos_encoding, timm's dynamic_img_size) / shrink / foveated /
+    raw cases of a class-token model `m` (HfVitModel or TimmVit, float64): hidden, class_token,
+    pooled and logits (when a head). shrink: a 3x2 grid, smaller than the table on both axes
+    (where antialias=True widens the kernel)."""
     cases, meta = {}, {}
 
     regs = getattr(m, "registers", 0)  # register tokens: after the class token, no position
 
     def token_forward(patches, pos, width, height):
-        x = m.patch(patches) + sample_positions(m.grid(), pos, width, height)
+        x = m.patch(patches) + sample_positions(m.grid(), pos, width, height, m.pos_mode)
         prefix = [m.cls().unsqueeze(0)] + ([m.register_rows()] if regs else [])
         return m.run(torch.cat(prefix + [x], dim=0).unsqueeze(0))
 
@@ -1141,9 +1230,17 @@ def class_token_cases(out, gen, m, raw, interp):
             px = torch.randn((1, C, H, W), generator=gen, dtype=torch.float64)
             outs = m(px, interpolate=True)
             patches, pos = patches_of(px)
-            close(token_forward(patches, pos, W, H)[0], outs[0], "grid_sample vs interpolate_pos_encoding (6x5)")
+            close(token_forward(patches, pos, W, H)[0], outs[0], "token sampling vs interpolate_pos_encoding (6x5)")
             record("interp", patches, pos, W, H, outs)
             names.append("interp")
+        if shrink:
+            W, H = 3 * P, 2 * P
+            px = torch.randn((1, C, H, W), generator=gen, dtype=torch.float64)
+            outs = m(px, interpolate=True)
+            patches, pos = patches_of(px)
+            close(token_forward(patches, pos, W, H)[0], outs[0], "token sampling vs interpolate_pos_encoding (3x2)")
+            record("shrink", patches, pos, W, H, outs)
+            names.append("shrink")
         W, H = 77, 53
         patches, pos = foveated_tokens(gen, W, H, 23)
         record("foveated", patches, pos, W, H, token_forward(patches, pos, W, H))
@@ -1210,7 +1307,7 @@ def make_timm_vit(out, gen):
         json.dump(cfg, f, indent=2)
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), None, "F32")
     img = raw_image(gen, out)
-    class_token_cases(out, gen, model, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), interp=False)
+    class_token_cases(out, gen, model, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), interp=True, shrink=True)
 
 
 def make_timm_clip(out, gen):
@@ -1232,13 +1329,13 @@ def make_timm_clip(out, gen):
         json.dump(cfg, f, indent=2)
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), None, "F16")
     img = raw_image(gen, out)
-    class_token_cases(out, gen, model, (img, CLIP_MEAN, CLIP_STD), interp=False)
+    class_token_cases(out, gen, model, (img, CLIP_MEAN, CLIP_STD), interp=True, shrink=True)
 
 
 def make_hf_dinov2_registers(out, gen):
     """HF Dinov2WithRegistersModel (facebook/dinov2-with-registers-*): Dinov2Model's names plus
-    `embeddings.register_tokens` [1, 4, D], F32; BitImageProcessor's ImageNet mean/std. No
-    interpolated case: its interpolate_pos_encoding uses antialias=True (docs/encoder.md)."""
+    `embeddings.register_tokens` [1, 4, D], F32; BitImageProcessor's ImageNet mean/std. Its
+    interpolate_pos_encoding resizes with antialias=True: interp (6x5) and shrink (3x2) cases."""
     os.makedirs(out, exist_ok=True)
     model = HfVitModel(dinov2=True, registers=4).double()
     randomize(model, gen)
@@ -1251,7 +1348,7 @@ def make_hf_dinov2_registers(out, gen):
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "F32")
     preprocessor_config(out, IMAGENET_MEAN, IMAGENET_STD, "BitImageProcessor")
     img = raw_image(gen, out)
-    class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=False)
+    class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=True, shrink=True)
 
 
 def make_timm_registers(out, gen):
@@ -1269,7 +1366,7 @@ def make_timm_registers(out, gen):
         json.dump(cfg, f, indent=2)
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), None, "F32")
     img = raw_image(gen, out)
-    class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=False)
+    class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=True, shrink=True)
 
 
 def main():
@@ -1278,6 +1375,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "data", "encoder"))
     a = ap.parse_args()
     torch.set_num_threads(1)
+    check_aa_sampling()
     gen = torch.Generator().manual_seed(20261124)
     # The raw-pixel images and the GGUF models draw from their own generator, so the models and
     # cases above stay what they were.

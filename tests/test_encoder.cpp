@@ -619,13 +619,71 @@ TEST(EncoderLoaders, DetectsHfVitDinov2AndTimm) {
   EXPECT_EQ(clip.tensors_ignored(), 0);
 }
 
+// Each naming reads its position table the way its reference resizes it: antialiased where
+// the reference passes antialias=True (timm's resample_abs_pos_embed, HF Dinov2WithRegisters,
+// SigLIP 2), point samples elsewhere. The fixtures' interp / shrink / foveated cases check the
+// numbers against F.interpolate; this pins which model gets which.
+TEST(EncoderPositions, EachNamingSamplesAsItsReference) {
+  const std::pair<const char*, PositionSampling> want[] = {
+      {"clip", PositionSampling::bicubic},
+      {"siglip", PositionSampling::bicubic},
+      {"torchvision", PositionSampling::bicubic},
+      {"hf_vit", PositionSampling::bicubic},
+      {"hf_dinov2", PositionSampling::bicubic},
+      {"hf_dinov2_reg", PositionSampling::bicubic_antialias},
+      {"timm_vit", PositionSampling::bicubic_antialias},
+      {"timm_clip", PositionSampling::bicubic_antialias},
+      {"timm_reg", PositionSampling::bicubic_antialias},
+      {"siglip2", PositionSampling::bilinear_antialias},
+  };
+  for (const auto& [name, s] : want) EXPECT_EQ(VitModel::load(fixture(name)).config().pos_sampling, s) << name;
+}
+
+// The antialiased sampler on its own: the identity on the native grid, weights that sum to one
+// (a constant table stays constant for any token size and place), and hostile positions (a side
+// of 1e30, NaN or 0, a centre far outside the image) give finite rows, never a crash.
+TEST(EncoderPositions, AntialiasedSamplerIdentityNormalisationAndHostileInput) {
+  constexpr int G = 5, P = 8;
+  constexpr int64_t D = 3;
+  std::vector<float> table(size_t(G * G * D));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = float(std::sin(0.7 * double(i)) + 0.1 * double(i));
+  const std::vector<float> ones(table.size(), 1.0f);
+  for (PositionSampling mode : {PositionSampling::bicubic_antialias, PositionSampling::bilinear_antialias}) {
+    VitConfig c;
+    c.grid = G, c.hidden = int(D), c.patch_px = P, c.pos_sampling = mode;
+    const encoder_detail::PositionSampler native(c, table.data(), G * P, G * P);
+    for (int y = 0; y < G; ++y)
+      for (int x = 0; x < G; ++x) {
+        const float pos[4] = {(x + 0.5f) * P, (y + 0.5f) * P, float(P), 0};
+        float out[D] = {};
+        native.add(pos, 4, out);
+        for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(out[d], table[size_t((y * G + x) * D + d)], 1e-5) << x << "," << y;
+      }
+    const encoder_detail::PositionSampler flat(c, ones.data(), 77, 53);
+    const encoder_detail::PositionSampler real(c, table.data(), 77, 53);
+    const float cases[][4] = {{10, 10, 8, 0},    {40, 20, 32, 2},  {76, 52, 64, 3},      {0, 0, 1e30f, 9},
+                              {5, 5, NAN, 0},    {5, 5, 0, 0},     {-1e30f, 1e30f, 8, 0}, {38, 26, 1e-30f, 0},
+                              {1e9f, -3, 16, 1}, {38, 26, 77, 4}};
+    for (const auto& pos : cases) {
+      float one[D] = {}, out[D] = {};
+      flat.add(pos, 4, one);
+      real.add(pos, 4, out);
+      for (int64_t d = 0; d < D; ++d) {
+        EXPECT_NEAR(one[d], 1.0f, 1e-5) << pos[0] << "," << pos[1] << " side " << pos[2];
+        EXPECT_TRUE(std::isfinite(out[d]));
+      }
+    }
+  }
+}
+
 // SigLIP 2: the linear patch embedding's (row, column, channel) columns become the conv layout,
-// the position table is sampled bilinearly, and P comes from config.json or the column count.
+// the position table is resized bilinearly with antialias, and P comes from config.json or the
+// column count.
 TEST(EncoderLoaders, Siglip2LinearPatchEmbedding) {
   const VitConfig c = VitModel::load(fixture("siglip2")).config();
   EXPECT_EQ(c.naming, "hf_siglip2");
   EXPECT_EQ(c.family, VitFamily::siglip);
-  EXPECT_EQ(c.pos_sampling, PositionSampling::bilinear);
+  EXPECT_EQ(c.pos_sampling, PositionSampling::bilinear_antialias);
   EXPECT_EQ(c.patch_px, 8);
   EXPECT_EQ(c.grid, 4);
   EXPECT_TRUE(c.attention_pool);

@@ -88,11 +88,15 @@ enum class Activation : uint8_t {
   gelu_tanh,   // 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))) (SigLIP)
   gelu_erf,    // 0.5x(1 + erf(x/√2)) (torchvision)
 };
-// How the G×G position table is read at a token's centre (PyTorch's F.interpolate of the table
-// to the input's patch grid, align_corners=False, sampled at one point).
+// How the G×G position table is read for a token: as the model's own code resizes the table to
+// the patch grid of the input (F.interpolate, align_corners=False), for a uniform grid of tokens
+// of that token's size, at the token's centre. The antialiased kinds widen PyTorch's
+// anti-aliasing kernel to the token's span in table cells when it covers more than one.
 enum class PositionSampling : uint8_t {
-  bicubic,   // every model but SigLIP 2 (interpolate_pos_encoding: bicubic, a = −0.75)
-  bilinear,  // SigLIP 2 (resize_positional_embeddings: bilinear)
+  bicubic,             // HF CLIP, SigLIP, ViT, DINOv2, torchvision, GGUF (bicubic, a = −0.75)
+  bilinear,            // plain bilinear (no loader uses it today)
+  bicubic_antialias,   // timm (resample_abs_pos_embed), HF Dinov2WithRegisters (antialias=True)
+  bilinear_antialias,  // SigLIP 2 (resize_positional_embeddings: bilinear, antialias=True)
 };
 enum class Precision : uint8_t {
   fp32,  // within 1e-4 of PyTorch on the test models

@@ -41,6 +41,25 @@ std::string embedding_output(const VitConfig& c) {
   return "?";
 }
 
+namespace {
+
+// The position-table resize the model's reference uses, as written into output metadata.
+std::string positional_interpolation(PositionSampling s) {
+  switch (s) {
+    case PositionSampling::bicubic:
+      return "bicubic A=-0.75 align_corners=False at token centres";
+    case PositionSampling::bilinear:
+      return "bilinear align_corners=False at token centres";
+    case PositionSampling::bicubic_antialias:
+      return "bicubic antialias=True (A=-0.5, kernel widened by the token's span in table cells) at token centres";
+    case PositionSampling::bilinear_antialias:
+      return "bilinear antialias=True (kernel widened by the token's span in table cells) at token centres";
+  }
+  return "?";
+}
+
+}  // namespace
+
 std::map<std::string, std::string> encoder_metadata(const VitModel& model, Precision precision,
                                                     const AttentionParams& attention) {
   const VitConfig& mc = model.config();
@@ -54,7 +73,7 @@ std::map<std::string, std::string> encoder_metadata(const VitModel& model, Preci
   if (runs != precision) meta["precision_requested"] = std::string(to_string(precision));
   meta["attention"] = attention.mode == AttentionParams::Mode::exact ? "exact" : to_string(attention) + " (approximate)";
   meta["hidden_size"] = std::to_string(mc.hidden);
-  meta["positional_interpolation"] = "bicubic A=-0.75 align_corners=False at token centres";
+  meta["positional_interpolation"] = positional_interpolation(mc.pos_sampling);
   meta["model_naming"] = mc.naming;
   meta["embeddings_output"] = embedding_output(mc);
   if (mc.projector != ProjectorType::none) {

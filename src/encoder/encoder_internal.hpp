@@ -258,19 +258,30 @@ struct LayerOps {
 // The model's projector over x [N, D] f32 rows: [N, E]. `gemm` null: the reference GEMM.
 Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* gemm);
 
-// out[D] += the G×G grid (row-major, D floats a cell) sampled bicubically at grid coordinates
-// (u, v), PyTorch's cubic convolution (A = −0.75), taps clamped (forward.cpp; the incremental
-// encoder interpolates position embeddings with it too).
-void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float* out);
-// The same, bilinear (PyTorch's linear modes: a coordinate below 0 is clamped to 0, the upper
-// tap to G − 1).
-void add_bilinear(const float* grid, int G, int64_t D, double u, double v, float* out);
-inline void add_position(PositionSampling s, const float* grid, int G, int64_t D, double u, double v, float* out) {
-  if (s == PositionSampling::bilinear)
-    add_bilinear(grid, G, D, u, v, out);
-  else
-    add_bicubic(grid, G, D, u, v, out);
-}
+// ---- position embeddings (positions.cpp) ------------------------------------------------------
+// A token's position embedding, as the model's own code gives it to a token of that size: its
+// reference resizes the G×G table to the input's patch grid (F.interpolate, align_corners=False)
+// and reads the token's cell. fovea reads the same cell of that resized table directly, at the
+// token's centre, for a token `side` px wide (positions column 2) in an image_width × height image:
+//  - bicubic, bilinear: a point sample at the centre (F.interpolate without antialias is one);
+//  - bicubic_antialias, bilinear_antialias: PyTorch's anti-aliased kernel, widened to the token's
+//    span in table cells when that is over one cell.
+// On a uniform grid of P-px tokens this is exactly the resized table; a foveated token of side
+// 2^l·P gets what a uniform grid of tokens of its size would give it.
+class PositionSampler {
+ public:
+  PositionSampler(const VitConfig& c, const float* grid, int image_width, int image_height);
+  // out[D] += the position embedding of the token whose positions row is pos[0..cols): centre x,
+  // centre y (px), side (px; optional).
+  void add(const float* pos, int64_t cols, float* out) const;
+
+ private:
+  PositionSampling mode_;
+  const float* grid_;
+  int G_;
+  int64_t D_;
+  double sx_, sy_;  // table cells per image px
+};
 
 }  // namespace encoder_detail
 

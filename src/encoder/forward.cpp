@@ -78,48 +78,6 @@ void LayerOps::attention_out_and_mlp(const VitLayer& l, const VitConfig& c, cons
   linear(f2);
 }
 
-// PyTorch's cubic convolution weights (A = −0.75) for fractional offset t in [0, 1).
-static void cubic_weights(float t, float w[4]) {
-  constexpr float A = -0.75f;
-  auto c1 = [](float x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
-  auto c2 = [](float x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
-  w[0] = c2(t + 1);
-  w[1] = c1(t);
-  w[2] = c1(1 - t);
-  w[3] = c2(2 - t);
-}
-
-// out[D] += the G×G grid sampled bicubically at grid coordinates (u, v), taps clamped.
-void add_bicubic(const float* grid, int G, int64_t D, double u, double v, float* out) {
-  const double fu = std::floor(u), fv = std::floor(v);
-  float wx[4], wy[4];
-  cubic_weights(float(u - fu), wx);
-  cubic_weights(float(v - fv), wy);
-  const int ix = int(fu), iy = int(fv);
-  auto clampi = [G](int i) { return i < 0 ? 0 : (i >= G ? G - 1 : i); };
-  // Rows first, then columns, as upsample_bicubic2d does.
-  for (int j = 0; j < 4; ++j) {
-    const int y = clampi(iy - 1 + j);
-    const float* r[4];
-    for (int i = 0; i < 4; ++i) r[i] = grid + (int64_t(y) * G + clampi(ix - 1 + i)) * D;
-    for (int64_t d = 0; d < D; ++d)
-      out[d] += wy[j] * (r[0][d] * wx[0] + r[1][d] * wx[1] + r[2][d] * wx[2] + r[3][d] * wx[3]);
-  }
-}
-
-void add_bilinear(const float* grid, int G, int64_t D, double u, double v, float* out) {
-  u = std::max(u, 0.0), v = std::max(v, 0.0);
-  const int x0 = std::min(int(u), G - 1), y0 = std::min(int(v), G - 1);
-  const int x1 = std::min(x0 + 1, G - 1), y1 = std::min(y0 + 1, G - 1);
-  const float lx = float(u - x0), ly = float(v - y0);
-  const float w00 = (1 - ly) * (1 - lx), w01 = (1 - ly) * lx, w10 = ly * (1 - lx), w11 = ly * lx;
-  const float* a = grid + (int64_t(y0) * G + x0) * D;
-  const float* b = grid + (int64_t(y0) * G + x1) * D;
-  const float* c = grid + (int64_t(y1) * G + x0) * D;
-  const float* d = grid + (int64_t(y1) * G + x1) * D;
-  for (int64_t k = 0; k < D; ++k) out[k] += w00 * a[k] + w01 * b[k] + w10 * c[k] + w11 * d[k];
-}
-
 }  // namespace encoder_detail
 
 namespace {
@@ -256,13 +214,10 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   }
   for (int64_t t = 0; t < pre; ++t) prefix_row(m, t, x + t * D);
   {
-    const float* grid = m.pos_grid.data<float>();
-    const int G = c.grid;
-    const double sx = double(G) / params.image_width, sy = double(G) / params.image_height;
+    const PositionSampler sampler(c, m.pos_grid.data<float>(), params.image_width, params.image_height);
     const int64_t pst = positions.dim(1);
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
-    for (int64_t i = 0; i < N; ++i)
-      add_position(c.pos_sampling, grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, x + (pre + i) * D);
+    for (int64_t i = 0; i < N; ++i) sampler.add(pos + i * pst, pst, x + (pre + i) * D);
   }
   if (c.pre_norm) ops.layer_norm(x, T, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
 

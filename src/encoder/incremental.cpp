@@ -310,9 +310,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   // ---- per frame in order: the patch-embedding cache, the candidates' layer-0 inputs --------
   {
     size_t j = 0;
-    const float* grid = m.pos_grid.data<float>();
-    const int G = c.grid;
-    const double sx = double(G) / params.image_width, sy = double(G) / params.image_height;
+    const PositionSampler sampler(c, m.pos_grid.data<float>(), params.image_width, params.image_height);
     for (size_t f = 0; f < F; ++f) {
       FrameWork& w = fw[f];
       const std::span<const int64_t> pr = w.in->prev_row;
@@ -340,7 +338,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         } else {
           const int64_t i = t - pre;
           std::memcpy(xr, patch_emb.data<float>() + i * D, rowb);
-          add_position(c.pos_sampling, grid, G, D, pos[i * pst] * sx - 0.5, pos[i * pst + 1] * sy - 0.5, xr);
+          sampler.add(pos + i * pst, pst, xr);
         }
       }
       if (c.pre_norm && rows > 0) ops.layer_norm(x, rows, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);

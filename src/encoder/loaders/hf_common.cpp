@@ -5,8 +5,9 @@
 // SigLIP with a linear patch embedding `patch_embedding.weight` [D, P·P·C] over pixels in
 // (row, column, channel) order (Siglip2ImageProcessor's convert_image_to_patches), permuted here
 // to the conv layout [D, C·P·P] the tokenizer's patches have, and a √n × √n position table
-// resized bilinearly (resize_positional_embeddings; PositionSampling::bilinear). P is config.json's
-// patch_size, else the square that fits P·P·C columns.
+// resized bilinearly with antialias=True (resize_positional_embeddings;
+// PositionSampling::bilinear_antialias). P is config.json's patch_size, else the square that
+// fits P·P·C columns.
 #include <cmath>
 #include <cstring>
 
@@ -52,7 +53,7 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
                                           ", not [D, P·P·" + std::to_string(c.channels) + "] for patch size " +
                                           std::to_string(P));
     c.patch_px = int(P);
-    c.pos_sampling = PositionSampling::bilinear;
+    c.pos_sampling = PositionSampling::bilinear_antialias;
   } else {
     patch_embedding_dims(w, pe_name, c);
   }
@@ -143,7 +144,7 @@ void hf_load_tower(Lookup& L, const std::string& p, VitModel::Impl& m) {
   const VitConfig& c = m.config;
   const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
   const std::string pe = p + "embeddings.patch_embedding.weight";
-  if (c.pos_sampling == PositionSampling::bilinear) {  // SigLIP 2: [D, P·P·C], (row, column, channel)
+  if (c.pos_sampling == PositionSampling::bilinear_antialias) {  // SigLIP 2: [D, P·P·C], (row, column, channel)
     const Tensor lin = L.get(pe, {D, P * P * C});
     if (present(lin)) {
       m.patch_w = Tensor(DType::f32, {D, C * P * P});

@@ -12,8 +12,8 @@
 // `embeddings.register_tokens` [1, R, D]: R learned tokens inserted after the class token once
 // the positions are added (so they have none), attended by every token and dropped from the
 // outputs (VitConfig::registers). Its interpolate_pos_encoding resamples the table with
-// antialias=True, which differs from fovea's point sampling at sizes other than the native one
-// (docs/encoder.md).
+// antialias=True, so its positions are read with PositionSampling::bicubic_antialias
+// (hf_vit_common.cpp).
 #include "encoder/loaders/loader.hpp"
 
 namespace fovea::encoder_detail {

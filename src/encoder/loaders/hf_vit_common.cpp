@@ -76,6 +76,9 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
     if (auto r = cfg_get<int>(cfg, {"num_register_tokens"}); r && *r != c.registers)
       throw Error(Errc::corrupt_data, "'" + path + "': config.json num_register_tokens = " + std::to_string(*r) +
                                           " but the tensors say " + std::to_string(c.registers));
+    // Dinov2WithRegisters' interpolate_pos_encoding resizes with antialias=True (Dinov2Model's
+    // and ViTModel's without).
+    c.pos_sampling = PositionSampling::bicubic_antialias;
   }
   c.patch_bias = true;
   c.pre_norm = false;

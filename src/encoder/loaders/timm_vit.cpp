@@ -16,6 +16,9 @@
 // exact GELU on the same names, so config.json's `architecture` / model_args decide, and exact
 // GELU (timm's default) without them.
 //
+// Positions at other input sizes: resample_abs_pos_embed's bicubic with antialias=True
+// (PositionSampling::bicubic_antialias).
+//
 // Register tokens (`reg_token` [1, R, D]: vit_*_reg4_dinov2, DINOv2 with registers) follow the
 // class token. With no_embed_class (those models) they get no position; otherwise pos_embed has
 // 1 + R + G·G rows and their rows are added to them once, at load.
@@ -74,6 +77,9 @@ class TimmVitLoader final : public ModelLoader {
     VitConfig& c = m->config;
     c.family = VitFamily::vit;
     c.naming = "timm_vit";
+    // timm resizes pos_embed for other input sizes with resample_abs_pos_embed: bicubic,
+    // antialias=True (dynamic_img_size, and checkpoint_filter_fn for another img_size).
+    c.pos_sampling = PositionSampling::bicubic_antialias;
     patch_embedding_dims(w, "patch_embed.proj.weight", c);
     if (!w.info("cls_token"))
       throw Error(Errc::unsupported, "'" + path + "': timm ViT without cls_token (class_token=False) is not supported");
