@@ -1134,30 +1134,61 @@ class TimmBlock(nn.Module):  # ls1 / ls2 are nn.Identity in vit_* (no layer scal
         return x + self.mlp(self.norm2(x))
 
 
+class TimmAttnPool(nn.Module):
+    """timm's AttentionPoolLatent (global_pool='map', the SigLIP towers): one learned latent
+    query attends over every token (q from the latent, k|v from one `kv` linear), then `proj`,
+    and x + mlp(norm(x))."""
+
+    def __init__(self, eps, act):
+        super().__init__()
+        self.heads, self.hd = HEADS, D // HEADS
+        self.latent = nn.Parameter(torch.zeros(1, 1, D))
+        self.q = nn.Linear(D, D)
+        self.kv = nn.Linear(D, 2 * D)
+        self.proj = nn.Linear(D, D)
+        self.norm = nn.LayerNorm(D, eps=eps)
+        self.mlp = Mlp(D, MLP, act)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q = self.q(self.latent.expand(b, -1, -1)).reshape(b, 1, self.heads, self.hd).transpose(1, 2)
+        k, v = self.kv(x).reshape(b, n, 2, self.heads, self.hd).permute(2, 0, 3, 1, 4).unbind(0)
+        attn = ((q * self.hd ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)
+        y = self.proj((attn @ v).transpose(1, 2).reshape(b, 1, c))
+        y = y + self.mlp(self.norm(y))
+        return y[:, 0]
+
+
 class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="token")
     """clip=True is timm's CLIP image tower (vit_*_clip_*: pre_norm=True, so norm_pre after the
     position embedding and no patch-embedding bias; norm_layer=nn.LayerNorm, eps 1e-5;
     act_layer quick_gelu in the *_clip_quickgelu_* models)."""
 
-    def __init__(self, classes, clip=False, registers=0):
+    def __init__(self, classes, clip=False, registers=0, siglip=False):
+        """siglip=True: vit_*_siglip_* (class_token=False, global_pool='map': `attn_pool`, and
+        act_layer gelu_tanh as model_args may set it)."""
         super().__init__()
-        eps, act = (1e-5, quick_gelu) if clip else (1e-6, F.gelu)
+        eps, act = (1e-5, quick_gelu) if clip else (1e-6, gelu_tanh if siglip else F.gelu)
         self.registers = registers  # vit_*_reg4_dinov2: reg_token, no_embed_class (no prefix positions)
+        self.has_class = not siglip
         self.pos_mode = "bicubic_aa"  # resample_abs_pos_embed: bicubic, antialias=True
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
+        if self.has_class:
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         if registers:
             self.reg_token = nn.Parameter(torch.zeros(1, registers, D))
-        self.pos_embed = nn.Parameter(torch.zeros(1, G * G + (0 if registers else 1), D))
+        self.pos_embed = nn.Parameter(torch.zeros(1, G * G + (0 if registers or siglip else 1), D))
         self.patch_embed = nn.Module()
         self.patch_embed.proj = nn.Conv2d(C, D, kernel_size=P, stride=P, bias=not clip)
         if clip:
             self.norm_pre = nn.LayerNorm(D, eps=eps)
         self.blocks = nn.Sequential(*[TimmBlock(eps, act) for _ in range(LAYERS)])
         self.norm = nn.LayerNorm(D, eps=eps)
+        if siglip:
+            self.attn_pool = TimmAttnPool(eps, act)
         self.head = nn.Linear(D, classes)
 
     def grid(self):
-        return self.pos_embed[0, 0 if self.registers else 1:]
+        return self.pos_embed[0, 0 if self.registers or not self.has_class else 1:]
 
     def cls(self):
         return self.cls_token[0, 0] + (0 if self.registers else self.pos_embed[0, 0])
@@ -1172,7 +1203,8 @@ class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="to
         if hasattr(self, "norm_pre"):
             x = self.norm_pre(x)
         h = self.norm(self.blocks(x))
-        return h, h[:, 0], self.head(h[:, 0])
+        pooled = self.attn_pool(h) if hasattr(self, "attn_pool") else h[:, 0]  # 'map' or 'token'
+        return h, pooled, self.head(pooled)
 
     def forward(self, pixels, interpolate=False):
         """interpolate: timm's dynamic_img_size, whose _pos_embed resizes pos_embed with
@@ -1182,10 +1214,12 @@ class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="to
         x = self.patch_embed.proj(pixels).flatten(2).transpose(1, 2)
         pos = self.pos_embed[0]
         if interpolate and not (h == w == G * P):
-            k = 0 if self.registers else 1
+            k = 0 if self.registers or not self.has_class else 1
             pos = torch.cat([pos[:k], interpolate_grid(pos[k:], h, w, antialias=True)], dim=0)
         pos = pos.unsqueeze(0)
-        if self.registers:  # _pos_embed with no_embed_class: positions first, then the prefix joins
+        if not self.has_class:  # the SigLIP towers: no prefix token at all
+            x = x + pos
+        elif self.registers:  # _pos_embed with no_embed_class: positions first, then the prefix joins
             b = x.shape[0]
             x = torch.cat([self.cls_token.expand(b, -1, -1), self.reg_token.expand(b, -1, -1), x + pos], dim=1)
         else:
@@ -1201,18 +1235,21 @@ def class_token_cases(out, gen, m, raw, interp, shrink=False):
     cases, meta = {}, {}
 
     regs = getattr(m, "registers", 0)  # register tokens: after the class token, no position
+    has_class = getattr(m, "has_class", True)
+    k = (1 if has_class else 0) + regs  # prefix tokens
 
     def token_forward(patches, pos, width, height):
         x = m.patch(patches) + sample_positions(m.grid(), pos, width, height, m.pos_mode)
-        prefix = [m.cls().unsqueeze(0)] + ([m.register_rows()] if regs else [])
+        prefix = ([m.cls().unsqueeze(0)] if has_class else []) + ([m.register_rows()] if regs else [])
         return m.run(torch.cat(prefix + [x], dim=0).unsqueeze(0))
 
     def record(name, patches, pos, width, height, outs):
         hidden, pooled, logits = outs
         cases[f"{name}.patches"] = f32(patches)
         cases[f"{name}.positions"] = f32(pos)
-        cases[f"{name}.last_hidden"] = f32(hidden[0, 1 + regs:])
-        cases[f"{name}.class_token"] = f32(hidden[0, :1])
+        cases[f"{name}.last_hidden"] = f32(hidden[0, k:])
+        if has_class:
+            cases[f"{name}.class_token"] = f32(hidden[0, :1])
         cases[f"{name}.pooled"] = f32(pooled)
         if logits is not None:
             cases[f"{name}.logits"] = f32(logits)
@@ -1369,6 +1406,26 @@ def make_timm_registers(out, gen):
     class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=True, shrink=True)
 
 
+def make_timm_siglip(out, gen):
+    """timm's SigLIP tower layout (vit_*_siglip_*: class_token=False, global_pool='map', so
+    pos_embed is [1, G·G, D] and `attn_pool` is AttentionPoolLatent), BF16, 7-class head on the
+    pooled output, act_layer gelu_tanh in config.json's model_args, pretrained_cfg mean/std 0.5."""
+    os.makedirs(out, exist_ok=True)
+    model = TimmVit(7, siglip=True).double()
+    randomize(model, gen)
+    round_to(model, torch.bfloat16)
+    cfg = {"architecture": "vit_fovea_test_patch8_siglip_32", "num_classes": 7, "num_features": D,
+           "global_pool": "map", "model_args": {"num_heads": HEADS, "act_layer": "gelu_tanh"},
+           "pretrained_cfg": {"tag": "test", "input_size": [C, G * P, G * P], "mean": [0.5, 0.5, 0.5],
+                              "std": [0.5, 0.5, 0.5], "num_classes": 7, "first_conv": "patch_embed.proj",
+                              "classifier": "head"}}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), None, "BF16")
+    img = raw_image(gen, out)
+    class_token_cases(out, gen, model, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), interp=True, shrink=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -1395,6 +1452,7 @@ def main():
     make_hf_dinov2_registers(os.path.join(a.out, "hf_dinov2_reg"), torch.Generator().manual_seed(20261131))
     make_timm_registers(os.path.join(a.out, "timm_reg"), torch.Generator().manual_seed(20261132))
     make_siglip2(os.path.join(a.out, "siglip2"), torch.Generator().manual_seed(20261133))
+    make_timm_siglip(os.path.join(a.out, "timm_siglip"), torch.Generator().manual_seed(20261134))
     total = 0
     for root, _, files in os.walk(a.out):
         for f in sorted(files):

@@ -176,7 +176,7 @@ TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                          ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
                                            "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
-                                           "hf_dinov2_reg", "timm_reg", "siglip2"));
+                                           "hf_dinov2_reg", "timm_reg", "siglip2", "timm_siglip"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -635,6 +635,7 @@ TEST(EncoderPositions, EachNamingSamplesAsItsReference) {
       {"timm_clip", PositionSampling::bicubic_antialias},
       {"timm_reg", PositionSampling::bicubic_antialias},
       {"siglip2", PositionSampling::bilinear_antialias},
+      {"timm_siglip", PositionSampling::bicubic_antialias},
   };
   for (const auto& [name, s] : want) EXPECT_EQ(VitModel::load(fixture(name)).config().pos_sampling, s) << name;
 }
@@ -772,6 +773,47 @@ Tensor filled(std::vector<int64_t> shape, float scale, float offset = 0) {
   Tensor t(DType::f32, std::move(shape));
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = offset + scale * std::sin(0.37f * float(i) + 1.0f);
   return t;
+}
+
+// timm's SigLIP towers (vit_*_siglip_*: class_token=False, global_pool='map'): no class token,
+// `attn_pool` (AttentionPoolLatent) read as SigLIP's pooling head, the head on its output, the
+// activation from model_args; the same tensors under open_clip's `visual.trunk.` beside a text
+// tower give the same numbers; the layouts it cannot encode are refused by name.
+TEST(EncoderLoaders, TimmSiglipAttentionPooling) {
+  const VitModel m = VitModel::load(fixture("timm_siglip"));
+  const VitConfig& c = m.config();
+  EXPECT_EQ(c.naming, "timm_vit");
+  EXPECT_EQ(c.family, VitFamily::siglip);
+  EXPECT_FALSE(c.class_token);
+  EXPECT_TRUE(c.attention_pool);
+  EXPECT_EQ(c.act, Activation::gelu_tanh);  // config.json model_args.act_layer
+  EXPECT_EQ(c.num_classes, 7);
+  EXPECT_EQ(m.tensors_ignored(), 0);
+
+  const std::string dir = test::temp_dir("enc_timm_siglip");
+  Tensor tw = filled({16, 32}, 0.2f), tp = filled({8, 32}, 0.1f), ls = filled({1}, 1.0f);
+  const VitModel oc = VitModel::load(relaid_checkpoint(
+      dir + "/open_clip", "timm_siglip", "visual.trunk.", {},
+      {{"text.transformer.resblocks.0.attn.in_proj_weight", &tw}, {"text.positional_embedding", &tp}, {"logit_scale", &ls}}));
+  EXPECT_EQ(oc.tensors_ignored(), 3);
+  const SafetensorsFile f = SafetensorsFile::open(fixture("timm_siglip", "cases.safetensors"));
+  Executor exec({.threads = 2});
+  for (const Case& k : load_cases(f)) {
+    const Encoding e = encode(oc, k.patches, k.positions, {.image_width = k.width, .image_height = k.height}, exec);
+    compare(f, k.name, e);
+    EXPECT_FALSE(encoder_detail::present(e.class_token)) << k.name;
+    ASSERT_TRUE(encoder_detail::present(e.logits)) << k.name;
+  }
+
+  Tensor cls = filled({1, 1, 32}, 0.1f), qn = filled({8}, 1.0f);
+  expect_load_error(relaid_checkpoint(dir + "/nopool", "timm_siglip", "", {"attn_pool.latent"}, {}), Errc::unsupported,
+                    {"without cls_token", "global_pool='map'"});
+  expect_load_error(relaid_checkpoint(dir + "/both", "timm_siglip", "", {}, {{"cls_token", &cls}}), Errc::unsupported,
+                    {"both cls_token and attn_pool"});
+  expect_load_error(relaid_checkpoint(dir + "/qnorm", "timm_siglip", "", {}, {{"attn_pool.q_norm.weight", &qn}}),
+                    Errc::unsupported, {"attn_pool.q_norm.weight", "not supported"});
+  expect_load_error(relaid_checkpoint(dir + "/nokv", "timm_siglip", "", {"attn_pool.kv.weight"}, {}),
+                    Errc::corrupt_data, {"attn_pool.kv.weight"});
 }
 
 // The task heads' layouts: ViTForImageClassification (`vit.` + classifier, no pooler) and

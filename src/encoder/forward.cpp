@@ -267,6 +267,10 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   } else if (c.attention_pool) {
     const std::vector<float> p = siglip_pool(ops, m, x, T);
     e.pooled = row_copy(p.data(), D);
+    if (present(m.head_w)) {  // timm's head after global_pool='map'
+      const std::vector<float> y = matvec(m.head_w, &m.head_b, p.data());
+      e.logits = row_copy(y.data(), int64_t(y.size()));
+    }
   }
   if (c.projector != ProjectorType::none) e.projected = run_projector(m, x + pre * D, N, ops.ref ? nullptr : ops.gemm);
   e.precision = precision;

@@ -70,6 +70,8 @@ class TimmVitLoader final : public ModelLoader {
                        "deit_*_patch16_224 weights are"},
         {"blocks.0.attn.q_norm.weight", "query/key normalisation (qk_norm) is not supported"},
         {"fc_norm.weight", "average pooling with fc_norm (global_pool='avg') is not supported"},
+        {"attn_pool.q_norm.weight", "query/key normalisation in the attention-pooling head is not supported"},
+        {"attn_pool.pos_embed", "a position embedding in the attention-pooling head is not supported"},
     };
     for (const auto& [name, why] : foreign)
       if (w.info(name)) throw Error(Errc::unsupported, "'" + path + "': timm ViT with " + name + ": " + why);
@@ -81,8 +83,18 @@ class TimmVitLoader final : public ModelLoader {
     // antialias=True (dynamic_img_size, and checkpoint_filter_fn for another img_size).
     c.pos_sampling = PositionSampling::bicubic_antialias;
     patch_embedding_dims(w, "patch_embed.proj.weight", c);
-    if (!w.info("cls_token"))
-      throw Error(Errc::unsupported, "'" + path + "': timm ViT without cls_token (class_token=False) is not supported");
+    // global_pool='map' (timm's SigLIP towers, vit_*_siglip_*): no class token, an attention-pooling
+    // head `attn_pool` (AttentionPoolLatent) over every token, which is SigLIP's
+    // MultiheadAttention pooling head under other names.
+    const bool map_pool = w.info("attn_pool.latent").has_value();
+    c.class_token = w.info("cls_token").has_value();
+    if (!c.class_token && !map_pool)
+      throw Error(Errc::unsupported, "'" + path +
+                                         "': timm ViT without cls_token is supported only with attention pooling "
+                                         "(global_pool='map', attn_pool.*: the SigLIP towers)");
+    if (c.class_token && map_pool)
+      throw Error(Errc::unsupported, "'" + path + "': timm ViT with both cls_token and attn_pool is not supported");
+    if (map_pool) c.family = VitFamily::siglip;
     const auto pos = w.info("pos_embed");
     if (!pos || pos->shape.size() != 3)
       throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed pos_embed (expected [1, 1 + G·G, D])");
@@ -97,7 +109,7 @@ class TimmVitLoader final : public ModelLoader {
     // small grids, where a square count is read as no_embed_class when there are registers
     // (timm's register models all are) and, without, as G·G + 1 unless that is impossible.
     const int64_t rows = pos->shape[1];
-    const bool no_embed_class = is_square(rows) && (R > 0 || !is_square(rows - 1));
+    const bool no_embed_class = !c.class_token || (is_square(rows) && (R > 0 || !is_square(rows - 1)));
     c.grid = square_side(rows - (no_embed_class ? 0 : 1 + R), path, "pos_embed");
     c.layers = count_layers(w, "blocks.");
     c.layers_in_checkpoint = c.layers;
@@ -107,7 +119,6 @@ class TimmVitLoader final : public ModelLoader {
     if (!heads && cfg.contains("model_args") && cfg["model_args"].is_object())
       heads = cfg_get<int>(cfg["model_args"], {"num_heads"});
     c.heads = heads.value_or(default_heads(c.hidden));
-    c.class_token = true;
     c.pre_norm = w.info("norm_pre.weight").has_value();
     // CLIP towers have no patch bias (timm: bias=not pre_norm); every other ViT must have one.
     c.patch_bias = !c.pre_norm || w.info("patch_embed.proj.bias").has_value();
@@ -134,11 +145,12 @@ class TimmVitLoader final : public ModelLoader {
       m->pre_w = L.get("norm_pre.weight", {D});
       m->pre_b = L.get("norm_pre.bias", {D});
     }
-    m->class_emb = L.get("cls_token", {1, 1, D}, true, {D});
+    if (c.class_token) m->class_emb = L.get("cls_token", {1, 1, D}, true, {D});
     if (R > 0) m->registers = L.get("reg_token", {1, R, D}, true, {R, D});
     if (no_embed_class) {
       m->pos_grid = L.get("pos_embed", {1, G * G, D}, true, {G * G, D});
-      m->class_pos = Tensor(DType::f32, {D});  // zeros: timm adds pos_embed before the prefix tokens join
+      // zeros: timm adds pos_embed before the prefix tokens join
+      if (c.class_token) m->class_pos = Tensor(DType::f32, {D});
     } else if (R == 0) {
       split_class_position(L.get("pos_embed", {1, G * G + 1, D}), D, *m);
     } else if (Tensor all = L.get("pos_embed", {1, 1 + R + G * G, D}, true, {1 + R + G * G, D}); present(all)) {
@@ -172,9 +184,32 @@ class TimmVitLoader final : public ModelLoader {
     }
     m->post_w = L.get("norm.weight", {D});
     m->post_b = L.get("norm.bias", {D});
-    // The head reads the normed class token (global_pool 'token', timm's default for ViT).
-    const std::string pool = cfg_get<std::string>(cfg, {"global_pool"}).value_or("token");
-    if (const auto hw = w.info("head.weight"); hw && hw->shape.size() == 2 && pool == "token") {
+    if (map_pool) {  // AttentionPoolLatent: q(latent), kv(x) = MultiheadAttention's in_proj [q; k; v]
+      c.attention_pool = true;
+      m->pool_probe = L.get("attn_pool.latent", {1, 1, D}, true, {D});
+      const Tensor q = L.get("attn_pool.q.weight", {D, D}), kv = L.get("attn_pool.kv.weight", {2 * D, D});
+      const Tensor qb = L.get("attn_pool.q.bias", {D}), kvb = L.get("attn_pool.kv.bias", {2 * D});
+      if (present(q) && present(kv) && present(qb) && present(kvb)) {
+        m->pool_in_w = Tensor(DType::f32, {3 * D, D});
+        std::memcpy(m->pool_in_w.bytes(), q.bytes(), size_t(D * D) * 4);
+        std::memcpy(m->pool_in_w.bytes() + size_t(D * D) * 4, kv.bytes(), size_t(2 * D * D) * 4);
+        m->pool_in_b = Tensor(DType::f32, {3 * D});
+        std::memcpy(m->pool_in_b.bytes(), qb.bytes(), size_t(D) * 4);
+        std::memcpy(m->pool_in_b.bytes() + size_t(D) * 4, kvb.bytes(), size_t(2 * D) * 4);
+      }
+      m->pool_out_w = L.get("attn_pool.proj.weight", {D, D});
+      m->pool_out_b = L.get("attn_pool.proj.bias", {D});
+      m->pool_ln_w = L.get("attn_pool.norm.weight", {D});
+      m->pool_ln_b = L.get("attn_pool.norm.bias", {D});
+      m->pool_fc1_w = L.get("attn_pool.mlp.fc1.weight", {M, D});
+      m->pool_fc1_b = L.get("attn_pool.mlp.fc1.bias", {M});
+      m->pool_fc2_w = L.get("attn_pool.mlp.fc2.weight", {D, M});
+      m->pool_fc2_b = L.get("attn_pool.mlp.fc2.bias", {D});
+    }
+    // The head reads the normed class token (global_pool 'token', timm's default for ViT), or
+    // the attention pool's output (global_pool 'map').
+    const std::string pool = cfg_get<std::string>(cfg, {"global_pool"}).value_or(map_pool ? "map" : "token");
+    if (const auto hw = w.info("head.weight"); hw && hw->shape.size() == 2 && pool == (map_pool ? "map" : "token")) {
       c.num_classes = checked_dim(hw->shape[0], 1 << 20, path, "the class count");
       m->head_w = L.get("head.weight", {hw->shape[0], D});
       m->head_b = L.get("head.bias", {hw->shape[0]});
