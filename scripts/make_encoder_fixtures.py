@@ -1026,14 +1026,32 @@ class LayerScale(nn.Module):  # Dinov2LayerScale
         self.lambda1 = nn.Parameter(torch.ones(D))
 
 
+SWIGLU_H = (int(MLP * 2 / 3) + 7) // 8 * 8  # Dinov2SwiGLUFFN's hidden width for mlp_ratio = MLP / D: 48
+
+
+class GluMlp(nn.Module):
+    """A SwiGLU MLP: `fc_in` gives [x1 | x2], `fc_out` reads silu(x1) * x2. HF Dinov2SwiGLUFFN
+    names them weights_in / weights_out, timm's SwiGLUPacked (GluMlp, gate_last=False) fc1 / fc2."""
+
+    def __init__(self, names):
+        super().__init__()
+        self.names = names
+        setattr(self, names[0], nn.Linear(D, 2 * SWIGLU_H))
+        setattr(self, names[1], nn.Linear(SWIGLU_H, D))
+
+    def forward(self, x):
+        x1, x2 = getattr(self, self.names[0])(x).chunk(2, dim=-1)
+        return getattr(self, self.names[1])(F.silu(x1) * x2)
+
+
 class Dinov2Layer(nn.Module):
-    def __init__(self, eps):
+    def __init__(self, eps, swiglu=False):
         super().__init__()
         self.norm1 = nn.LayerNorm(D, eps=eps)
         self.attention = HfAttention(D, HEADS)
         self.layer_scale1 = LayerScale()
         self.norm2 = nn.LayerNorm(D, eps=eps)
-        self.mlp = Mlp(D, MLP, F.gelu)
+        self.mlp = GluMlp(("weights_in", "weights_out")) if swiglu else Mlp(D, MLP, F.gelu)
         self.layer_scale2 = LayerScale()
 
     def forward(self, x):
@@ -1072,14 +1090,14 @@ class HfVitModel(nn.Module):
     """ViTModel (dinov2=False; `pooler.dense` + tanh when pooler) or Dinov2Model (dinov2=True:
     norm1/norm2, mlp.fc1/fc2, layer scale, mask_token; pooler_output = the normed class token).
     Outputs (last_hidden_state, pooler_output, logits=None)."""
-    def __init__(self, dinov2, pooler=False, registers=0):
+    def __init__(self, dinov2, pooler=False, registers=0, swiglu=False):
         super().__init__()
         eps = 1e-6 if dinov2 else 1e-12
         self.registers = registers
         self.pos_mode = "bicubic_aa" if registers else "bicubic"  # Dinov2WithRegisters: antialias=True
         self.embeddings = HfVitEmbeddings(dinov2, registers)
         self.encoder = nn.Module()
-        self.encoder.layer = nn.ModuleList([(Dinov2Layer if dinov2 else HfVitLayer)(eps) for _ in range(LAYERS)])
+        self.encoder.layer = nn.ModuleList([Dinov2Layer(eps, swiglu) if dinov2 else HfVitLayer(eps) for _ in range(LAYERS)])
         self.layernorm = nn.LayerNorm(D, eps=eps)
         if pooler:
             self.pooler = Dense(D, D)
@@ -1121,17 +1139,31 @@ class TimmAttention(nn.Module):
         return self.proj((attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, n, c))
 
 
+class TimmLayerScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(D))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
 class TimmBlock(nn.Module):  # ls1 / ls2 are nn.Identity in vit_* (no layer scale)
-    def __init__(self, eps=1e-6, act=F.gelu):
+    def __init__(self, eps=1e-6, act=F.gelu, swiglu=False):
+        """swiglu: vit_giant_patch14_dinov2's block (SwiGLUPacked MLP, layer scale ls1 / ls2)."""
         super().__init__()
         self.norm1 = nn.LayerNorm(D, eps=eps)
         self.attn = TimmAttention()
         self.norm2 = nn.LayerNorm(D, eps=eps)
-        self.mlp = Mlp(D, MLP, act)
+        self.mlp = GluMlp(("fc1", "fc2")) if swiglu else Mlp(D, MLP, act)
+        if swiglu:
+            self.ls1, self.ls2 = TimmLayerScale(), TimmLayerScale()
 
     def forward(self, x):
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        ls1 = getattr(self, "ls1", lambda y: y)
+        ls2 = getattr(self, "ls2", lambda y: y)
+        x = x + ls1(self.attn(self.norm1(x)))
+        return x + ls2(self.mlp(self.norm2(x)))
 
 
 class TimmAttnPool(nn.Module):
@@ -1164,7 +1196,7 @@ class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="to
     position embedding and no patch-embedding bias; norm_layer=nn.LayerNorm, eps 1e-5;
     act_layer quick_gelu in the *_clip_quickgelu_* models)."""
 
-    def __init__(self, classes, clip=False, registers=0, siglip=False):
+    def __init__(self, classes, clip=False, registers=0, siglip=False, swiglu=False):
         """siglip=True: vit_*_siglip_* (class_token=False, global_pool='map': `attn_pool`, and
         act_layer gelu_tanh as model_args may set it)."""
         super().__init__()
@@ -1181,7 +1213,7 @@ class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="to
         self.patch_embed.proj = nn.Conv2d(C, D, kernel_size=P, stride=P, bias=not clip)
         if clip:
             self.norm_pre = nn.LayerNorm(D, eps=eps)
-        self.blocks = nn.Sequential(*[TimmBlock(eps, act) for _ in range(LAYERS)])
+        self.blocks = nn.Sequential(*[TimmBlock(eps, act, swiglu) for _ in range(LAYERS)])
         self.norm = nn.LayerNorm(D, eps=eps)
         if siglip:
             self.attn_pool = TimmAttnPool(eps, act)
@@ -1204,7 +1236,7 @@ class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="to
             x = self.norm_pre(x)
         h = self.norm(self.blocks(x))
         pooled = self.attn_pool(h) if hasattr(self, "attn_pool") else h[:, 0]  # 'map' or 'token'
-        return h, pooled, self.head(pooled)
+        return h, pooled, self.head(pooled) if isinstance(self.head, nn.Linear) else None
 
     def forward(self, pixels, interpolate=False):
         """interpolate: timm's dynamic_img_size, whose _pos_embed resizes pos_embed with
@@ -1426,6 +1458,44 @@ def make_timm_siglip(out, gen):
     class_token_cases(out, gen, model, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), interp=True, shrink=True)
 
 
+def make_hf_dinov2_swiglu(out, gen):
+    """HF Dinov2WithRegistersModel as dinov2-giant is built (use_swiglu_ffn: mlp.weights_in /
+    weights_out, Dinov2SwiGLUFFN's hidden width), 4 registers, layer scale, F16."""
+    os.makedirs(out, exist_ok=True)
+    model = HfVitModel(dinov2=True, registers=4, swiglu=True).double()
+    randomize(model, gen)
+    round_to(model, torch.float16)
+    cfg = {"architectures": ["Dinov2WithRegistersModel"], "model_type": "dinov2_with_registers", "hidden_size": D,
+           "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "mlp_ratio": MLP // D, "hidden_act": "gelu",
+           "layer_norm_eps": 1e-6, "image_size": G * P, "patch_size": P, "num_channels": C, "layerscale_value": 1.0,
+           "num_register_tokens": 4, "use_swiglu_ffn": True, "qkv_bias": True}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "F16")
+    preprocessor_config(out, IMAGENET_MEAN, IMAGENET_STD, "BitImageProcessor")
+    img = raw_image(gen, out)
+    class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=True, shrink=True)
+
+
+def make_timm_dinov2_swiglu(out, gen):
+    """timm's vit_giant_patch14_reg4_dinov2 layout: SwiGLUPacked MLP (mlp.fc1 [2H, D], mlp.fc2
+    [D, H]), layer scale ls1 / ls2, reg_token with no_embed_class, F32, no head (num_classes 0)."""
+    os.makedirs(out, exist_ok=True)
+    model = TimmVit(10, registers=4, swiglu=True).double()
+    del model.head
+    model.head = nn.Identity()
+    randomize(model, gen)
+    cfg = {"architecture": "vit_fovea_test_patch8_reg4_dinov2_swiglu", "num_classes": 0, "num_features": D,
+           "global_pool": "token", "model_args": {"num_heads": HEADS},
+           "pretrained_cfg": {"tag": "test", "input_size": [C, G * P, G * P], "mean": IMAGENET_MEAN,
+                              "std": IMAGENET_STD, "num_classes": 0, "first_conv": "patch_embed.proj"}}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), None, "F32")
+    img = raw_image(gen, out)
+    class_token_cases(out, gen, model, (img, IMAGENET_MEAN, IMAGENET_STD), interp=True, shrink=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -1453,6 +1523,8 @@ def main():
     make_timm_registers(os.path.join(a.out, "timm_reg"), torch.Generator().manual_seed(20261132))
     make_siglip2(os.path.join(a.out, "siglip2"), torch.Generator().manual_seed(20261133))
     make_timm_siglip(os.path.join(a.out, "timm_siglip"), torch.Generator().manual_seed(20261134))
+    make_hf_dinov2_swiglu(os.path.join(a.out, "hf_dinov2_swiglu"), torch.Generator().manual_seed(20261135))
+    make_timm_dinov2_swiglu(os.path.join(a.out, "timm_dinov2_swiglu"), torch.Generator().manual_seed(20261136))
     total = 0
     for root, _, files in os.walk(a.out):
         for f in sorted(files):

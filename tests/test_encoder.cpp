@@ -176,7 +176,8 @@ TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                          ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
                                            "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
-                                           "hf_dinov2_reg", "timm_reg", "siglip2", "timm_siglip"));
+                                           "hf_dinov2_reg", "timm_reg", "siglip2", "timm_siglip",
+                                           "hf_dinov2_swiglu", "timm_dinov2_swiglu"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -983,32 +984,58 @@ TEST(EncoderRegisters, TimmRegisterPositionsAreFoldedIntoTheTokens) {
 
 // The registers take part in hierarchical attention (as the class token: attended exactly) and
 // in the video path's incremental encoder, which must agree with encode().
+// (hf_dinov2_swiglu: the same with a SwiGLU MLP, which the incremental encoder shares.)
 TEST(EncoderRegisters, HierarchicalAndIncrementalAgreeWithEncode) {
-  const VitModel m = VitModel::load(fixture("hf_dinov2_reg"));
-  const SafetensorsFile f = SafetensorsFile::open(fixture("hf_dinov2_reg", "cases.safetensors"));
-  Executor exec({.threads = 2});
-  for (const Case& c : load_cases(f)) {
-    EncodeParams p{.image_width = c.width, .image_height = c.height};
-    const Encoding exact = encode(m, c.patches, c.positions, p, exec);
-    p.attention = parse_attention("hierarchical:1000:4");  // every block: exact
-    const Encoding h = encode(m, c.patches, c.positions, p, exec);
-    EXPECT_LE(max_abs_diff(exact.embeddings, h.embeddings), 1e-4) << c.name;
-    EXPECT_LE(max_abs_diff(exact.class_token, h.class_token), 1e-4) << c.name;
-    IncrementalEncoder inc(m);
-    IncrementalParams ip{.image_width = c.width, .image_height = c.height, .reuse_layers = false};
-    const IncrementalResult r0 = inc.encode(c.patches, c.positions, {}, {}, ip, exec);
-    EXPECT_LE(max_abs_diff(r0.embeddings, exact.embeddings), 1e-4) << c.name;
-    const int64_t N = c.patches.dim(0);
-    std::vector<int64_t> prev(static_cast<size_t>(N));
-    for (int64_t i = 0; i < N; ++i) prev[size_t(i)] = i;
-    const std::vector<uint8_t> clean(static_cast<size_t>(N), 0);
-    ip.reuse_layers = true;
-    const IncrementalResult r1 = inc.encode(c.patches, c.positions, prev, clean, ip, exec);
-    const IncrementalResult r2 = inc.encode(c.patches, c.positions, prev, clean, ip, exec);
-    EXPECT_EQ(std::count(r2.recomputed.begin(), r2.recomputed.end(), 1), 0) << c.name;
-    EXPECT_LE(max_abs_diff(r2.embeddings, exact.embeddings), 1e-4) << c.name;
-    EXPECT_EQ(0, std::memcmp(r1.embeddings.bytes(), r2.embeddings.bytes(), r1.embeddings.size_bytes())) << c.name;
+  for (const char* name : {"hf_dinov2_reg", "hf_dinov2_swiglu"}) {
+    SCOPED_TRACE(name);
+    const VitModel m = VitModel::load(fixture(name));
+    const SafetensorsFile f = SafetensorsFile::open(fixture(name, "cases.safetensors"));
+    Executor exec({.threads = 2});
+    for (const Case& c : load_cases(f)) {
+      EncodeParams p{.image_width = c.width, .image_height = c.height};
+      const Encoding exact = encode(m, c.patches, c.positions, p, exec);
+      p.attention = parse_attention("hierarchical:1000:4");  // every block: exact
+      const Encoding h = encode(m, c.patches, c.positions, p, exec);
+      EXPECT_LE(max_abs_diff(exact.embeddings, h.embeddings), 1e-4) << c.name;
+      EXPECT_LE(max_abs_diff(exact.class_token, h.class_token), 1e-4) << c.name;
+      IncrementalEncoder inc(m);
+      IncrementalParams ip{.image_width = c.width, .image_height = c.height, .reuse_layers = false};
+      const IncrementalResult r0 = inc.encode(c.patches, c.positions, {}, {}, ip, exec);
+      EXPECT_LE(max_abs_diff(r0.embeddings, exact.embeddings), 1e-4) << c.name;
+      const int64_t N = c.patches.dim(0);
+      std::vector<int64_t> prev(static_cast<size_t>(N));
+      for (int64_t i = 0; i < N; ++i) prev[size_t(i)] = i;
+      const std::vector<uint8_t> clean(static_cast<size_t>(N), 0);
+      ip.reuse_layers = true;
+      const IncrementalResult r1 = inc.encode(c.patches, c.positions, prev, clean, ip, exec);
+      const IncrementalResult r2 = inc.encode(c.patches, c.positions, prev, clean, ip, exec);
+      EXPECT_EQ(std::count(r2.recomputed.begin(), r2.recomputed.end(), 1), 0) << c.name;
+      EXPECT_LE(max_abs_diff(r2.embeddings, exact.embeddings), 1e-4) << c.name;
+      EXPECT_EQ(0, std::memcmp(r1.embeddings.bytes(), r2.embeddings.bytes(), r1.embeddings.size_bytes())) << c.name;
+    }
   }
+}
+
+// DINOv2's SwiGLU MLP (dinov2-giant; timm's SwiGLUPacked): fc1 gives [x1 | x2], fc2 reads
+// silu(x1)·x2, whatever config.json's hidden_act says. The fixtures check the numbers (and the
+// incremental encoder's, which shares the MLP); this checks the configuration read.
+TEST(EncoderLoaders, SwigluMlp) {
+  for (const char* name : {"hf_dinov2_swiglu", "timm_dinov2_swiglu"}) {
+    const VitModel m = VitModel::load(fixture(name));
+    const VitConfig& c = m.config();
+    EXPECT_EQ(c.act, Activation::swiglu) << name;
+    EXPECT_EQ(c.mlp, 48) << name;  // fc2's input; fc1 is [96, 32]
+    EXPECT_EQ(c.registers, 4) << name;
+    EXPECT_EQ(encoder_detail::fc1_width(c), 96) << name;
+    EXPECT_NE(m.describe().find("act=swiglu"), std::string::npos) << m.describe();
+    EXPECT_EQ(m.tensors_ignored(), 0) << name;
+  }
+  const std::string dir = test::temp_dir("enc_swiglu");
+  nlohmann::json cfg;
+  const std::string w = copied_weights(dir, "hf_dinov2_swiglu", &cfg);
+  cfg["use_swiglu_ffn"] = false;
+  write_config(w, cfg);
+  expect_load_error(w, Errc::corrupt_data, {"use_swiglu_ffn = false", "have mlp.weights_in"});
 }
 
 // Relatives under the same names with other arithmetic are refused by name, not encoded wrong.
@@ -1021,12 +1048,16 @@ TEST(EncoderLoaders, RefusesVariantsItCannotEncode) {
                     Errc::unsupported, {"deit.embeddings.distillation_token", "distilled DeiT"});
   expect_load_error(relaid_checkpoint(dir + "/vreg", "hf_vit", "", {}, {{"embeddings.register_tokens", &regs}}),
                     Errc::unsupported, {"embeddings.register_tokens", "Dinov2WithRegistersModel's are"});
-  expect_load_error(relaid_checkpoint(dir + "/swiglu", "hf_dinov2", "", {}, {{"encoder.layer.0.mlp.weights_in.weight", &w}}),
-                    Errc::unsupported, {"SwiGLU"});
+  expect_load_error(relaid_checkpoint(dir + "/swiglu", "hf_vit", "", {}, {{"encoder.layer.0.mlp.weights_in.weight", &w}}),
+                    Errc::unsupported, {"SwiGLU MLP in a HF ViT checkpoint is not supported"});
+  // DINOv2's SwiGLU loads (EncoderLoaders.SwigluMlp), but not against its own config.json.
+  expect_load_error(relaid_checkpoint(dir + "/swiglu2", "hf_dinov2", "", {}, {{"encoder.layer.0.mlp.weights_in.weight", &w}}),
+                    Errc::corrupt_data, {"use_swiglu_ffn = false", "mlp.weights_in"});
   Tensor d = filled({32}, 0.1f);
   expect_load_error(relaid_checkpoint(dir + "/beit", "hf_vit", "beit.", {}, {{"beit.encoder.layer.0.lambda_1", &d}}),
                     Errc::unsupported, {"beit.encoder.layer.0.lambda_1", "BEiT"});
-  for (const char* name : {"fc_norm.weight", "blocks.0.attn.q_norm.weight"}) {
+  for (const char* name : {"fc_norm.weight", "blocks.0.attn.q_norm.weight", "blocks.0.mlp.fc1_g.weight",
+                           "blocks.0.mlp.norm.weight"}) {
     const std::string sub = dir + "/timm_" + std::string(name).substr(0, std::string(name).find('.'));
     expect_load_error(relaid_checkpoint(sub, "timm_vit", "", {}, {{name, &d}}), Errc::unsupported, {name, "not supported"});
   }

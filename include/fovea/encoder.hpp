@@ -87,6 +87,7 @@ enum class Activation : uint8_t {
   quick_gelu,  // x·σ(1.702x) (CLIP)
   gelu_tanh,   // 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))) (SigLIP)
   gelu_erf,    // 0.5x(1 + erf(x/√2)) (torchvision)
+  swiglu,      // a gated MLP: fc1 gives [x1 | x2] (2·mlp wide), fc2 reads silu(x1)·x2 (DINOv2 giant)
 };
 // How the G×G position table is read for a token: as the model's own code resizes the table to
 // the patch grid of the input (F.interpolate, align_corners=False), for a uniform grid of tokens
@@ -155,7 +156,7 @@ struct VitConfig {
   int hidden = 768;     // D
   int layers = 12;
   int heads = 12;
-  int mlp = 3072;
+  int mlp = 3072;  // the MLP's hidden width: fc2's input (fc1 gives twice that with swiglu)
   int patch_px = 16;    // P
   int grid = 14;        // G: the position grid is G×G (native image G·P pixels square)
   int channels = 3;

@@ -131,6 +131,8 @@ namespace encoder_detail {
 
 // The rows before the patch tokens: the class token (when the model has one), then the register
 // tokens. The patch tokens' rows start at prefix_tokens(c).
+// fc1's output width: the MLP's hidden width, twice it for a gated (swiglu) MLP.
+inline int64_t fc1_width(const VitConfig& c) { return c.act == Activation::swiglu ? 2 * int64_t(c.mlp) : c.mlp; }
 inline int64_t prefix_tokens(const VitConfig& c) { return (c.class_token ? 1 : 0) + c.registers; }
 // Writes prefix row t (0 <= t < prefix_tokens): class embedding + its position, or register t − cls.
 inline void prefix_row(const VitModel::Impl& m, int64_t t, float* out) {

@@ -74,6 +74,25 @@ void LayerOps::attention_out_and_mlp(const VitLayer& l, const VitConfig& c, cons
   f1.post = post_for(c.act);
   linear(f1);
   GemmArgs f2 = linear_args(Hm, dt, rows, l.fc2_w, &l.fc2_b, x, DType::f32);
+  if (c.act == Activation::swiglu) {
+    // Row r of Hm is [x1 | x2] (2·mlp wide): silu(x1)·x2 overwrites x1 in place, and fc2 reads
+    // those first halves (row stride 2·mlp).
+    const int64_t h = c.mlp;
+    const size_t es = esize(dt);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      std::byte* row = Hm + size_t(r * 2 * h) * es;
+      if (dt == DType::f32) {
+        float* v = reinterpret_cast<float*>(row);
+        for (int64_t j = 0; j < h; ++j) v[j] = activation_ref(Activation::swiglu, v[j]) * v[h + j];
+      } else {
+        uint16_t* v = reinterpret_cast<uint16_t*>(row);
+        for (int64_t j = 0; j < h; ++j)
+          v[j] = f32_to_bf16(activation_ref(Activation::swiglu, bf16_to_f32(v[j])) * bf16_to_f32(v[h + j]));
+      }
+    }
+    f2.lda = 2 * h;
+  }
   f2.accumulate = true;
   linear(f2);
 }
@@ -192,7 +211,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   const size_t es = esize(dt);
 
   // cls: the class token's row 0 (read by the pooled outputs); pre: every row before the patches.
-  const int64_t D = c.hidden, Mh = c.mlp, cls = c.class_token ? 1 : 0, pre = prefix_tokens(c), T = N + pre;
+  const int64_t D = c.hidden, cls = c.class_token ? 1 : 0, pre = prefix_tokens(c), T = N + pre;
   const int64_t K = int64_t(c.channels) * c.patch_px * c.patch_px;
   Buffer X(size_t(T * D) * 4);
   float* x = X.as<float>();
@@ -222,7 +241,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   if (c.pre_norm) ops.layer_norm(x, T, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
 
   // ---- transformer ------------------------------------------------------------------------
-  Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * Mh) * es);
+  Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * fc1_width(c)) * es);
   if (!m.attention_ws) m.attention_ws = std::make_shared<AttentionWorkspace>();
   HierarchicalPlan plan;
   const bool hier = params.attention.mode == AttentionParams::Mode::hierarchical;

@@ -129,6 +129,7 @@ Post post_for(Activation a) {
     case Activation::quick_gelu: return Post::quick_gelu;
     case Activation::gelu_tanh: return Post::gelu_tanh;
     case Activation::gelu_erf: return Post::gelu_erf;
+    case Activation::swiglu: return Post::none;  // the gate runs after fc1 (LayerOps::attention_out_and_mlp)
   }
   return Post::none;
 }
@@ -381,6 +382,7 @@ float activation_ref(Activation a, float x) {
       return float(0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * double(x) * x * x))));
     }
     case Activation::gelu_erf: return float(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
+    case Activation::swiglu: return float(double(x) / (1.0 + std::exp(-double(x))));  // silu, the gate's half
   }
   return x;
 }

@@ -347,7 +347,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
 
   // ---- transformer, layer-major ----------------------------------------------------------------
   if (layers.size() != L) layers.resize(L);
-  const double per_token = double(3 * D * D + D * D + 2 * D * Mh);
+  const double per_token = double(3 * D * D + D * D + D * fc1_width(c) + D * Mh);
   auto ensure_cache = [&](LayerCache& lc, int64_t T) {
     if (lc.ref_in.rank() != 2 || lc.ref_in.dim(0) != T || lc.kv.dtype() != dt || lc.kv.rank() != 4) {
       lc.ref_in = Tensor(DType::f32, {T, D});
@@ -417,7 +417,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       // The slack bucket after them lets each frame's attention run on a rounded row count too.
       const int64_t rg = round_up(rows, kRowBucket), cap = rg + kRowBucket;
       H.ensure(size_t(cap * D) * es), QKV.ensure(size_t(cap * 3 * D) * es), A.ensure(size_t(cap * D) * es);
-      Hm.ensure(size_t(rg * Mh) * es);
+      Hm.ensure(size_t(rg * fc1_width(c)) * es);
       float* xr = XR.as<float>();
       std::memset(xr + rows * D, 0, size_t((rg - rows) * D) * 4);
       ops.layer_norm(xr, rg, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);

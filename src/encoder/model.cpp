@@ -34,6 +34,7 @@ std::string_view to_string(Activation a) {
     case Activation::quick_gelu: return "quick_gelu";
     case Activation::gelu_tanh: return "gelu_tanh";
     case Activation::gelu_erf: return "gelu";
+    case Activation::swiglu: return "swiglu";
   }
   return "?";
 }

@@ -36,10 +36,20 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
   const std::pair<std::string, const char*> foreign[] = {
       {p + "embeddings.distillation_token", "a distilled DeiT (DeiTModel: class and distillation tokens) is not supported"},
       {p + "encoder.layer.0.lambda_1", "BEiT / Data2VecVision (relative position bias, lambda_1) is not supported"},
-      {p + "encoder.layer.0.mlp.weights_in.weight", "the SwiGLU MLP (use_swiglu_ffn: dinov2-giant) is not supported"},
   };
   for (const auto& [name, why] : foreign)
     if (w.info(name)) throw Error(Errc::unsupported, "'" + path + "': " + name + ": " + why);
+  // DINOv2's SwiGLU MLP (use_swiglu_ffn: dinov2-giant): mlp.weights_in [2H, D] gives [x1 | x2],
+  // mlp.weights_out [D, H] reads silu(x1)·x2 (Dinov2SwiGLUFFN). Only DINOv2 has it.
+  const std::string swiglu_in = p + "encoder.layer.0.mlp.weights_in.weight";
+  const bool swiglu = w.info(swiglu_in).has_value();
+  if (swiglu && n.family != VitFamily::dinov2)
+    throw Error(Errc::unsupported, "'" + path + "': " + swiglu_in + ": a SwiGLU MLP in a " + n.what +
+                                       " checkpoint is not supported (DINOv2's is)");
+  if (auto s = cfg_get<bool>(cfg, {"use_swiglu_ffn"}); s && *s != swiglu)
+    throw Error(Errc::corrupt_data, "'" + path + "': config.json use_swiglu_ffn = " + (*s ? "true" : "false") +
+                                        " but the tensors " + (swiglu ? "have" : "lack") + " mlp.weights_in");
+  const std::string fc1_name = swiglu ? "mlp.weights_in" : n.fc1, fc2_name = swiglu ? "mlp.weights_out" : n.fc2;
   const std::string reg_name = p + "embeddings.register_tokens";
   const auto reg = w.info(reg_name);
   if (reg && !n.registers)
@@ -64,8 +74,14 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
   c.layers = count_layers(w, p + "encoder.layer.");
   c.layers_in_checkpoint = c.layers;
   const std::string l0 = p + "encoder.layer.0.";
-  const auto fc1 = w.info(l0 + n.fc1 + ".weight");
+  const auto fc1 = w.info(l0 + fc1_name + ".weight");
   c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
+  if (swiglu) {
+    if (c.mlp % 2)
+      throw Error(Errc::corrupt_data, "'" + path + "': " + swiglu_in + " has an odd row count (" +
+                                          std::to_string(c.mlp) + "), not [2·H, D]");
+    c.mlp /= 2;
+  }
   c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
   c.class_token = true;
   if (reg) {
@@ -86,6 +102,7 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
   c.act = Activation::gelu_erf;
   c.ln_eps = n.ln_eps;
   if (auto a = cfg_get<std::string>(cfg, {"hidden_act"})) c.act = parse_hf_act(*a, path);
+  if (swiglu) c.act = Activation::swiglu;  // Dinov2SwiGLUFFN ignores hidden_act
   if (auto e = cfg_get<double>(cfg, {"layer_norm_eps"})) c.ln_eps = float(*e);
   check_dims(cfg, path, c, p + "encoder.layer.N");
   c.input = contract_from_preprocessor(ck.preprocessor, defaults);
@@ -109,10 +126,11 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
     ly.out_b = L.get(l + "attention.output.dense.bias", {D});
     ly.ln2_w = L.get(l + n.ln2 + ".weight", {D});
     ly.ln2_b = L.get(l + n.ln2 + ".bias", {D});
-    ly.fc1_w = L.matrix(l + n.fc1 + ".weight", {M, D});
-    ly.fc1_b = L.get(l + n.fc1 + ".bias", {M});
-    ly.fc2_w = L.matrix(l + n.fc2 + ".weight", {D, M});
-    ly.fc2_b = L.get(l + n.fc2 + ".bias", {D});
+    const int64_t M1 = fc1_width(c);
+    ly.fc1_w = L.matrix(l + fc1_name + ".weight", {M1, D});
+    ly.fc1_b = L.get(l + fc1_name + ".bias", {M1});
+    ly.fc2_w = L.matrix(l + fc2_name + ".weight", {D, M});
+    ly.fc2_b = L.get(l + fc2_name + ".bias", {D});
     if (n.layer_scale) {
       fold_layer_scale(L, l + "layer_scale1.lambda1", D, true, ly.out_w, ly.out_b);
       fold_layer_scale(L, l + "layer_scale2.lambda1", D, true, ly.fc2_w, ly.fc2_b);

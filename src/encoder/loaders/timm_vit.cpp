@@ -72,6 +72,9 @@ class TimmVitLoader final : public ModelLoader {
         {"fc_norm.weight", "average pooling with fc_norm (global_pool='avg') is not supported"},
         {"attn_pool.q_norm.weight", "query/key normalisation in the attention-pooling head is not supported"},
         {"attn_pool.pos_embed", "a position embedding in the attention-pooling head is not supported"},
+        {"blocks.0.mlp.fc1_g.weight", "the unpacked SwiGLU MLP (fc1_g / fc1_x: EVA-style) is not supported; "
+                                      "SwiGLUPacked (one fc1) is"},
+        {"blocks.0.mlp.norm.weight", "a norm inside the MLP is not supported"},
     };
     for (const auto& [name, why] : foreign)
       if (w.info(name)) throw Error(Errc::unsupported, "'" + path + "': timm ViT with " + name + ": " + why);
@@ -115,6 +118,12 @@ class TimmVitLoader final : public ModelLoader {
     c.layers_in_checkpoint = c.layers;
     const auto fc1 = w.info("blocks.0.mlp.fc1.weight");
     c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
+    // SwiGLUPacked (vit_giant_patch14_dinov2 and its reg4 variant): fc1 [2H, D] gives [x1 | x2],
+    // fc2 [D, H] reads silu(x1)·x2, so fc1 is twice as wide as fc2's input.
+    const auto fc2 = w.info("blocks.0.mlp.fc2.weight");
+    const bool swiglu = fc1 && fc2 && fc1->shape.size() == 2 && fc2->shape.size() == 2 && fc2->shape[1] > 0 &&
+                        fc1->shape[0] == 2 * fc2->shape[1];
+    if (swiglu) c.mlp /= 2;
     std::optional<int> heads = cfg_get<int>(cfg, {"num_heads"});
     if (!heads && cfg.contains("model_args") && cfg["model_args"].is_object())
       heads = cfg_get<int>(cfg["model_args"], {"num_heads"});
@@ -123,7 +132,7 @@ class TimmVitLoader final : public ModelLoader {
     // CLIP towers have no patch bias (timm: bias=not pre_norm); every other ViT must have one.
     c.patch_bias = !c.pre_norm || w.info("patch_embed.proj.bias").has_value();
     c.final_norm = FinalNorm::all_tokens;
-    c.act = timm_activation(cfg, path);
+    c.act = swiglu ? Activation::swiglu : timm_activation(cfg, path);  // SwiGLUPacked: SiLU, whatever act_layer
     c.ln_eps = c.pre_norm ? 1e-5f : 1e-6f;  // CLIP towers: nn.LayerNorm; the rest: partial(LayerNorm, eps=1e-6)
     // timm's config.json has no hidden_size & co.: only the block count and heads are checked.
     check_dims(nlohmann::json::object(), path, c, "blocks.N");
@@ -174,8 +183,8 @@ class TimmVitLoader final : public ModelLoader {
       ly.out_b = L.get(l + "attn.proj.bias", {D});
       ly.ln2_w = L.get(l + "norm2.weight", {D});
       ly.ln2_b = L.get(l + "norm2.bias", {D});
-      ly.fc1_w = L.matrix(l + "mlp.fc1.weight", {M, D});
-      ly.fc1_b = L.get(l + "mlp.fc1.bias", {M});
+      ly.fc1_w = L.matrix(l + "mlp.fc1.weight", {fc1_width(c), D});
+      ly.fc1_b = L.get(l + "mlp.fc1.bias", {fc1_width(c)});
       ly.fc2_w = L.matrix(l + "mlp.fc2.weight", {D, M});
       ly.fc2_b = L.get(l + "mlp.fc2.bias", {D});
       fold_layer_scale(L, l + "ls1.gamma", D, false, ly.out_w, ly.out_b);
