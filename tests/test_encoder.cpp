@@ -806,6 +806,17 @@ TEST(EncoderLoaders, TimmSiglipAttentionPooling) {
     ASSERT_TRUE(encoder_detail::present(e.logits)) << k.name;
   }
 
+  // open_clip's hub files carry open_clip_config.json, not timm's config.json: its
+  // preprocess_cfg gives the mean / std.
+  fs::remove(dir + "/open_clip/config.json");
+  std::ofstream(dir + "/open_clip/open_clip_config.json")
+      << R"({"model_cfg": {"embed_dim": 16}, "preprocess_cfg": {"mean": [0.25, 0.5, 0.75], "std": [0.5, 0.5, 0.5]}})";
+  const InputContract oc_in = VitModel::load(dir + "/open_clip/model.safetensors").config().input;
+  EXPECT_EQ(oc_in.source, "open_clip_config.json preprocess_cfg");
+  EXPECT_FLOAT_EQ(oc_in.mean[0], 0.25f);
+  EXPECT_FLOAT_EQ(oc_in.mean[2], 0.75f);
+  EXPECT_FLOAT_EQ(oc_in.std[1], 0.5f);
+
   Tensor cls = filled({1, 1, 32}, 0.1f), qn = filled({8}, 1.0f);
   expect_load_error(relaid_checkpoint(dir + "/nopool", "timm_siglip", "", {"attn_pool.latent"}, {}), Errc::unsupported,
                     {"without cls_token", "global_pool='map'"});

@@ -207,6 +207,9 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
     ck.full_config = read_json_beside(file, "config.json");
     ck.config = vision_part(ck.full_config);
     ck.preprocessor = read_json_beside(file, "preprocessor_config.json");
+    if (nlohmann::json oc = read_json_beside(file, "open_clip_config.json");
+        oc.contains("preprocess_cfg") && oc["preprocess_cfg"].is_object())
+      ck.open_clip = oc["preprocess_cfg"];
   }
   weights->map_weights = options.map_weights;
   ck.weights = weights.get();

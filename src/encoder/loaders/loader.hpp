@@ -103,6 +103,7 @@ struct Checkpoint {
   nlohmann::json config;        // config.json, reduced to the vision tower's part
   nlohmann::json full_config;   // config.json as written (a VLM's top level: vision_feature_layer, ...)
   nlohmann::json preprocessor;  // preprocessor_config.json
+  nlohmann::json open_clip;     // open_clip_config.json's preprocess_cfg (open_clip's hub files)
 };
 
 class ModelLoader {

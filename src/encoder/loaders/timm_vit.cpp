@@ -6,8 +6,9 @@
 // `norm` on every token (forward_features), optional `head` on the normed class token. Exact
 // GELU, eps 1e-6. timm files carry no head count: config.json's `num_heads` (or
 // model_args.num_heads) when present, else the standard one for the width. The input contract:
-// preprocessor_config.json, else timm's config.json pretrained_cfg mean / std, else ImageNet's,
-// and `source` says which.
+// preprocessor_config.json, else timm's config.json pretrained_cfg mean / std, else
+// open_clip_config.json's preprocess_cfg (open_clip's files), else ImageNet's, and `source` says
+// which.
 //
 // timm's CLIP image towers (vit_*_clip_*, pre_norm=True) are the same module with `norm_pre`
 // after the position embedding, no patch-embedding bias and nn.LayerNorm's eps 1e-5; their
@@ -143,6 +144,11 @@ class TimmVitLoader final : public ModelLoader {
       if (it->contains("mean")) pc["image_mean"] = (*it)["mean"];
       if (it->contains("std")) pc["image_std"] = (*it)["std"];
       if (!pc.empty()) fallback = contract_from_preprocessor(pc, fallback, "timm config.json pretrained_cfg");
+    } else if (ck.open_clip.is_object() && ck.open_clip.contains("mean")) {
+      // open_clip's files (a timm trunk under visual.trunk.): preprocess_cfg's mean / std.
+      nlohmann::json pc = {{"image_mean", ck.open_clip["mean"]}};
+      if (ck.open_clip.contains("std")) pc["image_std"] = ck.open_clip["std"];
+      fallback = contract_from_preprocessor(pc, fallback, "open_clip_config.json preprocess_cfg");
     }
     c.input = contract_from_preprocessor(ck.preprocessor, fallback);
 
