@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                          ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
                                            "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
                                            "hf_dinov2_reg", "timm_reg", "siglip2", "timm_siglip",
-                                           "hf_dinov2_swiglu", "timm_dinov2_swiglu"));
+                                           "hf_dinov2_swiglu", "timm_dinov2_swiglu", "open_clip"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -637,6 +637,7 @@ TEST(EncoderPositions, EachNamingSamplesAsItsReference) {
       {"timm_reg", PositionSampling::bicubic_antialias},
       {"siglip2", PositionSampling::bilinear_antialias},
       {"timm_siglip", PositionSampling::bicubic_antialias},
+      {"open_clip", PositionSampling::bicubic_antialias},
   };
   for (const auto& [name, s] : want) EXPECT_EQ(VitModel::load(fixture(name)).config().pos_sampling, s) << name;
 }
@@ -1025,6 +1026,65 @@ TEST(EncoderRegisters, HierarchicalAndIncrementalAgreeWithEncode) {
       EXPECT_EQ(0, std::memcmp(r1.embeddings.bytes(), r2.embeddings.bytes(), r1.embeddings.size_bytes())) << c.name;
     }
   }
+}
+
+// open_clip's own VisionTransformer (and OpenAI's CLIP names): `visual.*` beside a text tower,
+// open_clip_config.json's quick_gelu / head_width / preprocess_cfg, the same numbers from the
+// .bin (torch.save) as from the safetensors file, the activation without a config (OpenAI's
+// markers: quick_gelu; else open_clip's exact GELU), and the refusals.
+TEST(EncoderLoaders, OpenClipVisionTransformer) {
+  const VitModel m = VitModel::load(fixture("open_clip"));
+  const VitConfig& c = m.config();
+  EXPECT_EQ(c.naming, "open_clip");
+  EXPECT_EQ(c.family, VitFamily::clip);
+  EXPECT_EQ(c.act, Activation::quick_gelu);
+  EXPECT_EQ(c.heads, 4);  // width 32 / head_width 8
+  EXPECT_EQ(c.projection_dim, 24);
+  EXPECT_TRUE(c.pre_norm);
+  EXPECT_EQ(c.final_norm, FinalNorm::all_tokens);
+  EXPECT_EQ(c.input.source, "open_clip_config.json preprocess_cfg");
+  EXPECT_FLOAT_EQ(c.input.mean[1], 0.4f);
+  EXPECT_EQ(m.tensors_ignored(), 6);  // the text tower and logit_scale
+
+  const SafetensorsFile f = SafetensorsFile::open(fixture("open_clip", "cases.safetensors"));
+  const VitModel bin = VitModel::load(fixture("open_clip", "open_clip_pytorch_model.bin"));
+  Executor exec({.threads = 2});
+  for (const Case& k : load_cases(f)) {
+    const Encoding e = encode(bin, k.patches, k.positions, {.image_width = k.width, .image_height = k.height}, exec);
+    compare(f, k.name, e);
+    ASSERT_TRUE(encoder_detail::present(e.image_embeds)) << k.name;
+  }
+
+  // Re-laid copies: the tensors as they are (or with some dropped / added), no JSON beside them.
+  const std::string dir = test::temp_dir("enc_open_clip");
+  const SafetensorsFile src = SafetensorsFile::open(fixture("open_clip"));
+  auto relaid = [&](const std::string& sub, const std::set<std::string>& drop, const std::map<std::string, Tensor*>& extra) {
+    std::vector<Tensor> keep;
+    keep.reserve(src.entries().size());
+    std::vector<NamedTensor> ts;
+    for (const auto& e : src.entries()) {
+      if (drop.count(e.name)) continue;
+      keep.push_back(src.load(e));
+      ts.push_back({e.name, &keep.back()});
+    }
+    for (const auto& [name, t] : extra) ts.push_back({name, t});
+    fs::create_directories(dir + "/" + sub);
+    save_safetensors(dir + "/" + sub + "/model.safetensors", ts);
+    return dir + "/" + sub + "/model.safetensors";
+  };
+  const VitModel bare = VitModel::load(relaid("bare", {}, {}));
+  EXPECT_EQ(bare.config().act, Activation::gelu_erf);  // open_clip's default nn.GELU
+  EXPECT_EQ(bare.config().heads, 1);                   // no head_width: the standard count for the width
+  EXPECT_NE(bare.config().input.source.find("open_clip defaults"), std::string::npos) << bare.config().input.source;
+  Tensor one = filled({1}, 1.0f), q = filled({1, 1, 32}, 0.1f);
+  EXPECT_EQ(VitModel::load(relaid("openai", {}, {{"input_resolution", &one}, {"context_length", &one}})).config().act,
+            Activation::quick_gelu);  // OpenAI's own state dicts
+  expect_load_error(relaid("coca", {}, {{"visual.attn_pool.query", &q}}), Errc::unsupported,
+                    {"visual.attn_pool.query", "attentional pooling"});
+  expect_load_error(relaid("noproj", {"visual.ln_post.bias"}, {}), Errc::corrupt_data, {"visual.ln_post.bias"});
+  const std::string avg = relaid("avg", {}, {});
+  std::ofstream(dir + "/avg/open_clip_config.json") << R"({"model_cfg": {"vision_cfg": {"pool_type": "avg"}}})";
+  expect_load_error(avg, Errc::unsupported, {"pool_type 'avg'"});
 }
 
 // DINOv2's SwiGLU MLP (dinov2-giant; timm's SwiGLUPacked): fc1 gives [x1 | x2], fc2 reads

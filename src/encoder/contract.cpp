@@ -34,6 +34,7 @@ std::string embedding_output(const VitConfig& c) {
     case FinalNorm::all_tokens:
       if (c.family == VitFamily::torchvision) return "last hidden state after encoder.ln";
       if (c.naming == "timm_vit") return "forward_features (after the final norm)";
+      if (c.naming == "open_clip") return "the tokens after ln_post (open_clip's final_ln_after_pool=False)";
       if (c.family == VitFamily::vit || c.family == VitFamily::dinov2) return "last_hidden_state (after the final layernorm)";
       return "last_hidden_state (after post_layernorm)";
     case FinalNorm::none: return "last hidden state (the checkpoint has no final norm)";

@@ -269,6 +269,13 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
       const std::vector<float> y = matvec(m.proj_w, nullptr, p.data());
       e.image_embeds = row_copy(y.data(), int64_t(y.size()));
     }
+  } else if (c.naming == "open_clip") {
+    // ln_post already normed every token: the pooled output is the class token, then ·proj.
+    e.pooled = row_copy(x, D);
+    if (present(m.proj_w)) {
+      const std::vector<float> y = matvec(m.proj_w, nullptr, x);
+      e.image_embeds = row_copy(y.data(), int64_t(y.size()));
+    }
   } else if (c.family == VitFamily::torchvision || c.family == VitFamily::vit || c.family == VitFamily::dinov2) {
     // The normed class token (HF ViTModel's pooler: tanh(dense(it))); the classifier reads the
     // normed class token itself, as HF's ViTForImageClassification and timm's head do.

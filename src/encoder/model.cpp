@@ -207,15 +207,14 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
     ck.full_config = read_json_beside(file, "config.json");
     ck.config = vision_part(ck.full_config);
     ck.preprocessor = read_json_beside(file, "preprocessor_config.json");
-    if (nlohmann::json oc = read_json_beside(file, "open_clip_config.json");
-        oc.contains("preprocess_cfg") && oc["preprocess_cfg"].is_object())
-      ck.open_clip = oc["preprocess_cfg"];
+    ck.open_clip = read_json_beside(file, "open_clip_config.json");
   }
   weights->map_weights = options.map_weights;
   ck.weights = weights.get();
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
   const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_clip_loader(),
-                                  &hf_siglip_loader(),    &hf_vit_loader(),     &hf_dinov2_loader(), &timm_vit_loader()};
+                                  &hf_siglip_loader(),    &hf_vit_loader(),     &hf_dinov2_loader(), &timm_vit_loader(),
+                                  &open_clip_loader()};
   auto try_loaders = [&](const Checkpoint& c) -> std::shared_ptr<Impl> {
     for (const ModelLoader* l : loaders)
       if (l->accepts(c)) return l->load(c);
@@ -238,7 +237,8 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
                 "'" + spec + "': no ViT naming recognised (expected vision_model.embeddings.patch_embedding.weight "
                 "for HF CLIP/SigLIP, conv_proj.weight for torchvision, [vit.]embeddings.patch_embeddings.projection.weight "
                 "with encoder.layer.N.layernorm_before for HF ViT or encoder.layer.N.norm1 for HF DINOv2, "
-                "patch_embed.proj.weight with blocks.N.attn.qkv for timm ViT/DeiT, or a llama.cpp mmproj .gguf)");
+                "patch_embed.proj.weight with blocks.N.attn.qkv for timm ViT/DeiT, [visual.]conv1.weight with "
+                "transformer.resblocks.N for open_clip / OpenAI CLIP, or a llama.cpp mmproj .gguf)");
   m->source = spec;
   m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
   bool mapped = false;

@@ -103,7 +103,7 @@ struct Checkpoint {
   nlohmann::json config;        // config.json, reduced to the vision tower's part
   nlohmann::json full_config;   // config.json as written (a VLM's top level: vision_feature_layer, ...)
   nlohmann::json preprocessor;  // preprocessor_config.json
-  nlohmann::json open_clip;     // open_clip_config.json's preprocess_cfg (open_clip's hub files)
+  nlohmann::json open_clip;     // open_clip_config.json (open_clip's hub files: model_cfg, preprocess_cfg)
 };
 
 class ModelLoader {
@@ -122,6 +122,9 @@ const ModelLoader& hf_llava_loader();
 const ModelLoader& hf_vit_loader();
 const ModelLoader& hf_dinov2_loader();
 const ModelLoader& timm_vit_loader();
+const ModelLoader& open_clip_loader();
+// The input contract from open_clip_config.json's preprocess_cfg mean / std, else `fallback`.
+InputContract open_clip_contract(const nlohmann::json& open_clip, const InputContract& fallback);
 
 // ---- helpers shared by the loaders -----------------------------------------------------------
 nlohmann::json read_json_beside(const std::string& weights_path, const char* file);

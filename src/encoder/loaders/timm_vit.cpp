@@ -144,11 +144,8 @@ class TimmVitLoader final : public ModelLoader {
       if (it->contains("mean")) pc["image_mean"] = (*it)["mean"];
       if (it->contains("std")) pc["image_std"] = (*it)["std"];
       if (!pc.empty()) fallback = contract_from_preprocessor(pc, fallback, "timm config.json pretrained_cfg");
-    } else if (ck.open_clip.is_object() && ck.open_clip.contains("mean")) {
-      // open_clip's files (a timm trunk under visual.trunk.): preprocess_cfg's mean / std.
-      nlohmann::json pc = {{"image_mean", ck.open_clip["mean"]}};
-      if (ck.open_clip.contains("std")) pc["image_std"] = ck.open_clip["std"];
-      fallback = contract_from_preprocessor(pc, fallback, "open_clip_config.json preprocess_cfg");
+    } else {
+      fallback = open_clip_contract(ck.open_clip, fallback);  // open_clip's files: a timm trunk under visual.trunk.
     }
     c.input = contract_from_preprocessor(ck.preprocessor, fallback);
 
