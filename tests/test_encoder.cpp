@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                          ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
                                            "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
                                            "hf_dinov2_reg", "timm_reg", "siglip2", "timm_siglip",
-                                           "hf_dinov2_swiglu", "timm_dinov2_swiglu", "open_clip"));
+                                           "hf_dinov2_swiglu", "timm_dinov2_swiglu", "open_clip", "intern_vit"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -638,6 +638,7 @@ TEST(EncoderPositions, EachNamingSamplesAsItsReference) {
       {"siglip2", PositionSampling::bilinear_antialias},
       {"timm_siglip", PositionSampling::bicubic_antialias},
       {"open_clip", PositionSampling::bicubic_antialias},
+      {"intern_vit", PositionSampling::bicubic},
   };
   for (const auto& [name, s] : want) EXPECT_EQ(VitModel::load(fixture(name)).config().pos_sampling, s) << name;
 }
@@ -1085,6 +1086,44 @@ TEST(EncoderLoaders, OpenClipVisionTransformer) {
   const std::string avg = relaid("avg", {}, {});
   std::ofstream(dir + "/avg/open_clip_config.json") << R"({"model_cfg": {"vision_cfg": {"pool_type": "avg"}}})";
   expect_load_error(avg, Errc::unsupported, {"pool_type 'avg'"});
+}
+
+// InternViT inside an InternVL chat checkpoint: `vision_model.` with fused qkv, ls1 / ls2 and no
+// final norm; the pixel-shuffle projector (mlp1) and the language model are ignored; the
+// InternViT-6B variants (RMSNorm, qk normalisation) are refused by name.
+TEST(EncoderLoaders, InternVit) {
+  const VitModel m = VitModel::load(fixture("intern_vit"));
+  const VitConfig& c = m.config();
+  EXPECT_EQ(c.naming, "intern_vit");
+  EXPECT_EQ(c.final_norm, FinalNorm::none);
+  EXPECT_EQ(c.act, Activation::gelu_erf);
+  EXPECT_TRUE(c.class_token);
+  EXPECT_EQ(c.projector, ProjectorType::none);
+  EXPECT_EQ(m.tensors_ignored(), 7);  // mlp1.* and the language model's tensor
+  EXPECT_NE(c.input.source.find("InternVL"), std::string::npos) << c.input.source;
+
+  const std::string dir = test::temp_dir("enc_intern_vit");
+  nlohmann::json cfg;
+  fs::create_directories(dir + "/rms");
+  const std::string rms = copied_weights(dir + "/rms", "intern_vit", &cfg);
+  cfg["vision_config"]["norm_type"] = "rms_norm";
+  write_config(rms, cfg);
+  expect_load_error(rms, Errc::unsupported, {"norm_type 'rms_norm'"});
+  expect_load_error(edited_checkpoint(dir + "/nobias", "intern_vit", {"vision_model.encoder.layers.0.norm1.bias"}, {}, {}),
+                    Errc::unsupported, {"norm1.bias", "RMSNorm"});
+  Tensor qn = filled({32}, 1.0f);
+  const SafetensorsFile src = SafetensorsFile::open(fixture("intern_vit"));
+  std::vector<Tensor> keep;
+  keep.reserve(src.entries().size());
+  std::vector<NamedTensor> ts;
+  for (const auto& e : src.entries()) {
+    keep.push_back(src.load(e));
+    ts.push_back({e.name, &keep.back()});
+  }
+  ts.push_back({"vision_model.encoder.layers.0.attn.q_norm.weight", &qn});
+  fs::create_directories(dir + "/qk");
+  save_safetensors(dir + "/qk/model.safetensors", ts);
+  expect_load_error(dir + "/qk/model.safetensors", Errc::unsupported, {"attn.q_norm.weight", "qk_normalization"});
 }
 
 // DINOv2's SwiGLU MLP (dinov2-giant; timm's SwiGLUPacked): fc1 gives [x1 | x2], fc2 reads

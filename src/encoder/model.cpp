@@ -212,8 +212,9 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   weights->map_weights = options.map_weights;
   ck.weights = weights.get();
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
-  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_clip_loader(),
-                                  &hf_siglip_loader(),    &hf_vit_loader(),     &hf_dinov2_loader(), &timm_vit_loader(),
+  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(),
+                                  &intern_vit_loader(),   &hf_clip_loader(),     &hf_siglip_loader(),
+                                  &hf_vit_loader(),       &hf_dinov2_loader(),   &timm_vit_loader(),
                                   &open_clip_loader()};
   auto try_loaders = [&](const Checkpoint& c) -> std::shared_ptr<Impl> {
     for (const ModelLoader* l : loaders)
@@ -238,7 +239,8 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
                 "for HF CLIP/SigLIP, conv_proj.weight for torchvision, [vit.]embeddings.patch_embeddings.projection.weight "
                 "with encoder.layer.N.layernorm_before for HF ViT or encoder.layer.N.norm1 for HF DINOv2, "
                 "patch_embed.proj.weight with blocks.N.attn.qkv for timm ViT/DeiT, [visual.]conv1.weight with "
-                "transformer.resblocks.N for open_clip / OpenAI CLIP, or a llama.cpp mmproj .gguf)");
+                "transformer.resblocks.N for open_clip / OpenAI CLIP, vision_model.encoder.layers.N.attn.qkv for "
+                "InternViT, or a llama.cpp mmproj .gguf)");
   m->source = spec;
   m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
   bool mapped = false;

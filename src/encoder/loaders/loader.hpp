@@ -123,6 +123,7 @@ const ModelLoader& hf_vit_loader();
 const ModelLoader& hf_dinov2_loader();
 const ModelLoader& timm_vit_loader();
 const ModelLoader& open_clip_loader();
+const ModelLoader& intern_vit_loader();
 // The input contract from open_clip_config.json's preprocess_cfg mean / std, else `fallback`.
 InputContract open_clip_contract(const nlohmann::json& open_clip, const InputContract& fallback);
 
