@@ -116,6 +116,7 @@ Precision runnable_precision(Precision requested);
 
 std::string_view to_string(VitFamily f);
 std::string_view to_string(Activation a);
+std::string_view to_string(PositionSampling s);
 std::string_view to_string(Precision p);
 struct VitConfig;
 // What `Encoding::embeddings` holds for this model, e.g. "last_hidden_state (before

@@ -405,6 +405,7 @@ py::dict config_dict(const VitConfig& c) {
   d["class_token"] = c.class_token;
   d["registers"] = c.registers;
   d["activation"] = std::string(to_string(c.act));
+  d["position_sampling"] = std::string(to_string(c.pos_sampling));
   d["layer_norm_eps"] = c.ln_eps;
   d["projection_dim"] = c.projection_dim;
   d["attention_pool"] = c.attention_pool;

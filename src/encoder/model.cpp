@@ -19,6 +19,16 @@
 namespace fovea {
 using encoder_detail::present;
 
+std::string_view to_string(PositionSampling s) {
+  switch (s) {
+    case PositionSampling::bicubic: return "bicubic";
+    case PositionSampling::bilinear: return "bilinear";
+    case PositionSampling::bicubic_antialias: return "bicubic_antialias";
+    case PositionSampling::bilinear_antialias: return "bilinear_antialias";
+  }
+  return "?";
+}
+
 std::string_view to_string(VitFamily f) {
   switch (f) {
     case VitFamily::clip: return "clip";

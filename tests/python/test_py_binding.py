@@ -323,6 +323,25 @@ def test_docstrings_and_stubs():
     assert (pathlib.Path(fovea.__file__).parent / "_fovea.pyi").exists()
 
 
+def test_open_clip_bin_and_position_sampling():
+    """open_clip's torch.save'd .bin gives the same embeddings as its safetensors twin, and each
+    model's config names how it reads its position table (antialiased where its reference
+    resizes with antialias=True)."""
+    root = os.path.join(os.path.dirname(__file__), "..", "data", "encoder")
+    st = fovea.Model(os.path.join(root, "open_clip", "model.safetensors"))
+    bin_ = fovea.Model(os.path.join(root, "open_clip", "open_clip_pytorch_model.bin"))
+    assert st.config["naming"] == bin_.config["naming"] == "open_clip"
+    assert st.config["activation"] == "quick_gelu"
+    toks = fovea.tokenize(photo(6, 48, 40), budget=12, patch=st.config["patch_size"], mean=st.config["mean"],
+                          std=st.config["std"])
+    assert np.array_equal(np.asarray(st.encode(toks, threads=1)), np.asarray(bin_.encode(toks, threads=1)))
+    assert st.config["position_sampling"] == "bicubic_antialias"
+    assert fovea.Model(os.path.join(root, "clip", "model.safetensors")).config["position_sampling"] == "bicubic"
+    assert fovea.Model(os.path.join(root, "siglip2", "model.safetensors")).config["position_sampling"] == \
+        "bilinear_antialias"
+    assert fovea.Model(os.path.join(root, "hf_dinov2_swiglu", "model.safetensors")).config["activation"] == "swiglu"
+
+
 def test_pytorch_checkpoints_load_like_their_safetensors():
     """fovea.Model reads torch.save files (here written by scripts/make_torch_checkpoints.py
     from the torchvision fixture's weights) without torch: the same embeddings, bit for bit."""
