@@ -48,6 +48,7 @@ launcher=()
 if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  export CCACHE_DEPEND=${CCACHE_DEPEND:-1}  # no preprocessor pass on a cold cache (scripts/build.sh)
 fi
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)

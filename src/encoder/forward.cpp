@@ -82,13 +82,13 @@ void LayerOps::attention_out_and_mlp(const VitLayer& l, const VitConfig& c, cons
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       std::byte* row = Hm + size_t(r * 2 * h) * es;
+      auto silu = [](float a) { return a / (1.0f + std::exp(-a)); };
       if (dt == DType::f32) {
         float* v = reinterpret_cast<float*>(row);
-        for (int64_t j = 0; j < h; ++j) v[j] = activation_ref(Activation::swiglu, v[j]) * v[h + j];
+        for (int64_t j = 0; j < h; ++j) v[j] = silu(v[j]) * v[h + j];
       } else {
         uint16_t* v = reinterpret_cast<uint16_t*>(row);
-        for (int64_t j = 0; j < h; ++j)
-          v[j] = f32_to_bf16(activation_ref(Activation::swiglu, bf16_to_f32(v[j])) * bf16_to_f32(v[h + j]));
+        for (int64_t j = 0; j < h; ++j) v[j] = f32_to_bf16(silu(bf16_to_f32(v[j])) * bf16_to_f32(v[h + j]));
       }
     }
     f2.lda = 2 * h;
