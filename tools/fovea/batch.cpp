@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+Error batch_error(const std::string& m) { return Error(Errc::invalid_argument, m); }
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -265,14 +265,14 @@ int report_batch(const BatchReport& r, const std::string& output, bool json, con
 BatchReport run_batch(const std::vector<std::string>& inputs, const std::string& output, const LoadOptions& load,
                       const BatchFn& fn) {
   using Clock = std::chrono::steady_clock;
-  if (output.empty()) throw bad("batch mode needs -o DIR (one file per image) or -o OUT.tar (one shard)");
+  if (output.empty()) throw batch_error("batch mode needs -o DIR (one file per image) or -o OUT.tar (one shard)");
   if (ends_with(lower(output), ".safetensors"))
-    throw bad("-o '" + output + "' is one file, but the inputs are a batch (several images, a directory or a .tar shard): "
+    throw batch_error("-o '" + output + "' is one file, but the inputs are a batch (several images, a directory or a .tar shard): "
               "use -o DIR or -o OUT.tar");
   const bool out_shard = is_tar(output);
   std::error_code ec;
   if (!out_shard && fs::exists(output, ec) && !fs::is_directory(output, ec))
-    throw bad("-o '" + output + "' exists and is not a directory");
+    throw batch_error("-o '" + output + "' exists and is not a directory");
 
   // Plan every source before any work: typos, empty folders and colliding outputs cost nothing.
   std::vector<Source> sources;
@@ -310,7 +310,7 @@ BatchReport run_batch(const std::vector<std::string>& inputs, const std::string&
     }
     s.out = (fs::path(output) / (stem(s.path) + (s.shard ? ".tar" : ".safetensors"))).string();
     auto [it, fresh] = claimed.emplace(s.out, s.path);
-    if (!fresh) throw bad("'" + s.path + "' and '" + it->second + "' would both write '" + s.out + "'");
+    if (!fresh) throw batch_error("'" + s.path + "' and '" + it->second + "' would both write '" + s.out + "'");
   }
   int64_t total = 0;
   for (const Source& s : sources) total += s.images;

@@ -14,7 +14,7 @@
 namespace fovea::cli {
 
 namespace {
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+Error arg_error(const std::string& m) { return Error(Errc::invalid_argument, m); }
 
 std::string trim(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
@@ -32,7 +32,7 @@ float parse_float(const std::string& text, const std::string& flag) {
     used = 0;
   }
   if (t.empty() || used != t.size() || !std::isfinite(v))
-    throw bad(flag + ": '" + text + "' is not a finite number");
+    throw arg_error(flag + ": '" + text + "' is not a finite number");
   return v;
 }
 }  // namespace
@@ -165,12 +165,12 @@ TokenizeParams TokenizeOptions::params() const {
   p.uniform = uniform;
   p.alloc.budget_tokens = budget;
   p.alloc.max_level = max_level;
-  if (!(sharpness >= 0.5f && sharpness <= 4.0f)) throw bad("--sharpness must be in [0.5, 4]");
+  if (!(sharpness >= 0.5f && sharpness <= 4.0f)) throw arg_error("--sharpness must be in [0.5, 4]");
   p.alloc.sharpness = sharpness;
   p.alloc.lookahead = lookahead;
   auto in_range = [&](float v, float lo, float hi, bool open_lo, const char* flag) {
     if (!std::isfinite(v) || v > hi || (open_lo ? v <= lo : v < lo))
-      throw bad(std::string(flag) + " must be in " + (open_lo ? "(" : "[") + std::to_string(int(lo)) + ", " +
+      throw arg_error(std::string(flag) + " must be in " + (open_lo ? "(" : "[") + std::to_string(int(lo)) + ", " +
                 std::to_string(int(hi)) + "]");
   };
   in_range(fine_bias, 0, 4, false, "--fine-bias");
@@ -181,8 +181,8 @@ TokenizeParams TokenizeOptions::params() const {
   p.relevance.fine_bias = fine_bias;
   p.relevance.detail_focus = detail_focus;
   p.relevance.fixation_spread = fixation_spread;
-  if (max_level < -1 || max_level > 24) throw bad("--max-level must be in [-1, 24]");
-  if (!std::isfinite(e0) || e0 <= 0) throw bad("--e0 must be a number > 0");
+  if (max_level < -1 || max_level > 24) throw arg_error("--max-level must be in [-1, 24]");
+  if (!std::isfinite(e0) || e0 <= 0) throw arg_error("--e0 must be a number > 0");
   p.relevance.e0 = e0;
   if (!weights.empty()) {
     size_t start = 0;
@@ -190,17 +190,17 @@ TokenizeParams TokenizeOptions::params() const {
       const size_t comma = weights.find(',', start);
       const std::string item = weights.substr(start, comma - start);
       const size_t eq = item.find('=');
-      if (eq == std::string::npos) throw bad("--weights: '" + item + "' is not KEY=VALUE");
+      if (eq == std::string::npos) throw arg_error("--weights: '" + item + "' is not KEY=VALUE");
       const std::string key = trim(item.substr(0, eq));
       const float v = parse_float(item.substr(eq + 1), "--weights " + key);
-      if (v < 0) throw bad("--weights: " + key + " must be >= 0");
+      if (v < 0) throw arg_error("--weights: " + key + " must be >= 0");
       RelevanceWeights& w = p.relevance.weights;
       if (key == "information" || key == "info" || key == "entropy") w.information = v;
       else if (key == "saliency" || key == "sal") w.saliency = v;
       else if (key == "query" || key == "q") w.query = v;
       else if (key == "floor") w.floor = v;
       else if (key == "detail") w.detail = v;
-      else throw bad("--weights: unknown key '" + key + "' (detail, information, saliency, query, floor)");
+      else throw arg_error("--weights: unknown key '" + key + "' (detail, information, saliency, query, floor)");
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -208,18 +208,18 @@ TokenizeParams TokenizeOptions::params() const {
   if (dtype == "f32") p.extract.dtype = DType::f32;
   else if (dtype == "f16") p.extract.dtype = DType::f16;
   else if (dtype == "u8") p.extract.dtype = DType::u8;
-  else throw bad("--dtype must be f32, f16 or u8");
+  else throw arg_error("--dtype must be f32, f16 or u8");
   p.extract.norm.enabled = !no_normalize;
   auto rgb = [&](const std::string& text, const char* flag, std::array<float, 3>& out) {
     if (text.empty()) return;
     const std::vector<float> v = parse_floats(text, flag);
-    if (v.size() != 3) throw bad(std::string(flag) + " needs three values R,G,B");
+    if (v.size() != 3) throw arg_error(std::string(flag) + " needs three values R,G,B");
     std::copy(v.begin(), v.end(), out.begin());
   };
   rgb(mean, "--mean", p.extract.norm.mean);
   rgb(std, "--std", p.extract.norm.std);
   for (float s : p.extract.norm.std)
-    if (!(s > 0)) throw bad("--std values must be > 0");
+    if (!(s > 0)) throw arg_error("--std values must be > 0");
   return p;
 }
 
@@ -227,16 +227,16 @@ Query TokenizeOptions::query() const {
   Query q;
   for (const std::string& f : fixations) {
     const std::vector<float> v = parse_floats(f, "--fixation");
-    if (v.size() < 2 || v.size() > 4) throw bad("--fixation needs X,Y, X,Y,R or X,Y,R,WEIGHT, got '" + f + "'");
-    if (v.size() >= 3 && v[2] < 0) throw bad("--fixation radius must be >= 0");
-    if (v.size() == 4 && v[3] < 0) throw bad("--fixation weight must be >= 0");
+    if (v.size() < 2 || v.size() > 4) throw arg_error("--fixation needs X,Y, X,Y,R or X,Y,R,WEIGHT, got '" + f + "'");
+    if (v.size() >= 3 && v[2] < 0) throw arg_error("--fixation radius must be >= 0");
+    if (v.size() == 4 && v[3] < 0) throw arg_error("--fixation weight must be >= 0");
     q.fixations.push_back({v[0], v[1], v.size() == 4 ? v[3] : 1.0f, v.size() >= 3 ? v[2] : 0.0f});
   }
   for (const std::string& r : regions) {
     const std::vector<float> v = parse_floats(r, "--region");
-    if (v.size() != 4 && v.size() != 5) throw bad("--region needs X0,Y0,X1,Y1 or X0,Y0,X1,Y1,WEIGHT, got '" + r + "'");
-    if (!(v[2] > v[0]) || !(v[3] > v[1])) throw bad("--region needs X1 > X0 and Y1 > Y0, got '" + r + "'");
-    if (v.size() == 5 && v[4] < 0) throw bad("--region weight must be >= 0");
+    if (v.size() != 4 && v.size() != 5) throw arg_error("--region needs X0,Y0,X1,Y1 or X0,Y0,X1,Y1,WEIGHT, got '" + r + "'");
+    if (!(v[2] > v[0]) || !(v[3] > v[1])) throw arg_error("--region needs X1 > X0 and Y1 > Y0, got '" + r + "'");
+    if (v.size() == 5 && v[4] < 0) throw arg_error("--region weight must be >= 0");
     q.regions.push_back({v[0], v[1], v[2], v[3], v.size() == 5 ? v[4] : 1.0f});
   }
   return q;
@@ -326,9 +326,9 @@ void StoreOptions::add(CLI::App& app) {
 }
 
 void StoreOptions::validate(const std::string& token_dtype) const {
-  if (token_dtype == "u8") throw bad("--store needs float tokens: use --dtype f32 or f16, not u8");
+  if (token_dtype == "u8") throw arg_error("--store needs float tokens: use --dtype f32 or f16, not u8");
   if (page_bytes < 4096 || page_bytes > (int64_t(1) << 30) || page_bytes % 4096 != 0)
-    throw bad("--store-page-bytes must be a multiple of 4096 in [4096, 1 GiB], got " + std::to_string(page_bytes));
+    throw arg_error("--store-page-bytes must be a multiple of 4096 in [4096, 1 GiB], got " + std::to_string(page_bytes));
 }
 
 nlohmann::json store_report(const Tensor& tokens, int64_t dense_tokens, const StoreOptions& o) {

@@ -71,14 +71,14 @@ struct DevicesCommand {
   }
 };
 
-Runner setup(CLI::App& sub) {
+Runner setup_devices(CLI::App& sub) {
   auto cmd = std::make_shared<DevicesCommand>();
   sub.add_flag("--json", cmd->json, "Print the device list as JSON");
   sub.footer("Examples:\n  fovea devices\n  fovea tokenize photo.jpg --backend vulkan --device 0 -o tokens.safetensors");
   return [cmd] { return cmd->run(); };
 }
 
-Registration reg{{"devices", "List the Vulkan devices for --backend vulkan and their features", 90, setup}};
+Registration reg_devices{{"devices", "List the Vulkan devices for --backend vulkan and their features", 90, setup_devices}};
 
 }  // namespace
 }  // namespace fovea::cli

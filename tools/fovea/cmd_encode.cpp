@@ -197,7 +197,7 @@ struct EncodeCommand {
   }
 };
 
-Runner setup(CLI::App& sub) {
+Runner setup_encode(CLI::App& sub) {
   auto cmd = std::make_shared<EncodeCommand>();
   cmd->tok.add(sub);
   cmd->patch_opt = sub.get_option("--patch");
@@ -243,7 +243,7 @@ Runner setup(CLI::App& sub) {
   return [cmd] { return cmd->run(); };
 }
 
-Registration reg{{"encode", "Tokenize an image and encode the tokens with a ViT checkpoint", 20, setup}};
+Registration reg_encode{{"encode", "Tokenize an image and encode the tokens with a ViT checkpoint", 20, setup_encode}};
 
 }  // namespace
 }  // namespace fovea::cli

@@ -278,7 +278,7 @@ struct StoreBenchCommand {
   }
 };
 
-Runner setup(CLI::App& sub) {
+Runner setup_store_bench(CLI::App& sub) {
   auto cmd = std::make_shared<StoreBenchCommand>();
   sub.add_option("--backend", cmd->backend,
                  "Store backend: all (host, plus vulkan and vulkan-image when the device can), host, vulkan or "
@@ -314,8 +314,8 @@ Runner setup(CLI::App& sub) {
   return [cmd] { return cmd->run(); };
 }
 
-Registration reg{{"store-bench", "Measure the paged token store: seed 000's memory table, bind modes, gather", 60,
-                  setup}};
+Registration reg_store_bench{{"store-bench", "Measure the paged token store: seed 000's memory table, bind modes, gather", 60,
+                  setup_store_bench}};
 
 }  // namespace
 }  // namespace fovea::cli

@@ -109,7 +109,7 @@ struct TokenizeCommand {
   }
 };
 
-Runner setup(CLI::App& sub) {
+Runner setup_tokenize(CLI::App& sub) {
   auto cmd = std::make_shared<TokenizeCommand>();
   cmd->tok.add(sub);
   sub.add_option("-o,--output", cmd->output,
@@ -138,7 +138,7 @@ Runner setup(CLI::App& sub) {
   return [cmd] { return cmd->run(); };
 }
 
-Registration reg{{"tokenize", "Turn an image and a query into a budgeted set of multi-scale patches", 10, setup}};
+Registration reg_tokenize{{"tokenize", "Turn an image and a query into a budgeted set of multi-scale patches", 10, setup_tokenize}};
 
 }  // namespace
 }  // namespace fovea::cli

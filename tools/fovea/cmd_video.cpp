@@ -374,7 +374,7 @@ struct VideoCommand {
   bool patch_given = false, every_given = false, fps_given = false;
 };
 
-Runner setup(CLI::App& sub) {
+Runner setup_video(CLI::App& sub) {
   auto cmd = std::make_shared<VideoCommand>();
   cmd->tok.add(sub);
   sub.get_option("image")->description("Input video: any container and codec ffmpeg reads (y4m included)");
@@ -439,7 +439,7 @@ Runner setup(CLI::App& sub) {
   };
 }
 
-Registration reg{{"video", "Tokenize (and encode) a video, re-doing only what changed between frames", 30, setup}};
+Registration reg_video{{"video", "Tokenize (and encode) a video, re-doing only what changed between frames", 30, setup_video}};
 
 }  // namespace
 }  // namespace fovea::cli
