@@ -655,7 +655,7 @@ TEST(EncoderPositions, AntialiasedSamplerIdentityNormalisationAndHostileInput) {
   for (PositionSampling mode : {PositionSampling::bicubic_antialias, PositionSampling::bilinear_antialias}) {
     VitConfig c;
     c.grid = G, c.hidden = int(D), c.patch_px = P, c.pos_sampling = mode;
-    const encoder_detail::PositionSampler native(c, table.data(), G * P, G * P);
+    const encoder_detail::PositionSampler native(c, table.data(), G * P, G * P, nullptr, 0, 0);
     for (int y = 0; y < G; ++y)
       for (int x = 0; x < G; ++x) {
         const float pos[4] = {(x + 0.5f) * P, (y + 0.5f) * P, float(P), 0};
@@ -663,8 +663,8 @@ TEST(EncoderPositions, AntialiasedSamplerIdentityNormalisationAndHostileInput) {
         native.add(pos, 4, out);
         for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(out[d], table[size_t((y * G + x) * D + d)], 1e-5) << x << "," << y;
       }
-    const encoder_detail::PositionSampler flat(c, ones.data(), 77, 53);
-    const encoder_detail::PositionSampler real(c, table.data(), 77, 53);
+    const encoder_detail::PositionSampler flat(c, ones.data(), 77, 53, nullptr, 0, 0);
+    const encoder_detail::PositionSampler real(c, table.data(), 77, 53, nullptr, 0, 0);
     const float cases[][4] = {{10, 10, 8, 0},    {40, 20, 32, 2},  {76, 52, 64, 3},      {0, 0, 1e30f, 9},
                               {5, 5, NAN, 0},    {5, 5, 0, 0},     {-1e30f, 1e30f, 8, 0}, {38, 26, 1e-30f, 0},
                               {1e9f, -3, 16, 1}, {38, 26, 77, 4}};
@@ -676,6 +676,44 @@ TEST(EncoderPositions, AntialiasedSamplerIdentityNormalisationAndHostileInput) {
         EXPECT_NEAR(one[d], 1.0f, 1e-5) << pos[0] << "," << pos[1] << " side " << pos[2];
         EXPECT_TRUE(std::isfinite(out[d]));
       }
+    }
+  }
+}
+
+// A uniform grid whose cells are not square (fovea's uniform mode cuts W/gx × H/gy px cells and
+// reports their geometric mean as the side): the reference resizes the table to (gy, gx) whatever
+// the cells' shape, so the shrink case's 3×2 tokens stretched to a 24×20 image (8×10 px cells)
+// must give the shrink case's reference. The sampler takes each axis's extent from the lattice;
+// from the one side (√80 px) the kernel would be wrong on both axes.
+TEST(EncoderPositions, UniformGridOfNonSquareCellsIsTheReferenceResize) {
+  for (const char* name : {"hf_dinov2_reg", "siglip2", "timm_vit"}) {
+    SCOPED_TRACE(name);
+    const VitModel m = VitModel::load(fixture(name));
+    const SafetensorsFile f = SafetensorsFile::open(fixture(name, "cases.safetensors"));
+    for (const Case& k : load_cases(f)) {
+      if (k.name != "shrink") continue;
+      ASSERT_EQ(k.height, 16);
+      Tensor pos = k.positions.clone();
+      float* p = pos.data<float>();
+      for (int64_t i = 0; i < pos.dim(0); ++i) p[i * 4 + 1] *= 20.0f / 16.0f, p[i * 4 + 2] = std::sqrt(80.0f);
+      Executor exec({.threads = 2});
+      const Encoding e = encode(m, k.patches, pos, {.image_width = k.width, .image_height = 20}, exec);
+      compare(f, k.name, e);
+      // The same stretched tokens one at a time (no lattice known) read other positions.
+      VitConfig c = m.config();
+      c.hidden = 3;
+      std::vector<float> table(size_t(c.grid * c.grid * 3));
+      for (size_t i = 0; i < table.size(); ++i) table[i] = float(std::sin(0.9 * double(i)));
+      const encoder_detail::PositionSampler lattice(c, table.data(), k.width, 20, p, pos.dim(0), 4);
+      const encoder_detail::PositionSampler alone(c, table.data(), k.width, 20, nullptr, 0, 0);
+      double diff = 0;
+      for (int64_t i = 0; i < pos.dim(0); ++i) {
+        float a[3] = {}, b[3] = {};
+        lattice.add(p + i * 4, 4, a);
+        alone.add(p + i * 4, 4, b);
+        for (int d = 0; d < 3; ++d) diff = std::max(diff, double(std::fabs(a[d] - b[d])));
+      }
+      EXPECT_GT(diff, 1e-3);
     }
   }
 }

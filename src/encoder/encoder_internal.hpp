@@ -269,10 +269,14 @@ Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* g
 //  - bicubic_antialias, bilinear_antialias: PyTorch's anti-aliased kernel, widened to the token's
 //    span in table cells when that is over one cell.
 // On a uniform grid of P-px tokens this is exactly the resized table; a foveated token of side
-// 2^l·P gets what a uniform grid of tokens of its size would give it.
+// 2^l·P gets what a uniform grid of tokens of its size would give it. When the tokens are a full
+// lattice (fovea's uniform mode: gx × gy cells, which need not be square), the kernel follows the
+// lattice's spacing on each axis, as the reference's per-axis resize to (gy, gx) does.
 class PositionSampler {
  public:
-  PositionSampler(const VitConfig& c, const float* grid, int image_width, int image_height);
+  // `pos` [n, cols]: the tokens the sampler will serve, read once to find a lattice.
+  PositionSampler(const VitConfig& c, const float* grid, int image_width, int image_height, const float* pos,
+                  int64_t n, int64_t cols);
   // out[D] += the position embedding of the token whose positions row is pos[0..cols): centre x,
   // centre y (px), side (px; optional).
   void add(const float* pos, int64_t cols, float* out) const;
@@ -282,7 +286,8 @@ class PositionSampler {
   const float* grid_;
   int G_;
   int64_t D_;
-  double sx_, sy_;  // table cells per image px
+  double sx_, sy_;            // table cells per image px
+  double cell_w_ = 0, cell_h_ = 0;  // a lattice's spacing (px) on each axis, else 0
 };
 
 }  // namespace encoder_detail

@@ -233,8 +233,8 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   }
   for (int64_t t = 0; t < pre; ++t) prefix_row(m, t, x + t * D);
   {
-    const PositionSampler sampler(c, m.pos_grid.data<float>(), params.image_width, params.image_height);
     const int64_t pst = positions.dim(1);
+    const PositionSampler sampler(c, m.pos_grid.data<float>(), params.image_width, params.image_height, pos, N, pst);
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
     for (int64_t i = 0; i < N; ++i) sampler.add(pos + i * pst, pst, x + (pre + i) * D);
   }

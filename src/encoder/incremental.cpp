@@ -310,7 +310,6 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   // ---- per frame in order: the patch-embedding cache, the candidates' layer-0 inputs --------
   {
     size_t j = 0;
-    const PositionSampler sampler(c, m.pos_grid.data<float>(), params.image_width, params.image_height);
     for (size_t f = 0; f < F; ++f) {
       FrameWork& w = fw[f];
       const std::span<const int64_t> pr = w.in->prev_row;
@@ -329,6 +328,8 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       const Tensor& positions = *w.in->positions;
       const float* pos = positions.data<float>();
       const int64_t pst = positions.dim(1);
+      const PositionSampler sampler(c, m.pos_grid.data<float>(), params.image_width, params.image_height, pos,
+                                    positions.dim(0), pst);
 #pragma omp parallel for num_threads(ops.threads) schedule(static) if (rows > 32)
       for (int64_t k = 0; k < rows; ++k) {
         const int64_t t = w.cand[size_t(k)];

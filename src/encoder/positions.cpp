@@ -5,6 +5,7 @@
 // F.interpolate.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "encoder/encoder_internal.hpp"
@@ -90,15 +91,53 @@ int aa_taps(bool cubic, double center, double scale, int n, std::vector<float>& 
   return first;
 }
 
+// The distinct values of v (within a relative 1e-4), sorted.
+std::vector<double> distinct(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<double> out;
+  for (double x : v)
+    if (out.empty() || x - out.back() > 1e-4 * std::max(1.0, std::fabs(x))) out.push_back(x);
+  return out;
+}
+
+// The spacing of sorted values that are evenly spaced (within 1e-3 of it), else 0.
+double even_spacing(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double d = (v.back() - v.front()) / double(v.size() - 1);
+  for (size_t i = 1; i < v.size(); ++i)
+    if (std::fabs(v[i] - v[i - 1] - d) > 1e-3 * d) return 0;
+  return d;
+}
+
 }  // namespace
 
-PositionSampler::PositionSampler(const VitConfig& c, const float* grid, int image_width, int image_height)
+PositionSampler::PositionSampler(const VitConfig& c, const float* grid, int image_width, int image_height,
+                                 const float* pos, int64_t n, int64_t cols)
     : mode_(c.pos_sampling),
       grid_(grid),
       G_(c.grid),
       D_(c.hidden),
       sx_(double(c.grid) / image_width),
-      sy_(double(c.grid) / image_height) {}
+      sy_(double(c.grid) / image_height) {
+  // Only the antialiased kinds read a token's extent. A lattice: n = gx·gy distinct centres,
+  // evenly spaced on both axes (at least two columns and two rows), every side equal.
+  if (mode_ != PositionSampling::bicubic_antialias && mode_ != PositionSampling::bilinear_antialias) return;
+  if (n < 4 || cols < 3) return;
+  std::vector<double> xs(static_cast<size_t>(n)), ys(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (pos[i * cols + 2] != pos[2]) return;
+    xs[size_t(i)] = pos[i * cols], ys[size_t(i)] = pos[i * cols + 1];
+  }
+  const std::vector<double> ux = distinct(xs), uy = distinct(ys);
+  if (int64_t(ux.size()) * int64_t(uy.size()) != n) return;
+  std::vector<std::pair<double, double>> pairs(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pairs[size_t(i)] = {xs[size_t(i)], ys[size_t(i)]};
+  std::sort(pairs.begin(), pairs.end());
+  for (size_t i = 1; i < pairs.size(); ++i)
+    if (pairs[i] == pairs[i - 1]) return;  // a repeated centre: not every cell is there
+  const double dx = even_spacing(ux), dy = even_spacing(uy);
+  if (dx > 0 && dy > 0) cell_w_ = dx, cell_h_ = dy;
+}
 
 void PositionSampler::add(const float* pos, int64_t cols, float* out) const {
   const double cx = double(pos[0]) * sx_, cy = double(pos[1]) * sy_;  // table cells
@@ -118,7 +157,8 @@ void PositionSampler::add(const float* pos, int64_t cols, float* out) const {
   // not a positive number) the token counts as one table cell, which for every size up to one
   // cell is what PyTorch does anyway (the kernel widens only when shrinking).
   const double side = cols >= 3 && std::isfinite(pos[2]) && pos[2] > 0 ? double(pos[2]) : 0.0;
-  const double scale_x = side > 0 ? side * sx_ : 1.0, scale_y = side > 0 ? side * sy_ : 1.0;
+  double scale_x = side > 0 ? side * sx_ : 1.0, scale_y = side > 0 ? side * sy_ : 1.0;
+  if (cell_w_ > 0) scale_x = cell_w_ * sx_, scale_y = cell_h_ * sy_;  // a lattice: its cells, per axis
   const bool cubic = mode_ == PositionSampling::bicubic_antialias;
   thread_local std::vector<float> wx, wy, row;
   const int x0 = aa_taps(cubic, cx, scale_x, G_, wx);
