@@ -261,19 +261,17 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   e.embeddings = Tensor(DType::f32, {N, D});
   std::memcpy(e.embeddings.bytes(), x + pre * D, size_t(N * D) * 4);
   if (cls) e.class_token = row_copy(x, D);
-  if (c.family == VitFamily::clip && c.final_norm == FinalNorm::pooled_only) {
-    std::vector<float> p(D);
-    layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
+  if (c.family == VitFamily::clip && cls &&
+      (c.final_norm == FinalNorm::pooled_only ||
+       (c.final_norm == FinalNorm::all_tokens && c.projector == ProjectorType::none))) {
+    // CLIP's pooled output is the post-layernormed class token: normed here when only the pooled
+    // output gets the norm (HF CLIP), already normed when every token did (open_clip's ln_post).
+    std::vector<float> p(x, x + D);
+    if (c.final_norm == FinalNorm::pooled_only)
+      layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
     e.pooled = row_copy(p.data(), D);
     if (present(m.proj_w)) {
       const std::vector<float> y = matvec(m.proj_w, nullptr, p.data());
-      e.image_embeds = row_copy(y.data(), int64_t(y.size()));
-    }
-  } else if (c.naming == "open_clip") {
-    // ln_post already normed every token: the pooled output is the class token, then ·proj.
-    e.pooled = row_copy(x, D);
-    if (present(m.proj_w)) {
-      const std::vector<float> y = matvec(m.proj_w, nullptr, x);
       e.image_embeds = row_copy(y.data(), int64_t(y.size()));
     }
   } else if (c.family == VitFamily::torchvision || c.family == VitFamily::vit || c.family == VitFamily::dinov2) {

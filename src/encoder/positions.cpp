@@ -83,11 +83,15 @@ int aa_taps(bool cubic, double center, double scale, int n, std::vector<float>& 
   // the table before the cast, so a huge support cannot overflow it.
   const int first = int(std::max(int64_t(std::clamp(center - support + 0.5, 0.0, double(n))), int64_t(0)));
   const int last = int(std::min(int64_t(std::clamp(center + support + 0.5, 0.0, double(n))), int64_t(n)));
-  w.assign(size_t(std::max(last - first, 0)), 0.0f);
+  w.resize(size_t(std::max(last - first, 0)));
   double total = 0;
-  std::vector<double> wd(w.size());
-  for (size_t j = 0; j < wd.size(); ++j) total += wd[j] = aa_filter(cubic, (double(first + int(j)) - center + 0.5) * invscale);
-  for (size_t j = 0; j < wd.size(); ++j) w[j] = float(total != 0 ? wd[j] / total : wd[j]);
+  for (size_t j = 0; j < w.size(); ++j) {
+    const double v = aa_filter(cubic, (double(first + int(j)) - center + 0.5) * invscale);
+    w[j] = float(v);
+    total += v;
+  }
+  if (total != 0)
+    for (float& v : w) v = float(double(v) / total);
   return first;
 }
 

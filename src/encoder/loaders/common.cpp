@@ -498,4 +498,25 @@ void fold_layer_scale(Lookup& L, const std::string& gamma, int64_t D, bool requi
   w = WeightMatrix(std::move(t));
 }
 
+VitLayer load_fused_block(Lookup& L, const std::string& l, const FusedBlockNames& n, const VitConfig& c) {
+  const int64_t D = c.hidden, M = c.mlp, M1 = fc1_width(c);
+  const std::string ln1 = l + n.ln1, out = l + n.out, ln2 = l + n.ln2, fc1 = l + n.fc1, fc2 = l + n.fc2;
+  VitLayer ly;
+  ly.ln1_w = L.get(ln1 + ".weight", {D});
+  ly.ln1_b = L.get(ln1 + ".bias", {D});
+  ly.qkv_w = L.matrix(l + n.qkv_w, {3 * D, D});
+  ly.qkv_b = L.get(l + n.qkv_b, {3 * D});
+  ly.out_w = L.matrix(out + ".weight", {D, D});
+  ly.out_b = L.get(out + ".bias", {D});
+  ly.ln2_w = L.get(ln2 + ".weight", {D});
+  ly.ln2_b = L.get(ln2 + ".bias", {D});
+  ly.fc1_w = L.matrix(fc1 + ".weight", {M1, D});
+  ly.fc1_b = L.get(fc1 + ".bias", {M1});
+  ly.fc2_w = L.matrix(fc2 + ".weight", {D, M});
+  ly.fc2_b = L.get(fc2 + ".bias", {D});
+  if (n.ls1) fold_layer_scale(L, l + n.ls1, D, n.ls_required, ly.out_w, ly.out_b);
+  if (n.ls2) fold_layer_scale(L, l + n.ls2, D, n.ls_required, ly.fc2_w, ly.fc2_b);
+  return ly;
+}
+
 }  // namespace fovea::encoder_detail

@@ -28,6 +28,9 @@ std::optional<std::string> intern_prefix(const WeightSource& w) {
   return std::nullopt;
 }
 
+const FusedBlockNames kBlock{"norm1", "attn.qkv.weight", "attn.qkv.bias", "attn.proj", "norm2", "mlp.fc1",
+                             "mlp.fc2", "ls1", "ls2", /*ls_required=*/true};
+
 class InternVitLoader final : public ModelLoader {
  public:
   std::string_view name() const override { return "intern_vit"; }
@@ -75,7 +78,7 @@ class InternVitLoader final : public ModelLoader {
     c.input = contract_from_preprocessor(ck.preprocessor,
                                          imagenet_contract("InternVL's ImageNet mean/std (no preprocessor_config.json)"));
 
-    const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
+    const int64_t D = c.hidden, C = c.channels, P = c.patch_px, G = c.grid;
     Lookup L(w);
     m->patch_w = L.get(p + "embeddings.patch_embedding.weight", {D, C, P, P}, true, {D, C * P * P});
     m->patch_b = L.get(p + "embeddings.patch_embedding.bias", {D});
@@ -83,22 +86,7 @@ class InternVitLoader final : public ModelLoader {
     split_class_position(L.get(pos_name, {1, G * G + 1, D}), D, *m);
     for (int i = 0; i < c.layers; ++i) {
       const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
-      VitLayer ly;
-      ly.ln1_w = L.get(l + "norm1.weight", {D});
-      ly.ln1_b = L.get(l + "norm1.bias", {D});
-      ly.qkv_w = L.matrix(l + "attn.qkv.weight", {3 * D, D});
-      ly.qkv_b = L.get(l + "attn.qkv.bias", {3 * D});
-      ly.out_w = L.matrix(l + "attn.proj.weight", {D, D});
-      ly.out_b = L.get(l + "attn.proj.bias", {D});
-      ly.ln2_w = L.get(l + "norm2.weight", {D});
-      ly.ln2_b = L.get(l + "norm2.bias", {D});
-      ly.fc1_w = L.matrix(l + "mlp.fc1.weight", {M, D});
-      ly.fc1_b = L.get(l + "mlp.fc1.bias", {M});
-      ly.fc2_w = L.matrix(l + "mlp.fc2.weight", {D, M});
-      ly.fc2_b = L.get(l + "mlp.fc2.bias", {D});
-      fold_layer_scale(L, l + "ls1", D, true, ly.out_w, ly.out_b);
-      fold_layer_scale(L, l + "ls2", D, true, ly.fc2_w, ly.fc2_b);
-      m->layers.push_back(std::move(ly));
+      m->layers.push_back(load_fused_block(L, l, kBlock, c));
     }
     L.finish("InternViT");
     m->tensors_used = L.used();

@@ -210,6 +210,25 @@ std::string hf_vit_load(const Checkpoint& ck, const HfVitNaming& n, const InputC
 // so does a γ whose w or b is missing or faulty (the Lookup has recorded why).
 void fold_layer_scale(Lookup& L, const std::string& gamma, int64_t D, bool required, WeightMatrix& w, Tensor& b);
 
+// A pre-norm block whose attention has one fused q|k|v linear (timm, torchvision, open_clip,
+// InternViT), its tensors named relative to the block's prefix: the norms and linears without
+// ".weight" / ".bias", the fused projection by its two full names (nn.MultiheadAttention's
+// in_proj_weight / in_proj_bias), the layer scales γ [D] by full name (nullptr: none).
+struct FusedBlockNames {
+  const char* ln1;
+  const char* qkv_w;
+  const char* qkv_b;
+  const char* out;
+  const char* ln2;
+  const char* fc1;
+  const char* fc2;
+  const char* ls1 = nullptr;
+  const char* ls2 = nullptr;
+  bool ls_required = false;
+};
+// Block `prefix` in naming `n`: fc1 is fc1_width(c) wide, fc2 reads c.mlp; layer scales folded.
+VitLayer load_fused_block(Lookup& L, const std::string& prefix, const FusedBlockNames& n, const VitConfig& c);
+
 // The input contract: preprocessor_config.json if present, else `fallback`.
 // `file` names the JSON in messages and becomes the contract's source.
 InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback,

@@ -51,6 +51,9 @@ std::optional<std::string> open_clip_prefix(const WeightSource& w) {
   return std::nullopt;
 }
 
+const FusedBlockNames kBlock{"ln_1", "attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj", "ln_2",
+                             "mlp.c_fc", "mlp.c_proj", "ls_1.gamma", "ls_2.gamma"};
+
 class OpenClipLoader final : public ModelLoader {
  public:
   std::string_view name() const override { return "open_clip"; }
@@ -109,7 +112,7 @@ class OpenClipLoader final : public ModelLoader {
     fallback.source = "open_clip defaults: OpenAI CLIP mean/std (no open_clip_config.json)";
     c.input = contract_from_preprocessor(ck.preprocessor, open_clip_contract(ck.open_clip, fallback));
 
-    const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
+    const int64_t D = c.hidden, C = c.channels, P = c.patch_px, G = c.grid;
     Lookup L(w);
     m->patch_w = L.get(p + "conv1.weight", {D, C, P, P}, true, {D, C * P * P});
     m->class_emb = L.get(p + "class_embedding", {D});
@@ -118,22 +121,7 @@ class OpenClipLoader final : public ModelLoader {
     m->pre_b = L.get(p + "ln_pre.bias", {D});
     for (int i = 0; i < c.layers; ++i) {
       const std::string l = p + "transformer.resblocks." + std::to_string(i) + ".";
-      VitLayer ly;
-      ly.ln1_w = L.get(l + "ln_1.weight", {D});
-      ly.ln1_b = L.get(l + "ln_1.bias", {D});
-      ly.qkv_w = L.matrix(l + "attn.in_proj_weight", {3 * D, D});
-      ly.qkv_b = L.get(l + "attn.in_proj_bias", {3 * D});
-      ly.out_w = L.matrix(l + "attn.out_proj.weight", {D, D});
-      ly.out_b = L.get(l + "attn.out_proj.bias", {D});
-      ly.ln2_w = L.get(l + "ln_2.weight", {D});
-      ly.ln2_b = L.get(l + "ln_2.bias", {D});
-      ly.fc1_w = L.matrix(l + "mlp.c_fc.weight", {M, D});
-      ly.fc1_b = L.get(l + "mlp.c_fc.bias", {M});
-      ly.fc2_w = L.matrix(l + "mlp.c_proj.weight", {D, M});
-      ly.fc2_b = L.get(l + "mlp.c_proj.bias", {D});
-      fold_layer_scale(L, l + "ls_1.gamma", D, false, ly.out_w, ly.out_b);
-      fold_layer_scale(L, l + "ls_2.gamma", D, false, ly.fc2_w, ly.fc2_b);
-      m->layers.push_back(std::move(ly));
+      m->layers.push_back(load_fused_block(L, l, kBlock, c));
     }
     m->post_w = L.get(p + "ln_post.weight", {D});
     m->post_b = L.get(p + "ln_post.bias", {D});

@@ -53,6 +53,9 @@ Activation timm_activation(const nlohmann::json& cfg, const std::string& path) {
   return arch.find("quickgelu") != std::string::npos ? Activation::quick_gelu : Activation::gelu_erf;
 }
 
+const FusedBlockNames kBlock{"norm1", "attn.qkv.weight", "attn.qkv.bias", "attn.proj", "norm2",
+                             "mlp.fc1", "mlp.fc2", "ls1.gamma", "ls2.gamma"};
+
 class TimmVitLoader final : public ModelLoader {
  public:
   std::string_view name() const override { return "timm_vit"; }
@@ -177,22 +180,7 @@ class TimmVitLoader final : public ModelLoader {
     }
     for (int i = 0; i < c.layers; ++i) {
       const std::string l = "blocks." + std::to_string(i) + ".";
-      VitLayer ly;
-      ly.ln1_w = L.get(l + "norm1.weight", {D});
-      ly.ln1_b = L.get(l + "norm1.bias", {D});
-      ly.qkv_w = L.matrix(l + "attn.qkv.weight", {3 * D, D});
-      ly.qkv_b = L.get(l + "attn.qkv.bias", {3 * D});
-      ly.out_w = L.matrix(l + "attn.proj.weight", {D, D});
-      ly.out_b = L.get(l + "attn.proj.bias", {D});
-      ly.ln2_w = L.get(l + "norm2.weight", {D});
-      ly.ln2_b = L.get(l + "norm2.bias", {D});
-      ly.fc1_w = L.matrix(l + "mlp.fc1.weight", {fc1_width(c), D});
-      ly.fc1_b = L.get(l + "mlp.fc1.bias", {fc1_width(c)});
-      ly.fc2_w = L.matrix(l + "mlp.fc2.weight", {D, M});
-      ly.fc2_b = L.get(l + "mlp.fc2.bias", {D});
-      fold_layer_scale(L, l + "ls1.gamma", D, false, ly.out_w, ly.out_b);
-      fold_layer_scale(L, l + "ls2.gamma", D, false, ly.fc2_w, ly.fc2_b);
-      m->layers.push_back(std::move(ly));
+      m->layers.push_back(load_fused_block(L, l, kBlock, c));
     }
     m->post_w = L.get("norm.weight", {D});
     m->post_b = L.get("norm.bias", {D});

@@ -10,6 +10,12 @@
 namespace fovea::encoder_detail {
 namespace {
 
+// Blocks: nn.MultiheadAttention's fused in_proj, the MLP as mlp.0 / mlp.3 (legacy: linear_1 / linear_2).
+const FusedBlockNames kBlock{"ln_1", "self_attention.in_proj_weight", "self_attention.in_proj_bias",
+                             "self_attention.out_proj", "ln_2", "mlp.0", "mlp.3"};
+const FusedBlockNames kLegacyBlock{"ln_1", "self_attention.in_proj_weight", "self_attention.in_proj_bias",
+                                   "self_attention.out_proj", "ln_2", "mlp.linear_1", "mlp.linear_2"};
+
 class TorchvisionLoader final : public ModelLoader {
  public:
   std::string_view name() const override { return "torchvision"; }
@@ -30,8 +36,8 @@ class TorchvisionLoader final : public ModelLoader {
     c.layers = count_layers(w, "encoder.layers.encoder_layer_");
     c.layers_in_checkpoint = c.layers;
     const bool legacy_mlp = w.info("encoder.layers.encoder_layer_0.mlp.linear_1.weight").has_value();
-    const std::string fc1n = legacy_mlp ? "mlp.linear_1." : "mlp.0.", fc2n = legacy_mlp ? "mlp.linear_2." : "mlp.3.";
-    const auto fc1 = w.info("encoder.layers.encoder_layer_0." + fc1n + "weight");
+    const auto fc1 = w.info("encoder.layers.encoder_layer_0." + std::string((legacy_mlp ? kLegacyBlock : kBlock).fc1) +
+                            ".weight");
     c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
     c.heads = cfg_get<int>(ck.config, {"num_heads", "num_attention_heads"}).value_or(default_heads(c.hidden));
     c.class_token = true;
@@ -42,7 +48,7 @@ class TorchvisionLoader final : public ModelLoader {
     c.ln_eps = 1e-6f;
     check_dims(nlohmann::json::object(), path, c, "encoder.layers.encoder_layer_N");  // torchvision has no config
     c.input = contract_from_preprocessor(ck.preprocessor, imagenet_defaults());
-    const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
+    const int64_t D = c.hidden, C = c.channels, P = c.patch_px, G = c.grid;
     Lookup L(w);
     m->patch_w = L.get("conv_proj.weight", {D, C, P, P}, true, {D, C * P * P});
     m->patch_b = L.get("conv_proj.bias", {D});
@@ -50,20 +56,7 @@ class TorchvisionLoader final : public ModelLoader {
     split_class_position(L.get("encoder.pos_embedding", {1, G * G + 1, D}), D, *m);
     for (int i = 0; i < c.layers; ++i) {
       const std::string l = "encoder.layers.encoder_layer_" + std::to_string(i) + ".";
-      VitLayer ly;
-      ly.ln1_w = L.get(l + "ln_1.weight", {D});
-      ly.ln1_b = L.get(l + "ln_1.bias", {D});
-      ly.qkv_w = L.matrix(l + "self_attention.in_proj_weight", {3 * D, D});
-      ly.qkv_b = L.get(l + "self_attention.in_proj_bias", {3 * D});
-      ly.out_w = L.matrix(l + "self_attention.out_proj.weight", {D, D});
-      ly.out_b = L.get(l + "self_attention.out_proj.bias", {D});
-      ly.ln2_w = L.get(l + "ln_2.weight", {D});
-      ly.ln2_b = L.get(l + "ln_2.bias", {D});
-      ly.fc1_w = L.matrix(l + fc1n + "weight", {M, D});
-      ly.fc1_b = L.get(l + fc1n + "bias", {M});
-      ly.fc2_w = L.matrix(l + fc2n + "weight", {D, M});
-      ly.fc2_b = L.get(l + fc2n + "bias", {D});
-      m->layers.push_back(std::move(ly));
+      m->layers.push_back(load_fused_block(L, l, legacy_mlp ? kLegacyBlock : kBlock, c));
     }
     m->post_w = L.get("encoder.ln.weight", {D});
     m->post_b = L.get("encoder.ln.bias", {D});
