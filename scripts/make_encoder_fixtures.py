@@ -218,6 +218,34 @@ class Siglip2Embeddings(nn.Module):  # Siglip2VisionEmbeddings
         return (self.patch_embedding(x) + pos.reshape(D, -1).t()).unsqueeze(0)
 
 
+def idefics3_buckets(n, g, dtype=torch.float32):
+    """transformers' Idefics3VisionEmbeddings (and Idefics2's, SmolVLM's), current code: the
+    table cell of each of n patches along an axis, for a g x g table. Coordinates in `dtype`, the
+    pixel values' (float32 for a float32 run)."""
+    boundaries = torch.arange(1 / g, 1.0, 1 / g)
+    nb = torch.tensor(n)
+    frac = torch.arange(nb, dtype=dtype) / nb * (1 - 1e-6)
+    return torch.bucketize(frac, boundaries, right=True)
+
+
+class Idefics3Embeddings(nn.Module):  # Idefics3VisionEmbeddings (a full patch_attention_mask)
+    """SigLIP's conv patch embedding and G*G table, positions by bucketized fractional
+    coordinates: no interpolation at any size."""
+    pos_mode = "bucket"
+
+    def __init__(self):
+        super().__init__()
+        self.patch_embedding = nn.Conv2d(C, D, kernel_size=P, stride=P)
+        self.position_embedding = nn.Embedding(G * G, D)
+
+    def forward(self, pixels, interpolate=False):
+        _, _, h, w = pixels.shape
+        x = self.patch_embedding(pixels).flatten(2).transpose(1, 2)
+        bh, bw = idefics3_buckets(h // P, G), idefics3_buckets(w // P, G)
+        ids = (bh[:, None] * G + bw).flatten()
+        return x + self.position_embedding(ids).unsqueeze(0)
+
+
 class SiglipPoolingHead(nn.Module):  # SiglipMultiheadAttentionPoolingHead
     def __init__(self):
         super().__init__()
@@ -236,25 +264,26 @@ class SiglipPoolingHead(nn.Module):  # SiglipMultiheadAttentionPoolingHead
 
 
 class SiglipVisionTransformer(nn.Module):
-    def __init__(self, embeddings=SiglipEmbeddings):
+    def __init__(self, embeddings=SiglipEmbeddings, head=True):
         super().__init__()
         self.embeddings = embeddings()
         self.encoder = Encoder(D, HEADS, MLP, LAYERS, gelu_tanh, 1e-6)
         self.post_layernorm = nn.LayerNorm(D, eps=1e-6)
-        self.head = SiglipPoolingHead()
+        if head:
+            self.head = SiglipPoolingHead()
 
     def run(self, x):
         h = self.post_layernorm(self.encoder(x))
-        return h, self.head(h)
+        return h, (self.head(h) if hasattr(self, "head") else None)
 
     def forward(self, pixels, interpolate=False):
         return self.run(self.embeddings(pixels, interpolate))
 
 
 class SiglipVisionModel(nn.Module):
-    def __init__(self, embeddings=SiglipEmbeddings):
+    def __init__(self, embeddings=SiglipEmbeddings, head=True):
         super().__init__()
-        self.vision_model = SiglipVisionTransformer(embeddings)
+        self.vision_model = SiglipVisionTransformer(embeddings, head)
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -358,6 +387,8 @@ def sample_positions(grid_rows, positions, width, height, mode="bicubic"):
     the centres, or bicubic_aa / bilinear_aa (sample_positions_aa) -> [N, D]."""
     if mode.endswith("_aa"):
         return sample_positions_aa(grid_rows, positions, width, height, mode == "bicubic_aa")
+    if mode == "bucket":
+        return sample_positions_bucket(grid_rows, positions, width, height)
     g = int(round(math.sqrt(grid_rows.shape[0])))
     grid = grid_rows.reshape(1, g, g, -1).permute(0, 3, 1, 2)
     nx = 2.0 * positions[:, 0] / width - 1.0
@@ -365,6 +396,41 @@ def sample_positions(grid_rows, positions, width, height, mode="bicubic"):
     coords = torch.stack([nx, ny], dim=1).reshape(1, 1, -1, 2).to(grid.dtype)
     s = F.grid_sample(grid, coords, mode=mode, padding_mode="border", align_corners=False)
     return s[0, :, 0, :].t()
+
+
+def sample_positions_bucket(grid_rows, positions, width, height):
+    """Idefics3's lookup for a token of any size: the cell its top-left corner's fractional
+    coordinates fall in, i / n = (centre - side / 2) / extent, as float32 like a float32 run
+    (idefics3_buckets), clamped to the table."""
+    g = int(round(math.sqrt(grid_rows.shape[0])))
+    boundaries = torch.arange(1 / g, 1.0, 1 / g)
+
+    def axis(centre, side, extent):
+        frac = ((centre - side / 2) / extent).to(torch.float32) * (1 - 1e-6)
+        return torch.bucketize(frac, boundaries, right=True).clamp(0, g - 1)
+
+    bx = axis(positions[:, 0], positions[:, 2], width)
+    by = axis(positions[:, 1], positions[:, 2], height)
+    return grid_rows[by * g + bx]
+
+
+def check_bucket_sampling():
+    """The per-token lookup against idefics3_buckets on uniform grids: every n in 1..G+3 and
+    around 2G and 3G, for the tables of Idefics3 (26), SmolVLM (32), Idefics2 (70) and the
+    fixtures (4), whose boundaries fall on some patches' edges. Returns those grids' cells for
+    the C++ test ([G, n, cells...] rows, flattened)."""
+    rows = []
+    for g in (4, 26, 32, 70):
+        table = torch.arange(g * g, dtype=torch.float64).unsqueeze(1)
+        for n in sorted(set(range(1, g + 4)) | {2 * g - 1, 2 * g, 2 * g + 1, 3 * g}):
+            want = idefics3_buckets(n, g)
+            side = 7.0
+            centres = (torch.arange(n, dtype=torch.float64) + 0.5) * side
+            pos = torch.stack([centres, centres, torch.full((n,), side), torch.zeros(n)], dim=1)
+            got = sample_positions_bucket(table, pos, n * side, n * side)[:, 0]
+            assert torch.equal(got, (want * g + want).to(torch.float64)), (g, n)
+            rows.append(torch.cat([torch.tensor([g, n]), want]))
+    return torch.cat(rows).to(torch.int32)
 
 
 def foveated_tokens(gen, width, height, n):
@@ -483,7 +549,8 @@ def hf_cases(vt, has_class, gen, out, proj=None, raw=None, shrink=False):
         cases[f"{name}.last_hidden"] = f32(hidden[0, k:])
         if has_class:
             cases[f"{name}.class_token"] = f32(hidden[0, :1])
-        cases[f"{name}.pooled"] = f32(pooled)
+        if pooled is not None:
+            cases[f"{name}.pooled"] = f32(pooled)
         if proj is not None:
             cases[f"{name}.image_embeds"] = f32(proj(pooled))
         meta[f"{name}.image_width"], meta[f"{name}.image_height"] = width, height
@@ -591,6 +658,36 @@ def make_siglip2(out, gen):
     preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "Siglip2ImageProcessor")
     img = raw_image(gen, out)
     hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), shrink=True)
+
+
+def make_idefics3(out, gen):
+    """An Idefics3ForConditionalGeneration checkpoint's layout (SmolVLM's too): the SigLIP-named
+    tower under `model.vision_model.` with bucketized positions, the connector
+    (`model.connector.modality_projection.proj`, pixel shuffle + linear) and language-model
+    tensors to ignore, F32, with the nested config.json transformers writes. The interp case's
+    6x5 grid puts column 3 of 6 exactly on a table boundary (3/6 = 2/4), where HF's
+    (1 - 1e-6) factor picks the cell before; the shrink case (3x2) reads 6 of the 16 cells."""
+    os.makedirs(out, exist_ok=True)
+    model = SiglipVisionModel(Idefics3Embeddings, head=False).double()
+    randomize(model, gen)
+    vc = {"model_type": "idefics3_vision", "hidden_size": D, "intermediate_size": MLP, "num_hidden_layers": LAYERS,
+          "num_attention_heads": HEADS, "image_size": G * P, "patch_size": P, "num_channels": C,
+          "hidden_act": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6}
+    cfg = {"architectures": ["Idefics3ForConditionalGeneration"], "model_type": "idefics3", "scale_factor": 2,
+           "vision_config": vc, "text_config": {"model_type": "llama", "hidden_size": 16}}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    state = {"model." + k: v for k, v in model.state_dict().items()}
+    tg = torch.Generator().manual_seed(7)
+    for name, shape in (("model.connector.modality_projection.proj.weight", (16, 4 * D)),
+                        ("model.text_model.embed_tokens.weight", (32, 16)), ("lm_head.weight", (32, 16))):
+        state[name] = torch.randn(shape, generator=tg, dtype=torch.float64)
+    save_safetensors(os.path.join(out, "model.safetensors"), state, {"format": "pt"}, "F32")
+    preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "Idefics3ImageProcessor")
+    img = raw_image(gen, out)
+    hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), shrink=True)
+    save_safetensors(os.path.join(out, "buckets.safetensors"), {"buckets": check_bucket_sampling()},
+                     {"layout": "rows of [G, n, cell of patch 0 .. n-1]: Idefics3VisionEmbeddings' bucketize"})
 
 
 def make_torchvision(out, gen, raw_gen):
@@ -1681,6 +1778,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     check_aa_sampling()
+    check_bucket_sampling()
     gen = torch.Generator().manual_seed(20261124)
     # The raw-pixel images and the GGUF models draw from their own generator, so the models and
     # cases above stay what they were.
@@ -1705,6 +1803,7 @@ def main():
     make_timm_dinov2_swiglu(os.path.join(a.out, "timm_dinov2_swiglu"), torch.Generator().manual_seed(20261136))
     make_open_clip(os.path.join(a.out, "open_clip"), torch.Generator().manual_seed(20261137))
     make_intern_vit(os.path.join(a.out, "intern_vit"), torch.Generator().manual_seed(20261138))
+    make_idefics3(os.path.join(a.out, "idefics3"), torch.Generator().manual_seed(20261139))
     total = 0
     for root, _, files in os.walk(a.out):
         for f in sorted(files):

@@ -177,7 +177,8 @@ INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                          ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
                                            "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
                                            "hf_dinov2_reg", "timm_reg", "siglip2", "timm_siglip",
-                                           "hf_dinov2_swiglu", "timm_dinov2_swiglu", "open_clip", "intern_vit"));
+                                           "hf_dinov2_swiglu", "timm_dinov2_swiglu", "open_clip", "intern_vit",
+                                           "idefics3"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -639,6 +640,7 @@ TEST(EncoderPositions, EachNamingSamplesAsItsReference) {
       {"timm_siglip", PositionSampling::bicubic_antialias},
       {"open_clip", PositionSampling::bicubic_antialias},
       {"intern_vit", PositionSampling::bicubic},
+      {"idefics3", PositionSampling::bucketized},
   };
   for (const auto& [name, s] : want) EXPECT_EQ(VitModel::load(fixture(name)).config().pos_sampling, s) << name;
 }
@@ -1141,6 +1143,89 @@ TEST(EncoderLoaders, InternVit) {
   Tensor qn = filled({32}, 1.0f);
   relaid_checkpoint(dir + "/qk", "intern_vit", "", {}, {{"vision_model.encoder.layers.0.attn.q_norm.weight", &qn}});
   expect_load_error(dir + "/qk/model.safetensors", Errc::unsupported, {"attn.q_norm.weight", "qk_normalization"});
+}
+
+// Idefics3 / SmolVLM (and Idefics2): SigLIP's tensors under `model.vision_model.`, told apart by
+// config.json's model_type or, without it, by the connector beside the tower; their positions are
+// bucketized, not resized. The connector and the language model are ignored.
+TEST(EncoderLoaders, Idefics3BucketizedPositions) {
+  const VitModel m = VitModel::load(fixture("idefics3"));
+  const VitConfig& c = m.config();
+  EXPECT_EQ(c.naming, "hf_idefics3");
+  EXPECT_EQ(c.family, VitFamily::siglip);
+  EXPECT_EQ(c.pos_sampling, PositionSampling::bucketized);
+  EXPECT_FALSE(c.class_token);
+  EXPECT_FALSE(c.attention_pool);
+  EXPECT_EQ(c.final_norm, FinalNorm::all_tokens);
+  EXPECT_EQ(m.tensors_ignored(), 3);  // the connector, the language model's two tensors
+  EXPECT_EQ(c.input.source, "preprocessor_config.json");
+
+  const std::string dir = test::temp_dir("enc_idefics3");
+  const std::string bare = relaid_checkpoint(dir + "/bare", "idefics3", "", {}, {});
+  fs::remove(dir + "/bare/config.json");
+  EXPECT_EQ(VitModel::load(bare).config().naming, "hf_idefics3");  // the connector says so
+  Tensor latents = filled({4, 32}, 1.0f);
+  const std::string v2 = relaid_checkpoint(dir + "/v2", "idefics3", "", {"model.connector.modality_projection.proj.weight"},
+                                           {{"model.connector.perceiver_resampler.latents", &latents}});
+  fs::remove(dir + "/v2/config.json");
+  EXPECT_EQ(VitModel::load(v2).config().naming, "hf_idefics2");
+  EXPECT_EQ(VitModel::load(v2).config().pos_sampling, PositionSampling::bucketized);
+  const std::string plain = relaid_checkpoint(dir + "/plain", "idefics3", "", {"model.connector.modality_projection.proj.weight"}, {});
+  fs::remove(dir + "/plain/config.json");
+  EXPECT_EQ(VitModel::load(plain).config().naming, "hf_siglip");  // nothing says Idefics: a SigLIP tower
+  EXPECT_EQ(VitModel::load(plain).config().pos_sampling, PositionSampling::bicubic);
+}
+
+// The bucketized lookup against transformers' own Idefics3VisionEmbeddings on uniform grids
+// (buckets.safetensors, written by the fixture script from torch.bucketize): tables of 4, 26
+// (Idefics3), 32 (SmolVLM) and 70 (Idefics2) cells a side, n = 1 .. G+3 and around 2G and 3G
+// patches a side, as a lattice and token by token.
+TEST(EncoderPositions, BucketizedIsIdefics3sLookup) {
+  const SafetensorsFile f = SafetensorsFile::open(fixture("idefics3", "buckets.safetensors"));
+  const Tensor rows = f.load(*f.find("buckets"));
+  const int32_t* r = rows.data<int32_t>();
+  const int64_t total = rows.numel();
+  int grids = 0;
+  for (int64_t at = 0; at < total;) {
+    const int G = r[at], n = r[at + 1];
+    const int32_t* want = r + at + 2;
+    at += 2 + n;
+    ASSERT_LE(at, total);
+    VitConfig c;
+    c.grid = G, c.hidden = 1, c.patch_px = 7, c.pos_sampling = PositionSampling::bucketized;
+    std::vector<float> table(size_t(G) * size_t(G));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = float(i);
+    std::vector<float> pos;
+    for (int y = 0; y < n; ++y)
+      for (int x = 0; x < n; ++x) pos.insert(pos.end(), {(x + 0.5f) * 7, (y + 0.5f) * 7, 7.0f, 0.0f});
+    const encoder_detail::PositionSampler lattice(c, table.data(), 7 * n, 7 * n, pos.data(), int64_t(n) * n, 4);
+    const encoder_detail::PositionSampler alone(c, table.data(), 7 * n, 7 * n, nullptr, 0, 0);
+    for (int y = 0; y < n; ++y)
+      for (int x = 0; x < n; ++x) {
+        const float* p = pos.data() + (int64_t(y) * n + x) * 4;
+        float a = 0, b = 0;
+        lattice.add(p, 4, &a);
+        alone.add(p, 4, &b);
+        const float cell = float(want[y] * G + want[x]);
+        ASSERT_EQ(a, cell) << "G " << G << " n " << n << " patch " << x << "," << y;
+        ASSERT_EQ(b, cell) << "G " << G << " n " << n << " patch " << x << "," << y;
+      }
+    ++grids;
+  }
+  EXPECT_GT(grids, 100);
+  // Hostile positions stay in the table.
+  VitConfig c;
+  c.grid = 4, c.hidden = 1, c.patch_px = 8, c.pos_sampling = PositionSampling::bucketized;
+  std::vector<float> table(16);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = float(i);
+  const encoder_detail::PositionSampler s(c, table.data(), 77, 53, nullptr, 0, 0);
+  const float cases[][4] = {{-1e30f, 1e30f, 8, 0}, {5, 5, NAN, 0}, {1e9f, -3, 16, 1}, {0, 0, 1e30f, 9}, {38, 26, 0, 0}};
+  for (const auto& p : cases) {
+    float out = 0;
+    s.add(p, 4, &out);
+    EXPECT_GE(out, 0.0f);
+    EXPECT_LE(out, 15.0f);
+  }
 }
 
 // DINOv2's SwiGLU MLP (dinov2-giant; timm's SwiGLUPacked): fc1 gives [x1 | x2], fc2 reads

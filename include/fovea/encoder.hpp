@@ -98,6 +98,9 @@ enum class PositionSampling : uint8_t {
   bilinear,            // plain bilinear (no loader uses it today)
   bicubic_antialias,   // timm (resample_abs_pos_embed), HF Dinov2WithRegisters (antialias=True)
   bilinear_antialias,  // SigLIP 2 (resize_positional_embeddings: bilinear, antialias=True)
+  bucketized,          // Idefics2 / Idefics3 / SmolVLM: no resize; the token's top-left corner, as a
+                       // fraction of the image (× (1 − 1e-6), float32), picks the table cell
+                       // (torch.bucketize against k/G, right=True), as their NaViT-style embeddings do
 };
 enum class Precision : uint8_t {
   fp32,  // within 1e-4 of PyTorch on the test models

@@ -55,6 +55,9 @@ std::string positional_interpolation(PositionSampling s) {
       return "bicubic antialias=True (A=-0.5, kernel widened by the token's span in table cells) at token centres";
     case PositionSampling::bilinear_antialias:
       return "bilinear antialias=True (kernel widened by the token's span in table cells) at token centres";
+    case PositionSampling::bucketized:
+      return "bucketized (no resize: the table cell holding the token's top-left corner, Idefics3's fractional "
+             "coordinates)";
   }
   return "?";
 }

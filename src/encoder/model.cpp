@@ -25,6 +25,7 @@ std::string_view to_string(PositionSampling s) {
     case PositionSampling::bilinear: return "bilinear";
     case PositionSampling::bicubic_antialias: return "bicubic_antialias";
     case PositionSampling::bilinear_antialias: return "bilinear_antialias";
+    case PositionSampling::bucketized: return "bucketized";
   }
   return "?";
 }

@@ -2,7 +2,7 @@
 // resizes the table for a uniform grid of tokens of that token's size (F.interpolate to the patch
 // grid, align_corners=False) and reads the token's cell. encoder_internal.hpp says which model
 // uses which sampling; the fixtures (scripts/make_encoder_fixtures.py) check every kind against
-// F.interpolate.
+// F.interpolate (Idefics3: a bucketized lookup, no resize).
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -113,6 +113,18 @@ double even_spacing(const std::vector<double>& v) {
   return d;
 }
 
+// Idefics3's cell along one axis for a token whose left (top) edge is `edge` px into an image
+// `extent` px wide: HF's `torch.bucketize(i / n * (1 - 1e-6), boundaries, right=True)` with
+// i / n = edge / extent, in float32 as a float32 run computes it (i / n is a correctly rounded
+// float32 quotient, which rounding the double quotient gives too), i.e. the number of boundaries
+// at or below it. Clamped to the table: only a token hanging over the image's edge lies outside.
+int bucket(const std::vector<float>& bounds, double edge, double extent, int G) {
+  const float frac = float(edge / extent) * float(1 - 1e-6);
+  if (!(frac >= 0.0f)) return 0;  // NaN too (encode() refuses it first)
+  const int b = int(std::upper_bound(bounds.begin(), bounds.end(), frac) - bounds.begin());
+  return std::min(b, G - 1);
+}
+
 }  // namespace
 
 PositionSampler::PositionSampler(const VitConfig& c, const float* grid, int image_width, int image_height,
@@ -122,10 +134,22 @@ PositionSampler::PositionSampler(const VitConfig& c, const float* grid, int imag
       G_(c.grid),
       D_(c.hidden),
       sx_(double(c.grid) / image_width),
-      sy_(double(c.grid) / image_height) {
-  // Only the antialiased kinds read a token's extent. A lattice: n = gx·gy distinct centres,
-  // evenly spaced on both axes (at least two columns and two rows), every side equal.
-  if (mode_ != PositionSampling::bicubic_antialias && mode_ != PositionSampling::bilinear_antialias) return;
+      sy_(double(c.grid) / image_height),
+      image_w_(image_width),
+      image_h_(image_height) {
+  if (mode_ == PositionSampling::bucketized) {
+    // torch.arange(1/G, 1.0, 1/G): ceil((end − start) / step) values start + k·step, computed in
+    // double and stored as float32 (a last one at 1.0 never counts: fractions stay below 1).
+    const double step = 1.0 / G_;
+    const auto n = int64_t(std::ceil((1.0 - step) / step));
+    for (int64_t k = 0; k < n; ++k) bounds_.push_back(float(step + step * double(k)));
+  }
+  // Only the antialiased and bucketized kinds read a token's extent. A lattice: n = gx·gy
+  // distinct centres, evenly spaced on both axes (at least two columns and two rows), every
+  // side equal.
+  if (mode_ != PositionSampling::bicubic_antialias && mode_ != PositionSampling::bilinear_antialias &&
+      mode_ != PositionSampling::bucketized)
+    return;
   if (n < 4 || cols < 3) return;
   std::vector<double> xs(static_cast<size_t>(n)), ys(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -155,6 +179,18 @@ void PositionSampler::add(const float* pos, int64_t cols, float* out) const {
     case PositionSampling::bicubic_antialias:
     case PositionSampling::bilinear_antialias:
       break;
+    case PositionSampling::bucketized: {
+      // The token's top-left corner: its centre less half its extent (the lattice's cell on
+      // each axis, else its side; without a side, a patch of the table's own size).
+      const bool sided = cols >= 3 && std::isfinite(pos[2]) && pos[2] > 0;
+      double half_w = sided ? 0.5 * pos[2] : 0.5 / sx_, half_h = sided ? 0.5 * pos[2] : 0.5 / sy_;
+      if (cell_w_ > 0) half_w = 0.5 * cell_w_, half_h = 0.5 * cell_h_;
+      const int bx = bucket(bounds_, double(pos[0]) - half_w, image_w_, G_);
+      const int by = bucket(bounds_, double(pos[1]) - half_h, image_h_, G_);
+      const float* cell = grid_ + (int64_t(by) * G_ + bx) * D_;
+      for (int64_t d = 0; d < D_; ++d) out[d] += cell[d];
+      return;
+    }
   }
   // A token `side` px wide spans side·sx table cells: the scale F.interpolate uses when the
   // table is resized to a grid of such tokens. Without a side column (or with a side that is

@@ -337,6 +337,7 @@ def test_open_clip_bin_and_position_sampling():
     assert np.array_equal(np.asarray(st.encode(toks, threads=1)), np.asarray(bin_.encode(toks, threads=1)))
     assert st.config["position_sampling"] == "bicubic_antialias"
     assert fovea.Model(os.path.join(root, "clip", "model.safetensors")).config["position_sampling"] == "bicubic"
+    assert fovea.Model(os.path.join(root, "idefics3", "model.safetensors")).config["position_sampling"] == "bucketized"
     assert fovea.Model(os.path.join(root, "siglip2", "model.safetensors")).config["position_sampling"] == \
         "bilinear_antialias"
     assert fovea.Model(os.path.join(root, "hf_dinov2_swiglu", "model.safetensors")).config["activation"] == "swiglu"

@@ -8,6 +8,8 @@
 // resized bilinearly with antialias=True (resize_positional_embeddings;
 // PositionSampling::bilinear_antialias). P is config.json's patch_size, else the square that
 // fits P·P·C columns.
+// Idefics2 / Idefics3 / SmolVLM towers are SigLIP's tensors with NaViT-style positions: no
+// resize, each patch takes the table cell its fractional coordinates fall in (idefics_kind()).
 #include <cmath>
 #include <cstring>
 
@@ -29,6 +31,30 @@ std::optional<std::string> hf_vision_prefix(const WeightSource& w) {
   }
   return best;
 }
+
+namespace {
+
+// Idefics2, Idefics3 and SmolVLM (1 and 2) towers: SigLIP's tensors, positions looked up by
+// bucketized fractional coordinates (PositionSampling::bucketized). Told by config.json's
+// model_type (the vision part's or the VLM's), else by the VLM's connector beside the tower:
+// Idefics3's `connector.modality_projection.proj` (pixel shuffle + linear), Idefics2's
+// `connector.perceiver_resampler`. Both connectors group a uniform grid of tokens, so they are
+// counted as ignored, as InternVL's mlp1. nullopt: a plain SigLIP tower.
+std::optional<std::string> idefics_kind(const WeightSource& w, const std::string& prefix, const std::string& mt,
+                                        const std::string& parent) {
+  auto has = [&](const char* s) { return mt.find(s) != std::string::npos || parent.find(s) != std::string::npos; };
+  if (has("idefics2")) return "hf_idefics2";
+  if (has("idefics3") || has("smolvlm")) return "hf_idefics3";
+  if (!prefix.ends_with("vision_model.")) return std::nullopt;
+  const std::string root = prefix.substr(0, prefix.size() - std::string_view("vision_model.").size());
+  if (w.info(root + "connector.modality_projection.proj.weight")) return "hf_idefics3";
+  const std::string resampler = root + "connector.perceiver_resampler.";
+  for (const std::string& n : w.names())
+    if (n.rfind(resampler, 0) == 0) return "hf_idefics2";
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
   const WeightSource& w = *ck.weights;
@@ -65,6 +91,12 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
                                         (clip ? "have" : "have no") + " class embedding");
   c.family = clip ? VitFamily::clip : VitFamily::siglip;
   c.naming = clip ? "hf_clip" : linear_patch ? "hf_siglip2" : "hf_siglip";
+  if (!clip && !linear_patch) {
+    if (const auto kind = idefics_kind(w, p, mt, cfg_get<std::string>(cfg, {"parent_model_type"}).value_or(""))) {
+      c.naming = *kind;
+      c.pos_sampling = PositionSampling::bucketized;
+    }
+  }
   const auto pos = w.info(p + "embeddings.position_embedding.weight");
   if (!pos || pos->shape.size() != 2)
     throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + p + "embeddings.position_embedding.weight");
