@@ -178,7 +178,7 @@ INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                                            "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
                                            "hf_dinov2_reg", "timm_reg", "siglip2", "timm_siglip",
                                            "hf_dinov2_swiglu", "timm_dinov2_swiglu", "open_clip", "intern_vit",
-                                           "idefics3"));
+                                           "idefics3", "blip2", "blip"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -641,6 +641,8 @@ TEST(EncoderPositions, EachNamingSamplesAsItsReference) {
       {"open_clip", PositionSampling::bicubic_antialias},
       {"intern_vit", PositionSampling::bicubic},
       {"idefics3", PositionSampling::bucketized},
+      {"blip2", PositionSampling::bicubic},
+      {"blip", PositionSampling::bicubic},
   };
   for (const auto& [name, s] : want) EXPECT_EQ(VitModel::load(fixture(name)).config().pos_sampling, s) << name;
 }
@@ -1225,6 +1227,61 @@ TEST(EncoderPositions, BucketizedIsIdefics3sLookup) {
     s.add(p, 4, &out);
     EXPECT_GE(out, 0.0f);
     EXPECT_LE(out, 15.0f);
+  }
+}
+
+// BLIP / BLIP-2 / InstructBLIP towers: fused qkv with its own bias (BLIP) or q_bias / v_bias and no
+// key bias (BLIP-2's EVA ViT-g), post_layernorm on every token and pooler_output normed twice (the
+// fixtures check the numbers); the Q-Former, projection and language tensors are ignored; a
+// missing v_bias is named.
+TEST(EncoderLoaders, BlipAndBlip2) {
+  const VitModel m2 = VitModel::load(fixture("blip2"));
+  EXPECT_EQ(m2.config().naming, "hf_blip2");
+  EXPECT_EQ(m2.config().ln_eps, 1e-6f);
+  EXPECT_TRUE(m2.config().pooled_normed_twice);
+  EXPECT_EQ(m2.config().final_norm, FinalNorm::all_tokens);
+  EXPECT_EQ(m2.tensors_ignored(), 3);
+  EXPECT_EQ(m2.config().input.source, "preprocessor_config.json");
+  const VitModel m1 = VitModel::load(fixture("blip"));
+  EXPECT_EQ(m1.config().naming, "hf_blip");
+  EXPECT_EQ(m1.config().ln_eps, 1e-5f);
+  EXPECT_EQ(m1.tensors_ignored(), 1);
+  const std::string dir = test::temp_dir("enc_blip");
+  expect_load_error(edited_checkpoint(dir + "/nov", "blip2", {"vision_model.encoder.layers.1.self_attn.v_bias"}, {}, {}),
+                    Errc::corrupt_data, {"BLIP-2", "layers.1.self_attn.v_bias"});
+  // Without config.json: BLIP-2's eps from the bias layout.
+  const std::string bare = relaid_checkpoint(dir + "/bare", "blip2", "", {}, {});
+  fs::remove(dir + "/bare/config.json");
+  EXPECT_EQ(VitModel::load(bare).config().ln_eps, 1e-6f);
+}
+
+// Towers fovea does not run (rotary positions) are refused by name, from config.json or from a
+// tensor name, before a loader half-recognises them (Qwen2-VL's blocks.N.attn.qkv look like timm's).
+TEST(EncoderLoaders, RotaryTowersAreRefusedByName) {
+  const std::string dir = test::temp_dir("enc_rotary");
+  Tensor w5({DType::f32, {32, 3, 2, 8, 8}}), w2 = filled({32, 32}, 0.1f), b1 = filled({32}, 0.1f);
+  const std::map<std::string, Tensor*> qwen = {{"visual.patch_embed.proj.weight", &w5},
+                                               {"visual.blocks.0.attn.qkv.weight", &w2},
+                                               {"visual.merger.ln_q.weight", &b1}};
+  const std::map<std::string, Tensor*> pixtral = {{"vision_tower.patch_conv.weight", &w2},
+                                                  {"vision_tower.ln_pre.weight", &b1}};
+  const std::map<std::string, Tensor*> eva = {{"blocks.0.mlp.fc1_g.weight", &w2}, {"patch_embed.proj.weight", &w2}};
+  struct Case {
+    const char* name;
+    const std::map<std::string, Tensor*>* tensors;
+    const char* model_type;
+    const char* says;
+  } cases[] = {{"qwen", &qwen, nullptr, "Qwen2-VL"},       {"qwen_cfg", &qwen, "qwen2_5_vl", "model_type 'qwen2_5_vl'"},
+               {"pixtral", &pixtral, nullptr, "Pixtral"}, {"mistral", &pixtral, "mistral3", "model_type 'mistral3'"},
+               {"eva", &eva, nullptr, "EVA"}};
+  for (const Case& c : cases) {
+    const std::string d = dir + "/" + c.name;
+    fs::create_directories(d);
+    std::vector<NamedTensor> ts;
+    for (const auto& [n, t] : *c.tensors) ts.push_back({n, t});
+    save_safetensors(d + "/model.safetensors", ts);
+    if (c.model_type) std::ofstream(d + "/config.json") << nlohmann::json{{"model_type", c.model_type}}.dump();
+    expect_load_error(d + "/model.safetensors", Errc::unsupported, {c.says, "not supported"});
   }
 }
 

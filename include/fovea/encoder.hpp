@@ -33,7 +33,12 @@
 //     no_embed_class (DeiT III), register tokens (`reg_token`) and CLIP towers (`norm_pre`);
 //   * HF Dinov2Model / Dinov2WithRegistersModel (.safetensors, `[dinov2.]embeddings.*`,
 //     `encoder.layer.N.norm1`, `layer_scale1/2.lambda1`, `embeddings.register_tokens`): as HF ViT
-//     with layer scale (and registers, in no output); pooled is the normed class token.
+//     with layer scale (and registers, in no output); pooled is the normed class token;
+//   * open_clip / OpenAI CLIP (`[visual.]conv1`, `transformer.resblocks.N`), InternViT
+//     (`vision_model.encoder.layers.N.attn.qkv`), the Idefics2 / Idefics3 / SmolVLM towers
+//     (SigLIP's names, bucketized positions), HF BLIP / BLIP-2 / InstructBLIP
+//     (`vision_model.encoder.layers.N.self_attn.qkv`, q_bias / v_bias): docs/encoder.md.
+// Qwen2-VL, Pixtral, EVA-02 and Llama 4 towers (rotary positions) are refused by name.
 // Safetensors (or PyTorch .pt/.pth/.bin): F32/F16/BF16/F64; GGUF: F32/F16/BF16/Q8_0.
 //
 // The model carries its input contract (VitConfig::input): mean, std and rescale from
@@ -154,7 +159,8 @@ std::string_view to_string(ProjectorType p);
 
 struct VitConfig {
   VitFamily family = VitFamily::clip;
-  // hf_clip, hf_siglip, hf_siglip2, hf_llava, torchvision, gguf_mmproj, hf_vit, timm_vit, hf_dinov2, random
+  // hf_clip, hf_siglip, hf_siglip2, hf_idefics2/3, hf_llava, torchvision, gguf_mmproj, hf_vit, timm_vit, hf_dinov2,
+  // hf_dinov2_reg, open_clip, intern_vit, hf_blip, hf_blip2, random
   std::string naming = "random";
   InputContract input;
   int hidden = 768;     // D
@@ -177,6 +183,8 @@ struct VitConfig {
   float ln_eps = 1e-5f;
   int projection_dim = 0;       // CLIP visual_projection (0: none)
   bool attention_pool = false;  // SigLIP multihead-attention pooling head
+  // BLIP / BLIP-2: HF's pooler_output is post_layernorm applied again to the (normed) class token.
+  bool pooled_normed_twice = false;
   int num_classes = 0;          // torchvision heads.head, HF ViT classifier, timm head (0: none)
   // The encoder runs `layers` blocks. For a projector, that is the layer it reads: LLaVA reads
   // HF's hidden_states[-2], which llama.cpp's converter stores as the file's blocks (the last

@@ -281,6 +281,10 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
       std::vector<float> p = matvec(m.pooler_w, &m.pooler_b, x);
       for (float& v : p) v = std::tanh(v);
       e.pooled = row_copy(p.data(), D);
+    } else if (c.pooled_normed_twice && present(m.post_w)) {
+      std::vector<float> p(static_cast<size_t>(D));
+      layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
+      e.pooled = row_copy(p.data(), D);
     } else {
       e.pooled = row_copy(x, D);
     }

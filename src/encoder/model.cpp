@@ -143,6 +143,52 @@ VitModel VitModel::random(const VitConfig& config, uint64_t seed, const std::str
   return out;
 }
 
+namespace {
+
+// Vision towers that are not plain ViTs, refused by name before a loader could half-recognise
+// them (Qwen2-VL's blocks.N.attn.qkv look like timm's; its patch embedding is a Conv3d). Told by
+// config.json's model_type (the VLM's or its vision part's) or by a tensor name fragment.
+void refuse_known_unsupported(const encoder_detail::WeightSource& w, const nlohmann::json& full_config, const std::string& spec) {
+  struct Known {
+    const char* what;
+    std::vector<const char*> model_types;     // a prefix of config.json's model_type
+    std::vector<const char*> name_fragments;  // any tensor name containing one of them
+  };
+  static const Known known[] = {
+      {"a Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision tower (2-D rotary positions, a Conv3d patch embedding over frame "
+       "pairs, window attention, a 2x2 patch merger)",
+       {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"},
+       {"merger.ln_q.", "visual.patch_embed.proj."}},
+      {"a Pixtral / Mistral 3 vision tower (2-D rotary positions, RMSNorm, a gated MLP)",
+       {"pixtral", "mistral3"},
+       {"patch_conv.weight"}},
+      {"an EVA / EVA-02 tower (rotary positions, SwiGLU fc1_g / fc1_x, sub-LayerNorm)", {"eva"}, {"mlp.fc1_g."}},
+      {"a Llama 4 vision tower (2-D rotary positions, pixel-shuffle adapter)",
+       {"llama4"},
+       {"vision_model.patch_embedding.linear.", "vision_adapter."}},
+  };
+  std::vector<std::string> types;
+  for (const nlohmann::json* j : {&full_config, full_config.contains("vision_config") ? &full_config["vision_config"]
+                                                                                       : static_cast<const nlohmann::json*>(nullptr)})
+    if (j && j->is_object() && j->contains("model_type") && (*j)["model_type"].is_string())
+      types.push_back((*j)["model_type"].get<std::string>());
+  const std::vector<std::string> names = w.names();
+  for (const Known& k : known) {
+    std::string why;
+    for (const std::string& t : types)
+      for (const char* pre : k.model_types)
+        if (why.empty() && t.rfind(pre, 0) == 0) why = "config.json says model_type '" + t + "'";
+    for (const char* frag : k.name_fragments)
+      for (const std::string& n : names)
+        if (why.empty() && n.find(frag) != std::string::npos) why = "it has " + n;
+    if (!why.empty())
+      throw Error(Errc::unsupported, "'" + spec + "' is " + k.what + " (" + why + "): fovea runs ViTs with learned " +
+                                         "absolute positions; this tower is not supported");
+  }
+}
+
+}  // namespace
+
 VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options) {
   if (spec.rfind("random:", 0) == 0) {
     std::string rest = spec.substr(7);
@@ -222,9 +268,10 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   }
   weights->map_weights = options.map_weights;
   ck.weights = weights.get();
+  if (!gguf) refuse_known_unsupported(*weights, ck.full_config, spec);
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
   const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(),
-                                  &intern_vit_loader(),   &hf_clip_loader(),     &hf_siglip_loader(),
+                                  &intern_vit_loader(),   &hf_blip_loader(),     &hf_clip_loader(),     &hf_siglip_loader(),
                                   &hf_vit_loader(),       &hf_dinov2_loader(),   &timm_vit_loader(),
                                   &open_clip_loader()};
   auto try_loaders = [&](const Checkpoint& c) -> std::shared_ptr<Impl> {
@@ -251,7 +298,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
                 "with encoder.layer.N.layernorm_before for HF ViT or encoder.layer.N.norm1 for HF DINOv2, "
                 "patch_embed.proj.weight with blocks.N.attn.qkv for timm ViT/DeiT, [visual.]conv1.weight with "
                 "transformer.resblocks.N for open_clip / OpenAI CLIP, vision_model.encoder.layers.N.attn.qkv for "
-                "InternViT, or a llama.cpp mmproj .gguf)");
+                "InternViT, vision_model.encoder.layers.N.self_attn.qkv for BLIP / BLIP-2, or a llama.cpp mmproj .gguf)");
   m->source = spec;
   m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
   bool mapped = false;

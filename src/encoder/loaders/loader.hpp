@@ -1,5 +1,5 @@
 // Private to src/encoder: checkpoint loading. One loader per naming (hf_clip.cpp, hf_siglip.cpp,
-// hf_llava.cpp, torchvision.cpp, gguf_mmproj.cpp, hf_vit.cpp, hf_dinov2.cpp, timm_vit.cpp) behind
+// hf_llava.cpp, torchvision.cpp, gguf_mmproj.cpp, hf_vit.cpp, hf_dinov2.cpp, timm_vit.cpp, hf_blip.cpp, ...) behind
 // ModelLoader; every loader reads tensors through a WeightSource (safetensors, GGUF or a PyTorch checkpoint) and takes
 // them with one Lookup, which checks presence, type and shape and reports every problem of a
 // file in one error.
@@ -124,6 +124,7 @@ const ModelLoader& hf_dinov2_loader();
 const ModelLoader& timm_vit_loader();
 const ModelLoader& open_clip_loader();
 const ModelLoader& intern_vit_loader();
+const ModelLoader& hf_blip_loader();
 // The input contract from open_clip_config.json's preprocess_cfg mean / std, else `fallback`.
 InputContract open_clip_contract(const nlohmann::json& open_clip, const InputContract& fallback);
 
