@@ -526,10 +526,10 @@ def f32(t):
 
 # ---- the models ---------------------------------------------------------------------------------
 
-def hf_cases(vt, has_class, gen, out, proj=None, raw=None, shrink=False):
+def hf_cases(vt, has_class, gen, out, proj=None, raw=None, shrink=False, token_proj=None):
     """native / interp / (shrink: a 3x2 grid) / foveated cases for an HF-named vision transformer
     `vt` (float64), and `raw`: (uint8 image, mean, std, rescale) through the family's own
-    preprocessing."""
+    preprocessing. token_proj: a per-token projector of last_hidden_state (-> `projected`)."""
     cases, meta = {}, {}
 
     def token_forward(patches, pos, width, height):
@@ -553,6 +553,8 @@ def hf_cases(vt, has_class, gen, out, proj=None, raw=None, shrink=False):
             cases[f"{name}.pooled"] = f32(pooled)
         if proj is not None:
             cases[f"{name}.image_embeds"] = f32(proj(pooled))
+        if token_proj is not None:
+            cases[f"{name}.projected"] = f32(token_proj(hidden[0, k:]))
         meta[f"{name}.image_width"], meta[f"{name}.image_height"] = width, height
 
     with torch.no_grad():
@@ -658,6 +660,36 @@ def make_siglip2(out, gen):
     preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "Siglip2ImageProcessor")
     img = raw_image(gen, out)
     hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), shrink=True)
+
+
+def make_paligemma(out, gen):
+    """PaliGemmaForConditionalGeneration's layout: the SigLIP tower without a pooling head under
+    `vision_tower.vision_model.`, `multi_modal_projector.linear` (D -> E = 24, with bias) and a
+    language-model tensor, BF16, with the nested config.json; `projected` is get_image_features:
+    linear(last_hidden_state) / sqrt(text_config.hidden_size)."""
+    os.makedirs(out, exist_ok=True)
+    E = 24
+    tower = SiglipVisionModel(head=False).double()
+    lin = nn.Linear(D, E).double()
+    randomize(tower, gen)
+    randomize(lin, gen)
+    round_to(tower, torch.bfloat16)
+    round_to(lin, torch.bfloat16)
+    vc = {"model_type": "siglip_vision_model", "hidden_size": D, "intermediate_size": MLP, "num_hidden_layers": LAYERS,
+          "num_attention_heads": HEADS, "image_size": G * P, "patch_size": P, "num_channels": C,
+          "projection_dim": E, "vision_use_head": False}
+    cfg = {"architectures": ["PaliGemmaForConditionalGeneration"], "model_type": "paligemma", "projection_dim": E,
+           "hidden_size": E, "vision_config": vc, "text_config": {"model_type": "gemma", "hidden_size": E}}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    state = {"vision_tower." + k: v for k, v in tower.state_dict().items()}
+    state.update({"multi_modal_projector.linear." + k: v for k, v in lin.state_dict().items()})
+    state["language_model.model.embed_tokens.weight"] = torch.randn((32, E), generator=gen, dtype=torch.float64)
+    save_safetensors(os.path.join(out, "model.safetensors"), state, {"format": "pt"}, "BF16")
+    preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "SiglipImageProcessor")
+    img = raw_image(gen, out)
+    hf_cases(tower.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),
+             token_proj=lambda h: lin(h) / math.sqrt(E))
 
 
 def make_idefics3(out, gen):
@@ -1914,6 +1946,7 @@ def main():
     make_idefics3(os.path.join(a.out, "idefics3"), torch.Generator().manual_seed(20261139))
     make_blip(os.path.join(a.out, "blip2"), torch.Generator().manual_seed(20261140), True)
     make_blip(os.path.join(a.out, "blip"), torch.Generator().manual_seed(20261141), False)
+    make_paligemma(os.path.join(a.out, "paligemma"), torch.Generator().manual_seed(20261142))
     total = 0
     for root, _, files in os.walk(a.out):
         for f in sorted(files):

@@ -178,7 +178,7 @@ INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                                            "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
                                            "hf_dinov2_reg", "timm_reg", "siglip2", "timm_siglip",
                                            "hf_dinov2_swiglu", "timm_dinov2_swiglu", "open_clip", "intern_vit",
-                                           "idefics3", "blip2", "blip"));
+                                           "idefics3", "blip2", "blip", "paligemma"));
 
 // HF LLaVA: config.json's vision_feature_layer / select strategy decide what the projector reads.
 TEST(EncoderContract, HfLlavaReadsTheConfiguredLayer) {
@@ -1253,6 +1253,35 @@ TEST(EncoderLoaders, BlipAndBlip2) {
   const std::string bare = relaid_checkpoint(dir + "/bare", "blip2", "", {}, {});
   fs::remove(dir + "/bare/config.json");
   EXPECT_EQ(VitModel::load(bare).config().ln_eps, 1e-6f);
+}
+
+// PaliGemma: the SigLIP tower's last_hidden_state through multi_modal_projector.linear, divided by
+// √(text_config.hidden_size) (the fixtures check the numbers); the scale follows config.json.
+TEST(EncoderLoaders, PaliGemmaLinearProjector) {
+  const VitModel m = VitModel::load(fixture("paligemma"));
+  const VitConfig& c = m.config();
+  EXPECT_EQ(c.naming, "hf_paligemma");
+  EXPECT_EQ(c.projector, ProjectorType::linear);
+  EXPECT_EQ(c.projector_dim, 24);
+  EXPECT_EQ(c.final_norm, FinalNorm::all_tokens);
+  EXPECT_EQ(m.tensors_ignored(), 1);
+  const SafetensorsFile f = SafetensorsFile::open(fixture("paligemma", "cases.safetensors"));
+  const std::vector<Case> cases = load_cases(f);
+  const Case& k = cases.front();
+  Executor exec({.threads = 2});
+  const Encoding want = encode(m, k.patches, k.positions, {.image_width = k.width, .image_height = k.height}, exec);
+  nlohmann::json cfg;
+  const std::string w = copied_weights(test::temp_dir("enc_paligemma"), "paligemma", &cfg);
+  cfg["text_config"]["hidden_size"] = 96;  // 4× the width: projected halves
+  write_config(w, cfg);
+  const Encoding half =
+      encode(VitModel::load(w), k.patches, k.positions, {.image_width = k.width, .image_height = k.height}, exec);
+  ASSERT_EQ(half.projected.numel(), want.projected.numel());
+  for (int64_t i = 0; i < want.projected.numel(); ++i)
+    ASSERT_NEAR(half.projected.data<float>()[i], 0.5f * want.projected.data<float>()[i], 1e-5f) << i;
+  cfg["text_config"]["hidden_size"] = 0;
+  write_config(w, cfg);
+  expect_load_error(w, Errc::corrupt_data, {"text_config.hidden_size 0"});
 }
 
 // Towers fovea does not run (rotary positions) are refused by name, from config.json or from a

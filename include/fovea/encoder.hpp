@@ -37,7 +37,8 @@
 //   * open_clip / OpenAI CLIP (`[visual.]conv1`, `transformer.resblocks.N`), InternViT
 //     (`vision_model.encoder.layers.N.attn.qkv`), the Idefics2 / Idefics3 / SmolVLM towers
 //     (SigLIP's names, bucketized positions), HF BLIP / BLIP-2 / InstructBLIP
-//     (`vision_model.encoder.layers.N.self_attn.qkv`, q_bias / v_bias): docs/encoder.md.
+//     (`vision_model.encoder.layers.N.self_attn.qkv`, q_bias / v_bias), HF PaliGemma (SigLIP +
+//     `multi_modal_projector.linear` → projected): docs/encoder.md.
 // Qwen2-VL, Pixtral, EVA-02 and Llama 4 towers (rotary positions) are refused by name.
 // Safetensors (or PyTorch .pt/.pth/.bin): F32/F16/BF16/F64; GGUF: F32/F16/BF16/Q8_0.
 //
@@ -153,7 +154,8 @@ Normalization normalization(const InputContract& contract);
 
 enum class ProjectorType : uint8_t {
   none,
-  mlp,  // LLaVA: mm.0 (Linear D → E), GELU (erf), mm.2 (Linear E → E) when present
+  mlp,     // LLaVA: mm.0 (Linear D → E), GELU (erf), mm.2 (Linear E → E) when present
+  linear,  // PaliGemma: one Linear D → E per token (get_image_features' 1/√H folded in)
 };
 std::string_view to_string(ProjectorType p);
 

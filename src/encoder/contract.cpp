@@ -19,6 +19,7 @@ std::string_view to_string(ProjectorType p) {
   switch (p) {
     case ProjectorType::none: return "none";
     case ProjectorType::mlp: return "mlp";
+    case ProjectorType::linear: return "linear";
   }
   return "?";
 }

@@ -112,6 +112,7 @@ struct VitModel::Impl {
   Tensor pool_ln_w, pool_ln_b;    // [D]
   Tensor pool_fc1_w, pool_fc1_b, pool_fc2_w, pool_fc2_b;
   // LLaVA MLP projector (ProjectorType::mlp): mm.0 [E1, D], [E1]; mm.2 [E, E1], [E] or empty.
+  // PaliGemma (ProjectorType::linear): mm.0 only, its 1/√H folded in.
   Tensor mm0_w, mm0_b, mm2_w, mm2_b;
   std::vector<VitLayer> layers;
 

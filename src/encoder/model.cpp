@@ -270,7 +270,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   ck.weights = weights.get();
   if (!gguf) refuse_known_unsupported(*weights, ck.full_config, spec);
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
-  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(),
+  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_paligemma_loader(),
                                   &intern_vit_loader(),   &hf_blip_loader(),     &hf_clip_loader(),     &hf_siglip_loader(),
                                   &hf_vit_loader(),       &hf_dinov2_loader(),   &timm_vit_loader(),
                                   &open_clip_loader()};

@@ -28,6 +28,7 @@ Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* g
       if (!present(m.mm2_w)) return h;
       return linear(h.data<float>(), m.mm2_w, m.mm2_b, Post::none);
     }
+    case ProjectorType::linear: return linear(x, m.mm0_w, m.mm0_b, Post::none);
     case ProjectorType::none: break;
   }
   return {};

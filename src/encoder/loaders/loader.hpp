@@ -125,6 +125,7 @@ const ModelLoader& timm_vit_loader();
 const ModelLoader& open_clip_loader();
 const ModelLoader& intern_vit_loader();
 const ModelLoader& hf_blip_loader();
+const ModelLoader& hf_paligemma_loader();
 // The input contract from open_clip_config.json's preprocess_cfg mean / std, else `fallback`.
 InputContract open_clip_contract(const nlohmann::json& open_clip, const InputContract& fallback);
 
