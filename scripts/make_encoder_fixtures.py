@@ -218,13 +218,14 @@ class Siglip2Embeddings(nn.Module):  # Siglip2VisionEmbeddings
         return (self.patch_embedding(x) + pos.reshape(D, -1).t()).unsqueeze(0)
 
 
-def idefics3_buckets(n, g, dtype=torch.float32):
-    """transformers' Idefics3VisionEmbeddings (and Idefics2's, SmolVLM's), current code: the
-    table cell of each of n patches along an axis, for a g x g table. Coordinates in `dtype`, the
-    pixel values' (float32 for a float32 run)."""
+def idefics3_buckets(n, g):
+    """Idefics2VisionEmbeddings (which Idefics3's and SmolVLM's copy), as the models were trained
+    with it: the table cell of each of n patches along an axis, for a g x g table. (transformers'
+    later rewrite, arange(n) / n * (1 - 1e-6) in pixel_values.dtype, gives the same cells in bf16
+    and fp16, where the factor rounds to 1, and one cell lower on every patch edge that falls on
+    a boundary in float32, the native grid included; docs/encoder.md.)"""
     boundaries = torch.arange(1 / g, 1.0, 1 / g)
-    nb = torch.tensor(n)
-    frac = torch.arange(nb, dtype=dtype) / nb * (1 - 1e-6)
+    frac = torch.arange(0, 1 - 1e-6, 1 / torch.tensor(n))
     return torch.bucketize(frac, boundaries, right=True)
 
 
@@ -399,15 +400,19 @@ def sample_positions(grid_rows, positions, width, height, mode="bicubic"):
 
 
 def sample_positions_bucket(grid_rows, positions, width, height):
-    """Idefics3's lookup for a token of any size: the cell its top-left corner's fractional
-    coordinates fall in, i / n = (centre - side / 2) / extent, as float32 like a float32 run
-    (idefics3_buckets), clamped to the table."""
+    """Idefics3's lookup for a token of any size, in exact arithmetic: the cell its top-left
+    corner's fractional coordinate falls in, floor(G * i / n) for token i of a whole grid of n
+    tokens of its size (in integers), else floor(G * edge / extent), clamped to the table."""
     g = int(round(math.sqrt(grid_rows.shape[0])))
-    boundaries = torch.arange(1 / g, 1.0, 1 / g)
 
     def axis(centre, side, extent):
-        frac = ((centre - side / 2) / extent).to(torch.float32) * (1 - 1e-6)
-        return torch.bucketize(frac, boundaries, right=True).clamp(0, g - 1)
+        edge = centre - side / 2
+        n, i = extent / side, edge / side
+        N, I = torch.round(n), torch.round(i)
+        whole = (N >= 1) & ((n - N).abs() < 1e-6) & ((i - I).abs() < 1e-6) & (I >= 0) & (I < N)
+        exact = torch.div(I.long() * g, N.long().clamp(min=1), rounding_mode="floor")
+        other = torch.floor(edge / extent * g + 1e-9).long()
+        return torch.where(whole, exact, other).clamp(0, g - 1)
 
     bx = axis(positions[:, 0], positions[:, 2], width)
     by = axis(positions[:, 1], positions[:, 2], height)
@@ -415,12 +420,15 @@ def sample_positions_bucket(grid_rows, positions, width, height):
 
 
 def check_bucket_sampling():
-    """The per-token lookup against idefics3_buckets on uniform grids: every n in 1..G+3 and
-    around 2G and 3G, for the tables of Idefics3 (26), SmolVLM (32), Idefics2 (70) and the
-    fixtures (4), whose boundaries fall on some patches' edges. Returns those grids' cells for
-    the C++ test ([G, n, cells...] rows, flattened)."""
-    rows = []
+    """The per-token lookup against idefics3_buckets (torch's own bucketize of its float32
+    arange) on uniform grids: every n in 1..G+3 and around 2G and 3G, for the tables of Idefics3
+    (26), SmolVLM (32), Idefics2 (70) and the fixtures (4). They agree everywhere except where
+    i/n = k/G exactly and torch's float32 coordinate lands just below the boundary (one cell
+    lower); those are counted and printed. Returns the exact cells for the C++ test
+    ([G, n, cells...] rows, flattened)."""
+    rows, coincidences, torch_lower = [], 0, 0
     for g in (4, 26, 32, 70):
+        assert torch.equal(idefics3_buckets(g, g), torch.arange(g)), g  # the native grid reads the table itself
         table = torch.arange(g * g, dtype=torch.float64).unsqueeze(1)
         for n in sorted(set(range(1, g + 4)) | {2 * g - 1, 2 * g, 2 * g + 1, 3 * g}):
             want = idefics3_buckets(n, g)
@@ -428,8 +436,16 @@ def check_bucket_sampling():
             centres = (torch.arange(n, dtype=torch.float64) + 0.5) * side
             pos = torch.stack([centres, centres, torch.full((n,), side), torch.zeros(n)], dim=1)
             got = sample_positions_bucket(table, pos, n * side, n * side)[:, 0]
-            assert torch.equal(got, (want * g + want).to(torch.float64)), (g, n)
-            rows.append(torch.cat([torch.tensor([g, n]), want]))
+            exact = torch.div(torch.arange(n) * g, n, rounding_mode="floor")
+            assert torch.equal(got, (exact * g + exact).to(torch.float64)), (g, n)
+            on_boundary = (torch.arange(n) * g) % n == 0
+            coincidences += int(on_boundary.sum())
+            differ = want != exact
+            assert bool((on_boundary[differ]).all()) and bool((want[differ] == exact[differ] - 1).all()), (g, n)
+            torch_lower += int(differ.sum())
+            rows.append(torch.cat([torch.tensor([g, n]), exact]))
+    print(f"bucketize: torch's float32 coordinates land one cell lower at {torch_lower} of {coincidences} "
+          f"exact coincidences i/n = k/G (elsewhere they agree)")
     return torch.cat(rows).to(torch.int32)
 
 
@@ -697,8 +713,8 @@ def make_idefics3(out, gen):
     tower under `model.vision_model.` with bucketized positions, the connector
     (`model.connector.modality_projection.proj`, pixel shuffle + linear) and language-model
     tensors to ignore, F32, with the nested config.json transformers writes. The interp case's
-    6x5 grid puts column 3 of 6 exactly on a table boundary (3/6 = 2/4), where HF's
-    (1 - 1e-6) factor picks the cell before; the shrink case (3x2) reads 6 of the 16 cells."""
+    6x5 grid puts column 3 of 6 exactly on a table boundary (3/6 = 2/4); the shrink case (3x2)
+    reads 6 of the 16 cells."""
     os.makedirs(out, exist_ok=True)
     model = SiglipVisionModel(Idefics3Embeddings, head=False).double()
     randomize(model, gen)

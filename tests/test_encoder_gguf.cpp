@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -80,6 +81,42 @@ TEST(GgufMmproj, FeatureLayerSelectsTheBlocksRun) {
   g.set("clip.vision.feature_layer", array(GgufType::i32, {int64_t(7)}));
   write_file(dir + "/seven.gguf", g.bytes());
   expect_load_error(dir + "/seven.gguf", Errc::corrupt_data, {"feature_layer 7"});
+}
+
+// Gemma 3's and SmolVLM's (idefics3) mmproj files: their projectors group a uniform grid of
+// tokens, so the SigLIP tower runs alone (the same numbers as the tower without a projector, on
+// the native grid), the projector tensors are counted as ignored and embedding_output() says so;
+// idefics3's positions are bucketized.
+TEST(GgufMmproj, GridProjectorsRunTheTowerAlone) {
+  const std::string dir = test::temp_dir("gguf_grid_projectors");
+  const VitModel plain = VitModel::load(fixture("gguf_siglip"));
+  const SafetensorsFile f = SafetensorsFile::open(fixture("gguf_siglip", "cases.safetensors"));
+  ASSERT_TRUE(f.find("raw.patches") && f.find("raw.positions"));
+  const Tensor patches = f.load(*f.find("raw.patches")), positions = f.load(*f.find("raw.positions"));  // the native grid
+  Executor exec({.threads = 2});
+  const EncodeParams p{.image_width = plain.config().native_px(), .image_height = plain.config().native_px()};
+  const Encoding want = encode(plain, patches, positions, p, exec);
+  for (const char* type : {"gemma3", "idefics3"}) {
+    SCOPED_TRACE(type);
+    GgufBuild g = GgufBuild::from(GgufFile::open(fixture("gguf_siglip")));
+    g.set("clip.projector_type", scalar(GgufType::string, std::string(type)));
+    g.tensors.push_back({"mm.input_projection.weight", {32, 16}, 0, std::vector<uint8_t>(32 * 16 * 4, 0), {}});
+    const std::string path = dir + "/" + type + ".gguf";
+    write_file(path, g.bytes());
+    const VitModel m = VitModel::load(path);
+    EXPECT_EQ(m.config().projector, ProjectorType::none);
+    EXPECT_EQ(m.tensors_ignored(), 1);
+    EXPECT_NE(embedding_output(m.config()).find(std::string("llama.cpp's ") + type + " projector"), std::string::npos)
+        << embedding_output(m.config());
+    EXPECT_EQ(m.config().pos_sampling,
+              std::string(type) == "idefics3" ? PositionSampling::bucketized : PositionSampling::bicubic);
+    const Encoding e = encode(m, patches, positions, p, exec);
+    ASSERT_EQ(e.embeddings.numel(), want.embeddings.numel());
+    double diff = 0;  // the native grid: every sampling reads the table itself
+    for (int64_t i = 0; i < e.embeddings.numel(); ++i)
+      diff = std::max(diff, double(std::fabs(e.embeddings.data<float>()[i] - want.embeddings.data<float>()[i])));
+    EXPECT_LE(diff, 1e-5);
+  }
 }
 
 TEST(GgufMmproj, NamesWhatItDoesNotSupportOrFind) {

@@ -105,8 +105,8 @@ enum class PositionSampling : uint8_t {
   bicubic_antialias,   // timm (resample_abs_pos_embed), HF Dinov2WithRegisters (antialias=True)
   bilinear_antialias,  // SigLIP 2 (resize_positional_embeddings: bilinear, antialias=True)
   bucketized,          // Idefics2 / Idefics3 / SmolVLM: no resize; the token's top-left corner, as a
-                       // fraction of the image (× (1 − 1e-6), float32), picks the table cell
-                       // (torch.bucketize against k/G, right=True), as their NaViT-style embeddings do
+                       // fraction of the image, picks the table cell (torch.bucketize against k/G,
+                       // right=True: ⌊G·i/n⌋), as their NaViT-style embeddings do
 };
 enum class Precision : uint8_t {
   fp32,  // within 1e-4 of PyTorch on the test models
@@ -196,6 +196,10 @@ struct VitConfig {
   Activation projector_act = Activation::gelu_erf;  // between the projector's two linears
   int projector_hidden = 0;      // mm.0's output width
   int projector_dim = 0;         // E = n_embd of the language model (the `projected` width)
+  // A projector in the checkpoint that fovea does not run because it groups a uniform grid of
+  // tokens (InternVL's mlp1, Idefics3's connector, Gemma 3's 4×4 pooling), in words; empty when
+  // none. `embeddings` is then the tower's output, and embedding_output() says so.
+  std::string ignored_projector;
   int head_dim() const { return hidden / heads; }
   int native_px() const { return grid * patch_px; }
 };

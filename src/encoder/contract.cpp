@@ -24,7 +24,9 @@ std::string_view to_string(ProjectorType p) {
   return "?";
 }
 
-std::string embedding_output(const VitConfig& c) {
+namespace {
+
+std::string tower_output(const VitConfig& c) {
   if (c.projector != ProjectorType::none) {
     std::string s = "the projector's input: the hidden state after block " + std::to_string(c.layers) + " of the " +
                     std::to_string(c.layers_in_checkpoint) + " in the file";
@@ -41,6 +43,15 @@ std::string embedding_output(const VitConfig& c) {
     case FinalNorm::none: return "last hidden state (the checkpoint has no final norm)";
   }
   return "?";
+}
+
+}  // namespace
+
+std::string embedding_output(const VitConfig& c) {
+  const std::string s = tower_output(c);
+  if (c.ignored_projector.empty()) return s;
+  return s + "; the checkpoint's projector is not applied (" + c.ignored_projector +
+         ": it groups a uniform grid of tokens, which foveated tokens are not)";
 }
 
 namespace {

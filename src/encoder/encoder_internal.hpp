@@ -290,7 +290,6 @@ class PositionSampler {
   double sx_, sy_;            // table cells per image px
   double cell_w_ = 0, cell_h_ = 0;  // a lattice's spacing (px) on each axis, else 0
   int image_w_, image_h_;
-  std::vector<float> bounds_;       // bucketized: torch.arange(1/G, 1.0, 1/G) as float32
 };
 
 }  // namespace encoder_detail

@@ -113,16 +113,19 @@ double even_spacing(const std::vector<double>& v) {
   return d;
 }
 
-// Idefics3's cell along one axis for a token whose left (top) edge is `edge` px into an image
-// `extent` px wide: HF's `torch.bucketize(i / n * (1 - 1e-6), boundaries, right=True)` with
-// i / n = edge / extent, in float32 as a float32 run computes it (i / n is a correctly rounded
-// float32 quotient, which rounding the double quotient gives too), i.e. the number of boundaries
-// at or below it. Clamped to the table: only a token hanging over the image's edge lies outside.
-int bucket(const std::vector<float>& bounds, double edge, double extent, int G) {
-  const float frac = float(edge / extent) * float(1 - 1e-6);
-  if (!(frac >= 0.0f)) return 0;  // NaN too (encode() refuses it first)
-  const int b = int(std::upper_bound(bounds.begin(), bounds.end(), frac) - bounds.begin());
-  return std::min(b, G - 1);
+// Idefics3's cell along one axis for a token `cell` px wide whose left (top) edge is `edge` px
+// into an image `extent` px wide: `torch.bucketize(i / n, arange(1/G, 1, 1/G), right=True)`,
+// i.e. ⌊G·i/n⌋, the table cell its fractional coordinate falls in. Token i of a whole grid of n
+// tokens of its size gets it in integers, exactly; another token ⌊G·edge/extent⌋. (Torch forms
+// i/n in float32, which at an exact coincidence i/n = k/G can land one cell lower:
+// docs/encoder.md.) Clamped to the table: only a token hanging over the image's edge lies outside.
+int bucket(double edge, double extent, double cell, int G) {
+  const double n = extent / cell, i = edge / cell, N = std::round(n), I = std::round(i);
+  if (N >= 1 && N < 1e9 && std::fabs(n - N) < 1e-6 && std::fabs(i - I) < 1e-6 && I >= 0 && I < N)
+    return int(std::min<int64_t>(int64_t(I) * G / int64_t(N), G - 1));
+  const double f = std::floor(edge / extent * G + 1e-9);
+  if (!(f >= 0)) return 0;  // NaN too (encode() refuses it first)
+  return int(std::min(f, double(G - 1)));
 }
 
 }  // namespace
@@ -137,13 +140,6 @@ PositionSampler::PositionSampler(const VitConfig& c, const float* grid, int imag
       sy_(double(c.grid) / image_height),
       image_w_(image_width),
       image_h_(image_height) {
-  if (mode_ == PositionSampling::bucketized) {
-    // torch.arange(1/G, 1.0, 1/G): ceil((end − start) / step) values start + k·step, computed in
-    // double and stored as float32 (a last one at 1.0 never counts: fractions stay below 1).
-    const double step = 1.0 / G_;
-    const auto n = int64_t(std::ceil((1.0 - step) / step));
-    for (int64_t k = 0; k < n; ++k) bounds_.push_back(float(step + step * double(k)));
-  }
   // Only the antialiased and bucketized kinds read a token's extent. A lattice: n = gx·gy
   // distinct centres, evenly spaced on both axes (at least two columns and two rows), every
   // side equal.
@@ -185,8 +181,8 @@ void PositionSampler::add(const float* pos, int64_t cols, float* out) const {
       const bool sided = cols >= 3 && std::isfinite(pos[2]) && pos[2] > 0;
       double half_w = sided ? 0.5 * pos[2] : 0.5 / sx_, half_h = sided ? 0.5 * pos[2] : 0.5 / sy_;
       if (cell_w_ > 0) half_w = 0.5 * cell_w_, half_h = 0.5 * cell_h_;
-      const int bx = bucket(bounds_, double(pos[0]) - half_w, image_w_, G_);
-      const int by = bucket(bounds_, double(pos[1]) - half_h, image_h_, G_);
+      const int bx = bucket(double(pos[0]) - half_w, image_w_, 2 * half_w, G_);
+      const int by = bucket(double(pos[1]) - half_h, image_h_, 2 * half_h, G_);
       const float* cell = grid_ + (int64_t(by) * G_ + bx) * D_;
       for (int64_t d = 0; d < D_; ++d) out[d] += cell[d];
       return;

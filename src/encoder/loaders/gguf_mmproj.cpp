@@ -8,6 +8,10 @@
 //            v.class_embd, v.position_embd.weight, v.pre_ln, v.post_ln,
 //            v.blk.N.{attn_q, attn_k, attn_v, attn_out, ln1, ln2, ffn_up, ffn_down}.{weight,bias},
 //            mm.0, mm.2 (the LLaVA MLP projector)
+//   projectors  'mlp' runs (→ projected); 'gemma3' and 'idefics3' load their SigLIP tower only
+//            (their projectors pool or pixel-shuffle a uniform grid of tokens; VitConfig::
+//            ignored_projector says so; idefics3's positions are bucketized, as HF's
+//            Idefics3VisionEmbeddings); the other types are refused by name.
 //
 // Semantics follow clip.cpp's graph (models/llava.cpp, models/siglip.cpp): pre_ln when present,
 // the blocks, post_ln on every token when present, then the projector over the patch tokens
@@ -35,8 +39,8 @@ namespace {
 
 // llama.cpp's projector types (clip-impl.h PROJECTOR_TYPE_NAMES) that fovea does not run.
 constexpr const char* kOtherProjectors =
-    "mlp_norm, ldp, ldpv2, resampler, adapter, qwen2vl_merger, qwen2.5vl_merger, qwen3vl_merger, gemma3, "
-    "idefics3, pixtral, internvl, llama4, phi4, kimivl, lfm2, cogvlm, janus_pro, glm4v and the audio types";
+    "mlp_norm, ldp, ldpv2, resampler, adapter, qwen2vl_merger, qwen2.5vl_merger, qwen3vl_merger, pixtral, "
+    "internvl, llama4, phi4, kimivl, lfm2, cogvlm, janus_pro, glm4v and the audio types";
 
 class GgufMmprojLoader final : public ModelLoader {
  public:
@@ -84,10 +88,17 @@ class GgufMmprojLoader final : public ModelLoader {
         break;
       }
     if (ptype.empty() && (opt_bool("clip.has_llava_projector") || w.info("mm.0.weight"))) ptype = "mlp";
-    if (ptype == "mlp") c.projector = ProjectorType::mlp;
-    else if (!ptype.empty())
+    if (ptype == "mlp") {
+      c.projector = ProjectorType::mlp;
+    } else if (ptype == "gemma3") {  // a SigLIP tower; the projector pools 4x4 blocks of the grid
+      c.ignored_projector = "llama.cpp's gemma3 projector: 4x4 average pooling of the patch grid, RMSNorm, a linear layer";
+    } else if (ptype == "idefics3") {  // SmolVLM / Idefics3: a SigLIP tower with bucketized positions
+      c.ignored_projector = "llama.cpp's idefics3 projector: pixel shuffle of s x s neighbours, then a linear layer";
+      c.pos_sampling = PositionSampling::bucketized;
+    } else if (!ptype.empty())
       throw fail(Errc::unsupported, "projector type '" + ptype + "' is not supported: fovea runs 'mlp' (LLaVA's " +
-                                        "MLP projector) and towers without a projector; llama.cpp's " +
+                                        "MLP projector), the towers of 'gemma3' and 'idefics3' (their projectors " +
+                                        "group a uniform grid: not run) and towers without a projector; llama.cpp's " +
                                         kOtherProjectors + " are not");
 
     // ---- hyper-parameters ---------------------------------------------------------------

@@ -97,6 +97,21 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
       c.pos_sampling = PositionSampling::bucketized;
     }
   }
+  // VLM projectors beside a SigLIP tower that group a uniform grid of tokens (not run).
+  if (!clip && p.ends_with("vision_model.")) {
+    const std::string root = p.substr(0, p.size() - std::string_view("vision_model.").size());
+    const std::string vlm = root.ends_with("vision_tower.") ? root.substr(0, root.size() - 13) : root;
+    if (w.info(root + "connector.modality_projection.proj.weight"))
+      c.ignored_projector = "Idefics3's connector: pixel shuffle of s x s neighbours, then a linear layer";
+    else if (w.info(vlm + "multi_modal_projector.mm_input_projection_weight"))
+      c.ignored_projector = "Gemma 3's projector: 4x4 average pooling of the patch grid, RMSNorm, a linear layer";
+    else
+      for (const std::string& n : w.names())
+        if (n.rfind(root + "connector.perceiver_resampler.", 0) == 0) {
+          c.ignored_projector = "Idefics2's perceiver resampler";
+          break;
+        }
+  }
   const auto pos = w.info(p + "embeddings.position_embedding.weight");
   if (!pos || pos->shape.size() != 2)
     throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + p + "embeddings.position_embedding.weight");

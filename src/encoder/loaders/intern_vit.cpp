@@ -89,6 +89,12 @@ class InternVitLoader final : public ModelLoader {
       m->layers.push_back(load_fused_block(L, l, kBlock, c));
     }
     L.finish("InternViT");
+    const std::string root = p.substr(0, p.size() - std::string_view("vision_model.").size());
+    for (const std::string& n : w.names())
+      if (n.rfind(root + "mlp1.", 0) == 0) {
+        c.ignored_projector = "InternVL's mlp1: pixel shuffle of 2x2 neighbours, then an MLP";
+        break;
+      }
     m->tensors_used = L.used();
     return m;
   }
