@@ -1131,6 +1131,7 @@ TEST(EncoderLoaders, InternVit) {
   EXPECT_TRUE(c.class_token);
   EXPECT_EQ(c.projector, ProjectorType::none);
   EXPECT_EQ(m.tensors_ignored(), 7);  // mlp1.* and the language model's tensor
+  EXPECT_NE(embedding_output(c).find("InternVL's mlp1"), std::string::npos) << embedding_output(c);
   EXPECT_NE(c.input.source.find("InternVL"), std::string::npos) << c.input.source;
 
   const std::string dir = test::temp_dir("enc_intern_vit");
@@ -1160,6 +1161,7 @@ TEST(EncoderLoaders, Idefics3BucketizedPositions) {
   EXPECT_FALSE(c.attention_pool);
   EXPECT_EQ(c.final_norm, FinalNorm::all_tokens);
   EXPECT_EQ(m.tensors_ignored(), 3);  // the connector, the language model's two tensors
+  EXPECT_NE(embedding_output(c).find("Idefics3's connector"), std::string::npos) << embedding_output(c);
   EXPECT_EQ(c.input.source, "preprocessor_config.json");
 
   const std::string dir = test::temp_dir("enc_idefics3");
@@ -1176,6 +1178,15 @@ TEST(EncoderLoaders, Idefics3BucketizedPositions) {
   fs::remove(dir + "/plain/config.json");
   EXPECT_EQ(VitModel::load(plain).config().naming, "hf_siglip");  // nothing says Idefics: a SigLIP tower
   EXPECT_EQ(VitModel::load(plain).config().pos_sampling, PositionSampling::bicubic);
+  EXPECT_TRUE(VitModel::load(plain).config().ignored_projector.empty());
+  // Gemma 3: a SigLIP tower under vision_tower. beside a pooling projector, which is not run.
+  Tensor proj = filled({32, 16}, 0.1f);
+  const std::string g3 = relaid_checkpoint(dir + "/gemma3", "siglip", "vision_tower.", {},
+                                           {{"multi_modal_projector.mm_input_projection_weight", &proj}});
+  const VitConfig c3 = VitModel::load(g3).config();
+  EXPECT_EQ(c3.naming, "hf_siglip");
+  EXPECT_NE(embedding_output(c3).find("Gemma 3's projector"), std::string::npos) << embedding_output(c3);
+  EXPECT_TRUE(VitModel::load(fixture("siglip")).config().ignored_projector.empty());
 }
 
 // The bucketized lookup against transformers' own Idefics3VisionEmbeddings on uniform grids
