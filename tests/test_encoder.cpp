@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -1293,6 +1294,46 @@ TEST(EncoderLoaders, PaliGemmaLinearProjector) {
   cfg["text_config"]["hidden_size"] = 0;
   write_config(w, cfg);
   expect_load_error(w, Errc::corrupt_data, {"text_config.hidden_size 0"});
+}
+
+// config.json values of the wrong kind are one clear error each, never a silent default or an
+// undefined conversion (nlohmann casts 1e30 to int without a word): a float where an integer
+// belongs, an out-of-range integer, a non-object vision_config / text_config, a non-string
+// model_type, a layer-norm epsilon outside (0, 1).
+TEST(EncoderCheckpoint, HostileConfigValuesAreClearErrors) {
+  const std::string dir = test::temp_dir("enc_hostile_cfg");
+  struct Case {
+    const char* fixture;
+    std::function<void(nlohmann::json&)> edit;
+    const char* says;
+  } cases[] = {
+      {"siglip", [](nlohmann::json& c) { c["num_attention_heads"] = 1e30; }, "'num_attention_heads' = 1e+30 is not an integer"},
+      {"siglip", [](nlohmann::json& c) { c["num_attention_heads"] = 3.5; }, "'num_attention_heads' = 3.5"},
+      {"siglip", [](nlohmann::json& c) { c["num_attention_heads"] = uint64_t(1) << 63; }, "is out of range"},
+      {"siglip", [](nlohmann::json& c) { c["num_attention_heads"] = int64_t(-1) << 40; }, "is out of range"},
+      {"siglip", [](nlohmann::json& c) { c["layer_norm_eps"] = -1.0; }, "layer norm epsilon"},
+      {"siglip", [](nlohmann::json& c) { c["layer_norm_eps"] = 0.0; }, "layer norm epsilon"},
+      {"siglip", [](nlohmann::json& c) { c["model_type"] = 5; }, "'model_type' has the wrong type"},
+      {"clip_full", [](nlohmann::json& c) { c["vision_config"] = nlohmann::json::array({1}); }, "'vision_config' is not an object"},
+      {"paligemma", [](nlohmann::json& c) { c["text_config"] = "big"; }, "'text_config' is not an object"},
+      {"paligemma", [](nlohmann::json& c) { c["text_config"]["hidden_size"] = 1e300; }, "'hidden_size'"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    const std::string d = dir + "/" + std::to_string(i++);
+    fs::create_directories(d);
+    nlohmann::json cfg;
+    const std::string w = copied_weights(d, c.fixture, &cfg);
+    c.edit(cfg);
+    write_config(w, cfg);
+    expect_load_error(w, Errc::corrupt_data, {c.says});
+  }
+  // An integral float is an integer.
+  nlohmann::json cfg;
+  const std::string w = copied_weights(dir, "siglip", &cfg);
+  cfg["num_attention_heads"] = 4.0;
+  write_config(w, cfg);
+  EXPECT_EQ(VitModel::load(w).config().heads, 4);
 }
 
 // Towers fovea does not run (rotary positions) are refused by name, from config.json or from a

@@ -414,6 +414,7 @@ py::dict config_dict(const VitConfig& c) {
   d["projector"] = std::string(to_string(c.projector));
   d["projected_dim"] = c.projector_dim;
   d["embeddings_output"] = embedding_output(c);
+  d["ignored_projector"] = c.ignored_projector;  // "" when none
   const Normalization n = normalization(c.input);
   d["mean"] = std::vector<float>(n.mean.begin(), n.mean.end());
   d["std"] = std::vector<float>(n.std.begin(), n.std.end());

@@ -299,6 +299,9 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
                 "patch_embed.proj.weight with blocks.N.attn.qkv for timm ViT/DeiT, [visual.]conv1.weight with "
                 "transformer.resblocks.N for open_clip / OpenAI CLIP, vision_model.encoder.layers.N.attn.qkv for "
                 "InternViT, vision_model.encoder.layers.N.self_attn.qkv for BLIP / BLIP-2, or a llama.cpp mmproj .gguf)");
+  if (!(m->config.ln_eps > 0.0f && m->config.ln_eps < 1.0f))  // config.json's layer_norm_eps: NaN, 0, < 0, ≥ 1
+    throw Error(Errc::corrupt_data, "'" + spec + "': layer norm epsilon " + std::to_string(m->config.ln_eps) +
+                                        " is out of range (0, 1)");
   m->source = spec;
   m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
   bool mapped = false;

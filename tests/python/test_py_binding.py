@@ -337,7 +337,11 @@ def test_open_clip_bin_and_position_sampling():
     assert np.array_equal(np.asarray(st.encode(toks, threads=1)), np.asarray(bin_.encode(toks, threads=1)))
     assert st.config["position_sampling"] == "bicubic_antialias"
     assert fovea.Model(os.path.join(root, "clip", "model.safetensors")).config["position_sampling"] == "bicubic"
-    assert fovea.Model(os.path.join(root, "idefics3", "model.safetensors")).config["position_sampling"] == "bucketized"
+    idefics3 = fovea.Model(os.path.join(root, "idefics3", "model.safetensors")).config
+    assert idefics3["position_sampling"] == "bucketized"
+    assert idefics3["ignored_projector"].startswith("Idefics3's connector")
+    assert "not applied" in idefics3["embeddings_output"]
+    assert fovea.Model(os.path.join(root, "clip", "model.safetensors")).config["ignored_projector"] == ""
     assert fovea.Model(os.path.join(root, "siglip2", "model.safetensors")).config["position_sampling"] == \
         "bilinear_antialias"
     assert fovea.Model(os.path.join(root, "hf_dinov2_swiglu", "model.safetensors")).config["activation"] == "swiglu"

@@ -343,6 +343,10 @@ nlohmann::json read_json_beside(const std::string& weights_path, const char* fil
 }
 
 nlohmann::json vision_part(nlohmann::json j) {
+  if (j.contains("model_type") && !j["model_type"].is_string() && !j["model_type"].is_null())
+    throw Error(Errc::corrupt_data, "config.json: 'model_type' has the wrong type");
+  if (j.contains("vision_config") && !j["vision_config"].is_object() && !j["vision_config"].is_null())
+    throw Error(Errc::corrupt_data, "config.json: 'vision_config' is not an object");
   if (j.contains("vision_config") && j["vision_config"].is_object()) {
     nlohmann::json v = j["vision_config"];
     if (j.contains("projection_dim") && !v.contains("projection_dim")) v["projection_dim"] = j["projection_dim"];

@@ -53,8 +53,10 @@ class HfPaliGemmaLoader final : public ModelLoader {
     L.finish("HF PaliGemma");
     const nlohmann::json& top = ck.full_config;
     int64_t text_hidden = E;
-    if (auto it = top.find("text_config"); it != top.end() && it->is_object())
+    if (auto it = top.find("text_config"); it != top.end() && !it->is_null()) {
+      if (!it->is_object()) throw Error(Errc::corrupt_data, "config.json: 'text_config' is not an object");
       text_hidden = cfg_get<int64_t>(*it, {"hidden_size"}, "config.json").value_or(E);
+    }
     if (text_hidden < 1 || text_hidden > (int64_t(1) << 20))
       throw Error(Errc::corrupt_data, "'" + path + "': config.json text_config.hidden_size " +
                                           std::to_string(text_hidden) + " is not a model width");

@@ -5,12 +5,16 @@
 // file in one error.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "encoder/encoder_internal.hpp"
@@ -138,10 +142,37 @@ std::optional<T> cfg_get(const nlohmann::json& j, std::initializer_list<const ch
   for (const char* k : keys) {
     auto it = j.find(k);
     if (it == j.end() || it->is_null()) continue;
-    try {
-      return it->get<T>();
-    } catch (const nlohmann::json::exception&) {
-      throw Error(Errc::corrupt_data, std::string(file) + ": '" + k + "' has the wrong type");
+    const auto wrong = [&](const std::string& why) {
+      return Error(Errc::corrupt_data, std::string(file) + ": '" + k + "' " + why);
+    };
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // An integer, or a float holding one (768.0), in T's range: nlohmann's own conversion
+      // casts 1e30 or 3.5 without a word (a float-to-int overflow is undefined behaviour).
+      using L = std::numeric_limits<T>;
+      if (it->is_number_unsigned()) {
+        const uint64_t u = it->template get<uint64_t>();
+        if (u > uint64_t(L::max())) throw wrong("= " + std::to_string(u) + " is out of range");
+        return T(u);
+      }
+      if (it->is_number_integer()) {
+        const int64_t v = it->template get<int64_t>();
+        if (v < int64_t(L::min()) || (v > 0 && uint64_t(v) > uint64_t(L::max())))
+          throw wrong("= " + std::to_string(v) + " is out of range");
+        return T(v);
+      }
+      if (it->is_number_float()) {
+        const double d = it->template get<double>();
+        if (!(d == std::floor(d)) || d < double(L::min()) || d > double(L::max()))
+          throw wrong("= " + it->dump() + " is not an integer in range");
+        return T(d);
+      }
+      throw wrong("has the wrong type");
+    } else {
+      try {
+        return it->template get<T>();
+      } catch (const nlohmann::json::exception&) {
+        throw wrong("has the wrong type");
+      }
     }
   }
   return std::nullopt;
