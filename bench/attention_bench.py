@@ -27,6 +27,8 @@ import os
 import subprocess
 import sys
 
+import _build  # bench/_build.py: builds the bench_* executable a script runs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -44,7 +46,7 @@ ARGS = ap.parse_args()
 
 
 def bench(*args):
-    exe = os.path.join(ARGS.build_dir, "bench", "bench_encode")
+    exe = _build.ensure(ARGS.build_dir, "bench_encode")
     r = subprocess.run([exe, "--threads", str(ARGS.threads), "--reps", str(ARGS.reps), *map(str, args)],
                        capture_output=True, text=True)
     if r.returncode != 0:

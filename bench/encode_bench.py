@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+import _build  # bench/_build.py: builds the bench_* executable a script runs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -131,7 +133,7 @@ def once(fn):
 
 
 def fovea(*args):
-    exe = os.path.join(ARGS.build_dir, "bench", "bench_encode")
+    exe = _build.ensure(ARGS.build_dir, "bench_encode")
     r = subprocess.run([exe, "--threads", str(ARGS.threads), *args], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"bench_encode failed: {r.stderr.strip()}")

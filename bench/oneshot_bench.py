@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+import _build  # bench/_build.py: builds the bench_* executable a script runs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -98,7 +100,7 @@ def warm(path):
 def main():
     a = parse_args()
     fovea = os.path.join(a.build_dir, "fovea")
-    bench_encode = os.path.join(a.build_dir, "bench", "bench_encode")
+    bench_encode = "" if a.no_steady else _build.ensure(a.build_dir, "bench_encode")
     st = os.path.join(a.ckpt_dir, "vit_b16.safetensors")
     st16 = os.path.join(a.ckpt_dir, "vit_b16_bf16.safetensors")
     pt = os.path.join(a.ckpt_dir, "vit_b16.pt")

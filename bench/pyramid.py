@@ -46,6 +46,8 @@ import subprocess
 import sys
 import time
 
+import _build  # bench/_build.py: builds the bench_* executable a script runs
+
 SIZE = 4096
 LEVELS = 13
 
@@ -91,10 +93,7 @@ def median_ms(fn, arg, calls):
 
 def main():
     args = parse_args()
-    binary = os.path.join(args.build_dir, "bench", "bench_pyramid")
-    if not os.path.exists(binary):
-        sys.exit(f"pyramid.py: {binary} not found; build with: cmake -S . -B {args.build_dir} "
-                 f"-G Ninja && ninja -C {args.build_dir} bench_pyramid")
+    binary = _build.ensure(args.build_dir, "bench_pyramid")
     try:
         import cv2
         import numpy as np

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import _build  # bench/_build.py: builds the bench_* executable a script runs
+
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -83,7 +85,7 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     a = ap.parse_args()
 
-    exe = os.path.join(a.build_dir, "bench", "bench_tokenize")
+    exe = _build.ensure(a.build_dir, "bench_tokenize")
     r = subprocess.run([exe, "--benchmark_format=json", f"--benchmark_repetitions={a.reps}",
                         "--benchmark_report_aggregates_only=true", "--benchmark_min_time=0.2"],
                        capture_output=True, text=True)

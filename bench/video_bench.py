@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+import _build  # bench/_build.py: builds the bench_* executable a script runs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CLIPS = ["static_away", "static_through", "pan", "cut"]
@@ -259,7 +261,7 @@ def main():
     for prec in precisions:
         results["precisions"][prec] = run_precision(prec, clips, results.get("torch"))
     if not ARGS.no_group_bench:
-        exe = os.path.join(ARGS.build_dir, "bench", "bench_video_group")
+        exe = _build.ensure(ARGS.build_dir, "bench_video_group")
         if os.path.exists(exe):
             c = clips[0]
             clip = os.path.join(ARGS.clips, c + ".mp4")
