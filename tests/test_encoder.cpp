@@ -1336,6 +1336,27 @@ TEST(EncoderCheckpoint, HostileConfigValuesAreClearErrors) {
   EXPECT_EQ(VitModel::load(w).config().heads, 4);
 }
 
+// `fovea model CKPT`: what the loader understood, without encoding; a bad checkpoint is one line.
+TEST(CliModel, DescribesACheckpointWithoutEncoding) {
+  auto r = test::run_cli({"model", fixture("idefics3"), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("naming"), "hf_idefics3");
+  EXPECT_EQ(j.at("position_sampling"), "bucketized");
+  EXPECT_EQ(j.at("tensors_ignored"), 3);
+  EXPECT_NE(j.at("ignored_projector").get<std::string>().find("connector"), std::string::npos);
+  EXPECT_EQ(j.at("preprocessing").at("source"), "preprocessor_config.json");
+  r = test::run_cli({"model", fixture("paligemma")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("projected: 24 wide (projector linear)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("naming: hf_paligemma"), std::string::npos) << r.out;
+  r = test::run_cli({"model", test::temp_dir("cli_model") + "/missing.safetensors"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.rfind("fovea: error:", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(test::run_cli({"model"}).exit_code, 2);
+}
+
 // Towers fovea does not run (rotary positions) are refused by name, from config.json or from a
 // tensor name, before a loader half-recognises them (Qwen2-VL's blocks.N.attn.qkv look like timm's).
 TEST(EncoderLoaders, RotaryTowersAreRefusedByName) {

@@ -158,7 +158,7 @@ void refuse_known_unsupported(const encoder_detail::WeightSource& w, const nlohm
       {"a Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision tower (2-D rotary positions, a Conv3d patch embedding over frame "
        "pairs, window attention, a 2x2 patch merger)",
        {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"},
-       {"merger.ln_q.", "visual.patch_embed.proj."}},
+       {"visual.merger.ln_q."}},
       {"a Pixtral / Mistral 3 vision tower (2-D rotary positions, RMSNorm, a gated MLP)",
        {"pixtral", "mistral3"},
        {"patch_conv.weight"}},

@@ -1,0 +1,102 @@
+// fovea model CKPT [--json]: what fovea reads from a checkpoint and how, without encoding
+// anything: the naming and family it was recognised as, the dimensions, the input contract
+// (mean, std, where they came from), how the position table is read at other sizes, what
+// `embeddings` and `projected` hold, a projector it does not run, and the tensors used and
+// ignored. A checkpoint it cannot read is one `fovea: error:` line, as for `fovea encode`.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "command.hpp"
+#include "fovea/encoder.hpp"
+
+namespace fovea::cli {
+namespace {
+
+nlohmann::json model_json(const VitModel& m) {
+  const VitConfig& c = m.config();
+  const Normalization n = normalization(c.input);
+  nlohmann::json j = {{"model", m.source()},
+                      {"description", m.describe()},
+                      {"naming", c.naming},
+                      {"family", std::string(to_string(c.family))},
+                      {"random_weights", m.is_random()},
+                      {"hidden_size", c.hidden},
+                      {"layers", c.layers},
+                      {"layers_in_checkpoint", c.layers_in_checkpoint},
+                      {"heads", c.heads},
+                      {"mlp_size", c.mlp},
+                      {"patch_size", c.patch_px},
+                      {"position_grid", c.grid},
+                      {"native_size", c.native_px()},
+                      {"class_token", c.class_token},
+                      {"register_tokens", c.registers},
+                      {"activation", std::string(to_string(c.act))},
+                      {"layer_norm_eps", c.ln_eps},
+                      {"position_sampling", std::string(to_string(c.pos_sampling))},
+                      {"embeddings_output", embedding_output(c)},
+                      {"projector", std::string(to_string(c.projector))},
+                      {"projected_dim", c.projector_dim},
+                      {"ignored_projector", c.ignored_projector},
+                      {"attention_pool", c.attention_pool},
+                      {"image_embeds_dim", c.projection_dim},
+                      {"num_classes", c.num_classes},
+                      {"preprocessing",
+                       {{"source", c.input.source}, {"mean", n.mean}, {"std", n.std}, {"normalized", n.enabled}}},
+                      {"tensors_used", m.tensors_used()},
+                      {"tensors_ignored", m.tensors_ignored()},
+                      {"bf16_kernels_on_this_cpu", bf16_supported()}};
+  return j;
+}
+
+struct ModelCommand {
+  std::string path;
+  bool json = false;
+
+  int run() const {
+    const VitModel m = VitModel::load(path);
+    const nlohmann::json j = model_json(m);
+    if (json) {
+      std::cout << j.dump(2) << '\n';
+      return 0;
+    }
+    const VitConfig& c = m.config();
+    std::printf("%s\n", m.describe().c_str());
+    std::printf("  naming: %s (family %s)\n", c.naming.c_str(), std::string(to_string(c.family)).c_str());
+    std::printf("  dimensions: hidden %d, %d heads, MLP %d (%s), %d of %d blocks run, layer-norm eps %g\n", c.hidden,
+                c.heads, c.mlp, std::string(to_string(c.act)).c_str(), c.layers, c.layers_in_checkpoint,
+                double(c.ln_eps));
+    std::printf("  patches: %d px, native %d px (a %dx%d position table)%s%s\n", c.patch_px, c.native_px(), c.grid,
+                c.grid, c.class_token ? ", class token" : "",
+                c.registers ? (", " + std::to_string(c.registers) + " register tokens").c_str() : "");
+    std::printf("  positions at other sizes: %s\n", std::string(to_string(c.pos_sampling)).c_str());
+    std::printf("  preprocessing: mean %.4g %.4g %.4g, std %.4g %.4g %.4g (%s)\n", double(c.input.mean[0]),
+                double(c.input.mean[1]), double(c.input.mean[2]), double(c.input.std[0]), double(c.input.std[1]),
+                double(c.input.std[2]), c.input.source.c_str());
+    std::printf("  embeddings: %s\n", embedding_output(c).c_str());
+    if (c.projector != ProjectorType::none)
+      std::printf("  projected: %d wide (projector %s): the language model's input\n", c.projector_dim,
+                  std::string(to_string(c.projector)).c_str());
+    std::printf("  tensors: %d used, %d ignored\n", m.tensors_used(), m.tensors_ignored());
+    return 0;
+  }
+};
+
+Runner setup_model(CLI::App& sub) {
+  auto cmd = std::make_shared<ModelCommand>();
+  sub.add_option("CKPT", cmd->path,
+                 "A checkpoint: .safetensors (or a sharded index, or a directory), .pt/.pth/.bin, a llama.cpp mmproj "
+                 ".gguf, or random:vit-b16")
+      ->required();
+  sub.add_flag("--json", cmd->json, "Print the description as JSON");
+  sub.footer("Examples:\n  fovea model clip-vit-base-patch16/\n  fovea model mmproj-model-f16.gguf --json");
+  return [cmd] { return cmd->run(); };
+}
+
+Registration reg_model{{"model", "Describe a checkpoint: what fovea reads from it and how (nothing is encoded)", 25,
+                        setup_model}};
+
+}  // namespace
+}  // namespace fovea::cli
