@@ -1188,6 +1188,13 @@ TEST(EncoderLoaders, Idefics3BucketizedPositions) {
   EXPECT_EQ(c3.naming, "hf_siglip");
   EXPECT_NE(embedding_output(c3).find("Gemma 3's projector"), std::string::npos) << embedding_output(c3);
   EXPECT_TRUE(VitModel::load(fixture("siglip")).config().ignored_projector.empty());
+  // Phi-3-vision: a CLIP tower under vision_embed_tokens.img_processor. beside img_projection.
+  Tensor p0 = filled({48, 128}, 0.1f);
+  const std::string phi = relaid_checkpoint(dir + "/phi3v", "clip", "model.vision_embed_tokens.img_processor.", {},
+                                            {{"model.vision_embed_tokens.img_projection.0.weight", &p0}});
+  const VitConfig cp = VitModel::load(phi).config();
+  EXPECT_EQ(cp.naming, "hf_clip");
+  EXPECT_NE(embedding_output(cp).find("Phi-3-vision's img_projection"), std::string::npos) << embedding_output(cp);
 }
 
 // The bucketized lookup against transformers' own Idefics3VisionEmbeddings on uniform grids

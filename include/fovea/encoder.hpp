@@ -197,7 +197,8 @@ struct VitConfig {
   int projector_hidden = 0;      // mm.0's output width
   int projector_dim = 0;         // E = n_embd of the language model (the `projected` width)
   // A projector in the checkpoint that fovea does not run because it groups a uniform grid of
-  // tokens (InternVL's mlp1, Idefics3's connector, Gemma 3's 4×4 pooling), in words; empty when
+  // tokens (InternVL's mlp1, Idefics3's connector, Gemma 3's 4×4 pooling, Phi-3-vision's
+  // img_projection), in words; empty when
   // none. `embeddings` is then the tower's output, and embedding_output() says so.
   std::string ignored_projector;
   int head_dim() const { return hidden / heads; }

@@ -97,7 +97,12 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
       c.pos_sampling = PositionSampling::bucketized;
     }
   }
-  // VLM projectors beside a SigLIP tower that group a uniform grid of tokens (not run).
+  // VLM projectors beside the tower that group a uniform grid of tokens (not run).
+  if (clip && p.ends_with("img_processor.vision_model.")) {  // Phi-3 / Phi-3.5-vision
+    const std::string root = p.substr(0, p.size() - std::string_view("img_processor.vision_model.").size());
+    if (w.info(root + "img_projection.0.weight"))
+      c.ignored_projector = "Phi-3-vision's img_projection: a 2x2 merge of neighbouring tokens, then an MLP";
+  }
   if (!clip && p.ends_with("vision_model.")) {
     const std::string root = p.substr(0, p.size() - std::string_view("vision_model.").size());
     const std::string vlm = root.ends_with("vision_tower.") ? root.substr(0, root.size() - 13) : root;
