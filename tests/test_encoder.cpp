@@ -170,8 +170,11 @@ TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
   }
   const std::string source = out.metadata().at("preprocessing_source");
   EXPECT_EQ(source.rfind("model: ", 0), 0u) << source;
-  EXPECT_EQ(out.metadata().at("model_naming"), VitModel::load(fixture(GetParam())).config().naming);
+  const VitConfig mc = VitModel::load(fixture(GetParam())).config();
+  EXPECT_EQ(out.metadata().at("model_naming"), mc.naming);
   EXPECT_FALSE(out.metadata().at("embeddings_output").empty());
+  // A projector that is not run is said once on stderr, and only then.
+  EXPECT_EQ(r.err.find("projector is not applied") != std::string::npos, !mc.ignored_projector.empty()) << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,

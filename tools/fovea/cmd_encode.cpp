@@ -52,9 +52,7 @@ struct EncodeCommand {
     const VitModel model = VitModel::load(model_spec);
     const double load_ms = ms_since(t0);
     const VitConfig& mc = model.config();
-    if (model.is_random())
-      std::fprintf(stderr, "fovea: note: %s has RANDOM weights; its embeddings are for benchmarking only\n",
-                   model_spec.c_str());
+    note_model(model, model_spec);
     // The model's own preprocessing unless --mean / --std say otherwise (each overrides its half).
     const std::string norm_source = apply_model_preprocessing(tok, mc.input, params.extract.norm);
     if (mc.patch_px != params.patch_px) {

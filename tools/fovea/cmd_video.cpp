@@ -153,9 +153,7 @@ struct VideoCommand {
     std::string norm_source;
     if (have_model) {
       model = VitModel::load(model_spec);
-      if (model->is_random())
-        std::fprintf(stderr, "fovea: note: %s has RANDOM weights; its embeddings are for benchmarking only\n",
-                     model_spec.c_str());
+      note_model(*model, model_spec);
       // The model's own preprocessing unless --mean / --std say otherwise, as fovea encode does.
       norm_source = apply_model_preprocessing(tok, model->config().input, vp.tokenize.extract.norm);
       runnable_precision_noted(vp.encoder.precision);  // the warning; the encoder falls back by itself

@@ -38,4 +38,16 @@ inline Precision runnable_precision_noted(Precision asked) {
   return runs;
 }
 
+// What a user must know about a loaded model before reading its embeddings, once on stderr:
+// random weights, and a projector in the checkpoint that is not run (VitConfig::ignored_projector).
+inline void note_model(const VitModel& model, const std::string& spec) {
+  if (model.is_random())
+    std::fprintf(stderr, "fovea: note: %s has RANDOM weights; its embeddings are for benchmarking only\n", spec.c_str());
+  if (!model.config().ignored_projector.empty())
+    std::fprintf(stderr,
+                 "fovea: note: %s: the checkpoint's projector is not applied (%s: it groups a uniform grid of "
+                 "tokens); the embeddings are the vision tower's\n",
+                 spec.c_str(), model.config().ignored_projector.c_str());
+}
+
 }  // namespace fovea::cli
