@@ -162,7 +162,7 @@ std::string_view to_string(ProjectorType p);
 struct VitConfig {
   VitFamily family = VitFamily::clip;
   // hf_clip, hf_siglip, hf_siglip2, hf_idefics2/3, hf_llava, torchvision, gguf_mmproj, hf_vit, timm_vit, hf_dinov2,
-  // hf_dinov2_reg, open_clip, intern_vit, hf_blip, hf_blip2, random
+  // hf_dinov2_reg, open_clip, intern_vit, hf_blip, hf_blip2, hf_paligemma, random
   std::string naming = "random";
   InputContract input;
   int hidden = 768;     // D
