@@ -502,6 +502,28 @@ void fold_layer_scale(Lookup& L, const std::string& gamma, int64_t D, bool requi
   w = WeightMatrix(std::move(t));
 }
 
+std::optional<std::string> shortest_prefix_of(const WeightSource& w, std::string_view suffix) {
+  std::optional<std::string> best;
+  for (const std::string& n : w.names())
+    if (n.ends_with(suffix) && (!best || n.size() - suffix.size() < best->size()))
+      best = n.substr(0, n.size() - suffix.size());
+  return best;
+}
+
+void class_token_tower_dims(const WeightSource& w, const nlohmann::json& cfg, const std::string& pos_name,
+                            const std::string& blocks, const std::string& fc1, VitConfig& c) {
+  const std::string& path = w.path();
+  const auto pos = w.info(pos_name);
+  if (!pos || pos->shape.size() != 3)
+    throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + pos_name + " (expected [1, 1 + G·G, D])");
+  c.grid = square_side(pos->shape[1] - 1, path, pos_name);
+  c.layers = count_layers(w, blocks);
+  c.layers_in_checkpoint = c.layers;
+  const auto f = w.info(blocks + "0." + fc1 + ".weight");
+  c.mlp = f && f->shape.size() == 2 ? checked_dim(f->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
+  c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
+}
+
 VitLayer load_fused_block(Lookup& L, const std::string& l, const FusedBlockNames& n, const VitConfig& c) {
   const int64_t D = c.hidden, M = c.mlp, M1 = fc1_width(c);
   const std::string ln1 = l + n.ln1, out = l + n.out, ln2 = l + n.ln2, fc1 = l + n.fc1, fc2 = l + n.fc2;
@@ -509,7 +531,7 @@ VitLayer load_fused_block(Lookup& L, const std::string& l, const FusedBlockNames
   ly.ln1_w = L.get(ln1 + ".weight", {D});
   ly.ln1_b = L.get(ln1 + ".bias", {D});
   ly.qkv_w = L.matrix(l + n.qkv_w, {3 * D, D});
-  ly.qkv_b = L.get(l + n.qkv_b, {3 * D});
+  if (n.qkv_b) ly.qkv_b = L.get(l + n.qkv_b, {3 * D});
   ly.out_w = L.matrix(out + ".weight", {D, D});
   ly.out_b = L.get(out + ".bias", {D});
   ly.ln2_w = L.get(ln2 + ".weight", {D});

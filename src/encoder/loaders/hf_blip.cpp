@@ -43,15 +43,7 @@ class HfBlipLoader final : public ModelLoader {
     c.naming = split_bias ? "hf_blip2" : "hf_blip";
     patch_embedding_dims(w, p + "embeddings.patch_embedding.weight", c);
     const std::string pos_name = p + "embeddings.position_embedding";
-    const auto pos = w.info(pos_name);
-    if (!pos || pos->shape.size() != 3)
-      throw Error(Errc::corrupt_data, "'" + path + "': missing or malformed " + pos_name + " (expected [1, 1 + G·G, D])");
-    c.grid = square_side(pos->shape[1] - 1, path, pos_name);
-    c.layers = count_layers(w, p + "encoder.layers.");
-    c.layers_in_checkpoint = c.layers;
-    const auto fc1 = w.info(p + "encoder.layers.0.mlp.fc1.weight");
-    c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
-    c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
+    class_token_tower_dims(w, cfg, pos_name, p + "encoder.layers.", "mlp.fc1", c);
     c.class_token = true;
     c.patch_bias = true;
     c.pre_norm = false;
@@ -70,30 +62,19 @@ class HfBlipLoader final : public ModelLoader {
     m->patch_b = L.get(p + "embeddings.patch_embedding.bias", {D});
     m->class_emb = L.get(p + "embeddings.class_embedding", {1, 1, D}, true, {D});
     split_class_position(L.get(pos_name, {1, G * G + 1, D}), D, *m);
+    const FusedBlockNames names{"layer_norm1", "self_attn.qkv.weight", split_bias ? nullptr : "self_attn.qkv.bias",
+                                "self_attn.projection", "layer_norm2", "mlp.fc1", "mlp.fc2"};
     for (int i = 0; i < c.layers; ++i) {
       const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
-      VitLayer ly;
-      ly.ln1_w = L.get(l + "layer_norm1.weight", {D});
-      ly.ln1_b = L.get(l + "layer_norm1.bias", {D});
-      ly.qkv_w = L.matrix(l + "self_attn.qkv.weight", {3 * D, D});
-      if (split_bias) {
+      VitLayer ly = load_fused_block(L, l, names, c);
+      if (split_bias) {  // q_bias | 0 | v_bias, as Blip2Attention builds it
         const Tensor qb = L.get(l + "self_attn.q_bias", {D}), vb = L.get(l + "self_attn.v_bias", {D});
         if (present(qb) && present(vb)) {
           ly.qkv_b = Tensor(DType::f32, {3 * D});  // zero-filled: the keys have no bias
           std::memcpy(ly.qkv_b.data<float>(), qb.data<float>(), size_t(D) * 4);
           std::memcpy(ly.qkv_b.data<float>() + 2 * D, vb.data<float>(), size_t(D) * 4);
         }
-      } else {
-        ly.qkv_b = L.get(l + "self_attn.qkv.bias", {3 * D});
       }
-      ly.out_w = L.matrix(l + "self_attn.projection.weight", {D, D});
-      ly.out_b = L.get(l + "self_attn.projection.bias", {D});
-      ly.ln2_w = L.get(l + "layer_norm2.weight", {D});
-      ly.ln2_b = L.get(l + "layer_norm2.bias", {D});
-      ly.fc1_w = L.matrix(l + "mlp.fc1.weight", {c.mlp, D});
-      ly.fc1_b = L.get(l + "mlp.fc1.bias", {c.mlp});
-      ly.fc2_w = L.matrix(l + "mlp.fc2.weight", {D, c.mlp});
-      ly.fc2_b = L.get(l + "mlp.fc2.bias", {D});
       m->layers.push_back(std::move(ly));
     }
     m->post_w = L.get(p + "post_layernorm.weight", {D});

@@ -15,11 +15,7 @@ namespace fovea::encoder_detail {
 namespace {
 
 std::optional<std::string> projector_prefix(const WeightSource& w) {
-  const std::string kP = "multi_modal_projector.linear_1.weight";
-  std::optional<std::string> best;
-  for (const std::string& n : w.names())
-    if (n.ends_with(kP) && (!best || n.size() - kP.size() < best->size())) best = n.substr(0, n.size() - kP.size());
-  return best;
+  return shortest_prefix_of(w, "multi_modal_projector.linear_1.weight");
 }
 
 class HfLlavaLoader final : public ModelLoader {

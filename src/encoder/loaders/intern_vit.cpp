@@ -58,15 +58,7 @@ class InternVitLoader final : public ModelLoader {
     c.naming = "intern_vit";
     patch_embedding_dims(w, p + "embeddings.patch_embedding.weight", c);
     const std::string pos_name = p + "embeddings.position_embedding";
-    const auto pos = w.info(pos_name);
-    if (!pos || pos->shape.size() != 3)
-      throw Error(Errc::corrupt_data, "'" + path + "': malformed " + pos_name + " (expected [1, 1 + G·G, D])");
-    c.grid = square_side(pos->shape[1] - 1, path, pos_name);
-    c.layers = count_layers(w, p + "encoder.layers.");
-    c.layers_in_checkpoint = c.layers;
-    const auto fc1 = w.info(p + "encoder.layers.0.mlp.fc1.weight");
-    c.mlp = fc1 && fc1->shape.size() == 2 ? checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width") : 4 * c.hidden;
-    c.heads = cfg_get<int>(cfg, {"num_attention_heads"}).value_or(default_heads(c.hidden));
+    class_token_tower_dims(w, cfg, pos_name, p + "encoder.layers.", "mlp.fc1", c);
     c.class_token = true;
     c.patch_bias = true;
     c.pre_norm = false;

@@ -190,6 +190,14 @@ void patch_embedding_dims(const WeightSource& w, const std::string& name, VitCon
 // anything is allocated: Error(limit_exceeded) outside [1, max] (a hostile or broken checkpoint,
 // e.g. a sparse file claiming 2^40 elements, instead of a wrapped size or a huge allocation).
 int checked_dim(int64_t v, int64_t max, const std::string& path, const std::string& what);
+// The shortest prefix before a tensor named PREFIX + `suffix` (a VLM's projector beside its
+// tower, e.g. "model." + "multi_modal_projector.linear_1.weight"), or nullopt.
+std::optional<std::string> shortest_prefix_of(const WeightSource& w, std::string_view suffix);
+// An HF class-token tower's dimensions beyond the patch embedding: c.grid from `pos_name`
+// [1, 1 + G·G, D], c.layers (= layers_in_checkpoint) from `blocks`N.*, c.mlp from
+// `blocks`0.`fc1`.weight (else 4·D), c.heads from config.json (else the standard table).
+void class_token_tower_dims(const WeightSource& w, const nlohmann::json& cfg, const std::string& pos_name,
+                            const std::string& blocks, const std::string& fc1, VitConfig& c);
 // Splits a [G·G + 1, D] position table (class position first) into class_pos and pos_grid.
 void split_class_position(Tensor all, int64_t D, VitModel::Impl& m);
 
@@ -260,6 +268,7 @@ struct FusedBlockNames {
   bool ls_required = false;
 };
 // Block `prefix` in naming `n`: fc1 is fc1_width(c) wide, fc2 reads c.mlp; layer scales folded.
+// n.qkv_b null: the caller sets the qkv bias (BLIP-2's q_bias | 0 | v_bias).
 VitLayer load_fused_block(Lookup& L, const std::string& prefix, const FusedBlockNames& n, const VitConfig& c);
 
 // The input contract: preprocessor_config.json if present, else `fallback`.
