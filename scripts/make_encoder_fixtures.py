@@ -1404,6 +1404,20 @@ class TimmVit(nn.Module):  # VisionTransformer(class_token=True, global_pool="to
         return self.run(x)
 
 
+class ClassTokenTowerRows:
+    """The token-level pieces class_token_cases reads from an HF tower whose embeddings hold
+    class_embedding [1, 1, D], patch_embedding (conv) and position_embedding [1, 1 + G*G, D]
+    (InternViT, BLIP)."""
+    def grid(self):
+        return self.embeddings.position_embedding[0, 1:]
+
+    def cls(self):
+        return self.embeddings.class_embedding[0, 0] + self.embeddings.position_embedding[0, 0]
+
+    def patch(self, patches):
+        return self.embeddings.patch_embedding(patches).flatten(1)
+
+
 # ---- HF BLIP / BLIP-2 (transformers' modeling_blip.py, modeling_blip_2.py) ------------------------
 class BlipAttention(nn.Module):
     """qkv fused [3D, D]; BLIP: with its own bias; BLIP-2 (split_bias): no bias on the Linear,
@@ -1438,7 +1452,7 @@ class BlipEncoderLayer(nn.Module):
         return x + self.mlp(self.layer_norm2(x))
 
 
-class BlipVisionModel(nn.Module):
+class BlipVisionModel(ClassTokenTowerRows, nn.Module):
     """BlipVisionModel / Blip2VisionModel: class token, position_embedding as a [1, 1 + G*G, D]
     parameter resized with plain bicubic (interpolate_pos_encoding), post_layernorm on every token,
     pooler_output = post_layernorm applied again to the normed class token.
@@ -1454,15 +1468,6 @@ class BlipVisionModel(nn.Module):
         self.encoder = nn.Module()
         self.encoder.layers = nn.ModuleList([BlipEncoderLayer(split_bias, eps) for _ in range(LAYERS)])
         self.post_layernorm = nn.LayerNorm(D, eps=eps)
-
-    def grid(self):
-        return self.embeddings.position_embedding[0, 1:]
-
-    def cls(self):
-        return self.embeddings.class_embedding[0, 0] + self.embeddings.position_embedding[0, 0]
-
-    def patch(self, patches):
-        return self.embeddings.patch_embedding(patches).flatten(1)
 
     def run(self, x):
         for l in self.encoder.layers:
@@ -1773,7 +1778,7 @@ class InternLayer(nn.Module):  # InternVisionEncoderLayer (norm_type layer_norm)
         return x + self.mlp(self.norm2(x)) * self.ls2
 
 
-class InternVisionModel(nn.Module):
+class InternVisionModel(ClassTokenTowerRows, nn.Module):
     """InternViT (modeling_intern_vit.py): class_embedding [1, 1, D], patch_embedding with bias,
     position_embedding [1, 1 + G·G, D] always resized with plain bicubic to the patch grid,
     layers with ls1 / ls2, no final norm (pooler_output = the class token)."""
@@ -1787,15 +1792,6 @@ class InternVisionModel(nn.Module):
         self.embeddings.position_embedding = nn.Parameter(torch.zeros(1, G * G + 1, D))
         self.encoder = nn.Module()
         self.encoder.layers = nn.ModuleList([InternLayer(eps) for _ in range(LAYERS)])
-
-    def grid(self):
-        return self.embeddings.position_embedding[0, 1:]
-
-    def cls(self):
-        return self.embeddings.class_embedding[0, 0] + self.embeddings.position_embedding[0, 0]
-
-    def patch(self, patches):
-        return self.embeddings.patch_embedding(patches).flatten(1)
 
     def run(self, x):
         for l in self.encoder.layers:
