@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/) with clang + ASan + UBSan and runs each for N seconds.
 #   scripts/fuzz.sh [--seconds N] [--build-dir DIR] [--jobs J] [TARGET...]
-# TARGET: png jpeg safetensors gguf torch tokenize cli video (default: all of them; video only when the
-# build has the video stage, i.e. libav*). Each target starts from its
+# TARGET: png jpeg still safetensors gguf torch tokenize cli video (default: all of them; still only
+# when the build has FFmpeg, video only when it has the video stage, i.e. libav* and the encoder). Each target starts from its
 # committed seed corpus fuzz/corpus/<target>/ plus the inputs earlier runs found (kept in
 # DIR/corpus/<target>/, never committed). Exits non-zero when any target crashes, leaks, times
 # out (one input over FUZZ_TIMEOUT s, default 10) or exceeds 2 GiB; the input that did it is saved as
@@ -21,7 +21,7 @@ seconds=30
 build_dir=build-fuzz
 jobs=$(nproc)
 targets=()
-all_targets=(png jpeg safetensors gguf torch tokenize cli video)
+all_targets=(png jpeg still safetensors gguf torch tokenize cli video)
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -69,7 +69,7 @@ for t in "${targets[@]}"; do
   if grep -qx "fuzz_$t" <<<"$available"; then
     kept+=("$t")
   elif [ "$explicit" -gt 0 ]; then
-    echo "fuzz.sh: error: this build has no fuzz_$t (the video target needs the video stage: libav*)" >&2; exit 2
+    echo "fuzz.sh: error: this build has no fuzz_$t (still needs FFmpeg, video the video stage: libav* and the encoder)" >&2; exit 2
   else
     echo "fuzz.sh: note: fuzz_$t is not in this build, skipped"
   fi

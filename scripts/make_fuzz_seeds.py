@@ -127,6 +127,8 @@ def main():
 
     # video: tiny clips (a few frames, 24..48 px) in the containers and codecs users bring.
     video_seeds()
+    # still: the formats decoded through FFmpeg's libavcodec (src/image/libav.cpp).
+    still_seeds(rgb)
 
     # cli: NUL-separated argument vectors.
     cli = {
@@ -180,6 +182,40 @@ def video_seeds():
             subprocess.run(cmd + exact + enc + [path], check=True)
             with open(path, "rb") as f:
                 out("video", name, f.read())
+
+
+
+def still_seeds(rgb):
+    """Small pictures in each still format fovea reads through FFmpeg: PIL writes what it can,
+    ffmpeg the rest (from the same 13x9 picture)."""
+    out("still", "lossy.webp", pil_bytes(rgb, "WEBP", quality=60))
+    out("still", "lossless.webp", pil_bytes(rgb, "WEBP", lossless=True))
+    out("still", "alpha.webp", pil_bytes(rgb.convert("RGBA"), "WEBP", lossless=True))
+    out("still", "palette.gif", pil_bytes(rgb.convert("P", palette=Image.ADAPTIVE, colors=8), "GIF"))
+    out("still", "rgb.bmp", pil_bytes(rgb, "BMP"))
+    out("still", "palette.bmp", pil_bytes(rgb.convert("P", palette=Image.ADAPTIVE, colors=8), "BMP"))
+    out("still", "rgb.tiff", pil_bytes(rgb, "TIFF", compression="tiff_lzw"))
+    out("still", "gray.tiff", pil_bytes(rgb.convert("L"), "TIFF"))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out("still", "oriented.tiff", pil_bytes(rgb, "TIFF", tiffinfo={0x0112: 6}))
+    out("still", "oriented.webp", pil_bytes(rgb, "WEBP", lossless=True, exif=exif.tobytes()))
+    out("still", "rgb.ppm", pil_bytes(rgb, "PPM"))
+    out("still", "gray.pgm", pil_bytes(rgb.convert("L"), "PPM"))
+    out("still", "bilevel.pbm", pil_bytes(rgb.convert("1"), "PPM"))
+    ffmpeg = shutil.which("ffmpeg")
+    if not ffmpeg:
+        print("make_fuzz_seeds: no ffmpeg: the QOI, JPEG 2000 and JPEG XL still seeds are not written")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "src.png")
+        rgb.save(src)
+        for name, enc in {"rgb.qoi": [], "rgb.j2k": ["-c:v", "jpeg2000", "-pred", "1"],
+                          "rgb.jxl": ["-c:v", "libjxl", "-distance", "0"]}.items():
+            path = os.path.join(tmp, name)
+            subprocess.run([ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-i", src] + enc + [path], check=True)
+            with open(path, "rb") as f:
+                out("still", name, f.read())
 
 
 if __name__ == "__main__":

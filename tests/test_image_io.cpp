@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <csetjmp>
@@ -23,7 +24,9 @@
 #include <functional>
 
 #include "fovea/error.hpp"
+#include "fovea/files.hpp"
 #include "fovea/image.hpp"
+#include "fovea/version_gen.hpp"
 #include "image/codecs.hpp"
 #include "test_util.hpp"
 
@@ -233,6 +236,12 @@ ImageU8 smooth_image(int w, int h, int channels) {
         img.at(c, y, x) = uint8_t(128 + 100 * std::sin(0.07 * x + 0.05 * y + c) * std::cos(0.04 * y));
   return img;
 }
+
+bool have_ffmpeg_stills() { return std::string(image_formats()).find("WebP") != std::string::npos; }
+
+// Lossy WebP against Pillow (libwebp): mean 0.67, worst 8 levels on the fixture (2026-11-28).
+constexpr double kLossyWebpMeanDiff = 1.0;
+constexpr int kLossyWebpMaxDiff = 12;
 
 std::vector<uint8_t> valid_png() { return encode_png(test::random_image(24, 16, 3, 7)); }
 std::vector<uint8_t> valid_jpeg() { return encode_jpeg(smooth_image(40, 24, 3), 90); }
@@ -777,14 +786,18 @@ TEST(ImageIoErrors, FilesThatAreNotImages) {
   expect_error([&] { load_image(dir + "/nope.png"); }, Errc::io, dir + "/nope.png");
   expect_error([&] { load_image(dir); }, Errc::io, dir, "directory");
   expect_error([&] { load_image_f32(dir); }, Errc::io, dir);
+  // Headers with nothing after them: FFmpeg's decoders say so (without FFmpeg: unsupported).
+  const Errc stub = have_ffmpeg_stills() ? Errc::corrupt_data : Errc::unsupported;
   const std::string gif = write("a.png", std::string("GIF89a\x01\x00\x01\x00\x80\x00\x00", 13));
-  expect_error([&] { load_image(gif); }, Errc::unsupported, gif, "GIF");
+  expect_error([&] { load_image(gif); }, stub, gif, "GIF");
   const std::string webp = write("b.jpg", std::string("RIFF\x24\x00\x00\x00WEBPVP8 ", 16));
-  expect_error([&] { load_image(webp); }, Errc::unsupported, webp, "WebP");
+  expect_error([&] { load_image(webp); }, stub, webp, "WebP");
+  const std::string heic = write("h.jpg", std::string("\0\0\0\x18" "ftypheic\0\0\0\0mif1heic", 24));
+  expect_error([&] { load_image(heic); }, Errc::unsupported, heic, "HEIF");
   const std::string html = write("c.jpg", "<!DOCTYPE html><html><body>404</body></html>");
   expect_error([&] { load_image(html); }, Errc::unsupported, html, "HTML");
   const std::string bin = write("d.jpg", std::string("\x01\x02\x03\x04\x05", 5));
-  expect_error([&] { load_image(bin); }, Errc::unsupported, bin, "not a PNG or JPEG");
+  expect_error([&] { load_image(bin); }, Errc::unsupported, bin, "not an image file fovea reads (PNG, JPEG");
   expect_error([&] { decode_image(std::vector<uint8_t>{0x89, 'P', 'N'}, {}, "sig"); },
                Errc::corrupt_data, "sig", "truncated");
   expect_error([&] { decode_image(std::vector<uint8_t>{0xFF, 0xD8}, {}, "sig"); }, Errc::corrupt_data,
@@ -875,8 +888,198 @@ TEST(ImageIoFiles, SkimageSampleJpegs) {
   EXPECT_NEAR(channel_sum(rocket, 2) / n, 82.271, 0.5);
   // skimage ships a deliberately truncated JPEG.
   expect_error([&] { load_image(kSkimageData + "truncated.jpg"); }, Errc::corrupt_data, "truncated.jpg");
-  expect_error([&] { load_image(kSkimageData + "no_time_for_that_tiny.gif"); }, Errc::unsupported,
-               "no_time_for_that_tiny.gif", "GIF");
+  // An animated GIF: its first frame (or, without FFmpeg, a clear refusal).
+  if (have_ffmpeg_stills()) {
+    const ImageU8 gif = load_image(kSkimageData + "no_time_for_that_tiny.gif");
+    EXPECT_GT(gif.width(), 0);
+    EXPECT_EQ(gif.channels(), 3);
+  } else {
+    expect_error([&] { load_image(kSkimageData + "no_time_for_that_tiny.gif"); }, Errc::unsupported,
+                 "no_time_for_that_tiny.gif", "FFmpeg");
+  }
+}
+
+// ---- the formats FFmpeg decodes (tests/data/images: scripts/make_image_fixtures.py) ----------
+
+std::string still(const std::string& name) { return test::source_dir() + "/tests/data/images/" + name; }
+
+template <typename T>
+void expect_same_pixels(const Image<T>& a, const Image<T>& b, const std::string& what) {
+  ASSERT_EQ(a.width(), b.width()) << what;
+  ASSERT_EQ(a.height(), b.height()) << what;
+  ASSERT_EQ(a.channels(), b.channels()) << what;
+  for (int c = 0; c < a.channels(); ++c)
+    for (int y = 0; y < a.height(); ++y)
+      for (int x = 0; x < a.width(); ++x)
+        ASSERT_EQ(a.at(c, y, x), b.at(c, y, x)) << what << " at c" << c << " y" << y << " x" << x;
+}
+
+TEST(ImageIoFfmpeg, BuildSaysWhichFormatsItReads) {
+  const std::string formats = image_formats();
+  EXPECT_EQ(formats.rfind("PNG, JPEG", 0), 0u) << formats;
+  EXPECT_EQ(have_ffmpeg_stills(), FOVEA_BUILT_WITH_FFMPEG == 1) << formats;
+  const auto& ext = image_file_extensions();
+  EXPECT_NE(std::find(ext.begin(), ext.end(), ".jpeg"), ext.end());
+  EXPECT_EQ(std::find(ext.begin(), ext.end(), ".webp") != ext.end(), have_ffmpeg_stills());
+  if (!have_ffmpeg_stills()) {
+    expect_error([&] { load_image(still("lossless.webp")); }, Errc::unsupported, "lossless.webp",
+                 "this build of fovea has none");
+    GTEST_SKIP() << "built without FFmpeg: PNG and JPEG only";
+  }
+  for (const char* f : {"WebP", "GIF", "BMP", "TIFF", "QOI", "JPEG 2000", "JPEG XL"})
+    EXPECT_NE(formats.find(f), std::string::npos) << f << " missing from " << formats;
+}
+
+TEST(ImageIoFfmpeg, LosslessFormatsEqualTheSourceExactly) {
+  if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
+  const ImageU8 rgb = load_image(still("source.png"));
+  const ImageU8 gray = load_image(still("gray.png"));
+  ASSERT_EQ(rgb.channels(), 3);
+  ASSERT_EQ(gray.channels(), 1);
+  // rgba.webp: alpha 128 everywhere, dropped as PNG's is.
+  for (const char* name : {"lossless.webp", "rgba.webp", "rgb.bmp", "rgb.tiff", "rgb.qoi", "rgb.ppm", "rgb.j2k",
+                           "rgb.jxl"})
+    expect_same_pixels(load_image(still(name)), rgb, name);
+  for (const char* name : {"gray.pgm", "gray.tiff"}) expect_same_pixels(load_image(still(name)), gray, name);
+  // In memory too, under the caller's name.
+  const std::vector<uint8_t> bytes = read_file(still("rgb.qoi"));
+  expect_same_pixels(decode_image(bytes, {}, "mem.qoi"), rgb, "mem.qoi");
+}
+
+TEST(ImageIoFfmpeg, SixteenBitSamplesKeepTheirPrecisionInF32) {
+  if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
+  const ImageF32 ref = load_image_f32(still("source16.png"));
+  const ImageU8 ref8 = load_image(still("source16.png"));
+  for (const char* name : {"rgb16.tiff", "source16.ppm"}) {
+    const ImageF32 f = load_image_f32(still(name));
+    expect_same_pixels(f, ref, name);
+    expect_same_pixels(load_image(still(name)), ref8, name);
+  }
+  // The low byte is there: not a multiple of 257 / 65535 everywhere.
+  int fine = 0;
+  for (int x = 0; x < ref.width(); ++x) fine += std::fmod(ref.at(0, 0, x) * 65535.0f, 257.0f) > 0.5f;
+  EXPECT_GT(fine, 10);
+}
+
+TEST(ImageIoFfmpeg, LossyWebpAndGifAgreeWithPillow) {
+  if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
+  // GIF: a palette, so exact.
+  expect_same_pixels(load_image(still("palette.gif")), load_image(still("palette.gif.pil.png")), "palette.gif");
+  // Lossy WebP: 4:2:0 YUV. libwebp (Pillow) and FFmpeg's VP8 decoder give the same YUV; they
+  // upsample chroma and round the BT.601 conversion differently.
+  const ImageU8 webp = load_image(still("lossy.webp"));
+  const ImageU8 pil = load_image(still("lossy.webp.pil.png"));
+  ASSERT_EQ(webp.width(), pil.width());
+  ASSERT_EQ(webp.height(), pil.height());
+  ASSERT_EQ(webp.channels(), 3);
+  double sum = 0;
+  int worst = 0;
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < webp.height(); ++y)
+      for (int x = 0; x < webp.width(); ++x) {
+        const int d = std::abs(int(webp.at(c, y, x)) - int(pil.at(c, y, x)));
+        sum += d;
+        worst = std::max(worst, d);
+      }
+  const double mean = sum / double(webp.pixels() * 3);
+  EXPECT_LT(mean, kLossyWebpMeanDiff) << "worst " << worst;
+  EXPECT_LE(worst, kLossyWebpMaxDiff) << "mean " << mean;
+}
+
+TEST(ImageIoFfmpeg, TiffAndWebpOrientationIsApplied) {
+  if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
+  const ImageU8 src = load_image(still("source.png"));
+  for (const char* name : {"oriented.webp", "oriented.tiff"}) {
+    const ImageU8 shown = load_image(still(name));  // orientation 6: 90 degrees clockwise
+    ASSERT_EQ(shown.width(), src.height()) << name;
+    ASSERT_EQ(shown.height(), src.width()) << name;
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < shown.height(); ++y)
+        for (int x = 0; x < shown.width(); ++x)
+          ASSERT_EQ(shown.at(c, y, x), src.at(c, src.height() - 1 - x, y)) << name;
+    LoadOptions stored;
+    stored.apply_exif_orientation = false;
+    expect_same_pixels(load_image(still(name), stored), src, name);
+  }
+}
+
+// The CLI reads them like PNG and JPEG, one file or a folder of them (a batch).
+TEST(ImageIoFfmpeg, CliTokenizesWebpAndFoldersOfStills) {
+  if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
+  const std::string dir = test::temp_dir("ImageIoFfmpeg_cli");
+  const test::RunResult one =
+      test::run_cli({"tokenize", still("lossy.webp"), "--budget", "6", "-o", dir + "/one.safetensors", "--json"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("\"width\": 48"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("\"height\": 32"), std::string::npos) << one.out;
+  fs::create_directories(dir + "/in");
+  for (const std::string name : {"lossless.webp", "palette.gif", "rgb.tiff", "rgb.qoi", "gray.pgm", "lossy.webp.pil.png"}) {
+    std::string flat = name;  // a.b.ext -> a_b.ext: distinct output names
+    for (size_t dot = flat.find('.'); dot != flat.rfind('.'); dot = flat.find('.')) flat[dot] = '_';
+    const size_t last = flat.rfind('.');
+    flat = flat.substr(0, last) + "_" + flat.substr(last + 1) + flat.substr(last);
+    fs::copy_file(still(name), dir + "/in/" + flat);
+  }
+  const test::RunResult batch = test::run_cli({"tokenize", dir + "/in", "--budget", "6", "-o", dir + "/out"});
+  ASSERT_EQ(batch.exit_code, 0) << batch.err;
+  EXPECT_NE(batch.out.find("6 images, 6 ok"), std::string::npos) << batch.out << "\n" << batch.err;
+  for (const char* out : {"lossless_webp", "palette_gif", "rgb_tiff", "rgb_qoi", "gray_pgm", "lossy_webp_pil_png"})
+    EXPECT_TRUE(fs::exists(dir + "/out/" + std::string(out) + ".safetensors")) << out;
+  // A broken one: one clear line, exit 1, no output.
+  const std::string bad = dir + "/bad.webp";
+  std::ofstream(bad, std::ios::binary) << std::string("RIFF\x24\x00\x00\x00WEBPVP8 \x10\x00\x00\x00", 20);
+  const test::RunResult broken = test::run_cli({"tokenize", bad, "-o", dir + "/bad.safetensors"});
+  EXPECT_EQ(broken.exit_code, 1);
+  EXPECT_EQ(broken.err.rfind("fovea: error: cannot decode '" + bad + "': WebP", 0), 0u) << broken.err;
+  EXPECT_EQ(std::count(broken.err.begin(), broken.err.end(), '\n'), 1) << broken.err;
+  EXPECT_FALSE(fs::exists(dir + "/bad.safetensors"));
+}
+
+// A header that claims 60000 x 60000 is refused before the decoder runs; the rest of the file
+// does not matter. Every cut of every fixture is an error or a picture, never a crash.
+TEST(ImageIoFfmpeg, HugeHeadersAndCutsAreCleanErrors) {
+  if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
+  quiet_ffmpeg_log();  // the cuts make FFmpeg's decoders complain
+  const auto patched = [](const char* name, size_t at, std::initializer_list<uint8_t> b) {
+    std::vector<uint8_t> bytes = read_file(still(name));
+    std::copy(b.begin(), b.end(), bytes.begin() + ptrdiff_t(at));
+    return bytes;
+  };
+  const uint8_t lo = 60000 & 0xFF, hi = 60000 >> 8;
+  const std::pair<const char*, std::vector<uint8_t>> bombs[] = {
+      {"GIF", patched("palette.gif", 6, {lo, hi, lo, hi})},
+      {"BMP", patched("rgb.bmp", 18, {lo, hi, 0, 0, lo, hi, 0, 0})},
+      {"QOI", patched("rgb.qoi", 4, {0, 0, hi, lo, 0, 0, hi, lo})},
+      {"WebP", patched("lossless.webp", 21, {0x5F, 0xEA, 0xFB, 0x1F})},  // VP8L: 14-bit extents - 1
+      {"PPM", [] {
+         const std::string h = "P6\n60000 60000\n255\n";
+         return std::vector<uint8_t>(h.begin(), h.end());
+       }()},
+  };
+  LoadOptions small;
+  small.max_pixels = 1'000'000;
+  for (const auto& [fmt, bytes] : bombs)
+    expect_error([&] { decode_image(bytes, small, "bomb"); }, Errc::limit_exceeded, "bomb", fmt);
+  // The fixtures are 48x32: a limit of 100 pixels refuses each, from the header (TIFF's IFD,
+  // JP2's ihdr box, ...) or, for JPEG XL, in the decoder (FFmpeg's max_pixels).
+  LoadOptions tiny;
+  tiny.max_pixels = 100;
+  for (const char* name : {"rgb.tiff", "rgb16.tiff", "rgb.j2k", "lossless.webp", "lossy.webp", "gray.pgm"})
+    expect_error([&] { (void)load_image(still(name), tiny); }, Errc::limit_exceeded, name, "100");
+  EXPECT_THROW((void)load_image(still("rgb.jxl"), tiny), Error);
+  for (const char* name : {"lossless.webp", "lossy.webp", "palette.gif", "rgb.bmp", "rgb.tiff", "rgb.qoi",
+                           "rgb.j2k", "rgb.jxl", "gray.pgm"}) {
+    const std::vector<uint8_t> full = read_file(still(name));
+    for (size_t n = 0; n < full.size(); n += 1 + n / 16) {
+      const std::vector<uint8_t> cut(full.begin(), full.begin() + ptrdiff_t(n));
+      try {
+        const ImageU8 img = decode_image(cut, {}, "cut");
+        EXPECT_GT(img.pixels(), 0u);  // some decoders show what they have, as viewers do
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("cut"), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -103,20 +103,33 @@ ImageU8 resize_area(const ImageViewU8& src, int width, int height, Executor& exe
 struct LoadOptions {
   // Images with more pixels than this are refused before any pixel buffer is allocated.
   uint64_t max_pixels = 100'000'000;
-  // JPEG: rotate/flip according to the EXIF Orientation tag (1..8), as viewers do.
+  // JPEG, TIFF, WebP: rotate/flip according to the EXIF Orientation tag (1..8), as viewers do.
   bool apply_exif_orientation = true;
 };
 
 // Decodes PNG (1/2/4/8/16-bit; gray, gray+alpha, RGB, RGBA, palette; interlaced) and JPEG
 // (baseline, progressive; gray, YCbCr, RGB, and CMYK/YCCK converted to RGB without color
-// management, as inverted Adobe CMYK when an Adobe APP14 marker is present). The format is
+// management, as inverted Adobe CMYK when an Adobe APP14 marker is present) with libpng and
+// libjpeg. When fovea is built with FFmpeg (libavcodec, libswscale), also WebP (lossy and
+// lossless), GIF (the first frame), BMP, TIFF, PNM/PAM/PFM, QOI, JPEG 2000, JPEG XL and PSD
+// through FFmpeg's decoders; image_formats() says which this build reads. The format is
 // detected from the bytes, not the file name. Alpha is dropped (as PIL's convert("RGB") does);
-// gray stays one channel. 16-bit samples are rounded to 8 bits; load_image_f32 keeps their
-// precision (v / 65535; 8-bit samples are v / 255).
+// gray stays one channel. Samples deeper than 8 bits are rounded to 8 bits; load_image_f32
+// keeps 16 bits of them (v / 65535; 8-bit samples are v / 255). The EXIF orientation of JPEG,
+// TIFF and WebP files is applied (JPEG XL's by libjxl).
 // Throws fovea::Error: io (cannot read), corrupt_data (empty, truncated, malformed; libjpeg's
 // "corrupt data" warnings count), unsupported (other formats, named when recognised),
 // limit_exceeded (over max_pixels). Messages name the file (`name` for in-memory bytes).
 ImageU8 load_image(const std::string& path, const LoadOptions& options = {});
+// The formats this build decodes, for messages and --version: "PNG, JPEG" or the longer list.
+const char* image_formats();
+// The file name extensions (lower case, with the dot: ".png") of those formats, for picking
+// images out of folders and WebDataset shards.
+const std::vector<std::string>& image_file_extensions();
+// FFmpeg's decoders log to stderr by default; the CLI, the Python module and the tests call
+// this once to keep stderr to fovea's own lines. Process-wide (av_log_set_level); a no-op in
+// a build without FFmpeg.
+void quiet_ffmpeg_log();
 ImageU8 decode_image(std::span<const uint8_t> bytes, const LoadOptions& options = {},
                      const std::string& name = "<memory>");
 ImageF32 load_image_f32(const std::string& path, const LoadOptions& options = {});

@@ -149,9 +149,7 @@ class VideoReader {
   std::unique_ptr<Impl> impl_;
 };
 
-// libav* logs to stderr by default; the CLI and the tests call this once to keep stderr to
-// fovea's own lines. Process-wide (av_log_set_level).
-void quiet_ffmpeg_log();
+// quiet_ffmpeg_log() (fovea/image.hpp) keeps FFmpeg's own log lines off stderr.
 
 // ---- the session ----------------------------------------------------------------------------
 

@@ -29,11 +29,12 @@ from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, Uni
 import numpy as np
 
 from . import _fovea
-from ._fovea import Encoding, TensorFile, Tokens, VideoFrameResult, bf16_supported
+from ._fovea import Encoding, TensorFile, Tokens, VideoFrameResult, bf16_supported, image_extensions, image_formats
 
 __version__ = _fovea.__version__
 __all__ = ["tokenize", "Fixation", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "VideoReader",
-           "VideoFrame", "VideoFrameResult", "video", "bf16_supported", "__version__"]
+           "VideoFrame", "VideoFrameResult", "video", "bf16_supported", "image_formats", "image_extensions",
+           "__version__"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -89,7 +90,8 @@ def tokenize(
         image: a uint8 numpy array [H, W, 3] (RGB) or [H, W] (gray), read in place (no
             copy; any positive strides: padded rows such as a crop of a larger array,
             rgba[..., :3], planar chw.transpose(1, 2, 0), a fovea.VideoReader frame), a
-            path to a PNG or JPEG file, or the file's bytes (decoded by fovea, EXIF
+            path to an image file (PNG, JPEG; WebP, GIF, TIFF... when built with FFmpeg:
+            fovea.image_formats()), or the file's bytes (decoded by fovea, EXIF
             orientation applied unless exif=False). Other dtypes raise TypeError, flipped or
             overlapping layouts ValueError.
         budget: the maximum number of tokens (the result lands within 2 of it).

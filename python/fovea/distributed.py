@@ -3,7 +3,7 @@
     python3 -m fovea.distributed INPUTS... -o OUTDIR [--workers N | --scheduler tcp://HOST:8786]
                                  [--model CKPT --precision bf16] [--budget 273 --fixation X,Y ...]
 
-INPUTS are image files, directories of them (.jpg/.jpeg/.png, recursively) and WebDataset-style
+INPUTS are image files, directories of them (fovea.image_extensions(), recursively) and WebDataset-style
 .tar shards. There is one Dask task per input shard and one per batch of --batch-size files.
 Each worker process loads the model once (a per-process cache) and runs fovea's C++ pipeline
 with the GIL released, on the host's cores divided by the task slots of the workers there.
@@ -45,7 +45,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import fovea
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+IMAGE_EXTENSIONS = tuple(fovea.image_extensions())  # .jpg/.jpeg/.png, and with FFmpeg .webp, .gif, ...
 
 # ---- work units ---------------------------------------------------------------------------------
 

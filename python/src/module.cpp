@@ -794,6 +794,10 @@ PYBIND11_MODULE(_fovea, m) {
                ", " + std::to_string(t.width) + "x" + std::to_string(t.height) + ", source " + t.source + ">";
       });
 
+  m.def("image_formats", [] { return std::string(image_formats()); },
+        "The image formats this build decodes: 'PNG, JPEG', and with FFmpeg WebP, GIF, BMP, TIFF, ...");
+  m.def("image_extensions", [] { return image_file_extensions(); },
+        "The file name extensions of those formats ('.png', '.webp', ...), lower case with the dot.");
   m.def("bf16_supported", &bf16_supported,
         "Whether this CPU has bf16 matrix kernels (oneDNN: AVX-512 or AMX). Without them precision='bf16' runs fp32.");
 

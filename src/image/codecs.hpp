@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -36,6 +37,11 @@ Image<T> make_image(int width, int height, int channels, const std::string& name
 // not EXIF, has no orientation, or is malformed in any way: a broken EXIF block never fails a
 // decode, it is ignored.
 int exif_orientation(std::span<const uint8_t> app1);
+// The same for a bare TIFF structure (a TIFF file, a WebP EXIF chunk): IFD0's Orientation.
+int tiff_orientation(std::span<const uint8_t> tiff);
+// A single-valued SHORT or LONG entry `tag` of a TIFF structure's IFD0 (ImageWidth 256,
+// ImageLength 257, Orientation 274); nullopt when absent or malformed.
+std::optional<uint32_t> tiff_ifd0_value(std::span<const uint8_t> tiff, uint16_t tag);
 
 // Orientations 5..8 turn a stored W×H image into a displayed H×W one.
 inline bool swaps_axes(int orientation) { return orientation >= 5 && orientation <= 8; }
@@ -89,5 +95,17 @@ Image<T> decode_png(std::span<const uint8_t> bytes, const LoadOptions& options,
 template <typename T>
 Image<T> decode_jpeg(std::span<const uint8_t> bytes, const LoadOptions& options,
                      const std::string& name);
+
+// Formats decoded through FFmpeg's libavcodec (libav.cpp), recognised by their signatures.
+enum class StillFormat { webp, gif, bmp, tiff, pbm, pgm, ppm, pam, pfm, qoi, jpeg2000, jpegxl, psd };
+const char* still_format_name(StillFormat f);
+// Whether this build decodes them (FFmpeg's development packages were found at configure time).
+bool have_libav_images();
+// Decodes the first picture of `bytes` with FFmpeg's decoder for `format`: gray stays one
+// channel, colour becomes RGB, alpha is dropped, samples deeper than 8 bits keep 16 bits for
+// float output; TIFF's and WebP's EXIF orientation is applied like JPEG's.
+template <typename T>
+Image<T> decode_libav(std::span<const uint8_t> bytes, StillFormat format, const LoadOptions& options,
+                      const std::string& name);
 
 }  // namespace fovea::image_detail

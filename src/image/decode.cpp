@@ -1,7 +1,9 @@
-// Public image file entry points: format detection by magic bytes, then PNG or JPEG.
+// Public image file entry points: format detection by magic bytes, then PNG, JPEG, or one of
+// the formats FFmpeg decodes (libav.cpp).
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 
 #include "image/codecs.hpp"
@@ -40,35 +42,89 @@ Image<T> make_image(int width, int height, int channels, const std::string& name
 template Image<uint8_t> make_image(int, int, int, const std::string&);
 template Image<float> make_image(int, int, int, const std::string&);
 
+const char* still_format_name(StillFormat f) {
+  switch (f) {
+    case StillFormat::webp: return "WebP";
+    case StillFormat::gif: return "GIF";
+    case StillFormat::bmp: return "BMP";
+    case StillFormat::tiff: return "TIFF";
+    case StillFormat::pbm: return "PBM";
+    case StillFormat::pgm: return "PGM";
+    case StillFormat::ppm: return "PPM";
+    case StillFormat::pam: return "PAM";
+    case StillFormat::pfm: return "PFM";
+    case StillFormat::qoi: return "QOI";
+    case StillFormat::jpeg2000: return "JPEG 2000";
+    case StillFormat::jpegxl: return "JPEG XL";
+    case StillFormat::psd: return "PSD";
+  }
+  return "?";
+}
+
 }  // namespace image_detail
+
+const std::vector<std::string>& image_file_extensions() {
+  static const std::vector<std::string> with_libav = {
+      ".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".pbm", ".pgm", ".ppm",
+      ".pnm", ".pam", ".pfm", ".qoi", ".jp2", ".j2k", ".j2c", ".jxl", ".psd"};
+  static const std::vector<std::string> png_jpeg = {".png", ".jpg", ".jpeg"};
+  return image_detail::have_libav_images() ? with_libav : png_jpeg;
+}
+
+const char* image_formats() {
+  return image_detail::have_libav_images()
+             ? "PNG, JPEG, WebP, GIF, BMP, TIFF, PNM/PAM/PFM, QOI, JPEG 2000, JPEG XL, PSD"
+             : "PNG, JPEG";
+}
 
 namespace {
 
 using image_detail::fail;
 
-enum class Format { png, jpeg };
+using image_detail::StillFormat;
+
+// PNG and JPEG through libpng and libjpeg; the rest through FFmpeg (libav.cpp).
+enum class Format { png, jpeg, libav };
+struct Detected {
+  Format format;
+  StillFormat still = StillFormat::webp;  // when format == libav
+};
 
 bool starts_with(std::span<const uint8_t> b, std::string_view magic, size_t at = 0) {
   return b.size() >= at + magic.size() && std::memcmp(b.data() + at, magic.data(), magic.size()) == 0;
 }
 
+// The formats FFmpeg decodes for us, by signature.
+std::optional<StillFormat> detect_still(std::span<const uint8_t> b) {
+  using namespace std::string_view_literals;
+  if (starts_with(b, "GIF87a") || starts_with(b, "GIF89a")) return StillFormat::gif;
+  if (starts_with(b, "RIFF") && starts_with(b, "WEBP", 8)) return StillFormat::webp;
+  if (starts_with(b, "BM")) return StillFormat::bmp;
+  if (starts_with(b, "II*\0"sv) || starts_with(b, "MM\0*"sv)) return StillFormat::tiff;
+  if (starts_with(b, "\xFF\x0A"sv) || starts_with(b, "\0\0\0\x0CJXL \r\n\x87\n"sv)) return StillFormat::jpegxl;
+  if (starts_with(b, "\0\0\0\x0CjP  \r\n\x87\n"sv) || starts_with(b, "\xFF\x4F\xFF\x51"sv))
+    return StillFormat::jpeg2000;
+  if (starts_with(b, "qoif")) return StillFormat::qoi;
+  if (starts_with(b, "8BPS")) return StillFormat::psd;
+  if (b.size() >= 3 && b[0] == 'P' && std::isspace(b[2])) {
+    switch (b[1]) {
+      case '1': case '4': return StillFormat::pbm;
+      case '2': case '5': return StillFormat::pgm;
+      case '3': case '6': return StillFormat::ppm;
+      case '7': return StillFormat::pam;
+      case 'F': case 'f': return StillFormat::pfm;
+      default: break;
+    }
+  }
+  return std::nullopt;
+}
+
 // Names what the bytes look like so that "unsupported" says something actionable.
 std::string describe_unknown(std::span<const uint8_t> b) {
-  using namespace std::string_view_literals;
-  if (starts_with(b, "GIF87a") || starts_with(b, "GIF89a")) return "GIF is not supported";
-  if (starts_with(b, "RIFF") && starts_with(b, "WEBP", 8)) return "WebP is not supported";
-  if (starts_with(b, "BM")) return "BMP is not supported";
-  if (starts_with(b, "II*\0"sv) || starts_with(b, "MM\0*"sv)) return "TIFF is not supported";
-  if (starts_with(b, "ftypavif", 4) || starts_with(b, "ftypavis", 4)) return "AVIF is not supported";
+  if (starts_with(b, "ftypavif", 4) || starts_with(b, "ftypavis", 4))
+    return "AVIF is not supported (Debian 12's FFmpeg reads no AVIF stills; convert it to PNG)";
   if (starts_with(b, "ftyphei", 4) || starts_with(b, "ftypmif1", 4) || starts_with(b, "ftyphev", 4))
-    return "HEIF/HEIC is not supported";
-  if (starts_with(b, "\xFF\x0A"sv) || starts_with(b, "\0\0\0\x0CJXL \r\n\x87\n"sv))
-    return "JPEG XL is not supported";
-  if (starts_with(b, "\0\0\0\x0CjP  \r\n\x87\n"sv) || starts_with(b, "\xFF\x4F\xFF\x51"sv))
-    return "JPEG 2000 is not supported";
-  if (starts_with(b, "qoif")) return "QOI is not supported";
-  if (starts_with(b, "8BPS")) return "PSD is not supported";
-  if (b.size() >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '7') return "PNM/PAM is not supported";
+    return "HEIF/HEIC is not supported (convert it to PNG or JPEG)";
   std::string hex;
   for (size_t i = 0; i < b.size() && i < 8; ++i) {
     static constexpr char kDigits[] = "0123456789abcdef";
@@ -76,7 +132,7 @@ std::string describe_unknown(std::span<const uint8_t> b) {
     hex += kDigits[b[i] >> 4];
     hex += kDigits[b[i] & 15];
   }
-  std::string what = "not a PNG or JPEG file (starts with " + hex + ")";
+  std::string what = "not an image file fovea reads (" + std::string(image_formats()) + "; it starts with " + hex + ")";
   const size_t n = std::min<size_t>(b.size(), 64);
   bool text = n >= 4;
   for (size_t i = 0; i < n && text; ++i)
@@ -85,7 +141,7 @@ std::string describe_unknown(std::span<const uint8_t> b) {
   return what;
 }
 
-Format detect_format(std::span<const uint8_t> b, const std::string& name) {
+Detected detect_format(std::span<const uint8_t> b, const std::string& name) {
   static constexpr uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
   static constexpr uint8_t kJpeg[3] = {0xFF, 0xD8, 0xFF};
   if (b.empty()) fail(Errc::corrupt_data, name, "the file is empty");
@@ -94,21 +150,24 @@ Format detect_format(std::span<const uint8_t> b, const std::string& name) {
   };
   if (matches(kPng, sizeof kPng)) {
     if (b.size() < sizeof kPng) fail(Errc::corrupt_data, name, "PNG is truncated inside its signature");
-    return Format::png;
+    return {Format::png};
   }
   if (matches(kJpeg, sizeof kJpeg)) {
     if (b.size() < sizeof kJpeg) fail(Errc::corrupt_data, name, "JPEG is truncated inside its signature");
-    return Format::jpeg;
+    return {Format::jpeg};
   }
+  if (const auto still = detect_still(b)) return {Format::libav, *still};
   fail(Errc::unsupported, name, describe_unknown(b));
 }
 
 template <typename T>
 Image<T> decode_any(std::span<const uint8_t> bytes, const LoadOptions& options,
                     const std::string& name) {
-  switch (detect_format(bytes, name)) {
+  const Detected d = detect_format(bytes, name);
+  switch (d.format) {
     case Format::png: return image_detail::decode_png<T>(bytes, options, name);
     case Format::jpeg: return image_detail::decode_jpeg<T>(bytes, options, name);
+    case Format::libav: return image_detail::decode_libav<T>(bytes, d.still, options, name);
   }
   fail(Errc::internal, name, "unknown format tag");
 }

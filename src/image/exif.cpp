@@ -3,6 +3,7 @@
 // The APP1 payload is untrusted: every offset is checked against the payload before it is
 // read, and anything unexpected means "no orientation" rather than an error, as viewers do.
 #include <cstring>
+#include <optional>
 
 #include "image/codecs.hpp"
 
@@ -12,7 +13,7 @@ namespace {
 
 constexpr uint16_t kOrientationTag = 0x0112;
 constexpr uint16_t kTypeShort = 3;
-constexpr uint16_t kTypeLong = 4;  // not what the spec says, but some writers use it
+constexpr uint16_t kTypeLong = 4;  // Orientation: not what the spec says, but some writers use it
 
 // A bounds-checked view of the TIFF structure in either byte order.
 class TiffReader {
@@ -43,39 +44,44 @@ class TiffReader {
 int exif_orientation(std::span<const uint8_t> app1) {
   // "Exif" NUL pad: the second NUL is sometimes 0xFF in the wild, so only the first five count.
   if (app1.size() < 6 || std::memcmp(app1.data(), "Exif\0", 5) != 0) return 0;
-  const std::span<const uint8_t> tiff = app1.subspan(6);
-  if (tiff.size() < 8) return 0;
+  return tiff_orientation(app1.subspan(6));
+}
+
+std::optional<uint32_t> tiff_ifd0_value(std::span<const uint8_t> tiff, uint16_t wanted) {
+  if (tiff.size() < 8) return std::nullopt;
   bool big_endian;
   if (tiff[0] == 'I' && tiff[1] == 'I') big_endian = false;
   else if (tiff[0] == 'M' && tiff[1] == 'M') big_endian = true;
-  else return 0;
+  else return std::nullopt;
   const TiffReader r(tiff, big_endian);
   uint16_t magic = 0;
   uint32_t ifd0 = 0;
-  if (!r.u16(2, &magic) || magic != 42 || !r.u32(4, &ifd0)) return 0;
+  if (!r.u16(2, &magic) || magic != 42 || !r.u32(4, &ifd0)) return std::nullopt;
   uint16_t count = 0;
-  if (!r.u16(ifd0, &count)) return 0;
-  // Orientation lives in IFD0 itself (not in the Exif sub-IFD), so one directory is enough.
+  if (!r.u16(ifd0, &count)) return std::nullopt;
   for (uint32_t i = 0; i < count; ++i) {
     const uint64_t entry = uint64_t(ifd0) + 2 + 12 * uint64_t(i);
     uint16_t tag = 0, type = 0;
     uint32_t n = 0;
-    if (!r.u16(entry, &tag) || !r.u16(entry + 2, &type) || !r.u32(entry + 4, &n)) return 0;
-    if (tag != kOrientationTag) continue;
-    if (n != 1) return 0;
-    uint32_t value = 0;
+    if (!r.u16(entry, &tag) || !r.u16(entry + 2, &type) || !r.u32(entry + 4, &n)) return std::nullopt;
+    if (tag != wanted) continue;
+    if (n != 1) return std::nullopt;
     if (type == kTypeShort) {
       uint16_t v16 = 0;
-      if (!r.u16(entry + 8, &v16)) return 0;
-      value = v16;
-    } else if (type == kTypeLong) {
-      if (!r.u32(entry + 8, &value)) return 0;
-    } else {
-      return 0;
+      if (!r.u16(entry + 8, &v16)) return std::nullopt;
+      return v16;
     }
-    return value >= 1 && value <= 8 ? int(value) : 0;
+    uint32_t v32 = 0;
+    if (type == kTypeLong && r.u32(entry + 8, &v32)) return v32;
+    return std::nullopt;
   }
-  return 0;
+  return std::nullopt;
+}
+
+int tiff_orientation(std::span<const uint8_t> tiff) {
+  // Orientation lives in IFD0 itself (not in the Exif sub-IFD), so one directory is enough.
+  const std::optional<uint32_t> v = tiff_ifd0_value(tiff, kOrientationTag);
+  return v && *v >= 1 && *v <= 8 ? int(*v) : 0;
 }
 
 // Stored (x, y) in a W×H image goes to displayed (dx, dy), per the EXIF 2.3 definitions of
@@ -97,5 +103,6 @@ RowPlacement place_row(int orientation, int stored_width, int stored_height, siz
     default: return {y * s, 1};
   }
 }
+
 
 }  // namespace fovea::image_detail

@@ -26,31 +26,19 @@ extern "C" {
 
 #include "fovea/error.hpp"
 #include "fovea/video.hpp"
+#include "image/libav_common.hpp"
 
 namespace fovea {
 
 namespace {
 
-std::string av_error(int code) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
-  av_strerror(code, buf, sizeof buf);
-  return buf;
-}
+using libav::CodecFree;
+using libav::FrameFree;
+using libav::PacketFree;
+std::string av_error(int code) { return libav::error_string(code); }
 
 struct FormatCloser {
   void operator()(AVFormatContext* f) const { avformat_close_input(&f); }
-};
-struct CodecFree {
-  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
-};
-struct PacketFree {
-  void operator()(AVPacket* p) const { av_packet_free(&p); }
-};
-struct FrameFree {
-  void operator()(AVFrame* f) const { av_frame_free(&f); }
-};
-struct SwsFree {
-  void operator()(SwsContext* s) const { sws_freeContext(s); }
 };
 struct AvioFree {
   void operator()(AVIOContext* c) const {
@@ -114,57 +102,6 @@ struct MemorySource {
     return m->pos;
   }
 };
-
-// The value an enum field of a libav struct holds, read as its int bits. libavcodec copies
-// colour fields from the bitstream (an 8-bit VUI value, say), so a hostile file can leave a
-// value no enumerator has; loading that as the enum type is undefined behaviour (UBSan's
-// -fsanitize=enum caught it: fuzz_video, AVColorSpace 191). Compared as ints, any value is fine.
-template <typename E>
-int enum_value(const E& field) {
-  static_assert(std::is_enum_v<E> && sizeof(E) == sizeof(int));
-  int v;
-  std::memcpy(&v, &field, sizeof v);
-  return v;
-}
-
-// The swscale colour matrix for a frame: the stream's when it says, else BT.709 for HD and
-// BT.601 below (what players assume).
-int sws_colorspace(const AVFrame* f) {
-  switch (enum_value(f->colorspace)) {
-    case AVCOL_SPC_BT709: return SWS_CS_ITU709;
-    case AVCOL_SPC_FCC: return SWS_CS_FCC;
-    case AVCOL_SPC_SMPTE240M: return SWS_CS_SMPTE240M;
-    case AVCOL_SPC_BT2020_NCL:
-    case AVCOL_SPC_BT2020_CL: return SWS_CS_BT2020;
-    case AVCOL_SPC_BT470BG:
-    case AVCOL_SPC_SMPTE170M: return SWS_CS_ITU601;
-    default: return f->height >= 720 ? SWS_CS_ITU709 : SWS_CS_ITU601;
-  }
-}
-
-bool full_range(const AVFrame* f) {
-  if (enum_value(f->color_range) == AVCOL_RANGE_JPEG) return true;
-  switch (f->format) {
-    case AV_PIX_FMT_YUVJ420P:
-    case AV_PIX_FMT_YUVJ422P:
-    case AV_PIX_FMT_YUVJ444P:
-    case AV_PIX_FMT_YUVJ440P:
-    case AV_PIX_FMT_YUVJ411P: return true;
-    default: return false;
-  }
-}
-
-// The yuvj* formats are deprecated in swscale; it wants the plain format plus the range flag.
-AVPixelFormat plain_format(int fmt) {
-  switch (fmt) {
-    case AV_PIX_FMT_YUVJ420P: return AV_PIX_FMT_YUV420P;
-    case AV_PIX_FMT_YUVJ422P: return AV_PIX_FMT_YUV422P;
-    case AV_PIX_FMT_YUVJ444P: return AV_PIX_FMT_YUV444P;
-    case AV_PIX_FMT_YUVJ440P: return AV_PIX_FMT_YUV440P;
-    case AV_PIX_FMT_YUVJ411P: return AV_PIX_FMT_YUV411P;
-    default: return AVPixelFormat(fmt);
-  }
-}
 
 // The display matrix (AV_PKT_DATA_DISPLAYMATRIX: a phone's "rotate" tag, an H.264 display
 // orientation SEI) as an EXIF orientation (1..8), the way ffmpeg's command line turns frames
@@ -404,16 +341,9 @@ struct VideoReader::Impl {
     if (out.width() != ow || out.height() != oh || out.channels() != 3) out = ImageU8(ow, oh, 3);
     ImageU8& target = o == 1 ? out : stored;
     if (o != 1 && (stored.width() != w || stored.height() != h)) stored = ImageU8(w, h, 3);
-    const AVPixelFormat src_fmt = plain_format(f->format);
-    sws = sws_getCachedContext(sws, w, h, src_fmt, w, h, AV_PIX_FMT_GBRP,
-                               SWS_BILINEAR | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr);
+    sws = libav::rgb_conversion(sws, f, AV_PIX_FMT_GBRP, libav::UntaggedMatrix::by_height);
     if (!sws)
-      throw Error(Errc::unsupported, path + ": cannot convert pixel format " +
-                                         std::string(av_get_pix_fmt_name(src_fmt) ? av_get_pix_fmt_name(src_fmt) : "?") +
-                                         " to RGB");
-    const int* coeffs = sws_getCoefficients(sws_colorspace(f));
-    sws_setColorspaceDetails(sws, coeffs, full_range(f) ? 1 : 0, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0,
-                             1 << 16, 1 << 16);
+      throw Error(Errc::unsupported, path + ": cannot convert pixel format " + libav::pixel_format_name(f->format) + " to RGB");
     uint8_t* dst[4] = {target.plane(1), target.plane(2), target.plane(0), nullptr};  // G, B, R
     const int ls = int(target.stride());
     const int dst_stride[4] = {ls, ls, ls, 0};
@@ -606,6 +536,5 @@ bool VideoReader::read(VideoFrame& out, const FrameFilter& keep) {
   return false;
 }
 
-void quiet_ffmpeg_log() { av_log_set_level(AV_LOG_QUIET); }
 
 }  // namespace fovea

@@ -1,7 +1,9 @@
-# Writes one translation unit per public header into OUT_DIR:
-#   1. the header alone, first, before anything else: it must compile on its own;
-#   2. the usage example at the top of its comment (the first run of "//   " lines after the
-#      title) as the body of a function, with every public header available: it must compile.
+# Writes the header check's translation units into OUT_DIR:
+#   1. one per public header: the header alone, before anything else: it must compile on its own;
+#   2. examples.cpp: every public header, then the usage example at the top of each header's
+#      comment (the first run of "//   " lines after the title) as the body of its own function:
+#      each must compile. One TU for all examples: the 25 headers are parsed once, not 25 times
+#      (this was ~2/3 of the check's compile time).
 # Run by the build when a header changes (tests/CMakeLists.txt); built by the CTest test
 # build.header_check.
 cmake_policy(SET CMP0007 NEW)
@@ -12,6 +14,7 @@ foreach(h IN LISTS headers)
   string(APPEND all_includes "#include \"fovea/${h}\"\n")
 endforeach()
 set(written "")
+set(examples "")
 foreach(h IN LISTS headers)
   # Lines as a CMake list: semicolons in the code are escaped first and restored on output.
   file(READ ${INCLUDE_DIR}/fovea/${h} text)
@@ -44,15 +47,19 @@ foreach(h IN LISTS headers)
   string(REPLACE "@LB@" "[" example "${example}")
   string(REPLACE "@RB@" "]" example "${example}")
   string(REGEX REPLACE "\\.hpp$" "" stem ${h})
-  set(src "// Generated from include/fovea/${h}: the header alone, then its usage example.\n")
-  string(APPEND src "#include \"fovea/${h}\"\n\n${all_includes}#include <cstdint>\n#include <cstdio>\n#include <vector>\n\n")
+  set(src "// Generated from include/fovea/${h}: the header alone.\n#include \"fovea/${h}\"\n")
   if(example STREQUAL "")
-    string(APPEND src "// ${h} has no usage example.\n")
+    string(APPEND examples "// ${h} has no usage example.\n")
   else()
-    string(APPEND src "#pragma GCC diagnostic ignored \"-Wunused-variable\"\n#pragma GCC diagnostic ignored \"-Wunused-but-set-variable\"\n")
-    string(APPEND src "[[maybe_unused]] static void example_${stem}() {\n${example}}\n")
+    string(APPEND examples "// include/fovea/${h}\n[[maybe_unused]] static void example_${stem}() {\n${example}}\n\n")
   endif()
   set(out ${OUT_DIR}/${stem}.cpp)
   file(WRITE ${out} "${src}")
   list(APPEND written ${out})
 endforeach()
+set(src "// Generated from include/fovea/*.hpp: every header, then each one's usage example.\n")
+string(APPEND src "${all_includes}#include <cstdint>\n#include <cstdio>\n#include <vector>\n\n")
+string(APPEND src "#pragma GCC diagnostic ignored \"-Wunused-variable\"\n#pragma GCC diagnostic ignored \"-Wunused-but-set-variable\"\n\n")
+string(APPEND src "${examples}")
+file(WRITE ${OUT_DIR}/examples.cpp "${src}")
+list(APPEND written ${OUT_DIR}/examples.cpp)

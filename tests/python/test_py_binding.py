@@ -44,6 +44,24 @@ def test_tokenize_array_and_path_equal_cli_file(png, tmp_path):
     assert t.image_size == (320, 240) and len(t) <= 120 and t.mode == "foveated"
 
 
+def test_other_still_formats_decode_like_png():
+    """With FFmpeg, WebP / TIFF / GIF... paths and bytes decode to the same pixels as the PNG."""
+    formats = fovea.image_formats()
+    assert formats.startswith("PNG, JPEG")
+    assert ".png" in fovea.image_extensions()
+    images = os.path.join(os.environ["FOVEA_SOURCE_DIR"], "tests", "data", "images")
+    webp = os.path.join(images, "lossless.webp")
+    if "WebP" not in formats:
+        with pytest.raises(Exception, match="FFmpeg"):
+            fovea.tokenize(webp, budget=6)
+        pytest.skip("built without FFmpeg")
+    assert ".webp" in fovea.image_extensions()
+    ref = fovea.tokenize(os.path.join(images, "source.png"), budget=6, dtype="u8")
+    for image in (webp, open(webp, "rb").read(), os.path.join(images, "rgb.tiff")):
+        t = fovea.tokenize(image, budget=6, dtype="u8")
+        assert np.array_equal(t.patches, ref.patches) and np.array_equal(t.positions, ref.positions)
+
+
 @pytest.mark.parametrize("flag, fix", [("100,80,30", fovea.Fixation(100, 80, radius=30)),
                                        ("100,80,30", (100, 80, 30)),
                                        ("100,80,0,0.5", fovea.Fixation(100, 80, weight=0.5)),

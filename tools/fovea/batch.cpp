@@ -21,6 +21,7 @@
 #include <random>
 
 #include "fovea/error.hpp"
+#include "fovea/image.hpp"
 
 namespace fovea::cli {
 
@@ -40,7 +41,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 bool is_tar(const std::string& path) { return ends_with(lower(path), ".tar"); }
 bool is_image_name(const std::string& name) {
   const std::string l = lower(name);
-  return ends_with(l, ".jpg") || ends_with(l, ".jpeg") || ends_with(l, ".png");
+  for (const std::string& ext : image_file_extensions())
+    if (ends_with(l, ext)) return true;
+  return false;
 }
 // WebDataset's key: the member name up to the first '.' of its file name.
 std::string tar_key(const std::string& member) {
@@ -284,7 +287,7 @@ BatchReport run_batch(const std::vector<std::string>& inputs, const std::string&
         if (it->is_regular_file(ec) && is_image_name(it->path().filename().string())) files.push_back(it->path().string());
       if (ec) throw Error(Errc::io, "cannot list '" + in + "': " + ec.message());
       std::sort(files.begin(), files.end());
-      if (files.empty()) std::fprintf(stderr, "fovea: warning: no .jpg/.jpeg/.png files in '%s'\n", in.c_str());
+      if (files.empty()) std::fprintf(stderr, "fovea: warning: no image files (%s) in '%s'\n", image_formats(), in.c_str());
       for (auto& f : files) sources.push_back({f, false, 1, ""});
     } else if (is_tar(in)) {
       TarReader r(in);  // Error(io) for a missing shard: an argument, checked now

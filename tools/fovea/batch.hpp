@@ -5,7 +5,8 @@
 //
 // Inputs:
 //   * an image file: output DIR/<name without extension>.safetensors;
-//   * a directory: its .jpg/.jpeg/.png files, recursively, in name order, each as a file;
+//   * a directory: its image files (.jpg/.jpeg/.png, and with FFmpeg .webp, .gif, .tiff...:
+//     fovea::image_file_extensions()), recursively, in name order, each as a file;
 //   * a .tar shard (WebDataset: members <key>.<ext>): its image members, in archive order;
 //     output one shard DIR/<shard name>.tar with a member <key>.safetensors per image.
 // -o DIR writes into DIR (created); -o OUT.tar writes every output into that one shard.

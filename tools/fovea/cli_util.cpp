@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "fovea/error.hpp"
+#include "fovea/image.hpp"
 #include "fovea/store.hpp"
 #include "fovea/token_cache.hpp"
 
@@ -95,8 +96,9 @@ ExecConfig ExecOptions::config() const {
 
 void TokenizeOptions::add(CLI::App& app) {
   app.add_option("image", inputs,
-                 "Input image (PNG or JPEG); several images, directories of them or WebDataset .tar shards "
-                 "run as a batch (-o DIR or -o OUT.tar)")
+                 std::string("Input image (") + image_formats() +
+                     "); several images, directories of them or WebDataset .tar shards run as a batch "
+                     "(-o DIR or -o OUT.tar)")
       ->required()
       ->each([this](const std::string& v) {
         if (image.empty()) image = v;

@@ -10,6 +10,7 @@
 
 #include "command.hpp"
 #include "fovea/error.hpp"
+#include "fovea/image.hpp"
 #include "fovea/version_gen.hpp"
 
 namespace fovea::cli {
@@ -34,6 +35,7 @@ std::string one_line(std::string s) {
 int main(int argc, char** argv) {
   // The OpenMP wait policy was chosen by the launcher that executed this program (launcher.cpp).
   using namespace fovea::cli;
+  fovea::quiet_ffmpeg_log();  // FFmpeg's decoders (video, WebP, GIF...) would log on stderr
   CLI::App app{"fovea — foveated visual tokens for vision-language models.\n"
                "An image and a query (fixations, regions, an embedding) in; a budgeted set of\n"
                "multi-scale patches out: full resolution where the query looks, coarse elsewhere.",

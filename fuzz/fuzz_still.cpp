@@ -1,0 +1,23 @@
+// Still images through FFmpeg's decoders (src/image/libav.cpp): WebP, GIF, BMP, TIFF, PNM,
+// QOI, JPEG 2000, JPEG XL. What is fuzzed is fovea's side: signature detection, the header
+// extents read before decoding, EXIF/TIFF orientation, the pixel-format conversion and the
+// scatter; FFmpeg's own code is not instrumented (Debian's shared libraries), so its coverage
+// gives no feedback. Odd-sized inputs decode to float, as load_image_f32 does.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "fovea/image.hpp"
+#include "fuzz_util.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const bool quiet = (fovea::quiet_ffmpeg_log(), true);
+  (void)quiet;
+  fovea::LoadOptions options;
+  options.max_pixels = 1u << 22;  // the CLI's default is 1e8; keep each run fast and under the RSS limit
+  fovea::fuzz::expect_only_fovea_errors([&] {
+    if (size % 2) (void)fovea::decode_image_f32({data, size}, options, "fuzz.still");
+    else (void)fovea::decode_image({data, size}, options, "fuzz.still");
+  });
+  return 0;
+}
