@@ -926,7 +926,7 @@ TEST(ImageIoFfmpeg, BuildSaysWhichFormatsItReads) {
                  "this build of fovea has none");
     GTEST_SKIP() << "built without FFmpeg: PNG and JPEG only";
   }
-  for (const char* f : {"WebP", "GIF", "BMP", "TIFF", "QOI", "JPEG 2000", "JPEG XL"})
+  for (const char* f : {"WebP", "GIF", "BMP", "TIFF", "QOI", "JPEG 2000"})
     EXPECT_NE(formats.find(f), std::string::npos) << f << " missing from " << formats;
 }
 
@@ -937,10 +937,13 @@ TEST(ImageIoFfmpeg, LosslessFormatsEqualTheSourceExactly) {
   ASSERT_EQ(rgb.channels(), 3);
   ASSERT_EQ(gray.channels(), 1);
   // rgba.webp: alpha 128 everywhere, dropped as PNG's is.
-  for (const char* name : {"lossless.webp", "rgba.webp", "rgb.bmp", "rgb.tiff", "rgb.qoi", "rgb.ppm", "rgb.j2k",
-                           "rgb.jxl"})
+  for (const char* name : {"lossless.webp", "rgba.webp", "rgb.bmp", "rgb.tiff", "rgb.qoi", "rgb.ppm", "rgb.j2k"})
     expect_same_pixels(load_image(still(name)), rgb, name);
   for (const char* name : {"gray.pgm", "gray.tiff"}) expect_same_pixels(load_image(still(name)), gray, name);
+  // JPEG XL is refused by name, never handed to FFmpeg 5.1's libjxl wrapper, which spins forever
+  // on some truncated files (hang_ffmpeg51.jxl: 29 bytes, found by fuzz_still).
+  for (const char* name : {"rgb.jxl", "hang_ffmpeg51.jxl"})
+    expect_error([&] { load_image(still(name)); }, Errc::unsupported, name, "JPEG XL is not supported");
   // In memory too, under the caller's name.
   const std::vector<uint8_t> bytes = read_file(still("rgb.qoi"));
   expect_same_pixels(decode_image(bytes, {}, "mem.qoi"), rgb, "mem.qoi");
@@ -1061,14 +1064,13 @@ TEST(ImageIoFfmpeg, HugeHeadersAndCutsAreCleanErrors) {
   for (const auto& [fmt, bytes] : bombs)
     expect_error([&] { decode_image(bytes, small, "bomb"); }, Errc::limit_exceeded, "bomb", fmt);
   // The fixtures are 48x32: a limit of 100 pixels refuses each, from the header (TIFF's IFD,
-  // JP2's ihdr box, ...) or, for JPEG XL, in the decoder (FFmpeg's max_pixels).
+  // JP2's ihdr box, ...).
   LoadOptions tiny;
   tiny.max_pixels = 100;
   for (const char* name : {"rgb.tiff", "rgb16.tiff", "rgb.j2k", "lossless.webp", "lossy.webp", "gray.pgm"})
     expect_error([&] { (void)load_image(still(name), tiny); }, Errc::limit_exceeded, name, "100");
-  EXPECT_THROW((void)load_image(still("rgb.jxl"), tiny), Error);
   for (const char* name : {"lossless.webp", "lossy.webp", "palette.gif", "rgb.bmp", "rgb.tiff", "rgb.qoi",
-                           "rgb.j2k", "rgb.jxl", "gray.pgm"}) {
+                           "rgb.j2k", "gray.pgm"}) {
     const std::vector<uint8_t> full = read_file(still(name));
     for (size_t n = 0; n < full.size(); n += 1 + n / 16) {
       const std::vector<uint8_t> cut(full.begin(), full.begin() + ptrdiff_t(n));

@@ -334,6 +334,22 @@ TEST_F(VideoInputs, FileCutInsideItsHeadersSaysSo) {
   EXPECT_GT(r.corrupt_packets(), 0);
 }
 
+// FFmpeg 5.1's libjxl wrapper spins forever on this 29-byte JPEG XL file (found by fuzz_still):
+// libavformat probes it as an image stream, so the reader refuses the decoder, and the
+// demuxer's codec whitelist keeps avformat_find_stream_info from opening it either.
+TEST_F(VideoInputs, JpegXlIsRefusedNotDecoded) {
+  const std::string jxl = test::source_dir() + "/tests/data/images/hang_ffmpeg51.jxl";
+  const std::vector<uint8_t> bytes = read_file(jxl);
+  for (int in_memory = 0; in_memory < 2; ++in_memory) {
+    try {
+      VideoReader r = in_memory ? VideoReader::open_bytes(bytes, "mem.jxl") : VideoReader::open(jxl);
+      ADD_FAILURE() << "opened";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("JPEG XL is not supported"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A URL or an ffmpeg protocol said "cannot open (No such file or directory)", which does not say
 // why; a file whose name merely has a colon is still "no such file".
 TEST_F(VideoInputs, UrlsAreNotFiles) {

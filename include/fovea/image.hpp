@@ -111,12 +111,12 @@ struct LoadOptions {
 // (baseline, progressive; gray, YCbCr, RGB, and CMYK/YCCK converted to RGB without color
 // management, as inverted Adobe CMYK when an Adobe APP14 marker is present) with libpng and
 // libjpeg. When fovea is built with FFmpeg (libavcodec, libswscale), also WebP (lossy and
-// lossless), GIF (the first frame), BMP, TIFF, PNM/PAM/PFM, QOI, JPEG 2000, JPEG XL and PSD
+// lossless), GIF (the first frame), BMP, TIFF, PNM/PAM/PFM, QOI, JPEG 2000 and PSD
 // through FFmpeg's decoders; image_formats() says which this build reads. The format is
 // detected from the bytes, not the file name. Alpha is dropped (as PIL's convert("RGB") does);
 // gray stays one channel. Samples deeper than 8 bits are rounded to 8 bits; load_image_f32
 // keeps 16 bits of them (v / 65535; 8-bit samples are v / 255). The EXIF orientation of JPEG,
-// TIFF and WebP files is applied (JPEG XL's by libjxl).
+// TIFF and WebP files is applied. JPEG XL is refused (FFmpeg 5.1's libjxl wrapper can hang).
 // Throws fovea::Error: io (cannot read), corrupt_data (empty, truncated, malformed; libjpeg's
 // "corrupt data" warnings count), unsupported (other formats, named when recognised),
 // limit_exceeded (over max_pixels). Messages name the file (`name` for in-memory bytes).

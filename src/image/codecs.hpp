@@ -97,7 +97,7 @@ Image<T> decode_jpeg(std::span<const uint8_t> bytes, const LoadOptions& options,
                      const std::string& name);
 
 // Formats decoded through FFmpeg's libavcodec (libav.cpp), recognised by their signatures.
-enum class StillFormat { webp, gif, bmp, tiff, pbm, pgm, ppm, pam, pfm, qoi, jpeg2000, jpegxl, psd };
+enum class StillFormat { webp, gif, bmp, tiff, pbm, pgm, ppm, pam, pfm, qoi, jpeg2000, psd };
 const char* still_format_name(StillFormat f);
 // Whether this build decodes them (FFmpeg's development packages were found at configure time).
 bool have_libav_images();

@@ -1,12 +1,13 @@
 // Still images in the formats FFmpeg's libavcodec decodes: WebP, GIF (first frame), BMP, TIFF,
-// PNM/PAM/PFM, QOI, JPEG 2000, JPEG XL (libjxl), PSD. decode.cpp recognises the signature; the
+// PNM/PAM/PFM, QOI, JPEG 2000, PSD. (Not JPEG XL: FFmpeg 5.1's libjxl wrapper can spin forever
+// on a truncated file, decode.cpp.) decode.cpp recognises the signature; the
 // whole file goes to the decoder as one packet (these decoders parse their own container), so
 // no demuxer and no probing is involved.
 //
 // Limits come first: each format's header extents are read here and checked against
 // LoadOptions::max_pixels before the decoder runs, and the decoder itself is given the same
-// limit (AVCodecContext::max_pixels) for what is not read here (JPEG XL's header is a bit
-// stream, not fixed fields; a JP2 file whose header box comes late).
+// limit (AVCodecContext::max_pixels) for what is not read here (a JP2 file whose header box
+// comes late, a TIFF without the two tags in its first directory).
 #include "image/codecs.hpp"
 
 #if FOVEA_IMAGE_LIBAV
@@ -15,9 +16,7 @@
 #include <cctype>
 #include <climits>
 #include <cstring>
-#include <new>
 #include <optional>
-#include <vector>
 
 extern "C" {
 #include <libavutil/imgutils.h>
@@ -138,7 +137,6 @@ std::optional<Extent> header_extent(std::span<const uint8_t> b, StillFormat f) {
       if (!w || !h) return std::nullopt;
       return Extent{*w, *h};
     }
-    case StillFormat::jpegxl: return std::nullopt;
   }
   return std::nullopt;
 }
@@ -156,7 +154,6 @@ AVCodecID codec_id(StillFormat f) {
     case StillFormat::pfm: return AV_CODEC_ID_PFM;
     case StillFormat::qoi: return AV_CODEC_ID_QOI;
     case StillFormat::jpeg2000: return AV_CODEC_ID_JPEG2000;
-    case StillFormat::jpegxl: return AV_CODEC_ID_JPEGXL;
     case StillFormat::psd: return AV_CODEC_ID_PSD;
   }
   return AV_CODEC_ID_NONE;
@@ -184,7 +181,6 @@ int orientation_of(std::span<const uint8_t> b, StillFormat f, const LoadOptions&
   int o = 0;
   if (f == StillFormat::tiff) o = tiff_orientation(b);
   else if (f == StillFormat::webp) o = tiff_orientation(webp_exif(b));
-  // JPEG XL: libjxl applies the orientation itself.
   return o == 0 ? 1 : o;
 }
 
@@ -267,22 +263,23 @@ Image<T> decode_libav(std::span<const uint8_t> bytes, StillFormat format, const 
   const int orientation = orientation_of(bytes, format, options);
   const bool swap = swaps_axes(orientation);
   Image<T> img = make_image<T>(swap ? h : w, swap ? w : h, channels, name);
-  // The converted picture, interleaved (8- or 16-bit samples), then scattered into place.
-  const size_t sample_bytes = deep ? 2 : 1;
-  const size_t row_bytes = size_t(w) * channels * sample_bytes;
-  std::vector<uint8_t> packed_rows;
-  try {
-    packed_rows.resize(row_bytes * size_t(h));
-  } catch (const std::bad_alloc&) {
-    fail(Errc::out_of_memory, name, "no memory to convert a " + std::to_string(w) + "x" + std::to_string(h) + " picture");
-  }
-  uint8_t* dst[4] = {packed_rows.data(), nullptr, nullptr, nullptr};
-  const int dst_stride[4] = {int(row_bytes), 0, 0, 0};
-  if (row_bytes > size_t(INT_MAX)) fail(Errc::limit_exceeded, name, std::string(fname) + ": rows over 2 GiB");
-  if (sws_scale(sws.get(), frame->data, frame->linesize, 0, h, dst, dst_stride) != h)
+  // The converted picture, interleaved (8- or 16-bit samples), then scattered into place. The
+  // buffer is FFmpeg's own (av_frame_get_buffer: aligned rows plus padding): swscale's SIMD
+  // writes whole vectors and runs past the last pixel of a row. A tightly packed vector of
+  // w * 3 bytes a row was overrun by it at the end (fuzz_still: ASan found the next heap chunk's
+  // header damaged when it was freed).
+  libav::FramePtr rgb(av_frame_alloc());
+  if (!rgb) fail(Errc::out_of_memory, name, "no memory for an FFmpeg frame");
+  rgb->format = packed;
+  rgb->width = w;
+  rgb->height = h;
+  if ((err = av_frame_get_buffer(rgb.get(), 0)) < 0)
+    fail_av(Errc::out_of_memory, name, format,
+            "no memory to convert a " + std::to_string(w) + "x" + std::to_string(h) + " picture", err);
+  if (sws_scale(sws.get(), frame->data, frame->linesize, 0, h, rgb->data, rgb->linesize) != h)
     fail(Errc::internal, name, std::string(fname) + ": swscale did not convert the whole picture");
   for (int y = 0; y < h; ++y) {
-    const uint8_t* row = packed_rows.data() + size_t(y) * row_bytes;
+    const uint8_t* row = rgb->data[0] + ptrdiff_t(y) * rgb->linesize[0];
     if (deep) scatter_row(img, orientation, w, h, y, reinterpret_cast<const uint16_t*>(row), channels);
     else scatter_row(img, orientation, w, h, y, row, channels);
   }

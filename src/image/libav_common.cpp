@@ -71,6 +71,26 @@ std::string error_string(int code) {
   return buf;
 }
 
+const char* refused_decoder(int codec_id) {
+  if (codec_id == AV_CODEC_ID_JPEGXL)
+    return "JPEG XL is not supported (Debian 12's FFmpeg wrapper of libjxl can hang on a truncated file; convert it to PNG)";
+  return nullptr;
+}
+
+const char* decoder_whitelist() {
+  static const std::string list = [] {
+    std::string names;
+    void* it = nullptr;
+    while (const AVCodec* c = av_codec_iterate(&it)) {
+      if (!av_codec_is_decoder(c) || refused_decoder(c->id)) continue;
+      if (!names.empty()) names += ',';
+      names += c->name;
+    }
+    return names;
+  }();
+  return list.c_str();
+}
+
 std::string pixel_format_name(int fmt) {
   const char* n = av_get_pix_fmt_name(AVPixelFormat(fmt));
   return n ? n : "?";

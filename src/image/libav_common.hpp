@@ -45,6 +45,13 @@ enum class UntaggedMatrix { by_height, bt601 };
 // Bilinear, accurate rounding, full chroma interpolation.
 SwsContext* rgb_conversion(SwsContext* cached, const AVFrame* f, AVPixelFormat dst, UntaggedMatrix untagged);
 
+// Decoders fovea never runs: FFmpeg 5.1's libjxl wrapper spins forever on some truncated JPEG
+// XL files (fuzz_still found a 29-byte one). `refused_decoder(id)` names the reason, or nullptr.
+const char* refused_decoder(int codec_id);
+// Every decoder of this FFmpeg except the refused ones, comma-separated: an AVFormatContext's
+// codec_whitelist, so that avformat_find_stream_info never opens a refused one either.
+const char* decoder_whitelist();
+
 // The frame's pixel format name for messages ("?" when unknown).
 std::string pixel_format_name(int fmt);
 

@@ -378,6 +378,7 @@ VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions&
   m.guard.allowed = path;
   raw->opaque = &m.guard;
   raw->io_open = &open_only_the_input;
+  raw->codec_whitelist = av_strdup(libav::decoder_whitelist());  // freed with the context
   // On failure avformat_open_input frees the context.
   const int e = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
   if (e < 0) {
@@ -418,6 +419,7 @@ VideoReader VideoReader::open_bytes(std::span<const uint8_t> data, const std::st
   raw->flags |= AVFMT_FLAG_CUSTOM_IO;
   raw->opaque = &m.guard;  // nothing may be opened: the bytes are the whole input
   raw->io_open = &open_only_the_input;
+  raw->codec_whitelist = av_strdup(libav::decoder_whitelist());  // freed with the context
   // On failure avformat_open_input frees the context (never the custom I/O).
   const int e = avformat_open_input(&raw, name.c_str(), nullptr, nullptr);
   if (e < 0 && !m.guard.refused.empty()) throw refused_error(name, m.guard.refused);
@@ -442,6 +444,8 @@ void VideoReader::open_stream() {
   int idx = av_find_best_stream(raw, AVMEDIA_TYPE_VIDEO, -1, -1, &dec, 0);
   if (idx >= 0 && (raw->streams[idx]->disposition & AV_DISPOSITION_ATTACHED_PIC)) idx = AVERROR_STREAM_NOT_FOUND;
   if (idx == AVERROR_STREAM_NOT_FOUND) throw Error(Errc::unsupported, path + ": has no video stream");
+  if (idx >= 0 && dec)
+    if (const char* why = libav::refused_decoder(dec->id)) throw Error(Errc::unsupported, path + ": " + why);
   if (idx == AVERROR_DECODER_NOT_FOUND || (idx >= 0 && !dec)) {
     throw Error(Errc::unsupported, path + ": no decoder for its video codec in this ffmpeg build");
   }
