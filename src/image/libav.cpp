@@ -309,8 +309,8 @@ template <typename T>
 Image<T> decode_libav(std::span<const uint8_t>, StillFormat format, const LoadOptions&, const std::string& name) {
   fail(Errc::unsupported, name,
        std::string(still_format_name(format)) +
-           " is read through FFmpeg's libavcodec, and this build of fovea has none (it was configured without "
-           "libavcodec-dev and libswscale-dev); PNG and JPEG are always read");
+           " is read through FFmpeg's libavcodec, and this build of fovea has none (configured with "
+           "FOVEA_WITH_FFMPEG=OFF, or without libavcodec-dev and libswscale-dev); PNG and JPEG are always read");
 }
 
 template Image<uint8_t> decode_libav(std::span<const uint8_t>, StillFormat, const LoadOptions&, const std::string&);
