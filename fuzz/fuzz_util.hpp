@@ -11,6 +11,7 @@
 #include <typeinfo>
 
 #include "fovea/error.hpp"
+#include "fovea/image.hpp"
 
 namespace fovea::fuzz {
 
@@ -24,6 +25,17 @@ void expect_only_fovea_errors(F&& f) {
     std::fprintf(stderr, "fuzz: a non-fovea exception escaped (%s): %s\n", typeid(e).name(), e.what());
     std::abort();
   }
+}
+
+// The image targets' body: decode `data` as an image file, 8-bit for even sizes and float (as
+// load_image_f32 does, 16-bit precision kept) for odd ones; only fovea::Error may escape.
+inline void decode_image_either_way(const uint8_t* data, size_t size, const char* name) {
+  fovea::LoadOptions options;
+  options.max_pixels = 1u << 22;  // the CLI's default is 1e8; keep each run fast and under the RSS limit
+  expect_only_fovea_errors([&] {
+    if (size % 2) (void)fovea::decode_image_f32({data, size}, options, name);
+    else (void)fovea::decode_image({data, size}, options, name);
+  });
 }
 
 // A little-endian reader over the fuzzer's bytes that never runs out (zeros past the end).
