@@ -203,6 +203,20 @@ def still_seeds(rgb):
     out("still", "rgb.ppm", pil_bytes(rgb, "PPM"))
     out("still", "gray.pgm", pil_bytes(rgb.convert("L"), "PPM"))
     out("still", "bilevel.pbm", pil_bytes(rgb.convert("1"), "PPM"))
+    # Animated WebP (the first frame is cut out of its ANMF chunk) and TIFFs refused by name.
+    flipped = rgb.transpose(Image.FLIP_LEFT_RIGHT)
+    anim = io.BytesIO()
+    rgb.save(anim, "WEBP", save_all=True, append_images=[flipped], duration=50, lossless=True)
+    out("still", "anim.webp", anim.getvalue())
+    rgba = rgb.convert("RGBA")
+    rgba.putalpha(Image.fromarray(np.tile(np.arange(0, 13 * 19, 19, dtype=np.uint8), (9, 1))))
+    anim = io.BytesIO()  # lossy frames with an ALPH chunk each
+    rgba.save(anim, "WEBP", save_all=True, append_images=[rgba.transpose(Image.FLIP_LEFT_RIGHT)], duration=50,
+              quality=50)
+    out("still", "anim_alpha.webp", anim.getvalue())
+    out("still", "gray_alpha.tiff", pil_bytes(rgb.convert("LA"), "TIFF"))
+    out("still", "jpeg.tiff", pil_bytes(rgb, "TIFF", compression="jpeg"))
+    out("still", "float.tiff", pil_bytes(rgb.convert("F"), "TIFF"))
     ffmpeg = shutil.which("ffmpeg")
     if not ffmpeg:
         print("make_fuzz_seeds: no ffmpeg: the QOI, JPEG 2000 and JPEG XL still seeds are not written")

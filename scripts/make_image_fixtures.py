@@ -12,7 +12,14 @@ References:
 - rgb.jxl and hang_ffmpeg51.jxl (committed by hand: the 29-byte input on which FFmpeg 5.1's
   libjxl wrapper spins forever, found by fuzz_still): JPEG XL must be refused, not decoded;
 - the oriented files: stored pixels `source.png` with an EXIF / TIFF Orientation tag of 6
-  (displayed rotated 90 degrees clockwise).
+  (displayed rotated 90 degrees clockwise);
+- gray + alpha (TIFF, PAM): must equal `gray.png` exactly (full-range gray);
+- animated WebP: `anim.webp` (Pillow: two lossless frames, the first `source.png`) must give
+  its first frame exactly; `anim_offset.webp` (built here: one 16x16 lossless frame at (8, 4)
+  on the 48x32 canvas) must give that frame on a black canvas, as Pillow shows it,
+  `anim_offset.expected.png`;
+- TIFFs FFmpeg 5.1 cannot read right: `jpeg.tiff` (Pillow's compression="jpeg": FFmpeg decodes
+  it black) and `float.tiff` (32-bit float samples) must be refused by name.
 """
 import io
 import os
@@ -57,6 +64,38 @@ def main():
     Image.fromarray(gray).save(p("gray.tiff"))
     rgba = np.dstack([rgb, np.full(rgb.shape[:2], 128, np.uint8)])
     Image.fromarray(rgba, "RGBA").save(p("rgba.webp"), lossless=True)  # alpha dropped on decode
+
+    # Gray + alpha: ya8 in FFmpeg; full-range gray, the alpha dropped.
+    ffmpeg(p("gray.png"), p("gray_alpha.tiff"), "-pix_fmt", "ya8")
+    ffmpeg(p("gray.png"), p("gray_alpha.pam"), "-pix_fmt", "ya8")
+
+    # Animated WebP: the first frame is what fovea reads.
+    frames = [Image.fromarray(rgb), Image.fromarray(np.ascontiguousarray(rgb[:, ::-1]))]
+    frames[0].save(p("anim.webp"), save_all=True, append_images=frames[1:], duration=100, lossless=True)
+    assert Image.open(p("anim.webp")).n_frames == 2
+    # A first frame smaller than the canvas, at (8, 4): RIFF / VP8X (animation) / ANIM / ANMF.
+    crop = rgb[4:20, 8:24]
+    still = io.BytesIO()
+    Image.fromarray(crop).save(still, "WEBP", lossless=True)
+    vp8l = still.getvalue()[12:]  # the VP8L chunk of a simple-format file
+    assert vp8l[:4] == b"VP8L"
+    le24 = lambda v: int(v).to_bytes(3, "little")
+    chunk = lambda fourcc, payload: fourcc + len(payload).to_bytes(4, "little") + payload + b"\0" * (len(payload) & 1)
+    vp8x = chunk(b"VP8X", bytes([0x02]) + le24(0) + le24(48 - 1) + le24(32 - 1))
+    anim = chunk(b"ANIM", bytes([0, 0, 0, 0, 0, 0]))
+    anmf = chunk(b"ANMF", le24(8 // 2) + le24(4 // 2) + le24(16 - 1) + le24(16 - 1) + le24(100) + bytes([0]) + vp8l)
+    body = b"WEBP" + vp8x + anim + anmf
+    with open(p("anim_offset.webp"), "wb") as f:
+        f.write(b"RIFF" + len(body).to_bytes(4, "little") + body)
+    expected = np.zeros_like(rgb)
+    expected[4:20, 8:24] = crop
+    assert np.array_equal(np.asarray(Image.open(p("anim_offset.webp")).convert("RGB")), expected)
+    assert np.array_equal(np.asarray(Image.open(p("anim.webp")).convert("RGB")), rgb)
+    Image.fromarray(expected).save(p("anim_offset.expected.png"))
+
+    # TIFFs refused by name.
+    Image.fromarray(rgb).save(p("jpeg.tiff"), compression="jpeg")
+    Image.fromarray(gray).convert("F").save(p("float.tiff"))
 
     # Lossy / quantised: Pillow's decode is the reference.
     Image.fromarray(rgb).save(p("lossy.webp"), quality=80)

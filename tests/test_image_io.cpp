@@ -1006,6 +1006,45 @@ TEST(ImageIoFfmpeg, TiffAndWebpOrientationIsApplied) {
   }
 }
 
+// Gray + alpha (FFmpeg's ya8) is full-range gray: taken as limited range, swscale stretched it
+// (mid-gray 178 came out 189).
+TEST(ImageIoFfmpeg, GrayWithAlphaIsFullRange) {
+  if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
+  const ImageU8 gray = load_image(still("gray.png"));
+  for (const char* name : {"gray_alpha.tiff", "gray_alpha.pam"}) expect_same_pixels(load_image(still(name)), gray, name);
+}
+
+// FFmpeg 5.1's WebP decoder reads no animation chunks; fovea gives the first frame, placed on
+// its canvas as Pillow shows it.
+TEST(ImageIoFfmpeg, AnimatedWebpGivesItsFirstFrame) {
+  if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
+  expect_same_pixels(load_image(still("anim.webp")), load_image(still("source.png")), "anim.webp");
+  expect_same_pixels(load_image(still("anim_offset.webp")), load_image(still("anim_offset.expected.png")),
+                     "anim_offset.webp");
+  expect_same_pixels(load_image_f32(still("anim_offset.webp")), load_image_f32(still("anim_offset.expected.png")),
+                     "anim_offset.webp (f32)");
+  // The canvas is checked against the limit before the frame is cut out.
+  LoadOptions tiny;
+  tiny.max_pixels = 100;
+  expect_error([&] { (void)load_image(still("anim.webp"), tiny); }, Errc::limit_exceeded, "anim.webp", "100");
+  // An animation whose frame chunk is cut short, or holds no picture: a clear error.
+  std::vector<uint8_t> bytes = read_file(still("anim_offset.webp"));
+  const std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + 60);
+  expect_error([&] { decode_image(cut, {}, "cut.webp"); }, Errc::corrupt_data, "cut.webp", "first frame");
+  const auto vp8l = std::search(bytes.begin(), bytes.end(), std::begin("VP8L"), std::begin("VP8L") + 4);
+  ASSERT_NE(vp8l, bytes.end());
+  std::copy_n("JUNK", 4, vp8l);
+  expect_error([&] { decode_image(bytes, {}, "junk.webp"); }, Errc::corrupt_data, "junk.webp", "no VP8");
+}
+
+// What FFmpeg 5.1 reads wrong (JPEG-in-TIFF: an all-black picture, no error) or not at all
+// (float samples: "Invalid data") is refused by name.
+TEST(ImageIoFfmpeg, TiffsFfmpegCannotReadAreRefusedByName) {
+  if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
+  expect_error([&] { (void)load_image(still("jpeg.tiff")); }, Errc::unsupported, "jpeg.tiff", "JPEG-compressed TIFF");
+  expect_error([&] { (void)load_image(still("float.tiff")); }, Errc::unsupported, "float.tiff", "floating-point");
+}
+
 // The CLI reads them like PNG and JPEG, one file or a folder of them (a batch).
 TEST(ImageIoFfmpeg, CliTokenizesWebpAndFoldersOfStills) {
   if (!have_ffmpeg_stills()) GTEST_SKIP() << "built without FFmpeg";
@@ -1070,7 +1109,7 @@ TEST(ImageIoFfmpeg, HugeHeadersAndCutsAreCleanErrors) {
   for (const char* name : {"rgb.tiff", "rgb16.tiff", "rgb.j2k", "lossless.webp", "lossy.webp", "gray.pgm"})
     expect_error([&] { (void)load_image(still(name), tiny); }, Errc::limit_exceeded, name, "100");
   for (const char* name : {"lossless.webp", "lossy.webp", "palette.gif", "rgb.bmp", "rgb.tiff", "rgb.qoi",
-                           "rgb.j2k", "gray.pgm"}) {
+                           "rgb.j2k", "gray.pgm", "anim.webp", "anim_offset.webp", "gray_alpha.tiff"}) {
     const std::vector<uint8_t> full = read_file(still(name));
     for (size_t n = 0; n < full.size(); n += 1 + n / 16) {
       const std::vector<uint8_t> cut(full.begin(), full.begin() + ptrdiff_t(n));

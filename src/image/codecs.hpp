@@ -40,8 +40,9 @@ int exif_orientation(std::span<const uint8_t> app1);
 // The same for a bare TIFF structure (a TIFF file, a WebP EXIF chunk): IFD0's Orientation.
 int tiff_orientation(std::span<const uint8_t> tiff);
 // A single-valued SHORT or LONG entry `tag` of a TIFF structure's IFD0 (ImageWidth 256,
-// ImageLength 257, Orientation 274); nullopt when absent or malformed.
-std::optional<uint32_t> tiff_ifd0_value(std::span<const uint8_t> tiff, uint16_t tag);
+// ImageLength 257, Orientation 274); nullopt when absent or malformed. With `first_of_several`,
+// the first value of a per-sample array (BitsPerSample 258, SampleFormat 339) is accepted too.
+std::optional<uint32_t> tiff_ifd0_value(std::span<const uint8_t> tiff, uint16_t tag, bool first_of_several = false);
 
 // Orientations 5..8 turn a stored W×H image into a displayed H×W one.
 inline bool swaps_axes(int orientation) { return orientation >= 5 && orientation <= 8; }

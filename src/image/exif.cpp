@@ -47,7 +47,7 @@ int exif_orientation(std::span<const uint8_t> app1) {
   return tiff_orientation(app1.subspan(6));
 }
 
-std::optional<uint32_t> tiff_ifd0_value(std::span<const uint8_t> tiff, uint16_t wanted) {
+std::optional<uint32_t> tiff_ifd0_value(std::span<const uint8_t> tiff, uint16_t wanted, bool first_of_several) {
   if (tiff.size() < 8) return std::nullopt;
   bool big_endian;
   if (tiff[0] == 'I' && tiff[1] == 'I') big_endian = false;
@@ -65,14 +65,22 @@ std::optional<uint32_t> tiff_ifd0_value(std::span<const uint8_t> tiff, uint16_t 
     uint32_t n = 0;
     if (!r.u16(entry, &tag) || !r.u16(entry + 2, &type) || !r.u32(entry + 4, &n)) return std::nullopt;
     if (tag != wanted) continue;
-    if (n != 1) return std::nullopt;
+    if (n == 0 || (n != 1 && !first_of_several)) return std::nullopt;
+    // Values that fit in the entry's four bytes lie there; longer arrays lie at the offset it holds.
+    uint64_t at = entry + 8;
+    const bool inline_values = type == kTypeShort ? n <= 2 : n <= 1;
+    uint32_t offset = 0;
+    if (!inline_values) {
+      if (!r.u32(entry + 8, &offset)) return std::nullopt;
+      at = offset;
+    }
     if (type == kTypeShort) {
       uint16_t v16 = 0;
-      if (!r.u16(entry + 8, &v16)) return std::nullopt;
+      if (!r.u16(at, &v16)) return std::nullopt;
       return v16;
     }
     uint32_t v32 = 0;
-    if (type == kTypeLong && r.u32(entry + 8, &v32)) return v32;
+    if (type == kTypeLong && r.u32(at, &v32)) return v32;
     return std::nullopt;
   }
   return std::nullopt;

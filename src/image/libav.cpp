@@ -17,6 +17,8 @@
 #include <climits>
 #include <cstring>
 #include <optional>
+#include <string_view>
+#include <vector>
 
 extern "C" {
 #include <libavutil/imgutils.h>
@@ -176,6 +178,109 @@ std::span<const uint8_t> webp_exif(std::span<const uint8_t> b) {
   return {};
 }
 
+// ---- TIFF: what FFmpeg 5.1's decoder cannot read, refused by name --------------------------
+//
+// Measured on Debian 12's FFmpeg: a JPEG-compressed TIFF (Pillow's compression="jpeg") decodes
+// to an all-black picture with no error; floating-point and 32-bit samples fail with "Invalid
+// data found when processing input"; compressions it lacks fail with "Not yet implemented".
+// Each is a clear refusal here instead, before the decoder runs.
+std::optional<std::string> tiff_refusal(std::span<const uint8_t> b) {
+  if (const auto c = tiff_ifd0_value(b, 259)) {  // Compression
+    switch (*c) {
+      case 1: case 2: case 3: case 4: case 5: case 8: case 32773: case 32946: case 34925: break;
+      case 6: case 7:
+        return std::string("JPEG-compressed TIFF is not supported (Debian 12's FFmpeg decodes it to a black "
+                           "picture); convert it to PNG or JPEG");
+      default: return "TIFF compression " + std::to_string(*c) + " is not supported (fovea reads uncompressed, "
+                      "LZW, Deflate, PackBits, LZMA and CCITT TIFF); convert it to PNG";
+    }
+  }
+  if (const auto f = tiff_ifd0_value(b, 339, true); f && *f != 1)  // SampleFormat: 1 unsigned
+    return std::string(*f == 3 ? "floating-point" : *f == 2 ? "signed-integer" : "non-integer") +
+           " TIFF samples are not supported (unsigned 1- to 16-bit samples are); convert it to a 16-bit PNG";
+  if (const auto bits = tiff_ifd0_value(b, 258, true); bits && *bits > 16)  // BitsPerSample
+    return std::to_string(*bits) + "-bit TIFF samples are not supported (1- to 16-bit samples are)";
+  return std::nullopt;
+}
+
+// ---- animated WebP: the first frame ------------------------------------------------------
+//
+// FFmpeg 5.1's WebP decoder reads no ANIM / ANMF chunks: an animated WebP (stickers, web
+// animations) fails with "Invalid data". Its first frame is cut out here into a still WebP of
+// its own (VP8X, the frame's ALPH and VP8 / VP8L chunks, the file's EXIF chunk), decoded, and
+// placed on the canvas, as Pillow's Image.open() shows it: the first frame of a GIF is what
+// fovea reads too.
+struct WebpFrame {
+  std::vector<uint8_t> file;                     // the still WebP
+  uint64_t x = 0, y = 0, width = 0, height = 0;  // where the frame lies on the canvas
+  uint64_t canvas_width = 0, canvas_height = 0;
+};
+
+bool webp_animated(std::span<const uint8_t> b) {
+  return b.size() >= 30 && std::memcmp(b.data() + 12, "VP8X", 4) == 0 && (b[20] & 0x02) != 0;
+}
+
+// RIFF chunks in b[at, end): fourcc, LE32 size, payload padded to even. Calls f(fourcc, whole
+// chunk, payload) for each; a chunk that runs past `end` stops the walk (returns false).
+template <typename F>
+bool riff_walk(std::span<const uint8_t> b, size_t at, size_t end, F&& f) {
+  while (end >= 8 && at <= end - 8) {
+    const uint64_t size = le32(b.data() + at + 4);
+    if (size > end - at - 8) return false;
+    const uint64_t whole = std::min<uint64_t>(8 + size + (size & 1), end - at);
+    f(b.subspan(at, 4), b.subspan(at, whole), b.subspan(at + 8, size));
+    at += whole;
+  }
+  return true;
+}
+
+bool is_fourcc(std::span<const uint8_t> c, const char* four) { return std::memcmp(c.data(), four, 4) == 0; }
+
+std::optional<WebpFrame> webp_first_frame(std::span<const uint8_t> b, const std::string& name) {
+  if (!webp_animated(b)) return std::nullopt;
+  WebpFrame out;
+  out.canvas_width = le24(b.data() + 24) + 1;
+  out.canvas_height = le24(b.data() + 27) + 1;
+  std::span<const uint8_t> anmf, exif;
+  const size_t riff_end = std::min<uint64_t>(b.size(), uint64_t(le32(b.data() + 4)) + 8);
+  riff_walk(b, 12, riff_end, [&](auto fourcc, auto whole, auto payload) {
+    if (is_fourcc(fourcc, "ANMF") && anmf.empty()) anmf = payload;
+    if (is_fourcc(fourcc, "EXIF") && exif.empty()) exif = whole;
+  });
+  if (anmf.size() < 16) fail(Errc::corrupt_data, name, "animated WebP: no complete first frame (ANMF chunk)");
+  const uint8_t* h = anmf.data();
+  out.x = uint64_t(le24(h)) * 2;
+  out.y = uint64_t(le24(h + 3)) * 2;
+  out.width = uint64_t(le24(h + 6)) + 1;
+  out.height = uint64_t(le24(h + 9)) + 1;
+  std::span<const uint8_t> alph, bitstream;
+  riff_walk(anmf, 16, anmf.size(), [&](auto fourcc, auto whole, auto) {
+    if (is_fourcc(fourcc, "ALPH") && alph.empty()) alph = whole;
+    if ((is_fourcc(fourcc, "VP8 ") || is_fourcc(fourcc, "VP8L")) && bitstream.empty()) bitstream = whole;
+  });
+  if (bitstream.empty()) fail(Errc::corrupt_data, name, "animated WebP: the first frame has no VP8 / VP8L picture");
+
+  const uint64_t body = 4 + 18 + alph.size() + bitstream.size() + exif.size();
+  if (body > UINT32_MAX - 8) fail(Errc::limit_exceeded, name, "animated WebP: the first frame is over 4 GiB");
+  auto put32 = [&](uint64_t v) {
+    for (int i = 0; i < 4; ++i) out.file.push_back(uint8_t(v >> (8 * i)));
+  };
+  auto put24 = [&](uint64_t v) {
+    for (int i = 0; i < 3; ++i) out.file.push_back(uint8_t(v >> (8 * i)));
+  };
+  out.file.reserve(8 + body);
+  for (char c : std::string_view("RIFF")) out.file.push_back(uint8_t(c));
+  put32(body);
+  for (char c : std::string_view("WEBPVP8X")) out.file.push_back(uint8_t(c));
+  put32(10);
+  out.file.push_back(uint8_t((alph.empty() ? 0 : 0x10) | (exif.empty() ? 0 : 0x08)));
+  put24(0);
+  put24(out.width - 1);
+  put24(out.height - 1);
+  for (auto chunk : {alph, bitstream, exif}) out.file.insert(out.file.end(), chunk.begin(), chunk.end());
+  return out;
+}
+
 int orientation_of(std::span<const uint8_t> b, StillFormat f, const LoadOptions& options) {
   if (!options.apply_exif_orientation) return 1;
   int o = 0;
@@ -200,11 +305,44 @@ void quiet_ffmpeg_log() { av_log_set_level(AV_LOG_QUIET); }
 
 namespace fovea::image_detail {
 
+namespace {
+
+// An animated WebP's first frame, decoded and placed on its canvas. The canvas outside the
+// frame is transparent black, so black once alpha is dropped: what libwebp's animation decoder
+// gives and Pillow's convert("RGB") shows. A frame that covers the canvas (what encoders write
+// first) keeps the file's EXIF orientation; one that does not is placed as stored.
+template <typename T>
+Image<T> place_on_canvas(const WebpFrame& frame, const LoadOptions& options, const std::string& name) {
+  check_extents(frame.canvas_width, frame.canvas_height, options, name, "WebP");
+  const bool covers = frame.x == 0 && frame.y == 0 && frame.width == frame.canvas_width &&
+                      frame.height == frame.canvas_height;
+  LoadOptions o = options;
+  if (!covers) o.apply_exif_orientation = false;
+  Image<T> picture = decode_libav<T>(frame.file, StillFormat::webp, o, name);
+  if (covers) return picture;
+  Image<T> canvas = make_image<T>(int(frame.canvas_width), int(frame.canvas_height), picture.channels(), name);
+  const int x0 = int(std::min(frame.x, frame.canvas_width)), y0 = int(std::min(frame.y, frame.canvas_height));
+  const int w = std::min(picture.width(), canvas.width() - x0), h = std::min(picture.height(), canvas.height() - y0);
+  for (int c = 0; c < canvas.channels(); ++c)
+    for (int y = 0; y < canvas.height(); ++y) {
+      T* row = canvas.row(c, y);
+      std::fill(row, row + canvas.width(), T(0));
+      if (y >= y0 && y - y0 < h) std::copy_n(picture.row(c, y - y0), w, row + x0);
+    }
+  return canvas;
+}
+
+}  // namespace
+
 template <typename T>
 Image<T> decode_libav(std::span<const uint8_t> bytes, StillFormat format, const LoadOptions& options,
                       const std::string& name) {
   const char* fname = still_format_name(format);
   if (const auto e = header_extent(bytes, format)) check_extents(e->width, e->height, options, name, fname);
+  if (format == StillFormat::tiff)
+    if (const auto why = tiff_refusal(bytes)) fail(Errc::unsupported, name, *why);
+  if (format == StillFormat::webp)
+    if (const auto frame = webp_first_frame(bytes, name)) return place_on_canvas<T>(*frame, options, name);
   const AVCodec* decoder = avcodec_find_decoder(codec_id(format));
   if (!decoder)
     fail(Errc::unsupported, name, std::string(fname) + ": this system's FFmpeg (libavcodec) has no decoder for it");

@@ -40,15 +40,23 @@ int sws_colorspace(const AVFrame* f, UntaggedMatrix untagged) {
 }
 
 bool full_range(const AVFrame* f) {
-  if (enum_value(f->color_range) == AVCOL_RANGE_JPEG) return true;
+  const int range = enum_value(f->color_range);
+  if (range == AVCOL_RANGE_JPEG) return true;
   switch (f->format) {
     case AV_PIX_FMT_YUVJ420P:
     case AV_PIX_FMT_YUVJ422P:
     case AV_PIX_FMT_YUVJ444P:
     case AV_PIX_FMT_YUVJ440P:
     case AV_PIX_FMT_YUVJ411P: return true;
-    default: return false;
+    default: break;
   }
+  // Gray (and gray + alpha) samples are 0..max unless tagged otherwise: TIFF, PAM, PGM and
+  // FFmpeg's own gray encoders all write them so. Taken as limited range, swscale stretched
+  // (y - 16) * 255 / 219 whenever the conversion was not a plain copy: a gray + alpha TIFF
+  // came out 11 levels too bright at mid-gray.
+  const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(AVPixelFormat(f->format));
+  return d && range != AVCOL_RANGE_MPEG && d->nb_components <= 2 &&
+         !(d->flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL));
 }
 
 // The yuvj* formats are deprecated in swscale; it wants the plain format plus the range flag.
