@@ -350,6 +350,18 @@ TEST_F(VideoInputs, JpegXlIsRefusedNotDecoded) {
   }
 }
 
+// FFmpeg 5.1 has no animated-WebP demuxer: the whole file is one packet its decoder refuses.
+// The error says so and points at `fovea tokenize`, which reads the first frame.
+TEST_F(VideoInputs, AnimatedWebpSaysWhatToDoInstead) {
+  const std::string webp = test::source_dir() + "/tests/data/images/anim.webp";
+  const std::string out = test::temp_dir("VideoInputs_webp") + "/out.safetensors";
+  const test::RunResult r = test::run_cli({"video", webp, "-o", out});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("fovea: error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("animated WebP"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 // A URL or an ffmpeg protocol said "cannot open (No such file or directory)", which does not say
 // why; a file whose name merely has a colon is still "no such file".
 TEST_F(VideoInputs, UrlsAreNotFiles) {

@@ -80,7 +80,14 @@ VideoRunStats run_video(VideoReader& reader, VideoSession& session, const VideoR
     if (o.after_push) o.after_push();
   }
   for (FrameResult& r : session.flush()) finish(r);
-  if (st.frames == 0) throw Error(Errc::corrupt_data, o.source + ": no frame could be decoded");
+  if (st.frames == 0) {
+    // FFmpeg 5.1 has no animated-WebP demuxer: the file is one packet its decoder refuses.
+    const bool webp = reader.info().codec == "webp";
+    throw Error(Errc::corrupt_data, o.source + ": no frame could be decoded" +
+                                        std::string(webp ? " (Debian 12's FFmpeg cannot decode an animated WebP as a "
+                                                           "video; fovea tokenize reads its first frame)"
+                                                         : ""));
+  }
   if (writer) {
     VideoRunSummary summary;
     summary.source = o.source;
