@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "fovea/files.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/tensor.hpp"
 #include "fovea/version_gen.hpp"
@@ -160,6 +162,65 @@ void kill_at_random_points(const Job& job, int kills, uint64_t seed) {
               "files, never a truncated one; %d (complete) temporary files left behind\n",
               job.name.c_str(), kills, killed_writing, old_kept, new_complete, leftovers);
   EXPECT_GT(killed_writing, 0) << "no kill landed while the CLI was writing";
+}
+
+// Outputs that cannot be replaced are written in place: a FIFO (as a device such as /dev/null
+// or /dev/full is), a descriptor alias (/dev/fd/N, /dev/stdout). Renaming over them, which the
+// atomic write did before, turned /dev/full into a regular file when run as root. A link to a
+// regular file replaces the file and keeps the link; a folder is an error.
+TEST(AtomicOutput, PipesDescriptorsAndLinksAreWrittenNotReplaced) {
+  const std::string dir = test::temp_dir("AtomicOutput_special");
+  const std::vector<uint8_t> bytes(200000, 7);  // more than a pipe's buffer
+
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const std::string link_to_fifo = dir + "/link_to_fifo";
+  fs::create_symlink(fifo, link_to_fifo);
+  for (const std::string& path : {fifo, link_to_fifo}) {
+    // The keeper (a writer that writes nothing) lets the reader open without blocking and see
+    // EOF once it is closed: a write that never reaches the FIFO fails the test, not hangs it.
+    const int keeper = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(keeper, 0);
+    std::string got;
+    std::thread reader([&] { got = slurp(fifo); });
+    write_file_atomic(path, bytes);
+    ::close(keeper);
+    reader.join();
+    EXPECT_EQ(got.size(), bytes.size()) << path;
+    EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo))) << path;
+  }
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link_to_fifo)));
+
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  std::string got;
+  std::thread reader([&] {
+    char buf[65536];
+    for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) got.append(buf, size_t(n));
+  });
+  write_file_atomic("/dev/fd/" + std::to_string(p[1]), bytes);
+  ::close(p[1]);
+  reader.join();
+  ::close(p[0]);
+  EXPECT_EQ(got.size(), bytes.size());
+
+  const std::string real = dir + "/real.bin", link = dir + "/link.bin";
+  put(real, "old");
+  fs::create_symlink(real, link);
+  write_file_atomic(link, bytes);
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
+  EXPECT_EQ(fs::file_size(real), bytes.size());
+  for (const auto& e : fs::directory_iterator(dir))  // no temporary left behind
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+
+  try {
+    write_file_atomic(dir, bytes);
+    ADD_FAILURE() << "wrote over a folder";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::io);
+    EXPECT_NE(std::string(e.what()).find("it is a folder"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_directory(dir));
 }
 
 TEST(AtomicOutput, SigkillDuringTokenizeLeavesOldOrCompleteFiles) {

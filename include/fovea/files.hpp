@@ -10,7 +10,9 @@
 // to an unnamed file in the same folder (O_TMPFILE; `path.tmp-XXXXXX` where the system has no
 // O_TMPFILE or /proc), are flushed (fsync), named `path.tmp-XXXXXX` and renamed over `path`. A
 // process killed at any point leaves the old file or the complete new one, and no partial
-// temporary file.
+// temporary file. A symbolic link is followed (the file it names is replaced, the link stays);
+// a device, FIFO or socket (`/dev/null`, `/dev/stdout`, a named pipe) is written in place,
+// since it cannot be replaced; a folder is an error.
 // Thread safety: all of it is safe to use from any thread (distinct paths; one AtomicFile per thread).
 #pragma once
 
@@ -40,8 +42,10 @@ class AtomicFile {
 
  private:
   Error fail(const std::string& why) const;
-  std::string path_, tmp_;  // tmp_: the temporary file's name once it has one
+  std::string path_, shown_, tmp_;  // path_: what is replaced (a link resolved); shown_: the
+                                    // caller's path, for messages; tmp_: the temporary file's name
   int fd_ = -1;
+  bool direct_ = false;  // a device, FIFO or socket: written in place, not replaced
 };
 
 }  // namespace fovea

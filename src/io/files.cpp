@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
@@ -83,12 +85,67 @@ void sync_folder(const std::string& folder) {
 
 }  // namespace
 
-// Linux: the bytes go to an unnamed file in the target's folder (O_TMPFILE), which is given a
-// name only once complete and flushed, just before the rename, so a process killed while
-// writing (SIGKILL, OOM killer) leaves no half-written temporary file behind either. Where
-// O_TMPFILE or /proc is missing: a named `path.tmp-NNNNNN`, removed on failure.
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: the descriptor itself, so that a
+// shell's `>> log` appends and `| next` streams, as with any Unix tool.
+int fd_alias(const std::string& p) {
+  if (p == "/dev/stdout") return 1;
+  if (p == "/dev/stderr") return 2;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    if (!starts_with(p, prefix)) continue;
+    const std::string n = p.substr(std::strlen(prefix));
+    if (n.empty() || n.size() > 6 || n.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoi(n);
+  }
+  return -1;
+}
+
+}  // namespace
+
+// Where the bytes go. A path that does not exist yet, or names a regular file, is replaced
+// atomically; through a symbolic link, the file it points at is (the link stays a link). A
+// device, a FIFO or a socket (`-o /dev/null`, `-o /dev/stdout | ...`, a named pipe) cannot be
+// replaced: it is written in place, as `cat > /dev/null` would. Renaming over it was what an
+// atomic write did before, and as root that turned /dev/full into a regular file.
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), shown_(path_) {
   if (path_.empty()) throw Error(Errc::invalid_argument, "output path is empty");
+  if (const int alias = fd_alias(path_); alias >= 0) {
+    direct_ = true;
+    fd_ = ::fcntl(alias, F_DUPFD_CLOEXEC, 0);
+    if (fd_ < 0) throw fail(errno_text());
+    return;
+  }
+  struct stat link {};
+  if (::lstat(path_.c_str(), &link) == 0) {
+    struct stat target {};
+    const bool resolves = ::stat(path_.c_str(), &target) == 0;
+    if (resolves && S_ISDIR(target.st_mode)) throw fail("it is a folder");
+    if (resolves && S_ISLNK(link.st_mode)) {
+      // Resolve the link: a regular file is replaced where it lies; anything else (a link to a
+      // device, or into /proc) is written in place.
+      char* real = ::realpath(path_.c_str(), nullptr);
+      const std::string resolved = real ? real : "";
+      std::free(real);
+      if (!resolved.empty() && S_ISREG(target.st_mode) && !starts_with(resolved, "/proc/"))
+        path_ = resolved;
+      else
+        direct_ = true;
+    } else if (resolves && !S_ISREG(target.st_mode)) {
+      direct_ = true;
+    }
+  }
+  if (direct_) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd_ < 0) throw fail(errno_text());
+    return;
+  }
+  // Linux: the bytes go to an unnamed file in the target's folder (O_TMPFILE), which is given a
+  // name only once complete and flushed, just before the rename, so a process killed while
+  // writing (SIGKILL, OOM killer) leaves no half-written temporary file behind either. Where
+  // O_TMPFILE or /proc is missing: a named `path.tmp-NNNNNN`, removed on failure.
   // The unnamed file is named through /proc/self/fd at commit: without /proc, a named one.
   if (::access("/proc/self/fd", X_OK) == 0) {
     fd_ = ::open(folder_of(path_).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
@@ -112,7 +169,7 @@ AtomicFile::~AtomicFile() {
   if (!tmp_.empty()) ::unlink(tmp_.c_str());  // never committed: no litter
 }
 
-Error AtomicFile::fail(const std::string& why) const { return Error(Errc::io, "cannot write '" + path_ + "': " + why); }
+Error AtomicFile::fail(const std::string& why) const { return Error(Errc::io, "cannot write '" + shown_ + "': " + why); }
 
 void AtomicFile::write(std::span<const uint8_t> bytes) {
   if (fd_ < 0) throw Error(Errc::invalid_argument, "AtomicFile: write after commit");
@@ -121,6 +178,11 @@ void AtomicFile::write(std::span<const uint8_t> bytes) {
 
 void AtomicFile::commit() {
   if (fd_ < 0) throw Error(Errc::invalid_argument, "AtomicFile: committed twice");
+  if (direct_) {  // a device or a pipe: nothing to rename
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) throw fail(errno_text());
+    return;
+  }
   // Data on disk before the name points at it: a crash leaves the old file or the new one.
   if (::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS) throw fail(errno_text());
   if (tmp_.empty()) {  // unnamed: name it now

@@ -18,9 +18,9 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 
 #include "fovea/error.hpp"
+#include "fovea/files.hpp"
 #include "fovea/image.hpp"
 
 namespace fovea::cli {
@@ -149,22 +149,12 @@ class TarReader {
   FILE* f_;
 };
 
-// Writes members to PATH.tmp-XXXX and renames it to PATH in finish(); a shard that is never
-// finished is removed.
+// Writes members through an AtomicFile (fovea/files.hpp): the shard gets its name only in
+// finish(); one that is never finished leaves nothing behind. Members are buffered and written
+// in 1 MiB pieces.
 class TarWriter {
  public:
-  explicit TarWriter(const std::string& path) : path_(path) {
-    std::random_device rd;
-    tmp_ = path + ".tmp-" + std::to_string(rd() % 1000000);
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_) throw Error(Errc::io, "cannot create '" + tmp_ + "': " + std::strerror(errno));
-  }
-  ~TarWriter() {
-    if (f_) {
-      std::fclose(f_);
-      std::remove(tmp_.c_str());
-    }
-  }
+  explicit TarWriter(const std::string& path) : out_(path) {}
   TarWriter(const TarWriter&) = delete;
   TarWriter& operator=(const TarWriter&) = delete;
 
@@ -175,12 +165,9 @@ class TarWriter {
   }
   void finish() {
     static const char zeros[1024] = {};
-    if (std::fwrite(zeros, 1, 1024, f_) != 1024 || std::fflush(f_) != 0 || fsync(fileno(f_)) != 0) fail();
-    std::fclose(std::exchange(f_, nullptr));
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      std::remove(tmp_.c_str());
-      throw Error(Errc::io, "cannot rename '" + tmp_ + "' to '" + path_ + "': " + std::strerror(errno));
-    }
+    append(zeros, sizeof zeros);
+    flush();
+    out_.commit();
   }
 
  private:
@@ -204,13 +191,20 @@ class TarWriter {
   }
   void write(const void* p, size_t n) {
     static const char zeros[512] = {};
-    if (n && std::fwrite(p, 1, n, f_) != n) fail();
-    const size_t pad = (512 - n % 512) % 512;
-    if (pad && std::fwrite(zeros, 1, pad, f_) != pad) fail();
+    append(p, n);
+    append(zeros, (512 - n % 512) % 512);
   }
-  [[noreturn]] void fail() { throw Error(Errc::io, "cannot write '" + tmp_ + "': " + std::strerror(errno)); }
-  std::string path_, tmp_;
-  FILE* f_ = nullptr;
+  void append(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    buffer_.insert(buffer_.end(), b, b + n);
+    if (buffer_.size() >= (size_t(1) << 20)) flush();
+  }
+  void flush() {
+    out_.write(buffer_);
+    buffer_.clear();
+  }
+  AtomicFile out_;
+  std::vector<uint8_t> buffer_;
 };
 
 // ---- the plan: every image and where its output goes -------------------------------------------
