@@ -796,6 +796,11 @@ TEST(ImageIoErrors, FilesThatAreNotImages) {
   expect_error([&] { load_image(heic); }, Errc::unsupported, heic, "HEIF");
   const std::string html = write("c.jpg", "<!DOCTYPE html><html><body>404</body></html>");
   expect_error([&] { load_image(html); }, Errc::unsupported, html, "HTML");
+  // Common mistakes are named: a video, a Git LFS pointer (a clone without `git lfs pull`).
+  const std::string mp4 = write("v.jpg", std::string("\0\0\0\x20" "ftypisom\0\0\x02\0isomiso2", 24));
+  expect_error([&] { load_image(mp4); }, Errc::unsupported, mp4, "it is an MP4 / MOV video; `fovea video` reads videos");
+  const std::string lfs = write("l.png", "version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n");
+  expect_error([&] { load_image(lfs); }, Errc::unsupported, lfs, "Git LFS pointer");
   const std::string bin = write("d.jpg", std::string("\x01\x02\x03\x04\x05", 5));
   expect_error([&] { load_image(bin); }, Errc::unsupported, bin, "not an image file fovea reads (PNG, JPEG");
   expect_error([&] { decode_image(std::vector<uint8_t>{0x89, 'P', 'N'}, {}, "sig"); },

@@ -55,6 +55,13 @@ TEST(Safetensors, RejectsMalformedHeaders) {
   std::vector<uint8_t> huge = raw_file("{}", 0);
   huge[6] = 1;  // 2^48-byte header
   expect_corrupt(huge, "exceeds the limit", Errc::limit_exceeded);
+  // Not safetensors at all: what it is, not a header length read from its first bytes.
+  const std::string png("\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR", 16);
+  expect_corrupt(std::vector<uint8_t>(png.begin(), png.end()), "is not a safetensors file: it is a PNG image");
+  const std::string lfs = "version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n";
+  expect_corrupt(std::vector<uint8_t>(lfs.begin(), lfs.end()), "it is a Git LFS pointer");
+  const std::string junk(64, '\x7f');
+  expect_corrupt(std::vector<uint8_t>(junk.begin(), junk.end()), "its header does not begin with '{'");
   std::vector<uint8_t> past = raw_file("{}", 0);
   past[0] = 200;
   expect_corrupt(past, "runs past the end");

@@ -29,6 +29,13 @@ namespace fovea {
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 std::vector<uint8_t> read_file(const std::string& path);
 
+// What a file's first bytes say it is, for errors that should name the mistake: "a Git LFS
+// pointer, not the file itself (...)", "a PNG image", "a Matroska / WebM video", "JSON text".
+// Empty when they say nothing fovea recognises. `head`: the first bytes (up to 512 are read).
+std::string identify_file(std::span<const uint8_t> head);
+// The same for a file on disk (its first 512 bytes); empty when it cannot be read.
+std::string identify_file(const std::string& path);
+
 // An output written piece by piece (a stream of frames), committed atomically. Destroyed
 // without commit() (an exception on the way): `path` is untouched and nothing is left behind.
 class AtomicFile {

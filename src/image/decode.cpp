@@ -6,6 +6,7 @@
 #include <optional>
 #include <string_view>
 
+#include "fovea/files.hpp"
 #include "image/codecs.hpp"
 
 namespace fovea {
@@ -128,6 +129,12 @@ std::string describe_unknown(std::span<const uint8_t> b) {
   // files (a 29-byte one from fuzz_still: fuzz/crashes/still-timeout-984ccd1c...), so it is not used.
   if (starts_with(b, "\xFF\x0A"sv) || starts_with(b, "\0\0\0\x0CJXL \r\n\x87\n"sv))
     return "JPEG XL is not supported (Debian 12's FFmpeg wrapper of libjxl can hang on a truncated file; convert it to PNG)";
+  const std::string kind = identify_file(b);
+  if (!kind.empty()) {
+    const bool video = kind.find("video") != std::string::npos;
+    return "not an image file fovea reads (" + std::string(image_formats()) + "): it is " + kind +
+           (video ? "; `fovea video` reads videos" : "");
+  }
   std::string hex;
   for (size_t i = 0; i < b.size() && i < 8; ++i) {
     static constexpr char kDigits[] = "0123456789abcdef";
@@ -135,13 +142,7 @@ std::string describe_unknown(std::span<const uint8_t> b) {
     hex += kDigits[b[i] >> 4];
     hex += kDigits[b[i] & 15];
   }
-  std::string what = "not an image file fovea reads (" + std::string(image_formats()) + "; it starts with " + hex + ")";
-  const size_t n = std::min<size_t>(b.size(), 64);
-  bool text = n >= 4;
-  for (size_t i = 0; i < n && text; ++i)
-    text = std::isprint(b[i]) || b[i] == '\n' || b[i] == '\r' || b[i] == '\t';
-  if (text) what += b[0] == '<' ? "; it looks like HTML or XML" : "; it looks like text";
-  return what;
+  return "not an image file fovea reads (" + std::string(image_formats()) + "; it starts with " + hex + ")";
 }
 
 Detected detect_format(std::span<const uint8_t> b, const std::string& name) {

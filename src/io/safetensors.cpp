@@ -95,6 +95,13 @@ void SafetensorsFile::parse(const SafetensorsLimits& limits) {
   };
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | base[i];
+  // A header that cannot fit is usually not a safetensors file at all (its JSON begins with
+  // '{' at byte 8): say what it is rather than quote a length made of its first bytes.
+  if ((n > limits.max_header_bytes || n > file_size - 8) && (file_size < 9 || base[8] != '{')) {
+    const std::string kind = identify_file(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 512)));
+    throw Error(Errc::corrupt_data, "'" + path_ + "' is not a safetensors file: " +
+                                        (kind.empty() ? std::string("its header does not begin with '{'") : "it is " + kind));
+  }
   if (n > limits.max_header_bytes)
     throw Error(Errc::limit_exceeded, "'" + path_ + "': safetensors header of " + std::to_string(n) +
                                           " bytes exceeds the limit of " +
