@@ -350,6 +350,24 @@ TEST_F(VideoInputs, JpegXlIsRefusedNotDecoded) {
   }
 }
 
+// A file that is plainly something else (a Git LFS pointer left by a clone without `git lfs
+// pull`, a JSON file) is named as such rather than "Invalid data found".
+TEST_F(VideoInputs, NonVideosAreNamed) {
+  const std::string dir = test::temp_dir("VideoInputs_named");
+  const std::string lfs = dir + "/clip.mp4", json = dir + "/clip.mkv";
+  std::ofstream(lfs) << "version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n";
+  std::ofstream(json) << "{\"frames\": []}\n";
+  for (const auto& [path, what] : {std::pair{lfs, "a Git LFS pointer"}, std::pair{json, "JSON text"}}) {
+    try {
+      VideoReader::open(path);
+      ADD_FAILURE() << path << " opened";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::corrupt_data);
+      EXPECT_NE(std::string(e.what()).find(std::string("not a video file: it is ") + what), std::string::npos) << e.what();
+    }
+  }
+}
+
 // FFmpeg 5.1 has no animated-WebP demuxer: the whole file is one packet its decoder refuses.
 // The error says so and points at `fovea tokenize`, which reads the first frame.
 TEST_F(VideoInputs, AnimatedWebpSaysWhatToDoInstead) {
