@@ -57,8 +57,21 @@ class Fixation(NamedTuple):
     weight: float = 1.0
 
 
+def _pixels_of(image):
+    """A PIL image (what Image.open, HF datasets and most VLM pipelines hand around) as the
+    uint8 array fovea reads: "RGB" and "L" as they are, every other mode through
+    convert("RGB"), as HF image processors do (alpha dropped, palettes expanded). EXIF
+    orientation is the caller's, as it is for any array (PIL.ImageOps.exif_transpose)."""
+    if isinstance(image, (np.ndarray, str, bytes, bytearray, memoryview)) or hasattr(image, "__fspath__"):
+        return image
+    mode = getattr(image, "mode", None)
+    if isinstance(mode, str) and callable(getattr(image, "convert", None)) and hasattr(image, "size"):
+        return np.asarray(image if mode in ("RGB", "L") else image.convert("RGB"))
+    return image
+
+
 def tokenize(
-    image: Union[np.ndarray, PathLike],
+    image: Union[np.ndarray, PathLike, "PIL.Image.Image"],
     budget: int = 273,
     fixations: Iterable[Sequence[float]] = (),
     regions: Iterable[Sequence[float]] = (),
@@ -92,8 +105,9 @@ def tokenize(
             rgba[..., :3], planar chw.transpose(1, 2, 0), a fovea.VideoReader frame), a
             path to an image file (PNG, JPEG; WebP, GIF, TIFF... when built with FFmpeg:
             fovea.image_formats()), or the file's bytes (decoded by fovea, EXIF
-            orientation applied unless exif=False). Other dtypes raise TypeError, flipped or
-            overlapping layouts ValueError.
+            orientation applied unless exif=False), or a PIL image ("RGB" and "L" as they
+            are, other modes through convert("RGB"), as HF image processors do). Other
+            dtypes raise TypeError, flipped or overlapping layouts ValueError.
         budget: the maximum number of tokens (the result lands within 2 of it).
         fixations: where the query looks, in image pixels: fovea.Fixation(x, y, radius=0,
             weight=1) or tuples (x, y), (x, y, radius), (x, y, radius, weight), as the
@@ -132,7 +146,7 @@ def tokenize(
     that array): do not modify the array while tokenize runs in another thread.
     """
     return _fovea.tokenize(
-        image, budget, [tuple(f) for f in fixations], [tuple(r) for r in regions], patch, uniform, threads,
+        _pixels_of(image), budget, [tuple(f) for f in fixations], [tuple(r) for r in regions], patch, uniform, threads,
         max_level, dict(weights or {}), e0, sharpness, dtype,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
         query_embedding, model, max_pixels, source, fine_bias, detail_focus, fixation_spread, lookahead, exif)

@@ -107,9 +107,15 @@ py::array_t<uint8_t> to_hwc(const ImageU8& img) {
 
 // The caller's array as an image view, or a TypeError / ValueError saying what to do.
 ImageViewU8 array_view(const py::array& a) {
-  if (!py::isinstance<py::array_t<uint8_t>>(a) || a.dtype().kind() != 'u' || a.itemsize() != 1)
+  if (!py::isinstance<py::array_t<uint8_t>>(a) || a.dtype().kind() != 'u' || a.itemsize() != 1) {
+    const char kind = a.dtype().kind();
+    const std::string how = kind == 'f' ? "; convert floats in [0, 1] with (a * 255).round().astype(np.uint8)"
+                            : kind == 'b' ? "; convert with a.astype(np.uint8) * 255"
+                            : a.itemsize() == 2 ? "; convert 16-bit samples with (a >> 8).astype(np.uint8), or give the file's path"
+                                                : "";
     throw py::type_error("image must be a uint8 numpy array [H, W, 3] (RGB) or [H, W] (gray), got dtype " +
-                         std::string(py::str(a.dtype())) + "; convert floats in [0, 1] with (a * 255).round().astype(np.uint8)");
+                         std::string(py::str(a.dtype())) + how);
+  }
   if (a.ndim() != 2 && a.ndim() != 3)
     throw py::value_error("image must be [H, W, 3] or [H, W], got " + std::to_string(a.ndim()) + " dimensions");
   const int H = static_cast<int>(a.shape(0)), W = static_cast<int>(a.shape(1));
@@ -339,7 +345,7 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
     path = py::str(py::module_::import("os").attr("fspath")(image));
     out->source = path;
   } else {
-    throw py::type_error("image must be a uint8 numpy array [H, W, 3] or a path, got " +
+    throw py::type_error("image must be a uint8 numpy array [H, W, 3], a PIL image, a path or the file's bytes, got " +
                          std::string(py::str(py::type::of(image).attr("__name__"))));
   }
 

@@ -44,6 +44,26 @@ def test_tokenize_array_and_path_equal_cli_file(png, tmp_path):
     assert t.image_size == (320, 240) and len(t) <= 120 and t.mode == "foveated"
 
 
+def test_pil_images_are_read_as_hf_processors_read_them(png):
+    """A PIL image (Image.open, HF datasets) is taken as np.asarray(im.convert("RGB")) is;
+    "RGB" and "L" without a conversion."""
+    from PIL import Image
+    arr, path = png
+    ref = fovea.tokenize(arr, budget=64)
+    for im in (Image.open(path), Image.fromarray(arr), Image.fromarray(arr).convert("RGBA")):
+        t = fovea.tokenize(im, budget=64)
+        assert np.array_equal(t.patches, ref.patches) and np.array_equal(t.positions, ref.positions), im.mode
+    pal = Image.fromarray(arr).convert("P", palette=Image.ADAPTIVE, colors=32)
+    t = fovea.tokenize(pal, budget=64)
+    assert np.array_equal(t.patches, fovea.tokenize(np.asarray(pal.convert("RGB")), budget=64).patches)
+    gray = Image.fromarray(arr).convert("L")
+    assert np.array_equal(fovea.tokenize(gray, budget=64).patches, fovea.tokenize(np.asarray(gray), budget=64).patches)
+    with pytest.raises(TypeError, match="16-bit"):
+        fovea.tokenize(arr.astype(np.uint16))
+    with pytest.raises(TypeError, match="PIL image"):
+        fovea.tokenize([[1, 2], [3, 4]])
+
+
 def test_other_still_formats_decode_like_png():
     """With FFmpeg, WebP / TIFF / GIF... paths and bytes decode to the same pixels as the PNG."""
     formats = fovea.image_formats()
