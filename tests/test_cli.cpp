@@ -128,6 +128,24 @@ TEST_F(Cli, WritesTokensOverlaySeenAndJson) {
   EXPECT_EQ(s.height(), 120);
 }
 
+// A fixation or region wholly off the image is legal (it pulls the fovea to the nearest
+// border) but is most often a coordinate in another resolution: one warning line each, the
+// output still written. On the image, or a disc that reaches it: no warning.
+TEST_F(Cli, QueryOutsideTheImageIsWarnedAbout) {
+  const std::string out = dir + "/t.safetensors";
+  auto r = test::run_cli({"tokenize", image, "--budget", "40", "--fixation", "400,60", "--fixation", "150,60",
+                          "--region", "10,130,50,200", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.err), 2) << r.err;
+  EXPECT_NE(r.err.find("fovea: warning: fixation(400,60) lies outside the 200x120 image"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fovea: warning: region(10,130,50,200) lies outside"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(out));
+  r = test::run_cli({"tokenize", image, "--budget", "40", "--fixation", "199,119", "--fixation", "210,60,20",
+                     "--region", "190,110,300,300", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+}
+
 TEST_F(Cli, UniformAndDtypes) {
   const std::string out = dir + "/u.safetensors";
   const auto r = test::run_cli({"tokenize", image, "--uniform", "--budget", "30", "--dtype", "f16", "-o", out});

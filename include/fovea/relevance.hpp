@@ -186,4 +186,10 @@ RelevanceMap compute_relevance(const PyramidU8& pyramid, int patch_px, const Que
 // Human-readable summary of a query for metadata and logs, e.g. "fixation(512,300)".
 std::string describe(const Query& query);
 
+// The fixations (their disc, with a radius) and regions of `query` that lie wholly outside a
+// width × height image, described as describe() does: most often coordinates given in another
+// resolution, or before EXIF orientation. They are legal (a fixation off the image still pulls
+// the fovea to the nearest border), so callers warn rather than fail.
+std::vector<std::string> query_outside(const Query& query, int width, int height);
+
 }  // namespace fovea

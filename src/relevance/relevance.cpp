@@ -653,4 +653,24 @@ std::string describe(const Query& q) {
   return s.str();
 }
 
+std::vector<std::string> query_outside(const Query& q, int width, int height) {
+  std::vector<std::string> out;
+  const float w = float(width), h = float(height);
+  for (const Fixation& f : q.fixations) {
+    const float r = std::max(f.radius_px, 0.0f);
+    if (f.x_px + r < 0 || f.y_px + r < 0 || f.x_px - r >= w || f.y_px - r >= h) {
+      Query one;
+      one.fixations.push_back(f);
+      out.push_back(describe(one));
+    }
+  }
+  for (const Region& g : q.regions)
+    if (g.x1_px <= 0 || g.y1_px <= 0 || g.x0_px >= w || g.y0_px >= h) {
+      Query one;
+      one.regions.push_back(g);
+      out.push_back(describe(one));
+    }
+  return out;
+}
+
 }  // namespace fovea

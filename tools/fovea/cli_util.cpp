@@ -289,6 +289,14 @@ nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, co
   return j;
 }
 
+void warn_query_outside(const Query& query, int width, int height) {
+  for (const std::string& q : query_outside(query, width, height))
+    std::fprintf(stderr,
+                 "fovea: warning: %s lies outside the %dx%d image (coordinates are the image's own pixels, after "
+                 "EXIF orientation)\n",
+                 q.c_str(), width, height);
+}
+
 void print_summary(const nlohmann::json& j) {
   std::printf("%s %dx%d: %lld tokens (budget %d, %lld at full resolution), patch %d px\n",
               j["mode"].get<std::string>().c_str(), j["image"]["width"].get<int>(),

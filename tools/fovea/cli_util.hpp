@@ -84,6 +84,8 @@ std::vector<float> parse_floats(const std::string& text, const std::string& flag
 // Summary of a tokenization for --json and the human-readable report.
 nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, const Query& query);
 void print_summary(const nlohmann::json& summary);
+// One "fovea: warning:" line per fixation or region wholly outside the image (query_outside).
+void warn_query_outside(const Query& query, int width, int height);
 
 // The OpenMP wait policy this process runs with: the environment's OMP_WAIT_POLICY (main()
 // sets PASSIVE for the commands that run OpenMP code, unless the caller chose), or "default".

@@ -108,6 +108,7 @@ struct EncodeCommand {
     ImageU8 image = load_image(tok.image, tok.load_options());
     const double decode_ms = ms_since(t0);
     const int width = image.width(), height = image.height();
+    warn_query_outside(query, width, height);
 
     nlohmann::json backend;
     Tokenization t = exec.tokenize(std::move(image), query, params, ex, backend);

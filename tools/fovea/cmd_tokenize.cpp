@@ -77,6 +77,7 @@ struct TokenizeCommand {
     auto t0 = Clock::now();
     ImageU8 image = load_image(tok.image, tok.load_options());
     const double decode_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    warn_query_outside(query, image.width(), image.height());
 
     nlohmann::json backend;
     Tokenization t = exec.tokenize(std::move(image), query, params, ex, backend);
