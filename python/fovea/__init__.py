@@ -24,6 +24,7 @@ For datasets, see fovea.distributed (Dask).
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -145,11 +146,16 @@ def tokenize(
     When `image` is an array, the Tokens keep a reference to it (its pyramid's level 0 is
     that array): do not modify the array while tokenize runs in another thread.
     """
-    return _fovea.tokenize(
+    t = _fovea.tokenize(
         _pixels_of(image), budget, [tuple(f) for f in fixations], [tuple(r) for r in regions], patch, uniform, threads,
         max_level, dict(weights or {}), e0, sharpness, dtype,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
         query_embedding, model, max_pixels, source, fine_bias, detail_focus, fixation_spread, lookahead, exif)
+    for off in t.query_outside:  # most often coordinates in another resolution
+        w, h = t.image_size
+        warnings.warn(f"{off} lies outside the {w}x{h} image (coordinates are the image's own pixels, after EXIF "
+                      "orientation)", stacklevel=2)
+    return t
 
 
 class Model(_fovea.Model):

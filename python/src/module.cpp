@@ -742,6 +742,8 @@ PYBIND11_MODULE(_fovea, m) {
             return a;
           },
           "[N, 4] float32: each token's box [x0, y0, x1, y1) in original pixels (a copy)")
+      .def_property_readonly("query_outside", [](const PyTokens& t) { return query_outside(t.query, t.width, t.height); },
+                             "The fixations and regions wholly outside the image (fovea.tokenize warns about each)")
       .def_property_readonly("image_size", [](const PyTokens& t) { return py::make_tuple(t.width, t.height); },
                              "(width, height) of the tokenized image")
       .def_property_readonly("patch_size", [](const PyTokens& t) { return t.params.patch_px; })

@@ -64,6 +64,17 @@ def test_pil_images_are_read_as_hf_processors_read_them(png):
         fovea.tokenize([[1, 2], [3, 4]])
 
 
+def test_query_outside_the_image_warns(png):
+    arr, _ = png  # 320 x 240
+    with pytest.warns(UserWarning, match=r"fixation\(500,10\) lies outside the 320x240 image"):
+        t = fovea.tokenize(arr, budget=32, fixations=[(500, 10), (100, 100)])
+    assert t.query_outside == ["fixation(500,10)"]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fovea.tokenize(arr, budget=32, fixations=[(319, 239)], regions=[(300, 200, 400, 300)]).query_outside == []
+
+
 def test_other_still_formats_decode_like_png():
     """With FFmpeg, WebP / TIFF / GIF... paths and bytes decode to the same pixels as the PNG."""
     formats = fovea.image_formats()
