@@ -64,6 +64,10 @@ TEST_F(Cli, BadArgumentsExitTwoWithOneLine) {
   expect_one_line_error(test::run_cli({"tokenize", image, "--std", "1,0,1"}), 2, "--std");
   expect_one_line_error(test::run_cli({"tokenize", image, "--sharpness", "9"}), 2, "--sharpness");
   expect_one_line_error(test::run_cli({"tokenize", image, "--no-such-flag"}), 2, "--no-such-flag");
+  // `-o "$OUT"` with OUT unset: an error, not a run that writes nothing.
+  expect_one_line_error(test::run_cli({"tokenize", image, "-o", ""}), 2, "--output was given an empty value");
+  expect_one_line_error(test::run_cli({"tokenize", image, "-o", dir + "/t.safetensors", "--seen", ""}), 2,
+                        "--seen was given an empty value");
   // The image positional is never swallowed by a repeatable flag: "3,4" is taken as a second
   // input, which makes a batch, and a batch needs an output folder or shard.
   expect_one_line_error(test::run_cli({"tokenize", "--fixation", "1,2", "3,4", image}), 2, "-o DIR");

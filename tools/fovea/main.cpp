@@ -83,6 +83,19 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // An option given an empty value (`-o "$OUT"` with OUT unset) would otherwise read as "not
+  // given" and, for an output, write nothing with exit 0.
+  for (const CLI::App* sub : app.get_subcommands())
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->count() == 0 || opt->get_lnames().empty() || opt->get_expected_min() == 0) continue;  // flags
+      for (const std::string& v : opt->results())
+        if (v.empty()) {
+          std::cerr << "fovea: error: --" << opt->get_lnames().front() << " was given an empty value (see 'fovea "
+                    << sub->get_name() << " --help')\n";
+          return 2;
+        }
+    }
+
   try {
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
