@@ -196,7 +196,7 @@ std::optional<std::string> tiff_refusal(std::span<const uint8_t> b) {
     }
   }
   if (const auto f = tiff_ifd0_value(b, 339, true); f && *f != 1)  // SampleFormat: 1 unsigned
-    return std::string(*f == 3 ? "floating-point" : *f == 2 ? "signed-integer" : "non-integer") +
+    return (*f == 3 ? std::string("floating-point") : *f == 2 ? std::string("signed-integer") : "SampleFormat " + std::to_string(*f)) +
            " TIFF samples are not supported (unsigned 1- to 16-bit samples are); convert it to a 16-bit PNG";
   if (const auto bits = tiff_ifd0_value(b, 258, true); bits && *bits > 16)  // BitsPerSample
     return std::to_string(*bits) + "-bit TIFF samples are not supported (1- to 16-bit samples are)";
