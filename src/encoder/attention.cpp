@@ -94,7 +94,7 @@ void linear(const AttentionExec& ex, const GemmArgs& a) {
 // Per-thread buffers of the block kernel and the hierarchical gather.
 struct TaskBuffers {
   ScratchBuf *S, *P, *O, *Kg, *Vg;
-  std::vector<float> m, l, bias, qpos, qneg, score;
+  std::vector<float> m, l, bias, qpos, qneg;
   std::vector<int32_t> pick;
 };
 
@@ -161,10 +161,6 @@ void head_major(const AttentionExec& ex, const std::byte* src, int64_t ld, int64
   }
 }
 
-float load(const std::byte* p, DType dt, int64_t i) {
-  return dt == DType::f32 ? reinterpret_cast<const float*>(p)[i] : bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
-}
-
 // out[row, h·hd + j] = O[i, j] (dt), row = perm ? perm[p0 + i] : p0 + i.
 void write_rows(const float* O, int64_t bq, int64_t hd, int h, int64_t D, DType dt, const int32_t* perm, int64_t p0,
                 std::byte* out) {
@@ -187,7 +183,7 @@ void parallel_tasks(const AttentionExec& ex, AttentionWorkspace& ws, int64_t n, 
 #pragma omp parallel num_threads(ex.threads)
   {
     ScratchBuf* slot = &ws.thread_scratch[size_t(omp_get_thread_num()) * kSlots];
-    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], {}, {}, {}, {}, {}, {}, {}};
+    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], {}, {}, {}, {}, {}, {}};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n; ++task) {
       try {
@@ -285,6 +281,62 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
   const int64_t K = std::min<int64_t>(plan.top_k, nb);
   int64_t max_block = 1;
   for (int64_t c = 0; c < nb; ++c) max_block = std::max(max_block, plan.block_start[c + 1] - plan.block_start[c]);
+  // Rank the key blocks for every query block. Per query i and block c, an upper bound of its
+  // scores from the block's per-dimension key bounds (Quest, Tang et al. 2024):
+  // u_ic = Σ_j max(q_ij·kmax_cj, q_ij·kmin_cj) = q⁺_i·kmax_c + q⁻_i·kmin_c;
+  // p_i = softmax_c(u_ic·scale + log n_c) is where query i could put its attention, and a
+  // block scores the most any query of the query block could give it: score_c = max_i p_ic. A
+  // block's mean key (the ranking before) hides one key a query attends to sharply; the bound
+  // does not (measured: bench/attention_bench.py, docs/encoder.md).
+  // One task per head, two GEMMs over all its query rows (per query block, the 2 × heads × blocks
+  // small GEMM calls cost more than their arithmetic: ~0.2 s of an N=4096 encode on AVX-512).
+  // Not needed when every block is taken exactly (K >= nb).
+  ws.score.ensure(size_t(std::max<int64_t>(heads * nb * nb, 1)) * 4);
+  float* block_score = ws.score.as<float>();
+  std::fill(block_score, block_score + heads * nb * nb, 0.0f);
+  if (K < nb) {
+    const int64_t p0 = plan.block_start[0], rows = T - p0;
+    parallel_tasks(ex, ws, heads, [&](int64_t h, TaskBuffers& b) {
+      const std::byte* Q = Qh + size_t((h * T + p0) * hd) * es;
+      b.qpos.resize(size_t(rows * hd)), b.qneg.resize(size_t(rows * hd));
+      float* qp = b.qpos.data();
+      float* qn = b.qneg.data();
+      if (dt == DType::bf16) from_bf16_row(reinterpret_cast<const uint16_t*>(Q), qp, rows * hd);
+      else std::memcpy(qp, Q, size_t(rows * hd) * 4);
+      for (int64_t i = 0; i < rows * hd; ++i) {
+        const float x = qp[i];
+        qp[i] = std::max(x, 0.0f), qn[i] = std::min(x, 0.0f);
+      }
+      b.S->ensure(size_t(rows * nb) * 4);
+      float* U = b.S->as<float>();
+      GemmArgs ub{};
+      ub.a = reinterpret_cast<const std::byte*>(qp), ub.lda = hd, ub.a_dt = DType::f32;
+      ub.w = reinterpret_cast<const std::byte*>(ws.kmax.as<float>() + h * nb * hd), ub.ldw = hd, ub.w_dt = DType::f32;
+      ub.c = U, ub.ldc = nb, ub.c_dt = DType::f32;
+      ub.m = rows, ub.n = nb, ub.k = hd;
+      linear(ex, ub);
+      ub.a = reinterpret_cast<const std::byte*>(qn);
+      ub.w = reinterpret_cast<const std::byte*>(ws.kmin.as<float>() + h * nb * hd);
+      ub.accumulate = true;
+      linear(ex, ub);
+      b.bias.resize(size_t(nb));
+      const float inv_scale = 1.0f / scale;
+      for (int64_t c = 0; c < nb; ++c) {
+        float* sc = block_score + (h * nb + c) * nb;
+        for (int64_t i = plan.block_start[c] - p0; i < plan.block_start[c + 1] - p0; ++i) {
+          float* u = U + i * nb;
+          for (int64_t k = 0; k < nb; ++k) u[k] += log_count[k] * inv_scale;
+          float m = -INFINITY, l = 0.0f;
+          if (ex.reference) softmax_step_row_ref(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
+          else softmax_step_row(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
+          const float inv = 1.0f / l;
+          // A NaN (non-finite activations) never enters: std::max keeps the first argument.
+          for (int64_t k = 0; k < nb; ++k) sc[k] = std::max(sc[k], b.bias[k] * inv);
+        }
+      }
+    });
+  }
+
   // Per head: the global query rows (one task, exact over all keys), then one task per block.
   const int64_t per_head = nb + (G > 0 ? 1 : 0);
   parallel_tasks(ex, ws, per_head * heads, [&](int64_t task, TaskBuffers& b) {
@@ -302,51 +354,12 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
     const int64_t q0 = plan.block_start[c], bq = plan.block_start[c + 1] - q0;
     const std::byte* Q = Qh + size_t((h * T + q0) * hd) * es;
     const std::byte* kp = ws.kp.get() + size_t(h * nb * hd) * es;
-    // Rank the key blocks for this query block. Per query i and block c, an upper bound of its
-    // scores from the block's per-dimension key bounds (Quest, Tang et al. 2024):
-    // u_ic = Σ_j max(q_ij·kmax_cj, q_ij·kmin_cj) = q⁺_i·kmax_c + q⁻_i·kmin_c (two small GEMMs);
-    // p_i = softmax_c(u_ic·scale + log n_c) is where query i could put its attention, and a
-    // block scores the most any query of the block could give it: score_c = max_i p_ic. A
-    // block's mean key (the ranking before) hides one key a query attends to sharply; the bound
-    // does not (measured: bench/attention_bench.py, docs/encoder.md).
-    // (Not needed when every block is taken exactly: K >= nb.)
-    b.score.assign(size_t(nb), 0.0f);
-    if (K < nb) {
-      b.qpos.resize(size_t(bq * hd)), b.qneg.resize(size_t(bq * hd));
-      for (int64_t i = 0; i < bq * hd; ++i) {
-        const float x = load(Q, dt, i);
-        b.qpos[size_t(i)] = std::max(x, 0.0f), b.qneg[size_t(i)] = std::min(x, 0.0f);
-      }
-      b.S->ensure(size_t(bq * nb) * 4);
-      float* U = b.S->as<float>();
-      GemmArgs ub{};
-      ub.a = reinterpret_cast<const std::byte*>(b.qpos.data()), ub.lda = hd, ub.a_dt = DType::f32;
-      ub.w = reinterpret_cast<const std::byte*>(ws.kmax.as<float>() + h * nb * hd), ub.ldw = hd, ub.w_dt = DType::f32;
-      ub.c = U, ub.ldc = nb, ub.c_dt = DType::f32;
-      ub.m = bq, ub.n = nb, ub.k = hd;
-      linear(ex, ub);
-      ub.a = reinterpret_cast<const std::byte*>(b.qneg.data());
-      ub.w = reinterpret_cast<const std::byte*>(ws.kmin.as<float>() + h * nb * hd);
-      ub.accumulate = true;
-      linear(ex, ub);
-      b.bias.resize(size_t(nb));
-      const float inv_scale = 1.0f / scale;
-      for (int64_t i = 0; i < bq; ++i) {
-        float* u = U + i * nb;
-        for (int64_t k = 0; k < nb; ++k) u[k] += log_count[k] * inv_scale;
-        float m = -INFINITY, l = 0.0f;
-        if (ex.reference) softmax_step_row_ref(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
-        else softmax_step_row(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
-        const float inv = 1.0f / l;
-        // A NaN (non-finite activations) never enters: std::max keeps the first argument.
-        for (int64_t k = 0; k < nb; ++k) b.score[k] = std::max(b.score[k], b.bias[k] * inv);
-      }
-    }
+    const float* score = block_score + (h * nb + c) * nb;
     b.pick.resize(size_t(nb));
     std::iota(b.pick.begin(), b.pick.end(), 0);
     if (K < nb)
       std::nth_element(b.pick.begin(), b.pick.begin() + K, b.pick.end(),
-                       [&](int32_t x, int32_t y) { return b.score[x] > b.score[y] || (b.score[x] == b.score[y] && x < y); });
+                       [&](int32_t x, int32_t y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
     std::sort(b.pick.begin(), b.pick.begin() + K);  // ascending block order: contiguous reads
     std::sort(b.pick.begin() + K, b.pick.end());
     const std::byte *Kl = Kall, *Vl = Vall;
