@@ -4,9 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
-#include <vector>
 
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
@@ -177,44 +175,6 @@ TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
     const bool copies = model.impl().gemm->packs_blocked(kernel) || bf16_weights;  // see the test above
     EXPECT_EQ(model.impl().gemm->packed_stats().weights > 0, copies);
     EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
-  }
-}
-
-// fovea packs constant weights into brgemm's blocked layouts itself (oneDNN 2.6's reorder for
-// them was the slowest part of a first encode): the bytes must be oneDNN's own, padding included,
-// for f32 and bf16 sources, widths that are and are not whole blocks, and a row stride > k.
-TEST(EncoderWeights, OwnPackingEqualsOneDnnReorder) {
-  using md = dnnl::memory::desc;
-  using tag = dnnl::memory::format_tag;
-  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  dnnl::stream st(eng);
-  struct Shape { int64_t n, k, ldw; };
-  for (const Shape sh : {Shape{2304, 768, 768}, Shape{70, 100, 100}, Shape{64, 32, 40}, Shape{130, 33, 33},
-                         Shape{1, 1, 1}, Shape{200, 4304, 4310}}) {
-    for (const DType wdt : {DType::f32, DType::bf16}) {
-      for (const encoder_detail::BlockedLayout layout :
-           {encoder_detail::BlockedLayout::BA16a64b, encoder_detail::BlockedLayout::BA16a64b2a}) {
-        const bool b16 = layout == encoder_detail::BlockedLayout::BA16a64b2a;
-        SCOPED_TRACE("n " + std::to_string(sh.n) + " k " + std::to_string(sh.k) + (wdt == DType::bf16 ? " bf16 W" : " f32 W") +
-                     (b16 ? " -> BA16a64b2a" : " -> BA16a64b"));
-        std::vector<float> wf(size_t(sh.n * sh.ldw));
-        uint32_t s = 11;
-        for (float& v : wf) s = s * 1664525u + 1013904223u, v = float(int32_t(s >> 8) - (1 << 23)) / float(1 << 20);
-        wf[0] = 1.00390625f;  // a bf16 tie: rounds to even
-        std::vector<uint16_t> wh(wf.size());
-        encoder_detail::to_bf16_row(wf.data(), wh.data(), int64_t(wf.size()));
-        const void* w = wdt == DType::f32 ? static_cast<const void*>(wf.data()) : wh.data();
-        const md src_md({sh.k, sh.n}, wdt == DType::f32 ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16, {1, sh.ldw});
-        const md dst_md({sh.k, sh.n}, b16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32, b16 ? tag::BA16a64b2a : tag::BA16a64b);
-        ASSERT_EQ(dst_md.get_size(), encoder_detail::packed_bytes(layout, sh.n, sh.k));
-        std::vector<std::byte> theirs(dst_md.get_size(), std::byte{0x5a}), ours(dst_md.get_size(), std::byte{0xa5});
-        dnnl::memory a(src_md, eng, const_cast<void*>(w)), b(dst_md, eng, theirs.data());
-        dnnl::reorder(a, b).execute(st, a, b);
-        st.wait();
-        encoder_detail::pack_blocked(w, wdt, sh.ldw, sh.n, sh.k, layout, ours.data());
-        EXPECT_EQ(std::memcmp(ours.data(), theirs.data(), ours.size()), 0);
-      }
-    }
   }
 }
 

@@ -213,18 +213,6 @@ class Gemm {
   std::unique_ptr<State> s_;
 };
 
-// oneDNN's blocked layouts of a [K, N] matmul weight that brgemm asks for on AVX-512: f32
-// BA16a64b (blocks of 16 K × 64 N) and bf16 BA16a64b2a (32 K × 64 N, K pairs adjacent), N blocks
-// outermost, both zero-padded to whole blocks.
-enum class BlockedLayout { BA16a64b, BA16a64b2a };
-// Packs W ([n, k] row-major, row stride ldw, f32 or bf16) into `layout` at dst, converting to
-// the layout's type (f32 → bf16 rounds to nearest even, as oneDNN's reorder does; the bytes are
-// the same: EncoderWeights.OwnPackingEqualsOneDnnReorder). dst holds packed_bytes(layout, n, k).
-// oneDNN 2.6's reorder for these (jit:uni) ran at ~1.7 GB/s on Zen 5: 8.4 ms for one 768×3072
-// weight, 0.4 s of a video's first frame group and ~0.14 s of a one-shot bf16 encode.
-void pack_blocked(const void* w, DType w_dt, int64_t ldw, int64_t n, int64_t k, BlockedLayout layout, void* dst);
-size_t packed_bytes(BlockedLayout layout, int64_t n, int64_t k);
-
 // The plain reference of Gemm::run (triple loop, double accumulation).
 void gemm_reference(const GemmArgs& args);
 

@@ -22,9 +22,7 @@
 #include <omp.h>
 #include <sys/mman.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -91,9 +89,11 @@ class PackedArena {
     allocated_ += bytes;
 #ifdef MADV_POPULATE_WRITE
     // Every byte handed out is written at once (packed): map its pages in one call instead of
-    // one fault each. A first-touch fault cost ~8 µs on the Zen 5 VM this was measured on, and
+    // one fault each. A first-touch fault cost ~8 µs on the Zen 5 VM this was measured on;
     // packing ViT-B/16's 173 MB of bf16 weights took 300-340 ms with faults against 160-180 ms
-    // populated (a video's first frame group). Linux ≥ 5.14; elsewhere the pages fault as before.
+    // populated (a video's first frame group: 60 -> 37 ms a frame). Linux ≥ 5.14; elsewhere the
+    // pages fault as before. (A hand-written packer into BA16a64b2a was tried instead of
+    // oneDNN's reorder: same bytes, same time; the cost is the memory, not the kernel.)
     constexpr uintptr_t kPageMask = (uintptr_t(4) << 10) - 1;
     const uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~kPageMask;
     const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + kPageMask) & ~kPageMask;
@@ -285,17 +285,6 @@ struct Gemm::State {
       from_bf16_row(static_cast<const uint16_t*>(g.w), static_cast<float*>(dst_ptr), g.n * g.k);
       return;
     }
-    if (e.blocked && !g.w_is_kn && (g.w_dt == DType::f32 || g.w_dt == DType::bf16)) {
-      using md = dnnl::memory::desc;
-      using tag = dnnl::memory::format_tag;
-      const bool b16 = g.a_dt == DType::bf16;
-      const BlockedLayout layout = b16 ? BlockedLayout::BA16a64b2a : BlockedLayout::BA16a64b;
-      if (e.w_packed_md == md({g.k, g.n}, dt_of(g.a_dt), b16 ? tag::BA16a64b2a : tag::BA16a64b) &&
-          e.w_packed_md.get_size() == packed_bytes(layout, g.n, g.k)) {
-        pack_blocked(g.w, g.w_dt, g.ldw, g.n, g.k, layout, dst_ptr);
-        return;
-      }
-    }
     dnnl::memory src(e.w_md, eng, const_cast<void*>(g.w));
     dnnl::memory dst(e.w_packed_md, eng, dst_ptr);
     dnnl::reorder(src, dst).execute(st, src, dst);
@@ -389,47 +378,6 @@ void Gemm::run_unchecked(const GemmArgs& g) {
   if (g.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e->b_md, eng, const_cast<float*>(g.bias)));
   e->prim.execute(st, args);
   st.wait();
-}
-
-size_t packed_bytes(BlockedLayout layout, int64_t n, int64_t k) {
-  const int64_t ka = layout == BlockedLayout::BA16a64b2a ? 32 : 16;
-  return size_t((n + 63) / 64) * size_t((k + ka - 1) / ka) * size_t(ka * 64) * (layout == BlockedLayout::BA16a64b2a ? 2 : 4);
-}
-
-void pack_blocked(const void* w, DType w_dt, int64_t ldw, int64_t n, int64_t k, BlockedLayout layout, void* dst) {
-  const bool pairs = layout == BlockedLayout::BA16a64b2a;
-  const int64_t ka = pairs ? 32 : 16, KB = (k + ka - 1) / ka, NB = (n + 63) / 64;
-  const size_t wes = w_dt == DType::f32 ? 4 : 2;
-  const size_t nblock_bytes = size_t(KB) * size_t(ka * 64) * (pairs ? 2 : 4);
-  // One task per 64 columns of N (64 rows of W): its output is one contiguous run of
-  // nblock_bytes (98 KB for K = 768 in bf16), so the strided stores stay in cache.
-#pragma omp parallel
-  {
-    std::vector<float> f(size_t(pairs ? 0 : k));
-    std::vector<uint16_t> h(size_t(pairs ? KB * ka : 0));
-#pragma omp for schedule(static)
-    for (int64_t nb = 0; nb < NB; ++nb) {
-      std::byte* out = static_cast<std::byte*>(dst) + size_t(nb) * nblock_bytes;
-      std::memset(out, 0, nblock_bytes);  // the padding; every element of W is written below
-      const int64_t cols = std::min<int64_t>(64, n - nb * 64);
-      for (int64_t nn = 0; nn < cols; ++nn) {
-        const std::byte* src = static_cast<const std::byte*>(w) + size_t((nb * 64 + nn) * ldw) * wes;
-        if (pairs) {  // element (kk, nn) of block kb at [(kk % 32) / 2][nn][kk % 2]: K pairs as u32
-          if (w_dt == DType::bf16) std::memcpy(h.data(), src, size_t(k) * 2);
-          else to_bf16_row(reinterpret_cast<const float*>(src), h.data(), k);
-          std::fill(h.begin() + k, h.end(), uint16_t(0));
-          const uint32_t* pr = reinterpret_cast<const uint32_t*>(h.data());
-          uint32_t* o = reinterpret_cast<uint32_t*>(out) + nn;
-          for (int64_t p = 0; p < KB * 16; ++p) o[(p >> 4) * 1024 + (p & 15) * 64] = pr[p];
-        } else {  // element (kk, nn) of block kb at [kk % 16][nn]
-          const float* fr = reinterpret_cast<const float*>(src);
-          if (w_dt == DType::bf16) from_bf16_row(reinterpret_cast<const uint16_t*>(src), f.data(), k), fr = f.data();
-          float* o = reinterpret_cast<float*>(out) + nn;
-          for (int64_t kk = 0; kk < k; ++kk) o[(kk >> 4) * 1024 + (kk & 15) * 64] = fr[kk];
-        }
-      }
-    }
-  }
 }
 
 namespace {
