@@ -1,6 +1,7 @@
 // Private to src/encoder: the weights of a loaded ViT and the kernels the forward pass uses.
 #pragma once
 
+#include <atomic>
 #include <omp.h>
 
 #include <cstdint>
@@ -124,6 +125,9 @@ struct VitModel::Impl {
   // q|k|v rows [T, 3D] (dtype dt) before attention. Empty in the library's own use.
   std::function<void(int layer, const std::byte* qkv, DType dt, int64_t T)> attention_probe;
   std::unique_ptr<encoder_detail::Gemm> gemm;  // oneDNN engine and primitive cache, created on first use
+  // Set by users that will run the model many times (the incremental / video encoder): constant
+  // weights are packed on their first use instead of their second (Gemm::pack_on_first_use).
+  std::atomic<bool> expect_reuse{false};
   // attention.hpp's buffers, kept from one encode to the next (fresh pages cost a zeroing fault).
   std::shared_ptr<encoder_detail::AttentionWorkspace> attention_ws;
 };
@@ -206,6 +210,11 @@ class Gemm {
   // its gemm:jit runs as fast or faster on the weights as they lie, so there f32 weights are
   // never copied and a weight of another type is converted into the same plain layout.
   bool packs_blocked(DType kernel_dt);
+  // From now on, a constant weight is packed for good at its first use. By default the first
+  // use converts into a reused buffer and the second packs: right for a one-shot process, where
+  // a packed copy is never read again, but a video session then converts every weight twice
+  // (~0.15 s for ViT-B/16 bf16 on Zen 5).
+  void pack_on_first_use();
 
  private:
   void run_unchecked(const GemmArgs& args);

@@ -46,6 +46,7 @@ LayerOps LayerOps::for_model(VitModel::Impl& m, const Executor& exec) {
   ops.ref = exec.reference();
   ops.threads = std::max(1, exec.threads());
   if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
+  if (m.gemm && m.expect_reuse) m.gemm->pack_on_first_use();
   if (m.gemm) m.gemm->reserve_threads(ops.threads);
   ops.gemm = m.gemm.get();
   return ops;

@@ -22,6 +22,7 @@
 #include <omp.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -169,6 +170,7 @@ struct Gemm::State {
   };
   // Per weight and kernel type (A's): a bf16 encode does not make the first fp32 one a second use.
   std::map<std::pair<const void*, DType>, ConstantWeight> constants;
+  std::atomic<bool> pack_first{false};  // pack_on_first_use()
   PackedArena arena;
   int packed_count = 0;
   // One scratchpad and stream per OpenMP thread number (regrown on demand).
@@ -215,7 +217,7 @@ struct Gemm::State {
     std::lock_guard<std::mutex> lock(mutex);
     ConstantWeight& cw = constants[{g.w, g.a_dt}];
     if (cw.uses < 2) ++cw.uses;
-    if (cw.uses >= 2 || !cw.packed.empty()) return WeightUse::packed;
+    if (cw.uses >= 2 || !cw.packed.empty() || pack_first) return WeightUse::packed;
     // In place only for f32: there the plain-layout kernel gives the packed one's bits (tested
     // at ViT-B/16's widths). A bf16 weight read in the plain layout gets another K blocking
     // (last-bit differences from the packed path: max 0.013 on ViT-B/16's embeddings), so it
@@ -332,6 +334,8 @@ void Gemm::run(const GemmArgs& g) {
 }
 
 bool Gemm::packs_blocked(DType kernel_dt) { return s_->packs_blocked(kernel_dt); }
+
+void Gemm::pack_on_first_use() { s_->pack_first = true; }
 
 Gemm::PackedStats Gemm::packed_stats() const {
   std::lock_guard<std::mutex> lock(s_->mutex);

@@ -116,7 +116,10 @@ struct IncrementalEncoder::State {
            const Ops& ops, IncrementalResult* out);
 };
 
-IncrementalEncoder::IncrementalEncoder(const VitModel& model) : s_(std::make_unique<State>(model)) {}
+IncrementalEncoder::IncrementalEncoder(const VitModel& model) : s_(std::make_unique<State>(model)) {
+  // Every frame runs the model: pack its weights at the first frame, not again at the second.
+  const_cast<VitModel::Impl&>(model.impl()).expect_reuse = true;
+}
 IncrementalEncoder::~IncrementalEncoder() = default;
 void IncrementalEncoder::reset() {
   s_->valid = false;
