@@ -22,7 +22,9 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -279,6 +281,41 @@ TEST(AtomicOutput, SigkillDuringCompressLeavesOldOrCompleteFiles) {
                           "-o", "{out}/codes.safetensors"},
                          {"int8.cb.safetensors", "codes.safetensors"}},
                         20, 22);
+}
+
+// identify_file names a file's kind and its media category: callers decide by the category
+// (a video given to `tokenize` gets a hint, an audio file given to `video` gets FFmpeg's own
+// error), never by the wording.
+TEST(IdentifyFile, NamesTheKindAndItsMedia) {
+  using M = FileKind::Media;
+  auto id = [](std::string_view head) {
+    return identify_file(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(head.data()), head.size()));
+  };
+  using namespace std::string_view_literals;
+  const struct {
+    std::string_view head;
+    M media;
+    std::string_view says;
+  } cases[] = {
+      {"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"sv, M::image, "PNG"},
+      {"\0\0\0\x20" "ftypisom\0\0\x02\0"sv, M::video, "MP4"},
+      {"\0\0\0\x1c" "ftypavif\0\0\0\0"sv, M::image, "AVIF"},
+      {"\x1A\x45\xDF\xA3\x01\0\0\0"sv, M::video, "Matroska"},
+      {"OggS\0\x02\0\0\0\0"sv, M::av, "Ogg"},
+      {"ID3\x04\0\0\0\0\0\0"sv, M::audio, "audio"},
+      {"version https://git-lfs.github.com/spec/v1\noid sha256:"sv, M::other, "Git LFS"},
+      {"  {\"a\": 1}"sv, M::other, "JSON"},
+  };
+  for (const auto& c : cases) {
+    const FileKind k = id(c.head);
+    EXPECT_TRUE(k.known()) << c.says;
+    EXPECT_EQ(k.media, c.media) << k.description;
+    EXPECT_NE(k.description.find(c.says), std::string::npos) << k.description;
+  }
+  const FileKind none = id("\x01\x02\x03\x04\xfe\xff"sv);
+  EXPECT_FALSE(none.known());
+  EXPECT_EQ(none.media, M::unknown);
+  EXPECT_FALSE(identify_file(std::string("/nonexistent/fovea/identify")).known());
 }
 
 }  // namespace

@@ -29,12 +29,21 @@ namespace fovea {
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 std::vector<uint8_t> read_file(const std::string& path);
 
-// What a file's first bytes say it is, for errors that should name the mistake: "a Git LFS
-// pointer, not the file itself (...)", "a PNG image", "a Matroska / WebM video", "JSON text".
-// Empty when they say nothing fovea recognises. `head`: the first bytes (up to 512 are read).
-std::string identify_file(std::span<const uint8_t> head);
-// The same for a file on disk (its first 512 bytes); empty when it cannot be read.
-std::string identify_file(const std::string& path);
+// What a file's first bytes say it is, for errors that should name the mistake.
+struct FileKind {
+  // The kind of content, for callers that decide by it (a video given as an image gets a hint
+  // to use `fovea video`); av: a container that may hold video or only audio (Ogg).
+  enum class Media { unknown, image, video, audio, av, other };
+  Media media = Media::unknown;
+  // "a Git LFS pointer, not the file itself (...)", "a PNG image", "a Matroska / WebM video",
+  // "JSON text"; empty when the bytes say nothing fovea recognises (media unknown).
+  std::string description;
+  bool known() const { return !description.empty(); }
+};
+// `head`: the first bytes (up to 512 are read).
+FileKind identify_file(std::span<const uint8_t> head);
+// The same for a file on disk (its first 512 bytes); unknown when it cannot be read.
+FileKind identify_file(const std::string& path);
 
 // An output written piece by piece (a stream of frames), committed atomically. Destroyed
 // without commit() (an exception on the way): `path` is untouched and nothing is left behind.

@@ -62,58 +62,62 @@ bool head_is(std::span<const uint8_t> b, std::string_view magic, size_t at = 0) 
 
 }  // namespace
 
-std::string identify_file(std::span<const uint8_t> b) {
+FileKind identify_file(std::span<const uint8_t> b) {
   using namespace std::string_view_literals;
+  using M = FileKind::Media;
+  auto kind = [](M m, std::string d) { return FileKind{m, std::move(d)}; };
   if (head_is(b, "version https://git-lfs.github.com/spec/"))
-    return "a Git LFS pointer, not the file itself (run `git lfs pull` in the repository it came from, or "
-           "download the file)";
-  if (head_is(b, "\x89PNG\r\n\x1a\n"sv)) return "a PNG image";
-  if (head_is(b, "\xFF\xD8\xFF"sv)) return "a JPEG image";
-  if (head_is(b, "GIF87a") || head_is(b, "GIF89a")) return "a GIF image";
-  if (head_is(b, "RIFF") && head_is(b, "WEBP", 8)) return "a WebP image";
-  if (head_is(b, "II*\0"sv) || head_is(b, "MM\0*"sv)) return "a TIFF image";
+    return kind(M::other, "a Git LFS pointer, not the file itself (run `git lfs pull` in the repository it came from, or "
+                          "download the file)");
+  if (head_is(b, "\x89PNG\r\n\x1a\n"sv)) return kind(M::image, "a PNG image");
+  if (head_is(b, "\xFF\xD8\xFF"sv)) return kind(M::image, "a JPEG image");
+  if (head_is(b, "GIF87a") || head_is(b, "GIF89a")) return kind(M::image, "a GIF image");
+  if (head_is(b, "RIFF") && head_is(b, "WEBP", 8)) return kind(M::image, "a WebP image");
+  if (head_is(b, "II*\0"sv) || head_is(b, "MM\0*"sv)) return kind(M::image, "a TIFF image");
   if (head_is(b, "ftyp", 4)) {
-    if (head_is(b, "avif", 8) || head_is(b, "avis", 8)) return "an AVIF image";
-    if (head_is(b, "heic", 8) || head_is(b, "heix", 8) || head_is(b, "mif1", 8)) return "a HEIF image";
-    return "an MP4 / MOV video";
+    if (head_is(b, "avif", 8) || head_is(b, "avis", 8)) return kind(M::image, "an AVIF image");
+    if (head_is(b, "heic", 8) || head_is(b, "heix", 8) || head_is(b, "mif1", 8)) return kind(M::image, "a HEIF image");
+    return kind(M::video, "an MP4 / MOV video");
   }
-  if (head_is(b, "\x1A\x45\xDF\xA3"sv)) return "a Matroska / WebM video";
-  if (head_is(b, "RIFF") && head_is(b, "AVI ", 8)) return "an AVI video";
-  if (head_is(b, "OggS")) return "an Ogg stream";
-  if (head_is(b, "FLV\x01"sv)) return "an FLV video";
-  if (head_is(b, "ID3") || head_is(b, "fLaC") || (head_is(b, "RIFF") && head_is(b, "WAVE", 8))) return "an audio file";
-  if (head_is(b, "YUV4MPEG2")) return "a Y4M video";
-  if (head_is(b, "GGUF")) return "a GGUF file";
-  if (head_is(b, "PK\x03\x04"sv)) return "a ZIP archive";
-  if (head_is(b, "\x1F\x8B"sv)) return "a gzip-compressed file (decompress it first)";
-  if (head_is(b, "\x28\xB5\x2F\xFD"sv)) return "a zstd-compressed file (decompress it first)";
-  if (head_is(b, "ustar", 257)) return "a tar archive";
-  if (head_is(b, "\x93NUMPY"sv)) return "a NumPy .npy array";
-  if (head_is(b, "\x89HDF\r\n\x1a\n"sv)) return "an HDF5 file (Keras / TensorFlow .h5)";
-  if (b.size() >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5) return "a Python pickle (a legacy torch.save file)";
+  if (head_is(b, "\x1A\x45\xDF\xA3"sv)) return kind(M::video, "a Matroska / WebM video");
+  if (head_is(b, "RIFF") && head_is(b, "AVI ", 8)) return kind(M::video, "an AVI video");
+  if (head_is(b, "OggS")) return kind(M::av, "an Ogg stream");
+  if (head_is(b, "FLV\x01"sv)) return kind(M::video, "an FLV video");
+  if (head_is(b, "ID3") || head_is(b, "fLaC") || (head_is(b, "RIFF") && head_is(b, "WAVE", 8)))
+    return kind(M::audio, "an audio file");
+  if (head_is(b, "YUV4MPEG2")) return kind(M::video, "a Y4M video");
+  if (head_is(b, "GGUF")) return kind(M::other, "a GGUF file");
+  if (head_is(b, "PK\x03\x04"sv)) return kind(M::other, "a ZIP archive");
+  if (head_is(b, "\x1F\x8B"sv)) return kind(M::other, "a gzip-compressed file (decompress it first)");
+  if (head_is(b, "\x28\xB5\x2F\xFD"sv)) return kind(M::other, "a zstd-compressed file (decompress it first)");
+  if (head_is(b, "ustar", 257)) return kind(M::other, "a tar archive");
+  if (head_is(b, "\x93NUMPY"sv)) return kind(M::other, "a NumPy .npy array");
+  if (head_is(b, "\x89HDF\r\n\x1a\n"sv)) return kind(M::other, "an HDF5 file (Keras / TensorFlow .h5)");
+  if (b.size() >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
+    return kind(M::other, "a Python pickle (a legacy torch.save file)");
   if (b.size() >= 9 && b[8] == '{') {
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | b[i];
-    if (n >= 2 && n < (uint64_t(1) << 32)) return "a safetensors file";
+    if (n >= 2 && n < (uint64_t(1) << 32)) return kind(M::other, "a safetensors file");
   }
   const size_t n = std::min<size_t>(b.size(), 64);
   bool text = n >= 2;
   for (size_t i = 0; i < n && text; ++i) text = std::isprint(b[i]) || b[i] == '\n' || b[i] == '\r' || b[i] == '\t';
-  if (!text) return "";
+  if (!text) return {};
   size_t first = 0;
   while (first < n && std::isspace(b[first])) ++first;
-  if (first < n && (b[first] == '{' || b[first] == '[')) return "JSON text";
-  if (first < n && b[first] == '<') return "HTML or XML text (a web page saved instead of the file?)";
-  return "text";
+  if (first < n && (b[first] == '{' || b[first] == '[')) return kind(M::other, "JSON text");
+  if (first < n && b[first] == '<') return kind(M::other, "HTML or XML text (a web page saved instead of the file?)");
+  return kind(M::other, "text");
 }
 
-std::string identify_file(const std::string& path) {
+FileKind identify_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
+  if (fd < 0) return {};
   uint8_t head[512];
   const ssize_t got = ::read(fd, head, sizeof head);
   ::close(fd);
-  return got > 0 ? identify_file(std::span<const uint8_t>(head, size_t(got))) : "";
+  return got > 0 ? identify_file(std::span<const uint8_t>(head, size_t(got))) : FileKind{};
 }
 
 namespace {

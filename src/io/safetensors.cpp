@@ -98,9 +98,9 @@ void SafetensorsFile::parse(const SafetensorsLimits& limits) {
   // A header that cannot fit is usually not a safetensors file at all (its JSON begins with
   // '{' at byte 8): say what it is rather than quote a length made of its first bytes.
   if ((n > limits.max_header_bytes || n > file_size - 8) && (file_size < 9 || base[8] != '{')) {
-    const std::string kind = identify_file(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 512)));
+    const FileKind kind = identify_file(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 512)));
     throw Error(Errc::corrupt_data, "'" + path_ + "' is not a safetensors file: " +
-                                        (kind.empty() ? std::string("its header does not begin with '{'") : "it is " + kind));
+                                        (kind.known() ? "it is " + kind.description : std::string("its header does not begin with '{'")));
   }
   if (n > limits.max_header_bytes)
     throw Error(Errc::limit_exceeded, "'" + path_ + "': safetensors header of " + std::to_string(n) +

@@ -390,10 +390,10 @@ VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions&
     // is what libavformat reports for a file cut short (a truncated mkv says EIO, an mp4 EOF).
     if (e == AVERROR_EOF || e == AVERROR(EIO))
       throw Error(Errc::corrupt_data, path + ": ends inside its headers: a truncated or damaged file (" + av_error(e) + ")");
-    const std::string kind = identify_file(path);  // a Git LFS pointer, JSON, ... say so
-    if (!kind.empty() && kind.find("video") == std::string::npos && kind.find("audio") == std::string::npos &&
-        kind.find("Ogg") == std::string::npos)
-      throw Error(Errc::corrupt_data, path + ": not a video file: it is " + kind);
+    const FileKind kind = identify_file(path);  // a Git LFS pointer, JSON, ... say so
+    using M = FileKind::Media;
+    if (kind.known() && kind.media != M::video && kind.media != M::audio && kind.media != M::av)
+      throw Error(Errc::corrupt_data, path + ": not a video file: it is " + kind.description);
     throw Error(Errc::corrupt_data, path + ": not a video file ffmpeg can read, or a damaged one (" + av_error(e) + ")");
   }
   m.fmt.reset(raw);
