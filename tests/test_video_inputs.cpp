@@ -352,6 +352,20 @@ TEST_F(VideoInputs, JpegXlIsRefusedNotDecoded) {
 
 // A file that is plainly something else (a Git LFS pointer left by a clone without `git lfs
 // pull`, a JSON file) is named as such rather than "Invalid data found".
+// A fixation off the frame (coordinates in another resolution, usually) is warned about once
+// for the run, naming the first frame it was off, not once per frame.
+TEST_F(VideoInputs, FixationOffTheFrameIsWarnedAboutOnce) {
+  const std::string dir = test::temp_dir("video_inputs_outside");
+  const auto r = test::run_cli({"video", fixture("small_rot90.mp4"), "--budget", "8", "--fixation", "500,900",
+                                "--max-frames", "4", "-o", dir + "/o.safetensors", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string line = "fovea: warning: fixation(500,900) (frame 0) lies outside the 96x160 frame";
+  const size_t at = r.err.find(line);
+  EXPECT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("lies outside", at + line.size()), std::string::npos) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["frames"], 4);
+}
+
 TEST_F(VideoInputs, NonVideosAreNamed) {
   const std::string dir = test::temp_dir("VideoInputs_named");
   const std::string lfs = dir + "/clip.mp4", json = dir + "/clip.mkv";

@@ -289,12 +289,20 @@ nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, co
   return j;
 }
 
-void warn_query_outside(const Query& query, int width, int height) {
-  for (const std::string& q : query_outside(query, width, height))
-    std::fprintf(stderr,
-                 "fovea: warning: %s lies outside the %dx%d image (coordinates are the image's own pixels, after "
-                 "EXIF orientation)\n",
-                 q.c_str(), width, height);
+void warn_query_outside(const Query& query, int width, int height, const OutsideWarning& how) {
+  for (const std::string& q : query_outside(query, width, height)) {
+    if (how.seen && !how.seen->insert(q).second) continue;
+    if (how.frame < 0)
+      std::fprintf(stderr,
+                   "%sfovea: warning: %s lies outside the %dx%d image (coordinates are the image's own pixels, after "
+                   "EXIF orientation)\n",
+                   how.prefix, q.c_str(), width, height);
+    else
+      std::fprintf(stderr,
+                   "%sfovea: warning: %s (frame %lld) lies outside the %dx%d frame (coordinates are the frame's own "
+                   "pixels, after rotation)\n",
+                   how.prefix, q.c_str(), how.frame, width, height);
+  }
 }
 
 void print_summary(const nlohmann::json& j) {

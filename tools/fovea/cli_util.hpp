@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,8 +85,16 @@ std::vector<float> parse_floats(const std::string& text, const std::string& flag
 // Summary of a tokenization for --json and the human-readable report.
 nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, const Query& query);
 void print_summary(const nlohmann::json& summary);
-// One "fovea: warning:" line per fixation or region wholly outside the image (query_outside).
-void warn_query_outside(const Query& query, int width, int height);
+// One "fovea: warning:" line per fixation or region wholly outside the picture (query_outside).
+// A video passes `frame` (named in the line: "... (frame 12) lies outside the 640x360 frame"),
+// `seen` (each item is warned about once per run, not once per frame) and `prefix` (a newline
+// that ends its progress line first).
+struct OutsideWarning {
+  long long frame = -1;  // -1: an image
+  std::set<std::string>* seen = nullptr;
+  const char* prefix = "";
+};
+void warn_query_outside(const Query& query, int width, int height, const OutsideWarning& how = {});
 
 // The OpenMP wait policy this process runs with: the environment's OMP_WAIT_POLICY (main()
 // sets PASSIVE for the commands that run OpenMP code, unless the caller chose), or "default".

@@ -212,10 +212,8 @@ struct VideoCommand {
     int64_t frames_in = 0, frames_out = 0;
     std::set<std::string> warned_outside;  // each fixation or region off the frame, once
     ro_run.on_input = [&](const VideoFrame& f, const Query& q) {
-      for (const std::string& o : query_outside(q, f.image.width(), f.image.height()))
-        if (warned_outside.insert(o).second)
-          std::fprintf(stderr, "%sfovea: warning: %s (frame %lld) lies outside the %dx%d frame\n", progress ? "\n" : "",
-                       o.c_str(), static_cast<long long>(f.index), f.image.width(), f.image.height());
+      warn_query_outside(q, f.image.width(), f.image.height(),
+                         {.frame = static_cast<long long>(f.index), .seen = &warned_outside, .prefix = progress ? "\n" : ""});
       if (check) check_inputs.emplace_back(f.image.clone(), q);
       if (sheet) sheet->add_frame(frames_in, f.image, f.index, f.pts_s, ex);
       ++frames_in;
