@@ -94,7 +94,7 @@ void linear(const AttentionExec& ex, const GemmArgs& a) {
 // Per-thread buffers of the block kernel and the hierarchical gather.
 struct TaskBuffers {
   ScratchBuf *S, *P, *O, *Kg, *Vg;
-  std::vector<float> m, l, bias, qpos, qneg;
+  std::vector<float> m, l, bias, qpos, qneg, score;
   std::vector<int32_t> pick;
 };
 
@@ -183,7 +183,7 @@ void parallel_tasks(const AttentionExec& ex, AttentionWorkspace& ws, int64_t n, 
 #pragma omp parallel num_threads(ex.threads)
   {
     ScratchBuf* slot = &ws.thread_scratch[size_t(omp_get_thread_num()) * kSlots];
-    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], {}, {}, {}, {}, {}, {}};
+    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], {}, {}, {}, {}, {}, {}, {}};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n; ++task) {
       try {
@@ -281,28 +281,49 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
   const int64_t K = std::min<int64_t>(plan.top_k, nb);
   int64_t max_block = 1;
   for (int64_t c = 0; c < nb; ++c) max_block = std::max(max_block, plan.block_start[c + 1] - plan.block_start[c]);
-  // Rank the key blocks for every query block. Per query i and block c, an upper bound of its
-  // scores from the block's per-dimension key bounds (Quest, Tang et al. 2024):
-  // u_ic = Σ_j max(q_ij·kmax_cj, q_ij·kmin_cj) = q⁺_i·kmax_c + q⁻_i·kmin_c;
-  // p_i = softmax_c(u_ic·scale + log n_c) is where query i could put its attention, and a
-  // block scores the most any query of the query block could give it: score_c = max_i p_ic. A
-  // block's mean key (the ranking before) hides one key a query attends to sharply; the bound
-  // does not (measured: bench/attention_bench.py, docs/encoder.md).
-  // One task per head, two GEMMs over all its query rows (per query block, the 2 × heads × blocks
-  // small GEMM calls cost more than their arithmetic: ~0.2 s of an N=4096 encode on AVX-512).
-  // Not needed when every block is taken exactly (K >= nb).
-  ws.score.ensure(size_t(std::max<int64_t>(heads * nb * nb, 1)) * 4);
-  float* block_score = ws.score.as<float>();
-  std::fill(block_score, block_score + heads * nb * nb, 0.0f);
+  // Per head: the global query rows (one task, exact over all keys), then one task per group of
+  // consecutive query blocks. A group first ranks the key blocks for each of its query blocks.
+  // Per query i and block c, an upper bound of its scores from the block's per-dimension key
+  // bounds (Quest, Tang et al. 2024): u_ic = Σ_j max(q_ij·kmax_cj, q_ij·kmin_cj) =
+  // q⁺_i·kmax_c + q⁻_i·kmin_c; p_i = softmax_c(u_ic·scale + log n_c) is where query i could put
+  // its attention, and a key block scores the most any query of the query block could give it:
+  // score_c = max_i p_ic. A block's mean key (the ranking before) hides one key a query attends
+  // to sharply; the bound does not (measured: bench/attention_bench.py, docs/encoder.md).
+  // The bounds are two GEMMs over all the group's rows: per query block, the 2 × heads × blocks
+  // small GEMM calls cost more than their arithmetic (~0.13 s of an N=4096 bf16 encode on Zen 5).
+  // A group holds up to ~1024 query rows, fewer when there are many key blocks, so its bounds
+  // (rows × blocks floats) stay within 4 Mi floats whatever N and the block size.
+  // (No ranking when every block is taken exactly: K >= nb.)
+  int64_t bpg = 1;  // query blocks per group
   if (K < nb) {
-    const int64_t p0 = plan.block_start[0], rows = T - p0;
-    parallel_tasks(ex, ws, heads, [&](int64_t h, TaskBuffers& b) {
-      const std::byte* Q = Qh + size_t((h * T + p0) * hd) * es;
+    const int64_t rows_cap = std::min<int64_t>(1024, (int64_t(1) << 22) / nb);
+    bpg = std::clamp<int64_t>(rows_cap / max_block, 1, nb);
+  }
+  const int64_t groups = (nb + bpg - 1) / bpg;
+  const int64_t per_head = groups + (G > 0 ? 1 : 0);
+  parallel_tasks(ex, ws, per_head * heads, [&](int64_t task, TaskBuffers& b) {
+    const int h = int(task / per_head);
+    const int64_t g = task % per_head - (G > 0 ? 1 : 0);
+    const std::byte* Kall = Kh + size_t(h * T * hd) * es;
+    const std::byte* Vall = Vh + size_t(h * T * hd) * es;
+    if (g < 0) {  // the class token: exact
+      b.O->ensure(size_t(G * hd) * 4);
+      block_attention(ex, Qh + size_t(h * T * hd) * es, G, Kall, Vall, nullptr, 0, T, hd, scale, dt, b,
+                      b.O->as<float>());
+      write_rows(b.O->as<float>(), G, hd, h, D, dt, perm, 0, out);
+      return;
+    }
+    const int64_t c0 = g * bpg, c1 = std::min(nb, c0 + bpg);
+    const std::byte* kp = ws.kp.get() + size_t(h * nb * hd) * es;
+    b.score.assign(size_t((c1 - c0) * nb), 0.0f);
+    if (K < nb) {
+      const int64_t r0 = plan.block_start[c0], rows = plan.block_start[c1] - r0;
+      const std::byte* Qg = Qh + size_t((h * T + r0) * hd) * es;
       b.qpos.resize(size_t(rows * hd)), b.qneg.resize(size_t(rows * hd));
       float* qp = b.qpos.data();
       float* qn = b.qneg.data();
-      if (dt == DType::bf16) from_bf16_row(reinterpret_cast<const uint16_t*>(Q), qp, rows * hd);
-      else std::memcpy(qp, Q, size_t(rows * hd) * 4);
+      if (dt == DType::bf16) from_bf16_row(reinterpret_cast<const uint16_t*>(Qg), qp, rows * hd);
+      else std::memcpy(qp, Qg, size_t(rows * hd) * 4);
       for (int64_t i = 0; i < rows * hd; ++i) {
         const float x = qp[i];
         qp[i] = std::max(x, 0.0f), qn[i] = std::min(x, 0.0f);
@@ -321,9 +342,9 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
       linear(ex, ub);
       b.bias.resize(size_t(nb));
       const float inv_scale = 1.0f / scale;
-      for (int64_t c = 0; c < nb; ++c) {
-        float* sc = block_score + (h * nb + c) * nb;
-        for (int64_t i = plan.block_start[c] - p0; i < plan.block_start[c + 1] - p0; ++i) {
+      for (int64_t c = c0; c < c1; ++c) {
+        float* sc = b.score.data() + (c - c0) * nb;
+        for (int64_t i = plan.block_start[c] - r0; i < plan.block_start[c + 1] - r0; ++i) {
           float* u = U + i * nb;
           for (int64_t k = 0; k < nb; ++k) u[k] += log_count[k] * inv_scale;
           float m = -INFINITY, l = 0.0f;
@@ -334,65 +355,50 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
           for (int64_t k = 0; k < nb; ++k) sc[k] = std::max(sc[k], b.bias[k] * inv);
         }
       }
-    });
-  }
-
-  // Per head: the global query rows (one task, exact over all keys), then one task per block.
-  const int64_t per_head = nb + (G > 0 ? 1 : 0);
-  parallel_tasks(ex, ws, per_head * heads, [&](int64_t task, TaskBuffers& b) {
-    const int h = int(task / per_head);
-    int64_t c = task % per_head - (G > 0 ? 1 : 0);
-    const std::byte* Kall = Kh + size_t(h * T * hd) * es;
-    const std::byte* Vall = Vh + size_t(h * T * hd) * es;
-    if (c < 0) {  // the class token: exact
-      b.O->ensure(size_t(G * hd) * 4);
-      block_attention(ex, Qh + size_t(h * T * hd) * es, G, Kall, Vall, nullptr, 0, T, hd, scale, dt, b,
-                      b.O->as<float>());
-      write_rows(b.O->as<float>(), G, hd, h, D, dt, perm, 0, out);
-      return;
     }
-    const int64_t q0 = plan.block_start[c], bq = plan.block_start[c + 1] - q0;
-    const std::byte* Q = Qh + size_t((h * T + q0) * hd) * es;
-    const std::byte* kp = ws.kp.get() + size_t(h * nb * hd) * es;
-    const float* score = block_score + (h * nb + c) * nb;
-    b.pick.resize(size_t(nb));
-    std::iota(b.pick.begin(), b.pick.end(), 0);
-    if (K < nb)
-      std::nth_element(b.pick.begin(), b.pick.begin() + K, b.pick.end(),
-                       [&](int32_t x, int32_t y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
-    std::sort(b.pick.begin(), b.pick.begin() + K);  // ascending block order: contiguous reads
-    std::sort(b.pick.begin() + K, b.pick.end());
-    const std::byte *Kl = Kall, *Vl = Vall;
-    int64_t nk = T, n_exact = T;
-    if (K < nb) {
-      // Gather: global rows, the top-K blocks' rows, then one pooled row per other block.
-      int64_t rows = G;
-      for (int64_t i = 0; i < K; ++i) rows += plan.block_start[b.pick[i] + 1] - plan.block_start[b.pick[i]];
-      n_exact = rows;
-      nk = rows + (nb - K);
-      b.Kg->ensure(size_t(nk) * row_bytes), b.Vg->ensure(size_t(nk) * row_bytes);
-      std::byte* kg = b.Kg->get();
-      std::byte* vg = b.Vg->get();
-      std::memcpy(kg, Kall, size_t(G) * row_bytes), std::memcpy(vg, Vall, size_t(G) * row_bytes);
-      int64_t at = G;
-      for (int64_t i = 0; i < K; ++i) {
-        const int64_t s0 = plan.block_start[b.pick[i]], n = plan.block_start[b.pick[i] + 1] - s0;
-        std::memcpy(kg + size_t(at) * row_bytes, Kall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
-        std::memcpy(vg + size_t(at) * row_bytes, Vall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
-        at += n;
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t q0 = plan.block_start[c], bq = plan.block_start[c + 1] - q0;
+      const std::byte* Q = Qh + size_t((h * T + q0) * hd) * es;
+      const float* score = b.score.data() + (c - c0) * nb;
+      b.pick.resize(size_t(nb));
+      std::iota(b.pick.begin(), b.pick.end(), 0);
+      if (K < nb)
+        std::nth_element(b.pick.begin(), b.pick.begin() + K, b.pick.end(),
+                         [&](int32_t x, int32_t y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
+      std::sort(b.pick.begin(), b.pick.begin() + K);  // ascending block order: contiguous reads
+      std::sort(b.pick.begin() + K, b.pick.end());
+      const std::byte *Kl = Kall, *Vl = Vall;
+      int64_t nk = T, n_exact = T;
+      if (K < nb) {
+        // Gather: global rows, the top-K blocks' rows, then one pooled row per other block.
+        int64_t rows = G;
+        for (int64_t i = 0; i < K; ++i) rows += plan.block_start[b.pick[i] + 1] - plan.block_start[b.pick[i]];
+        n_exact = rows;
+        nk = rows + (nb - K);
+        b.Kg->ensure(size_t(nk) * row_bytes), b.Vg->ensure(size_t(nk) * row_bytes);
+        std::byte* kg = b.Kg->get();
+        std::byte* vg = b.Vg->get();
+        std::memcpy(kg, Kall, size_t(G) * row_bytes), std::memcpy(vg, Vall, size_t(G) * row_bytes);
+        int64_t at = G;
+        for (int64_t i = 0; i < K; ++i) {
+          const int64_t s0 = plan.block_start[b.pick[i]], n = plan.block_start[b.pick[i] + 1] - s0;
+          std::memcpy(kg + size_t(at) * row_bytes, Kall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
+          std::memcpy(vg + size_t(at) * row_bytes, Vall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
+          at += n;
+        }
+        b.bias.resize(size_t(nk));
+        const std::byte* vp = ws.vp.get() + size_t(h * nb * hd) * es;
+        for (int64_t i = K; i < nb; ++i, ++at) {
+          std::memcpy(kg + size_t(at) * row_bytes, kp + size_t(b.pick[i]) * row_bytes, row_bytes);
+          std::memcpy(vg + size_t(at) * row_bytes, vp + size_t(b.pick[i]) * row_bytes, row_bytes);
+          b.bias[size_t(at)] = log_count[b.pick[i]];
+        }
+        Kl = kg, Vl = vg;
       }
-      b.bias.resize(size_t(nk));
-      const std::byte* vp = ws.vp.get() + size_t(h * nb * hd) * es;
-      for (int64_t i = K; i < nb; ++i, ++at) {
-        std::memcpy(kg + size_t(at) * row_bytes, kp + size_t(b.pick[i]) * row_bytes, row_bytes);
-        std::memcpy(vg + size_t(at) * row_bytes, vp + size_t(b.pick[i]) * row_bytes, row_bytes);
-        b.bias[size_t(at)] = log_count[b.pick[i]];
-      }
-      Kl = kg, Vl = vg;
+      b.O->ensure(size_t(bq * hd) * 4);
+      block_attention(ex, Q, bq, Kl, Vl, b.bias.data(), n_exact, nk, hd, scale, dt, b, b.O->as<float>());
+      write_rows(b.O->as<float>(), bq, hd, h, D, dt, perm, q0, out);
     }
-    b.O->ensure(size_t(bq * hd) * 4);
-    block_attention(ex, Q, bq, Kl, Vl, b.bias.data(), n_exact, nk, hd, scale, dt, b, b.O->as<float>());
-    write_rows(b.O->as<float>(), bq, hd, h, D, dt, perm, q0, out);
   });
 }
 

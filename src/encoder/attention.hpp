@@ -36,10 +36,9 @@ struct ScratchBuf {
 
 // Buffers attention reuses from call to call (one per encode, reused by every layer): the
 // head-major copies of Q, K and V, the pooled block keys and values and the bounds of each
-// block's keys and every query block's scores of the key blocks (hierarchical), per-thread
-// scratch.
+// block's keys (hierarchical), per-thread scratch.
 struct AttentionWorkspace {
-  ScratchBuf q, k, v, kp, vp, kmax, kmin, score;
+  ScratchBuf q, k, v, kp, vp, kmax, kmin;
   std::vector<ScratchBuf> thread_scratch;
 };
 
