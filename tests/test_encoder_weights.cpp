@@ -8,6 +8,7 @@
 
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
+#include "fovea/incremental_encoder.hpp"
 #include "fovea/safetensors.hpp"
 #include "test_util.hpp"
 
@@ -174,6 +175,27 @@ TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
     const DType kernel = runnable_precision(prec) == Precision::bf16 ? DType::bf16 : DType::f32;
     const bool copies = model.impl().gemm->packs_blocked(kernel) || bf16_weights;  // see the test above
     EXPECT_EQ(model.impl().gemm->packed_stats().weights > 0, copies);
+    EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
+  }
+}
+
+// A model an IncrementalEncoder (a video session) runs packs its weights at their first use,
+// not at their second; the embeddings are the bytes the packed path gives anyway.
+TEST(EncoderWeights, VideoSessionsPackAtTheFirstUse) {
+  const FirstCase c = first_case("torchvision");
+  Executor exec({.threads = 2});
+  for (const Precision prec : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(prec == Precision::bf16 ? "bf16" : "fp32");
+    const EncodeParams p{.precision = prec, .image_width = c.width, .image_height = c.height};
+    const VitModel plain = VitModel::load(fixture("torchvision"));
+    encode(plain, c.patches, c.positions, p, exec);
+    const Encoding second = encode(plain, c.patches, c.positions, p, exec);  // packed where packing applies
+    const int packed_after_two = plain.impl().gemm->packed_stats().weights;
+
+    const VitModel video = VitModel::load(fixture("torchvision"));
+    const IncrementalEncoder inc(video);
+    const Encoding first = encode(video, c.patches, c.positions, p, exec);
+    EXPECT_EQ(video.impl().gemm->packed_stats().weights, packed_after_two);
     EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
   }
 }

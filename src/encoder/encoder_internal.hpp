@@ -1,9 +1,9 @@
 // Private to src/encoder: the weights of a loaded ViT and the kernels the forward pass uses.
 #pragma once
 
-#include <atomic>
 #include <omp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
