@@ -550,10 +550,65 @@ TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
     ASSERT_NE(got[f].allocation, nullptr);
     EXPECT_EQ(got[f].allocation->layout.tokens.size(), size_t(got[f].batch.size()));
     EXPECT_LT(max_abs_diff(got[f].embeddings, base[f].embeddings), 1e-5);
+    // The patches too, bit for bit: a pending frame's clean tokens copy the pending frame
+    // before it, not the session's copy of the last frame out.
+    ASSERT_EQ(got[f].batch.patches.size_bytes(), base[f].batch.patches.size_bytes());
+    EXPECT_EQ(std::memcmp(got[f].batch.patches.bytes(), base[f].batch.patches.bytes(),
+                          base[f].batch.patches.size_bytes()),
+              0);
   }
   // process() refuses to run with frames pending.
   (void)grouped.push(image(11), q, 11, 0.44);
   EXPECT_THROW(grouped.process(image(12), q, 12, 0.48), Error);
+}
+
+// Inside a group, a token whose tile changed in the frame before and not since keeps the
+// patch of the frame before: the pending frame's own (the session hands each frame's patches
+// to its result uncopied and keeps only the group's last). An object appears at frame 1 and
+// stays: frames 2.. of the group must copy its patches from frame 1, not from frame 0.
+TEST_F(VideoTest, GroupedFramesKeepThePatchesOfThePendingFrameBefore) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  VideoParams vp = small_params(30);
+  auto image = [](int f) {
+    ImageU8 img = test::gradient_image(160, 96, 3);
+    if (f >= 1)
+      for (int c = 0; c < 3; ++c)
+        for (int y = 40; y < 56; ++y)
+          for (int x = 40; x < 72; ++x) img.at(c, y, x) = uint8_t(200 - 60 * c);
+    return img;
+  };
+  Query q;
+  q.fixations.push_back({56, 48});  // on the object: fine tokens over it
+  VideoSession single(vp, &model, exec);
+  std::vector<FrameResult> base;
+  for (int f = 0; f < 6; ++f) base.push_back(single.process(image(f), q, f, f / 25.0));
+  vp.group_frames = 5;
+  VideoSession grouped(vp, &model, exec);
+  std::vector<FrameResult> got;
+  for (int f = 0; f < 6; ++f)
+    for (FrameResult& r : grouped.push(image(f), q, f, f / 25.0)) got.push_back(std::move(r));
+  for (FrameResult& r : grouped.flush()) got.push_back(std::move(r));
+  ASSERT_EQ(got.size(), base.size());
+  EXPECT_EQ(got[3].group_frames, 5);
+  EXPECT_GT(base[1].resampled_tokens, 0);  // the object's tokens, sampled again at frame 1
+  EXPECT_EQ(base[2].resampled_tokens, 0);  // and kept from then on
+  for (size_t f = 0; f < got.size(); ++f) {
+    SCOPED_TRACE("frame " + std::to_string(f));
+    ASSERT_EQ(got[f].batch.patches.size_bytes(), base[f].batch.patches.size_bytes());
+    EXPECT_EQ(std::memcmp(got[f].batch.patches.bytes(), base[f].batch.patches.bytes(),
+                          base[f].batch.patches.size_bytes()),
+              0);
+    EXPECT_LT(max_abs_diff(got[f].embeddings, base[f].embeddings), 1e-5);
+  }
+  // The session's copy after the group is the last frame's: a frame pushed now keeps its patches.
+  std::vector<FrameResult> next = grouped.push(image(6), q, 6, 6 / 25.0);
+  for (FrameResult& r : grouped.flush()) next.push_back(std::move(r));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].resampled_tokens, 0);
+  EXPECT_EQ(std::memcmp(next[0].batch.patches.bytes(), base[5].batch.patches.bytes(),
+                        base[5].batch.patches.size_bytes()),
+            0);
 }
 
 // run_video (the loop of `fovea video` and fovea.video()): the file holds exactly the frames a
