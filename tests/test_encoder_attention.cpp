@@ -84,8 +84,15 @@ TEST(EncoderAttention, ParseAndPrint) {
 // The fast kernels (head-major copies, balanced blocks, online softmax over several key blocks)
 // and the reference path against attention computed directly in double, for r != T (the
 // incremental encoder's case), fp32 and bf16.
-TEST(EncoderAttention, RowsMatchPlainSoftmaxAttention) {
-  const int64_t r = 150, T = 1300, heads = 4, hd = 24, D = heads * hd;  // T spans two key blocks
+// Many rows (150; T spans two key blocks) and the incremental encoder's few rows of a frame
+// against one key block (24 × 273, 128 × 1024, a single row).
+class AttentionRows : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+INSTANTIATE_TEST_SUITE_P(EncoderAttention, AttentionRows,
+                         ::testing::Values(std::pair<int64_t, int64_t>{150, 1300}, std::pair<int64_t, int64_t>{24, 273},
+                                           std::pair<int64_t, int64_t>{128, 1024}, std::pair<int64_t, int64_t>{1, 17}));
+TEST_P(AttentionRows, MatchPlainSoftmaxAttention) {
+  const auto [r, T] = GetParam();
+  const int64_t heads = 4, hd = 24, D = heads * hd;
   std::vector<float> q(size_t(r * 2 * D)), kv(size_t(T * 2 * D));  // row strides 2D and 2D
   uint32_t s = 99;
   auto next = [&] {
