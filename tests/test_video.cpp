@@ -606,6 +606,7 @@ TEST_F(VideoTest, GroupedFramesKeepThePatchesOfThePendingFrameBefore) {
   for (FrameResult& r : grouped.flush()) next.push_back(std::move(r));
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0].resampled_tokens, 0);
+  ASSERT_EQ(next[0].batch.patches.size_bytes(), base[5].batch.patches.size_bytes());
   EXPECT_EQ(std::memcmp(next[0].batch.patches.bytes(), base[5].batch.patches.bytes(),
                         base[5].batch.patches.size_bytes()),
             0);
