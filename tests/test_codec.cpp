@@ -209,7 +209,7 @@ TEST(Codec, CodebooksSaveLoadAndHash) {
     const std::string path = dir + "/cb" + std::to_string(k++) + ".safetensors";
     save_codebook(*c, path, {{"model", "test"}});
     std::map<std::string, std::string> meta;
-    auto back = load_codebook(path, &meta);
+    auto back = load_codebook(path, &meta, {.trust_faiss = true});  // faiss: needs consent (CodecCli.Faiss*)
     EXPECT_EQ(back->spec(), c->spec());
     EXPECT_EQ(back->state_hash(), c->state_hash());
     EXPECT_EQ(meta["model"], "test");

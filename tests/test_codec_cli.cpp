@@ -1,5 +1,7 @@
 // fovea compress / decompress / compress --report (issue 16): round trips, codebook
 // references, the sibling merge, and bad input (one line, exit 1, no file left behind).
+#include <sys/resource.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -111,6 +113,74 @@ TEST(CodecCli, TrainedCodecsReferToTheirCodebook) {
   r = test::run_cli({"decompress", dir + "/c.safetensors", "--codebook", dir + "/other.cb.safetensors", "-o", dir + "/x.safetensors"});
   expect_one_error_line(r, 1, "is not the codebook");
   EXPECT_FALSE(fs::exists(dir + "/x.safetensors"));
+}
+
+// A faiss: codebook is FAISS's serialised index, which faiss::read_index parses without checking
+// it against crafted files (a mutated IVF,PQ codebook crashed it in read_ivfpq, a mutated LSH one
+// asked for 11 GB). Without --trust-faiss-codebook neither compress nor decompress hands a byte
+// of it to FAISS; with it, the round trip works as before.
+TEST(CodecCli, FaissCodebooksAreLoadedOnlyWhenTrusted) {
+  const std::string dir = test::temp_dir("codec_cli_faiss_trust");
+  const std::string train = write_embeddings(dir + "/train.safetensors", 20, 32, 2);
+  const std::string emb = write_embeddings(dir + "/emb.safetensors", 8, 32, 3);
+  const std::string cb = dir + "/faiss.cb.safetensors", c = dir + "/c.safetensors", out = dir + "/out.safetensors";
+  auto r = test::run_cli({"compress", emb, "--codec", "faiss:PCA16,SQ8", "--train", train, "--codebook", cb, "-o", c});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = test::run_cli({"compress", emb, "--codebook", cb, "-o", out});
+  expect_one_error_line(r, 1, "--trust-faiss-codebook");
+  EXPECT_FALSE(fs::exists(out));
+  r = test::run_cli({"decompress", c, "--codebook", cb, "-o", out});
+  expect_one_error_line(r, 1, "--trust-faiss-codebook");
+  EXPECT_FALSE(fs::exists(out));
+  r = test::run_cli({"compress", emb, "--codebook", cb, "--trust-faiss-codebook", "-o", dir + "/c2.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = test::run_cli({"decompress", c, "--codebook", cb, "--trust-faiss-codebook", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile d = SafetensorsFile::open(out);
+  EXPECT_EQ(d.find("embeddings")->shape, (std::vector<int64_t>{64, 32}));
+
+  // A codebook whose index bytes FAISS would choke on is refused by the same check, unread:
+  // its message is the consent one, not FAISS's parse error.
+  {
+    const SafetensorsFile f = SafetensorsFile::open(cb);
+    Tensor junk(DType::u8, {64});
+    for (int64_t i = 0; i < 64; ++i) junk.data<uint8_t>()[i] = uint8_t(0xff - i);
+    save_safetensors(dir + "/junk.cb.safetensors", {{"faiss.index", &junk}}, f.metadata());
+  }
+  r = test::run_cli({"decompress", c, "--codebook", dir + "/junk.cb.safetensors", "-o", out + "2"});
+  expect_one_error_line(r, 1, "--trust-faiss-codebook");
+  try {
+    load_codebook(dir + "/junk.cb.safetensors");
+    ADD_FAILURE() << "an untrusted faiss codebook loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::unsupported);
+    EXPECT_EQ(std::string(e.what()).find("does not load"), std::string::npos) << e.what();
+  }
+  // Trusted, the same junk reaches FAISS, which here throws (a crafted file could do worse).
+  try {
+    load_codebook(dir + "/junk.cb.safetensors", nullptr, {.trust_faiss = true});
+    ADD_FAILURE() << "junk loaded as a FAISS index";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::corrupt_data);
+    EXPECT_NE(std::string(e.what()).find("does not load"), std::string::npos) << e.what();
+  }
+}
+
+// A codebook whose metadata claims a huge D (pq:1 at D = 2^20, the largest make_codec takes)
+// with a tiny tensor: refused for the tensor's shape before the 1 GiB of centroids the claim
+// implies is allocated (the PQ codec used to allocate them when it was made).
+TEST(CodecCli, AHugeClaimedCodebookIsRefusedBeforeAllocating) {
+  const std::string dir = test::temp_dir("codec_cli_huge_cb");
+  const std::string emb = write_embeddings(dir + "/emb.safetensors", 4, 32, 3);
+  Tensor c(DType::f32, {1, 256, 1});
+  save_safetensors(dir + "/huge.cb.safetensors", {{"pq.centroids", &c}},
+                   {{"format", "fovea.codebook"}, {"codec", "pq:1"}, {"dim", "1048576"}, {"hash", "0"}});
+  const auto r = test::run_cli({"compress", emb, "--codebook", dir + "/huge.cb.safetensors", "-o", dir + "/o.safetensors"});
+  expect_one_error_line(r, 1, "'pq.centroids' must be F32 [1, 256, 1048576]");
+  EXPECT_FALSE(fs::exists(dir + "/o.safetensors"));
+  rusage ru{};  // the only child this test reaped is that CLI run
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &ru), 0);
+  EXPECT_LT(ru.ru_maxrss, 512L << 10) << "KiB";
 }
 
 TEST(CodecCli, BadInputIsOneLineAndExitOne) {

@@ -61,7 +61,20 @@ std::vector<std::string> codec_spec_forms();
 void save_codebook(const Codec& codec, const std::string& path, const std::map<std::string, std::string>& extra = {});
 // Throws Error(io) when unreadable, Error(corrupt_data) for a file that is not a codebook or
 // whose tensors do not match its spec. `metadata`, when given, receives the file's metadata.
-std::unique_ptr<Codec> load_codebook(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+//
+// A faiss:FACTORY codebook holds FAISS's own serialised index, and faiss::read_index trusts
+// the sizes it reads (FAISS does not support loading untrusted index files): a damaged or
+// crafted one can crash the process or exhaust its memory. Such a codebook is therefore refused
+// with Error(unsupported), before a byte of it reaches FAISS, unless `trust_faiss` says the
+// caller made it or trusts its source. fovea's own codecs (int8, pca, pq, opq) are plain
+// tensors checked against their spec, safe to load from anywhere.
+struct CodebookLoadOptions {
+  bool trust_faiss = false;
+};
+// True for a codec spec whose state is a FAISS serialised index ("faiss:...").
+bool codec_uses_faiss_serialization(std::string_view spec);
+std::unique_ptr<Codec> load_codebook(const std::string& path, std::map<std::string, std::string>* metadata = nullptr,
+                                     const CodebookLoadOptions& options = {});
 
 // ---- Quadtree-aware merge ------------------------------------------------------------------------
 //

@@ -75,7 +75,10 @@ void save_codebook(const Codec& codec, const std::string& path, const std::map<s
   save_safetensors(path, named, meta);
 }
 
-std::unique_ptr<Codec> load_codebook(const std::string& path, std::map<std::string, std::string>* metadata) {
+bool codec_uses_faiss_serialization(std::string_view spec) { return spec.starts_with("faiss:"); }
+
+std::unique_ptr<Codec> load_codebook(const std::string& path, std::map<std::string, std::string>* metadata,
+                                     const CodebookLoadOptions& options) {
   const SafetensorsFile f = SafetensorsFile::open(path);
   const auto& meta = f.metadata();
   auto get = [&](const char* key) -> std::string {
@@ -88,6 +91,13 @@ std::unique_ptr<Codec> load_codebook(const std::string& path, std::map<std::stri
     throw Error(Errc::corrupt_data, path + ": not a fovea codebook (format is '" + get("format") + "')");
   int64_t dim = 0;
   if (!parse_int(get("dim"), &dim) || dim < 1) throw Error(Errc::corrupt_data, path + ": bad 'dim' in its metadata");
+  // Before make_codec: index_factory would already run on the file's factory string.
+  if (codec_uses_faiss_serialization(get("codec")) && !options.trust_faiss)
+    throw Error(Errc::unsupported,
+                path + ": a " + get("codec") +
+                    " codebook is FAISS's serialised index, which FAISS reads without checking it against damaged or "
+                    "crafted files (they can crash or exhaust memory); load it only if you made it or trust its source "
+                    "(--trust-faiss-codebook, CodebookLoadOptions::trust_faiss)");
   std::unique_ptr<Codec> c;
   try {
     c = make_codec(get("codec"), dim);

@@ -18,9 +18,9 @@ constexpr int64_t kCentroids = 256;
 
 class PqCodec final : public Codec {
  public:
-  PqCodec(int64_t dim, int64_t m, bool opq) : dim_(dim), m_(m), opq_(opq), pq_(size_t(dim), size_t(m), 8) {
-    quiet(pq_);
-  }
+  // The quantizer (256·D centroids) is made by train() or load_state(), once the size is backed
+  // by data: a codebook claiming D = 2^20 is refused for its tensors before 1 GiB is allocated.
+  PqCodec(int64_t dim, int64_t m, bool opq) : dim_(dim), m_(m), opq_(opq) {}
   std::string spec() const override { return (opq_ ? "opq:" : "pq:") + std::to_string(m_); }
   int64_t dim() const override { return dim_; }
   int64_t bytes_per_token() const override { return m_; }

@@ -126,7 +126,7 @@ struct CompressCommand {
   std::vector<std::string> inputs, train, codecs;
   std::string codebook, output, plot;
   float merge = -2;  // < -1: no merge
-  bool report = false, json = false;
+  bool report = false, json = false, trust_faiss = false;
   int reps = 3, threads = 1;
 
   int run() const {
@@ -163,7 +163,7 @@ struct CompressCommand {
         trained_on = std::to_string(t.x.dim(0)) + " vectors from " + std::to_string(t.files) + " file(s)";
       }
     } else if (!codebook.empty()) {
-      codec = load_codebook(codebook, &cb_meta);
+      codec = load_codebook(codebook, &cb_meta, {.trust_faiss = trust_faiss});
       codec->set_threads(threads);
       if (!codecs.empty() && make_codec(codecs[0], codec->dim())->spec() != codec->spec())
         throw bad_file(codebook + " is a " + codec->spec() + " codebook, not " + codecs[0]);
@@ -433,6 +433,8 @@ Runner setup_compress(CLI::App& sub) {
       ->type_name("COS");
   sub.add_option("-o,--output", cmd->output, "Compressed file: codes, positions, levels, codebook hash")
       ->type_name("OUT.safetensors");
+  sub.add_flag("--trust-faiss-codebook", cmd->trust_faiss,
+               "Load a faiss:FACTORY --codebook (FAISS's serialised index, unsafe from an untrusted source)");
   sub.add_flag("--report", cmd->report, "Rate-distortion table of every codec on the inputs");
   sub.add_option("--plot", cmd->plot, "With --report: bytes per token against cosine, as a PNG")->type_name("PNG");
   sub.add_option("--reps", cmd->reps, "With --report: timing repetitions (best counts)")->default_val(3);
@@ -453,7 +455,7 @@ Runner setup_compress(CLI::App& sub) {
 
 struct DecompressCommand {
   std::string input, codebook, output;
-  bool json = false;
+  bool json = false, trust_faiss = false;
   int threads = 1;
 
   int run() const {
@@ -474,6 +476,13 @@ struct DecompressCommand {
     } catch (const std::exception&) {
       throw bad_file(input + ": bad 'dim' in its metadata");
     }
+    // The file names its codec: a faiss: one would run FAISS's index_factory on the file's string,
+    // and its codebook is FAISS's serialised index (see load_codebook). Neither without consent.
+    if (codec_uses_faiss_serialization(spec) && !trust_faiss)
+      throw Error(Errc::unsupported, input + " was compressed with " + spec +
+                                         ", whose codebook is FAISS's serialised index: FAISS reads it without checking "
+                                         "it against damaged or crafted files; pass --trust-faiss-codebook if you made "
+                                         "both files or trust their source");
     std::unique_ptr<Codec> codec;
     try {
       codec = make_codec(spec, dim);
@@ -485,7 +494,7 @@ struct DecompressCommand {
       if (codebook.empty())
         throw Error(Errc::invalid_argument, input + " was compressed with " + spec + ": give its --codebook");
       std::map<std::string, std::string> cb_meta;
-      codec = load_codebook(codebook, &cb_meta);
+      codec = load_codebook(codebook, &cb_meta, {.trust_faiss = trust_faiss});
       codec->set_threads(threads);
       if (codec->spec() != spec || codec->dim() != dim)
         throw bad_file(codebook + " is a " + codec->spec() + " codebook for D = " + std::to_string(codec->dim()) + "; " + input +
@@ -537,6 +546,8 @@ Runner setup_decompress(CLI::App& sub) {
   sub.add_option("--codebook", cmd->codebook, "The codebook it was compressed with (int8, pca, pq, opq)")
       ->type_name("CB.safetensors");
   sub.add_option("-o,--output", cmd->output, "embeddings [N, D] f32 with positions and levels")->type_name("EMB.safetensors");
+  sub.add_flag("--trust-faiss-codebook", cmd->trust_faiss,
+               "Load a faiss:FACTORY file and codebook (FAISS's serialised index, unsafe from an untrusted source)");
   sub.add_option("--threads", cmd->threads, "OpenMP threads for FAISS (0: all cores)")->default_val(1)->check(CLI::Range(0, 1024));
   sub.add_flag("--json", cmd->json, "Print JSON");
   return [cmd] { return cmd->run(); };
