@@ -176,6 +176,85 @@ TEST(Limits, Image65535x1) {
   EXPECT_EQ(test::run_cli({"tokenize", dir + "/tall.png", "--budget", "4096", "-o", dir + "/t2.safetensors"}).exit_code, 0);
 }
 
+// A valid RGB PNG of width x height, every sample 128 (zlib-compressed rows: small on disk).
+std::vector<uint8_t> flat_png(uint32_t width, uint32_t height) {
+  std::vector<uint8_t> raw;
+  raw.reserve(size_t(height) * (1 + 3 * size_t(width)));
+  for (uint32_t y = 0; y < height; ++y) {
+    raw.push_back(0);
+    raw.insert(raw.end(), 3 * size_t(width), 128);
+  }
+  uLongf zn = compressBound(uLong(raw.size()));
+  std::vector<uint8_t> z(zn);
+  EXPECT_EQ(compress2(z.data(), &zn, raw.data(), uLong(raw.size()), 9), Z_OK);
+  z.resize(zn);
+  std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  auto be32 = [&](uint32_t v) {
+    for (int i = 0; i < 4; ++i) png.push_back(uint8_t(v >> (24 - 8 * i)));
+  };
+  auto chunk = [&](const char* type, const std::vector<uint8_t>& data) {
+    be32(uint32_t(data.size()));
+    const size_t at = png.size();
+    png.insert(png.end(), type, type + 4);
+    png.insert(png.end(), data.begin(), data.end());
+    be32(uint32_t(crc32(0, png.data() + at, uInt(png.size() - at))));
+  };
+  std::vector<uint8_t> ihdr;
+  for (uint32_t v : {width, height})
+    for (int i = 0; i < 4; ++i) ihdr.push_back(uint8_t(v >> (24 - 8 * i)));
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});
+  chunk("IHDR", ihdr);
+  chunk("IDAT", z);
+  chunk("IEND", {});
+  return png;
+}
+
+// Image rows are at least 64 samples apart, so a 1-pixel-wide image stores 64 times its pixels:
+// a 78 KB PNG of 1x20000000 (a fifth of the pixel limit) took 5.7 GB and 13 s before the limit
+// counted stored rows. Now 1x2000000 (2 M pixels, 128 M stored) is refused at its header, in
+// the library, the CLI (small peak memory) and a video of that frame size.
+TEST(Limits, NarrowImagesCountTheirRowsAsStored) {
+  const std::vector<uint8_t> png = flat_png(1, 2'000'000);
+  const Error e = caught([&] { (void)decode_image(png, {}, "tall.png"); });
+  EXPECT_EQ(e.code(), Errc::limit_exceeded) << e.what();
+  EXPECT_NE(std::string(e.what()).find("1x2000000: rows this narrow are stored 64 pixels wide"), std::string::npos)
+      << e.what();
+  // The check is about memory, not shape: 1x300000 stores 19.2 M pixels (over the 2^24 allowance
+  // for padding), refused under a limit of 10 M and decoded under 20 M. Below the allowance a
+  // narrow image is judged by its pixels alone (24x16 under a limit of 384:
+  // ImageIoLimits.HugeDeclaredExtentsAreRefusedBeforeAllocating).
+  const std::vector<uint8_t> mid = flat_png(1, 300'000);
+  LoadOptions tight, roomy;
+  tight.max_pixels = 10'000'000;
+  roomy.max_pixels = 20'000'000;
+  EXPECT_EQ(caught([&] { (void)decode_image(mid, tight, "mid.png"); }).code(), Errc::limit_exceeded);
+  const ImageU8 img = decode_image(mid, roomy, "mid.png");
+  EXPECT_EQ(img.width(), 1);
+  EXPECT_EQ(img.height(), 300'000);
+  EXPECT_EQ(img.row(2, 299'999)[0], 128);
+
+  const std::string dir = test::temp_dir("narrow");
+  put(dir + "/tall.png", png);
+  expect_one_line_error(test::run_cli({"tokenize", dir + "/tall.png", "--budget", "1000000", "-o", dir + "/t.safetensors"}),
+                        1, "stored 64 pixels wide");
+  EXPECT_FALSE(std::ifstream(dir + "/t.safetensors").good());
+  rusage ru{};  // the children reaped so far: that CLI run only
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &ru), 0);
+  EXPECT_LT(ru.ru_maxrss, 256L << 10) << "KiB";  // it decoded the 1x2000000 image in ~600 MB before
+
+#if FOVEA_BUILT_WITH_ENCODER  // (the video stage needs the encoder)
+  {  // One Y4M frame of 1x2000000 (4:2:0: chroma 1x1000000).
+    std::ofstream y4m(dir + "/tall.y4m", std::ios::binary);
+    y4m << "YUV4MPEG2 W1 H2000000 F1:1 Ip A1:1 C420jpeg\nFRAME\n";
+    const std::string plane(2'000'000, char(100)), chroma(1'000'000, char(128));
+    y4m << plane << chroma << chroma;
+  }
+  expect_one_line_error(test::run_cli({"video", dir + "/tall.y4m", "-o", dir + "/v.safetensors"}), 1,
+                        "stored 64 pixels wide");
+  EXPECT_FALSE(std::ifstream(dir + "/v.safetensors").good());
+#endif
+}
+
 // A safetensors file with these entries, whose data buffer is `buffer_bytes` long: written as a
 // sparse file (the buffer is a hole), so a header that tells the truth about 2^40 elements costs
 // no disk.
