@@ -217,6 +217,11 @@ TEST(CodecCli, BadInputIsOneLineAndExitOne) {
   fs::resize_file(dir + "/c.safetensors", fs::file_size(dir + "/c.safetensors") - 100);
   r = test::run_cli({"decompress", dir + "/c.safetensors", "-o", out});
   expect_one_error_line(r, 1, "c.safetensors");
+  // No tokens at all: the report (whose figures are per token) says so; it divided by zero before.
+  Tensor none(DType::f32, {0, 32});
+  save_safetensors(dir + "/none.safetensors", {{"embeddings", &none}}, {{"format", "fovea.embeddings"}, {"model", "m"}});
+  r = test::run_cli({"compress", "--report", dir + "/none.safetensors"});
+  expect_one_error_line(r, 1, "holds no tokens");
   // An unknown codec is a bad argument (exit 2).
   r = test::run_cli({"compress", d32, "--codec", "zip", "-o", out});
   expect_one_error_line(r, 2, "unknown codec 'zip'");

@@ -274,6 +274,9 @@ struct CompressCommand {
                        std::to_string(ins.front().embeddings.dim(1)));
       n += ins.back().embeddings.dim(0);
     }
+    if (n == 0)  // (every ratio below is per token)
+      throw bad_file(inputs.size() == 1 ? inputs[0] + " holds no tokens: nothing to measure"
+                                        : "the inputs hold no tokens: nothing to measure");
     const int64_t dim = ins.front().embeddings.dim(1);
     Tensor eval(DType::f32, {n, dim});
     int64_t at = 0;
