@@ -131,7 +131,9 @@ ImageViewU8 array_view(const py::array& a) {
   // (negative) strides are not.
   if (rs <= 0 || ps <= 0 || (C > 1 && cs <= 0))
     throw py::value_error("image strides must be positive (got " + std::to_string(rs) + ", " + std::to_string(ps) +
-                          ", " + std::to_string(cs) + " bytes: a flipped view); pass np.ascontiguousarray(image)");
+                          ", " + std::to_string(cs) + " bytes: " +
+                          (rs == 0 || ps == 0 || (C > 1 && cs == 0) ? "a broadcast" : "a flipped") +
+                          " view); pass np.ascontiguousarray(image)");
   ImageViewU8 v(static_cast<const uint8_t*>(a.data()), W, H, C, ps, rs, C > 1 ? cs : 1);
   try {
     v.check();
