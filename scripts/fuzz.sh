@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/) with clang + ASan + UBSan and runs each for N seconds.
 #   scripts/fuzz.sh [--seconds N] [--build-dir DIR] [--jobs J] [TARGET...]
-# TARGET: png jpeg still safetensors gguf torch tokenize cli video (default: all of them; still only
+# TARGET: png jpeg still safetensors gguf torch tokenize cli tar video (default: all of them; still only
 # when the build has FFmpeg, video only when it has the video stage, i.e. libav* and the encoder). Each target starts from its
 # committed seed corpus fuzz/corpus/<target>/ plus the inputs earlier runs found (kept in
 # DIR/corpus/<target>/, never committed). Exits non-zero when any target crashes, leaks, times
@@ -21,7 +21,7 @@ seconds=30
 build_dir=build-fuzz
 jobs=$(nproc)
 targets=()
-all_targets=(png jpeg still safetensors gguf torch tokenize cli video)
+all_targets=(png jpeg still safetensors gguf torch tokenize cli tar video)
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ "$#" -gt 0 ]; do
   case "$1" in

@@ -233,5 +233,39 @@ def still_seeds(rgb):
                 out("still", name, f.read())
 
 
+def tar_seeds():
+    """WebDataset-style shards as Python's tarfile writes them: ustar, GNU (long names, base-256
+    sizes) and pax (path records) headers, an image and other members, a directory entry."""
+    import tarfile
+
+    own = np.random.default_rng(23)  # its own stream: the same seeds with or without main()
+    png = pil_bytes(Image.fromarray(own.integers(0, 256, (8, 8, 3), dtype=np.uint8)), "PNG")
+    members = [("samples/000001.png", png), ("samples/000001.json", b'{"caption": "x"}'),
+               ("samples/" + "k" * 120 + ".jpg", b"\xff\xd8\xff\xd9"), ("empty.png", b"")]
+    for fmt, name in [(tarfile.USTAR_FORMAT, "ustar.tar"), (tarfile.GNU_FORMAT, "gnu.tar"),
+                      (tarfile.PAX_FORMAT, "pax.tar")]:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+            d = tarfile.TarInfo("samples")
+            d.type = tarfile.DIRTYPE
+            t.addfile(d)
+            for mname, data in members:
+                if fmt == tarfile.USTAR_FORMAT and len(mname) > 100 and "/" not in mname[-100:]:
+                    continue
+                info = tarfile.TarInfo(mname)
+                info.size = len(data)
+                info.mtime = 0
+                try:
+                    t.addfile(info, io.BytesIO(data))
+                except ValueError:  # a name ustar cannot hold
+                    pass
+        out("tar", name, buf.getvalue())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:] == ["tar"]:  # only the tar seeds (no ffmpeg needed)
+        tar_seeds()
+        sys.exit(0)
+    rc = main()
+    tar_seeds()
+    sys.exit(rc)

@@ -78,3 +78,38 @@ def test_batch_refuses_bad_arguments(tmp_path):
     r = cli("tokenize", single, tmp_path / "missing.png", "-o", tmp_path / "o", check=False)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "missing.png" in r.stderr
     assert not (tmp_path / "o").exists()  # nothing was started
+
+
+def _tar_header(name, size_field, typ=b"0"):
+    h = bytearray(512)
+    h[0:len(name)] = name
+    h[100:108], h[108:116], h[116:124] = b"0000644\0", b"0000000\0", b"0000000\0"
+    h[124:136] = size_field
+    h[136:148] = b"00000000000\0"
+    h[156:157] = typ
+    h[257:265] = b"ustar\x0000"
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+def test_hostile_shard_headers_are_skipped_not_followed(tmp_path):
+    """A shard is untrusted: a member size near 2^64 (GNU base-256) once rounded to a seek back
+    onto its own header, and `fovea tokenize shard.tar` read that header forever (found by
+    reading the reader, stop 23). Every size is now checked against the bytes left."""
+    import subprocess
+    from pyhelpers import CLI
+    near_2_64 = b"\x80" + (2**64 - 512).to_bytes(11, "big")
+    cases = {
+        "loop_image.tar": _tar_header(b"a.jpg", near_2_64),  # counted, then read: the image path
+        "loop_other.tar": _tar_header(b"a.txt", near_2_64),  # skipped: the other path
+        "past_end.tar": _tar_header(b"a.jpg", b"%011o\0" % 10**6),  # 1 MB claimed, 1 KB there
+        "long_name.tar": _tar_header(b"././@LongLink", b"%011o\0" % 10**6, b"L"),
+    }
+    for name, head in cases.items():
+        (tmp_path / name).write_bytes(head + bytes(1024))
+        r = subprocess.run([CLI, "tokenize", str(tmp_path / name), "-o", str(tmp_path / "out") + "/"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, (name, r.returncode, r.stderr)
+        assert "claims" in r.stderr and "left (truncated or damaged)" in r.stderr, (name, r.stderr)
+        assert "1 of 1 images failed" in r.stderr, (name, r.stderr)

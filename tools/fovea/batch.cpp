@@ -22,6 +22,7 @@
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
 #include "fovea/image.hpp"
+#include "tar.hpp"
 
 namespace fovea::cli {
 
@@ -51,103 +52,6 @@ std::string tar_key(const std::string& member) {
   const size_t dot = member.find('.', slash == std::string::npos ? 0 : slash + 1);
   return dot == std::string::npos ? member : member.substr(0, dot);
 }
-
-// ---- tar (POSIX ustar, GNU long names, pax path records) --------------------------------------
-// No tar library is packaged here (libarchive-dev is not installed); the format is 512-byte
-// headers, each followed by the member's bytes padded to 512.
-
-struct TarMember {
-  std::string name;
-  std::vector<uint8_t> bytes;
-};
-
-uint64_t tar_number(const char* field, size_t n) {
-  if (static_cast<unsigned char>(field[0]) & 0x80) {  // GNU base-256
-    uint64_t v = static_cast<unsigned char>(field[0]) & 0x7F;
-    for (size_t i = 1; i < n; ++i) v = (v << 8) | static_cast<unsigned char>(field[i]);
-    return v;
-  }
-  uint64_t v = 0;
-  size_t i = 0;
-  while (i < n && (field[i] == ' ' || field[i] == '\0')) ++i;
-  for (; i < n && field[i] >= '0' && field[i] <= '7'; ++i) v = v * 8 + uint64_t(field[i] - '0');
-  return v;
-}
-
-class TarReader {
- public:
-  explicit TarReader(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "rb")) {
-    if (!f_) throw Error(Errc::io, "cannot open '" + path + "': " + std::strerror(errno));
-  }
-  ~TarReader() {
-    if (f_) std::fclose(f_);
-  }
-  TarReader(const TarReader&) = delete;
-  TarReader& operator=(const TarReader&) = delete;
-
-  // The next regular member whose name `want` accepts (its bytes read; others skipped).
-  // False at the end. Error(corrupt_data) for a malformed archive.
-  bool next(TarMember& out, const std::function<bool(const std::string&)>& want, bool read_bytes = true) {
-    std::string long_name;
-    for (;;) {
-      char h[512];
-      const size_t got = std::fread(h, 1, 512, f_);
-      if (got == 0) return false;
-      if (got != 512) throw corrupt("truncated header");
-      if (std::all_of(h, h + 512, [](char c) { return c == 0; })) return false;  // end-of-archive block
-      uint64_t sum = 0;
-      for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? uint64_t(' ') : uint64_t(static_cast<unsigned char>(h[i]));
-      if (sum != tar_number(h + 148, 8)) throw corrupt("header checksum mismatch (not a tar file?)");
-      const uint64_t size = tar_number(h + 124, 12);
-      const char type = h[156];
-      std::string name(h, strnlen(h, 100));
-      if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345]) name = std::string(h + 345, strnlen(h + 345, 155)) + "/" + name;
-      const uint64_t padded = (size + 511) / 512 * 512;
-      if (type == 'L' || type == 'x') {  // the next member's name (GNU) / its pax records
-        if (size > (1u << 20)) throw corrupt("oversized long-name record");
-        std::string data(padded, '\0');
-        if (std::fread(data.data(), 1, padded, f_) != padded) throw corrupt("truncated record");
-        data.resize(size);
-        if (type == 'L') {
-          long_name = data.c_str();
-        } else {
-          for (size_t pos = 0; pos < data.size();) {  // "LEN key=value\n"
-            const size_t sp = data.find(' ', pos);
-            if (sp == std::string::npos) break;
-            const size_t len = std::strtoull(data.c_str() + pos, nullptr, 10);
-            if (len == 0 || pos + len > data.size()) break;
-            const std::string rec = data.substr(sp + 1, pos + len - sp - 2);
-            if (rec.rfind("path=", 0) == 0) long_name = rec.substr(5);
-            pos += len;
-          }
-        }
-        continue;
-      }
-      if (!long_name.empty()) name = std::exchange(long_name, std::string());
-      const bool regular = type == '0' || type == '\0' || type == '7';
-      if (!regular || !want(name)) {
-        if (std::fseek(f_, long(padded), SEEK_CUR) != 0) throw corrupt("truncated member");
-        continue;
-      }
-      out.name = name;
-      out.bytes.clear();
-      if (!read_bytes) {
-        if (std::fseek(f_, long(padded), SEEK_CUR) != 0) throw corrupt("truncated member");
-        return true;
-      }
-      if (size > (uint64_t(1) << 32)) throw Error(Errc::limit_exceeded, "'" + path_ + "': member '" + name + "' is over 4 GiB");
-      out.bytes.resize(size);
-      if (size && std::fread(out.bytes.data(), 1, size, f_) != size) throw corrupt("truncated member '" + name + "'");
-      if (padded > size && std::fseek(f_, long(padded - size), SEEK_CUR) != 0) throw corrupt("truncated member");
-      return true;
-    }
-  }
-
- private:
-  Error corrupt(const std::string& what) const { return Error(Errc::corrupt_data, "'" + path_ + "': " + what); }
-  std::string path_;
-  FILE* f_;
-};
 
 // Writes members through an AtomicFile (fovea/files.hpp): the shard gets its name only in
 // finish(); one that is never finished leaves nothing behind. Members are buffered and written
