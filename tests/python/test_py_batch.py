@@ -113,3 +113,26 @@ def test_hostile_shard_headers_are_skipped_not_followed(tmp_path):
         assert r.returncode == 1, (name, r.returncode, r.stderr)
         assert "claims" in r.stderr and "left (truncated or damaged)" in r.stderr, (name, r.stderr)
         assert "1 of 1 images failed" in r.stderr, (name, r.stderr)
+
+
+def test_shard_members_that_leave_the_folder_are_skipped(tmp_path):
+    """Output members are named after input members: an absolute name or a '..' component would
+    carry a path traversal into the output shard. Such members are skipped and named."""
+    shard = tmp_path / "in.tar"
+    png = save_png(photo(1), str(tmp_path / "p.png"))
+    with tarfile.open(shard, "w") as t:
+        t.add(png, "ok/000001.png")
+        t.add(png, "../000002.png")
+        t.add(png, "a/../../000003.png")
+        info = t.gettarinfo(png, "abs/000004.png")  # (add() strips a leading '/')
+        info.name = "/abs/000004.png"
+        with open(png, "rb") as f:
+            t.addfile(info, f)
+        t.add(png, "a..b/000005.png")  # '..' inside a name is fine
+    out = tmp_path / "out"
+    r = cli("tokenize", shard, "--budget", 64, "-o", out, check=False)
+    assert r.returncode == 1, r.stderr
+    assert "3 of 5 images failed" in r.stderr, r.stderr
+    assert r.stderr.count("leaves the shard's folder") == 3, r.stderr
+    with tarfile.open(out / "in.tar") as t:
+        assert sorted(t.getnames()) == ["a..b/000005.safetensors", "ok/000001.safetensors"]

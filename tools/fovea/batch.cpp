@@ -46,6 +46,16 @@ bool is_image_name(const std::string& name) {
     if (ends_with(l, ext)) return true;
   return false;
 }
+// True for an absolute member name or one with a '..' component.
+bool escapes_folder(const std::string& member) {
+  if (!member.empty() && member[0] == '/') return true;
+  for (size_t at = 0; at <= member.size();) {
+    const size_t slash = std::min(member.find('/', at), member.size());
+    if (member.compare(at, slash - at, "..") == 0) return true;
+    at = slash + 1;
+  }
+  return false;
+}
 // WebDataset's key: the member name up to the first '.' of its file name.
 std::string tar_key(const std::string& member) {
   const size_t slash = member.rfind('/');
@@ -290,7 +300,12 @@ BatchReport run_batch(const std::vector<std::string>& inputs, const std::string&
         TarMember m;
         while (r.next(m, is_image_name)) {
           Item it{si, s.path + ":" + m.name, tar_key(m.name), std::nullopt, {}, false};
-          decode_into(it, m.bytes, "");
+          // Its output member is named after it: a name that would leave the folder it is
+          // extracted into (absolute, or a '..' component) is not passed on to the output shard.
+          if (escapes_folder(m.name))
+            it.error = "member name '" + m.name + "' leaves the shard's folder (absolute or '..'): not a WebDataset key";
+          else
+            decode_into(it, m.bytes, "");
           if (!push(std::move(it))) return;
         }
       } catch (const std::exception& e) {
