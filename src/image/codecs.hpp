@@ -22,7 +22,22 @@ namespace fovea::image_detail {
 // Throws Error(code, "cannot decode '<name>': <why>"): every decode failure names its input.
 [[noreturn]] void fail(Errc code, const std::string& name, const std::string& why);
 
-// Refuses zero extents (corrupt_data) and width*height > options.max_pixels (limit_exceeded).
+// What a width x height image stores per plane: Image rows are at least 64 samples apart (its
+// stride, a multiple of 64 bytes), so a narrow image stores more than its pixels (1 pixel wide:
+// 64 times). In 128 bits: header extents up to 2^32 each overflow 64.
+inline unsigned __int128 stored_pixels(uint64_t width, uint64_t height) {
+  return (unsigned __int128)((width + 63) / 64 * 64) * height;
+}
+// The pixel limit, shared by still images and video frames: the pixels must fit max_pixels, and
+// so must the rows as stored, with 2^24 stored pixels of padding never held against an image (a
+// limit admits every ordinary image whose pixels it admits; a 1xN bomb is refused).
+inline bool over_pixel_limit(uint64_t width, uint64_t height, uint64_t max_pixels) {
+  constexpr uint64_t kPaddingAllowance = uint64_t(1) << 24;
+  return (unsigned __int128)width * height > max_pixels ||
+         stored_pixels(width, height) > (max_pixels > kPaddingAllowance ? max_pixels : kPaddingAllowance);
+}
+
+// Refuses zero extents (corrupt_data) and over_pixel_limit (limit_exceeded).
 // Called right after a header is parsed, before any pixel buffer exists.
 void check_extents(uint64_t width, uint64_t height, const LoadOptions& options,
                    const std::string& name, const char* format);

@@ -1,6 +1,5 @@
 // Public image file entry points: format detection by magic bytes, then PNG, JPEG, or one of
 // the formats FFmpeg decodes (libav.cpp).
-#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <filesystem>
@@ -24,27 +23,17 @@ void check_extents(uint64_t width, uint64_t height, const LoadOptions& options,
     fail(Errc::corrupt_data, name,
          std::string(format) + " header declares an empty image (" + std::to_string(width) + "x" +
              std::to_string(height) + ")");
-  // In 128 bits: a header's extents (up to 2^32 each) can overflow 64.
-  const unsigned __int128 pixels = (unsigned __int128)width * height;
+  if (!over_pixel_limit(width, height, options.max_pixels)) return;
   auto text = [](unsigned __int128 v) {
     return v > UINT64_MAX ? std::string("more than 2^64") : std::to_string(uint64_t(v));
   };
-  if (pixels > options.max_pixels)
-    fail(Errc::limit_exceeded, name,
-         std::string(format) + " image is " + std::to_string(width) + "x" + std::to_string(height) + " = " +
-             text(pixels) + " pixels, over the limit of " + std::to_string(options.max_pixels) +
-             " (LoadOptions::max_pixels)");
-  // Image rows are at least 64 bytes apart (64 samples of 8 bits), so a narrow image stores more
-  // than its pixels: a 78 KB PNG of 1x20000000 pixels took 5.7 GB (its pyramid included) before
-  // this. So the rows as stored must fit the limit too; padding below 2^24 stored pixels (50 MB
-  // of RGB) is never held against an image, so a limit still admits every ordinary image whose
-  // pixels it admits.
-  const unsigned __int128 stored = (unsigned __int128)((width + 63) / 64 * 64) * height;
-  if (stored > std::max<uint64_t>(options.max_pixels, uint64_t(1) << 24))
-    fail(Errc::limit_exceeded, name,
-         std::string(format) + " image is " + std::to_string(width) + "x" + std::to_string(height) +
-             ": rows this narrow are stored 64 pixels wide, so it needs the memory of " + text(stored) +
-             " pixels, over the limit of " + std::to_string(options.max_pixels) + " (LoadOptions::max_pixels)");
+  const unsigned __int128 pixels = (unsigned __int128)width * height;
+  const std::string extent = std::string(format) + " image is " + std::to_string(width) + "x" + std::to_string(height);
+  const std::string limit = "over the limit of " + std::to_string(options.max_pixels) + " (LoadOptions::max_pixels)";
+  if (pixels > options.max_pixels) fail(Errc::limit_exceeded, name, extent + " = " + text(pixels) + " pixels, " + limit);
+  fail(Errc::limit_exceeded, name,
+       extent + ": rows this narrow are stored 64 pixels wide, so it needs the memory of " +
+           text(stored_pixels(width, height)) + " pixels, " + limit);
 }
 
 template <typename T>

@@ -27,6 +27,7 @@ extern "C" {
 #include "fovea/files.hpp"
 #include "fovea/error.hpp"
 #include "fovea/video.hpp"
+#include "image/codecs.hpp"
 #include "image/libav_common.hpp"
 
 namespace fovea {
@@ -38,17 +39,12 @@ using libav::FrameFree;
 using libav::PacketFree;
 std::string av_error(int code) { return libav::error_string(code); }
 
-// Frames become ImageU8s, whose rows are at least 64 bytes apart: a narrow frame stores more
-// than its pixels, so the pixel limit counts its rows as stored (as still images' do).
-// (Padding below 2^24 stored pixels is never held against a frame.)
-uint64_t stored_pixels(int w, int h) {
-  const uint64_t stored = (uint64_t(w) + 63) / 64 * 64 * uint64_t(h);
-  return stored <= (uint64_t(1) << 24) ? uint64_t(w) * uint64_t(h) : stored;
-}
+// A frame's extents for a limit message, with what its rows store when that is the reason.
 std::string extent_text(int w, int h) {
   std::string s = std::to_string(w) + "x" + std::to_string(h);
-  if (w > 0 && w % 64 != 0 && stored_pixels(w, h) > uint64_t(w) * uint64_t(h) * 2)
-    s += " (rows this narrow are stored 64 pixels wide: " + std::to_string(stored_pixels(w, h)) + " pixels)";
+  const unsigned __int128 stored = image_detail::stored_pixels(uint64_t(w), uint64_t(h));
+  if (w > 0 && h > 0 && stored > (unsigned __int128)uint64_t(w) * uint64_t(h) * 2)
+    s += " (rows this narrow are stored 64 pixels wide: " + std::to_string(uint64_t(stored)) + " pixels)";
   return s;
 }
 
@@ -336,7 +332,7 @@ struct VideoReader::Impl {
   void convert(const AVFrame* f, ImageU8& out) {
     const int w = f->width, h = f->height;
     if (w < 1 || h < 1) throw Error(Errc::corrupt_data, path + ": decoded a frame with no pixels");
-    if (stored_pixels(w, h) > options.max_pixels)
+    if (image_detail::over_pixel_limit(uint64_t(w), uint64_t(h), options.max_pixels))
       throw Error(Errc::limit_exceeded, path + ": a " + extent_text(w, h) + " frame is over the limit of " +
                                             std::to_string(options.max_pixels) + " pixels");
     // How this frame is shown: the frame's own display matrix (an H.264 orientation SEI), else the stream's.
@@ -480,7 +476,7 @@ void VideoReader::open_stream() {
   if ((e = avcodec_open2(m.codec.get(), dec, nullptr)) < 0)
     throw Error(Errc::unsupported, path + ": cannot open the " + dec->name + " decoder (" + av_error(e) + ")");
   const int w = s->codecpar->width, h = s->codecpar->height;
-  if (stored_pixels(std::max(w, 0), std::max(h, 0)) > options.max_pixels)
+  if (image_detail::over_pixel_limit(uint64_t(std::max(w, 0)), uint64_t(std::max(h, 0)), options.max_pixels))
     throw Error(Errc::limit_exceeded, path + ": " + extent_text(w, h) + " frames are over the limit of " +
                                           std::to_string(options.max_pixels) + " pixels");
   m.packet.reset(av_packet_alloc());
