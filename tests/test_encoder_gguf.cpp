@@ -174,6 +174,69 @@ TEST(GgufMmproj, NamesWhatItDoesNotSupportOrFind) {
   expect_load_error(dir + "/width.gguf", Errc::corrupt_data, {"v.patch_embd.weight has shape [32, 3, 8, 8]"});
 }
 
+// Edits a hostile-edit sweep (bench/gguf_model_sweep.py) found loaded as a silently different
+// model, refused only at encode time as if the user's --patch were wrong, or quoted raw.
+TEST(GgufMmproj, RefusesFilesItWouldMisreadAndQuotesThemSafely) {
+  const std::string dir = test::temp_dir("gguf_misread");
+  const GgufBuild base = GgufBuild::from(GgufFile::open(fixture("gguf_llava")));
+  int n = 0;
+  auto check = [&](const GgufBuild& g, Errc code, const std::vector<std::string>& fragments) {
+    const std::string path = dir + "/" + std::to_string(n++) + ".gguf";
+    write_file(path, g.bytes());
+    expect_load_error(path, code, fragments);
+    return path;
+  };
+  auto without = [&](std::initializer_list<const char*> names) {
+    GgufBuild g = base;
+    for (const char* name : names) std::erase_if(g.tensors, [&](const GgufBuild::T& t) { return t.name == name; });
+    return g;
+  };
+  GgufBuild g = base;
+  g.set("clip.vision.block_count", scalar(GgufType::u32, uint64_t(0)));  // was: no block run
+  check(g, Errc::corrupt_data, {"clip.vision.block_count = 0 is out of range [1, 4096]"});
+  g.set("clip.vision.block_count", scalar(GgufType::boolean, true));  // was: one block
+  check(g, Errc::corrupt_data, {"clip.vision.block_count is a BOOL"});
+  // A norm's or the projector's second layer's bias without its weight (was: the norm or the
+  // layer silently left out).
+  check(without({"v.pre_ln.weight"}), Errc::corrupt_data, {"missing 1 tensor(s): v.pre_ln.weight [32]"});
+  check(without({"mm.2.weight"}), Errc::corrupt_data, {"missing 1 tensor(s): mm.2.weight [40, "});
+  check(without({"mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias"}), Errc::corrupt_data,
+        {"no mm.0.weight or mm.0.bias"});
+  g = base;
+  g.set("clip.vision.image_mean", array(GgufType::f32, {std::nan(""), 0.5, 0.5}));
+  check(g, Errc::corrupt_data, {"clip.vision.image_mean values must be finite"});
+  // Four input channels (was: accepted by `fovea model`, then exit 2 and "use --patch 8" at encode).
+  g = base;
+  GgufBuild::T* pe = g.tensor("v.patch_embd.weight");
+  pe->type = 0;
+  pe->ne = {8, 8, 4, 32};
+  pe->data.assign(8 * 8 * 4 * 32 * 4, 0);
+  check(g, Errc::unsupported, {"the model takes 4-channel patches"});
+  pe->ne = {8, 8, 0, 32};  // an empty tensor (was: read, and a projector of width 0 taken as absent)
+  pe->data.clear();
+  check(g, Errc::corrupt_data, {"v.patch_embd.weight's dimension 2 is 0"});
+  // One stray block far beyond block_count (was: "2 of 1000000 blocks").
+  g = base;
+  g.tensors.push_back({"v.blk.999999.ln1.weight", {32}, 0, std::vector<uint8_t>(128, 0), std::nullopt});
+  check(g, Errc::limit_exceeded, {"v.blk.999999.ln1.weight is layer 999999"});
+
+  // What the file says is quoted printable and bounded: an ESC (a terminal escape sequence), a
+  // NUL (which cut the message short) and a 1 MiB name.
+  g = base;
+  g.set("clip.projector_type", scalar(GgufType::string, std::string("a\x1b[31mred\0x", 11)));
+  const std::string esc = check(g, Errc::unsupported, {"projector type 'a\\x1b[31mred\\x00x' is not supported"});
+  const test::RunResult r = test::run_cli({"model", esc});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\\x1b[31mred\\x00x' is not supported"), std::string::npos) << r.err;
+  g.set("clip.projector_type", scalar(GgufType::string, std::string(1 << 20, 'p')));
+  try {
+    VitModel::load(check(g, Errc::unsupported, {"more bytes)"}));
+  } catch (const Error& e) {
+    EXPECT_LE(std::string(e.what()).size(), 4096u + 40u);
+  }
+}
+
 // The CLI: every hostile file is one "fovea: error:" line and exit 1, and no output file.
 TEST(GgufCli, HostileFilesExitOneWithOneLine) {
   const std::string dir = test::temp_dir("gguf_cli");

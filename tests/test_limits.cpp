@@ -305,6 +305,47 @@ TEST(Limits, CheckpointClaiming2To40Elements) {
   expect_one_line_error(test::run_cli({"encode", image, "--model", dir + "/big.safetensors"}), 1, "more than this machine's");
 }
 
+// One stray tensor name with a huge layer index: the loaders look up every layer below the
+// highest index, so "blocks.999999.norm1.weight" asked for 12 million tensors (45 s, 2.7 GB and a
+// 420 MB error line before the limit). Now refused at once, naming the tensor.
+TEST(Limits, AStrayLayerIndexIsRefusedBeforeTheLayersAreListed) {
+#if !FOVEA_BUILT_WITH_ENCODER
+  GTEST_SKIP() << "this build has no encoder (FOVEA_WITH_ENCODER=OFF): no 'fovea encode'";
+#endif
+  const std::string dir = test::temp_dir("stray_layer");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 64, 3), image);
+  // The least a timm ViT has before its layers are counted, then the stray name.
+  nlohmann::json h;
+  uint64_t end = 0;
+  auto add = [&](const std::string& name, std::vector<uint64_t> shape) {
+    uint64_t bytes = 4;
+    for (uint64_t d : shape) bytes *= d;
+    h[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {end, end + bytes}}};
+    end += bytes;
+  };
+  add("patch_embed.proj.weight", {32, 3, 16, 16});
+  add("cls_token", {1, 1, 32});
+  add("pos_embed", {1, 17, 32});
+  add("blocks.0.attn.qkv.weight", {96, 32});
+  const uint64_t before = end;
+  add("blocks.999999.norm1.weight", {32});
+  sparse_safetensors(dir + "/stray.safetensors", h, end);
+  const test::RunResult r = test::run_cli({"model", dir + "/stray.safetensors"});
+  expect_one_line_error(r, 1, "tensor blocks.999999.norm1.weight is layer 999999; fovea runs at most 4096 layers");
+  EXPECT_LT(r.err.size(), 400u) << r.err;
+
+  // Below the limit, a gap still lists what is missing, but the first dozen names only.
+  h.erase("blocks.999999.norm1.weight");
+  end = before;
+  add("blocks.4000.norm1.weight", {32});
+  sparse_safetensors(dir + "/gap.safetensors", h, end);
+  const test::RunResult g = test::run_cli({"model", dir + "/gap.safetensors"});
+  expect_one_line_error(g, 1, "blocks.0.norm1.weight [32], ");
+  EXPECT_NE(g.err.find(" more"), std::string::npos) << g.err;  // "missing N tensor(s): <12 names> and N-12 more"
+  EXPECT_LT(g.err.size(), 4200u);
+}
+
 // A video of 10^6 frames: a y4m stream (32x24, 4:2:0, every frame different) written into a
 // named pipe by a generator thread, up to 10^6 frames, until the reader goes away. `fovea video
 // --max-frames 5` must stop after 5 frames: the generator gets EPIPE after a bounded number of

@@ -144,3 +144,22 @@ TEST(BFloat16, RoundsToNearestEven) {
 
 }  // namespace
 }  // namespace fovea
+
+namespace fovea {
+namespace {
+
+// Error messages quote what files say; what reaches a terminal is printable and bounded.
+TEST(Error, MessagesArePrintableAndBounded) {
+  EXPECT_STREQ(Error(Errc::io, "plain 'ascii' and caf\xc3\xa9").what(), "plain 'ascii' and caf\xc3\xa9");
+  EXPECT_STREQ(Error(Errc::io, std::string("a\x1b[31m\0b\x7f\tc\nd", 13)).what(), "a\\x1b[31m\\x00b\\x7f\\x09c\nd");
+  EXPECT_STREQ(Error(Errc::io, "C1 \xc2\x9b" "2J, not \xc2\xa0").what(), "C1 \\x9b2J, not \xc2\xa0");  // CSI escaped, NBSP kept
+  const std::string big(10000, 'x');
+  EXPECT_STREQ(Error(Errc::io, big).what(), (std::string(4096, 'x') + "... (5904 more bytes)").c_str());
+  // Cut at a character boundary: 4095 ASCII bytes and then a 2-byte character.
+  const std::string e = Error::printable(std::string(4095, 'x') + "\xc3\xa9" + "tail");
+  EXPECT_EQ(e, std::string(4095, 'x') + "... (6 more bytes)");
+  EXPECT_EQ(Error::printable(std::string(4096, 'y')), std::string(4096, 'y'));
+}
+
+}  // namespace
+}  // namespace fovea

@@ -6,6 +6,10 @@
 // Recoverable failures (bad files, bad arguments, limits, missing device features) throw
 // fovea::Error with a message written for the person at the terminal: one line, naming the
 // input and what is wrong with it. Broken invariants inside the library assert instead.
+// Messages quote what a file says (a key, a name, a value), so the constructor makes them safe
+// to print: control characters other than '\n' (a NUL, an ESC starting a terminal escape
+// sequence, C1 controls) become \xNN, and a message over 4096 bytes is cut at a character
+// boundary with "... (N more bytes)".
 //
 // Thread safety: an Error is an immutable value; to_string() is pure.
 #pragma once
@@ -31,8 +35,11 @@ std::string_view to_string(Errc code);
 
 class Error : public std::runtime_error {
  public:
-  Error(Errc code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Error(Errc code, const std::string& message) : std::runtime_error(printable(message)), code_(code) {}
   Errc code() const noexcept { return code_; }
+
+  // The message as the constructor stores it (see above); pure.
+  static std::string printable(std::string_view message);
 
  private:
   Errc code_;

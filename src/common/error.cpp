@@ -1,5 +1,7 @@
 #include "fovea/error.hpp"
 
+#include <algorithm>
+
 namespace fovea {
 
 std::string_view to_string(Errc code) {
@@ -14,6 +16,46 @@ std::string_view to_string(Errc code) {
     case Errc::internal: return "internal error";
   }
   return "unknown error";
+}
+
+std::string Error::printable(std::string_view m) {
+  constexpr size_t kMaxBytes = 4096;
+  static constexpr char kHex[] = "0123456789abcdef";
+  auto is_control = [](unsigned char c) { return (c < 0x20 && c != '\n') || c == 0x7f; };
+  auto escape = [&](std::string& out, unsigned char c) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
+  // The common case, a plain message that fits, is returned as it is.
+  bool clean = m.size() <= kMaxBytes;
+  for (size_t i = 0; clean && i < m.size(); ++i) {
+    const auto c = static_cast<unsigned char>(m[i]);
+    clean = !is_control(c) && !(c == 0xc2 && i + 1 < m.size() && (static_cast<unsigned char>(m[i + 1]) & 0xe0) == 0x80);
+  }
+  if (clean) return std::string(m);
+
+  std::string out;
+  out.reserve(std::min(m.size(), kMaxBytes) + 32);
+  size_t i = 0;
+  for (; i < m.size() && out.size() < kMaxBytes; ++i) {
+    const auto c = static_cast<unsigned char>(m[i]);
+    if (is_control(c)) {
+      escape(out, c);
+    } else if (c == 0xc2 && i + 1 < m.size() && (static_cast<unsigned char>(m[i + 1]) & 0xe0) == 0x80) {
+      escape(out, static_cast<unsigned char>(m[++i]));  // a C1 control (U+0080..U+009F): CSI, OSC...
+    } else {
+      // Never cut a UTF-8 sequence: a lead byte goes with its continuation bytes.
+      size_t n = 1;
+      if (c >= 0xc0)
+        while (i + n < m.size() && n < 4 && (static_cast<unsigned char>(m[i + n]) & 0xc0) == 0x80) ++n;
+      if (out.size() + n > kMaxBytes) break;
+      out.append(m.substr(i, n));
+      i += n - 1;
+    }
+  }
+  if (i < m.size()) out += "... (" + std::to_string(m.size() - i) + " more bytes)";
+  return out;
 }
 
 }  // namespace fovea

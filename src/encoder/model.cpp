@@ -302,6 +302,22 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   if (!(m->config.ln_eps > 0.0f && m->config.ln_eps < 1.0f))  // config.json's layer_norm_eps: NaN, 0, < 0, ≥ 1
     throw Error(Errc::corrupt_data, "'" + spec + "': layer norm epsilon " + std::to_string(m->config.ln_eps) +
                                         " is out of range (0, 1)");
+  // What fovea's tokenizer can feed the model (every loader's result): RGB patches of 2..256
+  // pixels, normalised with finite statistics. A file claiming otherwise describes a model
+  // fovea cannot run; say so here, naming the file, rather than at the first encode (where it
+  // read as a mistake in the user's --patch).
+  const VitConfig& cfg = m->config;
+  if (cfg.channels != 3)
+    throw Error(Errc::unsupported, "'" + spec + "': the model takes " + std::to_string(cfg.channels) +
+                                       "-channel patches; fovea's patches are RGB (3 channels)");
+  if (cfg.patch_px < 2 || cfg.patch_px > 256)
+    throw Error(Errc::unsupported, "'" + spec + "': the model's patch size is " + std::to_string(cfg.patch_px) +
+                                       " pixels; fovea's tokenizer makes patches of 2 to 256 pixels");
+  for (int i = 0; i < 3; ++i)
+    if (!std::isfinite(cfg.input.mean[size_t(i)]) || !std::isfinite(cfg.input.std[size_t(i)]) ||
+        !(cfg.input.std[size_t(i)] > 0))
+      throw Error(Errc::corrupt_data, "'" + spec + "': its normalisation (" + cfg.input.source +
+                                          ") has a non-finite mean or a std that is not finite and > 0");
   m->source = spec;
   m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
   bool mapped = false;

@@ -337,6 +337,9 @@ void GgufFile::parse(const GgufLimits& limits) {
     int64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t ne = r.get<uint64_t>([&] { return what() + "'s dimension " + std::to_string(d); });
+      // A zero extent is an empty tensor: no mmproj holds one, and the loaders would take it
+      // for an absent tensor (a projector of width 0); empty tensors also share offsets.
+      if (ne == 0) throw r.fail(what() + "'s dimension " + std::to_string(d) + " is 0");
       if (ne > uint64_t(kMax) || (ne > 0 && uint64_t(numel) > uint64_t(kMax) / ne))
         throw r.fail(what() + "'s element count overflows");
       t.ne.push_back(int64_t(ne));

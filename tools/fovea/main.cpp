@@ -25,12 +25,13 @@ std::vector<Command>& registry() {
 
 namespace {
 
-// CLI11 messages can span lines; the contract is one line.
+// CLI11 messages can span lines; the contract is one line. They also quote the arguments, so
+// control characters are escaped and the length bounded as fovea::Error's own messages are.
 std::string one_line(std::string s) {
   for (char& ch : s)
     if (ch == '\n' || ch == '\r') ch = ' ';
   while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
+  return fovea::Error::printable(s);
 }
 
 }  // namespace

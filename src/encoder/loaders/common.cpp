@@ -318,13 +318,17 @@ void Lookup::finish(const std::string& what) const {
   if (missing_.empty() && problems_.empty() && type_problems_.empty()) return;
   std::string msg = "'" + w_.path() + "' is not a complete " + what + " checkpoint:";
   if (!missing_.empty()) {
+    // The first few name the problem; a file missing thousands would make a megabyte line.
+    constexpr size_t kListed = 12;
     msg += " missing " + std::to_string(missing_.size()) + " tensor(s): ";
-    for (size_t i = 0; i < missing_.size(); ++i) msg += (i ? ", " : "") + missing_[i];
+    for (size_t i = 0; i < std::min(missing_.size(), kListed); ++i) msg += (i ? ", " : "") + missing_[i];
+    if (missing_.size() > kListed) msg += " and " + std::to_string(missing_.size() - kListed) + " more";
     if (!problems_.empty() || !type_problems_.empty()) msg += ";";
   }
   std::vector<std::string> all = problems_;
   all.insert(all.end(), type_problems_.begin(), type_problems_.end());
-  for (size_t i = 0; i < all.size(); ++i) msg += (i ? "; " : " ") + all[i];
+  for (size_t i = 0; i < std::min<size_t>(all.size(), 12); ++i) msg += (i ? "; " : " ") + all[i];
+  if (all.size() > 12) msg += "; and " + std::to_string(all.size() - 12) + " more";
   const bool only_types = missing_.empty() && problems_.empty();
   throw Error(only_types ? Errc::unsupported : Errc::corrupt_data, msg);
 }
@@ -387,7 +391,13 @@ int count_layers(const WeightSource& w, const std::string& prefix) {
     if (dot == 0 || dot == std::string::npos) continue;
     const std::string num = rest.substr(0, dot);
     if (num.size() > 6 || !std::all_of(num.begin(), num.end(), ::isdigit)) continue;
-    n = std::max(n, std::stoi(num) + 1);
+    // The loaders then look up every layer below the highest index: a single stray name such as
+    // "blocks.999999.x" would ask for millions of tensors (a 2.7 GB, 45 s error message).
+    const int index = std::stoi(num);
+    if (index >= kMaxLayers)
+      throw Error(Errc::limit_exceeded, "'" + w.path() + "': tensor " + name + " is layer " + std::to_string(index) +
+                                            "; fovea runs at most " + std::to_string(kMaxLayers) + " layers");
+    n = std::max(n, index + 1);
   }
   return n;
 }

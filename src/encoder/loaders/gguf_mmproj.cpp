@@ -28,6 +28,7 @@
 //     is the tanh approximation (a ~1e-3 relative difference on the projector's hidden layer).
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include "encoder/loaders/loader.hpp"
@@ -58,6 +59,8 @@ class GgufMmprojLoader final : public ModelLoader {
       return *v;
     };
     auto int_key = [&](const char* k, int64_t lo, int64_t hi) {
+      // GgufValue::as_int takes a BOOL as 0 or 1; a size or a count stored as one is corrupt.
+      if (key(k).type == GgufType::boolean) throw fail(Errc::corrupt_data, std::string(k) + " is a BOOL, expected an integer");
       const int64_t v = key(k).as_int(k);
       if (v < lo || v > hi)
         throw fail(Errc::corrupt_data, std::string(k) + " = " + std::to_string(v) + " is out of range [" +
@@ -105,7 +108,7 @@ class GgufMmprojLoader final : public ModelLoader {
     const int kBig = 1 << 16;
     c.hidden = int_key("clip.vision.embedding_length", 1, kBig);
     c.mlp = int_key("clip.vision.feed_forward_length", 1, 1 << 20);
-    const int blocks = int_key("clip.vision.block_count", 0, 4096);
+    const int blocks = int_key("clip.vision.block_count", 1, 4096);
     c.heads = int_key("clip.vision.attention.head_count", 1, kBig);
     c.patch_px = int_key("clip.vision.patch_size", 1, 4096);
     const int image_size = int_key("clip.vision.image_size", 1, 1 << 20);
@@ -126,7 +129,9 @@ class GgufMmprojLoader final : public ModelLoader {
     c.input.mean = three("clip.vision.image_mean", key("clip.vision.image_mean"), path);
     c.input.std = three("clip.vision.image_std", key("clip.vision.image_std"), path);
     for (float s : c.input.std)
-      if (!(s > 0)) throw fail(Errc::corrupt_data, "clip.vision.image_std values must be > 0");
+      if (!(s > 0) || !std::isfinite(s)) throw fail(Errc::corrupt_data, "clip.vision.image_std values must be finite and > 0");
+    for (float v : c.input.mean)
+      if (!std::isfinite(v)) throw fail(Errc::corrupt_data, "clip.vision.image_mean values must be finite");
     c.input.rescale = 1.0f / 255.0f;
     c.input.normalize = true;
     c.input.source = "GGUF clip.vision.image_mean / image_std";
@@ -157,8 +162,11 @@ class GgufMmprojLoader final : public ModelLoader {
     c.class_token = w.info("v.class_embd").has_value();
     c.family = c.class_token ? VitFamily::clip : VitFamily::siglip;
     c.patch_bias = w.info("v.patch_embd.bias").has_value();
-    c.pre_norm = w.info("v.pre_ln.weight").has_value();
-    c.final_norm = w.info("v.post_ln.weight").has_value() ? FinalNorm::all_tokens : FinalNorm::none;
+    // A norm is there when either of its tensors is: the other one is then required (a bias
+    // without its weight is a damaged file, not a model without the norm).
+    auto either = [&](const std::string& n) { return w.info(n + ".weight") || w.info(n + ".bias"); };
+    c.pre_norm = either("v.pre_ln");
+    c.final_norm = either("v.post_ln") ? FinalNorm::all_tokens : FinalNorm::none;
 
     const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
     Lookup L(w);
@@ -206,14 +214,28 @@ class GgufMmprojLoader final : public ModelLoader {
       m->post_b = L.get("v.post_ln.bias", {D});
     }
     if (c.projector == ProjectorType::mlp) {
-      const auto m0 = w.info("mm.0.weight");
-      const int64_t E1 = m0 && m0->shape.size() == 2 ? m0->shape[0] : 0;
+      // The widths come from the tensors (the weight's rows, else the bias's length); a zero
+      // width would be a projector that outputs nothing.
+      auto width = [&](const char* name) -> int64_t {
+        const std::string n = name;
+        const auto wt = w.info(n + ".weight");
+        const auto b = w.info(n + ".bias");
+        const int64_t e = wt && wt->shape.size() == 2 ? wt->shape[0] : b && b->shape.size() == 1 ? b->shape[0] : -1;
+        if (e < 0)
+          throw fail(Errc::corrupt_data, "the projector is an MLP (projector type 'mlp' or LLaVA's keys) but the file "
+                                         "has no " + n + ".weight or " + n + ".bias");
+        if (e == 0 || e > kBig)
+          throw fail(Errc::corrupt_data, "the projector's " + n + " has width " + std::to_string(e) + ", outside [1, " +
+                                             std::to_string(kBig) + "]");
+        return e;
+      };
+      const int64_t E1 = width("mm.0");
       m->mm0_w = L.get("mm.0.weight", {E1, D});
       m->mm0_b = L.get("mm.0.bias", {E1});
       c.projector_hidden = int(E1);
       c.projector_dim = int(E1);
-      if (const auto m2 = w.info("mm.2.weight")) {
-        const int64_t E = m2->shape.size() == 2 ? m2->shape[0] : 0;
+      if (w.info("mm.2.weight") || w.info("mm.2.bias")) {  // the second layer; both of its tensors
+        const int64_t E = width("mm.2");
         m->mm2_w = L.get("mm.2.weight", {E, E1});
         m->mm2_b = L.get("mm.2.bias", {E});
         c.projector_dim = int(E);

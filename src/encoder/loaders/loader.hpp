@@ -180,7 +180,9 @@ std::optional<T> cfg_get(const nlohmann::json& j, std::initializer_list<const ch
 
 int default_heads(int hidden);
 Activation parse_hf_act(const std::string& s, const std::string& path);
-// Number of blocks named PREFIX<N>.* (the largest N + 1).
+// Number of blocks named PREFIX<N>.* (the largest N + 1). Error(limit_exceeded) naming the tensor
+// when N >= kMaxLayers (the largest ViTs have ~50 blocks; an mmproj's block_count is as bounded).
+constexpr int kMaxLayers = 4096;
 int count_layers(const WeightSource& w, const std::string& prefix);
 int square_side(int64_t n, const std::string& path, const std::string& name);
 // c.hidden, c.channels and c.patch_px from the patch-embedding conv `name` [D, C, P, P] (present),
