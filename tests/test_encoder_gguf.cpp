@@ -231,7 +231,7 @@ TEST(GgufMmproj, RefusesFilesItWouldMisreadAndQuotesThemSafely) {
   EXPECT_NE(r.err.find("\\x1b[31mred\\x00x' is not supported"), std::string::npos) << r.err;
   g.set("clip.projector_type", scalar(GgufType::string, std::string(1 << 20, 'p')));
   try {
-    VitModel::load(check(g, Errc::unsupported, {"more bytes)"}));
+    VitModel::load(check(g, Errc::unsupported, {"projector type 'pppp", "... (1048576 bytes)' is not supported"}));
   } catch (const Error& e) {
     EXPECT_LE(std::string(e.what()).size(), 4096u + 40u);
   }

@@ -43,6 +43,15 @@ constexpr const char* kOtherProjectors =
     "mlp_norm, ldp, ldpv2, resampler, adapter, qwen2vl_merger, qwen2.5vl_merger, qwen3vl_merger, pixtral, "
     "internvl, llama4, phi4, kimivl, lfm2, cogvlm, janus_pro, glm4v and the audio types";
 
+// A name the file gives, quoted in a message: the first 64 bytes of a long one, so the message
+// still ends by saying what is wrong (fovea::Error cuts messages at 4096 bytes).
+std::string clipped(const std::string& s) {
+  if (s.size() <= 64) return s;
+  size_t n = 64;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;  // not inside a UTF-8 character
+  return s.substr(0, n) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
 class GgufMmprojLoader final : public ModelLoader {
  public:
   std::string_view name() const override { return "gguf_mmproj"; }
@@ -73,7 +82,7 @@ class GgufMmprojLoader final : public ModelLoader {
     };
 
     if (const GgufValue* a = g.find_kv("general.architecture"); a && a->as_string("general.architecture") != "clip")
-      throw fail(Errc::unsupported, "GGUF architecture '" + a->as_string("general.architecture") +
+      throw fail(Errc::unsupported, "GGUF architecture '" + clipped(a->as_string("general.architecture")) +
                                         "' is not a vision tower (llama.cpp mmproj files say 'clip'); pass the "
                                         "mmproj file, not the language model");
     if (const GgufValue* v = g.find_kv("clip.has_vision_encoder"); v && !v->as_bool("clip.has_vision_encoder"))
@@ -99,7 +108,7 @@ class GgufMmprojLoader final : public ModelLoader {
       c.ignored_projector = "llama.cpp's idefics3 projector: pixel shuffle of s x s neighbours, then a linear layer";
       c.pos_sampling = PositionSampling::bucketized;
     } else if (!ptype.empty())
-      throw fail(Errc::unsupported, "projector type '" + ptype + "' is not supported: fovea runs 'mlp' (LLaVA's " +
+      throw fail(Errc::unsupported, "projector type '" + clipped(ptype) + "' is not supported: fovea runs 'mlp' (LLaVA's " +
                                         "MLP projector), the towers of 'gemma3' and 'idefics3' (their projectors " +
                                         "group a uniform grid: not run) and towers without a projector; llama.cpp's " +
                                         kOtherProjectors + " are not");
