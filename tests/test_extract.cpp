@@ -224,7 +224,11 @@ TEST(Tokenize, StagesRunOnceInOrderAfterTheChecks) {
   EXPECT_EQ(message(bad), "patch dtype must be f32, f16 or u8, got I32");
   bad = p;
   bad.extract.norm.std[1] = 0;
-  EXPECT_EQ(message(bad), "normalisation std must be > 0 and mean/std finite");
+  const std::string norm_message = "normalisation std must be > 0 and mean/std finite (and mean/std, "
+                                   "1/(255 std) representable as floats)";
+  EXPECT_EQ(message(bad), norm_message);
+  bad.extract.norm.std[1] = 1e-45f;  // > 0 and finite, but 1/std is inf: the patches would be
+  EXPECT_EQ(message(bad), norm_message);
 
   RecordingStages stages;
   const Tokenization got = tokenize(img.clone(), q, p, exec, stages);

@@ -8,6 +8,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <zlib.h>
 
 #include <gtest/gtest.h>
@@ -18,12 +20,14 @@
 #include <climits>
 #include <cstring>
 #include <thread>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "fovea/error.hpp"
+#include "fovea/exec.hpp"
 #include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/tokenizer.hpp"
@@ -345,6 +349,83 @@ TEST(Limits, AStrayLayerIndexIsRefusedBeforeTheLayersAreListed) {
   EXPECT_NE(g.err.find(" more"), std::string::npos) << g.err;  // "missing N tensor(s): <12 names> and N-12 more"
   EXPECT_LT(g.err.size(), 4200u);
 }
+
+// A system that refuses threads (RLIMIT_NPROC, a pids cgroup, address space): the Executor
+// started some workers, threw from its constructor, and destroying the condition variables they
+// waited on blocked forever (found by bench/python_api_sweep.py: tokenize(threads=1024) under a
+// 4 GiB RLIMIT_AS never returned). Now an Error naming the count. Run in a child with an alarm,
+// so the old behaviour fails the test instead of hanging it.
+TEST(Limits, ThreadsTheSystemRefusesAreAnErrorNotAHang) {
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define FOVEA_LIMITS_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(FOVEA_LIMITS_SANITIZED)
+  GTEST_SKIP() << "the sanitizers reserve terabytes of address space: RLIMIT_AS cannot be set";
+#endif
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(30);
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;  // the address space in use now
+    const rlim_t limit = rlim_t(pages) * rlim_t(::sysconf(_SC_PAGESIZE)) + (rlim_t(256) << 20);
+    const struct rlimit rl{limit, limit};
+    ::setrlimit(RLIMIT_AS, &rl);  // ~30 more 8 MiB thread stacks at most
+    try {
+      Executor ex(ExecConfig{.threads = 1024});
+      ::_exit(2);  // the system gave 1023 threads after all: the test proves nothing
+    } catch (const Error& e) {
+      const bool ok = e.code() == Errc::limit_exceeded && std::string(e.what()).find("worker threads") != std::string::npos;
+      ::_exit(ok ? 0 : 3);
+    } catch (...) {
+      ::_exit(4);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed by signal " << WTERMSIG(status) << " (SIGALRM: the hang)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: no thread refused; 3: another error; 4: not a fovea::Error";
+}
+
+// A FIFO given as an image, a checkpoint or a token file: refused at once ("not a regular
+// file"), where open(2) used to wait for a writer forever.
+TEST(Limits, FifosAreRefusedWithoutWaitingForAWriter) {
+  const std::string dir = test::temp_dir("fifo");
+  const std::string fifo = dir + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::vector<std::vector<std::string>> commands = {{"tokenize", fifo, "-o", dir + "/t.safetensors"},
+                                                    {"decompress", fifo, "-o", dir + "/d.safetensors"}};
+#if FOVEA_BUILT_WITH_ENCODER
+  commands.push_back({"model", fifo});
+#endif
+  for (const auto& args : commands) {
+    const pid_t pid = ::fork();  // run_cli waits without a timeout: the alarm bounds it
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::alarm(60);
+      const test::RunResult r = test::run_cli(args);
+      ::_exit(r.exit_code == 1 && r.err.find("not a regular file") != std::string::npos ? 0 : 10 + r.exit_code);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << args[0] << ": status " << status;
+  }
+}
+
+#if FOVEA_BUILT_WITH_ENCODER
+// A config.json of 200,000 nested '[': the parse was fine, but copying the vision part recursed
+// once per level and overflowed the stack (SIGSEGV). Nesting is now bounded at 64 levels.
+TEST(Limits, ADeeplyNestedConfigIsAnErrorNotAStackOverflow) {
+  const std::string dir = test::temp_dir("deep_config");
+  const std::string src = test::source_dir() + "/tests/data/encoder/hf_vit";
+  std::filesystem::copy_file(src + "/model.safetensors", dir + "/model.safetensors");
+  std::ofstream(dir + "/config.json") << "{\"model_type\": \"vit\", \"x\": " << std::string(200000, '[')
+                                      << std::string(200000, ']') << "}";
+  expect_one_line_error(test::run_cli({"model", dir + "/model.safetensors"}), 1, "nests deeper than 64 levels");
+}
+#endif
 
 // A video of 10^6 frames: a y4m stream (32x24, 4:2:0, every frame different) written into a
 // named pipe by a generator thread, up to 10^6 frames, until the reader goes away. `fovea video

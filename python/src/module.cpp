@@ -13,6 +13,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <bit>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -62,7 +64,31 @@ py::dtype numpy_dtype(DType t) {
   throw Error(Errc::unsupported, "numpy has no " + std::string(dtype_name(t)) + " dtype");
 }
 
+// A path argument (str, bytes or os.PathLike) as the OS would take it: os.fsdecode, not the
+// repr of a bytes object; an embedded NUL is refused as Python's open() refuses it (the C
+// library would read the path only up to it).
+std::string fs_path(const py::handle& p) {
+  const std::string s = py::str(py::module_::import("os").attr("fsdecode")(p));
+  if (s.find('\0') != std::string::npos) throw py::value_error("embedded null byte in a path");
+  return s;
+}
+
+// h.cast<T>() with a TypeError saying what was expected (pybind11's own names C++ types).
+template <typename T> T cast_arg(const py::handle& h, const char* expected) {
+  try {
+    return h.cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string(expected) + ", got " + std::string(py::str(py::type::of(h).attr("__name__"))) +
+                         (py::isinstance<py::tuple>(h) || py::isinstance<py::list>(h) ? " " + std::string(py::repr(h)).substr(0, 80) : ""));
+  }
+}
+
 std::optional<DType> fovea_dtype(const py::dtype& d) {
+  // A non-native byte order (">f4" here) would be read as native: refuse it, saying how to fix.
+  const std::string order = d.attr("byteorder").cast<std::string>();  // '=', '|', '<' or '>'
+  if (order == (std::endian::native == std::endian::little ? ">" : "<"))
+    throw py::value_error("arrays of the other byte order (dtype " + std::string(py::str(static_cast<const py::handle&>(d))) +
+                          ") are not read as such: pass a.astype(a.dtype.newbyteorder('='))");
   const char kind = d.kind();
   const auto size = d.itemsize();
   if (kind == 'u' && size == 1) return DType::u8;
@@ -118,6 +144,10 @@ ImageViewU8 array_view(const py::array& a) {
   }
   if (a.ndim() != 2 && a.ndim() != 3)
     throw py::value_error("image must be [H, W, 3] or [H, W], got " + std::to_string(a.ndim()) + " dimensions");
+  for (py::ssize_t i = 0; i < a.ndim(); ++i)
+    if (a.shape(i) > INT_MAX)
+      throw py::value_error("image dimension " + std::to_string(i) + " is " + std::to_string(a.shape(i)) +
+                            ", over the largest supported extent (2^31 - 1)");
   const int H = static_cast<int>(a.shape(0)), W = static_cast<int>(a.shape(1));
   const int C = a.ndim() == 3 ? static_cast<int>(a.shape(2)) : 1;
   if (C != 1 && C != 3)
@@ -237,9 +267,9 @@ ExecConfig exec_config(int threads) {
 
 std::vector<float> query_vector(const py::object& q) {
   py::array_t<float, py::array::c_style | py::array::forcecast> a(q);
-  if (a.ndim() == 2 && a.shape(0) == 1) return {a.data(), a.data() + a.shape(1)};
-  if (a.ndim() != 1 || a.shape(0) < 1) throw bad("query_embedding must be [D] or [1, D]");
-  std::vector<float> v(a.data(), a.data() + a.shape(0));
+  const bool row = a.ndim() == 2 && a.shape(0) == 1;
+  if (!(row || a.ndim() == 1) || a.shape(a.ndim() - 1) < 1) throw bad("query_embedding must be [D] or [1, D] with D >= 1");
+  std::vector<float> v(a.data(), a.data() + a.shape(a.ndim() - 1));
   for (float f : v)
     if (!std::isfinite(f)) throw bad("query_embedding has a non-finite value");
   return v;
@@ -315,7 +345,7 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
                                       std::optional<int> lookahead, bool exif) {
   auto out = std::make_unique<PyTokens>();
   std::optional<VitModel> vit;
-  if (!model.is_none()) vit = model.cast<VitModel>();
+  if (!model.is_none()) vit = cast_arg<VitModel>(model, "model must be a fovea.Model or None");
   out->params = build_params(budget, patch, uniform, max_level, weights, e0, sharpness, dtype, mean, std_, normalize, vit,
                              fine_bias, detail_focus, fixation_spread, lookahead, out->preprocessing_source);
   TokenizeParams& p = out->params;
@@ -344,7 +374,7 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
     have_bytes = true;
     out->source = "<bytes>";
   } else if (py::isinstance<py::str>(image) || py::hasattr(image, "__fspath__")) {
-    path = py::str(py::module_::import("os").attr("fspath")(image));
+    path = fs_path(image);
     out->source = path;
   } else {
     throw py::type_error("image must be a uint8 numpy array [H, W, 3], a PIL image, a path or the file's bytes, got " +
@@ -382,7 +412,7 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
 
 struct PyEncoding {
   Encoding e;
-  py::object tokens;  // the Tokens it came from (for save), or None
+  py::object tokens = py::none();  // the Tokens it came from (for save), or None
   VitModel model;
   Precision precision = Precision::fp32;
   AttentionParams attention{};
@@ -556,9 +586,9 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
                     std::optional<float> fine_bias, std::optional<float> detail_focus,
                     std::optional<float> fixation_spread, std::optional<int> lookahead, uint64_t max_pixels, bool quiet,
                     bool autorotate, const py::object& overlay) {
-  const std::string path = py::str(py::module_::import("os").attr("fspath")(path_obj));
+  const std::string path = fs_path(path_obj);
   std::optional<VitModel> vit;
-  if (!model.is_none()) vit = model.cast<VitModel>();
+  if (!model.is_none()) vit = cast_arg<VitModel>(model, "model must be a fovea.Model or None");
   const bool have_model = vit.has_value();
   std::string prep;
   VideoParams vp;
@@ -587,9 +617,11 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   vp.encoder.token_threshold = token_threshold;
   const bool per_frame_query = PyCallable_Check(fixations.ptr());
   Query base = make_query(per_frame_query ? std::vector<std::vector<float>>{}
-                                          : fixations.cast<std::vector<std::vector<float>>>(), regions);
+                                          : cast_arg<std::vector<std::vector<float>>>(
+                                                fixations, "fixations must be a list of (x, y[, radius[, weight]]) or a callable"),
+                         regions);
   const std::optional<std::string> out_path =
-      output.is_none() ? std::nullopt : std::optional<std::string>(py::str(py::module_::import("os").attr("fspath")(output)));
+      output.is_none() ? std::nullopt : std::optional<std::string>(fs_path(output));
   const ExecConfig cfg = exec_config(threads);
 
   if (quiet) quiet_ffmpeg_log();
@@ -631,7 +663,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   if (out_path) ro_run.output = *out_path;
   // overlay=: the CLI's --overlay contact sheet.
   const std::optional<std::string> sheet_path =
-      overlay.is_none() ? std::nullopt : std::optional<std::string>(py::str(py::module_::import("os").attr("fspath")(overlay)));
+      overlay.is_none() ? std::nullopt : std::optional<std::string>(fs_path(overlay));
   std::optional<VideoSheet> sheet;
   std::optional<AtomicFile> sheet_file;  // opened now: an unwritable path fails before the run
   if (sheet_path) sheet.emplace(), sheet_file.emplace(*sheet_path);
@@ -792,7 +824,7 @@ PYBIND11_MODULE(_fovea, m) {
       .def(
           "save",
           [](const PyTokens& t, const py::object& path) {
-            const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+            const std::string p = fs_path(path);
             py::gil_scoped_release nogil;
             save_tokens(p, t.t, t.query, t.params, {{"source", t.source}, {"preprocessing_source", t.preprocessing_source}});
           },
@@ -872,7 +904,7 @@ PYBIND11_MODULE(_fovea, m) {
           [](const PyEncoding& e, const py::object& path) {
             if (e.tokens.is_none()) throw bad("save needs the Tokens the encoding came from (encode a Tokens object)");
             const PyTokens& t = e.tokens.cast<const PyTokens&>();
-            const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+            const std::string p = fs_path(path);
             py::gil_scoped_release nogil;
             EmbeddingsFile file;  // the library's format (fovea/embeddings.hpp), as `fovea encode -o`
             file.metadata = embeddings_metadata(t, e.model, e.precision, e.attention);
@@ -924,7 +956,7 @@ PYBIND11_MODULE(_fovea, m) {
         throw py::type_error("positions must be float32, got " + std::string(py::str(qa.dtype())));
       if (!(pa.flags() & py::array::c_style) || !(qa.flags() & py::array::c_style))
         throw py::value_error("patches and positions must be C-contiguous; pass np.ascontiguousarray(...)");
-      const auto wh = image_size.cast<std::pair<int, int>>();
+      const auto wh = cast_arg<std::pair<int, int>>(image_size, "image_size must be (width, height), two ints below 2^31");
       ep.image_width = wh.first;
       ep.image_height = wh.second;
       TensorView pv(*pd, std::vector<int64_t>(pa.shape(), pa.shape() + pa.ndim()), pa.data());
@@ -938,7 +970,7 @@ PYBIND11_MODULE(_fovea, m) {
 
   py::class_<VitModel>(m, "Model", "A ViT checkpoint (see fovea.Model).")
       .def(py::init([](const py::object& spec) {
-             const std::string s = py::str(py::isinstance<py::str>(spec) ? spec : py::module_::import("os").attr("fspath")(spec));
+             const std::string s = fs_path(spec);
              py::gil_scoped_release nogil;
              return VitModel::load(s);
            }),
@@ -964,7 +996,7 @@ PYBIND11_MODULE(_fovea, m) {
   py::class_<PyVideoReader>(m, "VideoReader", "Decoded video frames (see fovea.VideoReader).")
       .def(py::init([](const py::object& path_obj, int every, std::optional<double> fps, std::optional<int64_t> max_frames,
                        int threads, uint64_t max_pixels, bool quiet, bool autorotate) {
-             const std::string path = py::str(py::module_::import("os").attr("fspath")(path_obj));
+             const std::string path = fs_path(path_obj);
              if (every < 1) throw bad("every must be >= 1");
              if (fps && !(*fps > 0 && std::isfinite(*fps))) throw bad("fps must be > 0");
              if (fps && every != 1) throw bad("every and fps are exclusive");
@@ -1098,7 +1130,7 @@ PYBIND11_MODULE(_fovea, m) {
   m.def(
       "load",
       [](const py::object& path) {
-        const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+        const std::string p = fs_path(path);
         PyTensorFile f;
         py::gil_scoped_release nogil;
         f.file = std::make_shared<SafetensorsFile>(SafetensorsFile::open(p));
@@ -1109,7 +1141,7 @@ PYBIND11_MODULE(_fovea, m) {
   m.def(
       "save",
       [](const py::object& path, const py::dict& tensors, const std::map<std::string, std::string>& metadata) {
-        const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+        const std::string p = fs_path(path);
         std::vector<Tensor> owned;  // only for arrays that are not C-contiguous
         std::vector<TensorView> views;
         std::vector<std::string> names;

@@ -1,10 +1,14 @@
 #include "fovea/exec.hpp"
 
+#include "fovea/error.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -18,15 +22,28 @@ thread_local bool t_inside_pool_body = false;
 // thread never holds up the others; the caller works too and then waits for stragglers.
 struct Executor::Pool {
   explicit Pool(int workers) {
-    for (int i = 0; i < workers; ++i) threads.emplace_back([this] { worker(); });
+    try {
+      for (int i = 0; i < workers; ++i) threads.emplace_back([this] { worker(); });
+    } catch (const std::system_error& e) {
+      // The system refused a thread (EAGAIN: RLIMIT_NPROC, a pids cgroup, address space). The
+      // destructor will not run for a half-built Pool: stop and join the workers already
+      // started here, or destroying the condition variables they wait on would block forever.
+      const size_t started = threads.size();
+      stop();
+      throw Error(Errc::limit_exceeded, "cannot start " + std::to_string(workers) + " worker threads (the system " +
+                                            "refused thread " + std::to_string(started + 1) + ": " + e.what() +
+                                            "); ask for fewer threads");
+    }
   }
-  ~Pool() {
+  ~Pool() { stop(); }
+  void stop() {
     {
       std::lock_guard lock(mutex);
       stopping = true;
     }
     wake.notify_all();
     for (auto& t : threads) t.join();
+    threads.clear();
   }
 
   void run(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& body) {

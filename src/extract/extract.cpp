@@ -73,8 +73,10 @@ void check_extract_params(const ExtractParams& p) {
     throw Error(Errc::invalid_argument, "patch dtype must be f32, f16 or u8, got " +
                                             std::string(dtype_name(p.dtype)));
   for (int c = 0; c < 3; ++c)
-    if (!std::isfinite(p.norm.mean[c]) || !std::isfinite(p.norm.std[c]) || !(p.norm.std[c] > 0))
-      throw Error(Errc::invalid_argument, "normalisation std must be > 0 and mean/std finite");
+    if (!std::isfinite(p.norm.mean[c]) || !std::isfinite(p.norm.std[c]) || !(p.norm.std[c] > 0) ||
+        !std::isfinite(1.0f / (255.0f * p.norm.std[c])) || !std::isfinite(p.norm.mean[c] / p.norm.std[c]))
+      throw Error(Errc::invalid_argument, "normalisation std must be > 0 and mean/std finite (and mean/std, "
+                                          "1/(255 std) representable as floats)");
 }
 
 PatchScale patch_scale(const ExtractParams& p) {

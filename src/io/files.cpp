@@ -23,7 +23,9 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 std::vector<uint8_t> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below); regular
+  // files ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(Errc::io, "cannot open '" + path + "': " + errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -112,8 +114,14 @@ FileKind identify_file(std::span<const uint8_t> b) {
 }
 
 FileKind identify_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Regular files only: a FIFO would block the open (no writer) or lose the bytes read here.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return {};
+  }
   uint8_t head[512];
   const ssize_t got = ::read(fd, head, sizeof head);
   ::close(fd);

@@ -4,6 +4,7 @@
 #include "fovea/gguf.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -439,8 +440,14 @@ Tensor GgufFile::load_f32(const GgufTensorInfo& t) const {
 }
 
 bool looks_like_gguf(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Regular files only (the reader refuses the rest): a FIFO would block here for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return false;
+  }
   char magic[4] = {};
   const ssize_t n = ::read(fd, magic, 4);
   ::close(fd);

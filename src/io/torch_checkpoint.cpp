@@ -3,6 +3,7 @@
 #include "fovea/torch_checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -875,8 +876,14 @@ Tensor TorchCheckpoint::load(const Entry& e) const {
 Tensor TorchCheckpoint::load_f32(const Entry& e) const { return to_f32(load(e)); }
 
 bool looks_like_torch_checkpoint(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Regular files only (the reader refuses the rest): a FIFO would block here for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return false;
+  }
   uint8_t magic[4] = {};
   const ssize_t n = ::read(fd, magic, 4);
   ::close(fd);

@@ -411,3 +411,56 @@ def test_pytorch_checkpoints_load_like_their_safetensors():
         assert np.array_equal(np.asarray(got), np.asarray(want)), name
     with pytest.raises(RuntimeError, match="TorchScript"):
         fovea.Model(os.path.join(root, "torch", "script.pt"))
+
+
+def test_hostile_arguments_are_python_errors(tmp_path):
+    """Findings of bench/python_api_sweep.py (2026-11-28): each was a crash, a silently wrong
+    file or a pybind11 message naming C++ types before."""
+    model = fovea.Model(os.path.join(os.environ["FOVEA_SOURCE_DIR"], "tests", "data", "encoder", "timm_vit", "model.safetensors"))
+    p = model.config["patch_size"] if "patch_size" in model.config else 8
+    patches = np.zeros((1, 3, p, p), np.float32)
+    positions = np.zeros((1, 4), np.float32)
+    # An Encoding made from raw arrays has no Tokens: save said so only after a NULL dereference.
+    enc = model.encode_full(patches, positions=positions, image_size=(p, p))
+    with pytest.raises(ValueError, match="save needs the Tokens"):
+        enc.save(tmp_path / "e.safetensors")
+    # The other byte order was read as native (">f4" 1.0 became 4.6e-41).
+    with pytest.raises(ValueError, match="byte order"):
+        fovea.save(tmp_path / "b.safetensors", {"a": np.arange(3, dtype=">f4")})
+    with pytest.raises(ValueError, match="byte order"):
+        model.encode(patches.astype(">f4"), positions=positions, image_size=(p, p))
+    # A bytes path is a path (it was written as a file named "b'...'"); a NUL is refused, not cut.
+    fovea.save(os.fsencode(str(tmp_path / "bytes.safetensors")), {"a": np.zeros(2, np.float32)})
+    assert (tmp_path / "bytes.safetensors").exists()
+    with pytest.raises(ValueError, match="null byte"):
+        fovea.save(str(tmp_path / "nul.safetensors") + "\0x", {"a": np.zeros(2, np.float32)})
+    assert not (tmp_path / "nul.safetensors").exists()
+    # TypeErrors that say what was expected, not which C++ type pybind11 could not make.
+    image = np.zeros((32, 32, 3), np.uint8)
+    with pytest.raises(TypeError, match="model must be a fovea.Model or None, got str"):
+        fovea.tokenize(image, model="x")
+    with pytest.raises(TypeError, match="image_size must be"):
+        model.encode(patches, positions=positions, image_size=(2**31, 1))
+    with pytest.raises(TypeError, match="metadata must be a mapping"):
+        fovea.save(tmp_path / "m.safetensors", {"a": np.zeros(2)}, [("a", "b")])
+    # An empty [1, 0] query embedding meant "no query" without a word.
+    with pytest.raises(ValueError, match="D >= 1"):
+        fovea.tokenize(image, model=model, query_embedding=np.ones((1, 0)))
+    # A denormal std passed "> 0 and finite", and the patches were inf.
+    with pytest.raises(ValueError, match="representable"):
+        fovea.tokenize(image, std=[1e-45] * 3)
+    # A FIFO with no writer blocked open(2) forever; now refused at once.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for call in (lambda: fovea.tokenize(str(fifo)), lambda: fovea.load(fifo), lambda: fovea.Model(str(fifo))):
+        with pytest.raises(OSError, match="not a regular file"):
+            call()
+
+
+def test_save_is_linear_and_refuses_headers_readers_refuse(tmp_path):
+    many = {str(i): "v" for i in range(50000)}  # 50k entries: ~2 s before (quadratic), now ~0.2 s
+    fovea.save(tmp_path / "many.safetensors", {"a": np.zeros(1, np.float32)}, many)
+    assert fovea.load(tmp_path / "many.safetensors").metadata == many
+    with pytest.raises(Exception, match="over the 104857600-byte limit readers accept"):
+        fovea.save(tmp_path / "big.safetensors", {"a": np.zeros(2)}, {"k": "x" * (101 << 20)})
+    assert not (tmp_path / "big.safetensors").exists()

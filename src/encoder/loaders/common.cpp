@@ -19,6 +19,24 @@ namespace fovea::encoder_detail {
 
 namespace {
 
+// JSON beside a checkpoint, parsed with its nesting bounded: nlohmann's parser is iterative, but
+// copying a value recurses once per level, so a config.json of 200,000 nested '[' overflowed
+// the stack (SIGSEGV) when its vision part was copied. Real configs nest 3-4 levels.
+// Discarded (is_discarded()) when malformed or deeper than 64 levels.
+nlohmann::json parse_json_bounded(std::istream& in) {
+  constexpr int kMaxDepth = 64;
+  bool too_deep = false;
+  nlohmann::json j = nlohmann::json::parse(
+      in,
+      [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+        if (depth > kMaxDepth) too_deep = true;
+        return !too_deep;  // stop keeping values once too deep (the parse then ends as discarded)
+      },
+      false);
+  if (too_deep) return nlohmann::json(nlohmann::json::value_t::discarded);
+  return j;
+}
+
 // Whether an entry's bytes are the tensor, row-major: always for safetensors; for a PyTorch
 // checkpoint, unless it is a strided view.
 bool dense(const SafetensorsFile::Entry&) { return true; }
@@ -112,9 +130,12 @@ class ShardedSource final : public WeightSource {
  public:
   explicit ShardedSource(const std::string& index_path) : path_(index_path) {
     namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::is_regular_file(index_path, ec))  // (a FIFO would block the open below)
+      throw Error(Errc::io, "cannot read '" + index_path + "': not a regular file");
     std::ifstream in(index_path, std::ios::binary);
     if (!in) throw Error(Errc::io, "cannot open '" + index_path + "'");
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    const nlohmann::json j = parse_json_bounded(in);
     auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + index_path + "': " + why); };
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw bad("not a checkpoint index (a JSON object with a \"weight_map\")");
@@ -339,10 +360,10 @@ nlohmann::json read_json_beside(const std::string& weights_path, const char* fil
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) return {};
   std::ifstream in(p, std::ios::binary);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  nlohmann::json j = parse_json_bounded(in);
   if (j.is_discarded() || !j.is_object())
     // (built with append: GCC 12 warns a false -Wrestrict on "'" + path here)
-    throw Error(Errc::corrupt_data, std::string(1, '\'').append(p.string()).append("' is not a valid JSON object"));
+    throw Error(Errc::corrupt_data, std::string(1, '\'').append(p.string()).append("' is not a valid JSON object (or nests deeper than 64 levels)"));
   return j;
 }
 
