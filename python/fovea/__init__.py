@@ -223,11 +223,15 @@ def save(path: PathLike, tensors: Mapping[str, np.ndarray], metadata: Optional[M
     Tokens.save(path) and Encoding.save(path) write the exact files the CLI writes; this is
     for anything else (e.g. a query embedding: fovea.save("q.safetensors", {"query": v})).
     """
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise TypeError(f"metadata must be a mapping of strings to strings, got {type(metadata).__name__}")
-    if not isinstance(tensors, Mapping):
-        raise TypeError(f"tensors must be a mapping of names to numpy arrays, got {type(tensors).__name__}")
-    _fovea.save(path, dict(tensors), {str(k): str(v) for k, v in (metadata or {}).items()})
+    def as_dict(x, what):  # a mapping, or anything dict() takes (pairs)
+        try:
+            return dict(x)
+        except (TypeError, ValueError):
+            raise TypeError(f"{what}, got {type(x).__name__}") from None
+
+    tensors = as_dict(tensors, "tensors must be a mapping of names to numpy arrays")
+    metadata = as_dict(metadata or {}, "metadata must be a mapping of strings to strings")
+    _fovea.save(path, tensors, {str(k): str(v) for k, v in metadata.items()})
 
 
 class VideoFrame(NamedTuple):

@@ -442,7 +442,9 @@ def test_hostile_arguments_are_python_errors(tmp_path):
     with pytest.raises(TypeError, match="image_size must be"):
         model.encode(patches, positions=positions, image_size=(2**31, 1))
     with pytest.raises(TypeError, match="metadata must be a mapping"):
-        fovea.save(tmp_path / "m.safetensors", {"a": np.zeros(2)}, [("a", "b")])
+        fovea.save(tmp_path / "m.safetensors", {"a": np.zeros(2)}, "abc")
+    fovea.save(tmp_path / "m.safetensors", [("a", np.zeros(2))], [("k", "v")])  # pairs, as dict() takes
+    assert fovea.load(tmp_path / "m.safetensors").metadata == {"k": "v"}
     # An empty [1, 0] query embedding meant "no query" without a word.
     with pytest.raises(ValueError, match="D >= 1"):
         fovea.tokenize(image, model=model, query_embedding=np.ones((1, 0)))
