@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "fovea/error.hpp"
 #include "fovea/relevance.hpp"
@@ -410,6 +412,38 @@ TEST(Relevance, StatisticsLevelOneIgnoresPixelNoiseAndCoversEdgeTiles) {
   RelevanceParams bad;
   bad.stats_level = 4;
   EXPECT_THROW(compute_relevance(pyr, 16, {}, bad, exec), Error);
+}
+
+// Small tiles with many bins take the entropy from the tile's sorted bins, not a histogram
+// (fewer pixels than bins); larger ones from the histogram. Both must be the Shannon entropy of
+// the tile's luma bins, edge tiles (cut by the image) included.
+TEST(Relevance, EntropyOfTilesSmallerThanTheirBinsIsExact) {
+  const ImageU8 img = test::random_image(41, 23, 3, 11);
+  const PyramidU8 pyr = single_level(img);
+  Executor exec;
+  for (const auto& [patch, bins] : std::vector<std::pair<int, int>>{{3, 256}, {4, 256}, {4, 17}, {4, 16}, {5, 64}, {2, 2}, {16, 256}}) {
+    RelevanceParams p = with_stats();
+    p.stats_level = 0;
+    p.entropy_bins = bins;
+    const RelevanceMap m = compute_relevance(pyr, patch, {}, p, exec);
+    ASSERT_EQ(m.grid.tiles_x, (41 + patch - 1) / patch);
+    for (int ty = 0; ty < m.grid.tiles_y; ++ty)
+      for (int tx = 0; tx < m.grid.tiles_x; ++tx) {
+        std::vector<int> count(size_t(bins), 0);
+        int n = 0;
+        for (int y = ty * patch; y < std::min(23, ty * patch + patch); ++y)
+          for (int x = tx * patch; x < std::min(41, tx * patch + patch); ++x, ++n) {
+            const int luma = (77 * img.at(0, y, x) + 150 * img.at(1, y, x) + 29 * img.at(2, y, x) + 128) >> 8;
+            ++count[size_t(luma * bins / 256)];
+          }
+        double e = 0;
+        for (int c : count)
+          if (c) e -= double(c) / n * std::log2(double(c) / n);
+        const float want = float(std::min(1.0, e / std::log2(double(bins))));
+        EXPECT_NEAR(m.information[size_t(ty) * m.grid.tiles_x + tx], want, 1e-5f)
+            << "patch " << patch << " bins " << bins << " tile " << tx << "," << ty;
+      }
+  }
 }
 
 TEST(Relevance, ReferenceAndSimdKernelsGiveTheSameMap) {

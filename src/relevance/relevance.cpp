@@ -44,10 +44,17 @@ TileStats gather_tile_stats(const ImageViewU8& img, const TileGrid& g, int level
 
   using namespace relevance_detail;
   const bool ref = exec.reference();
+  // Tiles of fewer pixels than bins (small patches, many bins): the entropy is taken from the
+  // tile's sorted bin indices instead of a histogram, so a tile costs O(pixels), not O(bins)
+  // to clear and scan. Same counts, summed in the same bin order: the same floats.
+  const bool sparse = int64_t(P) * P < bins;
   exec.parallel_for(g.tiles_y, 1, [&](int64_t ty0, int64_t ty1) {
     // Four interleaved sub-histograms per tile: consecutive pixels of a flat area fall into
     // the same bin, and one counter would serialise on store-to-load forwarding.
-    std::vector<uint32_t> hist(size_t(g.tiles_x) * bins * 4);
+    std::vector<uint32_t> hist(sparse ? 0 : size_t(g.tiles_x) * bins * 4);
+    // Sparse: the tile row's bin indices, P rows of the level's width, and one tile's, sorted.
+    std::vector<uint8_t> binrows(sparse ? size_t(P) * img.width() : 0);
+    std::vector<uint8_t> tilebins(sparse ? size_t(P) * P : 0);
     // Column sums over the tile row's P rows (u16: P <= 256 rows of 255), reduced per tile
     // once per tile row instead of once per pixel row.
     std::vector<uint16_t> colsum(size_t(C) * img.width());
@@ -79,6 +86,11 @@ TileStats gather_tile_stats(const ImageViewU8& img, const TileGrid& g, int level
           else luma_row(rows[0], rows[1], rows[2], luma.data(), img.width());
           l = luma.data();
         }
+        if (sparse) {
+          uint8_t* b = binrows.data() + size_t(y - y0) * img.width();
+          for (int x = 0; x < img.width(); ++x) b[x] = bin_of[l[x]];
+          continue;
+        }
         for (int tx = 0; tx < g.tiles_x; ++tx) {
           const auto [x0, x1] = span(tx, img.width());
           uint32_t* h = hist.data() + size_t(tx) * bins * 4;
@@ -95,13 +107,29 @@ TileStats gather_tile_stats(const ImageViewU8& img, const TileGrid& g, int level
       for (int tx = 0; tx < g.tiles_x; ++tx) {
         const auto [x0, x1] = span(tx, img.width());
         const float n = static_cast<float>((x1 - x0) * (y1 - y0));
-        const uint32_t* h = hist.data() + size_t(tx) * bins * 4;
         float e = 0;
-        for (int k = 0; k < bins; ++k) {
-          const uint32_t count = h[k] + h[bins + k] + h[2 * bins + k] + h[3 * bins + k];
-          if (count) {
-            const float p = count / n;
-            e -= p * std::log2(p);
+        auto add = [&](uint32_t count) {
+          const float p = count / n;
+          e -= p * std::log2(p);
+        };
+        if (sparse) {
+          size_t k = 0;
+          for (int y = y0; y < y1; ++y) {
+            const uint8_t* b = binrows.data() + size_t(y - y0) * img.width();
+            for (int x = x0; x < x1; ++x) tilebins[k++] = b[x];
+          }
+          std::sort(tilebins.begin(), tilebins.begin() + ptrdiff_t(k));
+          for (size_t i = 0; i < k;) {
+            size_t j = i + 1;
+            while (j < k && tilebins[j] == tilebins[i]) ++j;
+            add(uint32_t(j - i));
+            i = j;
+          }
+        } else {
+          const uint32_t* h = hist.data() + size_t(tx) * bins * 4;
+          for (int k = 0; k < bins; ++k) {
+            const uint32_t count = h[k] + h[bins + k] + h[2 * bins + k] + h[3 * bins + k];
+            if (count) add(count);
           }
         }
         const size_t t = size_t(ty) * g.tiles_x + tx;
