@@ -13,6 +13,27 @@
 
 namespace fovea::io_detail {
 
+InputFile::InputFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    error_ = "cannot open '" + path + "': " + std::strerror(errno);
+    return;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    // (fstat failing leaves st zeroed, which reads as "not a regular file": close enough.)
+    error_ = "cannot read '" + path + "': " + (S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+    ::close(fd);
+    return;
+  }
+  fd_ = fd;
+  size_ = uint64_t(st.st_size);
+}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 FileBytes::FileBytes(FileBytes&& o) noexcept
     : addr_(std::exchange(o.addr_, nullptr)), mapped_(std::exchange(o.mapped_, 0)), owned_(std::move(o.owned_)) {}
 
@@ -31,25 +52,14 @@ FileBytes::~FileBytes() {
 }
 
 FileBytes FileBytes::map(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below); regular
-  // files ignore the flag.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error(Errc::io, "cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(Errc::io, "cannot read '" + path + "': not a regular file");
-  }
+  const InputFile in(path);
+  if (!in.ok()) throw Error(Errc::io, in.error());
   FileBytes b;
-  if (st.st_size > 0) {  // mmap of 0 bytes fails; an empty file is simply no bytes
-    void* addr = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    const int e = errno;
-    ::close(fd);
-    if (addr == MAP_FAILED) throw Error(Errc::io, "cannot map '" + path + "': " + std::strerror(e));
+  if (in.size() > 0) {  // mmap of 0 bytes fails; an empty file is simply no bytes
+    void* addr = ::mmap(nullptr, size_t(in.size()), PROT_READ, MAP_PRIVATE, in.fd(), 0);
+    if (addr == MAP_FAILED) throw Error(Errc::io, "cannot map '" + path + "': " + std::strerror(errno));
     b.addr_ = addr;
-    b.mapped_ = size_t(st.st_size);
-  } else {
-    ::close(fd);
+    b.mapped_ = size_t(in.size());
   }
   return b;
 }

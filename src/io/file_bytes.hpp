@@ -12,6 +12,29 @@
 
 namespace fovea::io_detail {
 
+// An input file opened read-only, regular files only, closed when it goes out of scope.
+// O_NONBLOCK keeps the open of a FIFO without a writer from blocking (the FIFO is then refused;
+// regular files ignore the flag); directories and devices are refused too.
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  ~InputFile();
+
+  bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  uint64_t size() const { return size_; }
+  // Why not ok(): "cannot open 'PATH': <reason>" or "cannot read 'PATH': is a directory" /
+  // "...: not a regular file". Empty when ok().
+  const std::string& error() const { return error_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::string error_;
+};
+
 class FileBytes {
  public:
   FileBytes() = default;

@@ -15,6 +15,7 @@
 
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
+#include "io/file_bytes.hpp"
 
 namespace fovea {
 
@@ -23,36 +24,21 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 std::vector<uint8_t> read_file(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below); regular
-  // files ignore the flag.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error(Errc::io, "cannot open '" + path + "': " + errno_text());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const std::string why = S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
-    // (fstat failing leaves st zeroed, which reads as "not a regular file": close enough.)
-    ::close(fd);
-    throw Error(Errc::io, "cannot read '" + path + "': " + why);
-  }
+  const io_detail::InputFile in(path);
+  if (!in.ok()) throw Error(Errc::io, in.error());
   std::vector<uint8_t> bytes;
   try {
-    bytes.resize(static_cast<size_t>(st.st_size));
+    bytes.resize(static_cast<size_t>(in.size()));
   } catch (const std::bad_alloc&) {
-    ::close(fd);
     throw Error(Errc::out_of_memory, "cannot read '" + path + "': file too large for memory");
   }
   size_t got = 0;
   while (got < bytes.size()) {
-    const ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
+    const ssize_t r = ::read(in.fd(), bytes.data() + got, bytes.size() - got);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      const std::string why = r == 0 ? "file shrank while reading" : errno_text();
-      ::close(fd);
-      throw Error(Errc::io, "cannot read '" + path + "': " + why);
-    }
+    if (r <= 0) throw Error(Errc::io, "cannot read '" + path + "': " + (r == 0 ? "file shrank while reading" : errno_text()));
     got += static_cast<size_t>(r);
   }
-  ::close(fd);
   return bytes;
 }
 
@@ -115,16 +101,10 @@ FileKind identify_file(std::span<const uint8_t> b) {
 
 FileKind identify_file(const std::string& path) {
   // Regular files only: a FIFO would block the open (no writer) or lose the bytes read here.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return {};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return {};
-  }
+  const io_detail::InputFile in(path);
+  if (!in.ok()) return {};
   uint8_t head[512];
-  const ssize_t got = ::read(fd, head, sizeof head);
-  ::close(fd);
+  const ssize_t got = ::read(in.fd(), head, sizeof head);
   return got > 0 ? identify_file(std::span<const uint8_t>(head, size_t(got))) : FileKind{};
 }
 

@@ -3,8 +3,6 @@
 // (alignment, bounds, overlap).
 #include "fovea/gguf.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -441,16 +439,10 @@ Tensor GgufFile::load_f32(const GgufTensorInfo& t) const {
 
 bool looks_like_gguf(const std::string& path) {
   // Regular files only (the reader refuses the rest): a FIFO would block here for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return false;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return false;
-  }
+  const io_detail::InputFile in(path);
+  if (!in.ok()) return false;
   char magic[4] = {};
-  const ssize_t n = ::read(fd, magic, 4);
-  ::close(fd);
+  const ssize_t n = ::read(in.fd(), magic, 4);
   return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 

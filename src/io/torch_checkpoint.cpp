@@ -2,8 +2,6 @@
 // that never calls anything, and the tensors found in the unpickled object.
 #include "fovea/torch_checkpoint.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -877,16 +875,10 @@ Tensor TorchCheckpoint::load_f32(const Entry& e) const { return to_f32(load(e));
 
 bool looks_like_torch_checkpoint(const std::string& path) {
   // Regular files only (the reader refuses the rest): a FIFO would block here for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return false;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return false;
-  }
+  const io_detail::InputFile in(path);
+  if (!in.ok()) return false;
   uint8_t magic[4] = {};
-  const ssize_t n = ::read(fd, magic, 4);
-  ::close(fd);
+  const ssize_t n = ::read(in.fd(), magic, 4);
   if (n != 4) return false;
   return legacy_head(magic, 4) || TorchCheckpoint::looks_like(magic);
 }
