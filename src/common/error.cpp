@@ -22,6 +22,10 @@ std::string Error::printable(std::string_view m) {
   constexpr size_t kMaxBytes = 4096;
   static constexpr char kHex[] = "0123456789abcdef";
   auto is_control = [](unsigned char c) { return (c < 0x20 && c != '\n') || c == 0x7f; };
+  // A C1 control (U+0080..U+009F: CSI, OSC...) is the two bytes 0xc2 0x80..0x9f.
+  auto is_c1_at = [&m](size_t i) {
+    return static_cast<unsigned char>(m[i]) == 0xc2 && i + 1 < m.size() && (static_cast<unsigned char>(m[i + 1]) & 0xe0) == 0x80;
+  };
   auto escape = [&](std::string& out, unsigned char c) {
     out += "\\x";
     out += kHex[c >> 4];
@@ -30,8 +34,7 @@ std::string Error::printable(std::string_view m) {
   // The common case, a plain message that fits, is returned as it is.
   bool clean = m.size() <= kMaxBytes;
   for (size_t i = 0; clean && i < m.size(); ++i) {
-    const auto c = static_cast<unsigned char>(m[i]);
-    clean = !is_control(c) && !(c == 0xc2 && i + 1 < m.size() && (static_cast<unsigned char>(m[i + 1]) & 0xe0) == 0x80);
+    clean = !is_control(static_cast<unsigned char>(m[i])) && !is_c1_at(i);
   }
   if (clean) return std::string(m);
 
@@ -42,8 +45,8 @@ std::string Error::printable(std::string_view m) {
     const auto c = static_cast<unsigned char>(m[i]);
     if (is_control(c)) {
       escape(out, c);
-    } else if (c == 0xc2 && i + 1 < m.size() && (static_cast<unsigned char>(m[i + 1]) & 0xe0) == 0x80) {
-      escape(out, static_cast<unsigned char>(m[++i]));  // a C1 control (U+0080..U+009F): CSI, OSC...
+    } else if (is_c1_at(i)) {
+      escape(out, static_cast<unsigned char>(m[++i]));
     } else {
       // Never cut a UTF-8 sequence: a lead byte goes with its continuation bytes.
       size_t n = 1;

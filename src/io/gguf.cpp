@@ -339,7 +339,7 @@ void GgufFile::parse(const GgufLimits& limits) {
       // A zero extent is an empty tensor: no mmproj holds one, and the loaders would take it
       // for an absent tensor (a projector of width 0); empty tensors also share offsets.
       if (ne == 0) throw r.fail(what() + "'s dimension " + std::to_string(d) + " is 0");
-      if (ne > uint64_t(kMax) || (ne > 0 && uint64_t(numel) > uint64_t(kMax) / ne))
+      if (ne > uint64_t(kMax) || uint64_t(numel) > uint64_t(kMax) / ne)
         throw r.fail(what() + "'s element count overflows");
       t.ne.push_back(int64_t(ne));
       numel *= int64_t(ne);
