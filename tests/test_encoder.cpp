@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -1540,6 +1541,52 @@ TEST(EncodeCli, BadCheckpointsGiveOneLineAndNonZeroExit) {
   EXPECT_FALSE(fs::exists(dir + "/o.safetensors"));
 }
 
+// A checkpoint whose weights are NaN loads (nothing checks weights' values: a pass over them
+// would cost the time to first embedding) and encodes to NaN; the command line says so.
+TEST(EncodeCli, NonFiniteEmbeddingsGiveAWarning) {
+  const std::string dir = test::temp_dir("enc_cli_nan");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  const SafetensorsFile f = SafetensorsFile::open(fixture("clip"));
+  std::vector<Tensor> keep;
+  std::vector<std::string> names;
+  for (const auto& e : f.entries()) {
+    keep.push_back(f.load(e));
+    names.push_back(e.name);
+    if (e.name != "vision_model.encoder.layers.1.mlp.fc2.bias") continue;
+    Tensor& t = keep.back();
+    ASSERT_EQ(t.dtype(), DType::f32);
+    std::fill_n(t.data<float>(), t.numel(), std::numeric_limits<float>::quiet_NaN());
+  }
+  std::vector<NamedTensor> ts;
+  for (size_t i = 0; i < keep.size(); ++i) ts.push_back({names[i], &keep[i]});
+  fs::create_directories(dir + "/nan");
+  fs::copy_file(fixture("clip", "config.json"), dir + "/nan/config.json");
+  save_safetensors(dir + "/nan/model.safetensors", ts);
+
+  const auto r = test::run_cli({"encode", image, "--model", dir + "/nan/model.safetensors", "--budget", "20", "-o",
+                                dir + "/e.safetensors", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("fovea: warning: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fovea: warning: the embeddings: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" values are NaN or infinite"), std::string::npos) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["encoder"]["nonfinite_values"].get<int64_t>(), 0);
+  EXPECT_TRUE(fs::exists(dir + "/e.safetensors"));  // a warning: the file is written as computed
+
+  // A batch warns once, naming the first image.
+  fs::create_directories(dir + "/imgs");
+  for (const char* n : {"a.png", "b.png"}) fs::copy_file(image, dir + "/imgs/" + n);
+  const auto b = test::run_cli({"encode", dir + "/imgs", "--model", dir + "/nan/model.safetensors", "--budget", "20",
+                                "-o", dir + "/out"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  size_t warnings = 0;
+  for (size_t at = b.err.find("NaN or infinite"); at != std::string::npos; at = b.err.find("NaN or infinite", at + 1))
+    ++warnings;
+  EXPECT_EQ(warnings, 1u) << b.err;
+  EXPECT_NE(b.err.find("a.png"), std::string::npos) << b.err;
+}
+
 TEST(EncodeCli, WritesEmbeddingsAndLabelsRandomModels) {
   const std::string dir = test::temp_dir("enc_cli_ok");
   const std::string image = dir + "/in.png";
@@ -1549,6 +1596,8 @@ TEST(EncodeCli, WritesEmbeddingsAndLabelsRandomModels) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["encoder"]["random_weights"], false);
+  EXPECT_EQ(j["encoder"]["nonfinite_values"], 0);
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
   const SafetensorsFile f = SafetensorsFile::open(dir + "/e.safetensors");
   const auto* e = f.find("embeddings");
   ASSERT_NE(e, nullptr);

@@ -158,6 +158,17 @@ def tokenize(
     return t
 
 
+def _warn_nonfinite(values: np.ndarray, what: str) -> None:
+    # A checkpoint with NaN, infinite or huge weights loads and encodes without an error (its
+    # values are not scanned at load: that would cost the time to first embedding).
+    if values is None or values.size == 0:
+        return
+    bad = values.size - int(np.count_nonzero(np.isfinite(values)))
+    if bad:
+        warnings.warn(f"{what}: {bad} of {values.size} values are NaN or infinite (does the checkpoint hold "
+                      "non-finite or huge weights?)", RuntimeWarning, stacklevel=3)
+
+
 class Model(_fovea.Model):
     """A ViT vision encoder loaded from a checkpoint.
 
@@ -193,9 +204,12 @@ class Model(_fovea.Model):
                 --attention`; recorded in saved files).
 
         The GIL is released while the encoder runs. The array owns C++ memory (no copy);
-        torch.from_numpy(result) shares it.
+        torch.from_numpy(result) shares it. NaN or infinite values in the result (a checkpoint
+        with non-finite weights) give a RuntimeWarning.
         """
-        return super().encode(tokens, precision, threads, positions, image_size, attention)
+        e = super().encode(tokens, precision, threads, positions, image_size, attention)
+        _warn_nonfinite(e, "the embeddings")
+        return e
 
     def encode_full(self, tokens, precision: str = "fp32", threads: int = 0, *, positions=None,
                     image_size=None, attention: str = "exact") -> Encoding:
@@ -204,7 +218,9 @@ class Model(_fovea.Model):
         .pooled, .image_embeds (CLIP projection), .logits (torchvision / timm head, HF ViT classifier), .encode_ms,
         and .save(path) writing `fovea encode -o`'s file. Tokenize with model=self so
         the patches follow the model's preprocessing."""
-        return super().encode_full(tokens, precision, threads, positions, image_size, attention)
+        e = super().encode_full(tokens, precision, threads, positions, image_size, attention)
+        _warn_nonfinite(e.embeddings, "the embeddings")
+        return e
 
 
 def load(path: PathLike) -> TensorFile:

@@ -196,6 +196,30 @@ def test_bf16_runs_where_supported_and_fp32_with_a_warning_elsewhere(png, tmp_pa
     assert_same_file(str(tmp_path / "py.safetensors"), str(out), skip_meta=())
 
 
+def test_nonfinite_embeddings_warn(png, tmp_path):
+    """A checkpoint with NaN weights loads and encodes; the NaN embeddings come with a RuntimeWarning."""
+    import shutil
+    import warnings
+    src = os.path.join(os.environ["FOVEA_SOURCE_DIR"], "tests", "data", "encoder", "clip")
+    f = fovea.load(os.path.join(src, "model.safetensors"))
+    tensors = {k: np.array(f[k]) for k in f.keys()}
+    tensors["vision_model.encoder.layers.1.mlp.fc2.bias"][:] = np.nan
+    fovea.save(tmp_path / "model.safetensors", tensors, f.metadata)
+    shutil.copy(os.path.join(src, "config.json"), tmp_path / "config.json")
+    arr, _ = png
+    good = fovea.Model(os.path.join(src, "model.safetensors"))
+    t = fovea.tokenize(arr, budget=16, threads=1, model=good)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a healthy model: no warning
+        assert np.isfinite(good.encode(t, threads=1)).all()
+    bad = fovea.Model(tmp_path / "model.safetensors")
+    with pytest.warns(RuntimeWarning, match=r"the embeddings: \d+ of \d+ values are NaN or infinite"):
+        e = bad.encode(t, threads=1)
+    assert np.isnan(e).any()
+    with pytest.warns(RuntimeWarning, match="NaN or infinite"):
+        bad.encode_full(t, threads=1)
+
+
 def test_encode_hierarchical_attention_equals_cli_file(png, tmp_path):
     """attention= is `fovea encode --attention`: same embeddings, same metadata, labelled."""
     arr, path = png

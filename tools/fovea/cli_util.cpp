@@ -305,6 +305,19 @@ void warn_query_outside(const Query& query, int width, int height, const Outside
   }
 }
 
+int64_t warn_nonfinite(const Tensor& values, const std::string& what, const char* prefix) {
+  if (values.empty() || values.dtype() != DType::f32) return 0;
+  const float* v = values.data<float>();
+  int64_t bad = 0;
+  for (int64_t i = 0; i < values.numel(); ++i) bad += !std::isfinite(v[i]);
+  if (bad > 0 && !what.empty())
+    std::fprintf(stderr,
+                 "%sfovea: warning: %s: %lld of %lld values are NaN or infinite (does the checkpoint hold non-finite "
+                 "or huge weights?)\n",
+                 prefix, Error::printable(what).c_str(), (long long)bad, (long long)values.numel());
+  return bad;
+}
+
 void print_summary(const nlohmann::json& j) {
   std::printf("%s %dx%d: %lld tokens (budget %d, %lld at full resolution), patch %d px\n",
               j["mode"].get<std::string>().c_str(), j["image"]["width"].get<int>(),

@@ -96,6 +96,11 @@ struct OutsideWarning {
 };
 void warn_query_outside(const Query& query, int width, int height, const OutsideWarning& how = {});
 
+// How many values of an f32 tensor are NaN or infinite; with `what` non-empty and a count > 0,
+// also one "fovea: warning:" line naming `what` (a checkpoint with NaN, infinite or huge
+// weights loads and encodes without any error: this line is the only sign of it).
+int64_t warn_nonfinite(const Tensor& values, const std::string& what, const char* prefix = "");
+
 // The OpenMP wait policy this process runs with: the environment's OMP_WAIT_POLICY (main()
 // sets PASSIVE for the commands that run OpenMP code, unless the caller chose), or "default".
 const char* openmp_wait_policy();

@@ -5,6 +5,8 @@
 #include <iostream>
 #include <memory>
 
+#include <unistd.h>
+
 #include "batch.hpp"
 #include "cli_util.hpp"
 #include "command.hpp"
@@ -89,11 +91,15 @@ struct EncodeCommand {
     if (is_batch(tok.inputs, output)) {
       if (store.enabled || check_fp32) throw Error(Errc::invalid_argument, "--store and --check-fp32 take one image, not a batch");
       nlohmann::json backend;
+      bool warned_nonfinite = false;  // once a run: bad weights spoil every image alike
       const BatchReport r = run_batch(tok.inputs, output, tok.load_options(), [&](ImageU8 img, const std::string& src) {
         const int w = img.width(), h = img.height();
         const Tokenization t = exec.tokenize(std::move(img), query, params, ex, backend);
         Encoding e = encode(model, t.batch.patches, t.batch.positions,
                             EncodeParams{.precision = prec, .image_width = w, .image_height = h, .attention = att}, ex);
+        if (!warned_nonfinite)
+          warned_nonfinite = warn_nonfinite(e.embeddings, "the embeddings of " + src + " (further images not checked)",
+                                            isatty(fileno(stderr)) ? "\r\x1b[K" : "") > 0;
         return serialize_embeddings(embeddings_file(t, e, src));
       });
       return report_batch(r, output, json,
@@ -114,6 +120,8 @@ struct EncodeCommand {
     Tokenization t = exec.tokenize(std::move(image), query, params, ex, backend);
     EncodeParams ep{.precision = prec, .image_width = width, .image_height = height, .attention = att};
     Encoding e = encode(model, t.batch.patches, t.batch.positions, ep, ex);
+    int64_t nonfinite = warn_nonfinite(e.embeddings, "the embeddings");
+    if (nonfinite == 0) nonfinite = warn_nonfinite(e.projected, "the projected embeddings");
 
     // The reference of --check-fp32: fp32 with exact attention.
     const bool approximate = prec != Precision::fp32 || att.mode != AttentionParams::Mode::exact;
@@ -167,6 +175,7 @@ struct EncodeCommand {
                                              {"std", params.extract.norm.std},
                                              {"normalized", params.extract.norm.enabled}}}};
     if (prec != asked) summary["encoder"]["precision_requested"] = precision;
+    summary["encoder"]["nonfinite_values"] = nonfinite;
     if (mc.projector != ProjectorType::none)
       summary["encoder"]["projected"] = {e.projected.dim(0), e.projected.dim(1)};
     if (check_fp32 && approximate) summary["encoder"]["cosine_vs_fp32"] = cosine;

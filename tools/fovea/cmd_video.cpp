@@ -211,6 +211,7 @@ struct VideoCommand {
     if (!overlay.empty()) sheet.emplace(), sheet_file.emplace(overlay);
     int64_t frames_in = 0, frames_out = 0;
     std::set<std::string> warned_outside;  // each fixation or region off the frame, once
+    bool warned_nonfinite = false;          // NaN embeddings: once a run (bad weights spoil every frame)
     ro_run.on_input = [&](const VideoFrame& f, const Query& q) {
       warn_query_outside(q, f.image.width(), f.image.height(),
                          {.frame = static_cast<long long>(f.index), .seen = &warned_outside, .prefix = progress ? "\n" : ""});
@@ -246,6 +247,10 @@ struct VideoCommand {
                              {"extract", r.timings.extract_ms},
                              {"encode", r.timings.encode_ms}}}};
       if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
+      if (have_model && !warned_nonfinite)
+        warned_nonfinite = warn_nonfinite(r.embeddings,
+                                          "frame " + std::to_string(r.index) + "'s embeddings (later frames not checked)",
+                                          progress ? "\n" : "") > 0;
       if (check) {
         // The full foveated pipeline on the decoded frame, from scratch: its time; and the
         // session's layout encoded in full from that frame's pyramid: the reference embeddings.
