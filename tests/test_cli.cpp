@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "fovea/image.hpp"
@@ -148,6 +149,32 @@ TEST_F(Cli, QueryOutsideTheImageIsWarnedAbout) {
                      "--region", "190,110,300,300", "-o", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
+}
+
+// File names are bytes: one that is not UTF-8 (a legacy encoding) is tokenized, its JSON and
+// the file's `source` metadata carry U+FFFD for the bad byte; one with an ESC (a downloaded
+// shard's member) is quoted as \x1b in the batch's "skipped" line, not sent to the terminal.
+TEST_F(Cli, FileNamesThatAreNotUtf8OrHoldControlCharacters) {
+  const std::string latin1 = dir + "/caf\xe9.png";
+  fs::copy_file(image, latin1);
+  const std::string out = dir + "/t.safetensors";
+  auto r = test::run_cli({"tokenize", latin1, "--budget", "30", "-o", out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["image"]["path"], dir + "/caf\xef\xbf\xbd.png");
+  EXPECT_EQ(SafetensorsFile::open(out).metadata().at("source"), dir + "/caf\xef\xbf\xbd.png");
+
+  const std::string batch = dir + "/batch";
+  fs::create_directories(batch);
+  fs::copy_file(image, batch + "/caf\xe9.png");
+  std::ofstream(batch + "/bad\x1b[31mred.png") << "not a picture";
+  r = test::run_cli({"tokenize", batch, "--budget", "30", "-o", dir + "/outs", "--json"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;  // one image failed
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fovea: warning: skipped " + batch + "/bad\\x1b[31mred.png: "), std::string::npos) << r.err;
+  const nlohmann::json b = nlohmann::json::parse(r.out);
+  EXPECT_EQ(b["batch"]["ok"], 1);
+  EXPECT_TRUE(fs::exists(dir + "/outs/caf\xe9.safetensors"));
 }
 
 TEST_F(Cli, UniformAndDtypes) {

@@ -235,7 +235,9 @@ std::vector<uint8_t> serialize_safetensors(std::span<const NamedTensor> tensors,
                                  {"data_offsets", {offset, offset + size}}});
     offset += size;
   }
-  std::string text = header.dump();
+  // A string that is not UTF-8 (metadata such as `source`, a file name in a legacy encoding)
+  // is stored with U+FFFD in place of its bad bytes: JSON cannot hold it as it is.
+  std::string text = header.dump(-1, ' ', false, OJ::error_handler_t::replace);
   // A file every reader can open: fovea's (and the safetensors library's) header limit.
   if (const uint64_t limit = SafetensorsLimits{}.max_header_bytes; text.size() > limit)
     throw Error(Errc::limit_exceeded, "safetensors: the header (tensor table and metadata) would be " +

@@ -152,7 +152,7 @@ void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata
   entry("levels", "I32", {T}, uint64_t(T) * 4);
   entry("recomputed", "U8", {T}, uint64_t(T));
   header["__metadata__"] = metadata;
-  std::string h = header.dump();
+  std::string h = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // non-UTF-8: U+FFFD
   while (h.size() % 8) h.push_back(' ');
 
   // Unnamed until complete (AtomicFile): a kill at any point leaves the old file or the new one.

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 
+#include "cli_util.hpp"
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
 #include "fovea/image.hpp"
@@ -160,7 +161,7 @@ int report_batch(const BatchReport& r, const std::string& output, bool json, con
     nlohmann::json j = extra;
     j["batch"] = to_json(r);
     j["outputs"] = output;
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", json_text(j).c_str());
   } else {
     std::printf("fovea: %lld images, %lld ok, %lld failed, %.2f images/s, %.1f s -> %s\n", (long long)r.images,
                 (long long)r.ok, (long long)r.failed, r.elapsed_s > 0 ? r.images / r.elapsed_s : 0.0, r.elapsed_s,
@@ -250,7 +251,10 @@ BatchReport run_batch(const std::vector<std::string>& inputs, const std::string&
     ++rep.failed;
     rep.failures.push_back({{"input", label}, {"error", what}});
     if (tty) std::fputs("\r\x1b[K", stderr);
-    std::fprintf(stderr, "fovea: warning: skipped %s: %s\n", label.c_str(), what.c_str());
+    // The label is a file or tar member name: quoted safely (an ESC in a downloaded shard's
+    // member name must not reach the terminal), as the error messages are.
+    std::fprintf(stderr, "fovea: warning: skipped %s: %s\n", Error::printable(label).c_str(),
+                 Error::printable(what).c_str());
   };
   // A producer thread reads and decodes the images in order into a short queue; this thread
   // runs `fn` and writes: decoding the next images overlaps the current one's work.

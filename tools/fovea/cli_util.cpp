@@ -305,6 +305,10 @@ void warn_query_outside(const Query& query, int width, int height, const Outside
   }
 }
 
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 int64_t warn_nonfinite(const Tensor& values, const std::string& what, const char* prefix) {
   if (values.empty() || values.dtype() != DType::f32) return 0;
   const float* v = values.data<float>();

@@ -82,6 +82,10 @@ void print_store_report(const nlohmann::json& store);
 // "1.5,2" -> {1.5, 2}; throws Error(invalid_argument) mentioning `flag` on bad syntax.
 std::vector<float> parse_floats(const std::string& text, const std::string& flag);
 
+// --json's text: indented, and a string that is not UTF-8 (a file name in a legacy encoding)
+// has U+FFFD in place of its bad bytes instead of failing the whole dump.
+std::string json_text(const nlohmann::json& j);
+
 // Summary of a tokenization for --json and the human-readable report.
 nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, const Query& query);
 void print_summary(const nlohmann::json& summary);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.hpp"
 #include "command.hpp"
 #include "compress/plot.hpp"
 #include "fovea/codec.hpp"
@@ -232,7 +233,7 @@ struct CompressCommand {
                     {"groups_per_child_level", per_level}};
     }
     if (json) {
-      std::cout << j.dump(2) << '\n';
+      std::cout << json_text(j) << '\n';
       return 0;
     }
     if (did_merge) {
@@ -387,7 +388,7 @@ struct CompressCommand {
       j["plot"] = plot;
     }
     if (json) {
-      std::cout << j.dump(2) << '\n';
+      std::cout << json_text(j) << '\n';
       return 0;
     }
     std::printf("rate-distortion: %lld tokens, D=%lld, model %s%s; training: %s\n", (long long)n, (long long)dim,
@@ -531,9 +532,8 @@ struct DecompressCommand {
     meta.erase("codebook_hash");
     save_safetensors(output, tensors, meta);
     if (json) {
-      std::cout << nlohmann::json{{"input", input}, {"output", output}, {"codec", spec}, {"tokens", n}, {"dim", dim},
-                                  {"decode_ms", decode_ms}}
-                       .dump(2)
+      std::cout << json_text({{"input", input}, {"output", output}, {"codec", spec}, {"tokens", n}, {"dim", dim},
+                              {"decode_ms", decode_ms}})
                 << '\n';
     } else {
       std::printf("%s: %lld tokens -> embeddings [%lld, %lld] f32, %.2f ms\nwrote %s\n", spec.c_str(), (long long)n,

@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.hpp"
 #include "command.hpp"
 #include "fovea/vulkan.hpp"
 
@@ -40,7 +41,7 @@ struct DevicesCommand {
     if (json) {
       nlohmann::json j = {{"vulkan_built", vulkan_built()}, {"devices", nlohmann::json::array()}};
       for (const auto& d : devs) j["devices"].push_back(to_json(d));
-      std::cout << j.dump(2) << '\n';
+      std::cout << json_text(j) << '\n';
       return 0;
     }
     if (!vulkan_built()) {

@@ -183,7 +183,7 @@ struct EncodeCommand {
     if (store.enabled)
       summary["store"] = store_report(e.embeddings, summary["full_resolution_tokens"].get<int64_t>(), store);
     if (json) {
-      std::cout << summary.dump(2) << '\n';
+      std::cout << json_text(summary) << '\n';
     } else {
       print_summary(summary);
       std::printf("  encoder: %s\n", model.describe().c_str());

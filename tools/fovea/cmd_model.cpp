@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_util.hpp"
 #include "command.hpp"
 #include "fovea/encoder.hpp"
 
@@ -59,7 +60,7 @@ struct ModelCommand {
     const VitModel m = VitModel::load(path);
     const nlohmann::json j = model_json(m);
     if (json) {
-      std::cout << j.dump(2) << '\n';
+      std::cout << json_text(j) << '\n';
       return 0;
     }
     const VitConfig& c = m.config();

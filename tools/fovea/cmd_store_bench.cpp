@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli_util.hpp"
 #include "command.hpp"
 #include "fovea/codec.hpp"
 #include "fovea/error.hpp"
@@ -189,7 +190,7 @@ struct StoreBenchCommand {
     out["compressed_seed_table"] = cj;
 
     if (as_json) {
-      std::cout << out.dump(2) << '\n';
+      std::cout << json_text(out) << '\n';
       return 0;
     }
     const SeedTable& t0 = seed.front();

@@ -98,7 +98,7 @@ struct TokenizeCommand {
     summary["outputs"] = {{"tokens", output}, {"overlay", overlay}, {"seen", seen}};
     if (store.enabled) summary["store"] = store_report(t.batch.patches, summary["full_resolution_tokens"].get<int64_t>(), store);
     if (json) {
-      std::cout << summary.dump(2) << '\n';
+      std::cout << json_text(summary) << '\n';
     } else {
       print_summary(summary);
       if (store.enabled) print_store_report(summary["store"]);

@@ -98,7 +98,7 @@ struct VideoCommand {
                         {"decode_ms", ms},
                         {"fps", ms > 0 ? 1000.0 * n / ms : 0.0},
                         {"corrupt_packets", reader.corrupt_packets()}};
-    if (json) std::cout << s.dump(2) << '\n';
+    if (json) std::cout << json_text(s) << '\n';
     else std::printf("decoded %lld frames in %.1f ms (%.1f fps)\n", (long long)n, ms, ms > 0 ? 1000.0 * n / ms : 0.0);
     return 0;
   }
@@ -360,7 +360,7 @@ struct VideoCommand {
     if (sheet) s["overlay"] = {{"path", overlay}, {"frames", sheet->shown_frames()}};
     s["per_frame"] = std::move(per_frame);
     if (json) {
-      std::cout << s.dump(2) << '\n';
+      std::cout << json_text(s) << '\n';
     } else {
       std::printf("fovea video: %s (%dx%d %s, %.3g fps)\n", tok.image.c_str(), info.width, info.height,
                   info.codec.c_str(), info.fps);
