@@ -153,6 +153,9 @@ TEST(Error, MessagesArePrintableAndBounded) {
   EXPECT_STREQ(Error(Errc::io, "plain 'ascii' and caf\xc3\xa9").what(), "plain 'ascii' and caf\xc3\xa9");
   EXPECT_STREQ(Error(Errc::io, std::string("a\x1b[31m\0b\x7f\tc\nd", 13)).what(), "a\\x1b[31m\\x00b\\x7f\\x09c\nd");
   EXPECT_STREQ(Error(Errc::io, "C1 \xc2\x9b" "2J, not \xc2\xa0").what(), "C1 \\x9b2J, not \xc2\xa0");  // CSI escaped, NBSP kept
+  // Not UTF-8 (Latin-1, overlong, a surrogate, cut short) escaped; 4-byte characters kept.
+  EXPECT_STREQ(Error(Errc::io, "caf\xe9 \xc0\xaf \xed\xa0\x80 \xf0\x9f\x98\x80 \xe2\x82").what(),
+               "caf\\xe9 \\xc0\\xaf \\xed\\xa0\\x80 \xf0\x9f\x98\x80 \\xe2\\x82");
   const std::string big(10000, 'x');
   EXPECT_STREQ(Error(Errc::io, big).what(), (std::string(4096, 'x') + "... (5904 more bytes)").c_str());
   // Cut at a character boundary: 4095 ASCII bytes and then a 2-byte character.

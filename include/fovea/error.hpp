@@ -7,9 +7,9 @@
 // fovea::Error with a message written for the person at the terminal: one line, naming the
 // input and what is wrong with it. Broken invariants inside the library assert instead.
 // Messages quote what a file says (a key, a name, a value), so the constructor makes them safe
-// to print: control characters other than '\n' (a NUL, an ESC starting a terminal escape
-// sequence, C1 controls) become \xNN, and a message over 4096 bytes is cut at a character
-// boundary with "... (N more bytes)".
+// to print: control characters other than '\n' (a NUL, an ESC, C1 controls) and bytes that are
+// not UTF-8 (a file name in a legacy encoding) become \xNN, and a message over 4096 bytes is
+// cut at a character boundary with "... (N more bytes)". A message is always valid UTF-8.
 //
 // Thread safety: an Error is an immutable value; to_string() is pure.
 #pragma once

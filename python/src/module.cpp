@@ -64,11 +64,12 @@ py::dtype numpy_dtype(DType t) {
   throw Error(Errc::unsupported, "numpy has no " + std::string(dtype_name(t)) + " dtype");
 }
 
-// A path argument (str, bytes or os.PathLike) as the OS would take it: os.fsdecode, not the
-// repr of a bytes object; an embedded NUL is refused as Python's open() refuses it (the C
-// library would read the path only up to it).
+// A path argument (str, bytes or os.PathLike) as the OS would take it: the bytes of
+// os.fsencode, not the repr of a bytes object, and a str from os.listdir of a name that is not
+// UTF-8 (surrogate-escaped) back to its own bytes; an embedded NUL is refused as Python's open()
+// refuses it (the C library would read the path only up to it).
 std::string fs_path(const py::handle& p) {
-  const std::string s = py::str(py::module_::import("os").attr("fsdecode")(p));
+  const std::string s = py::bytes(py::module_::import("os").attr("fsencode")(p));
   if (s.find('\0') != std::string::npos) throw py::value_error("embedded null byte in a path");
   return s;
 }

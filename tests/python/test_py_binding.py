@@ -220,6 +220,21 @@ def test_nonfinite_embeddings_warn(png, tmp_path):
         bad.encode_full(t, threads=1)
 
 
+def test_paths_that_are_not_utf8(png, tmp_path):
+    """A file name in a legacy encoding (a str from os.listdir, surrogate-escaped) is opened as
+    its bytes; messages and metadata that quote it stay valid UTF-8."""
+    import shutil
+    _, path = png
+    name = os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9.png")
+    shutil.copy(path, name)
+    t = fovea.tokenize(name, budget=16, threads=1)
+    t.save(name + ".safetensors")
+    assert os.path.exists(os.fsencode(name) + b".safetensors")
+    assert fovea.load(name + ".safetensors").metadata["source"].endswith("/caf\ufffd.png")
+    with pytest.raises(OSError, match=r"caf\\xe9\.png\.missing"):
+        fovea.tokenize(name + ".missing")
+
+
 def test_encode_hierarchical_attention_equals_cli_file(png, tmp_path):
     """attention= is `fovea encode --attention`: same embeddings, same metadata, labelled."""
     arr, path = png
