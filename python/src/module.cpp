@@ -74,6 +74,10 @@ std::string fs_path(const py::handle& p) {
   return s;
 }
 
+// The other way: a string that holds a path (the bytes the OS has) as Python's str for it,
+// os.fsdecode (a name that is not UTF-8 comes back surrogate-escaped, as os.listdir gives it).
+py::object fs_str(const std::string& s) { return py::module_::import("os").attr("fsdecode")(py::bytes(s)); }
+
 // h.cast<T>() with a TypeError saying what was expected (pybind11's own names C++ types).
 template <typename T> T cast_arg(const py::handle& h, const char* expected) {
   try {
@@ -784,7 +788,7 @@ PYBIND11_MODULE(_fovea, m) {
       .def_property_readonly("patch_size", [](const PyTokens& t) { return t.params.patch_px; })
       .def_property_readonly("budget", [](const PyTokens& t) { return t.params.alloc.budget_tokens; })
       .def_property_readonly("mode", [](const PyTokens& t) { return t.t.is_uniform() ? "uniform" : "foveated"; })
-      .def_property_readonly("source", [](const PyTokens& t) { return t.source; })
+      .def_property_readonly("source", [](const PyTokens& t) { return fs_str(t.source); })
       .def_property_readonly("metadata", [](const PyTokens& t) { return to_dict(token_metadata(t.t, t.query, t.params)); },
                              "The token file's __metadata__ (all strings)")
       .def_property_readonly(
@@ -977,8 +981,8 @@ PYBIND11_MODULE(_fovea, m) {
            }),
            py::arg("spec"))
       .def_property_readonly("config", [](const VitModel& v) { return config_dict(v.config()); })
-      .def_property_readonly("description", &VitModel::describe)
-      .def_property_readonly("source", &VitModel::source)
+      .def_property_readonly("description", [](const VitModel& v) { return fs_str(v.describe()); })
+      .def_property_readonly("source", [](const VitModel& v) { return fs_str(v.source()); })
       .def_property_readonly("is_random", &VitModel::is_random)
       .def(
           "encode",
