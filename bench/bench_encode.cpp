@@ -40,6 +40,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "encoder/amx.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
@@ -114,6 +115,37 @@ void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }
+  if (!fovea::encoder_detail::amx::usable()) return;
+  // fovea's own AMX GEMM (the bf16 linear layers' kernel, src/encoder/amx.hpp) on the same shape,
+  // its weights packed (a model's second use on), through the encoder's Gemm as a layer runs it.
+  {
+    namespace ed = fovea::encoder_detail;
+    std::vector<uint16_t> a(size_t(M * K)), c(size_t(M * N));
+    std::vector<float> w(size_t(N * K));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = fovea::f32_to_bf16(float((i * 2654435761u >> 13) & 255) / 128 - 1);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float((i * 2246822519u >> 13) & 255) / 128 - 1;
+    ed::Gemm gemm;
+    ed::GemmArgs g{};
+    g.a = a.data(), g.lda = K, g.a_dt = fovea::DType::bf16;
+    g.w = w.data(), g.ldw = K, g.w_dt = fovea::DType::f32;
+    g.c = c.data(), g.ldc = N, g.c_dt = fovea::DType::bf16;
+    g.m = M, g.n = N, g.k = K, g.constant_w = true;
+    const ed::OmpThreadsScope team(threads);
+    gemm.run(g);  // first use: packs on the fly; the timed ones read the packed copy
+    const Stats s = time_reps(reps + 1, [&] { gemm.run(g); });
+    const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
+    nlohmann::json j{{"mode", "peak"}, {"precision", "bf16"}, {"m", M}, {"k", K}, {"n", N}, {"threads", threads},
+                     {"min_ms", s.min}, {"gflops", gflop / (s.min / 1e3)}, {"impl", "fovea:amx"}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  // The tiles' own rate: TDPBF16PS on registers, no memory at all. No GEMM reaches it; it is the
+  // ceiling every bf16 kernel on this machine is under.
+  const double tiles = fovea::encoder_detail::amx::tile_peak_gflops(threads, 0.5);
+  std::printf("%s\n", nlohmann::json{{"mode", "ceiling"}, {"precision", "bf16"}, {"threads", threads},
+                                     {"gflops", tiles}, {"impl", "amx tiles (TDPBF16PS on registers)"}}
+                          .dump()
+                          .c_str());
+  std::fflush(stdout);
 }
 
 // Why the encoder packs constant weights only where oneDNN has a blocked (brgemm) layout: per

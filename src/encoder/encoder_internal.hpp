@@ -218,6 +218,7 @@ class Gemm {
 
  private:
   void run_unchecked(const GemmArgs& args);
+  void run_amx(const GemmArgs& args, bool packed);
   struct State;
   std::unique_ptr<State> s_;
 };

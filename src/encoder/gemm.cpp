@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "encoder/amx.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/error.hpp"
 
@@ -167,6 +168,7 @@ struct Gemm::State {
   struct ConstantWeight {
     int uses = 0;
     std::vector<Packed> packed;
+    uint16_t* amx = nullptr;  // packed for amx::gemm (in `arena`), or null
   };
   // Per weight and kernel type (A's): a bf16 encode does not make the first fp32 one a second use.
   std::map<std::pair<const void*, DType>, ConstantWeight> constants;
@@ -217,7 +219,7 @@ struct Gemm::State {
     std::lock_guard<std::mutex> lock(mutex);
     ConstantWeight& cw = constants[{g.w, g.a_dt}];
     if (cw.uses < 2) ++cw.uses;
-    if (cw.uses >= 2 || !cw.packed.empty() || pack_first) return WeightUse::packed;
+    if (cw.uses >= 2 || !cw.packed.empty() || cw.amx || pack_first) return WeightUse::packed;
     // In place only for f32: there the plain-layout kernel gives the packed one's bits (tested
     // at ViT-B/16's widths). A bf16 weight read in the plain layout gets another K blocking
     // (last-bit differences from the packed path: max 0.013 on ViT-B/16's embeddings), so it
@@ -293,6 +295,18 @@ struct Gemm::State {
     st.wait();
   }
 
+  // The AMX panels of constant weights g.w (made on first use; amx.hpp).
+  const uint16_t* amx_packed(const GemmArgs& g, int threads) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ConstantWeight& cw = constants[{g.w, g.a_dt}];
+    if (!cw.amx) {
+      cw.amx = static_cast<uint16_t*>(arena.allocate(amx::packed_bytes(g.n, g.k)));
+      amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, cw.amx, threads);
+      ++packed_count;
+    }
+    return cw.amx;
+  }
+
   // The packed copy of constant weights g.w for entry e (made on first use): one reorder from
   // where W lies, converting its type if the kernel's differs.
   dnnl::memory packed_weights(const GemmArgs& g, const Entry& e, dnnl::stream& st) {
@@ -342,9 +356,51 @@ Gemm::PackedStats Gemm::packed_stats() const {
   return {s_->arena.allocated(), s_->packed_count};
 }
 
+namespace {
+// The linear layers of a bf16 encode on AMX tiles (amx.hpp) instead of oneDNN's matmul.
+bool amx_takes(const GemmArgs& g) {
+  return g.constant_w && g.a_dt == DType::bf16 && !g.w_is_kn && g.alpha == 1.0f &&
+         (g.w_dt == DType::f32 || g.w_dt == DType::bf16) && (g.c_dt == DType::f32 || g.c_dt == DType::bf16) &&
+         g.m > 0 && amx::fits(g.n, g.k) && amx::usable();
+}
+}  // namespace
+
+void Gemm::run_amx(const GemmArgs& g, bool packed) {
+  amx::GemmArgs a;
+  a.a = static_cast<const uint16_t*>(g.a), a.lda = g.lda;
+  a.w = g.w, a.ldw = g.ldw, a.w_dt = g.w_dt;
+  a.bias = g.bias;
+  a.c = g.c, a.ldc = g.ldc, a.c_dt = g.c_dt;
+  a.m = g.m, a.n = g.n, a.k = g.k;
+  a.post = g.post, a.accumulate = g.accumulate;
+  a.threads = team_size();
+  if (packed) {
+    a.packed = const_cast<uint16_t*>(s_->amx_packed(g, a.threads));
+    a.pack = false;
+    amx::gemm(a);
+    return;
+  }
+  // First use: each thread packs its own panels into the reused buffer, then reads them.
+  std::lock_guard<std::mutex> lock(s_->transient_mutex);
+  const size_t bytes = amx::packed_bytes(g.n, g.k);
+  if (s_->transient_bytes < bytes) {
+    s_->transient_arena.reset();
+    s_->transient_arena = std::make_unique<PackedArena>();
+    s_->transient = s_->transient_arena->allocate(bytes);
+    s_->transient_bytes = bytes;
+  }
+  a.packed = static_cast<uint16_t*>(s_->transient);
+  a.pack = true;
+  amx::gemm(a);
+}
+
 void Gemm::run_unchecked(const GemmArgs& g) {
   if (!g.constant_w && g.w_dt != g.a_dt) throw Error(Errc::internal, "encoder GEMM: A and W types differ");
   const WeightUse use = s_->weight_use(g);
+  if (amx_takes(g)) {
+    run_amx(g, use == WeightUse::packed);
+    return;
+  }
   const std::shared_ptr<State::Entry> e = s_->get(g, use != WeightUse::plain);
   const int tid = omp_in_parallel() ? omp_get_thread_num() : 0;
   if (tid >= int(s_->streams.size())) throw Error(Errc::internal, "encoder GEMM: thread id out of range");

@@ -1,0 +1,69 @@
+// Private to src/encoder: linear layers on Intel AMX tiles (bf16 in, f32 accumulation).
+//
+// Why our own kernel: on a 2-core Xeon with AMX (2026-12-01), Debian's oneDNN 2.6 runs a bare
+// bf16 matmul (4096×768×3072) at ~0.55 TFLOP/s and the ViT-B/16 linear layers at M = 274 at
+// 0.33-0.42 TFLOP/s, while the tiles themselves do ~1.6-1.9 TFLOP/s per core (a TDPBF16PS loop on
+// registers: bench_encode --peak-amx). The linear layers are ~94 % of a foveated encode's FLOPs.
+//
+// Only runs where amx::usable() says so (run-time dispatch: the kernels' translation unit is
+// the only one compiled with AMX / AVX-512 flags, and nothing in it runs unless the CPU and
+// the kernel allow AMX). Shapes: K and N multiples of 32, any M; W [N, K] row-major f32 or
+// bf16 (a model weight, PyTorch's [out, in]); A bf16 [M, K]; C f32 or bf16.
+//
+// Numerics: each output is one f32 accumulation over K in 32-element steps (TDPBF16PS), the
+// same whichever thread computes it and however many threads run, so a weight packed once for
+// good and one packed on the fly give the same bits (the panels are the same bytes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fovea/tensor.hpp"
+
+namespace fovea::encoder_detail {
+enum class Post : uint8_t;
+}
+
+namespace fovea::encoder_detail::amx {
+
+// The CPU has AMX-BF16 and AVX512-BF16, the OS lets this process use the tile state
+// (arch_prctl ARCH_REQ_XCOMP_PERM), and neither FOVEA_AMX=0 nor an ONEDNN_MAX_CPU_ISA below
+// AMX asks otherwise (tests cap oneDNN's ISA to act as an older CPU; fovea follows). Asked once.
+bool usable();
+
+// Shapes the kernel takes.
+inline bool fits(int64_t n, int64_t k) { return n > 0 && k > 0 && n % 32 == 0 && k % 32 == 0; }
+
+// Bytes of W [n, k] packed into the kernel's panels (bf16: n·k·2).
+inline size_t packed_bytes(int64_t n, int64_t k) { return size_t(n) * size_t(k) * 2; }
+
+struct GemmArgs {
+  const uint16_t* a = nullptr;  // bf16 [m, k], row stride lda
+  int64_t lda = 0;
+  const void* w = nullptr;      // [n, k] row stride ldw, f32 or bf16: read when packing
+  int64_t ldw = 0;
+  DType w_dt = DType::f32;
+  uint16_t* packed = nullptr;   // packed_bytes(n, k): the panels
+  bool pack = true;             // pack W into `packed` first (each thread its own panels), or read them as they are
+  const float* bias = nullptr;  // [n] or null
+  void* c = nullptr;            // [m, n] row stride ldc
+  int64_t ldc = 0;
+  DType c_dt = DType::f32;
+  int64_t m = 0, n = 0, k = 0;
+  Post post{};
+  bool accumulate = false;      // C += result (post-op first)
+  int threads = 1;
+};
+
+// C (+)= post(A·Wᵀ + bias). Call only when usable() and fits(n, k).
+void gemm(const GemmArgs& g);
+
+// W [n, k] packed into `dst` (packed_bytes(n, k)) on `threads` threads: the same bytes
+// gemm(pack = true) writes.
+void pack(const void* w, DType w_dt, int64_t ldw, int64_t n, int64_t k, uint16_t* dst, int threads);
+
+// A TDPBF16PS loop on registers only, `threads` threads for about `seconds`: the tiles' own
+// rate in GFLOP/s (benchmarks: the machine's bf16 ceiling, whatever any GEMM library reaches).
+double tile_peak_gflops(int threads, double seconds);
+
+}  // namespace fovea::encoder_detail::amx
