@@ -167,6 +167,17 @@ inline void block(const uint16_t* a0, const uint16_t* a1, int64_t lda_bytes, con
   _tile_zero(2);
   _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
+    if (s + 1 < steps) {  // the next step's A rows and B tiles, into L1 while the tiles compute
+      const char* na0 = reinterpret_cast<const char*>(a0 + (s + 1) * 32);
+      const char* na1 = reinterpret_cast<const char*>(a1 + (s + 1) * 32);
+      const char* nb = reinterpret_cast<const char*>(panel + (s + 1) * kStepElems);
+      for (int r = 0; r < 16; ++r) {
+        _mm_prefetch(na0 + r * lda_bytes, _MM_HINT_T0);
+        _mm_prefetch(na1 + r * lda_bytes, _MM_HINT_T0);
+        _mm_prefetch(nb + r * 128, _MM_HINT_T0);
+        _mm_prefetch(nb + r * 128 + 64, _MM_HINT_T0);
+      }
+    }
     _tile_loadd(4, a0 + s * 32, lda_bytes);
     _tile_loadd(6, panel + s * kStepElems, 64);
     _tile_dpbf16ps(0, 4, 6);
