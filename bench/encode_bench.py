@@ -16,8 +16,10 @@ at B=273 (foveated, bf16) against torch's uniform 4096-token encode of the same 
 normalisation + 64x64 patches + encode, fp32), and against fovea's own uniform 4096 encode.
 
 Peak: the machine's bare GEMM rate, measured in the same run before every N (`bench_encode --peak`:
-one oneDNN matmul 4096x768x3072, f32 and bf16, best of --reps; the best rate seen so far is the
-reference), and fovea's fraction of it per N:
+one oneDNN matmul 4096x768x3072, f32 and bf16, best of --reps, and on AMX CPUs fovea's own AMX
+GEMM on the same shape; the best rate seen so far, of either, is the reference), and fovea's
+fraction of it per N. On AMX CPUs also the tiles' own rate (TDPBF16PS on registers, no memory),
+a ceiling no GEMM reaches, and the fraction of it ("of tiles"):
 encode FLOPs (patch embedding, per layer 8TD^2 + 4T^2D + 4TDM; T = N + 1) / time / peak.
 
 Torch calls whatever libblas.so.3 the alternatives system selects; the script prints the BLAS
@@ -164,26 +166,39 @@ def main():
     peak = {}
     have_bf16 = True  # oneDNN has bf16 kernels only on AVX-512 / AMX CPUs
 
+    ceiling = {}
+
     def update_peak():
         nonlocal have_bf16
         for p in fovea("--peak", "--reps", str(max(ARGS.reps, 3))):
             if p.get("supported") is False:
                 have_bf16 = False
                 continue
+            if p["mode"] == "ceiling":  # the AMX tiles on registers: no GEMM reaches it
+                if not ceiling or p["gflops"] > ceiling["gflops"]:
+                    ceiling.update(p)
+                continue
+            # The best bare GEMM of either library (oneDNN's, fovea's own AMX kernel where the
+            # CPU has AMX) is the peak: the fraction is of what this machine's GEMMs do.
             if p["precision"] not in peak or p["gflops"] > peak[p["precision"]]["gflops"]:
                 peak[p["precision"]] = p
         results["peak"] = peak
+        if ceiling:
+            results["amx_tile_ceiling"] = ceiling
 
     update_peak()
     bf16_peak = (f"bf16 {peak['bf16']['gflops']:.0f} GFLOP/s ({peak['bf16']['impl']})" if have_bf16
                  else "bf16: none (this CPU has no bf16 matrix kernels; oneDNN needs AVX-512)")
-    print(f"bare oneDNN GEMM 4096x768x3072 ({ARGS.threads} threads): "
+    print(f"bare GEMM 4096x768x3072, best of oneDNN and fovea's own ({ARGS.threads} threads): "
           f"fp32 {peak['fp32']['gflops']:.0f} GFLOP/s ({peak['fp32']['impl']}), "
           f"{bf16_peak}; load average {os.getloadavg()[0]:.1f}")
+    if ceiling:
+        print(f"AMX tiles on registers (TDPBF16PS, no memory; the ceiling of any bf16 GEMM here): "
+              f"{ceiling['gflops']:.0f} GFLOP/s")
     results["bf16_supported"] = have_bf16
 
     print(f"\n{'N':>6} {'torch fp32 ms':>14} {'fovea fp32 ms':>14} {'ratio':>7} {'of peak':>8} "
-          f"{'fovea bf16 ms':>14} {'ratio':>7} {'of peak':>8} {'load':>5}")
+          f"{'fovea bf16 ms':>14} {'ratio':>7} {'of peak':>8} {'load':>5}" + (f" {'of tiles':>8}" if ceiling else ""))
     with torch.inference_mode():
         for n in ns:
             g = torch.Generator().manual_seed(n)
@@ -202,11 +217,15 @@ def main():
             frac16 = g / (b16 / 1e3) / peak["bf16"]["gflops"] if have_bf16 else None
             load = os.getloadavg()[0]
             row = {"n": n, "torch_fp32_ms": t, "fovea_fp32_ms": f32, "fovea_bf16_ms": b16, "gflop": g,
-                   "fp32_fraction_of_peak": frac32, "bf16_fraction_of_peak": frac16, "load_average": load}
+                   "fp32_fraction_of_peak": frac32, "bf16_fraction_of_peak": frac16, "load_average": load,
+                   "bf16_peak_impl": peak["bf16"]["impl"] if have_bf16 else None}
+            if ceiling and have_bf16:
+                row["bf16_fraction_of_amx_tile_ceiling"] = g / (b16 / 1e3) / ceiling["gflops"]
             results["rows"].append(row)
             bf16_cells = (f"{b16:>14.1f} {t / b16:>6.2f}x {frac16:>7.0%}" if have_bf16
                           else f"{'n/a':>14} {'':>7} {'':>8}")
-            print(f"{n:>6} {t:>14.1f} {f32:>14.1f} {t / f32:>6.2f}x {frac32:>7.0%} {bf16_cells} {load:>5.1f}",
+            tiles = f" {row['bf16_fraction_of_amx_tile_ceiling']:>7.0%}" if "bf16_fraction_of_amx_tile_ceiling" in row else ""
+            print(f"{n:>6} {t:>14.1f} {f32:>14.1f} {t / f32:>6.2f}x {frac32:>7.0%} {bf16_cells} {load:>5.1f}{tiles}",
                   flush=True)
 
         if not ARGS.no_e2e:
