@@ -18,7 +18,9 @@ normalisation + 64x64 patches + encode, fp32), and against fovea's own uniform 4
 Peak: the machine's bare GEMM rate, measured in the same run before every N (`bench_encode --peak`:
 one oneDNN matmul 4096x768x3072, f32 and bf16, best of --reps, and on AMX CPUs fovea's own AMX
 GEMM on the same shape; the best rate seen so far, of either, is the reference), and fovea's
-fraction of it per N. On AMX CPUs also the tiles' own rate (TDPBF16PS on registers, no memory),
+fraction of it per N, paired: each timed encode follows one bare GEMM call (`--paired-peak`), and
+the fraction is the median over repetitions of the encode's rate over its neighbour's (the best
+peak seen in the run is in the JSON too). On AMX CPUs also the tiles' own rate (TDPBF16PS on registers, no memory),
 a ceiling no GEMM reaches, and the fraction of it ("of tiles"):
 encode FLOPs (patch embedding, per layer 8TD^2 + 4T^2D + 4TDM; T = N + 1) / time / peak.
 
@@ -208,16 +210,25 @@ def main():
             # fovea and torch back to back for each N, so a shared machine's load changes less
             # between the two sides of a ratio.
             update_peak()
-            f32 = fovea("--n", str(n), "--precision", "fp32", "--reps", str(ARGS.reps))[0]["median_ms"]
-            b16 = (fovea("--n", str(n), "--precision", "bf16", "--reps", str(ARGS.reps))[0]["median_ms"]
+            # --paired-peak: every timed encode follows one bare GEMM call of each library, and its
+            # fraction of peak is its rate over that neighbour's (the median over the repetitions):
+            # a shared host's speed drifts by 2x within minutes, so a peak taken minutes away says little.
+            r32 = fovea("--n", str(n), "--precision", "fp32", "--reps", str(ARGS.reps), "--paired-peak")[0]
+            r16 = (fovea("--n", str(n), "--precision", "bf16", "--reps", str(ARGS.reps), "--paired-peak")[0]
                    if have_bf16 else None)
+            f32 = r32["median_ms"]
+            b16 = r16["median_ms"] if r16 else None
             t = once(fn) if n >= 4096 else timed(fn, ARGS.reps)
             g = encode_gflop(n)
-            frac32 = g / (f32 / 1e3) / peak["fp32"]["gflops"]
-            frac16 = g / (b16 / 1e3) / peak["bf16"]["gflops"] if have_bf16 else None
+            frac32 = r32["paired_fraction_of_peak"]
+            frac16 = r16["paired_fraction_of_peak"] if have_bf16 else None
             load = os.getloadavg()[0]
             row = {"n": n, "torch_fp32_ms": t, "fovea_fp32_ms": f32, "fovea_bf16_ms": b16, "gflop": g,
                    "fp32_fraction_of_peak": frac32, "bf16_fraction_of_peak": frac16, "load_average": load,
+                   "fp32_paired_fractions": r32["paired_fractions"],
+                   "bf16_paired_fractions": r16["paired_fractions"] if r16 else None,
+                   "fp32_fraction_of_best_peak_seen": g / (f32 / 1e3) / peak["fp32"]["gflops"],
+                   "bf16_fraction_of_best_peak_seen": g / (b16 / 1e3) / peak["bf16"]["gflops"] if have_bf16 else None,
                    "bf16_peak_impl": peak["bf16"]["impl"] if have_bf16 else None}
             if ceiling and have_bf16:
                 row["bf16_fraction_of_amx_tile_ceiling"] = g / (b16 / 1e3) / ceiling["gflops"]
