@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "encoder/amx.hpp"
+#include "encoder/attention.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "test_util.hpp"
@@ -209,6 +210,96 @@ TEST(EncoderAmx, GemmRunTakesTheTilesForBf16LinearLayers) {
   }
   EXPECT_EQ(first, second);
   for (int64_t i = 0; i < c.m * c.n; i += 97) EXPECT_NEAR(at(first, c.c_dt, i), at(want, c.c_dt, i), 1.6e-2 * std::max(1.0f, std::fabs(at(want, c.c_dt, i))));
+}
+
+// Attention on the tiles (amx::attention, exact attention's path and the hierarchical blocks')
+// against softmax attention in double over the same bf16 inputs: head widths 32 and 64, query
+// and key counts around the 16-row and 32-key tiles, r != T as the video encoder calls it.
+TEST(EncoderAmx, AttentionMatchesPlainSoftmaxAttention) {
+  if (!amx::usable()) GTEST_SKIP() << "no AMX on this CPU";
+  for (const int64_t hd : {32, 64})
+    for (const auto& [r, T] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 17}, {33, 100}, {150, 1300}, {16, 32}}) {
+      SCOPED_TRACE("hd=" + std::to_string(hd) + " r=" + std::to_string(r) + " T=" + std::to_string(T));
+      const int64_t heads = 2, D = heads * hd;
+      Lcg g{uint32_t(hd * 1000 + r * 7 + T)};
+      std::vector<uint16_t> q(size_t(r * 2 * D)), kv(size_t(T * 2 * D));
+      for (uint16_t& v : q) v = f32_to_bf16(g.next(-2, 2));
+      for (uint16_t& v : kv) v = f32_to_bf16(g.next(-2, 2));
+      std::vector<uint16_t> out(size_t(r * D));
+      Gemm gemm;
+      gemm.reserve_threads(2);
+      attention_rows({false, 2, &gemm}, reinterpret_cast<const std::byte*>(q.data()), 2 * D, r,
+                     reinterpret_cast<const std::byte*>(kv.data()), 2 * D, T, D, int(heads), DType::bf16,
+                     reinterpret_cast<std::byte*>(out.data()));
+      double worst = 1, err = 0;
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < r; ++i) {
+          std::vector<double> sc(static_cast<size_t>(T));
+          double mx = -INFINITY, sum = 0;
+          for (int64_t t = 0; t < T; ++t) {
+            double a = 0;
+            for (int64_t j = 0; j < hd; ++j)
+              a += double(bf16_to_f32(q[i * 2 * D + h * hd + j])) * bf16_to_f32(kv[t * 2 * D + h * hd + j]);
+            mx = std::max(mx, sc[size_t(t)] = a / std::sqrt(double(hd)));
+          }
+          for (double& v : sc) sum += (v = std::exp(v - mx));
+          double xy = 0, xx = 0, yy = 0;
+          for (int64_t j = 0; j < hd; ++j) {
+            double a = 0;
+            for (int64_t t = 0; t < T; ++t) a += sc[size_t(t)] * bf16_to_f32(kv[t * 2 * D + D + h * hd + j]);
+            const double want = a / sum, got = bf16_to_f32(out[i * D + h * hd + j]);
+            ASSERT_TRUE(std::isfinite(got));
+            err = std::max(err, std::fabs(got - want));
+            xy += got * want, xx += got * got, yy += want * want;
+          }
+          worst = std::min(worst, xy / std::sqrt(xx * yy));
+        }
+      EXPECT_GE(worst, 0.999);
+      EXPECT_LE(err, 0.03);  // values of magnitude ~1: P and the output are bf16
+    }
+}
+
+// The bias of the hierarchical mode's pooled keys (log count, in score units after the scale)
+// applies from bias_from on, in every position relative to the 16-key vectors.
+TEST(EncoderAmx, AttentionAddsTheBiasFromItsFirstKey) {
+  if (!amx::usable()) GTEST_SKIP() << "no AMX on this CPU";
+  const int64_t hd = 64, bq = 20;
+  for (const int64_t nk : {7, 40, 77})
+    for (const int64_t from : {int64_t(0), int64_t(3), int64_t(16), int64_t(33), nk - 1}) {
+      if (from >= nk) continue;
+      SCOPED_TRACE("nk=" + std::to_string(nk) + " from=" + std::to_string(from));
+      Lcg g{uint32_t(nk * 31 + from)};
+      std::vector<uint16_t> q(size_t(bq * hd)), k(size_t(nk * hd)), v(size_t(nk * hd));
+      for (uint16_t& x : q) x = f32_to_bf16(g.next(-1, 1));
+      for (uint16_t& x : k) x = f32_to_bf16(g.next(-1, 1));
+      for (uint16_t& x : v) x = f32_to_bf16(g.next(-1, 1));
+      std::vector<float> bias(static_cast<size_t>(nk));
+      for (float& b : bias) b = g.next(-3, 3);
+      std::vector<uint16_t> kp(amx::packed_kv_elems(nk, hd)), vp(kp.size());
+      amx::pack_keys(k.data(), nk, hd, kp.data());
+      amx::pack_values(v.data(), nk, hd, vp.data());
+      std::vector<std::byte> scratch(amx::attention_scratch_bytes(nk) + 64);
+      std::byte* sp = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+      std::vector<float> o(size_t(bq * hd));
+      const float scale = 0.125f;
+      amx::attention(q.data(), bq, hd, kp.data(), vp.data(), nk, hd, scale, bias.data(), from, sp, o.data());
+      for (int64_t i = 0; i < bq; ++i) {
+        std::vector<double> sc(static_cast<size_t>(nk));
+        double mx = -INFINITY, sum = 0;
+        for (int64_t t = 0; t < nk; ++t) {
+          double a = 0;
+          for (int64_t j = 0; j < hd; ++j) a += double(bf16_to_f32(q[i * hd + j])) * bf16_to_f32(k[t * hd + j]);
+          a = a * scale + (t >= from ? bias[size_t(t)] : 0.0);
+          mx = std::max(mx, sc[size_t(t)] = a);
+        }
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < hd; ++j) {
+          double a = 0;
+          for (int64_t t = 0; t < nk; ++t) a += sc[size_t(t)] * bf16_to_f32(v[t * hd + j]);
+          ASSERT_NEAR(o[i * hd + j], a / sum, 1e-2) << "row " << i << " col " << j;
+        }
+      }
+    }
 }
 
 }  // namespace

@@ -58,6 +58,10 @@ bool cpu_and_os_allow() { return false; }
 void gemm(const GemmArgs&) {}
 void pack(const void*, DType, int64_t, int64_t, int64_t, uint16_t*, int) {}
 double tile_peak_gflops(int, double) { return 0; }
+void pack_keys(const uint16_t*, int64_t, int64_t, uint16_t*) {}
+void pack_values(const uint16_t*, int64_t, int64_t, uint16_t*) {}
+void attention(const uint16_t*, int64_t, int64_t, const uint16_t*, const uint16_t*, int64_t, int64_t, float,
+               const float*, int64_t, std::byte*, float*) {}
 #endif
 
 bool usable() {

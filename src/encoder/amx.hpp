@@ -62,6 +62,25 @@ void gemm(const GemmArgs& g);
 // gemm(pack = true) writes.
 void pack(const void* w, DType w_dt, int64_t ldw, int64_t n, int64_t k, uint16_t* dst, int threads);
 
+// ---- attention (one head) ------------------------------------------------------------------
+// Head widths the attention kernel takes (the output's hd / 16 accumulator tiles must fit).
+inline bool attention_fits(int64_t hd) { return hd == 32 || hd == 64; }
+// Keys or values of one head, nk rows: packed sizes in bf16 elements (nk rounded up to 32).
+inline int64_t padded_keys(int64_t nk) { return (nk + 31) / 32 * 32; }
+inline size_t packed_kv_elems(int64_t nk, int64_t hd) { return size_t(padded_keys(nk) * hd); }
+// K [nk, hd] (dense bf16) into the B-tile panels of Q·Kᵀ (keys beyond nk are zero).
+void pack_keys(const uint16_t* k, int64_t nk, int64_t hd, uint16_t* dst);
+// V [nk, hd] (dense bf16) into the B tiles of P·V: pairs of consecutive keys per column.
+void pack_values(const uint16_t* v, int64_t nk, int64_t hd, uint16_t* dst);
+// Scratch (bytes) attention() needs for nk keys.
+inline size_t attention_scratch_bytes(int64_t nk) { return size_t(16 * padded_keys(nk)) * 6 + 64 * 64 * 4; }
+// O[bq, hd] (f32, normalised) = softmax(Q·Kᵀ·scale + bias)·V for one head: Q [bq, hd] bf16, row
+// stride ldq; kp, vp packed by pack_keys / pack_values; bias (score units, after the scale) for
+// keys j >= bias_from, or null. Single-threaded (the caller runs heads and query blocks in
+// parallel). Call only when usable() and attention_fits(hd).
+void attention(const uint16_t* q, int64_t bq, int64_t ldq, const uint16_t* kp, const uint16_t* vp, int64_t nk,
+               int64_t hd, float scale, const float* bias, int64_t bias_from, std::byte* scratch, float* o);
+
 // A TDPBF16PS loop on registers only, `threads` threads for about `seconds`: the tiles' own
 // rate in GFLOP/s (benchmarks: the machine's bf16 ceiling, whatever any GEMM library reaches).
 double tile_peak_gflops(int threads, double seconds);

@@ -247,6 +247,174 @@ void gemm(const GemmArgs& g) {
   }
 }
 
+// ---- attention -----------------------------------------------------------------------------
+
+void pack_keys(const uint16_t* k, int64_t nk, int64_t hd, uint16_t* dst) {
+  // Panels of 32 keys (the B operand of Q·Kᵀ: key = column, hd = the reduced dimension), as
+  // pack_panel lays out a weight [n = keys, k = hd]; the last panel's missing keys are zero.
+  const int64_t full = nk / 32;
+  for (int64_t p = 0; p < full; ++p) pack_panel(k, DType::bf16, hd, hd, p * 32, dst + p * 32 * hd);
+  if (nk % 32) {
+    alignas(64) uint16_t tail[32 * 64] = {};
+    std::memcpy(tail, k + full * 32 * hd, size_t((nk % 32) * hd) * 2);
+    pack_panel(tail, DType::bf16, hd, hd, 0, dst + full * 32 * hd);
+  }
+}
+
+void pack_values(const uint16_t* v, int64_t nk, int64_t hd, uint16_t* dst) {
+  // Per step of 32 keys, hd / 16 tiles of 16 key pairs × 16 columns: element (j, r, c, e) =
+  // V[32 s + 2 r + e][16 j + c]. Two rows of V interleaved 16 bits at a time.
+  const int64_t steps = padded_keys(nk) / 32, tiles = hd / 16;
+  alignas(64) static const uint16_t kInterleave[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i lo_idx = _mm512_load_si512(kInterleave);
+  const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+  for (int64_t s = 0; s < steps; ++s)
+    for (int64_t r = 0; r < 16; ++r) {
+      const int64_t k0 = s * 32 + 2 * r;
+      for (int64_t c0 = 0; c0 < hd; c0 += 32) {  // 32 columns: two tiles' rows r
+        const __m512i a = k0 < nk ? _mm512_loadu_si512(v + k0 * hd + c0) : _mm512_setzero_si512();
+        const __m512i b = k0 + 1 < nk ? _mm512_loadu_si512(v + (k0 + 1) * hd + c0) : _mm512_setzero_si512();
+        uint16_t* t = dst + s * tiles * 512 + (c0 / 16) * 512 + r * 32;
+        _mm512_storeu_si512(t, _mm512_permutex2var_epi16(a, lo_idx, b));         // columns c0 .. c0+15
+        _mm512_storeu_si512(t + 512, _mm512_permutex2var_epi16(a, hi_idx, b));   // c0+16 .. c0+31
+      }
+    }
+}
+
+namespace {
+
+// One 16-row block of queries (q: 16 rows, stride ldq; missing rows already zero).
+template <int HD>
+void attention16(const uint16_t* q, int64_t ldq, int64_t rows, const uint16_t* kp, const uint16_t* vp, int64_t nk,
+                 float scale, const float* bias, int64_t bias_from, float* S, uint16_t* P, float* obuf, float* o) {
+  constexpr int steps_hd = HD / 32, tiles = HD / 16;
+  const int64_t nkp = padded_keys(nk), panels = nkp / 32;
+  // S[16, nkp] = Q·Kᵀ: Q stays in tiles 4 (and 5), two S tiles per 32 keys.
+  _tile_loadd(4, q, ldq * 2);
+  if constexpr (steps_hd == 2) _tile_loadd(5, q + 32, ldq * 2);
+  for (int64_t p = 0; p < panels; ++p) {
+    const uint16_t* kpan = kp + p * 32 * HD;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_loadd(6, kpan, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, kpan + 512, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (steps_hd == 2) {
+      _tile_loadd(6, kpan + kStepElems, 64);
+      _tile_dpbf16ps(0, 5, 6);
+      _tile_loadd(7, kpan + kStepElems + 512, 64);
+      _tile_dpbf16ps(1, 5, 7);
+    }
+    _tile_stored(0, S + p * 32, nkp * 4);
+    _tile_stored(1, S + p * 32 + 16, nkp * 4);
+  }
+  // Softmax per row in f32 (scale, bias, max, exp, sum), P in bf16; padded keys get 0.
+  float sum[16];
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < rows; ++i) {
+    float* s = S + i * nkp;
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 16 <= nk; j += 16) {
+      __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + j), vscale);
+      if (bias && j + 16 > bias_from) {
+        const __mmask16 m = j >= bias_from ? __mmask16(0xffff) : __mmask16(0xffffu << (bias_from - j));
+        x = _mm512_mask_add_ps(x, m, x, _mm512_maskz_loadu_ps(m, bias + j));
+      }
+      _mm512_storeu_ps(s + j, x);
+      mx = _mm512_max_ps(mx, x);
+    }
+    if (j < nk) {
+      const __mmask16 live = __mmask16((1u << (nk - j)) - 1);
+      __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, s + j), vscale);
+      if (bias && nk > bias_from) {
+        const __mmask16 m = live & (j >= bias_from ? __mmask16(0xffff) : __mmask16(0xffffu << (bias_from - j)));
+        x = _mm512_mask_add_ps(x, m, x, _mm512_maskz_loadu_ps(m, bias + j));
+      }
+      x = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY), x);
+      _mm512_storeu_ps(s + j, x);
+      mx = _mm512_max_ps(mx, x);
+      j += 16;
+    }
+    const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 acc = _mm512_setzero_ps();
+    uint16_t* prow = P + i * nkp;
+    for (int64_t jj = 0; jj < nkp; jj += 32) {
+      __m512 e0 = _mm512_setzero_ps(), e1 = _mm512_setzero_ps();
+      if (jj < j) e0 = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + jj), vmax));
+      if (jj + 16 < j) e1 = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + jj + 16), vmax));
+      // exp(-inf) of the padding is 0 through the clamp's scalef underflow: force it.
+      if (jj + 16 > nk) e0 = _mm512_maskz_mov_ps(__mmask16(nk > jj ? (nk - jj >= 16 ? 0xffff : (1u << (nk - jj)) - 1) : 0), e0);
+      if (jj + 32 > nk) e1 = _mm512_maskz_mov_ps(__mmask16(nk > jj + 16 ? (nk - jj - 16 >= 16 ? 0xffff : (1u << (nk - jj - 16)) - 1) : 0), e1);
+      // The sum is of the bf16-rounded P that P·V reads, so the weights sum to exactly 1.
+      const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
+      _mm512_storeu_si512(prow + jj, pb);
+      acc = _mm512_add_ps(acc, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(pb)), 16)));
+      acc = _mm512_add_ps(acc, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(pb, 1)), 16)));
+    }
+    sum[i] = _mm512_reduce_add_ps(acc);
+  }
+  for (int64_t i = rows; i < 16; ++i) std::memset(P + i * nkp, 0, size_t(nkp) * 2);
+  // O[16, HD] = P·V: tiles 0 .. tiles-1 accumulate, P in tile 4, V in 6 / 7.
+  _tile_zero(0);
+  _tile_zero(1);
+  if constexpr (tiles == 4) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int64_t st = 0; st < panels; ++st) {
+    const uint16_t* vs = vp + st * tiles * 512;
+    _tile_loadd(4, P + st * 32, nkp * 2);
+    _tile_loadd(6, vs, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, vs + 512, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (tiles == 4) {
+      _tile_loadd(6, vs + 1024, 64);
+      _tile_dpbf16ps(2, 4, 6);
+      _tile_loadd(7, vs + 1536, 64);
+      _tile_dpbf16ps(3, 4, 7);
+    }
+  }
+  _tile_stored(0, obuf, HD * 4);
+  _tile_stored(1, obuf + 16, HD * 4);
+  if constexpr (tiles == 4) {
+    _tile_stored(2, obuf + 32, HD * 4);
+    _tile_stored(3, obuf + 48, HD * 4);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const __m512 inv = _mm512_set1_ps(1.0f / sum[i]);
+    for (int c = 0; c < HD; c += 16) _mm512_storeu_ps(o + i * HD + c, _mm512_mul_ps(_mm512_loadu_ps(obuf + i * HD + c), inv));
+  }
+}
+
+}  // namespace
+
+void attention(const uint16_t* q, int64_t bq, int64_t ldq, const uint16_t* kp, const uint16_t* vp, int64_t nk,
+               int64_t hd, float scale, const float* bias, int64_t bias_from, std::byte* scratch, float* o) {
+  const int64_t nkp = padded_keys(nk);
+  float* S = reinterpret_cast<float*>(scratch);
+  uint16_t* P = reinterpret_cast<uint16_t*>(scratch + size_t(16 * nkp) * 4);
+  float* obuf = reinterpret_cast<float*>(scratch + size_t(16 * nkp) * 6);  // 16 × 64 f32 (+ 16 padded Q rows)
+  uint16_t* qpad = reinterpret_cast<uint16_t*>(obuf + 16 * 64);
+  configure_tiles();
+  for (int64_t i0 = 0; i0 < bq; i0 += 16) {
+    const int64_t rows = std::min<int64_t>(16, bq - i0);
+    const uint16_t* qb = q + i0 * ldq;
+    int64_t ld = ldq;
+    if (rows < 16) {  // tile loads read 16 whole rows
+      std::memset(qpad, 0, size_t(16 * hd) * 2);
+      for (int64_t i = 0; i < rows; ++i) std::memcpy(qpad + i * hd, qb + i * ldq, size_t(hd) * 2);
+      qb = qpad, ld = hd;
+    }
+    if (hd == 64) attention16<64>(qb, ld, rows, kp, vp, nk, scale, bias, bias_from, S, P, obuf, o + i0 * hd);
+    else attention16<32>(qb, ld, rows, kp, vp, nk, scale, bias, bias_from, S, P, obuf, o + i0 * hd);
+  }
+  _tile_release();
+}
+
 double tile_peak_gflops(int threads, double seconds) {
   double total = 0;
 #pragma omp parallel num_threads(std::max(1, threads)) reduction(+ : total)

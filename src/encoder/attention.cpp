@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "encoder/amx.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {
@@ -93,16 +94,31 @@ void linear(const AttentionExec& ex, const GemmArgs& a) {
 
 // Per-thread buffers of the block kernel and the hierarchical gather.
 struct TaskBuffers {
-  ScratchBuf *S, *P, *O, *Kg, *Vg;
+  ScratchBuf *S, *P, *O, *Kg, *Vg, *Kt, *Vt;  // Kt, Vt: keys and values packed for the AMX kernel
   std::vector<float> m, l, bias, qpos, qneg, score;
   std::vector<int32_t> pick;
 };
+
+// bf16 attention on AMX tiles (amx.hpp: Q·Kᵀ, the softmax and P·V in one pass per 16 query rows,
+// no oneDNN call per block) where the CPU has them and the head width fits.
+bool amx_attention(const AttentionExec& ex, DType dt, int64_t hd) {
+  return !ex.reference && dt == DType::bf16 && amx::attention_fits(hd) && amx::usable();
+}
 
 // O[bq, hd] (f32, normalised) = softmax(Q·Kᵀ·scale + bias)·V over nk keys. Q [bq, hd], K and V
 // [nk, hd] dense, dtype dt. bias (score units, after scale) applies to keys >= bias_from.
 void block_attention(const AttentionExec& ex, const std::byte* Q, int64_t bq, const std::byte* K, const std::byte* V,
                      const float* bias, int64_t bias_from, int64_t nk, int64_t hd, float scale, DType dt,
                      TaskBuffers& b, float* O) {
+  if (amx_attention(ex, dt, hd)) {
+    const size_t kv = amx::packed_kv_elems(nk, hd) * 2;
+    b.Kt->ensure(kv), b.Vt->ensure(kv), b.S->ensure(amx::attention_scratch_bytes(nk));
+    amx::pack_keys(reinterpret_cast<const uint16_t*>(K), nk, hd, b.Kt->as<uint16_t>());
+    amx::pack_values(reinterpret_cast<const uint16_t*>(V), nk, hd, b.Vt->as<uint16_t>());
+    amx::attention(reinterpret_cast<const uint16_t*>(Q), bq, hd, b.Kt->as<uint16_t>(), b.Vt->as<uint16_t>(), nk, hd,
+                   scale, bias, bias_from, b.S->get(), O);
+    return;
+  }
   const size_t es = esize(dt);
   const int64_t Bk = ex.reference ? nk : balanced_block(nk, kMaxBk);
   b.S->ensure(size_t(bq * Bk) * 4);
@@ -176,14 +192,14 @@ void write_rows(const float* O, int64_t bq, int64_t hd, int h, int64_t D, DType 
 // rethrown after the loop.
 template <typename Fn>
 void parallel_tasks(const AttentionExec& ex, AttentionWorkspace& ws, int64_t n, Fn&& fn) {
-  constexpr size_t kSlots = 5;
+  constexpr size_t kSlots = 7;
   if (ws.thread_scratch.size() < size_t(ex.threads) * kSlots) ws.thread_scratch.resize(size_t(ex.threads) * kSlots);
   std::exception_ptr error;
   std::mutex error_mutex;
 #pragma omp parallel num_threads(ex.threads)
   {
     ScratchBuf* slot = &ws.thread_scratch[size_t(omp_get_thread_num()) * kSlots];
-    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], {}, {}, {}, {}, {}, {}, {}};
+    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], {}, {}, {}, {}, {}, {}, {}};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n; ++task) {
       try {
@@ -207,6 +223,29 @@ void exact_kv(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t 
   head_major(ex, q, ldq, r, heads, hd, dt, nullptr, ws.q.get());
   const int64_t Bq = ex.reference ? r : balanced_block(r, kMaxBq);
   const int64_t nqb = (r + Bq - 1) / Bq;
+  if (amx_attention(ex, dt, hd)) {
+    // Every head's K and V packed once (not per query block), then the fused kernel per task.
+    const size_t per_head = amx::packed_kv_elems(T, hd);
+    ws.k_tiles.ensure(per_head * heads * 2), ws.v_tiles.ensure(per_head * heads * 2);
+    uint16_t* kt = ws.k_tiles.as<uint16_t>();
+    uint16_t* vt = ws.v_tiles.as<uint16_t>();
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+    for (int64_t hv = 0; hv < 2 * heads; ++hv) {
+      const int64_t h = hv / 2;
+      const auto* src = reinterpret_cast<const uint16_t*>((hv % 2 ? v : k) + size_t(h * T * hd) * es);
+      if (hv % 2) amx::pack_values(src, T, hd, vt + h * per_head);
+      else amx::pack_keys(src, T, hd, kt + h * per_head);
+    }
+    parallel_tasks(ex, ws, nqb * heads, [&](int64_t task, TaskBuffers& b) {
+      const int h = int(task % heads);
+      const int64_t q0 = (task / heads) * Bq, bq = std::min(Bq, r - q0);
+      b.O->ensure(size_t(bq * hd) * 4), b.S->ensure(amx::attention_scratch_bytes(T));
+      amx::attention(reinterpret_cast<const uint16_t*>(ws.q.get() + size_t((h * r + q0) * hd) * es), bq, hd,
+                     kt + h * per_head, vt + h * per_head, T, hd, scale, nullptr, 0, b.S->get(), b.O->as<float>());
+      write_rows(b.O->as<float>(), bq, hd, h, D, dt, nullptr, q0, out);
+    });
+    return;
+  }
   parallel_tasks(ex, ws, nqb * heads, [&](int64_t task, TaskBuffers& b) {
     const int h = int(task % heads);
     const int64_t q0 = (task / heads) * Bq, bq = std::min(Bq, r - q0);

@@ -39,6 +39,7 @@ struct ScratchBuf {
 // block's keys (hierarchical), per-thread scratch.
 struct AttentionWorkspace {
   ScratchBuf q, k, v, kp, vp, kmax, kmin;
+  ScratchBuf k_tiles, v_tiles;  // every head's K and V packed for the AMX kernel (amx.hpp), exact attention
   std::vector<ScratchBuf> thread_scratch;
 };
 
