@@ -1,9 +1,11 @@
-// Private to src/encoder: linear layers on Intel AMX tiles (bf16 in, f32 accumulation).
+// Private to src/encoder: bf16 linear layers and attention on Intel AMX tiles (f32 accumulation).
 //
-// Why our own kernel: on a 2-core Xeon with AMX (2026-12-01), Debian's oneDNN 2.6 runs a bare
-// bf16 matmul (4096×768×3072) at ~0.55 TFLOP/s and the ViT-B/16 linear layers at M = 274 at
-// 0.33-0.42 TFLOP/s, while the tiles themselves do ~1.6-1.9 TFLOP/s per core (a TDPBF16PS loop on
-// registers: bench_encode --peak-amx). The linear layers are ~94 % of a foveated encode's FLOPs.
+// Why our own kernels: on a 2-core Xeon with AMX (2026-12-01), Debian's oneDNN 2.6 ran a bare
+// bf16 matmul (4096×768×3072) at ~0.55 TFLOP/s and the ViT-B/16 linear layers inside an encode at
+// M = 274 at 0.33-0.42 TFLOP/s (its residual `sum` post-op cost the most), and the attention
+// blocks at ~0.1 TFLOP/s (~30 µs a call), while the tiles do ~1.6-1.9 TFLOP/s per core (a
+// TDPBF16PS loop on registers: the "ceiling" line of bench_encode --peak). docs/encoder.md,
+// "On an AMX Xeon", has the measurements.
 //
 // Only runs where amx::usable() says so (run-time dispatch: the kernels' translation unit is
 // the only one compiled with AMX / AVX-512 flags, and nothing in it runs unless the CPU and
