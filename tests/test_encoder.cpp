@@ -1714,6 +1714,36 @@ TEST(Encoder, Bf16RunsWhereSupportedAndFp32Elsewhere) {
   EXPECT_EQ(meta.count("precision_requested"), bf16_supported() ? 0u : 1u);
 }
 
+// `encode --json` says which matrix kernels ran: fovea's AMX ones for bf16 where the CPU has
+// them (amx_kernels_enabled()), never for fp32; FOVEA_AMX=0 keeps bf16 on oneDNN, and the
+// embeddings are then oneDNN's (close to the AMX kernels', not the same bits).
+TEST(EncodeCli, JsonSaysWhichKernelsRan) {
+  const std::string dir = test::temp_dir("enc_cli_kernels");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  auto run = [&](const std::string& prec, const std::string& out) {
+    const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--precision", prec,
+                                  "-o", dir + "/" + out, "--json", "--threads", "2"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["encoder"]["kernels"].get<std::string>() : "";
+  };
+  EXPECT_EQ(run("fp32", "a.safetensors"), "onednn");
+  const bool bf16 = bf16_supported();
+  EXPECT_EQ(run("bf16", "b.safetensors"), bf16 && amx_kernels_enabled() ? "amx+onednn" : "onednn");
+  const char* saved = std::getenv("FOVEA_AMX");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("FOVEA_AMX", "0", 1);
+  EXPECT_EQ(run("bf16", "c.safetensors"), "onednn");
+  if (saved) ::setenv("FOVEA_AMX", saved_value.c_str(), 1);
+  else ::unsetenv("FOVEA_AMX");
+  if (bf16 && amx_kernels_enabled()) {  // both ran bf16, on different kernels: close, not equal
+    const SafetensorsFile b = SafetensorsFile::open(dir + "/b.safetensors"), c = SafetensorsFile::open(dir + "/c.safetensors");
+    const Tensor x = b.load_f32(*b.find("embeddings")), y = c.load_f32(*c.find("embeddings"));
+    ASSERT_EQ(x.shape(), y.shape());
+    EXPECT_GE(mean_row_cosine(x, y), 0.999);
+  }
+}
+
 // The CLI on a CPU without bf16 kernels (forced with ONEDNN_MAX_CPU_ISA=AVX2, which caps oneDNN
 // on any x86 machine): one warning line, and the report and the file say fp32 ran for bf16.
 TEST(EncodeCli, Bf16WithoutBf16KernelsRunsFp32AndSaysSo) {
@@ -1737,6 +1767,7 @@ TEST(EncodeCli, Bf16WithoutBf16KernelsRunsFp32AndSaysSo) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["encoder"]["precision"], "fp32");
   EXPECT_EQ(j["encoder"]["precision_requested"], "bf16");
+  EXPECT_EQ(j["encoder"]["kernels"], "onednn") << "the capped ISA must keep fovea's AMX kernels off too";
   const SafetensorsFile f = SafetensorsFile::open(dir + "/e.safetensors");
   EXPECT_EQ(f.metadata().at("precision"), "fp32");
   EXPECT_EQ(f.metadata().at("precision_requested"), "bf16");

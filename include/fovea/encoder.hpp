@@ -118,6 +118,12 @@ enum class Precision : uint8_t {
 // Skylake-SP) has none. Asked of oneDNN once per process, so ONEDNN_MAX_CPU_ISA=AVX2 makes an
 // AVX-512 machine answer false.
 bool bf16_supported();
+// Whether bf16 encodes run their linear layers and attention on fovea's own AMX tile kernels
+// (the CPU has AMX-BF16, the OS grants the tile state, and neither FOVEA_AMX=0 nor an
+// ONEDNN_MAX_CPU_ISA below AMX says otherwise) instead of oneDNN's. Shapes the kernels do not
+// take (N or K not a multiple of 32, head widths other than 32 and 64) stay on oneDNN. fp32
+// always runs on oneDNN. Asked once per process.
+bool amx_kernels_enabled();
 // The precision that runs for a request: `requested`, except bf16 on a CPU without bf16 kernels,
 // which runs fp32 (bf16 would be no faster there, only less exact). encode() and the
 // incremental encoder apply it; Encoding::precision says what ran. Front ends say so once.

@@ -847,6 +847,9 @@ PYBIND11_MODULE(_fovea, m) {
         "The file name extensions of those formats ('.png', '.webp', ...), lower case with the dot.");
   m.def("bf16_supported", &bf16_supported,
         "Whether this CPU has bf16 matrix kernels (oneDNN: AVX-512 or AMX). Without them precision='bf16' runs fp32.");
+  m.def("amx_kernels_enabled", &amx_kernels_enabled,
+        "Whether precision='bf16' runs its linear layers and attention on fovea's own AMX tile kernels (a CPU with "
+        "AMX; FOVEA_AMX=0 turns them off) rather than oneDNN's. fp32 always runs on oneDNN.");
 
   m.def("tokenize", &tokenize_py, py::arg("image"), py::arg("budget") = 273,
         py::arg("fixations") = std::vector<std::vector<float>>{}, py::arg("regions") = std::vector<std::vector<float>>{},

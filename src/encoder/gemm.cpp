@@ -512,6 +512,8 @@ bool bf16_supported() {
   return supported;
 }
 
+bool amx_kernels_enabled() { return encoder_detail::amx::usable(); }
+
 Precision runnable_precision(Precision requested) {
   return requested == Precision::bf16 && !bf16_supported() ? Precision::fp32 : requested;
 }

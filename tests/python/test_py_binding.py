@@ -175,6 +175,17 @@ def test_encode_equals_cli_file(png, tmp_path):
     assert np.array_equal(raw, emb)
 
 
+def test_amx_kernels_enabled_is_what_the_cli_reports(png):
+    _, path = png
+    r = cli("encode", path, "--model", "random:vit-s16", "--budget", 32, "--threads", 1, "--precision", "bf16",
+            "--json")
+    import json
+    kernels = json.loads(r.stdout)["encoder"]["kernels"]
+    assert isinstance(fovea.amx_kernels_enabled(), bool)
+    want = fovea.bf16_supported() and fovea.amx_kernels_enabled()
+    assert kernels == ("amx+onednn" if want else "onednn")
+
+
 def test_bf16_runs_where_supported_and_fp32_with_a_warning_elsewhere(png, tmp_path):
     arr, path = png
     m = fovea.Model("random:vit-s16")

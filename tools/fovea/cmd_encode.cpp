@@ -163,6 +163,8 @@ struct EncodeCommand {
                           {"position_grid", mc.grid},
                           {"register_tokens", mc.registers},
                           {"precision", std::string(to_string(prec))},
+                          // Which matrix kernels ran: fovea's AMX tiles for bf16 where the CPU has them.
+                          {"kernels", prec == Precision::bf16 && amx_kernels_enabled() ? "amx+onednn" : "onednn"},
                           {"attention", attention_json(att)},
                           {"openmp_wait_policy", openmp_wait_policy()},
                           {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}},
