@@ -79,79 +79,11 @@ Stats time_reps(int reps, F&& fn) {
   return {ts[ts.size() / 2], ts[0]};
 }
 
-// The machine's bare GEMM rate: one oneDNN matmul C[M, N] = A[M, K]·B[K, N] (B in the layout
-// the kernel prefers, as the encoder's weights are), inputs filled with ordinary values (zero
-// pages and denormals would flatter or slow it), best of `reps` after a warm-up.
-void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
-  using dt = dnnl::memory::data_type;
-  omp_set_num_threads(threads);
-  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  dnnl::stream st(eng);
-  for (dt t : {dt::f32, dt::bf16}) {
-    if (t == dt::bf16 && !fovea::bf16_supported()) {  // AVX2-only CPUs: oneDNN has no bf16 matmul
-      std::printf("%s\n", nlohmann::json{{"mode", "peak"}, {"precision", "bf16"}, {"supported", false}}.dump().c_str());
-      continue;
-    }
-    const dnnl::memory::desc a({M, K}, t, {K, 1}), b({K, N}, t, dnnl::memory::format_tag::any), c({M, N}, t, {N, 1});
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
-    dnnl::memory A(a, eng), B(pd.weights_desc(), eng), C(c, eng);
-    for (dnnl::memory* m : {&A, &B, &C}) {
-      const size_t n = m->get_desc().get_size();
-      auto* p = static_cast<uint8_t*>(m->get_data_handle());
-      if (t == dt::f32)
-        for (size_t i = 0; i < n / 4; ++i) reinterpret_cast<float*>(p)[i] = float((i * 2654435761u >> 13) & 255) / 128 - 1;
-      else
-        for (size_t i = 0; i < n / 2; ++i)
-          reinterpret_cast<uint16_t*>(p)[i] = fovea::f32_to_bf16(float((i * 2654435761u >> 13) & 255) / 128 - 1);
-    }
-    const dnnl::matmul mm(pd);
-    const Stats s = time_reps(reps + 1, [&] {
-      mm.execute(st, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
-      st.wait();
-    });
-    const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
-    nlohmann::json j{{"mode", "peak"}, {"precision", t == dt::f32 ? "fp32" : "bf16"}, {"m", M}, {"k", K}, {"n", N},
-                     {"threads", threads}, {"min_ms", s.min}, {"gflops", gflop / (s.min / 1e3)},
-                     {"impl", pd.impl_info_str()}};
-    std::printf("%s\n", j.dump().c_str());
-    std::fflush(stdout);
-  }
-  if (!fovea::encoder_detail::amx::usable()) return;
-  // fovea's own AMX GEMM (the bf16 linear layers' kernel, src/encoder/amx.hpp) on the same shape,
-  // its weights packed (a model's second use on), through the encoder's Gemm as a layer runs it.
-  {
-    namespace ed = fovea::encoder_detail;
-    std::vector<uint16_t> a(size_t(M * K)), c(size_t(M * N));
-    std::vector<float> w(size_t(N * K));
-    for (size_t i = 0; i < a.size(); ++i) a[i] = fovea::f32_to_bf16(float((i * 2654435761u >> 13) & 255) / 128 - 1);
-    for (size_t i = 0; i < w.size(); ++i) w[i] = float((i * 2246822519u >> 13) & 255) / 128 - 1;
-    ed::Gemm gemm;
-    ed::GemmArgs g{};
-    g.a = a.data(), g.lda = K, g.a_dt = fovea::DType::bf16;
-    g.w = w.data(), g.ldw = K, g.w_dt = fovea::DType::f32;
-    g.c = c.data(), g.ldc = N, g.c_dt = fovea::DType::bf16;
-    g.m = M, g.n = N, g.k = K, g.constant_w = true;
-    const ed::OmpThreadsScope team(threads);
-    gemm.run(g);  // first use: packs on the fly; the timed ones read the packed copy
-    const Stats s = time_reps(reps + 1, [&] { gemm.run(g); });
-    const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
-    nlohmann::json j{{"mode", "peak"}, {"precision", "bf16"}, {"m", M}, {"k", K}, {"n", N}, {"threads", threads},
-                     {"min_ms", s.min}, {"gflops", gflop / (s.min / 1e3)}, {"impl", "fovea:amx"}};
-    std::printf("%s\n", j.dump().c_str());
-  }
-  // The tiles' own rate: TDPBF16PS on registers, no memory at all. No GEMM reaches it; it is the
-  // ceiling every bf16 kernel on this machine is under.
-  const double tiles = fovea::encoder_detail::amx::tile_peak_gflops(threads, 0.5);
-  std::printf("%s\n", nlohmann::json{{"mode", "ceiling"}, {"precision", "bf16"}, {"threads", threads},
-                                     {"gflops", tiles}, {"impl", "amx tiles (TDPBF16PS on registers)"}}
-                          .dump()
-                          .c_str());
-  std::fflush(stdout);
-}
-
-// One bare GEMM call of each available kernel at M×K×N (oneDNN's matmul with its preferred
-// weight layout; on AMX CPUs also fovea's own AMX GEMM, its weights packed), the best rate of the
-// call: for --paired-peak, which measures the peak next to every encode repetition.
+// The bare GEMMs at M×K×N: oneDNN's matmul (B in the layout the kernel prefers, as the
+// encoder's weights are) and, for bf16 on AMX CPUs, fovea's own AMX GEMM through the encoder's
+// Gemm with its weights packed (a model's second use on); inputs filled with ordinary values
+// (zero pages and denormals would flatter or slow them). One call each per *_once(), in GFLOP/s:
+// --peak takes the best of repetitions, --paired-peak one call right before each encode.
 class BarePeak {
  public:
   BarePeak(int64_t M, int64_t K, int64_t N, fovea::Precision prec, int threads)
@@ -160,21 +92,21 @@ class BarePeak {
     const dt t = prec == fovea::Precision::bf16 ? dt::bf16 : dt::f32;
     const dnnl::memory::desc a({M, K}, t, {K, 1}), b({K, N}, t, dnnl::memory::format_tag::any), c({M, N}, t, {N, 1});
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng_);
+    impl_ = pd.impl_info_str();
     A_ = dnnl::memory(a, eng_), B_ = dnnl::memory(pd.weights_desc(), eng_), C_ = dnnl::memory(c, eng_);
     for (dnnl::memory* m : {&A_, &B_, &C_}) {
       const size_t n = m->get_desc().get_size();
       auto* p = static_cast<uint8_t*>(m->get_data_handle());
       if (t == dt::f32)
-        for (size_t i = 0; i < n / 4; ++i) reinterpret_cast<float*>(p)[i] = float((i * 2654435761u >> 13) & 255) / 128 - 1;
+        for (size_t i = 0; i < n / 4; ++i) reinterpret_cast<float*>(p)[i] = value(i);
       else
-        for (size_t i = 0; i < n / 2; ++i)
-          reinterpret_cast<uint16_t*>(p)[i] = fovea::f32_to_bf16(float((i * 2654435761u >> 13) & 255) / 128 - 1);
+        for (size_t i = 0; i < n / 2; ++i) reinterpret_cast<uint16_t*>(p)[i] = fovea::f32_to_bf16(value(i));
     }
     mm_ = dnnl::matmul(pd);
     if (prec == fovea::Precision::bf16 && fovea::encoder_detail::amx::usable()) {
       a16_.resize(size_t(M * K)), c16_.resize(size_t(M * N)), w_.resize(size_t(N * K));
-      for (size_t i = 0; i < a16_.size(); ++i) a16_[i] = fovea::f32_to_bf16(float((i * 2654435761u >> 13) & 255) / 128 - 1);
-      for (size_t i = 0; i < w_.size(); ++i) w_[i] = float((i * 2246822519u >> 13) & 255) / 128 - 1;
+      for (size_t i = 0; i < a16_.size(); ++i) a16_[i] = fovea::f32_to_bf16(value(i));
+      for (size_t i = 0; i < w_.size(); ++i) w_[i] = value(i * 3 + 1);
       g_.a = a16_.data(), g_.lda = K, g_.a_dt = fovea::DType::bf16;
       g_.w = w_.data(), g_.ldw = K, g_.w_dt = fovea::DType::f32;
       g_.c = c16_.data(), g_.ldc = N, g_.c_dt = fovea::DType::bf16;
@@ -183,27 +115,32 @@ class BarePeak {
       const fovea::encoder_detail::OmpThreadsScope team(threads_);
       gemm_->run(g_), gemm_->run(g_);  // packed from the second use
     }
-    once();  // warm
+    onednn_once();  // warm
   }
-  // The best GFLOP/s of one call of each kernel.
-  double once() {
-    const double gflop = 2.0 * double(M_) * double(N_) * double(K_) / 1e9;
+  const std::string& onednn_impl() const { return impl_; }
+  bool has_fovea() const { return gemm_ != nullptr; }
+  double onednn_once() {
     const fovea::encoder_detail::OmpThreadsScope team(threads_);
-    auto t0 = Clock::now();
+    const auto t0 = Clock::now();
     mm_.execute(st_, {{DNNL_ARG_SRC, A_}, {DNNL_ARG_WEIGHTS, B_}, {DNNL_ARG_DST, C_}});
     st_.wait();
-    double best = gflop / (ms_since(t0) / 1e3);
-    if (gemm_) {
-      t0 = Clock::now();
-      gemm_->run(g_);
-      best = std::max(best, gflop / (ms_since(t0) / 1e3));
-    }
-    return best;
+    return gflop() / (ms_since(t0) / 1e3);
   }
+  double fovea_once() {  // 0 without fovea's kernel
+    if (!gemm_) return 0;
+    const fovea::encoder_detail::OmpThreadsScope team(threads_);
+    const auto t0 = Clock::now();
+    gemm_->run(g_);
+    return gflop() / (ms_since(t0) / 1e3);
+  }
+  double once() { return std::max(onednn_once(), fovea_once()); }  // the faster of the two
+  double gflop() const { return 2.0 * double(M_) * double(N_) * double(K_) / 1e9; }
 
  private:
+  static float value(size_t i) { return float((i * 2654435761u >> 13) & 255) / 128 - 1; }
   int64_t M_, K_, N_;
   int threads_;
+  std::string impl_;
   dnnl::engine eng_;
   dnnl::stream st_;
   dnnl::memory A_, B_, C_;
@@ -213,6 +150,39 @@ class BarePeak {
   fovea::encoder_detail::GemmArgs g_{};
   std::unique_ptr<fovea::encoder_detail::Gemm> gemm_;
 };
+
+// The machine's bare GEMM rate: oneDNN's matmul f32 and bf16 and, on AMX CPUs, fovea's own AMX
+// GEMM, best of `reps` after a warm-up each; then the AMX tiles' own rate on registers.
+void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
+  omp_set_num_threads(threads);
+  for (const fovea::Precision prec : {fovea::Precision::fp32, fovea::Precision::bf16}) {
+    const char* name = prec == fovea::Precision::fp32 ? "fp32" : "bf16";
+    if (prec == fovea::Precision::bf16 && !fovea::bf16_supported()) {  // AVX2-only CPUs: oneDNN has no bf16 matmul
+      std::printf("%s\n", nlohmann::json{{"mode", "peak"}, {"precision", "bf16"}, {"supported", false}}.dump().c_str());
+      continue;
+    }
+    BarePeak bare(M, K, N, prec, threads);
+    auto report = [&](const std::string& impl, auto&& once) {
+      double best = 0;
+      for (int r = 0; r < reps; ++r) best = std::max(best, once());
+      nlohmann::json j{{"mode", "peak"}, {"precision", name}, {"m", M}, {"k", K}, {"n", N}, {"threads", threads},
+                       {"min_ms", bare.gflop() / best * 1e3}, {"gflops", best}, {"impl", impl}};
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    };
+    report(bare.onednn_impl(), [&] { return bare.onednn_once(); });
+    if (bare.has_fovea()) report("fovea:amx", [&] { return bare.fovea_once(); });
+  }
+  if (!fovea::encoder_detail::amx::usable()) return;
+  // The tiles' own rate: TDPBF16PS on registers, no memory at all. No GEMM reaches it; it is the
+  // ceiling every bf16 kernel on this machine is under.
+  const double tiles = fovea::encoder_detail::amx::tile_peak_gflops(threads, 0.5);
+  std::printf("%s\n", nlohmann::json{{"mode", "ceiling"}, {"precision", "bf16"}, {"threads", threads},
+                                     {"gflops", tiles}, {"impl", "amx tiles (TDPBF16PS on registers)"}}
+                          .dump()
+                          .c_str());
+  std::fflush(stdout);
+}
 
 // FLOPs of one encode of n tokens (+ the model's prefix tokens), multiply-adds counted as 2:
 // bench/encode_bench.py's encode_gflop for any config.
