@@ -233,6 +233,16 @@ struct Gemm::State {
   std::unique_ptr<PackedArena> transient_arena;
   void* transient = nullptr;
   size_t transient_bytes = 0;
+  // The reused buffer, grown to `bytes` (call with transient_mutex held).
+  void* transient_buffer(size_t bytes) {
+    if (transient_bytes < bytes) {
+      transient_arena.reset();
+      transient_arena = std::make_unique<PackedArena>();
+      transient = transient_arena->allocate(bytes);
+      transient_bytes = bytes;
+    }
+    return transient;
+  }
 
   std::shared_ptr<Entry> get(const GemmArgs& g, bool packed) {
     const bool blocked_layout = packed && packs_blocked(g.a_dt);  // before the lock: it takes it
@@ -382,14 +392,7 @@ void Gemm::run_amx(const GemmArgs& g, bool packed) {
   }
   // First use: each thread packs its own panels into the reused buffer, then reads them.
   std::lock_guard<std::mutex> lock(s_->transient_mutex);
-  const size_t bytes = amx::packed_bytes(g.n, g.k);
-  if (s_->transient_bytes < bytes) {
-    s_->transient_arena.reset();
-    s_->transient_arena = std::make_unique<PackedArena>();
-    s_->transient = s_->transient_arena->allocate(bytes);
-    s_->transient_bytes = bytes;
-  }
-  a.packed = static_cast<uint16_t*>(s_->transient);
+  a.packed = static_cast<uint16_t*>(s_->transient_buffer(amx::packed_bytes(g.n, g.k)));
   a.pack = true;
   amx::gemm(a);
 }
@@ -418,15 +421,8 @@ void Gemm::run_unchecked(const GemmArgs& g) {
     w = s_->packed_weights(g, *e, st);
   } else if (use == WeightUse::transient) {
     transient_lock = std::unique_lock<std::mutex>(s_->transient_mutex);
-    const size_t bytes = e->w_packed_md.get_size();
-    if (s_->transient_bytes < bytes) {
-      s_->transient_arena.reset();
-      s_->transient_arena = std::make_unique<PackedArena>();
-      s_->transient = s_->transient_arena->allocate(bytes);
-      s_->transient_bytes = bytes;
-    }
-    w = dnnl::memory(e->w_packed_md, eng, s_->transient);
-    State::copy_weights(g, *e, eng, s_->transient, st);
+    w = dnnl::memory(e->w_packed_md, eng, s_->transient_buffer(e->w_packed_md.get_size()));
+    State::copy_weights(g, *e, eng, w.get_data_handle(), st);
   } else {
     w = dnnl::memory(e->w_md, eng, const_cast<void*>(g.w));
   }
