@@ -65,9 +65,7 @@ void attention(const uint16_t*, int64_t, int64_t, const uint16_t*, const uint16_
 #endif
 
 bool usable() {
-#ifndef FOVEA_AMX_KERNELS
-  return false;
-#endif
+#ifdef FOVEA_AMX_KERNELS
   static const bool ok = [] {
     const char* off = std::getenv("FOVEA_AMX");
     if (off && std::string(off) == "0") return false;
@@ -75,6 +73,9 @@ bool usable() {
     return cpu_and_os_allow();
   }();
   return ok;
+#else
+  return false;
+#endif
 }
 
 }  // namespace fovea::encoder_detail::amx
