@@ -18,7 +18,7 @@ namespace {
 
 // ONEDNN_MAX_CPU_ISA below AMX (e.g. AVX2, AVX512_CORE_BF16): fovea's own AMX kernels stay off
 // too, so a capped run behaves as that older CPU would.
-bool isa_capped_below_amx() {
+[[maybe_unused]] bool isa_capped_below_amx() {
   const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
   if (!isa || !*isa) return false;
   std::string s(isa);
@@ -27,7 +27,7 @@ bool isa_capped_below_amx() {
 }
 
 #if defined(__x86_64__) && defined(__linux__)
-bool cpu_and_os_allow() {
+[[maybe_unused]] bool cpu_and_os_allow() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   const bool avx512 = (b >> 16 & 1) && (b >> 17 & 1) && (b >> 30 & 1) && (b >> 31 & 1);  // F, DQ, BW, VL
@@ -48,7 +48,7 @@ bool cpu_and_os_allow() {
   return ::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 #else
-bool cpu_and_os_allow() { return false; }
+[[maybe_unused]] bool cpu_and_os_allow() { return false; }
 #endif
 
 }  // namespace
