@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/) with clang + ASan + UBSan and runs each for N seconds.
-#   scripts/fuzz.sh [--seconds N] [--build-dir DIR] [--jobs J] [TARGET...]
+#   scripts/fuzz.sh [--seconds N] [--runs R] [--procs P] [--build-dir DIR] [--jobs J] [TARGET...]
 # TARGET: png jpeg still safetensors gguf torch tokenize cli tar video (default: all of them; still only
 # when the build has FFmpeg, video only when it has the video stage, i.e. libav* and the encoder). Each target starts from its
 # committed seed corpus fuzz/corpus/<target>/ plus the inputs earlier runs found (kept in
@@ -13,11 +13,18 @@
 # (FUZZ_TIMEOUT=60) or a starved process reads as a hang. FUZZ_NO_BUILD=1 runs the binaries as
 # they are, without building. Per-target defaults (before FUZZ_FLAGS, which override them):
 # gguf -max_len=8192 (fuzz/README.md says why).
+# Long runs: --runs R stops each process after R executions (with --seconds too, whichever comes
+# first; without it, no time limit), and --procs P runs P processes per target at once, seeds
+# 1..P, sharing the target's corpus (libFuzzer reloads it): 10 M executions of one target on two
+# cores is `nice -n 19 scripts/fuzz.sh --runs 5000000 --procs 2 TARGET` (FUZZ_TIMEOUT=60 beside
+# other work). The summary's executions are the processes' sum, its seconds the wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-seconds=30
+seconds=
+runs=
+procs=1
 build_dir=build-fuzz
 jobs=$(nproc)
 targets=()
@@ -27,6 +34,10 @@ while [ "$#" -gt 0 ]; do
   case "$1" in
     --seconds) seconds=${2:?--seconds needs a number}; shift 2 ;;
     --seconds=*) seconds=${1#*=}; shift ;;
+    --runs) runs=${2:?--runs needs a number}; shift 2 ;;
+    --runs=*) runs=${1#*=}; shift ;;
+    --procs) procs=${2:?--procs needs a number}; shift 2 ;;
+    --procs=*) procs=${1#*=}; shift ;;
     --build-dir) build_dir=${2:?}; shift 2 ;;
     --jobs) jobs=${2:?}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -34,7 +45,11 @@ while [ "$#" -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[[ "$seconds" =~ ^[0-9]+$ ]] && [ "$seconds" -ge 1 ] || { echo "fuzz.sh: error: --seconds must be a positive integer" >&2; exit 2; }
+positive() { [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge 1 ] || { echo "fuzz.sh: error: $1 must be a positive integer" >&2; exit 2; }; }
+[ -n "$seconds" ] || [ -n "$runs" ] || seconds=30
+[ -z "$seconds" ] || positive --seconds "$seconds"
+[ -z "$runs" ] || positive --runs "$runs"
+positive --procs "$procs"
 explicit=${#targets[@]}
 [ "$explicit" -gt 0 ] || targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do
@@ -77,6 +92,9 @@ done
 targets=("${kept[@]}")
 # FUZZ_NO_BUILD=1: run the binaries as built (e.g. while another build runs in the same folder).
 [ "${FUZZ_NO_BUILD:-0}" = 1 ] || cmake --build "$build_dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
+for t in "${targets[@]}"; do
+  [ -x "$build_dir/fuzz/fuzz_$t" ] || { echo "fuzz.sh: error: $build_dir/fuzz/fuzz_$t is not built (FUZZ_NO_BUILD=1?)" >&2; exit 2; }
+done
 
 # Per-target libFuzzer defaults; FUZZ_FLAGS comes after them on the command line and wins.
 target_flags() {
@@ -95,36 +113,71 @@ failed=0
 for t in "${targets[@]}"; do
   corpus="$build_dir/corpus/$t"
   mkdir -p "$corpus"
-  log="$build_dir/fuzz-$t.log"
-  echo "fuzz.sh: $t for ${seconds}s (log: $log)"
-  # -timeout: one input over 10 s is a hang. -rss_limit_mb: a parser that balloons is a finding.
-  # ASan's leak check runs at exit and on every input that looked leaky (-detect_leaks=1).
-  set +e
-  # shellcheck disable=SC2086,SC2046
-  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
-  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    "$build_dir/fuzz/fuzz_$t" "$corpus" "fuzz/corpus/$t" \
-      -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -detect_leaks=1 \
-      -artifact_prefix="fuzz/crashes/$t-" -print_final_stats=1 $(target_flags "$t") ${FUZZ_FLAGS:-} > "$log" 2>&1
-  rc=$?
-  set -e
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  inputs=$(find "$corpus" -type f | wc -l)
-  if [ "$rc" = 0 ]; then
-    result=ok
-  else
+  log="$build_dir/fuzz-$t.log"  # process i > 1 logs to fuzz-$t.$i.log
+  limits=()
+  [ -z "$seconds" ] || limits+=("-max_total_time=$seconds")
+  [ -z "$runs" ] || limits+=("-runs=$runs")
+  echo "fuzz.sh: $t for ${seconds:+${seconds}s}${seconds:+${runs:+ or }}${runs:+$runs executions}$([ "$procs" = 1 ] || echo " x $procs processes") (log: $log)"
+  logs=()
+  pids=()
+  start=$(date +%s)
+  for i in $(seq 1 "$procs"); do
+    l=$log
+    [ "$i" = 1 ] || l="$build_dir/fuzz-$t.$i.log"
+    logs+=("$l")
+    # -timeout: one input over 10 s is a hang. -rss_limit_mb: a parser that balloons is a finding.
+    # ASan's leak check runs at exit and on every input that looked leaky (-detect_leaks=1).
+    # shellcheck disable=SC2086,SC2046
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+      "$build_dir/fuzz/fuzz_$t" "$corpus" "fuzz/corpus/$t" "${limits[@]}" \
+        -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -detect_leaks=1 \
+        -artifact_prefix="fuzz/crashes/$t-" -print_final_stats=1 $(target_flags "$t") ${FUZZ_FLAGS:-} > "$l" 2>&1 &
+    pids+=($!)
+  done
+  # The first process to fail stops the others (interrupted: not findings of their own).
+  declare -A rc_of=()
+  stopped=0
+  pending=("${pids[@]}")
+  while [ "${#pending[@]}" -gt 0 ]; do
+    set +e
+    wait -n -p done_pid "${pending[@]}"
+    rc=$?
+    set -e
+    rc_of[$done_pid]=$rc
+    left=()
+    for pid in "${pending[@]}"; do [ "$pid" = "$done_pid" ] || left+=("$pid"); done
+    pending=("${left[@]}")
+    if [ "$rc" != 0 ] && [ "$stopped" = 0 ]; then
+      stopped=1
+      for pid in "${pending[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+    fi
+  done
+  elapsed=$(( $(date +%s) - start ))
+  execs=0
+  rate=0
+  result=ok
+  for i in "${!logs[@]}"; do
+    l=${logs[$i]}
+    e=$(sed -n 's/^stat::number_of_executed_units: *//p' "$l" | tail -1)
+    r=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$l" | tail -1)
+    execs=$((execs + ${e:-0}))
+    rate=$((rate + ${r:-0}))
+    rc=${rc_of[${pids[$i]}]}
+    [ "$rc" = 0 ] && continue
+    grep -q 'libFuzzer: run interrupted' "$l" && [ "$stopped" = 1 ] && [ "$rc" = 72 ] && continue  # stopped by us
     failed=1
-    artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
     result="FAILED (exit $rc)"
-    grep -m3 -E '^==[0-9]+==ERROR|SUMMARY:|runtime error:|fuzz: ' "$log" | sed "s/^/fuzz.sh: $t: /" >&2 || true
+    artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$l" | tail -1)
+    grep -m3 -E '^==[0-9]+==ERROR|SUMMARY:|runtime error:|fuzz: ' "$l" | sed "s/^/fuzz.sh: $t: /" >&2 || true
     if [ -n "$artifact" ]; then
       echo "fuzz.sh: $t: reproducer saved as $artifact; rerun: $build_dir/fuzz/fuzz_$t $artifact" >&2
     else
-      tail -20 "$log" >&2
+      tail -20 "$l" >&2
     fi
-  fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "$inputs" "$result" >> "$summary"
+  done
+  inputs=$(find "$corpus" -type f | wc -l)
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$elapsed" "$execs" "$rate" "$inputs" "$result" >> "$summary"
 done
 column -t -s $'\t' "$summary" 2>/dev/null || cat "$summary"
 [ "$failed" = 0 ] || { echo "fuzz.sh: error: at least one target failed (reproducers in fuzz/crashes/)" >&2; exit 1; }
