@@ -201,6 +201,67 @@ TEST_P(StoreFaultTest, EveryFailurePointRollsBack) {
   std::printf("%lld injected failures, each rolled back exactly\n", (long long)failures);
 }
 
+// update_frame failing at every device call it makes (the read of the bound pages, the binds,
+// the zeroing, the writes; whole and partial) as a frame grows, shrinks and changes in place:
+// the sequence comes back exactly as it was, residency and bytes, the other sequence is
+// untouched, the device's mappings match, and the same update then succeeds.
+TEST_P(StoreFaultTest, UpdateFrameIsAllOrNothing) {
+  int64_t failures = 0;
+  for (BindMode mode : {BindMode::merged, BindMode::single}) {
+    for (StoreOp op : {StoreOp::gather, StoreOp::bind, StoreOp::fill_zero, StoreOp::write}) {
+      for (int64_t nth = 1; nth <= 3; ++nth) {
+        for (bool partial : {false, true}) {
+          SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(op) + " call " + std::to_string(nth) +
+                       (partial ? " partial" : " whole"));
+          StoreConfig cfg;
+          cfg.dim = page() / 2 / 2 * 3 / 4;  // f16 tokens of 3/8 page: they straddle pages
+          cfg.page_bytes = page();
+          cfg.pool_pages = 24;
+          cfg.bind_mode = mode;
+          auto faults = std::make_shared<StoreFaults>();
+          TokenStore store(cfg, make_fault_store_backend(real_backend(GetParam()), faults));
+          const SeqId a = store.reserve(40), b = store.reserve(40);
+          auto frame = [&](int64_t n, int salt) {
+            Tensor f(DType::f16, {n, cfg.dim});
+            for (size_t i = 0; i < f.size_bytes(); ++i) f.bytes()[i] = std::byte((i / 64 * 31 + size_t(salt)) & 0xff);
+            return f;
+          };
+          store.update_frame(a, frame(20, 1));
+          store.bind(b, 5, 3);
+          store.write(b, 5, frame(3, 9));
+          const std::vector<SeqId> seqs{a, b};
+          std::vector<Tensor> nexts;
+          nexts.push_back(frame(20, 1));  // one token changed in place
+          nexts.back().bytes()[7 * store.token_bytes() + 5] ^= std::byte{0x5a};
+          nexts.push_back(frame(32, 2));  // grown
+          nexts.push_back(frame(8, 3));   // shrunk
+          for (const Tensor& t : nexts) {
+            const Tensor* next = &t;
+            const Snapshot before = snapshot(store, seqs);
+            faults->fail_call(op, nth, partial);
+            const bool failed = injected_failure([&] { store.update_frame(a, *next); });
+            faults->disarm();
+            failures += failed;
+            if (failed) {
+              expect_same(before, snapshot(store, seqs));
+              expect_mappings_match(store, *faults, seqs);
+              store.update_frame(a, *next);
+            }
+            expect_mappings_match(store, *faults, seqs);
+            const int64_t n = next->dim(0);
+            for (int64_t t = 0; t < 40; ++t) ASSERT_EQ(store.is_resident(a, t), t < n) << "token " << t;
+            const Tensor g = store.gather({{a, 0, n}});
+            EXPECT_EQ(std::memcmp(g.bytes(), next->bytes(), next->size_bytes()), 0) << "the frame's bytes";
+            if (::testing::Test::HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(failures, 30);
+  std::printf("%lld injected failures in update_frame, each rolled back exactly\n", (long long)failures);
+}
+
 // The pool's allocation refused: the constructor throws, nothing leaks (LeakSanitizer).
 TEST_P(StoreFaultTest, InitFailureThrowsAndLeaksNothing) {
   auto faults = std::make_shared<StoreFaults>();
@@ -350,14 +411,7 @@ TEST_P(StoreFaultTest, RandomFaultsMatchModel) {
             for (int64_t t = 0; t < int64_t(toks.size()); ++t)
               toks[size_t(t)] = t < n ? Tok{true, true, std::vector<std::byte>(frame.bytes() + t * tb, frame.bytes() + (t + 1) * tb)}
                                       : Tok{};
-          } else {
-            // Documented: consistent, but residency and bytes unspecified. Resync residency.
-            try {
-              for (int64_t t = 0; t < int64_t(toks.size()); ++t)
-                toks[size_t(t)] = Tok{store->is_resident(id, t), false, {}};
-            } catch (const Error&) {  // the store became unusable
-            }
-          }
+          }  // failed: all-or-nothing, the model stays as it was (checked below, bytes by later gathers)
         } else {
           std::vector<TokenRange> rs{range(any_seq())};
           std::vector<std::byte> want;

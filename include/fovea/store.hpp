@@ -29,10 +29,10 @@
 // as it was and rethrow: nothing changed, accounting stays exact, no page is left half-bound,
 // and an unbound page's tokens are intact once mapped back. A failed write leaves residency
 // unchanged and the written tokens' bytes unspecified; a failed gather changes nothing; a
-// failed update_frame leaves the sequence consistent (every resident token fully bound) but
-// which of its tokens are resident, and their bytes, unspecified: write the frame again or
-// release it. Should putting pages back fail as well, the store is unusable: every later call
-// throws Error(device) saying so (destroying it is still safe and frees everything).
+// failed update_frame puts the sequence back as it was, residency and bytes (it reads the
+// bound pages first, and writes them back after a failure). Should putting pages back fail as
+// well, the store is unusable: every later call throws Error(device) saying so (destroying it
+// is still safe and frees everything).
 // tests/test_store_faults.cpp injects such failures (src/store/fault_backend.hpp).
 //
 // Threads: a TokenStore is safe to share between threads: any number of concurrent readers
@@ -308,6 +308,12 @@ class TokenStore {
   // After a failed submission (any prefix of which may have taken effect), maps these virtual
   // pages as they were. Returns false, and marks the store unusable, when that fails too.
   bool restore_mappings(const Mappings& before);
+  // After a failed update_frame: the sequence's page table and residency as they were
+  // (`was_bound`, `was_resident`), and the bytes of the pages `bound` then (runs of whole pages)
+  // as `old` holds them. Marks the store unusable when that fails too.
+  void restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t>& was_bound,
+                     const std::vector<uint8_t>& was_resident, const std::vector<ByteRun>& bound,
+                     const std::vector<std::byte>& old);
 
   StoreConfig config_;
   std::unique_ptr<StoreBackend> backend_;

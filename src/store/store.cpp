@@ -515,57 +515,113 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& input) {
     throw Error(Errc::out_of_memory, "token store update_frame: the frame needs " + std::to_string(grow) +
                                          " new pages but the pool has " + std::to_string(phys_free_ + shrink) +
                                          " free; nothing changed");
-  const TokenRange tail{seq, n, s.capacity - n}, head{seq, 0, n};
-  if (tail.count > 0) unbind_locked({&tail, 1});
-  if (head.count > 0) bind_locked({&head, 1});
-  // Compare on the host: one gather of the pages that stay bound, then one write per run of
-  // neighbouring pages that changed or are new (a GPU backend pays a submission per call).
+  // The bytes of every page bound now, read first (a failed read changes nothing): the pages the
+  // frame keeps are compared with it, and should a device call fail midway, every page is put
+  // back from it (restore_frame) and the update is all-or-nothing.
   const int64_t base = s.base_page * config_.page_bytes;
-  const int64_t end = n * token_bytes_;
-  auto page_span = [&](size_t p) {
-    const int64_t lo = int64_t(p) * config_.page_bytes;
-    return std::pair<int64_t, int64_t>{lo, std::min(end, lo + config_.page_bytes)};
-  };
-  std::vector<ByteRun> kept;
-  int64_t kept_bytes = 0;
-  for (size_t p = 0; p < s.phys.size(); ++p)
-    if (was_bound[p] >= 0 && s.phys[p] >= 0) {
-      const auto [lo, hi] = page_span(p);
-      push_run(kept, base + lo, hi - lo);
-      kept_bytes += hi - lo;
+  std::vector<ByteRun> bound;
+  std::vector<int64_t> saved_at(was_bound.size(), -1);  // per page: offset of its bytes in `old`
+  int64_t saved_bytes = 0;
+  for (size_t p = 0; p < was_bound.size(); ++p)
+    if (was_bound[p] >= 0) {
+      push_run(bound, base + int64_t(p) * config_.page_bytes, config_.page_bytes);
+      saved_at[p] = saved_bytes;
+      saved_bytes += config_.page_bytes;
     }
-  std::vector<std::byte> old(static_cast<size_t>(kept_bytes));
-  if (!kept.empty()) backend_->gather(kept, old.data());
-  int64_t old_at = 0, write_lo = -1, write_hi = -1;
-  auto flush = [&] {
-    if (write_lo >= 0) backend_->write(base + write_lo, tokens.bytes() + write_lo, write_hi - write_lo);
-    write_lo = -1;
-  };
-  for (size_t p = 0; p < s.phys.size(); ++p) {
-    const bool before = was_bound[p] >= 0, after = s.phys[p] >= 0;
-    if (before && !after) ++delta.pages_unbound;
-    if (!after) continue;
-    const auto [lo, hi] = page_span(p);
-    bool dirty = true;
-    if (!before) {
-      ++delta.pages_bound;
-    } else {
-      dirty = std::memcmp(old.data() + old_at, tokens.bytes() + lo, size_t(hi - lo)) != 0;
-      old_at += hi - lo;
-      ++(dirty ? delta.pages_written : delta.pages_unchanged);
+  std::vector<std::byte> old(static_cast<size_t>(saved_bytes));
+  if (!bound.empty()) backend_->gather(bound, old.data());
+  const std::vector<uint8_t> was_resident = s.resident;
+  try {
+    const TokenRange tail{seq, n, s.capacity - n}, head{seq, 0, n};
+    if (tail.count > 0) unbind_locked({&tail, 1});
+    if (head.count > 0) bind_locked({&head, 1});
+    // Compare on the host, then one write per run of neighbouring pages that changed or are
+    // new (a GPU backend pays a submission per call).
+    const int64_t end = n * token_bytes_;
+    int64_t write_lo = -1, write_hi = -1;
+    auto flush = [&] {
+      if (write_lo >= 0) backend_->write(base + write_lo, tokens.bytes() + write_lo, write_hi - write_lo);
+      write_lo = -1;
+    };
+    for (size_t p = 0; p < s.phys.size(); ++p) {
+      const bool before = was_bound[p] >= 0, after = s.phys[p] >= 0;
+      if (before && !after) ++delta.pages_unbound;
+      if (!after) continue;
+      const int64_t lo = int64_t(p) * config_.page_bytes, hi = std::min(end, lo + config_.page_bytes);
+      bool dirty = true;
+      if (!before) {
+        ++delta.pages_bound;
+      } else {
+        dirty = std::memcmp(old.data() + saved_at[p], tokens.bytes() + lo, size_t(hi - lo)) != 0;
+        ++(dirty ? delta.pages_written : delta.pages_unchanged);
+      }
+      if (!dirty) {
+        flush();
+      } else if (write_lo >= 0 && write_hi == lo) {
+        write_hi = hi;
+      } else {
+        flush();
+        write_lo = lo;
+        write_hi = hi;
+      }
     }
-    if (!dirty) {
-      flush();
-    } else if (write_lo >= 0 && write_hi == lo) {
-      write_hi = hi;
-    } else {
-      flush();
-      write_lo = lo;
-      write_hi = hi;
-    }
+    flush();
+  } catch (...) {
+    restore_frame(s, seq, was_bound, was_resident, bound, old);
+    throw;
   }
-  flush();
   return delta;
+}
+
+void TokenStore::restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t>& was_bound,
+                               const std::vector<uint8_t>& was_resident, const std::vector<ByteRun>& bound,
+                               const std::vector<std::byte>& old) {
+  try {
+    // 1. The tokens the failed update made resident go (all-or-nothing itself): the pages it
+    //    bound return to the pool.
+    std::vector<TokenRange> extra;
+    for (int64_t t = 0; t < s.capacity; ++t)
+      if (s.resident[size_t(t)] && !was_resident[size_t(t)]) {
+        if (!extra.empty() && extra.back().first + extra.back().count == t) ++extra.back().count;
+        else extra.push_back({seq, t, 1});
+      }
+    if (!extra.empty()) unbind_locked(extra);
+    // 2. The pages it unbound, mapped back to their own physical pages: those are free again
+    //    (nothing but this update ran under the write lock), so the page table is as it was.
+    std::vector<PageBind> binds;
+    for (size_t p = 0; p < s.phys.size(); ++p)
+      if (was_bound[p] >= 0 && s.phys[p] < 0) {
+        if (phys_used_[size_t(was_bound[p])])
+          throw Error(Errc::internal, "physical page " + std::to_string(was_bound[p]) + " was taken meanwhile");
+        binds.push_back({s.base_page + int64_t(p), was_bound[p], 1});
+      }
+    submit(binds);
+    for (size_t p = 0; p < s.phys.size(); ++p)
+      if (was_bound[p] >= 0 && s.phys[p] < 0) {
+        s.phys[p] = was_bound[p];
+        phys_used_[size_t(was_bound[p])] = 1;
+        --phys_free_;
+        ++s.resident_pages;
+      }
+    for (int64_t t = 0; t < s.capacity; ++t)
+      if (was_resident[size_t(t)] && !s.resident[size_t(t)]) {
+        s.resident[size_t(t)] = 1;
+        ++s.resident_tokens;
+        const int64_t p0 = t * token_bytes_ / config_.page_bytes;
+        const int64_t p1 = ((t + 1) * token_bytes_ - 1) / config_.page_bytes;
+        for (int64_t p = p0; p <= p1; ++p) ++s.page_tokens[size_t(p)];
+      }
+    // 3. Every page bound before gets its bytes back.
+    int64_t at = 0;
+    for (const ByteRun& r : bound) {
+      backend_->write(r.virt_byte, old.data() + at, r.bytes);
+      at += r.bytes;
+    }
+  } catch (const std::exception& e) {
+    if (broken_.empty())
+      broken_ = std::string("a device error in update_frame, then another while putting the frame back (") + e.what() +
+                "); destroy it and create a new store";
+  }
 }
 
 void TokenStore::token_runs(const Sequence& s, int64_t first, int64_t count, std::vector<ByteRun>& out) const {
