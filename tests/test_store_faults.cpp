@@ -127,6 +127,19 @@ class StoreFaultTest : public ::testing::TestWithParam<std::string> {
   void TearDown() override { EXPECT_EQ(validation_messages_now(), messages_) << "Vulkan validation messages"; }
   // 4 KiB pages (64 KiB blocks on the image backend).
   int64_t page() const { return GetParam() == "vulkan-image" ? 65536 : 4096; }
+  // f16 tokens of 3/8 page (they straddle pages), a pool of 24 pages.
+  StoreConfig straddling(BindMode mode) const {
+    StoreConfig cfg;
+    cfg.dim = page() / 2 / 2 * 3 / 4;
+    cfg.page_bytes = page();
+    cfg.pool_pages = 24;
+    cfg.bind_mode = mode;
+    return cfg;
+  }
+  static std::string failure_point(BindMode mode, StoreOp op, int64_t nth, bool partial) {
+    return std::string(to_string(mode)) + " " + to_string(op) + " call " + std::to_string(nth) +
+           (partial ? " partial" : " whole");
+  }
   int64_t messages_ = 0;
 };
 
@@ -138,13 +151,8 @@ TEST_P(StoreFaultTest, EveryFailurePointRollsBack) {
     for (StoreOp op : {StoreOp::bind, StoreOp::fill_zero}) {
       for (int64_t nth = 1; nth <= 4; ++nth) {
         for (bool partial : {false, true}) {
-          SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(op) + " call " + std::to_string(nth) +
-                       (partial ? " partial" : " whole"));
-          StoreConfig cfg;
-          cfg.dim = page() / 2 / 2 * 3 / 4;  // f16 tokens of 3/8 page: they straddle pages
-          cfg.page_bytes = page();
-          cfg.pool_pages = 24;
-          cfg.bind_mode = mode;
+          SCOPED_TRACE(failure_point(mode, op, nth, partial));
+          const StoreConfig cfg = straddling(mode);
           auto faults = std::make_shared<StoreFaults>();
           TokenStore store(cfg, make_fault_store_backend(real_backend(GetParam()), faults));
           const SeqId a = store.reserve(40), b = store.reserve(40);
@@ -211,13 +219,8 @@ TEST_P(StoreFaultTest, UpdateFrameIsAllOrNothing) {
     for (StoreOp op : {StoreOp::gather, StoreOp::bind, StoreOp::fill_zero, StoreOp::write}) {
       for (int64_t nth = 1; nth <= 3; ++nth) {
         for (bool partial : {false, true}) {
-          SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(op) + " call " + std::to_string(nth) +
-                       (partial ? " partial" : " whole"));
-          StoreConfig cfg;
-          cfg.dim = page() / 2 / 2 * 3 / 4;  // f16 tokens of 3/8 page: they straddle pages
-          cfg.page_bytes = page();
-          cfg.pool_pages = 24;
-          cfg.bind_mode = mode;
+          SCOPED_TRACE(failure_point(mode, op, nth, partial));
+          const StoreConfig cfg = straddling(mode);
           auto faults = std::make_shared<StoreFaults>();
           TokenStore store(cfg, make_fault_store_backend(real_backend(GetParam()), faults));
           const SeqId a = store.reserve(40), b = store.reserve(40);
