@@ -256,7 +256,8 @@ class TokenStore {
   // tokens of `tokens` ([n, D]) at [0, n) and nothing beyond. Pages whose bytes are unchanged
   // are not touched; only the pages that changed are rewritten; the pages the frame grew into
   // are bound and those it shrank out of unbound (one submission each). All-or-nothing when the
-  // pool cannot hold the grown frame.
+  // pool cannot hold the grown frame (Error(out_of_memory)) and when a device call fails midway
+  // (Error(device): the sequence is put back as it was).
   FrameDelta update_frame(SeqId seq, const Tensor& tokens);
 
   // The ranges' tokens, concatenated: [sum of counts, D]. Every token must be resident.
