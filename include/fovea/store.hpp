@@ -310,11 +310,12 @@ class TokenStore {
   // pages as they were. Returns false, and marks the store unusable, when that fails too.
   bool restore_mappings(const Mappings& before);
   // After a failed update_frame: the sequence's page table and residency as they were
-  // (`was_bound`, `was_resident`), and the bytes of the pages `bound` then (runs of whole pages)
-  // as `old` holds them. Marks the store unusable when that fails too.
+  // (`was_bound`, `was_resident`), and the bytes of its pages as `old` holds them (page p's at
+  // saved_at[p]) where they may have changed: the pages mapped back, and all of them once the
+  // frame's writes had begun (`written`). Marks the store unusable when that fails too.
   void restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t>& was_bound,
-                     const std::vector<uint8_t>& was_resident, const std::vector<ByteRun>& bound,
-                     const std::vector<std::byte>& old);
+                     const std::vector<uint8_t>& was_resident, const std::vector<std::byte>& old,
+                     const std::vector<int64_t>& saved_at, bool written);
 
   StoreConfig config_;
   std::unique_ptr<StoreBackend> backend_;

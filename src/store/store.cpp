@@ -531,6 +531,7 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& input) {
   std::vector<std::byte> old(static_cast<size_t>(saved_bytes));
   if (!bound.empty()) backend_->gather(bound, old.data());
   const std::vector<uint8_t> was_resident = s.resident;
+  bool writing = false;  // past the binds: the kept pages' bytes may have changed
   try {
     const TokenRange tail{seq, n, s.capacity - n}, head{seq, 0, n};
     if (tail.count > 0) unbind_locked({&tail, 1});
@@ -539,6 +540,7 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& input) {
     // new (a GPU backend pays a submission per call).
     const int64_t end = n * token_bytes_;
     int64_t write_lo = -1, write_hi = -1;
+    writing = true;
     auto flush = [&] {
       if (write_lo >= 0) backend_->write(base + write_lo, tokens.bytes() + write_lo, write_hi - write_lo);
       write_lo = -1;
@@ -567,15 +569,15 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& input) {
     }
     flush();
   } catch (...) {
-    restore_frame(s, seq, was_bound, was_resident, bound, old);
+    restore_frame(s, seq, was_bound, was_resident, old, saved_at, writing);
     throw;
   }
   return delta;
 }
 
 void TokenStore::restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t>& was_bound,
-                               const std::vector<uint8_t>& was_resident, const std::vector<ByteRun>& bound,
-                               const std::vector<std::byte>& old) {
+                               const std::vector<uint8_t>& was_resident, const std::vector<std::byte>& old,
+                               const std::vector<int64_t>& saved_at, bool written) {
   try {
     // 1. The tokens the failed update made resident go (all-or-nothing itself): the pages it
     //    bound return to the pool.
@@ -589,11 +591,15 @@ void TokenStore::restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t
     // 2. The pages it unbound, mapped back to their own physical pages: those are free again
     //    (nothing but this update ran under the write lock), so the page table is as it was.
     std::vector<PageBind> binds;
+    std::vector<uint8_t> rewrite(s.phys.size(), 0);  // pages whose bytes may differ now
     for (size_t p = 0; p < s.phys.size(); ++p)
       if (was_bound[p] >= 0 && s.phys[p] < 0) {
         if (phys_used_[size_t(was_bound[p])])
           throw Error(Errc::internal, "physical page " + std::to_string(was_bound[p]) + " was taken meanwhile");
         binds.push_back({s.base_page + int64_t(p), was_bound[p], 1});
+        rewrite[p] = 1;  // its physical page may have served the frame's new pages meanwhile
+      } else if (was_bound[p] >= 0 && written) {
+        rewrite[p] = 1;
       }
     submit(binds);
     for (size_t p = 0; p < s.phys.size(); ++p)
@@ -611,11 +617,18 @@ void TokenStore::restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t
         const int64_t p1 = ((t + 1) * token_bytes_ - 1) / config_.page_bytes;
         for (int64_t p = p0; p <= p1; ++p) ++s.page_tokens[size_t(p)];
       }
-    // 3. Every page bound before gets its bytes back.
-    int64_t at = 0;
-    for (const ByteRun& r : bound) {
-      backend_->write(r.virt_byte, old.data() + at, r.bytes);
-      at += r.bytes;
+    // 3. Those pages get their bytes back, one write per run of neighbours (consecutive bound
+    //    pages are consecutive in `old` too).
+    const int64_t base = s.base_page * config_.page_bytes;
+    for (size_t p = 0; p < s.phys.size();) {
+      if (!rewrite[p]) {
+        ++p;
+        continue;
+      }
+      size_t q = p + 1;
+      while (q < s.phys.size() && rewrite[q]) ++q;
+      backend_->write(base + int64_t(p) * config_.page_bytes, old.data() + saved_at[p], int64_t(q - p) * config_.page_bytes);
+      p = q;
     }
   } catch (const std::exception& e) {
     if (broken_.empty())
