@@ -14,10 +14,10 @@
 # they are, without building. Per-target defaults (before FUZZ_FLAGS, which override them):
 # gguf -max_len=8192 (fuzz/README.md says why).
 # Long runs: --runs R stops each process after R executions (with --seconds too, whichever comes
-# first; without it, no time limit), and --procs P runs P processes per target at once, seeds
-# 1..P, sharing the target's corpus (libFuzzer reloads it): 10 M executions of one target on two
-# cores is `nice -n 19 scripts/fuzz.sh --runs 5000000 --procs 2 TARGET` (FUZZ_TIMEOUT=60 beside
-# other work). The summary's executions are the processes' sum, its seconds the wall time.
+# first; without it, no time limit), and --procs P runs P processes per target at once, each
+# with its own seed, sharing the target's corpus (libFuzzer reloads it): 10 M executions on two
+# cores of one target is `nice -n 19 scripts/fuzz.sh --runs 5000000 --procs 2 TARGET`
+# (FUZZ_TIMEOUT=60 beside other work). The summary's executions are the processes' sum, its seconds the wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)

@@ -516,8 +516,8 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& input) {
                                          " new pages but the pool has " + std::to_string(phys_free_ + shrink) +
                                          " free; nothing changed");
   // The bytes of every page bound now, read first (a failed read changes nothing): the pages the
-  // frame keeps are compared with it, and should a device call fail midway, every page is put
-  // back from it (restore_frame) and the update is all-or-nothing.
+  // frame keeps are compared with them, and should a device call fail midway, restore_frame puts
+  // back from them every page that may have changed: the update is all-or-nothing.
   const int64_t base = s.base_page * config_.page_bytes;
   std::vector<ByteRun> bound;
   std::vector<int64_t> saved_at(was_bound.size(), -1);  // per page: offset of its bytes in `old`
