@@ -15,9 +15,10 @@
 # gguf -max_len=8192 (fuzz/README.md says why).
 # Long runs: --runs R stops each process after R executions (with --seconds too, whichever comes
 # first; without it, no time limit), and --procs P runs P processes per target at once, each
-# with its own seed, sharing the target's corpus (libFuzzer reloads it): 10 M executions on two
-# cores of one target is `nice -n 19 scripts/fuzz.sh --runs 5000000 --procs 2 TARGET`
-# (FUZZ_TIMEOUT=60 beside other work). The summary's executions are the processes' sum, its seconds the wall time.
+# with its own seed, sharing the target's corpus (libFuzzer reloads it). 10 M executions of one
+# target on two cores: `nice -n 19 scripts/fuzz.sh --runs 5000000 --procs 2 TARGET`
+# (FUZZ_TIMEOUT=60 beside other work). The summary sums the processes' executions; its seconds
+# are the wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
