@@ -238,23 +238,22 @@ TEST_P(StoreFaultTest, UpdateFrameIsAllOrNothing) {
           nexts.back().bytes()[7 * store.token_bytes() + 5] ^= std::byte{0x5a};
           nexts.push_back(frame(32, 2));  // grown
           nexts.push_back(frame(8, 3));   // shrunk
-          for (const Tensor& t : nexts) {
-            const Tensor* next = &t;
+          for (const Tensor& next : nexts) {
             const Snapshot before = snapshot(store, seqs);
             faults->fail_call(op, nth, partial);
-            const bool failed = injected_failure([&] { store.update_frame(a, *next); });
+            const bool failed = injected_failure([&] { store.update_frame(a, next); });
             faults->disarm();
             failures += failed;
             if (failed) {
               expect_same(before, snapshot(store, seqs));
               expect_mappings_match(store, *faults, seqs);
-              store.update_frame(a, *next);
+              store.update_frame(a, next);
             }
             expect_mappings_match(store, *faults, seqs);
-            const int64_t n = next->dim(0);
+            const int64_t n = next.dim(0);
             for (int64_t t = 0; t < 40; ++t) ASSERT_EQ(store.is_resident(a, t), t < n) << "token " << t;
             const Tensor g = store.gather({{a, 0, n}});
-            EXPECT_EQ(std::memcmp(g.bytes(), next->bytes(), next->size_bytes()), 0) << "the frame's bytes";
+            EXPECT_EQ(std::memcmp(g.bytes(), next.bytes(), next.size_bytes()), 0) << "the frame's bytes";
             if (::testing::Test::HasFailure()) return;
           }
         }
