@@ -188,3 +188,60 @@ def test_reader_turns_rotated_videos_and_video_repairs_timestamps(tmp_path):
     t, _ = read(str(out))
     assert (np.diff(t["pts"]) > 0).all()
     assert any("jump back" in w for w in s["warnings"])
+
+
+
+# Run in a fresh interpreter: which FFmpeg libraries are mapped after `import fovea`, after a PNG,
+# after a video (or the video's error), as JSON.
+LAZY_PROBE = r"""
+import json, os, sys
+import fovea
+def mapped():
+    with open("/proc/self/maps") as f:
+        return sorted({os.path.basename(l.split()[-1]) for l in f if "libavformat" in l})
+out = {"import": mapped()}
+with open("/proc/self/maps") as f:
+    out["shared_stages"] = sorted({os.path.basename(l.split()[-1]) for l in f if "libfovea_" in l})
+fovea.tokenize(sys.argv[1], budget=64)  # a PNG: no FFmpeg
+out["png"] = mapped()
+try:
+    out["frames"] = len(list(fovea.VideoReader(sys.argv[2])))
+    out["video"] = mapped()
+except Exception as e:
+    out["error"] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+def test_ffmpeg_is_loaded_on_first_use(tmp_path):
+    """The module loads FFmpeg at the first call that needs it (src/image/libav_lazy.cpp): `import
+    fovea` and a PNG map no libavformat, a video does. With a file that is not a library first on
+    the search path under FFmpeg's name, the PNG still works and the video raises, naming it."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    png = os.path.join(SOURCE, "tests", "data", "images", "source.png")
+
+    def probe(env):
+        r = subprocess.run([sys.executable, "-c", LAZY_PROBE, png, CLIP], env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    out = probe(dict(os.environ))
+    assert out.get("frames", 0) > 0, out
+    if out["shared_stages"]:  # BUILD_SHARED_LIBS: the stages' own libraries need FFmpeg at load
+        pytest.skip(f"a shared-library build: {out['shared_stages'][:3]}")
+    assert out["import"] == [] and out["png"] == [] and out["video"], out
+    soname = re.match(r"libavformat\.so\.\d+", out["video"][0]).group(0)
+
+    fake = tmp_path / "libs"
+    fake.mkdir()
+    (fake / soname).write_text("not a shared library\n")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(fake) + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    out = probe(env)
+    assert out["png"] == [] and "frames" not in out, out
+    assert "FFmpeg could not be loaded" in out["error"] and soname in out["error"], out

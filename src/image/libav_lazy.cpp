@@ -1,28 +1,30 @@
-// FFmpeg loaded on first use, for the CLI: definitions of the 44 libav*/libswscale functions
-// fovea calls (src/video/reader.cpp, src/image/libav*.cpp), linked into fovea-main ahead of the
-// static libraries, so the linker resolves fovea's calls here and (with --as-needed) records
-// no libav* library in fovea-main. Each function dlopen()s FFmpeg once, on the first call that
-// needs it, and forwards to the real one.
+// FFmpeg loaded on first use, for the programs that link fovea's static stages: the CLI
+// (fovea-main) and the Python module (CMake target fovea_libav_lazy, src/image/CMakeLists.txt).
+// These are definitions of the 44 libav*/libswscale functions the stages call
+// (src/video/reader.cpp, src/image/libav*.cpp), linked ahead of the static libraries, so the
+// linker resolves the stages' calls here and (with --as-needed) records no libav* library. Each
+// function dlopen()s FFmpeg once, on the first call that needs it, and forwards to the real one.
 //
 // Why: FFmpeg brings 124 of the 144 shared libraries fovea-main would otherwise load at exec
 // (libavformat's network stacks, libavcodec's codecs), and the dynamic loader binds ~39 K
-// symbols across them before main(): `fovea --version` took 65 ms with them and 20 ms without,
-// and a one-shot `fovea encode` of a JPEG, which never touches FFmpeg, ~30 ms more
-// (docs/encoder.md, "On Zen 4"). Only the CLI, a process per image, is built this way; the
-// library, the Python module, the tests and the fuzz targets link FFmpeg as before.
+// symbols across them before main(): `fovea-main --version` took 45-81 ms with them and 12-27 ms
+// without, and a one-shot `fovea encode` of a JPEG, which never touches FFmpeg, ~50 ms more at
+// the median (docs/encoder.md, "On Zen 4"). The library's own targets, the tests and the fuzz
+// targets link FFmpeg as before.
 //
 // Each definition repeats the prototype of FFmpeg's header, included above it: a definition that
 // differs from the header is a compile error (C functions cannot be overloaded), so the
 // forwarders cannot drift from the FFmpeg the build is compiled against, whose major versions
 // also name the libraries loaded (libavformat.so.59 for FFmpeg 5.1). The definitions are hidden:
-// they resolve fovea-main's own calls and are never exported, so FFmpeg's libraries, once
+// they resolve the program's own calls and are never exported, so FFmpeg's libraries, once
 // loaded, bind to one another, not to these.
 //
 // A failed load is one fovea::Error (Errc::unsupported, naming the library and dlerror()),
 // thrown from the call that needed FFmpeg: the video reader's or the still decoder's first call,
-// so the CLI prints one `fovea: error:` line. The functions that free or release (av_free,
-// av_frame_free, avformat_close_input, ...) never load FFmpeg: before it is loaded nothing they
-// could free exists. av_log_set_level before the load is remembered and applied by the load.
+// so the CLI prints one `fovea: error:` line and Python raises an exception with that message.
+// The functions that free or release (av_free, av_frame_free, avformat_close_input, ...) never
+// load FFmpeg: before it is loaded nothing they could free exists. av_log_set_level before the
+// load is remembered and applied by the load.
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
