@@ -189,7 +189,7 @@ TEST_F(Cli, UniformAndDtypes) {
 }
 
 
-// The CLI loads FFmpeg on first use (tools/fovea/libav_lazy.cpp). With a file that is not a
+// The CLI loads FFmpeg on first use (src/image/libav_lazy.cpp). With a file that is not a
 // library first on the search path under FFmpeg's name, a PNG still tokenizes: FFmpeg is loaded
 // neither at exec (the dynamic loader would have refused to start the program) nor for PNG. A
 // WebP still and a video then need FFmpeg: each fails with one line that names the library, and
@@ -199,14 +199,14 @@ TEST_F(Cli, FfmpegIsLoadedOnFirstUse) {
   GTEST_SKIP() << "this CLI links FFmpeg at exec, or has none (shared-library or FFmpeg-free build)";
 #else
   const std::string libs = dir + "/libs";
+  const std::string webp_in = test::source_dir() + "/tests/data/images/lossless.webp";
   fs::create_directories(libs);
   std::ofstream(libs + "/" FOVEA_CLI_LAZY_FFMPEG_LIB) << "not a shared library\n";
   const char* old = std::getenv("LD_LIBRARY_PATH");
   const std::string saved = old ? old : "";
   ::setenv("LD_LIBRARY_PATH", (libs + (old ? ":" + saved : std::string())).c_str(), 1);
   const auto png = test::run_cli({"tokenize", image, "--budget", "64", "-o", dir + "/png.safetensors"});
-  const auto webp = test::run_cli({"tokenize", test::source_dir() + "/tests/data/images/lossless.webp", "--budget", "64",
-                                   "-o", dir + "/webp.safetensors"});
+  const auto webp = test::run_cli({"tokenize", webp_in, "--budget", "64", "-o", dir + "/webp.safetensors"});
   const auto video = test::run_cli(
       {"video", test::source_dir() + "/tests/data/video/small.mp4", "--budget", "64", "-o", dir + "/video.safetensors"});
   if (old) ::setenv("LD_LIBRARY_PATH", saved.c_str(), 1);
@@ -222,8 +222,7 @@ TEST_F(Cli, FfmpegIsLoadedOnFirstUse) {
   EXPECT_FALSE(fs::exists(dir + "/video.safetensors"));
 
   // And with FFmpeg where it belongs, the same WebP still decodes.
-  const auto ok = test::run_cli({"tokenize", test::source_dir() + "/tests/data/images/lossless.webp", "--budget", "64",
-                                 "-o", dir + "/webp.safetensors"});
+  const auto ok = test::run_cli({"tokenize", webp_in, "--budget", "64", "-o", dir + "/webp.safetensors"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(dir + "/webp.safetensors"));
 #endif

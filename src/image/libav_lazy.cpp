@@ -25,6 +25,11 @@
 // The functions that free or release (av_free, av_frame_free, avformat_close_input, ...) never
 // load FFmpeg: before it is loaded nothing they could free exists. av_log_set_level before the
 // load is remembered and applied by the load.
+//
+// A new FFmpeg call in a stage needs its forwarder here. Without one, the linker resolves that
+// call from libavformat.so and records FFmpeg again, silently; Cli.FfmpegIsLoadedOnFirstUse and
+// tests/python's test_ffmpeg_is_loaded_on_first_use then fail (the program no longer starts, or
+// `import fovea` maps libavformat).
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
