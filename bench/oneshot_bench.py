@@ -23,7 +23,8 @@ Unless --no-steady: build/bench/bench_encode in one process on the same checkpoi
 patches at N = B: load, the first encode (first touch of weights and kernels) and the median
 of later encodes (steady state), to show first touch apart from steady state.
 
-Both sides use --threads threads and the passive OpenMP wait policy. Run it on a quiet machine;
+Both sides use --threads threads, the passive OpenMP wait policy and OpenBLAS idle threads that
+sleep at once (OPENBLAS_THREAD_TIMEOUT=4), as the `fovea` launcher chooses. Run it on a quiet machine;
 the script prints `uptime`'s load average before and after every round.
 """
 import argparse
@@ -113,6 +114,7 @@ def main():
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(a.threads)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")  # what the fovea launcher sets: torch gets it too
     out_dir = tempfile.mkdtemp(prefix="fovea-oneshot-")
     precisions = [p for p in a.precisions.split(",") if p]
 

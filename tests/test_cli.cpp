@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "fovea/image.hpp"
@@ -38,6 +39,37 @@ class Cli : public ::testing::Test {
   }
   std::string dir, image;
 };
+
+// The `fovea` launcher (tools/fovea/launcher.cpp) hands fovea-main an environment with the
+// OpenMP and OpenBLAS wait policies chosen, unless the caller chose one; an empty variable is no
+// choice. A copy of it runs beside a stand-in fovea-main that prints its environment.
+TEST(Launcher, ChoosesWaitPoliciesUnlessTheCallerDid) {
+  const std::string dir = test::temp_dir("launcher");
+  fs::create_directories(dir + "/libexec/fovea");
+  fs::copy_file(FOVEA_CLI, dir + "/fovea");
+  const std::string main_path = dir + "/libexec/fovea/fovea-main";
+  std::ofstream(main_path) << "#!/bin/sh\nexec env\n";
+  fs::permissions(main_path, fs::perms::owner_all);
+  auto env_of = [&](const std::string& assignments) {
+    const std::string out = dir + "/env.txt";
+    const std::string cmd = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_THREAD_TIMEOUT " + assignments +
+                            " '" + dir + "/fovea' > '" + out + "'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream f(out);
+    return "\n" + std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  std::string env = env_of("");
+  EXPECT_NE(env.find("\nOMP_WAIT_POLICY=PASSIVE\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("\nOPENBLAS_THREAD_TIMEOUT=4\n"), std::string::npos) << env;
+  env = env_of("OMP_WAIT_POLICY= OPENBLAS_THREAD_TIMEOUT=");
+  EXPECT_NE(env.find("\nOMP_WAIT_POLICY=PASSIVE\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("\nOPENBLAS_THREAD_TIMEOUT=4\n"), std::string::npos) << env;
+  env = env_of("OMP_WAIT_POLICY=active OPENBLAS_THREAD_TIMEOUT=20");
+  EXPECT_NE(env.find("\nOMP_WAIT_POLICY=active\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("\nOPENBLAS_THREAD_TIMEOUT=20\n"), std::string::npos) << env;
+  env = env_of("GOMP_SPINCOUNT=1000");  // a spin count is a choice too
+  EXPECT_EQ(env.find("\nOMP_WAIT_POLICY="), std::string::npos) << env;
+}
 
 TEST_F(Cli, HelpListsCommandsAndExitsZero) {
   const auto r = test::run_cli({"--help"});

@@ -1,4 +1,5 @@
-// The `fovea` command: chooses the OpenMP wait policy, then becomes the CLI proper (fovea-main).
+// The `fovea` command: chooses the OpenMP and OpenBLAS wait policies, then becomes the CLI proper
+// (fovea-main).
 //
 // libgomp reads OMP_WAIT_POLICY once, when it loads, before main() of any program that links
 // it (the encoder's oneDNN does), so a program that wants a policy must have it in its
@@ -9,6 +10,14 @@
 // OMP_WAIT_POLICY=PASSIVE and executes fovea-main in the same process. It links nothing but
 // libc, so the cost is one small exec (about a millisecond), where fovea-main re-executing
 // itself loaded its ~140 shared libraries twice (tens of milliseconds, docs/encoder.md).
+//
+// OpenBLAS (FAISS's BLAS, linked for `compress`) has the same habit with its own threads: they
+// start when the library loads and after every BLAS call spin on sched_yield for 2^28 cycles
+// (~0.1 s) before they sleep. At start that spin takes one of two cores from the encoder for
+// its first ~90 ms (one-shot fp32 encode on Zen 3: 0.44 -> 0.40 s wall, system time 0.12 ->
+// 0.05 s); in `compress` it burnt ~10 s of system time per 23 s OPQ training, with no gain in
+// wall time (docs/encoder.md, "OpenBLAS's idle spin"). So unless the caller chose,
+// OPENBLAS_THREAD_TIMEOUT=4 makes them sleep after 2^4 cycles, OpenBLAS's minimum.
 //
 // fovea-main lives in libexec/fovea/ beside this program in the build tree, and in
 // <prefix>/libexec/fovea/ when installed (FOVEA_MAIN_BUILD_REL, FOVEA_MAIN_INSTALL_REL: paths
@@ -49,6 +58,8 @@ int main(int argc, char** argv) {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const char* spin = std::getenv("GOMP_SPINCOUNT");
   if ((!policy || !*policy) && (!spin || !*spin)) ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  const char* blas_timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");  // empty: OpenBLAS's default
+  if (!blas_timeout || !*blas_timeout) ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
   char folder[PATH_MAX];
   own_folder(argc > 0 ? argv[0] : nullptr, folder, sizeof folder);
   char path[PATH_MAX + 64];
