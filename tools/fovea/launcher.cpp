@@ -50,16 +50,19 @@ void own_folder(const char* argv0, char* out, size_t size) {
   else out[0] = '\0';
 }
 
+// Whether the caller set this variable. An empty one is no choice: libgomp ignores it and
+// spins, and OpenBLAS keeps its default timeout.
+bool chosen(const char* name) {
+  const char* value = std::getenv(name);
+  return value && *value;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   (void)argc;
-  // An empty variable is no choice: libgomp ignores it and spins.
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  if ((!policy || !*policy) && (!spin || !*spin)) ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  const char* blas_timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");  // empty: OpenBLAS's default
-  if (!blas_timeout || !*blas_timeout) ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+  if (!chosen("OMP_WAIT_POLICY") && !chosen("GOMP_SPINCOUNT")) ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  if (!chosen("OPENBLAS_THREAD_TIMEOUT")) ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
   char folder[PATH_MAX];
   own_folder(argc > 0 ? argv[0] : nullptr, folder, sizeof folder);
   char path[PATH_MAX + 64];
