@@ -42,6 +42,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "encoder/amx.hpp"
+#include "encoder/avx2.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
@@ -80,8 +81,8 @@ Stats time_reps(int reps, F&& fn) {
 }
 
 // The bare GEMMs at M×K×N: oneDNN's matmul (B in the layout the kernel prefers, as the
-// encoder's weights are) and, for bf16 on AMX CPUs, fovea's own AMX GEMM through the encoder's
-// Gemm with its weights packed (a model's second use on); inputs filled with ordinary values
+// encoder's weights are) and, for bf16 on AMX CPUs or fp32 on AVX2-only ones, fovea's own AMX or
+// AVX2 GEMM through the encoder's Gemm with its weights packed (a model's second use on); inputs filled with ordinary values
 // (zero pages and denormals would flatter or slow them). One call each per *_once(), in GFLOP/s:
 // --peak takes the best of repetitions, --paired-peak one call right before each encode.
 class BarePeak {
@@ -114,11 +115,26 @@ class BarePeak {
       gemm_ = std::make_unique<fovea::encoder_detail::Gemm>();
       const fovea::encoder_detail::OmpThreadsScope team(threads_);
       gemm_->run(g_), gemm_->run(g_);  // packed from the second use
+      fovea_impl_ = "fovea:amx";
+    }
+    if (prec == fovea::Precision::fp32 && fovea::encoder_detail::Gemm::avx2_takes_f32()) {
+      a32_.resize(size_t(M * K)), c32_.resize(size_t(M * N)), w_.resize(size_t(N * K));
+      for (size_t i = 0; i < a32_.size(); ++i) a32_[i] = value(i);
+      for (size_t i = 0; i < w_.size(); ++i) w_[i] = value(i * 3 + 1);
+      g_.a = a32_.data(), g_.lda = K, g_.a_dt = fovea::DType::f32;
+      g_.w = w_.data(), g_.ldw = K, g_.w_dt = fovea::DType::f32;
+      g_.c = c32_.data(), g_.ldc = N, g_.c_dt = fovea::DType::f32;
+      g_.m = M, g_.n = N, g_.k = K, g_.constant_w = true;
+      gemm_ = std::make_unique<fovea::encoder_detail::Gemm>();
+      const fovea::encoder_detail::OmpThreadsScope team(threads_);
+      gemm_->run(g_), gemm_->run(g_);  // packed from the second use
+      fovea_impl_ = "fovea:avx2";
     }
     onednn_once();  // warm
   }
   const std::string& onednn_impl() const { return impl_; }
   bool has_fovea() const { return gemm_ != nullptr; }
+  const std::string& fovea_impl() const { return fovea_impl_; }
   double onednn_once() {
     const fovea::encoder_detail::OmpThreadsScope team(threads_);
     const auto t0 = Clock::now();
@@ -146,7 +162,8 @@ class BarePeak {
   dnnl::memory A_, B_, C_;
   dnnl::matmul mm_;
   std::vector<uint16_t> a16_, c16_;
-  std::vector<float> w_;
+  std::vector<float> a32_, c32_, w_;
+  std::string fovea_impl_;
   fovea::encoder_detail::GemmArgs g_{};
   std::unique_ptr<fovea::encoder_detail::Gemm> gemm_;
 };
@@ -171,7 +188,17 @@ void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
       std::fflush(stdout);
     };
     report(bare.onednn_impl(), [&] { return bare.onednn_once(); });
-    if (bare.has_fovea()) report("fovea:amx", [&] { return bare.fovea_once(); });
+    if (bare.has_fovea()) report(bare.fovea_impl(), [&] { return bare.fovea_once(); });
+  }
+  if (fovea::encoder_detail::avx2::usable()) {
+    // The FMA units' own f32 rate: 12 independent FMA chains on registers, no memory. Every f32
+    // GEMM on this machine is under it.
+    const double fma = fovea::encoder_detail::avx2::fma_peak_gflops(threads, 0.5);
+    std::printf("%s\n", nlohmann::json{{"mode", "ceiling"}, {"precision", "fp32"}, {"threads", threads},
+                                       {"gflops", fma}, {"impl", "avx2 fma (VFMADD on registers)"}}
+                            .dump()
+                            .c_str());
+    std::fflush(stdout);
   }
   if (!fovea::encoder_detail::amx::usable()) return;
   // The tiles' own rate: TDPBF16PS on registers, no memory at all. No GEMM reaches it; it is the
@@ -239,6 +266,29 @@ void layouts(int reps) {
     const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
     nlohmann::json j{{"mode", "layouts"}, {"m", M}, {"k", K}, {"n", N}, {"impl", any.impl_info_str()},
                      {"plain_gflops", gflop / best_plain}, {"preferred_gflops", gflop / best_any}};
+    if (fovea::encoder_detail::avx2::usable()) {  // fovea's AVX2 kernel: panels packed on the fly, and packed once
+      namespace avx2 = fovea::encoder_detail::avx2;
+      std::vector<float> panels(avx2::packed_floats(N, K));
+      avx2::GemmArgs g;
+      g.a = static_cast<const float*>(A.get_data_handle()), g.lda = K;
+      g.w = W.get_data_handle(), g.ldw = K, g.w_dt = fovea::DType::f32;
+      g.c = static_cast<float*>(C.get_data_handle()), g.ldc = N;
+      g.m = M, g.n = N, g.k = K, g.threads = 1;
+      avx2::pack(g.w, g.w_dt, K, N, K, panels.data(), 1);
+      double best_fly = 1e30, best_packed = 1e30;
+      for (int r = 0; r < reps + 1; ++r) {
+        g.packed = nullptr;
+        double t = cpu_s();
+        avx2::gemm(g);
+        if (r) best_fly = std::min(best_fly, cpu_s() - t);
+        g.packed = panels.data();
+        t = cpu_s();
+        avx2::gemm(g);
+        if (r) best_packed = std::min(best_packed, cpu_s() - t);
+      }
+      j["fovea_avx2_on_the_fly_gflops"] = gflop / best_fly;
+      j["fovea_avx2_packed_gflops"] = gflop / best_packed;
+    }
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }

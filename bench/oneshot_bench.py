@@ -3,7 +3,8 @@
 
     /usr/bin/python3 bench/oneshot_bench.py [--build-dir build] [--ckpt-dir /tmp/fovea-vit-b16]
         [--photo data/astronaut.jpg] [--rounds 5] [--threads 2] [--budget 273]
-        [--precisions bf16,fp32] [--no-torch] [--no-steady] [--json OUT.json]
+        [--precisions bf16,fp32] [--bf16-file] [--baseline-build DIR] [--compare-env VAR=VALUE]
+        [--no-torch] [--no-steady] [--json OUT.json]
 
 The checkpoint is a full-size torchvision ViT-B/16 (86.6 M parameters, 346 MB as float32),
 made by scripts/make_vit_b16_checkpoint.py when missing: the same weights as
@@ -13,7 +14,9 @@ once first, so the page cache is warm: this measures a user's second run, not th
 Each round runs, in a fresh process each and in an order rotated per round:
   fovea encode PHOTO --budget B --model vit_b16.safetensors --precision P --json -o OUT
   (and, with --bf16-file, the same on the BF16-stored copy of the checkpoint; with
-  --baseline-build DIR, DIR/fovea too: another commit's build, for before/after in one run)
+  --baseline-build DIR, DIR/fovea too: another commit's build, for before/after in one run; with
+  --compare-env VAR=VALUE, the same fovea with that variable set, e.g. FOVEA_AVX2=0 for oneDNN's
+  f32 GEMM instead of fovea's AVX2 kernel)
   bench/oneshot_torch.py PHOTO vit_b16.pt --tokens B-1 (import torch, torch.load, encode fp32)
 timing the whole process from outside (wall clock, plus user / system CPU, minor page faults
 and peak RSS from wait4). Ratios are torch's wall time over fovea's, per round, then the median.
@@ -54,6 +57,8 @@ def parse_args():
     ap.add_argument("--precisions", default="bf16,fp32")
     ap.add_argument("--bf16-file", action="store_true", help="also run fovea on the BF16-stored checkpoint")
     ap.add_argument("--baseline-build", help="also run this build's fovea (e.g. an older commit's), same rounds")
+    ap.add_argument("--compare-env", action="append", default=[], metavar="VAR=VALUE",
+                    help="also run fovea with this environment variable set (repeatable), same rounds")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-steady", action="store_true")
     ap.add_argument("--json", help="also write the results here")
@@ -128,6 +133,12 @@ def main():
                             [fovea, "encode", a.photo, "--budget", str(a.budget), "--model", st16, "--precision", prec,
                              "--threads", str(a.threads), "--json",
                              "-o", os.path.join(out_dir, f"e16_{prec}.safetensors")]))
+        for kv in a.compare_env:
+            var, _, value = kv.partition("=")
+            configs.append((f"fovea {prec} {var}={value}",
+                            [fovea, "encode", a.photo, "--budget", str(a.budget), "--model", st, "--precision", prec,
+                             "--threads", str(a.threads), "--json",
+                             "-o", os.path.join(out_dir, f"v_{var}_{prec}.safetensors")], {var: value}))
         if a.baseline_build:
             configs.append((f"baseline {prec}",
                             [os.path.join(a.baseline_build, "fovea"), "encode", a.photo, "--budget", str(a.budget),
@@ -143,18 +154,19 @@ def main():
           f"checkpoint {st} ({os.path.getsize(st) / 1e6:.0f} MB) / {pt}")
     results = {"machine": model_name, "threads": a.threads, "budget": a.budget, "photo": a.photo,
                "rounds": [], "load_average": []}
-    runs = {name: [] for name, _ in configs}
+    runs = {c[0]: [] for c in configs}
     for r in range(a.rounds):
         la_before = load_average()
         order = configs[r % len(configs):] + configs[:r % len(configs)]
-        for name, cmd in order:
-            m, out = measure(cmd, env)
+        for name, cmd, *extra in order:
+            m, out = measure(cmd, {**env, **(extra[0] if extra else {})})
             if not name.startswith("torch"):
                 j = json.loads(out)
                 m["model_load_ms"] = j["timings_ms"]["model_load"]
                 m["encode_ms"] = j["timings_ms"]["encode"]
                 m["tokens"] = j["tokens"]
                 m["precision_ran"] = j["encoder"]["precision"]  # bf16 runs fp32 on CPUs without bf16 kernels
+                m["kernels"] = j["encoder"].get("kernels")
             else:
                 j = json.loads(out.strip().splitlines()[-1])
                 m.update({k: j[k] for k in ("import_ms", "model_load_ms", "encode_ms", "tokens")})
@@ -162,7 +174,7 @@ def main():
         la_after = load_average()
         results["load_average"].append([la_before, la_after])
         line = f"round {r + 1}/{a.rounds} (load average {la_before} -> {la_after}):"
-        for name, _ in configs:
+        for name, *_ in configs:
             line += f"  {name} {runs[name][-1]['wall_s']:.2f} s"
         print(line, flush=True)
 
@@ -171,11 +183,11 @@ def main():
 
     print()
     print(f"{'':26} {'wall s':>7} {'user s':>7} {'sys s':>6} {'minflt':>8} {'load ms':>8} {'encode ms':>9} {'tokens':>6}")
-    for name, _ in configs:
+    for name, *_ in configs:
         ran = {x.get("precision_ran") for x in runs[name]} - {None}
         if name.startswith("fovea bf16") and ran != {"bf16"}:
             print(f"note: '{name}' ran {', '.join(sorted(ran))}: this CPU has no bf16 matrix kernels")
-    for name, _ in configs:
+    for name, *_ in configs:
         print(f"{name:26} {med(name, 'wall_s'):7.2f} {med(name, 'user_s'):7.2f} {med(name, 'sys_s'):6.2f} "
               f"{med(name, 'minflt'):8.0f} {med(name, 'model_load_ms'):8.0f} {med(name, 'encode_ms'):9.0f} "
               f"{int(med(name, 'tokens')):6d}")
@@ -184,7 +196,7 @@ def main():
         print(f"(torch's phases inside its process, medians: import {med('torch fp32', 'import_ms'):.0f} ms, "
               f"torch.load {med('torch fp32', 'model_load_ms'):.0f} ms, encode {med('torch fp32', 'encode_ms'):.0f} ms)")
         print()
-        for name, _ in configs:
+        for name, *_ in configs:
             if name.startswith("torch"):
                 continue
             ratios = [t["wall_s"] / f["wall_s"] for t, f in zip(runs["torch fp32"], runs[name])]

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "encoder/avx2.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
@@ -1715,8 +1716,9 @@ TEST(Encoder, Bf16RunsWhereSupportedAndFp32Elsewhere) {
 }
 
 // `encode --json` says which matrix kernels ran: fovea's AMX ones for bf16 where the CPU has
-// them (amx_kernels_enabled()), never for fp32; FOVEA_AMX=0 keeps bf16 on oneDNN, and the
-// embeddings are then oneDNN's (close to the AMX kernels', not the same bits).
+// them (amx_kernels_enabled()), its AVX2 one for fp32 where oneDNN has no f32 brgemm
+// (avx2_kernels_enabled()); FOVEA_AMX=0 keeps bf16 on oneDNN, FOVEA_AVX2=0 fp32, and the
+// embeddings are then oneDNN's (close to fovea's kernels', not the same bits).
 TEST(EncodeCli, JsonSaysWhichKernelsRan) {
   const std::string dir = test::temp_dir("enc_cli_kernels");
   const std::string image = dir + "/in.png";
@@ -1727,15 +1729,27 @@ TEST(EncodeCli, JsonSaysWhichKernelsRan) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return r.exit_code == 0 ? nlohmann::json::parse(r.out)["encoder"]["kernels"].get<std::string>() : "";
   };
-  EXPECT_EQ(run("fp32", "a.safetensors"), "onednn");
+  // Sets `var` to "0" for one run (restoring it after).
+  auto without = [&](const char* var, const std::string& prec, const std::string& out) {
+    const char* saved = std::getenv(var);
+    const std::string saved_value = saved ? saved : "";
+    ::setenv(var, "0", 1);
+    const std::string k = run(prec, out);
+    if (saved) ::setenv(var, saved_value.c_str(), 1);
+    else ::unsetenv(var);
+    return k;
+  };
+  EXPECT_EQ(run("fp32", "a.safetensors"), avx2_kernels_enabled() ? "avx2+onednn" : "onednn");
+  EXPECT_EQ(without("FOVEA_AVX2", "fp32", "d.safetensors"), "onednn");
+  if (avx2_kernels_enabled()) {  // fp32 on two kernels: close, not equal
+    const SafetensorsFile a = SafetensorsFile::open(dir + "/a.safetensors"), d = SafetensorsFile::open(dir + "/d.safetensors");
+    const Tensor x = a.load_f32(*a.find("embeddings")), y = d.load_f32(*d.find("embeddings"));
+    ASSERT_EQ(x.shape(), y.shape());
+    EXPECT_GE(mean_row_cosine(x, y), 0.99999);
+  }
   const bool bf16 = bf16_supported();
-  EXPECT_EQ(run("bf16", "b.safetensors"), bf16 && amx_kernels_enabled() ? "amx+onednn" : "onednn");
-  const char* saved = std::getenv("FOVEA_AMX");
-  const std::string saved_value = saved ? saved : "";
-  ::setenv("FOVEA_AMX", "0", 1);
-  EXPECT_EQ(run("bf16", "c.safetensors"), "onednn");
-  if (saved) ::setenv("FOVEA_AMX", saved_value.c_str(), 1);
-  else ::unsetenv("FOVEA_AMX");
+  EXPECT_EQ(run("bf16", "b.safetensors"), bf16 && amx_kernels_enabled() ? "amx+onednn" : bf16 ? "onednn" : run("fp32", "e.safetensors"));
+  EXPECT_EQ(without("FOVEA_AMX", "bf16", "c.safetensors"), bf16 ? "onednn" : run("fp32", "f.safetensors"));
   if (bf16 && amx_kernels_enabled()) {  // both ran bf16, on different kernels: close, not equal
     const SafetensorsFile b = SafetensorsFile::open(dir + "/b.safetensors"), c = SafetensorsFile::open(dir + "/c.safetensors");
     const Tensor x = b.load_f32(*b.find("embeddings")), y = c.load_f32(*c.find("embeddings"));
@@ -1767,7 +1781,9 @@ TEST(EncodeCli, Bf16WithoutBf16KernelsRunsFp32AndSaysSo) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["encoder"]["precision"], "fp32");
   EXPECT_EQ(j["encoder"]["precision_requested"], "bf16");
-  EXPECT_EQ(j["encoder"]["kernels"], "onednn") << "the capped ISA must keep fovea's AMX kernels off too";
+  // The capped ISA keeps fovea's AMX kernels off too; fp32 runs as on an AVX2 CPU: on fovea's
+  // AVX2 kernel (the CPU has AVX2 and FMA: any CPU the cap applies to).
+  EXPECT_EQ(j["encoder"]["kernels"], encoder_detail::avx2::usable() ? "avx2+onednn" : "onednn");
   const SafetensorsFile f = SafetensorsFile::open(dir + "/e.safetensors");
   EXPECT_EQ(f.metadata().at("precision"), "fp32");
   EXPECT_EQ(f.metadata().at("precision_requested"), "bf16");

@@ -123,7 +123,7 @@ TEST(EncoderWeights, InPlaceConvertedAndPackedWeightsGiveTheSameEmbeddings) {
       // the patch embedding (+ the projector, none here); elsewhere (AVX2) only the weights whose
       // type is not the kernel's are copied (converted), f32 ones are read as they lie.
       const DType kernel = runnable_precision(prec) == Precision::bf16 ? DType::bf16 : DType::f32;
-      const bool blocked = gemm->packs_blocked(kernel);
+      const bool blocked = gemm->packs_weights(kernel);
       int expected = blocked || kernel != DType::f32 ? 1 : 0;  // the patch embedding: f32
       for (const VitLayer& l : model.impl().layers)
         for (const WeightMatrix* w : {&l.qkv_w, &l.out_w, &l.fc1_w, &l.fc2_w}) expected += blocked || w->dtype != kernel;
@@ -173,7 +173,7 @@ TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
     EXPECT_EQ(model.impl().gemm->packed_stats().weights, 0);
     const Encoding second = encode(model, patches, positions, p, exec);
     const DType kernel = runnable_precision(prec) == Precision::bf16 ? DType::bf16 : DType::f32;
-    const bool copies = model.impl().gemm->packs_blocked(kernel) || bf16_weights;  // see the test above
+    const bool copies = model.impl().gemm->packs_weights(kernel) || bf16_weights;  // see the test above
     EXPECT_EQ(model.impl().gemm->packed_stats().weights > 0, copies);
     EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
   }

@@ -121,9 +121,17 @@ bool bf16_supported();
 // Whether bf16 encodes run their linear layers and attention on fovea's own AMX tile kernels
 // (the CPU has AMX-BF16, the OS grants the tile state, and neither FOVEA_AMX=0 nor an
 // ONEDNN_MAX_CPU_ISA below AMX says otherwise) instead of oneDNN's. Shapes the kernels do not
-// take (N or K not a multiple of 32, head widths other than 32 and 64) stay on oneDNN. fp32
-// always runs on oneDNN. Asked once per process.
+// take (N or K not a multiple of 32, head widths other than 32 and 64) stay on oneDNN. Asked
+// once per process.
 bool amx_kernels_enabled();
+// Whether fp32 encodes run their linear layers on fovea's own AVX2 + FMA kernel instead of
+// oneDNN's: where oneDNN has no f32 brgemm (AVX2-only CPUs, or ONEDNN_MAX_CPU_ISA=AVX2), the
+// CPU has AVX2 and FMA, and FOVEA_AVX2=0 does not say otherwise. Attention stays on oneDNN and
+// Highway. Asked once per process.
+bool avx2_kernels_enabled();
+// Which matrix kernels an encode at `p` runs (after runnable_precision): "amx+onednn",
+// "avx2+onednn" or "onednn" (`encode --json`'s encoder.kernels).
+const char* matrix_kernels(Precision p);
 // The precision that runs for a request: `requested`, except bf16 on a CPU without bf16 kernels,
 // which runs fp32 (bf16 would be no faster there, only less exact). encode() and the
 // incremental encoder apply it; Encoding::precision says what ran. Front ends say so once.

@@ -849,7 +849,10 @@ PYBIND11_MODULE(_fovea, m) {
         "Whether this CPU has bf16 matrix kernels (oneDNN: AVX-512 or AMX). Without them precision='bf16' runs fp32.");
   m.def("amx_kernels_enabled", &amx_kernels_enabled,
         "Whether precision='bf16' runs its linear layers and attention on fovea's own AMX tile kernels (a CPU with "
-        "AMX; FOVEA_AMX=0 turns them off) rather than oneDNN's. fp32 always runs on oneDNN.");
+        "AMX; FOVEA_AMX=0 turns them off) rather than oneDNN's.");
+  m.def("avx2_kernels_enabled", &avx2_kernels_enabled,
+        "Whether precision='fp32' runs its linear layers on fovea's own AVX2 + FMA kernel (a CPU where oneDNN has no "
+        "f32 brgemm, i.e. without AVX-512; FOVEA_AVX2=0 turns it off) rather than oneDNN's.");
 
   m.def("tokenize", &tokenize_py, py::arg("image"), py::arg("budget") = 273,
         py::arg("fixations") = std::vector<std::vector<float>>{}, py::arg("regions") = std::vector<std::vector<float>>{},

@@ -205,11 +205,15 @@ class Gemm {
     int weights = 0;
   };
   PackedStats packed_stats() const;
-  // Whether constant weights are reordered into a blocked layout for kernels computing in
-  // `kernel_dt` (oneDNN's brgemm: AVX-512 / AMX). oneDNN 2.6 has no brgemm matmul for AVX2;
-  // its gemm:jit runs as fast or faster on the weights as they lie, so there f32 weights are
-  // never copied and a weight of another type is converted into the same plain layout.
-  bool packs_blocked(DType kernel_dt);
+  // Whether constant weights get a packed copy for good (from their second use) when kernels
+  // compute in `kernel_dt`: oneDNN's brgemm's blocked layouts (AVX-512 / AMX), fovea's AMX
+  // panels, or fovea's AVX2 f32 panels (avx2.hpp: where oneDNN has no f32 brgemm). Without any
+  // of these (oneDNN's gemm:jit, which runs as fast or faster on the weights as they lie), f32
+  // weights are never copied and a weight of another type is converted into the plain layout.
+  bool packs_weights(DType kernel_dt);
+  // Whether fovea's AVX2 kernel runs the f32 linear layers (avx2.hpp): the CPU has AVX2 and FMA
+  // and oneDNN has no f32 brgemm for it.
+  static bool avx2_takes_f32();
   // From now on, a constant weight is packed for good at its first use. By default the first
   // use converts into a reused buffer and the second packs: right for a one-shot process, where
   // a packed copy is never read again, but a video session then converts every weight twice
@@ -219,6 +223,7 @@ class Gemm {
  private:
   void run_unchecked(const GemmArgs& args);
   void run_amx(const GemmArgs& args, bool packed);
+  void run_avx2(const GemmArgs& args, bool packed);
   struct State;
   std::unique_ptr<State> s_;
 };

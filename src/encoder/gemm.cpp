@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "encoder/amx.hpp"
+#include "encoder/avx2.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/error.hpp"
 
@@ -148,6 +149,34 @@ Post post_for(Activation a) {
   return Post::none;
 }
 
+namespace {
+// Per kernel type: does oneDNN's preferred weight layout differ from the plain one (brgemm's
+// blocked layouts), so that reordering a constant weight pays? On AVX2 oneDNN 2.6 picks
+// gemm:jit, whose preferred ("any") layout is plain K×N, and that ran *slower* than W as it
+// lies ([N, K], i.e. transposed): one core of an AMD EPYC (Zen 3), thread CPU time,
+// M = 274, K = 768, N = 3072: 34-42 GFLOP/s against 52-70; M = 104: 35-39 against 57-66;
+// the other ViT-B/16 shapes within noise. So there W is read as it lies (or fovea's AVX2
+// kernel runs, avx2.hpp). A fact of the CPU and of ONEDNN_MAX_CPU_ISA: asked once per type.
+bool ask_onednn_blocked(DType kernel_dt) {
+  using md = dnnl::memory::desc;
+  const dnnl::memory::data_type t = dt_of(kernel_dt);
+  try {  // a ViT-B/16 MLP shape; the choice of implementation follows the ISA, not the shape
+    const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(md({272, 768}, t, {768, 1}), md({768, 3072}, t, dnnl::memory::format_tag::any),
+                           md({272, 3072}, t, {3072, 1})),
+        engine);
+    return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+  } catch (const dnnl::error&) {
+    return false;  // no kernel for this type at all: the GEMM itself will say so
+  }
+}
+bool onednn_packs_blocked(DType kernel_dt) {
+  static const bool f32 = ask_onednn_blocked(DType::f32), bf16 = ask_onednn_blocked(DType::bf16);
+  return kernel_dt == DType::f32 ? f32 : bf16;
+}
+}  // namespace
+
 struct Gemm::State {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   std::mutex mutex;  // guards the cache (attention threads look primitives up concurrently)
@@ -169,6 +198,7 @@ struct Gemm::State {
     int uses = 0;
     std::vector<Packed> packed;
     uint16_t* amx = nullptr;  // packed for amx::gemm (in `arena`), or null
+    float* avx2 = nullptr;    // packed for avx2::gemm (in `arena`), or null
   };
   // Per weight and kernel type (A's): a bf16 encode does not make the first fp32 one a second use.
   std::map<std::pair<const void*, DType>, ConstantWeight> constants;
@@ -183,32 +213,7 @@ struct Gemm::State {
   std::vector<Scratch> scratch;
   std::vector<std::unique_ptr<dnnl::stream>> streams;
 
-  // Per kernel type: does oneDNN's preferred weight layout differ from the plain one (brgemm's
-  // blocked layouts), so that reordering a constant weight pays? On AVX2 oneDNN 2.6 picks
-  // gemm:jit, whose preferred ("any") layout is plain K×N, and that ran *slower* than W as it
-  // lies ([N, K], i.e. transposed): one core of an AMD EPYC (Zen 3), thread CPU time,
-  // M = 274, K = 768, N = 3072: 34-42 GFLOP/s against 52-70; M = 104: 35-39 against 57-66;
-  // the other ViT-B/16 shapes within noise. So there W is read as it lies.
-  std::map<int, bool> blocked;
-  bool packs_blocked(DType kernel_dt) {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = blocked.find(int(kernel_dt));
-    if (it != blocked.end()) return it->second;
-    using md = dnnl::memory::desc;
-    const dnnl::memory::data_type t = dt_of(kernel_dt);
-    bool b = false;
-    try {  // a ViT-B/16 MLP shape; the choice of implementation follows the ISA, not the shape
-      const dnnl::matmul::primitive_desc pd(
-          dnnl::matmul::desc(md({272, 768}, t, {768, 1}), md({768, 3072}, t, dnnl::memory::format_tag::any),
-                             md({272, 3072}, t, {3072, 1})),
-          engine);
-      b = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
-    } catch (const dnnl::error&) {
-      b = false;  // no kernel for this type at all: the GEMM itself will say so
-    }
-    blocked.emplace(int(kernel_dt), b);
-    return b;
-  }
+  bool packs_blocked(DType kernel_dt) const { return onednn_packs_blocked(kernel_dt); }
 
   // How this use of W runs (counts the use of constant weights).
   WeightUse weight_use(const GemmArgs& g) {
@@ -317,6 +322,27 @@ struct Gemm::State {
     return cw.amx;
   }
 
+  // Counts a use of constant weights g.w by a kernel that packs from the second use (fovea's
+  // AVX2 one): whether this use reads the packed copy.
+  bool second_use(const GemmArgs& g) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ConstantWeight& cw = constants[{g.w, g.a_dt}];
+    if (cw.uses < 2) ++cw.uses;
+    return cw.uses >= 2 || cw.avx2 || pack_first;
+  }
+
+  // The AVX2 panels of constant weights g.w (made on first use; avx2.hpp).
+  const float* avx2_packed(const GemmArgs& g, int threads) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ConstantWeight& cw = constants[{g.w, g.a_dt}];
+    if (!cw.avx2) {
+      cw.avx2 = static_cast<float*>(arena.allocate(avx2::packed_floats(g.n, g.k) * sizeof(float)));
+      avx2::pack(g.w, g.w_dt, g.ldw, g.n, g.k, cw.avx2, threads);
+      ++packed_count;
+    }
+    return cw.avx2;
+  }
+
   // The packed copy of constant weights g.w for entry e (made on first use): one reorder from
   // where W lies, converting its type if the kernel's differs.
   dnnl::memory packed_weights(const GemmArgs& g, const Entry& e, dnnl::stream& st) {
@@ -357,7 +383,14 @@ void Gemm::run(const GemmArgs& g) {
   }
 }
 
-bool Gemm::packs_blocked(DType kernel_dt) { return s_->packs_blocked(kernel_dt); }
+bool Gemm::packs_weights(DType kernel_dt) {
+  return s_->packs_blocked(kernel_dt) || (kernel_dt == DType::f32 && avx2_takes_f32());
+}
+
+bool Gemm::avx2_takes_f32() {
+  static const bool takes = avx2::usable() && !onednn_packs_blocked(DType::f32);
+  return takes;
+}
 
 void Gemm::pack_on_first_use() { s_->pack_first = true; }
 
@@ -373,7 +406,26 @@ bool amx_takes(const GemmArgs& g) {
          (g.w_dt == DType::f32 || g.w_dt == DType::bf16) && (g.c_dt == DType::f32 || g.c_dt == DType::bf16) &&
          g.m > 0 && amx::fits(g.n, g.k) && amx::usable();
 }
+// The f32 linear layers on fovea's AVX2 kernel (avx2.hpp) where oneDNN has no f32 brgemm.
+bool avx2_takes(const GemmArgs& g) {
+  return g.constant_w && g.a_dt == DType::f32 && g.c_dt == DType::f32 && !g.w_is_kn &&
+         (g.w_dt == DType::f32 || g.w_dt == DType::bf16) && g.m > 0 && Gemm::avx2_takes_f32();
+}
 }  // namespace
+
+void Gemm::run_avx2(const GemmArgs& g, bool packed) {
+  avx2::GemmArgs a;
+  a.a = static_cast<const float*>(g.a), a.lda = g.lda;
+  a.w = g.w, a.ldw = g.ldw, a.w_dt = g.w_dt;
+  a.bias = g.bias;
+  a.c = static_cast<float*>(g.c), a.ldc = g.ldc;
+  a.m = g.m, a.n = g.n, a.k = g.k;
+  a.alpha = g.alpha, a.post = g.post, a.accumulate = g.accumulate;
+  a.threads = team_size();
+  // First use: each thread packs its own panels on the fly into a buffer of its own.
+  if (packed) a.packed = s_->avx2_packed(g, a.threads);
+  avx2::gemm(a);
+}
 
 void Gemm::run_amx(const GemmArgs& g, bool packed) {
   amx::GemmArgs a;
@@ -399,6 +451,10 @@ void Gemm::run_amx(const GemmArgs& g, bool packed) {
 
 void Gemm::run_unchecked(const GemmArgs& g) {
   if (!g.constant_w && g.w_dt != g.a_dt) throw Error(Errc::internal, "encoder GEMM: A and W types differ");
+  if (avx2_takes(g)) {
+    run_avx2(g, s_->second_use(g));
+    return;
+  }
   const WeightUse use = s_->weight_use(g);
   if (amx_takes(g)) {
     run_amx(g, use == WeightUse::packed);
@@ -509,6 +565,14 @@ bool bf16_supported() {
 }
 
 bool amx_kernels_enabled() { return encoder_detail::amx::usable(); }
+
+bool avx2_kernels_enabled() { return encoder_detail::Gemm::avx2_takes_f32(); }
+
+const char* matrix_kernels(Precision p) {
+  const Precision r = runnable_precision(p);
+  if (r == Precision::bf16) return amx_kernels_enabled() ? "amx+onednn" : "onednn";
+  return avx2_kernels_enabled() ? "avx2+onednn" : "onednn";
+}
 
 Precision runnable_precision(Precision requested) {
   return requested == Precision::bf16 && !bf16_supported() ? Precision::fp32 : requested;

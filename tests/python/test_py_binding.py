@@ -175,15 +175,23 @@ def test_encode_equals_cli_file(png, tmp_path):
     assert np.array_equal(raw, emb)
 
 
-def test_amx_kernels_enabled_is_what_the_cli_reports(png):
+def test_kernels_enabled_is_what_the_cli_reports(png):
     _, path = png
-    r = cli("encode", path, "--model", "random:vit-s16", "--budget", 32, "--threads", 1, "--precision", "bf16",
-            "--json")
     import json
-    kernels = json.loads(r.stdout)["encoder"]["kernels"]
+
+    def kernels(precision):
+        r = cli("encode", path, "--model", "random:vit-s16", "--budget", 32, "--threads", 1, "--precision",
+                precision, "--json")
+        return json.loads(r.stdout)["encoder"]["kernels"]
+
     assert isinstance(fovea.amx_kernels_enabled(), bool)
-    want = fovea.bf16_supported() and fovea.amx_kernels_enabled()
-    assert kernels == ("amx+onednn" if want else "onednn")
+    assert isinstance(fovea.avx2_kernels_enabled(), bool)
+    fp32 = "avx2+onednn" if fovea.avx2_kernels_enabled() else "onednn"
+    assert kernels("fp32") == fp32
+    if fovea.bf16_supported():
+        assert kernels("bf16") == ("amx+onednn" if fovea.amx_kernels_enabled() else "onednn")
+    else:  # bf16 runs fp32 here
+        assert kernels("bf16") == fp32
 
 
 def test_bf16_runs_where_supported_and_fp32_with_a_warning_elsewhere(png, tmp_path):

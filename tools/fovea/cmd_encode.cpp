@@ -163,8 +163,9 @@ struct EncodeCommand {
                           {"position_grid", mc.grid},
                           {"register_tokens", mc.registers},
                           {"precision", std::string(to_string(prec))},
-                          // Which matrix kernels ran: fovea's AMX tiles for bf16 where the CPU has them.
-                          {"kernels", prec == Precision::bf16 && amx_kernels_enabled() ? "amx+onednn" : "onednn"},
+                          // Which matrix kernels ran: fovea's AMX tiles for bf16, or its AVX2 kernel
+                          // for fp32, where the CPU has them.
+                          {"kernels", matrix_kernels(prec)},
                           {"attention", attention_json(att)},
                           {"openmp_wait_policy", openmp_wait_policy()},
                           {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}},
