@@ -190,9 +190,9 @@ void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
     report(bare.onednn_impl(), [&] { return bare.onednn_once(); });
     if (bare.has_fovea()) report(bare.fovea_impl(), [&] { return bare.fovea_once(); });
   }
-  if (fovea::encoder_detail::avx2::usable()) {
-    // The FMA units' own f32 rate: 12 independent FMA chains on registers, no memory. Every f32
-    // GEMM on this machine is under it.
+  if (fovea::encoder_detail::Gemm::avx2_takes_f32()) {
+    // The FMA units' own f32 rate at AVX2's width (the widest vectors an AVX2-only CPU has): 12
+    // independent FMA chains on registers, no memory. Every f32 GEMM on such a machine is under it.
     const double fma = fovea::encoder_detail::avx2::fma_peak_gflops(threads, 0.5);
     std::printf("%s\n", nlohmann::json{{"mode", "ceiling"}, {"precision", "fp32"}, {"threads", threads},
                                        {"gflops", fma}, {"impl", "avx2 fma (VFMADD on registers)"}}

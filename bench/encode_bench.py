@@ -169,6 +169,7 @@ def main():
     have_bf16 = True  # oneDNN has bf16 kernels only on AVX-512 / AMX CPUs
 
     ceiling = {}
+    fma_ceiling = {}  # AVX2-only CPUs: the FMA units' own f32 rate
 
     def update_peak():
         nonlocal have_bf16
@@ -176,9 +177,11 @@ def main():
             if p.get("supported") is False:
                 have_bf16 = False
                 continue
-            if p["mode"] == "ceiling":  # the AMX tiles on registers: no GEMM reaches it
-                if not ceiling or p["gflops"] > ceiling["gflops"]:
+            if p["mode"] == "ceiling":  # AMX tiles (bf16) or AVX2 FMAs (fp32) on registers: no GEMM reaches it
+                if p["precision"] == "bf16" and (not ceiling or p["gflops"] > ceiling["gflops"]):
                     ceiling.update(p)
+                if p["precision"] == "fp32" and (not fma_ceiling or p["gflops"] > fma_ceiling["gflops"]):
+                    fma_ceiling.update(p)
                 continue
             # The best bare GEMM of either library (oneDNN's, fovea's own AMX kernel where the
             # CPU has AMX) is the peak: the fraction is of what this machine's GEMMs do.
@@ -187,6 +190,8 @@ def main():
         results["peak"] = peak
         if ceiling:
             results["amx_tile_ceiling"] = ceiling
+        if fma_ceiling:
+            results["fma_ceiling"] = fma_ceiling
 
     update_peak()
     bf16_peak = (f"bf16 {peak['bf16']['gflops']:.0f} GFLOP/s ({peak['bf16']['impl']})" if have_bf16
@@ -197,10 +202,14 @@ def main():
     if ceiling:
         print(f"AMX tiles on registers (TDPBF16PS, no memory; the ceiling of any bf16 GEMM here): "
               f"{ceiling['gflops']:.0f} GFLOP/s")
+    if fma_ceiling:
+        print(f"AVX2 FMAs on registers (no memory; the ceiling of any f32 GEMM here): "
+              f"{fma_ceiling['gflops']:.0f} GFLOP/s; the table's last column is fovea fp32's fraction of it")
     results["bf16_supported"] = have_bf16
 
     print(f"\n{'N':>6} {'torch fp32 ms':>14} {'fovea fp32 ms':>14} {'ratio':>7} {'of peak':>8} "
-          f"{'fovea bf16 ms':>14} {'ratio':>7} {'of peak':>8} {'load':>5}" + (f" {'of tiles':>8}" if ceiling else ""))
+          f"{'fovea bf16 ms':>14} {'ratio':>7} {'of peak':>8} {'load':>5}" + (f" {'of tiles':>8}" if ceiling else "")
+          + (f" {'of FMAs':>8}" if fma_ceiling else ""))
     with torch.inference_mode():
         for n in ns:
             g = torch.Generator().manual_seed(n)
@@ -232,10 +241,14 @@ def main():
                    "bf16_peak_impl": peak["bf16"]["impl"] if have_bf16 else None}
             if ceiling and have_bf16:
                 row["bf16_fraction_of_amx_tile_ceiling"] = g / (b16 / 1e3) / ceiling["gflops"]
+            if fma_ceiling:
+                row["fp32_fraction_of_fma_ceiling"] = g / (f32 / 1e3) / fma_ceiling["gflops"]
             results["rows"].append(row)
             bf16_cells = (f"{b16:>14.1f} {t / b16:>6.2f}x {frac16:>7.0%}" if have_bf16
                           else f"{'n/a':>14} {'':>7} {'':>8}")
             tiles = f" {row['bf16_fraction_of_amx_tile_ceiling']:>7.0%}" if "bf16_fraction_of_amx_tile_ceiling" in row else ""
+            if "fp32_fraction_of_fma_ceiling" in row:
+                tiles += f" {row['fp32_fraction_of_fma_ceiling']:>7.0%}"
             print(f"{n:>6} {t:>14.1f} {f32:>14.1f} {t / f32:>6.2f}x {frac32:>7.0%} {bf16_cells} {load:>5.1f}{tiles}",
                   flush=True)
 
