@@ -179,6 +179,60 @@ TEST(EncoderAvx2, ActivationsSaturate) {
   }
 }
 
+// The f32 attention kernel (exact attention's and the hierarchical blocks' path on AVX2-only
+// CPUs) against softmax attention in double: head widths 16, 64 and 80, query counts around the
+// 6-row register block, key counts around the 16-key panels and the 256-key blocks, with and
+// without a bias on the last keys (the hierarchical mode's pooled rows).
+TEST(EncoderAvx2, AttentionMatchesPlainSoftmaxAttention) {
+  if (!avx2::usable()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  for (const int64_t hd : {16, 64, 80})
+    for (const auto& [bq, nk] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 17}, {6, 255}, {7, 256}, {64, 257}, {13, 600}})
+      for (const bool with_bias : {false, true}) {
+        SCOPED_TRACE("hd=" + std::to_string(hd) + " bq=" + std::to_string(bq) + " nk=" + std::to_string(nk) +
+                     (with_bias ? " bias" : ""));
+        Lcg g{uint32_t(hd * 1000 + bq * 7 + nk)};
+        const int64_t ldq = hd + 3;  // Q rows strided, as a head's view would be
+        std::vector<float> q(size_t(bq * ldq)), k(size_t(nk * hd)), v(size_t(nk * hd));
+        std::vector<float> bias(static_cast<size_t>(nk));
+        for (float& x : q) x = g.next(-2, 2);
+        for (float& x : k) x = g.next(-2, 2);
+        for (float& x : v) x = g.next(-1, 1);
+        for (float& x : bias) x = g.next(-3, 1);
+        const int64_t bias_from = nk / 2;
+        const float scale = 1.0f / std::sqrt(float(hd));
+        std::vector<float> o(size_t(bq * hd));
+        avx2::attention(q.data(), bq, ldq, k.data(), v.data(), nk, hd, scale, with_bias ? bias.data() : nullptr,
+                        bias_from, o.data());
+        for (int64_t i = 0; i < bq; ++i) {
+          std::vector<double> sc(static_cast<size_t>(nk));
+          double mx = -INFINITY, sum = 0;
+          for (int64_t t = 0; t < nk; ++t) {
+            double a = 0;
+            for (int64_t j = 0; j < hd; ++j) a += double(q[size_t(i * ldq + j)]) * k[size_t(t * hd + j)];
+            a *= scale;
+            if (with_bias && t >= bias_from) a += bias[size_t(t)];
+            mx = std::max(mx, sc[size_t(t)] = a);
+          }
+          for (double& x : sc) sum += (x = std::exp(x - mx));
+          for (int64_t j = 0; j < hd; ++j) {
+            double a = 0;
+            for (int64_t t = 0; t < nk; ++t) a += sc[size_t(t)] * v[size_t(t * hd + j)];
+            ASSERT_NEAR(o[size_t(i * hd + j)], a / sum, 2e-5) << "row " << i << " col " << j;
+          }
+        }
+        // Each row's output depends on that row alone: two calls over halves of Q give its bits.
+        if (bq > 1) {
+          const int64_t half = bq / 2;
+          std::vector<float> o2(size_t(bq * hd));
+          avx2::attention(q.data(), half, ldq, k.data(), v.data(), nk, hd, scale, with_bias ? bias.data() : nullptr,
+                          bias_from, o2.data());
+          avx2::attention(q.data() + half * ldq, bq - half, ldq, k.data(), v.data(), nk, hd, scale,
+                          with_bias ? bias.data() : nullptr, bias_from, o2.data() + half * hd);
+          EXPECT_EQ(o, o2);
+        }
+      }
+}
+
 // Through Gemm::run: an f32 linear layer takes the AVX2 kernel exactly where
 // Gemm::avx2_takes_f32() says (AVX2-only CPUs), gives the reference's values whichever kernel
 // runs, packs from its second use where the AVX2 kernel runs, and the second use gives the

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "encoder/amx.hpp"
+#include "encoder/avx2.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {
@@ -105,6 +106,12 @@ bool amx_attention(const AttentionExec& ex, DType dt, int64_t hd) {
   return !ex.reference && dt == DType::bf16 && amx::attention_fits(hd) && amx::usable();
 }
 
+// f32 attention on fovea's AVX2 kernel (avx2.hpp: the same blocks and online softmax, no oneDNN
+// call per block) where the linear layers run on it too (AVX2-only CPUs).
+bool avx2_attention(const AttentionExec& ex, DType dt, int64_t hd) {
+  return !ex.reference && dt == DType::f32 && avx2::attention_fits(hd) && Gemm::avx2_takes_f32();
+}
+
 // O[bq, hd] (f32, normalised) = softmax(Q·Kᵀ·scale + bias)·V over nk keys. Q [bq, hd], K and V
 // [nk, hd] dense, dtype dt. bias (score units, after scale) applies to keys >= bias_from.
 void block_attention(const AttentionExec& ex, const std::byte* Q, int64_t bq, const std::byte* K, const std::byte* V,
@@ -117,6 +124,11 @@ void block_attention(const AttentionExec& ex, const std::byte* Q, int64_t bq, co
     amx::pack_values(reinterpret_cast<const uint16_t*>(V), nk, hd, b.Vt->as<uint16_t>());
     amx::attention(reinterpret_cast<const uint16_t*>(Q), bq, hd, b.Kt->as<uint16_t>(), b.Vt->as<uint16_t>(), nk, hd,
                    scale, bias, bias_from, b.S->get(), O);
+    return;
+  }
+  if (avx2_attention(ex, dt, hd)) {
+    avx2::attention(reinterpret_cast<const float*>(Q), bq, hd, reinterpret_cast<const float*>(K),
+                    reinterpret_cast<const float*>(V), nk, hd, scale, bias, bias_from, O);
     return;
   }
   const size_t es = esize(dt);

@@ -60,6 +60,18 @@ void gemm(const GemmArgs& g);
 // packs on the fly.
 void pack(const void* w, DType w_dt, int64_t ldw, int64_t n, int64_t k, float* dst, int threads);
 
+// ---- attention (one head, f32) -------------------------------------------------------------
+// Head widths the attention kernel takes (whole 16-column blocks of V and O).
+inline bool attention_fits(int64_t hd) { return hd > 0 && hd % kNr == 0 && hd <= 512; }
+// O[bq, hd] (f32, normalised, row stride hd) = softmax(Q·Kᵀ·scale + bias)·V for one head: Q
+// [bq, hd] f32 (row stride ldq); K and V [nk, hd] f32, dense; bias (score units, after the
+// scale) for keys j >= bias_from, or null. Keys in blocks of 256 with an online softmax (no
+// bq × nk matrix); each block's keys packed into panels, V read where it lies. Single-threaded
+// (the caller runs heads and query blocks in parallel). Call only when usable() and
+// attention_fits(hd).
+void attention(const float* q, int64_t bq, int64_t ldq, const float* k, const float* v, int64_t nk, int64_t hd,
+               float scale, const float* bias, int64_t bias_from, float* o);
+
 // An FMA loop on registers only, `threads` threads for about `seconds`: the FMA units' own f32
 // rate in GFLOP/s (benchmarks: the machine's f32 ceiling, whatever any GEMM library reaches).
 double fma_peak_gflops(int threads, double seconds);

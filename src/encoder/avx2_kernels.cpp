@@ -8,19 +8,27 @@
 //
 // Schedule (BLIS's, with the roles named for this product). Each thread owns a contiguous range
 // of panels and packs them itself, when asked, so there is no barrier between packing and use.
-// For a block of kMc rows of A (L2-sized at kKc columns), for each of its panels, for each
-// kKc-deep slice of K (16 KiB of the panel: L1), a 6 × 16 register block (12 accumulators) runs
-// over every 6 rows of the block; partial sums wait in a per-thread buffer between slices, and
-// the epilogue (alpha, bias, activation, accumulate) writes C once per block and panel.
+// For a block of ≤ kMc rows of A, for each of its panels, for each kKc-deep slice of K, a 6 × 16
+// register block (12 accumulators) runs over every 6 rows of the block; partial sums wait in a
+// per-thread buffer between slices, and the epilogue (alpha, bias, activation, accumulate)
+// writes C once per block and panel. A ViT's M (a foveated image: ~274 rows) is one block, so a
+// panel is packed once per call; larger M repacks it per block (a 1/kMc share of the work).
+// The sizes are measured, not derived: on a Zen 3 (32 KiB L1, 512 KiB L2), one core, W packed
+// on the fly, kKc ∈ {128 ... 3072} × kMc ∈ {96 ... 1200} gave 80-91 GFLOP/s over ViT-B/16's
+// shapes, within ~3 % of each other for kKc ≥ 768 and kMc ≥ 288; smaller blocks lose because
+// the on-the-fly packing repeats per block (grouping 16 panels per packing, tried, was within
+// noise of this). docs/encoder.md, "Our own AVX2 GEMM".
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "encoder/avx2.hpp"
 #include "encoder/encoder_internal.hpp"
@@ -29,14 +37,8 @@ namespace fovea::encoder_detail::avx2 {
 
 namespace {
 
-#ifndef FOVEA_AVX2_KC
-#define FOVEA_AVX2_KC 1024
-#endif
-#ifndef FOVEA_AVX2_MC
-#define FOVEA_AVX2_MC 576
-#endif
-constexpr int64_t kKc = FOVEA_AVX2_KC;  // k per slice: a panel's slice is kKc × 64 B = 16 KiB (L1)
-constexpr int64_t kMc = FOVEA_AVX2_MC;  // rows of A per block: kMc × kKc × 4 B = 288 KiB (L2), a multiple of kMr
+constexpr int64_t kKc = 1024;  // k per slice (ViT-B/16: K = 768 is one slice, 3072 three)
+constexpr int64_t kMc = 576;   // rows of A per block at most, a multiple of kMr
 constexpr int kMr = 6;
 
 // ---- packing ------------------------------------------------------------------------------
@@ -90,21 +92,23 @@ void pack_panel(const void* w, DType dt, int64_t ldw, int64_t n, int64_t k, int6
 
 // ---- the 6 × 16 block ---------------------------------------------------------------------
 
-// acc[MR, 16] (row stride 16) (+)= A[MR rows, kc] · panel slice [kc, 16].
+// acc[MR, 16] (row stride ldacc) (+)= A[MR rows, kc] (row stride lda) · B[kc, 16] (row stride
+// ldb: a panel's slice, 16, or 16 columns of a row-major matrix read where they lie).
 template <int MR>
-inline void block(const float* a, int64_t lda, const float* b, int64_t kc, float* acc, bool first) {
+inline void block(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t kc, float* acc, int64_t ldacc,
+                  bool first) {
   __m256 c0[MR], c1[MR];
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) {
-    c0[r] = first ? _mm256_setzero_ps() : _mm256_load_ps(acc + r * kNr);
-    c1[r] = first ? _mm256_setzero_ps() : _mm256_load_ps(acc + r * kNr + 8);
+    c0[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * ldacc);
+    c1[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * ldacc + 8);
   }
   const float* ar[MR];
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) ar[r] = a + r * lda;
 #pragma GCC unroll 4
   for (int64_t kk = 0; kk < kc; ++kk) {
-    const __m256 b0 = _mm256_loadu_ps(b + kk * kNr), b1 = _mm256_loadu_ps(b + kk * kNr + 8);
+    const __m256 b0 = _mm256_loadu_ps(b + kk * ldb), b1 = _mm256_loadu_ps(b + kk * ldb + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
       const __m256 av = _mm256_broadcast_ss(ar[r] + kk);
@@ -114,19 +118,20 @@ inline void block(const float* a, int64_t lda, const float* b, int64_t kc, float
   }
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) {
-    _mm256_store_ps(acc + r * kNr, c0[r]);
-    _mm256_store_ps(acc + r * kNr + 8, c1[r]);
+    _mm256_storeu_ps(acc + r * ldacc, c0[r]);
+    _mm256_storeu_ps(acc + r * ldacc + 8, c1[r]);
   }
 }
 
-inline void block_rows(int mr, const float* a, int64_t lda, const float* b, int64_t kc, float* acc, bool first) {
+inline void block_rows(int mr, const float* a, int64_t lda, const float* b, int64_t ldb, int64_t kc, float* acc,
+                       int64_t ldacc, bool first) {
   switch (mr) {
-    case 6: block<6>(a, lda, b, kc, acc, first); break;
-    case 5: block<5>(a, lda, b, kc, acc, first); break;
-    case 4: block<4>(a, lda, b, kc, acc, first); break;
-    case 3: block<3>(a, lda, b, kc, acc, first); break;
-    case 2: block<2>(a, lda, b, kc, acc, first); break;
-    default: block<1>(a, lda, b, kc, acc, first); break;
+    case 6: block<6>(a, lda, b, ldb, kc, acc, ldacc, first); break;
+    case 5: block<5>(a, lda, b, ldb, kc, acc, ldacc, first); break;
+    case 4: block<4>(a, lda, b, ldb, kc, acc, ldacc, first); break;
+    case 3: block<3>(a, lda, b, ldb, kc, acc, ldacc, first); break;
+    case 2: block<2>(a, lda, b, ldb, kc, acc, ldacc, first); break;
+    default: block<1>(a, lda, b, ldb, kc, acc, ldacc, first); break;
   }
 }
 
@@ -249,8 +254,8 @@ void run_panels(const GemmArgs& g, int64_t p0, int64_t p1) {
       for (int64_t kb = 0; kb < g.k; kb += kKc) {
         const int64_t kc = std::min(kKc, g.k - kb);
         for (int64_t ir = 0; ir < mc; ir += kMr)
-          block_rows(int(std::min<int64_t>(kMr, mc - ir)), g.a + (i0 + ir) * g.lda + kb, g.lda, panel + kb * kNr, kc,
-                     acc + ir * kNr, kb == 0);
+          block_rows(int(std::min<int64_t>(kMr, mc - ir)), g.a + (i0 + ir) * g.lda + kb, g.lda, panel + kb * kNr, kNr,
+                     kc, acc + ir * kNr, kNr, kb == 0);
       }
       if (g.k == 0) std::memset(acc, 0, size_t(mc * kNr) * 4);
       epilogue(g, acc, i0, mc, p);
@@ -278,6 +283,51 @@ void gemm(const GemmArgs& g) {
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     run_panels(g, np * t / nt, np * (t + 1) / nt);
+  }
+}
+
+void attention(const float* q, int64_t bq, int64_t ldq, const float* k, const float* v, int64_t nk, int64_t hd,
+               float scale, const float* bias, int64_t bias_from, float* o) {
+  std::memset(o, 0, size_t(bq * hd) * 4);
+  if (bq <= 0 || nk <= 0) return;
+  constexpr int64_t kBk = 256;  // keys per block: S and P are bq × 256 floats
+  const int64_t bk_max = std::min(kBk, (nk + kNr - 1) / kNr * kNr);
+  thread_local std::unique_ptr<float, AlignedFree> kp_buf, s_buf, p_buf;
+  thread_local size_t kp_cap = 0, s_cap = 0, p_cap = 0;
+  thread_local std::vector<float> m, l;
+  float* kp = thread_buffer(kp_buf, kp_cap, size_t(bk_max * hd));
+  float* s = thread_buffer(s_buf, s_cap, size_t(bq * bk_max));
+  float* pb = thread_buffer(p_buf, p_cap, size_t(bq * bk_max));
+  m.assign(size_t(bq), -INFINITY);
+  l.assign(size_t(bq), 0.0f);
+  const float inv_scale = 1.0f / scale;
+  for (int64_t k0 = 0; k0 < nk; k0 += kBk) {
+    const int64_t bk = std::min(kBk, nk - k0), np = (bk + kNr - 1) / kNr, ls = np * kNr;
+    // S[bq, ls] = Q · K[k0 .. k0 + bk)ᵀ: the block's keys as 16-key panels (hd rows of 16).
+    for (int64_t p = 0; p < np; ++p) pack_panel(k + k0 * hd, DType::f32, hd, bk, hd, p, kp + p * kNr * hd);
+    for (int64_t p = 0; p < np; ++p)
+      for (int64_t ir = 0; ir < bq; ir += kMr)
+        block_rows(int(std::min<int64_t>(kMr, bq - ir)), q + ir * ldq, ldq, kp + p * kNr * hd, kNr, hd,
+                   s + ir * ls + p * kNr, ls, true);
+    if (bias && k0 + bk > bias_from) {
+      const int64_t j0 = std::max<int64_t>(0, bias_from - k0);
+      for (int64_t i = 0; i < bq; ++i)
+        for (int64_t j = j0; j < bk; ++j) s[i * ls + j] += bias[k0 + j] * inv_scale;
+    }
+    for (int64_t i = 0; i < bq; ++i) {
+      const float corr = softmax_step_row(s + i * ls, bk, scale, &m[size_t(i)], &l[size_t(i)], pb + i * ls, DType::f32);
+      if (corr != 1.0f && k0 > 0)
+        for (int64_t j = 0; j < hd; ++j) o[i * hd + j] *= corr;
+    }
+    // O += P · V[k0 .. k0 + bk): 16 columns of V at a time, read where they lie.
+    for (int64_t c = 0; c < hd; c += kNr)
+      for (int64_t ir = 0; ir < bq; ir += kMr)
+        block_rows(int(std::min<int64_t>(kMr, bq - ir)), pb + ir * ls, ls, v + k0 * hd + c, hd, bk, o + ir * hd + c, hd,
+                   false);
+  }
+  for (int64_t i = 0; i < bq; ++i) {
+    const float inv = 1.0f / l[size_t(i)];
+    for (int64_t j = 0; j < hd; ++j) o[i * hd + j] *= inv;
   }
 }
 
