@@ -286,6 +286,46 @@ TEST(EncoderAttention, HierarchicalRanksBlocksByTheirBestKey) {
   }
 }
 
+// The fast kernels' hierarchical attention (on AVX2-only CPUs: the picked blocks read where they
+// lie, in runs of adjacent blocks) gives the reference's rows: head width 64, one global row,
+// blocks of uneven sizes, top_k 3 of 7 with peaked scores, so that picked blocks are adjacent
+// for some query blocks and apart for others.
+TEST(EncoderAttention, HierarchicalFastKernelsMatchTheReference) {
+  constexpr int64_t hd = 64, heads = 2, D = hd * heads, G = 1;
+  const std::vector<int64_t> sizes = {40, 33, 64, 17, 50, 64, 21};
+  HierarchicalPlan plan;
+  plan.top_k = 3;
+  plan.n_global = G;
+  plan.block_start = {G};  // offsets into the order, whose first G entries are the global rows
+  for (int64_t n : sizes) plan.block_start.push_back(plan.block_start.back() + n);
+  const int64_t T = plan.block_start.back();
+  // The global row first, then the token rows in a permuted order (reversed here).
+  for (int64_t g = 0; g < G; ++g) plan.order.push_back(int32_t(g));
+  for (int64_t i = 0; i < T - G; ++i) plan.order.push_back(int32_t(T - 1 - i));
+  std::vector<float> qkv(size_t(T * 3 * D));
+  uint32_t st = 17;
+  for (float& x : qkv) {
+    st = st * 1664525u + 1013904223u;
+    x = (float(st >> 8) / float(1 << 24) * 2 - 1) * 2.5f;  // logits up to ~10: peaked attention
+  }
+  const auto* in = reinterpret_cast<const std::byte*>(qkv.data());
+  std::vector<float> ref(size_t(T * D)), fast(size_t(T * D));
+  Gemm gemm;
+  gemm.reserve_threads(2);
+  attention_rows({true, 1, &gemm}, in, 3 * D, T, in + D * 4, 3 * D, T, D, int(heads), DType::f32,
+                 reinterpret_cast<std::byte*>(ref.data()), &plan);
+  attention_rows({false, 2, &gemm}, in, 3 * D, T, in + D * 4, 3 * D, T, D, int(heads), DType::f32,
+                 reinterpret_cast<std::byte*>(fast.data()), &plan);
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(fast[i], ref[i], 2e-4) << "element " << i;
+  // And not exact attention: the approximation is in effect.
+  std::vector<float> exact(size_t(T * D));
+  attention_rows({true, 1, &gemm}, in, 3 * D, T, in + D * 4, 3 * D, T, D, int(heads), DType::f32,
+                 reinterpret_cast<std::byte*>(exact.data()));
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, double(std::fabs(ref[i] - exact[i])));
+  EXPECT_GT(worst, 1e-3);
+}
+
 TEST(EncoderAttention, HierarchicalOddTokenCounts) {
   const VitModel m = VitModel::load("random:vit-tiny:5");
   Executor exec({.threads = 2});
