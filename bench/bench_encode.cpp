@@ -104,31 +104,25 @@ class BarePeak {
         for (size_t i = 0; i < n / 2; ++i) reinterpret_cast<uint16_t*>(p)[i] = fovea::f32_to_bf16(value(i));
     }
     mm_ = dnnl::matmul(pd);
-    if (prec == fovea::Precision::bf16 && fovea::encoder_detail::amx::usable()) {
-      a16_.resize(size_t(M * K)), c16_.resize(size_t(M * N)), w_.resize(size_t(N * K));
-      for (size_t i = 0; i < a16_.size(); ++i) a16_[i] = fovea::f32_to_bf16(value(i));
+    // fovea's own kernel where it runs this precision: AMX tiles for bf16, AVX2 for fp32.
+    const bool bf16 = prec == fovea::Precision::bf16;
+    if (bf16 ? fovea::encoder_detail::amx::usable() : fovea::encoder_detail::Gemm::avx2_takes_f32()) {
+      const fovea::DType io = bf16 ? fovea::DType::bf16 : fovea::DType::f32;
+      const size_t es = bf16 ? 2 : 4;
+      a_.resize(size_t(M * K) * es), c_.resize(size_t(M * N) * es), w_.resize(size_t(N * K));
+      for (size_t i = 0; i < size_t(M * K); ++i) {
+        if (bf16) reinterpret_cast<uint16_t*>(a_.data())[i] = fovea::f32_to_bf16(value(i));
+        else reinterpret_cast<float*>(a_.data())[i] = value(i);
+      }
       for (size_t i = 0; i < w_.size(); ++i) w_[i] = value(i * 3 + 1);
-      g_.a = a16_.data(), g_.lda = K, g_.a_dt = fovea::DType::bf16;
+      g_.a = a_.data(), g_.lda = K, g_.a_dt = io;
       g_.w = w_.data(), g_.ldw = K, g_.w_dt = fovea::DType::f32;
-      g_.c = c16_.data(), g_.ldc = N, g_.c_dt = fovea::DType::bf16;
+      g_.c = c_.data(), g_.ldc = N, g_.c_dt = io;
       g_.m = M, g_.n = N, g_.k = K, g_.constant_w = true;
       gemm_ = std::make_unique<fovea::encoder_detail::Gemm>();
       const fovea::encoder_detail::OmpThreadsScope team(threads_);
       gemm_->run(g_), gemm_->run(g_);  // packed from the second use
-      fovea_impl_ = "fovea:amx";
-    }
-    if (prec == fovea::Precision::fp32 && fovea::encoder_detail::Gemm::avx2_takes_f32()) {
-      a32_.resize(size_t(M * K)), c32_.resize(size_t(M * N)), w_.resize(size_t(N * K));
-      for (size_t i = 0; i < a32_.size(); ++i) a32_[i] = value(i);
-      for (size_t i = 0; i < w_.size(); ++i) w_[i] = value(i * 3 + 1);
-      g_.a = a32_.data(), g_.lda = K, g_.a_dt = fovea::DType::f32;
-      g_.w = w_.data(), g_.ldw = K, g_.w_dt = fovea::DType::f32;
-      g_.c = c32_.data(), g_.ldc = N, g_.c_dt = fovea::DType::f32;
-      g_.m = M, g_.n = N, g_.k = K, g_.constant_w = true;
-      gemm_ = std::make_unique<fovea::encoder_detail::Gemm>();
-      const fovea::encoder_detail::OmpThreadsScope team(threads_);
-      gemm_->run(g_), gemm_->run(g_);  // packed from the second use
-      fovea_impl_ = "fovea:avx2";
+      fovea_impl_ = bf16 ? "fovea:amx" : "fovea:avx2";
     }
     onednn_once();  // warm
   }
@@ -161,8 +155,8 @@ class BarePeak {
   dnnl::stream st_;
   dnnl::memory A_, B_, C_;
   dnnl::matmul mm_;
-  std::vector<uint16_t> a16_, c16_;
-  std::vector<float> a32_, c32_, w_;
+  std::vector<std::byte> a_, c_;  // A and C of fovea's kernel, in the precision's type
+  std::vector<float> w_;
   std::string fovea_impl_;
   fovea::encoder_detail::GemmArgs g_{};
   std::unique_ptr<fovea::encoder_detail::Gemm> gemm_;

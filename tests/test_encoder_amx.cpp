@@ -19,13 +19,7 @@ namespace {
 
 using namespace encoder_detail;
 
-struct Lcg {
-  uint32_t s;
-  float next(float lo, float hi) {
-    s = s * 1664525u + 1013904223u;
-    return lo + (hi - lo) * float(s >> 8) / float(1 << 24);
-  }
-};
+using test::Lcg;
 
 struct Case {
   int64_t m, n, k;

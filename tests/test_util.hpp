@@ -12,6 +12,14 @@ namespace fovea::test {
 // Deterministic pseudo-random images (xorshift): uint8 samples in [0, 255], float in [0, 1).
 ImageU8 random_image(int w, int h, int channels, uint32_t seed = 1);
 ImageF32 random_image_f32(int w, int h, int channels, uint32_t seed = 1);
+// A linear congruential generator for test operands: next(lo, hi) is uniform in [lo, hi).
+struct Lcg {
+  uint32_t s;
+  float next(float lo, float hi) {
+    s = s * 1664525u + 1013904223u;
+    return lo + (hi - lo) * float(s >> 8) / float(1 << 24);
+  }
+};
 // Constant image.
 ImageU8 constant_image(int w, int h, int channels, uint8_t value);
 // A smooth gradient with some structure (for visual outputs).

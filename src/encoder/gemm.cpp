@@ -215,6 +215,13 @@ struct Gemm::State {
 
   bool packs_blocked(DType kernel_dt) const { return onednn_packs_blocked(kernel_dt); }
 
+  // Counts a use of a constant weight (call with `mutex` held): whether it reads a packed copy
+  // (its second use on, one made already, or pack_on_first_use()).
+  bool count_use(ConstantWeight& cw) {
+    if (cw.uses < 2) ++cw.uses;
+    return cw.uses >= 2 || !cw.packed.empty() || cw.amx || cw.avx2 || pack_first;
+  }
+
   // How this use of W runs (counts the use of constant weights).
   WeightUse weight_use(const GemmArgs& g) {
     if (!g.constant_w) return WeightUse::plain;
@@ -222,9 +229,7 @@ struct Gemm::State {
     // the plain layout) otherwise.
     if (!packs_blocked(g.a_dt) && g.w_dt == g.a_dt) return WeightUse::plain;
     std::lock_guard<std::mutex> lock(mutex);
-    ConstantWeight& cw = constants[{g.w, g.a_dt}];
-    if (cw.uses < 2) ++cw.uses;
-    if (cw.uses >= 2 || !cw.packed.empty() || cw.amx || pack_first) return WeightUse::packed;
+    if (count_use(constants[{g.w, g.a_dt}])) return WeightUse::packed;
     // In place only for f32: there the plain-layout kernel gives the packed one's bits (tested
     // at ViT-B/16's widths). A bf16 weight read in the plain layout gets another K blocking
     // (last-bit differences from the packed path: max 0.013 on ViT-B/16's embeddings), so it
@@ -326,9 +331,7 @@ struct Gemm::State {
   // AVX2 one): whether this use reads the packed copy.
   bool second_use(const GemmArgs& g) {
     std::lock_guard<std::mutex> lock(mutex);
-    ConstantWeight& cw = constants[{g.w, g.a_dt}];
-    if (cw.uses < 2) ++cw.uses;
-    return cw.uses >= 2 || cw.avx2 || pack_first;
+    return count_use(constants[{g.w, g.a_dt}]);
   }
 
   // The AVX2 panels of constant weights g.w (made on first use; avx2.hpp).
