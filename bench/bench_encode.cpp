@@ -164,6 +164,41 @@ class BarePeak {
 
 // The machine's bare GEMM rate: oneDNN's matmul f32 and bf16 and, on AMX CPUs, fovea's own AMX
 // GEMM, best of `reps` after a warm-up each; then the AMX tiles' own rate on registers.
+// fovea's AVX2 attention kernel alone (avx2::attention), one thread: one head's query block of
+// bq rows against nk keys, hd = 64, best of `reps`; GFLOP/s counts Q·Kᵀ and P·V (4·bq·nk·hd) and
+// is printed beside the one-core FMA ceiling. Where the kernel does not run, says so.
+void attention_kernel(const std::vector<int>& ns, int reps) {
+  namespace avx2 = fovea::encoder_detail::avx2;
+  if (!fovea::encoder_detail::Gemm::avx2_takes_f32()) {
+    std::printf("%s\n", nlohmann::json{{"mode", "attention_kernel"}, {"supported", false}}.dump().c_str());
+    return;
+  }
+  const double fma = avx2::fma_peak_gflops(1, 0.5);
+  constexpr int64_t hd = 64;
+  for (const int nk : ns)
+    for (const int64_t bq : {64, 128}) {
+      std::vector<float> q(size_t(bq * hd)), k(size_t(nk) * hd), v(size_t(nk) * hd), o(size_t(bq * hd));
+      uint32_t st = 12345;
+      auto rnd = [&] { return float((st = st * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f; };
+      for (float& x : q) x = rnd();
+      for (float& x : k) x = rnd();
+      for (float& x : v) x = rnd();
+      const double flop = 4.0 * double(bq) * nk * hd;
+      double best = 1e30;
+      for (int r = 0; r < std::max(reps, 3) * 4; ++r) {
+        const auto t0 = Clock::now();
+        avx2::attention(q.data(), bq, hd, k.data(), v.data(), nk, hd, 0.125f, nullptr, 0, o.data());
+        best = std::min(best, ms_since(t0));
+      }
+      std::printf("%s\n", nlohmann::json{{"mode", "attention_kernel"}, {"bq", bq}, {"nk", nk}, {"hd", hd},
+                                         {"min_ms", best}, {"gflops", flop / best / 1e6}, {"fma_ceiling_1core", fma},
+                                         {"of_ceiling", flop / best / 1e6 / fma}}
+                              .dump()
+                              .c_str());
+      std::fflush(stdout);
+    }
+}
+
 void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
   omp_set_num_threads(threads);
   for (const fovea::Precision prec : {fovea::Precision::fp32, fovea::Precision::bf16}) {
@@ -390,7 +425,7 @@ int main(int argc, char** argv) {
   std::string attention_list = "exact", peak_shape = "4096,768,3072";
   int threads = 2, reps = 3, budget = 273;
   bool run_layouts = false;
-  bool uniform = false, run_peak = false, compare_exact = false, entropy = false, qk_tie = false, paired = false;
+  bool uniform = false, run_peak = false, run_attention_kernel = false, compare_exact = false, entropy = false, qk_tie = false, paired = false;
   std::string grid_image;
   float qk_scale = 1.0f;
   for (int i = 1; i < argc; ++i) {
@@ -414,6 +449,7 @@ int main(int argc, char** argv) {
     else if (a == "--peak-shape") peak_shape = next();
     else if (a == "--paired-peak") paired = true;
     else if (a == "--layouts") run_layouts = true;
+    else if (a == "--attention-kernel") run_attention_kernel = true;
     else if (a == "--attention") attention_list = next();
     else if (a == "--compare-exact") compare_exact = true;
     else if (a == "--entropy") entropy = true;
@@ -428,6 +464,10 @@ int main(int argc, char** argv) {
   try {
     if (run_layouts) {
       layouts(reps);
+      return 0;
+    }
+    if (run_attention_kernel) {
+      attention_kernel(parse_list(ns), reps);
       return 0;
     }
     if (run_peak) {

@@ -181,7 +181,7 @@ TEST(EncoderAvx2, ActivationsSaturate) {
 TEST(EncoderAvx2, AttentionMatchesPlainSoftmaxAttention) {
   if (!avx2::usable()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
   for (const int64_t hd : {16, 64, 80})
-    for (const auto& [bq, nk] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 17}, {6, 255}, {7, 256}, {64, 257}, {13, 600}})
+    for (const auto& [bq, nk] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 17}, {6, 127}, {12, 128}, {7, 129}, {6, 255}, {7, 256}, {64, 257}, {13, 600}})
       for (const bool with_bias : {false, true}) {
         SCOPED_TRACE("hd=" + std::to_string(hd) + " bq=" + std::to_string(bq) + " nk=" + std::to_string(nk) +
                      (with_bias ? " bias" : ""));

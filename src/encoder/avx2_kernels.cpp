@@ -286,44 +286,92 @@ void gemm(const GemmArgs& g) {
   }
 }
 
+namespace {
+
+// One strip of ≤ kMr query rows against one block of bk keys (S: mr × ls floats, L1-resident):
+// the online-softmax step of each row (m, l its running max and sum), P written over S, and O's
+// rows rescaled when the max moved.
+inline void softmax_strip(float* s, int mr, int64_t ls, int64_t bk, float scale, float* m, float* l, float* o,
+                          int64_t hd, bool first) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const int64_t full = bk / 8 * 8;
+  alignas(32) static constexpr int32_t kLane[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  const __m256i tail_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(bk - full)),
+                                                _mm256_load_si256(reinterpret_cast<const __m256i*>(kLane)));
+  for (int r = 0; r < mr; ++r) {
+    float* row = s + r * ls;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < full; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(row + j));
+    if (full < bk)
+      vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(row + full),
+                                                 _mm256_castsi256_ps(tail_mask)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    const float m_new = std::max(m[r], _mm_cvtss_f32(h) * scale);
+    const float corr = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first block
+    const __m256 vmn = _mm256_set1_ps(-m_new);
+    __m256 vsum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < full; j += 8) {
+      const __m256 e = exp_ps(_mm256_fmadd_ps(_mm256_loadu_ps(row + j), vscale, vmn));
+      vsum = _mm256_add_ps(vsum, e);
+      _mm256_storeu_ps(row + j, e);
+    }
+    if (full < bk) {
+      const __m256 e = _mm256_and_ps(exp_ps(_mm256_fmadd_ps(_mm256_loadu_ps(row + full), vscale, vmn)),
+                                     _mm256_castsi256_ps(tail_mask));
+      vsum = _mm256_add_ps(vsum, e);
+      _mm256_storeu_ps(row + full, e);
+    }
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(vsum), _mm256_extractf128_ps(vsum, 1));
+    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
+    l[r] = l[r] * corr + _mm_cvtss_f32(t);
+    m[r] = m_new;
+    if (!first && corr != 1.0f) {
+      const __m256 vc = _mm256_set1_ps(corr);
+      float* orow = o + r * hd;
+      for (int64_t j = 0; j < hd; j += 8) _mm256_storeu_ps(orow + j, _mm256_mul_ps(_mm256_loadu_ps(orow + j), vc));
+    }
+  }
+}
+
+}  // namespace
+
 void attention(const float* q, int64_t bq, int64_t ldq, const float* k, const float* v, int64_t nk, int64_t hd,
                float scale, const float* bias, int64_t bias_from, float* o) {
   std::memset(o, 0, size_t(bq * hd) * 4);
   if (bq <= 0 || nk <= 0) return;
-  constexpr int64_t kBk = 256;  // keys per block: S and P are bq × 256 floats
+  // Keys per block: the block's packed keys and its values (2 · kBk · hd floats, 64 KiB at hd =
+  // 64) stay in L2 while every strip of kMr query rows runs over them; a strip's scores (kMr ·
+  // kBk floats) and its O rows stay in L1 from Q·Kᵀ through the softmax to P·V.
+  constexpr int64_t kBk = 128;
   const int64_t bk_max = std::min(kBk, (nk + kNr - 1) / kNr * kNr);
-  thread_local std::unique_ptr<float, AlignedFree> kp_buf, s_buf, p_buf;
-  thread_local size_t kp_cap = 0, s_cap = 0, p_cap = 0;
+  thread_local std::unique_ptr<float, AlignedFree> kp_buf, s_buf;
+  thread_local size_t kp_cap = 0, s_cap = 0;
   thread_local std::vector<float> m, l;
   float* kp = thread_buffer(kp_buf, kp_cap, size_t(bk_max * hd));
-  float* s = thread_buffer(s_buf, s_cap, size_t(bq * bk_max));
-  float* pb = thread_buffer(p_buf, p_cap, size_t(bq * bk_max));
+  float* s = thread_buffer(s_buf, s_cap, size_t(kMr * bk_max));
   m.assign(size_t(bq), -INFINITY);
   l.assign(size_t(bq), 0.0f);
   const float inv_scale = 1.0f / scale;
   for (int64_t k0 = 0; k0 < nk; k0 += kBk) {
     const int64_t bk = std::min(kBk, nk - k0), np = (bk + kNr - 1) / kNr, ls = np * kNr;
-    // S[bq, ls] = Q · K[k0 .. k0 + bk)ᵀ: the block's keys as 16-key panels (hd rows of 16).
     for (int64_t p = 0; p < np; ++p) pack_panel(k + k0 * hd, DType::f32, hd, bk, hd, p, kp + p * kNr * hd);
-    for (int64_t p = 0; p < np; ++p)
-      for (int64_t ir = 0; ir < bq; ir += kMr)
-        block_rows(int(std::min<int64_t>(kMr, bq - ir)), q + ir * ldq, ldq, kp + p * kNr * hd, kNr, hd,
-                   s + ir * ls + p * kNr, ls, true);
-    if (bias && k0 + bk > bias_from) {
-      const int64_t j0 = std::max<int64_t>(0, bias_from - k0);
-      for (int64_t i = 0; i < bq; ++i)
-        for (int64_t j = j0; j < bk; ++j) s[i * ls + j] += bias[k0 + j] * inv_scale;
+    for (int64_t ir = 0; ir < bq; ir += kMr) {
+      const int mr = int(std::min<int64_t>(kMr, bq - ir));
+      // S[mr, ls] = Q[ir .. ir + mr) · K[k0 .. k0 + bk)ᵀ.
+      for (int64_t p = 0; p < np; ++p)
+        block_rows(mr, q + ir * ldq, ldq, kp + p * kNr * hd, kNr, hd, s + p * kNr, ls, true);
+      if (bias && k0 + bk > bias_from) {
+        const int64_t j0 = std::max<int64_t>(0, bias_from - k0);
+        for (int r = 0; r < mr; ++r)
+          for (int64_t j = j0; j < bk; ++j) s[r * ls + j] += bias[k0 + j] * inv_scale;
+      }
+      softmax_strip(s, mr, ls, bk, scale, m.data() + ir, l.data() + ir, o + ir * hd, hd, k0 == 0);
+      // O[ir .. ir + mr) += P · V[k0 .. k0 + bk): 16 columns of V at a time, read where they lie.
+      for (int64_t c = 0; c < hd; c += kNr) block_rows(mr, s, ls, v + k0 * hd + c, hd, bk, o + ir * hd + c, hd, false);
     }
-    for (int64_t i = 0; i < bq; ++i) {
-      const float corr = softmax_step_row(s + i * ls, bk, scale, &m[size_t(i)], &l[size_t(i)], pb + i * ls, DType::f32);
-      if (corr != 1.0f && k0 > 0)
-        for (int64_t j = 0; j < hd; ++j) o[i * hd + j] *= corr;
-    }
-    // O += P · V[k0 .. k0 + bk): 16 columns of V at a time, read where they lie.
-    for (int64_t c = 0; c < hd; c += kNr)
-      for (int64_t ir = 0; ir < bq; ir += kMr)
-        block_rows(int(std::min<int64_t>(kMr, bq - ir)), pb + ir * ls, ls, v + k0 * hd + c, hd, bk, o + ir * hd + c, hd,
-                   false);
   }
   for (int64_t i = 0; i < bq; ++i) {
     const float inv = 1.0f / l[size_t(i)];
