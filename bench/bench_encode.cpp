@@ -5,6 +5,7 @@
 //   build/bench/bench_encode --peak [--peak-shape 4096,768,3072]   (bare oneDNN matmul f32 and bf16)
 //   build/bench/bench_encode --n 273 --precision bf16 --paired-peak   (each encode next to a bare GEMM)
 //   build/bench/bench_encode --layouts [--reps 5]   (f32 weights as they lie vs oneDNN's preferred layout)
+//   build/bench/bench_encode --attention-kernel --n 576,4096   (fovea's AVX2 attention kernel alone, one thread)
 //   build/bench/bench_encode --n 4096 --attention exact,hierarchical:8:64 --compare-exact --qk-scale 4 --entropy
 //
 // --attention: a comma list of modes timed back to back per N (fovea::parse_attention).
