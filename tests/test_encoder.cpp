@@ -1776,7 +1776,7 @@ TEST(EncodeCli, Bf16WithoutBf16KernelsRunsFp32AndSaysSo) {
   if (saved) ::setenv("ONEDNN_MAX_CPU_ISA", saved_value.c_str(), 1);
   else ::unsetenv("ONEDNN_MAX_CPU_ISA");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("fovea: warning: --precision bf16: this CPU has no bf16 matrix kernels"), std::string::npos)
+  EXPECT_NE(r.err.find("fovea: warning: --precision bf16: this CPU has no native bf16 matrix kernels"), std::string::npos)
       << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["encoder"]["precision"], "fp32");
@@ -1792,6 +1792,29 @@ TEST(EncodeCli, Bf16WithoutBf16KernelsRunsFp32AndSaysSo) {
   const auto x = f.data(*f.find("embeddings")), y = g.data(*g.find("embeddings"));
   EXPECT_TRUE(x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin()));
   EXPECT_EQ(g.metadata().count("precision_requested"), 0u);
+}
+
+// Plain AVX-512 (Skylake-SP to Ice Lake) has only oneDNN's emulated bf16 matmul (gemm:jit,
+// several times slower than fp32): bf16 runs fp32 there as well. ONEDNN_MAX_CPU_ISA=AVX512_CORE
+// makes any AVX-512 BF16 or AMX machine such a CPU (and changes nothing below it).
+TEST(EncodeCli, Bf16OnAvx512WithoutNativeBf16RunsFp32) {
+  const std::string dir = test::temp_dir("enc_cli_bf16_avx512");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  const char* saved = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", 1);
+  const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--precision", "bf16",
+                                "-o", dir + "/e.safetensors", "--json", "--threads", "2"});
+  if (saved) ::setenv("ONEDNN_MAX_CPU_ISA", saved_value.c_str(), 1);
+  else ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("fovea: warning: --precision bf16: this CPU has no native bf16 matrix kernels"),
+            std::string::npos)
+      << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["encoder"]["precision"], "fp32");
+  EXPECT_EQ(j["encoder"]["precision_requested"], "bf16");
 }
 
 TEST(EncodeCli, TokenizeTakesAQueryEmbedding) {

@@ -113,10 +113,12 @@ enum class Precision : uint8_t {
   bf16,  // GEMM inputs rounded to bfloat16, f32 accumulation; cosine to fp32 reported
 };
 
-// Whether this CPU has the bfloat16 matrix kernels Precision::bf16 runs on. oneDNN (Debian's
-// 2.6) has them on AVX-512 and AMX machines; an AVX2-only CPU (AMD Zen 1-3, Intel before
-// Skylake-SP) has none. Asked of oneDNN once per process, so ONEDNN_MAX_CPU_ISA=AVX2 makes an
-// AVX-512 machine answer false.
+// Whether this CPU has the native bfloat16 matrix kernels Precision::bf16 runs on: AVX512_BF16
+// (Intel Cooper Lake, AMD Zen 4 and later) or AMX-BF16 (Sapphire Rapids and later). Elsewhere
+// bf16 runs fp32: an AVX2-only CPU (AMD Zen 1-3, Intel before Skylake-SP) has no bf16 kernel,
+// and plain AVX-512 (Skylake-SP to Ice Lake) only oneDNN's emulated one, several times slower
+// than fp32. Asked of oneDNN once per process, so ONEDNN_MAX_CPU_ISA=AVX512_CORE makes a bf16
+// machine answer false.
 bool bf16_supported();
 // Whether bf16 encodes run their linear layers and attention on fovea's own AMX tile kernels
 // (the CPU has AMX-BF16, the OS grants the tile state, and neither FOVEA_AMX=0 nor an

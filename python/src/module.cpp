@@ -261,7 +261,7 @@ Precision parse_precision(const std::string& s) {
 void warn_if_precision_falls_back(Precision asked) {
   if (runnable_precision(asked) != asked &&
       PyErr_WarnEx(PyExc_RuntimeWarning,
-                   "precision='bf16': this CPU has no bf16 matrix kernels (oneDNN needs AVX-512); running fp32", 1) != 0)
+                   "precision='bf16': this CPU has no native bf16 matrix kernels (AVX512_BF16 or AMX); running fp32", 1) != 0)
     throw py::error_already_set();
 }
 

@@ -547,11 +547,18 @@ void gemm_reference(const GemmArgs& g) {
 namespace fovea {
 
 bool bf16_supported() {
-  // A bf16 matmul primitive descriptor is what every bf16 GEMM needs first; oneDNN 2.6 creates
-  // one only where it has a bf16 kernel (AVX-512 core or better). The answer is a fact of the
-  // CPU (and of ONEDNN_MAX_CPU_ISA, which oneDNN reads once), so it is asked once.
+  // Native bf16 dot products: AVX512_BF16 (Cooper Lake, Zen 4 and later) or AMX-BF16 (Sapphire
+  // Rapids and later), as oneDNN sees the CPU (so ONEDNN_MAX_CPU_ISA=AVX512_CORE or below says
+  // no). Plain AVX-512 (Skylake-SP to Ice Lake) also gets a bf16 matmul primitive from oneDNN
+  // 2.6, but an emulated one (gemm:jit, converting to f32 in the kernel): on an Ice Lake Xeon
+  // its bare 4096x768x3072 GEMM ran at 61 GFLOP/s against f32's 202, and a ViT-B/16 bf16 encode
+  // took 3.7x fp32's time at N = 273 (bench/results/icelake/). bf16 is asked for speed; there
+  // it is neither faster nor as exact, so it runs fp32, as on AVX2. A fact of the CPU and of
+  // ONEDNN_MAX_CPU_ISA, which oneDNN reads once, so it is asked once.
   static const bool supported = [] {
-    try {
+    const auto bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);  // a bit set: avx512_core + vnni + bf16
+    if ((unsigned(dnnl::get_effective_cpu_isa()) & bf16) != bf16) return false;
+    try {  // and a primitive for it, as every bf16 GEMM needs first
       using md = dnnl::memory::desc;
       using dt = dnnl::memory::data_type;
       const dnnl::engine engine(dnnl::engine::kind::cpu, 0);

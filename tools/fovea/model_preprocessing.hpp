@@ -33,7 +33,7 @@ inline Precision runnable_precision_noted(Precision asked) {
   const Precision runs = runnable_precision(asked);
   if (runs != asked)
     std::fprintf(stderr,
-                 "fovea: warning: --precision bf16: this CPU has no bf16 matrix kernels (oneDNN needs AVX-512); "
+                 "fovea: warning: --precision bf16: this CPU has no native bf16 matrix kernels (AVX512_BF16 or AMX); "
                  "running fp32\n");
   return runs;
 }
