@@ -22,7 +22,10 @@
 // --entropy: the mean attention entropy (nats) per layer of exact attention, over 64 sampled query
 //   rows per head, and ln(T) (uniform attention) for reference.
 //
-// Prints one JSON object per line: {"n", "precision", "threads", "median_ms", "min_ms", ...}.
+// Prints one JSON object per line: {"n", "precision", "threads", "median_ms", "min_ms", ...};
+// encodes also give attention_median_ms / attention_min_ms, the attention op's share
+// (Encoding::attention_ms: every layer's Q·Kᵀ, softmax and P·V, and a hierarchical mode's
+// pooling, ranking and gathers), so a mode's speed-up can be read for the op and the encode.
 // The first encode of every shape (oneDNN primitive creation, weight packing, first touch of the
 // weights) is a warm-up, not in the median; it is reported apart as first_ms (and the model's
 // load as load_ms), for bench/oneshot_bench.py.
@@ -560,14 +563,15 @@ int main(int argc, char** argv) {
           bare = std::make_unique<BarePeak>(ps.at(0), ps.at(1), ps.at(2), prec, threads);
         }
         Stats st;
+        std::vector<double> attention_ms;  // per repetition: Encoding::attention_ms, the attention op alone
         if (!bare) {
-          st = time_reps(reps, [&] { fovea::encode(model, patches, positions, ep, exec); });
+          st = time_reps(reps, [&] { attention_ms.push_back(fovea::encode(model, patches, positions, ep, exec).attention_ms); });
         } else {
           std::vector<double> ts;
           for (int r = 0; r < reps; ++r) {
             const double peak_now = bare->once();  // the bare GEMM right before this encode
             const auto t0 = Clock::now();
-            fovea::encode(model, patches, positions, ep, exec);
+            attention_ms.push_back(fovea::encode(model, patches, positions, ep, exec).attention_ms);
             ts.push_back(ms_since(t0));
             fractions.push_back(encode_gflop(c, n) / (ts.back() / 1e3) / peak_now);
             peaks.push_back(peak_now);
@@ -578,6 +582,10 @@ int main(int argc, char** argv) {
         nlohmann::json j{{"mode", "encode"}, {"n", n}, {"precision", precision}, {"threads", threads},
                          {"attention", fovea::to_string(att)}, {"qk_scale", qk_scale}, {"median_ms", st.median},
                          {"min_ms", st.min}, {"first_ms", first_ms}, {"load_ms", load_ms}, {"model", model.describe()}};
+        if (!attention_ms.empty()) {
+          std::sort(attention_ms.begin(), attention_ms.end());
+          j["attention_median_ms"] = attention_ms[attention_ms.size() / 2], j["attention_min_ms"] = attention_ms[0];
+        }
         if (bare) {
           // Per repetition: this encode's rate over the bare GEMM's rate just before it. The
           // machine's speed drifts (a shared host: 2x within minutes here), so a peak measured

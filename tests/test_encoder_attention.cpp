@@ -238,6 +238,11 @@ TEST(EncoderAttention, HierarchicalWithEveryBlockIsExact) {
     const Encoding h10 = encode(m, patches, positions, p, exec);
     EXPECT_LE(max_abs_diff(exact.embeddings, h10.embeddings), 1e-4);
     EXPECT_LE(max_abs_diff(exact.class_token, h10.class_token), 1e-4);
+    // The attention op's time is timed apart, and is part of the encode's.
+    for (const Encoding* e : {&exact, &h10}) {
+      EXPECT_GT(e->attention_ms, 0.0);
+      EXPECT_LT(e->attention_ms, e->encode_ms);
+    }
     p.attention = parse_attention("hierarchical:1000:32");
     EXPECT_LE(max_abs_diff(exact.embeddings, encode(m, patches, positions, p, exec).embeddings), 1e-4);
     // Fewer blocks than that is an approximation: different, but close on this near-uniform model.
@@ -378,6 +383,8 @@ TEST(EncoderAttention, CliOptionAndMetadata) {
   EXPECT_EQ(j["encoder"]["attention"]["approximate"], true);
   EXPECT_EQ(j["encoder"]["attention"]["top_k_blocks"], 2);
   EXPECT_GT(j["encoder"]["cosine_vs_fp32"].get<double>(), 0.9);
+  EXPECT_GT(j["timings_ms"]["attention"].get<double>(), 0.0);
+  EXPECT_LT(j["timings_ms"]["attention"].get<double>(), j["timings_ms"]["encode"].get<double>());
   const SafetensorsFile f = SafetensorsFile::open(out);
   EXPECT_EQ(f.metadata().at("attention"), "hierarchical:2:4 (approximate)");
   const auto x = test::run_cli({"encode", image, "--model", "random:vit-tiny", "--json", "-o", out});

@@ -318,6 +318,8 @@ struct Encoding {
   Tensor projected;     // [N, E] projector(embeddings): the LLM's input embeddings, batch order
   Precision precision = Precision::fp32;  // what ran: runnable_precision(EncodeParams::precision)
   double encode_ms = 0;
+  double attention_ms = 0;  // of encode_ms: the attention op of every layer (Q·Kᵀ, softmax, P·V;
+                            // for hierarchical attention also the pooling, ranking and gathers)
 };
 
 // patches [N, C, P, P] float32 or float16 (normalised as the model expects), positions [N, 4]

@@ -218,7 +218,8 @@ class Model(_fovea.Model):
                     image_size=None, attention: str = "exact") -> Encoding:
         """As encode(), but returns a fovea.Encoding with every output the model has:
         .embeddings, .projected (LLaVA / mmproj projector: the LLM's input), .class_token,
-        .pooled, .image_embeds (CLIP projection), .logits (torchvision / timm head, HF ViT classifier), .encode_ms,
+        .pooled, .image_embeds (CLIP projection), .logits (torchvision / timm head, HF ViT classifier), .encode_ms
+        (and .attention_ms, its attention op),
         and .save(path) writing `fovea encode -o`'s file. Tokenize with model=self so
         the patches follow the model's preprocessing."""
         e = super().encode_full(tokens, precision, threads, positions, image_size, attention)

@@ -905,6 +905,8 @@ PYBIND11_MODULE(_fovea, m) {
           },
           "[N, E] float32: the projector's output, what the language model consumes (LLaVA / mmproj), or None")
       .def_property_readonly("encode_ms", [](const PyEncoding& e) { return e.e.encode_ms; })
+      .def_property_readonly("attention_ms", [](const PyEncoding& e) { return e.e.attention_ms; },
+                             "of encode_ms: every layer's attention op (for hierarchical attention also its ranking)")
       .def_property_readonly(
           "precision", [](const PyEncoding& e) { return std::string(to_string(e.e.precision)); },
           "'fp32' or 'bf16': what ran (bf16 runs fp32 on a CPU without bf16 kernels; fovea.bf16_supported())")

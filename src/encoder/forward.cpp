@@ -247,12 +247,15 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   HierarchicalPlan plan;
   const bool hier = params.attention.mode == AttentionParams::Mode::hierarchical;
   if (hier) plan = plan_hierarchical(params.attention, pre, pos, positions.dim(1), N);
+  std::chrono::steady_clock::duration attention_time{};
   for (const VitLayer& l : m.layers) {
     ops.layer_norm(x, T, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
     ops.linear(linear_args(H.get(), dt, T, l.qkv_w, &l.qkv_b, QKV.get(), dt));
     if (m.attention_probe) m.attention_probe(int(&l - m.layers.data()), QKV.get(), dt, T);
+    const auto t_att = std::chrono::steady_clock::now();
     attention_rows({ops.ref, ops.threads, ops.gemm}, QKV.get(), 3 * D, T, QKV.get() + size_t(D) * es, 3 * D, T, D,
                    c.heads, dt, A.get(), hier ? &plan : nullptr, m.attention_ws.get());
+    attention_time += std::chrono::steady_clock::now() - t_att;
     ops.attention_out_and_mlp(l, c, A.get(), T, x, H.get(), Hm.get(), dt);
   }
   if (c.final_norm == FinalNorm::all_tokens) ops.layer_norm(x, T, D, m.post_w, m.post_b, c.ln_eps, x, DType::f32);
@@ -304,6 +307,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   if (c.projector != ProjectorType::none) e.projected = run_projector(m, x + pre * D, N, ops.ref ? nullptr : ops.gemm);
   e.precision = precision;
   e.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+  e.attention_ms = std::chrono::duration<double, std::milli>(attention_time).count();
   return e;
 }
 

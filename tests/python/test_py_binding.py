@@ -265,6 +265,7 @@ def test_encode_hierarchical_attention_equals_cli_file(png, tmp_path):
     t = fovea.tokenize(arr, budget=64, threads=1, source=path, model=m)
     e = m.encode_full(t, threads=1, attention="hierarchical:2:8")
     assert e.attention == "hierarchical:2:8"
+    assert 0 < e.attention_ms < e.encode_ms
     mine = tmp_path / "py.safetensors"
     e.save(mine)
     assert_same_file(str(mine), str(out), skip_meta=())

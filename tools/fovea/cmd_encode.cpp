@@ -148,6 +148,7 @@ struct EncodeCommand {
     summary["timings_ms"]["decode"] = decode_ms;
     summary["timings_ms"]["model_load"] = load_ms;
     summary["timings_ms"]["encode"] = e.encode_ms;
+    summary["timings_ms"]["attention"] = e.attention_ms;  // of encode
     summary["timings_ms"]["tokenize_and_encode"] = t.timings.total_ms() + e.encode_ms;
     summary["timings_ms"]["write"] = write_ms;
     summary["threads"] = ex.threads();
