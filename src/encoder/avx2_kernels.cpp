@@ -290,7 +290,13 @@ namespace {
 
 // One strip of ≤ kMr query rows against one block of bk keys (S: mr × ls floats, L1-resident):
 // the online-softmax step of each row (m, l its running max and sum), P written over S, and O's
-// rows rescaled when the max moved.
+// rows rescaled when the max moved. The same step as softmax_step_row (kernels_hwy.cpp), kept
+// apart on purpose: calling that per row, on Highway's AVX2 target (what an AVX2-only CPU
+// dispatches to), made this kernel ~9 % slower (`bench_encode --attention-kernel`, interleaved
+// runs on an Ice Lake Xeon with Highway capped at AVX2: 68.6-69.0 against 75.2-75.6 GFLOP/s at
+// 64 × 576, 65.8-66.2 against 71.8-72.3 at 64 × 4096); its exp is Highway's, more exact and
+// dearer than exp_ps, behind a dispatched call per row. On the AVX3 target the two were equal
+// within 1.5 %.
 inline void softmax_strip(float* s, int mr, int64_t ls, int64_t bk, float scale, float* m, float* l, float* o,
                           int64_t hd, bool first) {
   const __m256 vscale = _mm256_set1_ps(scale);
