@@ -195,7 +195,7 @@ def main():
 
     update_peak()
     bf16_peak = (f"bf16 {peak['bf16']['gflops']:.0f} GFLOP/s ({peak['bf16']['impl']})" if have_bf16
-                 else "bf16: none (this CPU has no bf16 matrix kernels; oneDNN needs AVX-512)")
+                 else "bf16: none (this CPU has no native bf16 matrix kernels: AVX512_BF16 or AMX; bf16 runs fp32)")
     print(f"bare GEMM 4096x768x3072, best of oneDNN and fovea's own ({ARGS.threads} threads): "
           f"fp32 {peak['fp32']['gflops']:.0f} GFLOP/s ({peak['fp32']['impl']}), "
           f"{bf16_peak}; load average {os.getloadavg()[0]:.1f}")
