@@ -5,7 +5,7 @@
 //   build/bench/bench_encode --peak [--peak-shape 4096,768,3072]   (bare oneDNN matmul f32 and bf16)
 //   build/bench/bench_encode --n 273 --precision bf16 --paired-peak   (each encode next to a bare GEMM)
 //   build/bench/bench_encode --layouts [--reps 5]   (f32 weights as they lie vs oneDNN's preferred layout)
-//   build/bench/bench_encode --attention-kernel --n 576,4096   (fovea's AVX-512 and AVX2 attention kernels alone, one thread)
+//   build/bench/bench_encode --attention-kernel --n 576,4096   (fovea's AVX2 attention kernel alone, one thread)
 //   build/bench/bench_encode --n 4096 --attention exact,hierarchical:8:64 --compare-exact --qk-scale 4 --entropy
 //
 // --attention: a comma list of modes timed back to back per N (fovea::parse_attention).
@@ -47,7 +47,6 @@
 
 #include "encoder/amx.hpp"
 #include "encoder/avx2.hpp"
-#include "encoder/avx512.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
@@ -174,53 +173,34 @@ class BarePeak {
 // is printed beside the one-core FMA ceiling. Where the kernel does not run, says so.
 void attention_kernel(const std::vector<int>& ns, int reps) {
   namespace avx2 = fovea::encoder_detail::avx2;
-  namespace avx512 = fovea::encoder_detail::avx512;
-  using Kernel = void (*)(const float*, int64_t, int64_t, const float*, const float*, int64_t, int64_t, float,
-                          const float*, int64_t, float*);
-  struct Candidate {
-    const char* name;
-    bool runs;         // the CPU has it
-    bool in_encodes;   // f32 encodes use it here
-    Kernel fn;
-    double (*ceiling)(int, double);
-  };
-  const bool avx512_on = avx512::usable();
-  const Candidate kernels[] = {
-      {"avx512", avx512_on, avx512_on, avx512::attention, avx512::fma_peak_gflops},
-      {"avx2", avx2::usable(), !avx512_on && fovea::encoder_detail::Gemm::avx2_takes_f32(), avx2::attention,
-       avx2::fma_peak_gflops},
-  };
-  bool any = false;
-  constexpr int64_t hd = 64;
-  for (const Candidate& kc : kernels) {
-    if (!kc.runs) continue;
-    any = true;
-    const double fma = kc.ceiling(1, 0.5);
-    for (const int nk : ns)
-      for (const int64_t bq : {64, 128}) {
-        std::vector<float> q(size_t(bq * hd)), k(size_t(nk) * hd), v(size_t(nk) * hd), o(size_t(bq * hd));
-        uint32_t st = 12345;
-        auto rnd = [&] { return float((st = st * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f; };
-        for (float& x : q) x = rnd();
-        for (float& x : k) x = rnd();
-        for (float& x : v) x = rnd();
-        const double flop = 4.0 * double(bq) * nk * hd;
-        double best = 1e30;
-        for (int r = 0; r < std::max(reps, 3) * 4; ++r) {
-          const auto t0 = Clock::now();
-          kc.fn(q.data(), bq, hd, k.data(), v.data(), nk, hd, 0.125f, nullptr, 0, o.data());
-          best = std::min(best, ms_since(t0));
-        }
-        std::printf("%s\n", nlohmann::json{{"mode", "attention_kernel"}, {"kernel", kc.name}, {"in_encodes", kc.in_encodes},
-                                           {"bq", bq}, {"nk", nk}, {"hd", hd}, {"min_ms", best},
-                                           {"gflops", flop / best / 1e6}, {"fma_ceiling_1core", fma},
-                                           {"of_ceiling", flop / best / 1e6 / fma}}
-                                .dump()
-                                .c_str());
-        std::fflush(stdout);
-      }
+  if (!fovea::encoder_detail::Gemm::avx2_takes_f32()) {
+    std::printf("%s\n", nlohmann::json{{"mode", "attention_kernel"}, {"supported", false}}.dump().c_str());
+    return;
   }
-  if (!any) std::printf("%s\n", nlohmann::json{{"mode", "attention_kernel"}, {"supported", false}}.dump().c_str());
+  const double fma = avx2::fma_peak_gflops(1, 0.5);
+  constexpr int64_t hd = 64;
+  for (const int nk : ns)
+    for (const int64_t bq : {64, 128}) {
+      std::vector<float> q(size_t(bq * hd)), k(size_t(nk) * hd), v(size_t(nk) * hd), o(size_t(bq * hd));
+      uint32_t st = 12345;
+      auto rnd = [&] { return float((st = st * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f; };
+      for (float& x : q) x = rnd();
+      for (float& x : k) x = rnd();
+      for (float& x : v) x = rnd();
+      const double flop = 4.0 * double(bq) * nk * hd;
+      double best = 1e30;
+      for (int r = 0; r < std::max(reps, 3) * 4; ++r) {
+        const auto t0 = Clock::now();
+        avx2::attention(q.data(), bq, hd, k.data(), v.data(), nk, hd, 0.125f, nullptr, 0, o.data());
+        best = std::min(best, ms_since(t0));
+      }
+      std::printf("%s\n", nlohmann::json{{"mode", "attention_kernel"}, {"bq", bq}, {"nk", nk}, {"hd", hd},
+                                         {"min_ms", best}, {"gflops", flop / best / 1e6}, {"fma_ceiling_1core", fma},
+                                         {"of_ceiling", flop / best / 1e6 / fma}}
+                              .dump()
+                              .c_str());
+      std::fflush(stdout);
+    }
 }
 
 void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {

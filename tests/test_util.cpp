@@ -1,14 +1,11 @@
 #include "test_util.hpp"
 
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -118,15 +115,6 @@ RunResult run_cli(const std::vector<std::string>& args) {
 }
 
 std::string source_dir() { return FOVEA_SOURCE_DIR; }
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.numel(), b.numel());
-  if (a.numel() != b.numel()) return INFINITY;
-  double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    m = std::max(m, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
-  return m;
-}
 
 void write_y4m(const std::string& path, int w, int h, int frames, int fps_num, int fps_den, const std::string& aspect) {
   std::ofstream f(path, std::ios::binary);

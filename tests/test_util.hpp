@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "fovea/image.hpp"
-#include "fovea/tensor.hpp"
 
 namespace fovea::test {
 
@@ -39,9 +38,6 @@ struct RunResult {
 RunResult run_cli(const std::vector<std::string>& args);
 
 std::string source_dir();
-
-// The largest |a[i] - b[i]| of two f32 tensors (a failed expectation and infinity if their sizes differ).
-double max_abs_diff(const Tensor& a, const Tensor& b);
 
 // A y4m clip (4:2:0, 8 bit) at fps_num/fps_den with pixel aspect `aspect` ("1:1", "2:1"): frame i
 // has luma 16 + (5·i mod 200) everywhere plus a bright square at x = 4·i, so frames differ and

@@ -35,7 +35,6 @@
 
 #include "encoder/amx.hpp"
 #include "encoder/avx2.hpp"
-#include "encoder/avx512.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {
@@ -113,12 +112,6 @@ bool avx2_attention(const AttentionExec& ex, DType dt, int64_t hd) {
   return !ex.reference && dt == DType::f32 && avx2::attention_fits(hd) && Gemm::avx2_takes_f32();
 }
 
-// f32 attention on fovea's AVX-512 kernel (avx512.hpp: avx2's schedule on 512-bit registers)
-// wherever the CPU has AVX-512; FOVEA_AVX512=0 keeps oneDNN's GEMMs.
-bool avx512_attention(const AttentionExec& ex, DType dt, int64_t hd) {
-  return !ex.reference && dt == DType::f32 && avx512::attention_fits(hd) && avx512::usable();
-}
-
 // O[bq, hd] (f32, normalised) = softmax(Q·Kᵀ·scale + bias)·V over nk keys. Q [bq, hd], K and V
 // [nk, hd] dense, dtype dt. bias (score units, after scale) applies to keys >= bias_from.
 void block_attention(const AttentionExec& ex, const std::byte* Q, int64_t bq, const std::byte* K, const std::byte* V,
@@ -131,11 +124,6 @@ void block_attention(const AttentionExec& ex, const std::byte* Q, int64_t bq, co
     amx::pack_values(reinterpret_cast<const uint16_t*>(V), nk, hd, b.Vt->as<uint16_t>());
     amx::attention(reinterpret_cast<const uint16_t*>(Q), bq, hd, b.Kt->as<uint16_t>(), b.Vt->as<uint16_t>(), nk, hd,
                    scale, bias, bias_from, b.S->get(), O);
-    return;
-  }
-  if (avx512_attention(ex, dt, hd)) {
-    avx512::attention(reinterpret_cast<const float*>(Q), bq, hd, reinterpret_cast<const float*>(K),
-                      reinterpret_cast<const float*>(V), nk, hd, scale, bias, bias_from, O);
     return;
   }
   if (avx2_attention(ex, dt, hd)) {

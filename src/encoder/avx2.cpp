@@ -45,7 +45,6 @@ namespace {
 // Built without the kernel (compiler or target without AVX2): never usable, and never called.
 void gemm(const GemmArgs&) {}
 void pack(const void*, DType, int64_t, int64_t, int64_t, float*, int) {}
-void pack_panel(const void*, DType, int64_t, int64_t, int64_t, int64_t, float*) {}
 void attention(const float*, int64_t, int64_t, const float*, const float*, int64_t, int64_t, float, const float*,
                int64_t, float*) {}
 double fma_peak_gflops(int, double) { return 0; }

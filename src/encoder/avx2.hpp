@@ -56,9 +56,6 @@ struct GemmArgs {
 // C (+)= post(alpha·A·Wᵀ + bias). Call only when usable().
 void gemm(const GemmArgs& g);
 
-// Panel p of W [n, k] (f32 or bf16, row stride ldw) into dst: k rows of 16 floats (zero past n),
-// one thread. Also the AVX-512 attention kernel's key packing (avx512.hpp).
-void pack_panel(const void* w, DType dt, int64_t ldw, int64_t n, int64_t k, int64_t p, float* dst);
 // W [n, k] packed into `dst` (packed_floats(n, k)) on `threads` threads: the bytes gemm()
 // packs on the fly.
 void pack(const void* w, DType w_dt, int64_t ldw, int64_t n, int64_t k, float* dst, int threads);

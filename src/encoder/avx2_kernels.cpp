@@ -73,8 +73,6 @@ inline void transpose8(__m256 r[8]) {
   r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-}  // namespace
-
 // Panel p of W into dst (k × 16 floats; aligned or not: the arena's are 64-byte aligned).
 void pack_panel(const void* w, DType dt, int64_t ldw, int64_t n, int64_t k, int64_t p, float* dst) {
   const int64_t j0 = p * kNr, cols = std::min(kNr, n - j0);
@@ -91,8 +89,6 @@ void pack_panel(const void* w, DType dt, int64_t ldw, int64_t n, int64_t k, int6
   for (; kk < k; ++kk)
     for (int64_t j = 0; j < kNr; ++j) dst[kk * kNr + j] = j < cols ? load1(w, dt, (j0 + j) * ldw + kk) : 0.0f;
 }
-
-namespace {
 
 // ---- the 6 × 16 block ---------------------------------------------------------------------
 
