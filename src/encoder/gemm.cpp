@@ -556,6 +556,9 @@ bool bf16_supported() {
   // it is neither faster nor as exact, so it runs fp32, as on AVX2. A fact of the CPU and of
   // ONEDNN_MAX_CPU_ISA, which oneDNN reads once, so it is asked once.
   static const bool supported = [] {
+    // The CPU's ISA as oneDNN detected it, capped (0x67 = avx512_core_vnni on an Ice Lake,
+    // 0x27 there under ONEDNN_MAX_CPU_ISA=AVX512_CORE); off x86 it is dnnl_cpu_isa_all, 0, and
+    // bf16 runs fp32.
     const auto bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);  // a bit set: avx512_core + vnni + bf16
     if ((unsigned(dnnl::get_effective_cpu_isa()) & bf16) != bf16) return false;
     try {  // and a primitive for it, as every bf16 GEMM needs first
