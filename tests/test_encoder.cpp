@@ -1764,17 +1764,16 @@ TEST(EncodeCli, Bf16WithoutBf16KernelsRunsFp32AndSaysSo) {
   const std::string dir = test::temp_dir("enc_cli_bf16_avx2");
   const std::string image = dir + "/in.png";
   save_png(test::gradient_image(64, 48, 3), image);
-  const char* saved = std::getenv("ONEDNN_MAX_CPU_ISA");
-  const std::string saved_value = saved ? saved : "";
-  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
-  const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--precision", "bf16",
-                                "-o", dir + "/e.safetensors", "--json", "--threads", "2"});
-  // The same flags with fp32, under the same cap, write the same embeddings. (Uncapped, an
-  // AVX-512 machine runs fp32 on other kernels, whose rounding differs.)
-  const auto r32 = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "-o",
-                                  dir + "/f.safetensors", "--threads", "2"});
-  if (saved) ::setenv("ONEDNN_MAX_CPU_ISA", saved_value.c_str(), 1);
-  else ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  test::RunResult r, r32;
+  {
+    const test::ScopedEnv cap("ONEDNN_MAX_CPU_ISA", "AVX2");
+    r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--precision", "bf16", "-o",
+                       dir + "/e.safetensors", "--json", "--threads", "2"});
+    // The same flags with fp32, under the same cap, write the same embeddings. (Uncapped, an
+    // AVX-512 machine runs fp32 on other kernels, whose rounding differs.)
+    r32 = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "-o", dir + "/f.safetensors",
+                         "--threads", "2"});
+  }
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("fovea: warning: --precision bf16: this CPU has no native bf16 matrix kernels"), std::string::npos)
       << r.err;
@@ -1801,13 +1800,12 @@ TEST(EncodeCli, Bf16OnAvx512WithoutNativeBf16RunsFp32) {
   const std::string dir = test::temp_dir("enc_cli_bf16_avx512");
   const std::string image = dir + "/in.png";
   save_png(test::gradient_image(64, 48, 3), image);
-  const char* saved = std::getenv("ONEDNN_MAX_CPU_ISA");
-  const std::string saved_value = saved ? saved : "";
-  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", 1);
-  const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--precision", "bf16",
-                                "-o", dir + "/e.safetensors", "--json", "--threads", "2"});
-  if (saved) ::setenv("ONEDNN_MAX_CPU_ISA", saved_value.c_str(), 1);
-  else ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  test::RunResult r;
+  {
+    const test::ScopedEnv cap("ONEDNN_MAX_CPU_ISA", "AVX512_CORE");
+    r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--precision", "bf16", "-o",
+                       dir + "/e.safetensors", "--json", "--threads", "2"});
+  }
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("fovea: warning: --precision bf16: this CPU has no native bf16 matrix kernels"),
             std::string::npos)

@@ -116,6 +116,15 @@ RunResult run_cli(const std::vector<std::string>& args) {
 
 std::string source_dir() { return FOVEA_SOURCE_DIR; }
 
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* v = std::getenv(name)) had_ = true, saved_ = v;
+  ::setenv(name, value, 1);
+}
+ScopedEnv::~ScopedEnv() {
+  if (had_) ::setenv(name_.c_str(), saved_.c_str(), 1);
+  else ::unsetenv(name_.c_str());
+}
+
 void write_y4m(const std::string& path, int w, int h, int frames, int fps_num, int fps_den, const std::string& aspect) {
   std::ofstream f(path, std::ios::binary);
   f << "YUV4MPEG2 W" << w << " H" << h << " F" << fps_num << ":" << fps_den << " Ip A" << aspect << " C420jpeg\n";

@@ -39,6 +39,20 @@ RunResult run_cli(const std::vector<std::string>& args);
 
 std::string source_dir();
 
+// Sets an environment variable for a scope (the CLI runs a test starts inherit it) and restores
+// the caller's value, or its absence, when the scope ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, saved_;
+  bool had_ = false;
+};
+
 // A y4m clip (4:2:0, 8 bit) at fps_num/fps_den with pixel aspect `aspect` ("1:1", "2:1"): frame i
 // has luma 16 + (5·i mod 200) everywhere plus a bright square at x = 4·i, so frames differ and
 // their order is visible in the pixels.
