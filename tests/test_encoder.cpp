@@ -14,6 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "encoder/avx2.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
@@ -1791,6 +1795,30 @@ TEST(EncodeCli, Bf16WithoutBf16KernelsRunsFp32AndSaysSo) {
   const auto x = f.data(*f.find("embeddings")), y = g.data(*g.find("embeddings"));
   EXPECT_TRUE(x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin()));
   EXPECT_EQ(g.metadata().count("precision_requested"), 0u);
+}
+
+// bf16_supported() says yes exactly where the CPU (and the OS) offer native bf16 dot products,
+// read here from CPUID apart from oneDNN: AVX512_BF16 (every AMX-BF16 CPU has it too) with the
+// ZMM state enabled. So a bf16 machine whose check wrongly says no fails here instead of
+// skipping its bf16 tests, and an emulating one (Ice Lake) that says yes fails too.
+TEST(EncoderPrecision, Bf16SupportedExactlyWhereTheCpuHasNativeBf16) {
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap && *cap) GTEST_SKIP() << "ONEDNN_MAX_CPU_ISA=" << cap << " caps what oneDNN may use";
+  bool native = false;
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool osxsave = __get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 1);
+  const bool avx512f = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 16 & 1);
+  const unsigned max_sub = a;
+  const bool avx512_bf16 = avx512f && max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
+  if (osxsave && avx512_bf16) {
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    const unsigned need = (1u << 1) | (1u << 2) | (7u << 5);  // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM
+    native = (lo & need) == need;
+  }
+#endif
+  EXPECT_EQ(bf16_supported(), native);
 }
 
 // Plain AVX-512 (Skylake-SP to Ice Lake) has only oneDNN's emulated bf16 matmul (gemm:jit,
