@@ -35,6 +35,7 @@
 
 #include "encoder/amx.hpp"
 #include "encoder/avx2.hpp"
+#include "encoder/avx512bf16.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {
@@ -106,6 +107,13 @@ bool amx_attention(const AttentionExec& ex, DType dt, int64_t hd) {
   return !ex.reference && dt == DType::bf16 && amx::attention_fits(hd) && amx::usable();
 }
 
+// bf16 attention on AVX512-BF16 (avx512bf16.hpp: the same fused pass, queries in vector lanes)
+// where the CPU has VDPBF16PS and the AMX kernel does not run.
+bool avx512bf16_attention(const AttentionExec& ex, DType dt, int64_t hd) {
+  return !ex.reference && dt == DType::bf16 && avx512bf16::attention_fits(hd) && avx512bf16::usable() &&
+         !amx_attention(ex, dt, hd);
+}
+
 // f32 attention on fovea's AVX2 kernel (avx2.hpp: the same blocks and online softmax, no oneDNN
 // call per block) where the linear layers run on it too (AVX2-only CPUs).
 bool avx2_attention(const AttentionExec& ex, DType dt, int64_t hd) {
@@ -124,6 +132,13 @@ void block_attention(const AttentionExec& ex, const std::byte* Q, int64_t bq, co
     amx::pack_values(reinterpret_cast<const uint16_t*>(V), nk, hd, b.Vt->as<uint16_t>());
     amx::attention(reinterpret_cast<const uint16_t*>(Q), bq, hd, b.Kt->as<uint16_t>(), b.Vt->as<uint16_t>(), nk, hd,
                    scale, bias, bias_from, b.S->get(), O);
+    return;
+  }
+  if (avx512bf16_attention(ex, dt, hd)) {
+    b.Vt->ensure(amx::packed_kv_elems(nk, hd) * 2), b.S->ensure(avx512bf16::kScratchBytes);
+    amx::pack_values(reinterpret_cast<const uint16_t*>(V), nk, hd, b.Vt->as<uint16_t>());
+    avx512bf16::attention(reinterpret_cast<const uint16_t*>(Q), bq, hd, reinterpret_cast<const uint16_t*>(K),
+                          b.Vt->as<uint16_t>(), nk, hd, scale, bias, bias_from, b.S->get(), O);
     return;
   }
   if (avx2_attention(ex, dt, hd)) {
@@ -254,6 +269,25 @@ void exact_kv(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t 
       b.O->ensure(size_t(bq * hd) * 4), b.S->ensure(amx::attention_scratch_bytes(T));
       amx::attention(reinterpret_cast<const uint16_t*>(ws.q.get() + size_t((h * r + q0) * hd) * es), bq, hd,
                      kt + h * per_head, vt + h * per_head, T, hd, scale, nullptr, 0, b.S->get(), b.O->as<float>());
+      write_rows(b.O->as<float>(), bq, hd, h, D, dt, nullptr, q0, out);
+    });
+    return;
+  }
+  if (avx512bf16_attention(ex, dt, hd)) {
+    // Every head's V packed once; K is read where it lies.
+    const size_t per_head = amx::packed_kv_elems(T, hd);
+    ws.v_tiles.ensure(per_head * heads * 2);
+    uint16_t* vt = ws.v_tiles.as<uint16_t>();
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+    for (int64_t h = 0; h < heads; ++h)
+      amx::pack_values(reinterpret_cast<const uint16_t*>(v + size_t(h * T * hd) * es), T, hd, vt + h * per_head);
+    parallel_tasks(ex, ws, nqb * heads, [&](int64_t task, TaskBuffers& b) {
+      const int h = int(task % heads);
+      const int64_t q0 = (task / heads) * Bq, bq = std::min(Bq, r - q0);
+      b.O->ensure(size_t(bq * hd) * 4), b.S->ensure(avx512bf16::kScratchBytes);
+      avx512bf16::attention(reinterpret_cast<const uint16_t*>(ws.q.get() + size_t((h * r + q0) * hd) * es), bq, hd,
+                            reinterpret_cast<const uint16_t*>(k + size_t(h * T * hd) * es), vt + h * per_head, T, hd,
+                            scale, nullptr, 0, b.S->get(), b.O->as<float>());
       write_rows(b.O->as<float>(), bq, hd, h, D, dt, nullptr, q0, out);
     });
     return;
