@@ -5,7 +5,7 @@
 //   build/bench/bench_encode --peak [--peak-shape 4096,768,3072]   (bare oneDNN matmul f32 and bf16)
 //   build/bench/bench_encode --n 273 --precision bf16 --paired-peak   (each encode next to a bare GEMM)
 //   build/bench/bench_encode --layouts [--reps 5]   (f32 weights as they lie vs oneDNN's preferred layout)
-//   build/bench/bench_encode --attention-kernel --n 576,4096   (fovea's AVX2 attention kernel alone, one thread)
+//   build/bench/bench_encode --attention-kernel --n 576,4096   (fovea's AVX512-BF16 and AVX2 attention kernels alone, one thread, where they run)
 //   build/bench/bench_encode --n 4096 --attention exact,hierarchical:8:64 --compare-exact --qk-scale 4 --entropy
 //
 // --attention: a comma list of modes timed back to back per N (fovea::parse_attention).
@@ -47,6 +47,7 @@
 
 #include "encoder/amx.hpp"
 #include "encoder/avx2.hpp"
+#include "encoder/avx512bf16.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
@@ -171,10 +172,49 @@ class BarePeak {
 // fovea's AVX2 attention kernel alone (avx2::attention), one thread: one head's query block of
 // bq rows against nk keys, hd = 64, best of `reps`; GFLOP/s counts Q·Kᵀ and P·V (4·bq·nk·hd) and
 // is printed beside the one-core FMA ceiling. Where the kernel does not run, says so.
+// fovea's AVX512-BF16 attention kernel alone (avx512bf16::attention), the same shapes in bf16,
+// beside the one-core VDPBF16PS ceiling.
+void attention_kernel_bf16(const std::vector<int>& ns, int reps) {
+  namespace k512 = fovea::encoder_detail::avx512bf16;
+  namespace amx = fovea::encoder_detail::amx;
+  const double ceiling = k512::dpbf16_peak_gflops(1, 0.5);
+  constexpr int64_t hd = 64;
+  for (const int nk : ns)
+    for (const int64_t bq : {64, 128}) {
+      std::vector<uint16_t> q(size_t(bq * hd)), k(size_t(nk) * hd), v(size_t(nk) * hd);
+      std::vector<uint16_t> vp(amx::packed_kv_elems(nk, hd));
+      std::vector<float> o(size_t(bq * hd));
+      uint32_t st = 12345;
+      auto rnd = [&] {
+        return fovea::f32_to_bf16(float((st = st * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f);
+      };
+      for (uint16_t& x : q) x = rnd();
+      for (uint16_t& x : k) x = rnd();
+      for (uint16_t& x : v) x = rnd();
+      amx::pack_values(v.data(), nk, hd, vp.data());
+      auto scratch = fovea::aligned_alloc_bytes(k512::kScratchBytes);
+      const double flop = 4.0 * double(bq) * nk * hd;
+      double best = 1e30;
+      for (int r = 0; r < std::max(reps, 3) * 4; ++r) {
+        const auto t0 = Clock::now();
+        k512::attention(q.data(), bq, hd, k.data(), vp.data(), nk, hd, 0.125f, nullptr, 0, scratch.get(), o.data());
+        best = std::min(best, ms_since(t0));
+      }
+      std::printf("%s\n", nlohmann::json{{"mode", "attention_kernel"}, {"kernel", "avx512bf16"}, {"bq", bq}, {"nk", nk},
+                                         {"hd", hd}, {"min_ms", best}, {"gflops", flop / best / 1e6},
+                                         {"dpbf16_ceiling_1core", ceiling}, {"of_ceiling", flop / best / 1e6 / ceiling}}
+                              .dump()
+                              .c_str());
+      std::fflush(stdout);
+    }
+}
+
 void attention_kernel(const std::vector<int>& ns, int reps) {
   namespace avx2 = fovea::encoder_detail::avx2;
+  if (fovea::encoder_detail::avx512bf16::usable()) attention_kernel_bf16(ns, reps);
   if (!fovea::encoder_detail::Gemm::avx2_takes_f32()) {
-    std::printf("%s\n", nlohmann::json{{"mode", "attention_kernel"}, {"supported", false}}.dump().c_str());
+    if (!fovea::encoder_detail::avx512bf16::usable())
+      std::printf("%s\n", nlohmann::json{{"mode", "attention_kernel"}, {"supported", false}}.dump().c_str());
     return;
   }
   const double fma = avx2::fma_peak_gflops(1, 0.5);

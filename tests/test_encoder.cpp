@@ -19,6 +19,7 @@
 #endif
 
 #include "encoder/avx2.hpp"
+#include "encoder/avx512bf16.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
@@ -1752,8 +1753,19 @@ TEST(EncodeCli, JsonSaysWhichKernelsRan) {
     EXPECT_GE(mean_row_cosine(x, y), 0.99999);
   }
   const bool bf16 = bf16_supported();
-  EXPECT_EQ(run("bf16", "b.safetensors"), bf16 && amx_kernels_enabled() ? "amx+onednn" : bf16 ? "onednn" : run("fp32", "e.safetensors"));
-  EXPECT_EQ(without("FOVEA_AMX", "bf16", "c.safetensors"), bf16 ? "onednn" : run("fp32", "f.safetensors"));
+  // Without fovea's AMX kernels, a CPU with AMX has AVX512-BF16 too: attention runs on that kernel.
+  const char* bf16_without_amx = encoder_detail::avx512bf16::usable() ? "avx512bf16+onednn" : "onednn";
+  EXPECT_EQ(run("bf16", "b.safetensors"), !bf16                  ? run("fp32", "e.safetensors")
+                                          : amx_kernels_enabled() ? "amx+onednn"
+                                                                  : bf16_without_amx);
+  EXPECT_EQ(without("FOVEA_AMX", "bf16", "c.safetensors"), bf16 ? bf16_without_amx : run("fp32", "f.safetensors"));
+  if (bf16 && avx512bf16_kernels_enabled()) {  // attention on fovea's kernel and on oneDNN's: close, not equal
+    EXPECT_EQ(without("FOVEA_AVX512BF16", "bf16", "g.safetensors"), "onednn");
+    const SafetensorsFile b = SafetensorsFile::open(dir + "/b.safetensors"), g = SafetensorsFile::open(dir + "/g.safetensors");
+    const Tensor x = b.load_f32(*b.find("embeddings")), y = g.load_f32(*g.find("embeddings"));
+    ASSERT_EQ(x.shape(), y.shape());
+    EXPECT_GE(mean_row_cosine(x, y), 0.999);
+  }
   if (bf16 && amx_kernels_enabled()) {  // both ran bf16, on different kernels: close, not equal
     const SafetensorsFile b = SafetensorsFile::open(dir + "/b.safetensors"), c = SafetensorsFile::open(dir + "/c.safetensors");
     const Tensor x = b.load_f32(*b.find("embeddings")), y = c.load_f32(*c.find("embeddings"));

@@ -33,6 +33,7 @@
 
 #include "encoder/amx.hpp"
 #include "encoder/avx2.hpp"
+#include "encoder/avx512bf16.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "fovea/error.hpp"
 
@@ -579,11 +580,14 @@ bool bf16_supported() {
 
 bool amx_kernels_enabled() { return encoder_detail::amx::usable(); }
 
+bool avx512bf16_kernels_enabled() { return encoder_detail::avx512bf16::usable() && !encoder_detail::amx::usable(); }
+
 bool avx2_kernels_enabled() { return encoder_detail::Gemm::avx2_takes_f32(); }
 
 const char* matrix_kernels(Precision p) {
   const Precision r = runnable_precision(p);
-  if (r == Precision::bf16) return amx_kernels_enabled() ? "amx+onednn" : "onednn";
+  if (r == Precision::bf16)
+    return amx_kernels_enabled() ? "amx+onednn" : avx512bf16_kernels_enabled() ? "avx512bf16+onednn" : "onednn";
   return avx2_kernels_enabled() ? "avx2+onednn" : "onednn";
 }
 

@@ -186,10 +186,13 @@ def test_kernels_enabled_is_what_the_cli_reports(png):
 
     assert isinstance(fovea.amx_kernels_enabled(), bool)
     assert isinstance(fovea.avx2_kernels_enabled(), bool)
+    assert isinstance(fovea.avx512bf16_kernels_enabled(), bool)
     fp32 = "avx2+onednn" if fovea.avx2_kernels_enabled() else "onednn"
     assert kernels("fp32") == fp32
     if fovea.bf16_supported():
-        assert kernels("bf16") == ("amx+onednn" if fovea.amx_kernels_enabled() else "onednn")
+        want = ("amx+onednn" if fovea.amx_kernels_enabled()
+                else "avx512bf16+onednn" if fovea.avx512bf16_kernels_enabled() else "onednn")
+        assert kernels("bf16") == want
     else:  # bf16 runs fp32 here
         assert kernels("bf16") == fp32
 
