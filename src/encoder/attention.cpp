@@ -97,7 +97,7 @@ void linear(const AttentionExec& ex, const GemmArgs& a) {
 // Per-thread buffers of the block kernel and the hierarchical gather.
 struct TaskBuffers {
   ScratchBuf *S, *P, *O, *Kg, *Vg, *Kt, *Vt;  // Kt, Vt: keys and values packed for the AMX kernel
-  std::vector<float> m, l, bias, qpos, qneg, score;
+  std::vector<float> m, l, bias, qsplit, score;
   std::vector<int32_t> pick;
 };
 
@@ -226,7 +226,7 @@ void parallel_tasks(const AttentionExec& ex, AttentionWorkspace& ws, int64_t n, 
 #pragma omp parallel num_threads(ex.threads)
   {
     ScratchBuf* slot = &ws.thread_scratch[size_t(omp_get_thread_num()) * kSlots];
-    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], {}, {}, {}, {}, {}, {}, {}};
+    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], {}, {}, {}, {}, {}, {}};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n; ++task) {
       try {
@@ -330,15 +330,15 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
   // Pooled keys and values: the mean of each block's rows, per head (f32 sums, stored as dt); and
   // the per-dimension max and min of its keys (f32), which bound any query's scores on the block.
   ws.kp.ensure(size_t(heads * nb * hd) * es), ws.vp.ensure(size_t(heads * nb * hd) * es);
-  ws.kmax.ensure(size_t(heads * nb * hd) * 4), ws.kmin.ensure(size_t(heads * nb * hd) * 4);
+  ws.kbound.ensure(size_t(heads * nb * 2 * hd) * 4);
   std::vector<float> log_count(size_t(std::max<int64_t>(nb, 1)));
   for (int64_t c = 0; c < nb; ++c) log_count[size_t(c)] = std::log(float(plan.block_start[c + 1] - plan.block_start[c]));
 #pragma omp parallel for num_threads(ex.threads) schedule(static)
   for (int64_t hb = 0; hb < heads * nb; ++hb) {
     const int64_t h = hb / nb, c = hb % nb, b0 = plan.block_start[c], b1 = plan.block_start[c + 1];
     std::vector<float> sk(size_t(hd), 0.0f), sv(size_t(hd), 0.0f), row(static_cast<size_t>(hd));
-    float* kmx = ws.kmax.as<float>() + hb * hd;
-    float* kmn = ws.kmin.as<float>() + hb * hd;
+    float* kmx = ws.kbound.as<float>() + hb * 2 * hd;  // [max | min]: the ranking GEMM's one weight row
+    float* kmn = kmx + hd;
     std::fill(kmx, kmx + hd, -INFINITY), std::fill(kmn, kmn + hd, INFINITY);
     auto add_row = [&](const std::byte* src, std::vector<float>& acc, bool bounds) {
       const float* x = reinterpret_cast<const float*>(src);
@@ -374,8 +374,10 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
   // its attention, and a key block scores the most any query of the query block could give it:
   // score_c = max_i p_ic. A block's mean key (the ranking before) hides one key a query attends
   // to sharply; the bound does not (measured: bench/attention_bench.py, docs/encoder.md).
-  // The bounds are two GEMMs over all the group's rows: per query block, the 2 × heads × blocks
-  // small GEMM calls cost more than their arithmetic (~0.13 s of an N=4096 bf16 encode on Zen 5).
+  // The bounds are one GEMM over all the group's rows, [q⁺ | q⁻]·[kmax | kmin]ᵀ (k = 2·hd): per
+  // query block, the 2 × heads × blocks small GEMM calls cost more than their arithmetic (~0.13 s
+  // of an N=4096 bf16 encode on Zen 5), and two GEMMs of k = hd (one accumulating) cost more than
+  // one of 2·hd.
   // A group holds up to ~1024 query rows, fewer when there are many key blocks, so its bounds
   // (rows × blocks floats) stay within 4 Mi floats whatever N and the block size.
   // (No ranking when every block is taken exactly: K >= nb.)
@@ -404,26 +406,27 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
     if (K < nb) {
       const int64_t r0 = plan.block_start[c0], rows = plan.block_start[c1] - r0;
       const std::byte* Qg = Qh + size_t((h * T + r0) * hd) * es;
-      b.qpos.resize(size_t(rows * hd)), b.qneg.resize(size_t(rows * hd));
-      float* qp = b.qpos.data();
-      float* qn = b.qneg.data();
-      if (dt == DType::bf16) from_bf16_row(reinterpret_cast<const uint16_t*>(Qg), qp, rows * hd);
-      else std::memcpy(qp, Qg, size_t(rows * hd) * 4);
-      for (int64_t i = 0; i < rows * hd; ++i) {
-        const float x = qp[i];
-        qp[i] = std::max(x, 0.0f), qn[i] = std::min(x, 0.0f);
+      // Row i: [q⁺_i | q⁻_i] against the blocks' [kmax | kmin]: both halves of u in one GEMM.
+      b.qsplit.resize(size_t(rows * 2 * hd));
+      float* qs = b.qsplit.data();
+      for (int64_t i = 0; i < rows; ++i) {
+        float* pos = qs + i * 2 * hd;
+        float* neg = pos + hd;
+        if (dt == DType::bf16) from_bf16_row(reinterpret_cast<const uint16_t*>(Qg) + i * hd, pos, hd);
+        else std::memcpy(pos, reinterpret_cast<const float*>(Qg) + i * hd, size_t(hd) * 4);
+        for (int64_t j = 0; j < hd; ++j) {
+          const float x = pos[j];
+          pos[j] = std::max(x, 0.0f), neg[j] = std::min(x, 0.0f);
+        }
       }
       b.S->ensure(size_t(rows * nb) * 4);
       float* U = b.S->as<float>();
       GemmArgs ub{};
-      ub.a = reinterpret_cast<const std::byte*>(qp), ub.lda = hd, ub.a_dt = DType::f32;
-      ub.w = reinterpret_cast<const std::byte*>(ws.kmax.as<float>() + h * nb * hd), ub.ldw = hd, ub.w_dt = DType::f32;
+      ub.a = reinterpret_cast<const std::byte*>(qs), ub.lda = 2 * hd, ub.a_dt = DType::f32;
+      ub.w = reinterpret_cast<const std::byte*>(ws.kbound.as<float>() + h * nb * 2 * hd), ub.ldw = 2 * hd;
+      ub.w_dt = DType::f32;
       ub.c = U, ub.ldc = nb, ub.c_dt = DType::f32;
-      ub.m = rows, ub.n = nb, ub.k = hd;
-      linear(ex, ub);
-      ub.a = reinterpret_cast<const std::byte*>(qn);
-      ub.w = reinterpret_cast<const std::byte*>(ws.kmin.as<float>() + h * nb * hd);
-      ub.accumulate = true;
+      ub.m = rows, ub.n = nb, ub.k = 2 * hd;
       linear(ex, ub);
       b.bias.resize(size_t(nb));
       const float inv_scale = 1.0f / scale;

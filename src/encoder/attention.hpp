@@ -38,7 +38,7 @@ struct ScratchBuf {
 // head-major copies of Q, K and V, the pooled block keys and values and the bounds of each
 // block's keys (hierarchical), per-thread scratch.
 struct AttentionWorkspace {
-  ScratchBuf q, k, v, kp, vp, kmax, kmin;
+  ScratchBuf q, k, v, kp, vp, kbound;  // kbound: per head and block, its keys' [max | min] per dimension
   ScratchBuf k_tiles, v_tiles;  // every head's K and V packed for the AMX kernel (amx.hpp), exact attention
   std::vector<ScratchBuf> thread_scratch;
 };
