@@ -363,6 +363,23 @@ TEST(Encoder, RowKernelsMatchReferences) {
     EXPECT_NEAR(l1, l2, 1e-4 * l2);
     for (int i = 0; i < 77; ++i) EXPECT_NEAR(o1[i], o2[i], 1e-6);
   }
+  // The hierarchical ranking's column-wise pieces: exp(x − m) with the sum, and max of x·y.
+  std::vector<float> e1(x), e2(x), sh(77), s1(77, 0.5f), s2(77, 0.5f);
+  for (int i = 0; i < 77; ++i) sh[i] = 3.0f - 0.05f * i;
+  exp_shift_sum_row(e1.data(), sh.data(), s1.data(), 77);
+  exp_shift_sum_row_ref(e2.data(), sh.data(), s2.data(), 77);
+  for (int i = 0; i < 77; ++i) {
+    EXPECT_NEAR(e1[i], std::exp(x[i] - sh[i]), 1e-6 * e2[i]);
+    EXPECT_NEAR(e1[i], e2[i], 1e-6 * e2[i]);
+    EXPECT_NEAR(s1[i], s2[i], 1e-6 * s2[i]);
+    EXPECT_GT(s1[i], 0.5f);
+  }
+  for (const int n : {0, 1, 5, 16, 77}) {
+    float want = -INFINITY;
+    for (int i = 0; i < n; ++i) want = std::max(want, x[i] * w[i]);
+    EXPECT_EQ(max_product_row(x.data(), w.data(), n), want) << n;
+    EXPECT_EQ(max_product_row_ref(x.data(), w.data(), n), want) << n;
+  }
   std::vector<uint16_t> h1(77);
   to_bf16_row(x.data(), h1.data(), 77);
   for (int i = 0; i < 77; ++i) EXPECT_EQ(h1[i], f32_to_bf16(x[i]));

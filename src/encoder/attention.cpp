@@ -97,7 +97,7 @@ void linear(const AttentionExec& ex, const GemmArgs& a) {
 // Per-thread buffers of the block kernel and the hierarchical gather.
 struct TaskBuffers {
   ScratchBuf *S, *P, *O, *Kg, *Vg, *Kt, *Vt;  // Kt, Vt: keys and values packed for the AMX kernel
-  std::vector<float> m, l, bias, qsplit, score;
+  std::vector<float> m, l, bias, score;
   std::vector<int32_t> pick;
 };
 
@@ -226,7 +226,7 @@ void parallel_tasks(const AttentionExec& ex, AttentionWorkspace& ws, int64_t n, 
 #pragma omp parallel num_threads(ex.threads)
   {
     ScratchBuf* slot = &ws.thread_scratch[size_t(omp_get_thread_num()) * kSlots];
-    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], {}, {}, {}, {}, {}, {}};
+    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], {}, {}, {}, {}, {}};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n; ++task) {
       try {
@@ -328,16 +328,18 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
   const std::byte* Vh = ws.v.get();
 
   // Pooled keys and values: the mean of each block's rows, per head (f32 sums, stored as dt); and
-  // the per-dimension max and min of its keys (f32), which bound any query's scores on the block.
+  // the per-dimension max and min of its keys, which bound any query's scores on the block
+  // (stored as dt: a max or min of bf16 keys is a bf16 value, so bf16 loses nothing).
   ws.kp.ensure(size_t(heads * nb * hd) * es), ws.vp.ensure(size_t(heads * nb * hd) * es);
-  ws.kbound.ensure(size_t(heads * nb * 2 * hd) * 4);
+  ws.kbound.ensure(size_t(heads * nb * 2 * hd) * es);
   std::vector<float> log_count(size_t(std::max<int64_t>(nb, 1)));
   for (int64_t c = 0; c < nb; ++c) log_count[size_t(c)] = std::log(float(plan.block_start[c + 1] - plan.block_start[c]));
 #pragma omp parallel for num_threads(ex.threads) schedule(static)
   for (int64_t hb = 0; hb < heads * nb; ++hb) {
     const int64_t h = hb / nb, c = hb % nb, b0 = plan.block_start[c], b1 = plan.block_start[c + 1];
     std::vector<float> sk(size_t(hd), 0.0f), sv(size_t(hd), 0.0f), row(static_cast<size_t>(hd));
-    float* kmx = ws.kbound.as<float>() + hb * 2 * hd;  // [max | min]: the ranking GEMM's one weight row
+    std::vector<float> bound(size_t(2 * hd));  // [max | min]: the ranking GEMM's one row for this block
+    float* kmx = bound.data();
     float* kmn = kmx + hd;
     std::fill(kmx, kmx + hd, -INFINITY), std::fill(kmn, kmn + hd, INFINITY);
     auto add_row = [&](const std::byte* src, std::vector<float>& acc, bool bounds) {
@@ -355,11 +357,14 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
     for (int64_t j = 0; j < hd; ++j) sk[j] *= inv, sv[j] *= inv;
     std::byte* kd = ws.kp.get() + size_t(hb * hd) * es;
     std::byte* vd = ws.vp.get() + size_t(hb * hd) * es;
+    std::byte* bd = ws.kbound.get() + size_t(hb * 2 * hd) * es;
     if (dt == DType::f32) {
       std::memcpy(kd, sk.data(), size_t(hd) * 4), std::memcpy(vd, sv.data(), size_t(hd) * 4);
+      std::memcpy(bd, bound.data(), size_t(2 * hd) * 4);
     } else {
       to_bf16_row(sk.data(), reinterpret_cast<uint16_t*>(kd), hd);
       to_bf16_row(sv.data(), reinterpret_cast<uint16_t*>(vd), hd);
+      to_bf16_row(bound.data(), reinterpret_cast<uint16_t*>(bd), 2 * hd);
     }
   }
 
@@ -374,10 +379,11 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
   // its attention, and a key block scores the most any query of the query block could give it:
   // score_c = max_i p_ic. A block's mean key (the ranking before) hides one key a query attends
   // to sharply; the bound does not (measured: bench/attention_bench.py, docs/encoder.md).
-  // The bounds are one GEMM over all the group's rows, [q⁺ | q⁻]·[kmax | kmin]ᵀ (k = 2·hd): per
-  // query block, the 2 × heads × blocks small GEMM calls cost more than their arithmetic (~0.13 s
-  // of an N=4096 bf16 encode on Zen 5), and two GEMMs of k = hd (one accumulating) cost more than
-  // one of 2·hd.
+  // The bounds are one GEMM over all the group's rows, Uᵀ = [kmax | kmin]·[q⁺ | q⁻]ᵀ (k = 2·hd,
+  // in dt): per query block, the 2 × heads × blocks small GEMM calls cost more than their
+  // arithmetic (~0.13 s of an N=4096 bf16 encode on Zen 5); two GEMMs of k = hd (one
+  // accumulating) cost more than one of 2·hd; and in f32 this GEMM took ~50 ms of a Zen 4's
+  // N=4096 hierarchical:8:64 bf16 encode (docs/encoder.md, "An AVX512-BF16 attention kernel").
   // A group holds up to ~1024 query rows, fewer when there are many key blocks, so its bounds
   // (rows × blocks floats) stay within 4 Mi floats whatever N and the block size.
   // (No ranking when every block is taken exactly: K >= nb.)
@@ -406,41 +412,63 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
     if (K < nb) {
       const int64_t r0 = plan.block_start[c0], rows = plan.block_start[c1] - r0;
       const std::byte* Qg = Qh + size_t((h * T + r0) * hd) * es;
-      // Row i: [q⁺_i | q⁻_i] against the blocks' [kmax | kmin]: both halves of u in one GEMM.
-      b.qsplit.resize(size_t(rows * 2 * hd));
-      float* qs = b.qsplit.data();
-      for (int64_t i = 0; i < rows; ++i) {
-        float* pos = qs + i * 2 * hd;
-        float* neg = pos + hd;
-        if (dt == DType::bf16) from_bf16_row(reinterpret_cast<const uint16_t*>(Qg) + i * hd, pos, hd);
-        else std::memcpy(pos, reinterpret_cast<const float*>(Qg) + i * hd, size_t(hd) * 4);
-        for (int64_t j = 0; j < hd; ++j) {
-          const float x = pos[j];
-          pos[j] = std::max(x, 0.0f), neg[j] = std::min(x, 0.0f);
-        }
+      // Row i: [q⁺_i | q⁻_i] (dt) against the blocks' [kmax | kmin]: both halves of u in one
+      // GEMM. In bf16, q⁺ and q⁻ are Q's own values split by their sign bit: exact, as is kbound,
+      // so the bf16 GEMM (f32 accumulation) computes the f32 one's products at twice its rate.
+      b.Kt->ensure(size_t(rows * 2 * hd) * es);  // the AMX packing's buffer, free until block_attention
+      std::byte* qs = b.Kt->get();
+      if (dt == DType::bf16) {
+        const auto* q16 = reinterpret_cast<const uint16_t*>(Qg);
+        auto* s16 = reinterpret_cast<uint16_t*>(qs);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < hd; ++j) {
+            const uint16_t x = q16[i * hd + j];
+            const bool neg = x & 0x8000u;
+            s16[i * 2 * hd + j] = neg ? uint16_t(0) : x, s16[i * 2 * hd + hd + j] = neg ? x : uint16_t(0);
+          }
+      } else {
+        const auto* q32 = reinterpret_cast<const float*>(Qg);
+        auto* s32 = reinterpret_cast<float*>(qs);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < hd; ++j) {
+            const float x = q32[i * hd + j];
+            s32[i * 2 * hd + j] = std::max(x, 0.0f), s32[i * 2 * hd + hd + j] = std::min(x, 0.0f);
+          }
       }
+      // Uᵀ[block k][query i], so the softmax over blocks runs down the columns: every step is a
+      // row operation over the group's queries (one call per block, not one per query).
       b.S->ensure(size_t(rows * nb) * 4);
-      float* U = b.S->as<float>();
+      float* Ut = b.S->as<float>();
       GemmArgs ub{};
-      ub.a = reinterpret_cast<const std::byte*>(qs), ub.lda = 2 * hd, ub.a_dt = DType::f32;
-      ub.w = reinterpret_cast<const std::byte*>(ws.kbound.as<float>() + h * nb * 2 * hd), ub.ldw = 2 * hd;
-      ub.w_dt = DType::f32;
-      ub.c = U, ub.ldc = nb, ub.c_dt = DType::f32;
-      ub.m = rows, ub.n = nb, ub.k = 2 * hd;
+      ub.a = ws.kbound.get() + size_t(h * nb * 2 * hd) * es, ub.lda = 2 * hd, ub.a_dt = dt;
+      ub.w = qs, ub.ldw = 2 * hd, ub.w_dt = dt;
+      ub.c = Ut, ub.ldc = rows, ub.c_dt = DType::f32;
+      ub.m = nb, ub.n = rows, ub.k = 2 * hd;
       linear(ex, ub);
-      b.bias.resize(size_t(nb));
-      const float inv_scale = 1.0f / scale;
+      // z = u·scale + log n_k; m[i] = max_k z; then z = exp(z − m), l[i] = Σ_k z.
+      b.m.assign(size_t(rows), -INFINITY);
+      b.l.assign(size_t(rows), 0.0f);
+      float* mx = b.m.data();
+      float* l = b.l.data();
+      for (int64_t k = 0; k < nb; ++k) {
+        float* z = Ut + k * rows;
+        const float lc = log_count[size_t(k)];
+        for (int64_t i = 0; i < rows; ++i) z[i] = z[i] * scale + lc, mx[i] = std::max(mx[i], z[i]);
+      }
+      for (int64_t k = 0; k < nb; ++k) {
+        if (ex.reference) exp_shift_sum_row_ref(Ut + k * rows, mx, l, rows);
+        else exp_shift_sum_row(Ut + k * rows, mx, l, rows);
+      }
+      for (int64_t i = 0; i < rows; ++i) l[i] = 1.0f / l[i];
+      // score_c[k] = max over query block c's queries of p_ik. Non-finite activations give NaN
+      // here: such a score becomes 0, so the ranking below always compares numbers.
       for (int64_t c = c0; c < c1; ++c) {
         float* sc = b.score.data() + (c - c0) * nb;
-        for (int64_t i = plan.block_start[c] - r0; i < plan.block_start[c + 1] - r0; ++i) {
-          float* u = U + i * nb;
-          for (int64_t k = 0; k < nb; ++k) u[k] += log_count[k] * inv_scale;
-          float m = -INFINITY, l = 0.0f;
-          if (ex.reference) softmax_step_row_ref(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
-          else softmax_step_row(u, nb, scale, &m, &l, b.bias.data(), DType::f32);
-          const float inv = 1.0f / l;
-          // A NaN (non-finite activations) never enters: std::max keeps the first argument.
-          for (int64_t k = 0; k < nb; ++k) sc[k] = std::max(sc[k], b.bias[k] * inv);
+        const int64_t i0 = plan.block_start[c] - r0, n = plan.block_start[c + 1] - plan.block_start[c];
+        for (int64_t k = 0; k < nb; ++k) {
+          const float v = ex.reference ? max_product_row_ref(Ut + k * rows + i0, l + i0, n)
+                                       : max_product_row(Ut + k * rows + i0, l + i0, n);
+          sc[k] = v >= 0.0f ? v : 0.0f;
         }
       }
     }

@@ -237,6 +237,12 @@ void layer_norm_row(const float* x, const float* w, const float* b, float eps, i
                     void* out, DType out_dt);
 void layer_norm_row_ref(const float* x, const float* w, const float* b, float eps, int64_t n,
                         void* out, DType out_dt);
+// Column-wise softmax pieces (the hierarchical ranking, its queries in the row): x[i] =
+// exp(x[i] − m[i]) and l[i] += x[i]; and max_i x[i]·y[i] (−inf for n = 0).
+void exp_shift_sum_row(float* x, const float* m, float* l, int64_t n);
+void exp_shift_sum_row_ref(float* x, const float* m, float* l, int64_t n);
+float max_product_row(const float* x, const float* y, int64_t n);
+float max_product_row_ref(const float* x, const float* y, int64_t n);
 // Online-softmax step over one row of raw scores s[n]: scores are s·scale; updates the running
 // max *m and sum *l, writes p = exp(s·scale − m_new) as f32 or bf16 to p, returns the factor
 // exp(m_old − m_new) by which the row's accumulated output must be rescaled.

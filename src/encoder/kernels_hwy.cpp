@@ -131,6 +131,29 @@ float SoftmaxStepRow(const float* HWY_RESTRICT s, int64_t n, float scale, float*
   return corr;
 }
 
+void ExpShiftSumRow(float* HWY_RESTRICT x, const float* HWY_RESTRICT m, float* HWY_RESTRICT l, int64_t n) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), hn::LoadU(df, m + i)));
+    hn::StoreU(e, df, x + i);
+    hn::StoreU(hn::Add(hn::LoadU(df, l + i), e), df, l + i);
+  }
+  for (; i < n; ++i) l[i] += (x[i] = std::exp(x[i] - m[i]));
+}
+
+float MaxProductRow(const float* HWY_RESTRICT x, const float* HWY_RESTRICT y, int64_t n) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  auto vmax = hn::Set(df, -INFINITY);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) vmax = hn::Max(vmax, hn::Mul(hn::LoadU(df, x + i), hn::LoadU(df, y + i)));
+  float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (; i < n; ++i) mx = std::max(mx, x[i] * y[i]);
+  return mx;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace fovea::encoder_detail
 HWY_AFTER_NAMESPACE();
@@ -141,6 +164,8 @@ HWY_EXPORT(ToBf16Row);
 HWY_EXPORT(FromBf16Row);
 HWY_EXPORT(LayerNormRow);
 HWY_EXPORT(SoftmaxStepRow);
+HWY_EXPORT(ExpShiftSumRow);
+HWY_EXPORT(MaxProductRow);
 
 void to_bf16_row(const float* x, uint16_t* out, int64_t n) { HWY_DYNAMIC_DISPATCH(ToBf16Row)(x, out, n); }
 void from_bf16_row(const uint16_t* x, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(FromBf16Row)(x, out, n); }
@@ -148,6 +173,10 @@ void layer_norm_row(const float* x, const float* w, const float* b, float eps, i
                     DType out_dt) {
   HWY_DYNAMIC_DISPATCH(LayerNormRow)(x, w, b, eps, n, out, out_dt);
 }
+void exp_shift_sum_row(float* x, const float* m, float* l, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ExpShiftSumRow)(x, m, l, n);
+}
+float max_product_row(const float* x, const float* y, int64_t n) { return HWY_DYNAMIC_DISPATCH(MaxProductRow)(x, y, n); }
 float softmax_step_row(const float* s, int64_t n, float scale, float* m, float* l, void* p, DType p_dt) {
   return HWY_DYNAMIC_DISPATCH(SoftmaxStepRow)(s, n, scale, m, l, p, p_dt);
 }
@@ -167,6 +196,16 @@ void layer_norm_row_ref(const float* x, const float* w, const float* b, float ep
     if (out_dt == DType::f32) static_cast<float*>(out)[i] = y;
     else static_cast<uint16_t*>(out)[i] = f32_to_bf16(y);
   }
+}
+
+void exp_shift_sum_row_ref(float* x, const float* m, float* l, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) l[i] += (x[i] = std::exp(x[i] - m[i]));
+}
+
+float max_product_row_ref(const float* x, const float* y, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i] * y[i]);
+  return mx;
 }
 
 float softmax_step_row_ref(const float* s, int64_t n, float scale, float* m, float* l, void* p, DType p_dt) {
