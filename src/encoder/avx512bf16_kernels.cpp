@@ -26,7 +26,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "encoder/avx512_math.hpp"
 #include "encoder/avx512bf16.hpp"
 
 namespace fovea::encoder_detail::avx512bf16 {
@@ -36,9 +35,28 @@ namespace {
 constexpr int64_t kBk = 256;  // keys per block: the strip's Sᵀ is 16 KiB, its Pᵀ 8 KiB
 
 inline __m512bh bh(__m512i x) { return (__m512bh)x; }
+
+// 2^t for t <= 0 (scores in log2 units, less their max), relative error ≲ 3e-6: P is rounded to
+// bf16 (2^-9) next. n = round(t), 2^(t − n) by its degree-5 Taylor polynomial on [-1/2, 1/2],
+// scaled by 2^n. t = -inf (or below -150) gives 0; NaN stays NaN (max returns its second
+// operand). Cheaper than the AMX kernels' exp_ps (amx_kernels.cpp): no ln 2 split, one fewer FMA,
+// no upper clamp; measured, the kernel ran 4-5 % faster with it (bench_encode --attention-kernel).
+inline __m512 exp2_nonpositive(__m512 t) {
+  t = _mm512_max_ps(_mm512_set1_ps(-150.0f), t);
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.3333558e-3f);                 // ln2^5 / 120
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));  // ln2^4 / 24
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));  // ln2^3 / 6
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));  // ln2^2 / 2
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));  // ln2
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
 inline __m512 widen(__m256i bf16) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16)); }
 
-// s[j, lane] = scale · K[key0 + j]·Q[lane] (+ bias[key0 + j] from bias_from on) for 16 keys.
+// s[j, lane] = log2(e) · (scale · K[key0 + j]·Q[lane] (+ bias[key0 + j] from bias_from on)) for
+// 16 keys: scores in log2 units, so the softmax's exponentials are powers of two.
 // kTail: some of the 16 keys are past nk; their rows are the last key's (read, never used).
 template <int HD, bool kTail>
 inline void scores16(const uint32_t* qt, const uint16_t* k, int64_t key0, int64_t nk, float scale, const float* bias,
@@ -64,12 +82,13 @@ inline void scores16(const uint32_t* qt, const uint16_t* k, int64_t key0, int64_
       for (int j = 0; j < 16; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], qv, bh(_mm512_set1_epi32(int(kr[j][r]))));
     }
   }
-  const __m512 vs = _mm512_set1_ps(scale);
+  constexpr float kLog2e = 1.44269504088896341f;
+  const __m512 vs = _mm512_set1_ps(scale * kLog2e);
 #pragma GCC unroll 16
   for (int j = 0; j < 16; ++j) {
     __m512 x = _mm512_mul_ps(acc[j], vs);
     const int64_t key = key0 + j;
-    if (bias && key >= bias_from && key < nk) x = _mm512_add_ps(x, _mm512_set1_ps(bias[key]));
+    if (bias && key >= bias_from && key < nk) x = _mm512_add_ps(x, _mm512_set1_ps(bias[key] * kLog2e));
     _mm512_store_ps(s + j * 16, x);
   }
 }
@@ -107,15 +126,16 @@ void strip(const uint16_t* q, int64_t ldq, int64_t rows, const uint16_t* k, cons
     // The online softmax step, lane-wise: the new max, the old sum and Oᵀ rescaled.
     __m512 mx = m;
     for (int64_t j = 0; j < bk; ++j) mx = _mm512_max_ps(mx, _mm512_load_ps(S + j * 16));
-    const __m512 corr = exp_ps(_mm512_sub_ps(m, mx));  // 0 on the first block (exp(-inf))
+    const __m512 corr = exp2_nonpositive(_mm512_sub_ps(m, mx));  // 0 on the first block (2^-inf)
     l = _mm512_mul_ps(l, corr);
     if (k0 > 0)
       for (int d = 0; d < HD; ++d) _mm512_store_ps(ot + d * 16, _mm512_mul_ps(_mm512_load_ps(ot + d * 16), corr));
     m = mx;
-    // P = exp(s − max) in bf16, two keys per vector; the sum is of the rounded P that P·V reads.
+    // P = 2^(s − max) in bf16, two keys per vector; the sum is of the rounded P that P·V reads.
     for (int64_t p = 0; p < np; ++p) {
-      const __m512 e0 = exp_ps(_mm512_sub_ps(_mm512_load_ps(S + 2 * p * 16), mx));
-      const __m512 e1 = 2 * p + 1 < bk ? exp_ps(_mm512_sub_ps(_mm512_load_ps(S + (2 * p + 1) * 16), mx)) : _mm512_setzero_ps();
+      const __m512 e0 = exp2_nonpositive(_mm512_sub_ps(_mm512_load_ps(S + 2 * p * 16), mx));
+      const __m512 e1 = 2 * p + 1 < bk ? exp2_nonpositive(_mm512_sub_ps(_mm512_load_ps(S + (2 * p + 1) * 16), mx))
+                                       : _mm512_setzero_ps();
       const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);  // words 0-15: e0, 16-31: e1
       l = _mm512_add_ps(l, _mm512_add_ps(widen(_mm512_castsi512_si256(pb)), widen(_mm512_extracti64x4_epi64(pb, 1))));
       _mm512_store_si512(pt + p * 16, _mm512_permutexvar_epi16(pair_idx, pb));
