@@ -331,6 +331,37 @@ TEST(EncoderAttention, HierarchicalFastKernelsMatchTheReference) {
   EXPECT_GT(worst, 1e-3);
 }
 
+// bf16 through attention_rows, exact and hierarchical (its ranking's bound GEMM in bf16 too),
+// on whichever kernels this CPU runs (AMX, AVX512-BF16 or oneDNN): the scalar reference of the
+// same algorithm agrees.
+TEST(EncoderAttention, Bf16FastKernelsMatchTheReference) {
+  if (!bf16_supported()) GTEST_SKIP() << "this CPU has no bf16 matrix kernels";
+  const int64_t heads = 3, hd = 64, D = heads * hd, n = 300, T = n + 1;
+  test::Lcg g{5};
+  std::vector<uint16_t> qkv(size_t(T * 3 * D));
+  for (uint16_t& x : qkv) x = f32_to_bf16(g.next(-1.5f, 1.5f));
+  std::vector<float> pos(size_t(2 * n));
+  for (int64_t i = 0; i < n; ++i) pos[size_t(2 * i)] = float(i % 20), pos[size_t(2 * i + 1)] = float(i / 20);
+  AttentionParams ap;
+  ap.mode = AttentionParams::Mode::hierarchical, ap.top_k = 2, ap.block_tokens = 32;
+  const HierarchicalPlan plan = plan_hierarchical(ap, 1, pos.data(), 2, n);
+  for (const bool hier : {false, true}) {
+    SCOPED_TRACE(hier ? "hierarchical" : "exact");
+    Gemm gemm;
+    gemm.reserve_threads(2);
+    std::vector<uint16_t> fast(size_t(T * D)), ref(size_t(T * D));
+    const auto* qp = reinterpret_cast<const std::byte*>(qkv.data());
+    const auto* kvp = reinterpret_cast<const std::byte*>(qkv.data() + D);
+    attention_rows({false, 2, &gemm}, qp, 3 * D, T, kvp, 3 * D, T, D, int(heads), DType::bf16,
+                   reinterpret_cast<std::byte*>(fast.data()), hier ? &plan : nullptr);
+    attention_rows({true, 1, nullptr}, qp, 3 * D, T, kvp, 3 * D, T, D, int(heads), DType::bf16,
+                   reinterpret_cast<std::byte*>(ref.data()), hier ? &plan : nullptr);
+    double err = 0;
+    for (size_t i = 0; i < fast.size(); ++i) err = std::max(err, double(std::fabs(bf16_to_f32(fast[i]) - bf16_to_f32(ref[i]))));
+    EXPECT_LE(err, 0.02);
+  }
+}
+
 TEST(EncoderAttention, HierarchicalOddTokenCounts) {
   const VitModel m = VitModel::load("random:vit-tiny:5");
   Executor exec({.threads = 2});

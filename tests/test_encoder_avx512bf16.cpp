@@ -9,10 +9,8 @@
 #include <vector>
 
 #include "encoder/amx.hpp"
-#include "encoder/attention.hpp"
 #include "encoder/avx512bf16.hpp"
 #include "encoder/encoder_internal.hpp"
-#include "fovea/encoder.hpp"
 #include "test_util.hpp"
 
 namespace fovea {
@@ -113,36 +111,6 @@ TEST(EncoderAvx512Bf16, OnlineSoftmaxRescalesPerQuery) {
     SCOPED_TRACE("query " + std::to_string(i));
     const std::vector<double> want = plain_attention(q.data() + i * hd, k.data(), v.data(), nk, hd, 0.125, nullptr, 0);
     for (int64_t j = 0; j < hd; ++j) EXPECT_NEAR(o[size_t(i * hd + j)], want[size_t(j)], 0.01);
-  }
-}
-
-// Through attention_rows (exact and hierarchical, bf16): where this kernel runs, the encoder's
-// attention agrees with the scalar reference of the same algorithm.
-TEST(EncoderAvx512Bf16, AttentionRowsAgreeWithTheReference) {
-  if (!avx512bf16::usable() || amx::usable()) GTEST_SKIP() << "the kernel is not the one attention_rows runs here";
-  const int64_t heads = 3, hd = 64, D = heads * hd, n = 300, T = n + 1;
-  Lcg g{5};
-  std::vector<uint16_t> qkv(size_t(T * 3 * D));
-  for (uint16_t& x : qkv) x = f32_to_bf16(g.next(-1.5f, 1.5f));
-  std::vector<float> pos(size_t(2 * n));
-  for (int64_t i = 0; i < n; ++i) pos[size_t(2 * i)] = float(i % 20), pos[size_t(2 * i + 1)] = float(i / 20);
-  AttentionParams ap;
-  ap.mode = AttentionParams::Mode::hierarchical, ap.top_k = 2, ap.block_tokens = 32;
-  const HierarchicalPlan plan = plan_hierarchical(ap, 1, pos.data(), 2, n);
-  for (const bool hier : {false, true}) {
-    SCOPED_TRACE(hier ? "hierarchical" : "exact");
-    Gemm gemm;
-    gemm.reserve_threads(2);
-    std::vector<uint16_t> fast(size_t(T * D)), ref(size_t(T * D));
-    const auto* qp = reinterpret_cast<const std::byte*>(qkv.data());
-    const auto* kvp = reinterpret_cast<const std::byte*>(qkv.data() + D);
-    attention_rows({false, 2, &gemm}, qp, 3 * D, T, kvp, 3 * D, T, D, int(heads), DType::bf16,
-                   reinterpret_cast<std::byte*>(fast.data()), hier ? &plan : nullptr);
-    attention_rows({true, 1, nullptr}, qp, 3 * D, T, kvp, 3 * D, T, D, int(heads), DType::bf16,
-                   reinterpret_cast<std::byte*>(ref.data()), hier ? &plan : nullptr);
-    double err = 0;
-    for (size_t i = 0; i < fast.size(); ++i) err = std::max(err, double(std::fabs(bf16_to_f32(fast[i]) - bf16_to_f32(ref[i]))));
-    EXPECT_LE(err, 0.02);
   }
 }
 
