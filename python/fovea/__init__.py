@@ -30,12 +30,13 @@ from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, Uni
 import numpy as np
 
 from . import _fovea
-from ._fovea import (Encoding, TensorFile, Tokens, VideoFrameResult, amx_kernels_enabled, avx512bf16_kernels_enabled, avx2_kernels_enabled,
-                     bf16_supported, image_extensions, image_formats)
+from ._fovea import (Encoding, TensorFile, Tokens, VideoFrameResult, amx_kernels_enabled, avx512bf16_kernels_enabled,
+                     avx2_kernels_enabled, bf16_supported, image_extensions, image_formats)
 
 __version__ = _fovea.__version__
 __all__ = ["tokenize", "Fixation", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "VideoReader",
-           "VideoFrame", "VideoFrameResult", "video", "bf16_supported", "amx_kernels_enabled", "avx512bf16_kernels_enabled", "avx2_kernels_enabled",
+           "VideoFrame", "VideoFrameResult", "video", "bf16_supported", "amx_kernels_enabled",
+           "avx512bf16_kernels_enabled", "avx2_kernels_enabled",
            "image_formats",
            "image_extensions",
            "__version__"]
