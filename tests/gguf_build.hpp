@@ -201,7 +201,8 @@ inline std::vector<Hostile> hostile_files() {
   {
     std::vector<uint8_t> b = sample().bytes();
     b[0] = 'X';
-    out.push_back({"magic", b, Errc::corrupt_data, "magic"});
+    // Not "magic": the file's own name holds that.
+    out.push_back({"magic", b, Errc::corrupt_data, "does not start with the magic \"GGUF\""});
   }
   out.push_back({"version1", header(1, 0, 0).b, Errc::unsupported, "version 1"});
   out.push_back({"bigendian", header(0x03000000u, 0, 0).b, Errc::unsupported, "big-endian"});
@@ -235,7 +236,7 @@ inline std::vector<Hostile> hostile_files() {
   {
     Bytes o = header(3, 0, 1);
     o.str("k").put<uint32_t>(7).put<uint8_t>(2);
-    out.push_back({"bool", o.b, Errc::corrupt_data, "bool"});
+    out.push_back({"bool", o.b, Errc::corrupt_data, "is a bool of value 2"});
   }
   {
     GgufBuild g = sample();
@@ -265,7 +266,7 @@ inline std::vector<Hostile> hostile_files() {
     out.push_back({"unaligned", g.bytes(), Errc::corrupt_data, "not a multiple of the alignment"});
     g = sample();
     g.tensors[1].offset = 0;  // on top of t.f32
-    out.push_back({"overlap", g.bytes(), Errc::corrupt_data, "overlap"});
+    out.push_back({"overlap", g.bytes(), Errc::corrupt_data, " overlap (data offsets "});
     g = sample();
     g.tensors[2].type = 99;
     out.push_back({"unknown_type", g.bytes(), Errc::unsupported, "unsupported GGUF tensor type 99 in t.bf16"});

@@ -61,7 +61,8 @@ TEST(Safetensors, RejectsMalformedHeaders) {
   const std::string lfs = "version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n";
   expect_corrupt(std::vector<uint8_t>(lfs.begin(), lfs.end()), "it is a Git LFS pointer");
   const std::string junk(64, '\x7f');
-  expect_corrupt(std::vector<uint8_t>(junk.begin(), junk.end()), "its header does not begin with '{'");
+  expect_corrupt(std::vector<uint8_t>(junk.begin(), junk.end()),
+                 "its header does not begin with '{' (it starts with 7f 7f 7f 7f 7f 7f 7f 7f)");
   std::vector<uint8_t> past = raw_file("{}", 0);
   past[0] = 200;
   expect_corrupt(past, "runs past the end");

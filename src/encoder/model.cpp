@@ -12,6 +12,7 @@
 
 #include "encoder/loaders/loader.hpp"
 #include "fovea/error.hpp"
+#include "fovea/files.hpp"
 #include "fovea/gguf.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/torch_checkpoint.hpp"
@@ -247,7 +248,13 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   }
   Checkpoint ck;
   ck.path = file;
-  if (looks_like_gguf(file)) {
+  const bool is_gguf = looks_like_gguf(file);
+  if (!is_gguf && file.ends_with(".gguf") && std::filesystem::is_regular_file(file)) {
+    const FileKind kind = identify_file(file);
+    throw Error(Errc::corrupt_data, "'" + file + "' is not a GGUF file: it does not start with the magic \"GGUF\"" +
+                                        (kind.known() ? " (it is " + kind.description + ")" : std::string()));
+  }
+  if (is_gguf) {
     gguf.emplace(GgufFile::open(file));
     weights = gguf_source(*gguf);
     ck.gguf = &*gguf;
