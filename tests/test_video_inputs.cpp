@@ -380,6 +380,16 @@ TEST_F(VideoInputs, NonVideosAreNamed) {
       EXPECT_NE(std::string(e.what()).find(std::string("not a video file: it is ") + what), std::string::npos) << e.what();
     }
   }
+  // An empty file (was: "not a video file ffmpeg can read, or a damaged one (Invalid data ...)").
+  const std::string empty = dir + "/empty.mp4";
+  std::ofstream{empty};
+  try {
+    VideoReader::open(empty);
+    ADD_FAILURE() << "an empty file opened";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::corrupt_data);
+    EXPECT_NE(std::string(e.what()).find("not a video file: the file is empty"), std::string::npos) << e.what();
+  }
 }
 
 // FFmpeg 5.1 has no animated-WebP demuxer: the whole file is one packet its decoder refuses.

@@ -14,6 +14,7 @@ extern "C" {
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -399,6 +400,11 @@ VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions&
     // is what libavformat reports for a file cut short (a truncated mkv says EIO, an mp4 EOF).
     if (e == AVERROR_EOF || e == AVERROR(EIO))
       throw Error(Errc::corrupt_data, path + ": ends inside its headers: a truncated or damaged file (" + av_error(e) + ")");
+    {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) == 0 && !ec)
+        throw Error(Errc::corrupt_data, path + ": not a video file: the file is empty");
+    }
     const FileKind kind = identify_file(path);  // a Git LFS pointer, JSON, ... say so
     using M = FileKind::Media;
     if (kind.known() && kind.media != M::video && kind.media != M::audio && kind.media != M::av)
