@@ -75,6 +75,13 @@ def _pixels_of(image):
     return image
 
 
+def _checked_budget(budget):
+    # Before the binding: an int beyond C's would be pybind11's "incompatible function arguments".
+    if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool) and not 1 <= budget <= 1 << 24:
+        raise ValueError(f"budget must be in [1, 16777216] tokens, got {int(budget)}")
+    return budget
+
+
 def tokenize(
     image: Union[np.ndarray, PathLike, "PIL.Image.Image"],
     budget: int = 273,
@@ -151,7 +158,7 @@ def tokenize(
     that array): do not modify the array while tokenize runs in another thread.
     """
     t = _fovea.tokenize(
-        _pixels_of(image), budget, [tuple(f) for f in fixations], [tuple(r) for r in regions], patch, uniform, threads,
+        _pixels_of(image), _checked_budget(budget), [tuple(f) for f in fixations], [tuple(r) for r in regions], patch, uniform, threads,
         max_level, dict(weights or {}), e0, sharpness, dtype,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
         query_embedding, model, max_pixels, source, fine_bias, detail_focus, fixation_spread, lookahead, exif)
@@ -410,7 +417,7 @@ def video(
     if not callable(fixations):
         fixations = [tuple(f) for f in fixations]
     return _fovea.video(
-        path, model, budget, fixations, [tuple(r) for r in regions], every or 0, fps or 0.0, max_frames or 0,
+        path, model, _checked_budget(budget), fixations, [tuple(r) for r in regions], every or 0, fps or 0.0, max_frames or 0,
         reuse, keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction, precision, threads, output,
         patch, dtype, max_level, dict(weights or {}), e0, sharpness,
         None if mean is None else list(mean), None if std is None else list(std), normalize,

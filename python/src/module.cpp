@@ -206,7 +206,8 @@ py::array vector_view(const std::vector<T>& v, std::vector<py::ssize_t> shape, p
 
 void check_params(const TokenizeParams& p) {
   if (p.patch_px < 2 || p.patch_px > 256) throw bad("patch must be in [2, 256], got " + std::to_string(p.patch_px));
-  if (p.alloc.budget_tokens < 1) throw bad("budget must be at least 1 token, got " + std::to_string(p.alloc.budget_tokens));
+  if (p.alloc.budget_tokens < 1 || p.alloc.budget_tokens > (1 << 24))  // the CLI's --budget range
+    throw bad("budget must be in [1, 16777216] tokens, got " + std::to_string(p.alloc.budget_tokens));
   if (!(p.alloc.sharpness >= 0.5f && p.alloc.sharpness <= 4.0f)) throw bad("sharpness must be in [0.5, 4]");
   if (p.alloc.max_level < -1 || p.alloc.max_level > 24) throw bad("max_level must be in [-1, 24]");
   if (!std::isfinite(p.relevance.e0) || p.relevance.e0 <= 0) throw bad("e0 must be a number > 0");

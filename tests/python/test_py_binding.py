@@ -368,6 +368,9 @@ def test_bad_inputs_raise(png, tmp_path):
         fovea.tokenize(np.zeros((0, 10, 3), np.uint8))
     with pytest.raises(ValueError, match="budget"):
         fovea.tokenize(arr, budget=0)
+    for big in ((1 << 24) + 1, 1 << 40, np.int64(1 << 33)):  # the CLI's range; beyond C's int (was: TypeError)
+        with pytest.raises(ValueError, match=r"budget must be in \[1, 16777216\] tokens"):
+            fovea.tokenize(arr, budget=big)
     with pytest.raises(ValueError, match="sharpness"):
         fovea.tokenize(arr, sharpness=9)
     with pytest.raises(ValueError, match="fixation"):
