@@ -82,6 +82,26 @@ def _checked_budget(budget):
     return budget
 
 
+_FIXATION_FORM = "(x, y[, radius[, weight]])"
+_REGION_FORM = "(x0, y0, x1, y1[, weight])"
+
+
+def _number_tuples(items, what: str, form: str):
+    # [(x, y, ...)] of floats, or a TypeError that names the argument (was: pybind11's
+    # "incompatible function arguments" for a string, or "'NoneType' object is not iterable").
+    if isinstance(items, (str, bytes)):
+        raise TypeError(f"{what} must be a list of {form} tuples, got {type(items).__name__} {items!r:.40}")
+    out = []
+    for item in items:
+        try:
+            if isinstance(item, (str, bytes)):
+                raise TypeError
+            out.append(tuple(float(v) for v in item))
+        except (TypeError, ValueError):
+            raise TypeError(f"{what} must hold {form} tuples of numbers; one is {item!r:.60}") from None
+    return out
+
+
 def tokenize(
     image: Union[np.ndarray, PathLike, "PIL.Image.Image"],
     budget: int = 273,
@@ -158,7 +178,8 @@ def tokenize(
     that array): do not modify the array while tokenize runs in another thread.
     """
     t = _fovea.tokenize(
-        _pixels_of(image), _checked_budget(budget), [tuple(f) for f in fixations], [tuple(r) for r in regions], patch, uniform, threads,
+        _pixels_of(image), _checked_budget(budget), _number_tuples(fixations, "fixations", _FIXATION_FORM),
+        _number_tuples(regions, "regions", _REGION_FORM), patch, uniform, threads,
         max_level, dict(weights or {}), e0, sharpness, dtype,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
         query_embedding, model, max_pixels, source, fine_bias, detail_focus, fixation_spread, lookahead, exif)
@@ -415,9 +436,9 @@ def video(
     bad arguments.
     """
     if not callable(fixations):
-        fixations = [tuple(f) for f in fixations]
+        fixations = _number_tuples(fixations, "fixations", _FIXATION_FORM)
     return _fovea.video(
-        path, model, _checked_budget(budget), fixations, [tuple(r) for r in regions], every or 0, fps or 0.0, max_frames or 0,
+        path, model, _checked_budget(budget), fixations, _number_tuples(regions, "regions", _REGION_FORM), every or 0, fps or 0.0, max_frames or 0,
         reuse, keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction, precision, threads, output,
         patch, dtype, max_level, dict(weights or {}), e0, sharpness,
         None if mean is None else list(mean), None if std is None else list(std), normalize,

@@ -375,6 +375,15 @@ def test_bad_inputs_raise(png, tmp_path):
         fovea.tokenize(arr, sharpness=9)
     with pytest.raises(ValueError, match="fixation"):
         fovea.tokenize(arr, fixations=[(1, 2, 3, 4, 5)])
+    # Not numbers: a TypeError naming the argument (was: pybind11's "incompatible function
+    # arguments", or "'NoneType' object is not iterable").
+    with pytest.raises(TypeError, match=r"fixations must be a list of \(x, y"):
+        fovea.tokenize(arr, fixations="10,20")
+    with pytest.raises(TypeError, match="fixations must hold .* one is None"):
+        fovea.tokenize(arr, fixations=[None])
+    with pytest.raises(TypeError, match=r"regions must hold \(x0, y0, x1, y1"):
+        fovea.tokenize(arr, regions=[("a", "b", "c", "d")])
+    assert fovea.tokenize(arr, budget=20, fixations=np.array([[3, 4]])).budget == 20  # any number sequences
     with pytest.raises(ValueError, match="radius"):
         fovea.tokenize(arr, fixations=[fovea.Fixation(1, 2, radius=-3)])
     with pytest.raises(ValueError, match="fixation_spread"):
