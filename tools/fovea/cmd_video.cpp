@@ -119,7 +119,7 @@ struct VideoCommand {
       throw bad("--fixation and --fixations are exclusive");
     if (every < 0 || (every_given && every == 0)) throw bad("--every must be >= 1");
     if (fps < 0 || !std::isfinite(fps) || (fps_given && fps == 0)) throw bad("--fps must be > 0");
-    if (max_frames < 0) throw bad("--max-frames must be >= 1");
+    if (max_frames < 0) throw bad("--max-frames must be >= 0 (0: every frame)");
     if (keyframe < 0) throw bad("--keyframe must be >= 0");
     if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("--threshold must be a number >= 0");
     if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw bad("--token-threshold must be >= 0");
@@ -395,7 +395,7 @@ Runner setup_video(CLI::App& sub) {
   auto* every = sub.add_option("--every", cmd->every, "Process every N-th decoded frame")->type_name("N");
   auto* fps = sub.add_option("--fps", cmd->fps, "Process frames at this rate (by pts)")->type_name("F");
   every->excludes(fps);
-  sub.add_option("--max-frames", cmd->max_frames, "Stop after N processed frames")->type_name("N");
+  sub.add_option("--max-frames", cmd->max_frames, "Stop after N processed frames (0, the default: every frame)")->type_name("N");
   sub.add_option("--reuse", cmd->reuse,
                  "incremental (default with a model: Eventful-style ViT reuse, approximate), exact (patches and "
                  "patch embeddings reused, full ViT), off (every frame from scratch)")
