@@ -60,6 +60,7 @@ void pack(const void*, DType, int64_t, int64_t, int64_t, uint16_t*, int) {}
 double tile_peak_gflops(int, double) { return 0; }
 void pack_keys(const uint16_t*, int64_t, int64_t, uint16_t*) {}
 void pack_values(const uint16_t*, int64_t, int64_t, uint16_t*) {}
+void pack_values_rows(const uint16_t* const*, int64_t, int64_t, uint16_t*) {}
 void attention(const uint16_t*, int64_t, int64_t, const uint16_t*, const uint16_t*, int64_t, int64_t, float,
                const float*, int64_t, std::byte*, float*) {}
 #endif

@@ -74,6 +74,9 @@ inline size_t packed_kv_elems(int64_t nk, int64_t hd) { return size_t(padded_key
 void pack_keys(const uint16_t* k, int64_t nk, int64_t hd, uint16_t* dst);
 // V [nk, hd] (dense bf16) into the B tiles of P·V: pairs of consecutive keys per column.
 void pack_values(const uint16_t* v, int64_t nk, int64_t hd, uint16_t* dst);
+// The same with row k of V at rows[k] (hd bf16 values each): a gathered key list packed
+// straight from where its rows lie.
+void pack_values_rows(const uint16_t* const* rows, int64_t nk, int64_t hd, uint16_t* dst);
 // Scratch (bytes) attention() needs for nk keys.
 inline size_t attention_scratch_bytes(int64_t nk) { return size_t(16 * padded_keys(nk)) * 6 + 64 * 64 * 4; }
 // O[bq, hd] (f32, normalised) = softmax(Q·Kᵀ·scale + bias)·V for one head: Q [bq, hd] bf16, row

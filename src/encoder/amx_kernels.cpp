@@ -261,7 +261,11 @@ void pack_keys(const uint16_t* k, int64_t nk, int64_t hd, uint16_t* dst) {
   }
 }
 
-void pack_values(const uint16_t* v, int64_t nk, int64_t hd, uint16_t* dst) {
+namespace {
+
+// pack_values with row k of V at row(k) (a pointer to hd bf16 values).
+template <typename Row>
+void pack_values_from(Row row, int64_t nk, int64_t hd, uint16_t* dst) {
   // Per step of 32 keys, hd / 16 tiles of 16 key pairs × 16 columns: element (j, r, c, e) =
   // V[32 s + 2 r + e][16 j + c]. Two rows of V interleaved 16 bits at a time.
   const int64_t steps = padded_keys(nk) / 32, tiles = hd / 16;
@@ -272,14 +276,26 @@ void pack_values(const uint16_t* v, int64_t nk, int64_t hd, uint16_t* dst) {
   for (int64_t s = 0; s < steps; ++s)
     for (int64_t r = 0; r < 16; ++r) {
       const int64_t k0 = s * 32 + 2 * r;
+      const uint16_t* ra = k0 < nk ? row(k0) : nullptr;
+      const uint16_t* rb = k0 + 1 < nk ? row(k0 + 1) : nullptr;
       for (int64_t c0 = 0; c0 < hd; c0 += 32) {  // 32 columns: two tiles' rows r
-        const __m512i a = k0 < nk ? _mm512_loadu_si512(v + k0 * hd + c0) : _mm512_setzero_si512();
-        const __m512i b = k0 + 1 < nk ? _mm512_loadu_si512(v + (k0 + 1) * hd + c0) : _mm512_setzero_si512();
+        const __m512i a = ra ? _mm512_loadu_si512(ra + c0) : _mm512_setzero_si512();
+        const __m512i b = rb ? _mm512_loadu_si512(rb + c0) : _mm512_setzero_si512();
         uint16_t* t = dst + s * tiles * 512 + (c0 / 16) * 512 + r * 32;
         _mm512_storeu_si512(t, _mm512_permutex2var_epi16(a, lo_idx, b));         // columns c0 .. c0+15
         _mm512_storeu_si512(t + 512, _mm512_permutex2var_epi16(a, hi_idx, b));   // c0+16 .. c0+31
       }
     }
+}
+
+}  // namespace
+
+void pack_values(const uint16_t* v, int64_t nk, int64_t hd, uint16_t* dst) {
+  pack_values_from([=](int64_t k) { return v + k * hd; }, nk, hd, dst);
+}
+
+void pack_values_rows(const uint16_t* const* rows, int64_t nk, int64_t hd, uint16_t* dst) {
+  pack_values_from([=](int64_t k) { return rows[k]; }, nk, hd, dst);
 }
 
 namespace {

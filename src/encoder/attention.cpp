@@ -99,6 +99,7 @@ struct TaskBuffers {
   ScratchBuf *S, *P, *O, *Kg, *Vg, *Kt, *Vt;  // Kt, Vt: keys and values packed for the AMX kernel
   std::vector<float> m, l, bias, score;
   std::vector<int32_t> pick;
+  std::vector<const uint16_t*> vrows;  // a gathered key list's value rows, where they lie
 };
 
 // bf16 attention on AMX tiles (amx.hpp: Q·Kᵀ, the softmax and P·V in one pass per 16 query rows,
@@ -120,27 +121,38 @@ bool avx2_attention(const AttentionExec& ex, DType dt, int64_t hd) {
   return !ex.reference && dt == DType::f32 && avx2::attention_fits(hd) && Gemm::avx2_takes_f32();
 }
 
+// Whether block_attention packs V for its kernel (and so can take it as v_rows).
+bool packs_values(const AttentionExec& ex, DType dt, int64_t hd) {
+  return amx_attention(ex, dt, hd) || avx512bf16_attention(ex, dt, hd);
+}
+
 // O[bq, hd] (f32, normalised) = softmax(Q·Kᵀ·scale + bias)·V over nk keys. Q [bq, hd], K and V
 // [nk, hd] dense, dtype dt. bias (score units, after scale) applies to keys >= bias_from.
+// v_rows (only where packs_values): V's row j at v_rows[j] instead of dense at V.
 void block_attention(const AttentionExec& ex, const std::byte* Q, int64_t bq, const std::byte* K, const std::byte* V,
                      const float* bias, int64_t bias_from, int64_t nk, int64_t hd, float scale, DType dt,
-                     TaskBuffers& b, float* O) {
+                     TaskBuffers& b, float* O, const uint16_t* const* v_rows = nullptr) {
+  auto pack_v = [&](uint16_t* dst) {
+    if (v_rows) amx::pack_values_rows(v_rows, nk, hd, dst);
+    else amx::pack_values(reinterpret_cast<const uint16_t*>(V), nk, hd, dst);
+  };
   if (amx_attention(ex, dt, hd)) {
     const size_t kv = amx::packed_kv_elems(nk, hd) * 2;
     b.Kt->ensure(kv), b.Vt->ensure(kv), b.S->ensure(amx::attention_scratch_bytes(nk));
     amx::pack_keys(reinterpret_cast<const uint16_t*>(K), nk, hd, b.Kt->as<uint16_t>());
-    amx::pack_values(reinterpret_cast<const uint16_t*>(V), nk, hd, b.Vt->as<uint16_t>());
+    pack_v(b.Vt->as<uint16_t>());
     amx::attention(reinterpret_cast<const uint16_t*>(Q), bq, hd, b.Kt->as<uint16_t>(), b.Vt->as<uint16_t>(), nk, hd,
                    scale, bias, bias_from, b.S->get(), O);
     return;
   }
   if (avx512bf16_attention(ex, dt, hd)) {
     b.Vt->ensure(amx::packed_kv_elems(nk, hd) * 2), b.S->ensure(avx512bf16::kScratchBytes);
-    amx::pack_values(reinterpret_cast<const uint16_t*>(V), nk, hd, b.Vt->as<uint16_t>());
+    pack_v(b.Vt->as<uint16_t>());
     avx512bf16::attention(reinterpret_cast<const uint16_t*>(Q), bq, hd, reinterpret_cast<const uint16_t*>(K),
                           b.Vt->as<uint16_t>(), nk, hd, scale, bias, bias_from, b.S->get(), O);
     return;
   }
+  if (v_rows) throw Error(Errc::internal, "attention: value rows given to a kernel that reads V dense");
   if (avx2_attention(ex, dt, hd)) {
     avx2::attention(reinterpret_cast<const float*>(Q), bq, hd, reinterpret_cast<const float*>(K),
                     reinterpret_cast<const float*>(V), nk, hd, scale, bias, bias_from, O);
@@ -393,6 +405,7 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
     bpg = std::clamp<int64_t>(rows_cap / max_block, 1, nb);
   }
   const int64_t groups = (nb + bpg - 1) / bpg;
+  const bool vrows = packs_values(ex, dt, hd);
   const int64_t per_head = groups + (G > 0 ? 1 : 0);
   parallel_tasks(ex, ws, per_head * heads, [&](int64_t task, TaskBuffers& b) {
     const int h = int(task / per_head);
@@ -491,28 +504,40 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
         for (int64_t i = 0; i < K; ++i) rows += plan.block_start[b.pick[i] + 1] - plan.block_start[b.pick[i]];
         n_exact = rows;
         nk = rows + (nb - K);
-        b.Kg->ensure(size_t(nk) * row_bytes), b.Vg->ensure(size_t(nk) * row_bytes);
+        // Where the kernel packs V itself, it packs the value rows from where they lie (no V
+        // copy); K is copied, as the kernels read it dense.
+        b.Kg->ensure(size_t(nk) * row_bytes);
+        if (vrows) b.vrows.resize(size_t(nk));
+        else b.Vg->ensure(size_t(nk) * row_bytes);
         std::byte* kg = b.Kg->get();
-        std::byte* vg = b.Vg->get();
-        std::memcpy(kg, Kall, size_t(G) * row_bytes), std::memcpy(vg, Vall, size_t(G) * row_bytes);
+        std::byte* vg = vrows ? nullptr : b.Vg->get();
+        auto values = [&](int64_t at, const std::byte* src, int64_t n) {
+          if (vrows)
+            for (int64_t j = 0; j < n; ++j)
+              b.vrows[size_t(at + j)] = reinterpret_cast<const uint16_t*>(src + size_t(j) * row_bytes);
+          else
+            std::memcpy(vg + size_t(at) * row_bytes, src, size_t(n) * row_bytes);
+        };
+        std::memcpy(kg, Kall, size_t(G) * row_bytes), values(0, Vall, G);
         int64_t at = G;
         for (int64_t i = 0; i < K; ++i) {
           const int64_t s0 = plan.block_start[b.pick[i]], n = plan.block_start[b.pick[i] + 1] - s0;
           std::memcpy(kg + size_t(at) * row_bytes, Kall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
-          std::memcpy(vg + size_t(at) * row_bytes, Vall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
+          values(at, Vall + size_t(s0) * row_bytes, n);
           at += n;
         }
         b.bias.resize(size_t(nk));
         const std::byte* vp = ws.vp.get() + size_t(h * nb * hd) * es;
         for (int64_t i = K; i < nb; ++i, ++at) {
           std::memcpy(kg + size_t(at) * row_bytes, kp + size_t(b.pick[i]) * row_bytes, row_bytes);
-          std::memcpy(vg + size_t(at) * row_bytes, vp + size_t(b.pick[i]) * row_bytes, row_bytes);
+          values(at, vp + size_t(b.pick[i]) * row_bytes, 1);
           b.bias[size_t(at)] = log_count[b.pick[i]];
         }
         Kl = kg, Vl = vg;
       }
       b.O->ensure(size_t(bq * hd) * 4);
-      block_attention(ex, Q, bq, Kl, Vl, b.bias.data(), n_exact, nk, hd, scale, dt, b, b.O->as<float>());
+      block_attention(ex, Q, bq, Kl, Vl, b.bias.data(), n_exact, nk, hd, scale, dt, b, b.O->as<float>(),
+                      vrows && K < nb ? b.vrows.data() : nullptr);
       write_rows(b.O->as<float>(), bq, hd, h, D, dt, perm, q0, out);
     }
   });
