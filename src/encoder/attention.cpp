@@ -238,7 +238,7 @@ void parallel_tasks(const AttentionExec& ex, AttentionWorkspace& ws, int64_t n, 
 #pragma omp parallel num_threads(ex.threads)
   {
     ScratchBuf* slot = &ws.thread_scratch[size_t(omp_get_thread_num()) * kSlots];
-    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], {}, {}, {}, {}, {}};
+    TaskBuffers b{&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], {}, {}, {}, {}, {}, {}};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n; ++task) {
       try {
