@@ -438,7 +438,8 @@ def video(
     if not callable(fixations):
         fixations = _number_tuples(fixations, "fixations", _FIXATION_FORM)
     return _fovea.video(
-        path, model, _checked_budget(budget), fixations, _number_tuples(regions, "regions", _REGION_FORM), every or 0, fps or 0.0, max_frames or 0,
+        path, model, _checked_budget(budget), fixations, _number_tuples(regions, "regions", _REGION_FORM),
+        every or 0, fps or 0.0, max_frames or 0,
         reuse, keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction, precision, threads, output,
         patch, dtype, max_level, dict(weights or {}), e0, sharpness,
         None if mean is None else list(mean), None if std is None else list(std), normalize,

@@ -249,7 +249,8 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   Checkpoint ck;
   ck.path = file;
   const bool is_gguf = looks_like_gguf(file);
-  if (!is_gguf && file.ends_with(".gguf") && std::filesystem::is_regular_file(file)) {
+  std::error_code regular_ec;  // (an unreadable path is the opener's error to report)
+  if (!is_gguf && file.ends_with(".gguf") && std::filesystem::is_regular_file(file, regular_ec)) {
     const FileKind kind = identify_file(file);
     throw Error(Errc::corrupt_data, "'" + file + "' is not a GGUF file: it does not start with the magic \"GGUF\"" +
                                         (kind.known() ? " (it is " + kind.description + ")" : std::string()));

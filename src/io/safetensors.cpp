@@ -114,8 +114,10 @@ void SafetensorsFile::parse(const SafetensorsLimits& limits) {
   // '{' at byte 8): say what it is rather than quote a length made of its first bytes.
   if ((n > limits.max_header_bytes || n > file_size - 8) && (file_size < 9 || base[8] != '{')) {
     const FileKind kind = identify_file(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 512)));
-    throw Error(Errc::corrupt_data, "'" + path_ + "' is not a safetensors file: " +
-                                        (kind.known() ? "it is " + kind.description : "its header does not begin with '{' (it starts with " + first_bytes_hex(base, file_size) + ")"));
+    const std::string what = kind.known() ? "it is " + kind.description
+                                          : "its header does not begin with '{' (it starts with " +
+                                                first_bytes_hex(base, file_size) + ")";
+    throw Error(Errc::corrupt_data, "'" + path_ + "' is not a safetensors file: " + what);
   }
   if (n > limits.max_header_bytes)
     throw Error(Errc::limit_exceeded, "'" + path_ + "': safetensors header of " + std::to_string(n) +

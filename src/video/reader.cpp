@@ -14,12 +14,12 @@ extern "C" {
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <type_traits>
 #include <span>
 #include <string>
