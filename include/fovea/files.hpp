@@ -44,6 +44,9 @@ struct FileKind {
 FileKind identify_file(std::span<const uint8_t> head);
 // The same for a file on disk (its first 512 bytes); unknown when it cannot be read.
 FileKind identify_file(const std::string& path);
+// "c9 a2 66 e8 3f d8 50 12": the first (up to) eight bytes in hex, for an error about a file of
+// no kind identify_file knows.
+std::string leading_bytes_hex(std::span<const uint8_t> head);
 
 // An output written piece by piece (a stream of frames), committed atomically. Destroyed
 // without commit() (an exception on the way): `path` is untouched and nothing is left behind.

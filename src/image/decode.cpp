@@ -141,14 +141,8 @@ std::string describe_unknown(std::span<const uint8_t> b) {
     return "not an image file fovea reads (" + std::string(image_formats()) + "): it is " + kind.description +
            (video ? "; `fovea video` reads videos" : "");
   }
-  std::string hex;
-  for (size_t i = 0; i < b.size() && i < 8; ++i) {
-    static constexpr char kDigits[] = "0123456789abcdef";
-    if (i) hex += ' ';
-    hex += kDigits[b[i] >> 4];
-    hex += kDigits[b[i] & 15];
-  }
-  return "not an image file fovea reads (" + std::string(image_formats()) + "; it starts with " + hex + ")";
+  return "not an image file fovea reads (" + std::string(image_formats()) + "; it starts with " +
+         leading_bytes_hex(b) + ")";
 }
 
 Detected detect_format(std::span<const uint8_t> b, const std::string& name) {

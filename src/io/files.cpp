@@ -99,6 +99,17 @@ FileKind identify_file(std::span<const uint8_t> b) {
   return kind(M::other, "text");
 }
 
+std::string leading_bytes_hex(std::span<const uint8_t> head) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (size_t i = 0; i < head.size() && i < 8; ++i) {
+    if (i) hex += ' ';
+    hex += kDigits[head[i] >> 4];
+    hex += kDigits[head[i] & 15];
+  }
+  return hex;
+}
+
 FileKind identify_file(const std::string& path) {
   // Regular files only: a FIFO would block the open (no writer) or lose the bytes read here.
   const io_detail::InputFile in(path);

@@ -88,20 +88,6 @@ SafetensorsFile SafetensorsFile::from_bytes(std::span<const uint8_t> bytes, cons
   return f;
 }
 
-namespace {
-// "c9 a2 66 e8 3f d8 50 12": the first (up to) eight bytes, for an error about a file of no known kind.
-std::string first_bytes_hex(const uint8_t* b, uint64_t size) {
-  static const char digits[] = "0123456789abcdef";
-  std::string hex;
-  for (uint64_t i = 0; i < std::min<uint64_t>(size, 8); ++i) {
-    if (i) hex += ' ';
-    hex += digits[b[i] >> 4];
-    hex += digits[b[i] & 15];
-  }
-  return hex;
-}
-}  // namespace
-
 void SafetensorsFile::parse(const SafetensorsLimits& limits) {
   const uint8_t* base = map_->bytes.data();
   const uint64_t file_size = map_->bytes.size();
@@ -116,7 +102,7 @@ void SafetensorsFile::parse(const SafetensorsLimits& limits) {
     const FileKind kind = identify_file(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 512)));
     const std::string what = kind.known() ? "it is " + kind.description
                                           : "its header does not begin with '{' (it starts with " +
-                                                first_bytes_hex(base, file_size) + ")";
+                                                leading_bytes_hex(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 8))) + ")";
     throw Error(Errc::corrupt_data, "'" + path_ + "' is not a safetensors file: " + what);
   }
   if (n > limits.max_header_bytes)
