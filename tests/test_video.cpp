@@ -940,8 +940,9 @@ TEST_F(VideoTest, CliAppliesTheModelsPreprocessingAsEncodeDoes) {
   const std::string png = dir + "/f0.png";
   save_png(f0.image, png);
   const std::string enc = dir + "/e.safetensors";
+  // Video runs the mixed foveation; encode's default for a checkpoint is windows.
   const auto e = test::run_cli({"encode", png, "--model", model, "--budget", "16", "--fixation", "30,30", "-o", enc,
-                                "--threads", "1"});
+                                "--threads", "1", "--foveation", "mixed"});
   ASSERT_EQ(e.exit_code, 0) << e.err;
   const EmbeddingsFile ef = load_embeddings(enc);
   const Tensor rows = v.load(*v.find("embeddings"));

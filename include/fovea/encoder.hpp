@@ -69,16 +69,18 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
-
 #include <string_view>
 #include <vector>
 
+#include "fovea/embeddings.hpp"
 #include "fovea/exec.hpp"
 #include "fovea/extract.hpp"
 #include "fovea/relevance.hpp"
 #include "fovea/tensor.hpp"
 #include "fovea/view.hpp"
+#include "fovea/windows.hpp"
 
 namespace fovea {
 
@@ -326,6 +328,12 @@ struct Encoding {
   double encode_ms = 0;
   double attention_ms = 0;  // of encode_ms: the attention op of every layer (Q·Kᵀ, softmax, P·V;
                             // for hierarchical attention also the pooling, ranking and gathers)
+  // The windows foveation (encode_windows) only. `rows`: the batch rows that `embeddings` and
+  // `projected` hold, in batch order (the tokens no finer window covers). class_token, pooled,
+  // image_embeds and logits are the base view's (window 0); window_class_tokens [W, D] holds every
+  // window's class token (models with one).
+  std::vector<int64_t> rows;
+  Tensor window_class_tokens;
 };
 
 // patches [N, C, P, P] float32 or float16 (normalised as the model expects), positions [N, 4]
@@ -334,6 +342,45 @@ struct Encoding {
 // Error(invalid_argument) when the patch size, channels or shapes do not match the model.
 Encoding encode(const VitModel& model, const TensorView& patches, const TensorView& positions,
                 const EncodeParams& params, Executor& exec);
+
+// The foveation a model is fed by default (fovea encode, and Python's tokenize with a model): windows
+// for every family fovea loads, since each is a frozen tower trained at one native size, which
+// a sequence mixing scales leaves (docs/fidelity.md: measured on a real ViT-Ti); mixed for the
+// random benchmark models, which have no training to leave.
+Foveation default_foveation(const VitModel& model);
+
+// One image of a batched encode: `tokens` consecutive rows of the patches and positions, whose
+// positions are in this image's own pixels (image_width × image_height).
+struct ImageSpan {
+  int64_t tokens = 0;
+  int image_width = 0, image_height = 0;
+};
+
+// Several images in one call, their tokens one image after another. The linear layers run over
+// every image's rows at once (the weights are read once for all of them), attention within each
+// image; result i equals encode() of image i alone, up to rounding (a GEMM over more rows may
+// sum in another order). EncodeParams' image size is not read. Every result carries the whole
+// call's encode_ms and attention_ms. Throws as encode(), and Error(invalid_argument) when the
+// images' tokens do not add up to the rows of patches.
+std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patches, const TensorView& positions,
+                                   std::span<const ImageSpan> images, const EncodeParams& params, Executor& exec);
+
+// The windows foveation (fovea/windows.hpp): every window of `batch` encoded as a standalone image
+// of (grid_x·P) × (grid_y·P) pixels, its tokens at their cells' centres, all windows in one call
+// (encode_batch); then the covered tokens are dropped (a batch planned with keep_covered has
+// none). Returns the kept tokens in batch order (Encoding::rows). EncodeParams' image size is not
+// read. Throws Error(invalid_argument) for a batch without windows or whose windows do not add up.
+Encoding encode_windows(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec);
+
+// Encodes `batch` as its foveation needs: encode_windows for a windowed batch, encode() of its
+// patches and positions (in an image_width × image_height image) otherwise.
+Encoding encode_tokens(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec);
+
+// The embeddings file (fovea/embeddings.hpp) of encoding `e` of `batch`: e's tensors (copied), the
+// positions and levels of the rows it holds; for the windows foveation also window [N] i32 (each
+// token's window), window_boxes, window_grids, window_levels (extract.hpp's window_tensors_of)
+// and window_class_tokens [W, D]. `metadata` is taken as is.
+EmbeddingsFile embeddings_file(const TokenBatch& batch, const Encoding& e, std::map<std::string, std::string> metadata);
 
 // The relevance stage's query-embedding hook (RelevanceParams::tile_features). Features come
 // from the patch embedding: every finest P×P tile of pyramid level 0, normalised with `norm`,

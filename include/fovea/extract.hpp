@@ -19,6 +19,9 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "fovea/allocate.hpp"
@@ -42,6 +45,29 @@ struct ExtractParams {
   Normalization norm;
 };
 
+// One window of the windows foveation (fovea/windows.hpp): a grid_x × grid_y grid of P×P tokens
+// that the encoder reads as a standalone image of (grid_x·P) × (grid_y·P) pixels, showing `box`
+// of the original image.
+struct TokenWindow {
+  enum class Kind : uint8_t {
+    base,    // the whole image resized to the tower's native size (a VLM's base view)
+    query,   // placed on a fixation or a region of the query
+    detail,  // placed where the relevance map has the most to gain (no query, or budget left)
+  };
+  std::array<float, 4> box{};  // [x0, y0, x1, y1) in original-image pixels, inside the image
+  int grid_x = 0, grid_y = 0;  // tokens per axis
+  int level = -1;              // the mip level sampled (box side = grid·P·2^level); -1: resized
+  float scale = 1;             // original pixels per window pixel (geometric mean of both axes)
+  Kind kind = Kind::base;
+  int64_t tokens() const { return int64_t(grid_x) * grid_y; }
+};
+std::string_view to_string(TokenWindow::Kind k);
+// The windows as the token and embeddings files store them: window_boxes [W, 4] f32 (x0, y0, x1,
+// y1 in image pixels), window_grids [W, 2] i32 (tokens across, down) and window_levels [W] f32
+// (log2 of original pixels per window pixel: the mip level of every window but a resized base
+// view).
+std::map<std::string, Tensor> window_tensors_of(const std::vector<TokenWindow>& windows);
+
 struct TokenBatch {
   Tensor patches;    // [N, 3, P, P]
   Tensor positions;  // [N, 4] float32: centre x px, centre y px, side px, level
@@ -52,7 +78,16 @@ struct TokenBatch {
   std::vector<int32_t> level_offsets;  // runs per level (foveated); {0, N} for uniform
   int patch_px = 0;
   ExtractParams params;
+  // The windows foveation only (empty otherwise): the tokens are the windows' grids, window
+  // after window, each in raster order, and each window is encoded as an image of its own.
+  std::vector<TokenWindow> windows;
+  Tensor window;   // [N] int32: the window of each token
+  Tensor covered;  // [N] uint8: 1 when a finer window covers the token's box; such tokens give
+                   // context to their own window's encode and are dropped from its output
   int64_t size() const { return patches.empty() ? 0 : patches.dim(0); }
+  bool windowed() const { return !windows.empty(); }
+  // Tokens handed on after encoding: size() minus the covered ones.
+  int64_t kept() const;
 };
 
 // Throws Error(invalid_argument) for an unsupported dtype or an allocation that needs more

@@ -15,7 +15,12 @@
 //
 // The file holds: patches [N,3,P,P], positions [N,4] f32, levels [N] i32, rate_map
 // [tiles_y, tiles_x] u8, relevance [tiles_y, tiles_x] f32, and __metadata__ (image size,
-// budget, patch size, mode, query, dtype, normalisation, fovea version).
+// budget, patch size, mode, query, dtype, normalisation, fovea version). The windows foveation
+// adds window [N] i32 and covered [N] u8 per token, and per window window_boxes [W, 4] f32
+// (x0, y0, x1, y1 in image pixels), window_grids [W, 2] i32 (tokens across, down) and
+// window_levels [W] f32 (log2 of original pixels per window pixel; an integer mip level for every
+// window but a resized base view). Its N counts every encoded token; the covered ones are
+// dropped after encoding (metadata tokens_kept).
 //
 // Thread safety: tokenize() uses only its arguments (the image, the query, the Executor and,
 // when given, the stages object): calls on different inputs may run at once, each with its own
@@ -36,12 +41,18 @@
 #include "fovea/pyramid.hpp"
 #include "fovea/relevance.hpp"
 #include "fovea/view.hpp"
+#include "fovea/windows.hpp"
 
 namespace fovea {
 
 struct TokenizeParams {
   int patch_px = 16;
   bool uniform = false;  // the baseline: resize so a plain grid holds <= budget tokens
+  // How the budget becomes tokens when not uniform: one sequence of mixed mip levels (alloc), or
+  // native-size windows (windows; fovea/windows.hpp) for a frozen tower. The budget is
+  // alloc.budget_tokens in every mode (windows.budget_tokens is ignored).
+  Foveation foveation = Foveation::mixed;
+  WindowParams windows;
   AllocParams alloc;
   RelevanceParams relevance;
   ExtractParams extract;
@@ -54,12 +65,17 @@ struct StageTimings {
 
 struct Tokenization {
   PyramidU8 pyramid;        // level 0 is the input image
-  RelevanceMap relevance;   // computed in both modes (the overlay shows it)
-  Allocation allocation;    // foveated mode; in uniform mode only rate_map is filled
+  RelevanceMap relevance;   // computed in every mode (the overlay shows it)
+  Allocation allocation;    // mixed foveation; in uniform and windows modes only rate_map,
+                            // budget_tokens and max_level are filled
   std::optional<UniformGrid> uniform;
+  std::optional<WindowPlan> windows;  // the windows foveation
   TokenBatch batch;
   StageTimings timings;
   bool is_uniform() const { return uniform.has_value(); }
+  bool is_windowed() const { return windows.has_value(); }
+  // "uniform", "foveated" (mixed) or "windows": the token file's `mode`.
+  const char* mode() const { return is_uniform() ? "uniform" : is_windowed() ? "windows" : "foveated"; }
 };
 
 // The pixel stages of tokenize(). This base class runs them on the CPU (fovea::build_pyramid,

@@ -24,7 +24,8 @@ namespace fovea {
 // allocation follows: blue = low, red = high, on a log scale between the image's lowest and
 // highest tile, since measured detail spans orders of magnitude), with every
 // token's border drawn in its level's colour: 0 red, 1 orange, 2 yellow, 3 green, 4 cyan,
-// 5 blue, 6 violet, 7+ white.
+// 5 blue, 6 violet, 7+ white. A batch of the windows foveation shows the tokens handed on (not the
+// covered ones) and every window's outline, three pixels wide, in its level's colour.
 ImageU8 render_overlay(const ImageViewU8& image, const RelevanceMap& relevance, const TokenBatch& batch);
 
 // RGB colour of a level in the overlay.

@@ -104,7 +104,7 @@ def _number_tuples(items, what: str, form: str):
 
 def tokenize(
     image: Union[np.ndarray, PathLike, "PIL.Image.Image"],
-    budget: int = 273,
+    budget: Optional[int] = None,
     fixations: Iterable[Sequence[float]] = (),
     regions: Iterable[Sequence[float]] = (),
     patch: Optional[int] = None,
@@ -128,6 +128,9 @@ def tokenize(
     fixation_spread: Optional[float] = None,
     lookahead: Optional[int] = None,
     exif: bool = True,
+    foveation: Optional[str] = None,
+    window_grid: Optional[int] = None,
+    keep_covered: bool = False,
 ) -> Tokens:
     """Turn an image and a query into a budgeted set of multi-scale patches.
 
@@ -140,7 +143,9 @@ def tokenize(
             orientation applied unless exif=False), or a PIL image ("RGB" and "L" as they
             are, other modes through convert("RGB"), as HF image processors do). Other
             dtypes raise TypeError, flipped or overlapping layouts ValueError.
-        budget: the maximum number of tokens (the result lands within 2 of it).
+        budget: the maximum number of tokens handed on (mixed: the result lands within 2 of
+            it). Default 273; with foveation="windows", two native views (2 * G * G: 392 for a
+            224-px tower of 16-px patches).
         fixations: where the query looks, in image pixels: fovea.Fixation(x, y, radius=0,
             weight=1) or tuples (x, y), (x, y, radius), (x, y, radius, weight), as the
             CLI's --fixation X,Y[,R[,WEIGHT]] (the radius, px, of what is looked at).
@@ -169,20 +174,34 @@ def tokenize(
         exif: apply the JPEG EXIF orientation (paths and bytes; --no-exif is exif=False).
         source: recorded as the files' "source" metadata (default: the path, "<array>" or
             "<bytes>").
+        foveation: "windows" (a base view of the whole image resized to the tower's native
+            size, plus native-size windows where the query looks, or where the detail is; each
+            window is encoded as a standalone image, and tokens of a coarser window that a finer
+            one covers are dropped after encoding) or "mixed" (one sequence mixing mip levels).
+            Default: the model's own with model= (windows for every frozen tower, mixed for the
+            random benchmark models), else "mixed". See docs/fidelity.md.
+        window_grid: foveation="windows": tokens a side of a native window (default: the
+            model's grid, else 224 / patch).
+        keep_covered: foveation="windows": hand on the covered tokens too (the budget counts
+            them).
 
     Returns:
         Tokens: .patches, .positions, .levels, .rate_map, .relevance (numpy views on memory
-        the Tokens object owns), .seen() and .overlay() pictures, .save(path).
+        the Tokens object owns), .seen() and .overlay() pictures, .save(path). With
+        foveation="windows" also .windows, .window and .covered; Model.encode then encodes
+        every window and returns the kept tokens' embeddings (Encoding.rows names them).
 
     When `image` is an array, the Tokens keep a reference to it (its pyramid's level 0 is
     that array): do not modify the array while tokenize runs in another thread.
     """
     t = _fovea.tokenize(
-        _pixels_of(image), _checked_budget(budget), _number_tuples(fixations, "fixations", _FIXATION_FORM),
+        _pixels_of(image), None if budget is None else _checked_budget(budget),
+        _number_tuples(fixations, "fixations", _FIXATION_FORM),
         _number_tuples(regions, "regions", _REGION_FORM), patch, uniform, threads,
         max_level, dict(weights or {}), e0, sharpness, dtype,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
-        query_embedding, model, max_pixels, source, fine_bias, detail_focus, fixation_spread, lookahead, exif)
+        query_embedding, model, max_pixels, source, fine_bias, detail_focus, fixation_spread, lookahead, exif,
+        "" if foveation is None else foveation, window_grid, keep_covered)
     for off in t.query_outside:  # most often coordinates in another resolution
         w, h = t.image_size
         warnings.warn(f"{off} lies outside the {w}x{h} image (coordinates are the image's own pixels, after EXIF "

@@ -284,13 +284,15 @@ std::vector<float> query_vector(const py::object& q) {
 // The keyword arguments of tokenize (and video) as TokenizeParams, with the model's input
 // contract (patch size, normalisation) unless the arguments say otherwise, as the CLI's
 // encode does; `preprocessing_source` says where the normalisation came from.
-TokenizeParams build_params(int budget, std::optional<int> patch, bool uniform, int max_level,
+TokenizeParams build_params(std::optional<int> budget, std::optional<int> patch, bool uniform, int max_level,
                             const std::map<std::string, float>& weights, std::optional<float> e0,
                             std::optional<float> sharpness, const std::string& dtype,
                             const std::optional<std::vector<float>>& mean, const std::optional<std::vector<float>>& std_,
                             bool normalize, const std::optional<VitModel>& vit, std::optional<float> fine_bias,
                             std::optional<float> detail_focus, std::optional<float> fixation_spread,
-                            std::optional<int> lookahead, std::string& preprocessing_source) {
+                            std::optional<int> lookahead, std::string& preprocessing_source,
+                            const std::string& foveation = "mixed", std::optional<int> window_grid = std::nullopt,
+                            bool keep_covered = false) {
   TokenizeParams p;
   // The model's input contract (patch size, normalisation) unless the arguments say otherwise,
   // as the CLI's encode does.
@@ -299,7 +301,20 @@ TokenizeParams build_params(int budget, std::optional<int> patch, bool uniform, 
               std::to_string(vit->config().patch_px) + "-px patches");
   p.patch_px = patch ? *patch : vit ? vit->config().patch_px : 16;
   p.uniform = uniform;
-  p.alloc.budget_tokens = budget;
+  // foveation "": the model's default with a model (fovea encode's), mixed without one.
+  p.foveation = !foveation.empty() ? parse_foveation(foveation) : vit ? default_foveation(*vit) : Foveation::mixed;
+  if (uniform && foveation == "windows") throw bad("uniform and foveation='windows' exclude each other");
+  const bool windowed = !uniform && p.foveation == Foveation::windows;
+  if (!windowed && (window_grid || keep_covered))
+    throw bad(std::string(window_grid ? "window_grid" : "keep_covered") + " needs foveation='windows'");
+  if (window_grid && (*window_grid < 1 || *window_grid > 256))
+    throw bad("window_grid must be in [1, 256] tokens a side, got " + std::to_string(*window_grid));
+  p.windows.grid = window_grid ? *window_grid
+                   : vit       ? vit->config().grid
+                               : std::max(1, int(std::lround(224.0 / p.patch_px)));
+  p.windows.keep_covered = keep_covered;
+  if (windowed && max_level != -1) throw bad("max_level shapes the mixed foveation's quadtree; foveation='windows' has none");
+  p.alloc.budget_tokens = budget ? *budget : windowed ? 2 * p.windows.grid * p.windows.grid : 273;
   p.alloc.max_level = max_level;
   if (sharpness) p.alloc.sharpness = *sharpness;
   if (e0) p.relevance.e0 = *e0;
@@ -340,7 +355,8 @@ TokenizeParams build_params(int budget, std::optional<int> patch, bool uniform, 
   return p;
 }
 
-std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const std::vector<std::vector<float>>& fixations,
+std::unique_ptr<PyTokens> tokenize_py(const py::object& image, std::optional<int> budget,
+                                      const std::vector<std::vector<float>>& fixations,
                                       const std::vector<std::vector<float>>& regions, std::optional<int> patch, bool uniform, int threads,
                                       int max_level, const std::map<std::string, float>& weights, std::optional<float> e0,
                                       std::optional<float> sharpness, const std::string& dtype,
@@ -348,12 +364,14 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, int budget, const
                                       bool normalize, const py::object& query_embedding, const py::object& model,
                                       uint64_t max_pixels, const std::string& source, std::optional<float> fine_bias,
                                       std::optional<float> detail_focus, std::optional<float> fixation_spread,
-                                      std::optional<int> lookahead, bool exif) {
+                                      std::optional<int> lookahead, bool exif, const std::string& foveation,
+                                      std::optional<int> window_grid, bool keep_covered) {
   auto out = std::make_unique<PyTokens>();
   std::optional<VitModel> vit;
   if (!model.is_none()) vit = cast_arg<VitModel>(model, "model must be a fovea.Model or None");
   out->params = build_params(budget, patch, uniform, max_level, weights, e0, sharpness, dtype, mean, std_, normalize, vit,
-                             fine_bias, detail_focus, fixation_spread, lookahead, out->preprocessing_source);
+                             fine_bias, detail_focus, fixation_spread, lookahead, out->preprocessing_source, foveation,
+                             window_grid, keep_covered);
   TokenizeParams& p = out->params;
   out->query = make_query(fixations, regions);
   const ExecConfig cfg = exec_config(threads);
@@ -788,7 +806,48 @@ PYBIND11_MODULE(_fovea, m) {
                              "(width, height) of the tokenized image")
       .def_property_readonly("patch_size", [](const PyTokens& t) { return t.params.patch_px; })
       .def_property_readonly("budget", [](const PyTokens& t) { return t.params.alloc.budget_tokens; })
-      .def_property_readonly("mode", [](const PyTokens& t) { return t.t.is_uniform() ? "uniform" : "foveated"; })
+      .def_property_readonly("mode", [](const PyTokens& t) { return t.t.mode(); },
+                             "'foveated' (the mixed foveation), 'windows' or 'uniform'")
+      .def_property_readonly(
+          "foveation",
+          [](const PyTokens& t) { return t.t.is_uniform() ? std::string("uniform") : std::string(to_string(t.params.foveation)); },
+          "'windows', 'mixed' or 'uniform'")
+      .def_property_readonly(
+          "window",
+          [](py::object self) -> py::object {
+            const PyTokens& t = self.cast<PyTokens&>();
+            return t.t.batch.windowed() ? py::object(tensor_view(t.t.batch.window, self)) : py::none();
+          },
+          "foveation='windows': [N] int32, the window of each token (else None)")
+      .def_property_readonly(
+          "covered",
+          [](py::object self) -> py::object {
+            const PyTokens& t = self.cast<PyTokens&>();
+            return t.t.batch.windowed() ? py::object(tensor_view(t.t.batch.covered, self)) : py::none();
+          },
+          "foveation='windows': [N] uint8, 1 for a token a finer window covers: encoded as context, then dropped "
+          "(else None)")
+      .def_property_readonly("tokens_kept", [](const PyTokens& t) { return t.t.batch.kept(); },
+                             "Tokens handed on after encoding (len() minus the covered ones)")
+      .def_property_readonly(
+          "windows",
+          [](const PyTokens& t) {
+            py::list l;
+            for (size_t i = 0; i < t.t.batch.windows.size(); ++i) {
+              const TokenWindow& w = t.t.batch.windows[i];
+              py::dict d;
+              d["kind"] = std::string(to_string(w.kind));
+              d["box"] = py::make_tuple(w.box[0], w.box[1], w.box[2], w.box[3]);
+              d["grid"] = py::make_tuple(w.grid_x, w.grid_y);
+              d["level"] = w.level;
+              d["scale"] = w.scale;
+              l.append(d);
+            }
+            return l;
+          },
+          "foveation='windows': one dict per window (kind 'base', 'query' or 'detail'; box (x0, y0, x1, y1) in image "
+          "pixels; grid (tokens across, down); level: the mip level sampled, -1 for the resized base view; scale: "
+          "image pixels per window pixel); [] otherwise")
       .def_property_readonly("source", [](const PyTokens& t) { return fs_str(t.source); })
       .def_property_readonly("metadata", [](const PyTokens& t) { return to_dict(token_metadata(t.t, t.query, t.params)); },
                              "The token file's __metadata__ (all strings)")
@@ -838,7 +897,10 @@ PYBIND11_MODULE(_fovea, m) {
       .def("__len__", [](const PyTokens& t) { return t.t.batch.size(); })
       .def("__repr__", [](const PyTokens& t) {
         return "<fovea.Tokens " + std::to_string(t.t.batch.size()) + " tokens, " +
-               (t.t.is_uniform() ? "uniform" : "foveated") + ", budget " + std::to_string(t.params.alloc.budget_tokens) +
+               (t.t.is_windowed() ? std::to_string(t.t.batch.windows.size()) + " windows (" +
+                                        std::to_string(t.t.batch.kept()) + " kept)"
+                                  : std::string(t.t.mode())) +
+               ", budget " + std::to_string(t.params.alloc.budget_tokens) +
                ", " + std::to_string(t.width) + "x" + std::to_string(t.height) + ", source " + t.source + ">";
       });
 
@@ -858,7 +920,7 @@ PYBIND11_MODULE(_fovea, m) {
         "Whether precision='fp32' runs its linear layers on fovea's own AVX2 + FMA kernel (a CPU where oneDNN has no "
         "f32 brgemm, i.e. without AVX-512; FOVEA_AVX2=0 turns it off) rather than oneDNN's.");
 
-  m.def("tokenize", &tokenize_py, py::arg("image"), py::arg("budget") = 273,
+  m.def("tokenize", &tokenize_py, py::arg("image"), py::arg("budget") = py::none(),
         py::arg("fixations") = std::vector<std::vector<float>>{}, py::arg("regions") = std::vector<std::vector<float>>{},
         py::arg("patch") = py::none(), py::arg("uniform") = false, py::arg("threads") = 0, py::arg("max_level") = -1,
         py::arg("weights") = std::map<std::string, float>{}, py::arg("e0") = py::none(), py::arg("sharpness") = py::none(),
@@ -866,7 +928,8 @@ PYBIND11_MODULE(_fovea, m) {
         py::arg("query_embedding") = py::none(), py::arg("model") = py::none(),
         py::arg("max_pixels") = LoadOptions{}.max_pixels, py::arg("source") = "", py::arg("fine_bias") = py::none(),
         py::arg("detail_focus") = py::none(), py::arg("fixation_spread") = py::none(), py::arg("lookahead") = py::none(),
-        py::arg("exif") = true);
+        py::arg("exif") = true, py::arg("foveation") = "", py::arg("window_grid") = py::none(),
+        py::arg("keep_covered") = false);
 
   // ---- Model / Encoding ----------------------------------------------------------------------
   py::class_<PyEncoding>(m, "Encoding", "Everything the encoder returns for one image (see Model.encode_full).")
@@ -908,6 +971,49 @@ PYBIND11_MODULE(_fovea, m) {
             return t.rank() ? py::object(tensor_view(t, self)) : py::none();
           },
           "[N, E] float32: the projector's output, what the language model consumes (LLaVA / mmproj), or None")
+      .def_property_readonly(
+          "rows",
+          [](const PyEncoding& e) -> py::object {
+            if (e.e.rows.empty()) return py::none();
+            py::array_t<int64_t> a(py::ssize_t(e.e.rows.size()));
+            std::memcpy(a.mutable_data(), e.e.rows.data(), e.e.rows.size() * sizeof(int64_t));
+            return a;
+          },
+          "foveation='windows': [N] int64, the Tokens rows the embeddings are (the tokens no finer window covers); "
+          "None otherwise (every row, in order)")
+      .def_property_readonly(
+          "positions",
+          [](const PyEncoding& e) -> py::object {
+            if (e.tokens.is_none()) return py::none();
+            const TokenBatch& b = e.tokens.cast<const PyTokens&>().t.batch;
+            const int64_t n = e.e.embeddings.rank() ? e.e.embeddings.dim(0) : 0;
+            py::array_t<float> a({py::ssize_t(n), py::ssize_t(4)});
+            for (int64_t i = 0; i < n; ++i) {
+              const int64_t r = e.e.rows.empty() ? i : e.e.rows[size_t(i)];
+              std::memcpy(a.mutable_data() + i * 4, b.positions.data<float>() + r * 4, 16);
+            }
+            return a;
+          },
+          "[N, 4] float32: centre x, centre y, side, level of every embedding's token (a copy); None when the "
+          "patches came as an array")
+      .def_property_readonly(
+          "window",
+          [](const PyEncoding& e) -> py::object {
+            if (e.tokens.is_none() || e.e.rows.empty()) return py::none();
+            const TokenBatch& b = e.tokens.cast<const PyTokens&>().t.batch;
+            py::array_t<int32_t> a(py::ssize_t(e.e.rows.size()));
+            for (size_t i = 0; i < e.e.rows.size(); ++i) a.mutable_data()[i] = b.window.data<int32_t>()[e.e.rows[i]];
+            return a;
+          },
+          "foveation='windows': [N] int32, the window of every embedding's token (Tokens.windows); None otherwise")
+      .def_property_readonly(
+          "window_class_tokens",
+          [](py::object self) -> py::object {
+            const Tensor& t = self.cast<PyEncoding&>().e.window_class_tokens;
+            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+          },
+          "foveation='windows': [W, D] float32, every window's class token (row 0 the base view's, which "
+          "class_token, pooled and logits come from); None otherwise")
       .def_property_readonly("encode_ms", [](const PyEncoding& e) { return e.e.encode_ms; })
       .def_property_readonly("attention_ms", [](const PyEncoding& e) { return e.e.attention_ms; },
                              "of encode_ms: every layer's attention op (for hierarchical attention also its ranking)")
@@ -923,16 +1029,8 @@ PYBIND11_MODULE(_fovea, m) {
             const PyTokens& t = e.tokens.cast<const PyTokens&>();
             const std::string p = fs_path(path);
             py::gil_scoped_release nogil;
-            EmbeddingsFile file;  // the library's format (fovea/embeddings.hpp), as `fovea encode -o`
-            file.metadata = embeddings_metadata(t, e.model, e.precision, e.attention);
-            file.embeddings = e.e.embeddings.clone();
-            file.positions = t.t.batch.positions.clone();
-            file.levels = t.t.batch.levels.clone();
-            if (e.e.class_token.rank() > 0) file.class_token = e.e.class_token.clone();  // clone() of an absent tensor is not empty
-            if (e.e.pooled.rank() > 0) file.pooled = e.e.pooled.clone();  // clone() of an absent tensor is not empty
-            if (e.e.image_embeds.rank() > 0) file.image_embeds = e.e.image_embeds.clone();  // clone() of an absent tensor is not empty
-            if (e.e.logits.rank() > 0) file.logits = e.e.logits.clone();
-            if (e.e.projected.rank() > 0) file.projected = e.e.projected.clone();
+            // The library's format (fovea/embeddings.hpp), as `fovea encode -o` writes it.
+            const EmbeddingsFile file = embeddings_file(t.t.batch, e.e, embeddings_metadata(t, e.model, e.precision, e.attention));
             save_embeddings(p, file);
           },
           py::arg("path"), "Write the embeddings file `fovea encode -o` writes (atomically)")
@@ -958,7 +1056,7 @@ PYBIND11_MODULE(_fovea, m) {
       out->tokens = tokens;
       py::gil_scoped_release nogil;
       Executor ex(cfg);
-      out->e = encode(model, TensorView(t.t.batch.patches), TensorView(t.t.batch.positions), ep, ex);
+      out->e = encode_tokens(model, t.t.batch, ep, ex);  // the windows foveation: every window, covered tokens dropped
     } else {
       // Raw arrays: patches [N, C, P, P] float32/float16 and positions [N, 4] float32, read in place.
       if (!py::isinstance<py::array>(tokens)) throw py::type_error("encode takes a fovea.Tokens or a patches array");

@@ -175,8 +175,8 @@ std::vector<float> siglip_pool(const Ops& ops, const VitModel::Impl& m, const fl
 
 }  // namespace
 
-Encoding encode(const VitModel& model, const TensorView& patches, const TensorView& positions, const EncodeParams& params,
-                Executor& exec) {
+std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patches, const TensorView& positions,
+                                   std::span<const ImageSpan> images, const EncodeParams& params, Executor& exec) {
   const auto t_start = std::chrono::steady_clock::now();
   VitModel::Impl& m = const_cast<VitModel::Impl&>(model.impl());
   const VitConfig& c = m.config;
@@ -195,12 +195,23 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   if (positions.dtype() != DType::f32 || positions.rank() != 2 || positions.dim(0) != N || positions.dim(1) < 2)
     throw bad("encode: positions must be [N, 4] float32 with N = " + std::to_string(N));
   if (N > (int64_t(1) << 20)) throw Error(Errc::limit_exceeded, "encode: more than 2^20 tokens");
-  if (params.image_width < 1 || params.image_height < 1) throw bad("encode: the image size must be positive");
+  if (images.empty()) throw bad("encode: no image to encode");
+  int64_t sum = 0;
+  for (const ImageSpan& im : images) {
+    if (im.tokens < 1) throw bad("encode: every image needs at least one token");
+    if (im.image_width < 1 || im.image_height < 1) throw bad("encode: the image size must be positive");
+    sum += im.tokens;
+    if (sum > N) break;
+  }
+  if (sum != N)
+    throw bad("encode: the images' tokens add up to " + std::to_string(sum) + ", not the " + std::to_string(N) +
+              " rows of patches");
   if (params.attention.top_k < 1 || params.attention.block_tokens < 1)
     throw bad("encode: hierarchical attention needs top_k >= 1 and block_tokens >= 1");
   const float* pos = positions.data<float>();
+  const int64_t pst = positions.dim(1);
   for (int64_t i = 0; i < N; ++i)
-    if (!std::isfinite(pos[i * positions.dim(1)]) || !std::isfinite(pos[i * positions.dim(1) + 1]))
+    if (!std::isfinite(pos[i * pst]) || !std::isfinite(pos[i * pst + 1]))
       throw bad("encode: token " + std::to_string(i) + " has a non-finite position");
 
   std::lock_guard<std::mutex> lock(m.mutex);
@@ -211,9 +222,17 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
 
-  // cls: the class token's row 0 (read by the pooled outputs); pre: every row before the patches.
-  const int64_t D = c.hidden, cls = c.class_token ? 1 : 0, pre = prefix_tokens(c), T = N + pre;
+  // Image i's rows of the residual stream: [row0[i], row0[i] + pre + n_i), its prefix rows (the
+  // class token's row first: the pooled outputs read it) before its patch tokens; its patches are
+  // rows [tok0[i], tok0[i] + n_i) of the input.
+  const int64_t D = c.hidden, cls = c.class_token ? 1 : 0, pre = prefix_tokens(c);
+  const int64_t B = int64_t(images.size()), T = N + B * pre;
   const int64_t K = int64_t(c.channels) * c.patch_px * c.patch_px;
+  std::vector<int64_t> row0(size_t(B + 1)), tok0(size_t(B + 1));
+  for (int64_t i = 0; i < B; ++i) {
+    row0[size_t(i + 1)] = row0[size_t(i)] + pre + images[size_t(i)].tokens;
+    tok0[size_t(i + 1)] = tok0[size_t(i)] + images[size_t(i)].tokens;
+  }
   Buffer X(size_t(T * D) * 4);
   float* x = X.as<float>();
 
@@ -230,85 +249,117 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
       for (int64_t i = 0; i < N * K; ++i) t[i] = f16_to_f32(h[i]);
       src = t;
     }
-    ops.linear(linear_args(src, DType::f32, N, m.patch_w, &m.patch_b, x + pre * D, DType::f32));
+    if (B == 1) {
+      ops.linear(linear_args(src, DType::f32, N, m.patch_w, &m.patch_b, x + pre * D, DType::f32));
+    } else {
+      // One GEMM over every image's patches, then each image's rows after its prefix rows.
+      Buffer e(size_t(N * D) * 4);
+      ops.linear(linear_args(src, DType::f32, N, m.patch_w, &m.patch_b, e.as<float>(), DType::f32));
+      for (int64_t i = 0; i < B; ++i)
+        std::memcpy(x + (row0[size_t(i)] + pre) * D, e.as<float>() + tok0[size_t(i)] * D,
+                    size_t(images[size_t(i)].tokens * D) * 4);
+    }
   }
-  for (int64_t t = 0; t < pre; ++t) prefix_row(m, t, x + t * D);
-  {
-    const int64_t pst = positions.dim(1);
-    const PositionSampler sampler(c, m.pos_grid.data<float>(), params.image_width, params.image_height, pos, N, pst);
+  for (int64_t i = 0; i < B; ++i) {
+    for (int64_t t = 0; t < pre; ++t) prefix_row(m, t, x + (row0[size_t(i)] + t) * D);
+    const ImageSpan& im = images[size_t(i)];
+    const float* ip = pos + tok0[size_t(i)] * pst;
+    float* xi = x + (row0[size_t(i)] + pre) * D;
+    const PositionSampler sampler(c, m.pos_grid.data<float>(), im.image_width, im.image_height, ip, im.tokens, pst);
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
-    for (int64_t i = 0; i < N; ++i) sampler.add(pos + i * pst, pst, x + (pre + i) * D);
+    for (int64_t j = 0; j < im.tokens; ++j) sampler.add(ip + j * pst, pst, xi + j * D);
   }
   if (c.pre_norm) ops.layer_norm(x, T, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
 
   // ---- transformer ------------------------------------------------------------------------
+  // The linear layers run over every image's rows at once; attention within each image.
   Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * fc1_width(c)) * es);
   if (!m.attention_ws) m.attention_ws = std::make_shared<AttentionWorkspace>();
-  HierarchicalPlan plan;
+  std::vector<HierarchicalPlan> plans;
   const bool hier = params.attention.mode == AttentionParams::Mode::hierarchical;
-  if (hier) plan = plan_hierarchical(params.attention, pre, pos, positions.dim(1), N);
+  if (hier)
+    for (int64_t i = 0; i < B; ++i)
+      plans.push_back(plan_hierarchical(params.attention, pre, pos + tok0[size_t(i)] * pst, pst, images[size_t(i)].tokens));
   std::chrono::steady_clock::duration attention_time{};
   for (const VitLayer& l : m.layers) {
     ops.layer_norm(x, T, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
     ops.linear(linear_args(H.get(), dt, T, l.qkv_w, &l.qkv_b, QKV.get(), dt));
-    if (m.attention_probe) m.attention_probe(int(&l - m.layers.data()), QKV.get(), dt, T);
     const auto t_att = std::chrono::steady_clock::now();
-    attention_rows({ops.ref, ops.threads, ops.gemm}, QKV.get(), 3 * D, T, QKV.get() + size_t(D) * es, 3 * D, T, D,
-                   c.heads, dt, A.get(), hier ? &plan : nullptr, m.attention_ws.get());
+    for (int64_t i = 0; i < B; ++i) {
+      const int64_t r = row0[size_t(i)], Ti = row0[size_t(i + 1)] - r;
+      const std::byte* qkv = QKV.get() + size_t(r * 3 * D) * es;
+      if (m.attention_probe) m.attention_probe(int(&l - m.layers.data()), qkv, dt, Ti);
+      attention_rows({ops.ref, ops.threads, ops.gemm}, qkv, 3 * D, Ti, qkv + size_t(D) * es, 3 * D, Ti, D, c.heads, dt,
+                     A.get() + size_t(r * D) * es, hier ? &plans[size_t(i)] : nullptr, m.attention_ws.get());
+    }
     attention_time += std::chrono::steady_clock::now() - t_att;
     ops.attention_out_and_mlp(l, c, A.get(), T, x, H.get(), Hm.get(), dt);
   }
   if (c.final_norm == FinalNorm::all_tokens) ops.layer_norm(x, T, D, m.post_w, m.post_b, c.ln_eps, x, DType::f32);
 
   // ---- outputs ----------------------------------------------------------------------------
-  Encoding e;
-  e.embeddings = Tensor(DType::f32, {N, D});
-  std::memcpy(e.embeddings.bytes(), x + pre * D, size_t(N * D) * 4);
-  if (cls) e.class_token = row_copy(x, D);
-  if (c.family == VitFamily::clip && cls &&
-      (c.final_norm == FinalNorm::pooled_only ||
-       (c.final_norm == FinalNorm::all_tokens && c.projector == ProjectorType::none))) {
-    // CLIP's pooled output is the post-layernormed class token: normed here when only the pooled
-    // output gets the norm (HF CLIP), already normed when every token did (open_clip's ln_post).
-    std::vector<float> p(x, x + D);
-    if (c.final_norm == FinalNorm::pooled_only)
-      layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
-    e.pooled = row_copy(p.data(), D);
-    if (present(m.proj_w)) {
-      const std::vector<float> y = matvec(m.proj_w, nullptr, p.data());
-      e.image_embeds = row_copy(y.data(), int64_t(y.size()));
-    }
-  } else if (c.family == VitFamily::torchvision || c.family == VitFamily::vit || c.family == VitFamily::dinov2) {
-    // The normed class token (HF ViTModel's pooler: tanh(dense(it))); the classifier reads the
-    // normed class token itself, as HF's ViTForImageClassification and timm's head do.
-    if (present(m.pooler_w)) {
-      std::vector<float> p = matvec(m.pooler_w, &m.pooler_b, x);
-      for (float& v : p) v = std::tanh(v);
+  std::vector<Encoding> out(static_cast<size_t>(B));
+  for (int64_t i = 0; i < B; ++i) {
+    Encoding& e = out[size_t(i)];
+    const int64_t n = images[size_t(i)].tokens, Ti = n + pre;
+    const float* xi = x + row0[size_t(i)] * D;
+    e.embeddings = Tensor(DType::f32, {n, D});
+    std::memcpy(e.embeddings.bytes(), xi + pre * D, size_t(n * D) * 4);
+    if (cls) e.class_token = row_copy(xi, D);
+    if (c.family == VitFamily::clip && cls &&
+        (c.final_norm == FinalNorm::pooled_only ||
+         (c.final_norm == FinalNorm::all_tokens && c.projector == ProjectorType::none))) {
+      // CLIP's pooled output is the post-layernormed class token: normed here when only the pooled
+      // output gets the norm (HF CLIP), already normed when every token did (open_clip's ln_post).
+      std::vector<float> p(xi, xi + D);
+      if (c.final_norm == FinalNorm::pooled_only)
+        layer_norm_row_ref(xi, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
       e.pooled = row_copy(p.data(), D);
-    } else if (c.pooled_normed_twice && present(m.post_w)) {
-      std::vector<float> p(static_cast<size_t>(D));
-      layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
+      if (present(m.proj_w)) {
+        const std::vector<float> y = matvec(m.proj_w, nullptr, p.data());
+        e.image_embeds = row_copy(y.data(), int64_t(y.size()));
+      }
+    } else if (c.family == VitFamily::torchvision || c.family == VitFamily::vit || c.family == VitFamily::dinov2) {
+      // The normed class token (HF ViTModel's pooler: tanh(dense(it))); the classifier reads the
+      // normed class token itself, as HF's ViTForImageClassification and timm's head do.
+      if (present(m.pooler_w)) {
+        std::vector<float> p = matvec(m.pooler_w, &m.pooler_b, xi);
+        for (float& v : p) v = std::tanh(v);
+        e.pooled = row_copy(p.data(), D);
+      } else if (c.pooled_normed_twice && present(m.post_w)) {
+        std::vector<float> p(static_cast<size_t>(D));
+        layer_norm_row_ref(xi, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
+        e.pooled = row_copy(p.data(), D);
+      } else {
+        e.pooled = row_copy(xi, D);
+      }
+      if (present(m.head_w)) {
+        const std::vector<float> y = matvec(m.head_w, &m.head_b, xi);
+        e.logits = row_copy(y.data(), int64_t(y.size()));
+      }
+    } else if (c.attention_pool) {
+      const std::vector<float> p = siglip_pool(ops, m, xi, Ti);
       e.pooled = row_copy(p.data(), D);
-    } else {
-      e.pooled = row_copy(x, D);
+      if (present(m.head_w)) {  // timm's head after global_pool='map'
+        const std::vector<float> y = matvec(m.head_w, &m.head_b, p.data());
+        e.logits = row_copy(y.data(), int64_t(y.size()));
+      }
     }
-    if (present(m.head_w)) {
-      const std::vector<float> y = matvec(m.head_w, &m.head_b, x);
-      e.logits = row_copy(y.data(), int64_t(y.size()));
-    }
-  } else if (c.attention_pool) {
-    const std::vector<float> p = siglip_pool(ops, m, x, T);
-    e.pooled = row_copy(p.data(), D);
-    if (present(m.head_w)) {  // timm's head after global_pool='map'
-      const std::vector<float> y = matvec(m.head_w, &m.head_b, p.data());
-      e.logits = row_copy(y.data(), int64_t(y.size()));
-    }
+    if (c.projector != ProjectorType::none) e.projected = run_projector(m, xi + pre * D, n, ops.ref ? nullptr : ops.gemm);
+    e.precision = precision;
   }
-  if (c.projector != ProjectorType::none) e.projected = run_projector(m, x + pre * D, N, ops.ref ? nullptr : ops.gemm);
-  e.precision = precision;
-  e.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
-  e.attention_ms = std::chrono::duration<double, std::milli>(attention_time).count();
-  return e;
+  const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+  const double att_ms = std::chrono::duration<double, std::milli>(attention_time).count();
+  for (Encoding& e : out) e.encode_ms = total_ms, e.attention_ms = att_ms;
+  return out;
+}
+
+Encoding encode(const VitModel& model, const TensorView& patches, const TensorView& positions, const EncodeParams& params,
+                Executor& exec) {
+  const ImageSpan one{patches.rank() == 4 ? patches.dim(0) : 0, params.image_width, params.image_height};
+  if (patches.rank() != 4 || patches.dim(0) < 1) throw bad("encode: patches must be [N, C, P, P] with N >= 1");
+  std::vector<Encoding> e = encode_batch(model, patches, positions, std::span<const ImageSpan>(&one, 1), params, exec);
+  return std::move(e.front());
 }
 
 double cosine_similarity(const Tensor& a, const Tensor& b) {

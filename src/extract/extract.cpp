@@ -10,42 +10,6 @@
 
 namespace fovea {
 
-namespace {
-
-// Writes one channel row of P samples in the batch's dtype.
-struct RowWriter {
-  DType dtype;
-  std::array<float, 3> scale, bias;  // float outputs: v * scale + bias
-
-  RowWriter(const ExtractParams& p) : dtype(p.dtype) {
-    const PatchScale ps = patch_scale(p);
-    scale = ps.scale;
-    bias = ps.bias;
-  }
-
-  void write(const uint8_t* src, int n, int c, std::byte* dst) const {
-    switch (dtype) {
-      case DType::u8:
-        std::copy_n(src, n, reinterpret_cast<uint8_t*>(dst));
-        break;
-      case DType::f32: {
-        float* d = reinterpret_cast<float*>(dst);
-        for (int i = 0; i < n; ++i) d[i] = src[i] * scale[c] + bias[c];
-        break;
-      }
-      case DType::f16: {
-        uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-        for (int i = 0; i < n; ++i) d[i] = f32_to_f16(src[i] * scale[c] + bias[c]);
-        break;
-      }
-      default:
-        break;
-    }
-  }
-};
-
-// Copies the P×P block at (x0, y0) of `img` (clamped to its edges) for every output channel.
-// `img` is a pyramid level (planar) or the caller's level-0 view (any pixel stride).
 void sample_block(const ImageViewU8& img, int x0, int y0, int P, const RowWriter& w, std::byte* dst,
                   size_t elem) {
   uint8_t row[256];
@@ -66,7 +30,39 @@ void sample_block(const ImageViewU8& img, int x0, int y0, int P, const RowWriter
   }
 }
 
-}  // namespace
+std::string_view to_string(TokenWindow::Kind k) {
+  switch (k) {
+    case TokenWindow::Kind::base: return "base";
+    case TokenWindow::Kind::query: return "query";
+    case TokenWindow::Kind::detail: return "detail";
+  }
+  return "?";
+}
+
+std::map<std::string, Tensor> window_tensors_of(const std::vector<TokenWindow>& windows) {
+  const int64_t n = int64_t(windows.size());
+  Tensor boxes(DType::f32, {n, 4}), grids(DType::i32, {n, 2}), levels(DType::f32, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    const TokenWindow& w = windows[size_t(i)];
+    for (int k = 0; k < 4; ++k) boxes.data<float>()[i * 4 + k] = w.box[size_t(k)];
+    grids.data<int32_t>()[i * 2] = w.grid_x;
+    grids.data<int32_t>()[i * 2 + 1] = w.grid_y;
+    levels.data<float>()[i] = w.level >= 0 ? float(w.level) : std::log2(std::max(w.scale, 1e-6f));
+  }
+  std::map<std::string, Tensor> m;
+  m.emplace("window_boxes", std::move(boxes));
+  m.emplace("window_grids", std::move(grids));
+  m.emplace("window_levels", std::move(levels));
+  return m;
+}
+
+int64_t TokenBatch::kept() const {
+  if (!windowed() || covered.empty()) return size();
+  const uint8_t* c = covered.data<uint8_t>();
+  int64_t k = 0;
+  for (int64_t i = 0; i < covered.numel(); ++i) k += c[i] == 0;
+  return k;
+}
 
 void check_extract_params(const ExtractParams& p) {
   if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::u8)

@@ -23,9 +23,11 @@ ImageU8 reconstruct(const TokenBatch& batch, int width, int height, Executor& ex
     bias[c] = norm.enabled ? 255.0f * norm.mean[c] : 0.0f;
   }
   const size_t plane = size_t(P) * P;
-  exec.parallel_for(n, 8, [&](int64_t i0, int64_t i1) {
+  auto paint = [&](int64_t first, int64_t count) {
+   exec.parallel_for(count, 8, [&](int64_t j0, int64_t j1) {
     std::vector<float> patch(3 * plane);
-    for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t i = first + j0; i < first + j1; ++i) {
+      if (batch.windowed() && batch.covered.data<uint8_t>()[i]) continue;
       const std::byte* src = batch.patches.bytes() + size_t(i) * 3 * plane * dtype_size(dt);
       for (size_t k = 0; k < 3 * plane; ++k) {
         const int c = static_cast<int>(k / plane);
@@ -67,7 +69,22 @@ ImageU8 reconstruct(const TokenBatch& batch, int width, int height, Executor& ex
         }
       }
     }
-  });
+   });
+  };
+  if (!batch.windowed()) {
+    paint(0, n);
+    return out;
+  }
+  // Windows overlap: paint them one after another, coarsest first, so that finer pixels win
+  // (the tokens of one window tile its box and never overlap each other).
+  std::vector<int64_t> first(batch.windows.size() + 1, 0);
+  for (size_t w = 0; w < batch.windows.size(); ++w) first[w + 1] = first[w] + batch.windows[w].tokens();
+  if (first.back() != n) throw Error(Errc::invalid_argument, "token batch: the windows do not add up to its tokens");
+  std::vector<size_t> order(batch.windows.size());
+  for (size_t w = 0; w < order.size(); ++w) order[w] = w;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return batch.windows[a].scale > batch.windows[b].scale; });
+  for (size_t w : order) paint(first[w], batch.windows[w].tokens());
   return out;
 }
 

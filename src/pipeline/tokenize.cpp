@@ -48,13 +48,21 @@ Tokenization run_pipeline(const ImageViewU8& image, const Query& query, const To
     throw Error(Errc::invalid_argument,
                 "budget must be at least 1 token, got " + std::to_string(params.alloc.budget_tokens));
   const TileGrid grid = TileGrid::make(image.width(), image.height(), params.patch_px);
-  const int L = resolve_max_level(grid, params.alloc.max_level);
+  const bool windowed = !params.uniform && params.foveation == Foveation::windows;
+  const int L = windowed ? 0 : resolve_max_level(grid, params.alloc.max_level);
   check_extract_params(params.extract);  // before any stage runs (a device's upload included)
+  WindowParams wp = params.windows;
+  wp.budget_tokens = params.alloc.budget_tokens;
+  if (windowed && (wp.grid < 1 || wp.grid > 256))
+    throw Error(Errc::invalid_argument, "the windows' grid must be 1..256 tokens a side, got " + std::to_string(wp.grid));
   Tokenization t;
 
   auto t0 = Clock::now();
   // The levels the tokens sample from, and at least those the relevance statistics read.
-  const int levels = std::max(params.uniform ? 1 : L + 1, params.relevance.stats_level + 1);
+  const int sampled = params.uniform ? 1
+                      : windowed     ? windows_pyramid_levels(image.width(), image.height(), params.patch_px, wp.grid)
+                                     : L + 1;
+  const int levels = std::max(sampled, params.relevance.stats_level + 1);
   const int w = image.width(), h = image.height(), channels = image.channels();
   t.pyramid = build(PyramidParams{.max_levels = levels});
   if (t.pyramid.width() != w || t.pyramid.height() != h || t.pyramid.channels() != channels ||
@@ -79,15 +87,22 @@ Tokenization run_pipeline(const ImageViewU8& image, const Query& query, const To
                                   t.uniform->grid_y);
     const long lvl = std::lround(std::log2(side / params.patch_px));
     t.allocation.rate_map.level.assign(grid.tiles(), static_cast<uint8_t>(std::clamp(lvl, 0L, 255L)));
+  } else if (windowed) {
+    t.windows = plan_windows(t.relevance, query, wp);
+    t.allocation.budget_tokens = params.alloc.budget_tokens;
+    t.allocation.rate_map = t.windows->rate_map();
+    t.allocation.max_level = t.windows->pyramid_levels() - 1;
   } else {
     t.allocation = allocate(t.relevance, params.alloc);
   }
   t.timings.allocate_ms = ms_since(t0);
 
   t0 = Clock::now();
-  t.batch = params.uniform
-                ? extract_uniform(t.pyramid.view(0), *t.uniform, params.patch_px, params.extract, exec)
-                : stages.extract(t.pyramid, t.allocation, params.extract, exec);
+  // The uniform baseline's and the windows' patches are cut on the CPU (from the pyramid every
+  // backend hands back on the host).
+  t.batch = params.uniform ? extract_uniform(t.pyramid.view(0), *t.uniform, params.patch_px, params.extract, exec)
+            : windowed     ? extract_windows(t.pyramid, *t.windows, params.extract, exec)
+                           : stages.extract(t.pyramid, t.allocation, params.extract, exec);
   t.timings.extract_ms = ms_since(t0);
   return t;
 }
@@ -134,7 +149,7 @@ std::map<std::string, std::string> token_metadata(const Tokenization& t, const Q
   m["patch_size"] = std::to_string(params.patch_px);
   m["budget"] = std::to_string(params.alloc.budget_tokens);
   m["tokens"] = std::to_string(t.batch.size());
-  m["mode"] = t.is_uniform() ? "uniform" : "foveated";
+  m["mode"] = t.mode();
   m["query"] = describe(query);
   m["tiles_x"] = std::to_string(g.tiles_x);
   m["tiles_y"] = std::to_string(g.tiles_y);
@@ -147,10 +162,28 @@ std::map<std::string, std::string> token_metadata(const Tokenization& t, const Q
     m["norm_mean"] = "none";
     m["norm_std"] = "none";
   }
+  if (t.is_windowed()) {
+    const WindowPlan& p = *t.windows;
+    m["foveation"] = "windows";
+    m["windows"] = std::to_string(p.windows.size());
+    m["window_grid"] = std::to_string(params.windows.grid);
+    m["window_px"] = std::to_string(params.windows.grid * params.patch_px);
+    m["tokens_encoded"] = std::to_string(p.encoded_tokens());
+    m["tokens_kept"] = std::to_string(p.kept_tokens());
+    m["keep_covered"] = params.windows.keep_covered ? "true" : "false";
+    std::string kinds;
+    for (const TokenWindow& w : p.windows) {
+      if (!kinds.empty()) kinds += ',';
+      kinds += to_string(w.kind);
+    }
+    m["window_kinds"] = kinds;
+  } else if (!t.is_uniform()) {
+    m["foveation"] = "mixed";
+  }
   if (t.is_uniform()) {
     m["uniform_grid"] = std::to_string(t.uniform->grid_x) + "x" + std::to_string(t.uniform->grid_y);
     m["uniform_resized"] = std::to_string(t.uniform->resized_width) + "x" + std::to_string(t.uniform->resized_height);
-  } else {
+  } else if (!t.is_windowed()) {
     m["max_level"] = std::to_string(t.allocation.max_level);
     std::string runs;
     for (int l = 0; l < t.allocation.layout.num_levels(); ++l) {
@@ -175,9 +208,11 @@ std::map<std::string, std::string> token_metadata(const Tokenization& t, const Q
     m["fixation_spread"] = fmt(r.fixation_spread);
     if (w.information > 0) m["entropy_bins"] = std::to_string(r.entropy_bins);
     if (w.information > 0 || w.saliency > 0) m["stats_level"] = std::to_string(r.stats_level);
-    m["sharpness"] = fmt(params.alloc.sharpness);
-    m["lookahead"] = std::to_string(params.alloc.lookahead);
-    m["max_level_requested"] = std::to_string(params.alloc.max_level);
+    if (!t.is_windowed()) {
+      m["sharpness"] = fmt(params.alloc.sharpness);
+      m["lookahead"] = std::to_string(params.alloc.lookahead);
+      m["max_level_requested"] = std::to_string(params.alloc.max_level);
+    }
   }
   return m;
 }
@@ -191,11 +226,18 @@ std::vector<uint8_t> serialize_tokens(const Tokenization& t, const Query& query,
   std::copy(t.relevance.score.begin(), t.relevance.score.end(), rel.data<float>());
   std::map<std::string, std::string> meta = token_metadata(t, query, params);
   for (const auto& [k, v] : extra) meta[k] = v;
-  const NamedTensor tensors[] = {{"patches", &t.batch.patches},
-                                 {"positions", &t.batch.positions},
-                                 {"levels", &t.batch.levels},
-                                 {"rate_map", &rate},
-                                 {"relevance", &rel}};
+  std::vector<NamedTensor> tensors = {{"patches", &t.batch.patches},
+                                      {"positions", &t.batch.positions},
+                                      {"levels", &t.batch.levels},
+                                      {"rate_map", &rate},
+                                      {"relevance", &rel}};
+  std::map<std::string, Tensor> window_tensors;
+  if (t.batch.windowed()) {
+    window_tensors = window_tensors_of(t.batch.windows);
+    tensors.push_back({"window", &t.batch.window});
+    tensors.push_back({"covered", &t.batch.covered});
+    for (const auto& [name, tensor] : window_tensors) tensors.push_back({name, &tensor});
+  }
   return serialize_safetensors(tensors, meta);
 }
 

@@ -125,6 +125,9 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
     : impl_(std::make_unique<Impl>(params, model, exec)) {
   const VideoParams& p = params;
   if (p.tokenize.uniform) throw Error(Errc::invalid_argument, "video: the uniform baseline has no incremental mode");
+  if (p.tokenize.foveation == Foveation::windows)
+    throw Error(Errc::invalid_argument, "video: --foveation windows is not supported for video yet (its windows are "
+                                        "planned per image); use --foveation mixed");
   if (p.tokenize.alloc.budget_tokens < 1) throw Error(Errc::invalid_argument, "video: the budget must be >= 1 token");
   if (!(p.change_threshold >= 0) || !std::isfinite(p.change_threshold))
     throw Error(Errc::invalid_argument, "video: the change threshold must be a finite number >= 0");

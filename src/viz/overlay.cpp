@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -61,25 +62,46 @@ ImageU8 render_overlay(const ImageViewU8& image, const RelevanceMap& relevance, 
     }
   }
   // Borders: the top and left edge of every box (right/bottom belong to the neighbours),
-  // plus the image's own right and bottom edge.
-  for (int64_t i = 0; i < batch.size(); ++i) {
-    const auto& b = batch.boxes[i];
+  // plus the image's own right and bottom edge. `thick` widens the line inwards.
+  auto border = [&](const std::array<float, 4>& b, int level, int thick) {
     uint8_t col[3];
-    level_colour(batch.levels.data<int32_t>()[i], col);
-    const int x0 = std::clamp(static_cast<int>(std::lround(b[0])), 0, W - 1);
-    const int y0 = std::clamp(static_cast<int>(std::lround(b[1])), 0, H - 1);
-    const int x1 = std::clamp(static_cast<int>(std::lround(b[2])) - 1, 0, W - 1);
-    const int y1 = std::clamp(static_cast<int>(std::lround(b[3])) - 1, 0, H - 1);
-    for (int c = 0; c < 3; ++c) {
-      for (int x = x0; x <= x1; ++x) {
-        out.at(c, y0, x) = col[c];
-        if (y1 == H - 1) out.at(c, y1, x) = col[c];
-      }
-      for (int y = y0; y <= y1; ++y) {
-        out.at(c, y, x0) = col[c];
-        if (x1 == W - 1) out.at(c, y, x1) = col[c];
+    level_colour(level, col);
+    for (int k = 0; k < thick; ++k) {
+      const int x0 = std::clamp(static_cast<int>(std::lround(b[0])) + k, 0, W - 1);
+      const int y0 = std::clamp(static_cast<int>(std::lround(b[1])) + k, 0, H - 1);
+      const int x1 = std::clamp(static_cast<int>(std::lround(b[2])) - 1 - k, 0, W - 1);
+      const int y1 = std::clamp(static_cast<int>(std::lround(b[3])) - 1 - k, 0, H - 1);
+      const bool edge_r = thick > 1 || x1 == W - 1, edge_b = thick > 1 || y1 == H - 1;
+      for (int c = 0; c < 3; ++c) {
+        for (int x = x0; x <= x1; ++x) {
+          out.at(c, y0, x) = col[c];
+          if (edge_b) out.at(c, y1, x) = col[c];
+        }
+        for (int y = y0; y <= y1; ++y) {
+          out.at(c, y, x0) = col[c];
+          if (edge_r) out.at(c, y, x1) = col[c];
+        }
       }
     }
+  };
+  if (!batch.windowed()) {
+    for (int64_t i = 0; i < batch.size(); ++i) border(batch.boxes[i], batch.levels.data<int32_t>()[i], 1);
+    return out;
+  }
+  // Windows: the kept tokens of the coarsest window first, so finer borders stay on top; then every
+  // window's outline, three pixels wide, in its level's colour.
+  std::vector<size_t> order(batch.windows.size());
+  std::vector<int64_t> first(batch.windows.size() + 1, 0);
+  for (size_t w = 0; w < order.size(); ++w) order[w] = w, first[w + 1] = first[w] + batch.windows[w].tokens();
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return batch.windows[a].scale > batch.windows[b].scale; });
+  const uint8_t* covered = batch.covered.data<uint8_t>();
+  for (size_t w : order)
+    for (int64_t i = first[w]; i < std::min(first[w + 1], batch.size()); ++i)
+      if (!covered[i]) border(batch.boxes[i], batch.levels.data<int32_t>()[i], 1);
+  for (size_t w : order) {
+    const TokenWindow& win = batch.windows[w];
+    border(win.box, std::max(0, static_cast<int>(std::lround(std::log2(std::max(win.scale, 1.0f))))), 3);
   }
   return out;
 }

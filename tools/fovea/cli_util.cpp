@@ -103,9 +103,10 @@ void TokenizeOptions::add(CLI::App& app) {
       ->each([this](const std::string& v) {
         if (image.empty()) image = v;
       });
-  app.add_option("--budget,-b", budget, "Token budget B: the output never has more tokens")
-      ->check(CLI::Range(1, 1 << 24))
-      ->default_val(273);
+  budget_opt = app.add_option("--budget,-b", budget,
+                              "Token budget B: the output never has more tokens (default 273; with --foveation "
+                              "windows two native views, 2*G^2: 392 for a 224-px tower of 16-px patches)")
+                   ->check(CLI::Range(1, 1 << 24));
   app.add_option("--patch,-p", patch, "Patch size P in pixels (16 default; 14 for CLIP-L/14 style models)")
       ->check(CLI::Range(2, 256))
       ->default_val(16);
@@ -147,9 +148,24 @@ void TokenizeOptions::add(CLI::App& app) {
                  "Levels a split's detail gain is looked ahead, in [1, 8] (deeper reaches fine text sooner)")
       ->check(CLI::Range(1, 8))
       ->default_val(AllocParams{}.lookahead);
-  app.add_option("--max-level", max_level, "Coarsest mip level of the quadtree (-1: automatic)")
-      ->default_val(-1);
+  max_level_opt = app.add_option("--max-level", max_level, "Coarsest mip level of the quadtree (-1: automatic)")
+                      ->default_val(-1);
   app.add_flag("--uniform", uniform, "The baseline: resize so a plain grid holds <= budget tokens");
+  app.add_option("--foveation", foveation,
+                 "windows: a base view of the whole image plus native-size windows where the query looks (or the "
+                 "detail is), each encoded as the image the tower was trained on; mixed: one sequence mixing mip "
+                 "levels (for towers fine-tuned on such sequences). Default: encode, the model's own (windows for "
+                 "every frozen tower); tokenize and video, mixed")
+      ->check(CLI::IsMember({"windows", "mixed"}))
+      ->type_name("MODE");
+  app.add_option("--window-grid", window_grid,
+                 "--foveation windows: tokens a side of one native window, G (default: the model's grid with "
+                 "--model, else 224/P rounded: 14 for 16-px patches)")
+      ->check(CLI::Range(1, 256))
+      ->type_name("G");
+  app.add_flag("--keep-covered", keep_covered,
+               "--foveation windows: also hand on the tokens of coarser windows that a finer window covers (the "
+               "budget then counts them too)");
   app.add_option("--dtype", dtype, "Patch dtype: f32, f16 or u8 (u8 is never normalised)")
       ->check(CLI::IsMember({"f32", "f16", "u8"}))
       ->default_val("f32");
@@ -161,11 +177,21 @@ void TokenizeOptions::add(CLI::App& app) {
   app.add_flag("--no-exif", no_exif, "Ignore the JPEG EXIF orientation tag");
 }
 
-TokenizeParams TokenizeOptions::params() const {
+TokenizeParams TokenizeOptions::params(Foveation dflt, int grid) const {
   TokenizeParams p;
   p.patch_px = patch;
   p.uniform = uniform;
-  p.alloc.budget_tokens = budget;
+  p.foveation = foveation.empty() ? dflt : parse_foveation(foveation);
+  if (uniform && foveation == "windows") throw arg_error("--uniform and --foveation windows exclude each other");
+  const bool windowed = !uniform && p.foveation == Foveation::windows;
+  if (!windowed && (window_grid > 0 || keep_covered))
+    throw arg_error(std::string(window_grid > 0 ? "--window-grid" : "--keep-covered") + " needs --foveation windows");
+  if (windowed && max_level_opt && max_level_opt->count() > 0)
+    throw arg_error("--max-level shapes the mixed foveation's quadtree; --foveation windows has none");
+  p.windows.grid = window_grid > 0 ? window_grid : grid > 0 ? grid : std::max(1, int(std::lround(224.0 / patch)));
+  p.windows.keep_covered = keep_covered;
+  const bool budget_given = budget_opt && budget_opt->count() > 0;
+  p.alloc.budget_tokens = budget_given ? budget : windowed ? 2 * p.windows.grid * p.windows.grid : 273;
   p.alloc.max_level = max_level;
   if (!(sharpness >= 0.5f && sharpness <= 4.0f)) throw arg_error("--sharpness must be in [0.5, 4]");
   p.alloc.sharpness = sharpness;
@@ -256,15 +282,33 @@ nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, co
   const TileGrid& g = t.relevance.grid;
   json j;
   j["image"] = {{"width", g.image_width}, {"height", g.image_height}, {"channels", t.pyramid.channels()}};
-  j["mode"] = t.is_uniform() ? "uniform" : "foveated";
+  j["mode"] = t.mode();
   j["budget"] = params.alloc.budget_tokens;
-  j["tokens"] = t.batch.size();
+  j["tokens"] = t.batch.kept();  // handed on: the windows foveation drops the covered ones
   j["patch_size"] = params.patch_px;
   j["query"] = describe(query);
   j["full_resolution_tokens"] = g.tiles();
   if (t.is_uniform()) {
     j["uniform"] = {{"grid", {t.uniform->grid_x, t.uniform->grid_y}},
                     {"resized", {t.uniform->resized_width, t.uniform->resized_height}}};
+  } else if (t.is_windowed()) {
+    const WindowPlan& plan = *t.windows;
+    j["tokens_encoded"] = plan.encoded_tokens();
+    j["window_grid"] = params.windows.grid;
+    j["keep_covered"] = params.windows.keep_covered;
+    json ws = json::array();
+    for (size_t i = 0; i < plan.windows.size(); ++i) {
+      const TokenWindow& w = plan.windows[i];
+      int64_t kept = 0;
+      for (uint8_t c : plan.covered[i]) kept += c == 0;
+      ws.push_back({{"kind", std::string(to_string(w.kind))},
+                    {"box", {w.box[0], w.box[1], w.box[2], w.box[3]}},
+                    {"grid", {w.grid_x, w.grid_y}},
+                    {"level", w.level},
+                    {"scale", w.scale},
+                    {"tokens_kept", kept}});
+    }
+    j["windows"] = ws;
   } else {
     const TokenLayout& lay = t.allocation.layout;
     json per_level = json::array();
@@ -339,6 +383,19 @@ void print_summary(const nlohmann::json& j) {
     std::printf("  uniform grid %dx%d from a %dx%d resize\n", j["uniform"]["grid"][0].get<int>(),
                 j["uniform"]["grid"][1].get<int>(), j["uniform"]["resized"][0].get<int>(),
                 j["uniform"]["resized"][1].get<int>());
+  } else if (j.contains("windows")) {
+    std::printf("  %zu windows of %dx%d tokens, %lld tokens encoded, %lld handed on:\n", j["windows"].size(),
+                j["window_grid"].get<int>(), j["window_grid"].get<int>(), j["tokens_encoded"].get<long long>(),
+                j["tokens"].get<long long>());
+    for (const auto& w : j["windows"]) {
+      const int level = w["level"].get<int>();
+      std::printf("    %-6s [%g, %g, %g, %g) %s, %lld kept\n", w["kind"].get<std::string>().c_str(),
+                  w["box"][0].get<double>(), w["box"][1].get<double>(), w["box"][2].get<double>(),
+                  w["box"][3].get<double>(),
+                  level >= 0 ? ("mip level " + std::to_string(level)).c_str()
+                             : ("resized, " + std::to_string(w["scale"].get<double>()) + " px a pixel").c_str(),
+                  w["tokens_kept"].get<long long>());
+    }
   }
   std::printf("  query: %s\n", j["query"].get<std::string>().c_str());
   const auto& tm = j["timings_ms"];

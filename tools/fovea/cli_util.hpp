@@ -55,10 +55,18 @@ struct TokenizeOptions {
   bool no_normalize = false;
   uint64_t max_pixels = LoadOptions{}.max_pixels;
   bool no_exif = false;
+  std::string foveation;  // "", "windows" or "mixed" ("": the command's default)
+  int window_grid = 0;    // 0: the tower's own (encode), else 224 / P rounded
+  bool keep_covered = false;
+  CLI::Option* budget_opt = nullptr;
+  CLI::Option* max_level_opt = nullptr;
 
   void add(CLI::App& app);  // the image positional and every tokenize flag
   // Parses and validates everything into params; throws Error(invalid_argument) naming the flag.
-  TokenizeParams params() const;
+  // `dflt` is the command's foveation when --foveation is not given (encode: the model's), and
+  // `grid` the windows' native grid when --window-grid is not given (0: 224 / P rounded). With
+  // the windows foveation and no --budget, the budget is two native views (2·G²).
+  TokenizeParams params(Foveation dflt = Foveation::mixed, int grid = 0) const;
   Query query() const;
   LoadOptions load_options() const;
 };

@@ -55,6 +55,8 @@ struct EncodeCommand {
     const double load_ms = ms_since(t0);
     const VitConfig& mc = model.config();
     note_model(model, model_spec);
+    // The model's own foveation and native grid unless --foveation / --window-grid say otherwise.
+    params = tok.params(default_foveation(model), mc.grid);
     // The model's own preprocessing unless --mean / --std say otherwise (each overrides its half).
     const std::string norm_source = apply_model_preprocessing(tok, mc.input, params.extract.norm);
     if (mc.patch_px != params.patch_px) {
@@ -70,22 +72,12 @@ struct EncodeCommand {
 
     // The embeddings file (fovea/embeddings.hpp: the library owns the layout); the encoding's
     // tensors are moved in. Also the batch's per-image output.
-    auto embeddings_file = [&](const Tokenization& t, Encoding& e, const std::string& source) {
+    auto embeddings_metadata = [&](const Tokenization& t, const std::string& source) {
       std::map<std::string, std::string> meta = token_metadata(t, query, params);
       meta["source"] = source;
       for (auto& [k, v] : encoder_metadata(model, asked, att)) meta[k] = v;  // as the Python binding writes
       meta["preprocessing_source"] = norm_source;
-      EmbeddingsFile file;
-      file.metadata = std::move(meta);
-      file.embeddings = std::move(e.embeddings);
-      file.positions = t.batch.positions.clone();
-      file.levels = t.batch.levels.clone();
-      file.class_token = std::move(e.class_token);
-      file.pooled = std::move(e.pooled);
-      file.image_embeds = std::move(e.image_embeds);
-      file.logits = std::move(e.logits);
-      file.projected = std::move(e.projected);
-      return file;
+      return meta;
     };
 
     if (is_batch(tok.inputs, output)) {
@@ -95,16 +87,17 @@ struct EncodeCommand {
       const BatchReport r = run_batch(tok.inputs, output, tok.load_options(), [&](ImageU8 img, const std::string& src) {
         const int w = img.width(), h = img.height();
         const Tokenization t = exec.tokenize(std::move(img), query, params, ex, backend);
-        Encoding e = encode(model, t.batch.patches, t.batch.positions,
-                            EncodeParams{.precision = prec, .image_width = w, .image_height = h, .attention = att}, ex);
+        Encoding e = encode_tokens(model, t.batch,
+                                   EncodeParams{.precision = prec, .image_width = w, .image_height = h, .attention = att}, ex);
         if (!warned_nonfinite)
           warned_nonfinite = warn_nonfinite(e.embeddings, "the embeddings of " + src + " (further images not checked)",
                                             isatty(fileno(stderr)) ? "\r\x1b[K" : "") > 0;
-        return serialize_embeddings(embeddings_file(t, e, src));
+        return serialize_embeddings(embeddings_file(t.batch, e, embeddings_metadata(t, src)));
       });
       return report_batch(r, output, json,
                           {{"threads", ex.threads()},
                            {"budget", params.alloc.budget_tokens},
+                           {"foveation", params.uniform ? "uniform" : std::string(to_string(params.foveation))},
                            {"encoder", {{"model", model_spec}, {"description", model.describe()},
                                         {"random_weights", model.is_random()}, {"precision", std::string(to_string(prec))},
                                         {"attention", attention_json(att)}}}});
@@ -119,7 +112,7 @@ struct EncodeCommand {
     nlohmann::json backend;
     Tokenization t = exec.tokenize(std::move(image), query, params, ex, backend);
     EncodeParams ep{.precision = prec, .image_width = width, .image_height = height, .attention = att};
-    Encoding e = encode(model, t.batch.patches, t.batch.positions, ep, ex);
+    Encoding e = encode_tokens(model, t.batch, ep, ex);
     int64_t nonfinite = warn_nonfinite(e.embeddings, "the embeddings");
     if (nonfinite == 0) nonfinite = warn_nonfinite(e.projected, "the projected embeddings");
 
@@ -130,17 +123,12 @@ struct EncodeCommand {
       EncodeParams ep32 = ep;
       ep32.precision = Precision::fp32;
       ep32.attention = AttentionParams{};
-      const Encoding ref = encode(model, t.batch.patches, t.batch.positions, ep32, ex);
+      const Encoding ref = encode_tokens(model, t.batch, ep32, ex);
       cosine = mean_row_cosine(e.embeddings, ref.embeddings);
     }
 
     t0 = Clock::now();
-    if (!output.empty()) {
-      EmbeddingsFile file = embeddings_file(t, e, tok.image);
-      save_embeddings(output, file);
-      e.embeddings = std::move(file.embeddings);  // the summary below reads them
-      e.projected = std::move(file.projected);
-    }
+    if (!output.empty()) save_embeddings(output, embeddings_file(t.batch, e, embeddings_metadata(t, tok.image)));
     const double write_ms = ms_since(t0);
 
     nlohmann::json summary = summarize(t, params, query);
@@ -164,6 +152,8 @@ struct EncodeCommand {
                           {"position_grid", mc.grid},
                           {"register_tokens", mc.registers},
                           {"precision", std::string(to_string(prec))},
+                          {"foveation", params.uniform ? "uniform" : std::string(to_string(params.foveation))},
+                          {"foveation_default", std::string(to_string(default_foveation(model)))},
                           // Which matrix kernels ran: fovea's AMX tiles for bf16, or its AVX2 kernel
                           // for fp32, where the CPU has them.
                           {"kernels", matrix_kernels(prec)},
@@ -182,6 +172,8 @@ struct EncodeCommand {
     summary["encoder"]["nonfinite_values"] = nonfinite;
     if (mc.projector != ProjectorType::none)
       summary["encoder"]["projected"] = {e.projected.dim(0), e.projected.dim(1)};
+    if (e.window_class_tokens.rank() > 0)
+      summary["encoder"]["window_class_tokens"] = {e.window_class_tokens.dim(0), e.window_class_tokens.dim(1)};
     if (check_fp32 && approximate) summary["encoder"]["cosine_vs_fp32"] = cosine;
     summary["outputs"] = {{"embeddings", output}};
     if (store.enabled)

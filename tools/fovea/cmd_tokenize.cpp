@@ -39,16 +39,19 @@ struct TokenizeCommand {
                               : tok.mean.empty() && tok.std.empty() ? "CLIP defaults"
                               : !tok.mean.empty() && !tok.std.empty() ? "--mean/--std"
                                                                       : "--mean/--std, CLIP defaults for the rest";
-    if (!query_embedding.empty()) {
+    const bool windowed = !params.uniform && params.foveation == Foveation::windows;
+    if (!query_embedding.empty() && model_spec.empty())
+      throw Error(Errc::invalid_argument, "--query-embedding needs --model CKPT (the tile features come from its patch embedding)");
+    if (!model_spec.empty() && query_embedding.empty() && !windowed)
+      throw Error(Errc::invalid_argument, "--model is only used with --query-embedding or --foveation windows (use "
+                                          "'fovea encode' to encode)");
+    if (!model_spec.empty()) {
 #if !FOVEA_BUILT_WITH_ENCODER
-      throw Error(Errc::unsupported, "--query-embedding needs the encoder, and this fovea was built without it "
+      throw Error(Errc::unsupported, "--model needs the encoder, and this fovea was built without it "
                                      "(FOVEA_WITH_ENCODER=OFF or oneDNN not found)");
 #else
-      // Per-tile features come from the encoder's patch embedding (see fovea/encoder.hpp).
-      if (model_spec.empty())
-        throw Error(Errc::invalid_argument, "--query-embedding needs --model CKPT (the tile features come from its patch embedding)");
-      query.embedding = load_query_embedding(query_embedding);
       const VitModel model = VitModel::load(model_spec);
+      params = tok.params(Foveation::mixed, model.config().grid);  // windows: the tower's own grid
       // Tokens and tile features both follow the model's preprocessing unless --mean/--std say otherwise.
       norm_source = apply_model_preprocessing(tok, model.config().input, params.extract.norm);
       if (model.config().patch_px != params.patch_px) {
@@ -57,10 +60,12 @@ struct TokenizeCommand {
                                                   std::to_string(model.config().patch_px) + "-px patches");
         params.patch_px = model.config().patch_px;
       }
-      params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, int(query.embedding.size()), ex);
+      if (!query_embedding.empty()) {
+        // Per-tile features come from the encoder's patch embedding (see fovea/encoder.hpp).
+        query.embedding = load_query_embedding(query_embedding);
+        params.relevance.tile_features = tile_feature_fn(model, params.extract.norm, int(query.embedding.size()), ex);
+      }
 #endif
-    } else if (!model_spec.empty()) {
-      throw Error(Errc::invalid_argument, "--model is only used with --query-embedding (use 'fovea encode' to encode)");
     }
 
     if (is_batch(tok.inputs, output)) {
@@ -114,7 +119,8 @@ Runner setup_tokenize(CLI::App& sub) {
   auto cmd = std::make_shared<TokenizeCommand>();
   cmd->tok.add(sub);
   sub.add_option("-o,--output", cmd->output,
-                 "Write the tokens here (safetensors: patches, positions, levels, rate_map, relevance)")
+                 "Write the tokens here (safetensors: patches, positions, levels, rate_map, relevance; with "
+                 "--foveation windows also window, covered and the windows' boxes, grids and levels)")
       ->type_name("OUT.safetensors");
   sub.add_option("--overlay", cmd->overlay, "Write a PNG: token borders coloured by level over a relevance heat map")
       ->type_name("PNG");
@@ -126,7 +132,9 @@ Runner setup_tokenize(CLI::App& sub) {
                  "Query vector (.npy or .safetensors, [D] or [1, D]) scored against per-tile patch-embedding "
                  "features of --model (relevance weight 'query')")
       ->type_name("FILE");
-  sub.add_option("--model,-m", cmd->model_spec, "ViT checkpoint whose patch embedding gives the per-tile features for --query-embedding")
+  sub.add_option("--model,-m", cmd->model_spec,
+                 "ViT checkpoint whose patch embedding gives the per-tile features for --query-embedding, and whose "
+                 "native grid, patch size and preprocessing --foveation windows follows")
       ->type_name("CKPT");
   cmd->exec.add(sub);
   cmd->store.add(sub);

@@ -1,0 +1,134 @@
+// The windows foveation's encode: every window as a standalone image, in one batched call, and
+// the covered tokens dropped; and the embeddings file of any encoding.
+#include <cstring>
+#include <string>
+
+#include "fovea/encoder.hpp"
+#include "fovea/error.hpp"
+
+namespace fovea {
+
+namespace {
+
+Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+
+// Rows `rows` of a [N, D] f32 tensor.
+Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
+  const int64_t d = t.dim(1);
+  Tensor out(DType::f32, {int64_t(rows.size()), d});
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(out.data<float>() + int64_t(i) * d, t.data<float>() + rows[i] * d, size_t(d) * 4);
+  return out;
+}
+
+Tensor clone_if_present(const Tensor& t) { return t.rank() > 0 ? t.clone() : Tensor(); }
+
+}  // namespace
+
+Foveation default_foveation(const VitModel& model) {
+  return model.is_random() ? Foveation::mixed : Foveation::windows;
+}
+
+Encoding encode_windows(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec) {
+  if (!batch.windowed())
+    throw bad("encode_windows: the batch has no windows (tokenize with the windows foveation)");
+  const int64_t n = batch.size();
+  const int P = batch.patch_px;
+  if (batch.window.numel() != n || batch.covered.numel() != n || batch.window.dtype() != DType::i32 ||
+      batch.covered.dtype() != DType::u8)
+    throw bad("encode_windows: the batch's window and covered tensors must hold one value per token");
+  // Each window's tokens in its own pixels: cell (gx, gy) centred at ((gx + ½)·P, (gy + ½)·P).
+  std::vector<ImageSpan> spans;
+  Tensor local(DType::f32, {n, 4});
+  float* lp = local.data<float>();
+  int64_t row = 0;
+  for (const TokenWindow& w : batch.windows) {
+    if (w.grid_x < 1 || w.grid_y < 1 || row + w.tokens() > n)
+      throw bad("encode_windows: the batch's windows do not add up to its " + std::to_string(n) + " tokens");
+    for (int64_t i = 0; i < w.tokens(); ++i, ++row) {
+      lp[row * 4 + 0] = (float(i % w.grid_x) + 0.5f) * float(P);
+      lp[row * 4 + 1] = (float(i / w.grid_x) + 0.5f) * float(P);
+      lp[row * 4 + 2] = float(P);
+      lp[row * 4 + 3] = 0;
+    }
+    spans.push_back({w.tokens(), w.grid_x * P, w.grid_y * P});
+  }
+  if (row != n) throw bad("encode_windows: the batch's windows do not add up to its " + std::to_string(n) + " tokens");
+  std::vector<Encoding> per = encode_batch(model, TensorView(batch.patches), TensorView(local), spans, params, exec);
+
+  Encoding e;
+  const uint8_t* cov = batch.covered.data<uint8_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (!cov[i]) e.rows.push_back(i);
+  // The windows' rows side by side, then the kept ones.
+  auto stack = [&](Tensor Encoding::*field) {
+    if ((per.front().*field).rank() == 0) return Tensor();
+    const int64_t d = (per.front().*field).dim(1);
+    Tensor all(DType::f32, {n, d});
+    int64_t r = 0;
+    for (const Encoding& x : per) {
+      std::memcpy(all.data<float>() + r * d, (x.*field).data<float>(), size_t((x.*field).numel()) * 4);
+      r += (x.*field).dim(0);
+    }
+    return gather_rows(all, e.rows);
+  };
+  e.embeddings = stack(&Encoding::embeddings);
+  e.projected = stack(&Encoding::projected);
+  Encoding& base = per.front();
+  e.class_token = std::move(base.class_token);
+  e.pooled = std::move(base.pooled);
+  e.image_embeds = std::move(base.image_embeds);
+  e.logits = std::move(base.logits);
+  if (e.class_token.rank() > 0) {
+    const int64_t d = e.class_token.dim(1);
+    e.window_class_tokens = Tensor(DType::f32, {int64_t(per.size()), d});
+    std::memcpy(e.window_class_tokens.data<float>(), e.class_token.data<float>(), size_t(d) * 4);
+    for (size_t w = 1; w < per.size(); ++w)
+      std::memcpy(e.window_class_tokens.data<float>() + int64_t(w) * d, per[w].class_token.data<float>(), size_t(d) * 4);
+  }
+  e.precision = base.precision;
+  e.encode_ms = base.encode_ms;
+  e.attention_ms = base.attention_ms;
+  return e;
+}
+
+Encoding encode_tokens(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec) {
+  if (batch.windowed()) return encode_windows(model, batch, params, exec);
+  return encode(model, TensorView(batch.patches), TensorView(batch.positions), params, exec);
+}
+
+EmbeddingsFile embeddings_file(const TokenBatch& batch, const Encoding& e, std::map<std::string, std::string> metadata) {
+  EmbeddingsFile f;
+  f.metadata = std::move(metadata);
+  f.embeddings = e.embeddings.clone();
+  f.projected = clone_if_present(e.projected);
+  f.class_token = clone_if_present(e.class_token);
+  f.pooled = clone_if_present(e.pooled);
+  f.image_embeds = clone_if_present(e.image_embeds);
+  f.logits = clone_if_present(e.logits);
+  if (!batch.windowed()) {
+    f.positions = batch.positions.clone();
+    f.levels = batch.levels.clone();
+    return f;
+  }
+  std::vector<int64_t> rows = e.rows;
+  if (rows.empty() && e.embeddings.rank() == 2 && e.embeddings.dim(0) == batch.size())
+    for (int64_t i = 0; i < batch.size(); ++i) rows.push_back(i);
+  const int64_t k = int64_t(rows.size());
+  f.positions = Tensor(DType::f32, {k, 4});
+  f.levels = Tensor(DType::i32, {k});
+  Tensor window(DType::i32, {k});
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t r = rows[size_t(i)];
+    if (r < 0 || r >= batch.size()) throw bad("embeddings_file: the encoding's rows are not the batch's");
+    std::memcpy(f.positions.data<float>() + i * 4, batch.positions.data<float>() + r * 4, 16);
+    f.levels.data<int32_t>()[i] = batch.levels.data<int32_t>()[r];
+    window.data<int32_t>()[i] = batch.window.data<int32_t>()[r];
+  }
+  f.extra.emplace("window", std::move(window));
+  for (auto& [name, t] : window_tensors_of(batch.windows)) f.extra.emplace(name, std::move(t));
+  if (e.window_class_tokens.rank() > 0) f.extra.emplace("window_class_tokens", e.window_class_tokens.clone());
+  return f;
+}
+
+}  // namespace fovea

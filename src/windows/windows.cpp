@@ -1,0 +1,406 @@
+// The windows foveation: where native-size windows go, which tokens they cover, and their
+// patches (fovea/windows.hpp).
+#include "fovea/windows.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "extract/batch.hpp"
+#include "fovea/error.hpp"
+#include "fovea/image.hpp"
+
+namespace fovea {
+
+namespace {
+
+Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+
+using Box = std::array<float, 4>;
+
+// A window's token (gx, gy): cells share their edges with their neighbours (the base view's
+// cells need not be whole pixels), as the uniform baseline's do.
+Box token_box(const TokenWindow& w, int gx, int gy) {
+  const float cw = (w.box[2] - w.box[0]) / float(w.grid_x), ch = (w.box[3] - w.box[1]) / float(w.grid_y);
+  return {w.box[0] + gx * cw, w.box[1] + gy * ch, gx + 1 == w.grid_x ? w.box[2] : w.box[0] + (gx + 1) * cw,
+          gy + 1 == w.grid_y ? w.box[3] : w.box[1] + (gy + 1) * ch};
+}
+
+bool inside(const Box& b, const Box& outer) {
+  constexpr float eps = 1e-3f;
+  return b[0] >= outer[0] - eps && b[1] >= outer[1] - eps && b[2] <= outer[2] + eps && b[3] <= outer[3] + eps;
+}
+
+// Whether window `o` takes precedence over window `w` where they overlap: it is finer, or as fine
+// and placed earlier.
+bool precedes(const std::vector<TokenWindow>& ws, size_t o, size_t w) {
+  const float a = ws[o].scale, b = ws[w].scale;
+  if (a < b * (1 - 1e-4f)) return true;
+  return a <= b * (1 + 1e-4f) && o < w;
+}
+
+// covered[w][i]: token i of window w lies wholly inside a window that precedes w.
+std::vector<std::vector<uint8_t>> covered_tokens(const std::vector<TokenWindow>& ws) {
+  std::vector<std::vector<uint8_t>> cov(ws.size());
+  for (size_t w = 0; w < ws.size(); ++w) {
+    const TokenWindow& win = ws[w];
+    cov[w].assign(size_t(win.tokens()), 0);
+    for (size_t o = 0; o < ws.size(); ++o) {
+      if (o == w || !precedes(ws, o, w)) continue;
+      const Box& ob = ws[o].box;
+      if (ob[2] <= win.box[0] || ob[0] >= win.box[2] || ob[3] <= win.box[1] || ob[1] >= win.box[3]) continue;
+      for (int gy = 0; gy < win.grid_y; ++gy)
+        for (int gx = 0; gx < win.grid_x; ++gx)
+          if (inside(token_box(win, gx, gy), ob)) cov[w][size_t(gy) * win.grid_x + gx] = 1;
+    }
+  }
+  return cov;
+}
+
+int64_t kept_count(const std::vector<TokenWindow>& ws, bool keep_covered) {
+  int64_t n = 0;
+  if (keep_covered) {
+    for (const TokenWindow& w : ws) n += w.tokens();
+    return n;
+  }
+  for (const auto& c : covered_tokens(ws))
+    for (uint8_t v : c) n += v == 0;
+  return n;
+}
+
+struct Geometry {
+  int W, H, P, G, S;  // image, patch, native grid, native side (px)
+};
+
+TokenWindow base_view(const Geometry& g, int budget) {
+  TokenWindow b;
+  const int n = budget >= g.G * g.G ? g.G : std::max(1, int(std::floor(std::sqrt(double(budget)))));
+  b.grid_x = b.grid_y = n;
+  b.box = {0, 0, float(g.W), float(g.H)};
+  b.level = -1;
+  b.scale = float(std::sqrt(double(g.W) / (n * g.P) * (double(g.H) / (n * g.P))));
+  b.kind = TokenWindow::Kind::base;
+  return b;
+}
+
+// A level-ℓ window centred on (cx, cy) as nearly as the image and the 2^ℓ lattice allow.
+TokenWindow place(const Geometry& g, int level, double cx, double cy, TokenWindow::Kind kind) {
+  const int side = g.S << level;
+  auto origin = [&](double c, int extent) {
+    int o = int(std::floor(c - side / 2.0 + 0.5));
+    o = std::clamp(o, 0, extent - side);
+    return (o >> level) << level;
+  };
+  TokenWindow w;
+  const int x0 = origin(cx, g.W), y0 = origin(cy, g.H);
+  w.box = {float(x0), float(y0), float(x0 + side), float(y0 + side)};
+  w.grid_x = w.grid_y = g.G;
+  w.level = level;
+  w.scale = float(1 << level);
+  w.kind = kind;
+  return w;
+}
+
+// The per-tile state of the plan: the scale (original px per sample) each tile is seen at.
+struct Coverage {
+  const TileGrid& grid;
+  std::vector<float> log_scale;  // log2 of the finest scale covering each tile's centre
+
+  Coverage(const TileGrid& grid, float base_scale)
+      : grid(grid), log_scale(size_t(grid.tiles()), std::log2(std::max(base_scale, 1.0f))) {}
+
+  // Tiles whose centre lies in [x0, x1) (one axis).
+  static std::pair<int, int> span(float a0, float a1, int P, int n) {
+    const int t0 = std::clamp(int(std::ceil(a0 / P - 0.5f)), 0, n);
+    const int t1 = std::clamp(int(std::ceil(a1 / P - 0.5f)), t0, n);
+    return {t0, t1};
+  }
+  void add(const TokenWindow& w) {
+    const float ls = std::log2(std::max(w.scale, 1.0f));
+    const auto [x0, x1] = span(w.box[0], w.box[2], grid.patch_px, grid.tiles_x);
+    const auto [y0, y1] = span(w.box[1], w.box[3], grid.patch_px, grid.tiles_y);
+    for (int y = y0; y < y1; ++y)
+      for (int x = x0; x < x1; ++x) {
+        float& v = log_scale[size_t(y) * grid.tiles_x + x];
+        v = std::min(v, ls);
+      }
+  }
+};
+
+// What seeing each tile at mip `level` instead of its current scale gains: the prior times the
+// levels gained, plus the detail energy of the mip levels it newly resolves (a fractional
+// current level resolves that share of its next level's energy).
+std::vector<double> tile_gain(const RelevanceMap& rel, const Coverage& cov, int level) {
+  const size_t n = size_t(rel.grid.tiles());
+  const std::vector<float>& prior = rel.prior.empty() ? rel.score : rel.prior;
+  std::vector<double> g(n, 0.0);
+  for (size_t t = 0; t < n; ++t) {
+    const double L = cov.log_scale[t];
+    if (L <= level + 1e-6) continue;
+    double v = double(prior[t]) * (L - level);
+    for (size_t j = size_t(level); j < rel.detail.size() && double(j) < L; ++j)
+      v += double(rel.detail[j][t]) * std::min(1.0, L - double(j));
+    g[t] = v;
+  }
+  return g;
+}
+
+// Summed-area table over the tile grid.
+struct Integral {
+  int nx, ny;
+  std::vector<double> s;
+  Integral(const std::vector<double>& v, int nx, int ny) : nx(nx), ny(ny), s(size_t(nx + 1) * (ny + 1), 0.0) {
+    for (int y = 0; y < ny; ++y)
+      for (int x = 0; x < nx; ++x)
+        s[size_t(y + 1) * (nx + 1) + x + 1] = v[size_t(y) * nx + x] + s[size_t(y) * (nx + 1) + x + 1] +
+                                              s[size_t(y + 1) * (nx + 1) + x] - s[size_t(y) * (nx + 1) + x];
+  }
+  double sum(int x0, int y0, int x1, int y1) const {
+    return s[size_t(y1) * (nx + 1) + x1] - s[size_t(y0) * (nx + 1) + x1] - s[size_t(y1) * (nx + 1) + x0] +
+           s[size_t(y0) * (nx + 1) + x0];
+  }
+  double box(const TileGrid& g, const Box& b) const {
+    const auto [x0, x1] = Coverage::span(b[0], b[2], g.patch_px, nx);
+    const auto [y0, y1] = Coverage::span(b[1], b[3], g.patch_px, ny);
+    return sum(x0, y0, x1, y1);
+  }
+};
+
+struct Focus {
+  double x, y;
+};
+
+std::vector<Focus> foci(const Query& q, int W, int H) {
+  std::vector<Focus> f;
+  for (const Fixation& x : q.fixations) f.push_back({std::clamp(double(x.x_px), 0.0, double(W)),
+                                                     std::clamp(double(x.y_px), 0.0, double(H))});
+  for (const Region& r : q.regions)
+    f.push_back({std::clamp(0.5 * (r.x0_px + r.x1_px), 0.0, double(W)), std::clamp(0.5 * (r.y0_px + r.y1_px), 0.0, double(H))});
+  return f;
+}
+
+}  // namespace
+
+std::string_view to_string(Foveation f) { return f == Foveation::windows ? "windows" : "mixed"; }
+
+Foveation parse_foveation(std::string_view s) {
+  if (s == "mixed") return Foveation::mixed;
+  if (s == "windows") return Foveation::windows;
+  throw bad("foveation must be 'windows' (native-size windows, for frozen towers) or 'mixed' (one sequence of "
+            "mixed mip levels), got '" + std::string(s) + "'");
+}
+
+int64_t WindowPlan::encoded_tokens() const {
+  int64_t n = 0;
+  for (const TokenWindow& w : windows) n += w.tokens();
+  return n;
+}
+
+int64_t WindowPlan::kept_tokens() const {
+  int64_t n = 0;
+  for (const auto& c : covered)
+    for (uint8_t v : c) n += v == 0;
+  return n;
+}
+
+int WindowPlan::pyramid_levels() const {
+  int l = 0;
+  for (const TokenWindow& w : windows) l = std::max(l, w.level);
+  return l + 1;
+}
+
+RateMap WindowPlan::rate_map() const {
+  RateMap r;
+  r.grid = TileGrid::make(image_width, image_height, patch_px);
+  r.level.assign(size_t(r.grid.tiles()), 0);
+  for (int y = 0; y < r.grid.tiles_y; ++y)
+    for (int x = 0; x < r.grid.tiles_x; ++x) {
+      const float cx = std::min((x + 0.5f) * patch_px, image_width - 0.5f);
+      const float cy = std::min((y + 0.5f) * patch_px, image_height - 0.5f);
+      float best = std::numeric_limits<float>::infinity();
+      for (const TokenWindow& w : windows)
+        if (cx >= w.box[0] && cx < w.box[2] && cy >= w.box[1] && cy < w.box[3]) best = std::min(best, w.scale);
+      if (!std::isfinite(best)) best = windows.empty() ? 1.0f : windows.front().scale;
+      r.level[size_t(y) * r.grid.tiles_x + x] =
+          uint8_t(std::clamp(std::lround(std::log2(std::max(best, 1.0f))), 0L, 255L));
+    }
+  return r;
+}
+
+int windows_pyramid_levels(int width, int height, int patch_px, int grid) {
+  const double base = std::sqrt(double(width) * height) / (double(grid) * patch_px);
+  const int want = base > 1 ? int(std::floor(std::log2(base))) + 2 : 1;
+  return std::clamp(want, 1, full_mip_levels(width, height));
+}
+
+WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const WindowParams& p) {
+  if (p.budget_tokens < 1) throw bad("budget must be at least 1 token, got " + std::to_string(p.budget_tokens));
+  if (p.grid < 1 || p.grid > 256) throw bad("the windows' grid must be 1..256 tokens a side, got " + std::to_string(p.grid));
+  if (p.max_windows < 1 || p.max_windows > 4096)
+    throw bad("max_windows must be 1..4096, got " + std::to_string(p.max_windows));
+  const TileGrid& tg = rel.grid;
+  if (tg.tiles() < 1 || rel.score.size() != size_t(tg.tiles())) throw bad("plan_windows: the relevance map is empty");
+  const Geometry g{tg.image_width, tg.image_height, tg.patch_px, p.grid, p.grid * tg.patch_px};
+  if (int64_t(g.S) << 12 > std::numeric_limits<int>::max() / 2) throw bad("the windows' native size is too large");
+
+  WindowPlan plan;
+  plan.patch_px = g.P;
+  plan.image_width = g.W;
+  plan.image_height = g.H;
+  std::vector<TokenWindow>& ws = plan.windows;
+  ws.push_back(base_view(g, p.budget_tokens));
+  const float base_scale = ws[0].scale;
+
+  // Levels finer than the base view by half a level at least, whose windows fit in the image.
+  std::vector<int> levels;
+  if (ws[0].grid_x == g.G)
+    for (int l = 0; l < 24 && (int64_t(g.S) << l) <= std::min(g.W, g.H) && std::ldexp(std::sqrt(2.0), l) <= base_scale;
+         ++l)
+      levels.push_back(l);
+
+  Coverage cov(tg, base_scale);
+  auto try_add = [&](const TokenWindow& w) {
+    if (int(ws.size()) >= p.max_windows) return false;
+    ws.push_back(w);
+    if (kept_count(ws, p.keep_covered) > p.budget_tokens) {
+      ws.pop_back();
+      return false;
+    }
+    cov.add(w);
+    return true;
+  };
+
+  const std::vector<Focus> fs = foci(query, g.W, g.H);
+  // 1. The query: a level-0 window on every focus not already well inside one.
+  if (!levels.empty() && levels[0] == 0)
+    for (const Focus& f : fs) {
+      const float margin = g.S / 4.0f;
+      bool seen = false;
+      for (const TokenWindow& w : ws)
+        if (w.level == 0 && f.x >= w.box[0] + margin && f.x < w.box[2] - margin && f.y >= w.box[1] + margin &&
+            f.y < w.box[3] - margin)
+          seen = true;
+      if (!seen) try_add(place(g, 0, f.x, f.y, TokenWindow::Kind::query));
+    }
+
+  // 2. Greedy on the relevance: the best gain per token handed on, until nothing fits.
+  while (int(ws.size()) < p.max_windows && !levels.empty()) {
+    struct Candidate {
+      TokenWindow w;
+      double gain;
+    };
+    std::vector<Candidate> cands;
+    for (int l : levels) {
+      const std::vector<double> gain = tile_gain(rel, cov, l);
+      const Integral in(gain, tg.tiles_x, tg.tiles_y);
+      std::vector<Candidate> at;
+      for (const Focus& f : fs) {
+        TokenWindow w = place(g, l, f.x, f.y, TokenWindow::Kind::query);
+        at.push_back({w, in.box(tg, w.box)});
+      }
+      // Every tile position, plus the flush right / bottom ones.
+      const int side = g.S << l;
+      std::vector<int> xs, ys;
+      for (int x = 0; x + side <= g.W; x += g.P) xs.push_back(x);
+      for (int y = 0; y + side <= g.H; y += g.P) ys.push_back(y);
+      xs.push_back(g.W - side);
+      ys.push_back(g.H - side);
+      for (int y : ys)
+        for (int x : xs) {
+          TokenWindow w = place(g, l, x + side / 2.0, y + side / 2.0, TokenWindow::Kind::detail);
+          at.push_back({w, in.box(tg, w.box)});
+        }
+      // The exact cost (tokens handed on) is worked out for the best few by gain only.
+      std::partial_sort(at.begin(), at.begin() + std::min<size_t>(at.size(), 8), at.end(),
+                        [](const Candidate& a, const Candidate& b) { return a.gain > b.gain; });
+      at.resize(std::min<size_t>(at.size(), 8));
+      for (Candidate& c : at) cands.push_back(std::move(c));
+    }
+    const int64_t kept_now = kept_count(ws, p.keep_covered);
+    double best_ratio = 0;
+    int best = -1;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (!(cands[i].gain > 1e-9)) continue;
+      ws.push_back(cands[i].w);
+      const int64_t kept = kept_count(ws, p.keep_covered);
+      ws.pop_back();
+      if (kept > p.budget_tokens) continue;
+      const double ratio = cands[i].gain / double(std::max<int64_t>(1, kept - kept_now));
+      if (ratio > best_ratio) best_ratio = ratio, best = int(i);
+    }
+    if (best < 0) break;
+    ws.push_back(cands[size_t(best)].w);
+    cov.add(ws.back());
+  }
+  plan.covered = covered_tokens(ws);
+  if (p.keep_covered)
+    for (auto& c : plan.covered) std::fill(c.begin(), c.end(), uint8_t(0));
+  return plan;
+}
+
+TokenBatch extract_windows(const PyramidU8& pyramid, const WindowPlan& plan, const ExtractParams& params,
+                           Executor& exec) {
+  check_extract_params(params);
+  if (plan.windows.empty()) throw bad("extract_windows: the plan has no window");
+  if (pyramid.width() != plan.image_width || pyramid.height() != plan.image_height)
+    throw bad("extract_windows: the plan was made for a different image size");
+  if (plan.pyramid_levels() > pyramid.num_levels())
+    throw bad("extract_windows: the plan samples mip level " + std::to_string(plan.pyramid_levels() - 1) +
+              " but the pyramid has " + std::to_string(pyramid.num_levels()) + " levels");
+  const int P = plan.patch_px;
+  const int64_t n = plan.encoded_tokens();
+  TokenBatch b = make_batch(n, P, params);
+  b.windows = plan.windows;
+  b.window = Tensor(DType::i32, {n});
+  b.covered = Tensor(DType::u8, {n});
+  b.level_offsets = {0, int32_t(n)};
+  const RowWriter writer(params);
+  const size_t elem = dtype_size(params.dtype);
+  const size_t patch_bytes = size_t(3) * P * P * elem;
+  float* pos = b.positions.data<float>();
+  int32_t* lev = b.levels.data<int32_t>();
+  int32_t* win = b.window.data<int32_t>();
+  uint8_t* cov = b.covered.data<uint8_t>();
+  int64_t row = 0;
+  for (size_t wi = 0; wi < plan.windows.size(); ++wi) {
+    const TokenWindow& w = plan.windows[wi];
+    if (plan.covered.size() != plan.windows.size() || plan.covered[wi].size() != size_t(w.tokens()))
+      throw bad("extract_windows: the plan's covered flags do not match its windows");
+    // The window's pixels: the base view resized from level 0, the others where they lie in their mip.
+    ImageU8 resized;
+    ImageViewU8 src;
+    int ox = 0, oy = 0;
+    if (w.level < 0) {
+      resized = resize_area(pyramid.view(0), w.grid_x * P, w.grid_y * P, exec);
+      src = ImageViewU8(resized);
+    } else {
+      src = pyramid.view(w.level);
+      ox = int(w.box[0]) >> w.level;
+      oy = int(w.box[1]) >> w.level;
+    }
+    const float side = std::sqrt((w.box[2] - w.box[0]) / w.grid_x * ((w.box[3] - w.box[1]) / w.grid_y));
+    const float level = w.level >= 0 ? float(w.level) : std::log2(side / float(P));
+    const int64_t first = row;
+    exec.parallel_for(w.tokens(), 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int gx = int(i % w.grid_x), gy = int(i / w.grid_x);
+        const int64_t r = first + i;
+        sample_block(src, ox + gx * P, oy + gy * P, P, writer, b.patches.bytes() + size_t(r) * patch_bytes, elem);
+        const Box box = token_box(w, gx, gy);
+        pos[r * 4 + 0] = 0.5f * (box[0] + box[2]);
+        pos[r * 4 + 1] = 0.5f * (box[1] + box[3]);
+        pos[r * 4 + 2] = side;
+        pos[r * 4 + 3] = level;
+        lev[r] = std::max(0, int(std::lround(level)));
+        b.boxes[size_t(r)] = box;
+        win[r] = int32_t(wi);
+        cov[r] = plan.covered[wi][size_t(i)];
+      }
+    });
+    row += w.tokens();
+  }
+  return b;
+}
+
+}  // namespace fovea
