@@ -25,9 +25,14 @@ Metrics of a method (its per-token features [N, D] and where each token lies in 
                     cell and the method's finest token covering the cell centre (the token of
                     smallest side whose box contains it); the mean over those cells.
   noise floor       the same, with native windows shifted by a quarter window (S / 4 rounded to
-                    whole patches, so cells stay aligned; +-x and +-y, clamped into the image,
-                    shifts that clamp to zero are left out) in place of the method: how much a
-                    feature moves when only the surrounding context changes. Mean over shifts.
+                    whole patches, P round(G / 4), so cells stay aligned: 64 px for 224 / 16;
+                    +-x and +-y, clamped into the image and kept whole patches, shifts that clamp
+                    to zero left out) in place of the method: how much a feature moves when only
+                    the surrounding context changes. Mean over shifts.
+  floor, 1/2 patch off   the same with shifts half a patch longer (72 px for 224 / 16): every
+                    ROI cell centre then lies on a border between two of the window's cells (the
+                    right / lower one is taken): context and a misaligned grid, as a method whose
+                    token grid does not line up with the ROI reference's gets.
   global fidelity   cosine between the global reference's mean-pooled tokens and the method's
                     pixel-area-weighted mean of the coarsest token covering each pixel.
   class cosine      cosine between class tokens (the pooled output for towers without one, e.g.
@@ -632,17 +637,21 @@ METHOD_FUNCS = {"base": m_base, "uniform": m_uniform, "anyres": m_anyres, "mixed
 # one scene
 
 
-def noise_floor(tower: Tower, scene: Scene, origin, ref: Enc, cells, pts, shift: int) -> Optional[dict]:
+def noise_floor(tower: Tower, scene: Scene, origin, ref: Enc, cells, pts, shift: int,
+                aligned: bool = True) -> Optional[dict]:
     """Cosine of the ROI cells between the ROI reference and windows shifted by +-shift px in x
-    and in y (clamped into the image, kept whole patches, zero shifts left out)."""
+    and in y, clamped into the image; aligned: the clamped shift kept to whole patches (zero
+    shifts left out), else as it comes. A cell's feature in a shifted window is that of the
+    window's cell containing the cell centre."""
     W, H = scene.size
     S, P = tower.S, tower.P
     out = []
     for dx, dy in ((shift, 0), (-shift, 0), (0, shift), (0, -shift)):
-        ox = min(max(origin[0] + dx, 0), W - S)
-        oy = min(max(origin[1] + dy, 0), H - S)
-        sx = int(math.copysign(P * (abs(ox - origin[0]) // P), ox - origin[0]))
-        sy = int(math.copysign(P * (abs(oy - origin[1]) // P), oy - origin[1]))
+        sx = min(max(origin[0] + dx, 0), W - S) - origin[0]
+        sy = min(max(origin[1] + dy, 0), H - S) - origin[1]
+        if aligned:
+            sx = int(math.copysign(P * (abs(sx) // P), sx))
+            sy = int(math.copysign(P * (abs(sy) // P), sy))
         if sx == 0 and sy == 0:
             continue
         ox, oy = origin[0] + sx, origin[1] + sy
@@ -653,7 +662,7 @@ def noise_floor(tower: Tower, scene: Scene, origin, ref: Enc, cells, pts, shift:
         if not ok.any():
             continue
         c = cosine(ref.features[cells[ok]], e.features[ly[ok] * tower.G + lx[ok]])
-        out.append({"shift": [sx, sy], "cells": int(ok.sum()), "cosine": float(c.mean())})
+        out.append({"shift": [int(sx), int(sy)], "cells": int(ok.sum()), "cosine": float(c.mean())})
     if not out:
         return None
     return {"mean": float(np.mean([o["cosine"] for o in out])), "shifts": out}
@@ -685,6 +694,11 @@ def score(tower: Tower, scene: Scene, r: Result, gref: Enc, gmean: np.ndarray,
         ref, cells, pts = roi
         idx = r.finest_at(pts)
         rec["roi_fidelity"] = float(cosine(ref.features[cells], r.features[idx]).mean())
+        if r.boxes is not None:  # how far the covering tokens sit from the ROI cells (0: same grid)
+            b = r.boxes[idx].astype(np.float64)
+            centre = np.stack([(b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2], 1)
+            rec["roi_offset_px"] = float(np.hypot(*(centre - pts).T).mean())
+            rec["roi_token_side_px"] = float(np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]).mean())
     return rec
 
 
@@ -706,7 +720,10 @@ def evaluate_scene(ctx: Ctx, scene: Scene, methods: Sequence[str], no_query: boo
         roi = (rref, cells, pts)
         shift = tw.P * max(1, int(math.floor(tw.G / 4 + 0.5)))
         rec.update({"roi_origin": list(origin), "roi_cells": int(len(cells)), "floor_shift_px": shift,
-                    "noise_floor": noise_floor(tw, scene, origin, rref, cells, pts, shift)})
+                    "noise_floor": noise_floor(tw, scene, origin, rref, cells, pts, shift),
+                    # the same half a patch off the grid: what a misaligned token grid adds
+                    "noise_floor_offgrid": noise_floor(tw, scene, origin, rref, cells, pts, shift + tw.P // 2,
+                                                       aligned=False)})
     if gref.logits is not None:
         rec["reference_top1"] = int(np.argmax(gref.logits))
     ctx.global_ref = gref
@@ -840,7 +857,9 @@ def summarize(results: List[dict], ocr: List[dict], sizes: Sequence[int], method
         sc = [s for s in results if s["size"][0] == z]
         oc = [s for s in ocr if s["size"][0] == z]
         floors = [s["noise_floor"]["mean"] for s in sc if s.get("noise_floor")]
-        row = {"scenes": len(sc), "noise_floor": _mean(floors), "ocr_scenes": len(oc),
+        offgrid = [s["noise_floor_offgrid"]["mean"] for s in sc if s.get("noise_floor_offgrid")]
+        row = {"scenes": len(sc), "noise_floor": _mean(floors), "noise_floor_offgrid": _mean(offgrid),
+               "ocr_scenes": len(oc),
                "ocr_ceiling": _mean([s["ceiling"]["accuracy"] for s in oc]), "methods": {}}
         for m in methods:
             recs = [s["methods"][m] for s in sc if m in s["methods"]]
@@ -892,6 +911,7 @@ def table(summary: dict, methods: Sequence[str], cls_kind: str) -> str:
     for z, row in summary.items():
         rows.append([f"{z}²", "noise floor", "", "", _f(row["noise_floor"]), "", "", "", "",
                      _f(row["ocr_ceiling"], 2) + " (full res)" if row["ocr_ceiling"] is not None else ""])
+        rows.append([f"{z}²", "floor, ½ patch off", "", "", _f(row["noise_floor_offgrid"]), "", "", "", "", ""])
         for m in methods:
             d = row["methods"][m]
             if not d["ran"]:

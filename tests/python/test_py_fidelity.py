@@ -63,6 +63,9 @@ def test_references_and_definitions(fid, tower):
     fl = rec["noise_floor"]
     assert [s["shift"] for s in fl["shifts"]] == [[8, 0], [0, 8]]
     assert -1.0 < fl["mean"] < 0.9999
+    off = rec["noise_floor_offgrid"]  # half a patch longer: 12 px
+    assert [s["shift"] for s in off["shifts"]] == [[12, 0], [0, 12]] and -1.0 < off["mean"] < 0.9999
+    assert m["anyres"]["roi_offset_px"] == 0.0 and m["anyres"]["roi_token_side_px"] == 8.0
     for name, r in m.items():
         if name == "windows" and not fid.windows_available(fovea):
             assert "skipped" in r["note"] and "global_fidelity" not in r
