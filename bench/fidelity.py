@@ -84,8 +84,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
@@ -129,16 +129,16 @@ def log(msg: str) -> None:
 
 
 def import_fovea():
+    """The fovea module: from PYTHONPATH, else from the repository's build/python."""
     try:
-        import fovea  # noqa: F401
+        import fovea
     except ImportError:
         sys.path.insert(0, os.path.join(REPO, "build", "python"))
         try:
-            import fovea  # noqa: F401
+            import fovea
         except ImportError as e:
             raise HarnessError(f"cannot import the fovea module ({e}); build it (scripts/build.sh) and run with "
                                "PYTHONPATH=build/python /usr/bin/python3") from None
-    import fovea
     return fovea
 
 

@@ -162,3 +162,19 @@ def test_bad_input_is_one_error_line(args, says):
     assert r.returncode == 1, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fidelity: error: ") and says in lines[0], r.stderr
+
+
+def test_windows_plumbing(fid, tower):
+    """The windows method with a stand-in module whose tokenize takes foveation= (and ignores
+    it: the mixed tokens): the harness calls it, adapts the encoding and scores it as mixed."""
+    import types
+
+    assert not fid.windows_available(types.SimpleNamespace(tokenize=lambda image, budget=1: None))
+    stand_in = types.SimpleNamespace(tokenize=lambda image, foveation=None, **kw: fovea.tokenize(image, **kw))
+    assert fid.windows_available(stand_in)
+    tw = fid.Tower(stand_in, tower.model, threads=1)
+    scene = fid.Scene("t", photo(6, 96, 96), (40.0, 50.0, 10.0))
+    rec = fid.evaluate_scene(fid.Ctx(tw, budget=32, repeats=1), scene, ["mixed", "windows"], no_query=False)
+    m, w = rec["methods"]["mixed"], rec["methods"]["windows"]
+    for k in ("tokens", "roi_fidelity", "global_fidelity", "cls_cosine", "top1"):
+        assert w[k] == pytest.approx(m[k], abs=1e-6), k
