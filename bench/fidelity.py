@@ -175,7 +175,8 @@ class Tower:
         pos[:, 1] = np.repeat(c, self.G)
         pos[:, 2] = self.P
         self.native_positions = pos
-        self.cls_kind = "class token" if cfg.get("class_token") else "pooled output"
+        self.cls_kind = ("class token" if cfg.get("class_token") else
+                         "pooled output" if cfg.get("attention_pool") else "n/a (no class token, no pooled output)")
 
     def patches(self, img: np.ndarray) -> np.ndarray:
         """[G^2, 3, P, P] float32 of an S x S x 3 uint8 image, normalised with the model's mean/std,
@@ -929,7 +930,7 @@ def table(summary: dict, methods: Sequence[str], cls_kind: str) -> str:
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
     out = [line(cols), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) for r in rows]
-    return "\n".join(out) + f"\n(cls cos: the {cls_kind}; top-1 / top-5: method's argmax = reference's argmax / within its top 5)"
+    return "\n".join(out) + f"\n(cls cos: {cls_kind}; top-1 / top-5: method's argmax = reference's argmax / within its top 5)"
 
 
 def plot(path: str, summary: dict, methods: Sequence[str], sheet: Optional[Tuple[str, List[Tuple[str, np.ndarray]]]],
