@@ -386,7 +386,9 @@ def m_uniform(ctx: Ctx, scene: Scene) -> Result:
 
 def m_mixed(ctx: Ctx, scene: Scene) -> Result:
     fix = [tuple(scene.fixation)] if scene.fixation else []
-    r = _from_tokens("mixed", ctx, scene, fixations=fix)
+    # The mixed foveation by name: with model= a checkpoint's default is windows.
+    kw = {"foveation": "mixed"} if windows_available(ctx.tower.fovea) else {}
+    r = _from_tokens("mixed", ctx, scene, fixations=fix, **kw)
     if not fix:
         r.note = "no query: bottom-up foveation"
     return r
@@ -582,33 +584,17 @@ WINDOWS_MISSING = ("skipped: the installed fovea module's tokenize() takes no fo
 
 
 def windows_result(ctx: Ctx, scene: Scene, t, e) -> Result:
-    """ADAPTER (windows): turns the windows mode's Tokens `t` and Encoding `e` into the harness's
-    Result. Written against the announced interface: the encoding's rows are the kept tokens
-    (tokens of a coarser window fully covered by a finer one dropped after encoding), and it
-    carries their positions (centre x, centre y, side, level in the image's pixels) or boxes.
-    FILL IN / CHECK when the mode lands:
-      * where the kept tokens' boxes live (e.boxes, e.positions, or t.boxes when nothing is
-        dropped) and in which pixels (the original image's: the harness needs image pixels);
-      * which class token / logits to compare (the base view's is taken: row 0 of a per-window
-        class_token, the whole of a single one);
-      * how many tokens are handed on (len(e) here);
-      * the seen image (t.seen(), if it paints finer windows over the base view)."""
+    """The windows foveation's Tokens `t` and Encoding `e` as the harness's Result. The encoding
+    holds the kept tokens (those no finer window covers), and e.rows names their rows of `t`, so
+    their boxes (image pixels) are t.boxes[e.rows]. The class token and logits are the base view's
+    (a whole-image encode at the native size); the seen image paints finer windows over coarser."""
     feats = np.asarray(e.embeddings)
-    n = len(feats)
-    boxes = getattr(e, "boxes", None)
-    if boxes is None and getattr(e, "positions", None) is not None:
-        p = np.asarray(e.positions, np.float32)
-        h = p[:, 2] / 2
-        boxes = np.stack([p[:, 0] - h, p[:, 1] - h, p[:, 0] + h, p[:, 1] + h], 1)
-    if boxes is None and len(t.boxes) == n:
-        boxes = t.boxes
-    if boxes is None or len(boxes) != n:
-        raise RuntimeError(f"windows adapter: {n} encoded rows but no boxes of the kept tokens "
-                           f"(fill in bench/fidelity.py windows_result)")
+    rows = np.arange(len(t)) if e.rows is None else np.asarray(e.rows)
+    boxes = np.asarray(t.boxes)[rows]
     cls = e.class_token if e.class_token is not None else e.pooled
     cls = None if cls is None else np.asarray(cls)[0].reshape(-1)
     logits = None if e.logits is None else np.asarray(e.logits)[0].reshape(-1)
-    return Result("windows", n, np.asarray(t.seen(threads=ctx.tower.threads)), features=feats,
+    return Result("windows", len(feats), np.asarray(t.seen(threads=ctx.tower.threads)), features=feats,
                   boxes=np.asarray(boxes, np.float32), cls=cls, logits=logits)
 
 
@@ -622,8 +608,9 @@ def m_windows(ctx: Ctx, scene: Scene) -> Result:
                           threads=tw.threads)
     prep = 1000 * (time.perf_counter() - t0)
     if not ctx.encode:
-        return Result("windows", len(t), np.asarray(t.seen(threads=tw.threads)), boxes=np.asarray(t.boxes),
-                      prep_ms=prep)
+        kept = np.asarray(t.covered) == 0
+        return Result("windows", int(kept.sum()), np.asarray(t.seen(threads=tw.threads)),
+                      boxes=np.asarray(t.boxes)[kept], prep_ms=prep)
     (e,), ms = timed([lambda: tw.model.encode_full(t, threads=tw.threads)], ctx.repeats)
     r = windows_result(ctx, scene, t, e)
     r.encode_ms, r.prep_ms = ms, prep
@@ -829,6 +816,16 @@ def run_ocr(ctx: Ctx, scene: Scene, methods: Sequence[str], tmpdir: str) -> dict
                 continue
             text = eval_mod.ocr(np.ascontiguousarray(r.seen), box, pad, tmpdir)
             rec["methods"][m] = {"text": text, "accuracy": eval_mod.char_accuracy(text, truth), "tokens": r.tokens}
+        # The query-dependent methods again with no query: bottom-up, where the detail is.
+        nq = Scene(scene.name, scene.image, None, ocr=scene.ocr)
+        rec["no_query"] = {}
+        for m in methods:
+            if m not in QUERY_METHODS or m == "warp":
+                continue
+            r = METHOD_FUNCS[m](ctx, nq)
+            if r.seen is not None:
+                text = eval_mod.ocr(np.ascontiguousarray(r.seen), box, pad, tmpdir)
+                rec["no_query"][m] = {"text": text, "accuracy": eval_mod.char_accuracy(text, truth), "tokens": r.tokens}
     finally:
         ctx.encode = enc
     return rec
@@ -890,6 +887,8 @@ def summarize(results: List[dict], ocr: List[dict], sizes: Sequence[int], method
                     d["no_query"]["top1_agree"] = [int(sum(v)), len(v)] if v else None
                     v = [r["top5_agree"] for r in nq if "top5_agree" in r]
                     d["no_query"]["top5_agree"] = [int(sum(v)), len(v)] if v else None
+                    d["no_query"]["ocr"] = _mean([s["no_query"][m]["accuracy"] for s in oc
+                                                  if "accuracy" in s.get("no_query", {}).get(m, {})])
             accs = [s["methods"][m]["accuracy"] for s in oc if "accuracy" in s["methods"].get(m, {})]
             d["ocr"] = _mean(accs)
             row["methods"][m] = d
@@ -925,7 +924,8 @@ def table(summary: dict, methods: Sequence[str], cls_kind: str) -> str:
             nq = row["methods"][m].get("no_query")
             if nq:
                 rows.append([f"{z}²", f"{m} (no query)", f"{nq['tokens']:.0f}", "", "n/a", _f(nq["global_fidelity"]),
-                             _f(nq["cls_cosine"]), _frac(nq["top1_agree"]), _frac(nq["top5_agree"]), ""])
+                             _f(nq["cls_cosine"]), _frac(nq["top1_agree"]), _frac(nq["top5_agree"]),
+                             _f(nq.get("ocr"), 2)])
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
     out = [line(cols), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]

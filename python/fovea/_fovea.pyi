@@ -37,7 +37,22 @@ class Tokens:
     @property
     def budget(self) -> int: ...
     @property
-    def mode(self) -> str: ...
+    def mode(self) -> str:
+        """'foveated' (the mixed foveation), 'windows' or 'uniform'."""
+    @property
+    def foveation(self) -> str:
+        """'windows', 'mixed' or 'uniform'."""
+    @property
+    def window(self) -> Optional[npt.NDArray[np.int32]]:
+        """foveation='windows': [N] int32, the window of each token; else None."""
+    @property
+    def covered(self) -> Optional[npt.NDArray[np.uint8]]:
+        """foveation='windows': [N] uint8, 1 where a finer window covers the token (dropped after encoding)."""
+    @property
+    def tokens_kept(self) -> int: ...
+    @property
+    def windows(self) -> List[Dict[str, object]]:
+        """foveation='windows': kind, box (x0, y0, x1, y1), grid, level, scale of every window."""
     @property
     def source(self) -> str: ...
     @property
@@ -66,6 +81,17 @@ class Encoding:
     def image_embeds(self) -> Optional[npt.NDArray[np.float32]]: ...
     @property
     def logits(self) -> Optional[npt.NDArray[np.float32]]: ...
+    @property
+    def rows(self) -> Optional[npt.NDArray[np.int64]]:
+        """foveation='windows': the Tokens rows the embeddings are (the kept tokens); else None."""
+    @property
+    def positions(self) -> Optional[npt.NDArray[np.float32]]:
+        """[N, 4] of every embedding's token (a copy); None for an encode of raw arrays."""
+    @property
+    def window(self) -> Optional[npt.NDArray[np.int32]]: ...
+    @property
+    def window_class_tokens(self) -> Optional[npt.NDArray[np.float32]]:
+        """foveation='windows': [W, D] every window's class token; else None."""
     @property
     def encode_ms(self) -> float: ...
     @property
@@ -107,14 +133,15 @@ class TensorFile:
     @property
     def path(self) -> str: ...
 
-def tokenize(image: Union[np.ndarray, str, os.PathLike, bytes], budget: int = ..., fixations: Sequence[Sequence[float]] = ...,
+def tokenize(image: Union[np.ndarray, str, os.PathLike, bytes], budget: Optional[int] = ..., fixations: Sequence[Sequence[float]] = ...,
              regions: Sequence[Sequence[float]] = ..., patch: Optional[int] = ..., uniform: bool = ..., threads: int = ...,
              max_level: int = ..., weights: Mapping[str, float] = ..., e0: Optional[float] = ...,
              sharpness: Optional[float] = ..., dtype: str = ..., mean: Optional[Sequence[float]] = ...,
              std: Optional[Sequence[float]] = ..., normalize: bool = ..., query_embedding: Optional[np.ndarray] = ...,
              model: Optional[Model] = ..., max_pixels: int = ..., source: str = ...,
              fine_bias: Optional[float] = ..., detail_focus: Optional[float] = ...,
-             fixation_spread: Optional[float] = ..., lookahead: Optional[int] = ..., exif: bool = ...) -> Tokens: ...
+             fixation_spread: Optional[float] = ..., lookahead: Optional[int] = ..., exif: bool = ...,
+             foveation: str = ..., window_grid: Optional[int] = ..., keep_covered: bool = ...) -> Tokens: ...
 class VideoReader:
     """Decoded video frames (see fovea.VideoReader, which wraps this and yields VideoFrame)."""
     def __init__(self, path: Union[str, os.PathLike], every: int = ..., fps: Optional[float] = ...,

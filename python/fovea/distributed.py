@@ -425,7 +425,14 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--retries", type=int, default=3)
     p.add_argument("--model", "-m", help="encode with this checkpoint (or random:vit-b16); without it, tokenize")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--budget", "-b", type=int, default=273)
+    p.add_argument("--budget", "-b", type=int,
+                   help="token budget (default 273; with the windows foveation two native views, 2*G^2)")
+    p.add_argument("--foveation", choices=["windows", "mixed"],
+                   help="windows (native-size windows, for frozen towers) or mixed (one sequence of mixed mip levels); "
+                        "default: the model's own (windows for every checkpoint), mixed when tokenizing")
+    p.add_argument("--window-grid", type=int, help="--foveation windows: tokens a side of a native window")
+    p.add_argument("--keep-covered", action="store_true",
+                   help="--foveation windows: also hand on the tokens a finer window covers")
     p.add_argument("--patch", "-p", type=int)
     p.add_argument("--fixation", "-f", action="append", default=[], help="X,Y[,R[,WEIGHT]] as fovea's CLI: R is the radius (px) "
                    "of what is looked at (0: no size hint); repeatable")
@@ -450,6 +457,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                    "fixations": [_floats(f, "--fixation") for f in args.fixation],
                                    "regions": [_floats(r, "--region") for r in args.region],
                                    "threads": args.threads}
+        for key in ("foveation", "window_grid"):
+            if getattr(args, key) is not None:
+                options[key] = getattr(args, key)
+        if args.keep_covered:
+            options["keep_covered"] = True
         if args.patch:
             options["patch"] = args.patch
         if args.model:

@@ -40,7 +40,9 @@ struct EncodeCommand {
     auto ms_since = [](Clock::time_point t0) {
       return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     };
-    TokenizeParams params = tok.params();
+    // Checked again with the model's own foveation once it is loaded (the windows options are
+    // legal until then).
+    TokenizeParams params = tok.params(Foveation::windows);
     Query query = tok.query();
     const Precision asked = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     const Precision prec = runnable_precision_noted(asked);  // what runs

@@ -1,0 +1,296 @@
+// The windows foveation: where windows go, what they cover, the patches they cut, the files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fovea/error.hpp"
+#include "fovea/image.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/tokenizer.hpp"
+#include "fovea/windows.hpp"
+#include "test_util.hpp"
+
+namespace fovea {
+namespace {
+
+Tokenization windows(const ImageU8& img, int budget, const Query& q = {}, int grid = 14, int P = 16,
+                     DType dtype = DType::f32, bool keep_covered = false) {
+  Executor exec({.threads = 2});
+  TokenizeParams p;
+  p.patch_px = P;
+  p.foveation = Foveation::windows;
+  p.windows.grid = grid;
+  p.windows.keep_covered = keep_covered;
+  p.alloc.budget_tokens = budget;
+  p.extract.dtype = dtype;
+  return tokenize(img.clone(), q, p, exec);
+}
+
+Query fixation(float x, float y) {
+  Query q;
+  q.fixations.push_back({.x_px = x, .y_px = y});
+  return q;
+}
+
+bool inside(const std::array<float, 4>& b, const std::array<float, 4>& o) {
+  return b[0] >= o[0] - 1e-3f && b[1] >= o[1] - 1e-3f && b[2] <= o[2] + 1e-3f && b[3] <= o[3] + 1e-3f;
+}
+
+// The invariants every plan keeps, checked on its batch.
+void check_plan(const Tokenization& t, int budget, int grid, const std::string& what) {
+  SCOPED_TRACE(what);
+  const TokenBatch& b = t.batch;
+  ASSERT_TRUE(b.windowed());
+  ASSERT_TRUE(t.is_windowed());
+  const int W = t.pyramid.width(), H = t.pyramid.height(), P = b.patch_px;
+  EXPECT_LE(b.kept(), budget);
+  EXPECT_EQ(b.kept(), t.windows->kept_tokens());
+  EXPECT_EQ(b.size(), t.windows->encoded_tokens());
+  EXPECT_EQ(b.windows.front().kind, TokenWindow::Kind::base);
+  int64_t row = 0;
+  for (size_t w = 0; w < b.windows.size(); ++w) {
+    const TokenWindow& win = b.windows[w];
+    EXPECT_GE(win.box[0], 0);
+    EXPECT_GE(win.box[1], 0);
+    EXPECT_LE(win.box[2], W);
+    EXPECT_LE(win.box[3], H);
+    if (w == 0) {
+      EXPECT_EQ(win.level, -1);
+      EXPECT_EQ(win.box, (std::array<float, 4>{0, 0, float(W), float(H)}));
+    } else {
+      // A native window of mip level ℓ: G·P·2^ℓ pixels square, on the 2^ℓ lattice.
+      EXPECT_EQ(win.grid_x, grid);
+      EXPECT_EQ(win.grid_y, grid);
+      ASSERT_GE(win.level, 0);
+      EXPECT_FLOAT_EQ(win.box[2] - win.box[0], float(grid * P << win.level));
+      EXPECT_FLOAT_EQ(win.box[3] - win.box[1], float(grid * P << win.level));
+      EXPECT_EQ(int(win.box[0]) % (1 << win.level), 0);
+      EXPECT_EQ(int(win.box[1]) % (1 << win.level), 0);
+      EXPECT_LT(win.scale, b.windows.front().scale);
+    }
+    for (int64_t i = 0; i < win.tokens(); ++i, ++row) {
+      ASSERT_EQ(b.window.data<int32_t>()[row], int32_t(w));
+      EXPECT_TRUE(inside(b.boxes[row], win.box));
+      if (!b.covered.data<uint8_t>()[row]) continue;
+      // A covered token lies wholly inside a finer window (or an as fine one placed before).
+      bool in_finer = false;
+      for (size_t o = 0; o < b.windows.size(); ++o)
+        if (o != w && (b.windows[o].scale < win.scale || (b.windows[o].scale == win.scale && o < w)) &&
+            inside(b.boxes[row], b.windows[o].box))
+          in_finer = true;
+      EXPECT_TRUE(in_finer) << "token " << row << " of window " << w;
+    }
+  }
+  EXPECT_EQ(row, b.size());
+}
+
+TEST(Windows, ParseFoveation) {
+  EXPECT_EQ(parse_foveation("windows"), Foveation::windows);
+  EXPECT_EQ(parse_foveation("mixed"), Foveation::mixed);
+  EXPECT_EQ(to_string(Foveation::windows), "windows");
+  try {
+    parse_foveation("foveated");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'windows'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Windows, BelowOneNativeViewTheBaseViewShrinks) {
+  const ImageU8 img = test::random_image(448, 448, 3, 3);
+  const Tokenization t = windows(img, 100);
+  ASSERT_EQ(t.batch.windows.size(), 1u);
+  EXPECT_EQ(t.batch.windows[0].grid_x, 10);  // floor(sqrt(100))
+  EXPECT_EQ(t.batch.size(), 100);
+  check_plan(t, 100, 14, "budget 100");
+  // One native view and not enough for a window more: the base view alone.
+  const Tokenization u = windows(img, 300, fixation(200, 200));
+  ASSERT_EQ(u.batch.windows.size(), 1u);
+  EXPECT_EQ(u.batch.size(), 196);
+}
+
+TEST(Windows, QueryWindowIsCentredOnTheFixationAndClampedIntoTheImage) {
+  const ImageU8 img = test::random_image(896, 640, 3, 4);
+  const Tokenization t = windows(img, 392, fixation(400, 300));
+  check_plan(t, 392, 14, "centre");
+  ASSERT_EQ(t.batch.windows.size(), 2u);
+  const TokenWindow& w = t.batch.windows[1];
+  EXPECT_EQ(w.kind, TokenWindow::Kind::query);
+  EXPECT_EQ(w.level, 0);
+  EXPECT_EQ(w.box, (std::array<float, 4>{288, 188, 512, 412}));
+  // Near a corner the window stays inside the image.
+  const Tokenization c = windows(img, 392, fixation(880, 10));
+  ASSERT_EQ(c.batch.windows.size(), 2u);
+  EXPECT_EQ(c.batch.windows[1].box, (std::array<float, 4>{672, 0, 896, 224}));
+  check_plan(c, 392, 14, "corner");
+  // A region's window is centred on the region.
+  Query r;
+  r.regions.push_back({100, 100, 300, 200});
+  const Tokenization g = windows(img, 392, r);
+  ASSERT_EQ(g.batch.windows.size(), 2u);
+  EXPECT_EQ(g.batch.windows[1].box, (std::array<float, 4>{88, 38, 312, 262}));
+}
+
+TEST(Windows, HandedOnTokensNeverExceedTheBudget) {
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{448, 448}, {896, 896}, {1000, 460}, {300, 700},
+                                                             {200, 150}, {1600, 900}})
+    for (int budget : {50, 196, 250, 392, 500, 800, 1500})
+      for (int nq = 0; nq < 3; ++nq) {
+        const ImageU8 img = test::random_image(w, h, 3, uint32_t(w + budget));
+        Query q;
+        for (int k = 0; k < nq; ++k) q.fixations.push_back({.x_px = float(w) * (0.2f + 0.5f * k), .y_px = float(h) / 3});
+        const std::string what = std::to_string(w) + "x" + std::to_string(h) + " budget " + std::to_string(budget) +
+                                 " fixations " + std::to_string(nq);
+        check_plan(windows(img, budget, q), budget, 14, what);
+        check_plan(windows(img, budget, q, 7, 14), budget, 7, what + " grid 7 patch 14");
+      }
+}
+
+TEST(Windows, KeepCoveredHandsEveryTokenOn) {
+  const ImageU8 img = test::random_image(896, 896, 3, 5);
+  const Tokenization t = windows(img, 1000, fixation(300, 300), 14, 16, DType::f32, /*keep_covered=*/true);
+  EXPECT_EQ(t.batch.kept(), t.batch.size());
+  EXPECT_LE(t.batch.size(), 1000);
+  EXPECT_GE(t.batch.windows.size(), 2u);
+}
+
+TEST(Windows, WithoutAQueryTheWindowGoesWhereTheDetailIs) {
+  // Flat grey but for a noisy 150-px square in the lower right.
+  ImageU8 img = test::constant_image(896, 896, 3, 128);
+  const ImageU8 noise = test::random_image(150, 150, 3, 6);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 150; ++y)
+      for (int x = 0; x < 150; ++x) img.at(c, 650 + y, 620 + x) = noise.at(c, y, x);
+  const Tokenization t = windows(img, 392);
+  ASSERT_EQ(t.batch.windows.size(), 2u);
+  const TokenWindow& w = t.batch.windows[1];
+  EXPECT_EQ(w.kind, TokenWindow::Kind::detail);
+  EXPECT_TRUE(inside({620, 650, 770, 800}, w.box)) << w.box[0] << "," << w.box[1] << "," << w.box[2] << "," << w.box[3];
+}
+
+TEST(Windows, PatchesAreTheMipPixelsAndTheBaseViewAnAreaResize) {
+  const ImageU8 img = test::random_image(512, 384, 3, 7);
+  const Tokenization t = windows(img, 800, fixation(200, 150), 4, 16, DType::u8);
+  check_plan(t, 800, 4, "u8");
+  const TokenBatch& b = t.batch;
+  Executor exec({.threads = 1});
+  const int P = 16;
+  int64_t row = 0;
+  for (const TokenWindow& w : b.windows) {
+    const ImageU8 src = w.level < 0 ? resize_area(t.pyramid.view(0), w.grid_x * P, w.grid_y * P, exec)
+                                    : to_image(t.pyramid.view(w.level));
+    const int ox = w.level < 0 ? 0 : int(w.box[0]) >> w.level, oy = w.level < 0 ? 0 : int(w.box[1]) >> w.level;
+    for (int64_t i = 0; i < w.tokens(); ++i, ++row) {
+      const int gx = int(i % w.grid_x), gy = int(i / w.grid_x);
+      const uint8_t* p = b.patches.data<uint8_t>() + row * 3 * P * P;
+      for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < P; ++y)
+          for (int x = 0; x < P; ++x)
+            ASSERT_EQ(p[(c * P + y) * P + x], src.at(c, oy + gy * P + y, ox + gx * P + x)) << "window level " << w.level;
+    }
+  }
+  EXPECT_GE(b.windows.size(), 3u);  // the test reaches a level-1 window too
+  EXPECT_TRUE(std::any_of(b.windows.begin(), b.windows.end(), [](const TokenWindow& w) { return w.level == 1; }));
+}
+
+TEST(Windows, WhatTheModelSeesIsFullResolutionInsideTheFinestWindow) {
+  const ImageU8 img = test::random_image(448, 448, 3, 8);
+  const Tokenization t = windows(img, 392, fixation(224, 224), 14, 16, DType::u8);
+  ASSERT_EQ(t.batch.windows.size(), 2u);
+  Executor exec({.threads = 2});
+  const ImageU8 seen = reconstruct(t.batch, 448, 448, exec);
+  const auto& box = t.batch.windows[1].box;
+  for (int c = 0; c < 3; ++c)
+    for (int y = int(box[1]); y < int(box[3]); ++y)
+      for (int x = int(box[0]); x < int(box[2]); ++x) ASSERT_EQ(seen.at(c, y, x), img.at(c, y, x));
+  // Outside it, the base view's half resolution: not the raw noise.
+  int same = 0;
+  for (int x = 0; x < 80; ++x) same += seen.at(0, 400, x) == img.at(0, 400, x);
+  EXPECT_LT(same, 40);
+}
+
+TEST(Windows, RateMapNamesTheFinestWindow) {
+  const ImageU8 img = test::random_image(896, 896, 3, 9);
+  const Tokenization t = windows(img, 392, fixation(100, 100));
+  const RateMap& r = t.allocation.rate_map;
+  ASSERT_EQ(r.level.size(), size_t(56 * 56));
+  EXPECT_EQ(r.level[size_t(2) * 56 + 2], 0);     // in the fixation's level-0 window
+  EXPECT_EQ(r.level[size_t(50) * 56 + 50], 2);   // the base view: 4 px a pixel
+}
+
+TEST(Windows, TokenFileHoldsTheWindows) {
+  const ImageU8 img = test::random_image(448, 448, 3, 10);
+  const Tokenization t = windows(img, 392, fixation(100, 300));
+  TokenizeParams p;
+  p.foveation = Foveation::windows;
+  p.alloc.budget_tokens = 392;
+  const std::string path = test::temp_dir("windows_file") + "/t.safetensors";
+  save_tokens(path, t, fixation(100, 300), p);
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  EXPECT_EQ(f.metadata().at("mode"), "windows");
+  EXPECT_EQ(f.metadata().at("foveation"), "windows");
+  EXPECT_EQ(f.metadata().at("windows"), "2");
+  EXPECT_EQ(f.metadata().at("tokens"), "392");
+  EXPECT_EQ(f.metadata().at("tokens_kept"), std::to_string(t.batch.kept()));
+  EXPECT_EQ(f.metadata().at("window_kinds"), "base,query");
+  const Tensor window = f.load(*f.find("window"));
+  const Tensor covered = f.load(*f.find("covered"));
+  const Tensor boxes = f.load(*f.find("window_boxes"));
+  const Tensor grids = f.load(*f.find("window_grids"));
+  const Tensor levels = f.load(*f.find("window_levels"));
+  EXPECT_EQ(window.shape(), (std::vector<int64_t>{392}));
+  EXPECT_EQ(covered.shape(), (std::vector<int64_t>{392}));
+  EXPECT_EQ(boxes.shape(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(grids.shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_FLOAT_EQ(levels.data<float>()[0], 1.0f);  // 448 px resized to 224: 2 px a pixel
+  EXPECT_FLOAT_EQ(levels.data<float>()[1], 0.0f);
+  EXPECT_FLOAT_EQ(boxes.data<float>()[4], 0.0f);     // the level-0 window, clamped to x = 0
+  EXPECT_FLOAT_EQ(boxes.data<float>()[5], 188.0f);
+}
+
+TEST(Windows, BadParametersAreOneClearError) {
+  const ImageU8 img = test::random_image(64, 64, 3, 11);
+  Executor exec({.threads = 1});
+  TokenizeParams p;
+  p.foveation = Foveation::windows;
+  p.windows.grid = 0;
+  EXPECT_THROW(tokenize(img.clone(), {}, p, exec), Error);
+  RelevanceMap rel = compute_relevance(build_pyramid(img.clone(), {}, exec), 16, {}, {}, exec);
+  EXPECT_THROW(plan_windows(rel, {}, {.budget_tokens = 0}), Error);
+  EXPECT_THROW(plan_windows(rel, {}, {.budget_tokens = 10, .grid = 4, .max_windows = 0}), Error);
+}
+
+TEST(Windows, CliTokenizeWritesWindowsAndRefusesWhatItWouldIgnore) {
+  const std::string dir = test::temp_dir("windows_cli");
+  const std::string png = dir + "/in.png";
+  save_png(test::random_image(448, 448, 3, 12), png);
+  const auto r = test::run_cli({"tokenize", png, "--foveation", "windows", "--fixation", "100,100", "-o",
+                                dir + "/t.safetensors", "--overlay", dir + "/o.png", "--seen", dir + "/s.png", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"mode\": \"windows\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"tokens_encoded\": 392"), std::string::npos) << r.out;  // default budget 2·14²
+  const SafetensorsFile f = SafetensorsFile::open(dir + "/t.safetensors");
+  EXPECT_EQ(f.metadata().at("budget"), "392");
+  const ImageU8 overlay = load_image(dir + "/o.png");
+  EXPECT_EQ(overlay.width(), 448);
+  // The query window's outline, three pixels wide in level 0's red, at its left edge (x = 0..2).
+  EXPECT_EQ(overlay.at(0, 150, 1), 230);
+  EXPECT_EQ(overlay.at(1, 150, 1), 25);
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--foveation", "windows", "--uniform"}, {"--window-grid", "7"}, {"--keep-covered"},
+        {"--foveation", "windows", "--max-level", "3"}, {"--foveation", "tiles"}}) {
+    std::vector<std::string> args{"tokenize", png, "-o", dir + "/bad.safetensors"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const auto b = test::run_cli(args);
+    EXPECT_NE(b.exit_code, 0) << bad[0];
+    EXPECT_EQ(b.err.rfind("fovea: error:", 0), 0u) << b.err;
+    EXPECT_EQ(std::count(b.err.begin(), b.err.end(), '\n'), 1) << b.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/bad.safetensors"));
+}
+
+}  // namespace
+}  // namespace fovea
