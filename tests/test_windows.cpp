@@ -172,9 +172,9 @@ TEST(Windows, WithoutAQueryTheWindowGoesWhereTheDetailIs) {
 }
 
 TEST(Windows, PatchesAreTheMipPixelsAndTheBaseViewAnAreaResize) {
-  const ImageU8 img = test::random_image(512, 384, 3, 7);
-  const Tokenization t = windows(img, 800, fixation(200, 150), 4, 16, DType::u8);
-  check_plan(t, 800, 4, "u8");
+  const ImageU8 img = test::gradient_image(512, 384, 3);  // detail at every scale
+  const Tokenization t = windows(img, 2000, fixation(200, 150), 4, 16, DType::u8);
+  check_plan(t, 2000, 4, "u8");
   const TokenBatch& b = t.batch;
   Executor exec({.threads = 1});
   const int P = 16;

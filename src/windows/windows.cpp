@@ -131,14 +131,17 @@ struct Coverage {
 // What seeing each tile at mip `level` instead of its current scale gains: the prior times the
 // levels gained, plus the detail energy of the mip levels it newly resolves (a fractional
 // current level resolves that share of its next level's energy).
+// The prior's floor (its least value, the same on every tile) is left out: the base view already
+// gives every tile its share, so a window is worth only what the query and the content add.
 std::vector<double> tile_gain(const RelevanceMap& rel, const Coverage& cov, int level) {
   const size_t n = size_t(rel.grid.tiles());
   const std::vector<float>& prior = rel.prior.empty() ? rel.score : rel.prior;
+  const float floor = prior.empty() ? 0.0f : *std::min_element(prior.begin(), prior.end());
   std::vector<double> g(n, 0.0);
   for (size_t t = 0; t < n; ++t) {
     const double L = cov.log_scale[t];
     if (L <= level + 1e-6) continue;
-    double v = double(prior[t]) * (L - level);
+    double v = double(prior[t] - floor) * (L - level);
     for (size_t j = size_t(level); j < rel.detail.size() && double(j) < L; ++j)
       v += double(rel.detail[j][t]) * std::min(1.0, L - double(j));
     g[t] = v;
@@ -260,6 +263,11 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
       levels.push_back(l);
 
   Coverage cov(tg, base_scale);
+  // The encoder reads at most 1.5 times the budget (or the base view and one window): windows that
+  // mostly repeat others hand on few tokens and would make the encode cost far more than a uniform
+  // grid's at the same budget.
+  const int64_t max_encoded =
+      std::max<int64_t>(3 * int64_t(p.budget_tokens) / 2, ws[0].tokens() + int64_t(g.G) * g.G);
   auto try_add = [&](const TokenWindow& w) {
     if (int(ws.size()) >= p.max_windows) return false;
     ws.push_back(w);
@@ -318,6 +326,8 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
       for (Candidate& c : at) cands.push_back(std::move(c));
     }
     const int64_t kept_now = kept_count(ws, p.keep_covered);
+    int64_t encoded = 0;
+    for (const TokenWindow& w : ws) encoded += w.tokens();
     double best_ratio = 0;
     int best = -1;
     for (size_t i = 0; i < cands.size(); ++i) {
@@ -325,8 +335,11 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
       ws.push_back(cands[i].w);
       const int64_t kept = kept_count(ws, p.keep_covered);
       ws.pop_back();
-      if (kept > p.budget_tokens) continue;
-      const double ratio = cands[i].gain / double(std::max<int64_t>(1, kept - kept_now));
+      if (kept > p.budget_tokens || encoded + cands[i].w.tokens() > max_encoded) continue;
+      // Per token: those handed on, plus half a window for the encode (a window that mostly
+      // repeats others hands on few tokens but costs a whole encode).
+      const double cost = double(std::max<int64_t>(0, kept - kept_now)) + 0.5 * double(cands[i].w.tokens());
+      const double ratio = cands[i].gain / cost;
       if (ratio > best_ratio) best_ratio = ratio, best = int(i);
     }
     if (best < 0) break;
