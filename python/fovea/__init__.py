@@ -148,7 +148,8 @@ def tokenize(
         patch: patch size P in pixels (default: the model's, else 16).
         uniform: the baseline a standard VLM uses: resize so a plain grid holds <= budget.
         threads: worker threads for this call (0: one per hardware thread).
-        max_level: coarsest mip level of the quadtree (-1: automatic).
+        max_level: coarsest mip level of the quadtree (-1: automatic, the coarsest level L
+            whose P·2^L-px token fits inside the image's shorter side).
         weights: relevance weights {"detail", "query", "floor", "information", "saliency"}
             (the CLI's --weights).
         e0: cortical-magnification half-saturation eccentricity (fraction of the longer side).

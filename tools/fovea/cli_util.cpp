@@ -147,7 +147,9 @@ void TokenizeOptions::add(CLI::App& app) {
                  "Levels a split's detail gain is looked ahead, in [1, 8] (deeper reaches fine text sooner)")
       ->check(CLI::Range(1, 8))
       ->default_val(AllocParams{}.lookahead);
-  app.add_option("--max-level", max_level, "Coarsest mip level of the quadtree (-1: automatic)")
+  app.add_option("--max-level", max_level,
+                 "Coarsest mip level of the quadtree (-1: automatic, the coarsest whose P*2^L-px token fits "
+                 "inside the image's shorter side)")
       ->default_val(-1);
   app.add_flag("--uniform", uniform, "The baseline: resize so a plain grid holds <= budget tokens");
   app.add_option("--dtype", dtype, "Patch dtype: f32, f16 or u8 (u8 is never normalised)")
