@@ -1709,6 +1709,28 @@ TEST(EncodeCli, OpenMpWaitPolicyIsPassiveUnlessChosen) {
   else ::unsetenv("OMP_WAIT_POLICY");
 }
 
+// `encode --json`'s timings_ms.total covers the encode as well as the tokenize stages, and
+// timings_total_covers names what it sums.
+TEST(EncodeCli, JsonTotalIncludesTheEncode) {
+  const std::string dir = test::temp_dir("enc_cli_total");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& tm = j.at("timings_ms");
+  const double tokenize = tm.at("pyramid").get<double>() + tm.at("relevance").get<double>() +
+                          tm.at("allocate").get<double>() + tm.at("extract").get<double>();
+  EXPECT_NEAR(tm.at("tokenize").get<double>(), tokenize, 1e-9 * (1 + tokenize));
+  EXPECT_GT(tm.at("encode").get<double>(), 0.0);
+  EXPECT_GE(tm.at("total").get<double>(), tokenize + tm.at("encode").get<double>() - 1e-9 * (1 + tokenize));
+  EXPECT_EQ(j.at("timings_total_covers"),
+            nlohmann::json({"pyramid", "relevance", "allocate", "extract", "encode"}));
+  double covered = 0;
+  for (const auto& stage : j.at("timings_total_covers")) covered += tm.at(stage.get<std::string>()).get<double>();
+  EXPECT_NEAR(tm.at("total").get<double>(), covered, 1e-9 * (1 + covered));
+}
+
 // bf16 needs bf16 matrix kernels (oneDNN: AVX-512 or AMX). Where the CPU has none, encode()
 // runs fp32 and says so: the embeddings are fp32's bit for bit.
 TEST(Encoder, Bf16RunsWhereSupportedAndFp32Elsewhere) {
