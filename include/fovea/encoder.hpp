@@ -297,9 +297,30 @@ AttentionParams parse_attention(std::string_view spec);
 // "exact" or "hierarchical:K:B" (parse_attention reads it back).
 std::string to_string(const AttentionParams& a);
 
+// What `Encoding::pooled` holds for this model, in words: "post_layernorm(class token)" (HF
+// CLIP), "class_token (identical: the final LayerNorm applies to every token)" (HF ViT without a
+// pooler, torchvision, timm, DINOv2, open_clip: pooled is then byte for byte class_token),
+// "tanh(pooler.dense(the normed class token))" (HF ViTModel with its pooler), "attention-pool
+// head (...)" (SigLIP), ...; empty when encode() gives no pooled output.
+std::string pooled_output(const VitModel& model);
+
+// A head encode() runs after the tower, for reports (`fovea model`).
+struct ModelHead {
+  std::string kind;    // "classifier", "projection", "pooler" or "attention-pool"
+  std::string output;  // the Encoding field it fills: "logits", "image_embeds" or "pooled"
+  int width = 0;       // the output's width: K classes for a classifier
+  std::string input;   // what the output is computed from, in words
+  // e.g. "classifier, 200 classes (logits from the normed class token)".
+  std::string describe() const;
+};
+// The model's heads in the order encode() runs them (empty: the tower's outputs only). The
+// projector of a VLM checkpoint (VitConfig::projector) is not among them: it maps every token.
+std::vector<ModelHead> model_heads(const VitModel& model);
+
 // What an embeddings file records about the model and the precision: model, model_description,
 // model_family, random_weights, precision, attention, hidden_size, positional_interpolation,
-// model_naming, embeddings_output, and projector / projected_dim when the model has one.
+// model_naming, embeddings_output, pooled_output when the model gives a pooled output, and
+// projector / projected_dim when the model has one.
 // `fovea encode -o` and the Python binding both write these, so their files agree.
 // `attention` (key "attention": "exact" or "hierarchical:K:B (approximate)") says how it ran.
 // `precision` is the one requested: the file says what ran (runnable_precision) and, when that
@@ -318,7 +339,8 @@ struct Encoding {
   Tensor class_token;   // [1, D] last hidden state of the class token (models with one)
   Tensor pooled;        // [1, D] CLIP: post_layernorm(class); SigLIP: attention-pool head;
                         //        torchvision, timm, DINOv2, HF ViT without pooler: the normed
-                        //        class token; HF ViTModel with pooler: tanh(pooler.dense(it))
+                        //        class token, identical to class_token; HF ViTModel with pooler:
+                        //        tanh(pooler.dense(it)). pooled_output() says which.
   Tensor image_embeds;  // [1, E] CLIP visual_projection(pooled)
   Tensor logits;        // [1, K] torchvision heads.head / HF ViT classifier / timm head (normed class token)
   Tensor projected;     // [N, E] projector(embeddings): the LLM's input embeddings, batch order

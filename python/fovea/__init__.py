@@ -251,7 +251,13 @@ class Model(_fovea.Model):
         .pooled, .image_embeds (CLIP projection), .logits (torchvision / timm head, HF ViT classifier), .encode_ms
         (and .attention_ms, its attention op),
         and .save(path) writing `fovea encode -o`'s file. Tokenize with model=self so
-        the patches follow the model's preprocessing."""
+        the patches follow the model's preprocessing.
+
+        What .pooled is depends on the model: self.pooled_output says it in words (and saved
+        files carry it as 'pooled_output'). For an HF ViT classifier, torchvision, timm,
+        DINOv2 or open_clip it is "class_token (identical: the final LayerNorm applies to every
+        token)": byte for byte .class_token. self.heads lists the heads (e.g. "classifier, 200
+        classes (logits from the normed class token)")."""
         e = super().encode_full(tokens, precision, threads, positions, image_size, attention)
         _warn_nonfinite(e.embeddings, "the embeddings")
         return e

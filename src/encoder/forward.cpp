@@ -265,42 +265,34 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   e.embeddings = Tensor(DType::f32, {N, D});
   std::memcpy(e.embeddings.bytes(), x + pre * D, size_t(N * D) * 4);
   if (cls) e.class_token = row_copy(x, D);
-  if (c.family == VitFamily::clip && cls &&
-      (c.final_norm == FinalNorm::pooled_only ||
-       (c.final_norm == FinalNorm::all_tokens && c.projector == ProjectorType::none))) {
-    // CLIP's pooled output is the post-layernormed class token: normed here when only the pooled
-    // output gets the norm (HF CLIP), already normed when every token did (open_clip's ln_post).
-    std::vector<float> p(x, x + D);
-    if (c.final_norm == FinalNorm::pooled_only)
-      layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
-    e.pooled = row_copy(p.data(), D);
-    if (present(m.proj_w)) {
-      const std::vector<float> y = matvec(m.proj_w, nullptr, p.data());
-      e.image_embeds = row_copy(y.data(), int64_t(y.size()));
-    }
-  } else if (c.family == VitFamily::torchvision || c.family == VitFamily::vit || c.family == VitFamily::dinov2) {
-    // The normed class token (HF ViTModel's pooler: tanh(dense(it))); the classifier reads the
-    // normed class token itself, as HF's ViTForImageClassification and timm's head do.
-    if (present(m.pooler_w)) {
-      std::vector<float> p = matvec(m.pooler_w, &m.pooler_b, x);
-      for (float& v : p) v = std::tanh(v);
-      e.pooled = row_copy(p.data(), D);
-    } else if (c.pooled_normed_twice && present(m.post_w)) {
-      std::vector<float> p(static_cast<size_t>(D));
-      layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
-      e.pooled = row_copy(p.data(), D);
-    } else {
-      e.pooled = row_copy(x, D);
-    }
-    if (present(m.head_w)) {
-      const std::vector<float> y = matvec(m.head_w, &m.head_b, x);
-      e.logits = row_copy(y.data(), int64_t(y.size()));
-    }
-  } else if (c.attention_pool) {
-    const std::vector<float> p = siglip_pool(ops, m, x, T);
-    e.pooled = row_copy(p.data(), D);
-    if (present(m.head_w)) {  // timm's head after global_pool='map'
-      const std::vector<float> y = matvec(m.head_w, &m.head_b, p.data());
+  std::vector<float> pooled;
+  switch (pooled_source(m)) {
+    case PooledSource::none: break;
+    case PooledSource::post_layernorm:
+    case PooledSource::post_layernorm_again:
+      pooled.resize(size_t(D));
+      layer_norm_row_ref(x, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, pooled.data(), DType::f32);
+      break;
+    case PooledSource::class_token: pooled.assign(x, x + D); break;
+    case PooledSource::pooler:
+      pooled = matvec(m.pooler_w, &m.pooler_b, x);
+      for (float& v : pooled) v = std::tanh(v);
+      break;
+    case PooledSource::attention_pool: pooled = siglip_pool(ops, m, x, T); break;
+  }
+  if (!pooled.empty()) e.pooled = row_copy(pooled.data(), D);
+  // CLIP's visual_projection reads the pooled output.
+  if (c.family == VitFamily::clip && !pooled.empty() && present(m.proj_w)) {
+    const std::vector<float> y = matvec(m.proj_w, nullptr, pooled.data());
+    e.image_embeds = row_copy(y.data(), int64_t(y.size()));
+  }
+  // The classifier reads the normed class token, as HF's ViTForImageClassification, torchvision
+  // and timm's head do, or the attention pool's output (timm's head after global_pool='map').
+  if (present(m.head_w)) {
+    const bool from_pool = pooled_source(m) == PooledSource::attention_pool;
+    if (from_pool || c.family == VitFamily::torchvision || c.family == VitFamily::vit ||
+        c.family == VitFamily::dinov2) {
+      const std::vector<float> y = matvec(m.head_w, &m.head_b, from_pool ? pooled.data() : x);
       e.logits = row_copy(y.data(), int64_t(y.size()));
     }
   }
