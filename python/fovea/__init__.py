@@ -231,10 +231,15 @@ class Model(_fovea.Model):
                 bf16 kernels, see bf16_supported(), it runs fp32 with a RuntimeWarning, and
                 Encoding.precision says so).
             threads: threads for this call (0: one per hardware thread).
-            attention: "exact" (default) or "hierarchical[:K[:B]]", an approximation: tokens
-                grouped by position into blocks of B (64); each query block attends exactly to
-                the K key blocks (8) its queries could attend to most and to the mean key/value of the others (`fovea encode
-                --attention`; recorded in saved files).
+            attention: "exact" (default) or "hierarchical[:K[:B]]", an EXPERIMENTAL
+                approximation: tokens grouped by position into blocks of B (64); each query
+                block attends exactly to the K key blocks (8) its queries could attend to most
+                and to the mean key/value of the others (`fovea encode --attention`; recorded in
+                saved files with its cost). On a real pretrained ViT-Ti/16 at 4096 tokens its
+                mean per-token cosine to exact attention was only 0.818-0.918 at the default
+                K=8 (an encode 2.5-2.8x faster), 0.970-0.996 at K=32 (1.5x) (docs/encoder.md);
+                random weights hide this. Use exact unless you have measured
+                it on your own model.
 
         The GIL is released while the encoder runs. The array owns C++ memory (no copy);
         torch.from_numpy(result) shares it. NaN or infinite values in the result (a checkpoint

@@ -918,7 +918,8 @@ PYBIND11_MODULE(_fovea, m) {
           "precision", [](const PyEncoding& e) { return std::string(to_string(e.e.precision)); },
           "'fp32' or 'bf16': what ran (bf16 runs fp32 on a CPU without bf16 kernels; fovea.bf16_supported())")
       .def_property_readonly("attention", [](const PyEncoding& e) { return to_string(e.attention); },
-                             "'exact' or 'hierarchical:K:B' (an approximation)")
+                             "'exact' or 'hierarchical:K:B' (an experimental approximation; a saved file's "
+                             "'attention' metadata adds what it cost on a real tower)")
       .def(
           "save",
           [](const PyEncoding& e, const py::object& path) {

@@ -163,7 +163,9 @@ std::map<std::string, std::string> encoder_metadata(const VitModel& model, Preci
   const Precision runs = runnable_precision(precision);
   meta["precision"] = std::string(to_string(runs));
   if (runs != precision) meta["precision_requested"] = std::string(to_string(precision));
-  meta["attention"] = attention.mode == AttentionParams::Mode::exact ? "exact" : to_string(attention) + " (approximate)";
+  meta["attention"] = attention.mode == AttentionParams::Mode::exact
+                          ? "exact"
+                          : to_string(attention) + " (approximate, " + attention_caveat(attention).text + ")";
   meta["hidden_size"] = std::to_string(mc.hidden);
   meta["positional_interpolation"] = positional_interpolation(mc.pos_sampling);
   meta["model_naming"] = mc.naming;
