@@ -265,8 +265,9 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   e.embeddings = Tensor(DType::f32, {N, D});
   std::memcpy(e.embeddings.bytes(), x + pre * D, size_t(N * D) * 4);
   if (cls) e.class_token = row_copy(x, D);
+  const PooledSource source = pooled_source(m);  // pooled_output() names it from the same decision
   std::vector<float> pooled;
-  switch (pooled_source(m)) {
+  switch (source) {
     case PooledSource::none: break;
     case PooledSource::post_layernorm:
     case PooledSource::post_layernorm_again:
@@ -289,7 +290,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
   // The classifier reads the normed class token, as HF's ViTForImageClassification, torchvision
   // and timm's head do, or the attention pool's output (timm's head after global_pool='map').
   if (present(m.head_w)) {
-    const bool from_pool = pooled_source(m) == PooledSource::attention_pool;
+    const bool from_pool = source == PooledSource::attention_pool;
     if (from_pool || c.family == VitFamily::torchvision || c.family == VitFamily::vit ||
         c.family == VitFamily::dinov2) {
       const std::vector<float> y = matvec(m.head_w, &m.head_b, from_pool ? pooled.data() : x);
