@@ -73,6 +73,50 @@ TEST(Allocate, TilesExactlyForManyShapes) {
   }
 }
 
+TEST(Allocate, AutomaticLevelTokensFitInsideTheImage) {
+  // The automatic coarsest level is the coarsest whose token still fits inside the image: no
+  // token of an allocation is larger than the shorter side (a larger one would sample mostly
+  // edge padding), and the next level up would not fit.
+  const int sides[] = {1, 15, 16, 17, 31, 32, 100, 223, 224, 225, 447, 448, 511, 512, 513, 1000, 1024, 1500};
+  const double aspects[] = {1.0, 4.0 / 3, 16.0 / 9, 2.0, 3.0, 0.5, 0.25};
+  for (int P : {14, 16}) {
+    for (int shorter : sides) {
+      for (double aspect : aspects) {
+        const int w = aspect >= 1 ? int(std::lround(shorter * aspect)) : shorter;
+        const int h = aspect >= 1 ? shorter : int(std::lround(shorter / aspect));
+        SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + " P=" + std::to_string(P));
+        const TileGrid g = TileGrid::make(w, h, P);
+        const int L = resolve_max_level(g, -1);
+        ASSERT_GE(L, 0);
+        if (L > 0) {
+          EXPECT_LE(g.token_px(L), std::min(w, h));
+        }
+        EXPECT_GT(g.token_px(L + 1), std::min(w, h));
+        // The smallest budget it accepts, and one far above it: no token larger than the
+        // shorter side either way (an image shorter than P has only P-px tokens).
+        RelevanceMap r = random_relevance(w, h, P, uint32_t(w * 7 + h));
+        for (int64_t budget : {g.tiles_at(L), g.tiles_at(L) + 40}) {
+          const Allocation a = allocate(r, {.budget_tokens = int(budget)});
+          EXPECT_EQ(a.max_level, L);
+          EXPECT_EQ(a.coarsest_tokens, g.tiles_at(L));
+          expect_exact_tiling(a);
+          for (const Token& t : a.layout.tokens)
+            ASSERT_LE(g.token_px(t.level), std::max<int64_t>(P, std::min(w, h))) << "level " << t.level;
+        }
+      }
+    }
+  }
+  // 448² with 16-px patches: 4 tokens of 256 px, not one of 512 (a quarter of it padding).
+  const TileGrid g448 = TileGrid::make(448, 448, 16);
+  EXPECT_EQ(resolve_max_level(g448, -1), 4);
+  EXPECT_EQ(g448.tiles_at(4), 4);
+  // A side of exactly 2^L·P still gets the one token that covers it.
+  EXPECT_EQ(TileGrid::make(512, 512, 16).tiles_at(resolve_max_level(TileGrid::make(512, 512, 16), -1)), 1);
+  // An explicit level is kept (up to the single-node level), even past the shorter side.
+  EXPECT_EQ(resolve_max_level(g448, 5), 5);
+  EXPECT_EQ(resolve_max_level(g448, 9), 5);
+}
+
 TEST(Allocate, RespectsBudgetAndLandsWithinTwo) {
   const RelevanceMap r = random_relevance(1024, 768, 16, 7);
   for (int budget : {12, 13, 50, 64, 144, 273, 576, 1024, 2000, 3071}) {
@@ -90,7 +134,7 @@ TEST(Allocate, RespectsBudgetAndLandsWithinTwo) {
 TEST(Allocate, LargerBudgetNeverLowersResolution) {
   const RelevanceMap r = random_relevance(800, 600, 16, 3);
   std::vector<uint8_t> prev;
-  for (int budget = 2; budget <= 1900; budget += 37) {
+  for (int budget = 4; budget <= 1900; budget += 37) {  // 4: 2x2 tokens of 512 px
     const Allocation a = allocate(r, {.budget_tokens = budget});
     if (!prev.empty()) {
       for (size_t i = 0; i < prev.size(); ++i) ASSERT_LE(a.rate_map.level[i], prev[i]) << "B=" << budget;

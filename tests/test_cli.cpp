@@ -143,8 +143,11 @@ TEST_F(Cli, WritesTokensOverlaySeenAndJson) {
   EXPECT_GE(j["tokens"].get<int>(), 38);
   EXPECT_EQ(j["coverage"]["covered_tiles"], j["coverage"]["tiles"]);
   EXPECT_EQ(j["coverage"]["overlapping_tiles"], 0);
-  for (const char* stage : {"decode", "pyramid", "relevance", "allocate", "extract", "write", "total"})
+  for (const char* stage : {"decode", "pyramid", "relevance", "allocate", "extract", "tokenize", "write", "total"})
     EXPECT_TRUE(j["timings_ms"].contains(stage)) << stage;
+  // tokenize's total is the tokenize stages' sum, and says so.
+  EXPECT_EQ(j["timings_total_covers"], nlohmann::json({"pyramid", "relevance", "allocate", "extract"}));
+  EXPECT_EQ(j["timings_ms"]["total"], j["timings_ms"]["tokenize"]);
 
   const SafetensorsFile f = SafetensorsFile::open(out);
   const int64_t n = j["tokens"].get<int64_t>();

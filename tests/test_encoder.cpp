@@ -184,6 +184,28 @@ TEST_P(EncoderFixture, CliEncodeUniformMatchesTheReference) {
   EXPECT_EQ(r.err.find("projector is not applied") != std::string::npos, !mc.ignored_projector.empty()) << r.err;
 }
 
+// pooled_output() names what `pooled` is, and every embeddings file carries it: one said to be
+// the class token is byte for byte class_token, one said to be anything else is not, and a model
+// without a pooled output says nothing.
+TEST_P(EncoderFixture, PooledOutputSaysWhatPooledIs) {
+  const VitModel model = VitModel::load(fixture(GetParam()));
+  const SafetensorsFile f = SafetensorsFile::open(fixture(GetParam(), "cases.safetensors"));
+  const std::vector<Case> cases = load_cases(f);
+  const Case& c = cases.front();
+  Executor exec({.threads = 2});
+  const Encoding e = encode(model, c.patches, c.positions, {.image_width = c.width, .image_height = c.height}, exec);
+  const std::string said = pooled_output(model);
+  EXPECT_EQ(said.empty(), !encoder_detail::present(e.pooled)) << "'" << said << "'";
+  const auto meta = encoder_metadata(model, Precision::fp32);
+  ASSERT_EQ(meta.count("pooled_output"), said.empty() ? 0u : 1u);
+  if (said.empty()) return;
+  EXPECT_EQ(meta.at("pooled_output"), said);
+  const bool identical = encoder_detail::present(e.class_token) &&
+                         e.pooled.size_bytes() == e.class_token.size_bytes() &&
+                         std::memcmp(e.pooled.bytes(), e.class_token.bytes(), e.pooled.size_bytes()) == 0;
+  EXPECT_EQ(said.rfind("class_token (identical", 0) == 0, identical) << said;
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, EncoderFixture,
                          ::testing::Values("clip", "clip_full", "siglip", "torchvision", "gguf_llava", "gguf_siglip",
                                            "hf_llava", "hf_vit", "hf_dinov2", "timm_vit", "timm_clip",
@@ -935,6 +957,77 @@ TEST(EncoderLoaders, ClassificationLayoutsUnderAPrefix) {
       EXPECT_EQ(m.tensors_ignored(), 2);  // Dinov2ForImageClassification's classifier
       EXPECT_FALSE(encoder_detail::present(e.logits));
     }
+  }
+
+  // `fovea model` names the classifier head and what pooled is (text and --json), and the
+  // embeddings file says pooled is the class token.
+  const std::string identical = "class_token (identical: the final LayerNorm applies to every token)";
+  auto r = test::run_cli({"model", vit});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\n  head: classifier, 5 classes (logits from the normed class token)\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\n  pooled: " + identical + "\n"), std::string::npos) << r.out;
+  r = test::run_cli({"model", vit, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("pooled_output"), identical);
+  ASSERT_EQ(j.at("heads").size(), 1u) << j.at("heads");
+  EXPECT_EQ(j.at("heads")[0].at("kind"), "classifier");
+  EXPECT_EQ(j.at("heads")[0].at("output"), "logits");
+  EXPECT_EQ(j.at("heads")[0].at("width"), 5);
+  EXPECT_EQ(j.at("heads")[0].at("input"), "the normed class token");
+  EXPECT_EQ(j.at("heads")[0].at("description"), "classifier, 5 classes (logits from the normed class token)");
+  // The Dinov2 classifier is not read, so not a head.
+  r = test::run_cli({"model", dino, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j.at("heads").empty()) << j.at("heads");
+  EXPECT_EQ(j.at("pooled_output"), identical);
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(48, 40, 3), image);
+  r = test::run_cli({"encode", image, "--model", vit, "--budget", "12", "-o", dir + "/e.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile out = SafetensorsFile::open(dir + "/e.safetensors");
+  EXPECT_EQ(out.metadata().at("pooled_output"), identical);
+  EXPECT_EQ(max_abs_diff(out.load(*out.find("pooled")), out.load(*out.find("class_token"))), 0.0);
+}
+
+// `fovea model` names every head a checkpoint has, and what pooled is: HF ViTModel's pooler,
+// CLIP's projection, SigLIP's attention pool (timm's with a classifier after it), torchvision's
+// classifier; a LLaVA tower has none and no pooled output.
+TEST(CliModel, NamesTheHeadsAndThePooledOutput) {
+  const struct {
+    const char* fixture;
+    const char* pooled;  // "" for none (JSON null)
+    std::vector<std::string> heads;
+  } cases[] = {
+      {"hf_vit", "tanh(pooler.dense(the normed class token))",
+       {"pooler, 32 wide (pooled from the normed class token, through tanh(pooler.dense))"}},
+      {"clip_full", "post_layernorm(class token)",
+       {"projection, 24 wide (image_embeds from pooled: post_layernorm(class token))"}},
+      {"siglip", "attention-pool head (a learned probe attends to every patch token)",
+       {"attention-pool, 32 wide (pooled from every patch token, attended by a learned probe)"}},
+      {"timm_siglip", "attention-pool head (a learned probe attends to every patch token)",
+       {"attention-pool, 32 wide (pooled from every patch token, attended by a learned probe)",
+        "classifier, 7 classes (logits from the attention pool's output)"}},
+      {"torchvision", "class_token (identical: the final LayerNorm applies to every token)",
+       {"classifier, 10 classes (logits from the normed class token)"}},
+      {"hf_llava", "", {}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.fixture);
+    const auto r = test::run_cli({"model", fixture(c.fixture), "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    if (*c.pooled) EXPECT_EQ(j.at("pooled_output"), c.pooled);
+    else EXPECT_TRUE(j.at("pooled_output").is_null()) << j.at("pooled_output");
+    std::vector<std::string> heads;
+    for (const auto& h : j.at("heads")) heads.push_back(h.at("description").get<std::string>());
+    EXPECT_EQ(heads, c.heads);
+    const auto text = test::run_cli({"model", fixture(c.fixture)});
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    for (const std::string& h : c.heads) EXPECT_NE(text.out.find("  head: " + h + "\n"), std::string::npos) << text.out;
+    EXPECT_EQ(text.out.find("  pooled: ") != std::string::npos, *c.pooled != 0) << text.out;
   }
 }
 
@@ -1707,6 +1800,28 @@ TEST(EncodeCli, OpenMpWaitPolicyIsPassiveUnlessChosen) {
   EXPECT_EQ(policy(), "active");
   if (saved) ::setenv("OMP_WAIT_POLICY", saved_value.c_str(), 1);
   else ::unsetenv("OMP_WAIT_POLICY");
+}
+
+// `encode --json`'s timings_ms.total covers the encode as well as the tokenize stages, and
+// timings_total_covers names what it sums.
+TEST(EncodeCli, JsonTotalIncludesTheEncode) {
+  const std::string dir = test::temp_dir("enc_cli_total");
+  const std::string image = dir + "/in.png";
+  save_png(test::gradient_image(64, 48, 3), image);
+  const auto r = test::run_cli({"encode", image, "--model", fixture("clip"), "--budget", "20", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& tm = j.at("timings_ms");
+  const double tokenize = tm.at("pyramid").get<double>() + tm.at("relevance").get<double>() +
+                          tm.at("allocate").get<double>() + tm.at("extract").get<double>();
+  EXPECT_NEAR(tm.at("tokenize").get<double>(), tokenize, 1e-9 * (1 + tokenize));
+  EXPECT_GT(tm.at("encode").get<double>(), 0.0);
+  EXPECT_GE(tm.at("total").get<double>(), tokenize + tm.at("encode").get<double>() - 1e-9 * (1 + tokenize));
+  EXPECT_EQ(j.at("timings_total_covers"),
+            nlohmann::json({"pyramid", "relevance", "allocate", "extract", "encode"}));
+  double covered = 0;
+  for (const auto& stage : j.at("timings_total_covers")) covered += tm.at(stage.get<std::string>()).get<double>();
+  EXPECT_NEAR(tm.at("total").get<double>(), covered, 1e-9 * (1 + covered));
 }
 
 // bf16 needs bf16 matrix kernels (oneDNN: AVX-512 or AMX). Where the CPU has none, encode()

@@ -392,6 +392,34 @@ TEST(EncoderAttention, HierarchicalOddTokenCounts) {
   EXPECT_THROW(encode(m, patches, positions, p, exec), Error);
 }
 
+// Hierarchical attention says it is experimental and what it cost on a real pretrained tower:
+// the measured range for a measured K:B, the range over all of them otherwise; exact says nothing.
+TEST(EncoderAttention, HierarchicalIsLabelledExperimentalWithItsRealTowerCost) {
+  const AttentionCaveat exact = attention_caveat(AttentionParams{});
+  EXPECT_FALSE(exact.experimental);
+  EXPECT_TRUE(exact.text.empty());
+  const AttentionCaveat k8 = attention_caveat(parse_attention("hierarchical"));
+  EXPECT_TRUE(k8.experimental);
+  EXPECT_EQ(k8.measured, "hierarchical:8:64");
+  EXPECT_EQ(k8.text.rfind("experimental: mean per-token cosine to exact attention ", 0), 0u) << k8.text;
+  EXPECT_NE(k8.text.find("ViT-Ti/16 at N=4096 (hierarchical:8:64)"), std::string::npos) << k8.text;
+  // The default falls well short of exact on a real tower, and more blocks get closer.
+  EXPECT_LT(k8.cosine_hi, 0.99);
+  EXPECT_LT(k8.cosine_lo, k8.cosine_hi);
+  const AttentionCaveat k32 = attention_caveat(parse_attention("hierarchical:32:64"));
+  EXPECT_GT(k32.cosine_lo, k8.cosine_lo);
+  EXPECT_EQ(k32.measured, "hierarchical:32:64");
+  const AttentionCaveat other = attention_caveat(parse_attention("hierarchical:8:32"));
+  EXPECT_EQ(other.measured, "hierarchical:4:64 to hierarchical:32:64");
+  EXPECT_LE(other.cosine_lo, k8.cosine_lo);
+  EXPECT_GE(other.cosine_hi, k32.cosine_hi);
+  // What an embeddings file records.
+  const VitModel m = VitModel::load("random:vit-tiny");
+  EXPECT_EQ(encoder_metadata(m, Precision::fp32, parse_attention("hierarchical")).at("attention"),
+            "hierarchical:8:64 (approximate, " + k8.text + ")");
+  EXPECT_EQ(encoder_metadata(m, Precision::fp32).at("attention"), "exact");
+}
+
 int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
 
 TEST(EncoderAttention, CliOptionAndMetadata) {
@@ -412,12 +440,19 @@ TEST(EncoderAttention, CliOptionAndMetadata) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["encoder"]["attention"]["mode"], "hierarchical");
   EXPECT_EQ(j["encoder"]["attention"]["approximate"], true);
+  // Experimental, with what it cost on a real tower: 2:4 was not measured, so the range over
+  // every K:B that was.
+  const AttentionCaveat caveat = attention_caveat(parse_attention("hierarchical:2:4"));
+  EXPECT_EQ(j["encoder"]["attention"]["experimental"], true);
+  EXPECT_EQ(j["encoder"]["attention"]["caveat"], caveat.text);
+  EXPECT_EQ(j["encoder"]["attention"]["real_tower_mean_cosine"], nlohmann::json({caveat.cosine_lo, caveat.cosine_hi}));
+  EXPECT_EQ(j["encoder"]["attention"]["real_tower_measured"], "hierarchical:4:64 to hierarchical:32:64");
   EXPECT_EQ(j["encoder"]["attention"]["top_k_blocks"], 2);
   EXPECT_GT(j["encoder"]["cosine_vs_fp32"].get<double>(), 0.9);
   EXPECT_GT(j["timings_ms"]["attention"].get<double>(), 0.0);
   EXPECT_LT(j["timings_ms"]["attention"].get<double>(), j["timings_ms"]["encode"].get<double>());
   const SafetensorsFile f = SafetensorsFile::open(out);
-  EXPECT_EQ(f.metadata().at("attention"), "hierarchical:2:4 (approximate)");
+  EXPECT_EQ(f.metadata().at("attention"), "hierarchical:2:4 (approximate, " + caveat.text + ")");
   const auto x = test::run_cli({"encode", image, "--model", "random:vit-tiny", "--json", "-o", out});
   ASSERT_EQ(x.exit_code, 0) << x.err;
   EXPECT_EQ(nlohmann::json::parse(x.out)["encoder"]["attention"]["mode"], "exact");

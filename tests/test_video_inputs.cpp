@@ -223,7 +223,8 @@ TEST_F(VideoInputs, SampleAspectIsReported) {
   VideoFrame f;
   ASSERT_TRUE(r.read(f));
   EXPECT_EQ(f.image.width(), 40);
-  const auto c = test::run_cli({"video", dir + "/a.y4m", "--budget", "4", "-o", dir + "/a.safetensors", "--json"});
+  // --budget 6: the coarsest tiling of 40x24 (no 32-px token fits its 24-px side).
+  const auto c = test::run_cli({"video", dir + "/a.y4m", "--budget", "6", "-o", dir + "/a.safetensors", "--json"});
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_EQ(nlohmann::json::parse(c.out)["video"]["sample_aspect_ratio"], "2:1");
   EXPECT_EQ(SafetensorsFile::open(dir + "/a.safetensors").metadata().at("sample_aspect_ratio"), "2:1");

@@ -71,8 +71,11 @@ struct RateMap {
 
 struct AllocParams {
   int budget_tokens = 273;
-  // Coarsest level of the quadtree. -1: the smallest level at which one token spans the
-  // image's shorter side (1 token for a square image, ~aspect tokens otherwise).
+  // Coarsest level of the quadtree. -1: the coarsest level whose token still fits inside the
+  // image, the largest L >= 0 with 2^L·P <= the shorter side (an image shorter than P gets 0).
+  // A square image then starts from 4 tokens (1 when its side is exactly 2^L·P), a w:h one
+  // from about 4·w/h; a coarser token would sample mostly edge padding. An explicit level is
+  // clamped to the first at which the grid is a single node.
   int max_level = -1;
   // How strongly token size follows relevance: side ∝ relevance^(−sharpness). In [0.5, 4].
   float sharpness = 1.0f;

@@ -278,7 +278,8 @@ class VitModel {
 struct AttentionParams {
   enum class Mode : uint8_t {
     exact,         // softmax(Q·Kᵀ/√d)·V over every token (the default)
-    hierarchical,  // coarse-to-fine, training-free: an APPROXIMATION, labelled in every output
+    hierarchical,  // coarse-to-fine, training-free: an EXPERIMENTAL APPROXIMATION, labelled in
+                   // every output with what it cost on a real tower (attention_caveat())
   };
   Mode mode = Mode::exact;
   // hierarchical: tokens are grouped by their positions (centre x, y; Morton order, i.e. quadtree
@@ -288,22 +289,57 @@ struct AttentionParams {
   // over the blocks), and to the mean key and value of every other block with a log(count)
   // bias, so a pooled key stands for its block's mass. The class token is attended exactly by
   // every query and attends exactly to every key. top_k >= the number of blocks gives exact
-  // attention. Default 8 (docs/encoder.md: mean cosine 0.994 to exact at N=4096 on a model made
-  // to attend as peaked as a trained one).
+  // attention. EXPERIMENTAL: on a model made to attend as peaked as a trained one the default
+  // (K=8) held a mean cosine of 0.994 to exact at N=4096, but on a real pretrained ViT-Ti/16 it
+  // holds far less (attention_caveat(); docs/encoder.md, "Hierarchical attention on a real
+  // tower").
   int top_k = 8;
   int block_tokens = 64;
 };
+// What hierarchical attention costs on a real pretrained tower, as every output of an encode
+// records it: the range over photos of the mean per-token cosine to exact attention measured
+// for this K:B on a ViT-Ti/16 at N=4096 (or, for a K:B not measured, over every K:B that was).
+// Exact attention: experimental false and an empty text.
+struct AttentionCaveat {
+  bool experimental = false;
+  double cosine_lo = 1, cosine_hi = 1;
+  std::string measured;  // the configuration(s) the range is of, e.g. "hierarchical:8:64"
+  std::string text;      // "experimental: mean per-token cosine to exact attention 0.81-0.91 on ..."
+};
+AttentionCaveat attention_caveat(const AttentionParams& a);
 // "exact", "hierarchical", "hierarchical:K" or "hierarchical:K:B" (K >= 1 blocks, B >= 1 tokens
 // per block). Throws Error(invalid_argument) naming the accepted forms.
 AttentionParams parse_attention(std::string_view spec);
 // "exact" or "hierarchical:K:B" (parse_attention reads it back).
 std::string to_string(const AttentionParams& a);
 
+// What `Encoding::pooled` holds for this model, in words: "post_layernorm(class token)" (HF
+// CLIP), "class_token (identical: the final LayerNorm applies to every token)" (HF ViT without a
+// pooler, torchvision, timm, DINOv2, open_clip: pooled is then byte for byte class_token),
+// "tanh(pooler.dense(the normed class token))" (HF ViTModel with its pooler), "attention-pool
+// head (...)" (SigLIP), ...; empty when encode() gives no pooled output.
+std::string pooled_output(const VitModel& model);
+
+// A head encode() runs after the tower, for reports (`fovea model`).
+struct ModelHead {
+  std::string kind;    // "classifier", "projection", "pooler" or "attention-pool"
+  std::string output;  // the Encoding field it fills: "logits", "image_embeds" or "pooled"
+  int width = 0;       // the output's width: K classes for a classifier
+  std::string input;   // what the output is computed from, in words
+  // e.g. "classifier, 200 classes (logits from the normed class token)".
+  std::string describe() const;
+};
+// The model's heads in the order encode() runs them (empty: the tower's outputs only). The
+// projector of a VLM checkpoint (VitConfig::projector) is not among them: it maps every token.
+std::vector<ModelHead> model_heads(const VitModel& model);
+
 // What an embeddings file records about the model and the precision: model, model_description,
 // model_family, random_weights, precision, attention, hidden_size, positional_interpolation,
-// model_naming, embeddings_output, and projector / projected_dim when the model has one.
+// model_naming, embeddings_output, pooled_output when the model gives a pooled output, and
+// projector / projected_dim when the model has one.
 // `fovea encode -o` and the Python binding both write these, so their files agree.
-// `attention` (key "attention": "exact" or "hierarchical:K:B (approximate)") says how it ran.
+// `attention` (key "attention": "exact" or "hierarchical:K:B (approximate, experimental: ...)",
+// attention_caveat()'s text) says how it ran.
 // `precision` is the one requested: the file says what ran (runnable_precision) and, when that
 // differs, `precision_requested`.
 std::map<std::string, std::string> encoder_metadata(const VitModel& model, Precision precision,
@@ -320,7 +356,8 @@ struct Encoding {
   Tensor class_token;   // [1, D] last hidden state of the class token (models with one)
   Tensor pooled;        // [1, D] CLIP: post_layernorm(class); SigLIP: attention-pool head;
                         //        torchvision, timm, DINOv2, HF ViT without pooler: the normed
-                        //        class token; HF ViTModel with pooler: tanh(pooler.dense(it))
+                        //        class token, identical to class_token; HF ViTModel with pooler:
+                        //        tanh(pooler.dense(it)). pooled_output() says which.
   Tensor image_embeds;  // [1, E] CLIP visual_projection(pooled)
   Tensor logits;        // [1, K] torchvision heads.head / HF ViT classifier / timm head (normed class token)
   Tensor projected;     // [N, E] projector(embeddings): the LLM's input embeddings, batch order

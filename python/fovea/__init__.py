@@ -153,7 +153,8 @@ def tokenize(
         patch: patch size P in pixels (default: the model's, else 16).
         uniform: the baseline a standard VLM uses: resize so a plain grid holds <= budget.
         threads: worker threads for this call (0: one per hardware thread).
-        max_level: coarsest mip level of the quadtree (-1: automatic).
+        max_level: coarsest mip level of the quadtree (-1: automatic, the coarsest level L
+            whose P·2^L-px token fits inside the image's shorter side).
         weights: relevance weights {"detail", "query", "floor", "information", "saliency"}
             (the CLI's --weights).
         e0: cortical-magnification half-saturation eccentricity (fraction of the longer side).
@@ -249,10 +250,15 @@ class Model(_fovea.Model):
                 bf16 kernels, see bf16_supported(), it runs fp32 with a RuntimeWarning, and
                 Encoding.precision says so).
             threads: threads for this call (0: one per hardware thread).
-            attention: "exact" (default) or "hierarchical[:K[:B]]", an approximation: tokens
-                grouped by position into blocks of B (64); each query block attends exactly to
-                the K key blocks (8) its queries could attend to most and to the mean key/value of the others (`fovea encode
-                --attention`; recorded in saved files).
+            attention: "exact" (default) or "hierarchical[:K[:B]]", an EXPERIMENTAL
+                approximation: tokens grouped by position into blocks of B (64); each query
+                block attends exactly to the K key blocks (8) its queries could attend to most
+                and to the mean key/value of the others (`fovea encode --attention`; recorded in
+                saved files with its cost). On a real pretrained ViT-Ti/16 at 4096 tokens its
+                mean per-token cosine to exact attention was only 0.818-0.918 at the default
+                K=8 (an encode 2.5-2.8x faster), 0.970-0.996 at K=32 (1.5x) (docs/encoder.md);
+                random weights hide this. Use exact unless you have measured
+                it on your own model.
 
         The GIL is released while the encoder runs. The array owns C++ memory (no copy);
         torch.from_numpy(result) shares it. NaN or infinite values in the result (a checkpoint
@@ -269,7 +275,13 @@ class Model(_fovea.Model):
         .pooled, .image_embeds (CLIP projection), .logits (torchvision / timm head, HF ViT classifier), .encode_ms
         (and .attention_ms, its attention op),
         and .save(path) writing `fovea encode -o`'s file. Tokenize with model=self so
-        the patches follow the model's preprocessing."""
+        the patches follow the model's preprocessing.
+
+        What .pooled is depends on the model: self.pooled_output says it in words (and saved
+        files carry it as 'pooled_output'). For an HF ViT classifier, torchvision, timm,
+        DINOv2 or open_clip it is "class_token (identical: the final LayerNorm applies to every
+        token)": byte for byte .class_token. self.heads lists the heads (e.g. "classifier, 200
+        classes (logits from the normed class token)")."""
         e = super().encode_full(tokens, precision, threads, positions, image_size, attention)
         _warn_nonfinite(e.embeddings, "the embeddings")
         return e

@@ -949,7 +949,10 @@ PYBIND11_MODULE(_fovea, m) {
             const Tensor& t = self.cast<PyEncoding&>().e.pooled;
             return t.rank() ? py::object(tensor_view(t, self)) : py::none();
           },
-          "[1, D] float32 or None")
+          "[1, D] float32 or None. What it is depends on the model (Model.pooled_output, and the saved file's "
+          "'pooled_output' metadata): CLIP post_layernorm(class token), SigLIP's attention-pool head, HF ViTModel's "
+          "tanh(pooler.dense(...)); for an HF ViT classifier, torchvision, timm, DINOv2 or open_clip it is the "
+          "class token itself, identical to class_token (the final LayerNorm applies to every token, no pooler)")
       .def_property_readonly(
           "image_embeds",
           [](py::object self) -> py::object {
@@ -1021,7 +1024,8 @@ PYBIND11_MODULE(_fovea, m) {
           "precision", [](const PyEncoding& e) { return std::string(to_string(e.e.precision)); },
           "'fp32' or 'bf16': what ran (bf16 runs fp32 on a CPU without bf16 kernels; fovea.bf16_supported())")
       .def_property_readonly("attention", [](const PyEncoding& e) { return to_string(e.attention); },
-                             "'exact' or 'hierarchical:K:B' (an approximation)")
+                             "'exact' or 'hierarchical:K:B' (an experimental approximation; a saved file's "
+                             "'attention' metadata adds what it cost on a real tower)")
       .def(
           "save",
           [](const PyEncoding& e, const py::object& path) {
@@ -1094,6 +1098,23 @@ PYBIND11_MODULE(_fovea, m) {
       .def_property_readonly("description", [](const VitModel& v) { return fs_str(v.describe()); })
       .def_property_readonly("source", [](const VitModel& v) { return fs_str(v.source()); })
       .def_property_readonly("is_random", &VitModel::is_random)
+      .def_property_readonly(
+          "pooled_output",
+          [](const VitModel& v) -> py::object {
+            const std::string p = pooled_output(v);
+            return p.empty() ? py::none() : py::object(py::str(p));
+          },
+          "What Encoding.pooled holds, in words (e.g. 'class_token (identical: the final LayerNorm applies to every "
+          "token)'), or None when the model gives no pooled output")
+      .def_property_readonly(
+          "heads",
+          [](const VitModel& v) {
+            std::vector<std::string> out;
+            for (const ModelHead& h : model_heads(v)) out.push_back(h.describe());
+            return out;
+          },
+          "The heads run after the tower, in words, e.g. ['classifier, 200 classes (logits from the normed class "
+          "token)'] (`fovea model`'s head: lines)")
       .def(
           "encode",
           [encode_impl](const VitModel& model, const py::object& tokens, const std::string& precision, int threads,

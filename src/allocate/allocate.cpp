@@ -62,8 +62,12 @@ int resolve_max_level(const TileGrid& grid, int max_level) {
   int single = 0;
   while (grid.tiles_x_at(single) > 1 || grid.tiles_y_at(single) > 1) ++single;
   if (max_level >= 0) return std::min(max_level, single);
+  // The coarsest token that still fits inside the image: one whose side reaches past the
+  // shorter side samples mostly edge padding (a 512-px token on a 448² image is a quarter
+  // padding), which a vision tower never saw in training.
+  const int64_t shorter_px = std::min(grid.image_width, grid.image_height);
   int level = 0;
-  while (grid.tiles_x_at(level) > 1 && grid.tiles_y_at(level) > 1) ++level;
+  while (grid.token_px(level + 1) <= shorter_px) ++level;
   return level;
 }
 

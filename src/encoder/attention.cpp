@@ -27,6 +27,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <numeric>
@@ -70,6 +71,49 @@ AttentionParams parse_attention(std::string_view spec) {
 std::string to_string(const AttentionParams& a) {
   if (a.mode == AttentionParams::Mode::exact) return "exact";
   return "hierarchical:" + std::to_string(a.top_k) + ":" + std::to_string(a.block_tokens);
+}
+
+namespace {
+
+// Mean per-token cosine to exact attention on a real pretrained tower: a ViT-Ti/16 classifier,
+// N = 4096 (five photos upscaled to 1024², uniform), fp32 and bf16; the range over the photos,
+// rounded outwards (bench/hierarchical_real.py, bench/results/hierarchical-real/, 2026-12-06;
+// docs/encoder.md, "Hierarchical attention on a real tower").
+struct RealTowerCosine {
+  int top_k, block_tokens;
+  double lo, hi;
+};
+constexpr RealTowerCosine kRealTower[] = {
+    {4, 64, 0.758, 0.860},
+    {8, 64, 0.818, 0.918},
+    {16, 64, 0.886, 0.965},
+    {32, 64, 0.970, 0.996},
+};
+
+std::string three_places(double v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%.3f", v);
+  return b;
+}
+
+}  // namespace
+
+AttentionCaveat attention_caveat(const AttentionParams& a) {
+  AttentionCaveat c;
+  if (a.mode == AttentionParams::Mode::exact) return c;
+  c.experimental = true;
+  c.cosine_lo = 1, c.cosine_hi = 0;
+  for (const RealTowerCosine& m : kRealTower)
+    if (m.top_k == a.top_k && m.block_tokens == a.block_tokens) c.cosine_lo = m.lo, c.cosine_hi = m.hi;
+  if (c.cosine_hi > 0) {
+    c.measured = to_string(a);
+  } else {  // not measured: the range over every configuration that was
+    for (const RealTowerCosine& m : kRealTower) c.cosine_lo = std::min(c.cosine_lo, m.lo), c.cosine_hi = std::max(c.cosine_hi, m.hi);
+    c.measured = "hierarchical:4:64 to hierarchical:32:64";
+  }
+  c.text = "experimental: mean per-token cosine to exact attention " + three_places(c.cosine_lo) + "-" +
+           three_places(c.cosine_hi) + " on a real pretrained ViT-Ti/16 at N=4096 (" + c.measured + ")";
+  return c;
 }
 
 namespace encoder_detail {

@@ -278,6 +278,19 @@ struct LayerOps {
   static LayerOps for_model(VitModel::Impl& m, const Executor& exec);
 };
 
+// ---- outputs after the tower (contract.cpp) ---------------------------------------------------
+// Where Encoding::pooled comes from: encode() computes it so and contract.cpp names it so
+// (pooled_output(), model_heads()), from this one decision.
+enum class PooledSource : uint8_t {
+  none,                  // no pooled output (no class token, or a projector's tower)
+  post_layernorm,        // HF CLIP: post_layernorm(class token), the one token it applies to
+  class_token,           // the class token as it is: every token already normed (or no final norm)
+  pooler,                // HF ViTModel: tanh(pooler.dense(normed class token))
+  post_layernorm_again,  // BLIP / BLIP-2: post_layernorm applied again to the normed class token
+  attention_pool,        // SigLIP / timm global_pool='map': the attention-pooling head
+};
+PooledSource pooled_source(const VitModel::Impl& m);
+
 // ---- projector (projector.cpp) ---------------------------------------------------------------
 // The model's projector over x [N, D] f32 rows: [N, E]. `gemm` null: the reference GEMM.
 Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* gemm);

@@ -299,6 +299,7 @@ std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patc
 
   // ---- outputs ----------------------------------------------------------------------------
   std::vector<Encoding> out(static_cast<size_t>(B));
+  const PooledSource source = pooled_source(m);  // pooled_output() names it from the same decision
   for (int64_t i = 0; i < B; ++i) {
     Encoding& e = out[size_t(i)];
     const int64_t n = images[size_t(i)].tokens, Ti = n + pre;
@@ -306,42 +307,34 @@ std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patc
     e.embeddings = Tensor(DType::f32, {n, D});
     std::memcpy(e.embeddings.bytes(), xi + pre * D, size_t(n * D) * 4);
     if (cls) e.class_token = row_copy(xi, D);
-    if (c.family == VitFamily::clip && cls &&
-        (c.final_norm == FinalNorm::pooled_only ||
-         (c.final_norm == FinalNorm::all_tokens && c.projector == ProjectorType::none))) {
-      // CLIP's pooled output is the post-layernormed class token: normed here when only the pooled
-      // output gets the norm (HF CLIP), already normed when every token did (open_clip's ln_post).
-      std::vector<float> p(xi, xi + D);
-      if (c.final_norm == FinalNorm::pooled_only)
-        layer_norm_row_ref(xi, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
-      e.pooled = row_copy(p.data(), D);
-      if (present(m.proj_w)) {
-        const std::vector<float> y = matvec(m.proj_w, nullptr, p.data());
-        e.image_embeds = row_copy(y.data(), int64_t(y.size()));
-      }
-    } else if (c.family == VitFamily::torchvision || c.family == VitFamily::vit || c.family == VitFamily::dinov2) {
-      // The normed class token (HF ViTModel's pooler: tanh(dense(it))); the classifier reads the
-      // normed class token itself, as HF's ViTForImageClassification and timm's head do.
-      if (present(m.pooler_w)) {
-        std::vector<float> p = matvec(m.pooler_w, &m.pooler_b, xi);
-        for (float& v : p) v = std::tanh(v);
-        e.pooled = row_copy(p.data(), D);
-      } else if (c.pooled_normed_twice && present(m.post_w)) {
-        std::vector<float> p(static_cast<size_t>(D));
-        layer_norm_row_ref(xi, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, p.data(), DType::f32);
-        e.pooled = row_copy(p.data(), D);
-      } else {
-        e.pooled = row_copy(xi, D);
-      }
-      if (present(m.head_w)) {
-        const std::vector<float> y = matvec(m.head_w, &m.head_b, xi);
-        e.logits = row_copy(y.data(), int64_t(y.size()));
-      }
-    } else if (c.attention_pool) {
-      const std::vector<float> p = siglip_pool(ops, m, xi, Ti);
-      e.pooled = row_copy(p.data(), D);
-      if (present(m.head_w)) {  // timm's head after global_pool='map'
-        const std::vector<float> y = matvec(m.head_w, &m.head_b, p.data());
+    std::vector<float> pooled;
+    switch (source) {
+      case PooledSource::none: break;
+      case PooledSource::post_layernorm:
+      case PooledSource::post_layernorm_again:
+        pooled.resize(size_t(D));
+        layer_norm_row_ref(xi, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, pooled.data(), DType::f32);
+        break;
+      case PooledSource::class_token: pooled.assign(xi, xi + D); break;
+      case PooledSource::pooler:
+        pooled = matvec(m.pooler_w, &m.pooler_b, xi);
+        for (float& v : pooled) v = std::tanh(v);
+        break;
+      case PooledSource::attention_pool: pooled = siglip_pool(ops, m, xi, Ti); break;
+    }
+    if (!pooled.empty()) e.pooled = row_copy(pooled.data(), D);
+    // CLIP's visual_projection reads the pooled output.
+    if (c.family == VitFamily::clip && !pooled.empty() && present(m.proj_w)) {
+      const std::vector<float> y = matvec(m.proj_w, nullptr, pooled.data());
+      e.image_embeds = row_copy(y.data(), int64_t(y.size()));
+    }
+    // The classifier reads the normed class token, as HF's ViTForImageClassification, torchvision
+    // and timm's head do, or the attention pool's output (timm's head after global_pool='map').
+    if (present(m.head_w)) {
+      const bool from_pool = source == PooledSource::attention_pool;
+      if (from_pool || c.family == VitFamily::torchvision || c.family == VitFamily::vit ||
+          c.family == VitFamily::dinov2) {
+        const std::vector<float> y = matvec(m.head_w, &m.head_b, from_pool ? pooled.data() : xi);
         e.logits = row_copy(y.data(), int64_t(y.size()));
       }
     }

@@ -272,7 +272,8 @@ def test_encode_hierarchical_attention_equals_cli_file(png, tmp_path):
     mine = tmp_path / "py.safetensors"
     e.save(mine)
     assert_same_file(str(mine), str(out), skip_meta=())
-    assert fovea.load(out).metadata["attention"] == "hierarchical:2:8 (approximate)"
+    assert fovea.load(out).metadata["attention"].startswith(
+        "hierarchical:2:8 (approximate, experimental: mean per-token cosine to exact attention ")
     exact = m.encode(t, threads=1)
     assert not np.array_equal(exact, e.embeddings)  # 64 tokens in 8 blocks, 2 exact: an approximation
     with pytest.raises(ValueError, match="hierarchical:K"):
@@ -469,6 +470,28 @@ def test_open_clip_bin_and_position_sampling():
     assert fovea.Model(os.path.join(root, "siglip2", "model.safetensors")).config["position_sampling"] == \
         "bilinear_antialias"
     assert fovea.Model(os.path.join(root, "hf_dinov2_swiglu", "model.safetensors")).config["activation"] == "swiglu"
+
+
+def test_pooled_output_and_heads_say_what_they_are(tmp_path):
+    """Model.pooled_output names what Encoding.pooled is (and saved files carry it): the class
+    token itself for torchvision, HF CLIP's post_layernorm(class token) otherwise; Model.heads
+    names the classifier and the projection."""
+    root = os.path.join(os.path.dirname(__file__), "..", "data", "encoder")
+    tv = fovea.Model(os.path.join(root, "torchvision", "model.safetensors"))
+    assert tv.pooled_output == "class_token (identical: the final LayerNorm applies to every token)"
+    assert tv.heads == ["classifier, 10 classes (logits from the normed class token)"]
+    t = fovea.tokenize(photo(7, 48, 40), budget=12, model=tv)
+    e = tv.encode_full(t, threads=1)
+    assert np.array_equal(e.pooled, e.class_token)
+    e.save(tmp_path / "tv.safetensors")
+    assert fovea.load(tmp_path / "tv.safetensors").metadata["pooled_output"] == tv.pooled_output
+    clip = fovea.Model(os.path.join(root, "clip_full", "model.safetensors"))
+    assert clip.pooled_output == "post_layernorm(class token)"
+    assert clip.heads == ["projection, 24 wide (image_embeds from pooled: post_layernorm(class token))"]
+    e = clip.encode_full(fovea.tokenize(photo(7, 48, 40), budget=12, model=clip), threads=1)
+    assert not np.array_equal(e.pooled, e.class_token)
+    llava = fovea.Model(os.path.join(root, "hf_llava", "model.safetensors"))
+    assert llava.pooled_output is None and llava.heads == []
 
 
 def test_pytorch_checkpoints_load_like_their_safetensors():

@@ -94,7 +94,9 @@ std::vector<float> parse_floats(const std::string& text, const std::string& flag
 // has U+FFFD in place of its bad bytes instead of failing the whole dump.
 std::string json_text(const nlohmann::json& j);
 
-// Summary of a tokenization for --json and the human-readable report.
+// Summary of a tokenization for --json and the human-readable report. timings_ms holds each
+// stage, `tokenize` (their sum) and `total`, which `timings_total_covers` lists the stages of: a
+// command that times more stages into its total (encode) adds them to both.
 nlohmann::json summarize(const Tokenization& t, const TokenizeParams& params, const Query& query);
 void print_summary(const nlohmann::json& summary);
 // One "fovea: warning:" line per fixation or region wholly outside the picture (query_outside).

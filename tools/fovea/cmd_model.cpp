@@ -1,8 +1,9 @@
 // fovea model CKPT [--json]: what fovea reads from a checkpoint and how, without encoding
 // anything: the naming and family it was recognised as, the dimensions, the input contract
 // (mean, std, where they came from), how the position table is read at other sizes, what
-// `embeddings` and `projected` hold, a projector it does not run, and the tensors used and
-// ignored. A checkpoint it cannot read is one `fovea: error:` line, as for `fovea encode`.
+// `embeddings`, `pooled` and `projected` hold, the heads it runs (classifier, projection,
+// pooler, attention pool), a projector it does not run, and the tensors used and ignored. A
+// checkpoint it cannot read is one `fovea: error:` line, as for `fovea encode`.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -49,6 +50,12 @@ nlohmann::json model_json(const VitModel& m) {
                       {"tensors_used", m.tensors_used()},
                       {"tensors_ignored", m.tensors_ignored()},
                       {"bf16_kernels_on_this_cpu", bf16_supported()}};
+  const std::string pooled = pooled_output(m);
+  j["pooled_output"] = pooled.empty() ? nlohmann::json(nullptr) : nlohmann::json(pooled);
+  j["heads"] = nlohmann::json::array();
+  for (const ModelHead& h : model_heads(m))
+    j["heads"].push_back(
+        {{"kind", h.kind}, {"output", h.output}, {"width", h.width}, {"input", h.input}, {"description", h.describe()}});
   return j;
 }
 
@@ -77,6 +84,8 @@ struct ModelCommand {
                 double(c.input.mean[1]), double(c.input.mean[2]), double(c.input.std[0]), double(c.input.std[1]),
                 double(c.input.std[2]), c.input.source.c_str());
     std::printf("  embeddings: %s\n", embedding_output(c).c_str());
+    if (const std::string pooled = pooled_output(m); !pooled.empty()) std::printf("  pooled: %s\n", pooled.c_str());
+    for (const ModelHead& h : model_heads(m)) std::printf("  head: %s\n", h.describe().c_str());
     if (c.projector != ProjectorType::none)
       std::printf("  projected: %d wide (projector %s): the language model's input\n", c.projector_dim,
                   std::string(to_string(c.projector)).c_str());
