@@ -217,6 +217,11 @@ TEST(EncoderWindows, DefaultFoveationIsWindowsForCheckpointsAndMixedForRandomMod
   EXPECT_EQ(default_foveation(VitModel::load(fixture("hf_vit"))), Foveation::windows);
   EXPECT_EQ(default_foveation(VitModel::load(fixture("gguf_siglip"))), Foveation::windows);
   EXPECT_EQ(default_foveation(VitModel::load("random:vit-s16")), Foveation::mixed);
+  const auto r = test::run_cli({"model", fixture("hf_vit"), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"default_foveation\": \"windows\""), std::string::npos) << r.out;
+  const auto t = test::run_cli({"model", fixture("hf_vit")});
+  EXPECT_NE(t.out.find("foveation: windows by default"), std::string::npos) << t.out;
 }
 
 TEST(EncoderWindows, CliEncodeWritesTheKeptTokensAndTheWindows) {

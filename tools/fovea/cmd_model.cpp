@@ -52,6 +52,7 @@ nlohmann::json model_json(const VitModel& m) {
                       {"bf16_kernels_on_this_cpu", bf16_supported()}};
   const std::string pooled = pooled_output(m);
   j["pooled_output"] = pooled.empty() ? nlohmann::json(nullptr) : nlohmann::json(pooled);
+  j["default_foveation"] = std::string(to_string(default_foveation(m)));
   j["heads"] = nlohmann::json::array();
   for (const ModelHead& h : model_heads(m))
     j["heads"].push_back(
@@ -80,6 +81,8 @@ struct ModelCommand {
                 c.grid, c.class_token ? ", class token" : "",
                 c.registers ? (", " + std::to_string(c.registers) + " register tokens").c_str() : "");
     std::printf("  positions at other sizes: %s\n", std::string(to_string(c.pos_sampling)).c_str());
+    std::printf("  foveation: %s by default (fovea encode; --foveation mixed|windows to choose)\n",
+                std::string(to_string(default_foveation(m))).c_str());
     std::printf("  preprocessing: mean %.4g %.4g %.4g, std %.4g %.4g %.4g (%s)\n", double(c.input.mean[0]),
                 double(c.input.mean[1]), double(c.input.mean[2]), double(c.input.std[0]), double(c.input.std[1]),
                 double(c.input.std[2]), c.input.source.c_str());
