@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import inspect
 import json
 import math
@@ -733,13 +734,16 @@ def evaluate_scene(ctx: Ctx, scene: Scene, methods: Sequence[str], no_query: boo
 # scenes
 
 
+def eval_module(name: str):
+    """bench/eval's scenes.py (the photos' loading and the text snippets) or eval.py (Tesseract)."""
+    d = os.path.join(HERE, "eval")
+    if d not in sys.path:
+        sys.path.insert(0, d)
+    return importlib.import_module(name)
+
+
 def load_rgb(path: str) -> Image.Image:
-    im = Image.open(path)
-    if im.mode in ("RGBA", "LA", "P"):
-        im = im.convert("RGBA")
-        bg = Image.new("RGBA", im.size, (255, 255, 255, 255))
-        im = Image.alpha_composite(bg, im)
-    return im.convert("RGB")
+    return eval_module("scenes").load_rgb(path)
 
 
 def square(im: Image.Image, size: int) -> np.ndarray:
@@ -767,8 +771,7 @@ def ocr_scenes(size: int, count: int, seed: int = 7,
     first fidelity scenes); fixation at the queried box centre, radius half its longer side.
     With `legible`, a scene is drawn again (other words, place, font, contrast) up to `tries`
     times until the full-resolution image passes it: then what a method loses is the method's."""
-    sys.path.insert(0, os.path.join(HERE, "eval"))
-    import scenes as scene_gen
+    scene_gen = eval_module("scenes")
     rng = np.random.default_rng(seed + size)
     out = []
     for i in range(count):
@@ -797,8 +800,7 @@ def ocr_scenes(size: int, count: int, seed: int = 7,
 
 
 def run_ocr(ctx: Ctx, scene: Scene, methods: Sequence[str], tmpdir: str) -> dict:
-    sys.path.insert(0, os.path.join(HERE, "eval"))
-    import eval as eval_mod
+    eval_mod = eval_module("eval")
     box = scene.ocr["box"]
     pad = max(4, int(round(0.3 * (box[3] - box[1]))))
     truth = scene.ocr["text"]
@@ -833,8 +835,7 @@ def run_ocr(ctx: Ctx, scene: Scene, methods: Sequence[str], tmpdir: str) -> dict
 
 def legible(img: np.ndarray, o: dict, tmpdir: str, need: float = 0.9) -> bool:
     """The queried snippet reads (character accuracy >= need) at full resolution."""
-    sys.path.insert(0, os.path.join(HERE, "eval"))
-    import eval as eval_mod
+    eval_mod = eval_module("eval")
     box = o["box"]
     text = eval_mod.ocr(img, box, max(4, int(round(0.3 * (box[3] - box[1])))), tmpdir)
     return eval_mod.char_accuracy(text, o["text"]) >= need
