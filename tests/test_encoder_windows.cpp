@@ -85,7 +85,9 @@ TEST(EncoderBatch, EachImageEqualsItsOwnEncode) {
       for (auto field : {&Encoding::class_token, &Encoding::pooled, &Encoding::logits, &Encoding::projected,
                          &Encoding::image_embeds}) {
         ASSERT_EQ((all[i].*field).rank(), (one.*field).rank());
-        if ((one.*field).rank()) EXPECT_LT(max_rel_diff(all[i].*field, one.*field), 1e-5) << "image " << i;
+        if ((one.*field).rank()) {
+          EXPECT_LT(max_rel_diff(all[i].*field, one.*field), 1e-5) << "image " << i;
+        }
       }
     }
   }
@@ -153,7 +155,9 @@ TEST(EncoderWindows, EveryWindowIsAStandaloneNativeImage) {
         ASSERT_EQ(e.window_class_tokens.dim(0), int64_t(t.batch.windows.size()));
         EXPECT_GE(row_cosine(e.window_class_tokens.data<float>() + int64_t(w) * D, ref.class_token.data<float>(), D), 0.999);
       }
-      if (w == 0 && ref.pooled.rank()) EXPECT_LT(max_rel_diff(e.pooled, ref.pooled), 1e-4);
+      if (w == 0 && ref.pooled.rank()) {
+        EXPECT_LT(max_rel_diff(e.pooled, ref.pooled), 1e-4);
+      }
       if (c.projector != ProjectorType::none) {
         const int64_t E = ref.projected.dim(1);
         for (int64_t i = 0; i < win.tokens(); ++i)
@@ -195,7 +199,9 @@ TEST(EncoderWindows, CoveredTokensAreEncodedThenDropped) {
   for (size_t i = 0; i < es.rows.size(); ++i) {
     const int64_t r = es.rows[i];
     ASSERT_EQ(some.batch.covered.data<uint8_t>()[r], 0);
-    if (i) ASSERT_GT(r, es.rows[i - 1]);
+    if (i) {
+      ASSERT_GT(r, es.rows[i - 1]);
+    }
     ASSERT_EQ(std::memcmp(es.embeddings.data<float>() + int64_t(i) * D, ea.embeddings.data<float>() + r * D, size_t(D) * 4), 0);
   }
   // class_token, pooled and logits are the base view's.
