@@ -64,8 +64,8 @@
 //   fovea::EncoderContext ctx;   // one per thread or request, reused from call to call
 //   fovea::Encoding e = fovea::encode(ctx, m, t.batch.patches, t.batch.positions, params, exec);
 //
-// The calls without a context (encode(m, ...)) borrow one from a pool the model keeps: the same
-// results, the same concurrency, one context per call running at that moment.
+// The calls without a context (encode(m, ...)) borrow one from a pool the model keeps (as many
+// contexts as calls ever ran at once on it): the same bytes, and they run in parallel too.
 //
 // Thread safety: a VitModel is immutable and may be shared by any number of threads (copies
 // share the weights). Encodes on one model run in parallel, each on its own context: every
@@ -74,7 +74,7 @@
 // copies of the weights (see VitModel) are the model's, made once whichever encode needs one
 // first and then read by all, never one per context. An EncoderContext serves one call at a
 // time: a second call on a context that is in use throws Error(invalid_argument); distinct
-// contexts never share mutable state. Each call runs on exec.threads() threads: it sets the
+// contexts share nothing mutable but the model's packed copies. Each call runs on exec.threads() threads: it sets the
 // calling thread's OpenMP team size for the call and restores the caller's value, so two
 // concurrent calls with 2 threads each run 4 threads. The OpenMP wait policy is the program's
 // (exec.hpp). The hook from tile_feature_fn keeps exec's thread count and kernel choice (not exec
@@ -307,7 +307,8 @@ struct EncoderContextParams {
 // The per-call state of the encoder (see "Model and context" above): oneDNN's primitives per
 // shape and thread count with their scratchpads, the attention buffers, kept from one call to
 // the next (fresh pages cost a zeroing fault: reuse a context rather than make one per call).
-// Not tied to a model: a context may encode with several models in turn. Move-only.
+// Not tied to a model: a context may encode with several models in turn. Move-only (a
+// moved-from context may only be assigned to or destroyed).
 class EncoderContext {
  public:
   explicit EncoderContext(const EncoderContextParams& params = {});
@@ -490,9 +491,10 @@ EmbeddingsFile embeddings_file(const TokenBatch& batch, const Encoding& e, std::
 // query of the projection's length, features are mapped as post_layernorm + visual_projection
 // (the text-image space); otherwise the query must have D values. Throws
 // Error(invalid_argument) from the hook when neither length matches.
-// With `ctx`, the hook runs on that context: the caller keeps ctx alive while the hook may be
-// called, and does not call the hook while ctx serves another call (that call throws). Without,
-// each call of the hook borrows a context from the model's pool.
+// With `ctx`, every call of the hook runs on that context: the caller keeps ctx alive as long as
+// the hook may be called, and a call of the hook while ctx serves another call (or the other way
+// round) throws Error(invalid_argument). Without, each call of the hook borrows a context from
+// the model's pool.
 TileFeatureFn tile_feature_fn(EncoderContext& ctx, const VitModel& model, const Normalization& norm, int query_dim,
                               Executor& exec);
 TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, int query_dim, Executor& exec);
