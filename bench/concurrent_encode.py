@@ -164,7 +164,8 @@ def bench(spec):
 
 def main():
     emit({"mode": "header", "machine": machine(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-          "commit": commit(), "loadavg": os.getloadavg(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+          "commit": commit(), "build_dir": os.path.abspath(ARGS.build_dir), "fovea_module": fovea.__file__,
+          "loadavg": os.getloadavg(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
           "bf16_supported": fovea.bf16_supported(),
           "command": " ".join(shlex.quote(a) for a in ["/usr/bin/python3"] + sys.argv)})
     for spec in ARGS.model or ["random:vit-b16"]:
