@@ -219,10 +219,6 @@ struct ModelAccess {
   static VitModel::Impl& unshared(VitModel& model);
 };
 
-}  // namespace encoder_detail
-
-namespace encoder_detail {
-
 // The rows before the patch tokens: the class token (when the model has one), then the register
 // tokens. The patch tokens' rows start at prefix_tokens(c).
 // fc1's output width: the MLP's hidden width, twice it for a gated (swiglu) MLP.
