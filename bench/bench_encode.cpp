@@ -368,16 +368,16 @@ void layouts(int reps) {
 }
 
 // Scales every layer's Q and K projections by √s (see --qk-scale). Benchmarks only: call before
-// the first encode (the GEMMs convert and pack the weights on first use).
+// the first encode, on the only handle to the model (ModelAccess::unshared checks both).
 // The layer's stacked q|k|v weights, writable: only an f32 model the process owns (random:...).
 float* qkv_weights(fovea::VitLayer& l) {
-  if (l.qkv_w.dtype != fovea::DType::f32 || l.qkv_w.mapped())
+  if (l.qkv_w.dtype != fovea::DType::f32 || l.qkv_w.mapped() || l.qkv_w.owned.dtype() != fovea::DType::f32)
     throw fovea::Error(fovea::Errc::invalid_argument, "--qk-scale / --qk-tie need a random:... model (f32, not mapped)");
-  return const_cast<float*>(static_cast<const float*>(l.qkv_w.data));
+  return l.qkv_w.owned.data<float>();
 }
 
-void scale_qk(const fovea::VitModel& model, float s) {
-  auto& m = const_cast<fovea::VitModel::Impl&>(model.impl());
+void scale_qk(fovea::VitModel& model, float s) {
+  auto& m = fovea::encoder_detail::ModelAccess::unshared(model);
   const int64_t D = m.config.hidden;
   const float r = std::sqrt(s);
   for (fovea::VitLayer& l : m.layers) {
@@ -389,8 +389,8 @@ void scale_qk(const fovea::VitModel& model, float s) {
 }
 
 // K projection := Q projection in every layer (see --qk-tie). Before the first encode.
-void tie_qk(const fovea::VitModel& model) {
-  auto& m = const_cast<fovea::VitModel::Impl&>(model.impl());
+void tie_qk(fovea::VitModel& model) {
+  auto& m = fovea::encoder_detail::ModelAccess::unshared(model);
   const int64_t D = m.config.hidden;
   for (fovea::VitLayer& l : m.layers) {
     float* w = qkv_weights(l);
@@ -401,17 +401,17 @@ void tie_qk(const fovea::VitModel& model) {
 }
 
 // Per layer, the mean entropy (nats) of exact softmax attention rows, over up to 64 query rows
-// per head spread evenly over the tokens.
+// per head spread evenly over the tokens, of the encodes run on `ctx` while attached.
 struct EntropyProbe {
   std::vector<double> sum;
   std::vector<int64_t> count;
   int64_t tokens = 0;
-  void attach(const fovea::VitModel& model) {
-    auto& m = const_cast<fovea::VitModel::Impl&>(model.impl());
-    const int64_t D = m.config.hidden;
-    const int heads = m.config.heads;
-    sum.assign(m.layers.size(), 0.0), count.assign(m.layers.size(), 0);
-    m.attention_probe = [this, D, heads](int layer, const std::byte* qkv, fovea::DType dt, int64_t T) {
+  void attach(fovea::EncoderContext& ctx, const fovea::VitModel& model) {
+    const fovea::VitConfig& c = model.config();
+    const int64_t D = c.hidden;
+    const int heads = c.heads;
+    sum.assign(size_t(c.layers), 0.0), count.assign(size_t(c.layers), 0);
+    ctx.impl().attention_probe = [this, D, heads](int layer, const std::byte* qkv, fovea::DType dt, int64_t T) {
       tokens = T;
       const int64_t hd = D / heads, ld = 3 * D, step = std::max<int64_t>(1, T / 64);
       auto at = [&](int64_t row, int64_t col) {
@@ -438,7 +438,7 @@ struct EntropyProbe {
         }
     };
   }
-  void detach(const fovea::VitModel& model) { const_cast<fovea::VitModel::Impl&>(model.impl()).attention_probe = {}; }
+  void detach(fovea::EncoderContext& ctx) { ctx.impl().attention_probe = {}; }
 };
 
 // Per-token cosine of a's rows to b's: mean and min.
@@ -526,7 +526,7 @@ int main(int argc, char** argv) {
       for (std::string item; std::getline(ss, item, ',');) modes.push_back(fovea::parse_attention(item));
     }
     const auto t_load = Clock::now();
-    const fovea::VitModel model = fovea::VitModel::load(model_spec);
+    fovea::VitModel model = fovea::VitModel::load(model_spec);
     const double load_ms = ms_since(t_load);
     if (qk_tie) tie_qk(model);
     if (qk_scale != 1.0f) scale_qk(model, qk_scale);
@@ -652,9 +652,10 @@ int main(int argc, char** argv) {
         if (is_exact && compare_exact) exact_embeddings = first.embeddings.clone();
         if (is_exact && entropy) {
           EntropyProbe probe;
-          probe.attach(model);
-          fovea::encode(model, patches, positions, ep, exec);
-          probe.detach(model);
+          fovea::EncoderContext probed;
+          probe.attach(probed, model);
+          fovea::encode(probed, model, patches, positions, ep, exec);
+          probe.detach(probed);
           nlohmann::json layers = nlohmann::json::array();
           for (size_t l = 0; l < probe.sum.size(); ++l) layers.push_back(probe.sum[l] / double(std::max<int64_t>(1, probe.count[l])));
           j["entropy_per_layer"] = layers;

@@ -50,11 +50,14 @@ struct Result {
   Tensor patches, positions, embeddings;
 };
 
-Result tokenize_and_encode(const VitModel& model, const ImageU8& image, const Query& query, int threads) {
+// On `ctx` when given, else on a context from the model's pool.
+Result tokenize_and_encode(const VitModel& model, const ImageU8& image, const Query& query, int threads,
+                           EncoderContext* ctx = nullptr) {
   Executor exec({.threads = threads});
   Tokenization t = tokenize(image.clone(), query, small_params(), exec);
-  Encoding e = encode(model, t.batch.patches, t.batch.positions,
-                      {.image_width = image.width(), .image_height = image.height()}, exec);
+  const EncodeParams p{.image_width = image.width(), .image_height = image.height()};
+  Encoding e = ctx ? encode(*ctx, model, t.batch.patches, t.batch.positions, p, exec)
+                   : encode(model, t.batch.patches, t.batch.positions, p, exec);
   return {std::move(t.batch.patches), std::move(t.batch.positions), std::move(e.embeddings)};
 }
 
@@ -94,15 +97,16 @@ TEST(Runtime, ThreadCountIsPerCallNotPerModel) {
   const VitModel model = VitModel::load("random:vit-tiny");
   const ImageU8 img = test::random_image(96, 64, 3, 11);
   const Query q = fixation_at(40, 30);
-  const Result two = tokenize_and_encode(model, img, q, 2);
-  const auto& gemm = model.impl().gemm;
+  EncoderContext ctx;
+  const Result two = tokenize_and_encode(model, img, q, 2, &ctx);
+  const auto& gemm = ctx.impl().gemm;
   ASSERT_NE(gemm, nullptr);
   if (encoder_detail::Gemm::avx2_takes_f32()) {
     // The linear layers run on fovea's AVX2 kernel, which reads the call's team size on every
     // call and keeps nothing per thread count; attention's oneDNN GEMMs run single-threaded
     // inside its parallel tasks. So the oneDNN half of the property is checked on a GEMM the
     // main thread runs on oneDNN (a weight that is not constant, as attention's are).
-    const Result one = tokenize_and_encode(model, img, q, 1);
+    const Result one = tokenize_and_encode(model, img, q, 1, &ctx);
     EXPECT_EQ(one.embeddings.shape(), two.embeddings.shape());
     std::vector<float> a(64 * 64, 0.5f), w(64 * 64, 0.25f), c(64 * 64);
     encoder_detail::GemmArgs g{};
@@ -127,7 +131,7 @@ TEST(Runtime, ThreadCountIsPerCallNotPerModel) {
   }
   const std::map<int, int> after_two = gemm->primitives_per_team_size();
   EXPECT_GT(after_two.count(2), 0u) << "no 2-thread primitive after a 2-thread call";
-  const Result one = tokenize_and_encode(model, img, q, 1);
+  const Result one = tokenize_and_encode(model, img, q, 1, &ctx);
   const std::map<int, int> after_one = gemm->primitives_per_team_size();
   const int ones_before = after_two.count(1) ? after_two.at(1) : 0;
   EXPECT_GT(after_one.count(1) ? after_one.at(1) : 0, ones_before) << "the 1-thread call reused 2-thread primitives";

@@ -113,25 +113,24 @@ TEST(EncoderWeights, InPlaceConvertedAndPackedWeightsGiveTheSameEmbeddings) {
       Executor exec({.threads = 2});
       const EncodeParams p{.precision = prec, .image_width = c.width, .image_height = c.height};
       const Encoding first = encode(model, c.patches, c.positions, p, exec);
-      const auto& gemm = model.impl().gemm;
-      ASSERT_NE(gemm, nullptr);
-      EXPECT_EQ(gemm->packed_stats().weights, 0) << "a one-shot encode must not pack (copy) weights";
-      EXPECT_EQ(gemm->packed_stats().bytes, 0u);
+      const encoder_detail::PackedWeights& cache = model.impl().packed;
+      EXPECT_EQ(cache.stats().weights, 0) << "a one-shot encode must not pack (copy) weights";
+      EXPECT_EQ(cache.stats().bytes, 0u);
       const Encoding second = encode(model, c.patches, c.positions, p, exec);
-      const encoder_detail::Gemm::PackedStats packed = gemm->packed_stats();
+      const encoder_detail::PackedWeights::Stats packed = cache.stats();
       // Where the kernels have a blocked layout (brgemm: AVX-512 / AMX), 4 matrices per layer plus
       // the patch embedding (+ the projector, none here); elsewhere (AVX2) only the weights whose
       // type is not the kernel's are copied (converted), f32 ones are read as they lie.
       const DType kernel = runnable_precision(prec) == Precision::bf16 ? DType::bf16 : DType::f32;
-      const bool blocked = gemm->packs_weights(kernel);
+      const bool blocked = encoder_detail::Gemm().packs_weights(kernel);
       int expected = blocked || kernel != DType::f32 ? 1 : 0;  // the patch embedding: f32
       for (const VitLayer& l : model.impl().layers)
         for (const WeightMatrix* w : {&l.qkv_w, &l.out_w, &l.fc1_w, &l.fc2_w}) expected += blocked || w->dtype != kernel;
       EXPECT_EQ(packed.weights, expected);
       EXPECT_EQ(packed.bytes > 0, expected > 0);
       const Encoding third = encode(model, c.patches, c.positions, p, exec);
-      EXPECT_EQ(gemm->packed_stats().weights, packed.weights) << "packed weights must be reused, not repacked";
-      EXPECT_EQ(gemm->packed_stats().bytes, packed.bytes);
+      EXPECT_EQ(cache.stats().weights, packed.weights) << "packed weights must be reused, not repacked";
+      EXPECT_EQ(cache.stats().bytes, packed.bytes);
       EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
       EXPECT_TRUE(same_bytes(second.embeddings, third.embeddings));
     }
@@ -159,9 +158,9 @@ TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
     SCOPED_TRACE(std::string(prec == Precision::bf16 ? "bf16" : "fp32") + (bf16_weights ? ", bf16 weights" : ""));
     VitConfig c;  // ViT-B/16's widths, two layers (the shapes matter, not the depth)
     c.hidden = 768, c.heads = 12, c.mlp = 3072, c.layers = 2;
-    const VitModel model = VitModel::random(c, 1, "vit-b16-widths");
+    VitModel model = VitModel::random(c, 1, "vit-b16-widths");
     if (bf16_weights) {  // as a BF16 checkpoint would hold them
-      for (VitLayer& l : const_cast<VitModel::Impl&>(model.impl()).layers)
+      for (VitLayer& l : encoder_detail::ModelAccess::unshared(model).layers)
         for (WeightMatrix* w : {&l.qkv_w, &l.out_w, &l.fc1_w, &l.fc2_w}) {
           Tensor t(DType::bf16, {w->rows, w->cols});
           encoder_detail::to_bf16_row(static_cast<const float*>(w->data), t.data<uint16_t>(), w->rows * w->cols);
@@ -170,7 +169,7 @@ TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
     }
     const EncodeParams p{.precision = prec, .image_width = 272, .image_height = 256};
     const Encoding first = encode(model, patches, positions, p, exec);
-    EXPECT_EQ(model.impl().gemm->packed_stats().weights, 0);
+    EXPECT_EQ(model.impl().packed.stats().weights, 0);
     const Encoding second = encode(model, patches, positions, p, exec);
     const DType kernel = runnable_precision(prec) == Precision::bf16 ? DType::bf16 : DType::f32;
     // See the test above: copied where the kernels block their weights, or where a weight's type
@@ -178,14 +177,15 @@ TEST(EncoderWeights, FirstAndPackedUsesAgreeAtVitB16Sizes) {
     // embedding (bf16 kernels that do not block: an AVX-512 CPU without native bf16, where
     // oneDNN's bf16 matmul is gemm:jit).
     const DType weights = bf16_weights ? DType::bf16 : DType::f32;
-    const bool copies = model.impl().gemm->packs_weights(kernel) || weights != kernel || kernel != DType::f32;
-    EXPECT_EQ(model.impl().gemm->packed_stats().weights > 0, copies);
+    const bool copies = encoder_detail::Gemm().packs_weights(kernel) || weights != kernel || kernel != DType::f32;
+    EXPECT_EQ(model.impl().packed.stats().weights > 0, copies);
     EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
   }
 }
 
-// A model an IncrementalEncoder (a video session) runs packs its weights at their first use,
-// not at their second; the embeddings are the bytes the packed path gives anyway.
+// A context made with expect_reuse (as an IncrementalEncoder's, a video session's) packs the
+// weights at their first use, not at their second; the embeddings are the bytes the packed path
+// gives anyway. Other contexts on the model then read those copies: none is made twice.
 TEST(EncoderWeights, VideoSessionsPackAtTheFirstUse) {
   const FirstCase c = first_case("torchvision");
   Executor exec({.threads = 2});
@@ -195,13 +195,22 @@ TEST(EncoderWeights, VideoSessionsPackAtTheFirstUse) {
     const VitModel plain = VitModel::load(fixture("torchvision"));
     encode(plain, c.patches, c.positions, p, exec);
     const Encoding second = encode(plain, c.patches, c.positions, p, exec);  // packed where packing applies
-    const int packed_after_two = plain.impl().gemm->packed_stats().weights;
+    const int packed_after_two = plain.impl().packed.stats().weights;
 
     const VitModel video = VitModel::load(fixture("torchvision"));
-    const IncrementalEncoder inc(video);
-    const Encoding first = encode(video, c.patches, c.positions, p, exec);
-    EXPECT_EQ(video.impl().gemm->packed_stats().weights, packed_after_two);
+    EncoderContext reuse(EncoderContextParams{.expect_reuse = true});
+    const Encoding first = encode(reuse, video, c.patches, c.positions, p, exec);
+    EXPECT_EQ(video.impl().packed.stats().weights, packed_after_two);
     EXPECT_TRUE(same_bytes(first.embeddings, second.embeddings));
+    EncoderContext other;
+    EXPECT_TRUE(same_bytes(encode(other, video, c.patches, c.positions, p, exec).embeddings, second.embeddings));
+    EXPECT_EQ(video.impl().packed.stats().weights, packed_after_two);
+
+    const VitModel session = VitModel::load(fixture("torchvision"));
+    IncrementalEncoder inc(session);
+    inc.encode(c.patches, c.positions, {}, {}, {.precision = prec, .image_width = c.width, .image_height = c.height},
+               exec);
+    EXPECT_EQ(session.impl().packed.stats().weights, packed_after_two);
   }
 }
 
@@ -217,9 +226,9 @@ TEST(EncoderWeights, OneEncodePerPrecisionPacksNothing) {
   p.precision = Precision::fp32;
   encode(model, c.patches, c.positions, p, exec);
   // Only the patch embedding, which runs in f32 at both precisions, was used twice.
-  EXPECT_EQ(model.impl().gemm->packed_stats().weights, 1);
+  EXPECT_EQ(model.impl().packed.stats().weights, 1);
   encode(model, c.patches, c.positions, p, exec);
-  EXPECT_EQ(model.impl().gemm->packed_stats().weights, 1 + 4 * int(model.impl().layers.size()));
+  EXPECT_EQ(model.impl().packed.stats().weights, 1 + 4 * int(model.impl().layers.size()));
 }
 
 // bf16 GEMMs over f32 weights convert them inside oneDNN's reorder; the scalar reference

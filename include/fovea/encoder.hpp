@@ -57,12 +57,28 @@
 // square samples exactly the grid nodes, so it reproduces the original model; a uniform grid at
 // any other size reproduces HF's interpolate_pos_encoding.
 //
-// Thread safety: a VitModel's weights are immutable and shared by its copies; encode() and the
-// tile_feature_fn hook on one model (or its copies) run one at a time (an internal mutex), so
-// a model may be shared between threads, and separately loaded models encode in parallel. Each
-// call runs on exec.threads() threads: it sets the calling thread's OpenMP team size for the
-// call and restores the caller's value. The OpenMP wait policy is the program's (exec.hpp).
-// The hook from tile_feature_fn keeps exec's thread count and kernel choice (not exec itself).
+// Model and context. A VitModel is the weights, loaded once and never changed; an
+// EncoderContext is what one encode needs besides them (oneDNN's primitives and scratchpads, the
+// attention buffers), owned by the caller, as llama.cpp's llama_model and llama_context:
+//
+//   fovea::EncoderContext ctx;   // one per thread or request, reused from call to call
+//   fovea::Encoding e = fovea::encode(ctx, m, t.batch.patches, t.batch.positions, params, exec);
+//
+// The calls without a context (encode(m, ...)) borrow one from a pool the model keeps (as many
+// contexts as calls ever ran at once on it): the same bytes, and they run in parallel too.
+//
+// Thread safety: a VitModel is immutable and may be shared by any number of threads (copies
+// share the weights). Encodes on one model run in parallel, each on its own context: every
+// entry point with an EncoderContext, every one without (a pooled context each), the hook of
+// tile_feature_fn and incremental encoders (incremental_encoder.hpp), in any mix. The GEMM-ready
+// copies of the weights (see VitModel) are the model's, made once whichever encode needs one
+// first and then read by all, never one per context. An EncoderContext serves one call at a
+// time: a second call on a context that is in use throws Error(invalid_argument); distinct
+// contexts share nothing mutable but the model's packed copies. Each call runs on exec.threads() threads: it sets the
+// calling thread's OpenMP team size for the call and restores the caller's value, so two
+// concurrent calls with 2 threads each run 4 threads. The OpenMP wait policy is the program's
+// (exec.hpp). The hook from tile_feature_fn keeps exec's thread count and kernel choice (not exec
+// itself).
 #pragma once
 
 #include <array>
@@ -83,6 +99,10 @@
 #include "fovea/windows.hpp"
 
 namespace fovea {
+
+namespace encoder_detail {
+struct ModelAccess;  // src/encoder and benchmarks: the weights of a model no one shares yet
+}
 
 enum class VitFamily : uint8_t {
   clip,
@@ -242,8 +262,9 @@ struct ModelLoadOptions {
 // A loaded model, shared and immutable. Weight matrices stay in the file's type (F32, BF16;
 // F16 and Q8_0 are decoded to float32 at load), mapped or owned (ModelLoadOptions); the rest
 // (norms, biases, embeddings) is float32. GEMM-ready copies (bf16, oneDNN's blocked layouts) are
-// made by encode() only when they pay: from a weight's second use on. Cheap to copy (shared
-// handle). Thread-compatible: encode() calls on one model are serialised internally.
+// made by encode() only when they pay: from a weight's second use on (at the first for a
+// context made with expect_reuse), once per model whatever the number of contexts. Cheap to copy
+// (shared handle). Thread-safe: any number of threads encode on one model at once (above).
 class VitModel {
  public:
   // `spec` is a path to a .safetensors or .gguf file (recognised by content, not by name), an HF
@@ -271,7 +292,40 @@ class VitModel {
   const Impl& impl() const { return *impl_; }
 
  private:
+  friend struct encoder_detail::ModelAccess;
   std::shared_ptr<Impl> impl_;
+};
+
+struct EncoderContextParams {
+  // Constant weights are packed (converted, reordered for the kernels) at their first use
+  // instead of their second: for a caller that runs the model many times, such as a video
+  // session, which would otherwise convert every weight twice. A one-shot caller keeps false:
+  // its first encode reads the weights where they lie. Either way the model holds the copies.
+  bool expect_reuse = false;
+};
+
+// The per-call state of the encoder (see "Model and context" above): oneDNN's primitives per
+// shape and thread count with their scratchpads, the attention buffers, kept from one call to
+// the next (fresh pages cost a zeroing fault: reuse a context rather than make one per call).
+// Not tied to a model: a context may encode with several models in turn. Move-only (a
+// moved-from context may only be assigned to or destroyed).
+class EncoderContext {
+ public:
+  explicit EncoderContext(const EncoderContextParams& params = {});
+  ~EncoderContext();
+  EncoderContext(EncoderContext&&) noexcept;
+  EncoderContext& operator=(EncoderContext&&) noexcept;
+  EncoderContext(const EncoderContext&) = delete;
+  EncoderContext& operator=(const EncoderContext&) = delete;
+
+  const EncoderContextParams& params() const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
 };
 
 // How every layer's self-attention runs.
@@ -377,6 +431,10 @@ struct Encoding {
 // float32 (centre x, centre y, side, level: the TokenBatch layout). Both are read in place: a
 // Tensor or a caller's buffer (TensorView, e.g. a numpy array). Throws
 // Error(invalid_argument) when the patch size, channels or shapes do not match the model.
+// Every entry point comes twice: with the caller's EncoderContext, and without (a context
+// borrowed from the model's pool for the call). Both give the same bytes.
+Encoding encode(EncoderContext& ctx, const VitModel& model, const TensorView& patches, const TensorView& positions,
+                const EncodeParams& params, Executor& exec);
 Encoding encode(const VitModel& model, const TensorView& patches, const TensorView& positions,
                 const EncodeParams& params, Executor& exec);
 
@@ -399,6 +457,9 @@ struct ImageSpan {
 // sum in another order). EncodeParams' image size is not read. Every result carries the whole
 // call's encode_ms and attention_ms. Throws as encode(), and Error(invalid_argument) when the
 // images' tokens do not add up to the rows of patches.
+std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, const TensorView& patches,
+                                   const TensorView& positions, std::span<const ImageSpan> images,
+                                   const EncodeParams& params, Executor& exec);
 std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patches, const TensorView& positions,
                                    std::span<const ImageSpan> images, const EncodeParams& params, Executor& exec);
 
@@ -407,10 +468,14 @@ std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patc
 // (encode_batch); then the covered tokens are dropped (a batch planned with keep_covered has
 // none). Returns the kept tokens in batch order (Encoding::rows). EncodeParams' image size is not
 // read. Throws Error(invalid_argument) for a batch without windows or whose windows do not add up.
+Encoding encode_windows(EncoderContext& ctx, const VitModel& model, const TokenBatch& batch, const EncodeParams& params,
+                        Executor& exec);
 Encoding encode_windows(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec);
 
 // Encodes `batch` as its foveation needs: encode_windows for a windowed batch, encode() of its
 // patches and positions (in an image_width × image_height image) otherwise.
+Encoding encode_tokens(EncoderContext& ctx, const VitModel& model, const TokenBatch& batch, const EncodeParams& params,
+                       Executor& exec);
 Encoding encode_tokens(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec);
 
 // The embeddings file (fovea/embeddings.hpp) of encoding `e` of `batch`: e's tensors (copied), the
@@ -426,6 +491,12 @@ EmbeddingsFile embeddings_file(const TokenBatch& batch, const Encoding& e, std::
 // query of the projection's length, features are mapped as post_layernorm + visual_projection
 // (the text-image space); otherwise the query must have D values. Throws
 // Error(invalid_argument) from the hook when neither length matches.
+// With `ctx`, every call of the hook runs on that context: the caller keeps ctx alive as long as
+// the hook may be called, and a call of the hook while ctx serves another call (or the other way
+// round) throws Error(invalid_argument). Without, each call of the hook borrows a context from
+// the model's pool.
+TileFeatureFn tile_feature_fn(EncoderContext& ctx, const VitModel& model, const Normalization& norm, int query_dim,
+                              Executor& exec);
 TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, int query_dim, Executor& exec);
 
 // Reads a query embedding: a .npy file (float32/float64/float16, shape [D] or [1, D]) or a

@@ -43,6 +43,12 @@
 // against that frame's keys and values. With the reference kernels (Executor reference()) the
 // results are bit for bit those of frame-by-frame calls; oneDNN may pick another kernel for
 // another row count, which changes the rounding of a GEMM (not what is computed).
+//
+// Thread safety: an IncrementalEncoder is one session (a video stream) and runs on an
+// EncoderContext of its own (encoder.hpp), made with expect_reuse unless one is given: one call
+// at a time per encoder (a call while another runs throws Error(invalid_argument)). Any number
+// of encoders, and plain encodes, run at once on one shared VitModel; they share its packed
+// weights (made once) and nothing else.
 #pragma once
 
 #include <cstdint>
@@ -87,13 +93,19 @@ struct IncrementalResult {
 
 class IncrementalEncoder {
  public:
+  // A session on `model` with a context of its own that packs the weights at their first use.
   explicit IncrementalEncoder(const VitModel& model);
+  // A session on `model` running on `context` (moved in: the session owns it, and its params
+  // stay as given).
+  IncrementalEncoder(const VitModel& model, EncoderContext context);
   ~IncrementalEncoder();
   IncrementalEncoder(const IncrementalEncoder&) = delete;
   IncrementalEncoder& operator=(const IncrementalEncoder&) = delete;
 
   // Forget every cached state: the next encode() is a full one.
   void reset();
+  // The session's context (benchmarks: attach a probe; not to be used by another call meanwhile).
+  EncoderContext& context();
   // patches [N, C, P, P] f32/f16 normalised for the model, positions [N, 4] f32. prev_row and
   // patch_dirty have N entries, or are empty (everything new). Throws Error(invalid_argument)
   // for shapes that do not match the model or a prev_row outside the previous call's rows or

@@ -41,6 +41,10 @@
 //   5. a token whose footprint holds no dirty tile and which was in the previous layout keeps
 //      its patch and its patch embedding (exact); the others are sampled again;
 //   6. the encoder runs in the chosen Reuse mode (IncrementalEncoder).
+//
+// Thread safety: a VideoReader and a VideoSession are each one thread at a time. Sessions on
+// one shared VitModel run in parallel (each session's encoder has its own EncoderContext; the
+// model's packed weights are made once for all of them), as do plain encodes on that model.
 #pragma once
 
 #include <cstdint>

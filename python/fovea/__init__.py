@@ -233,6 +233,11 @@ class Model(_fovea.Model):
 
     .config is a dict (hidden_size, layers, heads, patch_size, position_grid, ...).
     Raises OSError for an unreadable file, RuntimeError for a malformed or unknown one.
+
+    Threads: a Model is immutable and may be shared. encode() / encode_full() calls from
+    several Python threads run in parallel (the GIL is released and each call runs on an
+    encoder context of its own, lent by the model); the weights' packed copies are made once
+    and shared. Give each call threads= so that their sum fits the cores.
     """
 
     def __init__(self, spec: PathLike) -> None:

@@ -43,6 +43,59 @@ class OmpThreadsScope {
  private:
   int saved_;
 };
+
+// Constant weights packed for the kernels (gemm.cpp): bf16 conversions, oneDNN's blocked
+// layouts, fovea's AMX and AVX2 panels. One per model, shared by every context that encodes with
+// it, so a copy is made once, by whichever GEMM needs it first. Thread-safe: the index of
+// weights takes a mutex on a weight's first lookup by a context, each weight its own mutex
+// while one of its copies is made; a context keeps what it looked up (Gemm), so later reads
+// take no lock. Copies are never changed or freed before the model.
+class PackedWeights {
+ public:
+  PackedWeights();
+  ~PackedWeights();
+  PackedWeights(const PackedWeights&) = delete;
+  PackedWeights& operator=(const PackedWeights&) = delete;
+  // Bytes of packed copies held, and how many (a weight packed into two layouts counts twice).
+  struct Stats {
+    size_t bytes = 0;
+    int weights = 0;
+  };
+  Stats stats() const;
+  // No weight was ever used (counted or packed) through this cache.
+  bool untouched() const;
+  struct State;
+  State& state() const { return *s_; }
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+// The contexts of the calls that bring none (encode(model, ...)): a call takes a free one, or a
+// new one, and gives it back when it returns, so such calls run in parallel too and each keeps
+// warm primitives and buffers. Holds as many contexts as calls ever ran at once. Thread-safe.
+class ContextPool {
+ public:
+  class Lease {
+   public:
+    explicit Lease(ContextPool& pool);
+    ~Lease();
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    EncoderContext& context() { return *ctx_; }
+
+   private:
+    ContextPool& pool_;
+    std::unique_ptr<EncoderContext> ctx_;
+  };
+  Lease take() { return Lease(*this); }
+  size_t size() const;  // contexts made so far (tests)
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<EncoderContext>> free_;
+  size_t made_ = 0;
+};
 }
 
 // A weight matrix [rows, cols], row-major (PyTorch's [out, in]), stored as f32 or bf16: where it
@@ -120,19 +173,51 @@ struct VitModel::Impl {
   // What the mapped WeightMatrix views point into (the checkpoint's files, mapped read-only);
   // null for random models and when every matrix is owned.
   std::shared_ptr<const void> mapping;
-  std::mutex mutex;  // encode() is serialised per model (GEMM caches, packed weights)
+
+  // What encodes fill in as they go, not part of what the model is: each is synchronised inside
+  // (see their classes), so a const Impl stays safe to share and its outputs never depend on
+  // which encode came first (every packed copy gives the bits the weight as it lies gives).
+  mutable encoder_detail::PackedWeights packed;  // shared by every context encoding this model
+  mutable encoder_detail::ContextPool contexts;  // for the calls without a context
+};
+
+// The per-call state (fovea::EncoderContext): one call at a time (ContextUse).
+struct EncoderContext::Impl {
+  EncoderContextParams params;
+  // oneDNN engine, primitive cache and per-thread scratchpads, created on first use; bound to
+  // the model of each call (its packed weights) by bind_gemm().
+  std::unique_ptr<encoder_detail::Gemm> gemm;
+  // attention.hpp's buffers, kept from one encode to the next (fresh pages cost a zeroing fault).
+  std::shared_ptr<encoder_detail::AttentionWorkspace> attention_ws;
   // Benchmarks only (bench/bench_encode.cpp --entropy): called by encode() with each layer's
   // q|k|v rows [T, 3D] (dtype dt) before attention. Empty in the library's own use.
   std::function<void(int layer, const std::byte* qkv, DType dt, int64_t T)> attention_probe;
-  std::unique_ptr<encoder_detail::Gemm> gemm;  // oneDNN engine and primitive cache, created on first use
-  // Set by users that will run the model many times (the incremental / video encoder): constant
-  // weights are packed on their first use instead of their second (Gemm::pack_on_first_use).
-  std::atomic<bool> expect_reuse{false};
-  // attention.hpp's buffers, kept from one encode to the next (fresh pages cost a zeroing fault).
-  std::shared_ptr<encoder_detail::AttentionWorkspace> attention_ws;
+  std::atomic<bool> busy{false};  // a call is running on this context
 };
 
 namespace encoder_detail {
+
+// Marks a context in use for a scope: throws Error(invalid_argument) when it already is (two
+// threads on one context). The exchange also orders one call's writes before the next call's
+// reads when a context moves between threads.
+class ContextUse {
+ public:
+  explicit ContextUse(EncoderContext::Impl& ctx);
+  ~ContextUse() { ctx_.busy.store(false, std::memory_order_release); }
+  ContextUse(const ContextUse&) = delete;
+  ContextUse& operator=(const ContextUse&) = delete;
+
+ private:
+  EncoderContext::Impl& ctx_;
+};
+
+// The weights of a model for editing, for code that builds or alters a model before anyone
+// else can see it (benchmarks: bench_encode --qk-scale; tests: a BF16 copy of random weights).
+struct ModelAccess {
+  // Throws Error(invalid_argument) unless `model` is the only handle on its weights and no
+  // encode has used them yet (a packed copy would go stale).
+  static VitModel::Impl& unshared(VitModel& model);
+};
 
 // The rows before the patch tokens: the class token (when the model has one), then the register
 // tokens. The patch tokens' rows start at prefix_tokens(c).
@@ -186,10 +271,20 @@ GemmArgs linear_args(const void* a, DType adt, int64_t m, const WeightMatrix& w,
 // The same for a weight held in an f32 Tensor [n, k] (patch embedding, projector).
 GemmArgs linear_args(const void* a, DType adt, int64_t m, const Tensor& w, const Tensor* b, void* c, DType cdt);
 
+// One context's GEMM engine: oneDNN primitives per shape and team size, a scratchpad and stream
+// per OpenMP thread number, the buffer a first use converts a weight into. Constant weights'
+// packed copies are not here but in the PackedWeights it is bound to (a model's, shared with
+// other contexts), of which it remembers what it looked up. One caller at a time, except that
+// run() may be called from the threads of that caller's OpenMP parallel region.
 class Gemm {
  public:
+  // Bound to packed weights of its own until bind() (tests and benchmarks that run GEMMs
+  // outside a model).
   Gemm();
   ~Gemm();
+  // Reads and packs constant weights through `weights` (a model's) from now on. `weights` must
+  // outlive the calls that follow; binding another cache forgets what this one looked up.
+  void bind(PackedWeights& weights);
   // Runs on the calling thread's OpenMP team size; called from inside an OpenMP parallel
   // region it runs single-threaded with a per-thread scratchpad.
   void run(const GemmArgs& args);
@@ -199,11 +294,8 @@ class Gemm {
   // Cached primitives per OpenMP team size they were made for (tests: the thread count is the
   // call's, so a call with another count gets its own primitives).
   std::map<int, int> primitives_per_team_size() const;
-  // Bytes of packed (reordered / converted) constant weights held, and how many weights.
-  struct PackedStats {
-    size_t bytes = 0;
-    int weights = 0;
-  };
+  // The bound cache's packed copies (PackedWeights::stats).
+  using PackedStats = PackedWeights::Stats;
   PackedStats packed_stats() const;
   // Whether constant weights get a packed copy for good (from their second use) when kernels
   // compute in `kernel_dt`: oneDNN's brgemm's blocked layouts (AVX-512 / AMX), fovea's AMX
@@ -214,11 +306,12 @@ class Gemm {
   // Whether fovea's AVX2 kernel runs the f32 linear layers (avx2.hpp): the CPU has AVX2 and FMA
   // and oneDNN has no f32 brgemm for it.
   static bool avx2_takes_f32();
-  // From now on, a constant weight is packed for good at its first use. By default the first
-  // use converts into a reused buffer and the second packs: right for a one-shot process, where
-  // a packed copy is never read again, but a video session then converts every weight twice
-  // (~0.15 s for ViT-B/16 bf16 on Zen 5).
-  void pack_on_first_use();
+  // Whether this engine's uses pack a constant weight for good at its first use. By default
+  // (false) the first use of a weight (counted per model, over every context) converts into a
+  // reused buffer and the second packs: right for a one-shot process, where a packed copy is
+  // never read again, but a video session then converts every weight twice (~0.15 s for
+  // ViT-B/16 bf16 on Zen 5). EncoderContextParams::expect_reuse.
+  void pack_on_first_use(bool yes = true);
 
  private:
   void run_unchecked(const GemmArgs& args);
@@ -273,10 +366,14 @@ struct LayerOps {
   // x += Hm·fc2_wᵀ + fc2_b. A [rows, D], H [rows, D] and Hm [rows, mlp] of type dt.
   void attention_out_and_mlp(const VitLayer& l, const VitConfig& c, const std::byte* A, int64_t rows, float* x,
                              std::byte* H, std::byte* Hm, DType dt) const;
-  // The kernels `exec` asks for, on model m's GEMM engine (created on first use, with room for
-  // exec's threads). Call with m.mutex held, inside an OmpThreadsScope of `threads`.
-  static LayerOps for_model(VitModel::Impl& m, const Executor& exec);
+  // The kernels `exec` asks for, on ctx's GEMM engine bound to model m (bind_gemm). Call
+  // inside a ContextUse of ctx and an OmpThreadsScope of exec's threads.
+  static LayerOps for_context(EncoderContext::Impl& ctx, const VitModel::Impl& m, const Executor& exec);
 };
+
+// ctx's GEMM engine (made on first use) bound to m's packed weights, with ctx's packing policy
+// and room for `threads` OpenMP threads. Call inside a ContextUse of ctx.
+Gemm& bind_gemm(EncoderContext::Impl& ctx, const VitModel::Impl& m, int threads);
 
 // ---- outputs after the tower (contract.cpp) ---------------------------------------------------
 // Where Encoding::pooled comes from: encode() computes it so and contract.cpp names it so

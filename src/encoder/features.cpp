@@ -15,74 +15,91 @@ namespace fovea {
 
 using namespace encoder_detail;
 
-TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, int query_dim, Executor& exec) {
+namespace {
+
+// The features of tile_feature_fn's hook, on context ctx.
+Tensor tile_features(EncoderContext::Impl& ctx, const VitModel::Impl& m, const Normalization& norm, int query_dim,
+                     int threads, bool reference, const PyramidU8& pyr, const TileGrid& g) {
+  const VitConfig& c = m.config;
+  const int64_t D = c.hidden;
+  const bool project = query_dim != D && query_dim == c.projection_dim && present(m.proj_w);
+  if (query_dim != D && !project)
+    throw Error(Errc::invalid_argument,
+                "the query embedding has " + std::to_string(query_dim) + " values but the model's features have " +
+                    std::to_string(D) +
+                    (c.projection_dim ? " (or " + std::to_string(c.projection_dim) + " projected)" : std::string()));
+  if (g.patch_px != c.patch_px)
+    throw Error(Errc::invalid_argument, "the query-embedding features need --patch " + std::to_string(c.patch_px) +
+                                            " (the model's patch size)");
+  const ImageViewU8 img = pyr.view(0);  // the caller's pixels when tokenize was given a view
+  const int P = g.patch_px, C = c.channels;
+  const int64_t tiles = g.tiles(), K = int64_t(C) * P * P;
+  Tensor patches(DType::f32, {tiles, K});
+  float* pp = patches.data<float>();
+  const int w = img.width(), h = img.height(), ch = img.channels();
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int tx = int(t % g.tiles_x), ty = int(t / g.tiles_x);
+    for (int cc = 0; cc < C; ++cc) {
+      const int src_c = std::min(cc, ch - 1);
+      const float mean = norm.enabled ? norm.mean[cc % 3] : 0.0f, inv = norm.enabled ? 1.0f / norm.std[cc % 3] : 1.0f;
+      for (int y = 0; y < P; ++y) {
+        const uint8_t* row = img.row(src_c, std::min(ty * P + y, h - 1));
+        const ptrdiff_t ps = img.pixel_stride();
+        for (int x = 0; x < P; ++x)
+          pp[t * K + (int64_t(cc) * P + y) * P + x] = (row[std::min(tx * P + x, w - 1) * ps] / 255.0f - mean) * inv;
+      }
+    }
+  }
+  Tensor feats(DType::f32, {tiles, D});
+  GemmArgs a{};
+  a.a = pp, a.lda = K, a.a_dt = DType::f32;
+  a.w = m.patch_w.data<float>(), a.ldw = K, a.w_dt = DType::f32;
+  a.bias = !present(m.patch_b) ? nullptr : m.patch_b.data<float>();
+  a.c = feats.data<float>(), a.ldc = D, a.c_dt = DType::f32;
+  a.m = tiles, a.n = D, a.k = K;
+  if (reference) {
+    gemm_reference(a);
+  } else {
+    const ContextUse in_use(ctx);
+    const OmpThreadsScope team(threads);  // restored on return
+    bind_gemm(ctx, m, threads).run(a);
+  }
+  if (!project) return feats;
+  const int64_t E = c.projection_dim;
+  Tensor out(DType::f32, {tiles, E});
+  std::vector<float> n(D);
+  const float* pw = m.proj_w.data<float>();
+  for (int64_t t = 0; t < tiles; ++t) {
+    layer_norm_row_ref(feats.data<float>() + t * D, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D,
+                       n.data(), DType::f32);
+    for (int64_t e = 0; e < E; ++e) {
+      double acc = 0;
+      for (int64_t d = 0; d < D; ++d) acc += double(pw[e * D + d]) * n[d];
+      out.data<float>()[t * E + e] = float(acc);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TileFeatureFn tile_feature_fn(EncoderContext& ctx, const VitModel& model, const Normalization& norm, int query_dim,
+                              Executor& exec) {
   // The hook keeps the Executor's settings, not the Executor: it may outlive it.
   const int threads = std::max(1, exec.threads());
   const bool reference = exec.reference();
-  return [model, norm, query_dim, threads, reference](const PyramidU8& pyr, const TileGrid& g) -> Tensor {
-    VitModel::Impl& m = const_cast<VitModel::Impl&>(model.impl());
-    const VitConfig& c = m.config;
-    const int64_t D = c.hidden;
-    const bool project = query_dim != D && query_dim == c.projection_dim && present(m.proj_w);
-    if (query_dim != D && !project)
-      throw Error(Errc::invalid_argument,
-                  "the query embedding has " + std::to_string(query_dim) + " values but the model's features have " +
-                      std::to_string(D) +
-                      (c.projection_dim ? " (or " + std::to_string(c.projection_dim) + " projected)" : std::string()));
-    if (g.patch_px != c.patch_px)
-      throw Error(Errc::invalid_argument, "the query-embedding features need --patch " + std::to_string(c.patch_px) +
-                                              " (the model's patch size)");
-    const ImageViewU8 img = pyr.view(0);  // the caller's pixels when tokenize was given a view
-    const int P = g.patch_px, C = c.channels;
-    const int64_t tiles = g.tiles(), K = int64_t(C) * P * P;
-    Tensor patches(DType::f32, {tiles, K});
-    float* pp = patches.data<float>();
-    const int w = img.width(), h = img.height(), ch = img.channels();
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int tx = int(t % g.tiles_x), ty = int(t / g.tiles_x);
-      for (int cc = 0; cc < C; ++cc) {
-        const int src_c = std::min(cc, ch - 1);
-        const float mean = norm.enabled ? norm.mean[cc % 3] : 0.0f, inv = norm.enabled ? 1.0f / norm.std[cc % 3] : 1.0f;
-        for (int y = 0; y < P; ++y) {
-          const uint8_t* row = img.row(src_c, std::min(ty * P + y, h - 1));
-          const ptrdiff_t ps = img.pixel_stride();
-          for (int x = 0; x < P; ++x)
-            pp[t * K + (int64_t(cc) * P + y) * P + x] = (row[std::min(tx * P + x, w - 1) * ps] / 255.0f - mean) * inv;
-        }
-      }
-    }
-    Tensor feats(DType::f32, {tiles, D});
-    GemmArgs a{};
-    a.a = pp, a.lda = K, a.a_dt = DType::f32;
-    a.w = m.patch_w.data<float>(), a.ldw = K, a.w_dt = DType::f32;
-    a.bias = !present(m.patch_b) ? nullptr : m.patch_b.data<float>();
-    a.c = feats.data<float>(), a.ldc = D, a.c_dt = DType::f32;
-    a.m = tiles, a.n = D, a.k = K;
-    {
-      std::lock_guard<std::mutex> lock(m.mutex);
-      if (reference) {
-        gemm_reference(a);
-      } else {
-        const OmpThreadsScope team(threads);  // restored on return
-        if (!m.gemm) m.gemm = std::make_unique<Gemm>();
-        m.gemm->run(a);
-      }
-    }
-    if (!project) return feats;
-    const int64_t E = c.projection_dim;
-    Tensor out(DType::f32, {tiles, E});
-    std::vector<float> n(D);
-    const float* pw = m.proj_w.data<float>();
-    for (int64_t t = 0; t < tiles; ++t) {
-      layer_norm_row_ref(feats.data<float>() + t * D, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D,
-                         n.data(), DType::f32);
-      for (int64_t e = 0; e < E; ++e) {
-        double acc = 0;
-        for (int64_t d = 0; d < D; ++d) acc += double(pw[e * D + d]) * n[d];
-        out.data<float>()[t * E + e] = float(acc);
-      }
-    }
-    return out;
+  EncoderContext::Impl* cx = &ctx.impl();
+  return [cx, model, norm, query_dim, threads, reference](const PyramidU8& pyr, const TileGrid& g) {
+    return tile_features(*cx, model.impl(), norm, query_dim, threads, reference, pyr, g);
+  };
+}
+
+TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, int query_dim, Executor& exec) {
+  const int threads = std::max(1, exec.threads());
+  const bool reference = exec.reference();
+  return [model, norm, query_dim, threads, reference](const PyramidU8& pyr, const TileGrid& g) {
+    ContextPool::Lease lease = model.impl().contexts.take();
+    return tile_features(lease.context().impl(), model.impl(), norm, query_dim, threads, reference, pyr, g);
   };
 }
 

@@ -41,14 +41,11 @@ using Ops = LayerOps;
 
 namespace encoder_detail {
 
-LayerOps LayerOps::for_model(VitModel::Impl& m, const Executor& exec) {
+LayerOps LayerOps::for_context(EncoderContext::Impl& ctx, const VitModel::Impl& m, const Executor& exec) {
   LayerOps ops;
   ops.ref = exec.reference();
   ops.threads = std::max(1, exec.threads());
-  if (!ops.ref && !m.gemm) m.gemm = std::make_unique<Gemm>();
-  if (m.gemm && m.expect_reuse) m.gemm->pack_on_first_use();
-  if (m.gemm) m.gemm->reserve_threads(ops.threads);
-  ops.gemm = m.gemm.get();
+  if (!ops.ref) ops.gemm = &bind_gemm(ctx, m, ops.threads);
   return ops;
 }
 
@@ -175,10 +172,11 @@ std::vector<float> siglip_pool(const Ops& ops, const VitModel::Impl& m, const fl
 
 }  // namespace
 
-std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patches, const TensorView& positions,
-                                   std::span<const ImageSpan> images, const EncodeParams& params, Executor& exec) {
+std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, const TensorView& patches,
+                                   const TensorView& positions, std::span<const ImageSpan> images,
+                                   const EncodeParams& params, Executor& exec) {
   const auto t_start = std::chrono::steady_clock::now();
-  VitModel::Impl& m = const_cast<VitModel::Impl&>(model.impl());
+  const VitModel::Impl& m = model.impl();
   const VitConfig& c = m.config;
   // ---- validate ---------------------------------------------------------------------------
   if (patches.rank() != 4 || patches.dim(0) < 1)
@@ -214,9 +212,10 @@ std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patc
     if (!std::isfinite(pos[i * pst]) || !std::isfinite(pos[i * pst + 1]))
       throw bad("encode: token " + std::to_string(i) + " has a non-finite position");
 
-  std::lock_guard<std::mutex> lock(m.mutex);
+  EncoderContext::Impl& cx = ctx.impl();
+  const ContextUse in_use(cx);  // one call at a time per context; other contexts run alongside
   const OmpThreadsScope team(std::max(1, exec.threads()));  // oneDNN's team size, the caller's restored on return
-  const Ops ops = LayerOps::for_model(m, exec);
+  const Ops ops = LayerOps::for_context(cx, m, exec);
   const Precision precision = runnable_precision(params.precision);  // bf16 needs bf16 kernels
   const bool bf16 = precision == Precision::bf16;
   const DType dt = bf16 ? DType::bf16 : DType::f32;
@@ -274,7 +273,7 @@ std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patc
   // ---- transformer ------------------------------------------------------------------------
   // The linear layers run over every image's rows at once; attention within each image.
   Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * fc1_width(c)) * es);
-  if (!m.attention_ws) m.attention_ws = std::make_shared<AttentionWorkspace>();
+  if (!cx.attention_ws) cx.attention_ws = std::make_shared<AttentionWorkspace>();
   std::vector<HierarchicalPlan> plans;
   const bool hier = params.attention.mode == AttentionParams::Mode::hierarchical;
   if (hier)
@@ -288,9 +287,9 @@ std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patc
     for (int64_t i = 0; i < B; ++i) {
       const int64_t r = row0[size_t(i)], Ti = row0[size_t(i + 1)] - r;
       const std::byte* qkv = QKV.get() + size_t(r * 3 * D) * es;
-      if (m.attention_probe) m.attention_probe(int(&l - m.layers.data()), qkv, dt, Ti);
+      if (cx.attention_probe) cx.attention_probe(int(&l - m.layers.data()), qkv, dt, Ti);
       attention_rows({ops.ref, ops.threads, ops.gemm}, qkv, 3 * D, Ti, qkv + size_t(D) * es, 3 * D, Ti, D, c.heads, dt,
-                     A.get() + size_t(r * D) * es, hier ? &plans[size_t(i)] : nullptr, m.attention_ws.get());
+                     A.get() + size_t(r * D) * es, hier ? &plans[size_t(i)] : nullptr, cx.attention_ws.get());
     }
     attention_time += std::chrono::steady_clock::now() - t_att;
     ops.attention_out_and_mlp(l, c, A.get(), T, x, H.get(), Hm.get(), dt);
@@ -347,12 +346,25 @@ std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patc
   return out;
 }
 
-Encoding encode(const VitModel& model, const TensorView& patches, const TensorView& positions, const EncodeParams& params,
-                Executor& exec) {
+std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patches, const TensorView& positions,
+                                   std::span<const ImageSpan> images, const EncodeParams& params, Executor& exec) {
+  ContextPool::Lease lease = model.impl().contexts.take();
+  return encode_batch(lease.context(), model, patches, positions, images, params, exec);
+}
+
+Encoding encode(EncoderContext& ctx, const VitModel& model, const TensorView& patches, const TensorView& positions,
+                const EncodeParams& params, Executor& exec) {
   const ImageSpan one{patches.rank() == 4 ? patches.dim(0) : 0, params.image_width, params.image_height};
   if (patches.rank() != 4 || patches.dim(0) < 1) throw bad("encode: patches must be [N, C, P, P] with N >= 1");
-  std::vector<Encoding> e = encode_batch(model, patches, positions, std::span<const ImageSpan>(&one, 1), params, exec);
+  std::vector<Encoding> e =
+      encode_batch(ctx, model, patches, positions, std::span<const ImageSpan>(&one, 1), params, exec);
   return std::move(e.front());
+}
+
+Encoding encode(const VitModel& model, const TensorView& patches, const TensorView& positions, const EncodeParams& params,
+                Executor& exec) {
+  ContextPool::Lease lease = model.impl().contexts.take();
+  return encode(lease.context(), model, patches, positions, params, exec);
 }
 
 double cosine_similarity(const Tensor& a, const Tensor& b) {

@@ -19,6 +19,15 @@
 // threads and then with 1 gets a 1-thread primitive, not the 2-thread one. The attention blocks use the latter, so primitives run
 // concurrently: each thread then brings its own scratchpad (scratchpad_mode::user), because
 // the library-managed one is shared unless oneDNN was built for concurrent execution.
+//
+// Contexts. A Gemm is one EncoderContext's: its primitives, scratchpads and streams are used by
+// one call at a time (and that call's OpenMP threads), so two contexts run the same shapes at
+// once without sharing any of it. The packed weights are the model's (PackedWeights), shared by
+// every context: a weight's use count and its copies live there, each copy made once under
+// that weight's own mutex. A context remembers the copies it has read (Known), so from its
+// second encode on it reaches them without a lock. oneDNN allows this: a primitive (and
+// oneDNN's own primitive cache may hand two contexts the same one) may run on several threads
+// at once when each brings its own scratchpad, and a packed copy is only read.
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -79,6 +88,13 @@ class PackedArena {
     for (const Chunk& c : chunks_) ::munmap(c.base, c.size);
   }
   void* allocate(size_t bytes) {
+    void* p = reserve(bytes);
+    populate(p, bytes);
+    return p;
+  }
+  // allocate() in two steps: the bump (under the owner's lock when shared) and the page mapping
+  // (outside it: it takes a while for a large weight and touches only the caller's bytes).
+  void* reserve(size_t bytes) {
     bytes = (bytes + 63) & ~size_t(63);
     if (chunks_.empty() || chunks_.back().used + bytes > chunks_.back().size) {
       constexpr size_t kPage = size_t(4) << 10, kChunk = size_t(32) << 20;
@@ -91,6 +107,9 @@ class PackedArena {
     void* p = c.base + c.used;
     c.used += bytes;
     allocated_ += bytes;
+    return p;
+  }
+  static void populate([[maybe_unused]] void* p, [[maybe_unused]] size_t bytes) {
 #ifdef MADV_POPULATE_WRITE
     // Every byte handed out is written at once (packed): map its pages in one call instead of
     // one fault each. A first-touch fault cost ~8 µs on the Zen 5 VM this was measured on;
@@ -103,7 +122,6 @@ class PackedArena {
     const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + kPageMask) & ~kPageMask;
     ::madvise(reinterpret_cast<void*>(b), e - b, MADV_POPULATE_WRITE);
 #endif
-    return p;
   }
   size_t allocated() const { return allocated_; }
 
@@ -178,9 +196,105 @@ bool onednn_packs_blocked(DType kernel_dt) {
 }
 }  // namespace
 
+// ---- the model's packed weights ---------------------------------------------------------------
+struct PackedWeights::State {
+  // Tells caches apart for the contexts' memory of lookups: a later model's cache may get the
+  // address of a freed one, never its id.
+  const uint64_t id = [] {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }();
+  // One constant weight, for one kernel type (A's): a bf16 encode does not make the first fp32
+  // one a second use.
+  struct Weight {
+    std::atomic<int> uses{0};         // counted up to 2 (the second use packs)
+    std::atomic<bool> packed{false};  // some copy exists: every later use reads one
+    std::mutex fill;                  // held while a copy is made; guards `layouts`
+    // oneDNN reorders, one per layout (different M may pick different blockings).
+    struct Layout {
+      dnnl::memory::desc md;
+      void* data;
+    };
+    std::vector<Layout> layouts;
+    std::atomic<uint16_t*> amx{nullptr};  // panels for amx::gemm, or null
+    std::atomic<float*> avx2{nullptr};    // panels for avx2::gemm, or null
+  };
+  mutable std::mutex index_mutex;  // guards `index` (a context's first lookup of a weight)
+  std::map<std::pair<const void*, DType>, std::unique_ptr<Weight>> index;
+  mutable std::mutex arena_mutex;  // guards `arena`
+  PackedArena arena;
+  std::atomic<int> count{0};  // copies made
+
+  Weight& weight(const void* w, DType kernel_dt) {
+    std::lock_guard<std::mutex> lock(index_mutex);
+    std::unique_ptr<Weight>& p = index[{w, kernel_dt}];
+    if (!p) p = std::make_unique<Weight>();
+    return *p;
+  }
+  void* allocate(size_t bytes) {
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(arena_mutex);
+      p = arena.reserve(bytes);
+    }
+    PackedArena::populate(p, bytes);
+    return p;
+  }
+  // Counts a use: whether it reads a packed copy (the second use on, one made already, or a
+  // context that packs at the first).
+  static bool count_use(Weight& w, bool pack_first) {
+    int uses = w.uses.load(std::memory_order_relaxed);
+    if (uses < 2) uses = w.uses.fetch_add(1, std::memory_order_relaxed) + 1;
+    return uses >= 2 || w.packed.load(std::memory_order_acquire) || pack_first;
+  }
+  // The copy of w in layout md, made by fill(dst) on first request. Concurrent requests for one
+  // weight wait for the first; other weights are packed meanwhile.
+  template <typename Fill>
+  void* layout(Weight& w, const dnnl::memory::desc& md, Fill&& fill) {
+    std::lock_guard<std::mutex> lock(w.fill);
+    for (const Weight::Layout& l : w.layouts)
+      if (l.md == md) return l.data;
+    void* p = allocate(md.get_size());
+    fill(p);
+    w.layouts.push_back({md, p});
+    made(w);
+    return p;
+  }
+  // The panels in `slot` (w.amx or w.avx2), made by fill(dst) from `bytes` on first request.
+  template <typename T, typename Fill>
+  T* panels(Weight& w, std::atomic<T*>& slot, size_t bytes, Fill&& fill) {
+    if (T* p = slot.load(std::memory_order_acquire)) return p;
+    std::lock_guard<std::mutex> lock(w.fill);
+    if (T* p = slot.load(std::memory_order_relaxed)) return p;
+    T* p = static_cast<T*>(allocate(bytes));
+    fill(p);
+    slot.store(p, std::memory_order_release);
+    made(w);
+    return p;
+  }
+  void made(Weight& w) {
+    w.packed.store(true, std::memory_order_release);
+    count.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+PackedWeights::PackedWeights() : s_(std::make_unique<State>()) {}
+PackedWeights::~PackedWeights() = default;
+
+PackedWeights::Stats PackedWeights::stats() const {
+  std::lock_guard<std::mutex> lock(s_->arena_mutex);
+  return {s_->arena.allocated(), s_->count.load(std::memory_order_relaxed)};
+}
+
+bool PackedWeights::untouched() const {
+  std::lock_guard<std::mutex> lock(s_->index_mutex);
+  return s_->index.empty();
+}
+
+// ---- one context's engine ---------------------------------------------------------------------
 struct Gemm::State {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  std::mutex mutex;  // guards the cache (attention threads look primitives up concurrently)
+  std::mutex mutex;  // guards the cache and `known` (attention threads look primitives up concurrently)
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory::desc a_md, w_md, b_md, c_md;  // w_md: W as given (plain, its stored type)
@@ -189,23 +303,20 @@ struct Gemm::State {
     size_t scratch_bytes = 0;
   };
   std::map<Key, std::shared_ptr<Entry>> cache;
-  // Constant weights reordered into a kernel's preferred layout, per source pointer (one per
-  // layout: different M may pick different blockings), and how often each was used.
-  struct Packed {
-    dnnl::memory::desc md;
-    dnnl::memory mem;
+  // The packed weights this engine reads (a model's, or `own`), and what it has looked up
+  // there, per weight and kernel type: reached from then on without the cache's locks.
+  std::unique_ptr<PackedWeights> own;
+  PackedWeights* weights = nullptr;
+  uint64_t weights_id = 0;
+  struct Known {
+    PackedWeights::State::Weight* shared = nullptr;
+    bool packed = false;  // this weight's uses read a packed copy (counted in the cache before)
+    uint16_t* amx = nullptr;
+    float* avx2 = nullptr;
+    std::vector<std::pair<const Entry*, void*>> layouts;  // per primitive: its copy of W
   };
-  struct ConstantWeight {
-    int uses = 0;
-    std::vector<Packed> packed;
-    uint16_t* amx = nullptr;  // packed for amx::gemm (in `arena`), or null
-    float* avx2 = nullptr;    // packed for avx2::gemm (in `arena`), or null
-  };
-  // Per weight and kernel type (A's): a bf16 encode does not make the first fp32 one a second use.
-  std::map<std::pair<const void*, DType>, ConstantWeight> constants;
-  std::atomic<bool> pack_first{false};  // pack_on_first_use()
-  PackedArena arena;
-  int packed_count = 0;
+  std::map<std::pair<const void*, DType>, Known> known;
+  bool pack_first = false;  // pack_on_first_use()
   // One scratchpad and stream per OpenMP thread number (regrown on demand).
   struct Scratch {
     std::unique_ptr<std::byte[], AlignedFree> data;
@@ -216,11 +327,21 @@ struct Gemm::State {
 
   bool packs_blocked(DType kernel_dt) const { return onednn_packs_blocked(kernel_dt); }
 
-  // Counts a use of a constant weight (call with `mutex` held): whether it reads a packed copy
-  // (its second use on, one made already, or pack_on_first_use()).
-  bool count_use(ConstantWeight& cw) {
-    if (cw.uses < 2) ++cw.uses;
-    return cw.uses >= 2 || !cw.packed.empty() || cw.amx || cw.avx2 || pack_first;
+  // This engine's record of constant weights g.w for A's type (found in the bound cache on
+  // the first request). Only the calling thread of a Gemm reaches constant weights.
+  Known& known_of(const GemmArgs& g) {
+    std::lock_guard<std::mutex> lock(mutex);
+    Known& k = known[{g.w, g.a_dt}];
+    if (!k.shared) k.shared = &weights->state().weight(g.w, g.a_dt);
+    return k;
+  }
+
+  // Counts a use of constant weights g.w (unless they read a packed copy already): whether
+  // this use reads the packed copy.
+  bool reads_packed(const GemmArgs& g) {
+    Known& k = known_of(g);
+    if (!k.packed) k.packed = PackedWeights::State::count_use(*k.shared, pack_first);
+    return k.packed;
   }
 
   // How this use of W runs (counts the use of constant weights).
@@ -229,8 +350,7 @@ struct Gemm::State {
     // No blocked layout (AVX2): W as it lies when its type is the kernel's; converted once (into
     // the plain layout) otherwise.
     if (!packs_blocked(g.a_dt) && g.w_dt == g.a_dt) return WeightUse::plain;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (count_use(constants[{g.w, g.a_dt}])) return WeightUse::packed;
+    if (reads_packed(g)) return WeightUse::packed;
     // In place only for f32: there the plain-layout kernel gives the packed one's bits (tested
     // at ViT-B/16's widths). A bf16 weight read in the plain layout gets another K blocking
     // (last-bit differences from the packed path: max 0.013 on ViT-B/16's embeddings), so it
@@ -310,59 +430,58 @@ struct Gemm::State {
       from_bf16_row(static_cast<const uint16_t*>(g.w), static_cast<float*>(dst_ptr), g.n * g.k);
       return;
     }
-    dnnl::memory src(e.w_md, eng, const_cast<void*>(g.w));
+    dnnl::memory src(e.w_md, eng, const_cast<void*>(g.w));  // read only: oneDNN's handles are void*
     dnnl::memory dst(e.w_packed_md, eng, dst_ptr);
     dnnl::reorder(src, dst).execute(st, src, dst);
     st.wait();
   }
 
-  // The AMX panels of constant weights g.w (made on first use; amx.hpp).
-  const uint16_t* amx_packed(const GemmArgs& g, int threads) {
-    std::lock_guard<std::mutex> lock(mutex);
-    ConstantWeight& cw = constants[{g.w, g.a_dt}];
-    if (!cw.amx) {
-      cw.amx = static_cast<uint16_t*>(arena.allocate(amx::packed_bytes(g.n, g.k)));
-      amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, cw.amx, threads);
-      ++packed_count;
-    }
-    return cw.amx;
-  }
-
-  // Counts a use of constant weights g.w by a kernel that packs from the second use (fovea's
-  // AVX2 one): whether this use reads the packed copy.
-  bool second_use(const GemmArgs& g) {
-    std::lock_guard<std::mutex> lock(mutex);
-    return count_use(constants[{g.w, g.a_dt}]);
+  // The AMX panels of constant weights g.w (made on first use by whichever context needs them
+  // first; amx.hpp).
+  uint16_t* amx_packed(const GemmArgs& g, int threads) {
+    Known& k = known_of(g);
+    if (!k.amx)
+      k.amx = weights->state().panels(*k.shared, k.shared->amx, amx::packed_bytes(g.n, g.k), [&](uint16_t* dst) {
+        amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
+      });
+    return k.amx;
   }
 
   // The AVX2 panels of constant weights g.w (made on first use; avx2.hpp).
-  const float* avx2_packed(const GemmArgs& g, int threads) {
-    std::lock_guard<std::mutex> lock(mutex);
-    ConstantWeight& cw = constants[{g.w, g.a_dt}];
-    if (!cw.avx2) {
-      cw.avx2 = static_cast<float*>(arena.allocate(avx2::packed_floats(g.n, g.k) * sizeof(float)));
-      avx2::pack(g.w, g.w_dt, g.ldw, g.n, g.k, cw.avx2, threads);
-      ++packed_count;
-    }
-    return cw.avx2;
+  float* avx2_packed(const GemmArgs& g, int threads) {
+    Known& k = known_of(g);
+    if (!k.avx2)
+      k.avx2 = weights->state().panels(*k.shared, k.shared->avx2, avx2::packed_floats(g.n, g.k) * sizeof(float),
+                                       [&](float* dst) { avx2::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads); });
+    return k.avx2;
   }
 
   // The packed copy of constant weights g.w for entry e (made on first use): one reorder from
   // where W lies, converting its type if the kernel's differs.
   dnnl::memory packed_weights(const GemmArgs& g, const Entry& e, dnnl::stream& st) {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::vector<Packed>& list = constants[{g.w, g.a_dt}].packed;
-    for (const Packed& p : list)
-      if (p.md == e.w_packed_md) return p.mem;
-    dnnl::memory dst(e.w_packed_md, engine, arena.allocate(e.w_packed_md.get_size()));
-    copy_weights(g, e, engine, dst.get_data_handle(), st);
-    list.push_back({e.w_packed_md, dst});
-    ++packed_count;
-    return dst;
+    Known& k = known_of(g);
+    for (const auto& [entry, data] : k.layouts)
+      if (entry == &e) return dnnl::memory(e.w_packed_md, engine, data);
+    void* data = weights->state().layout(*k.shared, e.w_packed_md,
+                                         [&](void* dst) { copy_weights(g, e, engine, dst, st); });
+    k.layouts.emplace_back(&e, data);
+    return dnnl::memory(e.w_packed_md, engine, data);
   }
 };
 
-Gemm::Gemm() : s_(std::make_unique<State>()) { reserve_threads(std::max(omp_get_max_threads(), omp_get_num_procs())); }
+Gemm::Gemm() : s_(std::make_unique<State>()) {
+  s_->own = std::make_unique<PackedWeights>();
+  bind(*s_->own);
+  reserve_threads(std::max(omp_get_max_threads(), omp_get_num_procs()));
+}
+
+void Gemm::bind(PackedWeights& weights) {
+  std::lock_guard<std::mutex> lock(s_->mutex);
+  if (s_->weights_id == weights.state().id) return;
+  s_->weights = &weights;
+  s_->weights_id = weights.state().id;
+  s_->known.clear();  // pointers into another model's cache
+}
 
 void Gemm::reserve_threads(int threads) {
   const size_t n = size_t(std::max(threads, 1));
@@ -396,12 +515,9 @@ bool Gemm::avx2_takes_f32() {
   return takes;
 }
 
-void Gemm::pack_on_first_use() { s_->pack_first = true; }
+void Gemm::pack_on_first_use(bool yes) { s_->pack_first = yes; }
 
-Gemm::PackedStats Gemm::packed_stats() const {
-  std::lock_guard<std::mutex> lock(s_->mutex);
-  return {s_->arena.allocated(), s_->packed_count};
-}
+Gemm::PackedStats Gemm::packed_stats() const { return s_->weights->stats(); }
 
 namespace {
 // The linear layers of a bf16 encode on AMX tiles (amx.hpp) instead of oneDNN's matmul.
@@ -441,7 +557,7 @@ void Gemm::run_amx(const GemmArgs& g, bool packed) {
   a.post = g.post, a.accumulate = g.accumulate;
   a.threads = team_size();
   if (packed) {
-    a.packed = const_cast<uint16_t*>(s_->amx_packed(g, a.threads));
+    a.packed = s_->amx_packed(g, a.threads);
     a.pack = false;
     amx::gemm(a);
     return;
@@ -456,7 +572,7 @@ void Gemm::run_amx(const GemmArgs& g, bool packed) {
 void Gemm::run_unchecked(const GemmArgs& g) {
   if (!g.constant_w && g.w_dt != g.a_dt) throw Error(Errc::internal, "encoder GEMM: A and W types differ");
   if (avx2_takes(g)) {
-    run_avx2(g, s_->second_use(g));
+    run_avx2(g, s_->reads_packed(g));
     return;
   }
   const WeightUse use = s_->weight_use(g);

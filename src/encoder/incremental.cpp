@@ -98,6 +98,7 @@ struct FrameWork {
 
 struct IncrementalEncoder::State {
   VitModel model;
+  EncoderContext ctx;  // the session's own: GEMM primitives, scratchpads, attention buffers
   bool valid = false;
   bool layers_valid = false;
   int64_t n = 0;  // patch tokens of the previous frame
@@ -110,17 +111,18 @@ struct IncrementalEncoder::State {
   Tensor fin;                      // [n + pre, D] f32: the last hidden state (final norm applied)
   Tensor fin_proj;                 // [n + pre, E] f32: the projector's output of fin's rows
   Buf IN, XR, H, QKV, A, Hm, Pt;
-  AttentionWorkspace attn_ws;  // attention's buffers, reused by every layer and frame
-  explicit State(const VitModel& m) : model(m) {}
+  State(const VitModel& m, EncoderContext c) : model(m), ctx(std::move(c)) {}
   void run(std::span<const IncrementalFrame> frames, const int64_t* Ns, const IncrementalParams& params,
            const Ops& ops, IncrementalResult* out);
 };
 
-IncrementalEncoder::IncrementalEncoder(const VitModel& model) : s_(std::make_unique<State>(model)) {
-  // Every frame runs the model: pack its weights at the first frame, not again at the second.
-  const_cast<VitModel::Impl&>(model.impl()).expect_reuse = true;
-}
+// Every frame runs the model: its weights are packed at the first frame, not again at the second.
+IncrementalEncoder::IncrementalEncoder(const VitModel& model)
+    : IncrementalEncoder(model, EncoderContext(EncoderContextParams{.expect_reuse = true})) {}
+IncrementalEncoder::IncrementalEncoder(const VitModel& model, EncoderContext context)
+    : s_(std::make_unique<State>(model, std::move(context))) {}
 IncrementalEncoder::~IncrementalEncoder() = default;
+EncoderContext& IncrementalEncoder::context() { return s_->ctx; }
 void IncrementalEncoder::reset() {
   s_->valid = false;
   s_->layers_valid = false;
@@ -141,7 +143,9 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
                                                                 const IncrementalParams& params, Executor& exec) {
   const auto t_start = std::chrono::steady_clock::now();
   State& st = *s_;
-  VitModel::Impl& m = const_cast<VitModel::Impl&>(st.model.impl());
+  EncoderContext::Impl& cx = st.ctx.impl();
+  const ContextUse in_use(cx);  // one call at a time per session; other sessions run alongside
+  const VitModel::Impl& m = st.model.impl();
   const VitConfig& c = m.config;
   // ---- validate everything before any state changes ---------------------------------------
   if (frames.empty()) return {};
@@ -175,9 +179,8 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
   }
   if (changed) reset();
 
-  std::lock_guard<std::mutex> lock(m.mutex);
   const OmpThreadsScope team(std::max(1, exec.threads()));  // oneDNN's team size, the caller's restored on return
-  const Ops ops = LayerOps::for_model(m, exec);
+  const Ops ops = LayerOps::for_context(cx, m, exec);
 
   // Runs: a frame joins the one before when it reuses the layer caches with the same rows (the
   // layout did not change); a layout change or a frame without reuse starts a new run.
@@ -218,8 +221,10 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
 // running the frames one by one; only the row counts of the GEMMs differ.
 void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, const int64_t* Ns,
                                     const IncrementalParams& params, const Ops& ops, IncrementalResult* out) {
-  VitModel::Impl& m = const_cast<VitModel::Impl&>(model.impl());
+  const VitModel::Impl& m = model.impl();
   const VitConfig& c = m.config;
+  if (!ctx.impl().attention_ws) ctx.impl().attention_ws = std::make_shared<AttentionWorkspace>();
+  AttentionWorkspace& attn_ws = *ctx.impl().attention_ws;  // reused by every layer and frame
   const bool bf16 = runnable_precision(params.precision) == Precision::bf16;  // bf16 needs bf16 kernels
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);

@@ -356,4 +356,11 @@ std::string VitModel::describe() const {
   return s;
 }
 
+VitModel::Impl& encoder_detail::ModelAccess::unshared(VitModel& model) {
+  if (!model.impl_ || model.impl_.use_count() != 1 || !model.impl_->packed.untouched())
+    throw Error(Errc::invalid_argument,
+                "a model's weights can be edited only before it is copied or used to encode");
+  return *model.impl_;
+}
+
 }  // namespace fovea

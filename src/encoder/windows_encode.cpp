@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 
@@ -29,7 +30,8 @@ Foveation default_foveation(const VitModel& model) {
   return model.is_random() ? Foveation::mixed : Foveation::windows;
 }
 
-Encoding encode_windows(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec) {
+Encoding encode_windows(EncoderContext& ctx, const VitModel& model, const TokenBatch& batch, const EncodeParams& params,
+                        Executor& exec) {
   if (!batch.windowed())
     throw bad("encode_windows: the batch has no windows (tokenize with the windows foveation)");
   const int64_t n = batch.size();
@@ -54,7 +56,7 @@ Encoding encode_windows(const VitModel& model, const TokenBatch& batch, const En
     spans.push_back({w.tokens(), w.grid_x * P, w.grid_y * P});
   }
   if (row != n) throw bad("encode_windows: the batch's windows do not add up to its " + std::to_string(n) + " tokens");
-  std::vector<Encoding> per = encode_batch(model, TensorView(batch.patches), TensorView(local), spans, params, exec);
+  std::vector<Encoding> per = encode_batch(ctx, model, TensorView(batch.patches), TensorView(local), spans, params, exec);
 
   Encoding e;
   const uint8_t* cov = batch.covered.data<uint8_t>();
@@ -92,9 +94,20 @@ Encoding encode_windows(const VitModel& model, const TokenBatch& batch, const En
   return e;
 }
 
+Encoding encode_windows(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec) {
+  encoder_detail::ContextPool::Lease lease = model.impl().contexts.take();
+  return encode_windows(lease.context(), model, batch, params, exec);
+}
+
+Encoding encode_tokens(EncoderContext& ctx, const VitModel& model, const TokenBatch& batch, const EncodeParams& params,
+                       Executor& exec) {
+  if (batch.windowed()) return encode_windows(ctx, model, batch, params, exec);
+  return encode(ctx, model, TensorView(batch.patches), TensorView(batch.positions), params, exec);
+}
+
 Encoding encode_tokens(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec) {
-  if (batch.windowed()) return encode_windows(model, batch, params, exec);
-  return encode(model, TensorView(batch.patches), TensorView(batch.positions), params, exec);
+  encoder_detail::ContextPool::Lease lease = model.impl().contexts.take();
+  return encode_tokens(lease.context(), model, batch, params, exec);
 }
 
 EmbeddingsFile embeddings_file(const TokenBatch& batch, const Encoding& e, std::map<std::string, std::string> metadata) {

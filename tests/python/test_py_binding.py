@@ -353,6 +353,44 @@ def test_two_threads_encode_at_once(png):
     assert all(np.array_equal(a, b) for a, b in zip(out, serial))
 
 
+def test_two_threads_on_one_model_equal_serial():
+    """Two Python threads encoding on ONE Model (the GIL released, each call on its own pooled
+    context): different images and the same image, encode and encode_full, fp32 and bf16 where
+    the CPU has it; every result equals the serial one. The model is fresh, so the threads also
+    race to pack its weights."""
+    toks = [fovea.tokenize(photo(s), budget=64) for s in (1, 2)]
+    precisions = ["fp32", "bf16"] if fovea.bf16_supported() else ["fp32"]
+    reference = fovea.Model("random:vit-s16")
+    for precision in precisions:
+        serial = [reference.encode_full(t, threads=1, precision=precision) for t in toks]
+        for pair in ((0, 1), (0, 0)):
+            m = fovea.Model("random:vit-s16")
+            out = [[], []]
+            errors = []
+
+            def work(i):
+                try:
+                    for _ in range(3):
+                        e = m.encode_full(toks[pair[i]], threads=1, precision=precision)
+                        out[i].append((e.embeddings, e.class_token, m.encode(toks[pair[i]], threads=1,
+                                                                             precision=precision)))
+                except Exception as exc:  # reported below, with the thread it came from
+                    errors.append((i, exc))
+
+            ths = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join()
+            assert not errors, errors
+            for i in range(2):
+                want = serial[pair[i]]
+                for emb, cls, plain in out[i]:
+                    assert np.array_equal(emb, want.embeddings), (precision, pair, i)
+                    assert np.array_equal(cls, want.class_token), (precision, pair, i)
+                    assert np.array_equal(plain, want.embeddings), (precision, pair, i)
+
+
 def test_bad_inputs_raise(png, tmp_path):
     arr, path = png
     with pytest.raises(TypeError, match="uint8"):
