@@ -53,9 +53,9 @@ class RemoteEncoding:
     def __init__(self, data: bytes, headers: Mapping[str, str]):
         self.file = data
         self.tensors, self.metadata = parse_safetensors(data)
-        self.cache = headers.get("X-Fovea-Cache")
-        self.batch = int(headers.get("X-Fovea-Batch") or 1)
-        self.encode_ms = float(headers.get("X-Fovea-Encode-Ms") or 0.0)
+        self.cache = headers.get("x-fovea-cache")
+        self.batch = int(headers.get("x-fovea-batch") or 1)
+        self.encode_ms = float(headers.get("x-fovea-encode-ms") or 0.0)
 
     def __getattr__(self, name: str):
         t = self.__dict__.get("tensors", {})
@@ -155,7 +155,7 @@ class Client:
         req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return r.read(), {k: v for k, v in r.headers.items()}
+                return r.read(), {k.lower(): v for k, v in r.headers.items()}
         except urllib.error.HTTPError as e:
             raw = e.read()
             try:

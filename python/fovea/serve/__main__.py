@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"fovea serve: cannot listen on {a.host}:{a.port}: {e.strerror}", file=sys.stderr)
         return 1
+    sock.listen(2048)  # connections wait in the backlog until Uvicorn serves them
     host, port = sock.getsockname()[:2]
 
     class Server(uvicorn.Server):
