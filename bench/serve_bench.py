@@ -21,7 +21,8 @@ every image with the checkpoint's default foveation and budget and hands back th
   5. serve, C clients, unbatched: the same with --max-batch 1 (the batching's gain);
   6. cache hits:     the same request again (the content-hash cache answers).
 
-The two services start once (model load and warm-up not timed) with the cache off for 3-5.
+Every process runs libgomp's passive wait policy (the CLI's launcher, the service and this
+script set it). The services start once (model load and warm-up not timed) with the cache off for 3-5.
 Clients run in this process, on the same 2 cores as the service: their HTTP and multipart
 work is part of what is measured. Rounds interleave the pipelines (each round a share of the
 images through every one), so load drift from other work on the machine hits them alike; the
@@ -153,6 +154,10 @@ def pct(xs, q):
 def main():
     global ARGS
     ARGS = parse_args()
+    if os.environ.get("OMP_WAIT_POLICY") != "PASSIVE":
+        # Every pipeline with libgomp's passive policy: the CLI's launcher and the service set it;
+        # this process (the in-process pipeline) must have it before fovea loads libgomp.
+        os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
     sys.path.insert(0, os.path.join(ARGS.build_dir, "python"))
     sys.path.insert(0, HERE)
     import fovea

@@ -23,7 +23,22 @@ def _models(values):
     return out
 
 
+def _passive_wait_policy(argv) -> None:
+    # libgomp (oneDNN's OpenMP) reads OMP_WAIT_POLICY when it loads, and `python3 -m fovea.serve`
+    # has loaded it with the fovea package before this runs. Its default spins idle threads at
+    # every barrier; in a service, where tokenizations and the encoder share the cores, that
+    # spinning takes the time the others need (the `fovea` launcher's reason, docs/encoder.md).
+    # Unless the caller chose, start again with PASSIVE (and OpenBLAS's shortest idle spin).
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "fovea.serve", *argv], env)
+
+
 def main(argv=None) -> int:
+    _passive_wait_policy(sys.argv[1:] if argv is None else argv)
     from .app import ServeConfig
     d = ServeConfig()
     p = argparse.ArgumentParser(prog="python3 -m fovea.serve", description=(
