@@ -55,6 +55,7 @@ def parse_args():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--model", default="random:vit-b16")
     ap.add_argument("--images", type=int, default=32)
+    ap.add_argument("--budget", type=int, default=None, help="tokens an image (default: the model's)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
@@ -98,7 +99,7 @@ class Service:
         env = dict(os.environ, PYTHONPATH=os.path.join(ARGS.build_dir, "python"))
         self.p = subprocess.Popen([sys.executable, "-m", "fovea.serve", "--port", "0", "--model", ARGS.model,
                                    "--threads", str(ARGS.threads), "--precision", ARGS.precision,
-                                   "--max-queue", "1024", *extra],
+                                   "--max-queue", "1024", "--max-budget", "100000", *extra],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = self.p.stdout.readline()
         if not line.startswith("fovea serve: http://"):
@@ -122,6 +123,8 @@ def run_cli(paths, fixations, out_dir):
     cli = os.path.join(ARGS.build_dir, "fovea")
     cmd = [cli, "encode", *paths, "--model", ARGS.model, "--precision", ARGS.precision, "--threads", str(ARGS.threads),
            "--fixation", "%d,%d" % fixations[0], "-o", out_dir + "/", "--json"]
+    if ARGS.budget:
+        cmd += ["--budget", str(ARGS.budget)]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -134,7 +137,7 @@ def run_cli(paths, fixations, out_dir):
 def timed_requests(client, paths, fixations, concurrency):
     def one(i):
         t0 = time.perf_counter()
-        e = client.encode(paths[i], fixations=[fixations[i]])
+        e = client.encode(paths[i], fixations=[fixations[i]], budget=ARGS.budget)
         return time.perf_counter() - t0, e.batch, len(e)
 
     t0 = time.perf_counter()
@@ -174,13 +177,15 @@ def main():
     model = fovea.Model(ARGS.model)
     model.encode_full(fovea.tokenize(paths[0], model=model, threads=ARGS.threads), ARGS.precision, ARGS.threads)
 
-    batched = Service("--max-batch", str(ARGS.concurrency), "--cache-mb", "0")
+    # Batched: up to C requests, whatever their tokens (--max-batch-tokens off), so that the batching's
+    # effect at this budget shows whole.
+    batched = Service("--max-batch", str(ARGS.concurrency), "--max-batch-tokens", "1000000", "--cache-mb", "0")
     unbatched = Service("--max-batch", "1", "--cache-mb", "0")
     cached = Service("--max-batch", "1")
     c_b, c_u, c_c = fovea.Client(batched.url), fovea.Client(unbatched.url), fovea.Client(cached.url)
     # Warm the clients' paths (first connection, first multipart) once.
     for c in (c_b, c_u, c_c):
-        c.encode(paths[0], fixations=[fixations[0]])
+        c.encode(paths[0], fixations=[fixations[0]], budget=ARGS.budget)
 
     names = ["batch CLI", "in-process", "serve 1 client", f"serve {ARGS.concurrency} clients batched",
              f"serve {ARGS.concurrency} clients unbatched"]
@@ -205,7 +210,7 @@ def main():
         t0 = time.perf_counter()
         for p, f in zip(sub, fx):
             t1 = time.perf_counter()
-            e = model.encode_full(fovea.tokenize(p, fixations=[f], model=model, threads=ARGS.threads),
+            e = model.encode_full(fovea.tokenize(p, fixations=[f], model=model, threads=ARGS.threads, budget=ARGS.budget),
                                   ARGS.precision, ARGS.threads)
             lat["in-process"].append(time.perf_counter() - t1)
             tokens = len(e)
@@ -228,7 +233,7 @@ def main():
     hits = []
     for _ in range(ARGS.cache_requests):
         t0 = time.perf_counter()
-        e = c_c.encode(paths[0], fixations=[fixations[0]])
+        e = c_c.encode(paths[0], fixations=[fixations[0]], budget=ARGS.budget)
         hits.append(time.perf_counter() - t0)
         assert e.cache == "hit", e.cache
     mean_batch_metric = (batched.metric("fovea_encode_batch_requests_sum") /
@@ -249,7 +254,7 @@ def main():
     result = {
         "machine": machine(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "commit": commit(), "command": " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv),
-        "model": ARGS.model, "precision": ARGS.precision, "threads": ARGS.threads, "concurrency": ARGS.concurrency,
+        "model": ARGS.model, "budget": ARGS.budget, "precision": ARGS.precision, "threads": ARGS.threads, "concurrency": ARGS.concurrency,
         "tokens_per_image": tokens, "rows": rows, "cli_steady_images_per_s": cli_steady,
         "serve_best_vs_cli_steady": round(max(r["images_per_s"] for r in rows[2:]) / statistics.median(cli_steady), 3),
         "batched_mean_requests_per_encode": round(mean_batch_metric, 2),

@@ -206,6 +206,29 @@ def test_batcher_encodes_queued_requests_together(spec, foveation):
             np.testing.assert_allclose(e.window_class_tokens, alone.window_class_tokens, rtol=0, atol=1e-4)
 
 
+def test_batcher_caps_the_tokens_of_a_batch():
+    model = fovea.Model("random:vit-s16")
+    held = HeldModel(model)
+    ts = [fovea.tokenize(photo(0), budget=16, model=model)] * 5
+    b = Batcher(held, max_batch=8, max_tokens=2 * len(ts[0]))
+    futs = [b.submit(ts[0])]
+    assert held.started.wait(60)
+    futs += [b.submit(t) for t in ts[1:]]
+    held.release.set()
+    assert [f.result(60)[1] for f in futs] == [1, 2, 2, 2, 2]
+    b.close()
+    assert held.calls == [1, 2, 2]
+
+
+def test_video_session_expires_when_idle():
+    app = create_app({"rand": "random:vit-s16"}, ServeConfig(session_idle_s=0.05, warmup=False))
+    with TestClient(app) as c:
+        sid = post(c, "/v1/video/sessions", model="none").json()["session"]
+        time.sleep(0.2)
+        r = c.get(f"/v1/video/sessions/{sid}")
+        assert r.status_code == 404 and "expired after 0.05 s idle" in error_of(r)
+
+
 def test_batcher_busy_and_close():
     model = fovea.Model("random:vit-s16")
     held = HeldModel(model)

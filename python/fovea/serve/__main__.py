@@ -50,6 +50,8 @@ def main(argv=None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free port, printed)")
     p.add_argument("--max-batch", type=int, default=d.max_batch, help="requests encoded in one encoder call (default %(default)s)")
+    p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
+                   help="tokens of the requests in one encoder call (a larger request runs alone; default %(default)s)")
     p.add_argument("--batch-window-ms", type=float, default=d.batch_window_ms,
                    help="wait this long for more requests before encoding (default 0: batch only what is queued)")
     p.add_argument("--max-queue", type=int, default=d.max_queue, help="encodes waiting per model before 503 (default %(default)s)")
@@ -69,7 +71,7 @@ def main(argv=None) -> int:
     from .app import create_app
 
     cfg = ServeConfig(max_upload_bytes=int(a.max_upload_mb * 2**20), max_pixels=a.max_pixels, max_budget=a.max_budget,
-                      max_batch=a.max_batch, batch_window_ms=a.batch_window_ms, max_queue=a.max_queue,
+                      max_batch=a.max_batch, max_batch_tokens=a.max_batch_tokens, batch_window_ms=a.batch_window_ms, max_queue=a.max_queue,
                       cache_bytes=int(a.cache_mb * 2**20), max_sessions=a.max_sessions, session_idle_s=a.session_idle_s,
                       threads=a.threads, precision=a.precision, warmup=not a.no_warmup)
     try:

@@ -48,6 +48,7 @@ class ServeConfig:
     max_budget: int = 4096               # tokens a request may ask for
     max_query_items: int = 256           # fixations + regions of one request
     max_batch: int = 8                   # requests encoded in one encoder call
+    max_batch_tokens: int = 512          # and their tokens together (a larger request runs alone)
     batch_window_ms: float = 0.0         # wait this long for company (0: batch only what queued)
     max_queue: int = 64                  # encodes waiting per model; more: 503
     cache_bytes: int = 256 << 20         # the content-hash cache's budget (0: off)
@@ -228,7 +229,8 @@ class Service:
             self.models[name] = spec if isinstance(spec, fovea.Model) else fovea.Model(spec)
         self.default_model = next(iter(self.models))
         self.batchers = {
-            name: Batcher(m, max_batch=config.max_batch, max_queue=config.max_queue, window_ms=config.batch_window_ms,
+            name: Batcher(m, max_batch=config.max_batch, max_tokens=config.max_batch_tokens, max_queue=config.max_queue,
+                          window_ms=config.batch_window_ms,
                           threads=config.threads, name=name, on_batch=self.metrics.batch_done)
             for name, m in self.models.items()}
         self.cache = ResultCache(config.cache_bytes)

@@ -75,6 +75,7 @@ class SessionStore:
         return s
 
     def get(self, sid: str) -> Session:
+        self.expire()
         with self._lock:
             s = self._sessions.get(sid)
         if s is None:
