@@ -188,7 +188,7 @@ class HeldModel:
 def test_batcher_encodes_queued_requests_together(spec, foveation):
     model = fovea.Model(spec)
     held = HeldModel(model)
-    b = Batcher(held, max_batch=3, max_queue=8)
+    b = Batcher(held, max_batch=3, max_tokens=1 << 30, max_queue=8)
     ts = [fovea.tokenize(photo(i), fixations=[(40 + 10 * i, 60)], model=model, foveation=foveation) for i in range(6)]
     futs = [b.submit(ts[0])]
     assert held.started.wait(60)
