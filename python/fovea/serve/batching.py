@@ -6,8 +6,8 @@ unless window_ms > 0: at low load a request is encoded alone, at once; under loa
 that arrived while the previous batch ran form the next one.
 
 The token cap is where batching pays on a CPU: measured on ViT-B/16 (2 cores, docs/serve.md),
-eight images in one call took 0.60-0.66x the time of eight calls at 16 tokens each, 0.90-0.93x
-at 64, 0.95-0.99x at 273, while every request of a batch waits for the whole batch. So small
+eight images in one call took 0.60-0.69x the time of eight calls at 16 tokens each, 0.86-0.94x
+at 64, 0.95-1.04x at 273, while every request of a batch waits for the whole batch. So small
 requests (small budgets, video frames) are batched, and requests of a few hundred tokens run
 alone.
 
