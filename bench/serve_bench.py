@@ -44,7 +44,6 @@ import tempfile
 import time
 import urllib.request
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -172,8 +171,7 @@ def main():
 
     work = ARGS.work or tempfile.mkdtemp(prefix="fovea-serve-bench-")
     paths = make_dataset(os.path.join(work, "images"), ARGS.images)
-    fixations = [fixation_of(p) for p in paths]
-    fixations = [fixations[0]] * len(paths)  # the CLI batch's one query (see run_cli), for every pipeline
+    fixations = [fixation_of(paths[0])] * len(paths)  # the CLI batch's one query (see run_cli), for every pipeline
     model = fovea.Model(ARGS.model)
     model.encode_full(fovea.tokenize(paths[0], model=model, threads=ARGS.threads), ARGS.precision, ARGS.threads)
 

@@ -3,14 +3,12 @@
 In-process through FastAPI's TestClient, and once as `python3 -m fovea.serve` in a subprocess (the
 client over a real socket, SIGTERM). Tiny fixture models only; no timing assertions.
 """
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pytest

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -175,7 +175,9 @@ async def read_fields(request: Request, max_bytes: int) -> Tuple[Fields, Optiona
     items: Dict[str, Any] = dict(request.query_params)
     ctype = request.headers.get("content-type", "")
     image, name = None, "<upload>"
-    if request.method == "POST" and int(request.headers.get("content-length") or 0) > 0 or "multipart" in ctype:
+    length = request.headers.get("content-length", "")
+    has_body = (length.isdigit() and int(length) > 0) or "transfer-encoding" in request.headers
+    if (request.method == "POST" and has_body) or "multipart" in ctype:
         if not (ctype.startswith("multipart/form-data") or ctype.startswith("application/x-www-form-urlencoded")):
             raise ApiError(415, f"send a multipart form (the image as the file field 'image'), not {ctype or 'no content type'}")
         try:
@@ -258,7 +260,6 @@ class Service:
         self.sessions.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    # -- helpers --
 
     def model(self, name: Optional[str]) -> Tuple[str, fovea.Model]:
         name = name or self.default_model
