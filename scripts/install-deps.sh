@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what fovea needs from Debian's packages, idempotently.
 #   scripts/install-deps.sh build   compiler, CMake, libraries (the default)
-#   scripts/install-deps.sh test    build + what the test suite reads (numpy, tesseract, images, Vulkan)
+#   scripts/install-deps.sh test    build + what the test suite reads (numpy, tesseract, images, Vulkan,
+#                                   the service's FastAPI and Uvicorn, headless Chromium)
 #   scripts/install-deps.sh bench   test + the competitors measured by the benchmarks (torch, OpenCV)
 #   scripts/install-deps.sh fuzz    build + clang 14, libFuzzer and its runtimes (scripts/fuzz.sh)
 # Packages already present are not reinstalled and apt's index is refreshed only when
@@ -24,7 +25,9 @@ test_pkgs=(python3 python3-numpy tesseract-ocr tesseract-ocr-eng python3-skimage
   fonts-dejavu-core mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   fonts-dejavu-extra fonts-lyx python3-pil python3-opencv
   python3-pytest python3-distributed ffmpeg python3-av
-  clang libfuzzer-14-dev libclang-rt-14-dev)
+  clang libfuzzer-14-dev libclang-rt-14-dev
+  python3-fastapi python3-uvicorn python3-multipart python3-prometheus-client python3-httpx
+  chromium chromium-driver python3-selenium wrk)
 # The fuzz targets (scripts/fuzz.sh): clang 14 with libFuzzer, its sanitizer runtimes and its
 # OpenMP (the encoder is part of the library every target links).
 fuzz_pkgs=(clang-14 libfuzzer-14-dev libclang-rt-14-dev libomp-14-dev)

@@ -18,7 +18,8 @@ files. The GIL is released while tokenize and encode run. Errors raise ValueErro
 arguments), OSError (I/O) or RuntimeError (everything else: corrupt files, unsupported
 formats, devices), with the library's one-line message.
 
-For datasets, see fovea.distributed (Dask).
+For datasets, see fovea.distributed (Dask); for a service, fovea.serve (`python3 -m fovea.serve`)
+and its client fovea.Client; for handing embeddings to a language-model runtime, fovea.handoff.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ._fovea import (Encoding, TensorFile, Tokens, VideoFrameResult, amx_kernels
 
 __version__ = _fovea.__version__
 __all__ = ["tokenize", "Fixation", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "VideoReader",
-           "VideoFrame", "VideoFrameResult", "video", "bf16_supported", "amx_kernels_enabled",
+           "VideoFrame", "VideoFrameResult", "VideoSession", "video", "decode_image", "Client", "bf16_supported", "amx_kernels_enabled",
            "avx512bf16_kernels_enabled", "avx2_kernels_enabled",
            "image_formats",
            "image_extensions",
@@ -273,6 +274,17 @@ class Model(_fovea.Model):
         _warn_nonfinite(e, "the embeddings")
         return e
 
+    def encode_many(self, tokens: Sequence[Tokens], precision: str = "fp32", threads: int = 0) -> list:
+        """Several Tokens in one encoder call: every image's rows (every window's, for the windows
+        foveation) through the linear layers at once, so the weights are read once for all of them;
+        attention stays within each image. Returns a list of fovea.Encoding, result i equal to
+        encode_full(tokens[i]) up to rounding (a GEMM over more rows may sum in another order).
+        The service batches concurrent requests with it (fovea.serve)."""
+        out = super().encode_many(list(tokens), precision, threads)
+        for e in out:
+            _warn_nonfinite(e.embeddings, "the embeddings")
+        return out
+
     def encode_full(self, tokens, precision: str = "fp32", threads: int = 0, *, positions=None,
                     image_size=None, attention: str = "exact") -> Encoding:
         """As encode(), but returns a fovea.Encoding with every output the model has:
@@ -317,6 +329,56 @@ def save(path: PathLike, tensors: Mapping[str, np.ndarray], metadata: Optional[M
     tensors = as_dict(tensors, "tensors must be a mapping of names to numpy arrays")
     metadata = as_dict(metadata or {}, "metadata must be a mapping of strings to strings")
     _fovea.save(path, tensors, {str(k): str(v) for k, v in metadata.items()})
+
+
+def decode_image(data: bytes, max_pixels: int = 100_000_000, exif: bool = True) -> np.ndarray:
+    """An image file's bytes (PNG, JPEG; more with FFmpeg: fovea.image_formats()) decoded as
+    fovea.tokenize decodes them: [H, W, 3] uint8 (gray: [H, W, 1]), EXIF orientation applied
+    unless exif=False. Raises RuntimeError for a corrupt or unsupported file, ValueError over
+    max_pixels."""
+    return _fovea.decode_image(bytes(data), max_pixels, exif)
+
+
+class VideoSession:
+    """Frames handed in one at a time (a camera, a stream, a service's session) instead of decoded
+    from a file: each frame re-does only what changed since the previous one, as fovea.video does.
+
+        s = fovea.VideoSession(model, budget=273)
+        for image in frames:                           # [H, W, 3] uint8 each
+            r = s.process(image, fixations=[(320, 180)])
+            r.embeddings, r.positions, r.recomputed    # a fovea.VideoFrameResult
+
+    Arguments as fovea.video's (reuse "incremental" by default with a model, "exact" without;
+    keyframe, threshold, token_threshold, hysteresis, refresh_fraction). Each frame is encoded
+    alone (no grouping: a frame's result is ready when process returns). The frame is copied
+    (the session keeps it as the reference the next frame is compared with). One frame at a
+    time per session; the GIL is released while a frame is processed.
+    """
+
+    def __init__(self, model: Optional["Model"] = None, budget: int = 273, *, patch: Optional[int] = None,
+                 reuse: Optional[str] = None, keyframe: int = 0, threshold: float = 8.0, token_threshold: float = 0.1,
+                 hysteresis: float = 0.1, refresh_fraction: float = 0.5, precision: str = "fp32", threads: int = 0,
+                 dtype: str = "f32") -> None:
+        self._s = _fovea.VideoSession(model, _checked_budget(budget), patch, reuse, keyframe, threshold,
+                                      token_threshold, hysteresis, refresh_fraction, precision, threads, dtype)
+
+    def process(self, image, fixations: Iterable[Sequence[float]] = (), regions: Iterable[Sequence[float]] = (), *,
+                index: Optional[int] = None, pts: float = 0.0) -> VideoFrameResult:
+        """One frame ([H, W, 3] or [H, W] uint8, or a PIL image); a size change is a refresh."""
+        return self._s.process(_pixels_of(image), _number_tuples(fixations, "fixations", _FIXATION_FORM),
+                               _number_tuples(regions, "regions", _REGION_FORM), index, pts)
+
+    @property
+    def frames(self) -> int:
+        return self._s.frames
+
+    @property
+    def reuse(self) -> str:
+        return self._s.reuse
+
+    @property
+    def budget(self) -> int:
+        return self._s.budget
 
 
 class VideoFrame(NamedTuple):
@@ -480,3 +542,11 @@ def video(
         patch, dtype, max_level, dict(weights or {}), e0, sharpness,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
         fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet, autorotate, overlay)
+
+
+def __getattr__(name):
+    # fovea.Client on first use: the client module is not needed to tokenize or encode.
+    if name == "Client":
+        from .client import Client
+        return Client
+    raise AttributeError(f"module 'fovea' has no attribute {name!r}")

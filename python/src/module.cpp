@@ -453,6 +453,133 @@ std::map<std::string, std::string> embeddings_metadata(const PyTokens& t, const 
   return meta;
 }
 
+// ---- several Tokens in one encoder call -------------------------------------------------------
+
+// Rows `rows` of every [n, D] tensor in `parts` stacked: the kept tokens of a windowed Tokens.
+Tensor stack_rows(const std::vector<const Tensor*>& parts, const std::vector<int64_t>& rows) {
+  if (parts.empty() || parts.front()->rank() == 0) return Tensor();
+  const int64_t d = parts.front()->dim(1);
+  std::vector<const float*> row_ptr;
+  for (const Tensor* t : parts)
+    for (int64_t i = 0; i < t->dim(0); ++i) row_ptr.push_back(t->data<float>() + i * d);
+  Tensor out(DType::f32, {int64_t(rows.size()), d});
+  for (size_t i = 0; i < rows.size(); ++i) std::memcpy(out.data<float>() + int64_t(i) * d, row_ptr[size_t(rows[i])], size_t(d) * 4);
+  return out;
+}
+
+// Model.encode_many: every image of every Tokens (a windowed Tokens is one image per window, as
+// fovea::encode_windows lays them out) in one fovea::encode_batch call, so the linear layers read
+// the weights once for all of them; then each Tokens' results are put together as encode_tokens
+// puts them (covered tokens dropped, the base view's class token and heads). Result i equals
+// encode_full(tokens[i]) up to rounding (a GEMM over more rows may sum in another order).
+std::vector<std::unique_ptr<PyEncoding>> encode_many_py(const VitModel& model, const py::sequence& items,
+                                                       const std::string& precision, int threads) {
+  std::vector<const PyTokens*> toks;
+  std::vector<py::object> refs;
+  for (const py::handle h : items) {
+    if (!py::isinstance<PyTokens>(h)) throw py::type_error("encode_many takes a list of fovea.Tokens");
+    const PyTokens& t = h.cast<const PyTokens&>();
+    if (t.params.extract.dtype == DType::u8)
+      throw bad("u8 patches are not normalised; tokenize with dtype='f32' or 'f16' to encode");
+    if (!toks.empty() && t.t.batch.patches.dtype() != toks.front()->t.batch.patches.dtype())
+      throw bad("encode_many: every Tokens must hold patches of one dtype (f32 or f16)");
+    if (!toks.empty() && t.t.batch.patch_px != toks.front()->t.batch.patch_px)
+      throw bad("encode_many: every Tokens must have one patch size");
+    toks.push_back(&t);
+    refs.push_back(py::reinterpret_borrow<py::object>(h));
+  }
+  std::vector<std::unique_ptr<PyEncoding>> out;
+  if (toks.empty()) return out;
+  const Precision prec = parse_precision(precision);
+  warn_if_precision_falls_back(prec);
+  const ExecConfig cfg = exec_config(threads);
+  {
+    py::gil_scoped_release nogil;
+    const TokenBatch& first = toks.front()->t.batch;
+    int64_t n = 0;
+    for (const PyTokens* t : toks) n += t->t.batch.size();
+    std::vector<int64_t> shape = first.patches.shape();
+    shape[0] = n;
+    Tensor patches(first.patches.dtype(), shape);
+    Tensor positions(DType::f32, {n, 4});
+    float* pp = positions.data<float>();
+    std::vector<ImageSpan> spans;
+    std::vector<size_t> first_span;  // per Tokens: its first span
+    const size_t row_bytes = first.size() ? first.patches.size_bytes() / size_t(first.size()) : 0;
+    int64_t row = 0;
+    for (const PyTokens* t : toks) {
+      const TokenBatch& b = t->t.batch;
+      first_span.push_back(spans.size());
+      if (b.size() && b.patches.size_bytes() != row_bytes * size_t(b.size()))
+        throw bad("encode_many: every Tokens must hold patches of one shape");
+      std::memcpy(patches.bytes() + size_t(row) * row_bytes, b.patches.bytes(), b.patches.size_bytes());
+      if (!b.windowed()) {
+        std::memcpy(pp + row * 4, b.positions.data<float>(), size_t(b.size()) * 16);
+        spans.push_back({b.size(), t->width, t->height});
+        row += b.size();
+        continue;
+      }
+      // A window's tokens in its own pixels, as encode_windows places them.
+      const int P = b.patch_px;
+      int64_t local = 0;
+      for (const TokenWindow& w : b.windows) {
+        if (w.grid_x < 1 || w.grid_y < 1 || local + w.tokens() > b.size())
+          throw bad("encode_many: a Tokens' windows do not add up to its " + std::to_string(b.size()) + " tokens");
+        for (int64_t i = 0; i < w.tokens(); ++i, ++local, ++row) {
+          pp[row * 4 + 0] = (float(i % w.grid_x) + 0.5f) * float(P);
+          pp[row * 4 + 1] = (float(i / w.grid_x) + 0.5f) * float(P);
+          pp[row * 4 + 2] = float(P);
+          pp[row * 4 + 3] = 0;
+        }
+        spans.push_back({w.tokens(), w.grid_x * P, w.grid_y * P});
+      }
+      if (local != b.size())
+        throw bad("encode_many: a Tokens' windows do not add up to its " + std::to_string(b.size()) + " tokens");
+    }
+    first_span.push_back(spans.size());
+    Executor ex(cfg);
+    EncodeParams ep{.precision = prec};
+    std::vector<Encoding> per = encode_batch(model, TensorView(patches), TensorView(positions), spans, ep, ex);
+    for (size_t k = 0; k < toks.size(); ++k) {
+      auto e = std::make_unique<PyEncoding>();
+      e->model = model;
+      e->precision = prec;
+      const TokenBatch& b = toks[k]->t.batch;
+      const size_t s0 = first_span[k], s1 = first_span[k + 1];
+      if (!b.windowed()) {
+        e->e = std::move(per[s0]);
+      } else {
+        Encoding& r = e->e;
+        const uint8_t* cov = b.covered.data<uint8_t>();
+        for (int64_t i = 0; i < b.size(); ++i)
+          if (!cov[i]) r.rows.push_back(i);
+        std::vector<const Tensor*> emb, proj;
+        for (size_t s = s0; s < s1; ++s) emb.push_back(&per[s].embeddings), proj.push_back(&per[s].projected);
+        r.embeddings = stack_rows(emb, r.rows);
+        r.projected = stack_rows(proj, r.rows);
+        Encoding& base = per[s0];
+        if (base.class_token.rank() > 0) {
+          const int64_t d = base.class_token.dim(1);
+          r.window_class_tokens = Tensor(DType::f32, {int64_t(s1 - s0), d});
+          for (size_t s = s0; s < s1; ++s)
+            std::memcpy(r.window_class_tokens.data<float>() + int64_t(s - s0) * d, per[s].class_token.data<float>(),
+                        size_t(d) * 4);
+        }
+        r.class_token = std::move(base.class_token);
+        r.pooled = std::move(base.pooled);
+        r.image_embeds = std::move(base.image_embeds);
+        r.logits = std::move(base.logits);
+        r.precision = base.precision;
+        r.encode_ms = base.encode_ms;
+        r.attention_ms = base.attention_ms;
+      }
+      out.push_back(std::move(e));
+    }
+  }
+  for (size_t k = 0; k < out.size(); ++k) out[k]->tokens = refs[k];
+  return out;
+}
+
 py::dict config_dict(const VitConfig& c) {
   py::dict d;
   d["family"] = std::string(to_string(c.family));
@@ -596,6 +723,70 @@ Reuse parse_reuse(const std::optional<std::string>& r, bool have_model) {
   if (*r == "exact") return Reuse::exact;
   if (*r == "incremental") return Reuse::incremental;
   throw bad("reuse must be 'incremental', 'exact' or 'off', got '" + *r + "'");
+}
+
+// fovea.VideoSession: frames handed in one at a time (a camera, a service's session) instead of
+// decoded from a file; each goes through fovea::VideoSession::process, re-doing only what changed.
+struct PyVideoSession {
+  std::unique_ptr<VitModel> model;  // the session points at it: a stable address
+  std::unique_ptr<Executor> ex;
+  std::unique_ptr<VideoSession> session;
+  std::mutex mu;  // one frame at a time (the GIL is released while a frame is processed)
+  int64_t frames = 0;
+};
+
+std::unique_ptr<PyVideoSession> video_session_py(const py::object& model, int budget, std::optional<int> patch,
+                                                 const std::optional<std::string>& reuse, int keyframe, float threshold,
+                                                 float token_threshold, float hysteresis, float refresh_fraction,
+                                                 const std::string& precision, int threads, const std::string& dtype) {
+  auto out = std::make_unique<PyVideoSession>();
+  std::optional<VitModel> vit;
+  if (!model.is_none()) vit = cast_arg<VitModel>(model, "model must be a fovea.Model or None");
+  std::string prep;
+  VideoParams vp;
+  vp.tokenize = build_params(budget, patch, false, -1, {}, std::nullopt, std::nullopt, dtype, std::nullopt, std::nullopt,
+                             true, vit, std::nullopt, std::nullopt, std::nullopt, std::nullopt, prep);
+  if (keyframe < 0) throw bad("keyframe must be >= 0");
+  if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("threshold must be a number >= 0");
+  if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw bad("token_threshold must be >= 0");
+  if (!(hysteresis >= 0)) throw bad("hysteresis must be >= 0");
+  if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw bad("refresh_fraction must be in (0, 1]");
+  if (vit && vp.tokenize.extract.dtype == DType::u8)
+    throw bad("dtype 'u8' patches are not normalised; a model needs 'f32' or 'f16'");
+  vp.reuse = parse_reuse(reuse, vit.has_value());
+  vp.change_threshold = threshold;
+  vp.keyframe_interval = keyframe;
+  vp.layout_hysteresis = hysteresis;
+  vp.refresh_fraction = refresh_fraction;
+  vp.encoder.precision = parse_precision(precision);
+  if (vit) warn_if_precision_falls_back(vp.encoder.precision);
+  vp.encoder.token_threshold = token_threshold;
+  const ExecConfig cfg = exec_config(threads);
+  if (vit) out->model = std::make_unique<VitModel>(*vit);
+  py::gil_scoped_release nogil;
+  out->ex = std::make_unique<Executor>(cfg);
+  out->session = std::make_unique<VideoSession>(vp, out->model.get(), *out->ex);
+  return out;
+}
+
+std::unique_ptr<PyFrameResult> video_session_process(PyVideoSession& s, const py::array& image,
+                                                     const std::vector<std::vector<float>>& fixations,
+                                                     const std::vector<std::vector<float>>& regions,
+                                                     std::optional<int64_t> index, double pts) {
+  const ImageViewU8 v = array_view(image);  // the frame is copied: the session keeps it as its reference
+  const Query q = make_query(fixations, regions);
+  auto out = std::make_unique<PyFrameResult>();
+  py::gil_scoped_release nogil;
+  std::lock_guard<std::mutex> lock(s.mu);
+  ImageU8 frame(v.width(), v.height(), v.channels());
+  for (int c = 0; c < v.channels(); ++c)
+    for (int y = 0; y < v.height(); ++y) {
+      uint8_t* d = frame.row(c, y);
+      for (int x = 0; x < v.width(); ++x) d[x] = v.at(c, y, x);
+    }
+  out->r = s.session->process(std::move(frame), q, index ? *index : s.frames, pts);
+  ++s.frames;
+  return out;
 }
 
 // fovea.video: `fovea video`'s loop (fovea::run_video, as tools/fovea/cmd_video.cpp calls it) with
@@ -920,6 +1111,22 @@ PYBIND11_MODULE(_fovea, m) {
         "Whether precision='fp32' runs its linear layers on fovea's own AVX2 + FMA kernel (a CPU where oneDNN has no "
         "f32 brgemm, i.e. without AVX-512; FOVEA_AVX2=0 turns it off) rather than oneDNN's.");
 
+  m.def(
+      "decode_image",
+      [](const py::bytes& data, uint64_t max_pixels, bool exif, const std::string& name) {
+        const std::string_view sv = data;
+        ImageU8 img;
+        {
+          py::gil_scoped_release nogil;
+          LoadOptions lo;
+          lo.max_pixels = max_pixels;
+          lo.apply_exif_orientation = exif;
+          img = decode_image({reinterpret_cast<const uint8_t*>(sv.data()), sv.size()}, lo, name);
+        }
+        return to_hwc(img);
+      },
+      py::arg("data"), py::arg("max_pixels") = 100'000'000, py::arg("exif") = true, py::arg("name") = "<bytes>",
+      "An image file's bytes decoded as fovea reads them: [H, W, 3] or [H, W, 1] uint8");
   m.def("tokenize", &tokenize_py, py::arg("image"), py::arg("budget") = py::none(),
         py::arg("fixations") = std::vector<std::vector<float>>{}, py::arg("regions") = std::vector<std::vector<float>>{},
         py::arg("patch") = py::none(), py::arg("uniform") = false, py::arg("threads") = 0, py::arg("max_level") = -1,
@@ -1126,6 +1333,9 @@ PYBIND11_MODULE(_fovea, m) {
           py::arg("image_size") = py::none(), py::arg("attention") = "exact")
       .def("encode_full", encode_impl, py::arg("tokens"), py::arg("precision") = "fp32", py::arg("threads") = 0,
            py::arg("positions") = py::none(), py::arg("image_size") = py::none(), py::arg("attention") = "exact")
+      .def("encode_many", &encode_many_py, py::arg("tokens"), py::arg("precision") = "fp32", py::arg("threads") = 0,
+           "Several Tokens in one encoder call (the weights read once for all of them); a list of Encoding, each "
+           "equal to encode_full of its Tokens up to rounding")
       .def("__repr__", [](const VitModel& v) { return "<fovea.Model " + v.describe() + ">"; });
 
   // ---- video ---------------------------------------------------------------------------------
@@ -1187,6 +1397,12 @@ PYBIND11_MODULE(_fovea, m) {
                                return t.rank() ? py::object(tensor_view(t, self)) : py::none();
                              },
                              "[N, D] float32, or None without a model")
+      .def_property_readonly("projected",
+                             [](py::object self) -> py::object {
+                               const Tensor& t = self.cast<PyFrameResult&>().r.projected;
+                               return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+                             },
+                             "[N, E] float32: the projector's output (LLaVA / mmproj), or None")
       .def_property_readonly("patches", [](py::object self) { return tensor_view(self.cast<PyFrameResult&>().r.batch.patches, self); },
                              "[N, 3, P, P]")
       .def_property_readonly("positions", [](py::object self) { return tensor_view(self.cast<PyFrameResult&>().r.batch.positions, self); },
@@ -1231,6 +1447,16 @@ PYBIND11_MODULE(_fovea, m) {
         return "<fovea.VideoFrameResult frame " + std::to_string(f.r.index) + ", " + std::to_string(f.r.batch.size()) +
                " tokens, " + std::to_string(f.r.recomputed_tokens) + " recomputed" + (f.r.refresh ? ", refresh>" : ">");
       });
+
+  py::class_<PyVideoSession>(m, "VideoSession", "Frames handed in one at a time (see fovea.VideoSession).")
+      .def(py::init(&video_session_py), py::arg("model"), py::arg("budget"), py::arg("patch"), py::arg("reuse"),
+           py::arg("keyframe"), py::arg("threshold"), py::arg("token_threshold"), py::arg("hysteresis"),
+           py::arg("refresh_fraction"), py::arg("precision"), py::arg("threads"), py::arg("dtype"))
+      .def("process", &video_session_process, py::arg("image"), py::arg("fixations"), py::arg("regions"),
+           py::arg("index") = py::none(), py::arg("pts") = 0.0)
+      .def_property_readonly("frames", [](const PyVideoSession& s) { return s.frames; })
+      .def_property_readonly("reuse", [](const PyVideoSession& s) { return std::string(to_string(s.session->params().reuse)); })
+      .def_property_readonly("budget", [](const PyVideoSession& s) { return s.session->params().tokenize.alloc.budget_tokens; });
 
   m.def("video", &video_py, py::arg("path"), py::arg("model"), py::arg("budget"), py::arg("fixations"), py::arg("regions"),
         py::arg("every"), py::arg("fps"), py::arg("max_frames"), py::arg("reuse"), py::arg("keyframe"), py::arg("group"), py::arg("threshold"),

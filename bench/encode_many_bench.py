@@ -1,0 +1,52 @@
+#!/usr/bin/python3
+"""Model.encode_many (one encoder call for several images) against one encode_full per image.
+
+    OMP_WAIT_POLICY=PASSIVE PYTHONPATH=build/python /usr/bin/python3 bench/encode_many_bench.py \\
+        [--model random:vit-b16] [--images 8] [--budgets 16,64,273] [--precisions fp32,bf16] [--threads 2]
+
+The images: crops of the astronaut sample (320x240), tokenized with the mixed foveation at each
+budget. Best of --repeats runs of each (after one warm-up of both); prints the ratio. This is the
+encoder call alone; what it does for the service, where tokenization and HTTP run beside it, is
+bench/serve_bench.py's to say (docs/serve.md).
+"""
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="random:vit-b16")
+    ap.add_argument("--images", type=int, default=8)
+    ap.add_argument("--budgets", default="16,64,273")
+    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "python"))
+    import fovea
+    from pyhelpers import photo
+    m = fovea.Model(a.model)
+    for prec in a.precisions.split(","):
+        for budget in map(int, a.budgets.split(",")):
+            ts = [fovea.tokenize(photo(i, 240, 320), budget=budget, model=m, foveation="mixed") for i in range(a.images)]
+            m.encode_many(ts, prec, a.threads)
+            m.encode_full(ts[0], prec, a.threads)
+            one = many = float("inf")
+            for _ in range(a.repeats):
+                t0 = time.perf_counter()
+                for t in ts:
+                    m.encode_full(t, prec, a.threads)
+                one = min(one, time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                m.encode_many(ts, prec, a.threads)
+                many = min(many, time.perf_counter() - t0)
+            print(f"{a.model} {prec} budget {budget}: {a.images} encode_full {one * 1000:.0f} ms, one encode_many "
+                  f"{many * 1000:.0f} ms: {many / one:.2f}x the time", flush=True)
+
+
+if __name__ == "__main__":
+    main()

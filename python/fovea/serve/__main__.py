@@ -1,0 +1,108 @@
+"""python3 -m fovea.serve: run the service (Uvicorn). --help lists the flags."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+
+
+def _models(values):
+    out = {}
+    for v in values:
+        name, sep, spec = v.partition("=")
+        if not sep or os.path.exists(v):
+            spec = v
+            base = os.path.basename(os.path.normpath(v))
+            name = (os.path.basename(os.path.dirname(os.path.abspath(v))) if base.endswith((".safetensors", ".gguf", ".pt", ".pth", ".bin"))
+                    else base.replace(":", "-"))
+        if name in out:
+            raise SystemExit(f"fovea serve: two models named {name!r}; name them: --model NAME=SPEC")
+        out[name] = spec
+    return out
+
+
+def _passive_wait_policy(argv) -> None:
+    # libgomp (oneDNN's OpenMP) reads OMP_WAIT_POLICY when it loads, and `python3 -m fovea.serve`
+    # has loaded it with the fovea package before this runs. Its default spins idle threads at
+    # every barrier; in a service, where tokenizations and the encoder share the cores, that
+    # spinning takes the time the others need (the `fovea` launcher's reason, docs/encoder.md).
+    # Unless the caller chose, start again with PASSIVE (and OpenBLAS's shortest idle spin).
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "fovea.serve", *argv], env)
+
+
+def main(argv=None) -> int:
+    _passive_wait_policy(sys.argv[1:] if argv is None else argv)
+    from .app import ServeConfig
+    d = ServeConfig()
+    p = argparse.ArgumentParser(prog="python3 -m fovea.serve", description=(
+        "Serve fovea over HTTP: /v1/encode, /v1/tokenize, /v1/models, /v1/video/sessions, /healthz, /metrics and an "
+        "explorer page at /. SIGTERM or Ctrl-C: stop accepting, finish the requests in flight, exit 0."))
+    p.add_argument("--model", action="append", required=True, metavar="[NAME=]SPEC",
+                   help="a checkpoint (a .safetensors / .gguf path, or random:vit-s16 ...); repeat for several, the first "
+                        "is the default. NAME defaults to the checkpoint's folder")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free port, printed)")
+    p.add_argument("--max-batch", type=int, default=d.max_batch, help="requests encoded in one encoder call (default %(default)s)")
+    p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
+                   help="tokens of the requests in one encoder call (a larger request runs alone; default %(default)s)")
+    p.add_argument("--batch-window-ms", type=float, default=d.batch_window_ms,
+                   help="wait this long for more requests before encoding (default 0: batch only what is queued)")
+    p.add_argument("--max-queue", type=int, default=d.max_queue, help="encodes waiting per model before 503 (default %(default)s)")
+    p.add_argument("--cache-mb", type=float, default=d.cache_bytes / 2**20, help="content-hash cache size, MiB (0: off; default %(default)g)")
+    p.add_argument("--max-upload-mb", type=float, default=d.max_upload_bytes / 2**20, help="largest request body, MiB (default %(default)g)")
+    p.add_argument("--max-pixels", type=int, default=d.max_pixels, help="largest decoded image (default %(default)s)")
+    p.add_argument("--max-budget", type=int, default=d.max_budget, help="largest token budget a request may ask (default %(default)s)")
+    p.add_argument("--max-sessions", type=int, default=d.max_sessions, help="open video sessions (default %(default)s)")
+    p.add_argument("--session-idle-s", type=float, default=d.session_idle_s, help="close a video session idle this long (default %(default)g)")
+    p.add_argument("--threads", type=int, default=d.threads, help="threads per tokenize / encode (0: all hardware threads)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision, help="default encode precision")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up encode of each model")
+    p.add_argument("--log-level", default="warning", help="Uvicorn's log level (default warning)")
+    a = p.parse_args(argv)
+
+    import uvicorn
+    from .app import create_app
+
+    cfg = ServeConfig(max_upload_bytes=int(a.max_upload_mb * 2**20), max_pixels=a.max_pixels, max_budget=a.max_budget,
+                      max_batch=a.max_batch, max_batch_tokens=a.max_batch_tokens, batch_window_ms=a.batch_window_ms, max_queue=a.max_queue,
+                      cache_bytes=int(a.cache_mb * 2**20), max_sessions=a.max_sessions, session_idle_s=a.session_idle_s,
+                      threads=a.threads, precision=a.precision, warmup=not a.no_warmup)
+    try:
+        app = create_app(_models(a.model), cfg)
+    except (OSError, RuntimeError, ValueError) as e:
+        print(f"fovea serve: {e}", file=sys.stderr)
+        return 1
+    sock = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((a.host, a.port))
+    except OSError as e:
+        print(f"fovea serve: cannot listen on {a.host}:{a.port}: {e.strerror}", file=sys.stderr)
+        return 1
+    sock.listen(2048)  # connections wait in the backlog until Uvicorn serves them
+    host, port = sock.getsockname()[:2]
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            # SIGTERM / SIGINT: /healthz says draining and new work is refused with 503 while Uvicorn
+            # stops listening and lets the requests in flight finish; then the batchers drain.
+            app.state.service.draining = True
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(app, log_level=a.log_level, timeout_keep_alive=5, lifespan="on"))
+    shown = f"[{host}]" if ":" in host else host
+    print(f"fovea serve: http://{shown}:{port} (models: {', '.join(app.state.service.models)})", flush=True)
+    server.run(sockets=[sock])
+    print("fovea serve: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
