@@ -11,8 +11,6 @@ namespace fovea {
 
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
-
 // Rows `rows` of a [N, D] f32 tensor.
 Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
   const int64_t d = t.dim(1);
@@ -33,12 +31,12 @@ Foveation default_foveation(const VitModel& model) {
 Encoding encode_windows(EncoderContext& ctx, const VitModel& model, const TokenBatch& batch, const EncodeParams& params,
                         Executor& exec) {
   if (!batch.windowed())
-    throw bad("encode_windows: the batch has no windows (tokenize with the windows foveation)");
+    throw invalid_argument("encode_windows: the batch has no windows (tokenize with the windows foveation)");
   const int64_t n = batch.size();
   const int P = batch.patch_px;
   if (batch.window.numel() != n || batch.covered.numel() != n || batch.window.dtype() != DType::i32 ||
       batch.covered.dtype() != DType::u8)
-    throw bad("encode_windows: the batch's window and covered tensors must hold one value per token");
+    throw invalid_argument("encode_windows: the batch's window and covered tensors must hold one value per token");
   // Each window's tokens in its own pixels: cell (gx, gy) centred at ((gx + ½)·P, (gy + ½)·P).
   std::vector<ImageSpan> spans;
   Tensor local(DType::f32, {n, 4});
@@ -46,7 +44,7 @@ Encoding encode_windows(EncoderContext& ctx, const VitModel& model, const TokenB
   int64_t row = 0;
   for (const TokenWindow& w : batch.windows) {
     if (w.grid_x < 1 || w.grid_y < 1 || row + w.tokens() > n)
-      throw bad("encode_windows: the batch's windows do not add up to its " + std::to_string(n) + " tokens");
+      throw invalid_argument("encode_windows: the batch's windows do not add up to its " + std::to_string(n) + " tokens");
     for (int64_t i = 0; i < w.tokens(); ++i, ++row) {
       lp[row * 4 + 0] = (float(i % w.grid_x) + 0.5f) * float(P);
       lp[row * 4 + 1] = (float(i / w.grid_x) + 0.5f) * float(P);
@@ -55,7 +53,7 @@ Encoding encode_windows(EncoderContext& ctx, const VitModel& model, const TokenB
     }
     spans.push_back({w.tokens(), w.grid_x * P, w.grid_y * P});
   }
-  if (row != n) throw bad("encode_windows: the batch's windows do not add up to its " + std::to_string(n) + " tokens");
+  if (row != n) throw invalid_argument("encode_windows: the batch's windows do not add up to its " + std::to_string(n) + " tokens");
   std::vector<Encoding> per = encode_batch(ctx, model, TensorView(batch.patches), TensorView(local), spans, params, exec);
 
   Encoding e;
@@ -133,7 +131,7 @@ EmbeddingsFile embeddings_file(const TokenBatch& batch, const Encoding& e, std::
   Tensor window(DType::i32, {k});
   for (int64_t i = 0; i < k; ++i) {
     const int64_t r = rows[size_t(i)];
-    if (r < 0 || r >= batch.size()) throw bad("embeddings_file: the encoding's rows are not the batch's");
+    if (r < 0 || r >= batch.size()) throw invalid_argument("embeddings_file: the encoding's rows are not the batch's");
     std::memcpy(f.positions.data<float>() + i * 4, batch.positions.data<float>() + r * 4, 16);
     f.levels.data<int32_t>()[i] = batch.levels.data<int32_t>()[r];
     window.data<int32_t>()[i] = batch.window.data<int32_t>()[r];
