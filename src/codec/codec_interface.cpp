@@ -7,10 +7,6 @@
 #include "fovea/error.hpp"
 
 namespace fovea {
-namespace {
-
-}  // namespace
-
 Tensor Codec::encode(const Tensor& x) const {
   if (x.dtype() != DType::f32 || x.rank() != 2 || x.dim(1) != dim())
     throw invalid_argument("codec " + spec() + ": embeddings must be [N, " + std::to_string(dim()) + "] F32");
