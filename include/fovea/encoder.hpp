@@ -478,6 +478,26 @@ Encoding encode_tokens(EncoderContext& ctx, const VitModel& model, const TokenBa
                        Executor& exec);
 Encoding encode_tokens(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec);
 
+// One image of encode_tokens_batch: a tokenization's batch (not owned) and the size of the image
+// its positions refer to (not read for a windowed batch, whose windows are images of their own).
+struct TokenBatchImage {
+  const TokenBatch* batch = nullptr;
+  int image_width = 0, image_height = 0;
+};
+
+// Several images' batches, windowed or not, in one call: encode_batch over every image (every
+// window of a windowed batch), then each batch's result put together as encode_tokens does.
+// Result i equals encode_tokens of image i alone up to rounding (a GEMM over more rows may sum
+// in another order); one image gives encode_tokens' bytes. Every result carries the whole
+// call's encode_ms and attention_ms. EncodeParams' image size is not read. An empty span gives
+// an empty result. Throws as encode_tokens, and Error(invalid_argument) for a null batch or
+// batches whose patches differ in dtype or size.
+std::vector<Encoding> encode_tokens_batch(EncoderContext& ctx, const VitModel& model,
+                                          std::span<const TokenBatchImage> images, const EncodeParams& params,
+                                          Executor& exec);
+std::vector<Encoding> encode_tokens_batch(const VitModel& model, std::span<const TokenBatchImage> images,
+                                          const EncodeParams& params, Executor& exec);
+
 // The embeddings file (fovea/embeddings.hpp) of encoding `e` of `batch`: e's tensors (copied), the
 // positions and levels of the rows it holds; for the windows foveation also window [N] i32 (each
 // token's window), window_boxes, window_grids, window_levels (extract.hpp's window_tensors_of)

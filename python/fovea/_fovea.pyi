@@ -65,6 +65,8 @@ class Tokens:
         """[H, W, 3] uint8: token borders by level over a relevance heat map."""
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write `fovea tokenize -o`'s file, atomically."""
+    def to_bytes(self) -> bytes:
+        """The bytes save() writes, made in memory."""
     def __len__(self) -> int: ...
 
 class Encoding:
@@ -104,6 +106,8 @@ class Encoding:
     def attention(self) -> str: ...
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write `fovea encode -o`'s file, atomically."""
+    def to_bytes(self) -> bytes:
+        """The bytes save() writes, made in memory."""
     def __len__(self) -> int: ...
 
 class Model:

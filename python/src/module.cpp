@@ -455,128 +455,40 @@ std::map<std::string, std::string> embeddings_metadata(const PyTokens& t, const 
 
 // ---- several Tokens in one encoder call -------------------------------------------------------
 
-// Rows `rows` of every [n, D] tensor in `parts` stacked: the kept tokens of a windowed Tokens.
-Tensor stack_rows(const std::vector<const Tensor*>& parts, const std::vector<int64_t>& rows) {
-  if (parts.empty() || parts.front()->rank() == 0) return Tensor();
-  const int64_t d = parts.front()->dim(1);
-  std::vector<const float*> row_ptr;
-  for (const Tensor* t : parts)
-    for (int64_t i = 0; i < t->dim(0); ++i) row_ptr.push_back(t->data<float>() + i * d);
-  Tensor out(DType::f32, {int64_t(rows.size()), d});
-  for (size_t i = 0; i < rows.size(); ++i) std::memcpy(out.data<float>() + int64_t(i) * d, row_ptr[size_t(rows[i])], size_t(d) * 4);
-  return out;
-}
-
-// Model.encode_many: every image of every Tokens (a windowed Tokens is one image per window, as
-// fovea::encode_windows lays them out) in one fovea::encode_batch call, so the linear layers read
-// the weights once for all of them; then each Tokens' results are put together as encode_tokens
-// puts them (covered tokens dropped, the base view's class token and heads). Result i equals
+// Model.encode_many: fovea::encode_tokens_batch over every Tokens (a windowed one is one image per
+// window), so the linear layers read the weights once for all of them. Result i equals
 // encode_full(tokens[i]) up to rounding (a GEMM over more rows may sum in another order).
 std::vector<std::unique_ptr<PyEncoding>> encode_many_py(const VitModel& model, const py::sequence& items,
                                                        const std::string& precision, int threads) {
-  std::vector<const PyTokens*> toks;
+  std::vector<TokenBatchImage> images;
   std::vector<py::object> refs;
   for (const py::handle h : items) {
     if (!py::isinstance<PyTokens>(h)) throw py::type_error("encode_many takes a list of fovea.Tokens");
     const PyTokens& t = h.cast<const PyTokens&>();
     if (t.params.extract.dtype == DType::u8)
       throw bad("u8 patches are not normalised; tokenize with dtype='f32' or 'f16' to encode");
-    if (!toks.empty() && t.t.batch.patches.dtype() != toks.front()->t.batch.patches.dtype())
-      throw bad("encode_many: every Tokens must hold patches of one dtype (f32 or f16)");
-    if (!toks.empty() && t.t.batch.patch_px != toks.front()->t.batch.patch_px)
-      throw bad("encode_many: every Tokens must have one patch size");
-    toks.push_back(&t);
+    images.push_back({&t.t.batch, t.width, t.height});
     refs.push_back(py::reinterpret_borrow<py::object>(h));
   }
   std::vector<std::unique_ptr<PyEncoding>> out;
-  if (toks.empty()) return out;
+  if (images.empty()) return out;
   const Precision prec = parse_precision(precision);
   warn_if_precision_falls_back(prec);
   const ExecConfig cfg = exec_config(threads);
+  std::vector<Encoding> per;
   {
     py::gil_scoped_release nogil;
-    const TokenBatch& first = toks.front()->t.batch;
-    int64_t n = 0;
-    for (const PyTokens* t : toks) n += t->t.batch.size();
-    std::vector<int64_t> shape = first.patches.shape();
-    shape[0] = n;
-    Tensor patches(first.patches.dtype(), shape);
-    Tensor positions(DType::f32, {n, 4});
-    float* pp = positions.data<float>();
-    std::vector<ImageSpan> spans;
-    std::vector<size_t> first_span;  // per Tokens: its first span
-    const size_t row_bytes = first.size() ? first.patches.size_bytes() / size_t(first.size()) : 0;
-    int64_t row = 0;
-    for (const PyTokens* t : toks) {
-      const TokenBatch& b = t->t.batch;
-      first_span.push_back(spans.size());
-      if (b.size() && b.patches.size_bytes() != row_bytes * size_t(b.size()))
-        throw bad("encode_many: every Tokens must hold patches of one shape");
-      std::memcpy(patches.bytes() + size_t(row) * row_bytes, b.patches.bytes(), b.patches.size_bytes());
-      if (!b.windowed()) {
-        std::memcpy(pp + row * 4, b.positions.data<float>(), size_t(b.size()) * 16);
-        spans.push_back({b.size(), t->width, t->height});
-        row += b.size();
-        continue;
-      }
-      // A window's tokens in its own pixels, as encode_windows places them.
-      const int P = b.patch_px;
-      int64_t local = 0;
-      for (const TokenWindow& w : b.windows) {
-        if (w.grid_x < 1 || w.grid_y < 1 || local + w.tokens() > b.size())
-          throw bad("encode_many: a Tokens' windows do not add up to its " + std::to_string(b.size()) + " tokens");
-        for (int64_t i = 0; i < w.tokens(); ++i, ++local, ++row) {
-          pp[row * 4 + 0] = (float(i % w.grid_x) + 0.5f) * float(P);
-          pp[row * 4 + 1] = (float(i / w.grid_x) + 0.5f) * float(P);
-          pp[row * 4 + 2] = float(P);
-          pp[row * 4 + 3] = 0;
-        }
-        spans.push_back({w.tokens(), w.grid_x * P, w.grid_y * P});
-      }
-      if (local != b.size())
-        throw bad("encode_many: a Tokens' windows do not add up to its " + std::to_string(b.size()) + " tokens");
-    }
-    first_span.push_back(spans.size());
     Executor ex(cfg);
-    EncodeParams ep{.precision = prec};
-    std::vector<Encoding> per = encode_batch(model, TensorView(patches), TensorView(positions), spans, ep, ex);
-    for (size_t k = 0; k < toks.size(); ++k) {
-      auto e = std::make_unique<PyEncoding>();
-      e->model = model;
-      e->precision = prec;
-      const TokenBatch& b = toks[k]->t.batch;
-      const size_t s0 = first_span[k], s1 = first_span[k + 1];
-      if (!b.windowed()) {
-        e->e = std::move(per[s0]);
-      } else {
-        Encoding& r = e->e;
-        const uint8_t* cov = b.covered.data<uint8_t>();
-        for (int64_t i = 0; i < b.size(); ++i)
-          if (!cov[i]) r.rows.push_back(i);
-        std::vector<const Tensor*> emb, proj;
-        for (size_t s = s0; s < s1; ++s) emb.push_back(&per[s].embeddings), proj.push_back(&per[s].projected);
-        r.embeddings = stack_rows(emb, r.rows);
-        r.projected = stack_rows(proj, r.rows);
-        Encoding& base = per[s0];
-        if (base.class_token.rank() > 0) {
-          const int64_t d = base.class_token.dim(1);
-          r.window_class_tokens = Tensor(DType::f32, {int64_t(s1 - s0), d});
-          for (size_t s = s0; s < s1; ++s)
-            std::memcpy(r.window_class_tokens.data<float>() + int64_t(s - s0) * d, per[s].class_token.data<float>(),
-                        size_t(d) * 4);
-        }
-        r.class_token = std::move(base.class_token);
-        r.pooled = std::move(base.pooled);
-        r.image_embeds = std::move(base.image_embeds);
-        r.logits = std::move(base.logits);
-        r.precision = base.precision;
-        r.encode_ms = base.encode_ms;
-        r.attention_ms = base.attention_ms;
-      }
-      out.push_back(std::move(e));
-    }
+    per = encode_tokens_batch(model, images, EncodeParams{.precision = prec}, ex);
   }
-  for (size_t k = 0; k < out.size(); ++k) out[k]->tokens = refs[k];
+  for (size_t k = 0; k < per.size(); ++k) {
+    auto e = std::make_unique<PyEncoding>();
+    e->e = std::move(per[k]);
+    e->model = model;
+    e->precision = prec;
+    e->tokens = refs[k];
+    out.push_back(std::move(e));
+  }
   return out;
 }
 
@@ -1085,6 +997,17 @@ PYBIND11_MODULE(_fovea, m) {
             save_tokens(p, t.t, t.query, t.params, {{"source", t.source}, {"preprocessing_source", t.preprocessing_source}});
           },
           py::arg("path"), "Write the token file `fovea tokenize -o` writes (atomically)")
+      .def(
+          "to_bytes",
+          [](const PyTokens& t) {
+            std::vector<uint8_t> b;
+            {
+              py::gil_scoped_release nogil;
+              b = serialize_tokens(t.t, t.query, t.params, {{"source", t.source}, {"preprocessing_source", t.preprocessing_source}});
+            }
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          "The bytes save() writes (the token file of `fovea tokenize -o`), made in memory")
       .def("__len__", [](const PyTokens& t) { return t.t.batch.size(); })
       .def("__repr__", [](const PyTokens& t) {
         return "<fovea.Tokens " + std::to_string(t.t.batch.size()) + " tokens, " +
@@ -1245,6 +1168,19 @@ PYBIND11_MODULE(_fovea, m) {
             save_embeddings(p, file);
           },
           py::arg("path"), "Write the embeddings file `fovea encode -o` writes (atomically)")
+      .def(
+          "to_bytes",
+          [](const PyEncoding& e) {
+            if (e.tokens.is_none()) throw bad("to_bytes needs the Tokens the encoding came from (encode a Tokens object)");
+            const PyTokens& t = e.tokens.cast<const PyTokens&>();
+            std::vector<uint8_t> b;
+            {
+              py::gil_scoped_release nogil;
+              b = serialize_embeddings(embeddings_file(t.t.batch, e.e, embeddings_metadata(t, e.model, e.precision, e.attention)));
+            }
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          "The bytes save() writes (the embeddings file of `fovea encode -o`), made in memory")
       .def("__len__", [](const PyEncoding& e) { return e.e.embeddings.rank() ? e.e.embeddings.dim(0) : 0; });
 
   auto encode_impl = [](const VitModel& model, const py::object& tokens, const std::string& precision, int threads,
