@@ -13,6 +13,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <bit>
 #include <climits>
 #include <cmath>
@@ -33,6 +34,7 @@
 #include "fovea/extract.hpp"
 #include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"
+#include "fovea/token_cache.hpp"
 #include "fovea/tokenizer.hpp"
 #include "fovea/version_gen.hpp"
 #include "fovea/video.hpp"
@@ -429,6 +431,14 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, std::optional<int
   }
   out->width = out->t.pyramid.width();
   out->height = out->t.pyramid.height();
+  return out;
+}
+
+CacheKey cache_key_of(const py::bytes& key) {
+  const std::string_view k = key;
+  if (k.size() != 32) throw bad("a cache key is 32 bytes (TokenCache.key)");
+  CacheKey out;
+  std::memcpy(out.digest.data(), k.data(), 32);
   return out;
 }
 
@@ -1035,6 +1045,31 @@ PYBIND11_MODULE(_fovea, m) {
         "f32 brgemm, i.e. without AVX-512; FOVEA_AVX2=0 turns it off) rather than oneDNN's.");
 
   m.def(
+      "encode_image",
+      [](const py::array& image, const std::string& format, int quality, int max_side) {
+        if (format != "png" && format != "jpeg") throw bad("format must be 'png' or 'jpeg', got '" + format + "'");
+        if (quality < 1 || quality > 100) throw bad("quality must be in [1, 100]");
+        if (max_side < 0) throw bad("max_side must be >= 0");
+        const ImageViewU8 v = array_view(image);  // `image` keeps the pixels alive below
+        std::vector<uint8_t> out;
+        {
+          py::gil_scoped_release nogil;
+          const int w = v.width(), h = v.height(), side = std::max(w, h);
+          ImageU8 img;
+          if (max_side > 0 && side > max_side) {
+            Executor ex(exec_config(1));
+            img = resize_area(v, std::max(1, int(int64_t(w) * max_side / side)), std::max(1, int(int64_t(h) * max_side / side)), ex);
+          } else {
+            img = to_image(v);
+          }
+          out = format == "png" ? encode_png(img) : encode_jpeg(img, quality);
+        }
+        return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+      },
+      py::arg("image"), py::arg("format") = "png", py::arg("quality") = 90, py::arg("max_side") = 0,
+      "An [H, W, 3] or [H, W] uint8 array as a PNG or JPEG file's bytes; max_side > 0 first shrinks it (area "
+      "filter) to fit a max_side square");
+  m.def(
       "decode_image",
       [](const py::bytes& data, uint64_t max_pixels, bool exif, const std::string& name) {
         const std::string_view sv = data;
@@ -1273,6 +1308,75 @@ PYBIND11_MODULE(_fovea, m) {
            "Several Tokens in one encoder call (the weights read once for all of them); a list of Encoding, each "
            "equal to encode_full of its Tokens up to rounding")
       .def("__repr__", [](const VitModel& v) { return "<fovea.Model " + v.describe() + ">"; });
+
+  // ---- content cache ---------------------------------------------------------------------------
+  py::class_<TokenCache>(m, "TokenCache",
+                         "fovea::TokenCache over bytes: keyed BLAKE2b-256 content keys, an LRU byte budget (see "
+                         "fovea.TokenCache)")
+      .def(py::init([](int64_t budget_bytes, const py::object& secret) {
+             if (secret.is_none()) return std::make_unique<TokenCache>(budget_bytes);
+             const std::string s = secret.cast<py::bytes>();
+             if (s.size() != 32) throw bad("secret must be 32 bytes");
+             CacheSecret cs;
+             std::memcpy(cs.bytes.data(), s.data(), 32);
+             return std::make_unique<TokenCache>(budget_bytes, cs);
+           }),
+           py::arg("budget_bytes"), py::arg("secret") = py::none())
+      .def(
+          "key",
+          [](const TokenCache& c, const std::vector<py::bytes>& parts) {
+            std::vector<std::string_view> views(parts.begin(), parts.end());
+            std::vector<std::span<const uint8_t>> spans;
+            for (std::string_view v : views) spans.emplace_back(reinterpret_cast<const uint8_t*>(v.data()), v.size());
+            const CacheKey k = c.content_key(spans);
+            return py::bytes(reinterpret_cast<const char*>(k.digest.data()), k.digest.size());
+          },
+          py::arg("parts"), "The 32-byte content key of `parts` (a list of bytes), keyed with this cache's secret")
+      .def(
+          "get",
+          [](TokenCache& c, const py::bytes& key) -> py::object {
+            const CacheKey k = cache_key_of(key);
+            const Tensor* t = c.acquire(k);
+            if (!t) return py::none();
+            py::bytes out(reinterpret_cast<const char*>(t->bytes()), t->size_bytes());
+            c.release(k);
+            return out;
+          },
+          py::arg("key"), "The bytes cached under `key` (a hit counts as a use), or None")
+      .def(
+          "put",
+          [](TokenCache& c, const py::bytes& key, const py::bytes& data) {
+            const CacheKey k = cache_key_of(key);
+            const std::string_view d = data;
+            if (c.contains(k)) return false;
+            Tensor t(DType::u8, {int64_t(d.size())});
+            if (!d.empty()) std::memcpy(t.bytes(), d.data(), d.size());
+            try {
+              c.insert(k, std::move(t));
+            } catch (const Error&) {
+              return false;  // another thread cached it first
+            }
+            c.release(k);  // unreferenced: evicted least recently used first past the budget
+            return true;
+          },
+          py::arg("key"), py::arg("data"), "Cache `data` under `key` unless it is there; True when added")
+      .def("__contains__", [](const TokenCache& c, const py::bytes& key) { return c.contains(cache_key_of(key)); })
+      .def("__len__", [](const TokenCache& c) { return c.stats().entries; })
+      .def(
+          "stats",
+          [](const TokenCache& c) {
+            const CacheStats s = c.stats();
+            py::dict d;
+            d["entries"] = s.entries;
+            d["bytes"] = s.bytes;
+            d["budget_bytes"] = s.budget_bytes;
+            d["hits"] = s.hits;
+            d["misses"] = s.misses;
+            d["inserts"] = s.inserts;
+            d["evictions"] = s.evictions;
+            return d;
+          },
+          "entries, bytes, budget_bytes, hits, misses, inserts, evictions");
 
   // ---- video ---------------------------------------------------------------------------------
   py::class_<PyVideoReader>(m, "VideoReader", "Decoded video frames (see fovea.VideoReader).")
