@@ -12,7 +12,8 @@
             r = s.push(frame, fixations=[(320, 180)])      # r.embeddings, r.recomputed, r.metadata
     fovea.handoff.vllm(e, prompt)                          # any hand-off form takes a RemoteEncoding
 
-The standard library only (urllib): no HTTP package to install. Errors from the service raise
+The standard library only (urllib): no HTTP package to install; arrays are sent as PNG files
+made by fovea.encode_image. Errors from the service raise
 fovea.client.ServiceError with its status and its one-line message; a service that cannot be
 reached raises OSError.
 """
@@ -30,7 +31,6 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
-from ._png import png_bytes
 from .handoff import parse_safetensors, parse_safetensors_json
 
 __all__ = ["Client", "RemoteEncoding", "RemoteTokens", "RemoteFrame", "RemoteVideoSession", "ServiceError"]
@@ -80,7 +80,7 @@ class RemoteEncoding:
 class RemoteTokens(dict):
     """A tokenization's answer: the JSON summary (this dict: tokens, budget, foveation, windows,
     positions, levels per level, token_boxes, token_norms, timings_ms, warnings, and overlay_png
-    / seen_png / *_jpeg when asked) with the token file's arrays as numpy attributes (.patches,
+    / seen_png when asked) with the token file's arrays as numpy attributes (.patches,
     .positions, .levels, .rate_map, .relevance, and window, covered... for the windows
     foveation), .metadata (the file's) and .cache."""
 
@@ -111,11 +111,10 @@ class RemoteFrame(RemoteEncoding):
 
 def _png(rgb: np.ndarray) -> bytes:
     a = np.asarray(rgb)
-    if a.ndim == 2:
-        a = np.repeat(a[:, :, None], 3, axis=2)
-    if a.dtype != np.uint8 or a.ndim != 3 or a.shape[2] != 3:
+    if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] != 3):
         raise TypeError("an image array must be [H, W, 3] or [H, W] uint8")
-    return png_bytes(a)
+    from . import encode_image
+    return encode_image(a)
 
 
 def _image_bytes(image: ImageLike) -> Tuple[bytes, str]:
@@ -214,13 +213,12 @@ class Client:
 
     def tokenize(self, image: Optional[ImageLike] = None, fixations: Iterable[Sequence[float]] = (),
                  regions: Iterable[Sequence[float]] = (), budget: Optional[int] = None, *, model: Optional[str] = None,
-                 foveation: Optional[str] = None, overlay: bool = False, seen: bool = False, preview: int = 0,
+                 foveation: Optional[str] = None, overlay: bool = False, seen: bool = False,
                  path: Optional[str] = None) -> RemoteTokens:
         """The tokenization: a RemoteTokens, the JSON summary with the token file's numpy arrays
-        (overlay_png / seen_png, base64, with overlay=True / seen=True; overlay_jpeg and seen_jpeg
-        shrunk to `preview` pixels with preview=N)."""
+        (overlay_png / seen_png, base64 PNG pictures, with overlay=True / seen=True)."""
         f = _fields(fixations=list(fixations), regions=list(regions), budget=budget, model=model, foveation=foveation,
-                    overlay=overlay or None, seen=seen or None, preview=preview or None, path=path, format="json")
+                    overlay=overlay or None, seen=seen or None, path=path, format="json")
         data, headers = self._request("POST", "/v1/tokenize", f, self._image(image, path))
         return RemoteTokens(json.loads(data), headers)
 

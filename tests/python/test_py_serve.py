@@ -212,7 +212,7 @@ def test_tokenize_file_summary_previews(client):
     assert f.headers["content-type"] == "application/octet-stream"
     assert tensors["patches"].shape[0] <= 100 and meta["budget"] == "100"
     r = post(client, "/v1/tokenize", jpeg(), model="vit", fixations="200,200", format="json", overlay=1, seen=1,
-             preview=128, tensors="positions,levels")
+             rgb=1, tensors="positions,levels")
     assert r.status_code == 200, r.text
     b = r.json()
     assert b["foveation"] == "windows" and b["windows"] and b["tokens"] == len(b["positions"]) == len(b["token_boxes"])
@@ -220,8 +220,13 @@ def test_tokenize_file_summary_previews(client):
     assert len(b["token_norms"]) == len(b["token_levels"]) == len(b["token_covered"]) == b["tokens"]
     assert fovea.decode_image(base64.b64decode(b["overlay_png"])).shape == (512, 512, 3)
     assert fovea.decode_image(base64.b64decode(b["seen_png"])).shape == (512, 512, 3)
-    for k in ("overlay_jpeg", "seen_jpeg"):
-        assert fovea.decode_image(base64.b64decode(b[k])).shape == (128, 128, 3)
+    # Each token's patch as the model sees it; a level-0 token's is the image's pixels.
+    p = b["patch_size"]
+    rgb = np.frombuffer(base64.b64decode(b["patches_rgb"]), np.uint8).reshape(b["tokens"], p, p, 3)
+    i = b["token_levels"].index(0) if 0 in b["token_levels"] else None
+    if i is not None:
+        x0, y0 = (int(v) for v in b["token_boxes"][i][:2])
+        np.testing.assert_array_equal(rgb[i], fovea.decode_image(jpeg())[y0:y0 + p, x0:x0 + p])
 
 
 @pytest.mark.parametrize("fields,status,message", [

@@ -337,6 +337,18 @@ def tokens_summary(t, model_name: Optional[str]) -> dict:
             "timings_ms": _jsonable(dict(t.timings)), "warnings": list(t.query_outside)}
 
 
+def patches_rgb(t) -> bytes:
+    """[N, P, P, 3] uint8: every token's patch as the model sees it, de-normalised (the explorer
+    draws them over their boxes, as Tokens.seen() does)."""
+    meta = t.metadata
+    mean = np.array(meta["norm_mean"].split(","), np.float32)[None, :, None, None]
+    std = np.array(meta["norm_std"].split(","), np.float32)[None, :, None, None]
+    p = np.asarray(t.patches, np.float32)
+    if p.dtype == np.uint8 or meta.get("dtype") == "U8":
+        return np.ascontiguousarray(np.asarray(t.patches).transpose(0, 2, 3, 1)).tobytes()
+    return np.clip(np.rint((p * std + mean) * 255), 0, 255).astype(np.uint8).transpose(0, 2, 3, 1).tobytes()
+
+
 def json_tensors(data: bytes, wanted: Optional[List[str]]) -> dict:
     try:
         return fovea.handoff.safetensors_json(data, wanted)
@@ -653,11 +665,11 @@ def create_app(models: Mapping[str, Any], config: Optional[ServeConfig] = None) 
         fmt = f.choice("format", ("safetensors", "json"), "safetensors")
         overlay = f.bool("overlay")
         seen = f.bool("seen")
-        preview = f.int("preview", 0, 4096, 0)
+        rgb = f.bool("rgb")
         wanted = tensors_wanted(f.text("tensors", "all"))
         f.check_known("/v1/tokenize")
         params = {"query": [args["fixations"], args["regions"]], "budget": args["budget"],
-                  "mode": {**args, "format": fmt, "overlay": overlay, "seen": seen, "preview": preview,
+                  "mode": {**args, "format": fmt, "overlay": overlay, "seen": seen, "rgb": rgb,
                            "tensors": wanted, "model": model_name, "source": name}}
 
         async def compute():
@@ -672,9 +684,8 @@ def create_app(models: Mapping[str, Any], config: Optional[ServeConfig] = None) 
                     body["overlay_png"] = base64.b64encode(fovea.encode_image(t.overlay())).decode()
                 if seen:
                     body["seen_png"] = base64.b64encode(fovea.encode_image(t.seen(threads=config.threads))).decode()
-                if preview:
-                    for k, pic in (("overlay_jpeg", t.overlay()), ("seen_jpeg", t.seen(threads=config.threads))):
-                        body[k] = base64.b64encode(fovea.encode_image(pic, "jpeg", 85, preview)).decode()
+                if rgb:
+                    body["patches_rgb"] = base64.b64encode(patches_rgb(t)).decode()
                 return Entry(json.dumps(body).encode(), "application/json", head)
             return await until_done(request, run_in_threadpool(work), svc, "the tokenization")
 
