@@ -302,6 +302,12 @@ struct EncoderContextParams {
   // session, which would otherwise convert every weight twice. A one-shot caller keeps false:
   // its first encode reads the weights where they lie. Either way the model holds the copies.
   bool expect_reuse = false;
+  // oneDNN primitives the context keeps, the least recently used dropped first. Each token
+  // count and thread count makes its own (ViT-B/16 in bf16: 5, ~0.35 MB each), so a context that
+  // sees many image sizes (a service) stays bounded; a dropped primitive is made again when its
+  // size returns (the same bytes, a few ms more). oneDNN's own process-wide primitive cache
+  // (ONEDNN_PRIMITIVE_CACHE_CAPACITY, 1024 by default) keeps dropped ones too: a service bounds it.
+  int max_primitives = 64;
 };
 
 // The per-call state of the encoder (see "Model and context" above): oneDNN's primitives per

@@ -23,22 +23,30 @@ def _models(values):
     return out
 
 
-def _passive_wait_policy(argv) -> None:
-    # libgomp (oneDNN's OpenMP) reads OMP_WAIT_POLICY when it loads, and `python3 -m fovea.serve`
-    # has loaded it with the fovea package before this runs. Its default spins idle threads at
-    # every barrier; in a service, where tokenizations and the encoder share the cores, that
-    # spinning takes the time the others need (the `fovea` launcher's reason, docs/encoder.md).
-    # Unless the caller chose, start again with PASSIVE (and OpenBLAS's shortest idle spin).
-    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        return
-    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-    sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "fovea.serve", *argv], env)
+def _process_env(argv) -> None:
+    # Settings the libraries read when they load, which `python3 -m fovea.serve` has done with the
+    # fovea package before this runs; unless the caller chose, start again with them:
+    # * libgomp (oneDNN's OpenMP) spins idle threads at every barrier by default; in a service,
+    #   where tokenizations and the encoder share the cores, that spinning takes the time the
+    #   others need (the `fovea` launcher's reason, docs/encoder.md): PASSIVE, and OpenBLAS's
+    #   shortest idle spin;
+    # * oneDNN keeps up to 1024 primitives process-wide (ONEDNN_PRIMITIVE_CACHE_CAPACITY), beside
+    #   each encoder context's own bounded set: every image size makes its own, ~0.35 MB each
+    #   for ViT-B/16, so a service that sees many sizes grew by hundreds of MB (docs/serve.md,
+    #   "Memory"). 64 still lets the encoder workers share what they both made.
+    env = dict(os.environ)
+    if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+        env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in env and "DNNL_PRIMITIVE_CACHE_CAPACITY" not in env:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "64"
+    if env != dict(os.environ):
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "fovea.serve", *argv], env)
 
 
 def main(argv=None) -> int:
-    _passive_wait_policy(sys.argv[1:] if argv is None else argv)
+    _process_env(sys.argv[1:] if argv is None else argv)
     from .app import ServeConfig
     d = ServeConfig()
     p = argparse.ArgumentParser(prog="python3 -m fovea.serve", description=(
