@@ -464,7 +464,7 @@ def target_hostile(res):
     run_cli(PATHS, FIXATION, ref_dir)
     reference = {p: open(os.path.join(ref_dir, os.path.splitext(os.path.basename(p))[0] + ".safetensors"), "rb").read()
                  for p in PATHS}
-    svc = Service("--cache-mb", "0", "--request-timeout-s", "5")
+    svc = Service("--cache-mb", "0", "--request-timeout-s", "15")
     kinds = hostile_kinds(PHOTOS[0])
     try:
         async def run():
