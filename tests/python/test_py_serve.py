@@ -378,14 +378,14 @@ def test_batcher_caps_the_tokens_of_a_batch():
     assert [len(c) if isinstance(c, list) else 1 for c in held.calls] == [1, 2, 2]
 
 
-def test_a_large_request_holds_one_worker_not_the_service():
-    """Two workers: while a large encode holds one, small requests keep flowing on the other, in
-    arrival order; a second large request waits for the first instead of taking the last worker."""
+def test_a_large_request_runs_beside_the_small_ones():
+    """While a large encode runs on its own lane, small requests keep flowing on their worker, in
+    arrival order; a second large request waits for the first."""
     model = fovea.Model("random:vit-s16")
     held = HeldModel(model)
     small = fovea.tokenize(photo(0), budget=8, model=model)
     large = fovea.tokenize(photo(1), budget=64, model=model)
-    b = Batcher(held, max_batch=2, max_tokens=32, workers=2)
+    b = Batcher(held, max_batch=2, max_tokens=32, workers=1)
     first = b.submit(large)
     assert held.started.wait(60)
     second = b.submit(large)

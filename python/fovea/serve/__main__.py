@@ -64,8 +64,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch-window-ms", type=float, default=d.batch_window_ms,
                    help="wait this long for more requests before encoding (default 0: batch only what is queued)")
     p.add_argument("--encode-workers", type=int, default=d.encode_workers,
-                   help="encoder calls of one model at once, each on its own context; while small requests wait, one "
-                        "of them is kept from large ones (default %(default)s)")
+                   help="encoder calls of small requests at once, each on its own context (default %(default)s); requests "
+                        "of --max-batch-tokens tokens or more run on a lane of their own beside them")
     p.add_argument("--max-queue", type=int, default=d.max_queue, help="encodes waiting per model before 503 (default %(default)s)")
     p.add_argument("--request-timeout-s", type=float, default=d.request_timeout_s,
                    help="from a request's first byte to its answer: a request still arriving then gets 408, one still "

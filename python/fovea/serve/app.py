@@ -56,7 +56,7 @@ class ServeConfig:
     max_batch: int = 8                   # requests encoded in one encoder call
     max_batch_tokens: int = 512          # and their tokens together (a larger request runs alone)
     batch_window_ms: float = 0.0         # wait this long for company (0: batch only what queued)
-    encode_workers: int = 2              # encoder calls of one model at once, each on its own context
+    encode_workers: int = 1              # encoder calls of small requests at once (large ones: a lane of their own)
     max_queue: int = 64                  # encodes waiting per model; more: 503
     request_timeout_s: float = 60.0      # from the first byte of a request to its answer
     cache_bytes: int = 256 << 20         # the content-hash cache's memory (0: off)

@@ -1,25 +1,26 @@
-"""The encodes of one model, scheduled: `workers` threads take them from one queue, and each runs
-its encoder calls on a context of its own (calls on one fovea.Model from several threads run in
-parallel, each with its own oneDNN primitives and buffers: docs/encoder.md).
+"""The encodes of one model, scheduled: `workers` threads take small requests from one queue and
+a lane of its own takes the large ones, each running its encoder calls on a context of its own
+(calls on one fovea.Model from several threads run in parallel, each with its own oneDNN
+primitives and buffers: docs/encoder.md).
 
-What a worker takes, in arrival order:
+* Small requests (fewer than max_tokens tokens each) are taken in arrival order, together, up to
+  max_batch requests and max_tokens tokens, as one Model.encode_many call
+  (fovea::encode_tokens_batch), which reads the weights once for all of them. That pays where
+  an encode is small: on 2 cores, eight images in one call took 0.60-0.69x the time of eight
+  calls at 16 tokens each, 0.86-0.94x at 64 and 0.95-1.04x at 273 (docs/serve.md). So
+  requests of a few hundred tokens rarely share a call (two of the default 273 pass the default
+  cap of 512) and small ones (low budgets, video frames) do.
+* A large request (max_tokens tokens or more: a budget of 4096, a 40-megapixel image's windows)
+  runs alone, on the large lane, in arrival order among the large ones. It never holds a small
+  request's worker: small requests behind it wait for the small calls ahead of them only.
 
-* small requests (fewer than max_tokens tokens each) together, up to max_batch requests and
-  max_tokens tokens, as one Model.encode_many call (fovea::encode_tokens_batch), which reads the
-  weights once for all of them. That pays where an encode is small: on 2 cores, eight images in
-  one call took 0.60-0.69x the time of eight calls at 16 tokens each, 0.86-0.94x at 64 and
-  0.95-1.04x at 273 (docs/serve.md). So requests of a few hundred tokens rarely share a call
-  (two of the default 273 pass the default cap of 512) and small ones (low budgets) do;
-* a large request (max_tokens tokens or more) alone.
+One small worker by default: on the 2-core machine measured, one call with both threads ran
+1.27x the throughput of two calls side by side with one thread each (bench/results/serve/
+two-encode-workers.txt); where more cores make one call scale worse, more workers may pay.
 
-Fairness: while small requests wait, at most workers - 1 workers hold large ones, so a huge
-request (a budget of 4096, a 40-megapixel image's windows) holds one worker, not the service:
-small requests behind it wait for at most one call of another worker. Large requests run in
-arrival order among themselves; small ones are never passed over.
-
-Threads: a call that starts while no other worker encodes and nothing waits gets `threads`
-threads (the lowest latency for a lone request); under load each call gets threads // workers
-(at least 1), so that calls side by side share the cores instead of oversubscribing them.
+Threads: a call that starts while no other runs gets `threads` threads; one that starts beside
+others gets threads // (calls running), at least 1, so that they share the cores instead of
+oversubscribing them.
 
 Nothing waits for company unless window_ms > 0: at low load a request is encoded at once; under
 load the requests that arrived meanwhile form the next batch.
@@ -63,7 +64,7 @@ class Batcher:
     """on_batch(requests, tokens, seconds) is called after every encoder call (metrics)."""
 
     def __init__(self, model, *, max_batch: int = 8, max_tokens: int = 512, max_queue: int = 64, window_ms: float = 0.0,
-                 threads: int = 0, workers: int = 2,
+                 threads: int = 0, workers: int = 1,
                  on_batch: Optional[Callable[[int, int, float], None]] = None, name: str = "model"):
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
@@ -80,12 +81,13 @@ class Batcher:
         self._queue: "collections.deque[_Job]" = collections.deque()
         self._cv = threading.Condition()
         self._closing = False
-        self._busy = 0   # workers inside an encoder call
-        self._large = 0  # of them, with a large request
+        self._busy = 0  # encoder calls running
         self.batches = 0
         self.encoded = 0
-        self._threads = [threading.Thread(target=self._run, name=f"fovea-encode-{name}-{i}", daemon=True)
+        self._threads = [threading.Thread(target=self._run, args=(False,), name=f"fovea-encode-{name}-{i}", daemon=True)
                          for i in range(workers)]
+        self._threads.append(threading.Thread(target=self._run, args=(True,), name=f"fovea-encode-{name}-large",
+                                              daemon=True))
         for t in self._threads:
             t.start()
 
@@ -107,7 +109,7 @@ class Batcher:
             if len(self._queue) >= self.max_queue:
                 raise Busy(f"{len(self._queue)} encodes already queued for this model (limit {self.max_queue})")
             self._queue.append(job)
-            self._cv.notify()
+            self._cv.notify_all()  # the small workers and the large lane wait on it alike
         return job.future
 
     def close(self, timeout: Optional[float] = None) -> None:
@@ -124,13 +126,12 @@ class Batcher:
         if any(j.future.cancelled() for j in self._queue):
             self._queue = collections.deque(j for j in self._queue if not j.future.cancelled())
 
-    def _pick(self) -> List[_Job]:
-        """The next call's requests (taken off the queue), or [] when none may start now."""
-        small_waiting = any(not j.large for j in self._queue)
+    def _pick(self, large: bool) -> List[_Job]:
+        """The next call's requests of one kind (taken off the queue), or []."""
         for i, job in enumerate(self._queue):
-            if job.large:
-                if small_waiting and self.workers > 1 and self._large >= self.workers - 1:
-                    continue  # one worker stays for the small requests
+            if job.large != large:
+                continue
+            if large:
                 del self._queue[i]
                 return [job]
             batch, tokens, taken = [job], job.size, [i]
@@ -161,29 +162,26 @@ class Batcher:
         self._cv.wait(left)
         return True
 
-    def _take(self) -> Tuple[List[_Job], int]:
+    def _take(self, large: bool) -> Tuple[List[_Job], int]:
         with self._cv:
             while True:
                 self._drop_cancelled()
-                if not self._queue:
+                if not any(j.large == large for j in self._queue):
                     if self._closing:
                         return [], 0
                     self._cv.wait()
                     continue
-                if self._wait_for_company():
+                if not large and self._wait_for_company():
                     continue
-                batch = self._pick()
+                batch = self._pick(large)
                 if batch:
                     break
-                self._cv.wait()
-            alone = self._busy == 0 and not self._queue
             self._busy += 1
-            self._large += batch[0].large
-            return batch, self.threads if alone else max(1, self.threads // self.workers)
+            return batch, max(1, self.threads // self._busy)
 
-    def _run(self) -> None:
+    def _run(self, large: bool) -> None:
         while True:
-            batch, threads = self._take()
+            batch, threads = self._take(large)
             if not batch:
                 return
             try:
@@ -191,7 +189,6 @@ class Batcher:
             finally:
                 with self._cv:
                     self._busy -= 1
-                    self._large -= batch[0].large
                     self._cv.notify_all()
 
     def _encode(self, batch: List[_Job], threads: int) -> None:
