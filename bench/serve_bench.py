@@ -52,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -131,15 +132,24 @@ class Service:
         self.p = subprocess.Popen([sys.executable, "-m", "fovea.serve", "--port", "0", "--model", ARGS.model,
                                    "--threads", str(ARGS.threads), "--precision", ARGS.precision,
                                    "--max-queue", "1024", "--max-budget", "100000", *extra],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         line = self.p.stdout.readline()
         if not line.startswith("fovea serve: http://"):
             self.p.kill()
-            sys.exit(f"the service did not start: {line!r} {self.p.stderr.read()}")
+            sys.exit(f"the service did not start: {line!r} {self.p.stdout.read()}")
+        # The service's log goes on being read: a pipe nobody drains blocks the service's event
+        # loop once 64 KiB of log wait in it.
+        self.log_path = os.path.join(WORK, f"{name}-{len(SERVICES)}.log")
+        threading.Thread(target=self._drain, daemon=True).start()
         SERVICES.append(self)
         self.url = line.split()[2]
         self.host, port = self.url.split("//")[1].rsplit(":", 1)
         self.port = int(port)
+
+    def _drain(self):
+        with open(self.log_path, "w") as log:
+            for line in self.p.stdout:
+                log.write(line)
 
     def metrics(self):
         return urllib.request.urlopen(self.url + "/metrics").read().decode()
