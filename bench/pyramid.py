@@ -33,7 +33,7 @@ chains have 13 levels (4096 ... 1, each extent halved with floor).
              (R + W) / 2 bytes into a pre-touched buffer, split over 1 or 2 threads; the
              faster of the two is the floor.
 
-Targets (issue 12): fovea f32 steady state (2 threads) at least as fast as OpenCV's INTER_AREA
+Targets: fovea f32 steady state (2 threads) at least as fast as OpenCV's INTER_AREA
 chain; fovea u8 steady state (2 threads) no slower than the memcpy floor. Exit status 1 when a
 target is missed.
 """

@@ -445,7 +445,7 @@ def hostile_kinds(photo):
         ("bad field", request_bytes("/v1/encode", badfield, ctype), 0),
         ("bad form", request_bytes("/v1/encode", b"--x\r\ngarbage", "multipart/form-data; boundary=x"), 0),
         ("not HTTP", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(200) + b"\r\n\r\n", 0),
-        ("bad session", request_bytes("/v1/video/sessions/nope/frames", trunc, ctype), 0),
+        ("unknown video session", request_bytes("/v1/video/sessions/nope/frames", trunc, ctype), 0),
     ]
 
 

@@ -287,7 +287,7 @@ class SiglipVisionModel(nn.Module):
         self.vision_model = SiglipVisionTransformer(embeddings, head)
 
 
-# ---- helpers ------------------------------------------------------------------------------------
+# ---- utilities ------------------------------------------------------------------------------------
 
 def randomize(model, gen):
     """Weights with real variation (the libraries' inits leave LayerNorms at identity and heads at

@@ -221,7 +221,7 @@ def aggregate(results, budgets, strategies):
                 "small_text_gain_over_uniform_pts": 100 * gain,
                 "meets_30pt_small_text_gain": bool(gain >= 0.30),
             }
-    # Issue 17's targets. Bottom-up (no query) against uniform: >= +15 points on text under
+    # The targets. Bottom-up (no query) against uniform: >= +15 points on text under
     # 20 px at B = 273, never worse overall, and a whole-image PSNR never below uniform's at any
     # budget (the mean over scenes; the scenes below are counted too). A fixation: >= 85 % of
     # the ceiling at B = 64 and >= 98 % at B = 273.
@@ -327,7 +327,7 @@ def table_md(agg, targets, budgets, strategies):
     fx = targets.get("fov-fixation", {})
     if bu or any(k.startswith("fraction_of_ceiling_at_") for k in fx):
         lines.append("")
-        lines.append("Issue 17 targets:")
+        lines.append("Targets:")
         lines.append("")
         mark = lambda ok: "MET" if ok else "MISSED"
         if bu:
