@@ -402,6 +402,8 @@ def main():
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--save", action="store_true",
+                    help="save the result with its commit and machine as bench/results/eval/<date>_<cpu-class>_<commit>.json (bench/provenance.py)")
     ap.add_argument("--fovea-args", default="",
                     help="extra flags for the foveated runs, e.g. '--e0 0.03 --sharpness 1.5'")
     ap.add_argument("--aggregate-only", action="store_true",
@@ -463,6 +465,10 @@ def main():
         plot(agg, strategies, os.path.join(a.out, "accuracy.png"))
     print(md)
     print(f"wall time {wall:.1f} s for {len(results)} scenes", file=sys.stderr)
+    if a.save:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        import provenance  # bench/provenance.py
+        provenance.output(a, "eval", finite_or_none(out), threads=None)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ namespace {
 
 // Mean per-token cosine to exact attention on a real pretrained tower: a ViT-Ti/16 classifier,
 // N = 4096 (five photos upscaled to 1024², uniform), fp32 and bf16; the range over the photos,
-// rounded outwards (bench/hierarchical_real.py, bench/results/hierarchical-real/, 2026-12-06;
+// rounded outwards (bench/hierarchical_real.py, bench/results/hierarchical/, 2026-12-06;
 // docs/encoder.md, "Hierarchical attention on a real tower").
 struct RealTowerCosine {
   int top_k, block_tokens;
