@@ -50,7 +50,6 @@ LEGACY_FOLDERS = {
     "eval-issue17": ("Intel(R) Xeon(R) Processor (AMX)", "xeon-amx"),
     "eval-main": ("Intel(R) Xeon(R) Processor (AMX)", "xeon-amx"),
     "eval-relevance": ("Intel(R) Xeon(R) Processor (AMX)", "xeon-amx"),
-    "concurrent": ("Intel(R) Xeon(R) Processor (AMX)", "xeon-amx"),
 }
 # Single files whose machine the pages that cite them name (docs/video.md: "AMD EPYC, 2 cores,
 # AVX2, no AVX-512/AMX").
@@ -78,7 +77,7 @@ def git(*args):
 
 
 def full_commit(ref):
-    ref = re.sub(r"\+.*$", "", str(ref or "").strip())
+    ref = re.sub(r"[+-].*$", "", str(ref or "").strip())
     return git("rev-parse", "--verify", "--quiet", ref + "^{commit}") if re.fullmatch(r"[0-9a-f]{7,40}", ref) else ""
 
 
@@ -204,7 +203,7 @@ def convert(group, folder_files):
     lscpu = open(os.path.join(folder, "lscpu.txt")).read() if "lscpu.txt" in folder_files else ""
     mach = first(meta, "machine", "cpu", "lscpu")
     text_all = " ".join([json.dumps(mach or ""), lscpu] + list(sides.values()))
-    model, klass = LEGACY_FILES.get(f"{fname}/{stem}", LEGACY_FOLDERS.get(fname, (None, None)))
+    model, klass = None, None
     described = mach if isinstance(mach, str) else (mach.get("model_name") if isinstance(mach, dict) else None)
     fam = re.search(r"(?:CPU family:\s*|family\W+)(\d+)", text_all)
     mod = re.search(r"(?:\nModel:\s*|model\W+)(\d+)", text_all)
@@ -213,6 +212,9 @@ def convert(group, folder_files):
         flags = mach.get("flags", []) if isinstance(mach, dict) else re.findall(r"\b(amx_tile|avx512_bf16|avx512f|avx2)\b", text_all)
         klass = provenance.cpu_class(vendor, int(fam.group(1)), int(mod.group(1)), flags)
         how["machine"] = "the family and model the file records"
+    if klass is None and (f"{fname}/{stem}" in LEGACY_FILES or fname in LEGACY_FOLDERS):
+        model, klass = LEGACY_FILES.get(f"{fname}/{stem}", LEGACY_FOLDERS.get(fname))
+        how["machine"] = f"the folder's name ({fname}), as the pages citing it say"
     if klass is None:
         if re.search(r"family 26", text_all):
             klass = "zen5"
@@ -227,8 +229,6 @@ def convert(group, folder_files):
         else:
             klass = "unknown"
         how["machine"] = "the file's text"
-    else:
-        how["machine"] = f"the folder's name ({fname})"
     machine = {"cpu_model": described or model or "not recorded", "cpu_class": klass,
                "flags": CLASS_FLAGS.get(klass, [])}
     # threads, load, command, versions
@@ -260,7 +260,9 @@ def convert(group, folder_files):
         extra["lscpu"] = lscpu
     if "README.md" in folder_files:
         extra["notes"] = open(os.path.join(folder, "README.md"), encoding="utf-8").read()
-    out = {"schema": provenance.SCHEMA, "bench": bench_of(fname, stem), "date": date, "commit": c, "dirty": False,
+    own = str(first(meta, "commit", "git_commit", "rev") or "") if meta is not None else ""
+    dirty = how.get("commit") == "the file's own" and bool(re.search(r"[+-](changes|dirty)", own))
+    out = {"schema": provenance.SCHEMA, "bench": bench_of(fname, stem), "date": date, "commit": c, "dirty": dirty,
            "versions": versions, "machine": machine, "threads": threads, "load_average": la, "command": command,
            "rows": rows, "extra": extra,
            "provenance": {"converted_from": [os.path.relpath(p, ROOT) for p in [main] + group["sides"]], **how}}
