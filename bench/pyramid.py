@@ -248,7 +248,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"median_ms": med, "samples_ms": samples}, f, indent=1)
-    provenance.output(args, "pyramid", {"median_ms": med}, rows=[{"case": k, "median_ms": v} for k, v in med.items()],
+    provenance.output(args, "pyramid", {"median_ms": med}, rows=[{"case": k, "median_ms": v} for k, v in med.items()], threads=args.threads,
                       versions=provenance.module_versions("torch", "cv2"))
     return 0 if all(ok for *_, ok in checks) else 1
 
