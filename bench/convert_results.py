@@ -20,7 +20,7 @@ PATH (default bench/results) is searched for files that do not already validate.
 Each new file is bench/results/<bench>/<date>_<cpu-class>_<commit>.json; the old files are
 removed. With --fix-refs, paths of the old files in tracked .md and .py files are replaced by
 the new ones. Then: `git add -A bench/results docs README.md` and
-`/usr/bin/python3 bench/report.py` (docs/benchmarks.md).
+`/usr/bin/python3 bench/report.py` (docs/reference/benchmarks.md).
 """
 import argparse
 import datetime
@@ -51,7 +51,7 @@ LEGACY_FOLDERS = {
     "eval-main": ("Intel(R) Xeon(R) Processor (AMX)", "xeon-amx"),
     "eval-relevance": ("Intel(R) Xeon(R) Processor (AMX)", "xeon-amx"),
 }
-# Single files whose machine the pages that cite them name (docs/video.md: "AMD EPYC, 2 cores,
+# Single files whose machine the pages that cite them name (docs/how-to/video.md: "AMD EPYC, 2 cores,
 # AVX2, no AVX-512/AMX").
 LEGACY_FILES = {
     "video/video3_after": ("AMD EPYC (AVX2, no AVX-512)", "zen3"),

@@ -30,7 +30,7 @@ rows_from() (a "rows" list, per-pipeline "runs", per-clip "clips" ...) unless ro
 
 `python3 bench/provenance.py --check FILE...` validates files; bench/convert_results.py brings
 older result files into this format; bench/report.py turns the latest ones into
-docs/benchmarks.md.
+docs/reference/benchmarks.md.
 """
 import datetime
 import json

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Writes docs/benchmarks.md from bench/results/: for every benchmark, what it measures and how,
+"""Writes docs/reference/benchmarks.md from bench/results/: for every benchmark, what it measures and how,
 then the latest run on each CPU class, each table with a footnote naming its commit, machine,
 threads, load and command, and each ratio with a footnote saying what it compares.
 
-    /usr/bin/python3 bench/report.py            # rewrite docs/benchmarks.md
-    /usr/bin/python3 bench/report.py --check    # exit 1 when docs/benchmarks.md is not what it would write
+    /usr/bin/python3 bench/report.py            # rewrite docs/reference/benchmarks.md
+    /usr/bin/python3 bench/report.py --check    # exit 1 when docs/reference/benchmarks.md is not what it would write
 
 The page depends on the result files only (no clock, no machine): the same files give the same
 bytes.
@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # noqa: E402
 
 ROOT = provenance.ROOT
-PAGE = os.path.join(ROOT, "docs", "benchmarks.md")
+PAGE = os.path.join(ROOT, "docs", "reference", "benchmarks.md")
 MAX_ROWS = 24
 MAX_COLS = 8
 
@@ -225,7 +225,7 @@ def footnote(n, path, doc):
                 f"the commit is {how.get('commit', 'unknown')}, the date {how.get('date', 'unknown')}"
                 f", the machine from {how.get('machine', 'unknown')}.")
     return (f"[^{n}]: {doc['date'][:10]}, commit {commit}; {machine_line(doc)}; threads {th}; load average {load}; "
-            f"{v}. Command: `{doc['command']}`. File: [`{path}`](../{path}).{conv}")
+            f"{v}. Command: `{doc['command']}`. File: [`{path}`](../../{path}).{conv}")
 
 
 def ratio_notes(cols):
@@ -270,7 +270,7 @@ def render():
            "Each table's footnote names its date, commit, CPU (model, class, vector features), threads, load average, "
            "the versions of fovea and its competitors, and the command that made it. Each ratio column has a "
            "footnote saying what it compares. The story behind the numbers (what changed them, where the time "
-           "goes on each CPU) is in [performance.md](performance.md).", "",
+           "goes on each CPU) is in [performance.md](../explanation/performance.md).", "",
            "## Method", "",
            "- **Same run, interleaved.** fovea and its competitor (torch, OpenCV, the batch CLI ...) run in the same "
            "process or in alternating fresh processes, round after round, so load drift hits both.",
@@ -342,7 +342,7 @@ def render():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when docs/benchmarks.md is stale")
+    ap.add_argument("--check", action="store_true", help="exit 1 when docs/reference/benchmarks.md is stale")
     ap.add_argument("--out", default=PAGE)
     a = ap.parse_args(argv)
     text = render()

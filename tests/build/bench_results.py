@@ -4,7 +4,7 @@
 - every file under bench/results/ is a JSON result in bench/provenance.py's format, named
   <bench>/<date>_<cpu-class>_<commit>.json, and its commit is in this repository's history
   (checked where git and the full history are at hand);
-- docs/benchmarks.md is byte for byte what bench/report.py writes.
+- docs/reference/benchmarks.md is byte for byte what bench/report.py writes.
 
     /usr/bin/python3 tests/build/bench_results.py --source .
 
@@ -56,7 +56,7 @@ def main():
     if bad:
         print(f"bench_results: error: {bad} problem(s) above", file=sys.stderr)
         return 1
-    print(f"bench_results: {files} result files valid, docs/benchmarks.md current")
+    print(f"bench_results: {files} result files valid, docs/reference/benchmarks.md current")
     return 0
 
 

@@ -9,7 +9,7 @@ still matches one of WORDS (case-insensitive). Binary files (a NUL in the first 
 skipped; so are the files git ignores.
 
     /usr/bin/python3 tests/build/process_words.py --source .
-    /usr/bin/python3 tests/build/process_words.py --source . docs/video.md   # some files only
+    /usr/bin/python3 tests/build/process_words.py --source . docs/how-to/video.md   # some files only
 
 Exit 0 with no hit, 1 naming every hit as FILE:LINE.
 """
@@ -25,7 +25,7 @@ WORDS = [
     ("session", re.compile(r"session", re.I)),
     ("stop N", re.compile(r"\bstop [0-9]", re.I)),
     ("helper", re.compile(r"helper", re.I)),
-    ("issue N", re.compile(r"\bissue #?[0-9]", re.I)),
+    ("issue N", re.compile(r"\bissue[ #-]*[0-9]", re.I)),
     ("branch", re.compile(r"\bbranch ", re.I)),
 ]
 
