@@ -11,7 +11,8 @@ PATH (default bench/results) is searched for files that do not already validate.
   the notes of every result from that folder.
 - The commit is the file's own ("commit", resolved with git), else a COMMIT file in its folder,
   else the commit that added the file to git (the code measured then). A file whose commit
-  cannot be told is dropped, and said so.
+  cannot be told is dropped, and said so; a file not committed yet is left alone (commit it
+  first: its commit is then the one that added it).
 - The date is the file's own, else the date of that commit; the CPU class comes from the file's
   text, else from the folder's name (LEGACY_FOLDERS); the command is the file's own, else
   "not recorded".
@@ -193,6 +194,9 @@ def convert(group, folder_files):
         c = added
         how["commit"] = "the commit that added the file"
     if not c:
+        tracked = git("ls-files", "--error-unmatch", os.path.relpath(main, ROOT))
+        if not tracked:
+            return None, "KEEP: not committed yet; commit it, then convert it (its commit is the one that adds it)"
         return None, "its commit cannot be told (not in git history)"
     # date
     date = iso_utc(first(meta, "date")) if meta is not None else ""
@@ -355,7 +359,8 @@ def main(argv=None):
     for old, why in dropped:
         print(f"{os.path.relpath(old, ROOT)} dropped: {why}")
     if not a.dry_run:
-        for old in set(moved) | {o for o, _ in dropped}:
+        kept = {o for o, why in dropped if why.startswith("KEEP")}
+        for old in (set(moved) | {o for o, _ in dropped}) - kept:
             if os.path.exists(old) and old not in moved.values():
                 os.remove(old)
         for top in a.paths:
