@@ -357,7 +357,10 @@ def main(argv=None):
     for old, new in sorted(moved.items()):
         print(f"{os.path.relpath(old, ROOT)} -> {os.path.relpath(new, ROOT)}")
     for old, why in dropped:
-        print(f"{os.path.relpath(old, ROOT)} dropped: {why}")
+        if why.startswith("KEEP: "):
+            print(f"{os.path.relpath(old, ROOT)} left alone: {why[6:]}")
+        else:
+            print(f"{os.path.relpath(old, ROOT)} dropped: {why}")
     if not a.dry_run:
         kept = {o for o, why in dropped if why.startswith("KEEP")}
         for old in (set(moved) | {o for o, _ in dropped}) - kept:
