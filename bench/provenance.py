@@ -156,7 +156,7 @@ def result(bench, rows, *, threads=None, versions=None, extra=None, command=None
     now = date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     doc = {"schema": SCHEMA, "bench": bench, "date": now, "commit": head, "dirty": dirty,
            "versions": {"fovea": fovea_version(), **(versions or {})}, "machine": machine(),
-           "threads": threads, "load_average": [round(x, 2) for x in os.getloadavg()],
+           "threads": threads if isinstance(threads, int) and threads > 0 else None, "load_average": [round(x, 2) for x in os.getloadavg()],
            "command": command or command_line(), "rows": [{k: flat(v) for k, v in r.items()} for r in rows]}
     if extra is not None:
         doc["extra"] = extra
