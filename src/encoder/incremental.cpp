@@ -6,7 +6,7 @@
 //   A_R = softmax(Q_R·Kᵀ/√d)·V over every token's keys and values (flash-style, as forward.cpp);
 //   XR += A_R·Woᵀ; XR += MLP(LN2(XR)); x_out[R] = XR, x_out[¬R] = the cached outputs.
 // The schedule follows forward.cpp: every GEMM through oneDNN (encoder_detail::Gemm) with
-// bias, GELU and residual fused, row kernels for LayerNorm and softmax; the small helpers
+// bias, GELU and residual fused, row kernels for LayerNorm and softmax; the small functions
 // (positional interpolation, the linear-layer arguments) are the same arithmetic as there.
 #include <omp.h>
 

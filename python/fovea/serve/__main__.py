@@ -43,11 +43,11 @@ def _process_env(argv) -> None:
     # fovea package before this runs; unless the caller chose, start again with them:
     # * libgomp (oneDNN's OpenMP) spins idle threads at every barrier by default; in a service,
     #   where tokenizations and the encoder share the cores, that spinning takes the time the
-    #   others need (the `fovea` launcher's reason, docs/encoder.md): PASSIVE, and OpenBLAS's
+    #   others need (the `fovea` launcher's reason, docs/explanation/encoder.md): PASSIVE, and OpenBLAS's
     #   shortest idle spin;
     # * oneDNN keeps up to 1024 primitives process-wide (ONEDNN_PRIMITIVE_CACHE_CAPACITY), beside
     #   each encoder context's own bounded set: every image size makes its own, ~0.35 MB each
-    #   for ViT-B/16, so a service that sees many sizes grew by hundreds of MB (docs/serve.md,
+    #   for ViT-B/16, so a service that sees many sizes grew by hundreds of MB (docs/how-to/serve.md,
     #   "Memory"). 64 still lets the encoder workers share what they both made.
     env = dict(os.environ)
     if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     d = ServeConfig()
     p = argparse.ArgumentParser(prog="python3 -m fovea.serve", description=(
         "Serve fovea over HTTP: /v1/encode, /v1/tokenize, /v1/models, /v1/video/sessions, /healthz, /metrics and an "
-        "explorer page at /. SIGTERM or Ctrl-C: stop accepting, finish the requests in flight, exit 0. docs/serve.md "
+        "explorer page at /. SIGTERM or Ctrl-C: stop accepting, finish the requests in flight, exit 0. docs/how-to/serve.md "
         "has the routes, fields and limits."))
     p.add_argument("--model", action="append", required=True, metavar="[NAME=]SPEC",
                    help="a checkpoint (a .safetensors / .gguf path, or random:vit-s16 ...); repeat for several, the first "
