@@ -767,3 +767,35 @@ def test_garbage_on_the_socket_is_logged_in_one_line_each():
     lines = [x for x in err.splitlines() if "Invalid HTTP request" in x]
     assert len(lines) == 3, err
     assert "Traceback" not in err and all("illegal request line" in x for x in lines), err
+
+
+def test_a_body_over_the_limit_gets_its_413_while_the_client_still_sends():
+    # The service answers 413 after 1 MiB of a chunked body and closes, while the client goes on
+    # writing 16 MiB before it reads (as most HTTP clients do). A plain close with unread data
+    # resets the connection: the client's write fails and the 413 is lost. The lingering close
+    # reads and drops the rest first, so the whole body goes out and the 413 is read after it.
+    p, url = start_server("--model", "random:vit-s16", "--no-warmup", "--max-upload-mb", "1")
+    try:
+        chunk = b"100000\r\n" + b"x" * 0x100000 + b"\r\n"
+        for _ in range(3):
+            s = socket.create_connection(address(url))
+            s.settimeout(30)
+            try:
+                s.sendall(b"POST /v1/encode HTTP/1.1\r\nHost: h\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n")
+                for _ in range(16):
+                    s.sendall(chunk)
+                s.sendall(b"0\r\n\r\n")
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    data = s.recv(65536)
+                    if not data:
+                        break
+                    head += data
+            finally:
+                s.close()
+            assert head.startswith(b"HTTP/1.1 413 "), head[:200]
+        # and the service goes on serving
+        assert fovea.Client(url).encode(png(photo(0, 64, 64)), budget=8).tensors["embeddings"].shape[0] >= 1
+    finally:
+        stop(p)

@@ -1,6 +1,11 @@
 """Uvicorn's HTTP/1.1 protocol (h11) with two answers of the service's own: a client that has not
 sent a whole request head within the timeout (a slow-loris) gets 408 and the connection closes,
 and a request head h11 cannot parse gets 400; both as the one-line JSON errors every route gives.
+And a lingering close: when the service answers before the request's body is in (413 for a body
+over the limit, an early error) and closes, it first stops writing, then reads and drops what the
+client still sends for up to `linger_s`, as nginx's lingering_close does. Closing a socket with
+unread data makes the kernel send a reset, which can destroy the answer before the client reads it:
+the client would see "connection reset" instead of the 413.
 
 Uvicorn (0.17) puts no time limit on a request head: a client sending a byte now and then holds
 its connection, and its slot in every limit, forever. The body and the work are the routes'
@@ -26,11 +31,46 @@ class Protocol(H11Protocol):
 
     head_timeout_s = 60.0
     on_timeout = None  # called with no argument when a head times out (metrics)
+    linger_s = 2.0  # the lingering close's longest wait
+    linger_bytes = 64 << 20  # and most bytes it reads and drops
 
     def connection_made(self, transport):
         super().connection_made(transport)
         self._head_timer = None
+        self._linger_timer = None
+        self._lingering = -1  # bytes dropped while lingering; -1: not lingering
+        self._close_now = transport.close
+        transport.close = self._close  # Uvicorn closes through the transport
         self._arm()
+
+    def _close(self):
+        t = self.transport
+        if self._lingering >= 0 or t.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+            self._end_linger()
+            return
+        # The answer is out (or queued) while the client is still sending its body.
+        self._lingering = 0
+        self._disarm()
+        try:
+            t.write_eof()  # the answer is flushed first, then FIN
+        except (OSError, RuntimeError, NotImplementedError):
+            self._end_linger()
+            return
+        t.resume_reading()
+        self._linger_timer = self.loop.call_later(self.linger_s, self._end_linger)
+
+    def _end_linger(self):
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
+        if not self.transport.is_closing():
+            self._close_now()
+
+    def eof_received(self):
+        if self._lingering >= 0:
+            self._end_linger()
+            return False
+        return super().eof_received()
 
     def _arm(self):
         if self._head_timer is not None:
@@ -45,9 +85,17 @@ class Protocol(H11Protocol):
 
     def connection_lost(self, exc):
         self._disarm()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
         super().connection_lost(exc)
 
     def data_received(self, data):
+        if self._lingering >= 0:  # the rest of a body the answer has already refused
+            self._lingering += len(data)
+            if self._lingering > self.linger_bytes:
+                self._end_linger()
+            return
         if self._head_timer is not None:
             self._head_bytes += len(data)
         super().data_received(data)
