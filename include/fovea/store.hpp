@@ -47,6 +47,7 @@
 // every backend gives identical results (tests/test_store.cpp runs the same operation
 // sequences on each and compares).
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +63,7 @@
 #include "fovea/codec_interface.hpp"
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // How page binds are submitted to the backend: the bench compares the three.
@@ -335,3 +337,4 @@ class TokenStore {
 };
 
 }  // namespace fovea
+FOVEA_API_END

@@ -1,0 +1,29 @@
+// fovea/export.hpp — what the shared library exports: every declaration in a public header.
+//
+//   #include "fovea/export.hpp"
+//   FOVEA_API_BEGIN
+//   namespace fovea { int answer(); }   // exported from libfovea.so
+//   FOVEA_API_END
+//
+// The library is compiled with hidden visibility (-fvisibility=hidden,
+// -fvisibility-inlines-hidden), so a function or class is exported from the shared library
+// only when it is declared between FOVEA_API_BEGIN and FOVEA_API_END, as every public header
+// (include/fovea/*.hpp) does with its contents, or is marked FOVEA_API. Internal code lives in
+// private headers (src/<stage>/*.hpp), which are not installed: what they declare stays inside
+// the library. The shared library's linker script (cmake/fovea.version) exports nothing
+// outside namespace fovea, and the test build.symbols checks the exported list against
+// tests/build/fovea.symbols (docs/api-stability.md).
+//
+// The same attributes are harmless in a program that includes the headers or links the static
+// libraries: default visibility is what a declaration has without them.
+#pragma once
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FOVEA_API __attribute__((visibility("default")))
+#define FOVEA_API_BEGIN _Pragma("GCC visibility push(default)")
+#define FOVEA_API_END _Pragma("GCC visibility pop")
+#else
+#define FOVEA_API
+#define FOVEA_API_BEGIN
+#define FOVEA_API_END
+#endif

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""The shared library's exported symbols against tests/build/fovea.symbols (test build.symbols).
+
+Builds libfovea.so (target fovea_shared; a static build makes it only for this test), lists its
+exports with `nm -D --defined-only -C` and fails when
+  - a symbol the file lists for a stage this build has is no longer exported (an API function
+    removed or its signature changed: users' programs would no longer link), or
+  - an exported symbol is not fovea's: its demangled name must start with `fovea::`, or be the
+    run-time type information of a fovea class (typeinfo, typeinfo name, vtable, VTT, thunks),
+    which programs need to catch fovea::Error, derive from fovea::Codec and the like.
+Exported symbols the file does not list are printed (new API: add them with --update). Weak
+symbols (nm types V, W, u: inline functions, template instantiations, type information the
+compiler emits wherever it is used) may be exported but are never required: whether the
+compiler emits them is not part of the API.
+
+The file lists one strong symbol per line, after the stage that defines it (a tab between):
+  core<TAB>fovea::Error::printable(std::basic_string_view<char, std::char_traits<char> >)
+A line applies when this build has its stage (the encoder and video stages are optional), so
+one file serves every configuration.
+
+  symbols.py --build BUILD_DIR --lib LIB --symbols FILE --stage NAME=ARCHIVE ... [--update]
+--update rewrites the lines of the stages this build has from what it exports (the others are
+kept), naming each symbol's stage from the stage archives.
+"""
+import argparse
+import re
+import subprocess
+import sys
+
+ALLOWED = re.compile(r"^(fovea::|typeinfo for fovea::|typeinfo name for fovea::|vtable for fovea::|VTT for fovea::|"
+                     r"virtual thunk to fovea::|non-virtual thunk to fovea::)")
+WEAK = {"V", "W", "v", "w", "u"}
+
+
+def nm(path, dynamic):
+    cmd = ["nm", "--defined-only", "-C"] + (["-D"] if dynamic else []) + [path]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    syms = {}
+    for line in out.splitlines():
+        m = re.match(r"^[0-9a-fA-F]+ (\S) (.*)$", line)
+        if m:
+            syms.setdefault(m.group(2), m.group(1))
+    return syms
+
+
+def read_file(path):
+    entries = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line or line.startswith("#"):
+                continue
+            stage, _, sym = line.partition("\t")
+            entries.append((stage, sym))
+    return entries
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--symbols", required=True)
+    ap.add_argument("--stage", action="append", default=[], help="NAME=ARCHIVE, upstream first")
+    ap.add_argument("--update", action="store_true")
+    ap.add_argument("--no-build", action="store_true", help="the library is built already")
+    args = ap.parse_args()
+
+    if not args.no_build:
+        subprocess.run(["cmake", "--build", args.build, "--target", "fovea_shared"], check=True,
+                       stdout=subprocess.DEVNULL)
+    exported = nm(args.lib, dynamic=True)
+    stages = [s.split("=", 1) for s in args.stage]
+    built = {name for name, _ in stages}
+
+    foreign = sorted(s for s in exported if not ALLOWED.match(s))
+    strong = {s for s, t in exported.items() if t not in WEAK and t != "A"}
+    foreign = [s for s in foreign if exported[s] != "A"]  # ABS: a version node, if any
+
+    if args.update:
+        where = {}
+        for name, archive in stages:  # the most upstream stage that defines it
+            for s, t in nm(archive, dynamic=False).items():
+                if s in strong and t not in WEAK and s not in where:
+                    where[s] = name
+        kept = [(st, s) for st, s in read_file(args.symbols) if st not in built]
+        lines = kept + [(where.get(s, "?"), s) for s in strong]
+        header = [l for l in open(args.symbols, encoding="utf-8") if l.startswith("#")]
+        order = {name: i for i, (name, _) in enumerate(stages)}
+        lines.sort(key=lambda e: (order.get(e[0], len(order)), e[0], e[1]))
+        with open(args.symbols, "w", encoding="utf-8") as f:
+            f.writelines(header)
+            for st, s in lines:
+                f.write(f"{st}\t{s}\n")
+        print(f"symbols: wrote {len(lines)} lines ({len(strong)} from this build) to {args.symbols}")
+        if foreign:
+            print("symbols: exported, not fovea's:\n  " + "\n  ".join(foreign))
+            return 1
+        return 0
+
+    listed = read_file(args.symbols)
+    required = {s for st, s in listed if st in built}
+    missing = sorted(required - set(exported))
+    new = sorted(strong - {s for _, s in listed})
+    ok = True
+    if missing:
+        ok = False
+        print(f"symbols: {len(missing)} symbols of {args.symbols} are no longer exported by {args.lib} "
+              "(an API function removed or changed; if on purpose, run tests/build/symbols.py --update):")
+        for s in missing:
+            print("  - " + s)
+    if foreign:
+        ok = False
+        print(f"symbols: {len(foreign)} exported symbols are not in namespace fovea (cmake/fovea.version "
+              "lets through only fovea's):")
+        for s in foreign:
+            print("  ! " + s)
+    if new:
+        print(f"symbols: {len(new)} exported symbols are new (not in {args.symbols}; add them with --update):")
+        for s in new:
+            print("  + " + s)
+    print(f"symbols: {len(exported)} exported ({len(strong)} strong), {len(required)} required by the file for "
+          f"stages {' '.join(sorted(built))}")
+    if ok:
+        print("symbols: ok")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
