@@ -1,9 +1,6 @@
 // fovea/export.hpp — what the shared library exports: every declaration in a public header.
-//
-//   #include "fovea/export.hpp"
-//   FOVEA_API_BEGIN
-//   namespace fovea { int answer(); }   // exported from libfovea.so
-//   FOVEA_API_END
+// A public header includes it and puts its namespace between FOVEA_API_BEGIN and FOVEA_API_END
+// (a declaration elsewhere may be marked FOVEA_API).
 //
 // The library is compiled with hidden visibility (-fvisibility=hidden,
 // -fvisibility-inlines-hidden), so a function or class is exported from the shared library
