@@ -9,11 +9,12 @@ exports with `nm -D --defined-only -C` and fails when
     run-time type information of a fovea class (typeinfo, typeinfo name, vtable, VTT, thunks),
     which programs need to catch fovea::Error, derive from fovea::Codec and the like.
 Exported symbols the file does not list are printed (new API: add them with --update). Weak
-symbols (nm types V, W, u: inline functions, template instantiations, type information the
-compiler emits wherever it is used) may be exported but are never required: whether the
-compiler emits them is not part of the API.
+symbols count like the others: what the library exports weak is the explicit instantiations of
+its class templates (Image<uint8_t>::clone) and the type information of its polymorphic
+classes (typeinfo for fovea::Error), which programs need as much as its functions; inline
+functions are not exported (-fvisibility-inlines-hidden).
 
-The file lists one strong symbol per line, after the stage that defines it (a tab between):
+The file lists one symbol per line, after the stage that defines it (a tab between):
   core<TAB>fovea::Error::printable(std::basic_string_view<char, std::char_traits<char> >)
 A line applies when this build has its stage (the encoder and video stages are optional), so
 one file serves every configuration.
@@ -29,7 +30,6 @@ import sys
 
 ALLOWED = re.compile(r"^(fovea::|typeinfo for fovea::|typeinfo name for fovea::|vtable for fovea::|VTT for fovea::|"
                      r"virtual thunk to fovea::|non-virtual thunk to fovea::)")
-WEAK = {"V", "W", "v", "w", "u"}
 
 
 def nm(path, dynamic):
@@ -73,17 +73,17 @@ def main():
     built = {name for name, _ in stages}
 
     foreign = sorted(s for s in exported if not ALLOWED.match(s))
-    strong = {s for s, t in exported.items() if t not in WEAK and t != "A"}
+    listed_now = {s for s, t in exported.items() if t != "A"}
     foreign = [s for s in foreign if exported[s] != "A"]  # ABS: a version node, if any
 
     if args.update:
         where = {}
         for name, archive in stages:  # the most upstream stage that defines it
             for s, t in nm(archive, dynamic=False).items():
-                if s in strong and t not in WEAK and s not in where:
+                if s in listed_now and s not in where:
                     where[s] = name
         kept = [(st, s) for st, s in read_file(args.symbols) if st not in built]
-        lines = kept + [(where.get(s, "?"), s) for s in strong]
+        lines = kept + [(where.get(s, "?"), s) for s in listed_now]
         header = [l for l in open(args.symbols, encoding="utf-8") if l.startswith("#")]
         order = {name: i for i, (name, _) in enumerate(stages)}
         lines.sort(key=lambda e: (order.get(e[0], len(order)), e[0], e[1]))
@@ -91,7 +91,7 @@ def main():
             f.writelines(header)
             for st, s in lines:
                 f.write(f"{st}\t{s}\n")
-        print(f"symbols: wrote {len(lines)} lines ({len(strong)} from this build) to {args.symbols}")
+        print(f"symbols: wrote {len(lines)} lines ({len(listed_now)} from this build) to {args.symbols}")
         if foreign:
             print("symbols: exported, not fovea's:\n  " + "\n  ".join(foreign))
             return 1
@@ -100,7 +100,7 @@ def main():
     listed = read_file(args.symbols)
     required = {s for st, s in listed if st in built}
     missing = sorted(required - set(exported))
-    new = sorted(strong - {s for _, s in listed})
+    new = sorted(listed_now - {s for _, s in listed})
     ok = True
     if missing:
         ok = False
@@ -118,7 +118,7 @@ def main():
         print(f"symbols: {len(new)} exported symbols are new (not in {args.symbols}; add them with --update):")
         for s in new:
             print("  + " + s)
-    print(f"symbols: {len(exported)} exported ({len(strong)} strong), {len(required)} required by the file for "
+    print(f"symbols: {len(exported)} exported, {len(required)} required by the file for "
           f"stages {' '.join(sorted(built))}")
     if ok:
         print("symbols: ok")
