@@ -16,12 +16,16 @@ functions are not exported (-fvisibility-inlines-hidden).
 
 The file lists one symbol per line, after the stage that defines it (a tab between):
   core<TAB>fovea::Error::printable(std::basic_string_view<char, std::char_traits<char> >)
-A line applies when this build has its stage (the encoder and video stages are optional), so
-one file serves every configuration.
+  store+ffmpeg+vulkan<TAB>fovea::...   (only in builds with those optional parts)
+A line applies when this build has its stage (the encoder and video stages are optional) and
+the optional parts it names (encoder, vulkan, ffmpeg), so one file serves every configuration.
 
-  symbols.py --build BUILD_DIR --lib LIB --symbols FILE --stage NAME=ARCHIVE ... [--update]
---update rewrites the lines of the stages this build has from what it exports (the others are
-kept), naming each symbol's stage from the stage archives.
+  symbols.py --build BUILD_DIR --lib LIB --symbols FILE --parts "encoder vulkan ffmpeg"
+             --stage NAME=ARCHIVE ... [--update]
+--update: of the lines that apply to this build, drops those no longer exported and adds the
+symbols exported but not listed, each after the stage that defines it (from the stage archives)
+and this build's optional parts; lines that do not apply are kept. A tokenize-only build's
+update (scripts/test-reduced.sh's) adds the symbols every build has; a full build's adds the rest.
 """
 import argparse
 import re
@@ -61,6 +65,7 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--symbols", required=True)
     ap.add_argument("--stage", action="append", default=[], help="NAME=ARCHIVE, upstream first")
+    ap.add_argument("--parts", default="", help="the optional parts this build has")
     ap.add_argument("--update", action="store_true")
     ap.add_argument("--no-build", action="store_true", help="the library is built already")
     args = ap.parse_args()
@@ -71,6 +76,11 @@ def main():
     exported = nm(args.lib, dynamic=True)
     stages = [s.split("=", 1) for s in args.stage]
     built = {name for name, _ in stages}
+    parts = set(args.parts.split())
+
+    def applies(tag):
+        stage, *needs = tag.split("+")
+        return stage in built and set(needs) <= parts
 
     foreign = sorted(s for s in exported if not ALLOWED.match(s))
     listed_now = {s for s, t in exported.items() if t != "A"}
@@ -82,11 +92,14 @@ def main():
             for s, t in nm(archive, dynamic=False).items():
                 if s in listed_now and s not in where:
                     where[s] = name
-        kept = [(st, s) for st, s in read_file(args.symbols) if st not in built]
-        lines = kept + [(where.get(s, "?"), s) for s in listed_now]
+        old = read_file(args.symbols)
+        kept = [(st, s) for st, s in old if not applies(st) or s in listed_now]
+        have = {s for _, s in kept}
+        suffix = "".join("+" + p for p in sorted(parts))
+        lines = kept + [(where.get(s, "?") + suffix, s) for s in listed_now if s not in have]
         header = [l for l in open(args.symbols, encoding="utf-8") if l.startswith("#")]
         order = {name: i for i, (name, _) in enumerate(stages)}
-        lines.sort(key=lambda e: (order.get(e[0], len(order)), e[0], e[1]))
+        lines.sort(key=lambda e: (order.get(e[0].split("+")[0], len(order)), e[0], e[1]))
         with open(args.symbols, "w", encoding="utf-8") as f:
             f.writelines(header)
             for st, s in lines:
@@ -98,7 +111,7 @@ def main():
         return 0
 
     listed = read_file(args.symbols)
-    required = {s for st, s in listed if st in built}
+    required = {s for st, s in listed if applies(st)}
     missing = sorted(required - set(exported))
     new = sorted(listed_now - {s for _, s in listed})
     ok = True
@@ -119,7 +132,7 @@ def main():
         for s in new:
             print("  + " + s)
     print(f"symbols: {len(exported)} exported, {len(required)} required by the file for "
-          f"stages {' '.join(sorted(built))}")
+          f"stages {' '.join(sorted(built))}, parts {' '.join(sorted(parts)) or 'none'}")
     if ok:
         print("symbols: ok")
     return 0 if ok else 1
