@@ -103,7 +103,7 @@ FOVEA_API_BEGIN
 namespace fovea {
 
 namespace encoder_detail {
-struct ModelAccess;  // src/encoder and benchmarks: the weights of a model no one shares yet
+struct FOVEA_INTERNAL ModelAccess;  // src/encoder and benchmarks: the weights of a model no one shares yet
 }
 
 enum class VitFamily : uint8_t {
@@ -278,7 +278,7 @@ class VitModel {
   int tensors_used() const;
   int tensors_ignored() const;
 
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   const Impl& impl() const { return *impl_; }
 
  private:
@@ -316,7 +316,7 @@ class EncoderContext {
 
   const EncoderContextParams& params() const;
 
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   Impl& impl() { return *impl_; }
   const Impl& impl() const { return *impl_; }
 

@@ -122,7 +122,7 @@ class IncrementalEncoder {
                                               Executor& exec);
 
  private:
-  struct State;
+  struct FOVEA_INTERNAL State;
   std::unique_ptr<State> s_;
 };
 

@@ -293,7 +293,7 @@ class TokenStore {
 
  private:
   // The sequences, the physical pool, the virtual address space and the locks (src/store/store.cpp).
-  class Impl;
+  class FOVEA_INTERNAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 

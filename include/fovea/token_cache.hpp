@@ -57,7 +57,7 @@ class Blake2b {
   void final(uint8_t* out);
 
  private:
-  struct State;  // libb2's blake2b_state
+  struct FOVEA_INTERNAL State;  // libb2's blake2b_state
   std::unique_ptr<State> state_;
   size_t digest_bytes_ = 0;
 };

@@ -103,7 +103,7 @@ class TorchCheckpoint {
 
  private:
   TorchCheckpoint() = default;
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   void parse(const TorchCheckpointLimits& limits);
 
   std::string path_;

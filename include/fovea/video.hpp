@@ -151,7 +151,7 @@ class VideoReader {
  private:
   VideoReader();
   void open_stream();
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -236,7 +236,7 @@ class VideoSession {
   const VideoParams& params() const;
 
  private:
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -298,7 +298,7 @@ class VideoTokenWriter {
   int64_t tokens() const;
 
  private:
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 

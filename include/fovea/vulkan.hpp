@@ -139,7 +139,7 @@ class VulkanBackend {
                                         std::span<const Allocation* const> allocations,
                                         const ExtractParams& params, MipMethod method = MipMethod::compute);
 
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
 
  private:
   explicit VulkanBackend(std::unique_ptr<Impl> impl);

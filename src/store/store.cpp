@@ -25,8 +25,7 @@ std::string_view to_string(BindMode m) {
 }
 
 // The store's state behind TokenStore (fovea/store.hpp keeps it out of the public header).
-// Hidden: a nested class would otherwise be exported with the public one.
-class __attribute__((visibility("hidden"))) TokenStore::Impl {
+class TokenStore::Impl {
  public:
   Impl(const StoreConfig& config, std::unique_ptr<StoreBackend> backend);
   SeqId reserve(int64_t capacity_tokens);
