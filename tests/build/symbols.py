@@ -95,8 +95,9 @@ def main():
         old = read_file(args.symbols)
         kept = [(st, s) for st, s in old if not applies(st) or s in listed_now]
         have = {s for _, s in kept}
-        suffix = "".join("+" + p for p in sorted(parts))
-        lines = kept + [(where.get(s, "?") + suffix, s) for s in listed_now if s not in have]
+        def tag(stage):
+            return stage + "".join("+" + p for p in sorted(parts) if p != stage)
+        lines = kept + [(tag(where.get(s, "?")), s) for s in listed_now if s not in have]
         header = [l for l in open(args.symbols, encoding="utf-8") if l.startswith("#")]
         order = {name: i for i, (name, _) in enumerate(stages)}
         lines.sort(key=lambda e: (order.get(e[0].split("+")[0], len(order)), e[0], e[1]))
