@@ -9,8 +9,15 @@
 #     PRIVATE_LIBS hwy::hwy)
 #
 # Defines the target fovea_<name> (alias fovea::<name>, exported as fovea::<name>, archive
-# libfovea_<name>.a or .so). FOLDER defaults to <name>. INTERNAL stages are built and linked
-# like the others but install no public header.
+# libfovea_<name>.a). FOLDER defaults to <name>. INTERNAL stages are built and linked like the
+# others but install no public header.
+#
+# Stages are static archives of position-independent code compiled with hidden visibility: only
+# what the public headers declare (FOVEA_API_BEGIN ... FOVEA_API_END, fovea/export.hpp) is
+# visible outside. The shared library, libfovea.so (target fovea_shared, top-level
+# CMakeLists.txt), is every stage linked whole into one object, so calls between stages into
+# their private headers stay inside it; the CLI, tests, benchmarks and the Python module link
+# the archives, which keep those internals reachable.
 #
 # Layering is enforced by the compiler, not by review: every stage compiles against its own
 # include tree, <build>/layers/<name>/, which holds symbolic links to
@@ -38,9 +45,10 @@ function(fovea_stage name)
       list(APPEND sources "${PROJECT_SOURCE_DIR}/src/${S_FOLDER}/${s}")
     endif()
   endforeach()
-  add_library(${t} ${sources})
+  add_library(${t} STATIC ${sources})
   add_library(fovea::${name} ALIAS ${t})
-  set_target_properties(${t} PROPERTIES EXPORT_NAME ${name} OUTPUT_NAME fovea_${name})
+  set_target_properties(${t} PROPERTIES EXPORT_NAME ${name} OUTPUT_NAME fovea_${name}
+    CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
 
   # What this stage may see: its own headers and folder, plus everything upstream.
   set(headers ${S_HEADERS})

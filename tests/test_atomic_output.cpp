@@ -32,6 +32,7 @@
 #include "fovea/safetensors.hpp"
 #include "fovea/tensor.hpp"
 #include "fovea/version_gen.hpp"
+#include "io/file_kind.hpp"
 #include "test_util.hpp"
 
 extern char** environ;
@@ -289,7 +290,7 @@ TEST(AtomicOutput, SigkillDuringCompressLeavesOldOrCompleteFiles) {
 TEST(IdentifyFile, NamesTheKindAndItsMedia) {
   using M = FileKind::Media;
   auto id = [](std::string_view head) {
-    return identify_file(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(head.data()), head.size()));
+    return io_detail::identify_file(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(head.data()), head.size()));
   };
   using namespace std::string_view_literals;
   const struct {
@@ -315,7 +316,7 @@ TEST(IdentifyFile, NamesTheKindAndItsMedia) {
   const FileKind none = id("\x01\x02\x03\x04\xfe\xff"sv);
   EXPECT_FALSE(none.known());
   EXPECT_EQ(none.media, M::unknown);
-  EXPECT_FALSE(identify_file(std::string("/nonexistent/fovea/identify")).known());
+  EXPECT_FALSE(io_detail::identify_file(std::string("/nonexistent/fovea/identify")).known());
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "encoder/avx2.hpp"
 #include "encoder/avx512bf16.hpp"
 #include "encoder/encoder_internal.hpp"
+#include "encoder/kernels.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/image.hpp"
@@ -1876,9 +1877,9 @@ TEST(EncodeCli, JsonSaysWhichKernelsRan) {
     else ::unsetenv(var);
     return k;
   };
-  EXPECT_EQ(run("fp32", "a.safetensors"), avx2_kernels_enabled() ? "avx2+onednn" : "onednn");
+  EXPECT_EQ(run("fp32", "a.safetensors"), encoder_detail::avx2_kernels_enabled() ? "avx2+onednn" : "onednn");
   EXPECT_EQ(without("FOVEA_AVX2", "fp32", "d.safetensors"), "onednn");
-  if (avx2_kernels_enabled()) {  // fp32 on two kernels: close, not equal
+  if (encoder_detail::avx2_kernels_enabled()) {  // fp32 on two kernels: close, not equal
     const SafetensorsFile a = SafetensorsFile::open(dir + "/a.safetensors"), d = SafetensorsFile::open(dir + "/d.safetensors");
     const Tensor x = a.load_f32(*a.find("embeddings")), y = d.load_f32(*d.find("embeddings"));
     ASSERT_EQ(x.shape(), y.shape());
@@ -1888,17 +1889,17 @@ TEST(EncodeCli, JsonSaysWhichKernelsRan) {
   // Without fovea's AMX kernels, a CPU with AMX has AVX512-BF16 too: attention runs on that kernel.
   const char* bf16_without_amx = encoder_detail::avx512bf16::usable() ? "avx512bf16+onednn" : "onednn";
   EXPECT_EQ(run("bf16", "b.safetensors"), !bf16                  ? run("fp32", "e.safetensors")
-                                          : amx_kernels_enabled() ? "amx+onednn"
+                                          : encoder_detail::amx_kernels_enabled() ? "amx+onednn"
                                                                   : bf16_without_amx);
   EXPECT_EQ(without("FOVEA_AMX", "bf16", "c.safetensors"), bf16 ? bf16_without_amx : run("fp32", "f.safetensors"));
-  if (bf16 && avx512bf16_kernels_enabled()) {  // attention on fovea's kernel and on oneDNN's: close, not equal
+  if (bf16 && encoder_detail::avx512bf16_kernels_enabled()) {  // attention on fovea's kernel and on oneDNN's: close, not equal
     EXPECT_EQ(without("FOVEA_AVX512BF16", "bf16", "g.safetensors"), "onednn");
     const SafetensorsFile b = SafetensorsFile::open(dir + "/b.safetensors"), g = SafetensorsFile::open(dir + "/g.safetensors");
     const Tensor x = b.load_f32(*b.find("embeddings")), y = g.load_f32(*g.find("embeddings"));
     ASSERT_EQ(x.shape(), y.shape());
     EXPECT_GE(mean_row_cosine(x, y), 0.999);
   }
-  if (bf16 && amx_kernels_enabled()) {  // both ran bf16, on different kernels: close, not equal
+  if (bf16 && encoder_detail::amx_kernels_enabled()) {  // both ran bf16, on different kernels: close, not equal
     const SafetensorsFile b = SafetensorsFile::open(dir + "/b.safetensors"), c = SafetensorsFile::open(dir + "/c.safetensors");
     const Tensor x = b.load_f32(*b.find("embeddings")), y = c.load_f32(*c.find("embeddings"));
     ASSERT_EQ(x.shape(), y.shape());

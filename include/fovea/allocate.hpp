@@ -33,6 +33,7 @@
 // Thread safety: allocate() and uniform_grid() are pure functions of their arguments, safe to
 // call from any number of threads; the structs are plain values (concurrent reads are safe).
 #pragma once
+#include "fovea/export.hpp"
 
 #include <array>
 #include <cstdint>
@@ -41,6 +42,7 @@
 #include "fovea/grid.hpp"
 #include "fovea/relevance.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // One token: node (x, y) of the level-ℓ grid, covering finest tiles
@@ -129,3 +131,4 @@ struct UniformGrid {
 UniformGrid uniform_grid(int width, int height, int patch_px, int budget_tokens);
 
 }  // namespace fovea
+FOVEA_API_END

@@ -35,6 +35,7 @@
 // 2 for int8. Below recommended_train_vectors() (FAISS's 39 per centroid) it trains but
 // the result is likely worse; the CLI says so.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <map>
@@ -47,6 +48,7 @@
 #include "fovea/codec_interface.hpp"
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // "fp16", "bf16", "int8", "pca:K", "pca:K+int8", "pq:M", "opq:M" for D-dimensional tokens.
@@ -144,3 +146,4 @@ std::vector<std::string> default_report_codecs(int64_t dim);
 RateDistortionRow measure_codec(const Codec& codec, const Tensor& eval, int reps = 3);
 
 }  // namespace fovea
+FOVEA_API_END

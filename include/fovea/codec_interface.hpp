@@ -25,6 +25,7 @@
 // A program that stores tokens links fovea::store, which depends on this stage only: the
 // compress stage (and with it FAISS) is linked only by those who make or train codecs.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -37,6 +38,7 @@
 
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // A decode simple enough for a shader: every output element comes from its own bytes of the
@@ -103,3 +105,4 @@ class Codec {
 };
 
 }  // namespace fovea
+FOVEA_API_END

@@ -16,6 +16,7 @@
 // Other tensors are kept in `extra` (read) and written after these (save).
 // Thread safety: free functions over values; safe from any thread.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <map>
 #include <cstdint>
@@ -24,6 +25,7 @@
 
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 inline constexpr const char* kEmbeddingsFormat = "fovea.embeddings";
@@ -53,3 +55,4 @@ EmbeddingsFile load_embeddings(const std::string& path);
 void validate_embeddings(const EmbeddingsFile& file);
 
 }  // namespace fovea
+FOVEA_API_END

@@ -80,6 +80,7 @@
 // (exec.hpp). The hook from tile_feature_fn keeps exec's thread count and kernel choice (not exec
 // itself).
 #pragma once
+#include "fovea/export.hpp"
 
 #include <array>
 #include <cstdint>
@@ -98,10 +99,11 @@
 #include "fovea/view.hpp"
 #include "fovea/windows.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 namespace encoder_detail {
-struct ModelAccess;  // src/encoder and benchmarks: the weights of a model no one shares yet
+struct FOVEA_INTERNAL ModelAccess;  // src/encoder and benchmarks: the weights of a model no one shares yet
 }
 
 enum class VitFamily : uint8_t {
@@ -142,23 +144,11 @@ enum class Precision : uint8_t {
 // than fp32. Asked of oneDNN once per process, so ONEDNN_MAX_CPU_ISA=AVX512_CORE makes a bf16
 // machine answer false.
 bool bf16_supported();
-// Whether bf16 encodes run their linear layers and attention on fovea's own AMX tile kernels
-// (the CPU has AMX-BF16, the OS grants the tile state, and neither FOVEA_AMX=0 nor an
-// ONEDNN_MAX_CPU_ISA below AMX says otherwise) instead of oneDNN's. Shapes the kernels do not
-// take (N or K not a multiple of 32, head widths other than 32 and 64) stay on oneDNN. Asked
-// once per process.
-bool amx_kernels_enabled();
-// Whether bf16 encodes run attention on fovea's own AVX512-BF16 kernel instead of oneDNN's
-// matmuls: the CPU has AVX512-BF16 but fovea's AMX kernels do not run (no AMX, or FOVEA_AMX=0),
-// and neither FOVEA_AVX512BF16=0 nor an ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 says
-// otherwise. The linear layers stay on oneDNN; head widths other than 32, 64, 96 and 128 too.
-// Asked once per process.
-bool avx512bf16_kernels_enabled();
-// Whether fp32 encodes run their linear layers on fovea's own AVX2 + FMA kernel instead of
-// oneDNN's: where oneDNN has no f32 brgemm (AVX2-only CPUs, or ONEDNN_MAX_CPU_ISA=AVX2), the
-// CPU has AVX2 and FMA, and FOVEA_AVX2=0 does not say otherwise. Attention stays on oneDNN and
-// Highway. Asked once per process.
-bool avx2_kernels_enabled();
+// Deprecated: internal diagnostics, removed from the API in the next release.
+// matrix_kernels() says which kernels an encode runs.
+[[deprecated("internal; use fovea::matrix_kernels()")]] bool amx_kernels_enabled();
+[[deprecated("internal; use fovea::matrix_kernels()")]] bool avx512bf16_kernels_enabled();
+[[deprecated("internal; use fovea::matrix_kernels()")]] bool avx2_kernels_enabled();
 // Which matrix kernels an encode at `p` runs (after runnable_precision): "amx+onednn",
 // "avx512bf16+onednn", "avx2+onednn" or "onednn" (`encode --json`'s encoder.kernels).
 const char* matrix_kernels(Precision p);
@@ -288,7 +278,7 @@ class VitModel {
   int tensors_used() const;
   int tensors_ignored() const;
 
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   const Impl& impl() const { return *impl_; }
 
  private:
@@ -326,7 +316,7 @@ class EncoderContext {
 
   const EncoderContextParams& params() const;
 
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   Impl& impl() { return *impl_; }
   const Impl& impl() const { return *impl_; }
 
@@ -536,3 +526,4 @@ double cosine_similarity(const Tensor& a, const Tensor& b);
 double mean_row_cosine(const Tensor& a, const Tensor& b);
 
 }  // namespace fovea
+FOVEA_API_END

@@ -13,11 +13,13 @@
 //
 // Thread safety: an Error is an immutable value; to_string() is pure.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 enum class Errc {
@@ -49,3 +51,4 @@ class Error : public std::runtime_error {
 inline Error invalid_argument(const std::string& message) { return Error(Errc::invalid_argument, message); }
 
 }  // namespace fovea
+FOVEA_API_END

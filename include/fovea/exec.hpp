@@ -20,11 +20,13 @@
 // same Executor run one after another (one pool job at a time). Give each thread its own
 // Executor to run calls side by side.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 enum class Kernels : uint8_t {
@@ -62,3 +64,4 @@ class Executor {
 };
 
 }  // namespace fovea
+FOVEA_API_END

@@ -16,6 +16,7 @@
 // Thread safety: the functions are pure (they read their arguments and write only their
 // results) and may run on any number of threads; the structs are plain values.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <array>
 #include <cstdint>
@@ -31,6 +32,7 @@
 #include "fovea/tensor.hpp"
 #include "fovea/view.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 struct Normalization {
@@ -105,3 +107,4 @@ TokenBatch extract_uniform(const ImageViewU8& image, const UniformGrid& grid, in
 ImageU8 reconstruct(const TokenBatch& batch, int width, int height, Executor& exec);
 
 }  // namespace fovea
+FOVEA_API_END

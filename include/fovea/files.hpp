@@ -15,6 +15,7 @@
 // since it cannot be replaced; a folder is an error.
 // Thread safety: all of it is safe to use from any thread (distinct paths; one AtomicFile per thread).
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <span>
@@ -23,6 +24,7 @@
 
 #include "fovea/error.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // Writes `bytes` to `path` atomically (temp file in the same folder + rename).
@@ -40,13 +42,11 @@ struct FileKind {
   std::string description;
   bool known() const { return !description.empty(); }
 };
-// `head`: the first bytes (up to 512 are read).
-FileKind identify_file(std::span<const uint8_t> head);
-// The same for a file on disk (its first 512 bytes); unknown when it cannot be read.
-FileKind identify_file(const std::string& path);
-// "c9 a2 66 e8 3f d8 50 12": the first (up to) eight bytes in hex, for an error about a file of
-// no kind identify_file knows.
-std::string leading_bytes_hex(std::span<const uint8_t> head);
+// Deprecated: internal helpers, removed from the API in the next release. `head`: a file's
+// first bytes (up to 512 are read); the path form reads them (unknown when it cannot).
+[[deprecated("internal to fovea")]] FileKind identify_file(std::span<const uint8_t> head);
+[[deprecated("internal to fovea")]] FileKind identify_file(const std::string& path);
+[[deprecated("internal to fovea")]] std::string leading_bytes_hex(std::span<const uint8_t> head);
 
 // An output written piece by piece (a stream of frames), committed atomically. Destroyed
 // without commit() (an exception on the way): `path` is untouched and nothing is left behind.
@@ -68,3 +68,4 @@ class AtomicFile {
 };
 
 }  // namespace fovea
+FOVEA_API_END

@@ -21,6 +21,7 @@
 // the file and the problem; a well-formed file of an unknown tensor type gives
 // Error(unsupported) naming the type and the tensor when that tensor is loaded.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +35,7 @@
 
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // GGUF metadata value types (gguf_type).
@@ -128,3 +130,4 @@ class GgufFile {
 bool looks_like_gguf(const std::string& path);
 
 }  // namespace fovea
+FOVEA_API_END

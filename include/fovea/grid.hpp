@@ -10,9 +10,11 @@
 //
 // Thread safety: TileGrid is a plain value.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 struct TileGrid {
@@ -33,3 +35,4 @@ struct TileGrid {
 };
 
 }  // namespace fovea
+FOVEA_API_END

@@ -15,6 +15,7 @@
 // functions keep no shared state (one libpng/libjpeg context per call): any number may run at
 // once.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,7 @@
 #include "fovea/files.hpp"
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 template <typename T>
@@ -145,5 +147,6 @@ void save_png(const ImageU8& img, const std::string& path);
 void save_jpeg(const ImageU8& img, const std::string& path, int quality = 92);
 
 }  // namespace fovea
+FOVEA_API_END
 
 #include "fovea/view.hpp"  // after Image: view.hpp builds on it

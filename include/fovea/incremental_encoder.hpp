@@ -50,6 +50,7 @@
 // of encoders, and plain encodes, run at once on one shared VitModel; they share its packed
 // weights (made once) and nothing else.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -60,6 +61,7 @@
 #include "fovea/exec.hpp"
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 struct IncrementalParams {
@@ -120,8 +122,9 @@ class IncrementalEncoder {
                                               Executor& exec);
 
  private:
-  struct State;
+  struct FOVEA_INTERNAL State;
   std::unique_ptr<State> s_;
 };
 
 }  // namespace fovea
+FOVEA_API_END

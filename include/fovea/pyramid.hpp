@@ -19,6 +19,7 @@
 //     (columns first; each step one binary32 add or multiply, no FMA, no reassociation) and
 //     (a + b) * 0.5f for 1×2 boxes: bit-identical for every kernel and thread count.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <span>
@@ -30,6 +31,7 @@
 #include "fovea/image.hpp"
 #include "fovea/view.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // Extent of level `level` for a level-0 extent n: max(1, n >> level).
@@ -157,3 +159,4 @@ PyramidDirty update_pyramid(PyramidU8& pyramid, int tile_px, std::span<const uin
 PyramidDirty update_pyramid(PyramidF32& pyramid, int tile_px, std::span<const uint8_t> dirty_tiles, Executor& exec);
 
 }  // namespace fovea
+FOVEA_API_END

@@ -50,6 +50,7 @@
 // Thread safety: the functions are pure and may run on any number of threads; the query
 // hook (RelevanceParams::tile_features) is called on the calling thread.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -62,6 +63,7 @@
 #include "fovea/pyramid.hpp"
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 struct Fixation {
@@ -193,3 +195,4 @@ std::string describe(const Query& query);
 std::vector<std::string> query_outside(const Query& query, int width, int height);
 
 }  // namespace fovea
+FOVEA_API_END

@@ -19,6 +19,7 @@
 // Thread safety: a SafetensorsFile is immutable once opened (a read-only mapping): its const
 // methods may be called from any number of threads. The save functions keep no shared state.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,7 @@
 
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 struct SafetensorsLimits {
@@ -102,3 +104,4 @@ inline void save_safetensors(const std::string& path, std::initializer_list<Name
 }
 
 }  // namespace fovea
+FOVEA_API_END

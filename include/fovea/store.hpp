@@ -47,12 +47,12 @@
 // every backend gives identical results (tests/test_store.cpp runs the same operation
 // sequences on each and compares).
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -62,6 +62,7 @@
 #include "fovea/codec_interface.hpp"
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // How page binds are submitted to the backend: the bench compares the three.
@@ -223,10 +224,10 @@ class TokenStore {
   TokenStore(const TokenStore&) = delete;
   TokenStore& operator=(const TokenStore&) = delete;
 
-  const StoreConfig& config() const { return config_; }
-  std::string_view backend_name() const { return backend_->name(); }
-  int64_t token_bytes() const { return token_bytes_; }  // the record size with a codec
-  int64_t page_bytes() const { return config_.page_bytes; }
+  const StoreConfig& config() const;
+  std::string_view backend_name() const;
+  int64_t token_bytes() const;  // the record size with a codec
+  int64_t page_bytes() const;
 
   // A sequence of up to `capacity_tokens` tokens, none resident. Reserves address space only.
   SeqId reserve(int64_t capacity_tokens);
@@ -291,47 +292,10 @@ class TokenStore {
   StoreStats stats() const;
 
  private:
-  struct Sequence;
-  Sequence& live(SeqId seq, const char* op);
-  const Sequence& live(SeqId seq, const char* op) const;
-  void check_range(const Sequence& s, SeqId seq, int64_t first, int64_t count, const char* op) const;
-  void submit(std::vector<PageBind>& binds);
-  void bind_locked(std::span<const TokenRange> ranges);
-  void unbind_locked(std::span<const TokenRange> ranges);
-  int64_t alloc_virtual(int64_t pages);
-  void free_virtual(int64_t first, int64_t pages);
-  std::vector<int64_t> alloc_physical(int64_t pages);
-  void token_runs(const Sequence& s, int64_t first, int64_t count, std::vector<ByteRun>& out) const;
-  // [n, D] f32 encoded by the codec, or records / tokens of the store's dtype: the bytes to store.
-  Tensor to_records(const Tensor& tokens, const char* op) const;
-  // (virtual page, physical page or PageBind::kUnbound) as they were before a submission.
-  using Mappings = std::vector<std::pair<int64_t, int64_t>>;
-  // After a failed submission (any prefix of which may have taken effect), maps these virtual
-  // pages as they were. Returns false, and marks the store unusable, when that fails too.
-  bool restore_mappings(const Mappings& before);
-  // After a failed update_frame: the sequence's page table and residency as they were
-  // (`was_bound`, `was_resident`), and the bytes of its pages as `old` holds them (page p's at
-  // saved_at[p]) where they may have changed: the pages mapped back, and all of them once the
-  // frame's writes had begun (`written`). Marks the store unusable when that fails too.
-  void restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t>& was_bound,
-                     const std::vector<uint8_t>& was_resident, const std::vector<std::byte>& old,
-                     const std::vector<int64_t>& saved_at, bool written);
-
-  StoreConfig config_;
-  std::unique_ptr<StoreBackend> backend_;
-  int64_t token_bytes_ = 0;
-  std::shared_lock<std::shared_mutex> read_lock() const;
-  std::pair<std::unique_lock<std::mutex>, std::unique_lock<std::shared_mutex>> write_lock() const;
-  mutable std::shared_mutex mutex_;
-  mutable std::mutex turnstile_;  // writer preference (store.cpp)
-  std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
-  SeqId next_id_ = 1;
-  std::vector<uint8_t> phys_used_;          // per physical page
-  int64_t phys_free_ = 0;
-  int64_t phys_hint_ = 0;                   // next-fit cursor
-  std::vector<std::pair<int64_t, int64_t>> virt_free_;  // sorted free runs (first, pages)
-  int64_t bind_calls_ = 0, bind_entries_ = 0;
-  std::string broken_;  // why the store is unusable (a rollback failed); empty while it is fine
+  // The sequences, the physical pool, the virtual address space and the locks (src/store/store.cpp).
+  class FOVEA_INTERNAL Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace fovea
+FOVEA_API_END

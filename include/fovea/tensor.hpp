@@ -11,6 +11,7 @@
 // Thread safety: a Tensor is a plain value. Concurrent reads (const methods, reading the
 // data) are safe; writing one from a thread while others use it is not.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 enum class DType : uint8_t { u8, i8, u16, i16, i32, i64, f16, bf16, f32, f64 };
@@ -115,3 +117,4 @@ float bf16_to_f32(uint16_t h);
 Tensor to_f32(Tensor t);
 
 }  // namespace fovea
+FOVEA_API_END

@@ -24,6 +24,7 @@
 // Thread safety: every TokenCache method is thread-safe (one internal mutex). A Blake2b
 // hasher is a plain value: one thread at a time.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <array>
 #include <cstddef>
@@ -39,6 +40,7 @@
 
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // BLAKE2b (RFC 7693) through libb2: a digest of 1..64 bytes, unkeyed or keyed with up to 64
@@ -55,7 +57,7 @@ class Blake2b {
   void final(uint8_t* out);
 
  private:
-  struct State;  // libb2's blake2b_state
+  struct FOVEA_INTERNAL State;  // libb2's blake2b_state
   std::unique_ptr<State> state_;
   size_t digest_bytes_ = 0;
 };
@@ -151,3 +153,4 @@ class TokenCache {
 };
 
 }  // namespace fovea
+FOVEA_API_END

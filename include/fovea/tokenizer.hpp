@@ -28,6 +28,7 @@
 // TokenizeStages object that keeps state between its stages (the Vulkan backend's) serves one
 // tokenize() at a time. Tokenization is a plain value.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <map>
 #include <optional>
@@ -43,6 +44,7 @@
 #include "fovea/view.hpp"
 #include "fovea/windows.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 struct TokenizeParams {
@@ -126,3 +128,4 @@ void save_tokens(const std::string& path, const Tokenization& t, const Query& qu
                  const TokenizeParams& params, const std::map<std::string, std::string>& extra = {});
 
 }  // namespace fovea
+FOVEA_API_END

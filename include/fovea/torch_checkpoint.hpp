@@ -38,6 +38,7 @@
 //
 // Thread safety: immutable once opened; const methods may be called from any thread.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -49,6 +50,7 @@
 
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 struct TorchCheckpointLimits {
@@ -101,7 +103,7 @@ class TorchCheckpoint {
 
  private:
   TorchCheckpoint() = default;
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   void parse(const TorchCheckpointLimits& limits);
 
   std::string path_;
@@ -115,3 +117,4 @@ class TorchCheckpoint {
 bool looks_like_torch_checkpoint(const std::string& path);
 
 }  // namespace fovea
+FOVEA_API_END

@@ -46,6 +46,7 @@
 // one shared VitModel run in parallel (each session's encoder has its own EncoderContext; the
 // model's packed weights are made once for all of them), as do plain encodes on that model.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -63,6 +64,7 @@
 #include "fovea/pyramid.hpp"
 #include "fovea/tokenizer.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // ---- decoding ---------------------------------------------------------------------------------
@@ -149,7 +151,7 @@ class VideoReader {
  private:
   VideoReader();
   void open_stream();
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -234,7 +236,7 @@ class VideoSession {
   const VideoParams& params() const;
 
  private:
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -296,7 +298,7 @@ class VideoTokenWriter {
   int64_t tokens() const;
 
  private:
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -343,3 +345,4 @@ VideoRunStats run_video(VideoReader& reader, VideoSession& session, const VideoR
                         const VideoResultFn& on_result = nullptr);
 
 }  // namespace fovea
+FOVEA_API_END

@@ -24,6 +24,7 @@
 // TensorView: a dense, row-major (C-contiguous) n-d array the caller owns. A Tensor converts
 // to one implicitly, so every function taking a TensorView also takes a Tensor.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,7 @@
 #include "fovea/image.hpp"
 #include "fovea/tensor.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 template <typename T>
@@ -134,3 +136,4 @@ class TensorView {
 };
 
 }  // namespace fovea
+FOVEA_API_END

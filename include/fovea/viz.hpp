@@ -8,6 +8,7 @@
 // Thread safety: render_overlay and level_colour are pure functions; a VideoSheet is used by one
 // thread at a time.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "fovea/relevance.hpp"
 #include "fovea/view.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // The image in gray, tinted by a heat map of the relevance score (RelevanceMap::score, what the
@@ -84,3 +86,4 @@ class VideoSheet {
 };
 
 }  // namespace fovea
+FOVEA_API_END

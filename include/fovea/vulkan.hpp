@@ -23,6 +23,7 @@
 // When fovea was built without Vulkan, vulkan_available() is false and create() throws
 // Error(unsupported).
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -36,6 +37,7 @@
 #include "fovea/pyramid.hpp"
 #include "fovea/tokenizer.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // True when fovea was built with the Vulkan backend (not whether a device exists).
@@ -137,7 +139,7 @@ class VulkanBackend {
                                         std::span<const Allocation* const> allocations,
                                         const ExtractParams& params, MipMethod method = MipMethod::compute);
 
-  struct Impl;
+  struct FOVEA_INTERNAL Impl;
 
  private:
   explicit VulkanBackend(std::unique_ptr<Impl> impl);
@@ -145,3 +147,4 @@ class VulkanBackend {
 };
 
 }  // namespace fovea
+FOVEA_API_END

@@ -35,6 +35,7 @@
 //
 // Thread safety: pure functions of their arguments; the structs are plain values.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <string>
@@ -47,6 +48,7 @@
 #include "fovea/pyramid.hpp"
 #include "fovea/relevance.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // How a budget becomes tokens.
@@ -95,3 +97,4 @@ TokenBatch extract_windows(const PyramidU8& pyramid, const WindowPlan& plan, con
 int windows_pyramid_levels(int width, int height, int patch_px, int grid);
 
 }  // namespace fovea
+FOVEA_API_END

@@ -40,6 +40,7 @@
 #include "fovea/video.hpp"
 #include "fovea/view.hpp"
 #include "fovea/viz.hpp"
+#include "encoder/kernels.hpp"
 
 namespace py = pybind11;
 using namespace fovea;
@@ -1034,13 +1035,13 @@ PYBIND11_MODULE(_fovea, m) {
         "The file name extensions of those formats ('.png', '.webp', ...), lower case with the dot.");
   m.def("bf16_supported", &bf16_supported,
         "Whether this CPU has native bf16 matrix kernels (AVX512-BF16 or AMX). Without them precision='bf16' runs fp32.");
-  m.def("amx_kernels_enabled", &amx_kernels_enabled,
+  m.def("amx_kernels_enabled", &encoder_detail::amx_kernels_enabled,
         "Whether precision='bf16' runs its linear layers and attention on fovea's own AMX tile kernels (a CPU with "
         "AMX; FOVEA_AMX=0 turns them off) rather than oneDNN's.");
-  m.def("avx512bf16_kernels_enabled", &avx512bf16_kernels_enabled,
+  m.def("avx512bf16_kernels_enabled", &encoder_detail::avx512bf16_kernels_enabled,
         "Whether precision='bf16' runs attention on fovea's own AVX512-BF16 kernel (a CPU with AVX512-BF16 where the "
         "AMX kernels do not run; FOVEA_AVX512BF16=0 turns it off) rather than oneDNN's matmuls.");
-  m.def("avx2_kernels_enabled", &avx2_kernels_enabled,
+  m.def("avx2_kernels_enabled", &encoder_detail::avx2_kernels_enabled,
         "Whether precision='fp32' runs its linear layers on fovea's own AVX2 + FMA kernel (a CPU where oneDNN has no "
         "f32 brgemm, i.e. without AVX-512; FOVEA_AVX2=0 turns it off) rather than oneDNN's.");
 

@@ -44,6 +44,7 @@
 #include "encoder/avx2.hpp"
 #include "encoder/avx512bf16.hpp"
 #include "encoder/encoder_internal.hpp"
+#include "encoder/kernels.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea::encoder_detail {
@@ -721,17 +722,28 @@ bool bf16_supported() {
   return supported;
 }
 
-bool amx_kernels_enabled() { return encoder_detail::amx::usable(); }
+bool encoder_detail::amx_kernels_enabled() { return encoder_detail::amx::usable(); }
 
-bool avx512bf16_kernels_enabled() { return encoder_detail::avx512bf16::usable() && !encoder_detail::amx::usable(); }
+bool encoder_detail::avx512bf16_kernels_enabled() {
+  return encoder_detail::avx512bf16::usable() && !encoder_detail::amx::usable();
+}
 
-bool avx2_kernels_enabled() { return encoder_detail::Gemm::avx2_takes_f32(); }
+bool encoder_detail::avx2_kernels_enabled() { return encoder_detail::Gemm::avx2_takes_f32(); }
+
+// The deprecated public names (fovea/encoder.hpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+bool amx_kernels_enabled() { return encoder_detail::amx_kernels_enabled(); }
+bool avx512bf16_kernels_enabled() { return encoder_detail::avx512bf16_kernels_enabled(); }
+bool avx2_kernels_enabled() { return encoder_detail::avx2_kernels_enabled(); }
+#pragma GCC diagnostic pop
 
 const char* matrix_kernels(Precision p) {
+  namespace d = encoder_detail;
   const Precision r = runnable_precision(p);
   if (r == Precision::bf16)
-    return amx_kernels_enabled() ? "amx+onednn" : avx512bf16_kernels_enabled() ? "avx512bf16+onednn" : "onednn";
-  return avx2_kernels_enabled() ? "avx2+onednn" : "onednn";
+    return d::amx_kernels_enabled() ? "amx+onednn" : d::avx512bf16_kernels_enabled() ? "avx512bf16+onednn" : "onednn";
+  return d::avx2_kernels_enabled() ? "avx2+onednn" : "onednn";
 }
 
 Precision runnable_precision(Precision requested) {

@@ -16,6 +16,7 @@
 #include "fovea/gguf.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/torch_checkpoint.hpp"
+#include "io/file_kind.hpp"
 
 namespace fovea {
 using encoder_detail::present;
@@ -251,7 +252,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   const bool is_gguf = looks_like_gguf(file);
   std::error_code regular_ec;  // (an unreadable path is the opener's error to report)
   if (!is_gguf && file.ends_with(".gguf") && std::filesystem::is_regular_file(file, regular_ec)) {
-    const FileKind kind = identify_file(file);
+    const FileKind kind = io_detail::identify_file(file);
     throw Error(Errc::corrupt_data, "'" + file + "' is not a GGUF file: it does not start with the magic \"GGUF\"" +
                                         (kind.known() ? " (it is " + kind.description + ")" : std::string()));
   }

@@ -8,6 +8,7 @@
 
 #include "fovea/files.hpp"
 #include "image/codecs.hpp"
+#include "io/file_kind.hpp"
 
 namespace fovea {
 
@@ -135,14 +136,14 @@ std::string describe_unknown(std::span<const uint8_t> b) {
   // files (a 29-byte one from fuzz_still: fuzz/crashes/still-timeout-984ccd1c...), so it is not used.
   if (starts_with(b, "\xFF\x0A"sv) || starts_with(b, "\0\0\0\x0CJXL \r\n\x87\n"sv))
     return "JPEG XL is not supported (Debian 12's FFmpeg wrapper of libjxl can hang on a truncated file; convert it to PNG)";
-  const FileKind kind = identify_file(b);
+  const FileKind kind = io_detail::identify_file(b);
   if (kind.known()) {
     const bool video = kind.media == FileKind::Media::video;
     return "not an image file fovea reads (" + std::string(image_formats()) + "): it is " + kind.description +
            (video ? "; `fovea video` reads videos" : "");
   }
   return "not an image file fovea reads (" + std::string(image_formats()) + "; it starts with " +
-         leading_bytes_hex(b) + ")";
+         io_detail::leading_bytes_hex(b) + ")";
 }
 
 Detected detect_format(std::span<const uint8_t> b, const std::string& name) {

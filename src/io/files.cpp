@@ -16,6 +16,7 @@
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
 #include "io/file_bytes.hpp"
+#include "io/file_kind.hpp"
 
 namespace fovea {
 
@@ -50,7 +51,7 @@ bool head_is(std::span<const uint8_t> b, std::string_view magic, size_t at = 0) 
 
 }  // namespace
 
-FileKind identify_file(std::span<const uint8_t> b) {
+FileKind io_detail::identify_file(std::span<const uint8_t> b) {
   using namespace std::string_view_literals;
   using M = FileKind::Media;
   auto kind = [](M m, std::string d) { return FileKind{m, std::move(d)}; };
@@ -99,7 +100,7 @@ FileKind identify_file(std::span<const uint8_t> b) {
   return kind(M::other, "text");
 }
 
-std::string leading_bytes_hex(std::span<const uint8_t> head) {
+std::string io_detail::leading_bytes_hex(std::span<const uint8_t> head) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string hex;
   for (size_t i = 0; i < head.size() && i < 8; ++i) {
@@ -110,7 +111,7 @@ std::string leading_bytes_hex(std::span<const uint8_t> head) {
   return hex;
 }
 
-FileKind identify_file(const std::string& path) {
+FileKind io_detail::identify_file(const std::string& path) {
   // Regular files only: a FIFO would block the open (no writer) or lose the bytes read here.
   const io_detail::InputFile in(path);
   if (!in.ok()) return {};
@@ -118,6 +119,14 @@ FileKind identify_file(const std::string& path) {
   const ssize_t got = ::read(in.fd(), head, sizeof head);
   return got > 0 ? identify_file(std::span<const uint8_t>(head, size_t(got))) : FileKind{};
 }
+
+// The deprecated public names (fovea/files.hpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+FileKind identify_file(std::span<const uint8_t> head) { return io_detail::identify_file(head); }
+FileKind identify_file(const std::string& path) { return io_detail::identify_file(path); }
+std::string leading_bytes_hex(std::span<const uint8_t> head) { return io_detail::leading_bytes_hex(head); }
+#pragma GCC diagnostic pop
 
 namespace {
 

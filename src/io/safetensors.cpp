@@ -10,6 +10,7 @@
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
 #include "io/file_bytes.hpp"
+#include "io/file_kind.hpp"
 
 namespace fovea {
 
@@ -99,10 +100,10 @@ void SafetensorsFile::parse(const SafetensorsLimits& limits) {
   // A header that cannot fit is usually not a safetensors file at all (its JSON begins with
   // '{' at byte 8): say what it is rather than quote a length made of its first bytes.
   if ((n > limits.max_header_bytes || n > file_size - 8) && (file_size < 9 || base[8] != '{')) {
-    const FileKind kind = identify_file(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 512)));
+    const FileKind kind = io_detail::identify_file(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 512)));
     const std::string what = kind.known() ? "it is " + kind.description
                                           : "its header does not begin with '{' (it starts with " +
-                                                leading_bytes_hex(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 8))) + ")";
+                                                io_detail::leading_bytes_hex(std::span<const uint8_t>(base, std::min<uint64_t>(file_size, 8))) + ")";
     throw Error(Errc::corrupt_data, "'" + path_ + "' is not a safetensors file: " + what);
   }
   if (n > limits.max_header_bytes)

@@ -6,7 +6,9 @@
 #include <cassert>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "fovea/error.hpp"
@@ -22,7 +24,74 @@ std::string_view to_string(BindMode m) {
   return "?";
 }
 
-struct TokenStore::Sequence {
+// The store's state behind TokenStore (fovea/store.hpp keeps it out of the public header).
+class TokenStore::Impl {
+ public:
+  Impl(const StoreConfig& config, std::unique_ptr<StoreBackend> backend);
+  SeqId reserve(int64_t capacity_tokens);
+  void release(SeqId seq);
+  void bind_batch(std::span<const TokenRange> ranges);
+  void unbind_batch(std::span<const TokenRange> ranges);
+  void write(SeqId seq, int64_t first, const Tensor& tokens);
+  void write_bytes(SeqId seq, int64_t first, int64_t count, const std::byte* src);
+  FrameDelta update_frame(SeqId seq, const Tensor& tokens);
+  Tensor gather(std::span<const TokenRange> ranges) const;
+  void gather_into(std::span<const TokenRange> ranges, std::byte* dst) const;
+  Tensor gather_decoded(std::span<const TokenRange> ranges) const;
+  bool decodes_on_device() const;
+  bool is_live(SeqId seq) const;
+  int64_t capacity(SeqId seq) const;
+  bool is_resident(SeqId seq, int64_t token) const;
+  int64_t resident_tokens(SeqId seq) const;
+  int64_t resident_pages(SeqId seq) const;
+  std::vector<int64_t> page_table(SeqId seq) const;
+  int64_t pages_for_tokens(int64_t tokens) const;
+  StoreStats stats() const;
+
+  struct Sequence;
+  Sequence& live(SeqId seq, const char* op);
+  const Sequence& live(SeqId seq, const char* op) const;
+  void check_range(const Sequence& s, SeqId seq, int64_t first, int64_t count, const char* op) const;
+  void submit(std::vector<PageBind>& binds);
+  void bind_locked(std::span<const TokenRange> ranges);
+  void unbind_locked(std::span<const TokenRange> ranges);
+  int64_t alloc_virtual(int64_t pages);
+  void free_virtual(int64_t first, int64_t pages);
+  std::vector<int64_t> alloc_physical(int64_t pages);
+  void token_runs(const Sequence& s, int64_t first, int64_t count, std::vector<ByteRun>& out) const;
+  // [n, D] f32 encoded by the codec, or records / tokens of the store's dtype: the bytes to store.
+  Tensor to_records(const Tensor& tokens, const char* op) const;
+  // (virtual page, physical page or PageBind::kUnbound) as they were before a submission.
+  using Mappings = std::vector<std::pair<int64_t, int64_t>>;
+  // After a failed submission (any prefix of which may have taken effect), maps these virtual
+  // pages as they were. Returns false, and marks the store unusable, when that fails too.
+  bool restore_mappings(const Mappings& before);
+  // After a failed update_frame: the sequence's page table and residency as they were
+  // (`was_bound`, `was_resident`), and the bytes of its pages as `old` holds them (page p's at
+  // saved_at[p]) where they may have changed: the pages mapped back, and all of them once the
+  // frame's writes had begun (`written`). Marks the store unusable when that fails too.
+  void restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t>& was_bound,
+                     const std::vector<uint8_t>& was_resident, const std::vector<std::byte>& old,
+                     const std::vector<int64_t>& saved_at, bool written);
+
+  StoreConfig config_;
+  std::unique_ptr<StoreBackend> backend_;
+  int64_t token_bytes_ = 0;
+  std::shared_lock<std::shared_mutex> read_lock() const;
+  std::pair<std::unique_lock<std::mutex>, std::unique_lock<std::shared_mutex>> write_lock() const;
+  mutable std::shared_mutex mutex_;
+  mutable std::mutex turnstile_;  // writer preference (store.cpp)
+  std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
+  SeqId next_id_ = 1;
+  std::vector<uint8_t> phys_used_;          // per physical page
+  int64_t phys_free_ = 0;
+  int64_t phys_hint_ = 0;                   // next-fit cursor
+  std::vector<std::pair<int64_t, int64_t>> virt_free_;  // sorted free runs (first, pages)
+  int64_t bind_calls_ = 0, bind_entries_ = 0;
+  std::string broken_;  // why the store is unusable (a rollback failed); empty while it is fine
+};
+
+struct TokenStore::Impl::Sequence {
   int64_t base_page = 0;             // first virtual page
   int64_t capacity = 0;              // tokens
   std::vector<int64_t> phys;         // per page: physical page or -1
@@ -42,7 +111,7 @@ void push_run(std::vector<ByteRun>& runs, int64_t at, int64_t bytes) {
 
 }  // namespace
 
-TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> backend)
+TokenStore::Impl::Impl(const StoreConfig& config, std::unique_ptr<StoreBackend> backend)
     : config_(config), backend_(backend ? std::move(backend) : make_host_store_backend()) {
   if (config_.codec) {
     if (!config_.codec->trained())
@@ -84,31 +153,30 @@ TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> 
   virt_free_.push_back({0, config_.virtual_pages});
 }
 
-TokenStore::~TokenStore() = default;
 
 // glibc's rwlock prefers readers: with a backend whose gathers take milliseconds (a GPU),
 // overlapping readers would keep the shared lock forever and starve the writer. A writer
 // holds the turnstile while it waits and writes, so readers arriving meanwhile queue behind it.
-std::shared_lock<std::shared_mutex> TokenStore::read_lock() const {
+std::shared_lock<std::shared_mutex> TokenStore::Impl::read_lock() const {
   std::lock_guard turnstile(turnstile_);
   return std::shared_lock(mutex_);
 }
 
-std::pair<std::unique_lock<std::mutex>, std::unique_lock<std::shared_mutex>> TokenStore::write_lock() const {
+std::pair<std::unique_lock<std::mutex>, std::unique_lock<std::shared_mutex>> TokenStore::Impl::write_lock() const {
   std::unique_lock turnstile(turnstile_);
   std::unique_lock lock(mutex_);
   return {std::move(turnstile), std::move(lock)};
 }
 
-int64_t TokenStore::pages_for_tokens(int64_t tokens) const {
+int64_t TokenStore::Impl::pages_for_tokens(int64_t tokens) const {
   return (tokens * token_bytes_ + config_.page_bytes - 1) / config_.page_bytes;
 }
 
-TokenStore::Sequence& TokenStore::live(SeqId seq, const char* op) {
+TokenStore::Impl::Sequence& TokenStore::Impl::live(SeqId seq, const char* op) {
   return const_cast<Sequence&>(std::as_const(*this).live(seq, op));
 }
 
-const TokenStore::Sequence& TokenStore::live(SeqId seq, const char* op) const {
+const TokenStore::Impl::Sequence& TokenStore::Impl::live(SeqId seq, const char* op) const {
   if (!broken_.empty()) throw Error(Errc::device, std::string("token store ") + op + ": the store is unusable: " + broken_);
   auto it = seqs_.find(seq);
   if (it != seqs_.end()) return *it->second;
@@ -117,14 +185,14 @@ const TokenStore::Sequence& TokenStore::live(SeqId seq, const char* op) const {
   throw invalid_argument(std::string("token store ") + op + ": no sequence " + std::to_string(seq));
 }
 
-void TokenStore::check_range(const Sequence& s, SeqId seq, int64_t first, int64_t count, const char* op) const {
+void TokenStore::Impl::check_range(const Sequence& s, SeqId seq, int64_t first, int64_t count, const char* op) const {
   if (first < 0 || count < 0 || first > s.capacity || count > s.capacity - first)
     throw invalid_argument(std::string("token store ") + op + ": tokens [" + std::to_string(first) + ", " +
               std::to_string(first + count) + ") are out of range for sequence " + std::to_string(seq) + " of " +
               std::to_string(s.capacity) + " tokens");
 }
 
-int64_t TokenStore::alloc_virtual(int64_t pages) {
+int64_t TokenStore::Impl::alloc_virtual(int64_t pages) {
   for (size_t i = 0; i < virt_free_.size(); ++i) {
     auto& [first, n] = virt_free_[i];
     if (n >= pages) {
@@ -138,7 +206,7 @@ int64_t TokenStore::alloc_virtual(int64_t pages) {
   return -1;
 }
 
-void TokenStore::free_virtual(int64_t first, int64_t pages) {
+void TokenStore::Impl::free_virtual(int64_t first, int64_t pages) {
   if (pages == 0) return;
   auto it = std::lower_bound(virt_free_.begin(), virt_free_.end(), std::make_pair(first, int64_t(0)));
   it = virt_free_.insert(it, {first, pages});
@@ -159,7 +227,7 @@ void TokenStore::free_virtual(int64_t first, int64_t pages) {
 
 // Next fit: consecutive requests get consecutive physical pages while the pool is not
 // fragmented, so neighbouring virtual pages usually merge into one bind entry.
-std::vector<int64_t> TokenStore::alloc_physical(int64_t pages) {
+std::vector<int64_t> TokenStore::Impl::alloc_physical(int64_t pages) {
   assert(pages <= phys_free_);
   std::vector<int64_t> out;
   out.reserve(size_t(pages));
@@ -177,7 +245,7 @@ std::vector<int64_t> TokenStore::alloc_physical(int64_t pages) {
   return out;
 }
 
-SeqId TokenStore::reserve(int64_t capacity_tokens) {
+SeqId TokenStore::Impl::reserve(int64_t capacity_tokens) {
   const auto lock = write_lock();
   if (!broken_.empty()) throw Error(Errc::device, "token store reserve: the store is unusable: " + broken_);
   if (capacity_tokens < 1 || capacity_tokens > (int64_t(1) << 40) / token_bytes_)
@@ -201,7 +269,7 @@ SeqId TokenStore::reserve(int64_t capacity_tokens) {
   return id;
 }
 
-void TokenStore::submit(std::vector<PageBind>& binds) {
+void TokenStore::Impl::submit(std::vector<PageBind>& binds) {
   if (binds.empty()) return;
   // Unbinds first, then binds, each in virtual order; merge neighbours if asked.
   std::stable_sort(binds.begin(), binds.end(), [](const PageBind& a, const PageBind& b) {
@@ -241,7 +309,7 @@ void TokenStore::submit(std::vector<PageBind>& binds) {
   }
 }
 
-bool TokenStore::restore_mappings(const Mappings& before) {
+bool TokenStore::Impl::restore_mappings(const Mappings& before) {
   if (before.empty()) return true;
   try {
     // Unbind all of them first (harmless where the failed submission never got to), then map
@@ -261,7 +329,7 @@ bool TokenStore::restore_mappings(const Mappings& before) {
   }
 }
 
-void TokenStore::release(SeqId seq) {
+void TokenStore::Impl::release(SeqId seq) {
   const auto lock = write_lock();
   Sequence& s = live(seq, "release");
   std::vector<PageBind> binds;
@@ -285,12 +353,12 @@ void TokenStore::release(SeqId seq) {
   seqs_.erase(seq);
 }
 
-void TokenStore::bind_batch(std::span<const TokenRange> ranges) {
+void TokenStore::Impl::bind_batch(std::span<const TokenRange> ranges) {
   const auto lock = write_lock();
   bind_locked(ranges);
 }
 
-void TokenStore::bind_locked(std::span<const TokenRange> ranges) {
+void TokenStore::Impl::bind_locked(std::span<const TokenRange> ranges) {
   // Validate everything and count the pages needed before changing anything.
   struct NewPage {
     Sequence* s;
@@ -385,12 +453,12 @@ void TokenStore::bind_locked(std::span<const TokenRange> ranges) {
   }
 }
 
-void TokenStore::unbind_batch(std::span<const TokenRange> ranges) {
+void TokenStore::Impl::unbind_batch(std::span<const TokenRange> ranges) {
   const auto lock = write_lock();
   unbind_locked(ranges);
 }
 
-void TokenStore::unbind_locked(std::span<const TokenRange> ranges) {
+void TokenStore::Impl::unbind_locked(std::span<const TokenRange> ranges) {
   for (const TokenRange& r : ranges) {
     Sequence& s = live(r.seq, "unbind");
     check_range(s, r.seq, r.first, r.count, "unbind");
@@ -458,7 +526,7 @@ void TokenStore::unbind_locked(std::span<const TokenRange> ranges) {
   phys_free_ += int64_t(freed.size());
 }
 
-Tensor TokenStore::to_records(const Tensor& tokens, const char* op) const {
+Tensor TokenStore::Impl::to_records(const Tensor& tokens, const char* op) const {
   if (config_.codec) {
     const Codec& c = *config_.codec;
     if (tokens.rank() == 2 && tokens.dtype() == DType::f32 && tokens.dim(1) == config_.dim) {
@@ -476,13 +544,13 @@ Tensor TokenStore::to_records(const Tensor& tokens, const char* op) const {
   return Tensor();  // already the stored bytes
 }
 
-void TokenStore::write(SeqId seq, int64_t first, const Tensor& tokens) {
+void TokenStore::Impl::write(SeqId seq, int64_t first, const Tensor& tokens) {
   const Tensor encoded = to_records(tokens, "write");
   const Tensor& r = encoded.rank() ? encoded : tokens;
   write_bytes(seq, first, r.dim(0), r.bytes());
 }
 
-void TokenStore::write_bytes(SeqId seq, int64_t first, int64_t count, const std::byte* src) {
+void TokenStore::Impl::write_bytes(SeqId seq, int64_t first, int64_t count, const std::byte* src) {
   const auto lock = write_lock();
   const Sequence& s = live(seq, "write");
   check_range(s, seq, first, count, "write");
@@ -493,7 +561,7 @@ void TokenStore::write_bytes(SeqId seq, int64_t first, int64_t count, const std:
   if (count > 0) backend_->write(s.base_page * config_.page_bytes + first * token_bytes_, src, count * token_bytes_);
 }
 
-FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& input) {
+FrameDelta TokenStore::Impl::update_frame(SeqId seq, const Tensor& input) {
   const Tensor encoded = to_records(input, "update_frame");
   const Tensor& tokens = encoded.rank() ? encoded : input;
   const int64_t n = tokens.dim(0);
@@ -573,7 +641,7 @@ FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& input) {
   return delta;
 }
 
-void TokenStore::restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t>& was_bound,
+void TokenStore::Impl::restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t>& was_bound,
                                const std::vector<uint8_t>& was_resident, const std::vector<std::byte>& old,
                                const std::vector<int64_t>& saved_at, bool written) {
   try {
@@ -635,11 +703,11 @@ void TokenStore::restore_frame(Sequence& s, SeqId seq, const std::vector<int64_t
   }
 }
 
-void TokenStore::token_runs(const Sequence& s, int64_t first, int64_t count, std::vector<ByteRun>& out) const {
+void TokenStore::Impl::token_runs(const Sequence& s, int64_t first, int64_t count, std::vector<ByteRun>& out) const {
   push_run(out, s.base_page * config_.page_bytes + first * token_bytes_, count * token_bytes_);
 }
 
-void TokenStore::gather_into(std::span<const TokenRange> ranges, std::byte* dst) const {
+void TokenStore::Impl::gather_into(std::span<const TokenRange> ranges, std::byte* dst) const {
   const auto lock = read_lock();
   std::vector<ByteRun> runs;
   for (const TokenRange& r : ranges) {
@@ -654,7 +722,7 @@ void TokenStore::gather_into(std::span<const TokenRange> ranges, std::byte* dst)
   if (!runs.empty()) backend_->gather(runs, dst);
 }
 
-Tensor TokenStore::gather(std::span<const TokenRange> ranges) const {
+Tensor TokenStore::Impl::gather(std::span<const TokenRange> ranges) const {
   int64_t n = 0;
   for (const TokenRange& r : ranges) n += std::max<int64_t>(r.count, 0);
   Tensor out = config_.codec ? Tensor(DType::u8, {n, token_bytes_}) : Tensor(config_.dtype, {n, config_.dim});
@@ -662,7 +730,7 @@ Tensor TokenStore::gather(std::span<const TokenRange> ranges) const {
   return out;
 }
 
-bool TokenStore::decodes_on_device() const {
+bool TokenStore::Impl::decodes_on_device() const {
   if (!config_.codec) return false;
   const auto d = config_.codec->elementwise_decode();
   if (!d) return false;
@@ -670,7 +738,7 @@ bool TokenStore::decodes_on_device() const {
   return backend_->gather_decode({}, token_bytes_, *d, config_.dim, nullptr);
 }
 
-Tensor TokenStore::gather_decoded(std::span<const TokenRange> ranges) const {
+Tensor TokenStore::Impl::gather_decoded(std::span<const TokenRange> ranges) const {
   int64_t n = 0;
   for (const TokenRange& r : ranges) n += std::max<int64_t>(r.count, 0);
   Tensor out(DType::f32, {n, config_.dim});
@@ -705,39 +773,39 @@ Tensor TokenStore::gather_decoded(std::span<const TokenRange> ranges) const {
   return out;
 }
 
-bool TokenStore::is_live(SeqId seq) const {
+bool TokenStore::Impl::is_live(SeqId seq) const {
   const auto lock = read_lock();
   return seqs_.count(seq) != 0;
 }
 
-int64_t TokenStore::capacity(SeqId seq) const {
+int64_t TokenStore::Impl::capacity(SeqId seq) const {
   const auto lock = read_lock();
   return live(seq, "capacity").capacity;
 }
 
-bool TokenStore::is_resident(SeqId seq, int64_t token) const {
+bool TokenStore::Impl::is_resident(SeqId seq, int64_t token) const {
   const auto lock = read_lock();
   const Sequence& s = live(seq, "is_resident");
   check_range(s, seq, token, 1, "is_resident");
   return s.resident[size_t(token)] != 0;
 }
 
-int64_t TokenStore::resident_tokens(SeqId seq) const {
+int64_t TokenStore::Impl::resident_tokens(SeqId seq) const {
   const auto lock = read_lock();
   return live(seq, "resident_tokens").resident_tokens;
 }
 
-int64_t TokenStore::resident_pages(SeqId seq) const {
+int64_t TokenStore::Impl::resident_pages(SeqId seq) const {
   const auto lock = read_lock();
   return live(seq, "resident_pages").resident_pages;
 }
 
-std::vector<int64_t> TokenStore::page_table(SeqId seq) const {
+std::vector<int64_t> TokenStore::Impl::page_table(SeqId seq) const {
   const auto lock = read_lock();
   return live(seq, "page_table").phys;
 }
 
-StoreStats TokenStore::stats() const {
+StoreStats TokenStore::Impl::stats() const {
   const auto lock = read_lock();
   StoreStats st;
   st.sequences = int64_t(seqs_.size());
@@ -773,5 +841,33 @@ std::vector<std::string> ValidationLog::messages() const {
   std::lock_guard lock(mutex_);
   return messages_;
 }
+
+// TokenStore: the public class, forwarding to its Impl.
+TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> backend)
+    : impl_(std::make_unique<Impl>(config, std::move(backend))) {}
+TokenStore::~TokenStore() = default;
+const StoreConfig& TokenStore::config() const { return impl_->config_; }
+std::string_view TokenStore::backend_name() const { return impl_->backend_->name(); }
+int64_t TokenStore::token_bytes() const { return impl_->token_bytes_; }
+int64_t TokenStore::page_bytes() const { return impl_->config_.page_bytes; }
+SeqId TokenStore::reserve(int64_t capacity_tokens) { return impl_->reserve(capacity_tokens); }
+void TokenStore::release(SeqId seq) { impl_->release(seq); }
+void TokenStore::bind_batch(std::span<const TokenRange> ranges) { impl_->bind_batch(ranges); }
+void TokenStore::unbind_batch(std::span<const TokenRange> ranges) { impl_->unbind_batch(ranges); }
+void TokenStore::write(SeqId seq, int64_t first, const Tensor& tokens) { impl_->write(seq, first, tokens); }
+void TokenStore::write_bytes(SeqId seq, int64_t first, int64_t count, const std::byte* src) { impl_->write_bytes(seq, first, count, src); }
+FrameDelta TokenStore::update_frame(SeqId seq, const Tensor& tokens) { return impl_->update_frame(seq, tokens); }
+Tensor TokenStore::gather(std::span<const TokenRange> ranges) const { return impl_->gather(ranges); }
+void TokenStore::gather_into(std::span<const TokenRange> ranges, std::byte* dst) const { impl_->gather_into(ranges, dst); }
+Tensor TokenStore::gather_decoded(std::span<const TokenRange> ranges) const { return impl_->gather_decoded(ranges); }
+bool TokenStore::decodes_on_device() const { return impl_->decodes_on_device(); }
+bool TokenStore::is_live(SeqId seq) const { return impl_->is_live(seq); }
+int64_t TokenStore::capacity(SeqId seq) const { return impl_->capacity(seq); }
+bool TokenStore::is_resident(SeqId seq, int64_t token) const { return impl_->is_resident(seq, token); }
+int64_t TokenStore::resident_tokens(SeqId seq) const { return impl_->resident_tokens(seq); }
+int64_t TokenStore::resident_pages(SeqId seq) const { return impl_->resident_pages(seq); }
+std::vector<int64_t> TokenStore::page_table(SeqId seq) const { return impl_->page_table(seq); }
+int64_t TokenStore::pages_for_tokens(int64_t tokens) const { return impl_->pages_for_tokens(tokens); }
+StoreStats TokenStore::stats() const { return impl_->stats(); }
 
 }  // namespace fovea

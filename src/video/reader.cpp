@@ -30,6 +30,7 @@ extern "C" {
 #include "fovea/video.hpp"
 #include "image/codecs.hpp"
 #include "image/libav_common.hpp"
+#include "io/file_kind.hpp"
 
 namespace fovea {
 
@@ -405,7 +406,7 @@ VideoReader VideoReader::open(const std::string& path, const VideoReaderOptions&
       if (std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) == 0 && !ec)
         throw Error(Errc::corrupt_data, path + ": not a video file: the file is empty");
     }
-    const FileKind kind = identify_file(path);  // a Git LFS pointer, JSON, ... say so
+    const FileKind kind = io_detail::identify_file(path);  // a Git LFS pointer, JSON, ... say so
     using M = FileKind::Media;
     if (kind.known() && kind.media != M::video && kind.media != M::audio && kind.media != M::av)
       throw Error(Errc::corrupt_data, path + ": not a video file: it is " + kind.description);
