@@ -890,6 +890,8 @@ TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
     EXPECT_EQ(f["index"].get<int>() % 2, 0);
     EXPECT_GT(f["full_ms"].get<double>(), 0);
     EXPECT_GT(f["cosine"].get<double>(), 0.9);
+    EXPECT_LE(f["cosine_min_token"].get<double>(), f["cosine"].get<double>() + 1e-12);  // the worst token
+    EXPECT_GT(f["cosine_min_token"].get<double>(), 0.5);
     EXPECT_TRUE(f.contains("store"));
     EXPECT_LE(f["recomputed_tokens"].get<int>(), f["tokens"].get<int>());
   }
