@@ -199,6 +199,9 @@ struct FrameResult {
   std::string refresh_reason;     // "first", "keyframe", "scene-cut", "size", "reuse-off"
   bool layout_changed = false;    // the allocation was made again
   bool approximate = false;       // the embeddings come from incremental ViT reuse
+  // The incremental encoder's estimate of the error it left (IncrementalResult::drift_estimate):
+  // per token, the relative changes left unapplied summed over layers; mean and largest.
+  double drift_estimate = 0, drift_estimate_max = 0;
   int group_frames = 1;           // frames encoded together with this one (timings.encode_ms is its share)
   std::shared_ptr<const Allocation> allocation;  // this frame's layout
   FrameTimings timings;

@@ -139,6 +139,9 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
   if (!(p.layout_hysteresis >= 0)) throw Error(Errc::invalid_argument, "video: the layout hysteresis must be >= 0");
   if (!(p.encoder.token_threshold >= 0) || !std::isfinite(p.encoder.token_threshold))
     throw Error(Errc::invalid_argument, "video: the token threshold must be a finite number >= 0");
+  if (std::isnan(p.encoder.attention_threshold))
+    throw Error(Errc::invalid_argument, "video: the attention threshold must be a number");
+  if (p.encoder.refresh_tokens < 0) throw Error(Errc::invalid_argument, "video: the refresh budget must be >= 0");
   check_extract_params(p.tokenize.extract);
   if (model) {
     if (model->config().patch_px != p.tokenize.patch_px)
@@ -216,6 +219,7 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
       else if (params.reuse == Reuse::exact) r.recomputed = pending[i].resample;
       else r.recomputed.assign(size_t(N), 1);
       r.approximate = er[i].approximate;
+      r.drift_estimate = er[i].drift_estimate, r.drift_estimate_max = er[i].drift_estimate_max;
     }
   } else {
     for (Pending& q : pending) q.r.recomputed = q.resample;

@@ -31,24 +31,30 @@ namespace {
 
 Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
 
-// --check: the mean and the smallest of the per-token cosines of two [N, D] f32 tensors.
+// --check: per token of two [N, D] f32 tensors (a against the reference b), the cosine and the
+// relative error ‖a − b‖₂ / ‖b‖₂ (the unit of the encoder's drift estimate); mean and worst.
 struct RowCosines {
   double mean = 1, min = 1;
+  double error_mean = 0, error_max = 0;
 };
 RowCosines row_cosines(const Tensor& a, const Tensor& b) {
   RowCosines r;
   const int64_t n = a.dim(0), d = a.dim(1);
   if (n == 0) return r;
-  double total = 0;
+  double total = 0, err = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float* x = a.data<float>() + i * d;
     const float* y = b.data<float>() + i * d;
-    double xy = 0, xx = 0, yy = 0;
-    for (int64_t j = 0; j < d; ++j) xy += double(x[j]) * y[j], xx += double(x[j]) * x[j], yy += double(y[j]) * y[j];
+    double xy = 0, xx = 0, yy = 0, ee = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      xy += double(x[j]) * y[j], xx += double(x[j]) * x[j], yy += double(y[j]) * y[j];
+      ee += (double(x[j]) - y[j]) * (double(x[j]) - y[j]);
+    }
     const double c = xx > 0 && yy > 0 ? xy / std::sqrt(xx * yy) : 1.0;
-    total += c, r.min = std::min(r.min, c);
+    const double e = yy > 0 ? std::sqrt(ee / yy) : 0.0;
+    total += c, r.min = std::min(r.min, c), err += e, r.error_max = std::max(r.error_max, e);
   }
-  r.mean = total / double(n);
+  r.mean = total / double(n), r.error_mean = err / double(n);
   return r;
 }
 
@@ -103,6 +109,8 @@ struct VideoCommand {
   int64_t max_frames = 0;
   float threshold = VideoParams{}.change_threshold;
   float token_threshold = IncrementalParams{}.token_threshold;
+  std::string attention_threshold;  // a number, or "off"; empty: the token threshold
+  int refresh_tokens = IncrementalParams{}.refresh_tokens;
   float hysteresis = VideoParams{}.layout_hysteresis;
   float refresh_fraction = VideoParams{}.refresh_fraction;
   bool json = false, check = false, decode_only = false, no_autorotate = false;
@@ -165,6 +173,17 @@ struct VideoCommand {
     vp.group_frames = group;
     vp.encoder.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     vp.encoder.token_threshold = token_threshold;
+    if (attention_threshold == "off") {
+      vp.encoder.bound_attention = false;
+    } else if (!attention_threshold.empty()) {
+      char* end = nullptr;
+      const float v = std::strtof(attention_threshold.c_str(), &end);
+      if (end == attention_threshold.c_str() || *end || !(v >= 0) || !std::isfinite(v))
+        throw bad("--attention-threshold must be a number >= 0 or off");
+      vp.encoder.attention_threshold = v;
+    }
+    if (refresh_tokens < 0) throw bad("--refresh-tokens must be >= 0");
+    vp.encoder.refresh_tokens = refresh_tokens;
     const ExecConfig exec_config = exec.config();
     if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
 
@@ -268,6 +287,7 @@ struct VideoCommand {
                              {"extract", r.timings.extract_ms},
                              {"encode", r.timings.encode_ms}}}};
       if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
+      if (r.approximate) pf["drift_estimate"] = r.drift_estimate, pf["drift_estimate_max"] = r.drift_estimate_max;
       if (have_model && !warned_nonfinite)
         warned_nonfinite = warn_nonfinite(r.embeddings,
                                           "frame " + std::to_string(r.index) + "'s embeddings (later frames not checked)",
@@ -294,6 +314,8 @@ struct VideoCommand {
         pf["full_ms"] = full_ms;
         pf["cosine"] = cos.mean;
         pf["cosine_min_token"] = cos.min;
+        pf["error_mean"] = cos.error_mean;
+        pf["error_max"] = cos.error_max;
         full_total += full_ms;
         cosine_total += cos.mean;
         cosine_min = std::min(cosine_min, cos.mean);
@@ -370,7 +392,13 @@ struct VideoCommand {
                       {"description", model->describe()},
                       {"random_weights", model->is_random()},
                       {"precision", std::string(to_string(runnable_precision(vp.encoder.precision)))},
-                      {"token_threshold", token_threshold}};
+                      {"token_threshold", token_threshold},
+                      {"attention_threshold", vp.encoder.bound_attention
+                                                  ? nlohmann::json(vp.encoder.attention_threshold < 0
+                                                                       ? vp.encoder.token_threshold
+                                                                       : vp.encoder.attention_threshold)
+                                                  : nlohmann::json("off")},
+                      {"refresh_tokens", vp.encoder.refresh_tokens}};
       if (runnable_precision(vp.encoder.precision) != vp.encoder.precision) s["encoder"]["precision_requested"] = precision;
     }
     if (store) {
@@ -431,7 +459,18 @@ Runner setup_video(CLI::App& sub) {
                  "Tile change test: mean |difference| over a 4x4 block, 8-bit levels (default 8)")
       ->type_name("T");
   sub.add_option("--token-threshold", cmd->token_threshold,
-                 "Incremental ViT: relative L2 change of a token's layer input that recomputes it (default 0.1)");
+                 "Incremental ViT, the fidelity knob: relative L2 change of a token's layer input, or of its "
+                 "residual stream through attention, that recomputes it (default 0.1; smaller: closer to a full "
+                 "encode, slower)")
+      ->type_name("E");
+  sub.add_option("--attention-threshold", cmd->attention_threshold,
+                 "Advanced: the attention bound's threshold when it should differ from --token-threshold; off: kept "
+                 "tokens ignore other tokens' new keys and values (faster, unbounded drift on trained towers)")
+      ->type_name("E|off");
+  sub.add_option("--refresh-tokens", cmd->refresh_tokens,
+                 "Advanced: per frame and layer, also recompute the K kept tokens whose unapplied change is largest "
+                 "(default 0)")
+      ->type_name("K");
   sub.add_option("--hysteresis", cmd->hysteresis,
                  "Relative change of the relevance map that re-allocates the layout (default 0.1; 0: every frame)");
   sub.add_option("--refresh-fraction", cmd->refresh_fraction,
