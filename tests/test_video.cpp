@@ -612,7 +612,9 @@ TEST_F(VideoTest, AttentionBoundKeepsTheErrorBelowEventfulReuse) {
   EXPECT_LT(bounded.back(), 0.7 * unbounded.back());  // Eventful's error grows frame after frame
   for (size_t f = 1; f < bounded_r.size(); ++f) {
     EXPECT_TRUE(bounded_r[f].approximate);
-    if (bounded[f] > 1e-3) EXPECT_GT(bounded_r[f].drift_estimate, 0) << "frame " << f;
+    if (bounded[f] > 1e-3) {
+      EXPECT_GT(bounded_r[f].drift_estimate, 0) << "frame " << f;
+    }
     EXPECT_GE(bounded_r[f].drift_estimate_max, bounded_r[f].drift_estimate);
   }
   EXPECT_EQ(bounded_r[0].drift_estimate, 0);  // a full encode leaves nothing
@@ -648,6 +650,75 @@ TEST_F(VideoTest, RefreshBudgetRecomputesTheStalestTokens) {
   }
   EXPECT_GT(budget_work, plain_work);
   EXPECT_LT(budget_err, plain_err);
+}
+
+// The carry: a token whose input moved below the threshold is not recomputed, but the change
+// still goes up the residual stream (its output is its new input plus its kept update), so its
+// embedding moves towards the full encode's instead of staying as it was.
+TEST_F(VideoTest, ChangesBelowTheThresholdAreCarriedToTheOutput) {
+  Executor exec({.threads = 2});
+  const VitModel model = contextual_model();
+  const EncoderInputs in = moving_square_inputs(exec);
+  IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0.5f};
+  IncrementalEncoder enc(model);
+  const IncrementalResult r0 = enc.encode(in.patches[0], in.positions[0], {}, {}, ip, exec);
+  // Frame 0 again with one patch a little brighter: below the threshold everywhere.
+  Tensor brighter = in.patches[0].clone();
+  const int64_t N = brighter.dim(0), K = brighter.numel() / N, tok = N / 2;
+  for (int64_t k = 0; k < K; ++k) brighter.data<float>()[tok * K + k] += 0.05f;
+  std::vector<int64_t> same(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) same[size_t(i)] = i;
+  std::vector<uint8_t> dirty(static_cast<size_t>(N), 0);
+  dirty[size_t(tok)] = 1;
+  const IncrementalResult r1 = enc.encode(brighter, in.positions[0], same, dirty, ip, exec);
+  for (int64_t n : r1.layer_tokens) EXPECT_EQ(n, 0);  // nothing recomputed
+  const EncodeParams ep{.image_width = 192, .image_height = 128};
+  const Encoding full = encode(model, brighter, in.positions[0], ep, exec);
+  const int64_t D = full.embeddings.dim(1);
+  auto dist = [&](const Tensor& a) {
+    double e = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const double x = double(a.data<float>()[tok * D + d]) - full.embeddings.data<float>()[tok * D + d];
+      e += x * x;
+    }
+    return std::sqrt(e);
+  };
+  EXPECT_GT(dist(r0.embeddings), 0);
+  EXPECT_LT(dist(r1.embeddings), 0.7 * dist(r0.embeddings));
+}
+
+// The drift refresh: a frame group starts from scratch when the last frame's estimate is above
+// the bound; never at 0.
+TEST_F(VideoTest, DriftAboveTheBoundRefreshesTheEncoder) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  auto image = [](int f) {
+    ImageU8 img = test::gradient_image(160, 96, 3);
+    for (int c = 0; c < 3; ++c)
+      for (int y = 60; y < 80; ++y)
+        for (int x = 8 + 5 * f; x < 24 + 5 * f; ++x) img.at(c, y, x) = 255;
+    return img;
+  };
+  Query q;
+  q.fixations.push_back({130, 20});
+  for (const float bound : {0.0f, 1e-9f}) {
+    VideoParams vp = small_params(30);
+    vp.drift_refresh = bound;
+    VideoSession session(vp, &model, exec);
+    std::vector<std::string> reasons;
+    for (int f = 0; f < 6; ++f) {
+      const FrameResult r = session.process(image(f), q, f, f / 25.0);
+      reasons.push_back(r.refresh ? r.refresh_reason : "-");
+      if (r.refresh_reason == "drift") {
+        EXPECT_EQ(r.drift_estimate, 0);  // a full encode
+      }
+    }
+    if (bound == 0) {
+      EXPECT_EQ(reasons, (std::vector<std::string>{"first", "-", "-", "-", "-", "-"}));
+    } else {
+      EXPECT_EQ(reasons, (std::vector<std::string>{"first", "-", "drift", "-", "drift", "-"}));
+    }
+  }
 }
 
 // The session in groups: results in order, a refresh alone, embeddings as frame by frame.
@@ -1037,7 +1108,9 @@ TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
     EXPECT_GT(f["cosine_min_token"].get<double>(), 0.5);
     EXPECT_GE(f["error_max"].get<double>(), f["error_mean"].get<double>());
     // The encoder's own estimate beside the measured error, on every reusing frame.
-    if (!f["refresh"].get<bool>()) EXPECT_GE(f["drift_estimate_max"].get<double>(), f["drift_estimate"].get<double>());
+    if (!f["refresh"].get<bool>()) {
+      EXPECT_GE(f["drift_estimate_max"].get<double>(), f["drift_estimate"].get<double>());
+    }
     EXPECT_TRUE(f.contains("store"));
     EXPECT_LE(f["recomputed_tokens"].get<int>(), f["tokens"].get<int>());
   }

@@ -111,7 +111,7 @@ struct IncrementalResult {
   std::vector<uint8_t> recomputed;       // [N] 1: patch embedding or any layer recomputed for the token
   int64_t patch_embeddings_computed = 0;
   std::vector<int64_t> layer_tokens;     // per layer: patch tokens recomputed
-  double flops_fraction = 1;             // rough share of a full encode's GEMM work done
+  double flops_fraction = 1;             // share of a full encode's multiply-adds done (GEMMs, attention)
   bool approximate = false;              // some layer reused cached states
   // The encoder's estimate of the error reuse left in this frame: per patch token, the sum over
   // layers of the relative changes it did not apply (its input's, below token_threshold; its

@@ -55,6 +55,11 @@ struct LayerCache {
   Tensor att;       // [T, D] f32: softmax(q·Kᵀ/√hd)·V, the heads side by side (as A)
   Tensor att_used;  // [T, D] f32: the attention its cached layer output was computed from
   std::vector<float> ref_norm2;  // [T] ‖ref_in‖₂²
+  // The carry: a kept token's output is its current input plus its residual branches' update
+  // (attention + MLP) as of its last recomputation, so a change of its input below the
+  // threshold still reaches the layers above along the residual stream.
+  Tensor in_cur;  // [T, D] f32: each token's current input
+  Tensor upd;     // [T, D] f32: output − input at its last recomputation
   std::vector<float> resid;  // [T] relative input change left unapplied (below the threshold)
   std::vector<float> drift;  // [T] ‖W_o‖₂ ‖att − att_used‖₂ / ‖ref_in‖₂, left unapplied
 };
@@ -181,7 +186,10 @@ struct FrameWork {
   // The references this frame's selection overwrote, for the frames before it in the group
   // (their step 3 needs the inputs their kept tokens were computed from): token → row of
   // the layer's saved references.
-  std::unordered_map<int64_t, int64_t> ref_before;
+  std::unordered_map<int64_t, int64_t> ref_before, cur_before;  // the same for current inputs
+  // With the attention bound, the candidates not recomputed: carried (their rows in IN), then
+  // their output rows in XR.
+  std::vector<int64_t> carry, carry_in, carry_row;
   int64_t in_off = 0, xr_off = 0;
   double work = 0, full_work = 0;
   std::vector<float> est;  // [T] per token, Σ over layers of the changes left unapplied
@@ -204,7 +212,7 @@ struct IncrementalEncoder::State {
   LayerCache spare;                // where a layout change moves a layer's rows (then swapped in)
   Tensor fin;                      // [n + pre, D] f32: the last hidden state (final norm applied)
   Tensor fin_proj;                 // [n + pre, E] f32: the projector's output of fin's rows
-  Buf IN, XR, H, QKV, A, Hm, Pt, Astage, gone_kv;
+  Buf IN, XR, XB, H, QKV, A, Hm, Pt, gone_kv;
   AttentionTrack bound;  // the attention bound's buffers
   std::vector<float> wo_norm;  // per layer ‖W_o‖₂, made at the first tracked frame
   State(const VitModel& m, EncoderContext c) : model(m), ctx(std::move(c)) {}
@@ -677,6 +685,8 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       lc.lse = Tensor(DType::f32, {int64_t(c.heads), T});
       lc.att = Tensor(DType::f32, {T, D});
       lc.att_used = Tensor(DType::f32, {T, D});
+      lc.in_cur = Tensor(DType::f32, {T, D});
+      lc.upd = Tensor(DType::f32, {T, D});
     }
     if (track) lc.resid.resize(size_t(T)), lc.drift.resize(size_t(T)), lc.ref_norm2.resize(size_t(T));
   };
@@ -696,6 +706,8 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   std::vector<const float*> sel_src;  // per selected row, where its input is
   std::vector<float> saved_refs;      // references overwritten by later frames of the group (ref_before)
   std::vector<float> saved_norm2;     // and their ‖·‖₂²
+  std::vector<float> saved_cur;       // current inputs overwritten by later frames (cur_before)
+  std::vector<uint8_t> in_att;        // [T] the token is recomputed for its attention this frame
   std::vector<uint8_t> keep;
   std::vector<int64_t> order;
   for (size_t li = 0; li < L; ++li) {
@@ -728,6 +740,8 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
           }
           std::memcpy(spare.att.data<float>() + t * D, C.att.data<float>() + p * D, rowb);
           std::memcpy(spare.att_used.data<float>() + t * D, C.att_used.data<float>() + p * D, rowb);
+          std::memcpy(spare.in_cur.data<float>() + t * D, C.in_cur.data<float>() + p * D, rowb);
+          std::memcpy(spare.upd.data<float>() + t * D, C.upd.data<float>() + p * D, rowb);
           spare.resid[size_t(t)] = C.resid[size_t(p)], spare.drift[size_t(t)] = C.drift[size_t(p)];
           spare.ref_norm2[size_t(t)] = C.ref_norm2[size_t(p)];
         }
@@ -738,16 +752,25 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     //    frames before it left).
     XR.ensure(size_t(2 * sum_t + 2 * kRowBucket) * rowb);
     int64_t rows = 0;
-    saved_refs.clear(), saved_norm2.clear();
+    saved_refs.clear(), saved_norm2.clear(), saved_cur.clear();
     for (size_t f = 0; f < F; ++f) {
       FrameWork& w = fw[f];
       w.sel.clear();
       sel_src.clear();
       w.xr_off = rows;
       const bool tracking = track && w.gate;
+      w.cur_before.clear();
+      w.carry.clear(), w.carry_in.clear(), w.carry_row.clear();
       for (size_t k = 0; k < w.cand.size(); ++k) {
         const int64_t t = w.cand[k];
         const float* a = IN.as<float>() + w.cand_row[k] * D;
+        if (track) {  // its current input
+          if (f > 0) {
+            w.cur_before[t] = int64_t(saved_cur.size()) / D;
+            saved_cur.insert(saved_cur.end(), C.in_cur.data<float>() + t * D, C.in_cur.data<float>() + (t + 1) * D);
+          }
+          std::memcpy(C.in_cur.data<float>() + t * D, a, rowb);
+        }
         bool s = !w.gate || t < pre || (w.remap && w.prev_t[size_t(t)] < 0);
         if (!s) {
           const float* b = C.ref_in.data<float>() + t * D;
@@ -760,6 +783,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
           if (tracking && !s) C.resid[size_t(t)] = bb > 0 ? float(std::sqrt(dd / bb)) : 0.0f;
         }
         if (s) w.sel.push_back(t), sel_src.push_back(a);
+        else if (tracking) w.carry.push_back(t), w.carry_in.push_back(w.cand_row[k]);
       }
       if (tracking && budget > 0) {
         // The refresh budget, input side: the kept tokens whose input moved most since they
@@ -804,8 +828,9 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       for (int64_t t : w.sel)
         if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1;
       w.res->layer_tokens.push_back(r - std::min<int64_t>(pre, r));
-      w.work += double(r) * per_token + 4.0 * double(r) * w.T * D;
-      w.full_work += double(w.T) * per_token + 4.0 * double(w.T) * w.T * D;
+      // Multiply-adds: the linear layers, and attention's Q·Kᵀ and P·V.
+      w.work += double(r) * per_token + 2.0 * double(r) * w.T * D;
+      w.full_work += double(w.T) * per_token + 2.0 * double(w.T) * w.T * D;
     }
     // Room for every frame's rows twice: recomputed from their input, then for their attention.
     const int64_t cap = round_up(2 * sum_t, kRowBucket) + 2 * kRowBucket;
@@ -889,18 +914,18 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
           C.drift[size_t(t)] = 0;
         }
         if (!delta) continue;
-        w.work += 4.0 * double(w.T) * double(ncp) * D;
+        w.work += 2.0 * double(w.T) * double(ncp) * D;  // the kept rows' update (delta_block)
         // The bound: recompute (output projection and MLP, from the kept input) the tokens
         // whose output would move by more than the threshold; then, within the budget, those
         // whose unapplied change is largest.
         const float gain = wo_norm[li];
-        // A kept token's input as of this frame: its reference, unless a later frame of the
-        // group has already replaced it.
-        auto ref_of = [&](int64_t t) {
+        // A kept token's current input and the norm of its reference as of this frame, unless
+        // a later frame of the group has already replaced them.
+        auto cur_of = [&](int64_t t) {
           for (size_t g = f + 1; g < F; ++g)
-            if (auto it = fw[g].ref_before.find(t); it != fw[g].ref_before.end())
-              return static_cast<const float*>(saved_refs.data() + it->second * D);
-          return static_cast<const float*>(C.ref_in.data<float>() + t * D);
+            if (auto it = fw[g].cur_before.find(t); it != fw[g].cur_before.end())
+              return static_cast<const float*>(saved_cur.data() + it->second * D);
+          return static_cast<const float*>(C.in_cur.data<float>() + t * D);
         };
         auto ref_norm2_of = [&](int64_t t) {
           for (size_t g = f + 1; g < F; ++g)
@@ -923,7 +948,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         for (int64_t t : w.att) {
           const int64_t row = rows + staged++;
           w.att_row.push_back(row);
-          std::memcpy(XR.as<float>() + row * D, ref_of(t), rowb);
+          std::memcpy(XR.as<float>() + row * D, cur_of(t), rowb);
           const float* a = C.att.data<float>() + t * D;
           std::byte* dst = A.get() + size_t(row * D) * es;
           if (dt == DType::f32) std::memcpy(dst, a, rowb);
@@ -941,20 +966,63 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       const int64_t total = rows + staged, rt = round_up(total, kRowBucket);
       if (total > 0) {
         std::memset(xr + total * D, 0, size_t((rt - total) * D) * 4);
-        if (track) std::memset(A.get() + size_t(total * D) * es, 0, size_t((rt - total) * D) * es);
+        if (track) {
+          std::memset(A.get() + size_t(total * D) * es, 0, size_t((rt - total) * D) * es);
+          XB.ensure(size_t(total) * rowb);
+          std::memcpy(XB.get(), xr, size_t(total) * rowb);
+        }
         H.ensure(size_t(rt * D) * es), Hm.ensure(size_t(rt * fc1_width(c)) * es);
         ops.attention_out_and_mlp(l, c, A.get(), rt, xr, H.get(), Hm.get(), dt);
       }
     }
-    // The recomputed rows' outputs are the next layer's candidates.
+    // The carry, frame by frame in order (each frame's carried rows take the updates as the
+    // frame before left them): a carried token's output is its input plus its kept update; a
+    // recomputed token's update is its output minus its input.
+    int64_t carried = 0;
+    if (track) {
+      const int64_t total = rows + staged;
+      float* xr = XR.as<float>();
+      for (FrameWork& w : fw) {
+        in_att.assign(size_t(w.T), 0);
+        for (int64_t t : w.att) in_att[size_t(t)] = 1;
+        for (int64_t t : w.sel) in_att[size_t(t)] = 1;  // the refresh budget took it
+        for (size_t k = 0; k < w.carry.size(); ++k) {
+          const int64_t t = w.carry[k];
+          if (in_att[size_t(t)]) continue;
+          const int64_t row = total + carried++;
+          const float* x = IN.as<float>() + w.carry_in[k] * D;
+          const float* u = C.upd.data<float>() + t * D;
+          float* o = xr + row * D;
+          for (int64_t d = 0; d < D; ++d) o[d] = x[d] + u[d];
+          w.carry_row.push_back(row);
+          in_att[size_t(t)] = 2;
+        }
+        auto keep_update = [&](int64_t t, int64_t r) {
+          const float* o = xr + r * D;
+          const float* x = XB.as<float>() + r * D;
+          float* u = C.upd.data<float>() + t * D;
+          for (int64_t d = 0; d < D; ++d) u[d] = o[d] - x[d];
+        };
+        for (size_t j = 0; j < w.sel.size(); ++j) keep_update(w.sel[j], w.xr_off + int64_t(j));
+        for (size_t j = 0; j < w.att.size(); ++j) keep_update(w.att[j], w.att_row[j]);
+        // Only the carried tokens stay in the list.
+        size_t kept = 0;
+        for (size_t k = 0; k < w.carry.size(); ++k)
+          if (in_att[size_t(w.carry[k])] == 2) w.carry[kept++] = w.carry[k];
+        w.carry.resize(kept);
+      }
+    }
+    // The recomputed and carried rows' outputs are the next layer's candidates.
     std::swap(IN, XR);
-    in_rows = rows + staged;
+    in_rows = rows + staged + carried;
     for (FrameWork& w : fw) {
       w.cand.swap(w.sel);
       w.cand_row.clear();
       for (size_t j = 0; j < w.cand.size(); ++j) w.cand_row.push_back(w.xr_off + int64_t(j));
       w.cand.insert(w.cand.end(), w.att.begin(), w.att.end());
       w.cand_row.insert(w.cand_row.end(), w.att_row.begin(), w.att_row.end());
+      w.cand.insert(w.cand.end(), w.carry.begin(), w.carry.end());
+      w.cand_row.insert(w.cand_row.end(), w.carry_row.begin(), w.carry_row.end());
     }
   }
 

@@ -75,6 +75,7 @@ struct VideoSession::Impl {
   const VitModel* model = nullptr;
   Executor& exec;
   std::unique_ptr<IncrementalEncoder> encoder;
+  double last_drift = 0;  // the last encoded frame's drift estimate
   int64_t processed = 0;
   PyramidU8 pyramid;
   TileGrid grid;
@@ -142,6 +143,8 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
   if (std::isnan(p.encoder.attention_threshold))
     throw Error(Errc::invalid_argument, "video: the attention threshold must be a number");
   if (p.encoder.refresh_tokens < 0) throw Error(Errc::invalid_argument, "video: the refresh budget must be >= 0");
+  if (!(p.drift_refresh >= 0) || !std::isfinite(p.drift_refresh))
+    throw Error(Errc::invalid_argument, "video: the drift refresh bound must be a finite number >= 0");
   check_extract_params(p.tokenize.extract);
   if (model) {
     if (model->config().patch_px != p.tokenize.patch_px)
@@ -202,7 +205,14 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
     ep.image_width = pending.front().width;
     ep.image_height = pending.front().height;
     ep.reuse_layers = params.reuse == Reuse::incremental;
-    if (pending.front().r.refresh) encoder->reset();
+    if (pending.front().r.refresh) {
+      encoder->reset();
+    } else if (params.reuse == Reuse::incremental && params.drift_refresh > 0 && last_drift > params.drift_refresh) {
+      // The error reuse has left is estimated above the bound: this group starts from scratch
+      // (the layout and the patches stay; the encoder recomputes every token).
+      encoder->reset();
+      pending.front().r.refresh = true, pending.front().r.refresh_reason = "drift";
+    }
     std::vector<IncrementalFrame> frames;
     for (const Pending& q : pending)
       frames.push_back({.patches = &q.r.batch.patches,
@@ -220,6 +230,8 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
       else r.recomputed.assign(size_t(N), 1);
       r.approximate = er[i].approximate;
       r.drift_estimate = er[i].drift_estimate, r.drift_estimate_max = er[i].drift_estimate_max;
+      last_drift = r.drift_estimate;
+      r.encoder_work = er[i].flops_fraction;
     }
   } else {
     for (Pending& q : pending) q.r.recomputed = q.resample;

@@ -111,6 +111,7 @@ struct VideoCommand {
   float token_threshold = IncrementalParams{}.token_threshold;
   std::string attention_threshold;  // a number, or "off"; empty: the token threshold
   int refresh_tokens = IncrementalParams{}.refresh_tokens;
+  float drift_refresh = VideoParams{}.drift_refresh;
   float hysteresis = VideoParams{}.layout_hysteresis;
   float refresh_fraction = VideoParams{}.refresh_fraction;
   bool json = false, check = false, decode_only = false, no_autorotate = false;
@@ -184,6 +185,8 @@ struct VideoCommand {
     }
     if (refresh_tokens < 0) throw bad("--refresh-tokens must be >= 0");
     vp.encoder.refresh_tokens = refresh_tokens;
+    if (!(drift_refresh >= 0) || !std::isfinite(drift_refresh)) throw bad("--drift-refresh must be a number >= 0");
+    vp.drift_refresh = drift_refresh;
     const ExecConfig exec_config = exec.config();
     if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
 
@@ -288,6 +291,7 @@ struct VideoCommand {
                              {"encode", r.timings.encode_ms}}}};
       if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
       if (r.approximate) pf["drift_estimate"] = r.drift_estimate, pf["drift_estimate_max"] = r.drift_estimate_max;
+      if (have_model) pf["encoder_work"] = r.encoder_work;
       if (have_model && !warned_nonfinite)
         warned_nonfinite = warn_nonfinite(r.embeddings,
                                           "frame " + std::to_string(r.index) + "'s embeddings (later frames not checked)",
@@ -467,6 +471,10 @@ Runner setup_video(CLI::App& sub) {
                  "Advanced: the attention bound's threshold when it should differ from --token-threshold; off: kept "
                  "tokens ignore other tokens' new keys and values (faster, unbounded drift on trained towers)")
       ->type_name("E|off");
+  sub.add_option("--drift-refresh", cmd->drift_refresh,
+                 "Advanced: start a frame group with a full encode when the encoder's drift estimate of the last "
+                 "frame exceeds E (0: never)")
+      ->type_name("E");
   sub.add_option("--refresh-tokens", cmd->refresh_tokens,
                  "Advanced: per frame and layer, also recompute the K kept tokens whose unapplied change is largest "
                  "(default 0)")
