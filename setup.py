@@ -49,6 +49,8 @@ setup(
     name="fovea",
     version=version(),
     description="Foveated visual tokens for vision-language models (pybind11 binding of the C++ library)",
+    license="Apache-2.0",
+    classifiers=["License :: OSI Approved :: Apache Software License"],
     packages=["fovea", "fovea.serve"],
     package_dir={"": "python"},
     package_data={"fovea": ["*.pyi", "py.typed"], "fovea.serve": ["*.html"]},

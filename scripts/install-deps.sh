@@ -27,7 +27,8 @@ test_pkgs=(python3 python3-numpy tesseract-ocr tesseract-ocr-eng python3-skimage
   python3-pytest python3-distributed ffmpeg python3-av
   clang libfuzzer-14-dev libclang-rt-14-dev
   python3-fastapi python3-uvicorn python3-multipart python3-prometheus-client python3-httpx
-  chromium chromium-driver python3-selenium wrk)
+  chromium chromium-driver python3-selenium wrk
+  python3-matplotlib)
 # The fuzz targets (scripts/fuzz.sh): clang 14 with libFuzzer, its sanitizer runtimes and its
 # OpenMP (the encoder is part of the library every target links).
 fuzz_pkgs=(clang-14 libfuzzer-14-dev libclang-rt-14-dev libomp-14-dev)

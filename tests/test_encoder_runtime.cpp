@@ -139,6 +139,27 @@ TEST(Runtime, ThreadCountIsPerCallNotPerModel) {
   EXPECT_EQ(one.embeddings.shape(), two.embeddings.shape());
 }
 
+// A context keeps at most max_primitives oneDNN primitives (the least recently used dropped): many
+// image sizes leave it bounded, and a size whose primitives were dropped encodes to the same bytes.
+TEST(Runtime, ContextKeepsAtMostItsPrimitives) {
+  const VitModel model = VitModel::load("random:vit-tiny");
+  EncoderContext small({.max_primitives = 3}), large;
+  std::vector<Tensor> first;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < 6; ++i) {
+      const ImageU8 img = test::random_image(64 + 16 * i, 48, 3, 30 + i);  // another token count each
+      const Result a = tokenize_and_encode(model, img, fixation_at(20, 20), 1, &small);
+      const Result b = tokenize_and_encode(model, img, fixation_at(20, 20), 1, &large);
+      ASSERT_EQ(a.embeddings.size_bytes(), b.embeddings.size_bytes());
+      EXPECT_EQ(std::memcmp(a.embeddings.bytes(), b.embeddings.bytes(), a.embeddings.size_bytes()), 0) << pass << " " << i;
+      ASSERT_NE(small.impl().gemm, nullptr);
+      EXPECT_LE(small.impl().gemm->primitives(), 3u);
+    }
+  if (!encoder_detail::Gemm::avx2_takes_f32()) {
+    EXPECT_GT(large.impl().gemm->primitives(), 3u);  // it made more than the small one keeps
+  }
+}
+
 // Two threads tokenize and encode at once, with 1 and 2 threads, on one shared model and on
 // two models; each gets the bytes of the same call run alone.
 TEST(Runtime, ConcurrentTokenizeEncodeEqualsSerial) {

@@ -219,6 +219,68 @@ TEST(EncoderWindows, CoveredTokensAreEncodedThenDropped) {
   EXPECT_EQ(f.extra.at("window_class_tokens").dim(0), int64_t(some.batch.windows.size()));
 }
 
+// Windowed and plain batches of different images in one call: each result is its batch's
+// encode_tokens (rows, class tokens, projection); a lone batch gives encode_tokens' bytes.
+TEST(EncoderWindows, TokensBatchEqualsEachBatchAlone) {
+  for (const std::string name : {"hf_vit", "gguf_llava"}) {
+    SCOPED_TRACE(name);
+    const VitModel m = VitModel::load(fixture(name));
+    const int S = m.config().native_px(), G = m.config().grid;
+    Executor exec({.threads = 2});
+    std::vector<Tokenization> ts;
+    std::vector<TokenBatchImage> images;
+    const Foveation kinds[] = {Foveation::windows, Foveation::mixed, Foveation::windows};
+    for (int i = 0; i < 3; ++i) {
+      const ImageU8 img = test::random_image((3 + i) * S, 3 * S + 8 * i, 3, 40 + i);
+      Query q;
+      q.fixations.push_back({.x_px = 1.2f * S, .y_px = 1.7f * S});
+      ts.push_back(tokenize(img.clone(), q, params_for(m, kinds[i], (2 + i) * G * G), exec));
+    }
+    for (const Tokenization& t : ts) images.push_back({&t.batch, t.pyramid.width(), t.pyramid.height()});
+    const std::vector<Encoding> all = encode_tokens_batch(m, images, {}, exec);
+    ASSERT_EQ(all.size(), ts.size());
+    for (size_t i = 0; i < ts.size(); ++i) {
+      SCOPED_TRACE(i);
+      const Encoding alone =
+          encode_tokens(m, ts[i].batch, {.image_width = images[i].image_width, .image_height = images[i].image_height}, exec);
+      EXPECT_EQ(all[i].rows, alone.rows);
+      EXPECT_LT(max_rel_diff(all[i].embeddings, alone.embeddings), 1e-4);
+      if (alone.projected.rank()) {
+        EXPECT_LT(max_rel_diff(all[i].projected, alone.projected), 1e-4);
+      }
+      if (alone.window_class_tokens.rank()) {
+        EXPECT_LT(max_rel_diff(all[i].window_class_tokens, alone.window_class_tokens), 1e-4);
+      }
+      // Alone in the call: encode_tokens' bytes.
+      const std::vector<Encoding> one = encode_tokens_batch(m, std::span(&images[i], 1), {}, exec);
+      ASSERT_EQ(one.size(), 1u);
+      EXPECT_EQ(one[0].rows, alone.rows);
+      ASSERT_EQ(one[0].embeddings.shape(), alone.embeddings.shape());
+      EXPECT_EQ(std::memcmp(one[0].embeddings.data<float>(), alone.embeddings.data<float>(), alone.embeddings.size_bytes()), 0);
+    }
+  }
+}
+
+TEST(EncoderWindows, TokensBatchRefusesMixedPatches) {
+  const VitModel m = VitModel::load(fixture("hf_vit"));
+  Executor exec({.threads = 1});
+  const ImageU8 img = test::random_image(64, 64, 3, 9);
+  TokenizeParams p = params_for(m, Foveation::mixed, 16);
+  const Tokenization a = tokenize(img.clone(), {}, p, exec);
+  p.extract.dtype = DType::f16;
+  const Tokenization b = tokenize(img.clone(), {}, p, exec);
+  EXPECT_TRUE(encode_tokens_batch(m, std::span<const TokenBatchImage>(), {}, exec).empty());
+  const TokenBatchImage mixed[] = {{&a.batch, 64, 64}, {&b.batch, 64, 64}};
+  try {
+    encode_tokens_batch(m, mixed, {}, exec);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "encode_tokens_batch: every batch must hold patches of one dtype and one size");
+  }
+  const TokenBatchImage null[] = {{nullptr, 64, 64}};
+  EXPECT_THROW(encode_tokens_batch(m, null, {}, exec), Error);
+}
+
 TEST(EncoderWindows, DefaultFoveationIsWindowsForCheckpointsAndMixedForRandomModels) {
   EXPECT_EQ(default_foveation(VitModel::load(fixture("hf_vit"))), Foveation::windows);
   EXPECT_EQ(default_foveation(VitModel::load(fixture("gguf_siglip"))), Foveation::windows);

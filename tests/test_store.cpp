@@ -18,6 +18,8 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
+#include <string_view>
 #include <thread>
 
 #include "fovea/error.hpp"
@@ -828,6 +830,23 @@ TEST(TokenCache, CacheKeysAreKeyedWithTheCacheSecret) {
   EXPECT_NE(kc, c.tile_key(px.data(), 8, 8, 3, 0, "m"));
   // A stride shorter than a row is refused.
   EXPECT_THROW(tile_key(px.data(), 8, 8, 3, 0, "m", 23), Error);
+}
+
+// Content keys against hashlib.blake2b over the documented serialisation: the tag with its NUL,
+// the number of parts (u64 LE), then each part's length (u64 LE) and bytes.
+TEST(TokenCache, ContentKeysMatchHashlibAndSeparateParts) {
+  auto bytes = [](std::string_view s) { return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()); };
+  const std::span<const uint8_t> parts[] = {bytes("encode"), bytes(""), bytes("abc")};
+  EXPECT_EQ(content_key(parts).hex(), "6f3c07351e28c28fc441244c614d7e25ada691d37e483237338187dbe6927948");
+  CacheSecret secret;
+  for (int i = 0; i < 32; ++i) secret.bytes[size_t(i)] = uint8_t(i);
+  EXPECT_EQ(content_key(secret, parts).hex(), "f01d4ee34462e69407befc5e40f3e50bd278a26c4ac2ad1cdcac99da6764f2da");
+  // Moving a byte across a part boundary changes the key; so does the cache's own secret.
+  const std::span<const uint8_t> moved[] = {bytes("encod"), bytes("e"), bytes("abc")};
+  EXPECT_NE(content_key(moved), content_key(parts));
+  TokenCache c(1 << 20, secret), d(1 << 20);
+  EXPECT_EQ(c.content_key(parts), content_key(secret, parts));
+  EXPECT_NE(d.content_key(parts), c.content_key(parts));
 }
 
 CacheKey key_of(int i) {

@@ -302,6 +302,12 @@ struct EncoderContextParams {
   // session, which would otherwise convert every weight twice. A one-shot caller keeps false:
   // its first encode reads the weights where they lie. Either way the model holds the copies.
   bool expect_reuse = false;
+  // oneDNN primitives the context keeps, the least recently used dropped first. Each token
+  // count and thread count makes its own (ViT-B/16 in bf16: 5, ~0.35 MB each), so a context that
+  // sees many image sizes (a service) stays bounded; a dropped primitive is made again when its
+  // size returns (the same bytes, a few ms more). oneDNN's own process-wide primitive cache
+  // (ONEDNN_PRIMITIVE_CACHE_CAPACITY, 1024 by default) keeps dropped ones too: a service bounds it.
+  int max_primitives = 64;
 };
 
 // The per-call state of the encoder (see "Model and context" above): oneDNN's primitives per
@@ -477,6 +483,26 @@ Encoding encode_windows(const VitModel& model, const TokenBatch& batch, const En
 Encoding encode_tokens(EncoderContext& ctx, const VitModel& model, const TokenBatch& batch, const EncodeParams& params,
                        Executor& exec);
 Encoding encode_tokens(const VitModel& model, const TokenBatch& batch, const EncodeParams& params, Executor& exec);
+
+// One image of encode_tokens_batch: a tokenization's batch (not owned) and the size of the image
+// its positions refer to (not read for a windowed batch, whose windows are images of their own).
+struct TokenBatchImage {
+  const TokenBatch* batch = nullptr;
+  int image_width = 0, image_height = 0;
+};
+
+// Several images' batches, windowed or not, in one call: encode_batch over every image (every
+// window of a windowed batch), then each batch's result put together as encode_tokens does.
+// Result i equals encode_tokens of image i alone up to rounding (a GEMM over more rows may sum
+// in another order); one image gives encode_tokens' bytes. Every result carries the whole
+// call's encode_ms and attention_ms. EncodeParams' image size is not read. An empty span gives
+// an empty result. Throws as encode_tokens, and Error(invalid_argument) for a null batch or
+// batches whose patches differ in dtype or size.
+std::vector<Encoding> encode_tokens_batch(EncoderContext& ctx, const VitModel& model,
+                                          std::span<const TokenBatchImage> images, const EncodeParams& params,
+                                          Executor& exec);
+std::vector<Encoding> encode_tokens_batch(const VitModel& model, std::span<const TokenBatchImage> images,
+                                          const EncodeParams& params, Executor& exec);
 
 // The embeddings file (fovea/embeddings.hpp) of encoding `e` of `batch`: e's tensors (copied), the
 // positions and levels of the rows it holds; for the windows foveation also window [N] i32 (each

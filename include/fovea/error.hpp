@@ -45,4 +45,7 @@ class Error : public std::runtime_error {
   Errc code_;
 };
 
+// Error(invalid_argument, message): the error of a bad argument, which most checks throw.
+inline Error invalid_argument(const std::string& message) { return Error(Errc::invalid_argument, message); }
+
 }  // namespace fovea

@@ -85,6 +85,12 @@ CacheKey tile_key(const uint8_t* pixels, int width, int height, int channels, in
 CacheKey tile_key(const CacheSecret& secret, const uint8_t* pixels, int width, int height, int channels, int level,
                   std::string_view model_id, size_t stride_bytes = 0);
 
+// The key of any content (a service's whole request: its kind, model, parameters, the image's
+// bytes): `parts` in order, each with its length first, so no two part lists serialise alike.
+// Unkeyed (the same in every process), or keyed with `secret`.
+CacheKey content_key(std::span<const std::span<const uint8_t>> parts);
+CacheKey content_key(const CacheSecret& secret, std::span<const std::span<const uint8_t>> parts);
+
 struct CacheStats {
   int64_t entries = 0;
   int64_t referenced_entries = 0;
@@ -106,6 +112,11 @@ class TokenCache {
   CacheKey tile_key(const uint8_t* pixels, int width, int height, int channels, int level, std::string_view model_id,
                     size_t stride_bytes = 0) const {
     return fovea::tile_key(secret_, pixels, width, height, channels, level, model_id, stride_bytes);
+  }
+
+  // fovea::content_key keyed with this cache's secret.
+  CacheKey content_key(std::span<const std::span<const uint8_t>> parts) const {
+    return fovea::content_key(secret_, parts);
   }
 
   // A hit takes a reference and returns the embeddings (valid until the matching release);

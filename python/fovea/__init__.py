@@ -31,12 +31,12 @@ from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, Uni
 import numpy as np
 
 from . import _fovea
-from ._fovea import (Encoding, TensorFile, Tokens, VideoFrameResult, amx_kernels_enabled, avx512bf16_kernels_enabled,
-                     avx2_kernels_enabled, bf16_supported, image_extensions, image_formats)
+from ._fovea import (Encoding, TensorFile, TokenCache, Tokens, VideoFrameResult, amx_kernels_enabled,
+                     avx512bf16_kernels_enabled, avx2_kernels_enabled, bf16_supported, image_extensions, image_formats)
 
 __version__ = _fovea.__version__
 __all__ = ["tokenize", "Fixation", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "VideoReader",
-           "VideoFrame", "VideoFrameResult", "VideoSession", "video", "decode_image", "Client", "bf16_supported", "amx_kernels_enabled",
+           "VideoFrame", "VideoFrameResult", "VideoSession", "video", "decode_image", "encode_image", "TokenCache", "Client", "bf16_supported", "amx_kernels_enabled",
            "avx512bf16_kernels_enabled", "avx2_kernels_enabled",
            "image_formats",
            "image_extensions",
@@ -337,6 +337,13 @@ def decode_image(data: bytes, max_pixels: int = 100_000_000, exif: bool = True) 
     unless exif=False. Raises RuntimeError for a corrupt or unsupported file, ValueError over
     max_pixels."""
     return _fovea.decode_image(bytes(data), max_pixels, exif)
+
+
+def encode_image(image: np.ndarray, format: str = "png", quality: int = 90, max_side: int = 0) -> bytes:
+    """An [H, W, 3] or [H, W] uint8 array as a PNG (format="png") or JPEG ("jpeg", quality 1-100)
+    file's bytes, made by fovea's libpng / libjpeg writers. max_side > 0 first shrinks the image
+    (area filter) to fit a max_side square (previews)."""
+    return _fovea.encode_image(np.ascontiguousarray(image), format, quality, max_side)
 
 
 class VideoSession:

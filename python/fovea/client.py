@@ -1,16 +1,19 @@
 """fovea.Client: the Python client of the fovea service (`python3 -m fovea.serve`).
 
-    c = fovea.Client("http://127.0.0.1:8080")
+    c = fovea.Client("http://127.0.0.1:8080")                # api_key="..." for a service started with one
     e = c.encode("photo.jpg", fixations=[(512, 300)])     # a RemoteEncoding
     e.embeddings, e.projected, e.positions, e.metadata     # numpy arrays, the file's metadata
     e.cache, e.batch                                       # "hit" / "miss" / ..., requests batched with it
-    t = c.tokenize("photo.jpg", budget=300)                # the JSON summary (tokens, windows, positions...)
-    with c.video_session(budget=200) as s:
+    e = c.encode(path="/data/photo.jpg")                   # an image the service reads (--allow-path /data)
+    t = c.tokenize("photo.jpg", budget=300)                # a RemoteTokens: the JSON summary (a dict) and
+    t.patches, t.positions, t.levels, t.metadata           #   the token file's numpy arrays
+    with c.video_session(budget=200, fixation=(320, 180)) as s:
         for frame in frames:                               # [H, W, 3] uint8 arrays, or image files' bytes
             r = s.push(frame, fixations=[(320, 180)])      # r.embeddings, r.recomputed, r.metadata
     fovea.handoff.vllm(e, prompt)                          # any hand-off form takes a RemoteEncoding
 
-The standard library only (urllib): no HTTP package to install. Errors from the service raise
+The standard library only (urllib): no HTTP package to install; arrays are sent as PNG files
+made by fovea.encode_image. Errors from the service raise
 fovea.client.ServiceError with its status and its one-line message; a service that cannot be
 reached raises OSError.
 """
@@ -28,10 +31,9 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
-from ._png import png_bytes
-from .handoff import parse_safetensors
+from .handoff import parse_safetensors, parse_safetensors_json
 
-__all__ = ["Client", "RemoteEncoding", "RemoteFrame", "RemoteVideoSession", "ServiceError"]
+__all__ = ["Client", "RemoteEncoding", "RemoteTokens", "RemoteFrame", "RemoteVideoSession", "ServiceError"]
 
 ImageLike = Union[str, "os.PathLike[str]", bytes, np.ndarray]
 
@@ -75,6 +77,25 @@ class RemoteEncoding:
             f.write(self.file)
 
 
+class RemoteTokens(dict):
+    """A tokenization's answer: the JSON summary (this dict: tokens, budget, foveation, windows,
+    positions, levels per level, token_boxes, token_norms, timings_ms, warnings, and overlay_png
+    / seen_png when asked) with the token file's arrays as numpy attributes (.patches,
+    .positions, .levels, .rate_map, .relevance, and window, covered... for the windows
+    foveation), .metadata (the file's) and .cache."""
+
+    def __init__(self, body: Dict[str, Any], headers: Mapping[str, str]):
+        super().__init__(body)
+        self.tensors, self.metadata = parse_safetensors_json(body)
+        self.cache = headers.get("x-fovea-cache")
+
+    def __getattr__(self, name: str):
+        t = self.__dict__.get("tensors", {})
+        if name in t:
+            return t[name]
+        raise AttributeError(name)
+
+
 class RemoteFrame(RemoteEncoding):
     """One video frame's result: embeddings (or patches without a model), positions, levels,
     recomputed [N] uint8, previous_row [N] int64, and metadata (frame, pts, refresh, ...)."""
@@ -90,11 +111,10 @@ class RemoteFrame(RemoteEncoding):
 
 def _png(rgb: np.ndarray) -> bytes:
     a = np.asarray(rgb)
-    if a.ndim == 2:
-        a = np.repeat(a[:, :, None], 3, axis=2)
-    if a.dtype != np.uint8 or a.ndim != 3 or a.shape[2] != 3:
+    if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] != 3):
         raise TypeError("an image array must be [H, W, 3] or [H, W] uint8")
-    return png_bytes(a)
+    from . import encode_image
+    return encode_image(a)
 
 
 def _image_bytes(image: ImageLike) -> Tuple[bytes, str]:
@@ -128,9 +148,10 @@ def _fields(**kw) -> Dict[str, str]:
 class Client:
     """A fovea service at `url` (e.g. "http://127.0.0.1:8080"); `timeout` in seconds per request."""
 
-    def __init__(self, url: str = "http://127.0.0.1:8080", timeout: float = 120.0):
+    def __init__(self, url: str = "http://127.0.0.1:8080", timeout: float = 120.0, api_key: Optional[str] = None):
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.api_key = api_key
 
     # -- plumbing --
 
@@ -152,6 +173,8 @@ class Client:
             buf.write(f"--{boundary}--\r\n".encode())
             body = buf.getvalue()
             headers["Content-Type"] = f"multipart/form-data; boundary={boundary}"
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
         req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
@@ -176,31 +199,41 @@ class Client:
     def models(self) -> Dict[str, Any]:
         return self._json("GET", "/v1/models")
 
-    def encode(self, image: ImageLike, fixations: Iterable[Sequence[float]] = (), regions: Iterable[Sequence[float]] = (),
-               budget: Optional[int] = None, *, model: Optional[str] = None, precision: Optional[str] = None,
-               foveation: Optional[str] = None, window_grid: Optional[int] = None, keep_covered: bool = False,
-               uniform: bool = False) -> RemoteEncoding:
-        """As Model.encode_full(tokenize(image, ...)) on the service: the file `fovea encode -o` writes."""
+    def encode(self, image: Optional[ImageLike] = None, fixations: Iterable[Sequence[float]] = (),
+               regions: Iterable[Sequence[float]] = (), budget: Optional[int] = None, *, model: Optional[str] = None,
+               precision: Optional[str] = None, foveation: Optional[str] = None, window_grid: Optional[int] = None,
+               keep_covered: bool = False, uniform: bool = False, path: Optional[str] = None) -> RemoteEncoding:
+        """As Model.encode_full(tokenize(image, ...)) on the service: the file `fovea encode -o` writes.
+        `path` instead of `image`: a file the service reads itself (under its --allow-path)."""
         f = _fields(fixations=list(fixations), regions=list(regions), budget=budget, model=model, precision=precision,
                     foveation=foveation, window_grid=window_grid, keep_covered=keep_covered or None,
-                    uniform=uniform or None)
-        data, headers = self._request("POST", "/v1/encode", f, _image_bytes(image))
+                    uniform=uniform or None, path=path)
+        data, headers = self._request("POST", "/v1/encode", f, self._image(image, path))
         return RemoteEncoding(data, headers)
 
-    def tokenize(self, image: ImageLike, fixations: Iterable[Sequence[float]] = (),
+    def tokenize(self, image: Optional[ImageLike] = None, fixations: Iterable[Sequence[float]] = (),
                  regions: Iterable[Sequence[float]] = (), budget: Optional[int] = None, *, model: Optional[str] = None,
-                 foveation: Optional[str] = None, overlay: bool = False) -> Dict[str, Any]:
-        """The tokenization's summary (tokens, budget, foveation, windows, positions, levels,
-        timings_ms, warnings; overlay_png, base64, with overlay=True)."""
+                 foveation: Optional[str] = None, overlay: bool = False, seen: bool = False,
+                 path: Optional[str] = None) -> RemoteTokens:
+        """The tokenization: a RemoteTokens, the JSON summary with the token file's numpy arrays
+        (overlay_png / seen_png, base64 PNG pictures, with overlay=True / seen=True)."""
         f = _fields(fixations=list(fixations), regions=list(regions), budget=budget, model=model, foveation=foveation,
-                    overlay=overlay or None)
-        return self._json("POST", "/v1/tokenize", f, _image_bytes(image))
+                    overlay=overlay or None, seen=seen or None, path=path, format="json")
+        data, headers = self._request("POST", "/v1/tokenize", f, self._image(image, path))
+        return RemoteTokens(json.loads(data), headers)
+
+    @staticmethod
+    def _image(image: Optional[ImageLike], path: Optional[str]) -> Optional[Tuple[bytes, str]]:
+        if (image is None) == (path is None):
+            raise TypeError("give an image or a path (a file the service reads), one of them")
+        return None if image is None else _image_bytes(image)
 
     def video_session(self, budget: int = 273, *, model: Optional[str] = None, reuse: Optional[str] = None,
-                      keyframe: int = 0, threshold: Optional[float] = None, precision: Optional[str] = None
-                      ) -> "RemoteVideoSession":
+                      keyframe: int = 0, threshold: Optional[float] = None, precision: Optional[str] = None,
+                      fixation: Optional[Sequence[float]] = None) -> "RemoteVideoSession":
+        """A video session; `fixation` (x, y) is the query of every frame pushed without one."""
         f = _fields(budget=budget, model=model, reuse=reuse, keyframe=keyframe or None, threshold=threshold,
-                    precision=precision)
+                    precision=precision, fixation=[fixation] if fixation is not None else None)
         return RemoteVideoSession(self, self._json("POST", "/v1/video/sessions", f))
 
 

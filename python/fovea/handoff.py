@@ -4,37 +4,55 @@
     model = fovea.Model("llava/model.safetensors")
     enc = model.encode_full(fovea.tokenize("photo.jpg", fixations=[(512, 300)], model=model))
     # or: enc = fovea.Client("http://127.0.0.1:8080").encode("photo.jpg", fixations=[(512, 300)])
-    handoff.vllm(enc, "USER: <image>\\nWhat is written here? ASSISTANT:")   # llm.generate(...)
-    handoff.sglang(enc)                       # image_data=[...] of Engine.generate
-    handoff.hf_inputs_embeds(text_embeds, input_ids, image_token_id, enc)  # model(inputs_embeds=...)
-    handoff.llama_cpp(enc)                    # llama_batch.embd: [n_tokens, n_embd] float32
+
+    # vLLM, offline: LLM(model=..., enable_mm_embeds=True)
+    llm.generate(handoff.vllm(enc, "USER: <image>\nWhat is written here? ASSISTANT:"))
+    # vLLM, online (vllm serve ... --enable-mm-embeds): one content part of a chat message
+    {"role": "user", "content": [handoff.vllm_image_embeds(enc), {"type": "text", "text": "What is it?"}]}
+    # SGLang: Engine.generate(input_ids=..., image_data=[handoff.sglang(enc)])
+    # HF transformers: model.generate(inputs_embeds=torch.from_numpy(merged)[None], ...)
+    merged = handoff.hf_inputs_embeds(text_embeds, input_ids, image_token_id, enc)
+    # llama.cpp: the float buffer of mtmd_helper_decode_image_chunk (encoded_embd), or
+    # llama_batch.embd with the positions given
+    buf = handoff.llama_cpp(enc, n_past=n_past)
 
 What is handed on is what the language model reads: the projector's output (Encoding.projected)
 when the checkpoint has one (LLaVA, an mmproj .gguf), else the tower's last hidden state
-(Encoding.embeddings), which a runtime can take only if it runs the projector itself. One row per
-kept token, in token order; fovea's token count is the budget's, not the count a runtime's own
-image processor would make, so a prompt must hold one placeholder per row where the runtime
-expands placeholders itself (image_token_count()).
+(Encoding.embeddings), which a runtime can take only if it runs the projector itself: with a
+tower alone (CLIP, SigLIP, ViT checkpoints) the rows have the tower's width, not the language
+model's, and every form below says so by its width. One row per kept token, in token order.
+fovea's token count is the budget's, not the count a runtime's own image processor would make,
+so a prompt must hold one placeholder per row where the runtime expands placeholders itself
+(image_token_count()).
 
-The dicts and arrays returned are plain numpy; none of the runtimes is imported here. The forms
-follow the runtimes' documented inputs (vLLM's multi_modal_data image embeddings, SGLang's
-"precomputed_embedding" image data, HF's inputs_embeds, llama.cpp's llama_batch.embd); they are
-not tested against the runtimes themselves (docs/serve.md).
+fovea's tokens are not a grid: a model with multimodal rotary positions (M-RoPE: Qwen2-VL and
+its kin) needs each row's place. positions() gives every row's centre, side and level in image
+pixels, and mrope_positions() the (t, h, w) position ids of each row on the finest token grid,
+in the layout Qwen2-VL's get_rope_index makes for an image; llama_cpp(mrope=True) lays them out
+as llama.cpp's batch takes them.
 
-This module also reads and writes safetensors bytes in memory (the format of every fovea file),
-for the service and its client.
+The dicts and arrays returned are plain numpy (torch only for vllm_image_embeds' "torch"
+serialization); none of the runtimes is imported here. The forms follow the runtimes' documented
+inputs and are tested for those shapes and dtypes (tests/python/test_py_serve.py), not inside
+the runtimes, none of which is installed here (docs/serve.md).
+
+This module also reads and writes safetensors bytes in memory (the format of every fovea file)
+and their JSON form, for the service and its client.
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import struct
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["language_embeddings", "image_token_count", "vllm", "sglang", "hf_inputs_embeds", "llama_cpp",
-           "safetensors_bytes", "parse_safetensors"]
+__all__ = ["language_embeddings", "image_token_count", "positions", "mrope_positions", "vllm", "vllm_image_embeds",
+           "sglang", "hf_inputs_embeds", "llama_cpp",
+           "safetensors_bytes", "parse_safetensors", "safetensors_json", "parse_safetensors_json"]
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I32": np.int32, "I64": np.int64,
            "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16}
@@ -91,6 +109,41 @@ def parse_safetensors(data: bytes) -> Tuple[Dict[str, np.ndarray], Dict[str, str
     return out, dict(meta)
 
 
+def safetensors_json(data: bytes, names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """A safetensors file's bytes in JSON form (the service's format=json): {"metadata": {...},
+    "tensors": {name: {"dtype": "F32", "shape": [...], "data": base64 of the tensor's
+    little-endian bytes, as in the file}}}; every tensor, or those `names` lists (ValueError
+    for a name the file does not hold)."""
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(bytes(data[8:8 + n]))
+    meta = header.pop("__metadata__", {}) or {}
+    for name in names or ():
+        if name not in header:
+            raise ValueError(f"no tensor {name[:60]!r}; the file holds {', '.join(header)}")
+    body = memoryview(data)[8 + n:]
+    tensors = {}
+    for name, h in header.items():
+        if names is None or name in names:
+            b, e = h["data_offsets"]
+            tensors[name] = {"dtype": h["dtype"], "shape": h["shape"], "data": base64.b64encode(body[b:e]).decode()}
+    return {"metadata": dict(meta), "tensors": tensors}
+
+
+def parse_safetensors_json(obj: Mapping[str, Any]) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
+    """(tensors, metadata) of safetensors_json's form; BF16 tensors come back as float32."""
+    out = {}
+    for name, h in (obj.get("tensors") or {}).items():
+        raw = base64.b64decode(h["data"])
+        if h["dtype"] == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif h["dtype"] in _DTYPES:
+            a = np.frombuffer(raw, dtype=np.dtype(_DTYPES[h["dtype"]]).newbyteorder("<"))
+        else:
+            raise ValueError(f"tensor {name}: dtype {h['dtype']} is not read here")
+        out[name] = a.reshape(h["shape"])
+    return out, dict(obj.get("metadata") or {})
+
+
 def _get(enc, name):
     # An Encoding, a VideoFrameResult, a client's RemoteEncoding or a plain mapping of arrays.
     if isinstance(enc, Mapping):
@@ -114,25 +167,80 @@ def image_token_count(enc) -> int:
     return int(language_embeddings(enc).shape[0])
 
 
+def positions(enc) -> np.ndarray:
+    """[N, 4] float32, one row per handed-on row: the token's centre x, centre y and side in the
+    original image's pixels, and its mip level (the file's `positions`; an Encoding's of its kept
+    rows)."""
+    p = _get(enc, "positions")
+    if p is None:
+        raise ValueError("the encoding carries no positions (an Encoding has them when it encoded a Tokens object)")
+    p = np.ascontiguousarray(p, dtype=np.float32)
+    if p.ndim != 2 or p.shape[1] != 4 or p.shape[0] != image_token_count(enc):
+        raise ValueError(f"positions must be [N, 4] with N = {image_token_count(enc)} rows, got {p.shape}")
+    return p
+
+
+def mrope_positions(enc, start: int = 0, unit_px: Optional[float] = None) -> Tuple[np.ndarray, int]:
+    """([3, N] int64, next): each row's multimodal rotary position ids (t, h, w) as Qwen2-VL's
+    get_rope_index lays out an image: t = start, h = start + row, w = start + column, where (row,
+    column) is the cell of the token's centre on a grid of unit_px-pixel cells (default: the
+    finest token's side, the patch size). `next` is the first position of the text after the
+    image: start + the largest id used + 1. A coarse token takes the cell of its centre: rows
+    stay distinct in space but not on a regular grid, which no runtime's own processor makes."""
+    p = positions(enc)
+    unit = float(unit_px or (p[:, 2].min() if len(p) else 1.0))
+    if not unit > 0:
+        raise ValueError("unit_px must be > 0")
+    col = np.floor(p[:, 0] / unit).astype(np.int64)
+    row = np.floor(p[:, 1] / unit).astype(np.int64)
+    ids = np.stack([np.zeros_like(row), row, col]) + int(start)
+    nxt = int(start) + (int(max(row.max(), col.max())) + 1 if len(p) else 0)
+    return ids, nxt
+
+
 def vllm(enc, prompt: str) -> Dict[str, Any]:
     """vLLM's offline input for one image as embeddings: {"prompt", "multi_modal_data": {"image":
-    [1, N, E]}} for LLM.generate (LLaVA-style models take image embeddings of shape
-    (images, feature size, hidden size) in place of a PIL image). Convert with torch.from_numpy."""
+    [1, N, E] float32}} for LLM.generate; vLLM takes image embeddings of shape (images, feature
+    size, language model's hidden size) for LLaVA-style models, with LLM(..., enable_mm_embeds=True).
+    Convert with torch.from_numpy. E is the tower's width when the checkpoint has no projector."""
     return {"prompt": prompt, "multi_modal_data": {"image": language_embeddings(enc)[None]}}
 
 
-def sglang(enc) -> Dict[str, Any]:
-    """One entry of SGLang's image_data: {"format": "precomputed_embedding", "feature": [N, E]}
-    (Engine.generate(input_ids=..., image_data=[...])). Convert with torch.from_numpy."""
-    return {"format": "precomputed_embedding", "feature": language_embeddings(enc)}
+def vllm_image_embeds(enc, serialization: str = "torch") -> Dict[str, Any]:
+    """vLLM's online input for one image: the chat content part {"type": "image_embeds",
+    "image_embeds": base64 of the [N, E] float32 tensor} (`vllm serve ... --enable-mm-embeds`).
+    serialization "torch": torch.save's bytes, what every vLLM with image_embeds reads (needs
+    torch here); "npy": numpy's .npy bytes, which vLLM's ImageEmbeddingMediaIO reads since it
+    checks for numpy's magic (recent vLLM), no torch needed."""
+    e = language_embeddings(enc)
+    buf = io.BytesIO()
+    if serialization == "torch":
+        try:
+            import torch
+        except ImportError:
+            raise ImportError("serialization='torch' needs torch; serialization='npy' does not") from None
+        torch.save(torch.from_numpy(e), buf)
+    elif serialization == "npy":
+        np.save(buf, e, allow_pickle=False)
+    else:
+        raise ValueError(f"serialization must be 'torch' or 'npy', got {serialization!r}")
+    return {"type": "image_embeds", "image_embeds": base64.b64encode(buf.getvalue()).decode()}
+
+
+def sglang(enc, **extra) -> Dict[str, Any]:
+    """One entry of SGLang's image_data: {"format": "precomputed_embedding", "feature": [N, E]
+    float32} (Engine.generate(input_ids=..., image_data=[...])); `extra` items are added as they
+    are (a processor's output, e.g. image_grid_thw, where the model asks for it). Convert with
+    torch.from_numpy."""
+    return {**extra, "format": "precomputed_embedding", "feature": language_embeddings(enc)}
 
 
 def hf_inputs_embeds(text_embeds: np.ndarray, input_ids: Sequence[int], image_token_id: int, enc) -> np.ndarray:
     """transformers' inputs_embeds for one sequence: `text_embeds` [T, E] (the language model's
     get_input_embeddings()(input_ids)) with the rows at the image placeholder tokens replaced by the
-    image's embeddings, in order, as LLaVA's forward does. The prompt must hold exactly
-    image_token_count(enc) placeholders. Returns a new [T, E] array (add the batch axis for
-    model.generate(inputs_embeds=...))."""
+    image's embeddings, in order, as LLaVA's forward does (masked_scatter at input_ids ==
+    image_token_id). The prompt must hold exactly image_token_count(enc) placeholders. Returns a
+    new [T, E] float32 array (add the batch axis for model.generate(inputs_embeds=...))."""
     ids = np.asarray(input_ids)
     text = np.asarray(text_embeds)
     img = language_embeddings(enc)
@@ -150,9 +258,27 @@ def hf_inputs_embeds(text_embeds: np.ndarray, input_ids: Sequence[int], image_to
     return out
 
 
-def llama_cpp(enc) -> Dict[str, Any]:
-    """llama.cpp's embedding input: {"embd": [n_tokens, n_embd] float32 C-contiguous (copy into
-    llama_batch_init(n_tokens, n_embd, 1).embd, or pass .ctypes.data), "n_tokens", "n_embd"}; the
-    positions are the caller's (n_past + i), as for mtmd's image chunks."""
+def llama_cpp(enc, n_past: int = 0, mrope: bool = False) -> Dict[str, Any]:
+    """llama.cpp's embedding input for one image:
+
+    * "embd": [n_tokens, n_embd] float32, C-contiguous: the float buffer mtmd_helper_decode_image_chunk
+      takes as encoded_embd (what mtmd_encode_chunk would have written; pass .ctypes.data), or
+      llama_batch.embd of a batch of your own (llama_batch_init(n_tokens, n_embd, 1));
+    * "n_tokens", "n_embd";
+    * "pos": the positions of such a batch, int32: n_past + i for each row; with mrope=True the
+      4 * n_tokens ids of a model with M-RoPE, section-major (t for every row, then h, then w,
+      then 0), as llama.cpp's decode_embd_batch lays them out, from mrope_positions(n_past);
+    * "n_pos": how far n_past moves past the image.
+
+    mtmd_helper_decode_image_chunk places an M-RoPE chunk's rows on the chunk's own nx × ny grid,
+    which fovea's foveated rows are not on: decode them with your own batch and "pos"."""
     e = language_embeddings(enc)
-    return {"embd": e, "n_tokens": int(e.shape[0]), "n_embd": int(e.shape[1])}
+    n = int(e.shape[0])
+    if mrope:
+        ids, nxt = mrope_positions(enc, n_past)
+        pos = np.concatenate([ids.astype(np.int32).reshape(-1), np.zeros(n, np.int32)])
+        n_pos = nxt - int(n_past)
+    else:
+        pos = (int(n_past) + np.arange(n)).astype(np.int32)
+        n_pos = n
+    return {"embd": e, "n_tokens": n, "n_embd": int(e.shape[1]), "pos": pos, "n_pos": n_pos}

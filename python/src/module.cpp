@@ -13,6 +13,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <bit>
 #include <climits>
 #include <cmath>
@@ -33,6 +34,7 @@
 #include "fovea/extract.hpp"
 #include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"
+#include "fovea/token_cache.hpp"
 #include "fovea/tokenizer.hpp"
 #include "fovea/version_gen.hpp"
 #include "fovea/video.hpp"
@@ -432,6 +434,14 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, std::optional<int
   return out;
 }
 
+CacheKey cache_key_of(const py::bytes& key) {
+  const std::string_view k = key;
+  if (k.size() != 32) throw bad("a cache key is 32 bytes (TokenCache.key)");
+  CacheKey out;
+  std::memcpy(out.digest.data(), k.data(), 32);
+  return out;
+}
+
 // ---- Encoding --------------------------------------------------------------------------------
 
 struct PyEncoding {
@@ -455,128 +465,40 @@ std::map<std::string, std::string> embeddings_metadata(const PyTokens& t, const 
 
 // ---- several Tokens in one encoder call -------------------------------------------------------
 
-// Rows `rows` of every [n, D] tensor in `parts` stacked: the kept tokens of a windowed Tokens.
-Tensor stack_rows(const std::vector<const Tensor*>& parts, const std::vector<int64_t>& rows) {
-  if (parts.empty() || parts.front()->rank() == 0) return Tensor();
-  const int64_t d = parts.front()->dim(1);
-  std::vector<const float*> row_ptr;
-  for (const Tensor* t : parts)
-    for (int64_t i = 0; i < t->dim(0); ++i) row_ptr.push_back(t->data<float>() + i * d);
-  Tensor out(DType::f32, {int64_t(rows.size()), d});
-  for (size_t i = 0; i < rows.size(); ++i) std::memcpy(out.data<float>() + int64_t(i) * d, row_ptr[size_t(rows[i])], size_t(d) * 4);
-  return out;
-}
-
-// Model.encode_many: every image of every Tokens (a windowed Tokens is one image per window, as
-// fovea::encode_windows lays them out) in one fovea::encode_batch call, so the linear layers read
-// the weights once for all of them; then each Tokens' results are put together as encode_tokens
-// puts them (covered tokens dropped, the base view's class token and heads). Result i equals
+// Model.encode_many: fovea::encode_tokens_batch over every Tokens (a windowed one is one image per
+// window), so the linear layers read the weights once for all of them. Result i equals
 // encode_full(tokens[i]) up to rounding (a GEMM over more rows may sum in another order).
 std::vector<std::unique_ptr<PyEncoding>> encode_many_py(const VitModel& model, const py::sequence& items,
                                                        const std::string& precision, int threads) {
-  std::vector<const PyTokens*> toks;
+  std::vector<TokenBatchImage> images;
   std::vector<py::object> refs;
   for (const py::handle h : items) {
     if (!py::isinstance<PyTokens>(h)) throw py::type_error("encode_many takes a list of fovea.Tokens");
     const PyTokens& t = h.cast<const PyTokens&>();
     if (t.params.extract.dtype == DType::u8)
       throw bad("u8 patches are not normalised; tokenize with dtype='f32' or 'f16' to encode");
-    if (!toks.empty() && t.t.batch.patches.dtype() != toks.front()->t.batch.patches.dtype())
-      throw bad("encode_many: every Tokens must hold patches of one dtype (f32 or f16)");
-    if (!toks.empty() && t.t.batch.patch_px != toks.front()->t.batch.patch_px)
-      throw bad("encode_many: every Tokens must have one patch size");
-    toks.push_back(&t);
+    images.push_back({&t.t.batch, t.width, t.height});
     refs.push_back(py::reinterpret_borrow<py::object>(h));
   }
   std::vector<std::unique_ptr<PyEncoding>> out;
-  if (toks.empty()) return out;
+  if (images.empty()) return out;
   const Precision prec = parse_precision(precision);
   warn_if_precision_falls_back(prec);
   const ExecConfig cfg = exec_config(threads);
+  std::vector<Encoding> per;
   {
     py::gil_scoped_release nogil;
-    const TokenBatch& first = toks.front()->t.batch;
-    int64_t n = 0;
-    for (const PyTokens* t : toks) n += t->t.batch.size();
-    std::vector<int64_t> shape = first.patches.shape();
-    shape[0] = n;
-    Tensor patches(first.patches.dtype(), shape);
-    Tensor positions(DType::f32, {n, 4});
-    float* pp = positions.data<float>();
-    std::vector<ImageSpan> spans;
-    std::vector<size_t> first_span;  // per Tokens: its first span
-    const size_t row_bytes = first.size() ? first.patches.size_bytes() / size_t(first.size()) : 0;
-    int64_t row = 0;
-    for (const PyTokens* t : toks) {
-      const TokenBatch& b = t->t.batch;
-      first_span.push_back(spans.size());
-      if (b.size() && b.patches.size_bytes() != row_bytes * size_t(b.size()))
-        throw bad("encode_many: every Tokens must hold patches of one shape");
-      std::memcpy(patches.bytes() + size_t(row) * row_bytes, b.patches.bytes(), b.patches.size_bytes());
-      if (!b.windowed()) {
-        std::memcpy(pp + row * 4, b.positions.data<float>(), size_t(b.size()) * 16);
-        spans.push_back({b.size(), t->width, t->height});
-        row += b.size();
-        continue;
-      }
-      // A window's tokens in its own pixels, as encode_windows places them.
-      const int P = b.patch_px;
-      int64_t local = 0;
-      for (const TokenWindow& w : b.windows) {
-        if (w.grid_x < 1 || w.grid_y < 1 || local + w.tokens() > b.size())
-          throw bad("encode_many: a Tokens' windows do not add up to its " + std::to_string(b.size()) + " tokens");
-        for (int64_t i = 0; i < w.tokens(); ++i, ++local, ++row) {
-          pp[row * 4 + 0] = (float(i % w.grid_x) + 0.5f) * float(P);
-          pp[row * 4 + 1] = (float(i / w.grid_x) + 0.5f) * float(P);
-          pp[row * 4 + 2] = float(P);
-          pp[row * 4 + 3] = 0;
-        }
-        spans.push_back({w.tokens(), w.grid_x * P, w.grid_y * P});
-      }
-      if (local != b.size())
-        throw bad("encode_many: a Tokens' windows do not add up to its " + std::to_string(b.size()) + " tokens");
-    }
-    first_span.push_back(spans.size());
     Executor ex(cfg);
-    EncodeParams ep{.precision = prec};
-    std::vector<Encoding> per = encode_batch(model, TensorView(patches), TensorView(positions), spans, ep, ex);
-    for (size_t k = 0; k < toks.size(); ++k) {
-      auto e = std::make_unique<PyEncoding>();
-      e->model = model;
-      e->precision = prec;
-      const TokenBatch& b = toks[k]->t.batch;
-      const size_t s0 = first_span[k], s1 = first_span[k + 1];
-      if (!b.windowed()) {
-        e->e = std::move(per[s0]);
-      } else {
-        Encoding& r = e->e;
-        const uint8_t* cov = b.covered.data<uint8_t>();
-        for (int64_t i = 0; i < b.size(); ++i)
-          if (!cov[i]) r.rows.push_back(i);
-        std::vector<const Tensor*> emb, proj;
-        for (size_t s = s0; s < s1; ++s) emb.push_back(&per[s].embeddings), proj.push_back(&per[s].projected);
-        r.embeddings = stack_rows(emb, r.rows);
-        r.projected = stack_rows(proj, r.rows);
-        Encoding& base = per[s0];
-        if (base.class_token.rank() > 0) {
-          const int64_t d = base.class_token.dim(1);
-          r.window_class_tokens = Tensor(DType::f32, {int64_t(s1 - s0), d});
-          for (size_t s = s0; s < s1; ++s)
-            std::memcpy(r.window_class_tokens.data<float>() + int64_t(s - s0) * d, per[s].class_token.data<float>(),
-                        size_t(d) * 4);
-        }
-        r.class_token = std::move(base.class_token);
-        r.pooled = std::move(base.pooled);
-        r.image_embeds = std::move(base.image_embeds);
-        r.logits = std::move(base.logits);
-        r.precision = base.precision;
-        r.encode_ms = base.encode_ms;
-        r.attention_ms = base.attention_ms;
-      }
-      out.push_back(std::move(e));
-    }
+    per = encode_tokens_batch(model, images, EncodeParams{.precision = prec}, ex);
   }
-  for (size_t k = 0; k < out.size(); ++k) out[k]->tokens = refs[k];
+  for (size_t k = 0; k < per.size(); ++k) {
+    auto e = std::make_unique<PyEncoding>();
+    e->e = std::move(per[k]);
+    e->model = model;
+    e->precision = prec;
+    e->tokens = refs[k];
+    out.push_back(std::move(e));
+  }
   return out;
 }
 
@@ -1085,6 +1007,17 @@ PYBIND11_MODULE(_fovea, m) {
             save_tokens(p, t.t, t.query, t.params, {{"source", t.source}, {"preprocessing_source", t.preprocessing_source}});
           },
           py::arg("path"), "Write the token file `fovea tokenize -o` writes (atomically)")
+      .def(
+          "to_bytes",
+          [](const PyTokens& t) {
+            std::vector<uint8_t> b;
+            {
+              py::gil_scoped_release nogil;
+              b = serialize_tokens(t.t, t.query, t.params, {{"source", t.source}, {"preprocessing_source", t.preprocessing_source}});
+            }
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          "The bytes save() writes (the token file of `fovea tokenize -o`), made in memory")
       .def("__len__", [](const PyTokens& t) { return t.t.batch.size(); })
       .def("__repr__", [](const PyTokens& t) {
         return "<fovea.Tokens " + std::to_string(t.t.batch.size()) + " tokens, " +
@@ -1111,6 +1044,31 @@ PYBIND11_MODULE(_fovea, m) {
         "Whether precision='fp32' runs its linear layers on fovea's own AVX2 + FMA kernel (a CPU where oneDNN has no "
         "f32 brgemm, i.e. without AVX-512; FOVEA_AVX2=0 turns it off) rather than oneDNN's.");
 
+  m.def(
+      "encode_image",
+      [](const py::array& image, const std::string& format, int quality, int max_side) {
+        if (format != "png" && format != "jpeg") throw bad("format must be 'png' or 'jpeg', got '" + format + "'");
+        if (quality < 1 || quality > 100) throw bad("quality must be in [1, 100]");
+        if (max_side < 0) throw bad("max_side must be >= 0");
+        const ImageViewU8 v = array_view(image);  // `image` keeps the pixels alive below
+        std::vector<uint8_t> out;
+        {
+          py::gil_scoped_release nogil;
+          const int w = v.width(), h = v.height(), side = std::max(w, h);
+          ImageU8 img;
+          if (max_side > 0 && side > max_side) {
+            Executor ex(exec_config(1));
+            img = resize_area(v, std::max(1, int(int64_t(w) * max_side / side)), std::max(1, int(int64_t(h) * max_side / side)), ex);
+          } else {
+            img = to_image(v);
+          }
+          out = format == "png" ? encode_png(img) : encode_jpeg(img, quality);
+        }
+        return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+      },
+      py::arg("image"), py::arg("format") = "png", py::arg("quality") = 90, py::arg("max_side") = 0,
+      "An [H, W, 3] or [H, W] uint8 array as a PNG or JPEG file's bytes; max_side > 0 first shrinks it (area "
+      "filter) to fit a max_side square");
   m.def(
       "decode_image",
       [](const py::bytes& data, uint64_t max_pixels, bool exif, const std::string& name) {
@@ -1245,6 +1203,19 @@ PYBIND11_MODULE(_fovea, m) {
             save_embeddings(p, file);
           },
           py::arg("path"), "Write the embeddings file `fovea encode -o` writes (atomically)")
+      .def(
+          "to_bytes",
+          [](const PyEncoding& e) {
+            if (e.tokens.is_none()) throw bad("to_bytes needs the Tokens the encoding came from (encode a Tokens object)");
+            const PyTokens& t = e.tokens.cast<const PyTokens&>();
+            std::vector<uint8_t> b;
+            {
+              py::gil_scoped_release nogil;
+              b = serialize_embeddings(embeddings_file(t.t.batch, e.e, embeddings_metadata(t, e.model, e.precision, e.attention)));
+            }
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          "The bytes save() writes (the embeddings file of `fovea encode -o`), made in memory")
       .def("__len__", [](const PyEncoding& e) { return e.e.embeddings.rank() ? e.e.embeddings.dim(0) : 0; });
 
   auto encode_impl = [](const VitModel& model, const py::object& tokens, const std::string& precision, int threads,
@@ -1337,6 +1308,75 @@ PYBIND11_MODULE(_fovea, m) {
            "Several Tokens in one encoder call (the weights read once for all of them); a list of Encoding, each "
            "equal to encode_full of its Tokens up to rounding")
       .def("__repr__", [](const VitModel& v) { return "<fovea.Model " + v.describe() + ">"; });
+
+  // ---- content cache ---------------------------------------------------------------------------
+  py::class_<TokenCache>(m, "TokenCache",
+                         "fovea::TokenCache over bytes: keyed BLAKE2b-256 content keys, an LRU byte budget (see "
+                         "fovea.TokenCache)")
+      .def(py::init([](int64_t budget_bytes, const py::object& secret) {
+             if (secret.is_none()) return std::make_unique<TokenCache>(budget_bytes);
+             const std::string s = secret.cast<py::bytes>();
+             if (s.size() != 32) throw bad("secret must be 32 bytes");
+             CacheSecret cs;
+             std::memcpy(cs.bytes.data(), s.data(), 32);
+             return std::make_unique<TokenCache>(budget_bytes, cs);
+           }),
+           py::arg("budget_bytes"), py::arg("secret") = py::none())
+      .def(
+          "key",
+          [](const TokenCache& c, const std::vector<py::bytes>& parts) {
+            std::vector<std::string_view> views(parts.begin(), parts.end());
+            std::vector<std::span<const uint8_t>> spans;
+            for (std::string_view v : views) spans.emplace_back(reinterpret_cast<const uint8_t*>(v.data()), v.size());
+            const CacheKey k = c.content_key(spans);
+            return py::bytes(reinterpret_cast<const char*>(k.digest.data()), k.digest.size());
+          },
+          py::arg("parts"), "The 32-byte content key of `parts` (a list of bytes), keyed with this cache's secret")
+      .def(
+          "get",
+          [](TokenCache& c, const py::bytes& key) -> py::object {
+            const CacheKey k = cache_key_of(key);
+            const Tensor* t = c.acquire(k);
+            if (!t) return py::none();
+            py::bytes out(reinterpret_cast<const char*>(t->bytes()), t->size_bytes());
+            c.release(k);
+            return out;
+          },
+          py::arg("key"), "The bytes cached under `key` (a hit counts as a use), or None")
+      .def(
+          "put",
+          [](TokenCache& c, const py::bytes& key, const py::bytes& data) {
+            const CacheKey k = cache_key_of(key);
+            const std::string_view d = data;
+            if (c.contains(k)) return false;
+            Tensor t(DType::u8, {int64_t(d.size())});
+            if (!d.empty()) std::memcpy(t.bytes(), d.data(), d.size());
+            try {
+              c.insert(k, std::move(t));
+            } catch (const Error&) {
+              return false;  // another thread cached it first
+            }
+            c.release(k);  // unreferenced: evicted least recently used first past the budget
+            return true;
+          },
+          py::arg("key"), py::arg("data"), "Cache `data` under `key` unless it is there; True when added")
+      .def("__contains__", [](const TokenCache& c, const py::bytes& key) { return c.contains(cache_key_of(key)); })
+      .def("__len__", [](const TokenCache& c) { return c.stats().entries; })
+      .def(
+          "stats",
+          [](const TokenCache& c) {
+            const CacheStats s = c.stats();
+            py::dict d;
+            d["entries"] = s.entries;
+            d["bytes"] = s.bytes;
+            d["budget_bytes"] = s.budget_bytes;
+            d["hits"] = s.hits;
+            d["misses"] = s.misses;
+            d["inserts"] = s.inserts;
+            d["evictions"] = s.evictions;
+            return d;
+          },
+          "entries, bytes, budget_bytes, hits, misses, inserts, evictions");
 
   // ---- video ---------------------------------------------------------------------------------
   py::class_<PyVideoReader>(m, "VideoReader", "Decoded video frames (see fovea.VideoReader).")

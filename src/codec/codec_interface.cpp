@@ -7,16 +7,10 @@
 #include "fovea/error.hpp"
 
 namespace fovea {
-namespace {
-
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
-
-}  // namespace
-
 Tensor Codec::encode(const Tensor& x) const {
   if (x.dtype() != DType::f32 || x.rank() != 2 || x.dim(1) != dim())
-    throw bad("codec " + spec() + ": embeddings must be [N, " + std::to_string(dim()) + "] F32");
-  if (!trained()) throw bad("codec " + spec() + " is not trained (train it or load a codebook)");
+    throw invalid_argument("codec " + spec() + ": embeddings must be [N, " + std::to_string(dim()) + "] F32");
+  if (!trained()) throw invalid_argument("codec " + spec() + " is not trained (train it or load a codebook)");
   Tensor out(DType::u8, {x.dim(0), bytes_per_token()});
   if (x.dim(0) > 0) encode_rows(x.data<float>(), x.dim(0), out.data<uint8_t>());
   return out;
@@ -26,7 +20,7 @@ Tensor Codec::decode(const Tensor& records) const {
   if (records.dtype() != DType::u8 || records.rank() != 2 || records.dim(1) != bytes_per_token())
     throw Error(Errc::corrupt_data, "codec " + spec() + ": records must be [N, " + std::to_string(bytes_per_token()) +
                                         "] U8");
-  if (!trained()) throw bad("codec " + spec() + " is not trained (train it or load a codebook)");
+  if (!trained()) throw invalid_argument("codec " + spec() + " is not trained (train it or load a codebook)");
   Tensor out(DType::f32, {records.dim(0), dim()});
   if (records.dim(0) > 0) decode_rows(records.data<uint8_t>(), records.dim(0), out.data<float>());
   return out;

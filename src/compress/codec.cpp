@@ -12,8 +12,6 @@
 namespace fovea {
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
-
 bool parse_int(std::string_view s, int64_t* out) {
   if (s.empty()) return false;
   const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
@@ -27,7 +25,7 @@ std::vector<std::string> codec_spec_forms() {
 }
 
 std::unique_ptr<Codec> make_codec(std::string_view spec, int64_t dim) {
-  if (dim < 1 || dim > (int64_t(1) << 20)) throw bad("codec: dimension must be in [1, 1048576], got " + std::to_string(dim));
+  if (dim < 1 || dim > (int64_t(1) << 20)) throw invalid_argument("codec: dimension must be in [1, 1048576], got " + std::to_string(dim));
   if (spec == "fp16" || spec == "f16") return compress::make_float_codec(false, dim);
   if (spec == "bf16") return compress::make_float_codec(true, dim);
   if (spec == "int8" || spec == "sq8") return compress::make_int8_codec(dim);
@@ -43,26 +41,26 @@ std::unique_ptr<Codec> make_codec(std::string_view spec, int64_t dim) {
     }
     int64_t v = 0;
     if (!parse_int(arg, &v) || v < 1)
-      throw bad("codec '" + std::string(spec) + "': " + std::string(head) + " needs a positive integer after ':'");
+      throw invalid_argument("codec '" + std::string(spec) + "': " + std::string(head) + " needs a positive integer after ':'");
     if (head == "pca") {
       if (v > dim)
-        throw bad("codec '" + std::string(spec) + "': cannot keep " + std::to_string(v) + " principal axes of " +
+        throw invalid_argument("codec '" + std::string(spec) + "': cannot keep " + std::to_string(v) + " principal axes of " +
                   std::to_string(dim) + "-dimensional tokens");
       return compress::make_pca_codec(dim, v, int8);
     }
     if (dim % v != 0)
-      throw bad("codec '" + std::string(spec) + "': " + std::to_string(v) + " sub-quantizers do not divide D = " +
+      throw invalid_argument("codec '" + std::string(spec) + "': " + std::to_string(v) + " sub-quantizers do not divide D = " +
                 std::to_string(dim));
     return compress::make_pq_codec(dim, v, head == "opq");
   }
   std::string forms;
   for (const std::string& f : codec_spec_forms()) forms += (forms.empty() ? "" : ", ") + f;
-  throw bad("unknown codec '" + std::string(spec) + "' (codecs: " + forms + ")");
+  throw invalid_argument("unknown codec '" + std::string(spec) + "' (codecs: " + forms + ")");
 }
 
 
 void save_codebook(const Codec& codec, const std::string& path, const std::map<std::string, std::string>& extra) {
-  if (!codec.trained()) throw bad("codec " + codec.spec() + " is not trained: no codebook to save");
+  if (!codec.trained()) throw invalid_argument("codec " + codec.spec() + " is not trained: no codebook to save");
   const auto state = codec.state();
   std::vector<NamedTensor> named;
   for (const auto& [name, t] : state) named.push_back({name, &t});
@@ -148,7 +146,7 @@ const Tensor& state_tensor(const std::map<std::string, const Tensor*>& t, const 
 
 void check_training(const Codec& c, const Tensor& x) {
   if (x.dtype() != DType::f32 || x.rank() != 2 || x.dim(1) != c.dim())
-    throw bad("codec " + c.spec() + ": training vectors must be [n, " + std::to_string(c.dim()) + "] F32");
+    throw invalid_argument("codec " + c.spec() + ": training vectors must be [n, " + std::to_string(c.dim()) + "] F32");
   if (x.dim(0) < c.min_train_vectors())
     throw Error(Errc::unsupported, "codec " + c.spec() + " needs at least " + std::to_string(c.min_train_vectors()) +
                                        " training vectors, got " + std::to_string(x.dim(0)) +

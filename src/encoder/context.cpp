@@ -54,6 +54,7 @@ Gemm& bind_gemm(EncoderContext::Impl& ctx, const VitModel::Impl& m, int threads)
   if (!ctx.gemm) ctx.gemm = std::make_unique<Gemm>();
   ctx.gemm->bind(m.packed);
   ctx.gemm->pack_on_first_use(ctx.params.expect_reuse);
+  ctx.gemm->set_capacity(size_t(std::max(ctx.params.max_primitives, 1)));
   ctx.gemm->reserve_threads(threads);
   return *ctx.gemm;
 }

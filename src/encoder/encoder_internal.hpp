@@ -294,6 +294,9 @@ class Gemm {
   // Cached primitives per OpenMP team size they were made for (tests: the thread count is the
   // call's, so a call with another count gets its own primitives).
   std::map<int, int> primitives_per_team_size() const;
+  // Keeps at most this many primitives, the least recently used dropped first (>= 1).
+  void set_capacity(size_t primitives);
+  size_t primitives() const;
   // The bound cache's packed copies (PackedWeights::stats).
   using PackedStats = PackedWeights::Stats;
   PackedStats packed_stats() const;

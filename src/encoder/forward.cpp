@@ -23,8 +23,6 @@ using namespace encoder_detail;
 
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
-
 size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
 
 struct Buffer {
@@ -180,37 +178,37 @@ std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, c
   const VitConfig& c = m.config;
   // ---- validate ---------------------------------------------------------------------------
   if (patches.rank() != 4 || patches.dim(0) < 1)
-    throw bad("encode: patches must be [N, C, P, P] with N >= 1");
+    throw invalid_argument("encode: patches must be [N, C, P, P] with N >= 1");
   if (patches.dtype() != DType::f32 && patches.dtype() != DType::f16)
-    throw bad("encode: patches must be float32 or float16, normalised as the model expects (tokenize with "
+    throw invalid_argument("encode: patches must be float32 or float16, normalised as the model expects (tokenize with "
               "--dtype f32 or f16; u8 patches are not normalised)");
   if (patches.dim(1) != c.channels || patches.dim(2) != c.patch_px || patches.dim(3) != c.patch_px)
-    throw bad("encode: patches are [N, " + std::to_string(patches.dim(1)) + ", " + std::to_string(patches.dim(2)) +
+    throw invalid_argument("encode: patches are [N, " + std::to_string(patches.dim(1)) + ", " + std::to_string(patches.dim(2)) +
               ", " + std::to_string(patches.dim(3)) + "] but the model takes " + std::to_string(c.channels) + "×" +
               std::to_string(c.patch_px) + "×" + std::to_string(c.patch_px) + " patches (use --patch " +
               std::to_string(c.patch_px) + ")");
   const int64_t N = patches.dim(0);
   if (positions.dtype() != DType::f32 || positions.rank() != 2 || positions.dim(0) != N || positions.dim(1) < 2)
-    throw bad("encode: positions must be [N, 4] float32 with N = " + std::to_string(N));
+    throw invalid_argument("encode: positions must be [N, 4] float32 with N = " + std::to_string(N));
   if (N > (int64_t(1) << 20)) throw Error(Errc::limit_exceeded, "encode: more than 2^20 tokens");
-  if (images.empty()) throw bad("encode: no image to encode");
+  if (images.empty()) throw invalid_argument("encode: no image to encode");
   int64_t sum = 0;
   for (const ImageSpan& im : images) {
-    if (im.tokens < 1) throw bad("encode: every image needs at least one token");
-    if (im.image_width < 1 || im.image_height < 1) throw bad("encode: the image size must be positive");
+    if (im.tokens < 1) throw invalid_argument("encode: every image needs at least one token");
+    if (im.image_width < 1 || im.image_height < 1) throw invalid_argument("encode: the image size must be positive");
     sum += im.tokens;
     if (sum > N) break;
   }
   if (sum != N)
-    throw bad("encode: the images' tokens add up to " + std::to_string(sum) + ", not the " + std::to_string(N) +
+    throw invalid_argument("encode: the images' tokens add up to " + std::to_string(sum) + ", not the " + std::to_string(N) +
               " rows of patches");
   if (params.attention.top_k < 1 || params.attention.block_tokens < 1)
-    throw bad("encode: hierarchical attention needs top_k >= 1 and block_tokens >= 1");
+    throw invalid_argument("encode: hierarchical attention needs top_k >= 1 and block_tokens >= 1");
   const float* pos = positions.data<float>();
   const int64_t pst = positions.dim(1);
   for (int64_t i = 0; i < N; ++i)
     if (!std::isfinite(pos[i * pst]) || !std::isfinite(pos[i * pst + 1]))
-      throw bad("encode: token " + std::to_string(i) + " has a non-finite position");
+      throw invalid_argument("encode: token " + std::to_string(i) + " has a non-finite position");
 
   EncoderContext::Impl& cx = ctx.impl();
   const ContextUse in_use(cx);  // one call at a time per context; other contexts run alongside
@@ -355,7 +353,7 @@ std::vector<Encoding> encode_batch(const VitModel& model, const TensorView& patc
 Encoding encode(EncoderContext& ctx, const VitModel& model, const TensorView& patches, const TensorView& positions,
                 const EncodeParams& params, Executor& exec) {
   const ImageSpan one{patches.rank() == 4 ? patches.dim(0) : 0, params.image_width, params.image_height};
-  if (patches.rank() != 4 || patches.dim(0) < 1) throw bad("encode: patches must be [N, C, P, P] with N >= 1");
+  if (patches.rank() != 4 || patches.dim(0) < 1) throw invalid_argument("encode: patches must be [N, C, P, P] with N >= 1");
   std::vector<Encoding> e =
       encode_batch(ctx, model, patches, positions, std::span<const ImageSpan>(&one, 1), params, exec);
   return std::move(e.front());
@@ -369,7 +367,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
 
 double cosine_similarity(const Tensor& a, const Tensor& b) {
   if (a.dtype() != DType::f32 || b.dtype() != DType::f32 || a.numel() != b.numel())
-    throw bad("cosine_similarity: tensors must be float32 of equal size");
+    throw invalid_argument("cosine_similarity: tensors must be float32 of equal size");
   const float* x = a.data<float>();
   const float* y = b.data<float>();
   double xy = 0, xx = 0, yy = 0;
@@ -379,7 +377,7 @@ double cosine_similarity(const Tensor& a, const Tensor& b) {
 
 double mean_row_cosine(const Tensor& a, const Tensor& b) {
   if (a.dtype() != DType::f32 || b.dtype() != DType::f32 || a.shape() != b.shape() || a.rank() != 2)
-    throw bad("mean_row_cosine: tensors must be [N, D] float32 of equal shape");
+    throw invalid_argument("mean_row_cosine: tensors must be [N, D] float32 of equal shape");
   const int64_t n = a.dim(0), d = a.dim(1);
   if (n == 0) return 1.0;
   double total = 0;

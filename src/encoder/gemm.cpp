@@ -301,8 +301,15 @@ struct Gemm::State {
     dnnl::memory::desc w_packed_md;  // packed constant weights: the layout and type the kernel wants
     bool blocked = false;            // w_packed_md is a blocked layout (else W's own, maybe retyped)
     size_t scratch_bytes = 0;
+    uint64_t last_use = 0;           // `uses` when last looked up
   };
+  // At most `capacity` primitives, the least recently used dropped first: every distinct row
+  // count (an image's tokens) makes its own, ~0.35 MB of JIT code and descriptors each (ViT-B/16
+  // in bf16), so a long-lived context that sees many sizes would otherwise grow without bound.
+  // A dropped primitive is made again when its shape returns (the same bits).
   std::map<Key, std::shared_ptr<Entry>> cache;
+  size_t capacity = 64;
+  uint64_t uses = 0;
   // The packed weights this engine reads (a model's, or `own`), and what it has looked up
   // there, per weight and kernel type: reached from then on without the cache's locks.
   std::unique_ptr<PackedWeights> own;
@@ -313,7 +320,7 @@ struct Gemm::State {
     bool packed = false;  // this weight's uses read a packed copy (counted in the cache before)
     uint16_t* amx = nullptr;
     float* avx2 = nullptr;
-    std::vector<std::pair<const Entry*, void*>> layouts;  // per primitive: its copy of W
+    std::vector<std::pair<dnnl::memory::desc, void*>> layouts;  // per packed layout: its copy of W
   };
   std::map<std::pair<const void*, DType>, Known> known;
   bool pack_first = false;  // pack_on_first_use()
@@ -379,7 +386,16 @@ struct Gemm::State {
     const bool blocked_layout = packed && packs_blocked(g.a_dt);  // before the lock: it takes it
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key_of(g, packed));
-    if (it != cache.end()) return it->second;
+    if (it != cache.end()) {
+      it->second->last_use = ++uses;
+      return it->second;
+    }
+    while (!cache.empty() && cache.size() >= capacity) {
+      auto oldest = cache.begin();
+      for (auto c = cache.begin(); c != cache.end(); ++c)
+        if (c->second->last_use < oldest->second->last_use) oldest = c;
+      cache.erase(oldest);  // a call still running it holds its own reference
+    }
     using md = dnnl::memory::desc;
     auto e = std::make_shared<Entry>();
     e->a_md = md({g.m, g.k}, dt_of(g.a_dt), {g.lda, 1});
@@ -414,6 +430,7 @@ struct Gemm::State {
     e->blocked = blocked_layout;
     e->scratch_bytes = pd.scratchpad_desc().get_size();
     e->prim = dnnl::matmul(pd);
+    e->last_use = ++uses;
     cache.emplace(key_of(g, packed), e);
     return e;
   }
@@ -460,11 +477,11 @@ struct Gemm::State {
   // where W lies, converting its type if the kernel's differs.
   dnnl::memory packed_weights(const GemmArgs& g, const Entry& e, dnnl::stream& st) {
     Known& k = known_of(g);
-    for (const auto& [entry, data] : k.layouts)
-      if (entry == &e) return dnnl::memory(e.w_packed_md, engine, data);
+    for (const auto& [desc, data] : k.layouts)
+      if (desc == e.w_packed_md) return dnnl::memory(e.w_packed_md, engine, data);
     void* data = weights->state().layout(*k.shared, e.w_packed_md,
                                          [&](void* dst) { copy_weights(g, e, engine, dst, st); });
-    k.layouts.emplace_back(&e, data);
+    k.layouts.emplace_back(e.w_packed_md, data);
     return dnnl::memory(e.w_packed_md, engine, data);
   }
 };
@@ -516,6 +533,16 @@ bool Gemm::avx2_takes_f32() {
 }
 
 void Gemm::pack_on_first_use(bool yes) { s_->pack_first = yes; }
+
+void Gemm::set_capacity(size_t primitives) {
+  std::lock_guard<std::mutex> lock(s_->mutex);
+  s_->capacity = std::max<size_t>(primitives, 1);
+}
+
+size_t Gemm::primitives() const {
+  std::lock_guard<std::mutex> lock(s_->mutex);
+  return s_->cache.size();
+}
 
 Gemm::PackedStats Gemm::packed_stats() const { return s_->weights->stats(); }
 

@@ -1,5 +1,5 @@
 // Private to the store and its tests: a StoreBackend decorator that fails on demand, to prove
-// the TokenStore's rollback (issue 19). It forwards every call to a real backend (host, vulkan,
+// the TokenStore's rollback. It forwards every call to a real backend (host, vulkan,
 // vulkan-image) and, when told to, fails one: the Nth call of an operation, or each call with a
 // seeded probability. A failing bind, fill_zero or write may first apply part of its work (a
 // prefix of the pages, runs or bytes), as a device that fails in the middle of a batch would.

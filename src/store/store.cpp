@@ -34,8 +34,6 @@ struct TokenStore::Sequence {
 
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
-
 void push_run(std::vector<ByteRun>& runs, int64_t at, int64_t bytes) {
   if (bytes <= 0) return;
   if (!runs.empty() && runs.back().virt_byte + runs.back().bytes == at) runs.back().bytes += bytes;
@@ -48,30 +46,30 @@ TokenStore::TokenStore(const StoreConfig& config, std::unique_ptr<StoreBackend> 
     : config_(config), backend_(backend ? std::move(backend) : make_host_store_backend()) {
   if (config_.codec) {
     if (!config_.codec->trained())
-      throw bad("token store codec " + config_.codec->spec() + " is not trained (train it or load its codebook)");
+      throw invalid_argument("token store codec " + config_.codec->spec() + " is not trained (train it or load its codebook)");
     if (config_.codec->dim() != config_.dim)
-      throw bad("token store dim " + std::to_string(config_.dim) + " does not match codec " + config_.codec->spec() +
+      throw invalid_argument("token store dim " + std::to_string(config_.dim) + " does not match codec " + config_.codec->spec() +
                 " for D = " + std::to_string(config_.codec->dim()));
   } else if (config_.dtype != DType::f32 && config_.dtype != DType::f16 && config_.dtype != DType::bf16) {
-    throw bad("token store dtype must be f32, f16 or bf16, not " + std::string(dtype_name(config_.dtype)));
+    throw invalid_argument("token store dtype must be f32, f16 or bf16, not " + std::string(dtype_name(config_.dtype)));
   }
   if (config_.dim < 1 || config_.dim > (int64_t(1) << 24))
-    throw bad("token store dim must be in [1, 16777216], got " + std::to_string(config_.dim));
+    throw invalid_argument("token store dim must be in [1, 16777216], got " + std::to_string(config_.dim));
   const int64_t gran = backend_->page_granularity_bytes();
   if (config_.page_bytes <= 0 || config_.page_bytes % gran != 0 || config_.page_bytes > (int64_t(1) << 30))
-    throw bad("token store page size " + std::to_string(config_.page_bytes) + " bytes must be a positive multiple of the " +
+    throw invalid_argument("token store page size " + std::to_string(config_.page_bytes) + " bytes must be a positive multiple of the " +
               std::string(backend_->name()) + " backend's page granularity (" + std::to_string(gran) +
               " bytes), at most 1 GiB");
   if (config_.pool_pages < 1 || config_.pool_pages > (int64_t(1) << 24) ||
       config_.pool_pages > (int64_t(1) << 46) / config_.page_bytes)
-    throw bad("token store pool must have between 1 page and 64 TiB, got " + std::to_string(config_.pool_pages) +
+    throw invalid_argument("token store pool must have between 1 page and 64 TiB, got " + std::to_string(config_.pool_pages) +
               " pages of " + std::to_string(config_.page_bytes) + " bytes");
   const int64_t max_virtual_pages = backend_->max_virtual_bytes() / config_.page_bytes;
   if (config_.virtual_pages == 0)
     config_.virtual_pages = std::min({16 * config_.pool_pages, int64_t(1) << 24,
                                       std::max(config_.pool_pages, max_virtual_pages)});
   if (config_.virtual_pages < 1 || config_.virtual_pages > (int64_t(1) << 24))
-    throw bad("token store virtual space must be between 1 and 16777216 pages, got " +
+    throw invalid_argument("token store virtual space must be between 1 and 16777216 pages, got " +
               std::to_string(config_.virtual_pages) + " pages");
   if (config_.virtual_pages > max_virtual_pages)
     throw Error(Errc::limit_exceeded,
@@ -115,13 +113,13 @@ const TokenStore::Sequence& TokenStore::live(SeqId seq, const char* op) const {
   auto it = seqs_.find(seq);
   if (it != seqs_.end()) return *it->second;
   if (seq >= 1 && seq < next_id_)
-    throw bad(std::string("token store ") + op + ": sequence " + std::to_string(seq) + " was released");
-  throw bad(std::string("token store ") + op + ": no sequence " + std::to_string(seq));
+    throw invalid_argument(std::string("token store ") + op + ": sequence " + std::to_string(seq) + " was released");
+  throw invalid_argument(std::string("token store ") + op + ": no sequence " + std::to_string(seq));
 }
 
 void TokenStore::check_range(const Sequence& s, SeqId seq, int64_t first, int64_t count, const char* op) const {
   if (first < 0 || count < 0 || first > s.capacity || count > s.capacity - first)
-    throw bad(std::string("token store ") + op + ": tokens [" + std::to_string(first) + ", " +
+    throw invalid_argument(std::string("token store ") + op + ": tokens [" + std::to_string(first) + ", " +
               std::to_string(first + count) + ") are out of range for sequence " + std::to_string(seq) + " of " +
               std::to_string(s.capacity) + " tokens");
 }
@@ -183,7 +181,7 @@ SeqId TokenStore::reserve(int64_t capacity_tokens) {
   const auto lock = write_lock();
   if (!broken_.empty()) throw Error(Errc::device, "token store reserve: the store is unusable: " + broken_);
   if (capacity_tokens < 1 || capacity_tokens > (int64_t(1) << 40) / token_bytes_)
-    throw bad("token store reserve: capacity must be >= 1 token and fit the address space, got " +
+    throw invalid_argument("token store reserve: capacity must be >= 1 token and fit the address space, got " +
               std::to_string(capacity_tokens));
   const int64_t pages = pages_for_tokens(capacity_tokens);
   const int64_t base = alloc_virtual(pages);
@@ -469,11 +467,11 @@ Tensor TokenStore::to_records(const Tensor& tokens, const char* op) const {
       return r;
     }
     if (tokens.rank() == 2 && tokens.dtype() == DType::u8 && tokens.dim(1) == token_bytes_) return Tensor();
-    throw bad(std::string("token store ") + op + ": tokens must be [n, " + std::to_string(config_.dim) +
+    throw invalid_argument(std::string("token store ") + op + ": tokens must be [n, " + std::to_string(config_.dim) +
               "] F32 or [n, " + std::to_string(token_bytes_) + "] U8 " + c.spec() + " records");
   }
   if (tokens.dtype() != config_.dtype || tokens.rank() != 2 || tokens.dim(1) != config_.dim)
-    throw bad(std::string("token store ") + op + ": tokens must be [n, " + std::to_string(config_.dim) + "] " +
+    throw invalid_argument(std::string("token store ") + op + ": tokens must be [n, " + std::to_string(config_.dim) + "] " +
               std::string(dtype_name(config_.dtype)));
   return Tensor();  // already the stored bytes
 }
@@ -490,7 +488,7 @@ void TokenStore::write_bytes(SeqId seq, int64_t first, int64_t count, const std:
   check_range(s, seq, first, count, "write");
   for (int64_t t = first; t < first + count; ++t)
     if (!s.resident[size_t(t)])
-      throw bad("token store write: token " + std::to_string(t) + " of sequence " + std::to_string(seq) +
+      throw invalid_argument("token store write: token " + std::to_string(t) + " of sequence " + std::to_string(seq) +
                 " is not resident (bind it first)");
   if (count > 0) backend_->write(s.base_page * config_.page_bytes + first * token_bytes_, src, count * token_bytes_);
 }
@@ -649,7 +647,7 @@ void TokenStore::gather_into(std::span<const TokenRange> ranges, std::byte* dst)
     check_range(s, r.seq, r.first, r.count, "gather");
     for (int64_t t = r.first; t < r.first + r.count; ++t)
       if (!s.resident[size_t(t)])
-        throw bad("token store gather: token " + std::to_string(t) + " of sequence " + std::to_string(r.seq) +
+        throw invalid_argument("token store gather: token " + std::to_string(t) + " of sequence " + std::to_string(r.seq) +
                   " is not resident");
     token_runs(s, r.first, r.count, runs);
   }
@@ -686,7 +684,7 @@ Tensor TokenStore::gather_decoded(std::span<const TokenRange> ranges) const {
         check_range(s, r.seq, r.first, r.count, "gather");
         for (int64_t t = r.first; t < r.first + r.count; ++t) {
           if (!s.resident[size_t(t)])
-            throw bad("token store gather: token " + std::to_string(t) + " of sequence " + std::to_string(r.seq) +
+            throw invalid_argument("token store gather: token " + std::to_string(t) + " of sequence " + std::to_string(r.seq) +
                       " is not resident");
           at.push_back(s.base_page * config_.page_bytes + t * token_bytes_);
         }

@@ -47,7 +47,28 @@ CacheKey tile_key_with(Blake2b h, const uint8_t* pixels, int width, int height, 
   return k;
 }
 
+CacheKey content_key_with(Blake2b h, std::span<const std::span<const uint8_t>> parts) {
+  const char tag[] = "fovea.content.v1";
+  h.update(tag, sizeof tag);
+  const uint64_t n = parts.size();
+  h.update(&n, sizeof n);
+  for (std::span<const uint8_t> p : parts) {
+    const uint64_t len = p.size();
+    h.update(&len, sizeof len);
+    if (len) h.update(p.data(), p.size());
+  }
+  CacheKey k;
+  h.final(k.digest.data());
+  return k;
+}
+
 }  // namespace
+
+CacheKey content_key(std::span<const std::span<const uint8_t>> parts) { return content_key_with(Blake2b(32), parts); }
+
+CacheKey content_key(const CacheSecret& secret, std::span<const std::span<const uint8_t>> parts) {
+  return content_key_with(Blake2b(32, secret.bytes), parts);
+}
 
 CacheKey tile_key(const uint8_t* pixels, int width, int height, int channels, int level, std::string_view model_id,
                   size_t stride_bytes) {

@@ -133,7 +133,7 @@ class VulkanBufferBackend final : public VulkanStoreBase {
     drain();
   }
 
-  // Decode-on-gather (issue 16): records decoded by gather_decode.comp into f32, one
+  // Decode-on-gather: records decoded by gather_decode.comp into f32, one
   // submission per output batch (<= 64 MiB and maxStorageBufferRange), one dispatch per
   // window segment. Serialised by decode_mutex_ (the queue serialises submissions anyway).
   bool gather_decode(std::span<const int64_t> records, int64_t record_bytes, const ElementwiseDecode& decode,

@@ -15,8 +15,6 @@ namespace fovea {
 
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
-
 using Box = std::array<float, 4>;
 
 // A window's token (gx, gy): cells share their edges with their neighbours (the base view's
@@ -190,7 +188,7 @@ std::string_view to_string(Foveation f) { return f == Foveation::windows ? "wind
 Foveation parse_foveation(std::string_view s) {
   if (s == "mixed") return Foveation::mixed;
   if (s == "windows") return Foveation::windows;
-  throw bad("foveation must be 'windows' (native-size windows, for frozen towers) or 'mixed' (one sequence of "
+  throw invalid_argument("foveation must be 'windows' (native-size windows, for frozen towers) or 'mixed' (one sequence of "
             "mixed mip levels), got '" + std::string(s) + "'");
 }
 
@@ -238,14 +236,14 @@ int windows_pyramid_levels(int width, int height, int patch_px, int grid) {
 }
 
 WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const WindowParams& p) {
-  if (p.budget_tokens < 1) throw bad("budget must be at least 1 token, got " + std::to_string(p.budget_tokens));
-  if (p.grid < 1 || p.grid > 256) throw bad("the windows' grid must be 1..256 tokens a side, got " + std::to_string(p.grid));
+  if (p.budget_tokens < 1) throw invalid_argument("budget must be at least 1 token, got " + std::to_string(p.budget_tokens));
+  if (p.grid < 1 || p.grid > 256) throw invalid_argument("the windows' grid must be 1..256 tokens a side, got " + std::to_string(p.grid));
   if (p.max_windows < 1 || p.max_windows > 4096)
-    throw bad("max_windows must be 1..4096, got " + std::to_string(p.max_windows));
+    throw invalid_argument("max_windows must be 1..4096, got " + std::to_string(p.max_windows));
   const TileGrid& tg = rel.grid;
-  if (tg.tiles() < 1 || rel.score.size() != size_t(tg.tiles())) throw bad("plan_windows: the relevance map is empty");
+  if (tg.tiles() < 1 || rel.score.size() != size_t(tg.tiles())) throw invalid_argument("plan_windows: the relevance map is empty");
   const Geometry g{tg.image_width, tg.image_height, tg.patch_px, p.grid, p.grid * tg.patch_px};
-  if (int64_t(g.S) << 12 > std::numeric_limits<int>::max() / 2) throw bad("the windows' native size is too large");
+  if (int64_t(g.S) << 12 > std::numeric_limits<int>::max() / 2) throw invalid_argument("the windows' native size is too large");
 
   WindowPlan plan;
   plan.patch_px = g.P;
@@ -355,11 +353,11 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
 TokenBatch extract_windows(const PyramidU8& pyramid, const WindowPlan& plan, const ExtractParams& params,
                            Executor& exec) {
   check_extract_params(params);
-  if (plan.windows.empty()) throw bad("extract_windows: the plan has no window");
+  if (plan.windows.empty()) throw invalid_argument("extract_windows: the plan has no window");
   if (pyramid.width() != plan.image_width || pyramid.height() != plan.image_height)
-    throw bad("extract_windows: the plan was made for a different image size");
+    throw invalid_argument("extract_windows: the plan was made for a different image size");
   if (plan.pyramid_levels() > pyramid.num_levels())
-    throw bad("extract_windows: the plan samples mip level " + std::to_string(plan.pyramid_levels() - 1) +
+    throw invalid_argument("extract_windows: the plan samples mip level " + std::to_string(plan.pyramid_levels() - 1) +
               " but the pyramid has " + std::to_string(pyramid.num_levels()) + " levels");
   const int P = plan.patch_px;
   const int64_t n = plan.encoded_tokens();
@@ -379,7 +377,7 @@ TokenBatch extract_windows(const PyramidU8& pyramid, const WindowPlan& plan, con
   for (size_t wi = 0; wi < plan.windows.size(); ++wi) {
     const TokenWindow& w = plan.windows[wi];
     if (plan.covered.size() != plan.windows.size() || plan.covered[wi].size() != size_t(w.tokens()))
-      throw bad("extract_windows: the plan's covered flags do not match its windows");
+      throw invalid_argument("extract_windows: the plan's covered flags do not match its windows");
     // The window's pixels: the base view resized from level 0, the others where they lie in their mip.
     ImageU8 resized;
     ImageViewU8 src;

@@ -2,7 +2,7 @@
 // fovea compress --report EMB... [--train FILES...] [--codec SPEC]... [--json] [--plot PNG]
 // fovea decompress OUT.safetensors [--codebook CB] -o EMB.safetensors
 //
-// Token compression (issue 16). A compressed file holds `codes` [N, bytes_per_token] U8, the
+// Token compression. A compressed file holds `codes` [N, bytes_per_token] U8, the
 // tokens' positions and levels, and in its metadata the codec and the BLAKE2b hash of the
 // codebook it needs; the codebook (what the codec learned) lives in its own file, trained once
 // per model with --train.

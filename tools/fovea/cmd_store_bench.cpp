@@ -1,7 +1,7 @@
 // fovea store-bench [--backend all|host|vulkan|vulkan-image] [--dim D] [--dtype f16] [--page-bytes N]
 //                   [--codecs LIST|none] [--json]
 //
-// The token store's scenario (issue 5): seed 000's eight-image table (resident vs dense
+// The token store's scenario: an eight-image memory table (resident vs dense
 // memory), pages bound per second one at a time vs batched vs merged on each backend, a frame's
 // binds merged vs one page at a time (target: 10x), and gather bandwidth against memcpy. All
 // backends run in the same process, so the ratios compare like with like. Page sizes are
@@ -80,7 +80,7 @@ struct StoreBenchCommand {
     out["config"] = {{"dim", dim}, {"dtype", dtype}, {"page_bytes", page_bytes}, {"reps", reps}};
     if (backend == "all" && !why.empty()) out["vulkan_unavailable"] = why;
 
-    // 1. Seed 000's table, on each backend (identical numbers expected), plus a page-size sweep.
+    // 1. The memory table, on each backend (identical numbers expected), plus a page-size sweep.
     json tables = json::array();
     // Per backend: the page size rounded up to its sparse page.
     std::vector<StoreConfig> cfgs;
@@ -172,7 +172,7 @@ struct StoreBenchCommand {
     }
     out["gather"] = gj;
 
-    // 4. Seed 000's table with compressed pages (issue 16): resident MB against dense fp32.
+    // 4. The memory table with compressed pages: resident MB against dense fp32.
     std::vector<std::vector<CompressedSeedRow>> compressed;
     json cj = json::array();
     const std::vector<SeedCodec> seed_codecs = with_codecs ? train_seed_codecs(cfg.dim, specs) : std::vector<SeedCodec>{};
@@ -199,7 +199,7 @@ struct StoreBenchCommand {
     if (out.contains("vulkan_unavailable"))
       std::printf("  %s backend: not available (%s); the host backend serves\n",
                   avail.size() < 2 ? "vulkan" : "vulkan-image", why.c_str());
-    std::printf("\nSeed 000 table: 8 images of %lld dense tokens, kept tokens bound at [0, kept)\n",
+    std::printf("\nMemory table: 8 images of %lld dense tokens, kept tokens bound at [0, kept)\n",
                 (long long)kSeedDenseTokens);
     std::printf("  %-6s %6s %6s %13s %12s %10s\n", "image", "kept", "pages", "resident KiB", "payload KiB", "dense KiB");
     for (size_t i = 0; i < t0.images.size(); ++i) {
@@ -210,7 +210,7 @@ struct StoreBenchCommand {
     std::printf("  %-6s %6lld %6lld %13.1f %12.1f %10.1f\n", "total", (long long)t0.stats.resident_tokens,
                 (long long)t0.stats.resident_pages, t0.stats.resident_bytes / 1024.0, t0.stats.payload_bytes / 1024.0,
                 t0.stats.dense_bytes / 1024.0);
-    std::printf("  resident vs dense: %.1f%% of the dense memory, %.1f%% saved (seed 000 claims 46%%)\n",
+    std::printf("  resident vs dense: %.1f%% of the dense memory, %.1f%% saved (the design documents claim 46%%)\n",
                 100.0 * (1.0 - t0.saved_fraction()), 100.0 * t0.saved_fraction());
     std::printf("  perfect packing would save %.1f%%; whole pages cost %.1f%% over the payload (each image's\n"
                 "  last page is partly empty: %lld tokens a page, so up to %lld tokens of slack per image)\n",
@@ -263,7 +263,7 @@ struct StoreBenchCommand {
                   g.memcpy_ms, g.memcpy_gb_s(), g.memcpy_ms > 0 ? g.gather_ms / g.memcpy_ms : 0.0);
 
     if (!with_codecs) return 0;
-    std::printf("\nSeed 000 table with compressed pages (D=%lld, %lld KiB pages): the kept tokens stored as each\n"
+    std::printf("\nMemory table with compressed pages (D=%lld, %lld KiB pages): the kept tokens stored as each\n"
                 "codec's records; gather_decoded returns [4300, D] f32 (on the device when the backend can):\n",
                 (long long)dim, (long long)(page_bytes >> 10));
     std::printf("  %-12s %-8s %8s %6s %12s %16s %9s %16s\n", "backend", "codec", "B/token", "pages", "resident MB",
@@ -315,7 +315,7 @@ Runner setup_store_bench(CLI::App& sub) {
   return [cmd] { return cmd->run(); };
 }
 
-Registration reg_store_bench{{"store-bench", "Measure the paged token store: seed 000's memory table, bind modes, gather", 60,
+Registration reg_store_bench{{"store-bench", "Measure the paged token store: an eight-image memory table, bind modes, gather", 60,
                   setup_store_bench}};
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The store's measurement scenario: seed 000's table, bind modes, gather vs memcpy.
+// The store's measurement scenario: the eight-image memory table, bind modes, gather vs memcpy.
 #include "store_bench.hpp"
 
 #include <algorithm>

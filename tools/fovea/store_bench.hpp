@@ -1,7 +1,7 @@
-// store_bench.hpp — the token store's measurement scenario (issue 5), shared by `fovea store-bench`
+// store_bench.hpp — the token store's measurement scenario, shared by `fovea store-bench`
 // and the tests. Not part of the library: only the CLI and the tests use it.
 //
-//   fovea::SeedTable t = fovea::seed_table("host", fovea::StoreConfig{});   // seed 000's 8 images
+//   fovea::SeedTable t = fovea::seed_table("host", fovea::StoreConfig{});   // the memory table's 8 images
 //   std::printf("%.1f%% saved\n", 100 * t.saved_fraction());
 //   fovea::BindTiming one = fovea::time_backend_binds("vulkan", fovea::BindMode::single, 1000, 4096, 5);
 //
@@ -21,7 +21,7 @@
 
 namespace fovea {
 
-// Seed 000: eight images of 1024 dense tokens each, of which these survive the budget.
+// The memory table: eight images of 1024 dense tokens each, of which these survive the budget.
 inline constexpr int64_t kSeedDenseTokens = 1024;
 inline constexpr int64_t kSeedKeptTokens[8] = {410, 820, 310, 650, 180, 920, 450, 560};
 
@@ -65,7 +65,7 @@ struct BindTiming {
 // in one of the three ways, then unbinds them the same way.
 BindTiming time_backend_binds(std::string_view backend, BindMode mode, int64_t pages, int64_t page_bytes, int reps);
 
-// A whole frame through the TokenStore: seed 000's eight images bound in one bind_batch and
+// A whole frame through the TokenStore: the memory table's eight images bound in one bind_batch and
 // released again. bind_ms/unbind_ms are the time spent in the backend's bind() submissions
 // during bind_batch/unbind_batch; fill_ms the zero fill of the new pages; batch_ms the whole
 // bind_batch (bookkeeping + binds + fill).
@@ -91,7 +91,7 @@ std::vector<std::string> available_store_backends(std::string* why_not = nullptr
 
 namespace fovea {
 
-// Seed 000's table with compressed pages (issue 16): the eight images' kept tokens stored as
+// The memory table with compressed pages: the eight images' kept tokens stored as
 // records of each codec, resident memory against dense fp32 (every image at 1024 tokens of
 // 4·D bytes), and a gather_decoded of every kept token timed against a gather of fp32 pages
 // in the same run. Codecs are trained on seeded synthetic vectors (sizes do not depend on

@@ -1,4 +1,4 @@
-// Seed 000's eight-image table with compressed pages: what int8 and PQ records do to the
+// The eight-image memory table with compressed pages: what int8 and PQ records do to the
 // store's resident memory, and what decode-on-gather costs.
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,8 @@
 """The service's video sessions: a client opens a session, sends frames one at a time (with a
 query that may move), and each frame re-does only what changed since the previous one
 (fovea.VideoSession: the change test, the pyramid updated in place, kept tokens' patch
-embeddings, incremental ViT reuse). Sessions live in memory, are capped in number, and are
+embeddings, incremental ViT reuse). A session may be opened with a fixation, the query of every
+frame that brings none of its own. Sessions live in memory, are capped in number, and are
 closed after an idle timeout.
 """
 
@@ -24,10 +25,11 @@ class TooManySessions(Exception):
 
 
 class Session:
-    def __init__(self, sid: str, model_name: str, model, params: dict):
+    def __init__(self, sid: str, model_name: str, model, params: dict, fixation=()):
         self.id = sid
         self.model_name = model_name
         self.params = params
+        self.fixation = list(fixation)  # the query of frames that bring none
         self.session = fovea.VideoSession(model, **params)
         self.created = self.last_used = time.monotonic()
         self.frames = 0
@@ -40,6 +42,7 @@ class Session:
                 "recomputed_tokens": self.recomputed,
                 "reuse_rate": (1.0 - self.recomputed / self.tokens) if self.tokens else 0.0,
                 "reuse": self.session.reuse, "budget": self.session.budget,
+                "fixation": list(self.fixation[0]) if self.fixation else None,
                 "idle_s": round(time.monotonic() - self.last_used, 3)}
 
 
@@ -63,13 +66,13 @@ class SessionStore:
             self.expired += len(old)
         return len(old)
 
-    def open(self, model_name: str, model, params: dict) -> Session:
+    def open(self, model_name: str, model, params: dict, fixation=()) -> Session:
         self.expire()
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
                 raise TooManySessions(f"{len(self._sessions)} video sessions are open (limit {self.max_sessions}); "
                                       "close one or wait for an idle one to expire")
-        s = Session(secrets.token_hex(12), model_name, model, params)
+        s = Session(secrets.token_hex(12), model_name, model, params, fixation)
         with self._lock:
             self._sessions[s.id] = s
         return s

@@ -1,4 +1,4 @@
-// Decode-on-gather (issue 16): compressed token records of the store's sparse buffer (through
+// Decode-on-gather: compressed token records of the store's sparse buffer (through
 // one window) decoded straight into f32 embeddings. Invocations stride over output elements;
 // element e of the dispatch is dimension d of token t = e / D, read from its record's bytes.
 //   kind 0: f16 (2 bytes an element), 1: bf16, 2: u8 affine (x = lo[d] + step[d] * q).
