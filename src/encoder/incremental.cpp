@@ -34,7 +34,6 @@ using namespace encoder_detail;
 
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
 constexpr int64_t kRowBucket = 16;
 size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
 
@@ -140,26 +139,26 @@ int64_t round_up(int64_t r, int64_t b) { return (r + b - 1) / b * b; }
 
 // Shapes one frame must have for the model; returns N.
 int64_t check_frame(const IncrementalFrame& f, const VitConfig& c, const std::string& what) {
-  if (!f.patches || !f.positions) throw bad(what + ": patches and positions are required");
+  if (!f.patches || !f.positions) throw invalid_argument(what + ": patches and positions are required");
   const Tensor& patches = *f.patches;
   const Tensor& positions = *f.positions;
-  if (patches.rank() != 4 || patches.dim(0) < 1) throw bad(what + ": patches must be [N, C, P, P], N >= 1");
+  if (patches.rank() != 4 || patches.dim(0) < 1) throw invalid_argument(what + ": patches must be [N, C, P, P], N >= 1");
   if (patches.dtype() != DType::f32 && patches.dtype() != DType::f16)
-    throw bad(what + ": patches must be float32 or float16, normalised as the model expects");
+    throw invalid_argument(what + ": patches must be float32 or float16, normalised as the model expects");
   if (patches.dim(1) != c.channels || patches.dim(2) != c.patch_px || patches.dim(3) != c.patch_px)
-    throw bad(what + ": patches are not " + std::to_string(c.channels) + "x" + std::to_string(c.patch_px) + "x" +
+    throw invalid_argument(what + ": patches are not " + std::to_string(c.channels) + "x" + std::to_string(c.patch_px) + "x" +
               std::to_string(c.patch_px) + " as the model takes");
   const int64_t N = patches.dim(0);
   if (positions.dtype() != DType::f32 || positions.rank() != 2 || positions.dim(0) != N || positions.dim(1) < 2)
-    throw bad(what + ": positions must be [N, 4] float32 with N = " + std::to_string(N));
+    throw invalid_argument(what + ": positions must be [N, 4] float32 with N = " + std::to_string(N));
   if (N > (int64_t(1) << 20)) throw Error(Errc::limit_exceeded, what + ": more than 2^20 tokens");
-  if (!f.prev_row.empty() && int64_t(f.prev_row.size()) != N) throw bad(what + ": prev_row must have N entries");
+  if (!f.prev_row.empty() && int64_t(f.prev_row.size()) != N) throw invalid_argument(what + ": prev_row must have N entries");
   if (!f.patch_dirty.empty() && int64_t(f.patch_dirty.size()) != N)
-    throw bad(what + ": patch_dirty must have N entries");
+    throw invalid_argument(what + ": patch_dirty must have N entries");
   const float* pos = positions.data<float>();
   for (int64_t i = 0; i < N; ++i)
     if (!std::isfinite(pos[i * positions.dim(1)]) || !std::isfinite(pos[i * positions.dim(1) + 1]))
-      throw bad(what + ": token " + std::to_string(i) + " has a non-finite position");
+      throw invalid_argument(what + ": token " + std::to_string(i) + " has a non-finite position");
   return N;
 }
 
@@ -456,8 +455,8 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
   const VitConfig& c = m.config;
   // ---- validate everything before any state changes ---------------------------------------
   if (frames.empty()) return {};
-  if (params.image_width < 1 || params.image_height < 1) throw bad("incremental encode: the image size must be positive");
-  if (!(params.token_threshold >= 0)) throw bad("incremental encode: the token threshold must be >= 0");
+  if (params.image_width < 1 || params.image_height < 1) throw invalid_argument("incremental encode: the image size must be positive");
+  if (!(params.token_threshold >= 0)) throw invalid_argument("incremental encode: the token threshold must be >= 0");
   const size_t F = frames.size();
   std::vector<int64_t> Ns(F);
   for (size_t f = 0; f < F; ++f)
@@ -476,8 +475,8 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
         for (size_t i = 0; i < pr.size(); ++i) {
           const int64_t p = pr[i];
           const std::string at = "incremental encode: " + (F > 1 ? "frame " + std::to_string(f) + ": " : std::string());
-          if (p < -1 || p >= prev_n) throw bad(at + "prev_row[" + std::to_string(i) + "] is out of range");
-          if (p >= 0 && used[size_t(p)]++) throw bad(at + "previous row " + std::to_string(p) + " used twice");
+          if (p < -1 || p >= prev_n) throw invalid_argument(at + "prev_row[" + std::to_string(i) + "] is out of range");
+          if (p >= 0 && used[size_t(p)]++) throw invalid_argument(at + "previous row " + std::to_string(p) + " used twice");
         }
       }
       prev = true;

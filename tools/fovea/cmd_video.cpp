@@ -29,7 +29,6 @@
 namespace fovea::cli {
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
 
 // --check: per token of two [N, D] f32 tensors (a against the reference b), the cosine and the
 // relative error ‖a − b‖₂ / ‖b‖₂ (the unit of the encoder's drift estimate); mean and worst.
@@ -139,29 +138,29 @@ struct VideoCommand {
       return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     };
     // ---- arguments, all checked before any work ------------------------------------------
-    if (tok.uniform) throw bad("--uniform has no video mode");
+    if (tok.uniform) throw invalid_argument("--uniform has no video mode");
     if (tok.inputs.size() > 1)  // before, the others were silently ignored
-      throw bad("fovea video takes one input, got " + std::to_string(tok.inputs.size()) + " (run it once per video)");
+      throw invalid_argument("fovea video takes one input, got " + std::to_string(tok.inputs.size()) + " (run it once per video)");
     VideoParams vp;
     vp.tokenize = tok.params();
     Query base_query = tok.query();
     if (!fixations_csv.empty() && !tok.fixations.empty())
-      throw bad("--fixation and --fixations are exclusive");
-    if (every < 0 || (every_given && every == 0)) throw bad("--every must be >= 1");
-    if (fps < 0 || !std::isfinite(fps) || (fps_given && fps == 0)) throw bad("--fps must be > 0");
-    if (max_frames < 0) throw bad("--max-frames must be >= 0 (0: every frame)");
-    if (keyframe < 0) throw bad("--keyframe must be >= 0");
-    if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("--threshold must be a number >= 0");
-    if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw bad("--token-threshold must be >= 0");
-    if (!(hysteresis >= 0)) throw bad("--hysteresis must be >= 0");
-    if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw bad("--refresh-fraction must be in (0, 1]");
+      throw invalid_argument("--fixation and --fixations are exclusive");
+    if (every < 0 || (every_given && every == 0)) throw invalid_argument("--every must be >= 1");
+    if (fps < 0 || !std::isfinite(fps) || (fps_given && fps == 0)) throw invalid_argument("--fps must be > 0");
+    if (max_frames < 0) throw invalid_argument("--max-frames must be >= 0 (0: every frame)");
+    if (keyframe < 0) throw invalid_argument("--keyframe must be >= 0");
+    if (!(threshold >= 0) || !std::isfinite(threshold)) throw invalid_argument("--threshold must be a number >= 0");
+    if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw invalid_argument("--token-threshold must be >= 0");
+    if (!(hysteresis >= 0)) throw invalid_argument("--hysteresis must be >= 0");
+    if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw invalid_argument("--refresh-fraction must be in (0, 1]");
     const bool have_model = !model_spec.empty();
-    if (check && !have_model) throw bad("--check compares embeddings: it needs --model");
-    if (!store_backend.empty() && !have_model) throw bad("--store holds embeddings: it needs --model");
-    if (output.empty() && !decode_only) throw bad("-o OUT.safetensors is required");
-    if (decode_only && !overlay.empty()) throw bad("--overlay draws the tokens: it does not go with --decode-only");
+    if (check && !have_model) throw invalid_argument("--check compares embeddings: it needs --model");
+    if (!store_backend.empty() && !have_model) throw invalid_argument("--store holds embeddings: it needs --model");
+    if (output.empty() && !decode_only) throw invalid_argument("-o OUT.safetensors is required");
+    if (decode_only && !overlay.empty()) throw invalid_argument("--overlay draws the tokens: it does not go with --decode-only");
     if (have_model && vp.tokenize.extract.dtype == DType::u8)
-      throw bad("--dtype u8 patches are not normalised; a model needs f32 or f16");
+      throw invalid_argument("--dtype u8 patches are not normalised; a model needs f32 or f16");
     vp.reuse = reuse.empty() ? (have_model ? Reuse::incremental : Reuse::exact)
                : reuse == "off" ? Reuse::off
                : reuse == "exact" ? Reuse::exact
@@ -170,7 +169,7 @@ struct VideoCommand {
     vp.keyframe_interval = keyframe;
     vp.layout_hysteresis = hysteresis;
     vp.refresh_fraction = refresh_fraction;
-    if (group < 1 || group > 1024) throw bad("--group must be 1..1024 frames");
+    if (group < 1 || group > 1024) throw invalid_argument("--group must be 1..1024 frames");
     vp.group_frames = group;
     vp.encoder.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     vp.encoder.token_threshold = token_threshold;
@@ -180,12 +179,12 @@ struct VideoCommand {
       char* end = nullptr;
       const float v = std::strtof(attention_threshold.c_str(), &end);
       if (end == attention_threshold.c_str() || *end || !(v >= 0) || !std::isfinite(v))
-        throw bad("--attention-threshold must be a number >= 0 or off");
+        throw invalid_argument("--attention-threshold must be a number >= 0 or off");
       vp.encoder.attention_threshold = v;
     }
-    if (refresh_tokens < 0) throw bad("--refresh-tokens must be >= 0");
+    if (refresh_tokens < 0) throw invalid_argument("--refresh-tokens must be >= 0");
     vp.encoder.refresh_tokens = refresh_tokens;
-    if (!(drift_refresh >= 0) || !std::isfinite(drift_refresh)) throw bad("--drift-refresh must be a number >= 0");
+    if (!(drift_refresh >= 0) || !std::isfinite(drift_refresh)) throw invalid_argument("--drift-refresh must be a number >= 0");
     vp.drift_refresh = drift_refresh;
     const ExecConfig exec_config = exec.config();
     if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
@@ -202,7 +201,7 @@ struct VideoCommand {
       norm_source = apply_model_preprocessing(tok, model->config().input, vp.tokenize.extract.norm);
       runnable_precision_noted(vp.encoder.precision);  // the warning; the encoder falls back by itself
       if (model->config().patch_px != vp.tokenize.patch_px) {
-        if (patch_given) throw bad("--patch " + std::to_string(vp.tokenize.patch_px) + " does not match the model's " +
+        if (patch_given) throw invalid_argument("--patch " + std::to_string(vp.tokenize.patch_px) + " does not match the model's " +
                                    std::to_string(model->config().patch_px) + "-px patches");
         vp.tokenize.patch_px = model->config().patch_px;
       }
