@@ -260,8 +260,9 @@ def run_clip(model, prec, c, settings, tmp):
                                    "dirty_tiles", "refresh") if k in f}
             e["incremental_ms"] = inc_ms[i] if i < len(inc_ms) else None
             e["off_ms"] = off_ms[i] if i < len(off_ms) else None
-            if "drift_estimate" in f:
-                e["drift_estimate"] = f["drift_estimate"]
+            for k in ("drift_estimate", "drift_estimate_max", "error_mean", "error_max"):  # estimated, measured
+                if k in f:
+                    e[k] = f[k]
             if i < len(vs_off) and vs_off[i] is not None:
                 e["cosine_vs_off"], e["cosine_min_token_vs_off"] = vs_off[i]
             frames.append(e)

@@ -86,7 +86,7 @@ struct IncrementalParams {
   // The fidelity knob: the relative change of a token's layer input (or, with bound_attention,
   // of its residual stream through attention) above which the token is recomputed. Smaller is
   // closer to a full encode and slower.
-  float token_threshold = 0.1f;
+  float token_threshold = 0.07f;
   // Advanced. false: a kept token does not see other tokens' new keys and values (Eventful
   // reuse as published: no tracking cost, unbounded drift on trained towers).
   bool bound_attention = true;

@@ -363,7 +363,7 @@ class VideoSession:
     """
 
     def __init__(self, model: Optional["Model"] = None, budget: int = 273, *, patch: Optional[int] = None,
-                 reuse: Optional[str] = None, keyframe: int = 0, threshold: float = 8.0, token_threshold: float = 0.1,
+                 reuse: Optional[str] = None, keyframe: int = 0, threshold: float = 8.0, token_threshold: float = 0.07,
                  hysteresis: float = 0.1, refresh_fraction: float = 0.5, precision: str = "fp32", threads: int = 0,
                  dtype: str = "f32") -> None:
         self._s = _fovea.VideoSession(model, _checked_budget(budget), patch, reuse, keyframe, threshold,
@@ -480,7 +480,7 @@ def video(
     keyframe: int = 0,
     group: int = 8,
     threshold: float = 8.0,
-    token_threshold: float = 0.1,
+    token_threshold: float = 0.07,
     hysteresis: float = 0.1,
     refresh_fraction: float = 0.5,
     precision: str = "fp32",

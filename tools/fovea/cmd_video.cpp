@@ -463,7 +463,7 @@ Runner setup_video(CLI::App& sub) {
       ->type_name("T");
   sub.add_option("--token-threshold", cmd->token_threshold,
                  "Incremental ViT, the fidelity knob: relative L2 change of a token's layer input, or of its "
-                 "residual stream through attention, that recomputes it (default 0.1; smaller: closer to a full "
+                 "residual stream through attention, that recomputes it (default 0.07; smaller: closer to a full "
                  "encode, slower)")
       ->type_name("E");
   sub.add_option("--attention-threshold", cmd->attention_threshold,
