@@ -2,7 +2,7 @@
 """What a camera shift lets an absolute-position ViT reuse exactly, measured on a clip.
 
     /usr/bin/python3 bench/video_shift_reuse.py /tmp/fovea-clips/pan.mp4 [--frames 48] [--patch 16]
-                                                [--max-shift 32] [--json OUT]
+                                                [--max-shift 8] [--window 16] [--json OUT]
 
 A ViT with absolute position embeddings adds each token's position embedding to its patch
 embedding before the first layer, so from the first layer on a token's value depends on where it

@@ -721,6 +721,42 @@ TEST_F(VideoTest, DriftAboveTheBoundRefreshesTheEncoder) {
   }
 }
 
+// A refresh after a refresh (a pan: every tile changes every frame) is encoded as --reuse exact
+// encodes it, without the layer caches reuse would need; the first frame that is not a refresh
+// makes them with a full encode, and the frames after it are incremental again.
+TEST_F(VideoTest, ConsecutiveRefreshesEncodeAsExactDoes) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  auto image = [](int f) {
+    if (f < 4) return test::random_image(160, 96, 3, uint32_t(11 + f));  // a new scene every frame
+    ImageU8 img = test::random_image(160, 96, 3, 14);
+    if (f == 5)
+      for (int c = 0; c < 3; ++c)
+        for (int y = 60; y < 76; ++y)
+          for (int x = 16; x < 32; ++x) img.at(c, y, x) = 255;
+    return img;
+  };
+  Query q;
+  q.fixations.push_back({130, 20});
+  std::vector<FrameResult> inc, exa;
+  for (const Reuse reuse : {Reuse::incremental, Reuse::exact}) {
+    VideoParams vp = small_params(30);
+    vp.reuse = reuse;
+    VideoSession session(vp, &model, exec);
+    for (int f = 0; f < 6; ++f) (reuse == Reuse::incremental ? inc : exa).push_back(session.process(image(f), q, f, f / 25.0));
+  }
+  for (int f = 1; f < 4; ++f) {
+    ASSERT_TRUE(inc[size_t(f)].refresh) << f;
+    EXPECT_FALSE(inc[size_t(f)].approximate) << f;
+    ASSERT_EQ(inc[size_t(f)].embeddings.numel(), exa[size_t(f)].embeddings.numel());
+    EXPECT_EQ(max_abs_diff(inc[size_t(f)].embeddings, exa[size_t(f)].embeddings), 0) << f;
+  }
+  EXPECT_FALSE(inc[4].refresh);
+  EXPECT_EQ(inc[4].encoder_work, 1);  // the caches made again: a full encode
+  EXPECT_FALSE(inc[5].refresh);
+  EXPECT_LT(inc[5].encoder_work, 1);  // and reuse from there on
+}
+
 // The session in groups: results in order, a refresh alone, embeddings as frame by frame.
 TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
   Executor exec({.threads = 2});
@@ -1099,7 +1135,7 @@ TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
   EXPECT_EQ(s["frames"], 6);
   EXPECT_EQ(s["reuse"], "incremental");
   EXPECT_EQ(s["approximate"], true);
-  EXPECT_EQ(s["encoder"]["attention_threshold"], 0.1f);  // the token threshold's, by default
+  EXPECT_EQ(s["encoder"]["attention_threshold"], 0.07f);  // the token threshold's, by default
   for (const auto& f : s["per_frame"]) {
     EXPECT_EQ(f["index"].get<int>() % 2, 0);
     EXPECT_GT(f["full_ms"].get<double>(), 0);

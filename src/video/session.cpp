@@ -76,6 +76,7 @@ struct VideoSession::Impl {
   Executor& exec;
   std::unique_ptr<IncrementalEncoder> encoder;
   double last_drift = 0;  // the last encoded frame's drift estimate
+  bool last_refresh = false;  // the last encoded frame was a refresh
   int64_t processed = 0;
   PyramidU8 pyramid;
   TileGrid grid;
@@ -207,6 +208,12 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
     ep.reuse_layers = params.reuse == Reuse::incremental;
     if (pending.front().r.refresh) {
       encoder->reset();
+      // A refresh right after a refresh (a pan, a moving camera: most tiles change every
+      // frame): the next frame will most likely drop the layer caches again, so this one is
+      // encoded as --reuse exact does, without them (a full encode that also keeps the
+      // attention bound's state costs about twice as much). The first frame that is not a
+      // refresh then makes them with a full encode of its own.
+      if (last_refresh) ep.reuse_layers = false;
     } else if (params.reuse == Reuse::incremental && params.drift_refresh > 0 && last_drift > params.drift_refresh) {
       // The error reuse has left is estimated above the bound: this group starts from scratch
       // (the layout and the patches stay; the encoder recomputes every token).
@@ -231,6 +238,7 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
       r.approximate = er[i].approximate;
       r.drift_estimate = er[i].drift_estimate, r.drift_estimate_max = er[i].drift_estimate_max;
       last_drift = r.drift_estimate;
+      last_refresh = r.refresh;
       r.encoder_work = er[i].flops_fraction;
     }
   } else {
