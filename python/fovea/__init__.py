@@ -516,7 +516,8 @@ def video(
             or a function (index, pts) -> fixations called for every frame (the CLI's
             --fixations FILE.csv, in Python).
         every / fps / max_frames: which frames, as the CLI's --every / --fps / --max-frames.
-        reuse: "incremental" (default with a model: Eventful-style ViT reuse, approximate),
+        reuse: "incremental" (default with a model: a token's ViT layer states reused while they
+            would move by less than token_threshold; approximate),
             "exact" (patches and patch embeddings reused, full ViT), "off".
         keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction: the CLI's
             --keyframe, --group (frames encoded together: the encoder reads its weights once

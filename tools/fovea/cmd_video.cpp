@@ -377,7 +377,9 @@ struct VideoCommand {
     s["group_frames"] = vp.group_frames;
     s["approximate"] = approximate;
     if (approximate)
-      s["approximation"] = "incremental ViT reuse (Eventful Transformers-style): embeddings approximate a full encode";
+      s["approximation"] =
+          "incremental ViT reuse (token gating with the attention bound unless --attention-threshold off): embeddings "
+          "approximate a full encode";
     s["tokens"] = tokens_total;
     s["recomputed_tokens"] = recomputed_total;
     s["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
@@ -453,7 +455,8 @@ Runner setup_video(CLI::App& sub) {
   every->excludes(fps);
   sub.add_option("--max-frames", cmd->max_frames, "Stop after N processed frames (0, the default: every frame)")->type_name("N");
   sub.add_option("--reuse", cmd->reuse,
-                 "incremental (default with a model: Eventful-style ViT reuse, approximate), exact (patches and "
+                 "incremental (default with a model: a token's ViT layer states reused while they would move by less than "
+                 "--token-threshold; approximate), exact (patches and "
                  "patch embeddings reused, full ViT), off (every frame from scratch)")
       ->check(CLI::IsMember({"incremental", "exact", "off"}));
   sub.add_option("--keyframe", cmd->keyframe, "Full refresh every K-th processed frame (0: only on scene cuts)")
