@@ -260,7 +260,7 @@ def run_clip(model, prec, c, settings, tmp):
                                    "dirty_tiles", "refresh") if k in f}
             e["incremental_ms"] = inc_ms[i] if i < len(inc_ms) else None
             e["off_ms"] = off_ms[i] if i < len(off_ms) else None
-            for k in ("drift_estimate", "drift_estimate_max", "error_mean", "error_max"):  # estimated, measured
+            for k in ("drift_estimate", "drift_estimate_max", "error_mean", "error_max", "encoder_work"):
                 if k in f:
                     e[k] = f[k]
             if i < len(vs_off) and vs_off[i] is not None:
@@ -289,6 +289,8 @@ def run_clip(model, prec, c, settings, tmp):
             "reuse_rate": inc["reuse_rate"],
             "refreshes": sum(1 for f in pf if f["refresh"]),
             "recomputed_tokens": mean_after_first([f["recomputed_tokens"] for f in pf]),
+            # The share of a full encode's multiply-adds the encoder did (frames 1..).
+            "encoder_work": mean_after_first([f.get("encoder_work", 1.0) for f in pf]),
             "tokens": mean_after_first([f["tokens"] for f in pf]),
             "stages_ms": {k: statistics.fmean(f["timings_ms"][k] for f in plain[s][0]["per_frame"] if not f["refresh"])
                           for k in plain[s][0]["per_frame"][0]["timings_ms"]}
@@ -300,14 +302,14 @@ def run_clip(model, prec, c, settings, tmp):
 
 
 HEADER = (f"{'clip':<15} {'setting':<28} {'incr ms':>8} {'off ms':>8} {'off/incr':>8} {'per-frame':>9} "
-          f"{'worst':>6} | {'cos mean':>8} {'worst fr':>8} {'worst tok':>9} {'vs off':>8} {'off wfr':>8} {'reuse':>6} {'refr':>4}")
+          f"{'worst':>6} | {'cos mean':>8} {'worst fr':>8} {'worst tok':>9} {'vs off':>8} {'off wfr':>8} {'reuse':>6} {'work':>5} {'refr':>4}")
 
 
 def print_row(c, row):
     print(f"{c:<15} {(row['setting'] or 'defaults')[:28]:<28} {row['incremental_ms']:>8.1f} {row['off_ms']:>8.1f} "
           f"{row['speedup_mean_time']:>7.1f}x {row['speedup_per_frame_median']:>8.1f}x {row['speedup_per_frame_min']:>5.1f}x"
           f" | {row['cosine_mean']:>8.5f} {row['cosine_worst_frame']:>8.5f} {row['cosine_worst_token']:>9.5f} "
-          f"{row['cosine_vs_off_mean']:>8.5f} {row['cosine_vs_off_worst_frame']:>8.5f} {100 * row['reuse_rate']:>5.1f}% {row['refreshes']:>4}", flush=True)
+          f"{row['cosine_vs_off_mean']:>8.5f} {row['cosine_vs_off_worst_frame']:>8.5f} {100 * row['reuse_rate']:>5.1f}% {row['encoder_work']:>5.2f} {row['refreshes']:>4}", flush=True)
 
 
 def run_model(model, prec, clips, settings, torch):
