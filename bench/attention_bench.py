@@ -28,6 +28,7 @@ import subprocess
 import sys
 
 import _build  # bench/_build.py: builds the bench_* executable a script runs
+import provenance  # bench/provenance.py: --save keeps the result with its commit and machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -42,6 +43,7 @@ ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
 ap.add_argument("--qk-scale", type=float, default=10.0)
 ap.add_argument("--no-fixtures", action="store_true")
 ap.add_argument("--json", help="also write the results here")
+provenance.add_arguments(ap)
 ARGS = ap.parse_args()
 
 
@@ -114,6 +116,7 @@ def main():
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump(results, f, indent=2)
+    provenance.output(ARGS, "attention", results, threads=ARGS.threads)
 
 
 if __name__ == "__main__":

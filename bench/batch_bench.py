@@ -57,6 +57,8 @@ def parse_args():
     ap.add_argument("--rounds", type=int, default=4, help="interleaved rounds (load drift evens out)")
     ap.add_argument("--dask", default="1x1,2x1,1x2", help="Dask layouts, WORKERSxTHREADS, comma separated")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--save", action="store_true",
+                    help="save the result with its commit and machine as bench/results/<bench>/<date>_<cpu-class>_<commit>.json (bench/provenance.py)")
     ap.add_argument("--serve-python", action="store_true",
                     help=argparse.SUPPRESS)  # internal: the Python loops' own process (see PythonProcess)
     return ap.parse_args()
@@ -329,6 +331,11 @@ def main():
         with open(ARGS.json, "w") as f:
             json.dump({"images": len(paths), "budget": ARGS.budget, "model": ARGS.model,
                        "precision": ARGS.precision, "images_per_s": results}, f, indent=2)
+    import provenance  # bench/provenance.py
+    provenance.output(ARGS, "batch", {"images": len(paths), "budget": ARGS.budget, "model": ARGS.model,
+                                      "precision": ARGS.precision, "images_per_s": results},
+                      rows=[{"pipeline": k, "images_per_s": v, "vs_batch_cli": v / base if base else None}
+                            for k, v in results.items()], versions=provenance.module_versions("torch", "dask"))
 
 
 if __name__ == "__main__":

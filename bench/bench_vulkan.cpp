@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     {
       // Accuracy, not speed. The CPU rounds at every level, so its chain drifts from the exact
       // mean; a float chain rounded once could only reach round(mean), not the CPU pyramid.
-      // The blit path therefore rounds each level with the CPU's rule (docs/vulkan.md).
+      // The blit path therefore rounds each level with the CPU's rule (docs/how-to/vulkan.md).
       const fovea::PyramidU8 want = fovea::build_pyramid(img.clone(), {}, exec);
       const fovea::PyramidU8 got = gpu->build_pyramid(img, {}, fovea::MipMethod::blit);
       const fovea::PyramidU8 exact = gpu->build_pyramid(img, {}, fovea::MipMethod::compute);

@@ -48,6 +48,8 @@ def parse_args():
     ap.add_argument("--calls", type=int, default=1, help="encodes per thread and round (lengthens short ones)")
     ap.add_argument("--image", default=os.path.join(ROOT, "data", "astronaut.jpg"))
     ap.add_argument("--json", help="also write every line here")
+    ap.add_argument("--save", action="store_true",
+                    help="save the result with its commit and machine as bench/results/<bench>/<date>_<cpu-class>_<commit>.json (bench/provenance.py)")
     return ap.parse_args()
 
 
@@ -87,9 +89,11 @@ def median(v):
 
 
 OUT = open(ARGS.json, "w") if ARGS.json else None
+LINES = []
 
 
 def emit(obj):
+    LINES.append(obj)
     line = json.dumps(obj)
     print(line, flush=True)
     if OUT:
@@ -170,6 +174,9 @@ def main():
           "command": " ".join(shlex.quote(a) for a in ["/usr/bin/python3"] + sys.argv)})
     for spec in ARGS.model or ["random:vit-b16"]:
         bench(spec)
+    import provenance  # bench/provenance.py
+    provenance.output(ARGS, "concurrent", {"lines": LINES}, rows=[provenance.scalars(x) for x in LINES if x.get("mode") != "header"],
+                      threads=2)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import tempfile
 import time
 
 import _build  # bench/_build.py: builds the bench_* executable a script runs
+import provenance  # bench/provenance.py: --save keeps the result with its commit and machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -51,6 +52,7 @@ def parse_args():
     ap.add_argument("--ns", default="196,273,576,1024,4096")
     ap.add_argument("--no-e2e", action="store_true")
     ap.add_argument("--json", help="also write the results here")
+    provenance.add_arguments(ap)
     return ap.parse_args()
 
 
@@ -280,6 +282,7 @@ def main():
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump(results, f, indent=2)
+    provenance.output(ARGS, "encode", results, threads=ARGS.threads, versions=provenance.module_versions("torch"))
 
 
 if __name__ == "__main__":

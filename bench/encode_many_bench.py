@@ -7,7 +7,7 @@
 The images: crops of the astronaut sample (320x240), tokenized with the mixed foveation at each
 budget. Best of --repeats runs of each (after one warm-up of both); prints the ratio. This is the
 encoder call alone; what it does for the service, where tokenization and HTTP run beside it, is
-bench/serve_bench.py's to say (docs/serve.md).
+bench/serve_bench.py's to say (docs/how-to/serve.md).
 """
 import argparse
 import os

@@ -1059,6 +1059,8 @@ def parse_args(argv):
     ap.add_argument("--no-ocr", action="store_true", help="skip the OCR scenes")
     ap.add_argument("--ocr-scenes", type=int, help="text scenes per size (default 4, --quick 1)")
     ap.add_argument("--photos", type=int, help=f"photos per size (default {len(PHOTOS)}, --quick {QUICK_PHOTOS})")
+    ap.add_argument("--save", action="store_true",
+                    help="save the result with its commit and machine as bench/results/<bench>/<date>_<cpu-class>_<commit>.json (bench/provenance.py)")
     a = ap.parse_args(argv)
     try:
         a.sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
@@ -1159,6 +1161,10 @@ def main(argv=None) -> int:
         with open(a.json, "w") as f:
             json.dump(info, f, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
         log(f"wrote {a.json}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import provenance  # bench/provenance.py
+    provenance.output(a, "fidelity", json.loads(json.dumps(info, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))),
+                      threads=a.threads, versions=provenance.module_versions("torch", "transformers", "timm", "open_clip"))
     if a.plot:
         plot(a.plot, summary, a.methods, sheet,
              f"{os.path.basename(os.path.dirname(os.path.abspath(a.model)))}: budget {budget}, native {tower.S}²")

@@ -41,6 +41,8 @@ ap.add_argument("--reps", type=int, default=3)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
 ap.add_argument("--out", help="write the raw lines (JSON, one a run) here")
+ap.add_argument("--save", action="store_true",
+                help="save the result with its commit and machine as bench/results/<bench>/<date>_<cpu-class>_<commit>.json (bench/provenance.py)")
 ARGS = ap.parse_args()
 
 
@@ -128,6 +130,9 @@ def main():
             rng = lambda v, f: f"{f.format(min(v))}–{f.format(max(v))}"
             print(f"{prec:>9} {mode:>20} {rng(cos, '{:.4f}'):>30} {rng(att, '{:.2f}×'):>22} {rng(enc, '{:.2f}×'):>16} "
                   f"{rng(ms, '{:.0f}'):>17}")
+
+    import provenance  # bench/provenance.py
+    provenance.output(ARGS, "hierarchical", {"rows": rows}, threads=ARGS.threads)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import tempfile
 import time
 
 import _build  # bench/_build.py: builds the bench_* executable a script runs
+import provenance  # bench/provenance.py: --save keeps the result with its commit and machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -62,6 +63,7 @@ def parse_args():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-steady", action="store_true")
     ap.add_argument("--json", help="also write the results here")
+    provenance.add_arguments(ap)
     return ap.parse_args()
 
 
@@ -222,6 +224,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
+    provenance.output(a, "oneshot", results, threads=a.threads, versions=provenance.module_versions("torch"))
 
 
 if __name__ == "__main__":

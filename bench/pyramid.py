@@ -33,7 +33,7 @@ chains have 13 levels (4096 ... 1, each extent halved with floor).
              (R + W) / 2 bytes into a pre-touched buffer, split over 1 or 2 threads; the
              faster of the two is the floor.
 
-Targets (issue 12): fovea f32 steady state (2 threads) at least as fast as OpenCV's INTER_AREA
+Targets: fovea f32 steady state (2 threads) at least as fast as OpenCV's INTER_AREA
 chain; fovea u8 steady state (2 threads) no slower than the memcpy floor. Exit status 1 when a
 target is missed.
 """
@@ -47,6 +47,7 @@ import sys
 import time
 
 import _build  # bench/_build.py: builds the bench_* executable a script runs
+import provenance  # bench/provenance.py: --save keeps the result with its commit and machine
 
 SIZE = 4096
 LEVELS = 13
@@ -62,6 +63,7 @@ def parse_args():
                    help="Google Benchmark --benchmark_min_time per benchmark (default: 0.3)")
     p.add_argument("--json", help="also write the medians to this file")
     p.add_argument("--no-torch", action="store_true", help="skip the (slow) torch chains")
+    provenance.add_arguments(p)
     return p.parse_args()
 
 
@@ -246,6 +248,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"median_ms": med, "samples_ms": samples}, f, indent=1)
+    provenance.output(args, "pyramid", {"median_ms": med}, rows=[{"case": k, "median_ms": v} for k, v in med.items()], threads=args.threads,
+                      versions=provenance.module_versions("torch", "cv2"))
     return 0 if all(ok for *_, ok in checks) else 1
 
 

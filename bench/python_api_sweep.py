@@ -2,7 +2,7 @@
 """Hostile-argument sweep of fovea's Python API: bad arguments must raise, not crash or hang.
 
 Every public entry point of the `fovea` package (tokenize, Model and its encode / encode_full,
-Tokens, Encoding, TensorFile, load / save, VideoReader, video, VideoFrameResult and the helpers
+Tokens, Encoding, TensorFile, load / save, VideoReader, video, VideoFrameResult and the module-level functions
 in fovea/__init__.py) is called with hostile arguments: arrays of every dtype, shape and stride
 pattern (0-size, 1x1, 1x100000, dims past 2^31, broadcast, flipped, overlapping, read-only,
 big-endian), garbage and truncated encoded images (PNG, JPEG, PNM, BMP, GIF, QOI, WebP, TIFF,
@@ -545,7 +545,7 @@ def define_cases(fx: dict):
     def fp(name):  # a fixture path expression in the child
         return f"F + {('/' + name)!r}"
 
-    # ---- module level, helpers, classes without constructors ----------------------------------
+    # ---- module level functions, classes without constructors ----------------------------------
     case("module/info", "result = (fovea.__version__, fovea.bf16_supported(), fovea.image_formats(), fovea.image_extensions())", "ok")
     case("module/all_names", "result = [getattr(fovea, n) is not None for n in fovea.__all__]", "ok")
     for expr in ["fovea.bf16_supported(1)", "fovea.image_formats('x')", "fovea.Tokens()", "fovea.Encoding()",

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/serve_bench.py [--build-dir build] [--model random:vit-b16] [--budget 273]
         [--precision bf16] [--clients 8] [--seconds 60] [--rounds 4] [--targets throughput,batching,cache,hostile,explorer,memory]
-        [--out bench/results/serve/NAME]
+        [--out /tmp/serve/NAME] [--save]
 
 The photos are bench/batch_bench.py's (--images JPEGs of about 1024x1024: crops and flips of
 scikit-image's photographs), one fixation each (a third of the way in, the batch CLI's one query
@@ -52,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -78,7 +79,9 @@ def parse_args():
     ap.add_argument("--memory-cache-mb", type=float, default=64)
     ap.add_argument("--targets", default="throughput,batching,cache,hostile,explorer,memory")
     ap.add_argument("--work", default=None, help="work folder (default: a temporary one)")
-    ap.add_argument("--out", default=None, help="write OUT.txt and OUT.json (e.g. bench/results/serve/NAME)")
+    ap.add_argument("--out", default=None, help="write OUT.txt and OUT.json (e.g. /tmp/serve/NAME)")
+    ap.add_argument("--save", action="store_true",
+                    help="save the result with its commit and machine as bench/results/<bench>/<date>_<cpu-class>_<commit>.json (bench/provenance.py)")
     return ap.parse_args()
 
 
@@ -131,15 +134,24 @@ class Service:
         self.p = subprocess.Popen([sys.executable, "-m", "fovea.serve", "--port", "0", "--model", ARGS.model,
                                    "--threads", str(ARGS.threads), "--precision", ARGS.precision,
                                    "--max-queue", "1024", "--max-budget", "100000", *extra],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         line = self.p.stdout.readline()
         if not line.startswith("fovea serve: http://"):
             self.p.kill()
-            sys.exit(f"the service did not start: {line!r} {self.p.stderr.read()}")
+            sys.exit(f"the service did not start: {line!r} {self.p.stdout.read()}")
+        # The service's log goes on being read: a pipe nobody drains blocks the service's event
+        # loop once 64 KiB of log wait in it.
+        self.log_path = os.path.join(WORK, f"{name}-{len(SERVICES)}.log")
+        threading.Thread(target=self._drain, daemon=True).start()
         SERVICES.append(self)
         self.url = line.split()[2]
         self.host, port = self.url.split("//")[1].rsplit(":", 1)
         self.port = int(port)
+
+    def _drain(self):
+        with open(self.log_path, "w") as log:
+            for line in self.p.stdout:
+                log.write(line)
 
     def metrics(self):
         return urllib.request.urlopen(self.url + "/metrics").read().decode()
@@ -445,7 +457,7 @@ def hostile_kinds(photo):
         ("bad field", request_bytes("/v1/encode", badfield, ctype), 0),
         ("bad form", request_bytes("/v1/encode", b"--x\r\ngarbage", "multipart/form-data; boundary=x"), 0),
         ("not HTTP", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(200) + b"\r\n\r\n", 0),
-        ("bad session", request_bytes("/v1/video/sessions/nope/frames", trunc, ctype), 0),
+        ("unknown video session", request_bytes("/v1/video/sessions/nope/frames", trunc, ctype), 0),
     ]
 
 
@@ -687,6 +699,9 @@ def main():
                 f.write("\n".join(LOG) + "\n")
             with open(ARGS.out + ".json", "w") as f:
                 json.dump(res, f, indent=1)
+    import provenance  # bench/provenance.py
+    provenance.output(ARGS, "serve", json.loads(json.dumps(res, default=str)), threads=ARGS.threads,
+                      versions=provenance.module_versions("fastapi", "uvicorn", "httpx"))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ and uniform pipelines against what VLM preprocessing does in torch and OpenCV, s
 The competitors do the *uniform* job (resize so a 16-px grid holds <= B tokens, CLIP-normalise,
 cut into [N, 3, 16, 16] patches); neither has a foveated pipeline to compare with. Medians of
 --reps runs; ratios are competitor time / fovea time (higher = fovea faster). The target
-(issue 17) is foveated tokenize at B=273 no slower than OpenCV's uniform preprocessing, same run.
+is foveated tokenize at B=273 no slower than OpenCV's uniform preprocessing, same run.
 """
 import argparse
 import json
@@ -121,7 +121,7 @@ def main():
         print(f"{'':>6}  fovea stages: pyramid {b['pyramid_ms']:.3f} ms, relevance {b['relevance_ms']:.3f} ms, "
               f"allocate {b['allocate_ms']:.3f} ms, extract {b['extract_ms']:.3f} ms; {int(b['tokens'])} tokens")
         if budget == 273:
-            # Issue 17's target: no slower than OpenCV's uniform preprocessing of the same image,
+            # The target: no slower than OpenCV's uniform preprocessing of the same image,
             # in the same run (absolute times differ between machines; the ratio does not).
             cv_ms = rows[[r[0] for r in rows].index("OpenCV uniform (INTER_AREA)")][1]
             ratio = fov / cv_ms

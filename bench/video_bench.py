@@ -45,6 +45,7 @@ import tempfile
 import time
 
 import _build  # bench/_build.py: builds the bench_* executable a script runs
+import provenance  # bench/provenance.py: --save keeps the result with its commit and machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -75,6 +76,7 @@ def parse_args():
     ap.add_argument("--torch-frames", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json", help="also write the results here")
+    provenance.add_arguments(ap)
     a = ap.parse_args()
     if a.random is None:
         a.random = "none" if a.model.startswith("random:") else "random:vit-ti16"
@@ -419,6 +421,7 @@ def main():
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump(results, f, indent=2)
+    provenance.output(ARGS, "video", results, threads=ARGS.threads, versions=provenance.module_versions("torch"))
 
 
 if __name__ == "__main__":

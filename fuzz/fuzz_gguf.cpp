@@ -2,7 +2,7 @@
 // metadata (strings, arrays, every scalar type), tensor infos (names, dims, ggml types,
 // offsets, alignment), then every value read as floats and every tensor decoded to float32.
 // Any bytes either parse, with every tensor decodable or refused, or give a fovea::Error.
-// (tests/fuzz/gguf_fuzz.cpp is the models helper's hand-built version of the same target.)
+// (tests/fuzz/gguf_fuzz.cpp is a hand-built version of the same target.)
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -24,7 +24,7 @@ if command -v ccache >/dev/null 2>&1; then
   export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
   # Depend mode: ccache hashes the compiler's own -MD dependency list instead of running the
   # preprocessor first. On an empty cache (a fresh machine: CI) the preprocessor pass was all
-  # ccache added, ~25 % of every compile and ~2 s per precompiled-header source (docs/build.md).
+  # ccache added, ~25 % of every compile and ~2 s per precompiled-header source (docs/how-to/build.md).
   export CCACHE_DEPEND=${CCACHE_DEPEND:-1}
 fi
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then

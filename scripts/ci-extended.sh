@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The reliability jobs of CI (issue 19; .ci/run runs them after the plain suite), benchmarks
+# The reliability jobs of CI (.ci/run runs them after the plain suite), benchmarks
 # and the Python module not built:
 #   scripts/sanitize.sh asan                       the whole suite under ASan + UBSan (label asan), in
 #                                                  build-asan: clang, the library also instrumented for libFuzzer

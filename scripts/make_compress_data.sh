@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Embeddings of real photos for the compression report (issue 16): scripts/make_compress_data.sh [OUT_DIR] [MODEL]
+# Embeddings of real photos for the compression report: scripts/make_compress_data.sh [OUT_DIR] [MODEL]
 #   OUT_DIR/eval/*.safetensors   4 photos (astronaut, coffee, chelsea, motorcycle), foveated at B=576
 #   OUT_DIR/train/*.safetensors  8 other photos, each at two budgets and fixations (~11k tokens)
 # MODEL defaults to random:vit-b16 (random weights: no trained ViT is available here; trained

@@ -223,7 +223,7 @@ def idefics3_buckets(n, g):
     with it: the table cell of each of n patches along an axis, for a g x g table. (transformers'
     later rewrite, arange(n) / n * (1 - 1e-6) in pixel_values.dtype, gives the same cells in bf16
     and fp16, where the factor rounds to 1, and one cell lower on every patch edge that falls on
-    a boundary in float32, the native grid included; docs/encoder.md.)"""
+    a boundary in float32, the native grid included; docs/explanation/encoder.md.)"""
     boundaries = torch.arange(1 / g, 1.0, 1 / g)
     frac = torch.arange(0, 1 - 1e-6, 1 / torch.tensor(n))
     return torch.bucketize(frac, boundaries, right=True)
@@ -287,7 +287,7 @@ class SiglipVisionModel(nn.Module):
         self.vision_model = SiglipVisionTransformer(embeddings, head)
 
 
-# ---- helpers ------------------------------------------------------------------------------------
+# ---- utilities ------------------------------------------------------------------------------------
 
 def randomize(model, gen):
     """Weights with real variation (the libraries' inits leave LayerNorms at identity and heads at

@@ -7,5 +7,5 @@ bash scripts/install-deps.sh test
 bash scripts/build.sh build -DFOVEA_BUILD_TESTS=ON -DFOVEA_BUILD_BENCH=ON -DFOVEA_DEBUG_INFO=lines
 # Two tests per core: many wait on child processes (the CLI, Python), lavapipe or files. Measured
 # on 2 cores: 160 s at -j2, 113 s at -j4 in a build folder with ctest's timing history; no gain
-# (161 s) in a fresh clone, which has none (docs/build.md).
+# (161 s) in a fresh clone, which has none (docs/how-to/build.md).
 ctest --test-dir build --output-on-failure -j "$(( $(nproc) * 2 ))"

@@ -1,4 +1,4 @@
-// Test helpers: a small GGUF writer, a valid sample file and a set of hostile files, shared by
+// For the tests: a small GGUF writer, a valid sample file and a set of hostile files, shared by
 // test_gguf.cpp (the reader) and test_encoder_gguf.cpp (the mmproj loader and the CLI).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Atomic outputs, proven (issue 19): the CLI is killed with SIGKILL at seeded random points
+// Atomic outputs, proven: the CLI is killed with SIGKILL at seeded random points
 // while it runs, many times, most of them while it writes (the kill lands as soon as a
 // temporary file shows up in the output folder, plus a random delay). Afterwards every output
 // path holds either the file that was there before or the complete new file (byte-identical to

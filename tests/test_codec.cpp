@@ -1,4 +1,4 @@
-// Token compression (issue 16): codecs, codebooks, the sibling merge, distortion measures.
+// Token compression: codecs, codebooks, the sibling merge, distortion measures.
 #include <gtest/gtest.h>
 
 #include <cmath>

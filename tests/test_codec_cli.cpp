@@ -1,4 +1,4 @@
-// fovea compress / decompress / compress --report (issue 16): round trips, codebook
+// fovea compress / decompress / compress --report: round trips, codebook
 // references, the sibling merge, and bad input (one line, exit 1, no file left behind).
 #include <sys/resource.h>
 

@@ -1,4 +1,4 @@
-// Compressed pages in the token store (issue 16): the record size replaces dim × dtype, and
+// Compressed pages in the token store: the record size replaces dim × dtype, and
 // gather_decoded decodes on the CPU for every codec and in the Vulkan gather shader for fp16,
 // bf16 and int8 — checked against the codec's own CPU decode on every backend, bit for bit.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// How a checkpoint's weights reach the GEMMs (issue 18, time to first embedding): matrices are
+// How a checkpoint's weights reach the GEMMs (time to first embedding): matrices are
 // read where they lie in the mapped file, converted or packed only when that pays, and every
 // path gives the same embeddings.
 #include <gtest/gtest.h>

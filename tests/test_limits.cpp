@@ -1,4 +1,4 @@
-// Limits (issue 19): absurd sizes get one clear error before any large allocation, in the
+// Limits: absurd sizes get one clear error before any large allocation, in the
 // library and through the CLI: decompression-bomb headers (PNG and JPEG claiming 60000x60000),
 // budgets above 2^24, patch 1, a 65535x1 image, checkpoints claiming 2^40 elements (a header
 // that lies, and a sparse file whose header is true), huge but consistent model dimensions, and

@@ -1,4 +1,4 @@
-// Token store fault injection (issue 19): a backend that fails on demand (src/store/
+// Token store fault injection: a backend that fails on demand (src/store/
 // fault_backend.hpp) in the middle of batches, on the host and the Vulkan backends (lavapipe).
 // After every injected failure the store must be exactly as before the call that failed
 // (bind_batch, unbind_batch, release: all-or-nothing), its accounting exact, its page tables

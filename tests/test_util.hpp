@@ -1,4 +1,4 @@
-// Helpers shared by the tests: synthetic images, temp dirs, running the CLI.
+// Shared by the tests: synthetic images, temp dirs, running the CLI.
 #pragma once
 
 #include <cstdint>

@@ -1175,7 +1175,7 @@ TEST_F(VideoTest, CliWritesTheProjectorsOutputForLlava) {
   EXPECT_EQ(s["per_frame"][1]["group_frames"], 4);
 }
 
-// The model brings its preprocessing (issue 13): fovea video applies the model's mean/std as
+// The model brings its preprocessing: fovea video applies the model's mean/std as
 // fovea encode does (SigLIP's 0.5, not CLIP's defaults), records it, and --mean overrides it.
 // Frame 0 is a full encode, so its embeddings equal fovea encode's of the same frame.
 TEST_F(VideoTest, CliAppliesTheModelsPreprocessingAsEncodeDoes) {

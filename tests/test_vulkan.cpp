@@ -211,7 +211,7 @@ int64_t expect_blit_u8_within_one_lsb(VulkanBackend& gpu, const ImageU8& img) {
 // rule (backend.cpp record_blit_mips_u8). Held to the contract directly against the CPU
 // pyramid: within 1 LSB. (With exact coordinates the 2:1 filter of integers is exact, and
 // lavapipe gives the CPU pyramid bit for bit on every case; without padding it was 0.25 LSB
-// off on the stripes and 512 samples came out 1 LSB off, docs/vulkan.md.) The old R8_UNORM
+// off on the stripes and 512 samples came out 1 LSB off, docs/how-to/vulkan.md.) The old R8_UNORM
 // blit chain fails this test (3-4 LSB at deep levels).
 TEST_F(Vulkan, BlitMipsU8WithinOneLsbOfCpuPyramid) {
   for (const auto& [name, img] : blit_cases_u8()) {
@@ -228,7 +228,7 @@ TEST_F(Vulkan, BlitMipsU8WithinOneLsbOfCpuPyramid) {
 // bit for bit, and the CPU's ((a + c) + (b + d)) * 0.25 (pyramid.hpp) differs from it by up
 // to 2 ulps: 2.4e-7 relative at every size here (and over 2142 sizes up to 700x257). Without
 // padding lavapipe is 2.9e-5 off at 127x33 and 1.9e-3 at 16383 wide; padded but with the
-// data's own boxes, 1e-4 at 1000x6 and 5e-5 at 500x50 (docs/vulkan.md): both fail this test.
+// data's own boxes, 1e-4 at 1000x6 and 5e-5 at 500x50 (docs/how-to/vulkan.md): both fail this test.
 TEST_F(Vulkan, BlitMipsF32Within1e5OfCpuPyramid) {
   std::vector<Size> sizes(std::begin(kSizes), std::end(kSizes));
   sizes.insert(sizes.end(), {{3, 300, 1},  {1000, 3, 1},  {1000, 6, 1},   {500, 50, 3},
@@ -619,7 +619,7 @@ TEST_F(Vulkan, AbsurdImageSizeIsACleanError) {
 // The rate map rendered as a VK_KHR_fragment_shading_rate attachment: every pixel must report
 // (gl_ShadingRateEXT) its tile's code, or, where the device lacks that rate, one the spec's
 // fallback rule allows. Needs a device with the extension and attachment rates; lavapipe has
-// neither, so there it is a skip that says why. Not yet run on such a device (docs/vulkan.md).
+// neither, so there it is a skip that says why. Not yet run on such a device (docs/how-to/vulkan.md).
 TEST_F(Vulkan, ShadingRateRender) {
   // A rate map with all three codes: 1x1 (level 0), 2x2 (level 1), 4x4 (level >= 2).
   ImageU8 img = random_image(256, 192, 3, 90);

@@ -221,7 +221,7 @@ def aggregate(results, budgets, strategies):
                 "small_text_gain_over_uniform_pts": 100 * gain,
                 "meets_30pt_small_text_gain": bool(gain >= 0.30),
             }
-    # Issue 17's targets. Bottom-up (no query) against uniform: >= +15 points on text under
+    # The targets. Bottom-up (no query) against uniform: >= +15 points on text under
     # 20 px at B = 273, never worse overall, and a whole-image PSNR never below uniform's at any
     # budget (the mean over scenes; the scenes below are counted too). A fixation: >= 85 % of
     # the ceiling at B = 64 and >= 98 % at B = 273.
@@ -327,7 +327,7 @@ def table_md(agg, targets, budgets, strategies):
     fx = targets.get("fov-fixation", {})
     if bu or any(k.startswith("fraction_of_ceiling_at_") for k in fx):
         lines.append("")
-        lines.append("Issue 17 targets:")
+        lines.append("Targets:")
         lines.append("")
         mark = lambda ok: "MET" if ok else "MISSED"
         if bu:
@@ -402,6 +402,8 @@ def main():
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--save", action="store_true",
+                    help="save the result with its commit and machine as bench/results/eval/<date>_<cpu-class>_<commit>.json (bench/provenance.py)")
     ap.add_argument("--fovea-args", default="",
                     help="extra flags for the foveated runs, e.g. '--e0 0.03 --sharpness 1.5'")
     ap.add_argument("--aggregate-only", action="store_true",
@@ -463,6 +465,10 @@ def main():
         plot(agg, strategies, os.path.join(a.out, "accuracy.png"))
     print(md)
     print(f"wall time {wall:.1f} s for {len(results)} scenes", file=sys.stderr)
+    if a.save:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        import provenance  # bench/provenance.py
+        provenance.output(a, "eval", finite_or_none(out), threads=None)
 
 
 if __name__ == "__main__":

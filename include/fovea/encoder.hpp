@@ -38,7 +38,7 @@
 //     (`vision_model.encoder.layers.N.attn.qkv`), the Idefics2 / Idefics3 / SmolVLM towers
 //     (SigLIP's names, bucketized positions), HF BLIP / BLIP-2 / InstructBLIP
 //     (`vision_model.encoder.layers.N.self_attn.qkv`, q_bias / v_bias), HF PaliGemma (SigLIP +
-//     `multi_modal_projector.linear` → projected): docs/encoder.md.
+//     `multi_modal_projector.linear` → projected): docs/explanation/encoder.md.
 // Qwen2-VL, Pixtral, EVA-02 and Llama 4 towers (rotary positions) are refused by name.
 // Safetensors (or PyTorch .pt/.pth/.bin): F32/F16/BF16/F64; GGUF: F32/F16/BF16/Q8_0.
 //
@@ -351,7 +351,7 @@ struct AttentionParams {
   // every query and attends exactly to every key. top_k >= the number of blocks gives exact
   // attention. EXPERIMENTAL: on a model made to attend as peaked as a trained one the default
   // (K=8) held a mean cosine of 0.994 to exact at N=4096, but on a real pretrained ViT-Ti/16 it
-  // holds far less (attention_caveat(); docs/encoder.md, "Hierarchical attention on a real
+  // holds far less (attention_caveat(); docs/explanation/encoder.md, "Hierarchical attention on a real
   // tower").
   int top_k = 8;
   int block_tokens = 64;
@@ -446,7 +446,7 @@ Encoding encode(const VitModel& model, const TensorView& patches, const TensorVi
 
 // The foveation a model is fed by default (fovea encode, and Python's tokenize with a model): windows
 // for every family fovea loads, since each is a frozen tower trained at one native size, which
-// a sequence mixing scales leaves (docs/fidelity.md: measured on a real ViT-Ti); mixed for the
+// a sequence mixing scales leaves (docs/explanation/fidelity.md: measured on a real ViT-Ti); mixed for the
 // random benchmark models, which have no training to leave.
 Foveation default_foveation(const VitModel& model);
 

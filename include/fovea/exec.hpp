@@ -14,7 +14,7 @@
 // OpenMP team size to threads() for the call and restores the caller's value before returning.
 // The OpenMP wait policy (OMP_WAIT_POLICY) belongs to the program, not the library: libgomp
 // reads it once when it loads. The fovea CLI chooses PASSIVE (tools/fovea/main.cpp;
-// docs/encoder.md says why).
+// docs/explanation/encoder.md says why).
 //
 // Thread safety: an Executor may be shared by threads; concurrent parallel_for calls on the
 // same Executor run one after another (one pool job at a time). Give each thread its own

@@ -131,7 +131,7 @@ struct RelevanceParams {
   // raised to it, so coarse structure (large smooth regions at their coarsest level) still
   // counts and a small budget is not all spent on fine detail. 0: no floor; 1: no bias. With the
   // default 0.125 the whole-image PSNR at B = 64 went from −0.03 to +0.39 dB over uniform's on
-  // the eval's 48 scenes while text under 20 px read better at B = 273 (docs/relevance.md).
+  // the eval's 48 scenes while text under 20 px read better at B = 273 (docs/explanation/relevance.md).
   float fine_bias_floor = 0.125f;
   TileFeatureFn tile_features;  // required when the query has an embedding
 };

@@ -16,7 +16,7 @@
 // exactly 1/2: uint8 within 1 LSB of the CPU pyramid (exact while the filter is within 0.125
 // LSB of the true mean; exact on lavapipe), float within 1e-5 relative for non-negative data
 // (lavapipe: 2 ulps); without padding (VulkanOptions::pad_blit_chains) the float precision is
-// the driver's (docs/vulkan.md). Images are 2D array textures with one layer per channel
+// the driver's (docs/how-to/vulkan.md). Images are 2D array textures with one layer per channel
 // plane (B images × C channels layers in a batch), so planar images upload as is.
 // Errors: Error(device) when there is no usable device, Error(unsupported) for a missing
 // format feature, Error(out_of_memory) / Error(limit_exceeded) for images the device refuses.
@@ -79,7 +79,7 @@ struct VulkanOptions {
   // corner), so that the driver's normalised texel coordinates are exact and its 2:1 linear
   // filter averages exactly 4 texels. false, or a padded image the device refuses (limits,
   // memory): the image's own extents, where the filter's precision is the driver's
-  // (docs/vulkan.md, "Blit mips against the CPU pyramid").
+  // (docs/how-to/vulkan.md, "Blit mips against the CPU pyramid").
   bool pad_blit_chains = true;
 };
 

@@ -181,7 +181,7 @@ def tokenize(
             window is encoded as a standalone image, and tokens of a coarser window that a finer
             one covers are dropped after encoding) or "mixed" (one sequence mixing mip levels).
             Default: the model's own with model= (windows for every frozen tower, mixed for the
-            random benchmark models), else "mixed". See docs/fidelity.md.
+            random benchmark models), else "mixed". See docs/explanation/fidelity.md.
         window_grid: foveation="windows": tokens a side of a native window (default: the
             model's grid, else 224 / patch).
         keep_covered: foveation="windows": hand on the covered tokens too (the budget counts
@@ -262,7 +262,7 @@ class Model(_fovea.Model):
                 and to the mean key/value of the others (`fovea encode --attention`; recorded in
                 saved files with its cost). On a real pretrained ViT-Ti/16 at 4096 tokens its
                 mean per-token cosine to exact attention was only 0.818-0.918 at the default
-                K=8 (an encode 2.5-2.8x faster), 0.970-0.996 at K=32 (1.5x) (docs/encoder.md);
+                K=8 (an encode 2.5-2.8x faster), 0.970-0.996 at K=32 (1.5x) (docs/explanation/encoder.md);
                 random weights hide this. Use exact unless you have measured
                 it on your own model.
 
@@ -425,7 +425,7 @@ class VideoReader:
     .info is a dict (width, height, fps, duration_s, frame_count, container, codec,
     orientation (EXIF numbering), rotation, rotation_applied, sample_aspect_ratio);
     .frames_decoded, .corrupt_packets (skipped, as ffmpeg does), .corrupt_frames,
-    .timestamps_repaired (pts that did not increase, made to: docs/video.md "Inputs"), .warnings.
+    .timestamps_repaired (pts that did not increase, made to: docs/how-to/video.md "Inputs"), .warnings.
     Raises OSError for a missing or unreadable file, RuntimeError for a file that is not a
     video (the CLI's messages).
     """
@@ -505,7 +505,7 @@ def video(
     overlay: Optional[PathLike] = None,
 ):
     """Tokenize (and, with a model, encode) a video, re-doing only what changed between frames:
-    the session `fovea video` runs (docs/video.md).
+    the session `fovea video` runs (docs/how-to/video.md).
 
     Args:
         path: the video file.

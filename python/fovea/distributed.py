@@ -7,7 +7,7 @@ INPUTS are image files, directories of them (fovea.image_extensions(), recursive
 .tar shards. There is one Dask task per input shard and one per batch of --batch-size files.
 Each worker process loads the model once (a per-process cache) and runs fovea's C++ pipeline
 with the GIL released, on the host's cores divided by the task slots of the workers there.
-The layout that measured fastest (docs/python.md) is one worker per machine running one task
+The layout that measured fastest (docs/how-to/python-and-dask.md) is one worker per machine running one task
 at a time (`dask worker ... --nworkers 1 --nthreads 1`; the LocalCluster default here), with
 OMP_WAIT_POLICY=PASSIVE in the worker's environment (set for the LocalCluster this command
 starts; the summary warns when a worker runs without it). Outputs are those of the batch CLI (`fovea tokenize|encode ... -o DIR`),
@@ -182,7 +182,7 @@ def _check_wait_policy(threads: int, options: Dict[str, Any]) -> Optional[str]:
     """A note for the driver when this process runs fovea's encoder on several OpenMP threads
     with libgomp's default wait policy (idle threads spin at every barrier). The policy is read
     once, when libgomp loads, so it cannot be fixed from here: it belongs in the worker's
-    environment. Measured here: ~0.6 s of CPU per image instead of ~0.18 s (docs/python.md)."""
+    environment. Measured here: ~0.6 s of CPU per image instead of ~0.18 s (docs/how-to/python-and-dask.md)."""
     global _WARNED_WAIT_POLICY
     uses_openmp = options.get("model") is not None  # only the encoder runs OpenMP code
     if (threads == 1 or not uses_openmp or _WARNED_WAIT_POLICY or os.environ.get("OMP_WAIT_POLICY")
@@ -370,7 +370,7 @@ def run(inputs: Sequence[str], outdir: str, *, client=None, batch_size: Optional
 
     Layout: one worker process per machine running one task at a time (--nthreads 1), with
     fovea's threads = the machine's cores, was the fastest here (within a few % of the batch
-    CLI, docs/python.md); several single-thread workers or slots per machine measured ~0.65x.
+    CLI, docs/how-to/python-and-dask.md); several single-thread workers or slots per machine measured ~0.65x.
     Workers running several fovea threads need OMP_WAIT_POLICY=PASSIVE in their environment
     (the summary's "warnings" say when a worker lacks it).
 

@@ -34,7 +34,7 @@ as llama.cpp's batch takes them.
 The dicts and arrays returned are plain numpy (torch only for vllm_image_embeds' "torch"
 serialization); none of the runtimes is imported here. The forms follow the runtimes' documented
 inputs and are tested for those shapes and dtypes (tests/python/test_py_serve.py), not inside
-the runtimes, none of which is installed here (docs/serve.md).
+the runtimes, none of which is installed here (docs/how-to/serve.md).
 
 This module also reads and writes safetensors bytes in memory (the format of every fovea file)
 and their JSON form, for the service and its client.

@@ -77,8 +77,8 @@ namespace {
 
 // Mean per-token cosine to exact attention on a real pretrained tower: a ViT-Ti/16 classifier,
 // N = 4096 (five photos upscaled to 1024², uniform), fp32 and bf16; the range over the photos,
-// rounded outwards (bench/hierarchical_real.py, bench/results/hierarchical-real/, 2026-12-06;
-// docs/encoder.md, "Hierarchical attention on a real tower").
+// rounded outwards (bench/hierarchical_real.py, bench/results/hierarchical/, 2026-12-06;
+// docs/explanation/encoder.md, "Hierarchical attention on a real tower").
 struct RealTowerCosine {
   int top_k, block_tokens;
   double lo, hi;
@@ -434,12 +434,12 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
   // q⁺_i·kmax_c + q⁻_i·kmin_c; p_i = softmax_c(u_ic·scale + log n_c) is where query i could put
   // its attention, and a key block scores the most any query of the query block could give it:
   // score_c = max_i p_ic. A block's mean key (the ranking before) hides one key a query attends
-  // to sharply; the bound does not (measured: bench/attention_bench.py, docs/encoder.md).
+  // to sharply; the bound does not (measured: bench/attention_bench.py, docs/explanation/encoder.md).
   // The bounds are one GEMM over all the group's rows, Uᵀ = [kmax | kmin]·[q⁺ | q⁻]ᵀ (k = 2·hd,
   // in dt): per query block, the 2 × heads × blocks small GEMM calls cost more than their
   // arithmetic (~0.13 s of an N=4096 bf16 encode on Zen 5); two GEMMs of k = hd (one
   // accumulating) cost more than one of 2·hd; and in f32 this GEMM took ~50 ms of a Zen 4's
-  // N=4096 hierarchical:8:64 bf16 encode (docs/encoder.md, "An AVX512-BF16 attention kernel").
+  // N=4096 hierarchical:8:64 bf16 encode (docs/explanation/encoder.md, "An AVX512-BF16 attention kernel").
   // A group holds up to ~1024 query rows, fewer when there are many key blocks, so its bounds
   // (rows × blocks floats) stay within 4 Mi floats whatever N and the block size.
   // (No ranking when every block is taken exactly: K >= nb.)

@@ -696,7 +696,7 @@ bool bf16_supported() {
   // no). Plain AVX-512 (Skylake-SP to Ice Lake) also gets a bf16 matmul primitive from oneDNN
   // 2.6, but an emulated one (gemm:jit, converting to f32 in the kernel): on an Ice Lake Xeon
   // its bare 4096x768x3072 GEMM ran at 61 GFLOP/s against f32's 202, and a ViT-B/16 bf16 encode
-  // took 3.7x fp32's time at N = 273 (bench/results/icelake/). bf16 is asked for speed; there
+  // took 3.7x fp32's time at N = 273 (bench/results/encode/). bf16 is asked for speed; there
   // it is neither faster nor as exact, so it runs fp32, as on AVX2. A fact of the CPU and of
   // ONEDNN_MAX_CPU_ISA, which oneDNN reads once, so it is asked once.
   static const bool supported = [] {

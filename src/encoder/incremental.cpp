@@ -10,7 +10,7 @@
 // more than the threshold join the output projection and MLP with their kept input (set S):
 //   XR[S] = ref_in[S]; A_S = their current attention; x_out[S] = XR[S] after the same GEMMs.
 // The schedule follows forward.cpp: every GEMM through oneDNN (encoder_detail::Gemm) with
-// bias, GELU and residual fused, row kernels for LayerNorm and softmax; the small helpers
+// bias, GELU and residual fused, row kernels for LayerNorm and softmax; the small functions
 // (positional interpolation, the linear-layer arguments) are the same arithmetic as there.
 #include <omp.h>
 

@@ -118,7 +118,7 @@ double even_spacing(const std::vector<double>& v) {
 // i.e. ⌊G·i/n⌋, the table cell its fractional coordinate falls in. Token i of a whole grid of n
 // tokens of its size gets it in integers, exactly; another token ⌊G·edge/extent⌋. (Torch forms
 // i/n in float32, which at an exact coincidence i/n = k/G can land one cell lower:
-// docs/encoder.md.) Clamped to the table: only a token hanging over the image's edge lies outside.
+// docs/explanation/encoder.md.) Clamped to the table: only a token hanging over the image's edge lies outside.
 int bucket(double edge, double extent, double cell, int G) {
   const double n = extent / cell, i = edge / cell, N = std::round(n), I = std::round(i);
   if (N >= 1 && N < 1e9 && std::fabs(n - N) < 1e-6 && std::fabs(i - I) < 1e-6 && I >= 0 && I < N)

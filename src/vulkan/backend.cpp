@@ -485,7 +485,7 @@ struct VulkanBackend::Impl {
   // about x·2^-24 of the texel difference, 1e-3 relative at 8191 wide). g's image is
   // therefore padded to power-of-two extents (acquire_blit_image), the data in its top-left
   // corner, and the boxes rounded up to powers of two (mip_blit): every coordinate is then a
-  // dyadic rational, exact in float, and each weight exactly 1/2 (docs/vulkan.md). `guards`:
+  // dyadic rational, exact in float, and each weight exactly 1/2 (docs/how-to/vulkan.md). `guards`:
   // padding_guards of the image, zeroed from `zeros` first.
   void record_blit_mips(VkCommandBuffer cb, GpuPyramid& g, const std::vector<VkBufferImageCopy>& guards,
                         VkBuffer zeros) {
@@ -516,7 +516,7 @@ struct VulkanBackend::Impl {
   // previous level's rounding: 3-4 LSB from the CPU at deep levels on lavapipe. Blitting the
   // whole chain in float and rounding once at the end does not help either: the CPU rounds at
   // every level, and its chain is up to 1.8 LSB from the exact mean at 1024² (3 LSB at 8192
-  // wide), so round(mean) misses it by 2-3 LSB (docs/vulkan.md). So the blits filter a float
+  // wide), so round(mean) misses it by 2-3 LSB (docs/how-to/vulkan.md). So the blits filter a float
   // copy of the chain (R32_SFLOAT, values in LSB units: no rounding and no clamping in the
   // blit), and after each blit mip_quantize.comp rounds the new level with the CPU's rule,
   // into the uint8 pyramid and back into the float chain the next blit reads. Result: the CPU

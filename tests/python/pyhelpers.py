@@ -1,4 +1,4 @@
-"""Shared helpers for the binding's pytest tests: paths from CTest, small fixture images."""
+"""Shared by the binding's pytest tests: paths from CTest, small fixture images."""
 import os
 import subprocess
 

@@ -96,7 +96,7 @@ def _tar_header(name, size_field, typ=b"0"):
 def test_hostile_shard_headers_are_skipped_not_followed(tmp_path):
     """A shard is untrusted: a member size near 2^64 (GNU base-256) once rounded to a seek back
     onto its own header, and `fovea tokenize shard.tar` read that header forever (found by
-    reading the reader, stop 23). Every size is now checked against the bytes left."""
+    reading the reader). Every size is now checked against the bytes left."""
     import subprocess
     from pyhelpers import CLI
     near_2_64 = b"\x80" + (2**64 - 512).to_bytes(11, "big")

@@ -1,6 +1,6 @@
 """The fidelity harness (bench/fidelity.py) on a tiny fixture tower (tests/data/encoder/timm_vit:
 32 px native, 8 px patches, a 4 x 4 grid, a 10-class head): that its references and metrics mean
-what docs/fidelity.md says, not a score. No torch, no downloaded checkpoint."""
+what docs/explanation/fidelity.md says, not a score. No torch, no downloaded checkpoint."""
 import importlib.util
 import json
 import os

@@ -739,7 +739,7 @@ def test_sigkill_leaves_no_half_written_file(tmp_path):
 def test_process_refuses_a_bad_model():
     r = subprocess.run([sys.executable, "-m", "fovea.serve", "--model", "/nonexistent/model.safetensors", "--port", "0"],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and r.stderr.startswith("fovea serve: ") and r.stderr.count("\n") == 1
+    assert r.returncode == 1 and r.stderr.startswith("fovea: error: ") and r.stderr.count("\n") == 1
 
 
 def test_api_key_over_the_socket():
@@ -752,3 +752,20 @@ def test_api_key_over_the_socket():
         assert fovea.Client(url).health()["status"] == "ok"
     finally:
         stop(p)
+
+
+def test_garbage_on_the_socket_is_logged_in_one_line_each():
+    # Uvicorn logs a request it cannot parse with h11's traceback; a stream of garbage must not fill
+    # the log (or a pipe nobody drains) with them: one line per bad request.
+    p, url = start_server("--model", "random:vit-s16", "--no-warmup")
+    try:
+        for i in range(3):
+            raw_request(url, b"\x16\x03\x01\x02\x00\x01\x00" + bytes([i]) * 40 + b"\r\n\r\n", read_timeout=10)
+        assert fovea.Client(url).encode(png(photo(0, 64, 64)), budget=8).tensors["embeddings"].shape[0] >= 1
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(60)
+        err = p.stderr.read()
+    lines = [x for x in err.splitlines() if "Invalid HTTP request" in x]
+    assert len(lines) == 3, err
+    assert "Traceback" not in err and all("illegal request line" in x for x in lines), err

@@ -247,7 +247,7 @@ Runner setup_encode(CLI::App& sub) {
                  "key blocks (default 8) its queries could attend to most and to the mean key/value of the others. "
                  "What it costs on a real pretrained ViT-Ti/16 at 4096 tokens (mean per-token cosine to exact): "
                  "K=8 (the default) 0.818-0.918 at 2.5-2.8x the exact encode's speed, K=16 0.886-0.965 at 2.0-2.1x, "
-                 "K=32 0.970-0.996 at 1.5x (docs/encoder.md). Recorded, with that cost, in the output's metadata and --json")
+                 "K=32 0.970-0.996 at 1.5x (docs/explanation/encoder.md). Recorded, with that cost, in the output's metadata and --json")
       ->type_name("MODE")
       ->default_val("exact");
   sub.add_flag("--check-fp32", cmd->check_fp32,

@@ -5,18 +5,18 @@
 // it (the encoder's oneDNN does), so a program that wants a policy must have it in its
 // environment at exec time. libgomp's default spins idle threads at every barrier for a while;
 // the encoder crosses thousands of barriers, and on cores shared with other work the spinning
-// threads take the time the others need (docs/encoder.md: 3.5–6× slower under load). So unless
+// threads take the time the others need (docs/explanation/encoder.md: 3.5–6× slower under load). So unless
 // the caller already chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT), this launcher sets
 // OMP_WAIT_POLICY=PASSIVE and executes fovea-main in the same process. It links nothing but
 // libc, so the cost is one small exec (about a millisecond), where fovea-main re-executing
-// itself loaded its ~140 shared libraries twice (tens of milliseconds, docs/encoder.md).
+// itself loaded its ~140 shared libraries twice (tens of milliseconds, docs/explanation/encoder.md).
 //
 // OpenBLAS (FAISS's BLAS, linked for `compress`) has the same habit with its own threads: they
 // start when the library loads and after every BLAS call spin on sched_yield for 2^28 cycles
 // (~0.1 s) before they sleep. At start that spin takes one of two cores from the encoder for
 // its first ~90 ms (one-shot fp32 encode on Zen 3: 0.44 -> 0.40 s wall, system time 0.12 ->
 // 0.05 s); in `compress` it burnt ~10 s of system time per 23 s OPQ training, with no gain in
-// wall time (docs/encoder.md, "OpenBLAS's idle spin"). So unless the caller chose,
+// wall time (docs/explanation/encoder.md, "OpenBLAS's idle spin"). So unless the caller chose,
 // OPENBLAS_THREAD_TIMEOUT=4 makes them sleep after 2^4 cycles, OpenBLAS's minimum.
 //
 // fovea-main lives in libexec/fovea/ beside this program in the build tree, and in

@@ -6,7 +6,7 @@
 Models are loaded and warmed once, at start. Concurrent encodes of one model are batched into one
 encoder call (Model.encode_many). Finished responses are kept in a content-hash cache (BLAKE2b of
 the model, the parameters and the image's bytes). Video sessions take frames one at a time and
-re-do only what changed. GET / is an explorer page; GET /metrics Prometheus metrics. docs/serve.md
+re-do only what changed. GET / is an explorer page; GET /metrics Prometheus metrics. docs/how-to/serve.md
 has the routes, the limits and what was measured.
 
     from fovea.serve import create_app, ServeConfig

@@ -23,16 +23,31 @@ def _models(values):
     return out
 
 
+class _OneLine:
+    """A logging filter: a record's traceback is left out, its exception's message kept on the
+    same line. Uvicorn logs every request it cannot parse (not HTTP, a bad request line) with
+    h11's traceback, ~1.8 KB each: a stream of garbage would fill the log with them."""
+
+    def filter(self, record) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            msg = str(record.exc_info[1]).splitlines()[0] if str(record.exc_info[1]) else type(record.exc_info[1]).__name__
+            record.msg = f"{record.getMessage()} ({msg[:200]})"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 def _process_env(argv) -> None:
     # Settings the libraries read when they load, which `python3 -m fovea.serve` has done with the
     # fovea package before this runs; unless the caller chose, start again with them:
     # * libgomp (oneDNN's OpenMP) spins idle threads at every barrier by default; in a service,
     #   where tokenizations and the encoder share the cores, that spinning takes the time the
-    #   others need (the `fovea` launcher's reason, docs/encoder.md): PASSIVE, and OpenBLAS's
+    #   others need (the `fovea` launcher's reason, docs/explanation/encoder.md): PASSIVE, and OpenBLAS's
     #   shortest idle spin;
     # * oneDNN keeps up to 1024 primitives process-wide (ONEDNN_PRIMITIVE_CACHE_CAPACITY), beside
     #   each encoder context's own bounded set: every image size makes its own, ~0.35 MB each
-    #   for ViT-B/16, so a service that sees many sizes grew by hundreds of MB (docs/serve.md,
+    #   for ViT-B/16, so a service that sees many sizes grew by hundreds of MB (docs/how-to/serve.md,
     #   "Memory"). 64 still lets the encoder workers share what they both made.
     env = dict(os.environ)
     if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
@@ -51,7 +66,7 @@ def main(argv=None) -> int:
     d = ServeConfig()
     p = argparse.ArgumentParser(prog="python3 -m fovea.serve", description=(
         "Serve fovea over HTTP: /v1/encode, /v1/tokenize, /v1/models, /v1/video/sessions, /healthz, /metrics and an "
-        "explorer page at /. SIGTERM or Ctrl-C: stop accepting, finish the requests in flight, exit 0. docs/serve.md "
+        "explorer page at /. SIGTERM or Ctrl-C: stop accepting, finish the requests in flight, exit 0. docs/how-to/serve.md "
         "has the routes, fields and limits."))
     p.add_argument("--model", action="append", required=True, metavar="[NAME=]SPEC",
                    help="a checkpoint (a .safetensors / .gguf path, or random:vit-s16 ...); repeat for several, the first "
@@ -97,7 +112,7 @@ def main(argv=None) -> int:
     from .protocol import Protocol
 
     if a.encode_workers < 1 or a.max_batch < 1 or a.request_timeout_s <= 0:
-        print("fovea serve: --encode-workers and --max-batch must be >= 1, --request-timeout-s > 0", file=sys.stderr)
+        print("fovea: error: --encode-workers and --max-batch must be >= 1, --request-timeout-s > 0", file=sys.stderr)
         return 2
     cfg = ServeConfig(max_upload_bytes=int(a.max_upload_mb * 2**20), max_pixels=a.max_pixels, max_budget=a.max_budget,
                       max_batch=a.max_batch, max_batch_tokens=a.max_batch_tokens, batch_window_ms=a.batch_window_ms,
@@ -108,14 +123,14 @@ def main(argv=None) -> int:
     try:
         app = create_app(_models(a.model), cfg)
     except (OSError, RuntimeError, ValueError) as e:
-        print(f"fovea serve: {e}", file=sys.stderr)
+        print(f"fovea: error: {e}", file=sys.stderr)
         return 1
     sock = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((a.host, a.port))
     except OSError as e:
-        print(f"fovea serve: cannot listen on {a.host}:{a.port}: {e.strerror}", file=sys.stderr)
+        print(f"fovea: error: cannot listen on {a.host}:{a.port}: {e.strerror}", file=sys.stderr)
         return 1
     sock.listen(2048)  # connections wait in the backlog until Uvicorn serves them
     host, port = sock.getsockname()[:2]
@@ -131,6 +146,8 @@ def main(argv=None) -> int:
     protocol = type("ServeProtocol", (Protocol,), {"head_timeout_s": a.request_timeout_s,
                                                    "on_timeout": staticmethod(lambda: svc.metrics.dropped("head_timeout"))})
     server = Server(uvicorn.Config(app, log_level=a.log_level, timeout_keep_alive=5, lifespan="on", http=protocol))
+    import logging
+    logging.getLogger("uvicorn.error").addFilter(_OneLine())
     shown = f"[{host}]" if ":" in host else host
     print(f"fovea serve: http://{shown}:{port} (models: {', '.join(app.state.service.models)})", flush=True)
     server.run(sockets=[sock])

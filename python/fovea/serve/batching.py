@@ -1,13 +1,13 @@
 """The encodes of one model, scheduled: `workers` threads take small requests from one queue and
 a lane of its own takes the large ones, each running its encoder calls on a context of its own
 (calls on one fovea.Model from several threads run in parallel, each with its own oneDNN
-primitives and buffers: docs/encoder.md).
+primitives and buffers: docs/explanation/encoder.md).
 
 * Small requests (fewer than max_tokens tokens each) are taken in arrival order, together, up to
   max_batch requests and max_tokens tokens, as one Model.encode_many call
   (fovea::encode_tokens_batch), which reads the weights once for all of them. That pays where
   an encode is small: on 2 cores, eight images in one call took 0.60-0.69x the time of eight
-  calls at 16 tokens each, 0.86-0.94x at 64 and 0.95-1.04x at 273 (docs/serve.md). So
+  calls at 16 tokens each, 0.86-0.94x at 64 and 0.95-1.04x at 273 (docs/how-to/serve.md). So
   requests of a few hundred tokens rarely share a call (two of the default 273 pass the default
   cap of 512) and small ones (low budgets, video frames) do.
 * A large request (max_tokens tokens or more: a budget of 4096, a 40-megapixel image's windows)
@@ -27,7 +27,7 @@ load the requests that arrived meanwhile form the next batch.
 
 A batch of one runs Model.encode_full, so a lone request's result is what `fovea encode` writes;
 a larger batch's results equal their lone encodes up to rounding (byte for byte on the CPUs
-measured, docs/serve.md). A cancelled future (a client that went away, a request past its
+measured, docs/how-to/serve.md). A cancelled future (a client that went away, a request past its
 deadline) is dropped before its encode starts.
 """
 

@@ -13,17 +13,22 @@
 //            ignored_projector says so; idefics3's positions are bucketized, as HF's
 //            Idefics3VisionEmbeddings); the other types are refused by name.
 //
-// Semantics follow clip.cpp's graph (models/llava.cpp, models/siglip.cpp): pre_ln when present,
-// the blocks, post_ln on every token when present, then the projector over the patch tokens
-// (the class token is dropped). Three choices differ from or pin down llama.cpp:
+// The tensors are read as llama.cpp stores them; the computation is the trained model's (HF's
+// modeling code): the class token first at position 0 and patch i at position 1 + i, pre_ln when
+// present, the blocks, post_ln on every token when present, then the projector over the patch
+// tokens (the class token is dropped). Where llama.cpp's LLaVA graph (tools/mtmd/models/llava.cpp)
+// differs, fovea follows HF (docs/reference/models.md, "fovea and llama.cpp on the same mmproj
+// file"; tests/python/test_encoder_gguf_llava.py pins it):
+//   * positions: llama.cpp appends the class token after the patches and adds the position rows
+//     in order, so each patch gets the row of the token before it. fovea does not.
 //   * which block the projector reads: LLaVA was trained on HF's hidden_states[-2]. The
 //     converter already drops the last block (block_count = L − 1, blocks 0..L−2 stored), so
-//     fovea runs every stored block. llama.cpp's graph subtracts one more (il_last = n_layer − 1:
-//     ggml-org/llama.cpp#25817), i.e. reads one block short of what the projector was trained on.
+//     fovea runs every stored block. llama.cpp's graph subtracts one more (il_last = n_layer − 1
+//     without a feature_layer key), i.e. reads one block short of what the projector was trained on.
 //     clip.vision.feature_layer = [f] (granite-vision style) reads hidden_states[f]: f blocks.
 //   * ffn_up / ffn_down: the legacy converter wrote HF's fc1 as ffn_down and fc2 as ffn_up;
-//     clip.cpp swaps them back when ffn_down's input width is D. fovea does the same when the
-//     shapes say so (M ≠ D), and, when M = D, for the mlp projector (clip.cpp's rule).
+//     llama.cpp's loader swaps them back when ffn_down's input width is D. fovea does the same when
+//     the shapes say so (M ≠ D), and, when M = D, for the mlp projector (the same rule).
 //   * the projector's GELU is the exact (erf) GELU of HF's LlavaMultiModalProjector; ggml_gelu
 //     is the tanh approximation (a ~1e-3 relative difference on the projector's hidden layer).
 #include <algorithm>

@@ -133,7 +133,7 @@ const ModelLoader& hf_paligemma_loader();
 // The input contract from open_clip_config.json's preprocess_cfg mean / std, else `fallback`.
 InputContract open_clip_contract(const nlohmann::json& open_clip, const InputContract& fallback);
 
-// ---- helpers shared by the loaders -----------------------------------------------------------
+// ---- shared by the loaders ------------------------------------------------------------------
 nlohmann::json read_json_beside(const std::string& weights_path, const char* file);
 nlohmann::json vision_part(nlohmann::json config);  // CLIPModel's vision_config, else itself
 

@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""Draws the documentation's measured pictures from the benchmark results in bench/results/:
+
+- docs/images/budget-ocr-fidelity.png: OCR accuracy and frozen-tower fidelity against the token
+  budget, for a uniform resize, mixed foveation and windows (bench/results/fidelity/: one result
+  per budget; the OCR panel adds bench/results/eval/'s 48-scene sweep);
+- docs/images/video-time-per-frame.png: time per frame of the incremental video encoder against
+  a full re-encode of every frame, frame by frame, for the latest run on each CPU class
+  (bench/results/video/).
+
+    /usr/bin/python3 bench/plots.py [--out-dir docs/images]
+
+Needs matplotlib (scripts/install-deps.sh test). Every point comes from a result file; the
+pictures name the files' CPU classes and commits.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # noqa: E402
+
+ROOT = provenance.ROOT
+METHODS = [("uniform", "uniform resize", "tab:gray"), ("mixed", "mixed foveation", "tab:orange"),
+           ("windows", "windows", "tab:blue")]
+EVAL = [("uniform", "uniform resize", "tab:gray"), ("fov-fixation", "mixed, fixation", "tab:orange"),
+        ("fov-region", "mixed, region", "tab:red"), ("bottom-up", "mixed, no query", "tab:green")]
+
+
+def results(bench):
+    out = []
+    for p in sorted(glob.glob(os.path.join(provenance.RESULTS, bench, "*.json"))):
+        d = json.load(open(p, encoding="utf-8"))
+        if not provenance.validate(d):
+            out.append((os.path.relpath(p, ROOT), d))
+    return out
+
+
+def budget_of(doc):
+    o = doc.get("extra", {}).get("original", doc.get("extra", {}))
+    return o.get("budget") if isinstance(o, dict) else None
+
+
+def plot_budget(out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fid = [(p, d) for p, d in results("fidelity") if budget_of(d)]
+    if not fid:
+        print("plots: no fidelity results with a budget: skipping the budget picture", file=sys.stderr)
+        return None
+    # Per (budget, size, method): the latest result's row.
+    best = {}
+    for p, d in sorted(fid, key=lambda pd: pd[1]["date"]):
+        for r in d["rows"]:
+            best[(budget_of(d), r.get("size"), r.get("method"))] = (r, d)
+    sizes = sorted({k[1] for k in best if k[1] is not None})
+    budgets = sorted({k[0] for k in best})
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.4))
+    for metric, a, title in (("roi_fidelity", ax[0], "ROI fidelity (cosine to the native window)"),
+                             ("global_fidelity", ax[1], "global fidelity (cosine to the native view)"),
+                             ("ocr", ax[2], "OCR accuracy (Tesseract)")):
+        for m, label, color in METHODS:
+            for size, style in zip(sizes, ("-", "--", ":")):
+                pts = [(b, best[(b, size, m)][0].get(metric)) for b in budgets if (b, size, m) in best]
+                pts = [(b, v) for b, v in pts if isinstance(v, (int, float))]
+                if pts:
+                    a.plot(*zip(*pts), style, marker="o", color=color, label=f"{label}, {size} px")
+        a.set_title(title, fontsize=10)
+        a.set_xlabel("token budget")
+        a.set_xscale("log", base=2)
+        a.grid(alpha=0.3)
+    ev = [d for _, d in results("eval") if any("ocr_accuracy" in r for r in d["rows"])]
+    if ev:
+        d = max(ev, key=lambda x: x["date"])
+        for s, label, color in EVAL:
+            pts = sorted((r["budget"], r["ocr_accuracy"]) for r in d["rows"]
+                         if r.get("strategy") == s and isinstance(r.get("ocr_accuracy"), (int, float)))
+            if pts:
+                ax[2].plot(*zip(*pts), "-.", marker="s", color=color, alpha=0.6,
+                           label=f"{label} (48 scenes, {d['machine']['cpu_class']})")
+    ax[0].set_ylabel("cosine")
+    ax[2].set_ylabel("character accuracy")
+    ax[2].legend(fontsize=6.5, loc="lower right")
+    ax[0].legend(fontsize=7, loc="lower right")
+    tower = {(d.get("extra", {}).get("original") or d.get("extra", {})).get("model", "?") for _, d in fid}
+    commits = sorted({d["commit"][:10] for _, d in fid})
+    fig.suptitle(f"Frozen tower {', '.join(os.path.basename(os.path.dirname(t)) or t for t in tower)}: "
+                 f"each tokenization against the budget (bench/results/fidelity, commits {', '.join(commits)}; "
+                 f"the OCR panel's squares: bench/results/eval)",
+                 fontsize=10)
+    fig.tight_layout()
+    path = os.path.join(out, "budget-ocr-fidelity.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def per_frame_runs(doc):
+    """[(label, per_frame list)] for every clip and precision in a video result."""
+    o = doc.get("extra", {}).get("original")
+    out = []
+
+    def walk(x, label):
+        if isinstance(x, dict):
+            if isinstance(x.get("per_frame"), list):
+                out.append((label.strip("/ "), x["per_frame"]))
+                return
+            for k, v in x.items():
+                if k in ("precisions", "clips"):
+                    walk(v, label)
+                elif isinstance(v, dict):
+                    walk(v, f"{label} {k}")
+    walk(o, "")
+    return out
+
+
+def plot_video(out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    latest = {}
+    for p, d in results("video"):
+        if per_frame_runs(d):
+            k = d["machine"]["cpu_class"]
+            if k not in latest or (d["date"], p) > (latest[k][1]["date"], latest[k][0]):
+                latest[k] = (p, d)
+    if not latest:
+        print("plots: no video results with per-frame times: skipping the video picture", file=sys.stderr)
+        return None
+    classes = sorted(latest)
+    fig, ax = plt.subplots(1, len(classes), figsize=(5 * len(classes), 4), squeeze=False)
+    for a, k in zip(ax[0], classes):
+        p, d = latest[k]
+        for (label, frames), color in zip(per_frame_runs(d), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+            idx = [f["index"] for f in frames]
+            a.plot(idx, [f["ms"] for f in frames], "-", color=color, label=f"{label}: incremental")
+            if all("full_ms" in f for f in frames):
+                a.plot(idx, [f["full_ms"] for f in frames], ":", color=color, label=f"{label}: full re-encode")
+        a.set_yscale("log")
+        a.set_xlabel("frame")
+        a.set_ylabel("ms per frame")
+        a.set_title(f"{k}: {d['machine']['cpu_model']}\n{d['date'][:10]}, commit {d['commit'][:10]}", fontsize=9)
+        a.grid(alpha=0.3, which="both")
+        a.legend(fontsize=7)
+    fig.suptitle("Video: time per frame, incremental against a full foveated re-encode (bench/results/video)",
+                 fontsize=10)
+    fig.tight_layout()
+    path = os.path.join(out, "video-time-per-frame.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "images"))
+    a = ap.parse_args(argv)
+    os.makedirs(a.out_dir, exist_ok=True)
+    for p in (plot_budget(a.out_dir), plot_video(a.out_dir)):
+        if p:
+            print(f"wrote {os.path.relpath(p, ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
