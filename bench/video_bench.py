@@ -1,36 +1,44 @@
 #!/usr/bin/python3
-"""fovea video: incremental vs exact vs off, against a full foveated re-encode and torch, same run.
+"""fovea video: incremental vs exact vs off, fidelity and speed per frame, same run.
 
     scripts/make_test_clips.sh /tmp/fovea-clips            # the four clips (real photos, ffmpeg)
     /usr/bin/python3 bench/video_bench.py [--clips /tmp/fovea-clips] [--frames 25] [--threads 2]
+                                          [--model random:vit-b16 | CKPT] [--random random:vit-ti16 | none]
+                                          [--settings 'FLAGS;FLAGS...'] [--rounds 3]
                                           [--precision fp32,bf16] [--group 8] [--torch-frames 2] [--json OUT]
 
-Per clip (fixation at (0.8 W, 0.2 H), budget 273, ViT-B/16 with RANDOM weights: no pretrained
-ViT is available on this machine, and the timing does not depend on the weights):
-  * `fovea video --reuse incremental --group G --check`: per frame, the incremental time (a group's
-    encoder time shared evenly over its frames) and, in the same
-    process, the full foveated pipeline from scratch (tokenize + encode) and the cosine of the
-    incremental embeddings to a full encode of the same tokens from the decoded frame;
-  * `--reuse exact` and `--reuse off` (separate runs of the same clip);
-  * decode alone: fovea's reader (libav* + swscale to RGB planes) against
-    `ffmpeg -i clip -f null -` (decode only, the floor) and `ffmpeg -i clip -pix_fmt gbrp -f null -`.
-Once: torch's uniform per-frame encode of a decoded frame (CLIP normalisation, 16x16 patches,
-torchvision ViT-B/16 layers fp32) at the frame's native grid (W/16 x H/16 tokens, what a
-native-resolution VLM encodes) and at 224x224 (196 tokens, a CLIP-style resize).
+Per model (--model, and --random: random weights of the checkpoint's shape, measured beside it
+in the same run, because random weights make every approximation look free) and clip (fixation
+at (0.8 W, 0.2 H), budget 273), per incremental setting (--settings: extra `fovea video` flags,
+';' between settings; '' is the defaults):
+  * fidelity, frame by frame: `fovea video --reuse incremental --check` re-encodes each frame's
+    tokens in full in the same process; per frame the mean and the worst per-token cosine of the
+    incremental embeddings to it (and the incremental encoder's own drift estimate, when it makes
+    one). The same run's output file is also compared with the `--reuse off` run's, frame by
+    frame, wherever both runs kept the same tokens (the layout can differ: hysteresis);
+  * speed, frame by frame: `--reuse incremental` and `--reuse off` runs alternated --rounds
+    times, the median of each frame's time over the rounds; the per-frame speed-up is off / incr
+    of those medians; also the full re-encode interleaved in the --check run;
+  * `--reuse exact` and decode alone (fovea's reader against `ffmpeg -f null` and
+    `ffmpeg -pix_fmt gbrp -f null`), once.
+Once, for random:vit-b16 only (its layers are torchvision's ViT-B/16): torch's uniform per-frame
+encode of a decoded frame (CLIP normalisation, 16x16 patches, fp32) at the frame's native grid
+(W/16 x H/16 tokens, what a native-resolution VLM encodes) and at 224x224 (196 tokens).
 Then `bench_video_group` on the first clip: the incremental encoder alone with G = 1, 8, 16 and
 full encodes, interleaved in one process (and whether every G gives the G = 1 embeddings).
 Frame 0 (the full first encode) is left out of the means; `incremental_steady_ms` also leaves out
 the first group (frames 1..G, which pay oneDNN's one-time costs: primitives for new row counts,
 weights packed on their second use);
-so are refreshes in the per-stage breakdown. Each precision's ratio to torch uses the same torch
-run (fp32: the baseline a VLM runs today).
+so are refreshes in the per-stage breakdown.
 Ratios are computed from numbers of the same run; the machine is shared, so absolute times are noisy.
 """
 import argparse
 import copy
+import datetime
 import json
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -42,6 +50,7 @@ import provenance  # bench/provenance.py: --save keeps the result with its commi
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CLIPS = ["static_away", "static_through", "pan", "cut"]
+TORCH_MODEL = "random:vit-b16"  # the model torch's baseline builds (torchvision's ViT-B/16 layers)
 
 
 def parse_args():
@@ -52,14 +61,26 @@ def parse_args():
     ap.add_argument("--frames", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--budget", type=int, default=273)
+    ap.add_argument("--model", default=TORCH_MODEL, help="checkpoint (file or folder) or random:NAME")
+    ap.add_argument("--random", default=None,
+                    help="random weights measured beside --model in the same run (default: random:vit-ti16 "
+                         "for a checkpoint, none for a random model); 'none' to skip")
+    ap.add_argument("--settings", default="",
+                    help="incremental settings, ';' between them, each extra `fovea video` flags ('' = defaults)")
+    ap.add_argument("--rounds", type=int, default=3, help="incremental and off runs alternated this many times")
     ap.add_argument("--precision", default="fp32,bf16", help="comma-separated: fp32, bf16")
     ap.add_argument("--group", type=int, default=8, help="--group G of the incremental runs")
     ap.add_argument("--no-group-bench", action="store_true")
+    ap.add_argument("--no-exact", action="store_true", help="skip the --reuse exact run")
+    ap.add_argument("--no-decode", action="store_true", help="skip the decode-alone measurements")
     ap.add_argument("--torch-frames", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json", help="also write the results here")
     provenance.add_arguments(ap)
-    return ap.parse_args()
+    a = ap.parse_args()
+    if a.random is None:
+        a.random = "none" if a.model.startswith("random:") else "random:vit-ti16"
+    return a
 
 
 ARGS = parse_args()
@@ -68,16 +89,55 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def fovea_video(clip, *extra):
+def fovea_video(clip, *extra, out=None):
+    """`fovea video CLIP --json ...`; the output file goes to `out` when given (else a temp file)."""
     exe = os.path.join(ARGS.build_dir, "fovea")
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [exe, "video", clip, "--json", "--threads", str(ARGS.threads), *extra]
         if "--decode-only" not in extra:
-            cmd += ["-o", os.path.join(tmp, "out.safetensors")]
+            cmd += ["-o", out or os.path.join(tmp, "out.safetensors")]
         r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"fovea video failed ({' '.join(cmd)}): {r.stderr.strip()}")
     return json.loads(r.stdout)
+
+
+def read_safetensors(path, names):
+    """The named tensors of a safetensors file as numpy arrays (no safetensors package needed)."""
+    import numpy as np
+    dtypes = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8,
+              "F16": np.float16}
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        base = 8 + n
+        out = {}
+        for name in names:
+            h = header[name]
+            a, b = h["data_offsets"]
+            f.seek(base + a)
+            out[name] = np.frombuffer(f.read(b - a), dtype=dtypes[h["dtype"]]).reshape(h["shape"])
+    return out
+
+
+def cosines_vs_file(inc_path, ref_path):
+    """Per frame: (mean, worst) per-token cosine of inc's embeddings to ref's, or None where the
+    two runs kept different tokens."""
+    import numpy as np
+    a = read_safetensors(inc_path, ["frame_offsets", "positions", "embeddings"])
+    b = read_safetensors(ref_path, ["frame_offsets", "positions", "embeddings"])
+    out = []
+    for f in range(min(len(a["frame_offsets"]), len(b["frame_offsets"])) - 1):
+        a0, a1 = a["frame_offsets"][f], a["frame_offsets"][f + 1]
+        b0, b1 = b["frame_offsets"][f], b["frame_offsets"][f + 1]
+        if a1 - a0 != b1 - b0 or not np.array_equal(a["positions"][a0:a1], b["positions"][b0:b1]):
+            out.append(None)
+            continue
+        x = a["embeddings"][a0:a1].astype(np.float64)
+        y = b["embeddings"][b0:b1].astype(np.float64)
+        c = (x * y).sum(1) / np.sqrt((x * x).sum(1) * (y * y).sum(1))
+        out.append((float(c.mean()), float(c.min())))
+    return out
 
 
 def probe(clip):
@@ -156,84 +216,146 @@ def torch_baseline(clip, frames):
     return out
 
 
-def run_precision(prec, clips, torch):
-    common = ["--model", "random:vit-b16", "--budget", str(ARGS.budget), "--max-frames", str(ARGS.frames),
-              "--precision", prec, "--group", str(ARGS.group)]
-    out = {}
-    print(f"\n{prec}:")
-    print(f"\n{'clip':<15} {'incr ms':>8} {'exact ms':>9} {'off ms':>8} {'off/incr':>8} | check run: {'incr ms':>8} "
-          f"{'full ms':>8} {'full/incr':>9} "
-          f"{'cos mean':>9} {'cos min':>8} {'reuse':>6} {'refresh':>7}")
-    for c in clips:
-        clip = os.path.join(ARGS.clips, c + ".mp4")
-        w, h = probe(clip)
-        fix = f"{0.8 * w:.0f},{0.2 * h:.0f}"
-        n = str(max(ARGS.frames, 40)) if c == "cut" else str(ARGS.frames)  # the cut is at frame 25
-        common[common.index("--max-frames") + 1] = n
-        inc = fovea_video(clip, *common, "--fixation", fix, "--reuse", "incremental", "--check")
-        # The incremental time alone: in the --check run each incremental frame follows a full
-        # encode, and on a loaded machine the scheduler then gives the process less CPU (CFS
-        # charges it for the full encode), which slows the small incremental regions most.
-        plain = fovea_video(clip, *common, "--fixation", fix, "--reuse", "incremental")
-        exa = fovea_video(clip, *common, "--fixation", fix, "--reuse", "exact")
-        off = fovea_video(clip, *common, "--fixation", fix, "--reuse", "off")
+def per_frame_medians(runs):
+    """Per frame index, the median of its `ms` over runs of the same clip."""
+    n = min(len(r["per_frame"]) for r in runs)
+    return [statistics.median(r["per_frame"][i]["ms"] for r in runs) for i in range(n)]
+
+
+def run_clip(model, prec, c, settings, tmp):
+    """One clip with one model: the off runs and each setting's incremental runs (alternated over
+    --rounds), each setting's --check run, the comparison of the outputs with --reuse off."""
+    clip = os.path.join(ARGS.clips, c + ".mp4")
+    w, h = probe(clip)
+    fix = f"{0.8 * w:.0f},{0.2 * h:.0f}"
+    n = str(max(ARGS.frames, 40)) if c == "cut" else str(ARGS.frames)  # the cut is at frame 25
+    common = ["--model", model, "--budget", str(ARGS.budget), "--max-frames", n, "--precision", prec,
+              "--group", str(ARGS.group), "--fixation", fix]
+    off_out = os.path.join(tmp, "off.safetensors")
+    plain = {s: [] for s in settings}
+    offs = []
+    for k in range(ARGS.rounds):  # alternated: a change of load hits both alike
+        for s in settings:
+            plain[s].append(fovea_video(clip, *common, "--reuse", "incremental", *s.split()))
+        offs.append(fovea_video(clip, *common, "--reuse", "off", out=off_out if k == 0 else None))
+    off_ms = per_frame_medians(offs)
+    row_common = {"size": [w, h], "fixation": fix, "off_ms": mean_after_first(off_ms), "off_ms_per_frame": off_ms}
+    if not ARGS.no_exact:
+        exa = fovea_video(clip, *common, "--reuse", "exact")
+        row_common["exact_ms"] = mean_after_first([f["ms"] for f in exa["per_frame"]])
+    if not ARGS.no_decode:
         dec = fovea_video(clip, "--decode-only")
-        ff = ffmpeg_ms("-i", clip, "-f", "null", "-")
-        ffrgb = ffmpeg_ms("-i", clip, "-pix_fmt", "gbrp", "-f", "null", "-")
+        row_common["decode"] = {"fovea_ms": dec["decode_ms"], "frames": dec["frames"],
+                                "ffmpeg_null_ms": ffmpeg_ms("-i", clip, "-f", "null", "-"),
+                                "ffmpeg_gbrp_ms": ffmpeg_ms("-i", clip, "-pix_fmt", "gbrp", "-f", "null", "-")}
+    rows = {}
+    for s in settings:
+        inc_out = os.path.join(tmp, "inc.safetensors")
+        inc = fovea_video(clip, *common, "--reuse", "incremental", "--check", *s.split(), out=inc_out)
+        vs_off = cosines_vs_file(inc_out, off_out)
         pf = inc["per_frame"]
-        row = {
-            "size": [w, h], "fixation": fix,
-            "incremental_ms": mean_after_first([f["ms"] for f in plain["per_frame"]]),
+        inc_ms = per_frame_medians(plain[s])
+        speedups = [o / i for o, i in zip(off_ms[1:], inc_ms[1:]) if i > 0]
+        frames = []
+        for i, f in enumerate(pf):
+            e = {k: f[k] for k in ("index", "ms", "full_ms", "cosine", "cosine_min_token", "recomputed_tokens",
+                                   "dirty_tiles", "refresh") if k in f}
+            e["incremental_ms"] = inc_ms[i] if i < len(inc_ms) else None
+            e["off_ms"] = off_ms[i] if i < len(off_ms) else None
+            for k in ("drift_estimate", "drift_estimate_max", "error_mean", "error_max", "encoder_work"):
+                if k in f:
+                    e[k] = f[k]
+            if i < len(vs_off) and vs_off[i] is not None:
+                e["cosine_vs_off"], e["cosine_min_token_vs_off"] = vs_off[i]
+            frames.append(e)
+        cos = [f["cosine"] for f in pf[1:]] or [1.0]
+        row = dict(row_common)
+        row.update({
+            "setting": s,
+            "incremental_ms": mean_after_first(inc_ms),
             # After the first group too: its frames also pay oneDNN's one-time costs (primitives
             # made for new row counts, weights packed on their second use).
-            "incremental_steady_ms": statistics.fmean([f["ms"] for f in plain["per_frame"][1 + ARGS.group:]]
-                                                      or [f["ms"] for f in plain["per_frame"]]),
+            "incremental_steady_ms": statistics.fmean(inc_ms[1 + ARGS.group:] or inc_ms),
+            "speedup_mean_time": mean_after_first(off_ms) / mean_after_first(inc_ms),
+            "speedup_per_frame_median": statistics.median(speedups) if speedups else 0.0,
+            "speedup_per_frame_min": min(speedups) if speedups else 0.0,
             "incremental_check_run_ms": mean_after_first([f["ms"] for f in pf]),
-            "exact_ms": mean_after_first([f["ms"] for f in exa["per_frame"]]),
-            "off_ms": mean_after_first([f["ms"] for f in off["per_frame"]]),
             "full_ms": mean_after_first([f["full_ms"] for f in pf]),
-            "cosine_mean": mean_after_first([f["cosine"] for f in pf]),
-            "cosine_min": min(f["cosine"] for f in pf),
+            "cosine_mean": statistics.fmean(cos),
+            "cosine_worst_frame": min(cos),
+            "cosine_worst_token": min(f["cosine_min_token"] for f in pf),
+            "frames_compared_with_off": sum(1 for v in vs_off[1:] if v is not None),
+            "cosine_vs_off_mean": statistics.fmean([v[0] for v in vs_off[1:] if v is not None] or [float("nan")]),
+            "cosine_vs_off_worst_frame": min([v[0] for v in vs_off[1:] if v is not None] or [float("nan")]),
+            "cosine_vs_off_worst_token": min([v[1] for v in vs_off[1:] if v is not None] or [float("nan")]),
             "reuse_rate": inc["reuse_rate"],
             "refreshes": sum(1 for f in pf if f["refresh"]),
-            "dirty_fraction": mean_after_first([f["dirty_tiles"] / max(1, f.get("tiles", 1)) for f in pf]),
             "recomputed_tokens": mean_after_first([f["recomputed_tokens"] for f in pf]),
-            "stages_ms": {k: statistics.fmean(f["timings_ms"][k] for f in plain["per_frame"] if not f["refresh"])
-                          for k in plain["per_frame"][0]["timings_ms"]}
-                         if any(not f["refresh"] for f in plain["per_frame"]) else {},
+            # The share of a full encode's multiply-adds the encoder did (frames 1..).
+            "encoder_work": mean_after_first([f.get("encoder_work", 1.0) for f in pf]),
             "tokens": mean_after_first([f["tokens"] for f in pf]),
-            "decode": {"fovea_ms": dec["decode_ms"], "frames": dec["frames"], "ffmpeg_null_ms": ff,
-                       "ffmpeg_gbrp_ms": ffrgb},
-            "per_frame": [{k: f[k] for k in ("index", "ms", "full_ms", "cosine", "recomputed_tokens", "dirty_tiles",
-                                             "refresh")} for f in pf],
-        }
-        out[c] = row
-        print(f"{c:<15} {row['incremental_ms']:>8.1f} {row['exact_ms']:>9.1f} {row['off_ms']:>8.1f} "
-              f"{row['off_ms'] / row['incremental_ms']:>7.1f}x |            {row['incremental_check_run_ms']:>8.1f} "
-              f"{row['full_ms']:>8.1f} {row['full_ms'] / row['incremental_check_run_ms']:>8.1f}x {row['cosine_mean']:>9.5f} "
-              f"{row['cosine_min']:>8.5f} {100 * row['reuse_rate']:>5.1f}% {row['refreshes']:>7}", flush=True)
+            "stages_ms": {k: statistics.fmean(f["timings_ms"][k] for f in plain[s][0]["per_frame"] if not f["refresh"])
+                          for k in plain[s][0]["per_frame"][0]["timings_ms"]}
+                         if any(not f["refresh"] for f in plain[s][0]["per_frame"]) else {},
+            "per_frame": frames,
+        })
+        rows[s] = row
+    return rows
 
-    print(f"ratios ({prec}, same run):")
-    for c, row in out.items():
-        line = (f"  {c}: incremental vs full foveated re-encode: {row['off_ms'] / row['incremental_ms']:.1f}x (--reuse off "
-                f"run), {row['full_ms'] / row['incremental_check_run_ms']:.1f}x (interleaved in the --check run); "
-                f"vs exact {row['exact_ms'] / row['incremental_ms']:.1f}x")
-        if torch:
-            t = torch
-            line += (f"; vs torch uniform native ({t['native']['tokens']} tok) {t['native']['ms'] / row['incremental_ms']:.0f}x, "
-                     f"224 ({t['224']['tokens']} tok) {t['224']['ms'] / row['incremental_ms']:.1f}x; after the first "
-                     f"group ({row['incremental_steady_ms']:.1f} ms): native {t['native']['ms'] / row['incremental_steady_ms']:.0f}x, "
-                     f"224 {t['224']['ms'] / row['incremental_steady_ms']:.1f}x")
-            if prec == "bf16" and "native_bf16" in t:
-                line += (f"; vs torch bf16 native {t['native_bf16']['ms'] / row['incremental_ms']:.0f}x, "
-                         f"224 {t['224_bf16']['ms'] / row['incremental_ms']:.1f}x")
-        print(line)
-        d = row["decode"]
-        print("     stages (ms per non-refresh frame, incremental run): " +
-              ", ".join(f"{k} {v:.2f}" for k, v in row["stages_ms"].items()))
-        print(f"     decode {d['frames']} frames (ffmpeg's -benchmark rtime): fovea {d['fovea_ms']:.1f} ms (incl. RGB planes), ffmpeg -f null "
-              f"{d['ffmpeg_null_ms']:.1f} ms, ffmpeg -pix_fmt gbrp {d['ffmpeg_gbrp_ms']:.1f} ms")
+
+HEADER = (f"{'clip':<15} {'setting':<28} {'incr ms':>8} {'off ms':>8} {'off/incr':>8} {'per-frame':>9} "
+          f"{'worst':>6} | {'cos mean':>8} {'worst fr':>8} {'worst tok':>9} {'vs off':>8} {'off wfr':>8} {'reuse':>6} {'work':>5} {'refr':>4}")
+
+
+def print_row(c, row):
+    print(f"{c:<15} {(row['setting'] or 'defaults')[:28]:<28} {row['incremental_ms']:>8.1f} {row['off_ms']:>8.1f} "
+          f"{row['speedup_mean_time']:>7.1f}x {row['speedup_per_frame_median']:>8.1f}x {row['speedup_per_frame_min']:>5.1f}x"
+          f" | {row['cosine_mean']:>8.5f} {row['cosine_worst_frame']:>8.5f} {row['cosine_worst_token']:>9.5f} "
+          f"{row['cosine_vs_off_mean']:>8.5f} {row['cosine_vs_off_worst_frame']:>8.5f} {100 * row['reuse_rate']:>5.1f}% {row['encoder_work']:>5.2f} {row['refreshes']:>4}", flush=True)
+
+
+def run_model(model, prec, clips, settings, torch):
+    out = {}
+    print(f"\n{model}, {prec} (ms: medians over {ARGS.rounds} alternated rounds, frames 1..; per-frame: the median "
+          f"and the smallest of off/incr frame by frame; cosines: --check's full re-encode of the same tokens, frames "
+          f"1..; vs off: the --reuse off run's file where the tokens agree, mean and worst frame):")
+    print(HEADER)
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in clips:
+            rows = run_clip(model, prec, c, settings, tmp)
+            out[c] = rows
+            for row in rows.values():
+                print_row(c, row)
+    for c, rows in out.items():
+        for s, row in rows.items():
+            line = (f"  {c} [{s or 'defaults'}]: full re-encode interleaved in the --check run "
+                    f"{row['full_ms'] / row['incremental_check_run_ms']:.1f}x")
+            if "exact_ms" in row:
+                line += f"; vs exact {row['exact_ms'] / row['incremental_ms']:.1f}x"
+            if torch and model == TORCH_MODEL:
+                t = torch
+                line += (f"; vs torch uniform native ({t['native']['tokens']} tok) {t['native']['ms'] / row['incremental_ms']:.0f}x, "
+                         f"224 ({t['224']['tokens']} tok) {t['224']['ms'] / row['incremental_ms']:.1f}x; after the first "
+                         f"group ({row['incremental_steady_ms']:.1f} ms): native {t['native']['ms'] / row['incremental_steady_ms']:.0f}x, "
+                         f"224 {t['224']['ms'] / row['incremental_steady_ms']:.1f}x")
+                if prec == "bf16" and "native_bf16" in t:
+                    line += (f"; vs torch bf16 native {t['native_bf16']['ms'] / row['incremental_ms']:.0f}x, "
+                             f"224 {t['224_bf16']['ms'] / row['incremental_ms']:.1f}x")
+            print(line)
+            if row["stages_ms"]:
+                print("     stages (ms per non-refresh frame, incremental run): " +
+                      ", ".join(f"{k} {v:.2f}" for k, v in row["stages_ms"].items()))
+        d = next(iter(rows.values())).get("decode")
+        if d:
+            print(f"     decode {d['frames']} frames (ffmpeg's -benchmark rtime): fovea {d['fovea_ms']:.1f} ms (incl. "
+                  f"RGB planes), ffmpeg -f null {d['ffmpeg_null_ms']:.1f} ms, ffmpeg -pix_fmt gbrp "
+                  f"{d['ffmpeg_gbrp_ms']:.1f} ms")
     return out
+
+
+def git_commit():
+    r = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return r.stdout.strip() or "?"
 
 
 def main():
@@ -245,23 +367,29 @@ def main():
     for p in precisions:
         if p not in ("fp32", "bf16"):
             sys.exit(f"--precision {p}: fp32 or bf16")
+    settings = [s.strip() for s in ARGS.settings.split(";")] if ARGS.settings else [""]
+    models = [ARGS.model] + ([ARGS.random] if ARGS.random != "none" else [])
     results = {"threads": ARGS.threads, "frames": ARGS.frames, "budget": ARGS.budget, "group": ARGS.group,
-               "model": "random:vit-b16 (RANDOM weights: no pretrained ViT here)", "precisions": {},
+               "rounds": ARGS.rounds, "models": models, "settings": settings, "precisions": {},
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "commit": git_commit(), "command": " ".join(sys.argv),
                "load_start": open("/proc/loadavg").read().split()[:3]}
     with open("/proc/cpuinfo") as f:
         results["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
     print(f"cpu {results['cpu']}; threads {ARGS.threads}; {ARGS.frames} frames per clip; budget {ARGS.budget}; "
-          f"ViT-B/16 {'/'.join(precisions)}, random weights; --group {ARGS.group}; load {' '.join(results['load_start'])}")
+          f"{', '.join(models)}; {'/'.join(precisions)}; --group {ARGS.group}; commit {results['commit']}; "
+          f"{results['date']}; load {' '.join(results['load_start'])}")
+    print("command: " + results["command"])
 
     first = os.path.join(ARGS.clips, clips[0] + ".mp4")
-    if not ARGS.no_torch:
+    if not ARGS.no_torch and TORCH_MODEL in models:
         results["torch"] = torch_baseline(first, ARGS.torch_frames)
         for k, v in results["torch"].items():
             print(f"torch uniform per-frame encode ({k}, {v['tokens']} tokens, "
                   f"{'bf16 weights and activations' if k.endswith('_bf16') else 'fp32'}): {v['ms']:.1f} ms")
 
     for prec in precisions:
-        results["precisions"][prec] = run_precision(prec, clips, results.get("torch"))
+        results["precisions"][prec] = {m: run_model(m, prec, clips, settings, results.get("torch")) for m in models}
     if not ARGS.no_group_bench:
         exe = _build.ensure(ARGS.build_dir, "bench_video_group")
         if os.path.exists(exe):
@@ -269,11 +397,13 @@ def main():
             clip = os.path.join(ARGS.clips, c + ".mp4")
             w, h = probe(clip)
             results["group_bench"] = {}
-            print(f"\nincremental encoder alone on {c}, groups interleaved in one process (bench_video_group):")
+            print(f"\nincremental encoder alone on {c} with {ARGS.model}, groups interleaved in one process "
+                  f"(bench_video_group):")
             for prec in precisions:
                 r = subprocess.run([exe, clip, "--fixation", f"{0.8 * w:.0f},{0.2 * h:.0f}", "--frames",
                                     str(ARGS.frames), "--groups", f"1,{ARGS.group},16", "--precision", prec,
-                                    "--threads", str(ARGS.threads), "--reps", "2", "--budget", str(ARGS.budget)],
+                                    "--threads", str(ARGS.threads), "--reps", "2", "--budget", str(ARGS.budget),
+                                    "--model", ARGS.model],
                                    capture_output=True, text=True)
                 if r.returncode != 0:
                     sys.exit(f"bench_video_group failed: {r.stderr.strip()}")

@@ -2,7 +2,7 @@
 # Test clips for `fovea video` and bench/video_bench.py, made from real photographs (Debian's
 # python3-skimage data) with Debian's ffmpeg (libx264, yuv420p, crf 18, 25 fps).
 #
-#   scripts/make_test_clips.sh [OUT_DIR] [--seconds S] [--size WxH]   # the four benchmark clips
+#   scripts/make_test_clips.sh [OUT_DIR] [--seconds S] [--size WxH] [--sprite PHOTO] [--cut-to PHOTO]
 #   scripts/make_test_clips.sh --fixtures                             # tests/data/video (small, committed)
 #
 # Benchmark clips (fixation for the bench: top right, (0.8·W, 0.2·H)):
@@ -11,6 +11,9 @@
 #   static_through.mp4  the same object moving diagonally through the fixation;
 #   pan.mp4             a slow pan (2 px per frame) over a large photo (Hubble deep field);
 #   cut.mp4             static_away's first half, then a cut to another photo (coffee).
+# --sprite PHOTO, --cut-to PHOTO: other photos of python3-skimage's data for the moving object and
+# the cut's second scene. The cat is also in the tests' fixtures; clips from photos no test uses:
+#   scripts/make_test_clips.sh /tmp/fovea-clips-heldout --sprite coffee.png --cut-to retina.jpg
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v ffmpeg >/dev/null || { echo "make_test_clips: ffmpeg not found (apt-get install ffmpeg)" >&2; exit 1; }
@@ -55,26 +58,33 @@ out=${1:-/tmp/fovea-clips}
 shift || true
 seconds=2
 size=960x540
+sprite=chelsea.png
+cut_to=coffee.png
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
+    --sprite) sprite=$2; shift 2 ;;
+    --cut-to) cut_to=$2; shift 2 ;;
     *) echo "make_test_clips: unknown option $1" >&2; exit 2 ;;
   esac
+done
+for f in "$sprite" "$cut_to"; do
+  [ -f "$SK/$f" ] || { echo "make_test_clips: $SK/$f missing" >&2; exit 1; }
 done
 W=${size%x*}
 H=${size#*x}
 mkdir -p "$out"
-# The object covers ~10% of the frame: ow x oh with ow*oh = 0.1*W*H, the cat's 3:2 aspect.
+# The object covers ~10% of the frame: ow x oh with ow*oh = 0.1*W*H, 3:2 (the cat's aspect).
 ow=$(( ( $($PY -c "import math; print(int(math.sqrt(0.1*$W*$H*1.5)))") / 2 ) * 2 ))
 oh=$(( ( ow * 2 / 3 ) / 2 * 2 ))
 bg="[0]scale=${W}:-2,crop=${W}:${H},setsar=1[bg];[1]scale=${ow}:${oh}[o]"
 # Away: bottom-left band, left to right over the clip, never reaching the top-right fixation.
-"${FF[@]}" -loop 1 -i "$SK/motorcycle_left.png" -loop 1 -i "$SK/chelsea.png" \
+"${FF[@]}" -loop 1 -i "$SK/motorcycle_left.png" -loop 1 -i "$SK/$sprite" \
   -filter_complex "$bg;[bg][o]overlay=x='${W}*0.02+t/${seconds}*${W}*0.35':y='${H}-${oh}-${H}*0.03'" \
   -t "$seconds" "${X264[@]}" "$out/static_away.mp4"
 # Through: from bottom left to top right, crossing (0.8 W, 0.2 H) at about 80% of the clip.
-"${FF[@]}" -loop 1 -i "$SK/motorcycle_left.png" -loop 1 -i "$SK/chelsea.png" \
+"${FF[@]}" -loop 1 -i "$SK/motorcycle_left.png" -loop 1 -i "$SK/$sprite" \
   -filter_complex "$bg;[bg][o]overlay=x='(t/${seconds})*(${W}-${ow})':y='(1-t/${seconds})*(${H}-${oh})'" \
   -t "$seconds" "${X264[@]}" "$out/static_through.mp4"
 # Pan: 2 px per frame to the right over the Hubble deep field, upscaled so the window fits.
@@ -82,7 +92,7 @@ bg="[0]scale=${W}:-2,crop=${W}:${H},setsar=1[bg];[1]scale=${ow}:${oh}[o]"
   -vf "scale=$(( W * 3 / 2 )):-2,crop=${W}:${H}:x='n*2':y=40" -t "$seconds" "${X264[@]}" "$out/pan.mp4"
 # Cut: half of static_away, then the coffee photo, static.
 half=$($PY -c "print($seconds/2)")
-"${FF[@]}" -i "$out/static_away.mp4" -loop 1 -i "$SK/coffee.png" \
+"${FF[@]}" -i "$out/static_away.mp4" -loop 1 -i "$SK/$cut_to" \
   -filter_complex "[0]trim=duration=${half},setpts=PTS-STARTPTS,setsar=1[a];[1]scale=${W}:${H},setsar=1,trim=duration=${half},setpts=PTS-STARTPTS,fps=25,format=yuv420p[b];[a][b]concat=n=2:v=1:a=0" \
   "${X264[@]}" "$out/cut.mp4"
 ls -l "$out"

@@ -336,6 +336,13 @@ TEST(Encoder, RandomModelsAreLabelled) {
   EXPECT_NE(m.describe().find("RANDOM WEIGHTS"), std::string::npos);
   EXPECT_THROW(VitModel::load("random:vit-huge"), Error);
   EXPECT_THROW(VitModel::load("random:vit-b16:x1"), Error);
+  // ViT-Ti/16's shape, the random twin of a real ViT-Ti checkpoint in benchmarks.
+  const VitModel ti = VitModel::load("random:vit-ti16");
+  EXPECT_EQ(ti.config().hidden, 192);
+  EXPECT_EQ(ti.config().heads, 3);
+  EXPECT_EQ(ti.config().mlp, 768);
+  EXPECT_EQ(ti.config().layers, 12);
+  EXPECT_EQ(ti.config().patch_px, 16);
 }
 
 // Random tokens for a model; positions spread over a w × h image.

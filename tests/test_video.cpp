@@ -20,6 +20,7 @@
 #include "fovea/relevance.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/video.hpp"
+#include "encoder/encoder_internal.hpp"
 #include "test_util.hpp"
 #include "video/change.hpp"
 
@@ -508,6 +509,254 @@ TEST_F(VideoTest, EncodeGroupChecksEveryFrameFirst) {
   EXPECT_TRUE(enc.encode_group({}, ip, exec).empty());
 }
 
+// ---- the attention bound ------------------------------------------------------------------------
+
+// A random tower whose attention is contextual, as a trained tower's is: queries and keys scaled
+// up so each token attends sharply to a few others (random weights at std 0.02 attend nearly
+// uniformly, and then a kept token's stale attention costs nothing).
+VitModel contextual_model() {
+  VitConfig c;
+  c.hidden = 64, c.heads = 4, c.mlp = 128, c.layers = 4, c.grid = 8;
+  c.pre_norm = true;
+  VitModel model = VitModel::random(c, 11, "contextual");
+  // q and k scaled so attention is sharp; v, the output projection and the MLP so that each
+  // layer's update is a sizeable part of the residual stream (as in a trained tower, where it
+  // is ~half of it), not 2 % of it.
+  auto scaled = [](const WeightMatrix& m, int64_t rows, float k) {
+    Tensor w(DType::f32, {m.rows, m.cols});
+    std::memcpy(w.bytes(), m.data, w.size_bytes());
+    for (int64_t i = 0; i < rows * m.cols; ++i) w.data<float>()[i] *= k;
+    return WeightMatrix(std::move(w));
+  };
+  for (VitLayer& l : encoder_detail::ModelAccess::unshared(model).layers) {
+    l.qkv_w = scaled(l.qkv_w, 2 * c.hidden, 12);
+    l.out_w = scaled(l.out_w, l.out_w.rows, 4);
+    l.fc1_w = scaled(l.fc1_w, l.fc1_w.rows, 4);
+    l.fc2_w = scaled(l.fc2_w, l.fc2_w.rows, 4);
+  }
+  return model;
+}
+
+// Per frame, the largest relative error of a token's incremental embedding to a full encode's,
+// ‖a − b‖₂ / ‖b‖₂.
+std::vector<double> errors_to_full(const VitModel& model, const EncoderInputs& in, const IncrementalParams& ip,
+                                   size_t group, Executor& exec, std::vector<IncrementalResult>* results = nullptr) {
+  IncrementalEncoder enc(model);
+  std::vector<IncrementalResult> got;
+  for (size_t a = 0; a < in.patches.size(); a += group) {
+    std::vector<IncrementalFrame> frames;
+    for (size_t f = a; f < std::min(in.patches.size(), a + group); ++f)
+      frames.push_back({&in.patches[f], &in.positions[f], in.prev_row[f], in.dirty[f]});
+    for (IncrementalResult& r : enc.encode_group(frames, ip, exec)) got.push_back(std::move(r));
+  }
+  std::vector<double> err;
+  const EncodeParams ep{.image_width = ip.image_width, .image_height = ip.image_height};
+  for (size_t f = 0; f < got.size(); ++f) {
+    const Encoding full = encode(model, in.patches[f], in.positions[f], ep, exec);
+    const int64_t n = full.embeddings.dim(0), d = full.embeddings.dim(1);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* a = got[f].embeddings.data<float>() + i * d;
+      const float* b = full.embeddings.data<float>() + i * d;
+      double ee = 0, bb = 0;
+      for (int64_t j = 0; j < d; ++j) ee += (double(a[j]) - b[j]) * (double(a[j]) - b[j]), bb += double(b[j]) * b[j];
+      worst = std::max(worst, std::sqrt(ee / bb));
+    }
+    err.push_back(worst);
+  }
+  if (results) *results = std::move(got);
+  return err;
+}
+
+// With both thresholds at 0 the bound recomputes every token whose attention moved at all, from
+// the attention it kept up to date (a wrong update would show here): every frame is a full
+// encode, frame by frame and in groups, across the layout change at frame 5 (rows dropped and
+// added). Eventful reuse at threshold 0 is not: a kept token never sees the moving square's new
+// keys.
+TEST_F(VideoTest, AttentionBoundAtZeroThresholdIsAFullEncode) {
+  Executor exec({.threads = 2});
+  const VitModel model = contextual_model();
+  const EncoderInputs in = moving_square_inputs(exec);
+  IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0, .attention_threshold = 0};
+  for (const size_t group : {size_t(1), size_t(4)}) {
+    SCOPED_TRACE("group " + std::to_string(group));
+    std::vector<IncrementalResult> rs;
+    const std::vector<double> err = errors_to_full(model, in, ip, group, exec, &rs);
+    for (size_t f = 0; f < err.size(); ++f) EXPECT_LT(err[f], 1e-4) << "frame " << f;
+    int64_t by_attention = 0;
+    for (const IncrementalResult& r : rs) by_attention += r.attention_tokens;
+    EXPECT_GT(by_attention, 0);  // the bound did the work, not the input test
+  }
+  IncrementalParams eventful = ip;
+  eventful.bound_attention = false;
+  const std::vector<double> err = errors_to_full(model, in, eventful, 1, exec);
+  EXPECT_GT(*std::max_element(err.begin(), err.end()), 1e-2);
+}
+
+// At the default threshold the bound keeps the error well below Eventful reuse's, and the
+// encoder's own estimate says there is error where there is and none where nothing changed.
+TEST_F(VideoTest, AttentionBoundKeepsTheErrorBelowEventfulReuse) {
+  Executor exec({.threads = 2});
+  const VitModel model = contextual_model();
+  const EncoderInputs in = moving_square_inputs(exec);
+  // The input test exact (threshold 0), so what is left is what each does with attention.
+  IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0, .attention_threshold = 0.1f};
+  std::vector<IncrementalResult> bounded_r, eventful_r;
+  const std::vector<double> bounded = errors_to_full(model, in, ip, 1, exec, &bounded_r);
+  IncrementalParams eventful = ip;
+  eventful.bound_attention = false;
+  const std::vector<double> unbounded = errors_to_full(model, in, eventful, 1, exec, &eventful_r);
+  double sum_b = 0, sum_u = 0;
+  for (size_t f = 1; f < bounded.size(); ++f) sum_b += bounded[f], sum_u += unbounded[f];
+  EXPECT_LT(sum_b, 0.7 * sum_u);  // measured: 0.46x
+  EXPECT_LT(bounded.back(), 0.7 * unbounded.back());  // Eventful's error grows frame after frame
+  for (size_t f = 1; f < bounded_r.size(); ++f) {
+    EXPECT_TRUE(bounded_r[f].approximate);
+    if (bounded[f] > 1e-3) {
+      EXPECT_GT(bounded_r[f].drift_estimate, 0) << "frame " << f;
+    }
+    EXPECT_GE(bounded_r[f].drift_estimate_max, bounded_r[f].drift_estimate);
+  }
+  EXPECT_EQ(bounded_r[0].drift_estimate, 0);  // a full encode leaves nothing
+  // The same frame again: nothing moved, nothing is left unapplied.
+  IncrementalEncoder enc(model);
+  enc.encode(in.patches[0], in.positions[0], {}, {}, ip, exec);
+  const int64_t N = in.patches[0].dim(0);
+  std::vector<int64_t> same(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) same[size_t(i)] = i;
+  const std::vector<uint8_t> clean(static_cast<size_t>(N), 0);
+  const IncrementalResult again = enc.encode(in.patches[0], in.positions[0], same, clean, ip, exec);
+  EXPECT_TRUE(again.approximate);
+  EXPECT_LT(again.drift_estimate_max, 1e-6);  // rounding: the class token's keys recomputed
+}
+
+// The refresh budget recomputes, per frame and layer, the kept tokens with the largest change
+// left unapplied: more work, less error.
+TEST_F(VideoTest, RefreshBudgetRecomputesTheStalestTokens) {
+  Executor exec({.threads = 2});
+  const VitModel model = contextual_model();
+  const EncoderInputs in = moving_square_inputs(exec);
+  IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0.2f};
+  std::vector<IncrementalResult> plain_r, budget_r;
+  const std::vector<double> plain = errors_to_full(model, in, ip, 1, exec, &plain_r);
+  ip.refresh_tokens = 6;
+  const std::vector<double> budget = errors_to_full(model, in, ip, 1, exec, &budget_r);
+  int64_t plain_work = 0, budget_work = 0;
+  double plain_err = 0, budget_err = 0;
+  for (size_t f = 1; f < plain.size(); ++f) {
+    for (int64_t n : plain_r[f].layer_tokens) plain_work += n;
+    for (int64_t n : budget_r[f].layer_tokens) budget_work += n;
+    plain_err += plain[f], budget_err += budget[f];
+  }
+  EXPECT_GT(budget_work, plain_work);
+  EXPECT_LT(budget_err, plain_err);
+}
+
+// The carry: a token whose input moved below the threshold is not recomputed, but the change
+// still goes up the residual stream (its output is its new input plus its kept update), so its
+// embedding moves towards the full encode's instead of staying as it was.
+TEST_F(VideoTest, ChangesBelowTheThresholdAreCarriedToTheOutput) {
+  Executor exec({.threads = 2});
+  const VitModel model = contextual_model();
+  const EncoderInputs in = moving_square_inputs(exec);
+  IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0.5f};
+  IncrementalEncoder enc(model);
+  const IncrementalResult r0 = enc.encode(in.patches[0], in.positions[0], {}, {}, ip, exec);
+  // Frame 0 again with one patch a little brighter: below the threshold everywhere.
+  Tensor brighter = in.patches[0].clone();
+  const int64_t N = brighter.dim(0), K = brighter.numel() / N, tok = N / 2;
+  for (int64_t k = 0; k < K; ++k) brighter.data<float>()[tok * K + k] += 0.05f;
+  std::vector<int64_t> same(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) same[size_t(i)] = i;
+  std::vector<uint8_t> dirty(static_cast<size_t>(N), 0);
+  dirty[size_t(tok)] = 1;
+  const IncrementalResult r1 = enc.encode(brighter, in.positions[0], same, dirty, ip, exec);
+  for (int64_t n : r1.layer_tokens) EXPECT_EQ(n, 0);  // nothing recomputed
+  const EncodeParams ep{.image_width = 192, .image_height = 128};
+  const Encoding full = encode(model, brighter, in.positions[0], ep, exec);
+  const int64_t D = full.embeddings.dim(1);
+  auto dist = [&](const Tensor& a) {
+    double e = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const double x = double(a.data<float>()[tok * D + d]) - full.embeddings.data<float>()[tok * D + d];
+      e += x * x;
+    }
+    return std::sqrt(e);
+  };
+  EXPECT_GT(dist(r0.embeddings), 0);
+  EXPECT_LT(dist(r1.embeddings), 0.7 * dist(r0.embeddings));
+}
+
+// The drift refresh: a frame group starts from scratch when the last frame's estimate is above
+// the bound; never at 0.
+TEST_F(VideoTest, DriftAboveTheBoundRefreshesTheEncoder) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  auto image = [](int f) {
+    ImageU8 img = test::gradient_image(160, 96, 3);
+    for (int c = 0; c < 3; ++c)
+      for (int y = 60; y < 80; ++y)
+        for (int x = 8 + 5 * f; x < 24 + 5 * f; ++x) img.at(c, y, x) = 255;
+    return img;
+  };
+  Query q;
+  q.fixations.push_back({130, 20});
+  for (const float bound : {0.0f, 1e-9f}) {
+    VideoParams vp = small_params(30);
+    vp.drift_refresh = bound;
+    VideoSession session(vp, &model, exec);
+    std::vector<std::string> reasons;
+    for (int f = 0; f < 6; ++f) {
+      const FrameResult r = session.process(image(f), q, f, f / 25.0);
+      reasons.push_back(r.refresh ? r.refresh_reason : "-");
+      if (r.refresh_reason == "drift") {
+        EXPECT_EQ(r.drift_estimate, 0);  // a full encode
+      }
+    }
+    if (bound == 0) {
+      EXPECT_EQ(reasons, (std::vector<std::string>{"first", "-", "-", "-", "-", "-"}));
+    } else {
+      EXPECT_EQ(reasons, (std::vector<std::string>{"first", "-", "drift", "-", "drift", "-"}));
+    }
+  }
+}
+
+// A refresh after a refresh (a pan: every tile changes every frame) is encoded as --reuse exact
+// encodes it, without the layer caches reuse would need; the first frame that is not a refresh
+// makes them with a full encode, and the frames after it are incremental again.
+TEST_F(VideoTest, ConsecutiveRefreshesEncodeAsExactDoes) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  auto image = [](int f) {
+    if (f < 4) return test::random_image(160, 96, 3, uint32_t(11 + f));  // a new scene every frame
+    ImageU8 img = test::random_image(160, 96, 3, 14);
+    if (f == 5)
+      for (int c = 0; c < 3; ++c)
+        for (int y = 60; y < 76; ++y)
+          for (int x = 16; x < 32; ++x) img.at(c, y, x) = 255;
+    return img;
+  };
+  Query q;
+  q.fixations.push_back({130, 20});
+  std::vector<FrameResult> inc, exa;
+  for (const Reuse reuse : {Reuse::incremental, Reuse::exact}) {
+    VideoParams vp = small_params(30);
+    vp.reuse = reuse;
+    VideoSession session(vp, &model, exec);
+    for (int f = 0; f < 6; ++f) (reuse == Reuse::incremental ? inc : exa).push_back(session.process(image(f), q, f, f / 25.0));
+  }
+  for (int f = 1; f < 4; ++f) {
+    ASSERT_TRUE(inc[size_t(f)].refresh) << f;
+    EXPECT_FALSE(inc[size_t(f)].approximate) << f;
+    ASSERT_EQ(inc[size_t(f)].embeddings.numel(), exa[size_t(f)].embeddings.numel());
+    EXPECT_EQ(max_abs_diff(inc[size_t(f)].embeddings, exa[size_t(f)].embeddings), 0) << f;
+  }
+  EXPECT_FALSE(inc[4].refresh);
+  EXPECT_EQ(inc[4].encoder_work, 1);  // the caches made again: a full encode
+  EXPECT_FALSE(inc[5].refresh);
+  EXPECT_LT(inc[5].encoder_work, 1);  // and reuse from there on
+}
+
 // The session in groups: results in order, a refresh alone, embeddings as frame by frame.
 TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
   Executor exec({.threads = 2});
@@ -886,10 +1135,18 @@ TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
   EXPECT_EQ(s["frames"], 6);
   EXPECT_EQ(s["reuse"], "incremental");
   EXPECT_EQ(s["approximate"], true);
+  EXPECT_EQ(s["encoder"]["attention_threshold"], 0.07f);  // the token threshold's, by default
   for (const auto& f : s["per_frame"]) {
     EXPECT_EQ(f["index"].get<int>() % 2, 0);
     EXPECT_GT(f["full_ms"].get<double>(), 0);
     EXPECT_GT(f["cosine"].get<double>(), 0.9);
+    EXPECT_LE(f["cosine_min_token"].get<double>(), f["cosine"].get<double>() + 1e-12);  // the worst token
+    EXPECT_GT(f["cosine_min_token"].get<double>(), 0.5);
+    EXPECT_GE(f["error_max"].get<double>(), f["error_mean"].get<double>());
+    // The encoder's own estimate beside the measured error, on every reusing frame.
+    if (!f["refresh"].get<bool>()) {
+      EXPECT_GE(f["drift_estimate_max"].get<double>(), f["drift_estimate"].get<double>());
+    }
     EXPECT_TRUE(f.contains("store"));
     EXPECT_LE(f["recomputed_tokens"].get<int>(), f["tokens"].get<int>());
   }
@@ -987,6 +1244,13 @@ TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {
   r = test::run_cli({"video", fixture("small.mp4"), "--model", "random:vit-tiny", "--group", "0", "-o", out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "fovea: error: --group must be 1..1024 frames\n");
+  r = test::run_cli({"video", fixture("small.mp4"), "--model", "random:vit-tiny", "--attention-threshold", "often",
+                     "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "fovea: error: --attention-threshold must be a number >= 0 or off\n");
+  r = test::run_cli({"video", fixture("small.mp4"), "--model", "random:vit-tiny", "--refresh-tokens", "-1", "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "fovea: error: --refresh-tokens must be >= 0\n");
   EXPECT_FALSE(fs::exists(out));
 }
 

@@ -21,16 +21,33 @@
 // Two levels of reuse:
 //   * patch embeddings (always): a token with prev_row ≥ 0 and patch_dirty 0 keeps its patch
 //     embedding row; only the others go through the patch-embedding GEMM. This is exact;
-//   * layer states (reuse_layers, Eventful Transformers, Dutson et al., ICCV 2023): per layer,
-//     the encoder keeps every token's layer input as of its last recomputation (the reference),
-//     its keys and values, and its layer output. A token is recomputed in a layer when it is new
-//     or its input moved from the reference by more than token_threshold (‖x − ref‖₂ / ‖ref‖₂):
-//     its LayerNorm, QKV, its attention against every token's keys and values (the cached ones
-//     for the others), the output projection and the MLP. The other tokens keep their cached
-//     outputs, so their inputs to the next layer do not move either. The class token is always
-//     recomputed. This is an approximation (a kept token does not see its neighbours' new keys);
-//     the drift is bounded by the threshold (references only move when a token is recomputed)
-//     and by full refreshes (reset()). Results say `approximate`.
+//   * layer states (reuse_layers, after Eventful Transformers, Dutson et al., ICCV 2023): per
+//     layer, the encoder keeps every token's layer input as of its last recomputation (the
+//     reference), its keys and values, and its layer output. A token is recomputed in a layer
+//     when it is new or its input moved from the reference by more than token_threshold
+//     (‖x − ref‖₂ / ‖ref‖₂): its LayerNorm, QKV, its attention against every token's keys and
+//     values (the cached ones for the others), the output projection and the MLP. The class
+//     token is always recomputed;
+//   * the attention bound (bound_attention): a kept token's input did not move, but the keys
+//     and values it attends to did (the recomputed tokens'). Eventful reuse ignores that, and on
+//     a trained tower, whose attention is contextual, the error then grows frame after frame
+//     (measured: docs/video.md). Here every token's query, its softmax normaliser and its
+//     attention output are kept per layer and brought up to date whenever keys and values
+//     change: for the rows R whose keys and values moved from (k, v) to (k', v'),
+//       z = 1 + Σ_R e^(q·k'/√d − lse) − Σ_R e^(q·k/√d − lse),
+//       o ← (o + Σ_R e^(q·k'/√d − lse) v' − Σ_R e^(q·k/√d − lse) v) / z,  lse ← lse + log z
+//     (two small GEMMs per head over the changed rows: exact, not an estimate). The token's
+//     cached layer output was computed from an older o (o_used); the change reuse leaves
+//     unapplied to its residual stream is at most ‖W_o‖₂ ‖o − o_used‖₂, and when that exceeds
+//     attention_threshold × ‖x‖₂ the token is recomputed from its kept input and its current o
+//     (output projection and MLP; its keys and values do not change). So a token never keeps a
+//     state whose attention has moved by more than the threshold;
+//   * a refresh budget (refresh_tokens): per frame and layer, the kept tokens whose unapplied
+//     change (input or attention) is largest are recomputed as well, so what stays below the
+//     thresholds does not stay forever.
+//     Results say `approximate`, and carry the encoder's own estimate of the error it left
+//     (drift_estimate: per token, the sum over layers of the relative changes left unapplied).
+//     Full refreshes (reset()) start again from scratch.
 // With reuse_layers false, or on the first call after reset(), every layer runs on every token,
 // and the result equals fovea::encode (up to the order of float operations in the GEMMs).
 //
@@ -68,7 +85,15 @@ struct IncrementalParams {
   Precision precision = Precision::fp32;
   int image_width = 0, image_height = 0;  // the frame the positions refer to (> 0)
   bool reuse_layers = true;               // false: exact (patch embeddings reused, every layer full)
-  float token_threshold = 0.1f;           // relative L2 change of a layer input that recomputes the token
+  // The fidelity knob: the relative change of a token's layer input (or, with bound_attention,
+  // of its residual stream through attention) above which the token is recomputed. Smaller is
+  // closer to a full encode and slower.
+  float token_threshold = 0.07f;
+  // Advanced. false: a kept token does not see other tokens' new keys and values (Eventful
+  // reuse as published: no tracking cost, unbounded drift on trained towers).
+  bool bound_attention = true;
+  float attention_threshold = -1;  // the attention bound's threshold; < 0: token_threshold
+  int refresh_tokens = 0;          // per frame and layer, the stalest kept tokens also recomputed
 };
 
 // One frame of a group: the arguments of encode() for that frame. prev_row refers to the rows of
@@ -88,8 +113,14 @@ struct IncrementalResult {
   std::vector<uint8_t> recomputed;       // [N] 1: patch embedding or any layer recomputed for the token
   int64_t patch_embeddings_computed = 0;
   std::vector<int64_t> layer_tokens;     // per layer: patch tokens recomputed
-  double flops_fraction = 1;             // rough share of a full encode's GEMM work done
+  double flops_fraction = 1;             // share of a full encode's multiply-adds done (GEMMs, attention)
   bool approximate = false;              // some layer reused cached states
+  // The encoder's estimate of the error reuse left in this frame: per patch token, the sum over
+  // layers of the relative changes it did not apply (its input's, below token_threshold; its
+  // attention's, below attention_threshold, through ‖W_o‖₂); the mean and the largest over
+  // tokens. 0 when nothing was reused. Tracked with bound_attention only (else input changes).
+  double drift_estimate = 0, drift_estimate_max = 0;
+  int64_t attention_tokens = 0;          // patch-token layer recomputations due to the attention bound
   double encode_ms = 0;                  // for a group: the group's time divided by its frames
 };
 

@@ -174,6 +174,10 @@ struct VideoParams {
   int keyframe_interval = 0;        // K > 0: every K-th processed frame is a full refresh
   float layout_hysteresis = 0.1f;   // relative L1 change of relevance that re-allocates; 0: always
   IncrementalParams encoder;        // precision, token threshold (image size is filled in)
+  // Incremental ViT: a frame group starts with a full encode (refresh_reason "drift") when the
+  // last encoded frame's drift estimate (FrameResult::drift_estimate) exceeds this; 0: never.
+  // Checked between groups, so with group_frames G a refresh comes up to G frames later.
+  float drift_refresh = 0;
   // Incremental ViT only: frames whose encoder work runs as one group (IncrementalEncoder::
   // encode_group: weights read once per group, the same results). Results come out when a group
   // is full (or at flush()), so latency grows by up to group_frames − 1 frames. 1..1024.
@@ -198,9 +202,13 @@ struct FrameResult {
   int64_t resampled_tokens = 0;   // tokens whose patch was sampled again
   int64_t recomputed_tokens = 0;  // count of recomputed[]
   bool refresh = false;           // full refresh
-  std::string refresh_reason;     // "first", "keyframe", "scene-cut", "size", "reuse-off"
+  std::string refresh_reason;     // "first", "keyframe", "scene-cut", "size", "reuse-off", "drift"
   bool layout_changed = false;    // the allocation was made again
   bool approximate = false;       // the embeddings come from incremental ViT reuse
+  // The incremental encoder's estimate of the error it left (IncrementalResult::drift_estimate):
+  // per token, the relative changes left unapplied summed over layers; mean and largest.
+  double drift_estimate = 0, drift_estimate_max = 0;
+  double encoder_work = 1;        // share of a full encode's multiply-adds the encoder did (IncrementalResult)
   int group_frames = 1;           // frames encoded together with this one (timings.encode_ms is its share)
   std::shared_ptr<const Allocation> allocation;  // this frame's layout
   FrameTimings timings;

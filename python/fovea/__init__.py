@@ -363,7 +363,7 @@ class VideoSession:
     """
 
     def __init__(self, model: Optional["Model"] = None, budget: int = 273, *, patch: Optional[int] = None,
-                 reuse: Optional[str] = None, keyframe: int = 0, threshold: float = 8.0, token_threshold: float = 0.1,
+                 reuse: Optional[str] = None, keyframe: int = 0, threshold: float = 8.0, token_threshold: float = 0.07,
                  hysteresis: float = 0.1, refresh_fraction: float = 0.5, precision: str = "fp32", threads: int = 0,
                  dtype: str = "f32") -> None:
         self._s = _fovea.VideoSession(model, _checked_budget(budget), patch, reuse, keyframe, threshold,
@@ -480,7 +480,7 @@ def video(
     keyframe: int = 0,
     group: int = 8,
     threshold: float = 8.0,
-    token_threshold: float = 0.1,
+    token_threshold: float = 0.07,
     hysteresis: float = 0.1,
     refresh_fraction: float = 0.5,
     precision: str = "fp32",
@@ -516,7 +516,8 @@ def video(
             or a function (index, pts) -> fixations called for every frame (the CLI's
             --fixations FILE.csv, in Python).
         every / fps / max_frames: which frames, as the CLI's --every / --fps / --max-frames.
-        reuse: "incremental" (default with a model: Eventful-style ViT reuse, approximate),
+        reuse: "incremental" (default with a model: a token's ViT layer states reused while they
+            would move by less than token_threshold; approximate),
             "exact" (patches and patch embeddings reused, full ViT), "off".
         keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction: the CLI's
             --keyframe, --group (frames encoded together: the encoder reads its weights once

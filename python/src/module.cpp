@@ -1470,6 +1470,10 @@ PYBIND11_MODULE(_fovea, m) {
       .def_property_readonly("refresh_reason", [](const PyFrameResult& f) { return f.r.refresh_reason; })
       .def_property_readonly("layout_changed", [](const PyFrameResult& f) { return f.r.layout_changed; })
       .def_property_readonly("approximate", [](const PyFrameResult& f) { return f.r.approximate; })
+      .def_property_readonly("drift_estimate", [](const PyFrameResult& f) { return f.r.drift_estimate; },
+                             "the incremental encoder's estimate of the error reuse left: per token, the relative "
+                             "changes left unapplied summed over layers, the mean (0 on a full encode)")
+      .def_property_readonly("drift_estimate_max", [](const PyFrameResult& f) { return f.r.drift_estimate_max; })
       .def_property_readonly("timings",
                              [](const PyFrameResult& f) {
                                const FrameTimings& t = f.r.timings;

@@ -5,6 +5,10 @@
 //   XR = x[R]; H = LN1(XR); QKV_R = H·Wqkvᵀ; K, V of R written into the layer's K|V cache;
 //   A_R = softmax(Q_R·Kᵀ/√d)·V over every token's keys and values (flash-style, as forward.cpp);
 //   XR += A_R·Woᵀ; XR += MLP(LN2(XR)); x_out[R] = XR, x_out[¬R] = the cached outputs.
+// With the attention bound the kept tokens' attention outputs are then brought up to date for
+// the keys and values R changed (AttentionTrack), and the tokens whose output would move by
+// more than the threshold join the output projection and MLP with their kept input (set S):
+//   XR[S] = ref_in[S]; A_S = their current attention; x_out[S] = XR[S] after the same GEMMs.
 // The schedule follows forward.cpp: every GEMM through oneDNN (encoder_detail::Gemm) with
 // bias, GELU and residual fused, row kernels for LayerNorm and softmax; the small functions
 // (positional interpolation, the linear-layer arguments) are the same arithmetic as there.
@@ -17,6 +21,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "encoder/attention.hpp"
 #include "encoder/encoder_internal.hpp"
@@ -29,7 +34,6 @@ using namespace encoder_detail;
 
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
 constexpr int64_t kRowBucket = 16;
 size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
 
@@ -43,32 +47,118 @@ struct LayerCache {
   // [2, heads, T, hd] dt: K and V as of that recomputation, head-major (attention reads them
   // as they are; a recomputed row is written in `heads` pieces).
   Tensor kv;
+  // The attention bound (IncrementalParams::bound_attention), per token: its query as of its
+  // last QKV, and its attention as the current keys and values give it.
+  Tensor q;         // [heads·T + 16, hd] dt: head h's rows at h·T (the last 16 rows padding)
+  Tensor lse;       // [heads, T] f32: log Σ_j exp(q·k_j/√hd) over the current keys
+  Tensor att;       // [T, D] f32: softmax(q·Kᵀ/√hd)·V, the heads side by side (as A)
+  Tensor att_used;  // [T, D] f32: the attention its cached layer output was computed from
+  std::vector<float> ref_norm2;  // [T] ‖ref_in‖₂²
+  // The carry: a kept token's output is its current input plus its residual branches' update
+  // (attention + MLP) as of its last recomputation, so a change of its input below the
+  // threshold still reaches the layers above along the residual stream.
+  Tensor in_cur;  // [T, D] f32: each token's current input
+  Tensor upd;     // [T, D] f32: output − input at its last recomputation
+  std::vector<float> resid;  // [T] relative input change left unapplied (below the threshold)
+  std::vector<float> drift;  // [T] ‖W_o‖₂ ‖att − att_used‖₂ / ‖ref_in‖₂, left unapplied
 };
+
+// ‖W‖₂ (the largest singular value) by power iteration on WᵀW: the most a change of a token's
+// attention output can move its residual stream through the output projection.
+float spectral_norm(const WeightMatrix& w) {
+  const int64_t R = w.rows, C = w.cols;
+  std::vector<float> a(size_t(R * C));
+  if (w.dtype == DType::f32) std::memcpy(a.data(), w.data, size_t(R * C) * 4);
+  else from_bf16_row(static_cast<const uint16_t*>(w.data), a.data(), R * C);
+  std::vector<double> v(static_cast<size_t>(C)), u(static_cast<size_t>(R));
+  for (int64_t j = 0; j < C; ++j) v[size_t(j)] = 1.0 + 0.01 * double(j % 7);  // not orthogonal to the top vector
+  double sigma = 0;
+  for (int it = 0; it < 30; ++it) {
+    double vv = 0;
+    for (double x : v) vv += x * x;
+    const double inv = 1.0 / std::sqrt(std::max(vv, 1e-300));
+    for (double& x : v) x *= inv;
+    double uu = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      double acc = 0;
+      const float* row = a.data() + r * C;
+      for (int64_t j = 0; j < C; ++j) acc += double(row[j]) * v[size_t(j)];
+      u[size_t(r)] = acc, uu += acc * acc;
+    }
+    const double next = std::sqrt(uu);  // ‖W v‖ with ‖v‖ = 1: increases towards σ
+    std::fill(v.begin(), v.end(), 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = a.data() + r * C;
+      for (int64_t j = 0; j < C; ++j) v[size_t(j)] += double(row[j]) * u[size_t(r)];
+    }
+    if (it > 3 && next - sigma <= 1e-4 * next) return float(next);
+    sigma = next;
+  }
+  return float(sigma);
+}
+
+// Buffers of the attention bound, kept from frame to frame: one set per OpenMP thread (each
+// task of a parallel loop runs its GEMMs single-threaded on them).
+struct TrackScratch {
+  ScratchBuf qg, s, p, pf, o;
+  std::vector<float> corr, den, mx, sums;
+};
+struct AttentionTrack {
+  ScratchBuf kc, vc;  // the changed rows' keys and values, [heads, ncp, hd] each
+  std::vector<TrackScratch> scratch;
+  std::vector<uint8_t> bad;  // [heads, T]: the update of (head, row) lost its digits
+  std::vector<float> dd;     // [heads, T]: ‖att − att_used‖² over the head's columns
+  std::vector<float> row_dd;  // [T]: the same over every column
+};
+
+// Runs fn(task, scratch) for tasks 0..n-1 on `threads` OpenMP threads, one parallel region
+// (a region per head and frame cost more than the work on a small tower); the first exception
+// is rethrown after the loop.
+template <typename Fn>
+void track_tasks(AttentionTrack& tr, int threads, int64_t n, Fn&& fn) {
+  if (tr.scratch.size() < size_t(threads)) tr.scratch.resize(size_t(threads));
+  std::exception_ptr error;
+  std::mutex error_mutex;
+#pragma omp parallel num_threads(threads) if (n > 1)
+  {
+    TrackScratch& sc = tr.scratch[size_t(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n; ++task) {
+      try {
+        fn(task, sc);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
 
 int64_t round_up(int64_t r, int64_t b) { return (r + b - 1) / b * b; }
 
 // Shapes one frame must have for the model; returns N.
 int64_t check_frame(const IncrementalFrame& f, const VitConfig& c, const std::string& what) {
-  if (!f.patches || !f.positions) throw bad(what + ": patches and positions are required");
+  if (!f.patches || !f.positions) throw invalid_argument(what + ": patches and positions are required");
   const Tensor& patches = *f.patches;
   const Tensor& positions = *f.positions;
-  if (patches.rank() != 4 || patches.dim(0) < 1) throw bad(what + ": patches must be [N, C, P, P], N >= 1");
+  if (patches.rank() != 4 || patches.dim(0) < 1) throw invalid_argument(what + ": patches must be [N, C, P, P], N >= 1");
   if (patches.dtype() != DType::f32 && patches.dtype() != DType::f16)
-    throw bad(what + ": patches must be float32 or float16, normalised as the model expects");
+    throw invalid_argument(what + ": patches must be float32 or float16, normalised as the model expects");
   if (patches.dim(1) != c.channels || patches.dim(2) != c.patch_px || patches.dim(3) != c.patch_px)
-    throw bad(what + ": patches are not " + std::to_string(c.channels) + "x" + std::to_string(c.patch_px) + "x" +
+    throw invalid_argument(what + ": patches are not " + std::to_string(c.channels) + "x" + std::to_string(c.patch_px) + "x" +
               std::to_string(c.patch_px) + " as the model takes");
   const int64_t N = patches.dim(0);
   if (positions.dtype() != DType::f32 || positions.rank() != 2 || positions.dim(0) != N || positions.dim(1) < 2)
-    throw bad(what + ": positions must be [N, 4] float32 with N = " + std::to_string(N));
+    throw invalid_argument(what + ": positions must be [N, 4] float32 with N = " + std::to_string(N));
   if (N > (int64_t(1) << 20)) throw Error(Errc::limit_exceeded, what + ": more than 2^20 tokens");
-  if (!f.prev_row.empty() && int64_t(f.prev_row.size()) != N) throw bad(what + ": prev_row must have N entries");
+  if (!f.prev_row.empty() && int64_t(f.prev_row.size()) != N) throw invalid_argument(what + ": prev_row must have N entries");
   if (!f.patch_dirty.empty() && int64_t(f.patch_dirty.size()) != N)
-    throw bad(what + ": patch_dirty must have N entries");
+    throw invalid_argument(what + ": patch_dirty must have N entries");
   const float* pos = positions.data<float>();
   for (int64_t i = 0; i < N; ++i)
     if (!std::isfinite(pos[i * positions.dim(1)]) || !std::isfinite(pos[i * positions.dim(1) + 1]))
-      throw bad(what + ": token " + std::to_string(i) + " has a non-finite position");
+      throw invalid_argument(what + ": token " + std::to_string(i) + " has a non-finite position");
   return N;
 }
 
@@ -87,11 +177,21 @@ struct FrameWork {
   bool gate = false;             // cached layer states may be reused (else every row is recomputed)
   bool remap = false;            // the run's first frame only: the caches move to this frame's rows
   std::vector<int64_t> prev_t;   // [T] when gated: the row in the previous caches, -1 for a new token
-  // This layer's candidates: rows whose input may differ from the frame before; their inputs
-  // are rows in_off.. of IN. After the selection, the recomputed rows and their place in XR.
-  std::vector<int64_t> cand, sel;
+  // This layer's candidates: rows whose input may differ from the frame before, and where
+  // their inputs are in IN. After the selection, the rows recomputed from their input (sel,
+  // rows xr_off.. of XR) and, with the attention bound, those recomputed for their attention
+  // (att, at att_row in XR).
+  std::vector<int64_t> cand, cand_row, sel, att, att_row;
+  // The references this frame's selection overwrote, for the frames before it in the group
+  // (their step 3 needs the inputs their kept tokens were computed from): token → row of
+  // the layer's saved references.
+  std::unordered_map<int64_t, int64_t> ref_before, cur_before;  // the same for current inputs
+  // With the attention bound, the candidates not recomputed: carried (their rows in IN), then
+  // their output rows in XR.
+  std::vector<int64_t> carry, carry_in, carry_row;
   int64_t in_off = 0, xr_off = 0;
   double work = 0, full_work = 0;
+  std::vector<float> est;  // [T] per token, Σ over layers of the changes left unapplied
 };
 
 }  // namespace
@@ -101,6 +201,7 @@ struct IncrementalEncoder::State {
   EncoderContext ctx;  // the session's own: GEMM primitives, scratchpads, attention buffers
   bool valid = false;
   bool layers_valid = false;
+  bool tracked = false;  // the layer caches hold the attention bound's state too
   int64_t n = 0;  // patch tokens of the previous frame
   int width = 0, height = 0;
   Precision precision = Precision::fp32;
@@ -110,11 +211,216 @@ struct IncrementalEncoder::State {
   LayerCache spare;                // where a layout change moves a layer's rows (then swapped in)
   Tensor fin;                      // [n + pre, D] f32: the last hidden state (final norm applied)
   Tensor fin_proj;                 // [n + pre, E] f32: the projector's output of fin's rows
-  Buf IN, XR, H, QKV, A, Hm, Pt;
+  Buf IN, XR, XB, H, QKV, A, Hm, Pt, gone_kv;
+  AttentionTrack bound;  // the attention bound's buffers
+  std::vector<float> wo_norm;  // per layer ‖W_o‖₂, made at the first tracked frame
   State(const VitModel& m, EncoderContext c) : model(m), ctx(std::move(c)) {}
   void run(std::span<const IncrementalFrame> frames, const int64_t* Ns, const IncrementalParams& params,
            const Ops& ops, IncrementalResult* out);
+  void attend_block(LayerCache& C, const int64_t* rows, int64_t nb, int64_t T, int64_t D, int heads, int h, DType dt,
+                    const Ops& ops, std::byte* a_out, TrackScratch& sc);
+  void delta_block(LayerCache& C, const std::vector<uint8_t>& keep, int64_t r0, int64_t nb, int64_t T, int64_t n_new,
+                   int64_t n_old, int64_t D, int heads, int h, DType dt, const Ops& ops, TrackScratch& sc);
+  void attend(LayerCache& C, std::span<const int64_t> rows, int64_t T, int64_t D, int heads, DType dt, const Ops& ops,
+              std::byte* a_out);
+  void track_frame(LayerCache& C, std::span<const int64_t> sel, std::byte* a_out, const std::vector<uint8_t>& keep,
+                   int64_t T, int64_t n_new, int64_t n_old, int64_t D, int heads, DType dt, const Ops& ops);
 };
+
+// Exact attention of up to 64 token rows (their queries in C.q) over every key and value of
+// head h in C.kv: their C.att and C.lse for the head, and row j of a_out (dt, D wide: the
+// layer's A) when given. S = Q·Kᵀ (oneDNN, single-threaded inside a task), the softmax row
+// kernel (P and the normaliser), O = P·V.
+void IncrementalEncoder::State::attend_block(LayerCache& C, const int64_t* rows, int64_t nb, int64_t T, int64_t D,
+                                             int heads, int h, DType dt, const Ops& ops, std::byte* a_out,
+                                             TrackScratch& sc) {
+  const int64_t hd = D / heads, mb = round_up(nb, kRowBucket);
+  const size_t es = esize(dt);
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  sc.qg.ensure(size_t(mb * hd) * es), sc.s.ensure(size_t(mb * T) * 4), sc.p.ensure(size_t(mb * T) * es);
+  sc.o.ensure(size_t(mb * hd) * 4);
+  sc.mx.resize(size_t(mb)), sc.sums.resize(size_t(mb));
+  const std::byte* qh = C.q.bytes() + size_t(h * T * hd) * es;
+  for (int64_t j = 0; j < nb; ++j)
+    std::memcpy(sc.qg.get() + size_t(j * hd) * es, qh + size_t(rows[j] * hd) * es, size_t(hd) * es);
+  std::memset(sc.qg.get() + size_t(nb * hd) * es, 0, size_t((mb - nb) * hd) * es);
+  GemmArgs sg{};
+  sg.a = sc.qg.get(), sg.lda = hd, sg.a_dt = dt;
+  sg.w = C.kv.bytes() + size_t(h * T * hd) * es, sg.ldw = hd, sg.w_dt = dt;
+  sg.c = sc.s.get(), sg.ldc = T, sg.c_dt = DType::f32;
+  sg.m = mb, sg.n = T, sg.k = hd;
+  ops.linear(sg);
+  for (int64_t j = 0; j < mb; ++j) {
+    std::byte* prow = sc.p.get() + size_t(j * T) * es;
+    if (j >= nb) {
+      std::memset(prow, 0, size_t(T) * es);
+      continue;
+    }
+    float m = -INFINITY, l = 0;
+    if (ops.ref) softmax_step_row_ref(sc.s.as<float>() + j * T, T, scale, &m, &l, prow, dt);
+    else softmax_step_row(sc.s.as<float>() + j * T, T, scale, &m, &l, prow, dt);
+    sc.mx[size_t(j)] = m, sc.sums[size_t(j)] = l;
+  }
+  GemmArgs pv{};
+  pv.a = sc.p.get(), pv.lda = T, pv.a_dt = dt;
+  pv.w = C.kv.bytes() + size_t((heads + h) * T * hd) * es, pv.ldw = hd, pv.w_dt = dt, pv.w_is_kn = true;
+  pv.c = sc.o.get(), pv.ldc = hd, pv.c_dt = DType::f32;
+  pv.m = mb, pv.n = hd, pv.k = T;
+  ops.linear(pv);
+  for (int64_t j = 0; j < nb; ++j) {
+    const int64_t t = rows[j];
+    const float inv = 1.0f / sc.sums[size_t(j)];
+    float* att = C.att.data<float>() + t * D + h * hd;
+    const float* o = sc.o.as<float>() + j * hd;
+    for (int64_t d = 0; d < hd; ++d) att[d] = o[d] * inv;
+    C.lse.data<float>()[h * T + t] = sc.mx[size_t(j)] + std::log(sc.sums[size_t(j)]);
+    if (a_out) {
+      std::byte* dst = a_out + size_t(j * D + h * hd) * es;
+      if (dt == DType::f32) std::memcpy(dst, att, size_t(hd) * 4);
+      else to_bf16_row(att, reinterpret_cast<uint16_t*>(dst), hd);
+    }
+  }
+}
+
+// Rows r0..r0+nb of head h, those kept (keep[t]): their attention brought up to date for keys
+// and values that changed: the first n_new rows of bound.kc / bound.vc ([heads, ncp, hd] dt)
+// are added, the n_old after them taken away (header, "the attention bound"). S = Q·Kcᵀ; per
+// kept row, with m = max(lse, max s/√hd): P = e^(s/√hd − m), c = e^(lse − m), the normaliser
+// den = c + ΣP_new − ΣP_old; O = [P_new | −P_old]·Vc; att ← (c·att + O)/den, lse ← m + log den.
+// Where den cancels to nearly nothing (the keys that held the attention went away) the update
+// loses its digits: bound.bad marks the row (attend() then computes it from scratch). Also
+// bound.dd[h·T + t] = ‖att − att_used‖² over the head's columns.
+void IncrementalEncoder::State::delta_block(LayerCache& C, const std::vector<uint8_t>& keep, int64_t r0, int64_t nb,
+                                            int64_t T, int64_t n_new, int64_t n_old, int64_t D, int heads, int h,
+                                            DType dt, const Ops& ops, TrackScratch& sc) {
+  const int64_t hd = D / heads, nc = n_new + n_old, ncp = round_up(std::max<int64_t>(nc, 1), kRowBucket);
+  const int64_t mb = round_up(nb, kRowBucket);
+  const size_t es = esize(dt);
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  AttentionTrack& tr = bound;
+  sc.s.ensure(size_t(mb * ncp) * 4), sc.pf.ensure(size_t(ncp) * 4), sc.p.ensure(size_t(mb * ncp) * es);
+  sc.o.ensure(size_t(mb * hd) * 4);
+  sc.corr.resize(size_t(mb)), sc.den.resize(size_t(mb)), sc.mx.resize(size_t(mb));
+  // Rows past T (the last block rounded up) read the padding after C.q's last head, or the
+  // next head's rows: their results are not used.
+  GemmArgs sg{};
+  sg.a = C.q.bytes() + size_t((h * T + r0) * hd) * es, sg.lda = hd, sg.a_dt = dt;
+  sg.w = tr.kc.get() + size_t(h * ncp * hd) * es, sg.ldw = hd, sg.w_dt = dt;
+  sg.c = sc.s.get(), sg.ldc = ncp, sg.c_dt = DType::f32;
+  sg.m = mb, sg.n = ncp, sg.k = hd;
+  ops.linear(sg);
+  const float* lse = C.lse.data<float>() + h * T;
+  float* pf = sc.pf.as<float>();
+  for (int64_t j = 0; j < mb; ++j) {
+    const int64_t t = r0 + j;
+    std::byte* prow = sc.p.get() + size_t(j * ncp) * es;
+    if (j >= nb || !keep[size_t(t)]) {
+      std::memset(prow, 0, size_t(ncp) * es);
+      continue;
+    }
+    float m = lse[t], l = 0;
+    const float* srow = sc.s.as<float>() + j * ncp;
+    const float corr = ops.ref ? softmax_step_row_ref(srow, nc, scale, &m, &l, pf, DType::f32)
+                               : softmax_step_row(srow, nc, scale, &m, &l, pf, DType::f32);
+    float added = 0, removed = 0;
+    for (int64_t k = 0; k < n_new; ++k) added += pf[k];
+    for (int64_t k = n_new; k < nc; ++k) removed += pf[k], pf[k] = -pf[k];
+    std::fill(pf + nc, pf + ncp, 0.0f);
+    if (dt == DType::f32) std::memcpy(prow, pf, size_t(ncp) * 4);
+    else to_bf16_row(pf, reinterpret_cast<uint16_t*>(prow), ncp);
+    const float den = corr + added - removed;
+    sc.corr[size_t(j)] = corr, sc.den[size_t(j)] = den, sc.mx[size_t(j)] = m;
+    if (!(den > 1e-3f * (corr + added + removed))) tr.bad[size_t(h * T + t)] = 1;
+  }
+  GemmArgs pv{};
+  pv.a = sc.p.get(), pv.lda = ncp, pv.a_dt = dt;
+  pv.w = tr.vc.get() + size_t(h * ncp * hd) * es, pv.ldw = hd, pv.w_dt = dt, pv.w_is_kn = true;
+  pv.c = sc.o.get(), pv.ldc = hd, pv.c_dt = DType::f32;
+  pv.m = mb, pv.n = hd, pv.k = ncp;
+  ops.linear(pv);
+  float* lse_w = C.lse.data<float>() + h * T;
+  for (int64_t j = 0; j < nb; ++j) {
+    const int64_t t = r0 + j;
+    if (!keep[size_t(t)] || tr.bad[size_t(h * T + t)]) continue;
+    const float c = sc.corr[size_t(j)], inv = 1.0f / sc.den[size_t(j)];
+    float* att = C.att.data<float>() + t * D + h * hd;
+    const float* used = C.att_used.data<float>() + t * D + h * hd;
+    const float* o = sc.o.as<float>() + j * hd;
+    float dd = 0;
+#pragma omp simd reduction(+ : dd)
+    for (int64_t d = 0; d < hd; ++d) {
+      att[d] = (c * att[d] + o[d]) * inv;
+      dd += (att[d] - used[d]) * (att[d] - used[d]);
+    }
+    tr.dd[size_t(h * T + t)] = dd;
+    lse_w[t] = sc.mx[size_t(j)] + std::log(sc.den[size_t(j)]);
+  }
+}
+
+// Exact attention (attend_block) of the rows `rows`, a task per head and block of 64.
+void IncrementalEncoder::State::attend(LayerCache& C, std::span<const int64_t> rows, int64_t T, int64_t D, int heads,
+                                       DType dt, const Ops& ops, std::byte* a_out) {
+  const int64_t n = int64_t(rows.size()), blocks = (n + 63) / 64;
+  const size_t es = esize(dt);
+  track_tasks(bound, ops.threads, blocks * heads, [&](int64_t task, TrackScratch& sc) {
+    const int64_t b0 = (task / heads) * 64;
+    attend_block(C, rows.data() + b0, std::min<int64_t>(64, n - b0), T, D, heads, int(task % heads), dt, ops,
+                 a_out ? a_out + size_t(b0 * D) * es : nullptr, sc);
+  });
+}
+
+// One frame's attention work at a layer, in one parallel region: the recomputed rows `sel`
+// attend exactly (into a_out), and the kept rows' attention is brought up to date for the
+// changed keys and values (delta_block). Rows whose update lost its digits are then computed
+// from scratch. Returns per row ‖att − att_used‖² in bound.row_dd (kept rows only).
+void IncrementalEncoder::State::track_frame(LayerCache& C, std::span<const int64_t> sel, std::byte* a_out,
+                                            const std::vector<uint8_t>& keep, int64_t T, int64_t n_new, int64_t n_old,
+                                            int64_t D, int heads, DType dt, const Ops& ops) {
+  const int64_t n = int64_t(sel.size()), sel_blocks = (n + 63) / 64;
+  const size_t es = esize(dt);
+  // Kept-row blocks: enough tasks to share between the threads, but no smaller than 32 rows.
+  const int64_t want = std::max<int64_t>(1, (2 * ops.threads + heads - 1) / heads);
+  const int64_t kblock = round_up(std::max<int64_t>(32, (T + want - 1) / want), kRowBucket);
+  const bool any_kept = std::find(keep.begin(), keep.end(), uint8_t(1)) != keep.end();
+  const int64_t keep_blocks = any_kept ? (T + kblock - 1) / kblock : 0;
+  AttentionTrack& tr = bound;
+  tr.bad.assign(size_t(heads * T), 0);
+  tr.dd.assign(size_t(heads * T), 0.0f);
+  track_tasks(tr, ops.threads, (sel_blocks + keep_blocks) * heads, [&](int64_t task, TrackScratch& sc) {
+    const int h = int(task % heads);
+    const int64_t b = task / heads;
+    if (b < sel_blocks) {
+      attend_block(C, sel.data() + b * 64, std::min<int64_t>(64, n - b * 64), T, D, heads, h, dt, ops,
+                   a_out + size_t(b * 64 * D) * es, sc);
+    } else {
+      const int64_t r0 = (b - sel_blocks) * kblock;
+      delta_block(C, keep, r0, std::min(kblock, T - r0), T, n_new, n_old, D, heads, h, dt, ops, sc);
+    }
+  });
+  std::vector<int64_t> redo;
+  for (int64_t t = 0; t < T; ++t)
+    for (int h = 0; h < heads; ++h)
+      if (tr.bad[size_t(h * T + t)]) {
+        redo.push_back(t);
+        break;
+      }
+  attend(C, redo, T, D, heads, dt, ops, nullptr);
+  tr.row_dd.assign(size_t(T), 0.0f);
+  const int64_t hd = D / heads;
+  for (int64_t t = 0; t < T; ++t) {
+    if (!keep[size_t(t)]) continue;
+    float dd = 0;
+    for (int h = 0; h < heads; ++h) dd += tr.dd[size_t(h * T + t)];
+    tr.row_dd[size_t(t)] = dd;
+  }
+  for (int64_t t : redo) {
+    const float* a = C.att.data<float>() + t * D;
+    const float* u = C.att_used.data<float>() + t * D;
+    float dd = 0;
+    for (int64_t d = 0; d < heads * hd; ++d) dd += (a[d] - u[d]) * (a[d] - u[d]);
+    tr.row_dd[size_t(t)] = dd;
+  }
+}
 
 // Every frame runs the model: its weights are packed at the first frame, not again at the second.
 IncrementalEncoder::IncrementalEncoder(const VitModel& model)
@@ -149,8 +455,8 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
   const VitConfig& c = m.config;
   // ---- validate everything before any state changes ---------------------------------------
   if (frames.empty()) return {};
-  if (params.image_width < 1 || params.image_height < 1) throw bad("incremental encode: the image size must be positive");
-  if (!(params.token_threshold >= 0)) throw bad("incremental encode: the token threshold must be >= 0");
+  if (params.image_width < 1 || params.image_height < 1) throw invalid_argument("incremental encode: the image size must be positive");
+  if (!(params.token_threshold >= 0)) throw invalid_argument("incremental encode: the token threshold must be >= 0");
   const size_t F = frames.size();
   std::vector<int64_t> Ns(F);
   for (size_t f = 0; f < F; ++f)
@@ -169,8 +475,8 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
         for (size_t i = 0; i < pr.size(); ++i) {
           const int64_t p = pr[i];
           const std::string at = "incremental encode: " + (F > 1 ? "frame " + std::to_string(f) + ": " : std::string());
-          if (p < -1 || p >= prev_n) throw bad(at + "prev_row[" + std::to_string(i) + "] is out of range");
-          if (p >= 0 && used[size_t(p)]++) throw bad(at + "previous row " + std::to_string(p) + " used twice");
+          if (p < -1 || p >= prev_n) throw invalid_argument(at + "prev_row[" + std::to_string(i) + "] is out of range");
+          if (p >= 0 && used[size_t(p)]++) throw invalid_argument(at + "previous row " + std::to_string(p) + " used twice");
         }
       }
       prev = true;
@@ -242,7 +548,8 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     w.res = &out[f];
     w.N = Ns[f], w.T = w.N + pre;
     w.have_prev = f > 0 || (valid && !frames[f].prev_row.empty());
-    w.gate = f > 0 || (w.have_prev && params.reuse_layers && layers_valid && layers.size() == L);
+    w.gate = f > 0 || (w.have_prev && params.reuse_layers && layers_valid && layers.size() == L &&
+                       tracked == (params.reuse_layers && params.bound_attention));
     w.res->recomputed.assign(size_t(w.N), 0);
   }
   FrameWork& head = fw[0];
@@ -288,10 +595,12 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   }
 
   // ---- layer-0 candidates --------------------------------------------------------------------
-  int64_t in_rows = 0;
+  const bool track = params.reuse_layers && params.bound_attention;
+  int64_t in_rows = 0, sum_t = 0;
   for (size_t f = 0; f < F; ++f) {
     FrameWork& w = fw[f];
     w.in_off = in_rows;
+    sum_t += w.T;
     if (!w.gate) {
       for (int64_t t = 0; t < w.T; ++t) w.cand.push_back(t);
     } else {
@@ -311,10 +620,11 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         if (cand) w.cand.push_back(pre + i);
       }
     }
+    for (size_t k = 0; k < w.cand.size(); ++k) w.cand_row.push_back(in_rows + int64_t(k));
     in_rows += int64_t(w.cand.size());
+    if (track && w.gate) w.est.assign(size_t(w.T), 0.0f);
   }
   IN.ensure(size_t(std::max<int64_t>(in_rows, 1)) * rowb);
-
   // ---- per frame in order: the patch-embedding cache, the candidates' layer-0 inputs --------
   {
     size_t j = 0;
@@ -356,15 +666,49 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
 
   // ---- transformer, layer-major ----------------------------------------------------------------
   if (layers.size() != L) layers.resize(L);
+  if (track && wo_norm.size() != L) {
+    wo_norm.resize(L);
+    for (size_t li = 0; li < L; ++li) wo_norm[li] = spectral_norm(m.layers[li].out_w);
+  }
   const double per_token = double(3 * D * D + D * D + D * fc1_width(c) + D * Mh);
+  const double per_token_att = double(D * D + D * fc1_width(c) + D * Mh);  // output projection and MLP
   auto ensure_cache = [&](LayerCache& lc, int64_t T) {
     if (lc.ref_in.rank() != 2 || lc.ref_in.dim(0) != T || lc.kv.dtype() != dt || lc.kv.rank() != 4) {
       lc.ref_in = Tensor(DType::f32, {T, D});
       lc.kv = Tensor(dt, {2, int64_t(c.heads), T, hd});
     }
+    if (track && (lc.q.rank() != 2 || lc.q.dim(0) != c.heads * T + kRowBucket || lc.q.dtype() != dt)) {
+      // A bucket of rows after the last head's: apply_kv_change reads its row blocks rounded up.
+      lc.q = Tensor(dt, {int64_t(c.heads) * T + kRowBucket, hd});
+      std::memset(lc.q.bytes(), 0, lc.q.size_bytes());
+      lc.lse = Tensor(DType::f32, {int64_t(c.heads), T});
+      lc.att = Tensor(DType::f32, {T, D});
+      lc.att_used = Tensor(DType::f32, {T, D});
+      lc.in_cur = Tensor(DType::f32, {T, D});
+      lc.upd = Tensor(DType::f32, {T, D});
+    }
+    if (track) lc.resid.resize(size_t(T)), lc.drift.resize(size_t(T)), lc.ref_norm2.resize(size_t(T));
   };
   const double thr2 = double(params.token_threshold) * double(params.token_threshold);
-  std::vector<int64_t> sel_in;  // per selected row, its row in IN
+  const double thr_att = params.attention_threshold < 0 ? params.token_threshold : params.attention_threshold;
+  const int64_t budget = std::max(0, params.refresh_tokens);
+  // The rows of the previous layout that the head frame drops (their keys and values leave
+  // every kept token's attention).
+  std::vector<int64_t> gone;
+  if (track && head.gate && head.remap && L > 0) {
+    std::vector<uint8_t> kept(size_t(layers[0].kv.dim(2)), 0);
+    for (int64_t p : head.prev_t)
+      if (p >= 0) kept[size_t(p)] = 1;
+    for (size_t p = 0; p < kept.size(); ++p)
+      if (!kept[p]) gone.push_back(int64_t(p));
+  }
+  std::vector<const float*> sel_src;  // per selected row, where its input is
+  std::vector<float> saved_refs;      // references overwritten by later frames of the group (ref_before)
+  std::vector<float> saved_norm2;     // and their ‖·‖₂²
+  std::vector<float> saved_cur;       // current inputs overwritten by later frames (cur_before)
+  std::vector<uint8_t> in_att;        // [T] the token is recomputed for its attention this frame
+  std::vector<uint8_t> keep;
+  std::vector<int64_t> order;
   for (size_t li = 0; li < L; ++li) {
     const VitLayer& l = m.layers[li];
     LayerCache& C = layers[li];
@@ -372,6 +716,13 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       ensure_cache(C, head.T);
     } else if (head.remap) {  // kept tokens carry their reference and K|V to their new rows
       const int64_t told = C.kv.dim(2);
+      if (track) {  // the dropped rows' keys and values, before they are overwritten
+        gone_kv.ensure(std::max<size_t>(1, size_t(2 * c.heads * int64_t(gone.size()) * hd) * es));
+        for (int64_t kh = 0; kh < 2 * c.heads; ++kh)
+          for (size_t g = 0; g < gone.size(); ++g)
+            std::memcpy(gone_kv.get() + size_t((kh * int64_t(gone.size()) + int64_t(g)) * hd) * es,
+                        C.kv.bytes() + size_t((kh * told + gone[g]) * hd) * es, size_t(hd) * es);
+      }
       ensure_cache(spare, head.T);
       for (int64_t t = 0; t < head.T; ++t) {
         const int64_t p = head.prev_t[size_t(t)];
@@ -380,24 +731,47 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         for (int64_t kh = 0; kh < 2 * c.heads; ++kh)  // K and V of every head
           std::memcpy(spare.kv.bytes() + size_t((kh * head.T + t) * hd) * es,
                       C.kv.bytes() + size_t((kh * told + p) * hd) * es, size_t(hd) * es);
+        if (track) {
+          for (int64_t h = 0; h < c.heads; ++h) {
+            std::memcpy(spare.q.bytes() + size_t((h * head.T + t) * hd) * es,
+                        C.q.bytes() + size_t((h * told + p) * hd) * es, size_t(hd) * es);
+            spare.lse.data<float>()[h * head.T + t] = C.lse.data<float>()[h * told + p];
+          }
+          std::memcpy(spare.att.data<float>() + t * D, C.att.data<float>() + p * D, rowb);
+          std::memcpy(spare.att_used.data<float>() + t * D, C.att_used.data<float>() + p * D, rowb);
+          std::memcpy(spare.in_cur.data<float>() + t * D, C.in_cur.data<float>() + p * D, rowb);
+          std::memcpy(spare.upd.data<float>() + t * D, C.upd.data<float>() + p * D, rowb);
+          spare.resid[size_t(t)] = C.resid[size_t(p)], spare.drift[size_t(t)] = C.drift[size_t(p)];
+          spare.ref_norm2[size_t(t)] = C.ref_norm2[size_t(p)];
+        }
       }
       std::swap(C, spare);
     }
     // 1. Which rows to recompute, frame by frame (each frame's references are the ones the
     //    frames before it left).
-    XR.ensure(size_t(in_rows + kRowBucket) * rowb);
+    XR.ensure(size_t(2 * sum_t + 2 * kRowBucket) * rowb);
     int64_t rows = 0;
-    sel_in.clear();
+    saved_refs.clear(), saved_norm2.clear(), saved_cur.clear();
     for (size_t f = 0; f < F; ++f) {
       FrameWork& w = fw[f];
       w.sel.clear();
+      sel_src.clear();
       w.xr_off = rows;
-      const float* x = IN.as<float>() + w.in_off * D;
+      const bool tracking = track && w.gate;
+      w.cur_before.clear();
+      w.carry.clear(), w.carry_in.clear(), w.carry_row.clear();
       for (size_t k = 0; k < w.cand.size(); ++k) {
         const int64_t t = w.cand[k];
+        const float* a = IN.as<float>() + w.cand_row[k] * D;
+        if (track) {  // its current input
+          if (f > 0) {
+            w.cur_before[t] = int64_t(saved_cur.size()) / D;
+            saved_cur.insert(saved_cur.end(), C.in_cur.data<float>() + t * D, C.in_cur.data<float>() + (t + 1) * D);
+          }
+          std::memcpy(C.in_cur.data<float>() + t * D, a, rowb);
+        }
         bool s = !w.gate || t < pre || (w.remap && w.prev_t[size_t(t)] < 0);
         if (!s) {
-          const float* a = x + int64_t(k) * D;
           const float* b = C.ref_in.data<float>() + t * D;
           double dd = 0, bb = 0;
           for (int64_t d = 0; d < D; ++d) {
@@ -405,57 +779,250 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
             dd += e * e, bb += double(b[d]) * b[d];
           }
           s = dd > thr2 * bb;
+          if (tracking && !s) C.resid[size_t(t)] = bb > 0 ? float(std::sqrt(dd / bb)) : 0.0f;
         }
-        if (s) w.sel.push_back(t), sel_in.push_back(w.in_off + int64_t(k));
+        if (s) w.sel.push_back(t), sel_src.push_back(a);
+        else if (tracking) w.carry.push_back(t), w.carry_in.push_back(w.cand_row[k]);
       }
+      if (tracking && budget > 0) {
+        // The refresh budget, input side: the kept tokens whose input moved most since they
+        // were last recomputed (their reference holds the input they were computed from; a
+        // candidate's input is in IN, a token's that was no candidate is its input of a frame
+        // before, which only a candidate row could have changed: ref_in + the recorded change
+        // is not kept, so only candidates qualify here).
+        order.clear();
+        for (size_t k = 0; k < w.cand.size(); ++k) {
+          const int64_t t = w.cand[k];
+          if (t >= pre && C.resid[size_t(t)] > 0 && (w.sel.empty() || std::find(w.sel.begin(), w.sel.end(), t) == w.sel.end()))
+            order.push_back(int64_t(k));
+        }
+        const size_t take = std::min(order.size(), size_t(budget));
+        std::partial_sort(order.begin(), order.begin() + int64_t(take), order.end(), [&](int64_t x, int64_t y) {
+          return C.resid[size_t(w.cand[size_t(x)])] > C.resid[size_t(w.cand[size_t(y)])];
+        });
+        for (size_t j = 0; j < take; ++j)
+          w.sel.push_back(w.cand[size_t(order[j])]), sel_src.push_back(IN.as<float>() + w.cand_row[size_t(order[j])] * D);
+      }
+      w.ref_before.clear();
       for (size_t j = 0; j < w.sel.size(); ++j) {
-        const float* src = IN.as<float>() + sel_in[size_t(rows) + j] * D;
-        std::memcpy(C.ref_in.data<float>() + w.sel[j] * D, src, rowb);
-        std::memcpy(XR.as<float>() + (rows + int64_t(j)) * D, src, rowb);
+        if (track && f > 0) {
+          w.ref_before[w.sel[j]] = int64_t(saved_norm2.size());
+          saved_refs.insert(saved_refs.end(), C.ref_in.data<float>() + w.sel[j] * D,
+                            C.ref_in.data<float>() + (w.sel[j] + 1) * D);
+          saved_norm2.push_back(C.ref_norm2[size_t(w.sel[j])]);
+        }
+        std::memcpy(C.ref_in.data<float>() + w.sel[j] * D, sel_src[j], rowb);
+        if (track) {
+          float xx = 0;
+          for (int64_t d = 0; d < D; ++d) xx += sel_src[j][d] * sel_src[j][d];
+          C.ref_norm2[size_t(w.sel[j])] = xx;
+        }
+        std::memcpy(XR.as<float>() + (rows + int64_t(j)) * D, sel_src[j], rowb);
+        if (track) C.resid[size_t(w.sel[j])] = 0;
       }
+      if (tracking)
+        for (int64_t t = 0; t < w.T; ++t) w.est[size_t(t)] += C.resid[size_t(t)];
       rows += int64_t(w.sel.size());
       const int64_t r = int64_t(w.sel.size());
       for (int64_t t : w.sel)
         if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1;
       w.res->layer_tokens.push_back(r - std::min<int64_t>(pre, r));
-      w.work += double(r) * per_token + 4.0 * double(r) * w.T * D;
-      w.full_work += double(w.T) * per_token + 4.0 * double(w.T) * w.T * D;
+      // Multiply-adds: the linear layers, and attention's Q·Kᵀ and P·V.
+      w.work += double(r) * per_token + 2.0 * double(r) * w.T * D;
+      w.full_work += double(w.T) * per_token + 2.0 * double(w.T) * w.T * D;
     }
-    if (rows > 0) {
+    // Room for every frame's rows twice: recomputed from their input, then for their attention.
+    const int64_t cap = round_up(2 * sum_t, kRowBucket) + 2 * kRowBucket;
+    A.ensure(size_t(cap * D) * es);
+    int64_t staged = 0;  // rows recomputed for their attention, after the `rows` ones in XR and A
+    // Without recomputed rows, only a layout change (the rows it dropped) moves attention.
+    if (rows > 0 || (track && head.gate && head.remap && !gone.empty())) {
       // Every frame's rows in one GEMM each (rows rounded up to a bucket, zero rows as padding).
       // The slack bucket after them lets each frame's attention run on a rounded row count too.
-      const int64_t rg = round_up(rows, kRowBucket), cap = rg + kRowBucket;
-      H.ensure(size_t(cap * D) * es), QKV.ensure(size_t(cap * 3 * D) * es), A.ensure(size_t(cap * D) * es);
-      Hm.ensure(size_t(rg * fc1_width(c)) * es);
+      const int64_t rg = round_up(rows, kRowBucket), qcap = rg + kRowBucket;
+      H.ensure(size_t(qcap * D) * es), QKV.ensure(size_t(qcap * 3 * D) * es);
       float* xr = XR.as<float>();
       std::memset(xr + rows * D, 0, size_t((rg - rows) * D) * 4);
-      ops.layer_norm(xr, rg, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
-      ops.linear(linear_args(H.get(), dt, rg, l.qkv_w, &l.qkv_b, QKV.get(), dt));
+      if (rows > 0) {
+        ops.layer_norm(xr, rg, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
+        ops.linear(linear_args(H.get(), dt, rg, l.qkv_w, &l.qkv_b, QKV.get(), dt));
+      }
       std::memset(QKV.get() + size_t(rg * 3 * D) * es, 0, size_t(kRowBucket * 3 * D) * es);
       for (size_t f = 0; f < F; ++f) {  // 3. in frame order: K|V into the cache, then attention
-        const FrameWork& w = fw[f];
+        FrameWork& w = fw[f];
         const int64_t r = int64_t(w.sel.size());
-        if (r == 0) continue;
+        w.att.clear(), w.att_row.clear();
+        if (r == 0 && !(track && w.gate && w.remap && !gone.empty())) continue;
+        const bool delta = track && w.gate;
+        int64_t n_old = 0, ncp = 0;
+        if (delta) {
+          // The changed rows' keys and values for the kept tokens' update: the new ones first,
+          // then the old ones (the recomputed rows' as the cache still holds them, and the
+          // rows the layout dropped), [heads, ncp, hd] each.
+          std::vector<int64_t> old_rows;
+          for (int64_t t : w.sel)
+            if (!(w.remap && w.prev_t[size_t(t)] < 0)) old_rows.push_back(t);
+          const int64_t ng = f == 0 && w.remap ? int64_t(gone.size()) : 0;
+          n_old = int64_t(old_rows.size()) + ng;
+          ncp = round_up(std::max<int64_t>(r + n_old, 1), kRowBucket);
+          bound.kc.ensure(size_t(c.heads * ncp * hd) * es), bound.vc.ensure(size_t(c.heads * ncp * hd) * es);
+          std::memset(bound.kc.get(), 0, size_t(c.heads * ncp * hd) * es);
+          std::memset(bound.vc.get(), 0, size_t(c.heads * ncp * hd) * es);
+          for (int64_t h = 0; h < c.heads; ++h)
+            for (int kv = 0; kv < 2; ++kv) {
+              std::byte* dst = (kv ? bound.vc : bound.kc).get() + size_t(h * ncp * hd) * es;
+              const std::byte* cache = C.kv.bytes() + size_t(((kv * c.heads + h) * w.T) * hd) * es;
+              for (int64_t j = 0; j < r; ++j)
+                std::memcpy(dst + size_t(j * hd) * es,
+                            QKV.get() + size_t((w.xr_off + j) * 3 * D + (1 + kv) * D + h * hd) * es, size_t(hd) * es);
+              for (size_t j = 0; j < old_rows.size(); ++j)
+                std::memcpy(dst + size_t((r + int64_t(j)) * hd) * es, cache + size_t(old_rows[j] * hd) * es,
+                            size_t(hd) * es);
+              for (int64_t g = 0; g < ng; ++g)
+                std::memcpy(dst + size_t((r + int64_t(old_rows.size()) + g) * hd) * es,
+                            gone_kv.get() + size_t(((kv * c.heads + h) * ng + g) * hd) * es, size_t(hd) * es);
+            }
+        }
         for (int64_t j = 0; j < r; ++j) {
           const std::byte* kv_row = QKV.get() + size_t((w.xr_off + j) * 3 * D + D) * es;  // K | V, head by head
           for (int64_t kh = 0; kh < 2 * c.heads; ++kh)
             std::memcpy(C.kv.bytes() + size_t((kh * w.T + w.sel[size_t(j)]) * hd) * es, kv_row + size_t(kh * hd) * es,
                         size_t(hd) * es);
+          if (track)
+            for (int64_t h = 0; h < c.heads; ++h)
+              std::memcpy(C.q.bytes() + size_t((h * w.T + w.sel[size_t(j)]) * hd) * es,
+                          QKV.get() + size_t((w.xr_off + j) * 3 * D + h * hd) * es, size_t(hd) * es);
         }
-        // Rows past this frame's are the next frames' (rewritten when their turn comes) or slack.
-        const int64_t ra = ops.ref ? r : round_up(r, kRowBucket);
-        const AttentionExec aex{ops.ref, ops.threads, ops.gemm};
-        encoder_detail::attention_rows_kv_head_major(
-            aex, QKV.get() + size_t(w.xr_off * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
-            C.kv.bytes() + size_t(c.heads * w.T * hd) * es, w.T, D, c.heads, dt, A.get() + size_t(w.xr_off * D) * es,
-            &attn_ws);
+        if (!track) {
+          // Rows past this frame's are the next frames' (rewritten when their turn comes) or slack.
+          const int64_t ra = ops.ref ? r : round_up(r, kRowBucket);
+          const AttentionExec aex{ops.ref, ops.threads, ops.gemm};
+          encoder_detail::attention_rows_kv_head_major(
+              aex, QKV.get() + size_t(w.xr_off * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
+              C.kv.bytes() + size_t(c.heads * w.T * hd) * es, w.T, D, c.heads, dt, A.get() + size_t(w.xr_off * D) * es,
+              &attn_ws);
+          continue;
+        }
+        // The recomputed rows attend exactly, keeping their normaliser; the kept rows'
+        // attention is brought up to date with this frame's keys and values.
+        keep.assign(size_t(w.T), delta ? 1 : 0);
+        for (int64_t t : w.sel) keep[size_t(t)] = 0;
+        track_frame(C, w.sel, A.get() + size_t(w.xr_off * D) * es, keep, w.T, r, n_old, D, c.heads, dt, ops);
+        for (int64_t t : w.sel) {
+          std::memcpy(C.att_used.data<float>() + t * D, C.att.data<float>() + t * D, rowb);
+          C.drift[size_t(t)] = 0;
+        }
+        if (!delta) continue;
+        w.work += 2.0 * double(w.T) * double(ncp) * D;  // the kept rows' update (delta_block)
+        // The bound: recompute (output projection and MLP, from the kept input) the tokens
+        // whose output would move by more than the threshold; then, within the budget, those
+        // whose unapplied change is largest.
+        const float gain = wo_norm[li];
+        // A kept token's current input and the norm of its reference as of this frame, unless
+        // a later frame of the group has already replaced them.
+        auto cur_of = [&](int64_t t) {
+          for (size_t g = f + 1; g < F; ++g)
+            if (auto it = fw[g].cur_before.find(t); it != fw[g].cur_before.end())
+              return static_cast<const float*>(saved_cur.data() + it->second * D);
+          return static_cast<const float*>(C.in_cur.data<float>() + t * D);
+        };
+        auto ref_norm2_of = [&](int64_t t) {
+          for (size_t g = f + 1; g < F; ++g)
+            if (auto it = fw[g].ref_before.find(t); it != fw[g].ref_before.end()) return saved_norm2[size_t(it->second)];
+          return C.ref_norm2[size_t(t)];
+        };
+        order.clear();
+        for (int64_t t = 0; t < w.T; ++t) {
+          if (!keep[size_t(t)]) continue;
+          const float xx = ref_norm2_of(t);
+          const float est = xx > 0 ? gain * std::sqrt(bound.row_dd[size_t(t)] / xx) : 0.0f;
+          C.drift[size_t(t)] = est;
+          if (est > thr_att) w.att.push_back(t);
+          else if (budget > 0 && est > 0) order.push_back(t);
+        }
+        const size_t take = std::min(order.size(), size_t(budget));
+        std::partial_sort(order.begin(), order.begin() + int64_t(take), order.end(),
+                          [&](int64_t x, int64_t y) { return C.drift[size_t(x)] > C.drift[size_t(y)]; });
+        for (size_t j = 0; j < take; ++j) w.att.push_back(order[j]);
+        for (int64_t t : w.att) {
+          const int64_t row = rows + staged++;
+          w.att_row.push_back(row);
+          std::memcpy(XR.as<float>() + row * D, cur_of(t), rowb);
+          const float* a = C.att.data<float>() + t * D;
+          std::byte* dst = A.get() + size_t(row * D) * es;
+          if (dt == DType::f32) std::memcpy(dst, a, rowb);
+          else to_bf16_row(a, reinterpret_cast<uint16_t*>(dst), D);
+          std::memcpy(C.att_used.data<float>() + t * D, a, rowb);
+          C.drift[size_t(t)] = 0;
+          if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1, ++w.res->attention_tokens;
+        }
+        int64_t att_patch = 0;
+        for (int64_t t : w.att) att_patch += t >= pre;
+        w.res->layer_tokens.back() += att_patch;
+        w.work += double(w.att.size()) * per_token_att;
+        for (int64_t t = 0; t < w.T; ++t) w.est[size_t(t)] += C.drift[size_t(t)];
       }
-      ops.attention_out_and_mlp(l, c, A.get(), rg, xr, H.get(), Hm.get(), dt);
+      const int64_t total = rows + staged, rt = round_up(total, kRowBucket);
+      if (total > 0) {
+        std::memset(xr + total * D, 0, size_t((rt - total) * D) * 4);
+        if (track) {
+          std::memset(A.get() + size_t(total * D) * es, 0, size_t((rt - total) * D) * es);
+          XB.ensure(size_t(total) * rowb);
+          std::memcpy(XB.get(), xr, size_t(total) * rowb);
+        }
+        H.ensure(size_t(rt * D) * es), Hm.ensure(size_t(rt * fc1_width(c)) * es);
+        ops.attention_out_and_mlp(l, c, A.get(), rt, xr, H.get(), Hm.get(), dt);
+      }
     }
-    // The recomputed rows' outputs are the next layer's candidates.
+    // The carry, frame by frame in order (each frame's carried rows take the updates as the
+    // frame before left them): a carried token's output is its input plus its kept update; a
+    // recomputed token's update is its output minus its input.
+    int64_t carried = 0;
+    if (track) {
+      const int64_t total = rows + staged;
+      float* xr = XR.as<float>();
+      for (FrameWork& w : fw) {
+        in_att.assign(size_t(w.T), 0);
+        for (int64_t t : w.att) in_att[size_t(t)] = 1;
+        for (int64_t t : w.sel) in_att[size_t(t)] = 1;  // the refresh budget took it
+        for (size_t k = 0; k < w.carry.size(); ++k) {
+          const int64_t t = w.carry[k];
+          if (in_att[size_t(t)]) continue;
+          const int64_t row = total + carried++;
+          const float* x = IN.as<float>() + w.carry_in[k] * D;
+          const float* u = C.upd.data<float>() + t * D;
+          float* o = xr + row * D;
+          for (int64_t d = 0; d < D; ++d) o[d] = x[d] + u[d];
+          w.carry_row.push_back(row);
+          in_att[size_t(t)] = 2;
+        }
+        auto keep_update = [&](int64_t t, int64_t r) {
+          const float* o = xr + r * D;
+          const float* x = XB.as<float>() + r * D;
+          float* u = C.upd.data<float>() + t * D;
+          for (int64_t d = 0; d < D; ++d) u[d] = o[d] - x[d];
+        };
+        for (size_t j = 0; j < w.sel.size(); ++j) keep_update(w.sel[j], w.xr_off + int64_t(j));
+        for (size_t j = 0; j < w.att.size(); ++j) keep_update(w.att[j], w.att_row[j]);
+        // Only the carried tokens stay in the list.
+        size_t kept = 0;
+        for (size_t k = 0; k < w.carry.size(); ++k)
+          if (in_att[size_t(w.carry[k])] == 2) w.carry[kept++] = w.carry[k];
+        w.carry.resize(kept);
+      }
+    }
+    // The recomputed and carried rows' outputs are the next layer's candidates.
     std::swap(IN, XR);
-    in_rows = rows;
-    for (FrameWork& w : fw) w.cand.swap(w.sel), w.in_off = w.xr_off;
+    in_rows = rows + staged + carried;
+    for (FrameWork& w : fw) {
+      w.cand.swap(w.sel);
+      w.cand_row.clear();
+      for (size_t j = 0; j < w.cand.size(); ++j) w.cand_row.push_back(w.xr_off + int64_t(j));
+      w.cand.insert(w.cand.end(), w.att.begin(), w.att.end());
+      w.cand_row.insert(w.cand_row.end(), w.att_row.begin(), w.att_row.end());
+      w.cand.insert(w.cand.end(), w.carry.begin(), w.carry.end());
+      w.cand_row.insert(w.cand_row.end(), w.carry_row.begin(), w.carry_row.end());
+    }
   }
 
   // ---- output, frame by frame ----------------------------------------------------------------
@@ -495,10 +1062,9 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   }
   for (FrameWork& w : fw) {
     for (size_t k = 0; k < w.cand.size(); ++k) {
-      std::memcpy(fin.data<float>() + w.cand[k] * D, IN.as<float>() + (w.in_off + int64_t(k)) * D, rowb);
+      std::memcpy(fin.data<float>() + w.cand[k] * D, IN.as<float>() + w.cand_row[k] * D, rowb);
       if (project)
-        std::memcpy(fin_proj.data<float>() + w.cand[k] * E, proj.data<float>() + (w.in_off + int64_t(k)) * E,
-                    size_t(E) * 4);
+        std::memcpy(fin_proj.data<float>() + w.cand[k] * E, proj.data<float>() + w.cand_row[k] * E, size_t(E) * 4);
     }
     IncrementalResult& r = *w.res;
     r.embeddings = Tensor(DType::f32, {w.N, D});
@@ -509,6 +1075,11 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     }
     r.approximate = w.gate;
     r.flops_fraction = w.full_work > 0 ? w.work / w.full_work : 1;
+    if (!w.est.empty() && w.N > 0) {
+      double sum = 0, mx = 0;
+      for (int64_t t = pre; t < w.T; ++t) sum += w.est[size_t(t)], mx = std::max(mx, double(w.est[size_t(t)]));
+      r.drift_estimate = sum / double(w.N), r.drift_estimate_max = mx;
+    }
   }
 
   // ---- keep the state ---------------------------------------------------------------------
@@ -520,6 +1091,7 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     centers[size_t(2 * i + 1)] = lp.data<float>()[i * lp.dim(1) + 1];
   }
   layers_valid = params.reuse_layers;  // an exact call's caches are not kept up to date for gating
+  tracked = track;
   n = last.N;
   valid = true;
 }

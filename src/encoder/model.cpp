@@ -207,10 +207,13 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
       c.hidden = 768, c.heads = 12, c.mlp = 3072;
     } else if (rest == "vit-s16") {
       c.hidden = 384, c.heads = 6, c.mlp = 1536;
+    } else if (rest == "vit-ti16") {  // ViT-Ti/16's shape: the random twin of a real ViT-Ti checkpoint
+      c.hidden = 192, c.heads = 3, c.mlp = 768;
     } else if (rest == "vit-tiny") {  // for tests
       c.hidden = 64, c.heads = 4, c.mlp = 128, c.layers = 2, c.grid = 4;
     } else {
-      throw Error(Errc::invalid_argument, "--model " + spec + ": unknown random model (random:vit-b16, random:vit-s16)");
+      throw Error(Errc::invalid_argument,
+                  "--model " + spec + ": unknown random model (random:vit-b16, random:vit-s16, random:vit-ti16)");
     }
     c.pre_norm = true;
     c.input.source = "CLIP defaults (random model)";

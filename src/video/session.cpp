@@ -75,6 +75,8 @@ struct VideoSession::Impl {
   const VitModel* model = nullptr;
   Executor& exec;
   std::unique_ptr<IncrementalEncoder> encoder;
+  double last_drift = 0;  // the last encoded frame's drift estimate
+  bool last_refresh = false;  // the last encoded frame was a refresh
   int64_t processed = 0;
   PyramidU8 pyramid;
   TileGrid grid;
@@ -139,6 +141,11 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
   if (!(p.layout_hysteresis >= 0)) throw Error(Errc::invalid_argument, "video: the layout hysteresis must be >= 0");
   if (!(p.encoder.token_threshold >= 0) || !std::isfinite(p.encoder.token_threshold))
     throw Error(Errc::invalid_argument, "video: the token threshold must be a finite number >= 0");
+  if (std::isnan(p.encoder.attention_threshold))
+    throw Error(Errc::invalid_argument, "video: the attention threshold must be a number");
+  if (p.encoder.refresh_tokens < 0) throw Error(Errc::invalid_argument, "video: the refresh budget must be >= 0");
+  if (!(p.drift_refresh >= 0) || !std::isfinite(p.drift_refresh))
+    throw Error(Errc::invalid_argument, "video: the drift refresh bound must be a finite number >= 0");
   check_extract_params(p.tokenize.extract);
   if (model) {
     if (model->config().patch_px != p.tokenize.patch_px)
@@ -199,7 +206,20 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
     ep.image_width = pending.front().width;
     ep.image_height = pending.front().height;
     ep.reuse_layers = params.reuse == Reuse::incremental;
-    if (pending.front().r.refresh) encoder->reset();
+    if (pending.front().r.refresh) {
+      encoder->reset();
+      // A refresh right after a refresh (a pan, a moving camera: most tiles change every
+      // frame): the next frame will most likely drop the layer caches again, so this one is
+      // encoded as --reuse exact does, without them (a full encode that also keeps the
+      // attention bound's state costs about twice as much). The first frame that is not a
+      // refresh then makes them with a full encode of its own.
+      if (last_refresh) ep.reuse_layers = false;
+    } else if (params.reuse == Reuse::incremental && params.drift_refresh > 0 && last_drift > params.drift_refresh) {
+      // The error reuse has left is estimated above the bound: this group starts from scratch
+      // (the layout and the patches stay; the encoder recomputes every token).
+      encoder->reset();
+      pending.front().r.refresh = true, pending.front().r.refresh_reason = "drift";
+    }
     std::vector<IncrementalFrame> frames;
     for (const Pending& q : pending)
       frames.push_back({.patches = &q.r.batch.patches,
@@ -216,6 +236,10 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
       else if (params.reuse == Reuse::exact) r.recomputed = pending[i].resample;
       else r.recomputed.assign(size_t(N), 1);
       r.approximate = er[i].approximate;
+      r.drift_estimate = er[i].drift_estimate, r.drift_estimate_max = er[i].drift_estimate_max;
+      last_drift = r.drift_estimate;
+      last_refresh = r.refresh;
+      r.encoder_work = er[i].flops_fraction;
     }
   } else {
     for (Pending& q : pending) q.r.recomputed = q.resample;

@@ -214,8 +214,10 @@ std::map<std::string, std::string> video_metadata(const VideoParams& params, con
   if (run.info.sar_num != run.info.sar_den)  // not resampled: the tokens are of the stored pixels
     meta["sample_aspect_ratio"] = std::to_string(run.info.sar_num) + ":" + std::to_string(run.info.sar_den);
   if (run.approximate)
-    meta["approximation"] = "incremental ViT (Eventful-style token gating, token threshold " +
-                            std::to_string(params.encoder.token_threshold) + "): reused layer states, not a full encode";
+    meta["approximation"] = std::string("incremental ViT (token gating") +
+                            (params.encoder.bound_attention ? " with the attention bound" : ", attention bound off") +
+                            ", token threshold " + std::to_string(params.encoder.token_threshold) +
+                            "): reused layer states, not a full encode";
   const Normalization& n = params.tokenize.extract.norm;
   const bool normalised = params.tokenize.extract.dtype != DType::u8 && n.enabled;
   meta["norm_mean"] = normalised ? fmt3(n.mean) : "none";

@@ -245,3 +245,17 @@ def test_ffmpeg_is_loaded_on_first_use(tmp_path):
     out = probe(env)
     assert out["png"] == [] and "frames" not in out, out
     assert "FFmpeg could not be loaded" in out["error"] and soname in out["error"], out
+
+
+def test_session_frames_carry_the_encoders_drift_estimate():
+    reader = fovea.VideoReader(CLIP)
+    session = fovea.VideoSession(fovea.Model("random:vit-s16"), budget=30)
+    got = []
+    for frame in reader:
+        r = session.process(frame.image, fixations=[(120, 30)])
+        got.append((r.refresh, r.approximate, r.drift_estimate, r.drift_estimate_max))
+    assert got[0][0] and got[0][2] == 0  # the first frame is a full encode: nothing left unapplied
+    later = [g for g in got[1:] if not g[0]]
+    assert later and all(g[1] for g in later)
+    assert all(0 <= g[2] <= g[3] for g in later)
+    assert any(g[2] > 0 for g in later)  # the cat moves: reuse leaves something, and says so

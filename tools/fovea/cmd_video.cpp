@@ -29,7 +29,33 @@
 namespace fovea::cli {
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
+
+// --check: per token of two [N, D] f32 tensors (a against the reference b), the cosine and the
+// relative error ‖a − b‖₂ / ‖b‖₂ (the unit of the encoder's drift estimate); mean and worst.
+struct RowCosines {
+  double mean = 1, min = 1;
+  double error_mean = 0, error_max = 0;
+};
+RowCosines row_cosines(const Tensor& a, const Tensor& b) {
+  RowCosines r;
+  const int64_t n = a.dim(0), d = a.dim(1);
+  if (n == 0) return r;
+  double total = 0, err = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = a.data<float>() + i * d;
+    const float* y = b.data<float>() + i * d;
+    double xy = 0, xx = 0, yy = 0, ee = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      xy += double(x[j]) * y[j], xx += double(x[j]) * x[j], yy += double(y[j]) * y[j];
+      ee += (double(x[j]) - y[j]) * (double(x[j]) - y[j]);
+    }
+    const double c = xx > 0 && yy > 0 ? xy / std::sqrt(xx * yy) : 1.0;
+    const double e = yy > 0 ? std::sqrt(ee / yy) : 0.0;
+    total += c, r.min = std::min(r.min, c), err += e, r.error_max = std::max(r.error_max, e);
+  }
+  r.mean = total / double(n), r.error_mean = err / double(n);
+  return r;
+}
 
 // --fixations FILE.csv: lines "frame,x,y" (an optional header line; '#' comments). A frame
 // uses the fixations of the last listed frame at or before it (several lines for one frame:
@@ -82,6 +108,9 @@ struct VideoCommand {
   int64_t max_frames = 0;
   float threshold = VideoParams{}.change_threshold;
   float token_threshold = IncrementalParams{}.token_threshold;
+  std::string attention_threshold;  // a number, or "off"; empty: the token threshold
+  int refresh_tokens = IncrementalParams{}.refresh_tokens;
+  float drift_refresh = VideoParams{}.drift_refresh;
   float hysteresis = VideoParams{}.layout_hysteresis;
   float refresh_fraction = VideoParams{}.refresh_fraction;
   bool json = false, check = false, decode_only = false, no_autorotate = false;
@@ -109,29 +138,29 @@ struct VideoCommand {
       return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     };
     // ---- arguments, all checked before any work ------------------------------------------
-    if (tok.uniform) throw bad("--uniform has no video mode");
+    if (tok.uniform) throw invalid_argument("--uniform has no video mode");
     if (tok.inputs.size() > 1)  // before, the others were silently ignored
-      throw bad("fovea video takes one input, got " + std::to_string(tok.inputs.size()) + " (run it once per video)");
+      throw invalid_argument("fovea video takes one input, got " + std::to_string(tok.inputs.size()) + " (run it once per video)");
     VideoParams vp;
     vp.tokenize = tok.params();
     Query base_query = tok.query();
     if (!fixations_csv.empty() && !tok.fixations.empty())
-      throw bad("--fixation and --fixations are exclusive");
-    if (every < 0 || (every_given && every == 0)) throw bad("--every must be >= 1");
-    if (fps < 0 || !std::isfinite(fps) || (fps_given && fps == 0)) throw bad("--fps must be > 0");
-    if (max_frames < 0) throw bad("--max-frames must be >= 0 (0: every frame)");
-    if (keyframe < 0) throw bad("--keyframe must be >= 0");
-    if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("--threshold must be a number >= 0");
-    if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw bad("--token-threshold must be >= 0");
-    if (!(hysteresis >= 0)) throw bad("--hysteresis must be >= 0");
-    if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw bad("--refresh-fraction must be in (0, 1]");
+      throw invalid_argument("--fixation and --fixations are exclusive");
+    if (every < 0 || (every_given && every == 0)) throw invalid_argument("--every must be >= 1");
+    if (fps < 0 || !std::isfinite(fps) || (fps_given && fps == 0)) throw invalid_argument("--fps must be > 0");
+    if (max_frames < 0) throw invalid_argument("--max-frames must be >= 0 (0: every frame)");
+    if (keyframe < 0) throw invalid_argument("--keyframe must be >= 0");
+    if (!(threshold >= 0) || !std::isfinite(threshold)) throw invalid_argument("--threshold must be a number >= 0");
+    if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw invalid_argument("--token-threshold must be >= 0");
+    if (!(hysteresis >= 0)) throw invalid_argument("--hysteresis must be >= 0");
+    if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw invalid_argument("--refresh-fraction must be in (0, 1]");
     const bool have_model = !model_spec.empty();
-    if (check && !have_model) throw bad("--check compares embeddings: it needs --model");
-    if (!store_backend.empty() && !have_model) throw bad("--store holds embeddings: it needs --model");
-    if (output.empty() && !decode_only) throw bad("-o OUT.safetensors is required");
-    if (decode_only && !overlay.empty()) throw bad("--overlay draws the tokens: it does not go with --decode-only");
+    if (check && !have_model) throw invalid_argument("--check compares embeddings: it needs --model");
+    if (!store_backend.empty() && !have_model) throw invalid_argument("--store holds embeddings: it needs --model");
+    if (output.empty() && !decode_only) throw invalid_argument("-o OUT.safetensors is required");
+    if (decode_only && !overlay.empty()) throw invalid_argument("--overlay draws the tokens: it does not go with --decode-only");
     if (have_model && vp.tokenize.extract.dtype == DType::u8)
-      throw bad("--dtype u8 patches are not normalised; a model needs f32 or f16");
+      throw invalid_argument("--dtype u8 patches are not normalised; a model needs f32 or f16");
     vp.reuse = reuse.empty() ? (have_model ? Reuse::incremental : Reuse::exact)
                : reuse == "off" ? Reuse::off
                : reuse == "exact" ? Reuse::exact
@@ -140,10 +169,23 @@ struct VideoCommand {
     vp.keyframe_interval = keyframe;
     vp.layout_hysteresis = hysteresis;
     vp.refresh_fraction = refresh_fraction;
-    if (group < 1 || group > 1024) throw bad("--group must be 1..1024 frames");
+    if (group < 1 || group > 1024) throw invalid_argument("--group must be 1..1024 frames");
     vp.group_frames = group;
     vp.encoder.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     vp.encoder.token_threshold = token_threshold;
+    if (attention_threshold == "off") {
+      vp.encoder.bound_attention = false;
+    } else if (!attention_threshold.empty()) {
+      char* end = nullptr;
+      const float v = std::strtof(attention_threshold.c_str(), &end);
+      if (end == attention_threshold.c_str() || *end || !(v >= 0) || !std::isfinite(v))
+        throw invalid_argument("--attention-threshold must be a number >= 0 or off");
+      vp.encoder.attention_threshold = v;
+    }
+    if (refresh_tokens < 0) throw invalid_argument("--refresh-tokens must be >= 0");
+    vp.encoder.refresh_tokens = refresh_tokens;
+    if (!(drift_refresh >= 0) || !std::isfinite(drift_refresh)) throw invalid_argument("--drift-refresh must be a number >= 0");
+    vp.drift_refresh = drift_refresh;
     const ExecConfig exec_config = exec.config();
     if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
 
@@ -159,7 +201,7 @@ struct VideoCommand {
       norm_source = apply_model_preprocessing(tok, model->config().input, vp.tokenize.extract.norm);
       runnable_precision_noted(vp.encoder.precision);  // the warning; the encoder falls back by itself
       if (model->config().patch_px != vp.tokenize.patch_px) {
-        if (patch_given) throw bad("--patch " + std::to_string(vp.tokenize.patch_px) + " does not match the model's " +
+        if (patch_given) throw invalid_argument("--patch " + std::to_string(vp.tokenize.patch_px) + " does not match the model's " +
                                    std::to_string(model->config().patch_px) + "-px patches");
         vp.tokenize.patch_px = model->config().patch_px;
       }
@@ -224,7 +266,7 @@ struct VideoCommand {
     };
     nlohmann::json per_frame = nlohmann::json::array();
     double full_total = 0, cosine_total = 0, store_ms = 0;
-    double cosine_min = 1;
+    double cosine_min = 1, cosine_min_token = 1;
     const auto t_run = Clock::now();
     auto finish_frame = [&](FrameResult& r, const VideoRunStats& so_far) {
       const double ms = r.timings.total_ms();
@@ -247,6 +289,8 @@ struct VideoCommand {
                              {"extract", r.timings.extract_ms},
                              {"encode", r.timings.encode_ms}}}};
       if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
+      if (r.approximate) pf["drift_estimate"] = r.drift_estimate, pf["drift_estimate_max"] = r.drift_estimate_max;
+      if (have_model) pf["encoder_work"] = r.encoder_work;
       if (have_model && !warned_nonfinite)
         warned_nonfinite = warn_nonfinite(r.embeddings,
                                           "frame " + std::to_string(r.index) + "'s embeddings (later frames not checked)",
@@ -262,19 +306,23 @@ struct VideoCommand {
                               .image_height = full.pyramid.height()};
         Encoding fe = encode(*model, full.batch.patches, full.batch.positions, ep, ex);
         const double full_ms = ms_since(tf);
-        double cosine;
+        RowCosines cos;
         if (full.allocation.layout.tokens == r.allocation->layout.tokens) {
-          cosine = mean_row_cosine(r.embeddings, fe.embeddings);
+          cos = row_cosines(r.embeddings, fe.embeddings);
         } else {
           const TokenBatch b = extract(full.pyramid, *r.allocation, vp.tokenize.extract, ex);
           const Encoding re = encode(*model, b.patches, b.positions, ep, ex);
-          cosine = mean_row_cosine(r.embeddings, re.embeddings);
+          cos = row_cosines(r.embeddings, re.embeddings);
         }
         pf["full_ms"] = full_ms;
-        pf["cosine"] = cosine;
+        pf["cosine"] = cos.mean;
+        pf["cosine_min_token"] = cos.min;
+        pf["error_mean"] = cos.error_mean;
+        pf["error_max"] = cos.error_max;
         full_total += full_ms;
-        cosine_total += cosine;
-        cosine_min = std::min(cosine_min, cosine);
+        cosine_total += cos.mean;
+        cosine_min = std::min(cosine_min, cos.mean);
+        cosine_min_token = std::min(cosine_min_token, cos.min);
       }
       if (store) {
         const auto ts = Clock::now();
@@ -329,7 +377,9 @@ struct VideoCommand {
     s["group_frames"] = vp.group_frames;
     s["approximate"] = approximate;
     if (approximate)
-      s["approximation"] = "incremental ViT reuse (Eventful Transformers-style): embeddings approximate a full encode";
+      s["approximation"] =
+          "incremental ViT reuse (token gating with the attention bound unless --attention-threshold off): embeddings "
+          "approximate a full encode";
     s["tokens"] = tokens_total;
     s["recomputed_tokens"] = recomputed_total;
     s["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
@@ -339,6 +389,7 @@ struct VideoCommand {
       s["mean_full_ms"] = full_total / double(processed);
       s["mean_cosine"] = cosine_total / double(processed);
       s["min_cosine"] = cosine_min;
+      s["min_token_cosine"] = cosine_min_token;
       s["speedup_vs_full"] = ms_total > 0 ? full_total / ms_total : 0.0;
     }
     if (have_model) {
@@ -346,7 +397,13 @@ struct VideoCommand {
                       {"description", model->describe()},
                       {"random_weights", model->is_random()},
                       {"precision", std::string(to_string(runnable_precision(vp.encoder.precision)))},
-                      {"token_threshold", token_threshold}};
+                      {"token_threshold", token_threshold},
+                      {"attention_threshold", vp.encoder.bound_attention
+                                                  ? nlohmann::json(vp.encoder.attention_threshold < 0
+                                                                       ? vp.encoder.token_threshold
+                                                                       : vp.encoder.attention_threshold)
+                                                  : nlohmann::json("off")},
+                      {"refresh_tokens", vp.encoder.refresh_tokens}};
       if (runnable_precision(vp.encoder.precision) != vp.encoder.precision) s["encoder"]["precision_requested"] = precision;
     }
     if (store) {
@@ -370,9 +427,10 @@ struct VideoCommand {
                   to_string(vp.reuse).data(), 100.0 * s["reuse_rate"].get<double>(), s["mean_ms"].get<double>(),
                   decode_ms / double(processed), approximate ? " [approximate: incremental ViT]" : "");
       if (check)
-        std::printf("  check: full re-encode %.2f ms per frame (%.1fx), mean cosine %.5f (min %.5f)\n",
+        std::printf("  check: full re-encode %.2f ms per frame (%.1fx), mean cosine %.5f (worst frame %.5f, worst token "
+                    "%.5f)\n",
                     s["mean_full_ms"].get<double>(), s["speedup_vs_full"].get<double>(),
-                    s["mean_cosine"].get<double>(), cosine_min);
+                    s["mean_cosine"].get<double>(), cosine_min, cosine_min_token);
       std::printf("  wrote %s (%lld tokens)\n", output.c_str(), (long long)tokens_total);
       if (sheet) std::printf("  wrote %s\n", overlay.c_str());
     }
@@ -397,7 +455,8 @@ Runner setup_video(CLI::App& sub) {
   every->excludes(fps);
   sub.add_option("--max-frames", cmd->max_frames, "Stop after N processed frames (0, the default: every frame)")->type_name("N");
   sub.add_option("--reuse", cmd->reuse,
-                 "incremental (default with a model: Eventful-style ViT reuse, approximate), exact (patches and "
+                 "incremental (default with a model: a token's ViT layer states reused while they would move by less than "
+                 "--token-threshold; approximate), exact (patches and "
                  "patch embeddings reused, full ViT), off (every frame from scratch)")
       ->check(CLI::IsMember({"incremental", "exact", "off"}));
   sub.add_option("--keyframe", cmd->keyframe, "Full refresh every K-th processed frame (0: only on scene cuts)")
@@ -406,7 +465,22 @@ Runner setup_video(CLI::App& sub) {
                  "Tile change test: mean |difference| over a 4x4 block, 8-bit levels (default 8)")
       ->type_name("T");
   sub.add_option("--token-threshold", cmd->token_threshold,
-                 "Incremental ViT: relative L2 change of a token's layer input that recomputes it (default 0.1)");
+                 "Incremental ViT, the fidelity knob: relative L2 change of a token's layer input, or of its "
+                 "residual stream through attention, that recomputes it (default 0.07; smaller: closer to a full "
+                 "encode, slower)")
+      ->type_name("E");
+  sub.add_option("--attention-threshold", cmd->attention_threshold,
+                 "Advanced: the attention bound's threshold when it should differ from --token-threshold; off: kept "
+                 "tokens ignore other tokens' new keys and values (faster, unbounded drift on trained towers)")
+      ->type_name("E|off");
+  sub.add_option("--drift-refresh", cmd->drift_refresh,
+                 "Advanced: start a frame group with a full encode when the encoder's drift estimate of the last "
+                 "frame exceeds E (0: never)")
+      ->type_name("E");
+  sub.add_option("--refresh-tokens", cmd->refresh_tokens,
+                 "Advanced: per frame and layer, also recompute the K kept tokens whose unapplied change is largest "
+                 "(default 0)")
+      ->type_name("K");
   sub.add_option("--hysteresis", cmd->hysteresis,
                  "Relative change of the relevance map that re-allocates the layout (default 0.1; 0: every frame)");
   sub.add_option("--refresh-fraction", cmd->refresh_fraction,

@@ -748,7 +748,7 @@ def create_app(models: Mapping[str, Any], config: Optional[ServeConfig] = None) 
             "reuse": f.choice("reuse", ("incremental", "exact", "off")),
             "keyframe": f.int("keyframe", 0, 1 << 20, 0),
             "threshold": f.float("threshold", 0.0, 255.0, 8.0),
-            "token_threshold": f.float("token_threshold", 0.0, 1e6, 0.1),
+            "token_threshold": f.float("token_threshold", 0.0, 1e6, 0.07),
             "hysteresis": f.float("hysteresis", 0.0, 1e6, 0.1),
             "refresh_fraction": f.float("refresh_fraction", 1e-6, 1.0, 0.5),
             "precision": f.choice("precision", ("fp32", "bf16"), config.precision),
