@@ -257,14 +257,18 @@ DType parse_dtype(const std::string& s) {
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::fp32;
   if (s == "bf16") return Precision::bf16;
-  throw bad("precision must be 'fp32' or 'bf16', got '" + s + "'");
+  if (s == "int8") return Precision::int8;
+  throw bad("precision must be 'fp32', 'bf16' or 'int8', got '" + s + "'");
 }
 
 // The CLI's warning, as a Python RuntimeWarning: bf16 on a CPU without bf16 kernels runs fp32.
 void warn_if_precision_falls_back(Precision asked) {
   if (runnable_precision(asked) != asked &&
       PyErr_WarnEx(PyExc_RuntimeWarning,
-                   "precision='bf16': this CPU has no native bf16 matrix kernels (AVX512_BF16 or AMX); running fp32", 1) != 0)
+                   asked == Precision::int8
+                       ? "precision='int8': this CPU has no int8 vector kernels (AVX2 or VNNI); running fp32"
+                       : "precision='bf16': this CPU has no native bf16 matrix kernels (AVX512_BF16 or AMX); running fp32",
+                   1) != 0)
     throw py::error_already_set();
 }
 

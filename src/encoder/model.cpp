@@ -50,7 +50,14 @@ std::string_view to_string(Activation a) {
   }
   return "?";
 }
-std::string_view to_string(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
+std::string_view to_string(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::int8: return "int8";
+  }
+  return "?";
+}
 
 namespace {
 
