@@ -1038,6 +1038,11 @@ PYBIND11_MODULE(_fovea, m) {
         "The file name extensions of those formats ('.png', '.webp', ...), lower case with the dot.");
   m.def("bf16_supported", &bf16_supported,
         "Whether this CPU has native bf16 matrix kernels (AVX512-BF16 or AMX). Without them precision='bf16' runs fp32.");
+  m.def("int8_supported", &int8_supported,
+        "Whether this CPU has int8 vector kernels (AVX512-VNNI, AVX-VNNI or AVX2). Without them precision='int8' runs "
+        "fp32.");
+  m.def("matrix_kernels", [](const std::string& p) { return std::string(matrix_kernels(parse_precision(p))); },
+        "The matrix kernels an encode at this precision runs, e.g. 'int8-vnni512+avx512bf16+onednn'.");
   m.def("amx_kernels_enabled", &amx_kernels_enabled,
         "Whether precision='bf16' runs its linear layers and attention on fovea's own AMX tile kernels (a CPU with "
         "AMX; FOVEA_AMX=0 turns them off) rather than oneDNN's.");
