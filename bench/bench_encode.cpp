@@ -551,6 +551,13 @@ int main(int argc, char** argv) {
     else if (a == "--budget") budget = std::stoi(next());
     else if (a == "--uniform") uniform = true;
     else if (a == "--peak") run_peak = true;
+    else if (a == "--int8-supported") {  // one JSON line: whether int8 runs here, and on which kernels
+      std::printf("%s\n", nlohmann::json{{"int8_supported", fovea::int8_supported()},
+                                         {"kernels", fovea::matrix_kernels(fovea::Precision::int8)}}
+                               .dump()
+                               .c_str());
+      return 0;
+    }
     else if (a == "--peak-shape") peak_shape = next();
     else if (a == "--paired-peak") paired = true;
     else if (a == "--layouts") run_layouts = true;
