@@ -44,7 +44,8 @@ def photos():
     for p in ("/usr/share/opencv4/samples/data/fruits.jpg", "/usr/share/opencv4/samples/data/baboon.jpg"):
         if os.path.exists(p):
             import fovea
-            out.append((os.path.basename(p), fovea.decode_image(p)))
+            with open(p, "rb") as f:
+                out.append((os.path.basename(p), fovea.decode_image(f.read())))
     return out
 
 
