@@ -265,3 +265,73 @@ TEST(Int8, EncodeIsCloseToFp32AndSaysWhatRan) {
 
 }  // namespace
 }  // namespace fovea
+
+namespace fovea {
+namespace {
+
+Tensor fixture_tokens(const VitModel& m, int64_t n, Tensor* positions) {
+  Tensor p(DType::f32, {n, m.config().channels, m.config().patch_px, m.config().patch_px});
+  *positions = Tensor(DType::f32, {n, 4});
+  test::Lcg r{5};
+  for (int64_t i = 0; i < p.numel(); ++i) p.data<float>()[i] = r.next(-2, 2);
+  const float side = float(m.config().native_px());
+  for (int64_t i = 0; i < n; ++i) {
+    float* q = positions->data<float>() + i * 4;
+    q[0] = r.next(0, side), q[1] = r.next(0, side), q[2] = float(m.config().patch_px), q[3] = 0;
+  }
+  return p;
+}
+
+// fovea convert: a bf16 copy encodes as the source does up to bf16 rounding of its matrices; an
+// int8 copy carries the int8 layer matrices, so its int8 encode equals the source's bit for bit.
+TEST(Convert, Bf16AndInt8CopiesOfACheckpoint) {
+  for (const char* name : {"clip", "torchvision"}) {
+    SCOPED_TRACE(name);
+    const std::string src = test::source_dir() + "/tests/data/encoder/" + name;
+    const std::string spec = std::string(name) == "clip" ? src : src + "/model.safetensors";
+    const std::string dir = test::temp_dir("convert_" + std::string(name));
+    const VitModel m = VitModel::load(spec);
+    Tensor positions;
+    const Tensor patches = fixture_tokens(m, 40, &positions);
+    Executor exec({.threads = 2});
+    const float side = float(m.config().native_px());
+    EncodeParams p{.image_width = int(side), .image_height = int(side)};
+    const Encoding ref32 = encode(m, patches, positions, p, exec);
+
+    const std::string out16 = std::string(name) == "clip" ? dir + "/bf16" : dir + "/bf16.safetensors";
+    const ConvertResult r16 = convert_checkpoint(spec, out16, Precision::bf16);
+    EXPECT_EQ(r16.int8_matrices, 0);
+    const VitModel b = VitModel::load(out16);
+    EXPECT_EQ(b.config().hidden, m.config().hidden);
+    EXPECT_EQ(b.config().naming, m.config().naming);
+    EXPECT_GT(mean_row_cosine(ref32.embeddings, encode(b, patches, positions, p, exec).embeddings), 0.999);
+
+    const std::string out8 = std::string(name) == "clip" ? dir + "/int8" : dir + "/int8.safetensors";
+    const ConvertResult r8 = convert_checkpoint(spec, out8, Precision::int8);
+    EXPECT_EQ(r8.int8_matrices, 4 * m.config().layers);
+    if (std::string(name) == "clip") {
+      // A directory in, a directory out, with the checkpoint's JSON files.
+      EXPECT_EQ(r8.path, out8 + "/model.safetensors");
+      EXPECT_TRUE(std::filesystem::exists(out8 + "/config.json"));
+      EXPECT_TRUE(std::filesystem::exists(out8 + "/preprocessor_config.json"));
+    }
+    const VitModel q = VitModel::load(out8);
+    ASSERT_TRUE(q.impl().int8_layers);
+    EXPECT_TRUE(q.impl().int8_layers->stored);
+    EXPECT_EQ(q.tensors_ignored(), 0);
+    if (!int8_supported()) continue;
+    p.precision = Precision::int8;
+    const Encoding a = encode(m, patches, positions, p, exec), c = encode(q, patches, positions, p, exec);
+    ASSERT_EQ(a.embeddings.numel(), c.embeddings.numel());
+    EXPECT_EQ(std::memcmp(a.embeddings.bytes(), c.embeddings.bytes(), a.embeddings.size_bytes()), 0);
+  }
+  // Other formats, and an output onto its own input, are refused with a clear error.
+  const std::string gguf = test::source_dir() + "/tests/data/encoder/gguf_llava/mmproj.gguf";
+  EXPECT_THROW(convert_checkpoint(gguf, test::temp_dir("convert_bad") + "/x.safetensors", Precision::bf16), Error);
+  const std::string tv = test::source_dir() + "/tests/data/encoder/torchvision/model.safetensors";
+  EXPECT_THROW(convert_checkpoint(tv, tv, Precision::int8), Error);
+  EXPECT_THROW(convert_checkpoint(tv, test::temp_dir("convert_bad") + "/y.safetensors", Precision::fp32), Error);
+}
+
+}  // namespace
+}  // namespace fovea

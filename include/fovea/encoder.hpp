@@ -258,6 +258,22 @@ struct VitConfig {
   int native_px() const { return grid * patch_px; }
 };
 
+// fovea convert: a safetensors checkpoint (a file, or a directory with model.safetensors and its
+// JSON files) rewritten under the same tensor names with its matrices stored as bf16 (vectors as
+// float32), so a one-shot process maps them ready to run; with `stored` int8 also the layers'
+// matrices quantized for Precision::int8 (per output channel, in the kernels' panel layout, with
+// their scales), which an int8 encode then reads where they lie instead of quantizing at load.
+// `out` is a file, or a directory (given as one, or when `spec` is one) that gets
+// model.safetensors and copies of the JSON files. Throws Error(invalid_argument) for another
+// format or precision; the file is written atomically.
+struct ConvertResult {
+  std::string path;       // the safetensors file written
+  size_t bytes = 0;
+  int tensors = 0;
+  int int8_matrices = 0;  // layer matrices stored as int8
+};
+ConvertResult convert_checkpoint(const std::string& spec, const std::string& out, Precision stored);
+
 struct ModelLoadOptions {
   // true: F32 and BF16 weight matrices are used where they lie in the checkpoint, which stays
   // mapped read-only while the model lives (no copy: a one-shot encode touches each weight once,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fovea/encoder.hpp"
+#include "fovea/safetensors.hpp"
 #include "fovea/tensor.hpp"
 
 namespace fovea {
@@ -394,6 +395,10 @@ Gemm& bind_gemm(EncoderContext::Impl& ctx, const VitModel::Impl& m, int threads)
 const int8::Layers& int8_layers(const VitModel::Impl& m);
 // matrix_kernels(Precision::int8).
 const char* int8_matrix_kernels();
+// The int8 layer matrices a converted checkpoint stores (fovea convert --dtype int8), attached to
+// m as its int8_layers, their panels read where they lie in st's mapping (kept alive by `keep`).
+// Returns the tensors used (0 when st has none); throws Error(corrupt_data) for malformed ones.
+int attach_stored_int8(VitModel::Impl& m, const SafetensorsFile& st, std::shared_ptr<const void> keep);
 
 // ---- outputs after the tower (contract.cpp) ---------------------------------------------------
 // Where Encoding::pooled comes from: encode() computes it so and contract.cpp names it so

@@ -140,20 +140,27 @@ void put_row(Weight& w, int64_t r, const int8_t* q) {
 
 }  // namespace
 
+// x rounded to the nearest integer, ties to even, for |x| < 2^22: what nearbyint gives under the
+// default rounding mode, without a library call (so the loops below vectorize).
+inline float round_even(float x) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23
+  return (x + kMagic) - kMagic;
+}
+
 Weight quantize(const void* src, DType dt, int64_t ldw, int64_t n, int64_t k) {
   Weight w = allocate(n, k);
   std::vector<int8_t> q(static_cast<size_t>(k));
+  std::vector<float> x(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
     const std::byte* row = static_cast<const std::byte*>(src) + size_t(r * ldw) * dtype_size(dt);
-    auto at = [&](int64_t c) {
-      return dt == DType::f32 ? reinterpret_cast<const float*>(row)[c] : bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
-    };
+    if (dt == DType::f32) std::memcpy(x.data(), row, size_t(k) * 4);
+    else from_bf16_row(reinterpret_cast<const uint16_t*>(row), x.data(), k);
     float amax = 0;
-    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(at(c)));
+    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(x[size_t(c)]));
     const float scale = amax > 0 && std::isfinite(amax) ? amax / 127.0f : 0.0f;
     const float inv = scale > 0 ? 1.0f / scale : 0.0f;
     for (int64_t c = 0; c < k; ++c)
-      q[size_t(c)] = int8_t(std::clamp(int32_t(std::nearbyint(at(c) * inv)), -127, 127));
+      q[size_t(c)] = int8_t(std::clamp(round_even(x[size_t(c)] * inv), -127.0f, 127.0f));
     w.scale[size_t(r)] = scale;
     put_row(w, r, q.data());
   }

@@ -51,9 +51,11 @@ struct Weight {
   int64_t kp = 0;   // k rounded up to a multiple of 4
   int64_t np = 0;   // n rounded up to a multiple of 32
   std::unique_ptr<std::byte[], AlignedFree> panels;  // np / 16 panels of kp · 16 bytes
+  const std::byte* mapped = nullptr;  // the panels where they lie in a checkpoint (then `panels` is empty)
   std::vector<float> scale;  // [np]: W[r, :] ≈ scale[r]·q[r, :] (0 past n)
   std::vector<int32_t> sum;  // [np]: Σ_k q[r, k]
-  const int8_t* panel(int64_t p) const { return reinterpret_cast<const int8_t*>(panels.get()) + p * kp * kNr; }
+  const std::byte* panel_bytes() const { return mapped ? mapped : panels.get(); }
+  const int8_t* panel(int64_t p) const { return reinterpret_cast<const int8_t*>(panel_bytes()) + p * kp * kNr; }
   int8_t q(int64_t r, int64_t c) const { return panel(r / kNr)[(c / 4) * 64 + (r % kNr) * 4 + c % 4]; }
   size_t bytes() const { return size_t(np * kp) + size_t(np) * 8; }
 };
@@ -93,6 +95,8 @@ void gemm_reference(const Args& g, int qmax);
 struct Layers {
   std::unordered_map<const void*, Weight> weights;
   size_t bytes = 0;
+  bool stored = false;  // read from the checkpoint (fovea convert --dtype int8), not quantized at load
+  std::shared_ptr<const void> keep;  // the mapping stored panels point into
   const Weight* find(const void* w) const {
     auto it = weights.find(w);
     return it == weights.end() ? nullptr : &it->second;

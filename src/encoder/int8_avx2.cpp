@@ -17,10 +17,10 @@ struct TileAvx2 {
       for (int v = 0; v < 4; ++v) c[r][v] = _mm256_setzero_si256();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t gi = 0; gi < groups; ++gi) {
-      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p0 + gi * 64));
-      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p0 + gi * 64 + 32));
-      const __m256i w2 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p1 + gi * 64));
-      const __m256i w3 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p1 + gi * 64 + 32));
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + gi * 64));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + gi * 64 + 32));
+      const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + gi * 64));
+      const __m256i w3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + gi * 64 + 32));
       for (int r = 0; r < R; ++r) {
         int32_t a4;
         std::memcpy(&a4, a + r * lda + gi * 4, 4);

@@ -18,8 +18,8 @@ struct Tile512 {
     __m512i c0[R], c1[R];
     for (int r = 0; r < R; ++r) c0[r] = _mm512_setzero_si512(), c1[r] = _mm512_setzero_si512();
     for (int64_t gi = 0; gi < groups; ++gi) {
-      const __m512i w0 = _mm512_load_si512(p0 + gi * 64);
-      const __m512i w1 = _mm512_load_si512(p1 + gi * 64);
+      const __m512i w0 = _mm512_loadu_si512(p0 + gi * 64);
+      const __m512i w1 = _mm512_loadu_si512(p1 + gi * 64);
       for (int r = 0; r < R; ++r) {
         int32_t a4;
         std::memcpy(&a4, a + r * lda + gi * 4, 4);

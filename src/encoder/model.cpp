@@ -334,8 +334,11 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
       throw Error(Errc::corrupt_data, "'" + spec + "': its normalisation (" + cfg.input.source +
                                           ") has a non-finite mean or a std that is not finite and > 0");
   m->source = spec;
+  // A converted checkpoint's int8 layer matrices (fovea convert --dtype int8), used where they lie.
+  const int int8_tensors = st ? attach_stored_int8(*m, *st, files) : 0;
+  m->tensors_used += int8_tensors;
   m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
-  bool mapped = false;
+  bool mapped = int8_tensors > 0;
   for (const VitLayer& l : m->layers)
     mapped = mapped || l.qkv_w.mapped() || l.out_w.mapped() || l.fc1_w.mapped() || l.fc2_w.mapped();
   if (mapped) m->mapping = std::move(files);
