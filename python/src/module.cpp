@@ -261,6 +261,13 @@ Precision parse_precision(const std::string& s) {
   throw bad("precision must be 'fp32', 'bf16' or 'int8', got '" + s + "'");
 }
 
+// Video sessions' incremental encoder runs fp32 or bf16.
+Precision parse_video_precision(const std::string& s) {
+  const Precision p = parse_precision(s);
+  if (p == Precision::int8) throw bad("precision='int8' is for image encodes; video sessions encode in 'fp32' or 'bf16'");
+  return p;
+}
+
 // The CLI's warning, as a Python RuntimeWarning: bf16 on a CPU without bf16 kernels runs fp32.
 void warn_if_precision_falls_back(Precision asked) {
   if (runnable_precision(asked) != asked &&
@@ -684,7 +691,7 @@ std::unique_ptr<PyVideoSession> video_session_py(const py::object& model, int bu
   vp.keyframe_interval = keyframe;
   vp.layout_hysteresis = hysteresis;
   vp.refresh_fraction = refresh_fraction;
-  vp.encoder.precision = parse_precision(precision);
+  vp.encoder.precision = parse_video_precision(precision);
   if (vit) warn_if_precision_falls_back(vp.encoder.precision);
   vp.encoder.token_threshold = token_threshold;
   const ExecConfig cfg = exec_config(threads);
@@ -753,7 +760,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   vp.group_frames = group;
   vp.layout_hysteresis = hysteresis;
   vp.refresh_fraction = refresh_fraction;
-  vp.encoder.precision = parse_precision(precision);
+  vp.encoder.precision = parse_video_precision(precision);
   if (have_model) warn_if_precision_falls_back(vp.encoder.precision);
   vp.encoder.token_threshold = token_threshold;
   const bool per_frame_query = PyCallable_Check(fixations.ptr());
