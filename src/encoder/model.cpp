@@ -367,7 +367,8 @@ std::string VitModel::describe() const {
 }
 
 VitModel::Impl& encoder_detail::ModelAccess::unshared(VitModel& model) {
-  if (!model.impl_ || model.impl_.use_count() != 1 || !model.impl_->packed.untouched())
+  // (int8 copies of the layers, quantized or read from the file, would go stale too.)
+  if (!model.impl_ || model.impl_.use_count() != 1 || !model.impl_->packed.untouched() || model.impl_->int8_layers)
     throw Error(Errc::invalid_argument,
                 "a model's weights can be edited only before it is copied or used to encode");
   return *model.impl_;
