@@ -189,6 +189,37 @@ TEST(Int8, KernelsMatchTheScalarReference) {
 #endif
 }
 
+// A non-finite value in a row of A makes that row's outputs NaN (as float GEMMs propagate it),
+// on every kernel, and leaves the other rows alone.
+TEST(Int8, NonFiniteInputsGiveNaNRows) {
+  const int64_t m = 5, n = 40, k = 72;
+  test::Lcg r{13};
+  std::vector<float> a(size_t(m * k)), w(size_t(n * k));
+  for (float& v : a) v = r.next(-1, 1);
+  for (float& v : w) v = r.next(-1, 1);
+  a[size_t(1 * k + 3)] = NAN;
+  a[size_t(3 * k + 70)] = INFINITY;  // in the scalar tail of an 8-wide loop
+  const int8::Weight q = int8::quantize(w.data(), DType::f32, k, n, k);
+  for (const int8::Kernel kern : {int8::Kernel::scalar, int8::Kernel::avx2, int8::Kernel::avxvnni, int8::Kernel::vnni256,
+                                  int8::Kernel::vnni512}) {
+    if (!int8::available(kern)) continue;
+    SCOPED_TRACE(int8::name(kern));
+    std::vector<float> c(size_t(m * n), 0.0f);
+    int8::Args g;
+    g.a = a.data(), g.lda = k, g.w = &q, g.c = c.data(), g.ldc = n, g.m = m;
+    int8::gemm(kern, g, 2);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = c[size_t(i * n + j)];
+        if (i == 1 || i == 3) {
+          EXPECT_TRUE(std::isnan(v)) << i << "," << j;
+        } else {
+          EXPECT_TRUE(std::isfinite(v)) << i << "," << j;
+        }
+      }
+  }
+}
+
 // The int8 product is close to the float product it stands for.
 TEST(Int8, ProductIsCloseToFloat) {
   const int64_t m = 40, n = 64, k = 512;

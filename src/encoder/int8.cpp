@@ -180,12 +180,17 @@ Weight from_quantized(const int8_t* q, const float* scale, int64_t n, int64_t k)
 
 void quantize_row_ref(const float* x, int64_t k, int64_t kp, int qmax, uint8_t* u, float* s_out, int32_t* z_out) {
   float lo = 0, hi = 0;
-  for (int64_t j = 0; j < k; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+  bool finite = true;
+  for (int64_t j = 0; j < k; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]), finite = finite && std::isfinite(x[j]);
   float s = (hi - lo) / float(qmax);
   if (!(s > 0) || !std::isfinite(s)) s = 1.0f;
-  const float inv = 1.0f / s;
+  if (!finite) s = NAN;  // a non-finite input makes its whole output row NaN
+  const float inv = finite ? 1.0f / s : 0.0f;
   const int32_t z = std::clamp(int32_t(std::nearbyint(-lo * inv)), 0, qmax);
-  for (int64_t j = 0; j < k; ++j) u[j] = uint8_t(std::clamp(int32_t(std::nearbyint(x[j] * inv)) + z, 0, qmax));
+  for (int64_t j = 0; j < k; ++j) {
+    const float v = x[j] * inv;
+    u[j] = std::isfinite(v) ? uint8_t(std::clamp(int32_t(std::nearbyint(v)) + z, 0, qmax)) : 0;
+  }
   for (int64_t j = k; j < kp; ++j) u[j] = 0;
   *s_out = s, *z_out = z;
 }

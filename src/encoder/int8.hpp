@@ -66,7 +66,7 @@ Weight quantize(const void* w, DType dt, int64_t ldw, int64_t n, int64_t k);
 Weight from_quantized(const int8_t* q, const float* scale, int64_t n, int64_t k);
 // Rounding of one value as the quantizers do it: to nearest, ties to even.
 // Per-row activation quantization, as every kernel does it: x [k] f32 → u [kp] (zero past k),
-// scale and zero point.
+// scale and zero point. A row with an infinite or NaN value gets scale NaN, so its outputs are NaN.
 void quantize_row_ref(const float* x, int64_t k, int64_t kp, int qmax, uint8_t* u, float* s, int32_t* z);
 
 // C[m, n] (+)= post(A·Wᵀ + bias), A [m, k] f32 or bf16 (row stride lda), C f32 or bf16 (row
