@@ -49,6 +49,7 @@
 #include "encoder/avx2.hpp"
 #include "encoder/avx512bf16.hpp"
 #include "encoder/encoder_internal.hpp"
+#include "encoder/int8.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/exec.hpp"
@@ -243,6 +244,65 @@ void attention_kernel(const std::vector<int>& ns, int reps) {
     }
 }
 
+// The int8 candidates on the same shape: fovea's int8 kernels (A bf16 quantized per row inside
+// the call, C bf16, as an encode runs them) and oneDNN's int8 matmul (A already u8, W s8 in its
+// preferred layout, per-channel output scales, C f32: the integer product alone, A's quantization
+// not counted). GFLOP/s count a multiply-add as 2, as the float peaks do.
+void int8_peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
+  namespace q8 = fovea::encoder_detail::int8;
+  const double gflop = 2.0 * double(M) * double(K) * double(N) / 1e9;
+  auto report = [&](const std::string& impl, auto&& once) {
+    double best = 0;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = Clock::now();
+      once();
+      best = std::max(best, gflop / (ms_since(t0) / 1e3));
+    }
+    nlohmann::json j{{"mode", "peak"}, {"precision", "int8"}, {"m", M}, {"k", K}, {"n", N}, {"threads", threads},
+                     {"min_ms", gflop / best * 1e3}, {"gflops", best}, {"impl", impl}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  };
+  std::vector<uint16_t> a(size_t(M * K)), c(size_t(M * N));
+  std::vector<float> w(size_t(N * K));
+  auto value = [](size_t i) { return float((i * 2654435761u >> 13) & 255) / 128 - 1; };
+  for (size_t i = 0; i < a.size(); ++i) a[i] = fovea::f32_to_bf16(value(i));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = value(i * 3 + 1);
+  const q8::Weight qw = q8::quantize(w.data(), fovea::DType::f32, K, N, K);
+  q8::Args g;
+  g.a = a.data(), g.lda = K, g.a_dt = fovea::DType::bf16, g.w = &qw, g.c = c.data(), g.ldc = N,
+  g.c_dt = fovea::DType::bf16, g.m = M;
+  for (q8::Kernel k : {q8::Kernel::avx2, q8::Kernel::avxvnni, q8::Kernel::vnni256, q8::Kernel::vnni512}) {
+    if (!q8::available(k)) continue;
+    q8::gemm(k, g, threads);  // warm
+    report(std::string("fovea:int8-") + q8::name(k), [&] { q8::gemm(k, g, threads); });
+  }
+  try {
+    using dt = dnnl::memory::data_type;
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream st(eng);
+    const dnnl::memory::desc ad({M, K}, dt::u8, {K, 1}), bd({K, N}, dt::s8, dnnl::memory::format_tag::any),
+        cd({M, N}, dt::f32, {N, 1});
+    dnnl::primitive_attr attr;
+    attr.set_output_scales(2, std::vector<float>(size_t(N), 1e-3f));
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, eng);
+    dnnl::memory A(ad, eng), B(pd.weights_desc(), eng), C(cd, eng);
+    std::memset(A.get_data_handle(), 7, ad.get_size());
+    std::memset(B.get_data_handle(), 3, pd.weights_desc().get_size());
+    dnnl::matmul mm(pd);
+    auto once = [&] {
+      mm.execute(st, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
+      st.wait();
+    };
+    once();
+    report(std::string("onednn:") + pd.impl_info_str(), once);
+  } catch (const dnnl::error& e) {
+    std::printf("%s\n", nlohmann::json{{"mode", "peak"}, {"precision", "int8"}, {"impl", "onednn"}, {"error", e.what()}}
+                             .dump()
+                             .c_str());
+  }
+}
+
 void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
   omp_set_num_threads(threads);
   for (const fovea::Precision prec : {fovea::Precision::fp32, fovea::Precision::bf16}) {
@@ -263,6 +323,7 @@ void peak(int64_t M, int64_t K, int64_t N, int threads, int reps) {
     report(bare.onednn_impl(), [&] { return bare.onednn_once(); });
     if (bare.has_fovea()) report(bare.fovea_impl(), [&] { return bare.fovea_once(); });
   }
+  int8_peak(M, K, N, threads, reps);
   if (fovea::encoder_detail::Gemm::avx2_takes_f32()) {
     // The FMA units' own f32 rate at AVX2's width (the widest vectors an AVX2-only CPU has): 12
     // independent FMA chains on registers, no memory. Every f32 GEMM on such a machine is under it.
@@ -490,6 +551,13 @@ int main(int argc, char** argv) {
     else if (a == "--budget") budget = std::stoi(next());
     else if (a == "--uniform") uniform = true;
     else if (a == "--peak") run_peak = true;
+    else if (a == "--int8-supported") {  // one JSON line: whether int8 runs here, and on which kernels
+      std::printf("%s\n", nlohmann::json{{"int8_supported", fovea::int8_supported()},
+                                         {"kernels", fovea::matrix_kernels(fovea::Precision::int8)}}
+                               .dump()
+                               .c_str());
+      return 0;
+    }
     else if (a == "--peak-shape") peak_shape = next();
     else if (a == "--paired-peak") paired = true;
     else if (a == "--layouts") run_layouts = true;
@@ -532,7 +600,9 @@ int main(int argc, char** argv) {
     if (qk_scale != 1.0f) scale_qk(model, qk_scale);
     const fovea::VitConfig& c = model.config();
     fovea::Executor exec({.threads = threads});
-    const fovea::Precision asked = precision == "bf16" ? fovea::Precision::bf16 : fovea::Precision::fp32;
+    const fovea::Precision asked = precision == "bf16"   ? fovea::Precision::bf16
+                                   : precision == "int8" ? fovea::Precision::int8
+                                                         : fovea::Precision::fp32;
     const fovea::Precision prec = fovea::runnable_precision(asked);
     precision = std::string(fovea::to_string(prec));  // what runs (bf16 runs fp32 without bf16 kernels)
     if (prec != asked) std::fprintf(stderr, "bench_encode: this CPU has no bf16 matrix kernels; bf16 runs fp32\n");

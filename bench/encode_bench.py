@@ -5,11 +5,13 @@
                                            [--ns 196,273,576,1024,4096] [--no-e2e]
 
 ViT-B/16 dimensions (D=768, 12 layers, 12 heads, MLP 3072), random weights on both sides.
-Per N, back to back: fovea fp32 and bf16 (build/bench/bench_encode) against torch fp32 with the same thread
+Per N, back to back: fovea fp32, bf16 and int8 (build/bench/bench_encode) against torch fp32 with the same thread
 count encoding the same N tokens (patch embedding + class token + 12 layers + final norm).
 Torch runs with the faster of intra-op threads 1 or --threads (chosen in the same run; OpenBLAS
 keeps --threads). Torch runs N=4096 once (it takes seconds); the others are medians of --reps runs after a
-warm-up. Ratios are torch time / fovea time (higher = fovea faster).
+warm-up. Ratios are torch time / fovea time (higher = fovea faster); the int8 column's ratio is
+fovea's own fastest float precision (bf16 where the CPU has bf16 kernels, else fp32) over int8, the
+same run (int8 is skipped where the CPU has no int8 kernels: then it would run fp32).
 
 End-to-end (unless --no-e2e): a 1024x1024 photo, decode excluded. fovea tokenize + encode
 at B=273 (foveated, bf16) against torch's uniform 4096-token encode of the same image (CLIP
@@ -208,9 +210,12 @@ def main():
         print(f"AVX2 FMAs on registers (no memory; the ceiling of any f32 GEMM here): "
               f"{fma_ceiling['gflops']:.0f} GFLOP/s; the table's last column is fovea fp32's fraction of it")
     results["bf16_supported"] = have_bf16
+    have_int8 = bool(fovea("--int8-supported")[0]["int8_supported"])
+    results["int8_supported"] = have_int8
+    results["int8_kernels"] = fovea("--int8-supported")[0]["kernels"]
 
     print(f"\n{'N':>6} {'torch fp32 ms':>14} {'fovea fp32 ms':>14} {'ratio':>7} {'of peak':>8} "
-          f"{'fovea bf16 ms':>14} {'ratio':>7} {'of peak':>8} {'load':>5}" + (f" {'of tiles':>8}" if ceiling else "")
+          f"{'fovea bf16 ms':>14} {'ratio':>7} {'of peak':>8} {'fovea int8 ms':>14} {'int8 x':>7} {'load':>5}" + (f" {'of tiles':>8}" if ceiling else "")
           + (f" {'of FMAs':>8}" if fma_ceiling else ""))
     with torch.inference_mode():
         for n in ns:
@@ -227,14 +232,19 @@ def main():
             r32 = fovea("--n", str(n), "--precision", "fp32", "--reps", str(ARGS.reps), "--paired-peak")[0]
             r16 = (fovea("--n", str(n), "--precision", "bf16", "--reps", str(ARGS.reps), "--paired-peak")[0]
                    if have_bf16 else None)
+            r8 = (fovea("--n", str(n), "--precision", "int8", "--reps", str(ARGS.reps))[0]
+                  if have_int8 else None)
             f32 = r32["median_ms"]
             b16 = r16["median_ms"] if r16 else None
+            i8 = r8["median_ms"] if r8 else None
             t = once(fn) if n >= 4096 else timed(fn, ARGS.reps)
             g = encode_gflop(n)
             frac32 = r32["paired_fraction_of_peak"]
             frac16 = r16["paired_fraction_of_peak"] if have_bf16 else None
             load = os.getloadavg()[0]
-            row = {"n": n, "torch_fp32_ms": t, "fovea_fp32_ms": f32, "fovea_bf16_ms": b16, "gflop": g,
+            row = {"n": n, "torch_fp32_ms": t, "fovea_fp32_ms": f32, "fovea_bf16_ms": b16, "fovea_int8_ms": i8,
+                   "int8_speedup_over": ("bf16" if have_bf16 else "fp32") if i8 else None,
+                   "int8_speedup": ((b16 if have_bf16 else f32) / i8) if i8 else None, "gflop": g,
                    "fp32_fraction_of_peak": frac32, "bf16_fraction_of_peak": frac16, "load_average": load,
                    "fp32_paired_fractions": r32["paired_fractions"],
                    "bf16_paired_fractions": r16["paired_fractions"] if r16 else None,
@@ -251,8 +261,9 @@ def main():
             tiles = f" {row['bf16_fraction_of_amx_tile_ceiling']:>7.0%}" if "bf16_fraction_of_amx_tile_ceiling" in row else ""
             if "fp32_fraction_of_fma_ceiling" in row:
                 tiles += f" {row['fp32_fraction_of_fma_ceiling']:>7.0%}"
-            print(f"{n:>6} {t:>14.1f} {f32:>14.1f} {t / f32:>6.2f}x {frac32:>7.0%} {bf16_cells} {load:>5.1f}{tiles}",
-                  flush=True)
+            int8_cells = f" {i8:>14.1f} {row['int8_speedup']:>6.2f}x" if i8 else f" {'n/a':>14} {'':>7}"
+            print(f"{n:>6} {t:>14.1f} {f32:>14.1f} {t / f32:>6.2f}x {frac32:>7.0%} {bf16_cells}{int8_cells} "
+                  f"{load:>5.1f}{tiles}", flush=True)
 
         if not ARGS.no_e2e:
             with tempfile.TemporaryDirectory() as tmp:

@@ -161,6 +161,7 @@ class Tower:
         self.fovea = fovea
         self.model = model
         self.threads = threads
+        self.precision = "fp32"
         cfg = model.config
         self.config = cfg
         self.P = int(cfg["patch_size"])
@@ -198,7 +199,7 @@ class Tower:
         return self._enc(e)
 
     def encode_tokens(self, tokens) -> Enc:
-        return self._enc(self.model.encode_full(tokens, threads=self.threads))
+        return self._enc(self.model.encode_full(tokens, precision=self.precision, threads=self.threads))
 
 
 def area_resize(img: np.ndarray, w: int, h: int) -> np.ndarray:
@@ -612,7 +613,7 @@ def m_windows(ctx: Ctx, scene: Scene) -> Result:
         kept = np.asarray(t.covered) == 0
         return Result("windows", int(kept.sum()), np.asarray(t.seen(threads=tw.threads)),
                       boxes=np.asarray(t.boxes)[kept], prep_ms=prep)
-    (e,), ms = timed([lambda: tw.model.encode_full(t, threads=tw.threads)], ctx.repeats)
+    (e,), ms = timed([lambda: tw.model.encode_full(t, precision=tw.precision, threads=tw.threads)], ctx.repeats)
     r = windows_result(ctx, scene, t, e)
     r.encode_ms, r.prep_ms = ms, prep
     return r
@@ -1051,6 +1052,9 @@ def parse_args(argv):
     ap.add_argument("--budget", type=int, help="token budget B (default: 2 x the tower's native token count)")
     ap.add_argument("--sizes", default="448,896", help="square scene sizes, px (default 448,896)")
     ap.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "int8"),
+                    help="precision of the methods' fovea.tokenize encodes (uniform, mixed, windows); the "
+                         "references and the native-image encodes stay fp32 (default fp32)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="encoder threads (default: all cores)")
     ap.add_argument("--repeats", type=int, help="encoder timing rounds, median reported (default 3, --quick 1)")
     ap.add_argument("--json", help="write everything (per scene) here")
@@ -1099,6 +1103,7 @@ def main(argv=None) -> int:
     except (OSError, RuntimeError, ValueError) as e:
         raise HarnessError(f"--model {a.model}: {e}") from None
     tower = Tower(fovea, model, a.threads)
+    tower.precision = a.precision
     budget = a.budget or 2 * tower.G ** 2
     small = [z for z in a.sizes if z < tower.S]
     if small:

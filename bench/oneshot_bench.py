@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/oneshot_bench.py [--build-dir build] [--ckpt-dir /tmp/fovea-vit-b16]
         [--photo data/astronaut.jpg] [--rounds 5] [--threads 2] [--budget 273]
-        [--precisions bf16,fp32] [--bf16-file] [--baseline-build DIR] [--compare-env VAR=VALUE]
+        [--precisions bf16,fp32] [--bf16-file] [--int8-file] [--baseline-build DIR] [--compare-env VAR=VALUE]
         [--no-torch] [--no-steady] [--json OUT.json]
 
 The checkpoint is a full-size torchvision ViT-B/16 (86.6 M parameters, 346 MB as float32),
@@ -13,7 +13,9 @@ once first, so the page cache is warm: this measures a user's second run, not th
 
 Each round runs, in a fresh process each and in an order rotated per round:
   fovea encode PHOTO --budget B --model vit_b16.safetensors --precision P --json -o OUT
-  (and, with --bf16-file, the same on the BF16-stored copy of the checkpoint; with
+  (and, with --bf16-file, the same on the BF16-stored copy of the checkpoint; with --int8-file,
+  `--precision int8` on vit_b16_int8.safetensors, the checkpoint `fovea convert --dtype int8` writes
+  (made when missing); with
   --baseline-build DIR, DIR/fovea too: another commit's build, for before/after in one run; with
   --compare-env VAR=VALUE, the same fovea with that variable set, e.g. FOVEA_AVX2=0 for oneDNN's
   f32 GEMM instead of fovea's AVX2 kernel)
@@ -57,6 +59,8 @@ def parse_args():
     ap.add_argument("--budget", type=int, default=273)
     ap.add_argument("--precisions", default="bf16,fp32")
     ap.add_argument("--bf16-file", action="store_true", help="also run fovea on the BF16-stored checkpoint")
+    ap.add_argument("--int8-file", action="store_true",
+                    help="also run fovea --precision int8 on the checkpoint fovea convert --dtype int8 writes")
     ap.add_argument("--baseline-build", help="also run this build's fovea (e.g. an older commit's), same rounds")
     ap.add_argument("--compare-env", action="append", default=[], metavar="VAR=VALUE",
                     help="also run fovea with this environment variable set (repeatable), same rounds")
@@ -115,7 +119,10 @@ def main():
     if not all(os.path.exists(p) for p in (st, st16, pt)):
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_vit_b16_checkpoint.py"),
                         "--out", a.ckpt_dir], check=True)
-    for p in (st, st16, pt):
+    st8 = os.path.join(a.ckpt_dir, "vit_b16_int8.safetensors")
+    if a.int8_file and not os.path.exists(st8):
+        subprocess.run([fovea, "convert", st, "-o", st8, "--dtype", "int8"], check=True)
+    for p in (st, st16, pt) + ((st8,) if a.int8_file else ()):
         warm(p)
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -146,6 +153,10 @@ def main():
                             [os.path.join(a.baseline_build, "fovea"), "encode", a.photo, "--budget", str(a.budget),
                              "--model", st, "--precision", prec, "--threads", str(a.threads), "--json",
                              "-o", os.path.join(out_dir, f"b_{prec}.safetensors")]))
+    if a.int8_file:
+        configs.append(("fovea int8 (int8 file)",
+                        [fovea, "encode", a.photo, "--budget", str(a.budget), "--model", st8, "--precision", "int8",
+                         "--threads", str(a.threads), "--json", "-o", os.path.join(out_dir, "e8_int8.safetensors")]))
     if not a.no_torch:
         configs.append(("torch fp32", [sys.executable, os.path.join(HERE, "oneshot_torch.py"), a.photo, pt,
                                        "--tokens", str(a.budget - 1), "--threads", str(a.threads)]))

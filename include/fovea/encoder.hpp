@@ -135,6 +135,8 @@ enum class PositionSampling : uint8_t {
 enum class Precision : uint8_t {
   fp32,  // within 1e-4 of PyTorch on the test models
   bf16,  // GEMM inputs rounded to bfloat16, f32 accumulation; cosine to fp32 reported
+  int8,  // the layers' linear maps on int8 (weights per output channel, activations per token);
+         // attention, LayerNorm and the residual stream as bf16 runs them (fp32 without bf16)
 };
 
 // Whether this CPU has the native bfloat16 matrix kernels Precision::bf16 runs on: AVX512_BF16
@@ -149,11 +151,18 @@ bool bf16_supported();
 [[deprecated("internal; use fovea::matrix_kernels()")]] bool amx_kernels_enabled();
 [[deprecated("internal; use fovea::matrix_kernels()")]] bool avx512bf16_kernels_enabled();
 [[deprecated("internal; use fovea::matrix_kernels()")]] bool avx2_kernels_enabled();
+// Whether this CPU has a vector int8 kernel for Precision::int8 (int8 dot products: AVX512-VNNI,
+// AVX-VNNI or AVX2). FOVEA_INT8_KERNEL=scalar|avx2|avxvnni|vnni256|vnni512 picks one of those the
+// CPU has (benchmarks). Asked once per process.
+bool int8_supported();
 // Which matrix kernels an encode at `p` runs (after runnable_precision): "amx+onednn",
-// "avx512bf16+onednn", "avx2+onednn" or "onednn" (`encode --json`'s encoder.kernels).
+// "avx512bf16+onednn", "avx2+onednn" or "onednn" (`encode --json`'s encoder.kernels); for int8
+// "int8-" and the int8 kernel (vnni512, vnni256, avxvnni, avx2) before the others, e.g.
+// "int8-vnni512+avx512bf16+onednn".
 const char* matrix_kernels(Precision p);
 // The precision that runs for a request: `requested`, except bf16 on a CPU without bf16 kernels,
-// which runs fp32 (bf16 would be no faster there, only less exact). encode() and the
+// which runs fp32, and int8 on a CPU without int8 vector kernels (x86-64 AVX2 at least), which
+// runs fp32 (bf16 would be no faster there, only less exact). encode() and the
 // incremental encoder apply it; Encoding::precision says what ran. Front ends say so once.
 Precision runnable_precision(Precision requested);
 
@@ -238,6 +247,22 @@ struct VitConfig {
   int head_dim() const { return hidden / heads; }
   int native_px() const { return grid * patch_px; }
 };
+
+// fovea convert: a safetensors checkpoint (a file, or a directory with model.safetensors and its
+// JSON files) rewritten under the same tensor names with its matrices stored as bf16 (vectors as
+// float32), so a one-shot process maps them ready to run; with `stored` int8 also the layers'
+// matrices quantized for Precision::int8 (per output channel, in the kernels' panel layout, with
+// their scales), which an int8 encode then reads where they lie instead of quantizing at load.
+// `out` is a file, or a directory (given as one, or when `spec` is one) that gets
+// model.safetensors and copies of the JSON files. Throws Error(invalid_argument) for another
+// format or precision; the file is written atomically.
+struct ConvertResult {
+  std::string path;       // the safetensors file written
+  size_t bytes = 0;
+  int tensors = 0;
+  int int8_matrices = 0;  // layer matrices stored as int8
+};
+ConvertResult convert_checkpoint(const std::string& spec, const std::string& out, Precision stored);
 
 struct ModelLoadOptions {
   // true: F32 and BF16 weight matrices are used where they lie in the checkpoint, which stays

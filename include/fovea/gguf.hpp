@@ -64,8 +64,19 @@ struct GgufValue {
 };
 
 // ggml tensor types fovea can decode; the others are named in errors (ggml_type_name).
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
+enum class GgmlType : uint32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8,
+  q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15, bf16 = 30
+};
 std::string ggml_type_name(uint32_t type);
+// Whether fovea decodes ggml type `type` (the GgmlType values).
+bool ggml_type_supported(uint32_t type);
+// The types fovea decodes, for messages: "F32, F16, BF16, Q8_0, Q4_0, ...".
+const char* ggml_supported_types();
+// n values of a block-quantized tensor (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K;
+// n a multiple of the type's block) at src into dst, as ggml's dequantize_row_* gives them.
+// False for any other type.
+bool ggml_dequantize(uint32_t type, const std::byte* src, int64_t n, float* dst);
 
 struct GgufTensorInfo {
   std::string name;
@@ -106,7 +117,7 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }  // in file order
   const GgufTensorInfo* find_tensor(std::string_view name) const;
   std::span<const std::byte> data(const GgufTensorInfo& t) const;
-  // The tensor decoded to float32 with its row-major shape. F32, F16, BF16 and Q8_0; any other
+  // The tensor decoded to float32 with its row-major shape (ggml_type_supported types); any other
   // type throws Error(unsupported, "unsupported GGUF tensor type X in T").
   Tensor load_f32(const GgufTensorInfo& t) const;
 

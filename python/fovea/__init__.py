@@ -32,12 +32,13 @@ import numpy as np
 
 from . import _fovea
 from ._fovea import (Encoding, TensorFile, TokenCache, Tokens, VideoFrameResult, amx_kernels_enabled,
-                     avx512bf16_kernels_enabled, avx2_kernels_enabled, bf16_supported, image_extensions, image_formats)
+                     avx512bf16_kernels_enabled, avx2_kernels_enabled, bf16_supported, image_extensions, image_formats,
+                     int8_supported)
 
 __version__ = _fovea.__version__
 __all__ = ["tokenize", "Fixation", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "VideoReader",
            "VideoFrame", "VideoFrameResult", "VideoSession", "video", "decode_image", "encode_image", "TokenCache", "Client", "bf16_supported", "amx_kernels_enabled",
-           "avx512bf16_kernels_enabled", "avx2_kernels_enabled",
+           "avx512bf16_kernels_enabled", "avx2_kernels_enabled", "int8_supported",
            "image_formats",
            "image_extensions",
            "__version__"]
@@ -252,9 +253,11 @@ class Model(_fovea.Model):
             tokens: a fovea.Tokens (f32 or f16 patches), or a patches array [N, C, P, P]
                 float32/float16 (C-contiguous, read in place) with positions= [N, 4] float32
                 and image_size=(width, height).
-            precision: "fp32" (within 1e-4 of PyTorch) or "bf16" (fast; on a CPU without
+            precision: "fp32" (within 1e-4 of PyTorch), "bf16" (fast; on a CPU without
                 bf16 kernels, see bf16_supported(), it runs fp32 with a RuntimeWarning, and
-                Encoding.precision says so).
+                Encoding.precision says so) or "int8" (faster: the layers' linear maps on int8,
+                weights per output channel, activations per token; the rest as bf16; without
+                int8 kernels, see int8_supported(), it runs fp32 with a RuntimeWarning).
             threads: threads for this call (0: one per hardware thread).
             attention: "exact" (default) or "hierarchical[:K[:B]]", an EXPERIMENTAL
                 approximation: tokens grouped by position into blocks of B (64); each query

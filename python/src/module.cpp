@@ -258,14 +258,25 @@ DType parse_dtype(const std::string& s) {
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::fp32;
   if (s == "bf16") return Precision::bf16;
-  throw bad("precision must be 'fp32' or 'bf16', got '" + s + "'");
+  if (s == "int8") return Precision::int8;
+  throw bad("precision must be 'fp32', 'bf16' or 'int8', got '" + s + "'");
+}
+
+// Video sessions' incremental encoder runs fp32 or bf16.
+Precision parse_video_precision(const std::string& s) {
+  const Precision p = parse_precision(s);
+  if (p == Precision::int8) throw bad("precision='int8' is for image encodes; video sessions encode in 'fp32' or 'bf16'");
+  return p;
 }
 
 // The CLI's warning, as a Python RuntimeWarning: bf16 on a CPU without bf16 kernels runs fp32.
 void warn_if_precision_falls_back(Precision asked) {
   if (runnable_precision(asked) != asked &&
       PyErr_WarnEx(PyExc_RuntimeWarning,
-                   "precision='bf16': this CPU has no native bf16 matrix kernels (AVX512_BF16 or AMX); running fp32", 1) != 0)
+                   asked == Precision::int8
+                       ? "precision='int8': this CPU has no int8 vector kernels (AVX2 or VNNI); running fp32"
+                       : "precision='bf16': this CPU has no native bf16 matrix kernels (AVX512_BF16 or AMX); running fp32",
+                   1) != 0)
     throw py::error_already_set();
 }
 
@@ -681,7 +692,7 @@ std::unique_ptr<PyVideoSession> video_session_py(const py::object& model, int bu
   vp.keyframe_interval = keyframe;
   vp.layout_hysteresis = hysteresis;
   vp.refresh_fraction = refresh_fraction;
-  vp.encoder.precision = parse_precision(precision);
+  vp.encoder.precision = parse_video_precision(precision);
   if (vit) warn_if_precision_falls_back(vp.encoder.precision);
   vp.encoder.token_threshold = token_threshold;
   const ExecConfig cfg = exec_config(threads);
@@ -750,7 +761,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   vp.group_frames = group;
   vp.layout_hysteresis = hysteresis;
   vp.refresh_fraction = refresh_fraction;
-  vp.encoder.precision = parse_precision(precision);
+  vp.encoder.precision = parse_video_precision(precision);
   if (have_model) warn_if_precision_falls_back(vp.encoder.precision);
   vp.encoder.token_threshold = token_threshold;
   const bool per_frame_query = PyCallable_Check(fixations.ptr());
@@ -1035,6 +1046,11 @@ PYBIND11_MODULE(_fovea, m) {
         "The file name extensions of those formats ('.png', '.webp', ...), lower case with the dot.");
   m.def("bf16_supported", &bf16_supported,
         "Whether this CPU has native bf16 matrix kernels (AVX512-BF16 or AMX). Without them precision='bf16' runs fp32.");
+  m.def("int8_supported", &int8_supported,
+        "Whether this CPU has int8 vector kernels (AVX512-VNNI, AVX-VNNI or AVX2). Without them precision='int8' runs "
+        "fp32.");
+  m.def("matrix_kernels", [](const std::string& p) { return std::string(matrix_kernels(parse_precision(p))); },
+        "The matrix kernels an encode at this precision runs, e.g. 'int8-vnni512+avx512bf16+onednn'.");
   m.def("amx_kernels_enabled", &encoder_detail::amx_kernels_enabled,
         "Whether precision='bf16' runs its linear layers and attention on fovea's own AMX tile kernels (a CPU with "
         "AMX; FOVEA_AMX=0 turns them off) rather than oneDNN's.");

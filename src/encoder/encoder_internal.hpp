@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fovea/encoder.hpp"
+#include "fovea/safetensors.hpp"
 #include "fovea/tensor.hpp"
 
 namespace fovea {
@@ -21,6 +22,9 @@ namespace fovea {
 namespace encoder_detail {
 class Gemm;
 struct AttentionWorkspace;
+namespace int8 {
+struct Layers;
+}
 // Optional weights are "present" when they have a shape and elements (a default Tensor is
 // empty; a rank-0 tensor would be a scalar, which no weight is).
 inline bool present(const Tensor& t) { return t.rank() > 0 && t.numel() > 0; }
@@ -179,6 +183,9 @@ struct VitModel::Impl {
   // which encode came first (every packed copy gives the bits the weight as it lies gives).
   mutable encoder_detail::PackedWeights packed;  // shared by every context encoding this model
   mutable encoder_detail::ContextPool contexts;  // for the calls without a context
+  // The layers' matrices quantized for Precision::int8 (int8.hpp): by the loader when the
+  // checkpoint holds them so, else by the first int8 encode (int8_layers()); null until then.
+  mutable std::shared_ptr<const encoder_detail::int8::Layers> int8_layers;
 };
 
 // The per-call state (fovea::EncoderContext): one call at a time (ContextUse).
@@ -357,10 +364,15 @@ struct LayerOps {
   bool ref = false;
   int threads = 1;
   Gemm* gemm = nullptr;  // required unless ref
+  // Precision::int8: the model's quantized layer matrices; a GEMM whose constant W is one of them
+  // runs on the int8 kernel (the scalar one when ref), every other GEMM as before.
+  const int8::Layers* int8 = nullptr;
   void linear(const GemmArgs& a) const {
+    if (int8 && linear_int8(a)) return;
     if (ref) gemm_reference(a);
     else gemm->run(a);
   }
+  bool linear_int8(const GemmArgs& a) const;  // int8_model.cpp: false when W is not quantized
   // out[r] = LayerNorm(x[r]) for rows r < rows of n floats, as f32 or bf16.
   void layer_norm(const float* x, int64_t rows, int64_t n, const Tensor& w, const Tensor& b, float eps, void* out,
                   DType out_dt) const;
@@ -377,6 +389,16 @@ struct LayerOps {
 // ctx's GEMM engine (made on first use) bound to m's packed weights, with ctx's packing policy
 // and room for `threads` OpenMP threads. Call inside a ContextUse of ctx.
 Gemm& bind_gemm(EncoderContext::Impl& ctx, const VitModel::Impl& m, int threads);
+
+// m's layer matrices quantized for Precision::int8 (int8_model.cpp): made once per model, by
+// the first call, thread-safe.
+const int8::Layers& int8_layers(const VitModel::Impl& m);
+// matrix_kernels(Precision::int8).
+const char* int8_matrix_kernels();
+// The int8 layer matrices a converted checkpoint stores (fovea convert --dtype int8), attached to
+// m as its int8_layers, their panels read where they lie in st's mapping (kept alive by `keep`).
+// Returns the tensors used (0 when st has none); throws Error(corrupt_data) for malformed ones.
+int attach_stored_int8(VitModel::Impl& m, const SafetensorsFile& st, std::shared_ptr<const void> keep);
 
 // ---- outputs after the tower (contract.cpp) ---------------------------------------------------
 // Where Encoding::pooled comes from: encode() computes it so and contract.cpp names it so

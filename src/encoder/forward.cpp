@@ -213,9 +213,11 @@ std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, c
   EncoderContext::Impl& cx = ctx.impl();
   const ContextUse in_use(cx);  // one call at a time per context; other contexts run alongside
   const OmpThreadsScope team(std::max(1, exec.threads()));  // oneDNN's team size, the caller's restored on return
-  const Ops ops = LayerOps::for_context(cx, m, exec);
+  Ops ops = LayerOps::for_context(cx, m, exec);
   const Precision precision = runnable_precision(params.precision);  // bf16 needs bf16 kernels
-  const bool bf16 = precision == Precision::bf16;
+  // int8 runs everything but the layers' linear maps as bf16 does (fp32 without bf16 kernels).
+  if (precision == Precision::int8) ops.int8 = &int8_layers(m);
+  const bool bf16 = precision == Precision::bf16 || (precision == Precision::int8 && bf16_supported());
   const DType dt = bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
 

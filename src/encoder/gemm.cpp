@@ -741,12 +741,14 @@ bool avx2_kernels_enabled() { return encoder_detail::avx2_kernels_enabled(); }
 const char* matrix_kernels(Precision p) {
   namespace d = encoder_detail;
   const Precision r = runnable_precision(p);
+  if (r == Precision::int8) return encoder_detail::int8_matrix_kernels();
   if (r == Precision::bf16)
     return d::amx_kernels_enabled() ? "amx+onednn" : d::avx512bf16_kernels_enabled() ? "avx512bf16+onednn" : "onednn";
   return d::avx2_kernels_enabled() ? "avx2+onednn" : "onednn";
 }
 
 Precision runnable_precision(Precision requested) {
+  if (requested == Precision::int8) return int8_supported() ? Precision::int8 : Precision::fp32;
   return requested == Precision::bf16 && !bf16_supported() ? Precision::fp32 : requested;
 }
 

@@ -51,7 +51,14 @@ std::string_view to_string(Activation a) {
   }
   return "?";
 }
-std::string_view to_string(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
+std::string_view to_string(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::int8: return "int8";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -331,8 +338,11 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
       throw Error(Errc::corrupt_data, "'" + spec + "': its normalisation (" + cfg.input.source +
                                           ") has a non-finite mean or a std that is not finite and > 0");
   m->source = spec;
+  // A converted checkpoint's int8 layer matrices (fovea convert --dtype int8), used where they lie.
+  const int int8_tensors = st ? attach_stored_int8(*m, *st, files) : 0;
+  m->tensors_used += int8_tensors;
   m->tensors_ignored = int(weights->names().size()) - m->tensors_used;
-  bool mapped = false;
+  bool mapped = int8_tensors > 0;
   for (const VitLayer& l : m->layers)
     mapped = mapped || l.qkv_w.mapped() || l.out_w.mapped() || l.fc1_w.mapped() || l.fc2_w.mapped();
   if (mapped) m->mapping = std::move(files);
@@ -361,7 +371,8 @@ std::string VitModel::describe() const {
 }
 
 VitModel::Impl& encoder_detail::ModelAccess::unshared(VitModel& model) {
-  if (!model.impl_ || model.impl_.use_count() != 1 || !model.impl_->packed.untouched())
+  // (int8 copies of the layers, quantized or read from the file, would go stale too.)
+  if (!model.impl_ || model.impl_.use_count() != 1 || !model.impl_->packed.untouched() || model.impl_->int8_layers)
     throw Error(Errc::invalid_argument,
                 "a model's weights can be edited only before it is copied or used to encode");
   return *model.impl_;

@@ -39,6 +39,22 @@ constexpr TypeTraits kTypes[] = {
     {30, "BF16", 1, 2},       {34, "TQ1_0", 256, 54},   {35, "TQ2_0", 256, 66},   {39, "MXFP4", 32, 17},
 };
 
+}  // namespace
+
+bool ggml_type_supported(uint32_t type) {
+  switch (GgmlType(type)) {
+    case GgmlType::f32: case GgmlType::f16: case GgmlType::bf16: case GgmlType::q4_0: case GgmlType::q4_1:
+    case GgmlType::q5_0: case GgmlType::q5_1: case GgmlType::q8_0: case GgmlType::q4_k: case GgmlType::q5_k:
+    case GgmlType::q6_k: case GgmlType::q8_k:
+      return true;
+  }
+  return false;
+}
+
+const char* ggml_supported_types() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and Q8_K"; }
+
+namespace {
+
 const TypeTraits* type_traits(uint32_t id) {
   for (const TypeTraits& t : kTypes)
     if (t.id == id) return &t;
@@ -420,19 +436,10 @@ Tensor GgufFile::load_f32(const GgufTensorInfo& t) const {
         dst[i] = t.type == uint32_t(GgmlType::f16) ? f16_to_f32(h) : bf16_to_f32(h);
       }
       break;
-    case uint32_t(GgmlType::q8_0):
-      // Blocks of 32: an f16 scale d, then 32 int8 quants q; value = d·q.
-      for (int64_t b = 0; b < n / 32; ++b) {
-        const std::byte* blk = src + 34 * b;
-        uint16_t h;
-        std::memcpy(&h, blk, 2);
-        const float d = f16_to_f32(h);
-        for (int j = 0; j < 32; ++j) dst[b * 32 + j] = d * float(static_cast<int8_t>(blk[2 + j]));
-      }
-      break;
     default:
-      throw Error(Errc::unsupported, "'" + path_ + "': unsupported GGUF tensor type " + ggml_type_name(t.type) +
-                                         " in " + t.name + " (fovea reads F32, F16, BF16 and Q8_0)");
+      if (!ggml_dequantize(t.type, src, n, dst))
+        throw Error(Errc::unsupported, "'" + path_ + "': unsupported GGUF tensor type " + ggml_type_name(t.type) +
+                                           " in " + t.name + " (fovea reads " + ggml_supported_types() + ")");
   }
   return out;
 }

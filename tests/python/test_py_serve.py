@@ -181,6 +181,7 @@ def test_cache_keys_on_bytes_model_query_budget_mode(client):
     b = post(client, "/v1/encode", data, model="rand", fixations="100,120", budget=64)
     assert a.headers["X-Fovea-Cache"] == "miss" and b.headers["X-Fovea-Cache"] == "hit" and a.content == b.content
     for change in ({"fixations": "101,120"}, {"budget": 65}, {"foveation": "windows"}, {"precision": "bf16"},
+                   {"precision": "int8"},
                    {"model": "vit"}, {"regions": "0,0,50,50"}):
         r = post(client, "/v1/encode", data, **{"model": "rand", "fixations": "100,120", "budget": 64, **change})
         assert r.status_code == 200 and r.headers["X-Fovea-Cache"] == "miss", change
@@ -237,7 +238,7 @@ def test_tokenize_file_summary_previews(client):
     ({"fixations": "[[1, 2"}, 400, "fixations must be JSON [[...], ...] or 'a,b;c,d' numbers, got '[[1, 2'"),
     ({"regions": "10,10,5,5"}, 400, "a region needs x1 > x0 and y1 > y0"),
     ({"foveation": "fancy"}, 400, "foveation must be one of windows, mixed; got 'fancy'"),
-    ({"precision": "fp8"}, 400, "precision must be one of fp32, bf16; got 'fp8'"),
+    ({"precision": "fp8"}, 400, "precision must be one of fp32, bf16, int8; got 'fp8'"),
     ({"format": "xml"}, 400, "format must be one of safetensors, json; got 'xml'"),
     ({"bogus": "1"}, 400, "unknown field 'bogus' for /v1/encode"),
 ])

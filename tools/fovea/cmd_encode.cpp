@@ -53,7 +53,7 @@ struct EncodeCommand {
     // legal until then).
     TokenizeParams params = tok.params(Foveation::windows);
     Query query = tok.query();
-    const Precision asked = precision == "bf16" ? Precision::bf16 : Precision::fp32;
+    const Precision asked = precision == "bf16" ? Precision::bf16 : precision == "int8" ? Precision::int8 : Precision::fp32;
     const Precision prec = runnable_precision_noted(asked);  // what runs
     const AttentionParams att = parse_attention(attention);
     if (params.extract.dtype == DType::u8)
@@ -234,8 +234,9 @@ Runner setup_encode(CLI::App& sub) {
                  "Write embeddings [N, D], positions, levels (and class_token, pooled, image_embeds, logits, "
                  "projected [N, E] when the model has them) as safetensors")
       ->type_name("OUT.safetensors");
-  sub.add_option("--precision", cmd->precision, "fp32 (exact) or bf16 (fast; GEMM inputs in bfloat16)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  sub.add_option("--precision", cmd->precision, "fp32 (exact), bf16 (fast; GEMM inputs in bfloat16) or int8 (faster; the layers' linear maps on "
+                 "int8 weights and activations, the rest as bf16)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
       ->default_val("fp32");
   sub.add_option("--query-embedding", cmd->query_embedding,
                  "Query vector (.npy or .safetensors, [D] or [1, D]) scored against per-tile patch-embedding "

@@ -5,7 +5,9 @@
 // pooler, attention pool), a projector it does not run, and the tensors used and ignored. A
 // checkpoint it cannot read is one `fovea: error:` line, as for `fovea encode`.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,9 +15,51 @@
 #include "cli_util.hpp"
 #include "command.hpp"
 #include "fovea/encoder.hpp"
+#include "fovea/gguf.hpp"
+#include "fovea/safetensors.hpp"
 
 namespace fovea::cli {
 namespace {
+
+// The stored types of a GGUF file's tensors ("Q4_K": 96, "F32": 120 ...), and how fovea runs the
+// quantized ones; empty for other formats.
+struct StoredTypes {
+  std::map<std::string, int> counts;
+  bool quantized = false;
+  std::string converted;  // fovea convert's "bf16" or "bf16+int8"
+  std::string how() const {
+    if (converted == "bf16+int8")
+      return "written by fovea convert: bf16 matrices for fp32 and bf16, and the layers' int8 matrices, which "
+             "--precision int8 uses as stored";
+    if (!converted.empty()) return "written by fovea convert: bf16 matrices, everything else float32";
+    return quantized ? "block-quantized tensors are dequantised to float32 when the model loads; --precision int8 "
+                       "quantizes the layers' matrices again, per output channel"
+                     : "";
+  }
+};
+StoredTypes stored_types(const std::string& path) {
+  StoredTypes s;
+  if (!looks_like_gguf(path)) {
+    // A checkpoint written by fovea convert says so in its metadata.
+    std::error_code ec;
+    const std::string file =
+        std::filesystem::is_directory(path, ec) ? (std::filesystem::path(path) / "model.safetensors").string() : path;
+    if (!file.ends_with(".safetensors") || !std::filesystem::is_regular_file(file, ec)) return s;
+    const SafetensorsFile st = SafetensorsFile::open(file);
+    const auto it = st.metadata().find("fovea.converted");
+    if (it == st.metadata().end()) return s;
+    for (const SafetensorsFile::Entry& e : st.entries()) ++s.counts[e.dtype_name];
+    s.converted = it->second;
+    return s;
+  }
+  const GgufFile f = GgufFile::open(path);
+  for (const GgufTensorInfo& t : f.tensors()) {
+    ++s.counts[ggml_type_name(t.type)];
+    const GgmlType g = GgmlType(t.type);
+    if (g != GgmlType::f32 && g != GgmlType::f16 && g != GgmlType::bf16) s.quantized = true;
+  }
+  return s;
+}
 
 nlohmann::json model_json(const VitModel& m) {
   const VitConfig& c = m.config();
@@ -49,7 +93,12 @@ nlohmann::json model_json(const VitModel& m) {
                        {{"source", c.input.source}, {"mean", n.mean}, {"std", n.std}, {"normalized", n.enabled}}},
                       {"tensors_used", m.tensors_used()},
                       {"tensors_ignored", m.tensors_ignored()},
-                      {"bf16_kernels_on_this_cpu", bf16_supported()}};
+                      {"bf16_kernels_on_this_cpu", bf16_supported()},
+                      {"int8_kernels_on_this_cpu", int8_supported()}};
+  if (const StoredTypes st = stored_types(m.source()); !st.counts.empty()) {
+    j["stored_types"] = st.counts;
+    j["quantized_weights"] = st.quantized || !st.converted.empty() ? nlohmann::json(st.how()) : nlohmann::json(nullptr);
+  }
   const std::string pooled = pooled_output(m);
   j["pooled_output"] = pooled.empty() ? nlohmann::json(nullptr) : nlohmann::json(pooled);
   j["default_foveation"] = std::string(to_string(default_foveation(m)));
@@ -93,6 +142,12 @@ struct ModelCommand {
       std::printf("  projected: %d wide (projector %s): the language model's input\n", c.projector_dim,
                   std::string(to_string(c.projector)).c_str());
     std::printf("  tensors: %d used, %d ignored\n", m.tensors_used(), m.tensors_ignored());
+    if (const StoredTypes st = stored_types(m.source()); !st.counts.empty()) {
+      std::string types;
+      for (const auto& [name, n] : st.counts) types += (types.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+      const std::string how = st.how();
+      std::printf("  stored as: %s%s%s\n", types.c_str(), how.empty() ? "" : "; ", how.c_str());
+    }
     return 0;
   }
 };

@@ -31,7 +31,9 @@ inline std::string apply_model_preprocessing(const TokenizeOptions& tok, const I
 // that ran, and `precision_requested` when it differs.
 inline Precision runnable_precision_noted(Precision asked) {
   const Precision runs = runnable_precision(asked);
-  if (runs != asked)
+  if (runs != asked && asked == Precision::int8)
+    std::fprintf(stderr, "fovea: warning: --precision int8: this CPU has no int8 vector kernels (AVX2 or VNNI); running fp32\n");
+  else if (runs != asked)
     std::fprintf(stderr,
                  "fovea: warning: --precision bf16: this CPU has no native bf16 matrix kernels (AVX512_BF16 or AMX); "
                  "running fp32\n");

@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--session-idle-s", type=float, default=d.session_idle_s, help="close a video session idle this long (default %(default)g)")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="threads of one tokenize or of a lone encode; encodes side by side share them (0: all hardware threads)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision, help="default encode precision")
+    p.add_argument("--precision", choices=("fp32", "bf16", "int8"), default=d.precision, help="default encode precision")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up encode of each model")
     p.add_argument("--log-level", default="warning", help="Uvicorn's log level (default warning)")
     a = p.parse_args(argv)

@@ -700,7 +700,7 @@ def create_app(models: Mapping[str, Any], config: Optional[ServeConfig] = None) 
                                 "base64 in a JSON object's \"image\", or a path")
         model_name, model = svc.model(f.text("model"))
         args = svc.tokenize_args(f)
-        precision = f.choice("precision", ("fp32", "bf16"), config.precision)
+        precision = f.choice("precision", ("fp32", "bf16", "int8"), config.precision)
         fmt = f.choice("format", ("safetensors", "json"), "safetensors")
         wanted = tensors_wanted(f.text("tensors", "all"))
         f.check_known("/v1/encode")
@@ -751,7 +751,9 @@ def create_app(models: Mapping[str, Any], config: Optional[ServeConfig] = None) 
             "token_threshold": f.float("token_threshold", 0.0, 1e6, 0.07),
             "hysteresis": f.float("hysteresis", 0.0, 1e6, 0.1),
             "refresh_fraction": f.float("refresh_fraction", 1e-6, 1.0, 0.5),
-            "precision": f.choice("precision", ("fp32", "bf16"), config.precision),
+            # Video sessions encode in fp32 or bf16; a service whose default is int8 streams in bf16.
+            "precision": f.choice("precision", ("fp32", "bf16"),
+                                  "bf16" if config.precision == "int8" else config.precision),
             "threads": config.threads,
         }
         fixation = f.tuples("fixation", (2, 3, 4), 1)

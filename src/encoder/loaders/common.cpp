@@ -100,11 +100,9 @@ class GgufSource final : public WeightSource {
   }
   std::optional<std::string> type_problem(std::string_view name) const override {
     const auto* t = f_.find_tensor(name);
-    switch (GgmlType(t->type)) {
-      case GgmlType::f32: case GgmlType::f16: case GgmlType::bf16: case GgmlType::q8_0: return std::nullopt;
-    }
-    return "unsupported GGUF tensor type " + ggml_type_name(t->type) + " in " + std::string(name) +
-           " (fovea reads F32, F16, BF16 and Q8_0)";
+    if (ggml_type_supported(t->type)) return std::nullopt;
+    return "unsupported GGUF tensor type " + ggml_type_name(t->type) + " in " + std::string(name) + " (fovea reads " +
+           ggml_supported_types() + ")";
   }
   Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find_tensor(name)); }
   std::optional<Raw> raw(std::string_view name) const override {
