@@ -120,7 +120,10 @@ struct IncrementalEncoder::State {
 IncrementalEncoder::IncrementalEncoder(const VitModel& model)
     : IncrementalEncoder(model, EncoderContext(EncoderContextParams{.expect_reuse = true})) {}
 IncrementalEncoder::IncrementalEncoder(const VitModel& model, EncoderContext context)
-    : s_(std::make_unique<State>(model, std::move(context))) {}
+    : s_(std::make_unique<State>(model, std::move(context))) {
+  if (model.config().native.enabled())
+    throw invalid_argument("incremental encoder: '" + model.source() + "' is a native-resolution tower (encode_native)");
+}
 IncrementalEncoder::~IncrementalEncoder() = default;
 EncoderContext& IncrementalEncoder::context() { return s_->ctx; }
 void IncrementalEncoder::reset() {
