@@ -284,3 +284,67 @@ TEST(NativeTowers, HostileConfigsGiveOneClearError) {
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }
 }
+
+namespace {
+
+// A 2592x1944 test photo: gradients, stripes and noise.
+ImageU8 big_photo() {
+  ImageU8 img(2592, 1944, 3);
+  uint32_t s = 12345;
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < img.height(); ++y)
+      for (int x = 0; x < img.width(); ++x) {
+        s = s * 1664525u + 1013904223u;
+        const double v = 128 + 60 * std::sin(x / (17.0 + 5 * c)) * std::cos(y / 23.0) + 40.0 * x / img.width() +
+                         double(s >> 28) - 8;
+        img.at(c, y, x) = uint8_t(std::clamp(v, 0.0, 255.0));
+      }
+  return img;
+}
+
+}  // namespace
+
+// The windows foveation: base view + a full-resolution window on the fixation, in one call. The
+// window's rows equal the crop encoded alone; the budget bounds the merged tokens; the M-RoPE ids
+// are the images' back to back.
+TEST(NativeTowers, WindowsFoveationIsBudgetedAndWindowsAreTheirCrops) {
+  Executor exec;
+  const VitModel m = VitModel::load(model_path("qwen2_5_vl"));
+  const ImageU8 img = big_photo();
+  Query q;
+  q.fixations.push_back({.x_px = 2000, .y_px = 600});
+  const NativeWindowPlan plan = plan_native_windows(m, img.width(), img.height(), q, nullptr, {.budget_tokens = 1024});
+  ASSERT_EQ(plan.windows.size(), 2u);
+  EXPECT_LE(plan.tokens(2), 1024);
+  EXPECT_GE(plan.tokens(2), 900);  // the budget is spent, not wasted
+  const NativeWindow& w = plan.windows[1];
+  EXPECT_EQ(w.kind, TokenWindow::Kind::query);
+  EXPECT_TRUE(2000 >= w.box[0] && 2000 < w.box[2] && 600 >= w.box[1] && 600 < w.box[3]);
+  EXPECT_EQ((w.box[2] - w.box[0]) % 28, 0);
+  // The native encode of the whole photo, for the record: far more tokens.
+  const NativeSize full = smart_resize(img.height(), img.width(), 28, m.config().native.min_pixels, m.config().native.max_pixels);
+  EXPECT_GT(int64_t(full.height / 28) * (full.width / 28), 6 * plan.tokens(2));
+  const std::vector<NativeInput> ins = native_window_inputs(m, img, plan);
+  const NativeEncoding e = encode_native(m, ins, {}, exec);
+  EXPECT_EQ(e.projected.dim(0), plan.tokens(2));
+  std::vector<NativeGrid> grids;
+  for (const NativeWindow& x : plan.windows) grids.push_back(x.grid);
+  const Tensor want_ids = native_mrope_positions(grids, 2);
+  expect_same_i32(e.mrope_positions, want_ids, "mrope");
+  // The window alone.
+  const ImageViewU8 crop(img.row(0, w.box[1]) + w.box[0], w.box[2] - w.box[0], w.box[3] - w.box[1], 3, 1,
+                         ptrdiff_t(img.stride()), ptrdiff_t(img.plane_stride()));
+  const NativeInput alone = native_input(m, {&crop, 1});
+  const NativeEncoding a = encode_native(m, {&alone, 1}, {}, exec);
+  const int64_t r0 = e.image_rows[1], n = e.image_rows[2] - r0, E = e.projected.dim(1);
+  ASSERT_EQ(n, a.projected.dim(0));
+  Tensor rows(DType::f32, {n, E});
+  std::memcpy(rows.data<float>(), e.projected.data<float>() + r0 * E, size_t(n * E) * 4);
+  EXPECT_GE(mean_row_cosine(rows, a.projected), 0.999);
+  EXPECT_LE(rel_err(rows, a.projected), 1e-4);
+  // No query and no relevance: the base view only; bad parameters refused.
+  EXPECT_EQ(plan_native_windows(m, 2592, 1944, {}, nullptr, {}).windows.size(), 1u);
+  EXPECT_THROW(plan_native_windows(m, 2592, 1944, q, nullptr, {.budget_tokens = 2}), Error);
+  EXPECT_THROW(plan_native_windows(m, 2592, 1944, q, nullptr, {.base_share = 0}), Error);
+  EXPECT_THROW(plan_native_windows(m, 0, 1944, q, nullptr, {}), Error);
+}

@@ -24,6 +24,7 @@
 // Thread safety: as encode() (encoder.hpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -31,6 +32,8 @@
 
 #include "fovea/encoder.hpp"
 #include "fovea/exec.hpp"
+#include "fovea/extract.hpp"
+#include "fovea/relevance.hpp"
 #include "fovea/tensor.hpp"
 #include "fovea/view.hpp"
 
@@ -110,6 +113,40 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
                              const EncodeParams& params, Executor& exec);
 NativeEncoding encode_native(const VitModel& model, std::span<const NativeInput> images, const EncodeParams& params,
                              Executor& exec);
+
+// ---- foveation: a base view and full-resolution windows, each a native image ------------------
+// The budget counts merged tokens (the language model's rows). The base view is the whole image
+// through smart_resize with max_pixels = base tokens · (P·merge)²; each window is a crop of the
+// original image at full resolution whose sides are multiples of P·merge, encoded as a native
+// image of its own (its own grid_thw), so its tokens are exactly that crop's. Windows go, in
+// this order, while the budget lasts: on every fixation and every region's centre (the budget
+// left after the base view shared among them; a focus inside a window already placed is
+// skipped), then, with no query, on the tiles of the relevance map with the highest score not
+// yet covered. A window is at most the image and at least one merge unit; the last tokens of
+// the budget that make no window stay unspent.
+struct NativeWindowParams {
+  int budget_tokens = 1024;  // merged tokens handed on: base view + windows (>= 4)
+  double base_share = 0.25;  // the base view's share of the budget (0 < share <= 1)
+  int max_windows = 8;       // windows besides the base view (0..64)
+};
+struct NativeWindow {
+  std::array<int, 4> box{};  // [x0, y0, x1, y1) in original-image pixels
+  NativeGrid grid;           // in patches
+  TokenWindow::Kind kind = TokenWindow::Kind::base;
+};
+struct NativeWindowPlan {
+  std::vector<NativeWindow> windows;  // the base view first
+  int image_width = 0, image_height = 0;
+  int64_t tokens(int merge) const;    // merged tokens of every window
+};
+// `relevance` may be null (no query-free windows then). Throws Error(invalid_argument) for
+// parameters out of range or a model that is not a native tower.
+NativeWindowPlan plan_native_windows(const VitModel& model, int width, int height, const Query& query,
+                                     const RelevanceMap* relevance, const NativeWindowParams& params);
+// The plan's windows as the tower reads them: the base view resized (resize_bicubic_pil), every
+// other window cut from `image` (which must be the plan's size).
+std::vector<NativeInput> native_window_inputs(const VitModel& model, const ImageViewU8& image,
+                                              const NativeWindowPlan& plan);
 
 // Whether `model` is a native-resolution tower (VitConfig::native.enabled()).
 inline bool is_native(const VitModel& model) { return model.config().native.enabled(); }
