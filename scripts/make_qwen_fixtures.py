@@ -104,7 +104,7 @@ def rotary_angles(grids, head_dim, m, theta=10000.0):
 
 def rotate(x, ang):  # x [N, heads, hd], ang [N, hd / 2]
     emb = torch.cat([ang, ang], dim=-1)
-    cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+    cos, sin = emb.cos().unsqueeze(1).to(x.dtype), emb.sin().unsqueeze(1).to(x.dtype)
     half = x.shape[-1] // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rot * sin
