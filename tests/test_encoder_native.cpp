@@ -348,3 +348,50 @@ TEST(NativeTowers, WindowsFoveationIsBudgetedAndWindowsAreTheirCrops) {
   EXPECT_THROW(plan_native_windows(m, 2592, 1944, q, nullptr, {.base_share = 0}), Error);
   EXPECT_THROW(plan_native_windows(m, 0, 1944, q, nullptr, {}), Error);
 }
+
+// The CLI: `fovea model` describes the native tower; `fovea encode` writes projected,
+// image_grid_thw, mrope_positions (and the windows' boxes); bad input is one error line.
+TEST(NativeTowers, Cli) {
+  const std::string dir = test::temp_dir("native_cli");
+  auto r = test::run_cli({"model", model_path("qwen2_5_vl"), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("family"), "qwen2_5_vl");
+  EXPECT_EQ(j.at("native").at("merge_size"), 2);
+  EXPECT_EQ(j.at("native").at("window_size"), 112);
+  EXPECT_EQ(j.at("native").at("fullatt_block_indexes"), (nlohmann::json{1, 3}));
+  EXPECT_EQ(j.at("projector"), "patch_merger");
+  r = test::run_cli({"model", model_path("qwen2_vl")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("native resolution: 14 px patches"), std::string::npos) << r.out;
+  const std::string img = data("qwen_images/image_644x420.png");
+  r = test::run_cli({"encode", img, "--model", model_path("qwen2_vl"), "--uniform", "-o", dir + "/u.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  {
+    const SafetensorsFile f = SafetensorsFile::open(dir + "/u.safetensors");
+    const SafetensorsFile cases = SafetensorsFile::open(data("qwen2_vl/cases.safetensors"));
+    EXPECT_LE(rel_err(f.load(*f.find("projected")), ref(cases, "image_644x420.projected")), 1e-4);
+    expect_same_i32(f.load(*f.find("mrope_positions")), ref(cases, "image_644x420.mrope"), "mrope");
+    EXPECT_EQ(f.metadata().at("model_family"), "qwen2_vl");
+  }
+  r = test::run_cli({"encode", img, "--model", model_path("qwen2_5_vl"), "--fixation", "500,100", "--budget", "200",
+                     "-o", dir + "/w.safetensors", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json w = nlohmann::json::parse(r.out);
+  EXPECT_LE(w.at("merged_tokens").get<int>(), 200);
+  EXPECT_EQ(w.at("windows").size(), 2u);
+  {
+    const SafetensorsFile f = SafetensorsFile::open(dir + "/w.safetensors");
+    EXPECT_EQ(f.find("window_boxes")->shape, (std::vector<int64_t>{2, 4}));
+    EXPECT_EQ(f.find("image_grid_thw")->shape, (std::vector<int64_t>{2, 3}));
+  }
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"encode", img, "--model", model_path("qwen2_vl"), "--budget", "2", "-o", dir + "/b.safetensors"},
+        std::vector<std::string>{"encode", img, "--model", model_path("qwen2_vl"), "--check-fp32", "-o", dir + "/b.safetensors"}}) {
+    r = test::run_cli(bad);
+    EXPECT_EQ(r.exit_code, 2);  // invalid arguments
+    EXPECT_EQ(r.err.rfind("fovea: error:", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(dir + "/b.safetensors"));
+  }
+}

@@ -350,7 +350,10 @@ std::string VitModel::describe() const {
   std::string s = impl_->random ? "RANDOM WEIGHTS (benchmark only, meaningless embeddings) " : "";
   s += std::string(to_string(c.family)) + " ViT D=" + std::to_string(c.hidden) + " L=" + std::to_string(c.layers) +
        " H=" + std::to_string(c.heads) + " MLP=" + std::to_string(c.mlp) + " P=" + std::to_string(c.patch_px) +
-       " G=" + std::to_string(c.grid) + " act=" + std::string(to_string(c.act));
+       (c.native.enabled() ? " native merge=" + std::to_string(c.native.merge) +
+                                 (c.native.window_px ? " window=" + std::to_string(c.native.window_px) : std::string())
+                           : " G=" + std::to_string(c.grid)) +
+       " act=" + std::string(to_string(c.act));
   if (c.registers > 0) s += " registers=" + std::to_string(c.registers);
   if (c.projector != ProjectorType::none)
     s += " projector=" + std::string(to_string(c.projector)) + "(" + std::to_string(c.projector_dim) + ")";

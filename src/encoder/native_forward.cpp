@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <numeric>
 
 #include "encoder/attention.hpp"
@@ -188,6 +190,7 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
   Buffer H(size_t(N * D) * es), QKV(size_t(N * 3 * D) * es), A(size_t(N * D) * es), Hm(size_t(N * F1) * es);
   if (!cx.attention_ws) cx.attention_ws = std::make_shared<AttentionWorkspace>();
   std::chrono::steady_clock::duration attention_time{};
+  std::vector<AttentionWorkspace> window_ws;  // per thread, for the windowed blocks
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const VitLayer& l = m.layers[li];
     norm_rows(ops, nc, x, N, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
@@ -198,23 +201,49 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
     for (int64_t i = 0; i < N; ++i) {
       const float* cs = &cosv[size_t(i * half)];
       const float* sn = &sinv[size_t(i * half)];
-      for (int part = 0; part < 2; ++part)
-        for (int h = 0; h < c.heads; ++h) {
-          const int64_t o = i * 3 * D + part * D + h * hd;
-          for (int64_t j = 0; j < half; ++j) {
-            const float a = load(qkv, dt, o + j), b = load(qkv, dt, o + j + half);
-            store(qkv, dt, o + j, a * cs[j] - b * sn[j]);
-            store(qkv, dt, o + j + half, b * cs[j] + a * sn[j]);
-          }
+      thread_local std::vector<float> row;
+      row.resize(size_t(2 * D));
+      float* qk = row.data();  // this row's q | k as f32
+      std::byte* src = qkv + size_t(i * 3 * D) * es;
+      if (dt == DType::f32) std::memcpy(qk, src, size_t(2 * D) * 4);
+      else from_bf16_row(reinterpret_cast<const uint16_t*>(src), qk, 2 * D);
+      for (int64_t h = 0; h < 2 * c.heads; ++h) {
+        float* v = qk + h * hd;
+        for (int64_t j = 0; j < half; ++j) {
+          const float a = v[j], b = v[j + half];
+          v[j] = a * cs[j] - b * sn[j];
+          v[j + half] = b * cs[j] + a * sn[j];
         }
+      }
+      if (dt == DType::f32) std::memcpy(src, qk, size_t(2 * D) * 4);
+      else to_bf16_row(qk, reinterpret_cast<uint16_t*>(src), 2 * D);
     }
     const auto t_att = std::chrono::steady_clock::now();
-    for (const Segment& s : full_block[li] ? full : windowed) {
+    auto attend = [&](const Segment& s, int threads, AttentionWorkspace* ws) {
       const int64_t T = s.end - s.begin;
-      if (T < 1) continue;
+      if (T < 1) return;
       const std::byte* q = qkv + size_t(s.begin * 3 * D) * es;
-      attention_rows({ops.ref, ops.threads, ops.gemm}, q, 3 * D, T, q + size_t(D) * es, 3 * D, T, D, c.heads, dt,
-                     A.get() + size_t(s.begin * D) * es, nullptr, cx.attention_ws.get());
+      attention_rows({ops.ref, threads, ops.gemm}, q, 3 * D, T, q + size_t(D) * es, 3 * D, T, D, c.heads, dt,
+                     A.get() + size_t(s.begin * D) * es, nullptr, ws);
+    };
+    if (full_block[li] || ops.threads == 1 || windowed.size() < 2) {
+      for (const Segment& s : full_block[li] ? full : windowed) attend(s, ops.threads, cx.attention_ws.get());
+    } else {
+      // Many small windows: one window per thread at a time (one parallel region per layer, not
+      // several per window), each thread with its own buffers.
+      if (window_ws.size() < size_t(ops.threads)) window_ws.resize(size_t(ops.threads));
+      std::exception_ptr error;
+      std::mutex error_mutex;
+#pragma omp parallel for num_threads(ops.threads) schedule(dynamic, 1)
+      for (int64_t w = 0; w < int64_t(windowed.size()); ++w) {
+        try {
+          attend(windowed[size_t(w)], 1, &window_ws[size_t(omp_get_thread_num())]);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (!error) error = std::current_exception();
+        }
+      }
+      if (error) std::rethrow_exception(error);
     }
     attention_time += std::chrono::steady_clock::now() - t_att;
     GemmArgs o = linear_args(A.get(), dt, N, l.out_w, &l.out_b, x, DType::f32);
