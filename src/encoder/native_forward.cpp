@@ -9,8 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <exception>
-#include <mutex>
 #include <numeric>
 
 #include "encoder/attention.hpp"
@@ -190,7 +188,6 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
   Buffer H(size_t(N * D) * es), QKV(size_t(N * 3 * D) * es), A(size_t(N * D) * es), Hm(size_t(N * F1) * es);
   if (!cx.attention_ws) cx.attention_ws = std::make_shared<AttentionWorkspace>();
   std::chrono::steady_clock::duration attention_time{};
-  std::vector<AttentionWorkspace> window_ws;  // per thread, for the windowed blocks
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const VitLayer& l = m.layers[li];
     norm_rows(ops, nc, x, N, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
@@ -226,25 +223,9 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
       attention_rows({ops.ref, threads, ops.gemm}, q, 3 * D, T, q + size_t(D) * es, 3 * D, T, D, c.heads, dt,
                      A.get() + size_t(s.begin * D) * es, nullptr, ws);
     };
-    if (full_block[li] || ops.threads == 1 || windowed.size() < 2) {
-      for (const Segment& s : full_block[li] ? full : windowed) attend(s, ops.threads, cx.attention_ws.get());
-    } else {
-      // Many small windows: one window per thread at a time (one parallel region per layer, not
-      // several per window), each thread with its own buffers.
-      if (window_ws.size() < size_t(ops.threads)) window_ws.resize(size_t(ops.threads));
-      std::exception_ptr error;
-      std::mutex error_mutex;
-#pragma omp parallel for num_threads(ops.threads) schedule(dynamic, 1)
-      for (int64_t w = 0; w < int64_t(windowed.size()); ++w) {
-        try {
-          attend(windowed[size_t(w)], 1, &window_ws[size_t(omp_get_thread_num())]);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (!error) error = std::current_exception();
-        }
-      }
-      if (error) std::rethrow_exception(error);
-    }
+    // Window after window, each on every thread (the GEMM engine's per-thread buffers are keyed
+    // by the OpenMP thread number, which nested teams would share).
+    for (const Segment& s : full_block[li] ? full : windowed) attend(s, ops.threads, cx.attention_ws.get());
     attention_time += std::chrono::steady_clock::now() - t_att;
     GemmArgs o = linear_args(A.get(), dt, N, l.out_w, &l.out_b, x, DType::f32);
     o.accumulate = true;
