@@ -302,6 +302,8 @@ def model_seeds():
          read("qwen2_vl", "model.safetensors"))
     seed("qwen2_5_vl", read("qwen2_5_vl", "config.json"), read("qwen2_5_vl", "preprocessor_config.json"),
          merged("qwen2_5_vl"))
+    seed("qwen3_vl", read("qwen3_vl", "config.json"), read("qwen3_vl", "preprocessor_config.json"),
+         read("qwen3_vl", "model.safetensors"))
     seed("clip", read("clip", "config.json"), read("clip", "preprocessor_config.json"), read("clip", "model.safetensors"))
 
 

@@ -110,6 +110,25 @@ def rotate(x, ang):  # x [N, heads, hd], ang [N, hd / 2]
     return x * cos + rot * sin
 
 
+def learned_positions(table, grids, m):
+    """Qwen3-VL's fast_pos_embed_interpolate: the G x G table sampled bilinearly at linspace(0, G - 1, h)
+    x linspace(0, G - 1, w) (corners aligned), in the processor's merge-unit order, per frame."""
+    gside = int(round(math.sqrt(table.shape[0])))
+    grid = table.reshape(gside, gside, -1)
+    out = []
+    for t, h, w in grids:
+        hi = torch.linspace(0, gside - 1, h, dtype=torch.float64)
+        wi = torch.linspace(0, gside - 1, w, dtype=torch.float64)
+        h0, w0 = hi.floor().long(), wi.floor().long()
+        h1, w1 = (h0 + 1).clamp(max=gside - 1), (w0 + 1).clamp(max=gside - 1)
+        dh, dw = (hi - h0)[:, None, None], (wi - w0)[None, :, None]
+        e = (grid[h0][:, w0] * (1 - dh) * (1 - dw) + grid[h0][:, w1] * (1 - dh) * dw +
+             grid[h1][:, w0] * dh * (1 - dw) + grid[h1][:, w1] * dh * dw)  # h, w, D
+        e = e.reshape(h // m, m, w // m, m, -1).permute(0, 2, 1, 3, 4).reshape(h * w, -1)
+        out.append(e.repeat(t, 1))
+    return torch.cat(out)
+
+
 def window_index(grids, window_px, m, p):
     """get_window_index: (merge-unit order, cu_window_seqlens in patches)."""
     out, cu, base = [], [0], 0
@@ -152,6 +171,10 @@ def tower(sd, cfg, flat, grids):
     d, heads, m, p = cfg["hidden"], cfg["heads"], cfg["merge"], cfg["patch"]
     w = g("patch_embed.proj.weight")
     x = flat @ w.reshape(w.shape[0], -1).T
+    if o("patch_embed.proj.bias") is not None:
+        x = x + g("patch_embed.proj.bias")
+    if o("pos_embed.weight") is not None:  # Qwen3-VL: the learned table, bilinear to each grid
+        x = x + learned_positions(g("pos_embed.weight"), grids, m)
     ang = rotary_angles(grids, d // heads, m)
     cu = [0]
     for t, h, ww in grids:
@@ -163,6 +186,7 @@ def tower(sd, cfg, flat, grids):
         widx, cu_win = window_index(grids, cfg["window_px"], m, p)
         x = x.reshape(n // unit, unit, -1)[widx].reshape(n, -1)
         ang = ang.reshape(n // unit, unit, -1)[widx].reshape(n, -1)
+    deep = []
     for i in range(cfg["layers"]):
         b = f"blocks.{i}."
         seg = cu if (not cfg["window_px"] or i in cfg["fullatt"]) else cu_win
@@ -170,7 +194,10 @@ def tower(sd, cfg, flat, grids):
         x = x + attention(hN, g(b + "attn.qkv.weight"), g(b + "attn.qkv.bias"), g(b + "attn.proj.weight"),
                           g(b + "attn.proj.bias"), heads, ang, seg)
         hN = layer_norm(x, g(b + "norm2.weight"), o(b + "norm2.bias"))
-        if cfg["gated"]:
+        if cfg.get("qwen3"):
+            f1 = F.gelu(hN @ g(b + "mlp.linear_fc1.weight").T + g(b + "mlp.linear_fc1.bias"), approximate="tanh")
+            x = x + f1 @ g(b + "mlp.linear_fc2.weight").T + g(b + "mlp.linear_fc2.bias")
+        elif cfg["gated"]:
             gate = hN @ g(b + "mlp.gate_proj.weight").T + g(b + "mlp.gate_proj.bias")
             up = hN @ g(b + "mlp.up_proj.weight").T + g(b + "mlp.up_proj.bias")
             x = x + (F.silu(gate) * up) @ g(b + "mlp.down_proj.weight").T + g(b + "mlp.down_proj.bias")
@@ -178,6 +205,16 @@ def tower(sd, cfg, flat, grids):
             f1 = hN @ g(b + "mlp.fc1.weight").T + g(b + "mlp.fc1.bias")
             f1 = f1 * torch.sigmoid(1.702 * f1)
             x = x + f1 @ g(b + "mlp.fc2.weight").T + g(b + "mlp.fc2.bias")
+        if i in cfg.get("deepstack", []):  # Qwen3-VL: norm after the 2x2 shuffle, its own merger
+            k = f"deepstack_merger_list.{cfg['deepstack'].index(i)}."
+            z = layer_norm(x.reshape(n // unit, -1), g(k + "norm.weight"), g(k + "norm.bias"))
+            z = F.gelu(z @ g(k + "linear_fc1.weight").T + g(k + "linear_fc1.bias"))
+            deep.append(z @ g(k + "linear_fc2.weight").T + g(k + "linear_fc2.bias"))
+    if cfg.get("qwen3"):
+        y = layer_norm(x, g("merger.norm.weight"), g("merger.norm.bias")).reshape(n // unit, -1)
+        y = F.gelu(y @ g("merger.linear_fc1.weight").T + g("merger.linear_fc1.bias"))
+        y = y @ g("merger.linear_fc2.weight").T + g("merger.linear_fc2.bias")
+        return x, y, deep
     y = layer_norm(x, g("merger.ln_q.weight"), o("merger.ln_q.bias")).reshape(n // unit, -1)
     y = F.gelu(y @ g("merger.mlp.0.weight").T + g("merger.mlp.0.bias"))
     y = y @ g("merger.mlp.2.weight").T + g("merger.mlp.2.bias")
@@ -242,7 +279,8 @@ def random_weights(shapes, gen):
     for name, shape in shapes.items():
         if len(shape) >= 2:
             fan_in = int(np.prod(shape[1:]))
-            sd[name] = torch.randn(shape, generator=gen, dtype=torch.float64) / math.sqrt(fan_in)
+            std = 0.5 if name == "pos_embed.weight" else 1.0 / math.sqrt(fan_in)
+            sd[name] = torch.randn(shape, generator=gen, dtype=torch.float64) * std
         elif name.endswith("weight"):
             sd[name] = 1.0 + 0.2 * torch.randn(shape, generator=gen, dtype=torch.float64)
         else:
@@ -255,7 +293,29 @@ def random_weights(shapes, gen):
     return {k: v.to(torch.float32).to(torch.float64) for k, v in sd.items()}  # as stored (F32)
 
 
+def qwen3_shapes(cfg):
+    d, mlp, e, p, tps, m = cfg["hidden"], cfg["mlp"], cfg["out"], cfg["patch"], cfg["tps"], cfg["merge"]
+    u = d * m * m
+    s = {"patch_embed.proj.weight": (d, 3, tps, p, p), "patch_embed.proj.bias": (d,),
+         "pos_embed.weight": (cfg["positions"], d)}
+    for i in range(cfg["layers"]):
+        b = f"blocks.{i}."
+        for n in ("norm1", "norm2"):
+            s[b + n + ".weight"], s[b + n + ".bias"] = (d,), (d,)
+        s[b + "attn.qkv.weight"], s[b + "attn.qkv.bias"] = (3 * d, d), (3 * d,)
+        s[b + "attn.proj.weight"], s[b + "attn.proj.bias"] = (d, d), (d,)
+        s[b + "mlp.linear_fc1.weight"], s[b + "mlp.linear_fc1.bias"] = (mlp, d), (mlp,)
+        s[b + "mlp.linear_fc2.weight"], s[b + "mlp.linear_fc2.bias"] = (d, mlp), (d,)
+    for k, norm in [("merger.", d)] + [(f"deepstack_merger_list.{j}.", u) for j in range(len(cfg["deepstack"]))]:
+        s[k + "norm.weight"], s[k + "norm.bias"] = (norm,), (norm,)
+        s[k + "linear_fc1.weight"], s[k + "linear_fc1.bias"] = (u, u), (u,)
+        s[k + "linear_fc2.weight"], s[k + "linear_fc2.bias"] = (e, u), (e,)
+    return s
+
+
 def tower_shapes(cfg):
+    if cfg.get("qwen3"):
+        return qwen3_shapes(cfg)
     d, mlp, e, p, tps, m = cfg["hidden"], cfg["mlp"], cfg["out"], cfg["patch"], cfg["tps"], cfg["merge"]
     s = {"patch_embed.proj.weight": (d, 3, tps, p, p)}
     for i in range(cfg["layers"]):
@@ -350,7 +410,7 @@ def make(out, gen, kind, images):
         img = np.asarray(Image.open(os.path.join(images, f"image_{wpx}x{hpx}.png")).convert("RGB"))
         assert smart_resize(hpx, wpx, 28, 3136, 12845056) == (hpx, wpx)
         flat, grid = patchify([img], CLIP_MEAN, CLIP_STD, 14, 2, 2)
-        hidden, merged = tower(sd, cfg, flat, [grid])
+        hidden, merged, *deep = tower(sd, cfg, flat, [grid])
         name = f"image_{wpx}x{hpx}"
         cases[name + ".grid_thw"] = torch.tensor([grid], dtype=torch.int32)
         cases[name + ".hidden"] = hidden.to(torch.float32)
@@ -359,7 +419,7 @@ def make(out, gen, kind, images):
         flats.append(flat)
         grids.append(grid)
     # The three images in one call: one sequence, attention within each image.
-    hidden, merged = tower(sd, cfg, torch.cat(flats), grids)
+    hidden, merged, *deep = tower(sd, cfg, torch.cat(flats), grids)
     cases["batch.grid_thw"] = torch.tensor(grids, dtype=torch.int32)
     cases["batch.projected"] = merged.to(torch.float32)
     cases["batch.mrope"] = mrope(grids, 2).to(torch.int32)
@@ -370,6 +430,57 @@ def make(out, gen, kind, images):
         err = (cases["batch.projected"][r:r + k] - cases[f"image_{wpx}x{hpx}.projected"]).abs().max().item()
         assert err < 1e-5, err
         r += k
+    save_safetensors(os.path.join(out, "cases.safetensors"), cases)
+
+
+QWEN3_SIZES = [(224, 320), (448, 448), (640, 416)]  # multiples of 32 (16-px patches, 2x2 merge)
+
+
+def make_qwen3(out, gen, images):
+    """Qwen3-VL: 16-px patches, a Conv3d with bias, a learned 8 x 8 position table, LayerNorm blocks
+    with a tanh-GELU MLP (linear_fc1 / linear_fc2), the merger (norm, linear_fc1, GELU,
+    linear_fc2) and DeepStack mergers after blocks 0 and 1 (norm after the 2x2 shuffle)."""
+    cfg = {"hidden": 32, "heads": 2, "layers": 3, "mlp": 48, "out": 24, "patch": 16, "tps": 2, "merge": 2,
+           "gated": False, "window_px": 0, "fullatt": [], "qwen3": True, "positions": 64, "deepstack": [0, 1]}
+    os.makedirs(out, exist_ok=True)
+    sd = random_weights(tower_shapes(cfg), gen)
+    names = {"model.visual." + k: v for k, v in sd.items()}
+    names["model.language_model.embed_tokens.weight"] = torch.randn(40, cfg["out"], generator=gen)
+    save_safetensors(os.path.join(out, "model.safetensors"), names)
+    config = {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+              "text_config": {"model_type": "qwen3_vl_text", "hidden_size": cfg["out"]},
+              "vision_config": {"model_type": "qwen3_vl", "depth": 3, "hidden_size": 32, "intermediate_size": 48,
+                                "num_heads": 2, "out_hidden_size": 24, "patch_size": 16, "spatial_merge_size": 2,
+                                "temporal_patch_size": 2, "hidden_act": "gelu_pytorch_tanh", "in_channels": 3,
+                                "num_position_embeddings": 64, "deepstack_visual_indexes": [0, 1]}}
+    json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=1)
+    pre = {"image_processor_type": "Qwen2VLImageProcessorFast", "do_resize": True, "do_rescale": True,
+           "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+           "size": {"shortest_edge": 65536, "longest_edge": 16777216}, "patch_size": 16, "temporal_patch_size": 2,
+           "merge_size": 2}
+    json.dump(pre, open(os.path.join(out, "preprocessor_config.json"), "w"), indent=1)
+    from PIL import Image
+    cases, flats, grids = {}, [], []
+    for wpx, hpx in QWEN3_SIZES:
+        img = np.asarray(Image.open(os.path.join(images, f"image_{wpx}x{hpx}.png")).convert("RGB"))
+        assert smart_resize(hpx, wpx, 32, 65536, 16777216) == (hpx, wpx)
+        flat, grid = patchify([img], [0.5] * 3, [0.5] * 3, 16, 2, 2)
+        hidden, merged, deep = tower(sd, cfg, flat, [grid])
+        name = f"image_{wpx}x{hpx}"
+        cases[name + ".grid_thw"] = torch.tensor([grid], dtype=torch.int32)
+        cases[name + ".hidden"] = hidden.to(torch.float32)
+        cases[name + ".projected"] = merged.to(torch.float32)
+        for j, z in enumerate(deep):
+            cases[name + f".deepstack_{j}"] = z.to(torch.float32)
+        cases[name + ".mrope"] = mrope([grid], 2).to(torch.int32)
+        flats.append(flat)
+        grids.append(grid)
+    hidden, merged, deep = tower(sd, cfg, torch.cat(flats), grids)
+    cases["batch.grid_thw"] = torch.tensor(grids, dtype=torch.int32)
+    cases["batch.projected"] = merged.to(torch.float32)
+    for j, z in enumerate(deep):
+        cases[f"batch.deepstack_{j}"] = z.to(torch.float32)
+    cases["batch.mrope"] = mrope(grids, 2).to(torch.int32)
     save_safetensors(os.path.join(out, "cases.safetensors"), cases)
 
 
@@ -411,6 +522,11 @@ def main():
         Image.fromarray(src, "RGB").resize((w, h), Image.BICUBIC).save(os.path.join(images, f"resize_{w}x{h}.png"))
     make(os.path.join(a.out, "qwen2_vl"), gen, "qwen2_vl", images)
     make(os.path.join(a.out, "qwen2_5_vl"), gen, "qwen2_5_vl", images)
+    gen3 = torch.Generator().manual_seed(20261207)
+    for wpx, hpx in QWEN3_SIZES:
+        if not os.path.exists(os.path.join(images, f"image_{wpx}x{hpx}.png")):
+            image(gen3, wpx, hpx, images, f"image_{wpx}x{hpx}.png")
+    make_qwen3(os.path.join(a.out, "qwen3_vl"), gen3, images)
     sweep(a.out)
 
 

@@ -395,3 +395,56 @@ TEST(NativeTowers, Cli) {
     EXPECT_FALSE(fs::exists(dir + "/b.safetensors"));
   }
 }
+
+// Qwen3-VL: 16-px patches, the learned position table interpolated to each grid, tanh-GELU
+// blocks, the merger and the DeepStack mergers, against the float64 reference from raw pixels.
+TEST(NativeTowers, Qwen3VlWithDeepStackMatchesTheReference) {
+  Executor exec;
+  const VitModel m = VitModel::load(data("qwen3_vl"));
+  const VitConfig& c = m.config();
+  EXPECT_EQ(c.family, VitFamily::qwen3_vl);
+  EXPECT_EQ(c.patch_px, 16);
+  EXPECT_EQ(c.grid, 8);
+  EXPECT_EQ(c.native.deepstack_blocks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c.native.min_pixels, 65536);
+  EXPECT_EQ(c.input.mean[0], 0.5f);
+  const SafetensorsFile cases = SafetensorsFile::open(data("qwen3_vl/cases.safetensors"));
+  std::vector<NativeInput> all;
+  for (const char* size : {"224x320", "448x448", "640x416"}) {
+    SCOPED_TRACE(size);
+    const std::string name = std::string("image_") + size;
+    NativeInput in = prepare_native(m, load_image(data("qwen_images/" + name + ".png")), {}, exec);
+    const NativeEncoding e = encode_native(m, {&in, 1}, {}, exec);
+    EXPECT_LE(rel_err(e.projected, ref(cases, name + ".projected")), 1e-4);
+    EXPECT_LE(rel_err(e.embeddings, ref(cases, name + ".hidden")), 1e-4);
+    ASSERT_EQ(e.deepstack.size(), 2u);
+    EXPECT_LE(rel_err(e.deepstack[0], ref(cases, name + ".deepstack_0")), 1e-4);
+    EXPECT_LE(rel_err(e.deepstack[1], ref(cases, name + ".deepstack_1")), 1e-4);
+    expect_same_i32(e.grid_thw, ref(cases, name + ".grid_thw"), "grid_thw");
+    expect_same_i32(e.mrope_positions, ref(cases, name + ".mrope"), "mrope");
+    const NativeEncoding b = encode_native(m, {&in, 1}, {.precision = Precision::bf16}, exec);
+    EXPECT_GE(mean_row_cosine(b.projected, e.projected), 0.999);
+    EXPECT_GE(mean_row_cosine(b.deepstack[1], e.deepstack[1]), 0.999);
+    all.push_back(std::move(in));
+  }
+  const NativeEncoding e = encode_native(m, all, {}, exec);
+  EXPECT_LE(rel_err(e.projected, ref(cases, "batch.projected")), 1e-4);
+  EXPECT_LE(rel_err(e.deepstack[0], ref(cases, "batch.deepstack_0")), 1e-4);
+  EXPECT_LE(rel_err(e.deepstack[1], ref(cases, "batch.deepstack_1")), 1e-4);
+  expect_same_i32(e.mrope_positions, ref(cases, "batch.mrope"), "mrope");
+  // Hostile: DeepStack indexes that do not match the file.
+  const std::string dir = test::temp_dir("native_qwen3");
+  fs::copy_file(data("qwen3_vl/model.safetensors"), dir + "/model.safetensors");
+  nlohmann::json cfg;
+  std::ifstream(data("qwen3_vl/config.json")) >> cfg;
+  for (const auto& [key, value, says] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"deepstack_visual_indexes", nlohmann::json{0}, "DeepStack mergers"},
+           {"deepstack_visual_indexes", nlohmann::json{0, 7}, "holds 7"},
+           {"num_position_embeddings", nlohmann::json(100), "num_position_embeddings = 100"},
+           {"hidden_act", nlohmann::json("relu"), "hidden_act 'relu'"}}) {
+    nlohmann::json c2 = cfg;
+    c2["vision_config"][key] = value;
+    std::ofstream(dir + "/config.json") << c2.dump();
+    expect_one_line_error(dir + "/model.safetensors", says);
+  }
+}

@@ -39,10 +39,10 @@
 //     (SigLIP's names, bucketized positions), HF BLIP / BLIP-2 / InstructBLIP
 //     (`vision_model.encoder.layers.N.self_attn.qkv`, q_bias / v_bias), HF PaliGemma (SigLIP +
 //     `multi_modal_projector.linear` → projected): docs/encoder.md.
-//   * HF Qwen2-VL / Qwen2.5-VL (`[model.]visual.*`: the whole VLM's checkpoint, sharded or not, or
+//   * HF Qwen2-VL / Qwen2.5-VL / Qwen3-VL (`[model.]visual.*`: the whole VLM's checkpoint, sharded or not, or
 //     the tower alone): native-resolution towers with 2-D rotary positions and a 2×2 patch
 //     merger, encoded as native images (fovea/native.hpp), not through encode().
-// Qwen3-VL, Pixtral, EVA-02 and Llama 4 towers (rotary positions) are refused by name.
+// Pixtral, EVA-02 and Llama 4 towers (rotary positions) are refused by name.
 // Safetensors (or PyTorch .pt/.pth/.bin): F32/F16/BF16/F64; GGUF: F32/F16/BF16/Q8_0.
 //
 // The model carries its input contract (VitConfig::input): mean, std and rescale from
@@ -116,6 +116,7 @@ enum class VitFamily : uint8_t {
   // Native-resolution towers with 2-D rotary positions and a 2×2 patch merger (fovea/native.hpp):
   qwen2_vl,    // Qwen2-VL: LayerNorm, QuickGELU MLP
   qwen2_5_vl,  // Qwen2.5-VL: RMSNorm, SiLU-gated MLP, window attention
+  qwen3_vl,    // Qwen3-VL: learned positions interpolated to the grid plus rotary, DeepStack mergers
 };
 enum class Activation : uint8_t {
   quick_gelu,  // x·σ(1.702x) (CLIP)
@@ -218,6 +219,9 @@ struct NativeConfig {
   int temporal_patch = 1;  // temporal_patch_size: frames per patch (a still image is repeated)
   int window_px = 0;       // Qwen2.5-VL window attention: window side in pixels (0: none)
   std::vector<int> full_attention_blocks;  // fullatt_block_indexes: blocks with full attention
+  // Qwen3-VL deepstack_visual_indexes: after these blocks, the hidden state goes through a merger
+  // of its own (NativeEncoding::deepstack).
+  std::vector<int> deepstack_blocks;
   bool rms_norm = false;   // RMSNorm (Qwen2.5-VL) instead of LayerNorm
   double rope_theta = 10000.0;
   int tokens_per_second = 0;  // Qwen2.5-VL video: temporal position ids per second (0: t index)

@@ -1,4 +1,4 @@
-// fovea/native.hpp — native-resolution towers: Qwen2-VL and Qwen2.5-VL.
+// fovea/native.hpp — native-resolution towers: Qwen2-VL, Qwen2.5-VL and Qwen3-VL.
 //
 //   fovea::Executor exec;
 //   fovea::VitModel m = fovea::VitModel::load("Qwen2.5-VL-7B-Instruct/");   // the VLM's directory
@@ -13,7 +13,8 @@
 // lies within [min_pixels, max_pixels], then cut into P×P patches, each of temporal_patch frames
 // (a still image is its frame repeated), flattened as (C, T, P, P) in the processor's order:
 // merge unit by merge unit (row-major over the merged grid), the merge unit's patches row-major.
-// The tower gives every patch a 2-D rotary position (its row and column), runs attention within
+// The tower gives every patch a 2-D rotary position (its row and column; Qwen3-VL adds its learned
+// position table sampled bilinearly, corners aligned, at the grid), runs attention within
 // each image's frame (Qwen2.5-VL: within window_px windows except in full_attention_blocks), and
 // the merger turns each merge unit's patches into one row of the language model's width.
 //
@@ -92,6 +93,8 @@ struct NativeEncoding {
   Tensor projected;        // [M, E] f32: the merger's output (M = N / merge²), image after image
   Tensor grid_thw;         // [k, 3] int32: each image's (t, h, w) in patches (image_grid_thw)
   Tensor mrope_positions;  // [M, 3] int32: (t, h, w) position ids (native_mrope_positions)
+  std::vector<Tensor> deepstack;  // Qwen3-VL: [M, E] f32 each, the DeepStack mergers' outputs in the
+                                  // order of deepstack_visual_indexes (rows as `projected`)
   std::vector<int64_t> image_rows;  // [k + 1]: image i's rows of `projected` are [image_rows[i], image_rows[i+1])
   Precision precision = Precision::fp32;  // what ran
   double encode_ms = 0, attention_ms = 0;

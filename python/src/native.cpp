@@ -46,6 +46,9 @@ py::dict result(NativeEncoding&& e, const VitModel& m) {
   d["embeddings"] = array_of(std::move(e.embeddings));
   d["image_grid_thw"] = array_of(std::move(e.grid_thw));
   d["mrope_positions"] = array_of(std::move(e.mrope_positions));
+  py::list deep;
+  for (Tensor& t : e.deepstack) deep.append(array_of(std::move(t)));
+  d["deepstack"] = deep;
   d["image_rows"] = e.image_rows;
   d["merge_size"] = m.config().native.merge;
   d["precision"] = std::string(to_string(e.precision));

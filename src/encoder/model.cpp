@@ -40,6 +40,7 @@ std::string_view to_string(VitFamily f) {
     case VitFamily::dinov2: return "dinov2";
     case VitFamily::qwen2_vl: return "qwen2_vl";
     case VitFamily::qwen2_5_vl: return "qwen2_5_vl";
+    case VitFamily::qwen3_vl: return "qwen3_vl";
   }
   return "?";
 }
@@ -158,9 +159,6 @@ void refuse_known_unsupported(const encoder_detail::WeightSource& w, const nlohm
     std::vector<const char*> name_fragments;  // any tensor name containing one of them
   };
   static const Known known[] = {
-      {"a Qwen3-VL vision tower (learned positions interpolated to the grid plus 2-D rotary, DeepStack mergers)",
-       {"qwen3_vl"},
-       {"deepstack_merger_list."}},
       {"a Pixtral / Mistral 3 vision tower (2-D rotary positions, RMSNorm, a gated MLP)",
        {"pixtral", "mistral3"},
        {"patch_conv.weight"}},
@@ -279,7 +277,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   ck.weights = weights.get();
   if (!gguf) refuse_known_unsupported(*weights, ck.full_config, spec);
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
-  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &hf_qwen2_vl_loader(), &hf_qwen2_5_vl_loader(),
+  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &hf_qwen2_vl_loader(), &hf_qwen2_5_vl_loader(), &hf_qwen3_vl_loader(),
                                   &torchvision_loader(), &hf_llava_loader(), &hf_paligemma_loader(),
                                   &intern_vit_loader(),   &hf_blip_loader(),     &hf_clip_loader(),     &hf_siglip_loader(),
                                   &hf_vit_loader(),       &hf_dinov2_loader(),   &timm_vit_loader(),

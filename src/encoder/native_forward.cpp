@@ -136,6 +136,20 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
       std::iota(order.begin(), order.end(), int64_t(0));
     }
   }
+  // Each patch's row and column in its image, and its image's grid (processor's order).
+  std::vector<int32_t> prow(static_cast<size_t>(N)), pcol(static_cast<size_t>(N)), pimg(static_cast<size_t>(N));
+  {
+    int64_t r = 0;
+    for (size_t k = 0; k < images.size(); ++k) {
+      const NativeGrid& g = images[k].grid;
+      for (int t = 0; t < g.t; ++t)
+        for (int by = 0; by < g.h / mg; ++by)
+          for (int bx = 0; bx < g.w / mg; ++bx)
+            for (int my = 0; my < mg; ++my)
+              for (int mx = 0; mx < mg; ++mx, ++r)
+                prow[size_t(r)] = by * mg + my, pcol[size_t(r)] = bx * mg + mx, pimg[size_t(r)] = int32_t(k);
+    }
+  }
   std::vector<bool> full_block(c.layers, nc.window_px <= 0);
   for (int i : nc.full_attention_blocks)
     if (i >= 0 && i < c.layers) full_block[size_t(i)] = true;
@@ -153,6 +167,32 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
     for (int64_t i = 0; i < N; ++i) std::memcpy(src.as<float>() + i * K, patch[size_t(order[size_t(i)])], size_t(K) * 4);
     ops.linear(linear_args(src.get(), DType::f32, N, m.patch_w, &m.patch_b, x, DType::f32));
   }
+  if (present(m.pos_grid)) {
+    // Qwen3-VL: the G×G table sampled bilinearly at linspace(0, G−1, h) × linspace(0, G−1, w)
+    // (fast_pos_embed_interpolate: corners aligned).
+    const int G = c.grid;
+    const float* tab = m.pos_grid.data<float>();
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t p = order[size_t(i)];
+      const NativeGrid& g = images[size_t(pimg[size_t(p)])].grid;
+      auto axis = [G](int k, int n, int& lo, int& hi, double& f) {
+        const double v = n > 1 ? double(k) * double(G - 1) / double(n - 1) : 0.0;
+        lo = std::min(int(v), G - 1), hi = std::min(lo + 1, G - 1), f = v - lo;
+      };
+      int y0, y1, x0, x1;
+      double fy, fx;
+      axis(prow[size_t(p)], g.h, y0, y1, fy);
+      axis(pcol[size_t(p)], g.w, x0, x1, fx);
+      const float* a = tab + (int64_t(y0) * G + x0) * D;
+      const float* b = tab + (int64_t(y0) * G + x1) * D;
+      const float* cc = tab + (int64_t(y1) * G + x0) * D;
+      const float* d = tab + (int64_t(y1) * G + x1) * D;
+      const float wa = float((1 - fy) * (1 - fx)), wb = float((1 - fy) * fx), wc = float(fy * (1 - fx)), wd = float(fy * fx);
+      float* xr = x + i * D;
+      for (int64_t j = 0; j < D; ++j) xr[j] += wa * a[j] + wb * b[j] + wc * cc[j] + wd * d[j];
+    }
+  }
 
   // ---- rotary angles: [N, hd/2] cos and sin per row ------------------------------------------
   // Frequency j < hd/4 turns with the patch's row, j >= hd/4 with its column: inv_freq[i] =
@@ -162,16 +202,6 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
   {
     std::vector<double> inv(static_cast<size_t>(quarter));
     for (int64_t i = 0; i < quarter; ++i) inv[size_t(i)] = 1.0 / std::pow(nc.rope_theta, double(2 * i) / double(half));
-    std::vector<int32_t> prow(static_cast<size_t>(N)), pcol(static_cast<size_t>(N));
-    int64_t r = 0;
-    for (const NativeInput& in : images) {
-      const NativeGrid& g = in.grid;
-      for (int t = 0; t < g.t; ++t)
-        for (int by = 0; by < g.h / mg; ++by)
-          for (int bx = 0; bx < g.w / mg; ++bx)
-            for (int my = 0; my < mg; ++my)
-              for (int mx = 0; mx < mg; ++mx, ++r) prow[size_t(r)] = by * mg + my, pcol[size_t(r)] = bx * mg + mx;
-    }
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       const int64_t p = order[size_t(i)];
@@ -188,6 +218,7 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
   Buffer H(size_t(N * D) * es), QKV(size_t(N * 3 * D) * es), A(size_t(N * D) * es), Hm(size_t(N * F1) * es);
   if (!cx.attention_ws) cx.attention_ws = std::make_shared<AttentionWorkspace>();
   std::chrono::steady_clock::duration attention_time{};
+  std::vector<Tensor> deep;  // DeepStack outputs, in deepstack_blocks' order
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const VitLayer& l = m.layers[li];
     norm_rows(ops, nc, x, N, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
@@ -249,13 +280,30 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
     }
     f2.accumulate = true;
     ops.linear(f2);
+    // Qwen3-VL DeepStack: this block's hidden state through its own merger (norm after the shuffle).
+    for (size_t k = 0; k < nc.deepstack_blocks.size() && k < m.deepstack.size(); ++k) {
+      if (nc.deepstack_blocks[k] != int(li)) continue;
+      const VitModel::Impl::NativeMerger& dm = m.deepstack[k];
+      const int64_t U = D * unit, E = c.projector_dim;
+      Buffer Zn(size_t(M * U) * es), Zh(size_t(M * U) * es), Zo(size_t(M * E) * 4);
+      ops.layer_norm(x, M, U, dm.norm_w, dm.norm_b, 1e-6f, Zn.get(), dt);
+      GemmArgs z1 = linear_args(Zn.get(), dt, M, dm.fc1_w, &dm.fc1_b, Zh.get(), dt);
+      z1.post = Post::gelu_erf;
+      ops.linear(z1);
+      ops.linear(linear_args(Zh.get(), dt, M, dm.fc2_w, &dm.fc2_b, Zo.get(), DType::f32));
+      Tensor t(DType::f32, {M, E});
+      for (int64_t u = 0; u < M; ++u)
+        std::memcpy(t.data<float>() + (order[size_t(u * unit)] / unit) * E, Zo.as<float>() + u * E, size_t(E) * 4);
+      if (deep.size() <= k) deep.resize(k + 1);
+      deep[k] = std::move(t);
+    }
   }
 
   // ---- merger: ln_q, merge units concatenated, mlp.0, GELU, mlp.2 ----------------------------
   NativeEncoding out;
   const int64_t E = c.projector_dim, U = D * unit;
   {
-    norm_rows(ops, nc, x, N, D, m.post_w, m.post_b, 1e-6f, H.get(), dt);  // rows of a unit are consecutive
+    norm_rows(ops, nc, x, N, D, m.post_w, m.post_b, c.ln_eps, H.get(), dt);  // rows of a unit are consecutive
     Buffer Y(size_t(M * U) * es), Z(size_t(M * E) * 4);
     GemmArgs g0 = linear_args(H.get(), dt, M, m.mm0_w, &m.mm0_b, Y.get(), dt);
     g0.post = Post::gelu_erf;
@@ -282,6 +330,7 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
     out.image_rows.push_back(out.image_rows.back() + g.merged(mg));
   }
   out.mrope_positions = native_mrope_positions(grids, mg);
+  out.deepstack = std::move(deep);
   out.precision = precision;
   out.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   out.attention_ms = std::chrono::duration<double, std::milli>(attention_time).count();

@@ -43,6 +43,9 @@ int run_native_encode(const VitModel& model, const NativeEncodeArgs& a, Executor
                                       {"image_grid_thw", &e.grid_thw},
                                       {"mrope_positions", &e.mrope_positions}};
     if (!a.uniform) named.push_back({"window_boxes", &boxes});
+    std::vector<std::string> deep_names;
+    for (size_t k = 0; k < e.deepstack.size(); ++k) deep_names.push_back("deepstack_" + std::to_string(k));
+    for (size_t k = 0; k < e.deepstack.size(); ++k) named.push_back({deep_names[k], &e.deepstack[k]});
     save_safetensors(a.output, named, meta);
   }
   nlohmann::json j = {{"image", {{"path", a.image}, {"width", rgb.width()}, {"height", rgb.height()}}},

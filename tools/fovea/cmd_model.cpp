@@ -56,6 +56,8 @@ nlohmann::json model_json(const VitModel& m) {
                    {"temporal_patch_size", nc.temporal_patch},
                    {"window_size", nc.window_px},
                    {"fullatt_block_indexes", nc.full_attention_blocks},
+                   {"deepstack_visual_indexes", nc.deepstack_blocks},
+                   {"learned_positions", c.grid > 0 ? nlohmann::json(c.grid) : nlohmann::json(nullptr)},
                    {"norm", nc.rms_norm ? "rmsnorm" : "layernorm"},
                    {"rope_theta", nc.rope_theta},
                    {"tokens_per_second", nc.tokens_per_second},
@@ -102,7 +104,13 @@ struct ModelCommand {
         for (int b : nc.full_attention_blocks) full += (full.empty() ? "" : ", ") + std::to_string(b);
         std::printf("  attention: within %d px windows, full in blocks %s\n", nc.window_px, full.c_str());
       }
-      std::printf("  outputs: projected (one row per merge unit), image_grid_thw, mrope_positions (t, h, w)\n");
+      if (c.grid > 0)
+        std::printf("  learned positions: a %dx%d table sampled bilinearly (corners aligned) at each grid\n", c.grid, c.grid);
+      std::string deep;
+      for (size_t k = 0; k < nc.deepstack_blocks.size(); ++k)
+        deep += ", deepstack_" + std::to_string(k) + " (after block " + std::to_string(nc.deepstack_blocks[k]) + ")";
+      std::printf("  outputs: projected (one row per merge unit), image_grid_thw, mrope_positions (t, h, w)%s\n",
+                  deep.c_str());
       std::printf("  foveation: windows (a base view and full-resolution windows, each a native image)\n");
     } else {
       std::printf("  patches: %d px, native %d px (a %dx%d position table)%s%s\n", c.patch_px, c.native_px(), c.grid,
