@@ -104,8 +104,8 @@ target_flags() {
     # mmproj fixtures (3 KiB) plus the compact seeds' data, and every size check (a 4096-byte
     # tensor name included) is reachable below it.
     gguf) echo "-max_len=8192" ;;
-    # Whole checkpoints: the seeds are small towers (100-400 KB) with their configs.
-    model) echo "-max_len=524288" ;;
+    # Whole checkpoints: the seeds are small towers (100-550 KB) with their configs.
+    model) echo "-max_len=1048576" ;;
   esac
 }
 
