@@ -80,3 +80,15 @@ def test_windows_and_errors():
     with pytest.raises(Exception):
         _fovea.encode_native(plain, [img])
     assert _fovea.smart_resize(1944, 2592, max_pixels=12845056) == (1932, 2604)
+
+
+def test_qwen3_deepstack():
+    m = fovea.Model(os.path.join(DATA, "qwen3_vl"))
+    ref = cases("qwen3_vl")
+    r = _fovea.encode_native(m, [png("image_640x416.png")])
+    assert len(r["deepstack"]) == 2
+    for k in range(2):
+        want = ref[f"image_640x416.deepstack_{k}"]
+        assert r["deepstack"][k].shape == want.shape
+        assert np.abs(r["deepstack"][k] - want).max() <= 1e-4 * np.abs(want).max()
+    assert handoff.qwen_vllm(r)["image_grid_thw"].tolist() == [[1, 26, 40]]
