@@ -4,9 +4,9 @@
 //   fovea::VitModel m = fovea::VitModel::load("Qwen2.5-VL-7B-Instruct/");   // the VLM's directory
 //   fovea::NativeInput in = fovea::prepare_native(m, fovea::load_image("photo.jpg"), {}, exec);
 //   fovea::NativeEncoding e = fovea::encode_native(m, {&in, 1}, {}, exec);
-//   e.projected;        // [M, E]: the language model's rows, one per 2×2 merge unit
-//   e.grid_thw;         // [1, 3] int32: (t, h, w) in patches, as image_grid_thw
-//   e.mrope_positions;  // [M, 3] int32: (t, h, w) position ids, as get_rope_index gives them
+//   const fovea::Tensor& rows = e.projected;        // [M, E]: the language model's rows, one per merge unit
+//   const fovea::Tensor& grid = e.grid_thw;         // [1, 3] int32: (t, h, w) in patches (image_grid_thw)
+//   const fovea::Tensor& ids = e.mrope_positions;   // [M, 3] int32: (t, h, w) ids, as get_rope_index gives them
 //
 // These towers take any size and aspect ratio: an image is resized (smart_resize) so that both
 // sides are multiples of P·merge (28 px for Qwen2-VL's 14-px patches and 2×2 merge) and its area
