@@ -29,7 +29,7 @@ procs=1
 build_dir=build-fuzz
 jobs=$(nproc)
 targets=()
-all_targets=(png jpeg still safetensors gguf torch tokenize cli tar video)
+all_targets=(png jpeg still safetensors gguf torch tokenize cli tar video model)
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -104,6 +104,8 @@ target_flags() {
     # mmproj fixtures (3 KiB) plus the compact seeds' data, and every size check (a 4096-byte
     # tensor name included) is reachable below it.
     gguf) echo "-max_len=8192" ;;
+    # Whole checkpoints: the seeds are small towers (100-550 KB) with their configs.
+    model) echo "-max_len=1048576" ;;
   esac
 }
 

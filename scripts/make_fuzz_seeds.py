@@ -262,10 +262,59 @@ def tar_seeds():
         out("tar", name, buf.getvalue())
 
 
+def model_seeds():
+    """fuzz_model: u16 config length, config.json, u16 preprocessor length, preprocessor_config.json,
+    then one safetensors file: the Qwen2-VL fixture, the Qwen2.5-VL fixture's shards merged, and
+    the small HF CLIP fixture (tests/data/encoder/, written by make_qwen_fixtures.py and
+    make_encoder_fixtures.py)."""
+    import json
+    import struct
+    enc = os.path.join(os.path.dirname(ROOT), "..", "tests", "data", "encoder")
+
+    def read(*p):
+        path = os.path.join(enc, *p)
+        return open(path, "rb").read() if os.path.exists(path) else b""
+
+    def merged(d):
+        idx = json.loads(read(d, "model.safetensors.index.json"))
+        tensors = {}
+        for f in sorted(set(idx["weight_map"].values())):
+            b = read(d, f)
+            (n,) = struct.unpack("<Q", b[:8])
+            h = json.loads(b[8:8 + n])
+            for k, v in h.items():
+                if k != "__metadata__":
+                    s0, s1 = v["data_offsets"]
+                    tensors[k] = (v["dtype"], v["shape"], b[8 + n + s0:8 + n + s1])
+        header, blobs, off = {}, [], 0
+        for k, (dt, shape, raw) in tensors.items():
+            header[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+            blobs.append(raw)
+            off += len(raw)
+        h = json.dumps(header, separators=(",", ":")).encode()
+        h += b" " * (-len(h) % 8)
+        return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+    def seed(name, cfg, pre, st):
+        out("model", name, struct.pack("<H", len(cfg)) + cfg + struct.pack("<H", len(pre)) + pre + st)
+
+    seed("qwen2_vl", read("qwen2_vl", "config.json"), read("qwen2_vl", "preprocessor_config.json"),
+         read("qwen2_vl", "model.safetensors"))
+    seed("qwen2_5_vl", read("qwen2_5_vl", "config.json"), read("qwen2_5_vl", "preprocessor_config.json"),
+         merged("qwen2_5_vl"))
+    seed("qwen3_vl", read("qwen3_vl", "config.json"), read("qwen3_vl", "preprocessor_config.json"),
+         read("qwen3_vl", "model.safetensors"))
+    seed("clip", read("clip", "config.json"), read("clip", "preprocessor_config.json"), read("clip", "model.safetensors"))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["tar"]:  # only the tar seeds (no ffmpeg needed)
         tar_seeds()
         sys.exit(0)
+    if sys.argv[1:] == ["model"]:  # only the checkpoint seeds
+        model_seeds()
+        sys.exit(0)
     rc = main()
     tar_seeds()
+    model_seeds()
     sys.exit(rc)

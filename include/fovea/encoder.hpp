@@ -39,7 +39,10 @@
 //     (SigLIP's names, bucketized positions), HF BLIP / BLIP-2 / InstructBLIP
 //     (`vision_model.encoder.layers.N.self_attn.qkv`, q_bias / v_bias), HF PaliGemma (SigLIP +
 //     `multi_modal_projector.linear` → projected): docs/explanation/encoder.md.
-// Qwen2-VL, Pixtral, EVA-02 and Llama 4 towers (rotary positions) are refused by name.
+//   * HF Qwen2-VL / Qwen2.5-VL / Qwen3-VL (`[model.]visual.*`: the whole VLM's checkpoint, sharded or not, or
+//     the tower alone): native-resolution towers with 2-D rotary positions and a 2×2 patch
+//     merger, encoded as native images (fovea/native.hpp), not through encode().
+// Pixtral, EVA-02 and Llama 4 towers (rotary positions) are refused by name.
 // Safetensors (or PyTorch .pt/.pth/.bin): F32/F16/BF16/F64; GGUF: F32/F16/BF16/Q8_0.
 //
 // The model carries its input contract (VitConfig::input): mean, std and rescale from
@@ -112,6 +115,10 @@ enum class VitFamily : uint8_t {
   torchvision,
   vit,     // the original ViT as HF transformers (ViTModel) and timm (VisionTransformer, DeiT) name it
   dinov2,  // DINOv2: ViT with layer scale (HF Dinov2Model)
+  // Native-resolution towers with 2-D rotary positions and a 2×2 patch merger (fovea/native.hpp):
+  qwen2_vl,    // Qwen2-VL: LayerNorm, QuickGELU MLP
+  qwen2_5_vl,  // Qwen2.5-VL: RMSNorm, SiLU-gated MLP, window attention
+  qwen3_vl,    // Qwen3-VL: learned positions interpolated to the grid plus rotary, DeepStack mergers
 };
 enum class Activation : uint8_t {
   quick_gelu,  // x·σ(1.702x) (CLIP)
@@ -199,8 +206,31 @@ enum class ProjectorType : uint8_t {
   none,
   mlp,     // LLaVA: mm.0 (Linear D → E), GELU (erf), mm.2 (Linear E → E) when present
   linear,  // PaliGemma: one Linear D → E per token (get_image_features' 1/√H folded in)
+  patch_merger,  // Qwen2-VL family: ln_q on each token, each 2×2 merge unit's 4 tokens concatenated,
+                 // mlp.0 (4D → 4D), exact GELU, mlp.2 (4D → E): one row per merge unit
 };
 std::string_view to_string(ProjectorType p);
+
+// What a native-resolution tower (fovea/native.hpp: Qwen2-VL, Qwen2.5-VL) adds to a ViT's
+// configuration; merge == 0 for every other tower.
+struct NativeConfig {
+  int merge = 0;           // spatial_merge_size: merge × merge patches become one language-model token
+  int temporal_patch = 1;  // temporal_patch_size: frames per patch (a still image is repeated)
+  int window_px = 0;       // Qwen2.5-VL window attention: window side in pixels (0: none)
+  std::vector<int> full_attention_blocks;  // fullatt_block_indexes: blocks with full attention
+  // Qwen3-VL deepstack_visual_indexes: after these blocks, the hidden state goes through a merger
+  // of its own (NativeEncoding::deepstack).
+  std::vector<int> deepstack_blocks;
+  bool rms_norm = false;   // RMSNorm (Qwen2.5-VL) instead of LayerNorm
+  double rope_theta = 10000.0;
+  int tokens_per_second = 0;  // Qwen2.5-VL video: temporal position ids per second (0: t index)
+  // The processor's pixel limits (preprocessor_config.json min_pixels / max_pixels, or
+  // size.shortest_edge / longest_edge) and where they came from.
+  int64_t min_pixels = 56 * 56;
+  int64_t max_pixels = 28 * 28 * 1280;
+  bool enabled() const { return merge > 0; }
+  int factor(int patch_px) const { return patch_px * merge; }  // image sides are multiples of this
+};
 
 struct VitConfig {
   VitFamily family = VitFamily::clip;
@@ -244,6 +274,7 @@ struct VitConfig {
   // img_projection), in words; empty when
   // none. `embeddings` is then the tower's output, and embedding_output() says so.
   std::string ignored_projector;
+  NativeConfig native;  // native-resolution towers only (native.enabled())
   int head_dim() const { return hidden / heads; }
   int native_px() const { return grid * patch_px; }
 };

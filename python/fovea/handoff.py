@@ -31,6 +31,12 @@ pixels, and mrope_positions() the (t, h, w) position ids of each row on the fine
 in the layout Qwen2-VL's get_rope_index makes for an image; llama_cpp(mrope=True) lays them out
 as llama.cpp's batch takes them.
 
+A native-resolution tower (Qwen2-VL, Qwen2.5-VL: fovea._fovea.encode_native and
+encode_native_windows, whose dicts hold projected, image_grid_thw and mrope_positions) hands on
+native images, each with its own grid: qwen_vllm() gives vLLM's {"image_embeds",
+"image_grid_thw"}, qwen_position_ids() the (t, h, w) position ids of a whole prompt as
+get_rope_index lays them out, and qwen_hf_inputs() transformers' inputs_embeds with them.
+
 The dicts and arrays returned are plain numpy (torch only for vllm_image_embeds' "torch"
 serialization); none of the runtimes is imported here. The forms follow the runtimes' documented
 inputs and are tested for those shapes and dtypes (tests/python/test_py_serve.py), not inside
@@ -51,7 +57,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 __all__ = ["language_embeddings", "image_token_count", "positions", "mrope_positions", "vllm", "vllm_image_embeds",
-           "sglang", "hf_inputs_embeds", "llama_cpp",
+           "sglang", "hf_inputs_embeds", "llama_cpp", "qwen_vllm", "qwen_position_ids", "qwen_hf_inputs",
            "safetensors_bytes", "parse_safetensors", "safetensors_json", "parse_safetensors_json"]
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I32": np.int32, "I64": np.int64,
@@ -282,3 +288,69 @@ def llama_cpp(enc, n_past: int = 0, mrope: bool = False) -> Dict[str, Any]:
         pos = (int(n_past) + np.arange(n)).astype(np.int32)
         n_pos = n
     return {"embd": e, "n_tokens": n, "n_embd": int(e.shape[1]), "pos": pos, "n_pos": n_pos}
+
+
+def _qwen_parts(enc):
+    emb = language_embeddings(enc)
+    grid = _get(enc, "image_grid_thw")
+    if grid is None:
+        raise ValueError("the encoding holds no image_grid_thw: it is not a native-resolution tower's "
+                         "(fovea._fovea.encode_native)")
+    grid = np.asarray(grid, dtype=np.int64).reshape(-1, 3)
+    merge = int(_get(enc, "merge_size") or 2)
+    if int(sum(t * (h // merge) * (w // merge) for t, h, w in grid)) != emb.shape[0]:
+        raise ValueError(f"image_grid_thw {grid.tolist()} does not add up to the {emb.shape[0]} rows (merge {merge})")
+    return emb, grid, merge
+
+
+def qwen_vllm(enc) -> Dict[str, Any]:
+    """vLLM's precomputed input for a Qwen2-VL / Qwen2.5-VL prompt's images: {"image_embeds": [M, E]
+    float32 (every image's merged tokens, image after image), "image_grid_thw": [k, 3] int64} (the
+    multi_modal_data "image" entry). Convert with torch.from_numpy."""
+    emb, grid, _ = _qwen_parts(enc)
+    return {"image_embeds": emb, "image_grid_thw": grid}
+
+
+def qwen_position_ids(input_ids: Sequence[int], image_token_id: int, enc,
+                      temporal_step: float = 1.0) -> Tuple[np.ndarray, int]:
+    """([3, T] int64, rope_delta): the multimodal rotary position ids of a whole prompt as Qwen2-VL's
+    get_rope_index makes them: every text token one more than the position before it; the images'
+    placeholder tokens (image_token_id, the i-th image's t·(h/m)·(w/m) of them, in order) get (t, h, w)
+    of their merged grid plus the next free position, and the text after an image continues from
+    its largest id + 1. rope_delta = the largest id + 1 − T (what generation adds to later positions).
+    temporal_step: Qwen2.5-VL video's tokens_per_second · seconds per frame pair (1 for images)."""
+    _, grid, m = _qwen_parts(enc)
+    ids = np.asarray(input_ids).reshape(-1)
+    out = np.zeros((3, ids.shape[0]), dtype=np.int64)
+    counts = [int(t * (h // m) * (w // m)) for t, h, w in grid]
+    if int((ids == image_token_id).sum()) != sum(counts):
+        raise ValueError(f"the prompt holds {int((ids == image_token_id).sum())} image tokens (id {image_token_id}); "
+                         f"the images need {sum(counts)} ({counts})")
+    pos, i, img = 0, 0, 0
+    while i < ids.shape[0]:
+        if ids[i] != image_token_id:
+            out[:, i] = pos
+            pos += 1
+            i += 1
+            continue
+        t, h, w = (int(v) for v in grid[img])
+        lh, lw = h // m, w // m
+        tt = (np.arange(t) * temporal_step).astype(np.int64)
+        block = np.stack(np.meshgrid(tt, np.arange(lh), np.arange(lw), indexing="ij")).reshape(3, -1) + pos
+        n = block.shape[1]
+        if not np.all(ids[i:i + n] == image_token_id):
+            raise ValueError(f"image {img} needs {n} consecutive image tokens at position {i}")
+        out[:, i:i + n] = block
+        pos = int(block.max()) + 1
+        i += n
+        img += 1
+    return out, int(pos - ids.shape[0])
+
+
+def qwen_hf_inputs(text_embeds: np.ndarray, input_ids: Sequence[int], image_token_id: int, enc) -> Dict[str, Any]:
+    """transformers' inputs for a Qwen2-VL / Qwen2.5-VL prompt with fovea's images: {"inputs_embeds": [T, E]
+    float32 (hf_inputs_embeds), "position_ids": [3, 1, T] int64 (qwen_position_ids, the batch axis added),
+    "rope_deltas": [1, 1] int64}; pass them to the model's forward (add the batch axis to inputs_embeds)."""
+    merged = hf_inputs_embeds(text_embeds, input_ids, image_token_id, enc)
+    pos, delta = qwen_position_ids(input_ids, image_token_id, enc)
+    return {"inputs_embeds": merged, "position_ids": pos[:, None, :], "rope_deltas": np.array([[delta]], np.int64)}

@@ -872,6 +872,8 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
 
 }  // namespace
 
+void bind_native(py::module_& m);  // native.cpp: Qwen2-VL / Qwen2.5-VL towers
+
 PYBIND11_MODULE(_fovea, m) {
   m.doc() = "fovea's C++ library (see the `fovea` package for the documented API)";
   m.attr("__version__") = FOVEA_VERSION_STRING;
@@ -1595,4 +1597,5 @@ PYBIND11_MODULE(_fovea, m) {
         save_safetensors(p, named, metadata);
       },
       py::arg("path"), py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{});
+  bind_native(m);
 }

@@ -20,6 +20,7 @@ std::string_view to_string(ProjectorType p) {
     case ProjectorType::none: return "none";
     case ProjectorType::mlp: return "mlp";
     case ProjectorType::linear: return "linear";
+    case ProjectorType::patch_merger: return "patch_merger";
   }
   return "?";
 }
@@ -27,6 +28,8 @@ std::string_view to_string(ProjectorType p) {
 namespace {
 
 std::string tower_output(const VitConfig& c) {
+  if (c.native.enabled())
+    return "the last hidden state before the merger (every patch, in the processor's merge-unit order)";
   if (c.projector != ProjectorType::none) {
     std::string s = "the projector's input: the hidden state after block " + std::to_string(c.layers) + " of the " +
                     std::to_string(c.layers_in_checkpoint) + " in the file";

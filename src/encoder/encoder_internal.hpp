@@ -173,6 +173,12 @@ struct VitModel::Impl {
   // PaliGemma (ProjectorType::linear): mm.0 only, its 1/√H folded in.
   Tensor mm0_w, mm0_b, mm2_w, mm2_b;
   std::vector<VitLayer> layers;
+  // Qwen3-VL's DeepStack mergers (config.native.deepstack_blocks): LayerNorm over the merge unit's
+  // concatenated tokens [4D], linear_fc1 [4D, 4D], GELU, linear_fc2 [E, 4D].
+  struct NativeMerger {
+    Tensor norm_w, norm_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  };
+  std::vector<NativeMerger> deepstack;
 
   // What the mapped WeightMatrix views point into (the checkpoint's files, mapped read-only);
   // null for random models and when every matrix is owned.

@@ -85,6 +85,8 @@ Tensor tile_features(EncoderContext::Impl& ctx, const VitModel::Impl& m, const N
 
 TileFeatureFn tile_feature_fn(EncoderContext& ctx, const VitModel& model, const Normalization& norm, int query_dim,
                               Executor& exec) {
+  if (model.config().native.enabled())
+    throw invalid_argument("query embeddings: '" + model.source() + "' is a native-resolution tower; its patch embedding does not give tile features");
   // The hook keeps the Executor's settings, not the Executor: it may outlive it.
   const int threads = std::max(1, exec.threads());
   const bool reference = exec.reference();
@@ -95,6 +97,8 @@ TileFeatureFn tile_feature_fn(EncoderContext& ctx, const VitModel& model, const 
 }
 
 TileFeatureFn tile_feature_fn(const VitModel& model, const Normalization& norm, int query_dim, Executor& exec) {
+  if (model.config().native.enabled())
+    throw invalid_argument("query embeddings: '" + model.source() + "' is a native-resolution tower; its patch embedding does not give tile features");
   const int threads = std::max(1, exec.threads());
   const bool reference = exec.reference();
   return [model, norm, query_dim, threads, reference](const PyramidU8& pyr, const TileGrid& g) {

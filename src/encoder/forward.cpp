@@ -177,6 +177,9 @@ std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, c
   const VitModel::Impl& m = model.impl();
   const VitConfig& c = m.config;
   // ---- validate ---------------------------------------------------------------------------
+  if (c.native.enabled())
+    throw invalid_argument("encode: '" + m.source + "' is a native-resolution tower (" + std::string(to_string(c.family)) +
+                           "): it encodes native images (encode_native, fovea/native.hpp), not a token batch");
   if (patches.rank() != 4 || patches.dim(0) < 1)
     throw invalid_argument("encode: patches must be [N, C, P, P] with N >= 1");
   if (patches.dtype() != DType::f32 && patches.dtype() != DType::f16)

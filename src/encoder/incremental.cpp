@@ -426,7 +426,10 @@ void IncrementalEncoder::State::track_frame(LayerCache& C, std::span<const int64
 IncrementalEncoder::IncrementalEncoder(const VitModel& model)
     : IncrementalEncoder(model, EncoderContext(EncoderContextParams{.expect_reuse = true})) {}
 IncrementalEncoder::IncrementalEncoder(const VitModel& model, EncoderContext context)
-    : s_(std::make_unique<State>(model, std::move(context))) {}
+    : s_(std::make_unique<State>(model, std::move(context))) {
+  if (model.config().native.enabled())
+    throw invalid_argument("incremental encoder: '" + model.source() + "' is a native-resolution tower (encode_native)");
+}
 IncrementalEncoder::~IncrementalEncoder() = default;
 EncoderContext& IncrementalEncoder::context() { return s_->ctx; }
 void IncrementalEncoder::reset() {

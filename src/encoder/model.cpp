@@ -39,6 +39,9 @@ std::string_view to_string(VitFamily f) {
     case VitFamily::torchvision: return "torchvision";
     case VitFamily::vit: return "vit";
     case VitFamily::dinov2: return "dinov2";
+    case VitFamily::qwen2_vl: return "qwen2_vl";
+    case VitFamily::qwen2_5_vl: return "qwen2_5_vl";
+    case VitFamily::qwen3_vl: return "qwen3_vl";
   }
   return "?";
 }
@@ -164,10 +167,6 @@ void refuse_known_unsupported(const encoder_detail::WeightSource& w, const nlohm
     std::vector<const char*> name_fragments;  // any tensor name containing one of them
   };
   static const Known known[] = {
-      {"a Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision tower (2-D rotary positions, a Conv3d patch embedding over frame "
-       "pairs, window attention, a 2x2 patch merger)",
-       {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"},
-       {"visual.merger.ln_q."}},
       {"a Pixtral / Mistral 3 vision tower (2-D rotary positions, RMSNorm, a gated MLP)",
        {"pixtral", "mistral3"},
        {"patch_conv.weight"}},
@@ -289,7 +288,8 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   ck.weights = weights.get();
   if (!gguf) refuse_known_unsupported(*weights, ck.full_config, spec);
   // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
-  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &torchvision_loader(), &hf_llava_loader(), &hf_paligemma_loader(),
+  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &hf_qwen2_vl_loader(), &hf_qwen2_5_vl_loader(), &hf_qwen3_vl_loader(),
+                                  &torchvision_loader(), &hf_llava_loader(), &hf_paligemma_loader(),
                                   &intern_vit_loader(),   &hf_blip_loader(),     &hf_clip_loader(),     &hf_siglip_loader(),
                                   &hf_vit_loader(),       &hf_dinov2_loader(),   &timm_vit_loader(),
                                   &open_clip_loader()};
@@ -329,7 +329,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   if (cfg.channels != 3)
     throw Error(Errc::unsupported, "'" + spec + "': the model takes " + std::to_string(cfg.channels) +
                                        "-channel patches; fovea's patches are RGB (3 channels)");
-  if (cfg.patch_px < 2 || cfg.patch_px > 256)
+  if (cfg.patch_px < 2 || cfg.patch_px > (cfg.native.enabled() ? 64 : 256))
     throw Error(Errc::unsupported, "'" + spec + "': the model's patch size is " + std::to_string(cfg.patch_px) +
                                        " pixels; fovea's tokenizer makes patches of 2 to 256 pixels");
   for (int i = 0; i < 3; ++i)
@@ -362,7 +362,10 @@ std::string VitModel::describe() const {
   std::string s = impl_->random ? "RANDOM WEIGHTS (benchmark only, meaningless embeddings) " : "";
   s += std::string(to_string(c.family)) + " ViT D=" + std::to_string(c.hidden) + " L=" + std::to_string(c.layers) +
        " H=" + std::to_string(c.heads) + " MLP=" + std::to_string(c.mlp) + " P=" + std::to_string(c.patch_px) +
-       " G=" + std::to_string(c.grid) + " act=" + std::string(to_string(c.act));
+       (c.native.enabled() ? " native merge=" + std::to_string(c.native.merge) +
+                                 (c.native.window_px ? " window=" + std::to_string(c.native.window_px) : std::string())
+                           : " G=" + std::to_string(c.grid)) +
+       " act=" + std::string(to_string(c.act));
   if (c.registers > 0) s += " registers=" + std::to_string(c.registers);
   if (c.projector != ProjectorType::none)
     s += " projector=" + std::string(to_string(c.projector)) + "(" + std::to_string(c.projector_dim) + ")";

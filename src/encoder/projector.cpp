@@ -30,6 +30,7 @@ Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* g
     }
     case ProjectorType::linear: return linear(x, m.mm0_w, m.mm0_b, Post::none);
     case ProjectorType::none: break;
+    case ProjectorType::patch_merger: break;  // merge units, not tokens: encode_native runs it
   }
   return {};
 }

@@ -10,6 +10,7 @@
 #include "batch.hpp"
 #include "cli_util.hpp"
 #include "command.hpp"
+#include "encode_native.hpp"
 #include "model_preprocessing.hpp"
 #include "fovea/embeddings.hpp"
 #include "fovea/encoder.hpp"
@@ -66,6 +67,20 @@ struct EncodeCommand {
     const double load_ms = ms_since(t0);
     const VitConfig& mc = model.config();
     note_model(model, model_spec);
+    if (mc.native.enabled()) {  // Qwen2-VL / Qwen2.5-VL: native images (encode_native.hpp)
+      if (is_batch(tok.inputs, output) || store.enabled || check_fp32 || !query_embedding.empty() ||
+          attention != "exact")
+        throw Error(Errc::invalid_argument, "a native-resolution tower (" + std::string(to_string(mc.family)) +
+                                                ") encodes one image, without --store, --check-fp32, --query-embedding "
+                                                "or --attention");
+      NativeEncodeArgs na;
+      na.model_spec = model_spec, na.image = tok.image, na.output = output, na.query = query;
+      if (tok.budget_opt && tok.budget_opt->count() > 0) na.budget = tok.budget;
+      na.uniform = tok.uniform;
+      na.asked = asked, na.precision = prec, na.json = json;
+      na.load = tok.load_options();
+      return run_native_encode(model, na, ex);
+    }
     // The model's own foveation and native grid unless --foveation / --window-grid say otherwise.
     params = tok.params(default_foveation(model), mc.grid);
     // The model's own preprocessing unless --mean / --std say otherwise (each overrides its half).

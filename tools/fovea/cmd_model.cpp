@@ -99,6 +99,22 @@ nlohmann::json model_json(const VitModel& m) {
     j["stored_types"] = st.counts;
     j["quantized_weights"] = st.quantized || !st.converted.empty() ? nlohmann::json(st.how()) : nlohmann::json(nullptr);
   }
+  if (c.native.enabled()) {
+    const NativeConfig& nc = c.native;
+    j["native"] = {{"merge_size", nc.merge},
+                   {"temporal_patch_size", nc.temporal_patch},
+                   {"window_size", nc.window_px},
+                   {"fullatt_block_indexes", nc.full_attention_blocks},
+                   {"deepstack_visual_indexes", nc.deepstack_blocks},
+                   {"learned_positions", c.grid > 0 ? nlohmann::json(c.grid) : nlohmann::json(nullptr)},
+                   {"norm", nc.rms_norm ? "rmsnorm" : "layernorm"},
+                   {"rope_theta", nc.rope_theta},
+                   {"tokens_per_second", nc.tokens_per_second},
+                   {"min_pixels", nc.min_pixels},
+                   {"max_pixels", nc.max_pixels},
+                   {"factor", nc.factor(c.patch_px)},
+                   {"outputs", {"projected", "embeddings", "image_grid_thw", "mrope_positions"}}};
+  }
   const std::string pooled = pooled_output(m);
   j["pooled_output"] = pooled.empty() ? nlohmann::json(nullptr) : nlohmann::json(pooled);
   j["default_foveation"] = std::string(to_string(default_foveation(m)));
@@ -126,12 +142,33 @@ struct ModelCommand {
     std::printf("  dimensions: hidden %d, %d heads, MLP %d (%s), %d of %d blocks run, layer-norm eps %g\n", c.hidden,
                 c.heads, c.mlp, std::string(to_string(c.act)).c_str(), c.layers, c.layers_in_checkpoint,
                 double(c.ln_eps));
-    std::printf("  patches: %d px, native %d px (a %dx%d position table)%s%s\n", c.patch_px, c.native_px(), c.grid,
-                c.grid, c.class_token ? ", class token" : "",
-                c.registers ? (", " + std::to_string(c.registers) + " register tokens").c_str() : "");
-    std::printf("  positions at other sizes: %s\n", std::string(to_string(c.pos_sampling)).c_str());
-    std::printf("  foveation: %s by default (fovea encode; --foveation mixed|windows to choose)\n",
-                std::string(to_string(default_foveation(m))).c_str());
+    if (c.native.enabled()) {
+      const NativeConfig& nc = c.native;
+      std::printf("  native resolution: %d px patches of %d frames, %dx%d merge units (images resized to multiples of "
+                  "%d px within %lld..%lld pixels), 2-D rotary positions, %s\n",
+                  c.patch_px, nc.temporal_patch, nc.merge, nc.merge, nc.factor(c.patch_px), (long long)nc.min_pixels,
+                  (long long)nc.max_pixels, nc.rms_norm ? "RMSNorm" : "LayerNorm");
+      if (nc.window_px > 0) {
+        std::string full;
+        for (int b : nc.full_attention_blocks) full += (full.empty() ? "" : ", ") + std::to_string(b);
+        std::printf("  attention: within %d px windows, full in blocks %s\n", nc.window_px, full.c_str());
+      }
+      if (c.grid > 0)
+        std::printf("  learned positions: a %dx%d table sampled bilinearly (corners aligned) at each grid\n", c.grid, c.grid);
+      std::string deep;
+      for (size_t k = 0; k < nc.deepstack_blocks.size(); ++k)
+        deep += ", deepstack_" + std::to_string(k) + " (after block " + std::to_string(nc.deepstack_blocks[k]) + ")";
+      std::printf("  outputs: projected (one row per merge unit), image_grid_thw, mrope_positions (t, h, w)%s\n",
+                  deep.c_str());
+      std::printf("  foveation: windows (a base view and full-resolution windows, each a native image)\n");
+    } else {
+      std::printf("  patches: %d px, native %d px (a %dx%d position table)%s%s\n", c.patch_px, c.native_px(), c.grid,
+                  c.grid, c.class_token ? ", class token" : "",
+                  c.registers ? (", " + std::to_string(c.registers) + " register tokens").c_str() : "");
+      std::printf("  positions at other sizes: %s\n", std::string(to_string(c.pos_sampling)).c_str());
+      std::printf("  foveation: %s by default (fovea encode; --foveation mixed|windows to choose)\n",
+                  std::string(to_string(default_foveation(m))).c_str());
+    }
     std::printf("  preprocessing: mean %.4g %.4g %.4g, std %.4g %.4g %.4g (%s)\n", double(c.input.mean[0]),
                 double(c.input.mean[1]), double(c.input.mean[2]), double(c.input.std[0]), double(c.input.std[1]),
                 double(c.input.std[2]), c.input.source.c_str());

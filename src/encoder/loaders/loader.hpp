@@ -130,6 +130,9 @@ const ModelLoader& open_clip_loader();
 const ModelLoader& intern_vit_loader();
 const ModelLoader& hf_blip_loader();
 const ModelLoader& hf_paligemma_loader();
+const ModelLoader& hf_qwen2_vl_loader();    // qwen_vl.cpp
+const ModelLoader& hf_qwen2_5_vl_loader();
+const ModelLoader& hf_qwen3_vl_loader();    // qwen3_vl.cpp
 // The input contract from open_clip_config.json's preprocess_cfg mean / std, else `fallback`.
 InputContract open_clip_contract(const nlohmann::json& open_clip, const InputContract& fallback);
 

@@ -1,0 +1,157 @@
+// fovea/native.hpp — native-resolution towers: Qwen2-VL, Qwen2.5-VL and Qwen3-VL.
+//
+//   fovea::Executor exec;
+//   fovea::VitModel m = fovea::VitModel::load("Qwen2.5-VL-7B-Instruct/");   // the VLM's directory
+//   fovea::NativeInput in = fovea::prepare_native(m, fovea::load_image("photo.jpg"), {}, exec);
+//   fovea::NativeEncoding e = fovea::encode_native(m, {&in, 1}, {}, exec);
+//   const fovea::Tensor& rows = e.projected;        // [M, E]: the language model's rows, one per merge unit
+//   const fovea::Tensor& grid = e.grid_thw;         // [1, 3] int32: (t, h, w) in patches (image_grid_thw)
+//   const fovea::Tensor& ids = e.mrope_positions;   // [M, 3] int32: (t, h, w) ids, as get_rope_index gives them
+//
+// These towers take any size and aspect ratio: an image is resized (smart_resize) so that both
+// sides are multiples of P·merge (28 px for Qwen2-VL's 14-px patches and 2×2 merge) and its area
+// lies within [min_pixels, max_pixels], then cut into P×P patches, each of temporal_patch frames
+// (a still image is its frame repeated), flattened as (C, T, P, P) in the processor's order:
+// merge unit by merge unit (row-major over the merged grid), the merge unit's patches row-major.
+// The tower gives every patch a 2-D rotary position (its row and column; Qwen3-VL adds its learned
+// position table sampled bilinearly, corners aligned, at the grid), runs attention within
+// each image's frame (Qwen2.5-VL: within window_px windows except in full_attention_blocks), and
+// the merger turns each merge unit's patches into one row of the language model's width.
+//
+// Several images (a base view and full-resolution windows, or several photos) run in one call:
+// the linear layers over every image's rows at once, attention within each image. Result rows
+// are image after image.
+//
+// Thread safety: as encode() (encoder.hpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fovea/encoder.hpp"
+#include "fovea/exec.hpp"
+#include "fovea/extract.hpp"
+#include "fovea/relevance.hpp"
+#include "fovea/tensor.hpp"
+#include "fovea/view.hpp"
+
+namespace fovea {
+
+// An image's patch grid: t frames (temporal patches), h rows, w columns of patches.
+struct NativeGrid {
+  int t = 1, h = 0, w = 0;
+  int64_t patches() const { return int64_t(t) * h * w; }
+  int64_t merged(int merge) const { return int64_t(t) * (h / merge) * (w / merge); }
+  bool operator==(const NativeGrid&) const = default;
+};
+
+struct NativeSize {
+  int height = 0, width = 0;
+  bool operator==(const NativeSize&) const = default;
+};
+
+// The processor's smart_resize (transformers' image_processing_qwen2_vl): both sides rounded to
+// the nearest multiple of `factor` (halves to even, as Python's round), then, when the area
+// exceeds max_pixels, scaled by √(h·w / max_pixels) and floored to multiples (at least one
+// factor); when it is below min_pixels, scaled by √(min_pixels / (h·w)) and ceiled. Throws
+// Error(invalid_argument) for non-positive sizes or limits, and for an aspect ratio above 200
+// (as the reference does).
+NativeSize smart_resize(int height, int width, int factor, int64_t min_pixels, int64_t max_pixels);
+
+// What the tower reads for one native image: patches [N, C·T·P·P] float32 (normalised, the
+// processor's order and layout) and the grid (N = t·h·w).
+struct NativeInput {
+  Tensor patches;
+  NativeGrid grid;
+};
+
+// The processor's resampling: PIL's bicubic (Image.resize(..., BICUBIC) on 8-bit RGB: a = −0.5,
+// antialiased when shrinking, horizontal pass then vertical, each rounded to 8 bits with PIL's
+// fixed-point weights), which transformers' Qwen2VLImageProcessor applies before rescaling.
+// An image already at the size is returned as is.
+ImageU8 resize_bicubic_pil(const ImageViewU8& image, int width, int height);
+
+struct NativeParams {
+  // The pixel limits of smart_resize; 0: the model's (preprocessor_config.json).
+  int64_t min_pixels = 0, max_pixels = 0;
+};
+
+// One still image (RGB) or video frames (temporal_patch of them per grid step; fewer at the end
+// are padded with the last, as the processor does) as the tower reads them: the frames must all
+// have one size, which smart_resize keeps (sides multiples of P·merge). Normalised with the
+// model's input contract. Throws Error(invalid_argument) otherwise.
+NativeInput native_input(const VitModel& model, std::span<const ImageViewU8> frames);
+// The processor for one image: smart_resize within the limits, resize_bicubic_pil, native_input.
+NativeInput prepare_native(const VitModel& model, const ImageViewU8& image, const NativeParams& params, Executor& exec);
+
+struct NativeEncoding {
+  Tensor embeddings;       // [N, D] f32: the tower's last hidden state (before the merger), every
+                           // image's patches in the processor's order, image after image
+  Tensor projected;        // [M, E] f32: the merger's output (M = N / merge²), image after image
+  Tensor grid_thw;         // [k, 3] int32: each image's (t, h, w) in patches (image_grid_thw)
+  Tensor mrope_positions;  // [M, 3] int32: (t, h, w) position ids (native_mrope_positions)
+  std::vector<Tensor> deepstack;  // Qwen3-VL: [M, E] f32 each, the DeepStack mergers' outputs in the
+                                  // order of deepstack_visual_indexes (rows as `projected`)
+  std::vector<int64_t> image_rows;  // [k + 1]: image i's rows of `projected` are [image_rows[i], image_rows[i+1])
+  Precision precision = Precision::fp32;  // what ran
+  double encode_ms = 0, attention_ms = 0;
+};
+
+// The language model's multimodal rotary position ids of the merged tokens of `grids`, images
+// that follow each other with nothing between: image i's token at merged row y, column x of
+// frame f gets (f·s, y, x) + start_i, where s is 1 (tokens_per_second 0: Qwen2-VL) or
+// tokens_per_second · seconds_per_frame_pair (Qwen2.5-VL video; 0 for images), start_0 = 0 and
+// start_{i+1} = the largest id of image i + 1: what get_rope_index gives an image's tokens,
+// relative to the position of its first token. Text between images shifts the later ones
+// (fovea.handoff.qwen_position_ids lays out a whole prompt). [M, 3] int32.
+Tensor native_mrope_positions(std::span<const NativeGrid> grids, int merge, double temporal_step = 1.0);
+
+// Encodes native images (native_input / prepare_native) in one call. Throws
+// Error(invalid_argument) when the model is not a native-resolution tower, or an input's patches
+// or grid do not match the model (sides not multiples of merge, N ≠ t·h·w, wrong patch width).
+NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
+                             const EncodeParams& params, Executor& exec);
+NativeEncoding encode_native(const VitModel& model, std::span<const NativeInput> images, const EncodeParams& params,
+                             Executor& exec);
+
+// ---- foveation: a base view and full-resolution windows, each a native image ------------------
+// The budget counts merged tokens (the language model's rows). The base view is the whole image
+// through smart_resize with max_pixels = base tokens · (P·merge)²; each window is a crop of the
+// original image at full resolution whose sides are multiples of P·merge, encoded as a native
+// image of its own (its own grid_thw), so its tokens are exactly that crop's. Windows go, in
+// this order, while the budget lasts: on every fixation and every region's centre (the budget
+// left after the base view shared among them; a focus inside a window already placed is
+// skipped), then, with no query, on the tiles of the relevance map with the highest score not
+// yet covered. A window is at most the image and at least one merge unit; the last tokens of
+// the budget that make no window stay unspent.
+struct NativeWindowParams {
+  int budget_tokens = 1024;  // merged tokens handed on: base view + windows (>= 4)
+  double base_share = 0.25;  // the base view's share of the budget (0 < share <= 1)
+  int max_windows = 8;       // windows besides the base view (0..64)
+};
+struct NativeWindow {
+  std::array<int, 4> box{};  // [x0, y0, x1, y1) in original-image pixels
+  NativeGrid grid;           // in patches
+  TokenWindow::Kind kind = TokenWindow::Kind::base;
+};
+struct NativeWindowPlan {
+  std::vector<NativeWindow> windows;  // the base view first
+  int image_width = 0, image_height = 0;
+  int64_t tokens(int merge) const;    // merged tokens of every window
+};
+// `relevance` may be null (no query-free windows then). Throws Error(invalid_argument) for
+// parameters out of range or a model that is not a native tower.
+NativeWindowPlan plan_native_windows(const VitModel& model, int width, int height, const Query& query,
+                                     const RelevanceMap* relevance, const NativeWindowParams& params);
+// The plan's windows as the tower reads them: the base view resized (resize_bicubic_pil), every
+// other window cut from `image` (which must be the plan's size).
+std::vector<NativeInput> native_window_inputs(const VitModel& model, const ImageViewU8& image,
+                                              const NativeWindowPlan& plan);
+
+// Whether `model` is a native-resolution tower (VitConfig::native.enabled()).
+inline bool is_native(const VitModel& model) { return model.config().native.enabled(); }
+
+}  // namespace fovea

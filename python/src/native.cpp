@@ -1,0 +1,125 @@
+// fovea._fovea's native-resolution towers (fovea/native.hpp): Qwen2-VL and Qwen2.5-VL images
+// through the processor and the tower, and their windows foveation. Results are dicts of numpy
+// arrays (fovea.handoff.qwen_* take them).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "fovea/error.hpp"
+#include "fovea/native.hpp"
+
+namespace py = pybind11;
+using namespace fovea;
+
+namespace {
+
+using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+
+// An RGB [H, W, 3] uint8 array, C-contiguous (a copy is made by forcecast otherwise).
+ImageViewU8 rgb_view(const U8Array& a) {
+  if (a.ndim() != 3 || a.shape(2) != 3 || a.shape(0) < 1 || a.shape(1) < 1 || a.shape(0) > (1 << 30) ||
+      a.shape(1) > (1 << 30))
+    throw Error(Errc::invalid_argument, "image must be a uint8 numpy array [H, W, 3] (RGB)");
+  return ImageViewU8::interleaved(a.data(), int(a.shape(1)), int(a.shape(0)), 3);
+}
+
+py::array array_of(Tensor&& t) {
+  auto* heap = new Tensor(std::move(t));
+  py::capsule owner(heap, [](void* p) { delete static_cast<Tensor*>(p); });
+  std::vector<py::ssize_t> shape(heap->shape().begin(), heap->shape().end());
+  py::dtype dt = heap->dtype() == DType::i32 ? py::dtype::of<int32_t>() : py::dtype::of<float>();
+  return py::array(dt, shape, {}, heap->bytes(), owner);
+}
+
+Precision precision_of(const std::string& s) {
+  if (s == "fp32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  throw Error(Errc::invalid_argument, "precision must be 'fp32' or 'bf16', got '" + s + "'");
+}
+
+py::dict result(NativeEncoding&& e, const VitModel& m) {
+  py::dict d;
+  d["projected"] = array_of(std::move(e.projected));
+  d["embeddings"] = array_of(std::move(e.embeddings));
+  d["image_grid_thw"] = array_of(std::move(e.grid_thw));
+  d["mrope_positions"] = array_of(std::move(e.mrope_positions));
+  py::list deep;
+  for (Tensor& t : e.deepstack) deep.append(array_of(std::move(t)));
+  d["deepstack"] = deep;
+  d["image_rows"] = e.image_rows;
+  d["merge_size"] = m.config().native.merge;
+  d["precision"] = std::string(to_string(e.precision));
+  d["encode_ms"] = e.encode_ms;
+  return d;
+}
+
+}  // namespace
+
+void bind_native(py::module_& m) {
+  m.def(
+      "smart_resize",
+      [](int height, int width, int factor, int64_t min_pixels, int64_t max_pixels) {
+        const NativeSize s = smart_resize(height, width, factor, min_pixels, max_pixels);
+        return py::make_tuple(s.height, s.width);
+      },
+      py::arg("height"), py::arg("width"), py::arg("factor") = 28, py::arg("min_pixels") = 56 * 56,
+      py::arg("max_pixels") = 28 * 28 * 1280,
+      "(height, width) the Qwen2-VL processor resizes an image to: multiples of factor within the pixel limits");
+  m.def(
+      "encode_native",
+      [](const VitModel& model, const std::vector<U8Array>& images, const std::string& precision, int threads,
+         int64_t min_pixels, int64_t max_pixels) {
+        if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
+        const Precision p = precision_of(precision);
+        std::vector<ImageViewU8> views;
+        for (const U8Array& a : images) views.push_back(rgb_view(a));
+        py::gil_scoped_release nogil;
+        Executor exec(ExecConfig{.threads = threads});
+        std::vector<NativeInput> ins;
+        for (const ImageViewU8& v : views) ins.push_back(prepare_native(model, v, {min_pixels, max_pixels}, exec));
+        NativeEncoding e = encode_native(model, ins, {.precision = p}, exec);
+        py::gil_scoped_acquire gil;
+        return result(std::move(e), model);
+      },
+      py::arg("model"), py::arg("images"), py::arg("precision") = "fp32", py::arg("threads") = 0,
+      py::arg("min_pixels") = 0, py::arg("max_pixels") = 0,
+      "Native images (uint8 [H, W, 3] each) through a Qwen2-VL / Qwen2.5-VL tower in one call: a dict with projected "
+      "[M, E], embeddings [N, D], image_grid_thw [k, 3], mrope_positions [M, 3], image_rows, merge_size, precision, "
+      "encode_ms. Pixel limits 0: the model's preprocessor_config.json");
+  m.def(
+      "encode_native_windows",
+      [](const VitModel& model, const U8Array& image, const std::vector<std::pair<float, float>>& fixations,
+         int budget_tokens, double base_share, int max_windows, const std::string& precision, int threads) {
+        if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
+        const Precision p = precision_of(precision);
+        const ImageViewU8 v = rgb_view(image);
+        Query q;
+        for (const auto& [x, y] : fixations) q.fixations.push_back({.x_px = x, .y_px = y});
+        py::gil_scoped_release nogil;
+        Executor exec(ExecConfig{.threads = threads});
+        const NativeWindowPlan plan =
+            plan_native_windows(model, v.width(), v.height(), q, nullptr,
+                                {.budget_tokens = budget_tokens, .base_share = base_share, .max_windows = max_windows});
+        const std::vector<NativeInput> ins = native_window_inputs(model, v, plan);
+        NativeEncoding e = encode_native(model, ins, {.precision = p}, exec);
+        py::gil_scoped_acquire gil;
+        py::dict d = result(std::move(e), model);
+        py::list boxes, kinds;
+        for (const NativeWindow& w : plan.windows) {
+          boxes.append(py::make_tuple(w.box[0], w.box[1], w.box[2], w.box[3]));
+          kinds.append(std::string(to_string(w.kind)));
+        }
+        d["window_boxes"] = boxes;
+        d["window_kinds"] = kinds;
+        return d;
+      },
+      py::arg("model"), py::arg("image"), py::arg("fixations") = std::vector<std::pair<float, float>>{},
+      py::arg("budget_tokens") = 1024, py::arg("base_share") = 0.25, py::arg("max_windows") = 8,
+      py::arg("precision") = "fp32", py::arg("threads") = 0,
+      "The windows foveation of a native tower: a base view at base_share of the budget (merged tokens) and "
+      "full-resolution windows on the fixations ((x, y) pixels), each a native image, in one call; encode_native's "
+      "dict plus window_boxes (x0, y0, x1, y1) and window_kinds");
+}

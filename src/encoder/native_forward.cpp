@@ -1,0 +1,346 @@
+// The native-resolution towers' forward pass (Qwen2-VL, Qwen2.5-VL): the Conv3d patch embedding
+// as one GEMM, 2-D rotary positions applied to q and k, attention within each image's frame
+// (Qwen2.5-VL: within windows, in the window order, except in the full-attention blocks), the
+// 2×2 patch merger. The linear layers are the ViT forward pass's GEMMs (oneDNN, fovea's kernels),
+// over every image's rows at once.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "encoder/attention.hpp"
+#include "encoder/encoder_internal.hpp"
+#include "fovea/error.hpp"
+#include "fovea/native.hpp"
+
+namespace fovea {
+
+using namespace encoder_detail;
+
+namespace {
+
+size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
+
+struct Buffer {
+  std::unique_ptr<std::byte[], AlignedFree> p;
+  Buffer() = default;
+  explicit Buffer(size_t bytes) : p(aligned_alloc_bytes(std::max<size_t>(bytes, 64))) {}
+  template <typename T> T* as() { return reinterpret_cast<T*>(p.get()); }
+  std::byte* get() { return p.get(); }
+};
+
+void store(void* out, DType dt, int64_t i, float v) {
+  if (dt == DType::f32) static_cast<float*>(out)[i] = v;
+  else static_cast<uint16_t*>(out)[i] = f32_to_bf16(v);
+}
+float load(const void* in, DType dt, int64_t i) {
+  return dt == DType::f32 ? static_cast<const float*>(in)[i] : bf16_to_f32(static_cast<const uint16_t*>(in)[i]);
+}
+
+// out[r] = RMSNorm(x[r]) = w ⊙ x / √(mean(x²) + eps) (Qwen2RMSNorm), or LayerNorm with bias b.
+void norm_rows(const LayerOps& ops, const NativeConfig& nc, const float* x, int64_t rows, int64_t n, const Tensor& w,
+               const Tensor& b, float eps, void* out, DType dt) {
+  if (!nc.rms_norm) {
+    ops.layer_norm(x, rows, n, w, b, eps, out, dt);
+    return;
+  }
+  const float* pw = w.data<float>();
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    double ss = 0;
+    for (int64_t j = 0; j < n; ++j) ss += double(xr[j]) * xr[j];
+    const float inv = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+    for (int64_t j = 0; j < n; ++j) store(out, dt, r * n + j, pw[j] * (xr[j] * inv));
+  }
+}
+
+// The rows of a sequence (one image's frame, or one window) attending to each other.
+struct Segment {
+  int64_t begin, end;
+};
+
+}  // namespace
+
+NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
+                             const EncodeParams& params, Executor& exec) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const VitModel::Impl& m = model.impl();
+  const VitConfig& c = m.config;
+  const NativeConfig& nc = c.native;
+  if (!nc.enabled())
+    throw invalid_argument("encode_native: '" + m.source + "' is not a native-resolution tower (Qwen2-VL, Qwen2.5-VL)");
+  if (images.empty()) throw invalid_argument("encode_native: no image to encode");
+  const int P = c.patch_px, mg = nc.merge, unit = mg * mg;
+  const int64_t K = int64_t(c.channels) * nc.temporal_patch * P * P, D = c.hidden, hd = c.head_dim();
+  int64_t N = 0;
+  for (const NativeInput& in : images) {
+    const NativeGrid& g = in.grid;
+    if (g.t < 1 || g.h < mg || g.w < mg || g.h % mg || g.w % mg || g.h > 65536 || g.w > 65536)
+      throw invalid_argument("encode_native: a grid (t " + std::to_string(g.t) + ", h " + std::to_string(g.h) + ", w " +
+                             std::to_string(g.w) + ") needs t >= 1 and sides that are positive multiples of " +
+                             std::to_string(mg));
+    if (in.patches.dtype() != DType::f32 || in.patches.rank() != 2 || in.patches.dim(1) != K ||
+        in.patches.dim(0) != g.patches())
+      throw invalid_argument("encode_native: an image's patches must be [t·h·w = " + std::to_string(g.patches()) + ", " +
+                             std::to_string(K) + "] float32 (native_input)");
+    N += g.patches();
+    if (N > (int64_t(1) << 20)) throw Error(Errc::limit_exceeded, "encode_native: more than 2^20 patches");
+  }
+  const int64_t B = int64_t(images.size()), M = N / unit;
+
+  EncoderContext::Impl& cx = ctx.impl();
+  const ContextUse in_use(cx);
+  const OmpThreadsScope team(std::max(1, exec.threads()));
+  const LayerOps ops = LayerOps::for_context(cx, m, exec);
+  const Precision precision = runnable_precision(params.precision);
+  const DType dt = precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  const size_t es = esize(dt);
+
+  // ---- the processor's order → the tower's order -------------------------------------------
+  // Row r of the residual stream holds patch order[r] (of all images' patches, image after
+  // image). Qwen2.5-VL runs in the window order (get_window_index): merge units window by window;
+  // every other tower in the processor's order.
+  std::vector<int64_t> order(static_cast<size_t>(N));
+  std::vector<Segment> full, windowed;
+  {
+    int64_t base = 0;
+    for (const NativeInput& in : images) {
+      const NativeGrid& g = in.grid;
+      for (int t = 0; t < g.t; ++t) full.push_back({base + int64_t(t) * g.h * g.w, base + int64_t(t + 1) * g.h * g.w});
+      base += g.patches();
+    }
+    if (nc.window_px > 0) {
+      const int vws = std::max(1, nc.window_px / mg / P);  // merge units per window side
+      int64_t row = 0, unit0 = 0;
+      for (const NativeInput& in : images) {
+        const NativeGrid& g = in.grid;
+        const int lh = g.h / mg, lw = g.w / mg;
+        for (int t = 0; t < g.t; ++t)
+          for (int wy = 0; wy < lh; wy += vws)
+            for (int wx = 0; wx < lw; wx += vws) {
+              const int64_t begin = row;
+              for (int y = wy; y < std::min(wy + vws, lh); ++y)
+                for (int x = wx; x < std::min(wx + vws, lw); ++x) {
+                  const int64_t u = unit0 + (int64_t(t) * lh + y) * lw + x;
+                  for (int k = 0; k < unit; ++k) order[size_t(row++)] = u * unit + k;
+                }
+              windowed.push_back({begin, row});
+            }
+        unit0 += g.merged(mg);
+      }
+    } else {
+      std::iota(order.begin(), order.end(), int64_t(0));
+    }
+  }
+  // Each patch's row and column in its image, and its image's grid (processor's order).
+  std::vector<int32_t> prow(static_cast<size_t>(N)), pcol(static_cast<size_t>(N)), pimg(static_cast<size_t>(N));
+  {
+    int64_t r = 0;
+    for (size_t k = 0; k < images.size(); ++k) {
+      const NativeGrid& g = images[k].grid;
+      for (int t = 0; t < g.t; ++t)
+        for (int by = 0; by < g.h / mg; ++by)
+          for (int bx = 0; bx < g.w / mg; ++bx)
+            for (int my = 0; my < mg; ++my)
+              for (int mx = 0; mx < mg; ++mx, ++r)
+                prow[size_t(r)] = by * mg + my, pcol[size_t(r)] = bx * mg + mx, pimg[size_t(r)] = int32_t(k);
+    }
+  }
+  std::vector<bool> full_block(c.layers, nc.window_px <= 0);
+  for (int i : nc.full_attention_blocks)
+    if (i >= 0 && i < c.layers) full_block[size_t(i)] = true;
+
+  // ---- patch embedding: one GEMM over every image's patches, rows in the tower's order --------
+  Buffer X(size_t(N * D) * 4);
+  float* x = X.as<float>();
+  {
+    Buffer src(size_t(N * K) * 4);
+    std::vector<const float*> patch(static_cast<size_t>(N));
+    int64_t r = 0;
+    for (const NativeInput& in : images)
+      for (int64_t i = 0; i < in.grid.patches(); ++i) patch[size_t(r++)] = in.patches.data<float>() + i * K;
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+    for (int64_t i = 0; i < N; ++i) std::memcpy(src.as<float>() + i * K, patch[size_t(order[size_t(i)])], size_t(K) * 4);
+    ops.linear(linear_args(src.get(), DType::f32, N, m.patch_w, &m.patch_b, x, DType::f32));
+  }
+  if (present(m.pos_grid)) {
+    // Qwen3-VL: the G×G table sampled bilinearly at linspace(0, G−1, h) × linspace(0, G−1, w)
+    // (fast_pos_embed_interpolate: corners aligned).
+    const int G = c.grid;
+    const float* tab = m.pos_grid.data<float>();
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t p = order[size_t(i)];
+      const NativeGrid& g = images[size_t(pimg[size_t(p)])].grid;
+      auto axis = [G](int k, int n, int& lo, int& hi, double& f) {
+        const double v = n > 1 ? double(k) * double(G - 1) / double(n - 1) : 0.0;
+        lo = std::min(int(v), G - 1), hi = std::min(lo + 1, G - 1), f = v - lo;
+      };
+      int y0, y1, x0, x1;
+      double fy, fx;
+      axis(prow[size_t(p)], g.h, y0, y1, fy);
+      axis(pcol[size_t(p)], g.w, x0, x1, fx);
+      const float* a = tab + (int64_t(y0) * G + x0) * D;
+      const float* b = tab + (int64_t(y0) * G + x1) * D;
+      const float* cc = tab + (int64_t(y1) * G + x0) * D;
+      const float* d = tab + (int64_t(y1) * G + x1) * D;
+      const float wa = float((1 - fy) * (1 - fx)), wb = float((1 - fy) * fx), wc = float(fy * (1 - fx)), wd = float(fy * fx);
+      float* xr = x + i * D;
+      for (int64_t j = 0; j < D; ++j) xr[j] += wa * a[j] + wb * b[j] + wc * cc[j] + wd * d[j];
+    }
+  }
+
+  // ---- rotary angles: [N, hd/2] cos and sin per row ------------------------------------------
+  // Frequency j < hd/4 turns with the patch's row, j >= hd/4 with its column: inv_freq[i] =
+  // θ^(−4i/hd), i < hd/4 (rotary dimension hd/2); q[j] and q[j + hd/2] rotate together.
+  const int64_t half = hd / 2, quarter = hd / 4;
+  std::vector<float> cosv(size_t(N * half)), sinv(size_t(N * half));
+  {
+    std::vector<double> inv(static_cast<size_t>(quarter));
+    for (int64_t i = 0; i < quarter; ++i) inv[size_t(i)] = 1.0 / std::pow(nc.rope_theta, double(2 * i) / double(half));
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t p = order[size_t(i)];
+      for (int64_t j = 0; j < half; ++j) {
+        const double a = (j < quarter ? prow[size_t(p)] : pcol[size_t(p)]) * inv[size_t(j % quarter)];
+        cosv[size_t(i * half + j)] = float(std::cos(a));
+        sinv[size_t(i * half + j)] = float(std::sin(a));
+      }
+    }
+  }
+
+  // ---- blocks ---------------------------------------------------------------------------------
+  const int64_t F1 = fc1_width(c);
+  Buffer H(size_t(N * D) * es), QKV(size_t(N * 3 * D) * es), A(size_t(N * D) * es), Hm(size_t(N * F1) * es);
+  if (!cx.attention_ws) cx.attention_ws = std::make_shared<AttentionWorkspace>();
+  std::chrono::steady_clock::duration attention_time{};
+  std::vector<Tensor> deep;  // DeepStack outputs, in deepstack_blocks' order
+  for (size_t li = 0; li < m.layers.size(); ++li) {
+    const VitLayer& l = m.layers[li];
+    norm_rows(ops, nc, x, N, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
+    ops.linear(linear_args(H.get(), dt, N, l.qkv_w, &l.qkv_b, QKV.get(), dt));
+    // q and k rotated in place.
+    std::byte* qkv = QKV.get();
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* cs = &cosv[size_t(i * half)];
+      const float* sn = &sinv[size_t(i * half)];
+      thread_local std::vector<float> row;
+      row.resize(size_t(2 * D));
+      float* qk = row.data();  // this row's q | k as f32
+      std::byte* src = qkv + size_t(i * 3 * D) * es;
+      if (dt == DType::f32) std::memcpy(qk, src, size_t(2 * D) * 4);
+      else from_bf16_row(reinterpret_cast<const uint16_t*>(src), qk, 2 * D);
+      for (int64_t h = 0; h < 2 * c.heads; ++h) {
+        float* v = qk + h * hd;
+        for (int64_t j = 0; j < half; ++j) {
+          const float a = v[j], b = v[j + half];
+          v[j] = a * cs[j] - b * sn[j];
+          v[j + half] = b * cs[j] + a * sn[j];
+        }
+      }
+      if (dt == DType::f32) std::memcpy(src, qk, size_t(2 * D) * 4);
+      else to_bf16_row(qk, reinterpret_cast<uint16_t*>(src), 2 * D);
+    }
+    const auto t_att = std::chrono::steady_clock::now();
+    auto attend = [&](const Segment& s, int threads, AttentionWorkspace* ws) {
+      const int64_t T = s.end - s.begin;
+      if (T < 1) return;
+      const std::byte* q = qkv + size_t(s.begin * 3 * D) * es;
+      attention_rows({ops.ref, threads, ops.gemm}, q, 3 * D, T, q + size_t(D) * es, 3 * D, T, D, c.heads, dt,
+                     A.get() + size_t(s.begin * D) * es, nullptr, ws);
+    };
+    // Window after window, each on every thread (the GEMM engine's per-thread buffers are keyed
+    // by the OpenMP thread number, which nested teams would share).
+    for (const Segment& s : full_block[li] ? full : windowed) attend(s, ops.threads, cx.attention_ws.get());
+    attention_time += std::chrono::steady_clock::now() - t_att;
+    GemmArgs o = linear_args(A.get(), dt, N, l.out_w, &l.out_b, x, DType::f32);
+    o.accumulate = true;
+    ops.linear(o);
+    norm_rows(ops, nc, x, N, D, l.ln2_w, l.ln2_b, c.ln_eps, H.get(), dt);
+    GemmArgs f1 = linear_args(H.get(), dt, N, l.fc1_w, &l.fc1_b, Hm.get(), dt);
+    f1.post = post_for(c.act);
+    ops.linear(f1);
+    GemmArgs f2 = linear_args(Hm.get(), dt, N, l.fc2_w, &l.fc2_b, x, DType::f32);
+    if (c.act == Activation::swiglu) {
+      // fc1 is gate_proj | up_proj: silu(gate)·up over the first half, which down_proj reads.
+      const int64_t h = c.mlp;
+      std::byte* hm = Hm.get();
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+      for (int64_t r = 0; r < N; ++r)
+        for (int64_t j = 0; j < h; ++j) {
+          const float g = load(hm, dt, r * 2 * h + j), u = load(hm, dt, r * 2 * h + h + j);
+          store(hm, dt, r * 2 * h + j, g / (1.0f + std::exp(-g)) * u);
+        }
+      f2.lda = 2 * h;
+    }
+    f2.accumulate = true;
+    ops.linear(f2);
+    // Qwen3-VL DeepStack: this block's hidden state through its own merger (norm after the shuffle).
+    for (size_t k = 0; k < nc.deepstack_blocks.size() && k < m.deepstack.size(); ++k) {
+      if (nc.deepstack_blocks[k] != int(li)) continue;
+      const VitModel::Impl::NativeMerger& dm = m.deepstack[k];
+      const int64_t U = D * unit, E = c.projector_dim;
+      Buffer Zn(size_t(M * U) * es), Zh(size_t(M * U) * es), Zo(size_t(M * E) * 4);
+      ops.layer_norm(x, M, U, dm.norm_w, dm.norm_b, 1e-6f, Zn.get(), dt);
+      GemmArgs z1 = linear_args(Zn.get(), dt, M, dm.fc1_w, &dm.fc1_b, Zh.get(), dt);
+      z1.post = Post::gelu_erf;
+      ops.linear(z1);
+      ops.linear(linear_args(Zh.get(), dt, M, dm.fc2_w, &dm.fc2_b, Zo.get(), DType::f32));
+      Tensor t(DType::f32, {M, E});
+      for (int64_t u = 0; u < M; ++u)
+        std::memcpy(t.data<float>() + (order[size_t(u * unit)] / unit) * E, Zo.as<float>() + u * E, size_t(E) * 4);
+      if (deep.size() <= k) deep.resize(k + 1);
+      deep[k] = std::move(t);
+    }
+  }
+
+  // ---- merger: ln_q, merge units concatenated, mlp.0, GELU, mlp.2 ----------------------------
+  NativeEncoding out;
+  const int64_t E = c.projector_dim, U = D * unit;
+  {
+    norm_rows(ops, nc, x, N, D, m.post_w, m.post_b, c.ln_eps, H.get(), dt);  // rows of a unit are consecutive
+    Buffer Y(size_t(M * U) * es), Z(size_t(M * E) * 4);
+    GemmArgs g0 = linear_args(H.get(), dt, M, m.mm0_w, &m.mm0_b, Y.get(), dt);
+    g0.post = Post::gelu_erf;
+    ops.linear(g0);
+    ops.linear(linear_args(Y.get(), dt, M, m.mm2_w, &m.mm2_b, Z.get(), DType::f32));
+    // Back to the processor's order.
+    out.projected = Tensor(DType::f32, {M, E});
+    out.embeddings = Tensor(DType::f32, {N, D});
+    float* pe = out.embeddings.data<float>();
+    float* pp = out.projected.data<float>();
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+    for (int64_t i = 0; i < N; ++i) std::memcpy(pe + order[size_t(i)] * D, x + i * D, size_t(D) * 4);
+    for (int64_t u = 0; u < M; ++u)
+      std::memcpy(pp + (order[size_t(u * unit)] / unit) * E, Z.as<float>() + u * E, size_t(E) * 4);
+  }
+  std::vector<NativeGrid> grids;
+  out.grid_thw = Tensor(DType::i32, {B, 3});
+  out.image_rows.push_back(0);
+  for (int64_t i = 0; i < B; ++i) {
+    const NativeGrid& g = images[size_t(i)].grid;
+    grids.push_back(g);
+    int32_t* gp = out.grid_thw.data<int32_t>() + i * 3;
+    gp[0] = g.t, gp[1] = g.h, gp[2] = g.w;
+    out.image_rows.push_back(out.image_rows.back() + g.merged(mg));
+  }
+  out.mrope_positions = native_mrope_positions(grids, mg);
+  out.deepstack = std::move(deep);
+  out.precision = precision;
+  out.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+  out.attention_ms = std::chrono::duration<double, std::milli>(attention_time).count();
+  return out;
+}
+
+NativeEncoding encode_native(const VitModel& model, std::span<const NativeInput> images, const EncodeParams& params,
+                             Executor& exec) {
+  ContextPool::Lease lease = model.impl().contexts.take();
+  return encode_native(lease.context(), model, images, params, exec);
+}
+
+}  // namespace fovea
