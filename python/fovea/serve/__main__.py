@@ -55,6 +55,14 @@ def _process_env(argv) -> None:
         env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in env and "DNNL_PRIMITIVE_CACHE_CAPACITY" not in env:
         env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "64"
+    # * glibc's malloc: every thread that allocates gets an arena of its own (up to 8 per core), and
+    #   a freed block of a few MB (a decoded image, a pyramid level) raises the mmap threshold to its
+    #   size, so the next ones come from the arenas and stay in the process when freed. A fixed
+    #   threshold returns them to the system and two arenas hold the rest (docs/how-to/serve.md,
+    #   "Memory").
+    if not any(k.startswith("MALLOC_") for k in env):
+        env["MALLOC_ARENA_MAX"] = "2"
+        env["MALLOC_MMAP_THRESHOLD_"] = str(1 << 20)
     if env != dict(os.environ):
         sys.stdout.flush()
         os.execve(sys.executable, [sys.executable, "-m", "fovea.serve", *argv], env)
