@@ -7,7 +7,8 @@ interleaved in one run, with the cosine of fovea's merger output to the referenc
 windows foveation of a 2592x1944 photo with a fixation at a budget of 1,024 merged tokens: its
 tokens and time beside the native encode's token count.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/native_speed.py [--rounds 2] [--out bench/results/native/qwen2_5_vl_7b.txt]
+    PYTHONPATH=build/python /usr/bin/python3 bench/native_speed.py [--rounds 2] [--layers 32] [--no-foveated] [--fp32]
+        [--out bench/results/native/qwen2_5_vl_7b.txt]
 
 The checkpoint (BF16, ~1.3 GB) is written to a temporary directory and removed afterwards.
 """
@@ -62,9 +63,9 @@ def write_checkpoint(d, gen):
         for b in blobs:
             f.write(b)
     cfg = {"model_type": "qwen2_5_vl", "vision_config": {
-        "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 3584,
+        "depth": CFG["layers"], "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 3584,
         "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-        "fullatt_block_indexes": [7, 15, 23, 31], "hidden_act": "silu", "in_channels": 3, "tokens_per_second": 2}}
+        "fullatt_block_indexes": CFG["fullatt"], "hidden_act": "silu", "in_channels": 3, "tokens_per_second": 2}}
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     pre = {"image_mean": ref.CLIP_MEAN, "image_std": ref.CLIP_STD, "min_pixels": 3136, "max_pixels": 12845056,
            "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
@@ -87,9 +88,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--fp32", action="store_true", help="time fovea's fp32 encode too (and its error at this size)")
+    ap.add_argument("--layers", type=int, default=32, help="blocks (full attention in every 8th, as the 7B's)")
+    ap.add_argument("--no-foveated", action="store_true", help="skip the 2592x1944 foveated part")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "native", "qwen2_5_vl_7b.txt"))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    CFG["layers"] = a.layers
+    CFG["fullatt"] = [i for i in range(7, a.layers, 8)]
     lines = []
 
     def say(s):
@@ -101,7 +106,8 @@ def main():
     say(f"date: {datetime.datetime.utcnow().isoformat(timespec='seconds')}Z  commit: {commit}  machine: {cpu}, "
         f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}  bf16 kernels: {_fovea.bf16_supported() if hasattr(_fovea, 'bf16_supported') else '?'}")
     say("command: PYTHONPATH=build/python /usr/bin/python3 bench/native_speed.py " + " ".join(sys.argv[1:]))
-    say(f"torch {torch.__version__}, {a.threads} threads; fovea {a.threads} threads")
+    say(f"torch {torch.__version__}, {a.threads} threads; fovea {a.threads} threads; {a.layers} blocks, full "
+        f"attention in {CFG['fullatt']}")
     d = tempfile.mkdtemp(prefix="fovea-qwen25-7b-")
     try:
         sd = write_checkpoint(d, torch.Generator().manual_seed(7))
@@ -140,6 +146,8 @@ def main():
         say(f"cosine to torch fp32 (projected): fovea bf16 {cosine(outs['bf16'], yn):.6f}" +
             (f", fovea fp32 {cosine(outs['fp32'], yn):.6f} (max abs err / max |ref| "
              f"{np.abs(outs['fp32'] - yn).max() / np.abs(yn).max():.2e})" if a.fp32 else ""))
+        if a.no_foveated:
+            return
         # Foveated: 2592x1944 with a fixation, 1,024 merged tokens.
         big = photo(2592, 1944)
         nh, nw = ref.smart_resize(1944, 2592, 28, 3136, 12845056)
@@ -162,9 +170,9 @@ def main():
         say(f"window rows vs the crop encoded alone: mean row cosine {rc:.6f}")
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        os.makedirs(os.path.dirname(a.out), exist_ok=True)
+        with open(a.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -254,9 +254,59 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
       attention_rows({ops.ref, threads, ops.gemm}, q, 3 * D, T, q + size_t(D) * es, 3 * D, T, D, c.heads, dt,
                      A.get() + size_t(s.begin * D) * es, nullptr, ws);
     };
-    // Window after window, each on every thread (the GEMM engine's per-thread buffers are keyed
-    // by the OpenMP thread number, which nested teams would share).
-    for (const Segment& s : full_block[li] ? full : windowed) attend(s, ops.threads, cx.attention_ws.get());
+    if (full_block[li] || ops.ref) {
+      for (const Segment& s : full_block[li] ? full : windowed) attend(s, ops.threads, cx.attention_ws.get());
+    } else {
+      // Windows are small (Qwen2.5-VL: 64 patches): every (window, head) pair is one task of one
+      // parallel region, softmax(q·kᵀ/√hd)·v in f32 on the thread's own buffers, rather than
+      // several parallel regions and GEMM calls per window.
+      const float scale = float(1.0 / std::sqrt(double(hd)));
+      const int64_t tasks = int64_t(windowed.size()) * c.heads;
+#pragma omp parallel num_threads(ops.threads)
+      {
+        std::vector<float> q, k, v, p, o;
+        std::vector<float> row(static_cast<size_t>(3 * D));
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t task = 0; task < tasks; ++task) {
+          const Segment& s = windowed[size_t(task / c.heads)];
+          const int64_t h = task % c.heads, T = s.end - s.begin;
+          if (T < 1) continue;
+          q.resize(size_t(T * hd)), k.resize(size_t(T * hd)), v.resize(size_t(T * hd));
+          p.resize(size_t(T)), o.resize(size_t(hd));
+          for (int64_t t = 0; t < T; ++t) {
+            const std::byte* r = qkv + size_t((s.begin + t) * 3 * D) * es;
+            for (int part = 0; part < 3; ++part) {
+              float* dst = (part == 0 ? q : part == 1 ? k : v).data() + t * hd;
+              const int64_t off = part * D + h * hd;
+              if (dt == DType::f32) std::memcpy(dst, reinterpret_cast<const float*>(r) + off, size_t(hd) * 4);
+              else from_bf16_row(reinterpret_cast<const uint16_t*>(r) + off, dst, hd);
+            }
+          }
+          for (int64_t i = 0; i < T; ++i) {
+            const float* qi = q.data() + i * hd;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < T; ++j) {
+              const float* kj = k.data() + j * hd;
+              float acc = 0;
+              for (int64_t d = 0; d < hd; ++d) acc += qi[d] * kj[d];
+              p[size_t(j)] = acc * scale;
+              mx = std::max(mx, p[size_t(j)]);
+            }
+            float sum = 0;
+            for (int64_t j = 0; j < T; ++j) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+            std::fill(o.begin(), o.end(), 0.0f);
+            for (int64_t j = 0; j < T; ++j) {
+              const float w = p[size_t(j)] / sum;
+              const float* vj = v.data() + j * hd;
+              for (int64_t d = 0; d < hd; ++d) o[size_t(d)] += w * vj[d];
+            }
+            std::byte* dst = A.get() + size_t((s.begin + i) * D + h * hd) * es;
+            if (dt == DType::f32) std::memcpy(dst, o.data(), size_t(hd) * 4);
+            else to_bf16_row(o.data(), reinterpret_cast<uint16_t*>(dst), hd);
+          }
+        }
+      }
+    }
     attention_time += std::chrono::steady_clock::now() - t_att;
     GemmArgs o = linear_args(A.get(), dt, N, l.out_w, &l.out_b, x, DType::f32);
     o.accumulate = true;
