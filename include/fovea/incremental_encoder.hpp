@@ -31,7 +31,7 @@
 //   * the attention bound (bound_attention): a kept token's input did not move, but the keys
 //     and values it attends to did (the recomputed tokens'). Eventful reuse ignores that, and on
 //     a trained tower, whose attention is contextual, the error then grows frame after frame
-//     (measured: docs/video.md). Here every token's query, its softmax normaliser and its
+//     (measured: docs/how-to/video.md). Here every token's query, its softmax normaliser and its
 //     attention output are kept per layer and brought up to date whenever keys and values
 //     change: for the rows R whose keys and values moved from (k, v) to (k', v'),
 //       z = 1 + Σ_R e^(q·k'/√d − lse) − Σ_R e^(q·k/√d − lse),
