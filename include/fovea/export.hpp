@@ -10,7 +10,7 @@
 // private headers (src/<stage>/*.hpp), which are not installed: what they declare stays inside
 // the library. The shared library's linker script (cmake/fovea.version) exports nothing
 // outside namespace fovea, and the test build.symbols checks the exported list against
-// tests/build/fovea.symbols (docs/api-stability.md).
+// tests/build/fovea.symbols (docs/reference/api-stability.md).
 //
 // The same attributes are harmless in a program that includes the headers or links the static
 // libraries: default visibility is what a declaration has without them.

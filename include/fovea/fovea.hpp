@@ -7,7 +7,7 @@
 //   params.alloc.budget_tokens = 256;
 //   fovea::Tokenization t = fovea::tokenize(fovea::load_image("in.jpg"), q, params, exec);
 //
-// What is stable and what is not: docs/api-stability.md. The single headers stay: a program
+// What is stable and what is not: docs/reference/api-stability.md. The single headers stay: a program
 // may include only what it uses.
 #pragma once
 #include "fovea/export.hpp"
