@@ -42,7 +42,7 @@ struct FileKind {
   std::string description;
   bool known() const { return !description.empty(); }
 };
-// Deprecated: internal helpers, removed from the API in the next release. `head`: a file's
+// Deprecated: internal functions, removed from the API in the next release. `head`: a file's
 // first bytes (up to 512 are read); the path form reads them (unknown when it cannot).
 [[deprecated("internal to fovea")]] FileKind identify_file(std::span<const uint8_t> head);
 [[deprecated("internal to fovea")]] FileKind identify_file(const std::string& path);
