@@ -8,7 +8,7 @@ windows foveation of a 2592x1944 photo with a fixation at a budget of 1,024 merg
 tokens and time beside the native encode's token count.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/native_speed.py [--rounds 2] [--layers 32] [--no-foveated] [--fp32]
-        [--out bench/results/native/qwen2_5_vl_7b.txt]
+        [--out FILE.txt]
 
 The checkpoint (BF16, ~1.3 GB) is written to a temporary directory and removed afterwards.
 """
