@@ -39,6 +39,7 @@
 #if FOVEA_BUILT_WITH_ENCODER
 #include "fovea/encoder.hpp"
 #include "fovea/incremental_encoder.hpp"
+#include "fovea/native.hpp"
 #endif
 #if FOVEA_BUILT_WITH_ENCODER && FOVEA_BUILT_WITH_FFMPEG
 #include "fovea/video.hpp"

@@ -24,6 +24,7 @@
 //
 // Thread safety: as encode() (encoder.hpp).
 #pragma once
+#include "fovea/export.hpp"
 
 #include <array>
 #include <cstdint>
@@ -38,6 +39,7 @@
 #include "fovea/tensor.hpp"
 #include "fovea/view.hpp"
 
+FOVEA_API_BEGIN
 namespace fovea {
 
 // An image's patch grid: t frames (temporal patches), h rows, w columns of patches.
@@ -155,3 +157,4 @@ std::vector<NativeInput> native_window_inputs(const VitModel& model, const Image
 inline bool is_native(const VitModel& model) { return model.config().native.enabled(); }
 
 }  // namespace fovea
+FOVEA_API_END
