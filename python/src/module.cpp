@@ -47,8 +47,6 @@ using namespace fovea;
 
 namespace {
 
-Error bad(const std::string& m) { return Error(Errc::invalid_argument, m); }
-
 // ---- numpy <-> fovea ---------------------------------------------------------------------------
 
 py::dtype numpy_dtype(DType t) {
@@ -208,19 +206,19 @@ py::array vector_view(const std::vector<T>& v, std::vector<py::ssize_t> shape, p
 // ---- checks the CLI does on its flags, for keyword arguments --------------------------------
 
 void check_params(const TokenizeParams& p) {
-  if (p.patch_px < 2 || p.patch_px > 256) throw bad("patch must be in [2, 256], got " + std::to_string(p.patch_px));
+  if (p.patch_px < 2 || p.patch_px > 256) throw fovea::invalid_argument("patch must be in [2, 256], got " + std::to_string(p.patch_px));
   if (p.alloc.budget_tokens < 1 || p.alloc.budget_tokens > (1 << 24))  // the CLI's --budget range
-    throw bad("budget must be in [1, 16777216] tokens, got " + std::to_string(p.alloc.budget_tokens));
-  if (!(p.alloc.sharpness >= 0.5f && p.alloc.sharpness <= 4.0f)) throw bad("sharpness must be in [0.5, 4]");
-  if (p.alloc.max_level < -1 || p.alloc.max_level > 24) throw bad("max_level must be in [-1, 24]");
-  if (!std::isfinite(p.relevance.e0) || p.relevance.e0 <= 0) throw bad("e0 must be a number > 0");
-  if (!(p.relevance.fine_bias >= 0 && p.relevance.fine_bias <= 4)) throw bad("fine_bias must be in [0, 4]");
-  if (!(p.relevance.detail_focus >= 0 && p.relevance.detail_focus <= 4)) throw bad("detail_focus must be in [0, 4]");
-  if (!(p.relevance.fixation_spread > 0 && p.relevance.fixation_spread <= 1)) throw bad("fixation_spread must be in (0, 1]");
-  if (p.alloc.lookahead < 1 || p.alloc.lookahead > 8) throw bad("lookahead must be in [1, 8]");
+    throw fovea::invalid_argument("budget must be in [1, 16777216] tokens, got " + std::to_string(p.alloc.budget_tokens));
+  if (!(p.alloc.sharpness >= 0.5f && p.alloc.sharpness <= 4.0f)) throw fovea::invalid_argument("sharpness must be in [0.5, 4]");
+  if (p.alloc.max_level < -1 || p.alloc.max_level > 24) throw fovea::invalid_argument("max_level must be in [-1, 24]");
+  if (!std::isfinite(p.relevance.e0) || p.relevance.e0 <= 0) throw fovea::invalid_argument("e0 must be a number > 0");
+  if (!(p.relevance.fine_bias >= 0 && p.relevance.fine_bias <= 4)) throw fovea::invalid_argument("fine_bias must be in [0, 4]");
+  if (!(p.relevance.detail_focus >= 0 && p.relevance.detail_focus <= 4)) throw fovea::invalid_argument("detail_focus must be in [0, 4]");
+  if (!(p.relevance.fixation_spread > 0 && p.relevance.fixation_spread <= 1)) throw fovea::invalid_argument("fixation_spread must be in (0, 1]");
+  if (p.alloc.lookahead < 1 || p.alloc.lookahead > 8) throw fovea::invalid_argument("lookahead must be in [1, 8]");
   const RelevanceWeights& w = p.relevance.weights;
   for (float v : {w.information, w.saliency, w.query, w.floor, w.detail})
-    if (!std::isfinite(v) || v < 0) throw bad("weights must be finite and >= 0");
+    if (!std::isfinite(v) || v < 0) throw fovea::invalid_argument("weights must be finite and >= 0");
 }
 
 // Fixations mean what the CLI's --fixation X,Y[,R[,WEIGHT]] means: (x, y), (x, y, radius) or
@@ -229,20 +227,20 @@ Query make_query(const std::vector<std::vector<float>>& fixations, const std::ve
   Query q;
   for (const auto& v : fixations) {
     if (v.size() < 2 || v.size() > 4)
-      throw bad("a fixation is (x, y), (x, y, radius) or (x, y, radius, weight), as the CLI's --fixation X,Y[,R[,WEIGHT]]; "
+      throw fovea::invalid_argument("a fixation is (x, y), (x, y, radius) or (x, y, radius, weight), as the CLI's --fixation X,Y[,R[,WEIGHT]]; "
                 "got " + std::to_string(v.size()) + " values");
     for (float f : v)
-      if (!std::isfinite(f)) throw bad("fixation values must be finite");
-    if (v.size() >= 3 && v[2] < 0) throw bad("fixation radius must be >= 0");
-    if (v.size() == 4 && v[3] < 0) throw bad("fixation weight must be >= 0");
+      if (!std::isfinite(f)) throw fovea::invalid_argument("fixation values must be finite");
+    if (v.size() >= 3 && v[2] < 0) throw fovea::invalid_argument("fixation radius must be >= 0");
+    if (v.size() == 4 && v[3] < 0) throw fovea::invalid_argument("fixation weight must be >= 0");
     q.fixations.push_back({v[0], v[1], v.size() == 4 ? v[3] : 1.0f, v.size() >= 3 ? v[2] : 0.0f});
   }
   for (const auto& v : regions) {
-    if (v.size() != 4 && v.size() != 5) throw bad("a region is (x0, y0, x1, y1) or (x0, y0, x1, y1, weight)");
+    if (v.size() != 4 && v.size() != 5) throw fovea::invalid_argument("a region is (x0, y0, x1, y1) or (x0, y0, x1, y1, weight)");
     for (float f : v)
-      if (!std::isfinite(f)) throw bad("region values must be finite");
-    if (!(v[2] > v[0]) || !(v[3] > v[1])) throw bad("a region needs x1 > x0 and y1 > y0");
-    if (v.size() == 5 && v[4] < 0) throw bad("region weight must be >= 0");
+      if (!std::isfinite(f)) throw fovea::invalid_argument("region values must be finite");
+    if (!(v[2] > v[0]) || !(v[3] > v[1])) throw fovea::invalid_argument("a region needs x1 > x0 and y1 > y0");
+    if (v.size() == 5 && v[4] < 0) throw fovea::invalid_argument("region weight must be >= 0");
     q.regions.push_back({v[0], v[1], v[2], v[3], v.size() == 5 ? v[4] : 1.0f});
   }
   return q;
@@ -252,20 +250,20 @@ DType parse_dtype(const std::string& s) {
   if (s == "f32" || s == "float32") return DType::f32;
   if (s == "f16" || s == "float16") return DType::f16;
   if (s == "u8" || s == "uint8") return DType::u8;
-  throw bad("dtype must be 'f32', 'f16' or 'u8', got '" + s + "'");
+  throw fovea::invalid_argument("dtype must be 'f32', 'f16' or 'u8', got '" + s + "'");
 }
 
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::fp32;
   if (s == "bf16") return Precision::bf16;
   if (s == "int8") return Precision::int8;
-  throw bad("precision must be 'fp32', 'bf16' or 'int8', got '" + s + "'");
+  throw fovea::invalid_argument("precision must be 'fp32', 'bf16' or 'int8', got '" + s + "'");
 }
 
 // Video sessions' incremental encoder runs fp32 or bf16.
 Precision parse_video_precision(const std::string& s) {
   const Precision p = parse_precision(s);
-  if (p == Precision::int8) throw bad("precision='int8' is for image encodes; video sessions encode in 'fp32' or 'bf16'");
+  if (p == Precision::int8) throw fovea::invalid_argument("precision='int8' is for image encodes; video sessions encode in 'fp32' or 'bf16'");
   return p;
 }
 
@@ -281,17 +279,17 @@ void warn_if_precision_falls_back(Precision asked) {
 }
 
 ExecConfig exec_config(int threads) {
-  if (threads < 0 || threads > 1024) throw bad("threads must be in [0, 1024] (0: one per hardware thread)");
+  if (threads < 0 || threads > 1024) throw fovea::invalid_argument("threads must be in [0, 1024] (0: one per hardware thread)");
   return ExecConfig{.threads = threads};
 }
 
 std::vector<float> query_vector(const py::object& q) {
   py::array_t<float, py::array::c_style | py::array::forcecast> a(q);
   const bool row = a.ndim() == 2 && a.shape(0) == 1;
-  if (!(row || a.ndim() == 1) || a.shape(a.ndim() - 1) < 1) throw bad("query_embedding must be [D] or [1, D] with D >= 1");
+  if (!(row || a.ndim() == 1) || a.shape(a.ndim() - 1) < 1) throw fovea::invalid_argument("query_embedding must be [D] or [1, D] with D >= 1");
   std::vector<float> v(a.data(), a.data() + a.shape(a.ndim() - 1));
   for (float f : v)
-    if (!std::isfinite(f)) throw bad("query_embedding has a non-finite value");
+    if (!std::isfinite(f)) throw fovea::invalid_argument("query_embedding has a non-finite value");
   return v;
 }
 
@@ -311,23 +309,23 @@ TokenizeParams build_params(std::optional<int> budget, std::optional<int> patch,
   // The model's input contract (patch size, normalisation) unless the arguments say otherwise,
   // as the CLI's encode does.
   if (vit && patch && *patch != vit->config().patch_px)
-    throw bad("patch " + std::to_string(*patch) + " does not match the model's " +
+    throw fovea::invalid_argument("patch " + std::to_string(*patch) + " does not match the model's " +
               std::to_string(vit->config().patch_px) + "-px patches");
   p.patch_px = patch ? *patch : vit ? vit->config().patch_px : 16;
   p.uniform = uniform;
   // foveation "": the model's default with a model (fovea encode's), mixed without one.
   p.foveation = !foveation.empty() ? parse_foveation(foveation) : vit ? default_foveation(*vit) : Foveation::mixed;
-  if (uniform && foveation == "windows") throw bad("uniform and foveation='windows' exclude each other");
+  if (uniform && foveation == "windows") throw fovea::invalid_argument("uniform and foveation='windows' exclude each other");
   const bool windowed = !uniform && p.foveation == Foveation::windows;
   if (!windowed && (window_grid || keep_covered))
-    throw bad(std::string(window_grid ? "window_grid" : "keep_covered") + " needs foveation='windows'");
+    throw fovea::invalid_argument(std::string(window_grid ? "window_grid" : "keep_covered") + " needs foveation='windows'");
   if (window_grid && (*window_grid < 1 || *window_grid > 256))
-    throw bad("window_grid must be in [1, 256] tokens a side, got " + std::to_string(*window_grid));
+    throw fovea::invalid_argument("window_grid must be in [1, 256] tokens a side, got " + std::to_string(*window_grid));
   p.windows.grid = window_grid ? *window_grid
                    : vit       ? vit->config().grid
                                : std::max(1, int(std::lround(224.0 / p.patch_px)));
   p.windows.keep_covered = keep_covered;
-  if (windowed && max_level != -1) throw bad("max_level shapes the mixed foveation's quadtree; foveation='windows' has none");
+  if (windowed && max_level != -1) throw fovea::invalid_argument("max_level shapes the mixed foveation's quadtree; foveation='windows' has none");
   p.alloc.budget_tokens = budget ? *budget : windowed ? 2 * p.windows.grid * p.windows.grid : 273;
   p.alloc.max_level = max_level;
   if (sharpness) p.alloc.sharpness = *sharpness;
@@ -343,13 +341,13 @@ TokenizeParams build_params(std::optional<int> budget, std::optional<int> patch,
     else if (k == "query" || k == "q") w.query = v;
     else if (k == "floor") w.floor = v;
     else if (k == "detail") w.detail = v;
-    else throw bad("weights: unknown key '" + k + "' (detail, information, saliency, query, floor)");
+    else throw fovea::invalid_argument("weights: unknown key '" + k + "' (detail, information, saliency, query, floor)");
   }
   p.extract.dtype = parse_dtype(dtype);
   p.extract.norm.enabled = normalize;
   auto rgb = [](const std::optional<std::vector<float>>& v, const char* name, std::array<float, 3>& dst) {
     if (!v) return;
-    if (v->size() != 3) throw bad(std::string(name) + " needs three values (R, G, B)");
+    if (v->size() != 3) throw fovea::invalid_argument(std::string(name) + " needs three values (R, G, B)");
     std::copy(v->begin(), v->end(), dst.begin());
   };
   if (vit && normalize) {
@@ -392,7 +390,7 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, std::optional<int
 
   const bool query_features = !query_embedding.is_none();
   if (query_features) {
-    if (!vit) throw bad("query_embedding needs model= (the tile features come from its patch embedding)");
+    if (!vit) throw fovea::invalid_argument("query_embedding needs model= (the tile features come from its patch embedding)");
     out->query.embedding = query_vector(query_embedding);
   }
 
@@ -448,7 +446,7 @@ std::unique_ptr<PyTokens> tokenize_py(const py::object& image, std::optional<int
 
 CacheKey cache_key_of(const py::bytes& key) {
   const std::string_view k = key;
-  if (k.size() != 32) throw bad("a cache key is 32 bytes (TokenCache.key)");
+  if (k.size() != 32) throw fovea::invalid_argument("a cache key is 32 bytes (TokenCache.key)");
   CacheKey out;
   std::memcpy(out.digest.data(), k.data(), 32);
   return out;
@@ -488,7 +486,7 @@ std::vector<std::unique_ptr<PyEncoding>> encode_many_py(const VitModel& model, c
     if (!py::isinstance<PyTokens>(h)) throw py::type_error("encode_many takes a list of fovea.Tokens");
     const PyTokens& t = h.cast<const PyTokens&>();
     if (t.params.extract.dtype == DType::u8)
-      throw bad("u8 patches are not normalised; tokenize with dtype='f32' or 'f16' to encode");
+      throw fovea::invalid_argument("u8 patches are not normalised; tokenize with dtype='f32' or 'f16' to encode");
     images.push_back({&t.t.batch, t.width, t.height});
     refs.push_back(py::reinterpret_borrow<py::object>(h));
   }
@@ -656,7 +654,7 @@ Reuse parse_reuse(const std::optional<std::string>& r, bool have_model) {
   if (*r == "off") return Reuse::off;
   if (*r == "exact") return Reuse::exact;
   if (*r == "incremental") return Reuse::incremental;
-  throw bad("reuse must be 'incremental', 'exact' or 'off', got '" + *r + "'");
+  throw fovea::invalid_argument("reuse must be 'incremental', 'exact' or 'off', got '" + *r + "'");
 }
 
 // fovea.VideoSession: frames handed in one at a time (a camera, a service's session) instead of
@@ -680,13 +678,13 @@ std::unique_ptr<PyVideoSession> video_session_py(const py::object& model, int bu
   VideoParams vp;
   vp.tokenize = build_params(budget, patch, false, -1, {}, std::nullopt, std::nullopt, dtype, std::nullopt, std::nullopt,
                              true, vit, std::nullopt, std::nullopt, std::nullopt, std::nullopt, prep);
-  if (keyframe < 0) throw bad("keyframe must be >= 0");
-  if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("threshold must be a number >= 0");
-  if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw bad("token_threshold must be >= 0");
-  if (!(hysteresis >= 0)) throw bad("hysteresis must be >= 0");
-  if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw bad("refresh_fraction must be in (0, 1]");
+  if (keyframe < 0) throw fovea::invalid_argument("keyframe must be >= 0");
+  if (!(threshold >= 0) || !std::isfinite(threshold)) throw fovea::invalid_argument("threshold must be a number >= 0");
+  if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw fovea::invalid_argument("token_threshold must be >= 0");
+  if (!(hysteresis >= 0)) throw fovea::invalid_argument("hysteresis must be >= 0");
+  if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw fovea::invalid_argument("refresh_fraction must be in (0, 1]");
   if (vit && vp.tokenize.extract.dtype == DType::u8)
-    throw bad("dtype 'u8' patches are not normalised; a model needs 'f32' or 'f16'");
+    throw fovea::invalid_argument("dtype 'u8' patches are not normalised; a model needs 'f32' or 'f16'");
   vp.reuse = parse_reuse(reuse, vit.has_value());
   vp.change_threshold = threshold;
   vp.keyframe_interval = keyframe;
@@ -743,18 +741,18 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   VideoParams vp;
   vp.tokenize = build_params(budget, patch, false, max_level, weights, e0, sharpness, dtype, mean, std_, normalize, vit,
                              fine_bias, detail_focus, fixation_spread, lookahead, prep);
-  if (every < 0) throw bad("every must be >= 1");
-  if (every > 0 && fps > 0) throw bad("every and fps are exclusive");
-  if (fps < 0 || !std::isfinite(fps)) throw bad("fps must be > 0");
-  if (max_frames < 0) throw bad("max_frames must be >= 1");
-  if (keyframe < 0) throw bad("keyframe must be >= 0");
-  if (group < 1 || group > 1024) throw bad("group must be 1..1024 frames");
-  if (!(threshold >= 0) || !std::isfinite(threshold)) throw bad("threshold must be a number >= 0");
-  if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw bad("token_threshold must be >= 0");
-  if (!(hysteresis >= 0)) throw bad("hysteresis must be >= 0");
-  if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw bad("refresh_fraction must be in (0, 1]");
+  if (every < 0) throw fovea::invalid_argument("every must be >= 1");
+  if (every > 0 && fps > 0) throw fovea::invalid_argument("every and fps are exclusive");
+  if (fps < 0 || !std::isfinite(fps)) throw fovea::invalid_argument("fps must be > 0");
+  if (max_frames < 0) throw fovea::invalid_argument("max_frames must be >= 1");
+  if (keyframe < 0) throw fovea::invalid_argument("keyframe must be >= 0");
+  if (group < 1 || group > 1024) throw fovea::invalid_argument("group must be 1..1024 frames");
+  if (!(threshold >= 0) || !std::isfinite(threshold)) throw fovea::invalid_argument("threshold must be a number >= 0");
+  if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw fovea::invalid_argument("token_threshold must be >= 0");
+  if (!(hysteresis >= 0)) throw fovea::invalid_argument("hysteresis must be >= 0");
+  if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw fovea::invalid_argument("refresh_fraction must be in (0, 1]");
   if (have_model && vp.tokenize.extract.dtype == DType::u8)
-    throw bad("dtype 'u8' patches are not normalised; a model needs 'f32' or 'f16'");
+    throw fovea::invalid_argument("dtype 'u8' patches are not normalised; a model needs 'f32' or 'f16'");
   vp.reuse = parse_reuse(reuse, have_model);
   vp.change_threshold = threshold;
   vp.keyframe_interval = keyframe;
@@ -1066,9 +1064,9 @@ PYBIND11_MODULE(_fovea, m) {
   m.def(
       "encode_image",
       [](const py::array& image, const std::string& format, int quality, int max_side) {
-        if (format != "png" && format != "jpeg") throw bad("format must be 'png' or 'jpeg', got '" + format + "'");
-        if (quality < 1 || quality > 100) throw bad("quality must be in [1, 100]");
-        if (max_side < 0) throw bad("max_side must be >= 0");
+        if (format != "png" && format != "jpeg") throw fovea::invalid_argument("format must be 'png' or 'jpeg', got '" + format + "'");
+        if (quality < 1 || quality > 100) throw fovea::invalid_argument("quality must be in [1, 100]");
+        if (max_side < 0) throw fovea::invalid_argument("max_side must be >= 0");
         const ImageViewU8 v = array_view(image);  // `image` keeps the pixels alive below
         std::vector<uint8_t> out;
         {
@@ -1213,7 +1211,7 @@ PYBIND11_MODULE(_fovea, m) {
       .def(
           "save",
           [](const PyEncoding& e, const py::object& path) {
-            if (e.tokens.is_none()) throw bad("save needs the Tokens the encoding came from (encode a Tokens object)");
+            if (e.tokens.is_none()) throw fovea::invalid_argument("save needs the Tokens the encoding came from (encode a Tokens object)");
             const PyTokens& t = e.tokens.cast<const PyTokens&>();
             const std::string p = fs_path(path);
             py::gil_scoped_release nogil;
@@ -1225,7 +1223,7 @@ PYBIND11_MODULE(_fovea, m) {
       .def(
           "to_bytes",
           [](const PyEncoding& e) {
-            if (e.tokens.is_none()) throw bad("to_bytes needs the Tokens the encoding came from (encode a Tokens object)");
+            if (e.tokens.is_none()) throw fovea::invalid_argument("to_bytes needs the Tokens the encoding came from (encode a Tokens object)");
             const PyTokens& t = e.tokens.cast<const PyTokens&>();
             std::vector<uint8_t> b;
             {
@@ -1248,10 +1246,10 @@ PYBIND11_MODULE(_fovea, m) {
     EncodeParams ep{.precision = out->precision, .attention = out->attention};
     if (py::isinstance<PyTokens>(tokens)) {
       if (!positions.is_none() || !image_size.is_none())
-        throw bad("positions and image_size come from the Tokens; pass them only with a patches array");
+        throw fovea::invalid_argument("positions and image_size come from the Tokens; pass them only with a patches array");
       const PyTokens& t = tokens.cast<const PyTokens&>();
       if (t.params.extract.dtype == DType::u8)
-        throw bad("u8 patches are not normalised; tokenize with dtype='f32' or 'f16' to encode");
+        throw fovea::invalid_argument("u8 patches are not normalised; tokenize with dtype='f32' or 'f16' to encode");
       ep.image_width = t.width;
       ep.image_height = t.height;
       out->tokens = tokens;
@@ -1262,7 +1260,7 @@ PYBIND11_MODULE(_fovea, m) {
       // Raw arrays: patches [N, C, P, P] float32/float16 and positions [N, 4] float32, read in place.
       if (!py::isinstance<py::array>(tokens)) throw py::type_error("encode takes a fovea.Tokens or a patches array");
       if (positions.is_none() || image_size.is_none())
-        throw bad("encoding a patches array needs positions= ([N, 4] float32) and image_size=(width, height)");
+        throw fovea::invalid_argument("encoding a patches array needs positions= ([N, 4] float32) and image_size=(width, height)");
       py::array pa = tokens.cast<py::array>();
       py::array qa = positions.cast<py::array>();
       const auto pd = fovea_dtype(pa.dtype());
@@ -1335,7 +1333,7 @@ PYBIND11_MODULE(_fovea, m) {
       .def(py::init([](int64_t budget_bytes, const py::object& secret) {
              if (secret.is_none()) return std::make_unique<TokenCache>(budget_bytes);
              const std::string s = secret.cast<py::bytes>();
-             if (s.size() != 32) throw bad("secret must be 32 bytes");
+             if (s.size() != 32) throw fovea::invalid_argument("secret must be 32 bytes");
              CacheSecret cs;
              std::memcpy(cs.bytes.data(), s.data(), 32);
              return std::make_unique<TokenCache>(budget_bytes, cs);
@@ -1402,11 +1400,11 @@ PYBIND11_MODULE(_fovea, m) {
       .def(py::init([](const py::object& path_obj, int every, std::optional<double> fps, std::optional<int64_t> max_frames,
                        int threads, uint64_t max_pixels, bool quiet, bool autorotate) {
              const std::string path = fs_path(path_obj);
-             if (every < 1) throw bad("every must be >= 1");
-             if (fps && !(*fps > 0 && std::isfinite(*fps))) throw bad("fps must be > 0");
-             if (fps && every != 1) throw bad("every and fps are exclusive");
-             if (max_frames && *max_frames < 1) throw bad("max_frames must be >= 1");
-             if (threads < 0) throw bad("threads must be >= 0");
+             if (every < 1) throw fovea::invalid_argument("every must be >= 1");
+             if (fps && !(*fps > 0 && std::isfinite(*fps))) throw fovea::invalid_argument("fps must be > 0");
+             if (fps && every != 1) throw fovea::invalid_argument("every and fps are exclusive");
+             if (max_frames && *max_frames < 1) throw fovea::invalid_argument("max_frames must be >= 1");
+             if (threads < 0) throw fovea::invalid_argument("threads must be >= 0");
              auto r = std::make_unique<PyVideoReader>();
              r->keep = frame_sampler(every > 1 ? every : 0, fps ? *fps : 0.0);
              r->max_frames = max_frames ? *max_frames : 0;
@@ -1573,7 +1571,7 @@ PYBIND11_MODULE(_fovea, m) {
         std::vector<py::array> keep;
         for (const auto& [k, v] : tensors) {
           const std::string name = py::str(k);
-          if (name == "__metadata__") throw bad("'__metadata__' is reserved; pass metadata=");
+          if (name == "__metadata__") throw fovea::invalid_argument("'__metadata__' is reserved; pass metadata=");
           py::array a = py::array::ensure(v);
           if (!a) throw py::type_error("tensor '" + name + "' is not an array");
           const auto dt = fovea_dtype(a.dtype());
