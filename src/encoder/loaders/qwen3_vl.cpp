@@ -64,7 +64,7 @@ class Qwen3VlLoader final : public ModelLoader {
       throw bad(p + "pos_embed.weight is " + shape_str(pos->shape) + ", not [G·G, " + std::to_string(D) + "]");
     c.grid = square_side(pos->shape[0], path, p + "pos_embed.weight");
     const auto f0 = w.info(p + "merger.linear_fc1.weight"), f2 = w.info(p + "merger.linear_fc2.weight");
-    if (!f2 || f0->shape.size() != 2 || f2->shape.size() != 2)
+    if (!f0 || !f2 || f0->shape.size() != 2 || f2->shape.size() != 2)
       throw bad("the merger needs " + p + "merger.linear_fc1.weight and linear_fc2.weight (matrices)");
     const int64_t U = f0->shape[1];
     const int merge = int(std::lround(std::sqrt(double(U) / double(D))));
