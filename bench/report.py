@@ -209,7 +209,18 @@ def derived(bench, rows):
 def machine_line(doc):
     m = doc["machine"]
     flags = ", ".join(f for f in m.get("flags", []) if f.startswith(("avx512_bf16", "amx", "avx512f", "avx2")))
-    return f"{m['cpu_model']} ({m['cpu_class']}{'; ' + flags if flags else ''})"
+    model = m["cpu_model"] if m.get("cpu_model") not in (None, "", "not recorded") else "CPU model not recorded"
+    klass = m["cpu_class"] if m["cpu_class"] not in ("unknown",) else "class unknown"
+    return f"{model} ({klass}; {flags if flags else 'flags not recorded'})"
+
+
+def command_text(doc):
+    """The command, with how it was found when the result did not record it itself."""
+    how = (doc.get("provenance") or {}).get("command")
+    cmd = doc["command"]
+    if cmd.startswith("not recorded"):
+        return "not recorded"
+    return f"`{cmd}`" + (f" ({how})" if how and how != "the file's own" else "")
 
 
 def footnote(n, path, doc):
@@ -225,7 +236,7 @@ def footnote(n, path, doc):
                 f"the commit is {how.get('commit', 'unknown')}, the date {how.get('date', 'unknown')}"
                 f", the machine from {how.get('machine', 'unknown')}.")
     return (f"[^{n}]: {doc['date'][:10]}, commit {commit}; {machine_line(doc)}; threads {th}; load average {load}; "
-            f"{v}. Command: `{doc['command']}`. File: [`{path}`](../../{path}).{conv}")
+            f"{v}. Command: {command_text(doc)}. File: [`{path}`](../../{path}).{conv}")
 
 
 def ratio_notes(cols):
@@ -332,7 +343,8 @@ def render():
                     for c, text in rn:
                         n += 1
                         out.append(f"- `{c}`[^{n}]")
-                        notes.append(f"[^{n}]: `{c}`: {text}.")
+                        notes.append(f"[^{n}]: `{c}`: {text}. Measured on {machine_line(doc)}, "
+                                     f"commit `{doc['commit'][:10]}`; command: {command_text(doc)}.")
             else:
                 out.append(f"No rows: the run's printed output is kept in the file. [^{t}]")
             out.append("")
