@@ -116,6 +116,24 @@ BENCHES = {
                   "memcpy of the same bytes, interleaved.",
         "columns": [r"^case$", r"^median_ms$"],
     },
+    "tokenize": {
+        "title": "Tokenize: foveated and uniform against torch and OpenCV preprocessing",
+        "script": "bench/tokenize_bench.py",
+        "method": "A 1024×1024 photo (decode excluded) tokenized at B = 273 and 1024: fovea's foveated and "
+                  "uniform pipelines (Google Benchmark, `bench_tokenize`) against the uniform preprocessing a VLM "
+                  "does in torch (bilinear + antialias) and OpenCV (INTER_AREA): resize so a 16-px grid holds at "
+                  "most B tokens, CLIP-normalise, cut into patches; medians of `--reps`, same run.",
+        "columns": [r"^budget$", r"^pipeline$", r"^median_ms$", r"^vs_fovea_foveated$"],
+    },
+    "encode_many": {
+        "title": "One encoder call for several images",
+        "script": "bench/encode_many_bench.py",
+        "method": "`Model.encode_many` on 8 foveated images against one `encode_full` per image, alternated, best "
+                  "of `--repeats`; `many_over_full` is encode_many's time over the per-image calls' (lower: "
+                  "encode_many faster).",
+        "columns": [r"^model$", r"^precision$", r"^budget$", r"^images$", r"^encode_full_ms$", r"^encode_many_ms$",
+                    r"^many_over_full$"],
+    },
     "batch": {
         "title": "Batch: the CLI, Python loops and Dask",
         "script": "bench/batch_bench.py",
@@ -127,6 +145,10 @@ BENCHES = {
 
 # What a ratio column compares, for its footnote.
 RATIO_NOTES = [
+    (r"vs_fovea_foveated", "this pipeline's median time over fovea's foveated tokenize at the same budget, same run "
+                           "(above 1: fovea's foveated tokenize faster)"),
+    (r"many_over_full", "one encode_many call's time over one encode_full per image, same images, alternated "
+                        "(below 1: encode_many faster)"),
     (r"wall_ratio", "torch's wall time over fovea's for the same image, both started as fresh processes in the same "
                     "round (higher: fovea faster)"),
     (r"cpu_ratio", "torch's CPU time (user + system) over fovea's, same rounds"),
@@ -307,6 +329,8 @@ def render():
            "/usr/bin/python3 bench/serve_bench.py --save              # the service vs the batch CLI",
            "/usr/bin/python3 bench/batch_bench.py --build-dir build --save",
            "/usr/bin/python3 bench/pyramid.py --build-dir build --save",
+           "/usr/bin/python3 bench/tokenize_bench.py --build-dir build --save   # tokenize vs torch and OpenCV",
+           "PYTHONPATH=build/python /usr/bin/python3 bench/encode_many_bench.py --save",
            "/usr/bin/python3 bench/eval/eval.py --cli build/fovea --out /tmp/eval --save   # OCR token efficiency (~20 min)",
            "PYTHONPATH=build/python /usr/bin/python3 bench/fidelity.py --model CKPT --save",
            "/usr/bin/python3 bench/report.py                          # this page",
