@@ -134,6 +134,16 @@ BENCHES = {
         "columns": [r"^model$", r"^precision$", r"^budget$", r"^images$", r"^encode_full_ms$", r"^encode_many_ms$",
                     r"^many_over_full$"],
     },
+    "store": {
+        "title": "The paged token store",
+        "script": "bench/store_bench.py",
+        "method": "`fovea store-bench`: eight images of 1024 dense tokens with a kept subset each, stored in "
+                  "64 KiB pages; the pages they need against dense storage (a count, the same on every machine), "
+                  "a frame's page binds merged against one at a time, the gather against memcpy of the same "
+                  "bytes, and the pages each codec needs.",
+        "columns": [r"^set$", r"^backend$", r"^codec$", r"^mode$", r"^pages$", r"^resident_bytes$",
+                    r"^resident_vs_dense_fp32$|^saved_fraction$", r"merged_vs_single$|^speedup_vs_single$"],
+    },
     "batch": {
         "title": "Batch: the CLI, Python loops and Dask",
         "script": "bench/batch_bench.py",
@@ -147,6 +157,9 @@ BENCHES = {
 RATIO_NOTES = [
     (r"vs_fovea_foveated", "this pipeline's median time over fovea's foveated tokenize at the same budget, same run "
                            "(above 1: fovea's foveated tokenize faster)"),
+    (r"merged_vs_single|speedup_vs_single", "one bind call's time for the pages against one call per page, same run "
+                                             "(higher: merged faster)"),
+    (r"resident_vs_dense_fp32", "the bytes the store keeps resident over dense fp32 storage of every token (a count)"),
     (r"many_over_full", "one encode_many call's time over one encode_full per image, same images, alternated "
                         "(below 1: encode_many faster)"),
     (r"wall_ratio", "torch's wall time over fovea's for the same image, both started as fresh processes in the same "
@@ -331,6 +344,7 @@ def render():
            "/usr/bin/python3 bench/pyramid.py --build-dir build --save",
            "/usr/bin/python3 bench/tokenize_bench.py --build-dir build --save   # tokenize vs torch and OpenCV",
            "PYTHONPATH=build/python /usr/bin/python3 bench/encode_many_bench.py --save",
+           "/usr/bin/python3 bench/store_bench.py --save               # the paged token store",
            "/usr/bin/python3 bench/eval/eval.py --cli build/fovea --out /tmp/eval --save   # OCR token efficiency (~20 min)",
            "PYTHONPATH=build/python /usr/bin/python3 bench/fidelity.py --model CKPT --save",
            "/usr/bin/python3 bench/report.py                          # this page",
