@@ -504,6 +504,12 @@ def recover(doc):
             how["command"] = found[1]
         else:
             how["command"] = "not recorded, and neither the file, its notes nor the pages that cited it state it"
+    orig = extra.get("original")
+    if orig is not None and (not doc["rows"] or all(set(r) <= {"set", "key"} for r in doc["rows"])):
+        rows = [{k: provenance.flat(v) for k, v in r.items()} for r in provenance.rows_from(orig)]
+        if rows and any(set(r) - {"set", "key"} for r in rows):
+            doc["rows"] = rows
+            how["rows"] = "read again from the file's original output"
     m = doc["machine"]
     if m["cpu_class"] in ("unknown", "amd-unknown") or not m.get("flags") or m.get("cpu_model") == "not recorded":
         blob = " ".join(texts + [notes, extra.get("lscpu") or "", json.dumps(extra.get("original") or "")])

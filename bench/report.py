@@ -70,8 +70,36 @@ BENCHES = {
                   "video session: each frame re-encodes only the tokens whose tiles changed. Against `--reuse off` "
                   "(every frame's layout encoded in full), a full foveated re-encode, and torch's uniform "
                   "per-frame encode, in the same run.",
-        "columns": [r"^key$", r"^set$", r"incremental_ms$", r"incremental_steady_ms$", r"off_ms$", r"full_ms$",
-                    r"cosine_mean$", r"reuse_rate$"],
+        "columns": [r"^key$", r"^set$", r"^clip$", r"^model$", r"^setting$", r"incremental_ms$",
+                    r"incremental_steady_ms$", r"off_ms$", r"full_ms$", r"^speedup_mean_time$", r"cosine_mean$",
+                    r"reuse_rate$"],
+    },
+    "video-real": {
+        "title": "Video on a pretrained tower",
+        "script": "bench/video_bench.py",
+        "method": "The video benchmark on held-out clips (not used by any test) with a pretrained ViT-Ti/16 beside "
+                  "random weights of its shape: `--reuse incremental` against `--reuse off` (every frame's layout "
+                  "encoded in full), alternated over rounds; `speedup_mean_time` is off's mean time per frame "
+                  "over incremental's, `cosine_mean` each frame's tokens against a full encode.",
+        "columns": [r"^clip$", r"^model$", r"^setting$", r"^incremental_ms$", r"^off_ms$", r"^speedup_mean_time$",
+                    r"^cosine_mean$", r"^reuse_rate$"],
+    },
+    "int8": {
+        "title": "int8 precision: fidelity against fp32",
+        "script": "bench/int8_fidelity.py",
+        "method": "Per-token cosine of bf16 and int8 encodes against fp32 on the same tokens: a pretrained "
+                  "ViT-Ti/16 on four photos, and a random ViT-B/16 whose LayerNorms carry outlier channels. The "
+                  "speed of int8 is in the encoder and one-shot sections.",
+        "columns": [r"^model$", r"^photo$", r"^precision$", r"^mean_cos$", r"^worst_cos$", r"^class_cos$",
+                    r"^top1_agrees$"],
+    },
+    "native": {
+        "title": "Native-resolution towers (Qwen2.5-VL)",
+        "script": "bench/native_speed.py",
+        "method": "A Qwen2.5-VL-7B-sized vision tower (random weights) at native resolution, fovea bf16 against "
+                  "torch fp32 in one run, and the cosine of fovea's output to torch's; the printed output is kept "
+                  "in each file ([models.md](models.md)).",
+        "columns": [],
     },
     "serve": {
         "title": "The service against the batch CLI",
@@ -160,6 +188,9 @@ RATIO_NOTES = [
     (r"merged_vs_single|speedup_vs_single", "one bind call's time for the pages against one call per page, same run "
                                              "(higher: merged faster)"),
     (r"resident_vs_dense_fp32", "the bytes the store keeps resident over dense fp32 storage of every token (a count)"),
+    (r"speedup_mean_time", "`--reuse off`'s mean time per frame over this mode's, same clip, alternated rounds "
+                           "(higher: incremental faster)"),
+    (r"mean_cos|worst_cos|class_cos", "cosine of this precision's output with fp32's on the same tokens (1: identical)"),
     (r"many_over_full", "one encode_many call's time over one encode_full per image, same images, alternated "
                         "(below 1: encode_many faster)"),
     (r"wall_ratio", "torch's wall time over fovea's for the same image, both started as fresh processes in the same "
@@ -186,11 +217,22 @@ def load_results():
     return out
 
 
-def latest_per_class(runs):
-    """{cpu_class: (path, doc)}: the latest run with rows (by date, then file name) per class."""
+def script_of(doc):
+    """What ran: the benchmark script, bench executable or fovea command the command names."""
+    if doc["command"].startswith("not recorded"):
+        return ""
+    m = re.search(r"(bench/[\w/]+\.py|(?<!\w)bench_\w+|\bfovea [a-z][\w-]*)", doc["command"])
+    return m.group(1) if m else ""
+
+
+def latest_per_class(runs, script=None):
+    """{(cpu_class, script): (path, doc)}: per class, the latest run with rows (by date, then file
+    name) of the benchmark's own script, and the latest of every other script that wrote into
+    the same folder."""
     best = {}
     for path, doc in runs:
-        k = doc["machine"]["cpu_class"]
+        s = script_of(doc)
+        k = (doc["machine"]["cpu_class"], "" if not s or s == script else s)
         key = (bool(doc["rows"]), doc["date"], path)
         if k not in best or key > best[k][0]:
             best[k] = (key, path, doc)
@@ -367,10 +409,11 @@ def render():
         runs = res[b]
         out.append(f"{len(runs)} results in `bench/results/{b}/`; the latest per CPU class:")
         out.append("")
-        for klass, (path, doc) in latest_per_class(runs).items():
+        for (klass, other), (path, doc) in latest_per_class(runs, spec.get("script")).items():
             n += 1
             t = n
-            out += [f"### {klass}: {doc['machine']['cpu_model']}, {doc['date'][:10]}", ""]
+            out += [f"### {klass}: {doc['machine']['cpu_model']}, {doc['date'][:10]}"
+                    + (f" (`{other}`)" if other else ""), ""]
             notes.append(footnote(t, path, doc))
             if doc["rows"]:
                 tbl, head = table(b, doc, t)
