@@ -313,6 +313,9 @@ STATED_COMMANDS = {
     "bench/results/amx/oneshot_after.json": (
         "/usr/bin/python3 bench/oneshot_bench.py --rounds 5 --bf16-file --baseline-build /tmp/noamx",
         "docs/benchmarks.md and docs/encoder.md at 9fb71ee^ (/tmp/noamx/fovea: the same build run with FOVEA_AMX=0)"),
+    "bench/results/icelake/oneshot_2026-12-03.json": (
+        "/usr/bin/python3 bench/oneshot_bench.py --rounds 5 --precisions fp32 --bf16-file",
+        "docs/benchmarks.md at 9fb71ee^, beside the run's numbers"),
     "bench/results/zen4-quiet/oneshot.txt": (
         "/usr/bin/python3 bench/oneshot_bench.py --rounds 5 --precisions bf16,fp32 --bf16-file",
         "docs/benchmarks.md at 9fb71ee^, beside the file's path"),
@@ -385,8 +388,11 @@ def reconstructed(doc):
         derived["no_steady"] = "steady" not in orig
         if isinstance(orig.get("rounds"), list) and orig["rounds"]:
             derived["rounds"] = len(orig["rounds"])
-        if any(not re.fullmatch(r"(fovea \w+( \(BF16 file\))?|torch .*)", n) for n in names):
+        if any(n.startswith("baseline") for n in names):
             derived["baseline_build"] = None  # ran, path not recorded
+        envs = _uniq(m.group(1) for n in names for m in [re.fullmatch(r"fovea \w+(?: \(BF16 file\))? (\w+=\S+)", n)] if m)
+        if envs:
+            derived["compare_env"] = envs
     if doc["bench"] == "video":
         if isinstance(orig.get("precisions"), list):
             derived["precision"] = ",".join(orig["precisions"])
@@ -407,7 +413,9 @@ def reconstructed(doc):
             if not flag:
                 unknown.append(opt)
             continue
-        if flag:
+        if isinstance(v, list):
+            known += [f"{opt} {shlex.quote(str(x))}" for x in v]
+        elif flag:
             if v:
                 known.append(opt)
         elif v is None:
@@ -475,6 +483,8 @@ def recover(doc):
     sources = how.get("converted_from", [])
     texts = list((extra.get("raw_output") or {}).values())
     notes = extra.get("notes") or ""
+    if how.get("command", "").startswith("reconstructed"):  # made by this function: made again
+        doc["command"] = "not recorded (converted from " + (sources[0] if sources else "an older file") + ")"
     if doc["command"].startswith("not recorded"):
         found = None
         c = stated_in_text(texts)
