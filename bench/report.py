@@ -172,6 +172,15 @@ BENCHES = {
         "columns": [r"^set$", r"^backend$", r"^codec$", r"^mode$", r"^pages$", r"^resident_bytes$",
                     r"^resident_vs_dense_fp32$|^saved_fraction$", r"merged_vs_single$|^speedup_vs_single$"],
     },
+    "compress": {
+        "title": "Token-embedding codecs: rate and distortion",
+        "script": "bench/compress_bench.py",
+        "method": "Embeddings of four photos (random ViT-B/16, B = 576) through every codec, trained on eight "
+                  "held-out photos: bytes per token, cosine to the original (mean, minimum), relative MSE, and "
+                  "how often a token's nearest neighbour is kept (`fovea compress --report`).",
+        "columns": [r"^codec$", r"^bytes_per_token$", r"^ratio_vs_fp32$", r"^mean_cosine$", r"^min_cosine$",
+                    r"^relative_mse$", r"^nn_agreement$", r"^train_ms$"],
+    },
     "batch": {
         "title": "Batch: the CLI, Python loops and Dask",
         "script": "bench/batch_bench.py",
@@ -191,6 +200,8 @@ RATIO_NOTES = [
     (r"speedup_mean_time", "`--reuse off`'s mean time per frame over this mode's, same clip, alternated rounds "
                            "(higher: incremental faster)"),
     (r"mean_cos|worst_cos|class_cos", "cosine of this precision's output with fp32's on the same tokens (1: identical)"),
+    (r"ratio_vs_fp32", "fp32's bytes per token over this codec's (a count)"),
+    (r"nn_agreement", "the share of tokens whose nearest neighbour among the tokens is the same after the codec"),
     (r"many_over_full", "one encode_many call's time over one encode_full per image, same images, alternated "
                         "(below 1: encode_many faster)"),
     (r"wall_ratio", "torch's wall time over fovea's for the same image, both started as fresh processes in the same "
@@ -387,6 +398,7 @@ def render():
            "/usr/bin/python3 bench/tokenize_bench.py --build-dir build --save   # tokenize vs torch and OpenCV",
            "PYTHONPATH=build/python /usr/bin/python3 bench/encode_many_bench.py --save",
            "/usr/bin/python3 bench/store_bench.py --save               # the paged token store",
+           "/usr/bin/python3 bench/compress_bench.py --save            # codecs for stored embeddings",
            "/usr/bin/python3 bench/eval/eval.py --cli build/fovea --out /tmp/eval --save   # OCR token efficiency (~20 min)",
            "PYTHONPATH=build/python /usr/bin/python3 bench/fidelity.py --model CKPT --save",
            "/usr/bin/python3 bench/report.py                          # this page",
