@@ -43,6 +43,9 @@ def main():
     ap.add_argument("--cli", default=os.path.join(ROOT, "build", "fovea"))
     ap.add_argument("--model", default="random:vit-b16")
     ap.add_argument("--codecs", default="fp16,bf16,int8,pca:64,pca:128+int8,pca:64+int8,pca:32+int8,pq:128,pq:64")
+    ap.add_argument("--codec", action="append", default=[],
+                    help="one codec (repeatable; for specs with commas such as faiss:PCA128,SQ8); replaces --codecs")
+    ap.add_argument("--reps", type=int, default=3, help="fovea compress --report's timing repetitions (best counts)")
     ap.add_argument("--photos", default=SKIMAGE, help="the folder holding scikit-image's sample photos")
     provenance.add_arguments(ap)
     a = ap.parse_args()
@@ -57,8 +60,8 @@ def main():
                 out = os.path.join(tmp, f"train-{p.split('.')[0]}-{budget}.safetensors")
                 encode(a.cli, a.model, os.path.join(a.photos, p), out, budget, extra)
                 tr.append(out)
-        cmd = [a.cli, "compress", "--report", *ev, "--train", *tr, "--json"]
-        for c in a.codecs.split(","):
+        cmd = [a.cli, "compress", "--report", *ev, "--train", *tr, "--json", "--reps", str(a.reps)]
+        for c in (a.codec or a.codecs.split(",")):
             cmd += ["--codec", c]
         env = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
