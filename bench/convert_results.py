@@ -28,6 +28,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -270,7 +271,7 @@ def convert(group, folder_files):
            "versions": versions, "machine": machine, "threads": threads, "load_average": la, "command": command,
            "rows": rows, "extra": extra,
            "provenance": {"converted_from": [os.path.relpath(p, ROOT) for p in [main] + group["sides"]], **how}}
-    return out, ""
+    return recover(out), ""
 
 
 _versions = {}
@@ -281,6 +282,277 @@ def fovea_version_at(c):
         m = re.search(r"project\(fovea VERSION ([0-9.]+)", git("show", f"{c}:CMakeLists.txt"))
         _versions[c] = m.group(1) if m else "unknown"
     return _versions[c]
+
+
+# ---- recovering what converted results did not record -------------------------------------
+
+# Commands that the pages citing a converted file stated beside it (docs/ as they stood at the
+# commit before the conversion, 9fb71ee^), keyed by the old path the result came from.
+STATED_COMMANDS = {
+    "bench/results/encoder-attention/avx2_bounds_ranking_quiet.jsonl": (
+        "build/bench/bench_encode --threads 2 --qk-tie --qk-scale 10 --image data/astronaut.jpg --attention "
+        "exact,hierarchical:8:64,hierarchical:12:64,hierarchical:16:64,exact --compare-exact",
+        "docs/encoder.md at 9fb71ee^ (the --n list and --precision are not stated there)"),
+    "bench/results/attention-avx2/attention_kernel_ab_2026-12-03.txt": (
+        "/usr/bin/python3 bench/attention_bench.py --ns 1024,4096 --modes hierarchical:8:64",
+        "docs/encoder.md at 9fb71ee^, beside the file's path (run once per build, alternated)"),
+    "bench/results/zen4-quiet/part3_block_sweep.txt": (
+        "build/bench/bench_encode --model random:vit-b16 --n 1024,4096 --precision bf16 --reps 3 --threads 2 "
+        "--qk-tie --qk-scale 10 --image IMG --attention "
+        "exact,hierarchical:8:64,hierarchical:4:64,hierarchical:3:128,hierarchical:4:128 --compare-exact",
+        "docs/encoder.md at 9fb71ee^, beside the file's path (IMG: data/astronaut.jpg, then skimage's chelsea.png)"),
+    "bench/results/amx/encode_bench_after.json": (
+        "/usr/bin/python3 bench/encode_bench.py --threads 2 --reps 5",
+        "docs/benchmarks.md at 9fb71ee^, beside the file's raw output"),
+    "bench/results/encoder-avx2/encode_bench_2026-12-02_273.json": (
+        "/usr/bin/python3 bench/encode_bench.py --threads 2 --reps 3 --ns 273 --no-e2e",
+        "docs/encoder.md at 9fb71ee^, beside the file's raw output"),
+    "bench/results/zen4-quiet/encode_bench.txt": (
+        "/usr/bin/python3 bench/encode_bench.py --threads 2 --reps 3",
+        "docs/benchmarks.md at 9fb71ee^, beside the file's path"),
+    "bench/results/amx/oneshot_after.json": (
+        "/usr/bin/python3 bench/oneshot_bench.py --rounds 5 --bf16-file --baseline-build /tmp/noamx",
+        "docs/benchmarks.md and docs/encoder.md at 9fb71ee^ (/tmp/noamx/fovea: the same build run with FOVEA_AMX=0)"),
+    "bench/results/icelake/oneshot_2026-12-03.json": (
+        "/usr/bin/python3 bench/oneshot_bench.py --rounds 5 --precisions fp32 --bf16-file",
+        "docs/benchmarks.md at 9fb71ee^, beside the run's numbers"),
+    "bench/results/zen4-quiet/oneshot.txt": (
+        "/usr/bin/python3 bench/oneshot_bench.py --rounds 5 --precisions bf16,fp32 --bf16-file",
+        "docs/benchmarks.md at 9fb71ee^, beside the file's path"),
+    "bench/results/zen5/video_bench_s22.json": (
+        "/usr/bin/python3 bench/video_bench.py --json bench/results/zen5/video_bench_s22.json",
+        "docs/video.md at 9fb71ee^, beside the file's path"),
+    "bench/results/serve/encode_many.txt": (
+        "/usr/bin/python3 bench/encode_many_bench.py",
+        "docs/serve.md at 9fb71ee^, beside the file's path (its options are not stated)"),
+}
+
+# Benchmarks whose scripts' options can be read back from the values a converted file records.
+SCRIPTS = {"oneshot": "bench/oneshot_bench.py", "encode": "bench/encode_bench.py",
+           "attention": "bench/attention_bench.py", "video": "bench/video_bench.py"}
+
+
+def options_at(script, commit):
+    """{option: (dest, default or None, is_flag)} of script's argparse at commit."""
+    key = (script, commit)
+    if key not in _options:
+        opts = {}
+        for m in re.finditer(r'add_argument\(\s*"(--[\w-]+)"([^\n]*)', git("show", f"{commit}:{script}")):
+            rest = m.group(2)
+            d = re.search(r'default=("[^"]*"|[\d.]+)', rest)
+            opts[m.group(1)] = (m.group(1)[2:].replace("-", "_"), d.group(1).strip('"') if d else None,
+                                'action="store_true"' in rest)
+        _options[key] = opts
+    return _options[key]
+
+
+_options = {}
+
+
+def _uniq(xs):
+    out = []
+    for x in xs:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def reconstructed(doc):
+    """(command, what is unknown) from the values the file records and its script's options at
+    its commit, or None. Only options whose value the file records are written."""
+    script = SCRIPTS.get(doc["bench"])
+    orig = (doc.get("extra") or {}).get("original")
+    if not script or not isinstance(orig, dict):
+        return None
+    opts = options_at(script, doc["commit"])
+    if not opts:
+        return None
+    known, unknown = [], []
+    derived = {}
+    if doc["bench"] == "encode" and isinstance(orig.get("rows"), list):
+        derived["ns"] = ",".join(str(r["n"]) for r in orig["rows"] if isinstance(r, dict) and "n" in r)
+        if "e2e" not in orig:
+            derived["no_e2e"] = True
+    if doc["bench"] == "attention":
+        rows = [r for k in ("peaked", "random_init") for r in (orig.get(k) or []) if isinstance(r, dict)]
+        if rows:
+            derived["ns"] = ",".join(str(n) for n in _uniq([r.get("n") for r in rows]) if n is not None)
+            derived["modes"] = ",".join(m for m in _uniq([r.get("attention") for r in rows]) if m and m != "exact")
+        if "fixtures" not in orig:
+            derived["no_fixtures"] = True
+    if doc["bench"] == "oneshot" and isinstance(orig.get("runs"), dict):
+        names = list(orig["runs"])
+        derived["precisions"] = ",".join(_uniq(m.group(1) for n in names for m in [re.fullmatch(r"fovea (\w+)", n)] if m))
+        derived["bf16_file"] = any("BF16 file" in n for n in names)
+        derived["no_torch"] = not any(n.startswith("torch") for n in names)
+        derived["no_steady"] = "steady" not in orig
+        if isinstance(orig.get("rounds"), list) and orig["rounds"]:
+            derived["rounds"] = len(orig["rounds"])
+        if any(n.startswith("baseline") for n in names):
+            derived["baseline_build"] = None  # ran, path not recorded
+        envs = _uniq(m.group(1) for n in names for m in [re.fullmatch(r"fovea \w+(?: \(BF16 file\))? (\w+=\S+)", n)] if m)
+        if envs:
+            derived["compare_env"] = envs
+    if doc["bench"] == "video":
+        if isinstance(orig.get("precisions"), list):
+            derived["precision"] = ",".join(orig["precisions"])
+        if isinstance(orig.get("clips"), dict):
+            derived["only"] = ",".join(orig["clips"])
+        if "group_bench" not in orig:
+            derived["no_group_bench"] = True
+        if "torch" not in orig and not any("torch" in k for k in json.dumps(orig.get("clips", {}))[:0]):
+            pass
+    for opt, (dest, default, flag) in opts.items():
+        if opt in ("--json", "--build-dir", "--save"):
+            continue
+        if dest in derived:
+            v = derived[dest]
+        elif dest in orig and isinstance(orig[dest], (str, int, float)) and not isinstance(orig[dest], bool):
+            v = orig[dest]
+        else:
+            if not flag:
+                unknown.append(opt)
+            continue
+        if isinstance(v, list):
+            known += [f"{opt} {shlex.quote(str(x))}" for x in v]
+        elif flag:
+            if v:
+                known.append(opt)
+        elif v is None:
+            known.append(f"{opt} '<not recorded>'")
+            unknown.append(opt)
+        elif v != "":
+            known.append(f"{opt} {shlex.quote(str(v))}")
+    cmd = " ".join(["/usr/bin/python3", script] + known)
+    return cmd, unknown
+
+
+def stated_in_text(texts):
+    """A command a result's own raw output or notes state ("command: ...")."""
+    for t in texts:
+        for line in t.splitlines():
+            m = re.match(r"\s*#?\s*command:\s*(.+?)\s*$", line)
+            if m and not m.group(1).lower().startswith("in the file"):
+                return m.group(1).strip("`")
+    return None
+
+
+def stated_in_header(texts):
+    """A command named in a raw output's header: a comment line ("# bench_encode --n ...") or its
+    first lines, continued over a trailing backslash."""
+    pat = re.compile(r"((?:[A-Z_]+=\S+ )*(?:build/bench/)?bench_\w+ --[^;()\n]*|(?:/usr/bin/python3 )?bench/[\w/]+\.py\b[^;()\n]*)")
+    for t in texts:
+        lines = t.splitlines()
+        for i, line in enumerate(lines):
+            if not (line.lstrip().startswith("#") or i < 2):
+                continue
+            while line.rstrip().endswith("\\") and i + 1 < len(lines):
+                i += 1
+                line = line.rstrip()[:-1] + " " + lines[i].lstrip("# ").strip()
+            m = pat.search(line)
+            if m:
+                return re.sub(r"\s+", " ", m.group(1)).strip(" ,.:`")
+    return None
+
+
+def stated_in_notes(notes, sources):
+    """The command the notes' table gives for one of sources (| file | what | command |)."""
+    stems = {re.sub(r"\.(jsonl?|txt)$", "", os.path.basename(s)) for s in sources}
+    for line in notes.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or "`" not in cells[-1]:
+            continue
+        names = {}
+        for part in re.split(r"\s+", cells[0].replace("`", "")):
+            m = re.fullmatch(r"(.*)\{([^}]*)\}(.*)", part)
+            for x in (m.group(2).split(",") if m else [None]):
+                names[re.sub(r"\.(jsonl?|txt)$", "", m.group(1) + x + m.group(3) if m else part)] = x
+        hit = [names[s] for s in stems if s in names]
+        if hit:
+            cmd = re.search(r"`([^`]+)`", cells[-1]).group(1)
+            return re.sub(r"\{[^}]*\}", hit[0], cmd) if hit[0] else cmd
+    return None
+
+
+def recover(doc):
+    """Fills in a converted result's command and machine where its own text, its folder's notes,
+    the pages that cited it or its script's options tell them; says how in doc["provenance"].
+    Never guesses: what cannot be told stays "not recorded"."""
+    how = doc.setdefault("provenance", {})
+    extra = doc.get("extra") or {}
+    sources = how.get("converted_from", [])
+    texts = list((extra.get("raw_output") or {}).values())
+    notes = extra.get("notes") or ""
+    if how.get("command", "").startswith("reconstructed"):  # made by this function: made again
+        doc["command"] = "not recorded (converted from " + (sources[0] if sources else "an older file") + ")"
+    if doc["command"].startswith("not recorded"):
+        found = None
+        c = stated_in_text(texts)
+        if c:
+            found = (c, "the file's raw output")
+        if not found:
+            c = stated_in_header(texts)
+            if c:
+                found = (c, "a header line of the file's raw output")
+        if not found and notes:
+            c = stated_in_notes(notes, sources)
+            if c:
+                found = (c, "its folder's README, which listed each file's command")
+        if not found:
+            for s in sources:
+                if s in STATED_COMMANDS:
+                    found = (STATED_COMMANDS[s][0], STATED_COMMANDS[s][1])
+                    break
+        if not found:
+            r = reconstructed(doc)
+            if r:
+                cmd, unknown = r
+                found = (cmd, f"reconstructed from the values the file records and {SCRIPTS[doc['bench']]}'s options "
+                              f"at {doc['commit'][:10]}" + (f"; not recorded: {', '.join(unknown)}" if unknown else ""))
+        if found:
+            doc["command"] = found[0]
+            how["command"] = found[1]
+        else:
+            how["command"] = "not recorded, and neither the file, its notes nor the pages that cited it state it"
+    orig = extra.get("original")
+    if orig is not None and (not doc["rows"] or all(set(r) <= {"set", "key"} for r in doc["rows"])):
+        rows = [{k: provenance.flat(v) for k, v in r.items()} for r in provenance.rows_from(orig)]
+        if rows and any(set(r) - {"set", "key"} for r in rows):
+            doc["rows"] = rows
+            how["rows"] = "read again from the file's original output"
+    m = doc["machine"]
+    if m["cpu_class"] in ("unknown", "amd-unknown") or not m.get("flags") or m.get("cpu_model") == "not recorded":
+        blob = " ".join(texts + [notes, extra.get("lscpu") or "", json.dumps(extra.get("original") or "")])
+        flat_blob = re.sub(r"\s+", " ", blob)
+        fam = re.search(r"family:?\s*(\d+),?\s*model:?\s*(\d+)", flat_blob, re.I)
+        amd = re.search(r"AMD|EPYC", flat_blob)
+        intel = "Intel" in flat_blob
+        flags = set(m.get("flags") or [])
+        if re.search(r"avx512_?bf16|bf16 kernels: True|avx512_core_bf16", flat_blob):
+            flags |= {"avx512_bf16", "avx512f", "avx2"}
+        if re.search(r"\bavx512_vnni\b|vnni512|avx512_core_vnni", flat_blob):
+            flags |= {"avx512_vnni", "avx512f", "avx2"}
+        vendor = "AuthenticAMD" if amd else ("GenuineIntel" if intel else "")
+        if fam and vendor:
+            klass = provenance.cpu_class(vendor, int(fam.group(1)), int(fam.group(2)), flags)
+            src = "the family and model its notes or output record"
+        elif vendor and flags:
+            klass = provenance.cpu_class(vendor, 0, 0, flags)
+            src = "the vendor and the kernels its output names"
+        else:
+            klass, src = m["cpu_class"], None
+        if src and klass not in ("unknown", "amd-unknown"):
+            if m["cpu_class"] in ("unknown", "amd-unknown") or not m.get("flags"):
+                m["cpu_class"] = klass
+                m["flags"] = sorted(flags | set(CLASS_FLAGS.get(klass, [])))
+                how["machine"] = src
+        if m.get("cpu_model") in (None, "", "not recorded"):
+            mm = re.search(r"(?:model_name|Model name|\"cpu\"|lscpu`?|machine)\W+(AMD EPYC|Intel\(R\) Xeon\(R\)[^\",;\n]*)", blob)
+            if mm:
+                m["cpu_model"] = mm.group(1).strip()
+    if not m.get("flags"):
+        how["flags"] = "not recorded"
+    return doc
 
 
 def groups_in(folder, names):
@@ -327,7 +599,8 @@ def main(argv=None):
             for n in sorted(names):
                 p = os.path.join(folder, n)
                 if n.endswith(".json") and not provenance.check_file(p):
-                    continue  # already a result
+                    recheck(p, moved, a.dry_run)  # already a result: fill in what can now be told
+                    continue
                 todo.append(n)
             if not todo:
                 continue
@@ -374,6 +647,39 @@ def main(argv=None):
             fix_refs({os.path.relpath(o, ROOT): os.path.relpath(n, ROOT) for o, n in moved.items()},
                      [os.path.relpath(o, ROOT) for o, _ in dropped])
     return 0
+
+
+def recheck(path, moved, dry_run):
+    """A converted result whose command or machine was not recorded: recover() what can be told;
+    the file is rewritten, and renamed when its CPU class changed."""
+    doc = json.load(open(path, encoding="utf-8"))
+    if "provenance" not in doc:
+        return
+    before = provenance.dumps(doc)
+    doc = recover(doc)
+    if provenance.dumps(doc) == before or provenance.validate(doc):
+        return
+    dest = path
+    if doc["machine"]["cpu_class"] not in os.path.basename(path).split("_"):
+        # the same name with the new class (its -N kept), else the next free one
+        parts = os.path.basename(path).split("_")
+        dest = os.path.join(os.path.dirname(path), "_".join([parts[0], doc["machine"]["cpu_class"]] + parts[2:]))
+        if os.path.exists(dest) or dest in moved.values():
+            dest = provenance.file_name(doc, os.path.dirname(path))
+        while dest in moved.values():
+            base = re.sub(r"(-\d+)?\.json$", "", dest)
+            n = int(re.search(r"-(\d+)\.json$", dest).group(1)) + 1 if re.search(r"-\d+\.json$", dest) else 2
+            dest = f"{base}-{n}.json"
+        moved[path] = dest
+    print(f"{os.path.relpath(path, ROOT)}: {'command ' + repr(doc['command'][:60]) + ', ' if doc['command'] else ''}"
+          f"machine {doc['machine']['cpu_class']}" + (f" -> {os.path.relpath(dest, ROOT)}" if dest != path else ""))
+    if dry_run:
+        return
+    with open(dest + ".tmp", "w", encoding="utf-8") as f:
+        f.write(provenance.dumps(doc))
+    os.replace(dest + ".tmp", dest)
+    if dest != path:
+        os.remove(path)
 
 
 def fix_refs(moved, dropped):

@@ -2,12 +2,13 @@
 """Model.encode_many (one encoder call for several images) against one encode_full per image.
 
     OMP_WAIT_POLICY=PASSIVE PYTHONPATH=build/python /usr/bin/python3 bench/encode_many_bench.py \\
-        [--model random:vit-b16] [--images 8] [--budgets 16,64,273] [--precisions fp32,bf16] [--threads 2]
+        [--model random:vit-b16] [--images 8] [--budgets 16,64,273] [--precisions fp32,bf16] [--threads 2] [--save]
 
 The images: crops of the astronaut sample (320x240), tokenized with the mixed foveation at each
 budget. Best of --repeats runs of each (after one warm-up of both); prints the ratio. This is the
 encoder call alone; what it does for the service, where tokenization and HTTP run beside it, is
-bench/serve_bench.py's to say (docs/how-to/serve.md).
+bench/serve_bench.py's to say (docs/how-to/serve.md). --save keeps the run as
+bench/results/encode_many/<date>_<cpu-class>_<commit>.json (bench/provenance.py).
 """
 import argparse
 import os
@@ -15,6 +16,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import provenance  # noqa: E402  bench/provenance.py: the result format and --save
 
 
 def main():
@@ -25,11 +28,13 @@ def main():
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    provenance.add_arguments(ap)
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "python"))
     import fovea
     from pyhelpers import photo
     m = fovea.Model(a.model)
+    rows = []
     for prec in a.precisions.split(","):
         for budget in map(int, a.budgets.split(",")):
             ts = [fovea.tokenize(photo(i, 240, 320), budget=budget, model=m, foveation="mixed") for i in range(a.images)]
@@ -46,6 +51,10 @@ def main():
                 many = min(many, time.perf_counter() - t0)
             print(f"{a.model} {prec} budget {budget}: {a.images} encode_full {one * 1000:.0f} ms, one encode_many "
                   f"{many * 1000:.0f} ms: {many / one:.2f}x the time", flush=True)
+            rows.append({"model": a.model, "precision": prec, "budget": budget, "images": a.images,
+                         "tokens_per_image": sum(len(t) for t in ts) / len(ts), "encode_full_ms": one * 1000,
+                         "encode_many_ms": many * 1000, "many_over_full": many / one})
+    provenance.output(a, "encode_many", {"rows": rows, "repeats": a.repeats}, rows=rows, threads=a.threads)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
   per budget; the OCR panel adds bench/results/eval/'s 48-scene sweep);
 - docs/images/video-time-per-frame.png: time per frame of the incremental video encoder against
   a full re-encode of every frame, frame by frame, for the latest run on each CPU class
-  (bench/results/video/).
+  (bench/results/video/: random towers; bench/results/video-real/: a pretrained one).
 
     /usr/bin/python3 bench/plots.py [--out-dir docs/images]
 
@@ -100,22 +100,41 @@ def plot_budget(out):
 
 
 def per_frame_runs(doc):
-    """[(label, per_frame list)] for every clip and precision in a video result."""
-    o = doc.get("extra", {}).get("original")
+    """[(label, [(frame, incremental ms, full re-encode ms or None)])] for every clip and precision
+    in a video result: the older layout (precision -> clip -> {"per_frame": [...]}) and the current
+    one (precision -> model -> clip -> [one row per setting, each with "per_frame"], where the
+    default setting's alternated medians "incremental_ms" and "off_ms" are used)."""
+    o = doc.get("extra", {}).get("original", doc.get("extra"))
     out = []
+
+    def frames_of(pf):
+        pts = []
+        for f in pf:
+            inc = f.get("incremental_ms", f.get("ms"))
+            full = f.get("off_ms", f.get("full_ms"))
+            if isinstance(f.get("index"), int) and isinstance(inc, (int, float)):
+                pts.append((f["index"], inc, full if isinstance(full, (int, float)) else None))
+        return pts
 
     def walk(x, label):
         if isinstance(x, dict):
             if isinstance(x.get("per_frame"), list):
-                out.append((label.strip("/ "), x["per_frame"]))
+                if x.get("setting", "") == "":  # the current layout: the default setting only
+                    out.append((" ".join(label.split()), frames_of(x["per_frame"])))
                 return
             for k, v in x.items():
                 if k in ("precisions", "clips"):
                     walk(v, label)
-                elif isinstance(v, dict):
-                    walk(v, f"{label} {k}")
+                elif isinstance(v, (dict, list)):
+                    name = os.path.basename(os.path.dirname(k)) if k.endswith(".safetensors") else k
+                    walk(v, f"{label} {name}")
+        elif isinstance(x, list):
+            for v in x:
+                walk(v, label)
     walk(o, "")
-    return out
+    runs = [(label, pts) for label, pts in out if pts]
+    real = [r for r in runs if "random:" not in r[0]]
+    return (real or runs)[:4]
 
 
 def plot_video(out):
@@ -124,31 +143,34 @@ def plot_video(out):
     import matplotlib.pyplot as plt
 
     latest = {}
-    for p, d in results("video"):
-        if per_frame_runs(d):
-            k = d["machine"]["cpu_class"]
-            if k not in latest or (d["date"], p) > (latest[k][1]["date"], latest[k][0]):
-                latest[k] = (p, d)
+    for bench in ("video", "video-real"):
+        for p, d in results(bench):
+            if per_frame_runs(d):
+                k = (d["machine"]["cpu_class"], bench)
+                if k not in latest or (d["date"], p) > (latest[k][1]["date"], latest[k][0]):
+                    latest[k] = (p, d)
     if not latest:
         print("plots: no video results with per-frame times: skipping the video picture", file=sys.stderr)
         return None
-    classes = sorted(latest)
-    fig, ax = plt.subplots(1, len(classes), figsize=(5 * len(classes), 4), squeeze=False)
-    for a, k in zip(ax[0], classes):
+    keys = sorted(latest, key=lambda k: (k[1], k[0]))
+    fig, ax = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4), squeeze=False)
+    for a, k in zip(ax[0], keys):
         p, d = latest[k]
-        for (label, frames), color in zip(per_frame_runs(d), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
-            idx = [f["index"] for f in frames]
-            a.plot(idx, [f["ms"] for f in frames], "-", color=color, label=f"{label}: incremental")
-            if all("full_ms" in f for f in frames):
-                a.plot(idx, [f["full_ms"] for f in frames], ":", color=color, label=f"{label}: full re-encode")
+        for (label, pts), color in zip(per_frame_runs(d), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+            idx = [f for f, _, _ in pts]
+            a.plot(idx, [i for _, i, _ in pts], "-", color=color, label=f"{label}: incremental")
+            if all(full is not None for _, _, full in pts):
+                a.plot(idx, [full for _, _, full in pts], ":", color=color, label=f"{label}: full re-encode")
         a.set_yscale("log")
         a.set_xlabel("frame")
         a.set_ylabel("ms per frame")
-        a.set_title(f"{k}: {d['machine']['cpu_model']}\n{d['date'][:10]}, commit {d['commit'][:10]}", fontsize=9)
+        tower = "random tower" if k[1] == "video" else "pretrained tower"
+        a.set_title(f"{k[0]}: {d['machine']['cpu_model']}, {tower}\n{d['date'][:10]}, commit {d['commit'][:10]}"
+                    f" ({os.path.basename(p)})", fontsize=8)
         a.grid(alpha=0.3, which="both")
-        a.legend(fontsize=7)
-    fig.suptitle("Video: time per frame, incremental against a full foveated re-encode (bench/results/video)",
-                 fontsize=10)
+        a.legend(fontsize=6.5)
+    fig.suptitle("Video: time per frame, incremental against a full foveated re-encode "
+                 "(bench/results/video and video-real, the latest run per CPU class)", fontsize=10)
     fig.tight_layout()
     path = os.path.join(out, "video-time-per-frame.png")
     fig.savefig(path, dpi=110)

@@ -252,6 +252,20 @@ def rows_from(doc) -> list:
                                                     for v in doc["summary"].values()):  # fidelity
         return [{"size": int(sz) if str(sz).isdigit() else sz, "method": m, **scalars(r)}
                 for sz, per in doc["summary"].items() for m, r in per["methods"].items()]
+    prec = doc.get("precisions")
+    if isinstance(prec, dict) and prec and all(isinstance(m, dict) and all(isinstance(c, dict) for c in m.values())
+                                               for m in prec.values()):  # video: precision -> model -> clip -> rows
+        rows = []
+        for p, models in prec.items():
+            for model, clips in models.items():
+                for clip, runs in clips.items():
+                    if isinstance(runs, dict) and runs and all(isinstance(r, dict) for r in runs.values()):
+                        runs = [{"setting": k, **r} for k, r in runs.items()]  # one row per setting
+                    for r in (runs if isinstance(runs, list) else [runs]):
+                        if isinstance(r, dict):
+                            rows.append({"precision": p, "model": model, "clip": clip, **scalars(r)})
+        if rows:
+            return rows
     if isinstance(doc.get("throughput"), dict) and isinstance(doc["throughput"].get("rows"), list):
         return [scalars(r) for r in doc["throughput"]["rows"] if isinstance(r, dict)]
     rows = []

@@ -70,8 +70,36 @@ BENCHES = {
                   "video session: each frame re-encodes only the tokens whose tiles changed. Against `--reuse off` "
                   "(every frame's layout encoded in full), a full foveated re-encode, and torch's uniform "
                   "per-frame encode, in the same run.",
-        "columns": [r"^key$", r"^set$", r"incremental_ms$", r"incremental_steady_ms$", r"off_ms$", r"full_ms$",
-                    r"cosine_mean$", r"reuse_rate$"],
+        "columns": [r"^key$", r"^set$", r"^clip$", r"^model$", r"^setting$", r"incremental_ms$",
+                    r"incremental_steady_ms$", r"off_ms$", r"full_ms$", r"^speedup_mean_time$", r"cosine_mean$",
+                    r"reuse_rate$"],
+    },
+    "video-real": {
+        "title": "Video on a pretrained tower",
+        "script": "bench/video_bench.py",
+        "method": "The video benchmark on held-out clips (not used by any test) with a pretrained ViT-Ti/16 beside "
+                  "random weights of its shape: `--reuse incremental` against `--reuse off` (every frame's layout "
+                  "encoded in full), alternated over rounds; `speedup_mean_time` is off's mean time per frame "
+                  "over incremental's, `cosine_mean` each frame's tokens against a full encode.",
+        "columns": [r"^clip$", r"^model$", r"^setting$", r"^incremental_ms$", r"^off_ms$", r"^speedup_mean_time$",
+                    r"^cosine_mean$", r"^reuse_rate$"],
+    },
+    "int8": {
+        "title": "int8 precision: fidelity against fp32",
+        "script": "bench/int8_fidelity.py",
+        "method": "Per-token cosine of bf16 and int8 encodes against fp32 on the same tokens: a pretrained "
+                  "ViT-Ti/16 on four photos, and a random ViT-B/16 whose LayerNorms carry outlier channels. The "
+                  "speed of int8 is in the encoder and one-shot sections.",
+        "columns": [r"^model$", r"^photo$", r"^precision$", r"^mean_cos$", r"^worst_cos$", r"^class_cos$",
+                    r"^top1_agrees$"],
+    },
+    "native": {
+        "title": "Native-resolution towers (Qwen2.5-VL)",
+        "script": "bench/native_speed.py",
+        "method": "A Qwen2.5-VL-7B-sized vision tower (random weights) at native resolution, fovea bf16 against "
+                  "torch fp32 in one run, and the cosine of fovea's output to torch's; the printed output is kept "
+                  "in each file ([models.md](models.md)).",
+        "columns": [],
     },
     "serve": {
         "title": "The service against the batch CLI",
@@ -116,6 +144,43 @@ BENCHES = {
                   "memcpy of the same bytes, interleaved.",
         "columns": [r"^case$", r"^median_ms$"],
     },
+    "tokenize": {
+        "title": "Tokenize: foveated and uniform against torch and OpenCV preprocessing",
+        "script": "bench/tokenize_bench.py",
+        "method": "A 1024×1024 photo (decode excluded) tokenized at B = 273 and 1024: fovea's foveated and "
+                  "uniform pipelines (Google Benchmark, `bench_tokenize`) against the uniform preprocessing a VLM "
+                  "does in torch (bilinear + antialias) and OpenCV (INTER_AREA): resize so a 16-px grid holds at "
+                  "most B tokens, CLIP-normalise, cut into patches; medians of `--reps`, same run.",
+        "columns": [r"^budget$", r"^pipeline$", r"^median_ms$", r"^vs_fovea_foveated$"],
+    },
+    "encode_many": {
+        "title": "One encoder call for several images",
+        "script": "bench/encode_many_bench.py",
+        "method": "`Model.encode_many` on 8 foveated images against one `encode_full` per image, alternated, best "
+                  "of `--repeats`; `many_over_full` is encode_many's time over the per-image calls' (lower: "
+                  "encode_many faster).",
+        "columns": [r"^model$", r"^precision$", r"^budget$", r"^images$", r"^encode_full_ms$", r"^encode_many_ms$",
+                    r"^many_over_full$"],
+    },
+    "store": {
+        "title": "The paged token store",
+        "script": "bench/store_bench.py",
+        "method": "`fovea store-bench`: eight images of 1024 dense tokens with a kept subset each, stored in "
+                  "64 KiB pages; the pages they need against dense storage (a count, the same on every machine), "
+                  "a frame's page binds merged against one at a time, the gather against memcpy of the same "
+                  "bytes, and the pages each codec needs.",
+        "columns": [r"^set$", r"^backend$", r"^codec$", r"^mode$", r"^pages$", r"^resident_bytes$",
+                    r"^resident_vs_dense_fp32$|^saved_fraction$", r"merged_vs_single$|^speedup_vs_single$"],
+    },
+    "compress": {
+        "title": "Token-embedding codecs: rate and distortion",
+        "script": "bench/compress_bench.py",
+        "method": "Embeddings of four photos (random ViT-B/16, B = 576) through every codec, trained on eight "
+                  "held-out photos: bytes per token, cosine to the original (mean, minimum), relative MSE, and "
+                  "how often a token's nearest neighbour is kept (`fovea compress --report`).",
+        "columns": [r"^codec$", r"^bytes_per_token$", r"^ratio_vs_fp32$", r"^mean_cosine$", r"^min_cosine$",
+                    r"^relative_mse$", r"^nn_agreement$", r"^train_ms$"],
+    },
     "batch": {
         "title": "Batch: the CLI, Python loops and Dask",
         "script": "bench/batch_bench.py",
@@ -127,6 +192,18 @@ BENCHES = {
 
 # What a ratio column compares, for its footnote.
 RATIO_NOTES = [
+    (r"vs_fovea_foveated", "this pipeline's median time over fovea's foveated tokenize at the same budget, same run "
+                           "(above 1: fovea's foveated tokenize faster)"),
+    (r"merged_vs_single|speedup_vs_single", "one bind call's time for the pages against one call per page, same run "
+                                             "(higher: merged faster)"),
+    (r"resident_vs_dense_fp32", "the bytes the store keeps resident over dense fp32 storage of every token (a count)"),
+    (r"speedup_mean_time", "`--reuse off`'s mean time per frame over this mode's, same clip, alternated rounds "
+                           "(higher: incremental faster)"),
+    (r"mean_cos|worst_cos|class_cos", "cosine of this precision's output with fp32's on the same tokens (1: identical)"),
+    (r"ratio_vs_fp32", "fp32's bytes per token over this codec's (a count)"),
+    (r"nn_agreement", "the share of tokens whose nearest neighbour among the tokens is the same after the codec"),
+    (r"many_over_full", "one encode_many call's time over one encode_full per image, same images, alternated "
+                        "(below 1: encode_many faster)"),
     (r"wall_ratio", "torch's wall time over fovea's for the same image, both started as fresh processes in the same "
                     "round (higher: fovea faster)"),
     (r"cpu_ratio", "torch's CPU time (user + system) over fovea's, same rounds"),
@@ -151,11 +228,22 @@ def load_results():
     return out
 
 
-def latest_per_class(runs):
-    """{cpu_class: (path, doc)}: the latest run with rows (by date, then file name) per class."""
+def script_of(doc):
+    """What ran: the benchmark script, bench executable or fovea command the command names."""
+    if doc["command"].startswith("not recorded"):
+        return ""
+    m = re.search(r"(bench/[\w/]+\.py|(?<!\w)bench_\w+|\bfovea [a-z][\w-]*)", doc["command"])
+    return m.group(1) if m else ""
+
+
+def latest_per_class(runs, script=None):
+    """{(cpu_class, script): (path, doc)}: per class, the latest run with rows (by date, then file
+    name) of the benchmark's own script, and the latest of every other script that wrote into
+    the same folder."""
     best = {}
     for path, doc in runs:
-        k = doc["machine"]["cpu_class"]
+        s = script_of(doc)
+        k = (doc["machine"]["cpu_class"], "" if not s or s == script else s)
         key = (bool(doc["rows"]), doc["date"], path)
         if k not in best or key > best[k][0]:
             best[k] = (key, path, doc)
@@ -209,7 +297,18 @@ def derived(bench, rows):
 def machine_line(doc):
     m = doc["machine"]
     flags = ", ".join(f for f in m.get("flags", []) if f.startswith(("avx512_bf16", "amx", "avx512f", "avx2")))
-    return f"{m['cpu_model']} ({m['cpu_class']}{'; ' + flags if flags else ''})"
+    model = m["cpu_model"] if m.get("cpu_model") not in (None, "", "not recorded") else "CPU model not recorded"
+    klass = m["cpu_class"] if m["cpu_class"] not in ("unknown",) else "class unknown"
+    return f"{model} ({klass}; {flags if flags else 'flags not recorded'})"
+
+
+def command_text(doc):
+    """The command, with how it was found when the result did not record it itself."""
+    how = (doc.get("provenance") or {}).get("command")
+    cmd = doc["command"]
+    if cmd.startswith("not recorded"):
+        return "not recorded"
+    return f"`{cmd}`" + (f" ({how})" if how and how != "the file's own" else "")
 
 
 def footnote(n, path, doc):
@@ -225,7 +324,7 @@ def footnote(n, path, doc):
                 f"the commit is {how.get('commit', 'unknown')}, the date {how.get('date', 'unknown')}"
                 f", the machine from {how.get('machine', 'unknown')}.")
     return (f"[^{n}]: {doc['date'][:10]}, commit {commit}; {machine_line(doc)}; threads {th}; load average {load}; "
-            f"{v}. Command: `{doc['command']}`. File: [`{path}`](../../{path}).{conv}")
+            f"{v}. Command: {command_text(doc)}. File: [`{path}`](../../{path}).{conv}")
 
 
 def ratio_notes(cols):
@@ -296,6 +395,10 @@ def render():
            "/usr/bin/python3 bench/serve_bench.py --save              # the service vs the batch CLI",
            "/usr/bin/python3 bench/batch_bench.py --build-dir build --save",
            "/usr/bin/python3 bench/pyramid.py --build-dir build --save",
+           "/usr/bin/python3 bench/tokenize_bench.py --build-dir build --save   # tokenize vs torch and OpenCV",
+           "PYTHONPATH=build/python /usr/bin/python3 bench/encode_many_bench.py --save",
+           "/usr/bin/python3 bench/store_bench.py --save               # the paged token store",
+           "/usr/bin/python3 bench/compress_bench.py --save            # codecs for stored embeddings",
            "/usr/bin/python3 bench/eval/eval.py --cli build/fovea --out /tmp/eval --save   # OCR token efficiency (~20 min)",
            "PYTHONPATH=build/python /usr/bin/python3 bench/fidelity.py --model CKPT --save",
            "/usr/bin/python3 bench/report.py                          # this page",
@@ -318,10 +421,11 @@ def render():
         runs = res[b]
         out.append(f"{len(runs)} results in `bench/results/{b}/`; the latest per CPU class:")
         out.append("")
-        for klass, (path, doc) in latest_per_class(runs).items():
+        for (klass, other), (path, doc) in latest_per_class(runs, spec.get("script")).items():
             n += 1
             t = n
-            out += [f"### {klass}: {doc['machine']['cpu_model']}, {doc['date'][:10]}", ""]
+            out += [f"### {klass}: {doc['machine']['cpu_model']}, {doc['date'][:10]}"
+                    + (f" (`{other}`)" if other else ""), ""]
             notes.append(footnote(t, path, doc))
             if doc["rows"]:
                 tbl, head = table(b, doc, t)
@@ -332,7 +436,8 @@ def render():
                     for c, text in rn:
                         n += 1
                         out.append(f"- `{c}`[^{n}]")
-                        notes.append(f"[^{n}]: `{c}`: {text}.")
+                        notes.append(f"[^{n}]: `{c}`: {text}. Measured on {machine_line(doc)}, "
+                                     f"commit `{doc['commit'][:10]}`; command: {command_text(doc)}.")
             else:
                 out.append(f"No rows: the run's printed output is kept in the file. [^{t}]")
             out.append("")

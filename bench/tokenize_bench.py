@@ -2,12 +2,13 @@
 """Full tokenize of a 1024x1024 photo (decode excluded) at B=273 and B=1024: fovea's foveated
 and uniform pipelines against what VLM preprocessing does in torch and OpenCV, same run.
 
-    /usr/bin/python3 bench/tokenize_bench.py [--build-dir build] [--threads 2] [--reps 7]
+    /usr/bin/python3 bench/tokenize_bench.py [--build-dir build] [--threads 2] [--reps 7] [--save]
 
 The competitors do the *uniform* job (resize so a 16-px grid holds <= B tokens, CLIP-normalise,
 cut into [N, 3, 16, 16] patches); neither has a foveated pipeline to compare with. Medians of
 --reps runs; ratios are competitor time / fovea time (higher = fovea faster). The target
-is foveated tokenize at B=273 no slower than OpenCV's uniform preprocessing, same run.
+is foveated tokenize at B=273 no slower than OpenCV's uniform preprocessing, same run. --save
+keeps the run as bench/results/tokenize/<date>_<cpu-class>_<commit>.json (bench/provenance.py).
 """
 import argparse
 import json
@@ -18,6 +19,7 @@ import sys
 import time
 
 import _build  # bench/_build.py: builds the bench_* executable a script runs
+import provenance  # bench/provenance.py: the result format and --save
 
 import numpy as np
 
@@ -83,6 +85,7 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=7)
+    provenance.add_arguments(ap)
     a = ap.parse_args()
 
     exe = _build.ensure(a.build_dir, "bench_tokenize")
@@ -107,6 +110,8 @@ def main():
     print(f"# torch {torch.__version__}, OpenCV {cv2.__version__}")
     print(f"{'budget':>6}  {'pipeline':<34} {'ms':>8}  {'vs fovea foveated':>18}")
     ok = True
+    results = {"threads": a.threads, "reps": a.reps, "image": "data/astronaut.jpg resized to 1024x1024",
+               "rows": [], "stages": {}}
     for budget in (273, 1024):
         fov = fovea[(budget, 0, a.threads)]["real_time"]
         rows = [("fovea foveated (fixation)", fov),
@@ -117,7 +122,10 @@ def main():
             rows.insert(1, ("fovea foveated, 1 thread", fovea[(budget, 0, 1)]["real_time"]))
         for name, ms in rows:
             print(f"{budget:>6}  {name:<34} {ms:8.3f}  {ms / fov:17.2f}x")
+            results["rows"].append({"budget": budget, "pipeline": name, "median_ms": ms, "vs_fovea_foveated": ms / fov})
         b = fovea[(budget, 0, a.threads)]
+        results["stages"][str(budget)] = {k: b[k] for k in ("pyramid_ms", "relevance_ms", "allocate_ms", "extract_ms",
+                                                             "tokens") if k in b}
         print(f"{'':>6}  fovea stages: pyramid {b['pyramid_ms']:.3f} ms, relevance {b['relevance_ms']:.3f} ms, "
               f"allocate {b['allocate_ms']:.3f} ms, extract {b['extract_ms']:.3f} ms; {int(b['tokens'])} tokens")
         if budget == 273:
@@ -128,6 +136,9 @@ def main():
             ok = ratio <= 1.0
             print(f"{'':>6}  target: foveated B=273 / OpenCV uniform <= 1.0 -> {'met' if ok else 'NOT met'} "
                   f"({ratio:.2f}: {fov:.3f} ms vs {cv_ms:.3f} ms)")
+            results["target_ratio_foveated_over_opencv"] = ratio
+    provenance.output(a, "tokenize", results, threads=a.threads,
+                      versions={"torch": torch.__version__, "opencv": cv2.__version__})
     return 0
 
 

@@ -2,7 +2,7 @@
 """Quick check of fovea with no query against the uniform resize, on every snippet of every scene.
 
     /usr/bin/python3 bench/eval/bottomup.py --cli build/fovea --work /tmp/bu --budgets 64,273 \
-        [--only s000,s002] [--seed 6] [--scenes 48] [--fovea-args '--fine-bias 1'] [--tag NAME]
+        [--only s000,s002] [--seed 6] [--scenes 48] [--fovea-args '--fine-bias 1'] [--tag NAME] [--save]
 
 A query-free allocation does not know which snippet `eval.py` will ask about, so every snippet
 of a scene is a fair sample of "text the model can read": this reads all of them (three per
@@ -10,6 +10,8 @@ scene instead of the queried one), with the OCR and PSNR of `eval.py`. Uniform r
 in WORK (they do not depend on --fovea-args). Prints, per budget: mean OCR on snippets under
 20 px and on all snippets, bottom-up minus uniform; whole-image PSNR, bottom-up minus uniform
 (mean over scenes, and how many scenes are below). Use a second --seed as held-out scenes.
+--save keeps the report, one row per budget, as bench/results/eval-bottomup/<date>_<cpu-class>_<commit>.json
+(bench/provenance.py).
 """
 import argparse
 import json
@@ -73,6 +75,9 @@ def main():
     ap.add_argument("--ocr-budgets", default="", help="read the text only at these budgets (default: all)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--tag", default="", help="also write WORK/result-TAG.json")
+    ap.add_argument("--save", action="store_true",
+                    help="save the report with its commit and machine as "
+                         "bench/results/eval-bottomup/<date>_<cpu-class>_<commit>.json (bench/provenance.py)")
     a = ap.parse_args()
     cli = os.path.abspath(a.cli)
     sdir = os.path.join(a.work, f"scenes-{a.seed}-{a.scenes}")
@@ -122,6 +127,14 @@ def main():
               f"({rep['small_bottomup'] - rep['small_uniform']:+.1f}); all {rep['all_bottomup']:.1f} vs "
               f"{rep['all_uniform']:.1f} ({rep['all_bottomup'] - rep['all_uniform']:+.1f}); queried small {rep['queried_small_gain']:+.1f}; PSNR {rep['psnr_gain_db']:+.2f} dB, "
               f"{rep['scenes_below']}/{len(scenes)} below (worst {rep['worst_psnr_gain_db']:+.2f})")
+    if a.save:
+        sys.path.insert(0, os.path.dirname(HERE))
+        import provenance  # bench/provenance.py
+        rows = [{"budget": b, "fovea_args": a.fovea_args, "scenes": len(scenes), "seed": a.seed,
+                 **{k: (None if isinstance(v, float) and v != v else v) for k, v in rep.items()}}
+                for b, rep in report.items()]
+        provenance.output(a, "eval-bottomup", {"fovea_args": a.fovea_args, "report": {str(b): r for b, r in report.items()}},
+                          rows=rows, threads=None)
     if a.tag:
         with open(os.path.join(a.work, f"result-{a.tag}.json"), "w") as f:
             json.dump({"fovea_args": a.fovea_args, "report": report,

@@ -38,7 +38,7 @@
 //     (`vision_model.encoder.layers.N.attn.qkv`), the Idefics2 / Idefics3 / SmolVLM towers
 //     (SigLIP's names, bucketized positions), HF BLIP / BLIP-2 / InstructBLIP
 //     (`vision_model.encoder.layers.N.self_attn.qkv`, q_bias / v_bias), HF PaliGemma (SigLIP +
-//     `multi_modal_projector.linear` → projected): docs/explanation/encoder.md.
+//     `multi_modal_projector.linear` → projected): docs/reference/model-families.md.
 //   * HF Qwen2-VL / Qwen2.5-VL / Qwen3-VL (`[model.]visual.*`: the whole VLM's checkpoint, sharded or not, or
 //     the tower alone): native-resolution towers with 2-D rotary positions and a 2×2 patch
 //     merger, encoded as native images (fovea/native.hpp), not through encode().
@@ -397,8 +397,8 @@ struct AttentionParams {
   // every query and attends exactly to every key. top_k >= the number of blocks gives exact
   // attention. EXPERIMENTAL: on a model made to attend as peaked as a trained one the default
   // (K=8) held a mean cosine of 0.994 to exact at N=4096, but on a real pretrained ViT-Ti/16 it
-  // holds far less (attention_caveat(); docs/explanation/encoder.md, "Hierarchical attention on a real
-  // tower").
+  // holds far less (attention_caveat(); docs/explanation/encoder.md, "Hierarchical attention
+  // (experimental)").
   int top_k = 8;
   int block_tokens = 64;
 };

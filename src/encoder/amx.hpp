@@ -4,8 +4,8 @@
 // bf16 matmul (4096×768×3072) at ~0.55 TFLOP/s and the ViT-B/16 linear layers inside an encode at
 // M = 274 at 0.33-0.42 TFLOP/s (its residual `sum` post-op cost the most), and the attention
 // blocks at ~0.1 TFLOP/s (~30 µs a call), while the tiles do ~1.6-1.9 TFLOP/s per core (a
-// TDPBF16PS loop on registers: the "ceiling" line of bench_encode --peak). docs/explanation/encoder.md,
-// "On an AMX Xeon", has the measurements.
+// TDPBF16PS loop on registers: the "ceiling" line of bench_encode --peak). docs/explanation/encoder.md
+// ("Kernels and dispatch"); bench/results/encode/ has the runs.
 //
 // Only runs where amx::usable() says so (run-time dispatch: the kernels' translation unit is
 // the only one compiled with AMX / AVX-512 flags, and nothing in it runs unless the CPU and

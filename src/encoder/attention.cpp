@@ -78,7 +78,7 @@ namespace {
 // Mean per-token cosine to exact attention on a real pretrained tower: a ViT-Ti/16 classifier,
 // N = 4096 (five photos upscaled to 1024², uniform), fp32 and bf16; the range over the photos,
 // rounded outwards (bench/hierarchical_real.py, bench/results/hierarchical/, 2026-12-06;
-// docs/explanation/encoder.md, "Hierarchical attention on a real tower").
+// docs/explanation/encoder.md, "Hierarchical attention (experimental)").
 struct RealTowerCosine {
   int top_k, block_tokens;
   double lo, hi;
@@ -439,7 +439,7 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
   // in dt): per query block, the 2 × heads × blocks small GEMM calls cost more than their
   // arithmetic (~0.13 s of an N=4096 bf16 encode on Zen 5); two GEMMs of k = hd (one
   // accumulating) cost more than one of 2·hd; and in f32 this GEMM took ~50 ms of a Zen 4's
-  // N=4096 hierarchical:8:64 bf16 encode (docs/explanation/encoder.md, "An AVX512-BF16 attention kernel").
+  // N=4096 hierarchical:8:64 bf16 encode (bench/results/attention/).
   // A group holds up to ~1024 query rows, fewer when there are many key blocks, so its bounds
   // (rows × blocks floats) stay within 4 Mi floats whatever N and the block size.
   // (No ranking when every block is taken exactly: K >= nb.)

@@ -4,7 +4,7 @@
 // gemm:jit, whose kernels are generated at the first call of each shape and which reached ~79
 // GFLOP/s a core on a 2-core Zen 3 EPYC (the bare 4096×768×3072 GEMM of bench_encode --peak).
 // A one-shot fp32 ViT-B/16 encode there is ~94 % linear layers, so the encode's speed is that
-// GEMM's. docs/explanation/encoder.md, "Our own AVX2 GEMM", has the measurements.
+// GEMM's. docs/explanation/encoder.md ("Kernels and dispatch"); bench/results/encode/ has the runs.
 //
 // Only runs where avx2::usable() says so (run-time dispatch: the kernel's translation unit is
 // the only one compiled with -mavx2 -mfma). Any M, N, K; W [N, K] row-major, f32 or bf16 (a

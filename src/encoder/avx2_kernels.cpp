@@ -17,7 +17,7 @@
 // on the fly, kKc ∈ {128 ... 3072} × kMc ∈ {96 ... 1200} gave 80-91 GFLOP/s over ViT-B/16's
 // shapes, within ~3 % of each other for kKc ≥ 768 and kMc ≥ 288; smaller blocks lose because
 // the on-the-fly packing repeats per block (grouping 16 panels per packing, tried, was within
-// noise of this). docs/explanation/encoder.md, "Our own AVX2 GEMM".
+// noise of this). docs/explanation/encoder.md, "Kernels and dispatch".
 #include <immintrin.h>
 #include <omp.h>
 

@@ -3,7 +3,7 @@
 //
 // Why our own kernel: there, oneDNN 2.6 runs attention as two small brgemm calls per query and
 // key block with fovea's softmax pass between them through memory: exact attention at N = 4096
-// ran at ~250 GFLOP/s on a 2-core Zen 4, ~56 % of the bare bf16 GEMM's 443 (this kernel: ~330). docs/explanation/encoder.md, "An AVX512-BF16 attention kernel", has the measurements.
+// ran at ~250 GFLOP/s on a 2-core Zen 4, ~56 % of the bare bf16 GEMM's 443 (this kernel: ~330). docs/explanation/encoder.md ("Kernels and dispatch") says why; bench/results/attention/ has the runs.
 //
 // Only runs where usable() says so (run-time dispatch: the kernel's translation unit is the
 // only one besides amx_kernels.cpp compiled with AVX-512 flags).

@@ -9,7 +9,7 @@
 // (libavformat's network stacks, libavcodec's codecs), and the dynamic loader binds ~39 K
 // symbols across them before main(): `fovea-main --version` took 45-81 ms with them and 12-27 ms
 // without, and a one-shot `fovea encode` of a JPEG, which never touches FFmpeg, ~50 ms more at
-// the median (docs/explanation/encoder.md, "On Zen 4"). The library's own targets, the tests and the fuzz
+// the median (bench/results/oneshot/2026-12-02_zen4_f654f0f23c-7.json). The library's own targets, the tests and the fuzz
 // targets link FFmpeg as before.
 //
 // Each definition repeats the prototype of FFmpeg's header, included above it: a definition that

@@ -16,7 +16,7 @@
 // (~0.1 s) before they sleep. At start that spin takes one of two cores from the encoder for
 // its first ~90 ms (one-shot fp32 encode on Zen 3: 0.44 -> 0.40 s wall, system time 0.12 ->
 // 0.05 s); in `compress` it burnt ~10 s of system time per 23 s OPQ training, with no gain in
-// wall time (docs/explanation/encoder.md, "OpenBLAS's idle spin"). So unless the caller chose,
+// wall time (docs/explanation/encoder.md, "Time to first embedding"). So unless the caller chose,
 // OPENBLAS_THREAD_TIMEOUT=4 makes them sleep after 2^4 cycles, OpenBLAS's minimum.
 //
 // fovea-main lives in libexec/fovea/ beside this program in the build tree, and in
