@@ -228,7 +228,11 @@ struct NativeConfig {
   // size.shortest_edge / longest_edge) and where they came from.
   int64_t min_pixels = 56 * 56;
   int64_t max_pixels = 28 * 28 * 1280;
+  // SigLIP 2 NaFlex (Siglip2VisionModel, merge 0): preprocessor_config.json's max_num_patches, the
+  // patches an image is resized to fit (naflex_size, fovea/native.hpp); 0 for every other tower.
+  int max_num_patches = 0;
   bool enabled() const { return merge > 0; }
+  bool naflex() const { return max_num_patches > 0; }
   int factor(int patch_px) const { return patch_px * merge; }  // image sides are multiples of this
 };
 
