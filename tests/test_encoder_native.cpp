@@ -476,6 +476,8 @@ TEST(NativeTowers, VideoMatchesTheReference) {
     EXPECT_EQ(e.deepstack.size(), kind == "qwen3_vl" ? 2u : 0u);
     EXPECT_EQ(e.frames_reused, 1);
     EXPECT_EQ(e.image_rows, (std::vector<int64_t>{0, e.projected.dim(0)}));
+    const NativeEncoding eb = encode_native(m, {&in, 1}, {.precision = Precision::bf16}, exec);
+    EXPECT_GE(cosine_similarity(e.projected, eb.projected), 0.999);
     // The ids alone, from the inputs.
     expect_same_i32(native_mrope_positions(m, {&in, 1}), ref(cases, "video.mrope"), "native_mrope_positions");
   }
