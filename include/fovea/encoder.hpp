@@ -17,7 +17,8 @@
 //     the pooled class token only); `visual_projection` → image_embeds when present;
 //   * HF SigLIP vision tower (.safetensors): no class token, patch bias, tanh-GELU;
 //     last_hidden_state is AFTER post_layernorm; attention-pooling `head` → pooled; SigLIP 2
-//     (Siglip2VisionModel: a linear patch embedding, positions resized bilinearly) too;
+//     (Siglip2VisionModel: a linear patch embedding, positions resized bilinearly) too, and its
+//     NaFlex processor (max_num_patches, several sizes in one call: encode_naflex, fovea/native.hpp);
 //   * torchvision VisionTransformer (.safetensors, `conv_proj`, `encoder.layers.*`): class token,
 //     exact GELU, `encoder.ln` on every token, `heads.head` → logits;
 //   * HF LlavaForConditionalGeneration (.safetensors, `vision_tower.vision_model.*` +

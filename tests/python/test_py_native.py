@@ -130,3 +130,5 @@ def test_encode_native_video_matches_the_reference():
     want = ref["video.projected"]
     assert np.abs(r["projected"] - want).max() <= 1e-4 * np.abs(want).max()
     assert r["frames_reused"] == 1
+    v = handoff.qwen_vllm(r, video=True)
+    assert v["video_grid_thw"].tolist() == [[3, 24, 16]] and v["video_embeds"].shape == r["projected"].shape
