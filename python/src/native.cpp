@@ -155,6 +155,48 @@ void bind_native(py::module_& m) {
       "last_hidden_state's valid rows), pooled ([1, D] per image, the attention-pooling head), spatial_shapes [k, 2] "
       "and precision");
   m.def(
+      "encode_naflex_windows",
+      [](const VitModel& model, const U8Array& image, const std::vector<std::pair<float, float>>& fixations,
+         int budget_tokens, double base_share, int max_windows, const std::string& precision, int threads) {
+        if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
+        const Precision p = precision_of(precision);
+        const ImageViewU8 v = rgb_view(image);
+        Query q;
+        for (const auto& [x, y] : fixations) q.fixations.push_back({.x_px = x, .y_px = y});
+        py::gil_scoped_release nogil;
+        Executor exec(ExecConfig{.threads = threads});
+        const NativeWindowPlan plan =
+            plan_native_windows(model, v.width(), v.height(), q, nullptr,
+                                {.budget_tokens = budget_tokens, .base_share = base_share, .max_windows = max_windows});
+        const std::vector<NaflexInput> ins = naflex_window_inputs(model, v, plan);
+        std::vector<Encoding> e = encode_naflex(model, ins, {.precision = p}, exec);
+        py::gil_scoped_acquire gil;
+        py::list emb, pooled, boxes, kinds;
+        Tensor shapes(DType::i32, {int64_t(ins.size()), 2});
+        for (size_t i = 0; i < e.size(); ++i) {
+          emb.append(array_of(std::move(e[i].embeddings)));
+          pooled.append(e[i].pooled.numel() ? py::object(array_of(std::move(e[i].pooled))) : py::object(py::none()));
+          shapes.data<int32_t>()[i * 2] = ins[i].grid.h, shapes.data<int32_t>()[i * 2 + 1] = ins[i].grid.w;
+          const NativeWindow& w = plan.windows[i];
+          boxes.append(py::make_tuple(w.box[0], w.box[1], w.box[2], w.box[3]));
+          kinds.append(std::string(to_string(w.kind)));
+        }
+        py::dict d;
+        d["embeddings"] = emb;
+        d["pooled"] = pooled;
+        d["spatial_shapes"] = array_of(std::move(shapes));
+        d["window_boxes"] = boxes;
+        d["window_kinds"] = kinds;
+        d["precision"] = std::string(to_string(e.empty() ? p : e[0].precision));
+        return d;
+      },
+      py::arg("model"), py::arg("image"), py::arg("fixations") = std::vector<std::pair<float, float>>{},
+      py::arg("budget_tokens") = 256, py::arg("base_share") = 0.25, py::arg("max_windows") = 8,
+      py::arg("precision") = "fp32", py::arg("threads") = 0,
+      "The windows foveation of a SigLIP 2 NaFlex tower: a base view at base_share of the budget (patches) and "
+      "full-resolution windows on the fixations ((x, y) pixels), each a native image, in one call; encode_naflex's "
+      "dict (one entry per window, the base view first) plus window_boxes (x0, y0, x1, y1) and window_kinds");
+  m.def(
       "encode_native_windows",
       [](const VitModel& model, const U8Array& image, const std::vector<std::pair<float, float>>& fixations,
          int budget_tokens, double base_share, int max_windows, const std::string& precision, int threads) {

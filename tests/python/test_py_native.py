@@ -132,3 +132,19 @@ def test_encode_native_video_matches_the_reference():
     assert r["frames_reused"] == 1
     v = handoff.qwen_vllm(r, video=True)
     assert v["video_grid_thw"].tolist() == [[3, 24, 16]] and v["video_embeds"].shape == r["projected"].shape
+
+
+def test_encode_naflex_windows():
+    """NaFlex windows: a base view and a full-resolution window on the fixation within the budget
+    (patches); the window's rows equal its crop encoded alone."""
+    m = fovea.Model(os.path.join(DATA, "siglip2_naflex"))
+    img = naflex_png("image_300x300.png")
+    r = _fovea.encode_naflex_windows(m, img, fixations=[(220, 80)], budget_tokens=40)
+    assert r["window_kinds"][0] == "base" and len(r["embeddings"]) == 2
+    assert sum(e.shape[0] for e in r["embeddings"]) <= 40
+    x0, y0, x1, y1 = r["window_boxes"][1]
+    assert x0 <= 220 < x1 and y0 <= 80 < y1
+    # the crop at its own size: max_num_patches = its patch count keeps it
+    alone = _fovea.encode_naflex(m, [np.ascontiguousarray(img[y0:y1, x0:x1])],
+                                 max_num_patches=(y1 - y0) * (x1 - x0) // 256)
+    assert np.abs(alone["embeddings"][0] - r["embeddings"][1]).max() <= 1e-5 * np.abs(alone["embeddings"][0]).max()
