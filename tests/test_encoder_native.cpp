@@ -492,6 +492,14 @@ TEST(NativeTowers, VideoMatchesTheReference) {
   EXPECT_EQ(native_mrope_positions(q25, {&v, 1}).data<int32_t>()[3], 4);
   v.fps = 0;
   EXPECT_THROW(native_mrope_positions(q25, {&v, 1}), Error);
+  // A video grid that does not match its patches, or with sides that are not multiples of merge.
+  v.fps = 2.0;
+  v.grid = {3, 2, 2};
+  EXPECT_THROW(encode_native(q25, {&v, 1}, {}, exec), Error);
+  NativeInput odd{Tensor(DType::f32, {2 * 3 * 3, 3 * 2 * 14 * 14}), {2, 3, 3}};
+  EXPECT_THROW(encode_native(q25, {&odd, 1}, {}, exec), Error);
+  odd.grid = {2, -3, -3};
+  EXPECT_THROW(encode_native(q25, {&odd, 1}, {}, exec), Error);
   EXPECT_THROW(prepare_native_video(q25, {}, 2.0, {}, exec), Error);
   const ImageU8 f1(56, 56, 3, true), f2(84, 56, 3, true);
   const std::vector<ImageViewU8> mixed = {f1, f2};

@@ -445,7 +445,8 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
   // Video: every frame pair as a frame of its own; a frame pair whose patches equal an earlier
   // one's (same grid, same bytes) is encoded once and its rows copied.
   for (const NativeInput& in : images)
-    if (in.grid.t < 1 || in.patches.dtype() != DType::f32 || in.patches.rank() != 2 || in.patches.dim(1) != K ||
+    if (in.grid.t < 1 || in.grid.t > 65536 || in.grid.h < 1 || in.grid.h > 65536 || in.grid.w < 1 ||
+        in.grid.w > 65536 || in.patches.dtype() != DType::f32 || in.patches.rank() != 2 || in.patches.dim(1) != K ||
         in.patches.dim(0) != in.grid.patches())
       throw invalid_argument("encode_native: an image's patches must be [t·h·w, " + std::to_string(K) +
                              "] float32 (native_input)");
