@@ -3,7 +3,8 @@
 // the tensor-shape checks of every loader (the native-resolution towers' included) see hostile
 // values. Input layout: u16 config length, config bytes, u16 preprocessor length, preprocessor
 // bytes, then the safetensors bytes. A loaded native tower also gets its processor's rules
-// (smart_resize, M-RoPE ids) and a window plan, with sizes taken from the input.
+// (smart_resize, M-RoPE ids) and a window plan, with sizes taken from the input; a SigLIP 2 NaFlex
+// tower its resize rule and a small image through its processor.
 #include <unistd.h>
 
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "fovea/encoder.hpp"
+#include "fovea/image.hpp"
 #include "fovea/native.hpp"
 #include "fuzz_util.hpp"
 
@@ -55,6 +57,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fovea::fuzz::expect_only_fovea_errors([&] {
     const fovea::VitModel m = fovea::VitModel::load(dir() + "/model.safetensors");
     (void)m.describe();
+    if (fovea::is_naflex(m)) {  // SigLIP 2 NaFlex: the resize rule and one small image through the processor
+      const fovea::VitConfig& c = m.config();
+      const int w = 1 + int(size % 3000), h = 1 + int(size * 5 % 3000);
+      fovea::fuzz::expect_only_fovea_errors([&] {
+        (void)fovea::naflex_size(h, w, c.patch_px, c.native.max_num_patches);
+        const fovea::ImageU8 img(1 + w % 97, 1 + h % 61, 3, true);
+        (void)fovea::prepare_naflex(m, img, 1 + int(size % 64));
+      });
+      return;
+    }
     if (!fovea::is_native(m)) return;
     const fovea::VitConfig& c = m.config();
     const int w = 1 + int(size % 5000), h = 1 + int(size * 7 % 5000);

@@ -265,8 +265,8 @@ def tar_seeds():
 def model_seeds():
     """fuzz_model: u16 config length, config.json, u16 preprocessor length, preprocessor_config.json,
     then one safetensors file: the Qwen2-VL fixture, the Qwen2.5-VL fixture's shards merged, and
-    the small HF CLIP fixture (tests/data/encoder/, written by make_qwen_fixtures.py and
-    make_encoder_fixtures.py)."""
+    the small HF CLIP fixture and the SigLIP 2 NaFlex one (tests/data/encoder/, written by
+    make_qwen_fixtures.py, make_encoder_fixtures.py and make_siglip2_fixtures.py)."""
     import json
     import struct
     enc = os.path.join(os.path.dirname(ROOT), "..", "tests", "data", "encoder")
@@ -305,6 +305,8 @@ def model_seeds():
     seed("qwen3_vl", read("qwen3_vl", "config.json"), read("qwen3_vl", "preprocessor_config.json"),
          read("qwen3_vl", "model.safetensors"))
     seed("clip", read("clip", "config.json"), read("clip", "preprocessor_config.json"), read("clip", "model.safetensors"))
+    seed("siglip2_naflex", read("siglip2_naflex", "config.json"), read("siglip2_naflex", "preprocessor_config.json"),
+         read("siglip2_naflex", "model.safetensors"))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,10 @@ newer `model.visual.*` naming with language-model tensors beside), config.json,
 preprocessor_config.json and cases.safetensors (of the PNG images in qwen_images/) with, per case NAME:
 NAME.grid_thw [k, 3] I32, NAME.hidden [N, D] (the tower's last hidden state before the merger, in
 the processor's patch order), NAME.projected [N / 4, E] (the merger's output, the language
-model's rows) and NAME.mrope [N / 4, 3] I32. qwen_smart_resize.json holds a sweep of sizes and
+model's rows) and NAME.mrope [N / 4, 3] I32; Qwen2.5-VL's and Qwen3-VL's case `video` is five
+frames (A, B, A, B, C: qwen_images/image_*.png, video_b_*.png, video_c_*.png) as one video grid
+(t = 3, the last frame repeated), its ids as get_rope_index gives a video (Qwen2.5-VL: 2 fps,
+tokens_per_second 2; Qwen3-VL: frame pairs split into t = 1). qwen_smart_resize.json holds a sweep of sizes and
 pixel limits with the resized sizes the reference rule gives.
 """
 import argparse
@@ -239,6 +242,47 @@ def mrope(grids, m):
     return torch.cat(rows)
 
 
+def mrope_video(grids, m, step, split):
+    """get_rope_index's ids of videos back to back: the temporal id of frame pair t is
+    int(t * step) (Qwen2.5-VL: step = second_per_grid_t * tokens_per_second); split (Qwen3-VL):
+    every frame pair is a grid of t = 1 of its own."""
+    if split:
+        return mrope([(1, h, w) for t, h, w in grids for _ in range(t)], m)
+    rows, start = [], 0
+    for t, h, w in grids:
+        lh, lw = h // m, w // m
+        ti = (torch.arange(t, dtype=torch.float64) * step).long().view(-1, 1).expand(-1, lh * lw).flatten()
+        hi = torch.arange(lh).view(1, -1, 1).expand(t, -1, lw).flatten()
+        wi = torch.arange(lw).view(1, 1, -1).expand(t, lh, -1).flatten()
+        ids = torch.stack([ti, hi, wi], dim=1) + start
+        rows.append(ids)
+        start = int(ids.max()) + 1
+    return torch.cat(rows)
+
+
+def video_frames(images, wpx, hpx):
+    """Five frames A, B, A, B, C of one size (B: A shifted, C: A inverted), saved as PNGs beside
+    the images: frame pairs (A, B), (A, B), (C, C) once paired by temporal_patch_size 2."""
+    from PIL import Image
+    a = np.asarray(Image.open(os.path.join(images, f"image_{wpx}x{hpx}.png")).convert("RGB"))
+    b = np.roll(a, (5, 11), axis=(0, 1)).copy()
+    c = (255 - a).astype(np.uint8)
+    Image.fromarray(b, "RGB").save(os.path.join(images, f"video_b_{wpx}x{hpx}.png"))
+    Image.fromarray(c, "RGB").save(os.path.join(images, f"video_c_{wpx}x{hpx}.png"))
+    return [a, b, a, b, c]
+
+
+def video_cases(cases, sd, cfg, frames, mean, std, step, split):
+    flat, grid = patchify(frames, mean, std, cfg["patch"], 2, 2)
+    hidden, merged, *deep = tower(sd, cfg, flat, [grid])
+    cases["video.grid_thw"] = torch.tensor([grid], dtype=torch.int32)
+    cases["video.hidden"] = hidden.to(torch.float32)
+    cases["video.projected"] = merged.to(torch.float32)
+    for j, z in enumerate(deep[0] if deep else []):
+        cases[f"video.deepstack_{j}"] = z.to(torch.float32)
+    cases["video.mrope"] = mrope_video([grid], 2, step, split).to(torch.int32)
+
+
 # ---- files --------------------------------------------------------------------------------------
 
 def tensor_bytes(t, dtype):
@@ -430,6 +474,8 @@ def make(out, gen, kind, images):
         err = (cases["batch.projected"][r:r + k] - cases[f"image_{wpx}x{hpx}.projected"]).abs().max().item()
         assert err < 1e-5, err
         r += k
+    if qwen25:  # a video of five frames at 2 fps: second_per_grid_t 1, tokens_per_second 2
+        video_cases(cases, sd, cfg, video_frames(images, 224, 336), CLIP_MEAN, CLIP_STD, 2.0, False)
     save_safetensors(os.path.join(out, "cases.safetensors"), cases)
 
 
@@ -481,6 +527,7 @@ def make_qwen3(out, gen, images):
     for j, z in enumerate(deep):
         cases[f"batch.deepstack_{j}"] = z.to(torch.float32)
     cases["batch.mrope"] = mrope(grids, 2).to(torch.int32)
+    video_cases(cases, sd, cfg, video_frames(images, 224, 320), [0.5] * 3, [0.5] * 3, 1.0, True)
     save_safetensors(os.path.join(out, "cases.safetensors"), cases)
 
 
@@ -524,7 +571,7 @@ def main():
     make(os.path.join(a.out, "qwen2_5_vl"), gen, "qwen2_5_vl", images)
     gen3 = torch.Generator().manual_seed(20261207)
     for wpx, hpx in QWEN3_SIZES:
-        if not os.path.exists(os.path.join(images, f"image_{wpx}x{hpx}.png")):
+        if (wpx, hpx) not in SIZES:  # always drawn, so that the weights after them are the same
             image(gen3, wpx, hpx, images, f"image_{wpx}x{hpx}.png")
     make_qwen3(os.path.join(a.out, "qwen3_vl"), gen3, images)
     sweep(a.out)

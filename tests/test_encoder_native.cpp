@@ -448,3 +448,61 @@ TEST(NativeTowers, Qwen3VlWithDeepStackMatchesTheReference) {
     expect_one_line_error(dir + "/model.safetensors", says);
   }
 }
+
+// Video: five frames (A, B, A, B, C) paired by the temporal patch into a grid of t = 3 (the last
+// frame repeated), against the reference's video grid: tower, merger, DeepStack, the M-RoPE ids
+// of a video (Qwen2.5-VL: 2 fps, tokens_per_second 2; Qwen3-VL: frame pairs split into t = 1),
+// and the repeated frame pair (A, B) encoded once.
+TEST(NativeTowers, VideoMatchesTheReference) {
+  Executor exec;
+  for (const auto& [kind, size] : std::vector<std::pair<std::string, std::string>>{{"qwen2_5_vl", "224x336"},
+                                                                                   {"qwen3_vl", "224x320"}}) {
+    SCOPED_TRACE(kind);
+    const VitModel m = VitModel::load(kind == "qwen3_vl" ? data("qwen3_vl") : model_path(kind));
+    const SafetensorsFile cases = SafetensorsFile::open(data(kind + "/cases.safetensors"));
+    const ImageU8 a = load_image(data("qwen_images/image_" + size + ".png"));
+    const ImageU8 b = load_image(data("qwen_images/video_b_" + size + ".png"));
+    const ImageU8 c = load_image(data("qwen_images/video_c_" + size + ".png"));
+    const std::vector<ImageViewU8> frames = {a, b, a, b, c};
+    const NativeInput in = prepare_native_video(m, frames, 2.0, {}, exec);
+    EXPECT_EQ(in.grid.t, 3);
+    const NativeEncoding e = encode_native(m, {&in, 1}, {}, exec);
+    expect_same_i32(e.grid_thw, ref(cases, "video.grid_thw"), "grid_thw");
+    expect_same_i32(e.mrope_positions, ref(cases, "video.mrope"), "mrope");
+    EXPECT_LE(rel_err(e.embeddings, ref(cases, "video.hidden")), 1e-4);
+    EXPECT_LE(rel_err(e.projected, ref(cases, "video.projected")), 1e-4);
+    for (size_t k = 0; k < e.deepstack.size(); ++k)
+      EXPECT_LE(rel_err(e.deepstack[k], ref(cases, "video.deepstack_" + std::to_string(k))), 1e-4) << k;
+    EXPECT_EQ(e.deepstack.size(), kind == "qwen3_vl" ? 2u : 0u);
+    EXPECT_EQ(e.frames_reused, 1);
+    EXPECT_EQ(e.image_rows, (std::vector<int64_t>{0, e.projected.dim(0)}));
+    const NativeEncoding eb = encode_native(m, {&in, 1}, {.precision = Precision::bf16}, exec);
+    EXPECT_GE(cosine_similarity(e.projected, eb.projected), 0.999);
+    // The ids alone, from the inputs.
+    expect_same_i32(native_mrope_positions(m, {&in, 1}), ref(cases, "video.mrope"), "native_mrope_positions");
+  }
+  // Qwen2-VL steps the temporal id by one per frame pair; Qwen2.5-VL by tokens_per_second ·
+  // temporal_patch / fps (1 fps here: 4 per pair).
+  const VitModel q2 = VitModel::load(model_path("qwen2_vl"));
+  NativeInput v{Tensor(DType::f32, {2 * 2 * 2, 3 * 2 * 14 * 14}), {2, 2, 2}};
+  const Tensor ids = native_mrope_positions(q2, {&v, 1});
+  EXPECT_EQ(ids.data<int32_t>()[3], 1);  // the second frame pair's t id
+  const VitModel q25 = VitModel::load(model_path("qwen2_5_vl"));
+  v.fps = 1.0;
+  EXPECT_EQ(native_mrope_positions(q25, {&v, 1}).data<int32_t>()[3], 4);
+  v.fps = 0;
+  EXPECT_THROW(native_mrope_positions(q25, {&v, 1}), Error);
+  // A video grid that does not match its patches, or with sides that are not multiples of merge.
+  v.fps = 2.0;
+  v.grid = {3, 2, 2};
+  EXPECT_THROW(encode_native(q25, {&v, 1}, {}, exec), Error);
+  NativeInput odd{Tensor(DType::f32, {2 * 3 * 3, 3 * 2 * 14 * 14}), {2, 3, 3}};
+  EXPECT_THROW(encode_native(q25, {&odd, 1}, {}, exec), Error);
+  odd.grid = {2, -3, -3};
+  EXPECT_THROW(encode_native(q25, {&odd, 1}, {}, exec), Error);
+  EXPECT_THROW(prepare_native_video(q25, {}, 2.0, {}, exec), Error);
+  const ImageU8 f1(56, 56, 3, true), f2(84, 56, 3, true);
+  const std::vector<ImageViewU8> mixed = {f1, f2};
+  EXPECT_THROW(prepare_native_video(q25, mixed, 2.0, {}, exec), Error);
+  EXPECT_THROW(prepare_native_video(q25, {&mixed[0], 1}, -1.0, {}, exec), Error);
+}

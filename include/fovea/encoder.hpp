@@ -17,7 +17,8 @@
 //     the pooled class token only); `visual_projection` → image_embeds when present;
 //   * HF SigLIP vision tower (.safetensors): no class token, patch bias, tanh-GELU;
 //     last_hidden_state is AFTER post_layernorm; attention-pooling `head` → pooled; SigLIP 2
-//     (Siglip2VisionModel: a linear patch embedding, positions resized bilinearly) too;
+//     (Siglip2VisionModel: a linear patch embedding, positions resized bilinearly) too, and its
+//     NaFlex processor (max_num_patches, several sizes in one call: encode_naflex, fovea/native.hpp);
 //   * torchvision VisionTransformer (.safetensors, `conv_proj`, `encoder.layers.*`): class token,
 //     exact GELU, `encoder.ln` on every token, `heads.head` → logits;
 //   * HF LlavaForConditionalGeneration (.safetensors, `vision_tower.vision_model.*` +
@@ -228,7 +229,11 @@ struct NativeConfig {
   // size.shortest_edge / longest_edge) and where they came from.
   int64_t min_pixels = 56 * 56;
   int64_t max_pixels = 28 * 28 * 1280;
+  // SigLIP 2 NaFlex (Siglip2VisionModel, merge 0): preprocessor_config.json's max_num_patches, the
+  // patches an image is resized to fit (naflex_size, fovea/native.hpp); 0 for every other tower.
+  int max_num_patches = 0;
   bool enabled() const { return merge > 0; }
+  bool naflex() const { return max_num_patches > 0; }
   int factor(int patch_px) const { return patch_px * merge; }  // image sides are multiples of this
 };
 

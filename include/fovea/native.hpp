@@ -1,4 +1,4 @@
-// fovea/native.hpp — native-resolution towers: Qwen2-VL, Qwen2.5-VL and Qwen3-VL.
+// fovea/native.hpp — native-resolution towers: Qwen2-VL, Qwen2.5-VL, Qwen3-VL and SigLIP 2 NaFlex.
 //
 //   fovea::Executor exec;
 //   fovea::VitModel m = fovea::VitModel::load("Qwen2.5-VL-7B-Instruct/");   // the VLM's directory
@@ -68,6 +68,9 @@ NativeSize smart_resize(int height, int width, int factor, int64_t min_pixels, i
 struct NativeInput {
   Tensor patches;
   NativeGrid grid;
+  // Video: frames per second of the frames given, for Qwen2.5-VL's temporal position ids
+  // (second_per_grid_t = temporal_patch / fps); the processor's default 2.
+  double fps = 2.0;
 };
 
 // The processor's resampling: PIL's bicubic (Image.resize(..., BICUBIC) on 8-bit RGB: a = −0.5,
@@ -88,6 +91,13 @@ struct NativeParams {
 NativeInput native_input(const VitModel& model, std::span<const ImageViewU8> frames);
 // The processor for one image: smart_resize within the limits, resize_bicubic_pil, native_input.
 NativeInput prepare_native(const VitModel& model, const ImageViewU8& image, const NativeParams& params, Executor& exec);
+// The same for video frames of one size (RGB) at `fps`: each frame resized to smart_resize of that
+// size within the limits (the image rule: the families' video processors' own pixel limits and
+// frame sampling are the caller's, through `params`), then native_input (frames paired by
+// temporal_patch, an odd last frame repeated). Throws Error(invalid_argument) for no frame,
+// frames of different sizes or a non-positive fps.
+NativeInput prepare_native_video(const VitModel& model, std::span<const ImageViewU8> frames, double fps,
+                                 const NativeParams& params, Executor& exec);
 
 struct NativeEncoding {
   Tensor embeddings;       // [N, D] f32: the tower's last hidden state (before the merger), every
@@ -100,6 +110,7 @@ struct NativeEncoding {
   std::vector<int64_t> image_rows;  // [k + 1]: image i's rows of `projected` are [image_rows[i], image_rows[i+1])
   Precision precision = Precision::fp32;  // what ran
   double encode_ms = 0, attention_ms = 0;
+  int frames_reused = 0;  // frame pairs whose patches equal an earlier one's in the call: encoded once, rows copied
 };
 
 // The language model's multimodal rotary position ids of the merged tokens of `grids`, images
@@ -111,7 +122,16 @@ struct NativeEncoding {
 // (fovea.handoff.qwen_position_ids lays out a whole prompt). [M, 3] int32.
 Tensor native_mrope_positions(std::span<const NativeGrid> grids, int merge, double temporal_step = 1.0);
 
-// Encodes native images (native_input / prepare_native) in one call. Throws
+// The M-RoPE ids encode_native gives `images` (back to back, as above): Qwen2-VL steps the
+// temporal id by 1 per frame pair; Qwen2.5-VL by tokens_per_second · temporal_patch / fps (its
+// get_rope_index's second_per_grid_t), truncated; Qwen3-VL gives every frame pair of a video the
+// ids of an image of its own (its get_rope_index splits video grids into t = 1, timestamps
+// between them). [M, 3] int32.
+Tensor native_mrope_positions(const VitModel& model, std::span<const NativeInput> images);
+
+// Encodes native images (native_input / prepare_native) in one call. A video (t > 1) is encoded
+// frame pair by frame pair, which is exact (attention, rotary and learned positions never cross a
+// frame pair), and a frame pair identical to an earlier one of the call is encoded once. Throws
 // Error(invalid_argument) when the model is not a native-resolution tower, or an input's patches
 // or grid do not match the model (sides not multiples of merge, N ≠ t·h·w, wrong patch width).
 NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
@@ -144,8 +164,9 @@ struct NativeWindowPlan {
   int image_width = 0, image_height = 0;
   int64_t tokens(int merge) const;    // merged tokens of every window
 };
-// `relevance` may be null (no query-free windows then). Throws Error(invalid_argument) for
-// parameters out of range or a model that is not a native tower.
+// `relevance` may be null (no query-free windows then). A SigLIP 2 NaFlex tower is planned the
+// same way with merge 1 (naflex_window_inputs). Throws Error(invalid_argument) for parameters out
+// of range or a model that is neither.
 NativeWindowPlan plan_native_windows(const VitModel& model, int width, int height, const Query& query,
                                      const RelevanceMap* relevance, const NativeWindowParams& params);
 // The plan's windows as the tower reads them: the base view resized (resize_bicubic_pil), every
@@ -155,6 +176,50 @@ std::vector<NativeInput> native_window_inputs(const VitModel& model, const Image
 
 // Whether `model` is a native-resolution tower (VitConfig::native.enabled()).
 inline bool is_native(const VitModel& model) { return model.config().native.enabled(); }
+
+// ---- SigLIP 2 NaFlex: any size and aspect ratio, up to max_num_patches patches -----------------
+// Siglip2ImageProcessor resizes an image (PIL's bilinear) to the size naflex_size gives, cuts it
+// into P×P patches row-major and pads the run to max_num_patches with masked patches;
+// Siglip2VisionModel resizes its √n × √n position table to the image's patch grid (bilinear,
+// antialias, corners not aligned) and masks the padding in attention and in the pooling head.
+// fovea runs each image as a sequence of its own patches (attention within the image, which is
+// what the masks compute), through encode_batch: `embeddings` are last_hidden_state's rows of
+// the image's patches, `pooled` the head's pooler_output.
+//
+// get_image_size_for_max_num_patches: the largest scale s found by bisection (s in
+// [1e-6, 100], until the interval is below 1e-5) for which ⌈s·h / P⌉·⌈s·w / P⌉ (each at least 1)
+// is at most max_num_patches; returns those sides times P. Throws Error(invalid_argument) for
+// non-positive arguments.
+NativeSize naflex_size(int height, int width, int patch_px, int max_num_patches);
+// Pillow's Image.resize(..., BILINEAR) on 8-bit channels (antialiased when shrinking, horizontal
+// pass then vertical, each rounded to 8 bits), the NaFlex processor's resampling.
+ImageU8 resize_bilinear_pil(const ImageViewU8& image, int width, int height);
+
+struct NaflexInput {
+  Tensor patches;    // [N, C, P, P] f32, normalised with the model's contract, row-major over the grid
+  Tensor positions;  // [N, 4] f32: (centre x, centre y, P, 0) in the resized image's pixels
+  NativeGrid grid;   // t 1, h × w patches (the processor's spatial_shapes), N = h·w
+};
+// An image whose sides are multiples of the patch size, as the tower reads it. Throws
+// Error(invalid_argument) when the model is not a NaFlex tower or a side is not a multiple.
+NaflexInput naflex_input(const VitModel& model, const ImageViewU8& image);
+// The processor for one image: naflex_size with `max_num_patches` (0: the model's,
+// preprocessor_config.json), resize_bilinear_pil, naflex_input.
+NaflexInput prepare_naflex(const VitModel& model, const ImageViewU8& image, int max_num_patches = 0);
+// Encodes NaFlex images in one call (one Encoding per image, as encode_batch). Throws
+// Error(invalid_argument) when the model is not a NaFlex tower or an input does not match it.
+std::vector<Encoding> encode_naflex(EncoderContext& ctx, const VitModel& model, std::span<const NaflexInput> images,
+                                    const EncodeParams& params, Executor& exec);
+std::vector<Encoding> encode_naflex(const VitModel& model, std::span<const NaflexInput> images,
+                                    const EncodeParams& params, Executor& exec);
+// Windows foveation on a NaFlex tower: plan_native_windows plans it with a token = a patch (the
+// base view through naflex_size at the base tokens; windows whose sides are multiples of P);
+// this gives the plan's windows as the tower reads them (the base view resized with
+// resize_bilinear_pil, every other window cut from `image`, which must be the plan's size).
+std::vector<NaflexInput> naflex_window_inputs(const VitModel& model, const ImageViewU8& image,
+                                              const NativeWindowPlan& plan);
+// Whether `model` is a SigLIP 2 NaFlex tower (VitConfig::native.naflex()).
+inline bool is_naflex(const VitModel& model) { return model.config().native.naflex(); }
 
 }  // namespace fovea
 FOVEA_API_END

@@ -31,10 +31,10 @@ pixels, and mrope_positions() the (t, h, w) position ids of each row on the fine
 in the layout Qwen2-VL's get_rope_index makes for an image; llama_cpp(mrope=True) lays them out
 as llama.cpp's batch takes them.
 
-A native-resolution tower (Qwen2-VL, Qwen2.5-VL: fovea._fovea.encode_native and
-encode_native_windows, whose dicts hold projected, image_grid_thw and mrope_positions) hands on
-native images, each with its own grid: qwen_vllm() gives vLLM's {"image_embeds",
-"image_grid_thw"}, qwen_position_ids() the (t, h, w) position ids of a whole prompt as
+A native-resolution tower (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: fovea._fovea.encode_native,
+encode_native_windows and encode_native_video, whose dicts hold projected, image_grid_thw and
+mrope_positions) hands on native images, each with its own grid: qwen_vllm() gives vLLM's
+{"image_embeds", "image_grid_thw"} (a video's {"video_embeds", "video_grid_thw"}), qwen_position_ids() the (t, h, w) position ids of a whole prompt as
 get_rope_index lays them out, and qwen_hf_inputs() transformers' inputs_embeds with them.
 
 The dicts and arrays returned are plain numpy (torch only for vllm_image_embeds' "torch"
@@ -303,11 +303,14 @@ def _qwen_parts(enc):
     return emb, grid, merge
 
 
-def qwen_vllm(enc) -> Dict[str, Any]:
-    """vLLM's precomputed input for a Qwen2-VL / Qwen2.5-VL prompt's images: {"image_embeds": [M, E]
-    float32 (every image's merged tokens, image after image), "image_grid_thw": [k, 3] int64} (the
-    multi_modal_data "image" entry). Convert with torch.from_numpy."""
+def qwen_vllm(enc, video: bool = False) -> Dict[str, Any]:
+    """vLLM's precomputed input for a Qwen2-VL / Qwen2.5-VL / Qwen3-VL prompt's images: {"image_embeds":
+    [M, E] float32 (every image's merged tokens, image after image), "image_grid_thw": [k, 3] int64}
+    (the multi_modal_data "image" entry); video=True (fovea._fovea.encode_native_video's dict):
+    {"video_embeds", "video_grid_thw"}, the "video" entry. Convert with torch.from_numpy."""
     emb, grid, _ = _qwen_parts(enc)
+    if video:
+        return {"video_embeds": emb, "video_grid_thw": grid}
     return {"image_embeds": emb, "image_grid_thw": grid}
 
 

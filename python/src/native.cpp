@@ -1,5 +1,6 @@
-// fovea._fovea's native-resolution towers (fovea/native.hpp): Qwen2-VL and Qwen2.5-VL images
-// through the processor and the tower, and their windows foveation. Results are dicts of numpy
+// fovea._fovea's native-resolution towers (fovea/native.hpp): Qwen2-VL, Qwen2.5-VL and Qwen3-VL
+// images and videos through the processor and the tower, their windows foveation, and SigLIP 2
+// NaFlex images. Results are dicts of numpy
 // arrays (fovea.handoff.qwen_* take them).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -53,6 +54,7 @@ py::dict result(NativeEncoding&& e, const VitModel& m) {
   d["merge_size"] = m.config().native.merge;
   d["precision"] = std::string(to_string(e.precision));
   d["encode_ms"] = e.encode_ms;
+  d["frames_reused"] = e.frames_reused;
   return d;
 }
 
@@ -89,6 +91,111 @@ void bind_native(py::module_& m) {
       "Native images (uint8 [H, W, 3] each) through a Qwen2-VL / Qwen2.5-VL tower in one call: a dict with projected "
       "[M, E], embeddings [N, D], image_grid_thw [k, 3], mrope_positions [M, 3], image_rows, merge_size, precision, "
       "encode_ms. Pixel limits 0: the model's preprocessor_config.json");
+  m.def(
+      "encode_native_video",
+      [](const VitModel& model, const std::vector<U8Array>& frames, double fps, const std::string& precision, int threads,
+         int64_t min_pixels, int64_t max_pixels) {
+        if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
+        const Precision p = precision_of(precision);
+        std::vector<ImageViewU8> views;
+        for (const U8Array& a : frames) views.push_back(rgb_view(a));
+        py::gil_scoped_release nogil;
+        Executor exec(ExecConfig{.threads = threads});
+        const NativeInput in = prepare_native_video(model, views, fps, {min_pixels, max_pixels}, exec);
+        NativeEncoding e = encode_native(model, {&in, 1}, {.precision = p}, exec);
+        py::gil_scoped_acquire gil;
+        return result(std::move(e), model);
+      },
+      py::arg("model"), py::arg("frames"), py::arg("fps") = 2.0, py::arg("precision") = "fp32", py::arg("threads") = 0,
+      py::arg("min_pixels") = 0, py::arg("max_pixels") = 0,
+      "Video frames (uint8 [H, W, 3] each, one size) at fps through a Qwen2-VL / Qwen2.5-VL / Qwen3-VL tower: paired "
+      "by the temporal patch into one grid (t > 1), encoded frame pair by frame pair (a repeated pair once: "
+      "frames_reused); encode_native's dict with the video's mrope_positions");
+  m.def(
+      "naflex_size",
+      [](int height, int width, int patch_size, int max_num_patches) {
+        const NativeSize s = naflex_size(height, width, patch_size, max_num_patches);
+        return py::make_tuple(s.height, s.width);
+      },
+      py::arg("height"), py::arg("width"), py::arg("patch_size") = 16, py::arg("max_num_patches") = 256,
+      "(height, width) the SigLIP 2 NaFlex processor resizes an image to: multiples of patch_size, at most "
+      "max_num_patches patches, aspect kept (get_image_size_for_max_num_patches)");
+  m.def(
+      "encode_naflex",
+      [](const VitModel& model, const std::vector<U8Array>& images, int max_num_patches, const std::string& precision,
+         int threads) {
+        if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
+        const Precision p = precision_of(precision);
+        std::vector<ImageViewU8> views;
+        for (const U8Array& a : images) views.push_back(rgb_view(a));
+        py::gil_scoped_release nogil;
+        Executor exec(ExecConfig{.threads = threads});
+        std::vector<NaflexInput> ins;
+        for (const ImageViewU8& v : views) ins.push_back(prepare_naflex(model, v, max_num_patches));
+        std::vector<Encoding> e = encode_naflex(model, ins, {.precision = p}, exec);
+        py::gil_scoped_acquire gil;
+        py::list emb, pooled;
+        Tensor shapes(DType::i32, {int64_t(ins.size()), 2});
+        for (size_t i = 0; i < e.size(); ++i) {
+          emb.append(array_of(std::move(e[i].embeddings)));
+          pooled.append(e[i].pooled.numel() ? py::object(array_of(std::move(e[i].pooled))) : py::object(py::none()));
+          shapes.data<int32_t>()[i * 2] = ins[i].grid.h, shapes.data<int32_t>()[i * 2 + 1] = ins[i].grid.w;
+        }
+        py::dict d;
+        d["embeddings"] = emb;
+        d["pooled"] = pooled;
+        d["spatial_shapes"] = array_of(std::move(shapes));
+        d["precision"] = std::string(to_string(e.empty() ? p : e[0].precision));
+        return d;
+      },
+      py::arg("model"), py::arg("images"), py::arg("max_num_patches") = 0, py::arg("precision") = "fp32",
+      py::arg("threads") = 0,
+      "Images (uint8 [H, W, 3] each) through a SigLIP 2 NaFlex tower in one call, each resized to fit max_num_patches "
+      "(0: the model's preprocessor_config.json): a dict with embeddings (a [h*w, D] array per image: "
+      "last_hidden_state's valid rows), pooled ([1, D] per image, the attention-pooling head), spatial_shapes [k, 2] "
+      "and precision");
+  m.def(
+      "encode_naflex_windows",
+      [](const VitModel& model, const U8Array& image, const std::vector<std::pair<float, float>>& fixations,
+         int budget_tokens, double base_share, int max_windows, const std::string& precision, int threads) {
+        if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
+        const Precision p = precision_of(precision);
+        const ImageViewU8 v = rgb_view(image);
+        Query q;
+        for (const auto& [x, y] : fixations) q.fixations.push_back({.x_px = x, .y_px = y});
+        py::gil_scoped_release nogil;
+        Executor exec(ExecConfig{.threads = threads});
+        const NativeWindowPlan plan =
+            plan_native_windows(model, v.width(), v.height(), q, nullptr,
+                                {.budget_tokens = budget_tokens, .base_share = base_share, .max_windows = max_windows});
+        const std::vector<NaflexInput> ins = naflex_window_inputs(model, v, plan);
+        std::vector<Encoding> e = encode_naflex(model, ins, {.precision = p}, exec);
+        py::gil_scoped_acquire gil;
+        py::list emb, pooled, boxes, kinds;
+        Tensor shapes(DType::i32, {int64_t(ins.size()), 2});
+        for (size_t i = 0; i < e.size(); ++i) {
+          emb.append(array_of(std::move(e[i].embeddings)));
+          pooled.append(e[i].pooled.numel() ? py::object(array_of(std::move(e[i].pooled))) : py::object(py::none()));
+          shapes.data<int32_t>()[i * 2] = ins[i].grid.h, shapes.data<int32_t>()[i * 2 + 1] = ins[i].grid.w;
+          const NativeWindow& w = plan.windows[i];
+          boxes.append(py::make_tuple(w.box[0], w.box[1], w.box[2], w.box[3]));
+          kinds.append(std::string(to_string(w.kind)));
+        }
+        py::dict d;
+        d["embeddings"] = emb;
+        d["pooled"] = pooled;
+        d["spatial_shapes"] = array_of(std::move(shapes));
+        d["window_boxes"] = boxes;
+        d["window_kinds"] = kinds;
+        d["precision"] = std::string(to_string(e.empty() ? p : e[0].precision));
+        return d;
+      },
+      py::arg("model"), py::arg("image"), py::arg("fixations") = std::vector<std::pair<float, float>>{},
+      py::arg("budget_tokens") = 256, py::arg("base_share") = 0.25, py::arg("max_windows") = 8,
+      py::arg("precision") = "fp32", py::arg("threads") = 0,
+      "The windows foveation of a SigLIP 2 NaFlex tower: a base view at base_share of the budget (patches) and "
+      "full-resolution windows on the fixations ((x, y) pixels), each a native image, in one call; encode_naflex's "
+      "dict (one entry per window, the base view first) plus window_boxes (x0, y0, x1, y1) and window_kinds");
   m.def(
       "encode_native_windows",
       [](const VitModel& model, const U8Array& image, const std::vector<std::pair<float, float>>& fixations,

@@ -44,9 +44,11 @@ namespace {
 // Pillow's Resample.c, 8 bits per channel.
 constexpr int kPrecisionBits = 32 - 8 - 2;
 
-double bicubic_filter(double x) {
+// Pillow's filters: bicubic (a = −0.5, support 2) and bilinear (the triangle, support 1).
+double pil_filter(bool cubic, double x) {
   constexpr double a = -0.5;
   if (x < 0) x = -x;
+  if (!cubic) return x < 1 ? 1 - x : 0;
   if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
   if (x < 2) return (((x - 5) * x + 8) * x - 4) * a;
   return 0;
@@ -58,10 +60,10 @@ struct Taps {
   int ksize = 0;
 };
 
-Taps precompute(int in, int out) {
+Taps precompute(int in, int out, bool cubic) {
   const double scale = double(in) / out;
   const double filterscale = std::max(scale, 1.0);
-  const double support = 2.0 * filterscale;
+  const double support = (cubic ? 2.0 : 1.0) * filterscale;
   Taps t;
   t.ksize = int(std::ceil(support)) * 2 + 1;
   t.first.resize(size_t(out));
@@ -78,7 +80,7 @@ Taps precompute(int in, int out) {
     xmax -= xmin;
     double ww = 0;
     for (int x = 0; x < xmax; ++x) {
-      w[size_t(x)] = bicubic_filter((x + xmin - center + 0.5) * ss);
+      w[size_t(x)] = pil_filter(cubic, (x + xmin - center + 0.5) * ss);
       ww += w[size_t(x)];
     }
     for (int x = 0; x < xmax; ++x) {
@@ -98,11 +100,13 @@ uint8_t clip8(int64_t v) {
   return uint8_t(v >> kPrecisionBits);
 }
 
-}  // namespace
-
-ImageU8 resize_bicubic_pil(const ImageViewU8& image, int width, int height) {
-  image.check("resize_bicubic_pil: image");
-  if (width < 1 || height < 1) throw invalid_argument("resize_bicubic_pil: the size must be positive");
+// Pillow's Image.resize on 8-bit channels with the bicubic or the bilinear filter.
+ImageU8 resize_pil(const ImageViewU8& image, int width, int height, bool cubic, const char* what) {
+  image.check((std::string(what) + ": image").c_str());
+  if (width < 1 || height < 1) throw invalid_argument(std::string(what) + ": the size must be positive");
+  if (int64_t(width) * height > (int64_t(1) << 28))
+    throw Error(Errc::limit_exceeded, std::string(what) + ": a " + std::to_string(width) + "x" + std::to_string(height) +
+                                          " result is over 2^28 pixels");
   const int C = image.channels(), W = image.width(), H = image.height();
   // Horizontal pass (skipped when the width stays), then vertical.
   ImageU8 mid(width, H, C);
@@ -111,7 +115,7 @@ ImageU8 resize_bicubic_pil(const ImageViewU8& image, int width, int height) {
       for (int y = 0; y < H; ++y)
         for (int x = 0; x < W; ++x) mid.at(c, y, x) = image.at(c, y, x);
   } else {
-    const Taps t = precompute(W, width);
+    const Taps t = precompute(W, width, cubic);
     for (int c = 0; c < C; ++c)
       for (int y = 0; y < H; ++y)
         for (int x = 0; x < width; ++x) {
@@ -123,7 +127,7 @@ ImageU8 resize_bicubic_pil(const ImageViewU8& image, int width, int height) {
   }
   if (height == H) return mid;
   ImageU8 out(width, height, C);
-  const Taps t = precompute(H, height);
+  const Taps t = precompute(H, height, cubic);
   for (int c = 0; c < C; ++c)
     for (int y = 0; y < height; ++y) {
       const int32_t* k = &t.k[size_t(y) * size_t(t.ksize)];
@@ -134,6 +138,16 @@ ImageU8 resize_bicubic_pil(const ImageViewU8& image, int width, int height) {
       }
     }
   return out;
+}
+
+}  // namespace
+
+ImageU8 resize_bicubic_pil(const ImageViewU8& image, int width, int height) {
+  return resize_pil(image, width, height, true, "resize_bicubic_pil");
+}
+
+ImageU8 resize_bilinear_pil(const ImageViewU8& image, int width, int height) {
+  return resize_pil(image, width, height, false, "resize_bilinear_pil");
 }
 
 NativeInput native_input(const VitModel& model, std::span<const ImageViewU8> frames) {
@@ -196,6 +210,35 @@ NativeInput prepare_native(const VitModel& model, const ImageViewU8& image, cons
   const ImageViewU8 v(r);
   (void)exec;
   return native_input(model, {&v, 1});
+}
+
+NativeInput prepare_native_video(const VitModel& model, std::span<const ImageViewU8> frames, double fps,
+                                 const NativeParams& params, Executor& exec) {
+  const VitConfig& c = model.config();
+  if (!c.native.enabled())
+    throw invalid_argument("prepare_native_video: '" + model.source() + "' is not a native-resolution tower");
+  if (frames.empty()) throw invalid_argument("prepare_native_video: no frame");
+  if (!(fps > 0) || !std::isfinite(fps)) throw invalid_argument("prepare_native_video: fps must be positive");
+  for (const ImageViewU8& f : frames) {
+    f.check("prepare_native_video: frame");
+    if (f.width() != frames[0].width() || f.height() != frames[0].height())
+      throw invalid_argument("prepare_native_video: the frames differ in size");
+  }
+  const int64_t mn = params.min_pixels > 0 ? params.min_pixels : c.native.min_pixels;
+  const int64_t mx = params.max_pixels > 0 ? params.max_pixels : std::max(c.native.max_pixels, mn);
+  const NativeSize s = smart_resize(frames[0].height(), frames[0].width(), c.native.factor(c.patch_px), mn, mx);
+  std::vector<ImageU8> resized;
+  std::vector<ImageViewU8> views;
+  if (s.width != frames[0].width() || s.height != frames[0].height()) {
+    for (const ImageViewU8& f : frames) resized.push_back(resize_bicubic_pil(f, s.width, s.height));
+    for (const ImageU8& r : resized) views.emplace_back(r);
+  } else {
+    views.assign(frames.begin(), frames.end());
+  }
+  (void)exec;
+  NativeInput in = native_input(model, views);
+  in.fps = fps;
+  return in;
 }
 
 Tensor native_mrope_positions(std::span<const NativeGrid> grids, int merge, double temporal_step) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string_view>
 
 #include "encoder/attention.hpp"
 #include "encoder/encoder_internal.hpp"
@@ -63,9 +64,9 @@ struct Segment {
   int64_t begin, end;
 };
 
-}  // namespace
-
-NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
+// The tower over frames (t = 1 each: a video's frame pairs are split into frames of their own by
+// encode_native, which is exact: attention, rotary and learned positions never cross a frame).
+NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
                              const EncodeParams& params, Executor& exec) {
   const auto t_start = std::chrono::steady_clock::now();
   const VitModel::Impl& m = model.impl();
@@ -379,11 +380,144 @@ NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::sp
     gp[0] = g.t, gp[1] = g.h, gp[2] = g.w;
     out.image_rows.push_back(out.image_rows.back() + g.merged(mg));
   }
-  out.mrope_positions = native_mrope_positions(grids, mg);
   out.deepstack = std::move(deep);
   out.precision = precision;
   out.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   out.attention_ms = std::chrono::duration<double, std::milli>(attention_time).count();
+  return out;
+}
+
+}  // namespace
+
+Tensor native_mrope_positions(const VitModel& model, std::span<const NativeInput> images) {
+  const VitConfig& c = model.config();
+  if (!c.native.enabled()) throw invalid_argument("native_mrope_positions: '" + model.source() + "' is not a native-resolution tower");
+  const int mg = c.native.merge;
+  int64_t M = 0;
+  for (const NativeInput& in : images) {
+    if (!(in.fps > 0) || !std::isfinite(in.fps)) throw invalid_argument("native_mrope_positions: fps must be positive");
+    M += in.grid.merged(mg);
+  }
+  Tensor out(DType::i32, {M, 3});
+  int32_t* p = out.data<int32_t>();
+  int64_t start = 0;
+  auto append = [&](const NativeGrid& g, double step) {
+    const Tensor t = native_mrope_positions({&g, 1}, mg, step);
+    const int32_t* q = t.data<int32_t>();
+    int64_t largest = -1;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      p[i] = int32_t(q[i] + start);
+      largest = std::max(largest, int64_t(q[i]));
+    }
+    p += t.numel();
+    start += largest + 1;
+  };
+  for (const NativeInput& in : images) {
+    const NativeGrid& g = in.grid;
+    if (c.family == VitFamily::qwen3_vl) {
+      // get_rope_index splits a video's grid into frame pairs of t = 1 (timestamps go between).
+      for (int t = 0; t < g.t; ++t) append({1, g.h, g.w}, 1.0);
+    } else {
+      // Qwen2.5-VL: tokens_per_second · second_per_grid_t (temporal_patch / fps) per frame pair;
+      // Qwen2-VL: the frame pair's index.
+      const double step =
+          c.native.tokens_per_second > 0 ? double(c.native.tokens_per_second) * c.native.temporal_patch / in.fps : 1.0;
+      append(g, step);
+    }
+  }
+  return out;
+}
+
+NativeEncoding encode_native(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
+                             const EncodeParams& params, Executor& exec) {
+  const VitConfig& c = model.config();
+  if (!c.native.enabled())
+    throw invalid_argument("encode_native: '" + model.source() + "' is not a native-resolution tower (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)");
+  if (images.empty()) throw invalid_argument("encode_native: no image to encode");
+  const int64_t K = int64_t(c.channels) * c.native.temporal_patch * c.patch_px * c.patch_px;
+  bool split = false;
+  for (const NativeInput& in : images) split = split || in.grid.t > 1;
+  if (!split) {
+    NativeEncoding e = encode_frames(ctx, model, images, params, exec);
+    e.mrope_positions = native_mrope_positions(model, images);
+    return e;
+  }
+  // Video: every frame pair as a frame of its own; a frame pair whose patches equal an earlier
+  // one's (same grid, same bytes) is encoded once and its rows copied.
+  for (const NativeInput& in : images)
+    if (in.grid.t < 1 || in.grid.t > 65536 || in.grid.h < 1 || in.grid.h > 65536 || in.grid.w < 1 ||
+        in.grid.w > 65536 || in.patches.dtype() != DType::f32 || in.patches.rank() != 2 || in.patches.dim(1) != K ||
+        in.patches.dim(0) != in.grid.patches())
+      throw invalid_argument("encode_native: an image's patches must be [t·h·w, " + std::to_string(K) +
+                             "] float32 (native_input)");
+  struct Frame {
+    const float* p;
+    NativeGrid g;
+    size_t hash;
+  };
+  std::vector<Frame> frames;       // every frame pair, image after image
+  std::vector<size_t> source;      // frame i's rows come from unique frame source[i]
+  std::vector<size_t> unique_of;   // unique frame j is frame unique_of[j]
+  for (const NativeInput& in : images) {
+    const int64_t n = int64_t(in.grid.h) * in.grid.w;
+    for (int t = 0; t < in.grid.t; ++t) {
+      const float* p = in.patches.data<float>() + int64_t(t) * n * K;
+      const size_t h = std::hash<std::string_view>{}(std::string_view(reinterpret_cast<const char*>(p), size_t(n * K) * 4));
+      frames.push_back({p, {1, in.grid.h, in.grid.w}, h});
+      size_t src = unique_of.size();
+      for (size_t j = 0; j < unique_of.size(); ++j) {
+        const Frame& u = frames[unique_of[j]];
+        if (u.hash == h && u.g == frames.back().g && std::memcmp(u.p, p, size_t(n * K) * 4) == 0) {
+          src = j;
+          break;
+        }
+      }
+      if (src == unique_of.size()) unique_of.push_back(frames.size() - 1);
+      source.push_back(src);
+    }
+  }
+  std::vector<NativeInput> ins;
+  for (size_t j : unique_of) {
+    const Frame& f = frames[j];
+    NativeInput in{Tensor(DType::f32, {f.g.patches(), K}), f.g};
+    std::memcpy(in.patches.bytes(), f.p, size_t(f.g.patches() * K) * 4);
+    ins.push_back(std::move(in));
+  }
+  NativeEncoding u = encode_frames(ctx, model, ins, params, exec);
+  // Rows back in every frame's place.
+  const int unit = c.native.merge * c.native.merge;
+  const int64_t D = c.hidden, E = c.projector_dim;
+  int64_t N = 0, M = 0;
+  for (const Frame& f : frames) N += f.g.patches(), M += f.g.patches() / unit;
+  NativeEncoding out;
+  out.embeddings = Tensor(DType::f32, {N, D});
+  out.projected = Tensor(DType::f32, {M, E});
+  for (size_t k = 0; k < u.deepstack.size(); ++k) out.deepstack.emplace_back(DType::f32, std::vector<int64_t>{M, E});
+  std::vector<int64_t> urow(unique_of.size() + 1, 0);
+  for (size_t j = 0; j < unique_of.size(); ++j) urow[j + 1] = urow[j] + ins[j].grid.patches();
+  int64_t row = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const int64_t n = frames[i].g.patches(), r0 = urow[source[i]];
+    std::memcpy(out.embeddings.data<float>() + row * D, u.embeddings.data<float>() + r0 * D, size_t(n * D) * 4);
+    std::memcpy(out.projected.data<float>() + row / unit * E, u.projected.data<float>() + r0 / unit * E,
+                size_t(n / unit * E) * 4);
+    for (size_t k = 0; k < u.deepstack.size(); ++k)
+      std::memcpy(out.deepstack[k].data<float>() + row / unit * E, u.deepstack[k].data<float>() + r0 / unit * E,
+                  size_t(n / unit * E) * 4);
+    row += n;
+  }
+  out.grid_thw = Tensor(DType::i32, {int64_t(images.size()), 3});
+  out.image_rows.push_back(0);
+  for (size_t i = 0; i < images.size(); ++i) {
+    const NativeGrid& g = images[i].grid;
+    int32_t* gp = out.grid_thw.data<int32_t>() + i * 3;
+    gp[0] = g.t, gp[1] = g.h, gp[2] = g.w;
+    out.image_rows.push_back(out.image_rows.back() + g.merged(c.native.merge));
+  }
+  out.mrope_positions = native_mrope_positions(model, images);
+  out.frames_reused = int(frames.size() - unique_of.size());
+  out.precision = u.precision;
+  out.encode_ms = u.encode_ms, out.attention_ms = u.attention_ms;
   return out;
 }
 

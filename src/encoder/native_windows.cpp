@@ -1,5 +1,6 @@
 // The native-resolution towers' foveation: a base view at a low pixel budget and full-resolution
-// windows, each a native image of its own (fovea/native.hpp).
+// windows, each a native image of its own (fovea/native.hpp); for SigLIP 2 NaFlex too (a token is
+// a patch there).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -30,7 +31,8 @@ bool inside(const NativeWindow& w, double x, double y) {
 NativeWindowPlan plan_native_windows(const VitModel& model, int width, int height, const Query& query,
                                      const RelevanceMap* relevance, const NativeWindowParams& params) {
   const VitConfig& c = model.config();
-  if (!c.native.enabled())
+  const bool naflex = c.native.naflex();
+  if (!c.native.enabled() && !naflex)
     throw invalid_argument("plan_native_windows: '" + model.source() + "' is not a native-resolution tower");
   if (width < 1 || height < 1) throw invalid_argument("plan_native_windows: the image size must be positive");
   if (params.budget_tokens < 4 || params.budget_tokens > (1 << 22))
@@ -39,14 +41,16 @@ NativeWindowPlan plan_native_windows(const VitModel& model, int width, int heigh
     throw invalid_argument("plan_native_windows: base_share must be in (0, 1]");
   if (params.max_windows < 0 || params.max_windows > 64)
     throw invalid_argument("plan_native_windows: max_windows must be 0..64");
-  const int P = c.patch_px, m = c.native.merge, f = c.native.factor(P);
+  // SigLIP 2 NaFlex: no merge, a token is a patch.
+  const int P = c.patch_px, m = naflex ? 1 : c.native.merge, f = naflex ? P : c.native.factor(P);
   NativeWindowPlan plan;
   plan.image_width = width, plan.image_height = height;
 
-  // Base view: smart_resize within base tokens · f² pixels.
+  // Base view: smart_resize within base tokens · f² pixels (NaFlex: naflex_size to base tokens).
   const int64_t base_budget = std::max<int64_t>(1, int64_t(std::floor(params.budget_tokens * params.base_share)));
   const int64_t min_px = std::min<int64_t>(c.native.min_pixels, base_budget * f * f);
-  const NativeSize s = smart_resize(height, width, f, min_px, base_budget * int64_t(f) * f);
+  const NativeSize s = naflex ? naflex_size(height, width, P, int(base_budget))
+                              : smart_resize(height, width, f, min_px, base_budget * int64_t(f) * f);
   NativeWindow base;
   base.box = {0, 0, width, height};
   base.grid = {1, s.height / P, s.width / P};
@@ -138,6 +142,31 @@ std::vector<NativeInput> native_window_inputs(const VitModel& model, const Image
     const ImageViewU8 crop(image.row(0, y0) + ptrdiff_t(x0) * image.pixel_stride(), x1 - x0, y1 - y0, image.channels(),
                            image.pixel_stride(), image.row_stride(), image.channel_stride());
     out.push_back(native_input(model, {&crop, 1}));
+  }
+  return out;
+}
+
+std::vector<NaflexInput> naflex_window_inputs(const VitModel& model, const ImageViewU8& image,
+                                              const NativeWindowPlan& plan) {
+  image.check("naflex_window_inputs: image");
+  if (!model.config().native.naflex())
+    throw invalid_argument("naflex_window_inputs: '" + model.source() + "' is not a SigLIP 2 NaFlex tower");
+  if (image.width() != plan.image_width || image.height() != plan.image_height)
+    throw invalid_argument("naflex_window_inputs: the image is not the plan's size");
+  const int P = model.config().patch_px;
+  std::vector<NaflexInput> out;
+  for (const NativeWindow& w : plan.windows) {
+    if (w.kind == TokenWindow::Kind::base) {
+      out.push_back(naflex_input(model, resize_bilinear_pil(image, w.grid.w * P, w.grid.h * P)));
+      continue;
+    }
+    const auto [x0, y0, x1, y1] = w.box;
+    if (x0 < 0 || y0 < 0 || x1 > image.width() || y1 > image.height() || x1 - x0 != w.grid.w * P ||
+        y1 - y0 != w.grid.h * P)
+      throw invalid_argument("naflex_window_inputs: a window lies outside the image or does not match its grid");
+    const ImageViewU8 crop(image.row(0, y0) + ptrdiff_t(x0) * image.pixel_stride(), x1 - x0, y1 - y0, image.channels(),
+                           image.pixel_stride(), image.row_stride(), image.channel_stride());
+    out.push_back(naflex_input(model, crop));
   }
   return out;
 }

@@ -92,3 +92,59 @@ def test_qwen3_deepstack():
         assert r["deepstack"][k].shape == want.shape
         assert np.abs(r["deepstack"][k] - want).max() <= 1e-4 * np.abs(want).max()
     assert handoff.qwen_vllm(r)["image_grid_thw"].tolist() == [[1, 26, 40]]
+
+
+def naflex_png(name):
+    Image = pytest.importorskip("PIL.Image")
+    path = os.path.join(DATA, "siglip2_naflex", name)
+    return np.ascontiguousarray(np.asarray(Image.open(path).convert("RGB")))
+
+
+def test_encode_naflex_matches_the_reference():
+    """SigLIP 2 NaFlex from raw pixels (scripts/make_siglip2_fixtures.py): the reference's padded,
+    masked batch against fovea's images in one call."""
+    m = fovea.Model(os.path.join(DATA, "siglip2_naflex"))
+    ref = cases("siglip2_naflex")
+    names = ["200x120", "97x211", "640x96", "40x40"]
+    r = _fovea.encode_naflex(m, [naflex_png(f"image_{n}.png") for n in names])
+    for i, n in enumerate(names):
+        want = ref[f"image_{n}.hidden"]
+        assert list(r["spatial_shapes"][i]) == list(ref[f"image_{n}.spatial"])
+        assert np.abs(r["embeddings"][i] - want).max() <= 1e-4 * np.abs(want).max()
+        pw = ref[f"image_{n}.pooled"]
+        assert np.abs(r["pooled"][i] - pw).max() <= 1e-4 * np.abs(pw).max()
+    assert _fovea.naflex_size(120, 200, 16, 24) == (64, 96)
+    with pytest.raises(Exception, match="NaFlex"):
+        _fovea.encode_naflex(fovea.Model(os.path.join(DATA, "qwen2_vl", "model.safetensors")), [naflex_png("image_40x40.png")])
+
+
+def test_encode_native_video_matches_the_reference():
+    """Five frames (A, B, A, B, C) as one Qwen2.5-VL video grid: tower, merger and the video's
+    M-RoPE ids as the reference gives them; the repeated frame pair encoded once."""
+    m = fovea.Model(os.path.join(DATA, "qwen2_5_vl"))
+    ref = cases("qwen2_5_vl")
+    a, b, c = png("image_224x336.png"), png("video_b_224x336.png"), png("video_c_224x336.png")
+    r = _fovea.encode_native_video(m, [a, b, a, b, c], fps=2.0)
+    assert r["image_grid_thw"].tolist() == ref["video.grid_thw"].tolist()
+    assert np.array_equal(r["mrope_positions"], ref["video.mrope"])
+    want = ref["video.projected"]
+    assert np.abs(r["projected"] - want).max() <= 1e-4 * np.abs(want).max()
+    assert r["frames_reused"] == 1
+    v = handoff.qwen_vllm(r, video=True)
+    assert v["video_grid_thw"].tolist() == [[3, 24, 16]] and v["video_embeds"].shape == r["projected"].shape
+
+
+def test_encode_naflex_windows():
+    """NaFlex windows: a base view and a full-resolution window on the fixation within the budget
+    (patches); the window's rows equal its crop encoded alone."""
+    m = fovea.Model(os.path.join(DATA, "siglip2_naflex"))
+    img = naflex_png("image_300x300.png")
+    r = _fovea.encode_naflex_windows(m, img, fixations=[(220, 80)], budget_tokens=40)
+    assert r["window_kinds"][0] == "base" and len(r["embeddings"]) == 2
+    assert sum(e.shape[0] for e in r["embeddings"]) <= 40
+    x0, y0, x1, y1 = r["window_boxes"][1]
+    assert x0 <= 220 < x1 and y0 <= 80 < y1
+    # the crop at its own size: max_num_patches = its patch count keeps it
+    alone = _fovea.encode_naflex(m, [np.ascontiguousarray(img[y0:y1, x0:x1])],
+                                 max_num_patches=(y1 - y0) * (x1 - x0) // 256)
+    assert np.abs(alone["embeddings"][0] - r["embeddings"][1]).max() <= 1e-5 * np.abs(alone["embeddings"][0]).max()

@@ -115,6 +115,12 @@ nlohmann::json model_json(const VitModel& m) {
                    {"factor", nc.factor(c.patch_px)},
                    {"outputs", {"projected", "embeddings", "image_grid_thw", "mrope_positions"}}};
   }
+  if (c.native.naflex())
+    j["naflex"] = {{"max_num_patches", c.native.max_num_patches},
+                   {"patch_size", c.patch_px},
+                   {"position_table", c.grid},
+                   {"resize", "get_image_size_for_max_num_patches, PIL bilinear"},
+                   {"positions", "table resized to each image's patch grid (bilinear, antialias)"}};
   const std::string pooled = pooled_output(m);
   j["pooled_output"] = pooled.empty() ? nlohmann::json(nullptr) : nlohmann::json(pooled);
   j["default_foveation"] = std::string(to_string(default_foveation(m)));
@@ -166,6 +172,10 @@ struct ModelCommand {
                   c.grid, c.class_token ? ", class token" : "",
                   c.registers ? (", " + std::to_string(c.registers) + " register tokens").c_str() : "");
       std::printf("  positions at other sizes: %s\n", std::string(to_string(c.pos_sampling)).c_str());
+      if (c.native.naflex())
+        std::printf("  NaFlex: any size and aspect ratio, resized to fit %d patches of %d px (PIL bilinear), the %dx%d "
+                    "position table resized to each image's patch grid\n",
+                    c.native.max_num_patches, c.patch_px, c.grid, c.grid);
       std::printf("  foveation: %s by default (fovea encode; --foveation mixed|windows to choose)\n",
                   std::string(to_string(default_foveation(m))).c_str());
     }

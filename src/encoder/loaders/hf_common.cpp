@@ -141,6 +141,7 @@ std::string hf_configure(const Checkpoint& ck, bool clip, VitModel::Impl& m) {
     throw Error(Errc::corrupt_data, "'" + path + "': config.json num_patches = " + std::to_string(*n) +
                                         " but the position table has " + std::to_string(c.grid * c.grid) + " rows");
   c.input = contract_from_preprocessor(ck.preprocessor, clip ? clip_defaults() : siglip_defaults());
+  if (linear_patch) naflex_configure(ck, c);
   return p;
 }
 

@@ -215,6 +215,8 @@ std::optional<std::string> hf_vision_prefix(const WeightSource& w);
 // post_layernorm.
 std::string hf_configure(const Checkpoint& c, bool clip, VitModel::Impl& m);
 void hf_load_tower(Lookup& L, const std::string& prefix, VitModel::Impl& m);
+// SigLIP 2 NaFlex: preprocessor_config.json's max_num_patches (siglip2_naflex.cpp).
+void naflex_configure(const Checkpoint& ck, VitConfig& c);
 // The checks every HF-style loader makes once the dimensions are known: config.json's
 // hidden_size, patch_size, num_hidden_layers, intermediate_size and image_size must agree with
 // the tensors (when present), there is at least one block (`blocks` names them), and the head
