@@ -884,7 +884,9 @@ def summarize(results: List[dict], ocr: List[dict], sizes: Sequence[int], method
                 if m in QUERY_METHODS and nq:
                     d["no_query"] = {"global_fidelity": _mean([r["global_fidelity"] for r in nq]),
                                      "cls_cosine": _mean([r.get("cls_cosine") for r in nq]),
-                                     "tokens": _mean([r["tokens"] for r in nq])}
+                                     "tokens": _mean([r["tokens"] for r in nq]),
+                                     "encode_ms": float(np.median([r["encode_ms"] for r in nq]))
+                                     if all(r.get("encode_ms") is not None for r in nq) else None}
                     v = [r["top1_agree"] for r in nq if "top1_agree" in r]
                     d["no_query"]["top1_agree"] = [int(sum(v)), len(v)] if v else None
                     v = [r["top5_agree"] for r in nq if "top5_agree" in r]
@@ -925,7 +927,8 @@ def table(summary: dict, methods: Sequence[str], cls_kind: str) -> str:
         for m in methods:
             nq = row["methods"][m].get("no_query")
             if nq:
-                rows.append([f"{z}²", f"{m} (no query)", f"{nq['tokens']:.0f}", "", "n/a", _f(nq["global_fidelity"]),
+                rows.append([f"{z}²", f"{m} (no query)", f"{nq['tokens']:.0f}", _f(nq.get("encode_ms"), 1), "n/a",
+                             _f(nq["global_fidelity"]),
                              _f(nq["cls_cosine"]), _frac(nq["top1_agree"]), _frac(nq["top5_agree"]),
                              _f(nq.get("ocr"), 2)])
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
