@@ -171,22 +171,6 @@ std::vector<double> tile_gain(const RelevanceMap& rel, const Coverage& cov, int 
   return g;
 }
 
-// What seeing every tile at log2-scale `to` instead of `from` gains (the same measure as
-// tile_gain, for fractional levels on both sides): the uniform grid's gain over the base view.
-double uniform_gain(const RelevanceMap& rel, double from, double to) {
-  if (!(to < from)) return 0.0;
-  const std::vector<float>& prior = rel.prior.empty() ? rel.score : rel.prior;
-  const float floor = prior.empty() ? 0.0f : *std::min_element(prior.begin(), prior.end());
-  double g = 0.0;
-  for (size_t t = 0; t < size_t(rel.grid.tiles()); ++t) {
-    double v = double(prior[t] - floor) * (from - to);
-    for (size_t j = 0; j < rel.detail.size() && double(j) < from; ++j)
-      v += double(rel.detail[j][t]) * (std::clamp(from - double(j), 0.0, 1.0) - std::clamp(to - double(j), 0.0, 1.0));
-    g += v;
-  }
-  return g;
-}
-
 // Summed-area table over the tile grid.
 struct Integral {
   int nx, ny;
@@ -209,12 +193,12 @@ struct Integral {
 };
 
 // The strips' shapes (tokens across, down), for a native grid of G: full and half width, two to
-// half the grid tall; the half-native square too.
+// four tokens tall (and less than G).
 std::vector<std::pair<int, int>> strip_shapes(int G) {
   std::vector<std::pair<int, int>> out;
   for (int gx : {G, (G + 1) / 2})
-    for (int gy : {2, 3, 4, (G + 1) / 2}) {
-      if (gy > G || gy > gx || (gx == G && gy == G)) continue;
+    for (int gy : {2, 3, 4}) {
+      if (gy >= G || gy > gx) continue;
       if (std::find(out.begin(), out.end(), std::pair{gx, gy}) == out.end()) out.push_back({gx, gy});
     }
   return out;
@@ -226,7 +210,7 @@ struct Candidate {
 };
 
 // A chosen strip grown sideways (to at most the native width) while the tile column beside it
-// holds at least a quarter of its mean column's gain: a line of text goes on where the strip's
+// holds at least a tenth of its mean column's gain: a line of text goes on where the strip's
 // lattice cut it. `fits` says whether a grown strip still fits the budget.
 template <typename Fits>
 Candidate grow_strip(const Geometry& g, const RelevanceMap& rel, const Coverage& cov, TokenWindow w, Fits&& fits) {
@@ -235,7 +219,7 @@ Candidate grow_strip(const Geometry& g, const RelevanceMap& rel, const Coverage&
   double gain = in.box(tg, w.box);
   for (bool grew = true; grew && w.grid_x < g.G;) {
     grew = false;
-    const double need = 0.25 * gain / w.grid_x;
+    const double need = 0.1 * gain / w.grid_x;
     const float P = float(g.P);
     const double right = w.box[2] + P <= g.W ? in.box(tg, {w.box[2], w.box[1], w.box[2] + P, w.box[3]}) : -1;
     const double left = w.box[0] - P >= 0 ? in.box(tg, {w.box[0] - P, w.box[1], w.box[0], w.box[3]}) : -1;
@@ -413,12 +397,13 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
             for (int x = 0; x + gx * g.P <= g.W; x += g.P) {
               TokenWindow w = place_rect(g, x, y, gx, gy);
               const double gain = in.box(tg, w.box);
-              // A line: its detail at least twice that of the band as tall above it and below it
-              // (a page of text or a texture continues there: square windows or the uniform grid).
+              // A line: its detail at least twice that of the bands as tall above it and below it
+              // together (a page of text, a texture or a larger object continues there: square
+              // windows or the uniform grid).
               const float h = float(gy * g.P);
               const double above = in.box(tg, {w.box[0], std::max(0.0f, w.box[1] - h), w.box[2], w.box[1]});
               const double below = in.box(tg, {w.box[0], w.box[3], w.box[2], std::min(float(g.H), w.box[3] + h)});
-              if (gain >= 2 * std::max(above, below)) sat.push_back({w, gain});
+              if (gain >= 2 * (above + below)) sat.push_back({w, gain});
             }
           std::partial_sort(sat.begin(), sat.begin() + std::min<size_t>(sat.size(), 4), sat.end(),
                             [](const Candidate& a, const Candidate& b) { return a.gain > b.gain; });
@@ -455,16 +440,22 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
     cov.add(ws.back());
     windows_gain += chosen.gain;
   }
-  // 3. With no query, never coarser than a uniform grid where the windows gain less: when the
-  // detail is spread over the image (a page of text, a texture), what the windows resolve
-  // finely is worth less than seeing every tile at the uniform grid's scale instead of the base
-  // view's. The plan is then that grid alone (the uniform baseline, one sequence).
+  // 3. With no query, never coarser than a uniform grid where the windows resolve less: the
+  // windows take their share of the image's detail (what resolving every tile at level 0 would
+  // gain) all the way to full resolution; a uniform grid of the budget takes every tile
+  // (log2 base scale − log2 uniform scale) / log2 base scale of the way there. When the detail
+  // is spread so evenly (a page of text, a texture) that the windows' share is the smaller, the
+  // plan is that grid alone (the uniform baseline, one sequence).
   if (fs.empty() && ws.front().grid_x == g.G && ws.front().grid_y == g.G) {
     const UniformGrid u = uniform_grid(g.W, g.H, g.P, p.budget_tokens);
-    if (u.tokens() > ws.front().tokens()) {
+    const double lb = std::log2(std::max(base_scale, 1.0f));
+    if (u.tokens() > ws.front().tokens() && lb > 0) {
       const TokenWindow ub = base_view(g, u.grid_x, u.grid_y);
-      const double ug = uniform_gain(rel, std::log2(std::max(base_scale, 1.0f)), std::log2(std::max(ub.scale, 1.0f)));
-      if (ug >= windows_gain) ws.assign(1, ub);
+      const double way = (lb - std::log2(std::max(ub.scale, 1.0f))) / lb;
+      double all = 0;
+      for (double v : tile_gain(rel, Coverage(tg, base_scale), 0)) all += v;
+      const double share = all > 0 ? windows_gain / all : 0.0;
+      if (share < way) ws.assign(1, ub);
     }
   }
   plan.covered = covered_tokens(ws, g.G);
