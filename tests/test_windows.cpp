@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -60,10 +61,19 @@ void check_plan(const Tokenization& t, int budget, int grid, const std::string& 
     if (w == 0) {
       EXPECT_EQ(win.level, -1);
       EXPECT_EQ(win.box, (std::array<float, 4>{0, 0, float(W), float(H)}));
+    } else if (win.grid_x != grid || win.grid_y != grid) {
+      // A strip (no query): level 0, at most the native grid on each side, on the tile lattice.
+      EXPECT_EQ(win.level, 0);
+      EXPECT_EQ(win.kind, TokenWindow::Kind::detail);
+      EXPECT_LE(win.grid_x, grid);
+      EXPECT_LE(win.grid_y, grid);
+      EXPECT_FLOAT_EQ(win.box[2] - win.box[0], float(win.grid_x * P));
+      EXPECT_FLOAT_EQ(win.box[3] - win.box[1], float(win.grid_y * P));
+      EXPECT_EQ(int(win.box[0]) % P, 0);
+      EXPECT_EQ(int(win.box[1]) % P, 0);
+      EXPECT_LT(win.scale, b.windows.front().scale);
     } else {
       // A native window of mip level ℓ: G·P·2^ℓ pixels square, on the 2^ℓ lattice.
-      EXPECT_EQ(win.grid_x, grid);
-      EXPECT_EQ(win.grid_y, grid);
       ASSERT_GE(win.level, 0);
       EXPECT_FLOAT_EQ(win.box[2] - win.box[0], float(grid * P << win.level));
       EXPECT_FLOAT_EQ(win.box[3] - win.box[1], float(grid * P << win.level));
@@ -165,10 +175,138 @@ TEST(Windows, WithoutAQueryTheWindowGoesWhereTheDetailIs) {
     for (int y = 0; y < 150; ++y)
       for (int x = 0; x < 150; ++x) img.at(c, 650 + y, 620 + x) = noise.at(c, y, x);
   const Tokenization t = windows(img, 392);
-  ASSERT_EQ(t.batch.windows.size(), 2u);
+  check_plan(t, 392, 14, "noisy square");
+  ASSERT_GE(t.batch.windows.size(), 2u);
+  EXPECT_EQ(t.batch.windows[0].grid_x, 14);
+  // A square of detail, not a line: one native window holds it.
   const TokenWindow& w = t.batch.windows[1];
   EXPECT_EQ(w.kind, TokenWindow::Kind::detail);
+  EXPECT_EQ(w.grid_x, 14);
+  EXPECT_EQ(w.grid_y, 14);
   EXPECT_TRUE(inside({620, 650, 770, 800}, w.box)) << w.box[0] << "," << w.box[1] << "," << w.box[2] << "," << w.box[3];
+  for (size_t i = 1; i < t.batch.windows.size(); ++i) {
+    const auto& b = t.batch.windows[i].box;
+    EXPECT_TRUE(b[2] > 620 && b[0] < 770 && b[3] > 650 && b[1] < 800) << "window " << i << " is off the detail";
+  }
+}
+
+// A relevance map with the same detail on every tile at every level: nothing stands out.
+RelevanceMap flat_relevance(int w, int h, int P, int levels) {
+  RelevanceMap r;
+  r.grid = TileGrid::make(w, h, P);
+  const size_t n = size_t(r.grid.tiles());
+  r.prior.assign(n, 0.5f);
+  r.information.assign(n, 0.0f);
+  r.saliency.assign(n, 0.0f);
+  r.query.assign(n, 0.0f);
+  r.detail.assign(size_t(levels), std::vector<float>(n, 1.0f));
+  r.score.assign(n, 0.5f + float(levels));
+  return r;
+}
+
+// The finest scale (original px per sample) the plan sees each tile's centre at.
+std::vector<float> finest_scale(const WindowPlan& plan) {
+  const TileGrid g = TileGrid::make(plan.image_width, plan.image_height, plan.patch_px);
+  std::vector<float> s(size_t(g.tiles()), std::numeric_limits<float>::infinity());
+  for (int y = 0; y < g.tiles_y; ++y)
+    for (int x = 0; x < g.tiles_x; ++x) {
+      const float cx = std::min((x + 0.5f) * plan.patch_px, plan.image_width - 0.5f);
+      const float cy = std::min((y + 0.5f) * plan.patch_px, plan.image_height - 0.5f);
+      for (const TokenWindow& w : plan.windows) {
+        if (cx < w.box[0] || cx >= w.box[2] || cy < w.box[1] || cy >= w.box[3]) continue;
+        const float sx = (w.box[2] - w.box[0]) / float(w.grid_x * plan.patch_px);
+        const float sy = (w.box[3] - w.box[1]) / float(w.grid_y * plan.patch_px);
+        s[size_t(y) * g.tiles_x + x] = std::min(s[size_t(y) * g.tiles_x + x], std::max(sx, sy));
+      }
+    }
+  return s;
+}
+
+TEST(Windows, WithoutAQueryAFlatMapIsNeverCoarserThanUniform) {
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{448, 448}, {896, 896}, {1000, 460}, {640, 480},
+                                                             {1600, 900}})
+    for (int budget : {392, 500, 800}) {
+      SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + " budget " + std::to_string(budget));
+      const RelevanceMap rel = flat_relevance(w, h, 16, 6);
+      const WindowPlan plan = plan_windows(rel, {}, {.budget_tokens = budget, .grid = 14});
+      EXPECT_LE(plan.kept_tokens(), budget);
+      const UniformGrid u = uniform_grid(w, h, 16, budget);
+      const float ux = float(w) / float(u.grid_x * 16), uy = float(h) / float(u.grid_y * 16);
+      const std::vector<float> s = finest_scale(plan);
+      for (size_t t = 0; t < s.size(); ++t)
+        ASSERT_LE(s[t], std::max(ux, uy) * 1.001f) << "tile " << t << " of " << s.size();
+    }
+  // With a query the windows stay: the query decides, not the flatness.
+  Query q;
+  q.fixations.push_back({.x_px = 300, .y_px = 300});
+  const WindowPlan fix = plan_windows(flat_relevance(896, 896, 16, 6), q, {.budget_tokens = 392, .grid = 14});
+  ASSERT_GE(fix.windows.size(), 2u);
+  EXPECT_EQ(fix.windows[0].grid_x, 14);
+  EXPECT_EQ(fix.windows[1].kind, TokenWindow::Kind::query);
+}
+
+// Text-like lines: rows of 5 x 7 glyphs of random strokes, `cell` px a stroke, dark on the light
+// background, `chars` glyphs long.
+void draw_line(ImageU8& img, int x0, int y0, int chars, int cell, uint32_t seed) {
+  uint32_t r = seed * 2654435761u + 1;
+  for (int c = 0; c < chars; ++c)
+    for (int gy = 0; gy < 7; ++gy)
+      for (int gx = 0; gx < 5; ++gx) {
+        r = r * 1664525u + 1013904223u;
+        if ((r >> 16) % 3 != 0) continue;  // a third of the cells inked
+        for (int y = 0; y < cell; ++y)
+          for (int x = 0; x < cell; ++x)
+            for (int ch = 0; ch < 3; ++ch) img.at(ch, y0 + gy * cell + y, x0 + (c * 6 + gx) * cell + x) = 25;
+      }
+}
+
+// A photo-like background: smooth shading plus mild grain.
+ImageU8 shaded(int w, int h, uint32_t seed) {
+  ImageU8 img = test::random_image(w, h, 3, seed);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        img.at(c, y, x) = uint8_t(100 + 10 * c + x * 60 / w + y * 40 / h + img.at(c, y, x) % 7);  // <= 226
+  return img;
+}
+
+TEST(Windows, WithoutAQueryTextLinesGetFullResolution) {
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{448, 448}, {896, 896}, {1024, 640}}) {
+    SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h));
+    ImageU8 img = shaded(w, h, 21);
+    // Three short lines of 14-px glyphs (2-px strokes) in different parts of the image, at odd
+    // pixels: 2-px strokes on even ones would be exact in mip 1, and the base view of a 448-px
+    // image would already show them whole.
+    const std::vector<std::array<int, 2>> at{
+        {w / 10 | 1, h / 8 | 1}, {w / 2 | 1, h / 2 | 1}, {w / 5 | 1, 3 * h / 4 | 1}};
+    for (size_t i = 0; i < at.size(); ++i) draw_line(img, at[i][0], at[i][1], 10, 2, uint32_t(i + 1));
+    const Tokenization t = windows(img, 392);
+    check_plan(t, 392, 14, "text lines");
+    // The base view stays native (the text stands out: no uniform fallback), and every line is
+    // inside a level-0 window.
+    EXPECT_EQ(t.batch.windows[0].grid_x, 14);
+    for (const auto& a : at) {
+      const std::array<float, 4> line{float(a[0]), float(a[1]), float(a[0] + 10 * 12 - 2), float(a[1] + 14)};
+      bool seen = false;
+      for (const TokenWindow& win : t.batch.windows) seen |= win.level == 0 && inside(line, win.box);
+      if (!seen)
+        for (const TokenWindow& win : t.batch.windows)
+          ADD_FAILURE() << "line at " << a[0] << "," << a[1] << " in no level-0 window; window " << win.grid_x << "x"
+                        << win.grid_y << " level " << win.level << " at " << win.box[0] << "," << win.box[1] << ","
+                        << win.box[2] << "," << win.box[3];
+    }
+  }
+}
+
+TEST(Windows, WithoutAQueryAPageOfTextIsNeverCoarserThanUniform) {
+  // Lines of small glyphs over the whole image, a line and a half apart: the detail is everywhere.
+  ImageU8 img = test::constant_image(896, 896, 3, 220);
+  for (int y = 8, k = 0; y + 14 < 896; y += 21, ++k) draw_line(img, 9, y, 73, 2, uint32_t(k + 7));
+  const Tokenization t = windows(img, 392);
+  check_plan(t, 392, 14, "page");
+  const UniformGrid u = uniform_grid(896, 896, 16, 392);
+  const std::vector<float> s = finest_scale(*t.windows);
+  for (float v : s) ASSERT_LE(v, 896.0f / float(u.grid_x * 16) * 1.001f);
 }
 
 TEST(Windows, PatchesAreTheMipPixelsAndTheBaseViewAnAreaResize) {

@@ -10,6 +10,9 @@ with --seen (the reconstruction: every patch stretched over its box) for
   * fov-region:   foveated, query = the queried snippet's box;
   * uniform:      --uniform, the "resize so the grid fits B tokens" baseline;
   * bottom-up:    foveated with no query (information + saliency only);
+  * windows:      (asked for with --strategies) the windows foveation with no query
+                  (--foveation windows: a base view plus native windows and text strips);
+  * windows-fixation: the same with the fixation;
 plus once per scene the full-resolution ceiling: --uniform with a budget equal to the level-0
 tile count, so nothing is downscaled. Scores per rendering:
   * OCR: crop the queried box, convert to grey, pad it by max(4, 0.3·box height) px of its
@@ -46,7 +49,9 @@ sys.path.insert(0, HERE)
 import scenes as scene_gen  # noqa: E402
 
 BUDGETS = [64, 144, 273, 576, 1024]
-STRATEGIES = ["fov-fixation", "fov-region", "uniform", "bottom-up"]
+STRATEGIES = ["fov-fixation", "fov-region", "uniform", "bottom-up", "windows", "windows-fixation"]
+# The default run: the windows foveation (for frozen towers) is asked for by name.
+DEFAULT_STRATEGIES = ["fov-fixation", "fov-region", "uniform", "bottom-up"]
 PSNR_CAP_DB = 60.0
 SMALL_TEXT_PX = 20  # the "< 20 px tall (at 1024 px width)" group
 TARGET_BUDGET = 273
@@ -133,6 +138,10 @@ def fovea_args(strategy, scene, budget):
         return ["--budget", str(budget), "--uniform"]
     if strategy == "bottom-up":
         return ["--budget", str(budget)]
+    if strategy == "windows":  # no query: base view plus windows where the detail is
+        return ["--budget", str(budget), "--foveation", "windows"]
+    if strategy == "windows-fixation":
+        return ["--budget", str(budget), "--foveation", "windows", "--fixation", f"{(q[0] + q[2]) / 2:g},{(q[1] + q[3]) / 2:g}"]
     raise ValueError(strategy)
 
 
@@ -245,6 +254,20 @@ def aggregate(results, budgets, strategies):
             str(b): sum(1 for sc in results if pick([sc], "bottom-up", b, "psnr_image")[0] <
                         pick([sc], "uniform", b, "psnr_image")[0]) for b in budgets}
         targets["bottom-up"] = bu
+    # The windows foveation with no query against uniform at every budget: OCR on all text and
+    # on text under SMALL_TEXT_PX, and the scenes it reads worse than uniform.
+    if "windows" in strategies and "uniform" in strategies:
+        wq = {}
+        for b in budgets:
+            row = {}
+            for gname in ("all", "small_text"):
+                g = agg[gname]["budgets"][str(b)]
+                row[f"{gname}_gain_over_uniform_pts"] = 100 * (g["windows"]["ocr_accuracy"] - g["uniform"]["ocr_accuracy"])
+            row["scenes_worse_than_uniform"] = sum(
+                1 for sc in results if pick([sc], "windows", b, "ocr_accuracy")[0] <
+                pick([sc], "uniform", b, "ocr_accuracy")[0])
+            wq[str(b)] = row
+        targets["windows"] = wq
     if "fov-fixation" in strategies and ceil > 0:
         fx = {}
         for b, need in ((64, 0.85), (TARGET_BUDGET, 0.98)):
@@ -267,7 +290,8 @@ def table_md(agg, targets, budgets, strategies):
     a = agg["all"]
     c = a["ceiling"]
     names = {"fov-fixation": "foveated (fixation)", "fov-region": "foveated (region)",
-             "uniform": "uniform", "bottom-up": "bottom-up"}
+             "uniform": "uniform", "bottom-up": "bottom-up", "windows": "windows (no query)",
+             "windows-fixation": "windows (fixation)"}
     lines.append(f"All {a['scenes']} scenes; OCR = mean character accuracy (%) on the queried "
                  f"text, PSNR (dB) inside the queried box / whole image. Full-resolution ceiling: "
                  f"OCR {fmt(c['ocr_accuracy'], True)} %, mean {fmt(c['tokens'], digits=0)} tokens.")
@@ -399,7 +423,9 @@ def main():
     ap.add_argument("--seed", type=int, default=6)
     ap.add_argument("--max-side", type=int, default=2048)
     ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
-    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
+                    help=f"comma list of {', '.join(STRATEGIES)} (windows: --foveation windows with no query; "
+                         "windows-fixation: with the fixation)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--save", action="store_true",

@@ -16,9 +16,9 @@
 //   * a base view: the whole image resized (squashed) to S×S, as a VLM's base view;
 //   * finer windows: S×S pixels of mip level ℓ, i.e. S·2^ℓ original pixels square, each encoded
 //     as a standalone image, so its tokens are what the tower computes for that window.
-// Tokens of a coarser window whose box lies wholly inside a finer window are *covered*: they
-// are encoded (their window needs them as context) and dropped from the output, so the tokens
-// handed on are at most the budget (keep_covered hands them on too).
+// Tokens of a coarser window whose box lies wholly inside a finer native window are *covered*:
+// they are encoded (their window needs them as context) and dropped from the output, so the
+// tokens handed on are at most the budget (keep_covered hands them on too).
 //
 // Where the windows go, in this order, each while the tokens handed on stay within the budget:
 //   1. the query: a level-0 window centred on every fixation and on every region's centre
@@ -27,9 +27,24 @@
 //      focus or at any tile position) with the largest gain per token added. A tile's gain is
 //      what the relevance stage measured: prior · (levels gained) + Σ detail[j] over the mip
 //      levels j it newly resolves (RelevanceMap::detail, rate–distortion). With no query this is
-//      the only step: windows land on the most detailed parts of the image.
-// A window of level ℓ must fit inside the image (S·2^ℓ ≤ both sides) and be at least half a
-// level finer than the base view. Its origin lies on the 2^ℓ-pixel lattice, so its pixels are
+//      the only step: windows land on the most detailed parts of the image. With no query the
+//      candidates also include *strips*: level-0 windows of G or ⌈G/2⌉ tokens across and 2, 3 or 4
+//      down, on the tile lattice, whose detail is at least twice that of the bands as tall above
+//      and below them together (a line: of text, most often). A chosen strip grows sideways, up to
+//      G tokens, while the next tile column holds a tenth of its mean column's gain. A strip is
+//      encoded as a standalone image of its own size (positions interpolated, as the tower's own
+//      code does for a non-square image) and covers nothing: the base view's tokens under it are
+//      handed on too, so a strip adds a line's full-resolution pixels without taking anything from
+//      the whole-image features;
+//   3. with no query, never coarser than uniform where the windows resolve less: the windows of
+//      step 2 take their share of the image's detail (of what seeing every tile at level 0 would
+//      gain) all the way to full resolution; a uniform grid of the budget (uniform_grid) takes
+//      every tile (log2 b − log2 u) / log2 b of the way there (b, u: the base view's and the
+//      grid's image pixels per pixel). When the detail is spread so evenly that the windows'
+//      share is the smaller (a page of text, a texture), the plan is that grid alone: one base
+//      "view" of grid_x × grid_y tokens, the uniform baseline's tokens (positions interpolated).
+// A native window of level ℓ must fit inside the image (S·2^ℓ ≤ both sides) and be at least half
+// a level finer than the base view. Its origin lies on the 2^ℓ-pixel lattice, so its pixels are
 // exactly mip ℓ's (a box filter of the original). A budget below G² gives a base view of
 // g×g tokens, g = ⌊√budget⌋ (positions interpolated, as a uniform grid), and no window.
 //
@@ -68,7 +83,9 @@ struct WindowParams {
 };
 
 struct WindowPlan {
-  std::vector<TokenWindow> windows;  // the base view first, then the others in the order chosen
+  // The base view first, then the others in the order chosen. Native windows are grid × grid
+  // tokens; strips (no query) level 0 and narrower; a uniform fallback is the base view alone.
+  std::vector<TokenWindow> windows;
   std::vector<std::vector<uint8_t>> covered;  // [window][token], raster order within the window
   int patch_px = 0;
   int image_width = 0, image_height = 0;

@@ -38,14 +38,19 @@ bool precedes(const std::vector<TokenWindow>& ws, size_t o, size_t w) {
   return a <= b * (1 + 1e-4f) && o < w;
 }
 
-// covered[w][i]: token i of window w lies wholly inside a window that precedes w.
-std::vector<std::vector<uint8_t>> covered_tokens(const std::vector<TokenWindow>& ws) {
+// A strip: a window narrower than the native grid on a side (no query, on a line of detail).
+bool is_strip(const TokenWindow& w, int G) { return w.level >= 0 && (w.grid_x < G || w.grid_y < G); }
+
+// covered[w][i]: token i of window w lies wholly inside a native window that precedes w. Strips
+// cover nothing: the base view's tokens under a line of text stay (a strip's features, a small
+// image of its own, are no stand-in for the whole image's), the strip adds the line's detail.
+std::vector<std::vector<uint8_t>> covered_tokens(const std::vector<TokenWindow>& ws, int G) {
   std::vector<std::vector<uint8_t>> cov(ws.size());
   for (size_t w = 0; w < ws.size(); ++w) {
     const TokenWindow& win = ws[w];
     cov[w].assign(size_t(win.tokens()), 0);
     for (size_t o = 0; o < ws.size(); ++o) {
-      if (o == w || !precedes(ws, o, w)) continue;
+      if (o == w || !precedes(ws, o, w) || is_strip(ws[o], G)) continue;
       const Box& ob = ws[o].box;
       if (ob[2] <= win.box[0] || ob[0] >= win.box[2] || ob[3] <= win.box[1] || ob[1] >= win.box[3]) continue;
       for (int gy = 0; gy < win.grid_y; ++gy)
@@ -56,13 +61,13 @@ std::vector<std::vector<uint8_t>> covered_tokens(const std::vector<TokenWindow>&
   return cov;
 }
 
-int64_t kept_count(const std::vector<TokenWindow>& ws, bool keep_covered) {
+int64_t kept_count(const std::vector<TokenWindow>& ws, int G, bool keep_covered) {
   int64_t n = 0;
   if (keep_covered) {
     for (const TokenWindow& w : ws) n += w.tokens();
     return n;
   }
-  for (const auto& c : covered_tokens(ws))
+  for (const auto& c : covered_tokens(ws, G))
     for (uint8_t v : c) n += v == 0;
   return n;
 }
@@ -71,15 +76,20 @@ struct Geometry {
   int W, H, P, G, S;  // image, patch, native grid, native side (px)
 };
 
-TokenWindow base_view(const Geometry& g, int budget) {
+TokenWindow base_view(const Geometry& g, int nx, int ny) {
   TokenWindow b;
-  const int n = budget >= g.G * g.G ? g.G : std::max(1, int(std::floor(std::sqrt(double(budget)))));
-  b.grid_x = b.grid_y = n;
+  b.grid_x = nx;
+  b.grid_y = ny;
   b.box = {0, 0, float(g.W), float(g.H)};
   b.level = -1;
-  b.scale = float(std::sqrt(double(g.W) / (n * g.P) * (double(g.H) / (n * g.P))));
+  b.scale = float(std::sqrt(double(g.W) / (nx * g.P) * (double(g.H) / (ny * g.P))));
   b.kind = TokenWindow::Kind::base;
   return b;
+}
+
+TokenWindow base_view(const Geometry& g, int budget) {
+  const int n = budget >= g.G * g.G ? g.G : std::max(1, int(std::floor(std::sqrt(double(budget)))));
+  return base_view(g, n, n);
 }
 
 // A level-ℓ window centred on (cx, cy) as nearly as the image and the 2^ℓ lattice allow.
@@ -97,6 +107,20 @@ TokenWindow place(const Geometry& g, int level, double cx, double cy, TokenWindo
   w.level = level;
   w.scale = float(1 << level);
   w.kind = kind;
+  return w;
+}
+
+// A level-0 window of gx × gy tokens with its top-left corner at (x0, y0) (whole tiles, inside the
+// image): a strip shaped to a line of detail (text) that a square native window would cover with
+// mostly other content.
+TokenWindow place_rect(const Geometry& g, int x0, int y0, int gx, int gy) {
+  TokenWindow w;
+  w.box = {float(x0), float(y0), float(x0 + gx * g.P), float(y0 + gy * g.P)};
+  w.grid_x = gx;
+  w.grid_y = gy;
+  w.level = 0;
+  w.scale = 1;
+  w.kind = TokenWindow::Kind::detail;
   return w;
 }
 
@@ -167,6 +191,49 @@ struct Integral {
     return sum(x0, y0, x1, y1);
   }
 };
+
+// The strips' shapes (tokens across, down), for a native grid of G: full and half width, two to
+// four tokens tall (and less than G).
+std::vector<std::pair<int, int>> strip_shapes(int G) {
+  std::vector<std::pair<int, int>> out;
+  for (int gx : {G, (G + 1) / 2})
+    for (int gy : {2, 3, 4}) {
+      if (gy >= G || gy > gx) continue;
+      if (std::find(out.begin(), out.end(), std::pair{gx, gy}) == out.end()) out.push_back({gx, gy});
+    }
+  return out;
+}
+
+struct Candidate {
+  TokenWindow w;
+  double gain;
+};
+
+// A chosen strip grown sideways (to at most the native width) while the tile column beside it
+// holds at least a tenth of its mean column's gain: a line of text goes on where the strip's
+// lattice cut it. `fits` says whether a grown strip still fits the budget.
+template <typename Fits>
+Candidate grow_strip(const Geometry& g, const RelevanceMap& rel, const Coverage& cov, TokenWindow w, Fits&& fits) {
+  const TileGrid& tg = rel.grid;
+  const Integral in(tile_gain(rel, cov, 0), tg.tiles_x, tg.tiles_y);
+  double gain = in.box(tg, w.box);
+  for (bool grew = true; grew && w.grid_x < g.G;) {
+    grew = false;
+    const double need = 0.1 * gain / w.grid_x;
+    const float P = float(g.P);
+    const double right = w.box[2] + P <= g.W ? in.box(tg, {w.box[2], w.box[1], w.box[2] + P, w.box[3]}) : -1;
+    const double left = w.box[0] - P >= 0 ? in.box(tg, {w.box[0] - P, w.box[1], w.box[0], w.box[3]}) : -1;
+    const bool go_right = right >= left;
+    const double add = go_right ? right : left;
+    if (add < need || !(add > 0)) break;
+    TokenWindow x = place_rect(g, int(go_right ? w.box[0] : w.box[0] - P), int(w.box[1]), w.grid_x + 1, w.grid_y);
+    if (!fits(x)) break;
+    w = x;
+    gain += add;
+    grew = true;
+  }
+  return {w, gain};
+}
 
 struct Focus {
   double x, y;
@@ -269,7 +336,7 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
   auto try_add = [&](const TokenWindow& w) {
     if (int(ws.size()) >= p.max_windows) return false;
     ws.push_back(w);
-    if (kept_count(ws, p.keep_covered) > p.budget_tokens) {
+    if (kept_count(ws, g.G, p.keep_covered) > p.budget_tokens) {
       ws.pop_back();
       return false;
     }
@@ -290,12 +357,9 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
       if (!seen) try_add(place(g, 0, f.x, f.y, TokenWindow::Kind::query));
     }
 
+  double windows_gain = 0;  // what the windows after the query's gain, summed
   // 2. Greedy on the relevance: the best gain per token handed on, until nothing fits.
   while (int(ws.size()) < p.max_windows && !levels.empty()) {
-    struct Candidate {
-      TokenWindow w;
-      double gain;
-    };
     std::vector<Candidate> cands;
     for (int l : levels) {
       const std::vector<double> gain = tile_gain(rel, cov, l);
@@ -322,8 +386,32 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
                         [](const Candidate& a, const Candidate& b) { return a.gain > b.gain; });
       at.resize(std::min<size_t>(at.size(), 8));
       for (Candidate& c : at) cands.push_back(std::move(c));
+      // With no query, level-0 windows narrower than native too: a line of text is a strip of
+      // fine detail that a square window would spend most of its tokens beside. Per shape, the
+      // best few by gain per token.
+      if (l == 0 && fs.empty())
+        for (const auto& [gx, gy] : strip_shapes(g.G)) {
+          if (gx * g.P > g.W || gy * g.P > g.H) continue;
+          std::vector<Candidate> sat;
+          for (int y = 0; y + gy * g.P <= g.H; y += g.P)
+            for (int x = 0; x + gx * g.P <= g.W; x += g.P) {
+              TokenWindow w = place_rect(g, x, y, gx, gy);
+              const double gain = in.box(tg, w.box);
+              // A line: its detail at least twice that of the bands as tall above it and below it
+              // together (a page of text, a texture or a larger object continues there: square
+              // windows or the uniform grid).
+              const float h = float(gy * g.P);
+              const double above = in.box(tg, {w.box[0], std::max(0.0f, w.box[1] - h), w.box[2], w.box[1]});
+              const double below = in.box(tg, {w.box[0], w.box[3], w.box[2], std::min(float(g.H), w.box[3] + h)});
+              if (gain >= 2 * (above + below)) sat.push_back({w, gain});
+            }
+          std::partial_sort(sat.begin(), sat.begin() + std::min<size_t>(sat.size(), 4), sat.end(),
+                            [](const Candidate& a, const Candidate& b) { return a.gain > b.gain; });
+          sat.resize(std::min<size_t>(sat.size(), 4));
+          for (Candidate& c : sat) cands.push_back(std::move(c));
+        }
     }
-    const int64_t kept_now = kept_count(ws, p.keep_covered);
+    const int64_t kept_now = kept_count(ws, g.G, p.keep_covered);
     int64_t encoded = 0;
     for (const TokenWindow& w : ws) encoded += w.tokens();
     double best_ratio = 0;
@@ -331,7 +419,7 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
     for (size_t i = 0; i < cands.size(); ++i) {
       if (!(cands[i].gain > 1e-9)) continue;
       ws.push_back(cands[i].w);
-      const int64_t kept = kept_count(ws, p.keep_covered);
+      const int64_t kept = kept_count(ws, g.G, p.keep_covered);
       ws.pop_back();
       if (kept > p.budget_tokens || encoded + cands[i].w.tokens() > max_encoded) continue;
       // Per token: those handed on, plus half a window for the encode (a window that mostly
@@ -341,10 +429,36 @@ WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const Windo
       if (ratio > best_ratio) best_ratio = ratio, best = int(i);
     }
     if (best < 0) break;
-    ws.push_back(cands[size_t(best)].w);
+    Candidate chosen = cands[size_t(best)];
+    if (is_strip(chosen.w, g.G)) chosen = grow_strip(g, rel, cov, chosen.w, [&](const TokenWindow& w) {
+      ws.push_back(w);
+      const bool fits = kept_count(ws, g.G, p.keep_covered) <= p.budget_tokens && encoded + w.tokens() <= max_encoded;
+      ws.pop_back();
+      return fits;
+    });
+    ws.push_back(chosen.w);
     cov.add(ws.back());
+    windows_gain += chosen.gain;
   }
-  plan.covered = covered_tokens(ws);
+  // 3. With no query, never coarser than a uniform grid where the windows resolve less: the
+  // windows take their share of the image's detail (what resolving every tile at level 0 would
+  // gain) all the way to full resolution; a uniform grid of the budget takes every tile
+  // (log2 base scale − log2 uniform scale) / log2 base scale of the way there. When the detail
+  // is spread so evenly (a page of text, a texture) that the windows' share is the smaller, the
+  // plan is that grid alone (the uniform baseline, one sequence).
+  if (fs.empty() && ws.front().grid_x == g.G && ws.front().grid_y == g.G) {
+    const UniformGrid u = uniform_grid(g.W, g.H, g.P, p.budget_tokens);
+    const double lb = std::log2(std::max(base_scale, 1.0f));
+    if (u.tokens() > ws.front().tokens() && lb > 0) {
+      const TokenWindow ub = base_view(g, u.grid_x, u.grid_y);
+      const double way = (lb - std::log2(std::max(ub.scale, 1.0f))) / lb;
+      double all = 0;
+      for (double v : tile_gain(rel, Coverage(tg, base_scale), 0)) all += v;
+      const double share = all > 0 ? windows_gain / all : 0.0;
+      if (share < way) ws.assign(1, ub);
+    }
+  }
+  plan.covered = covered_tokens(ws, g.G);
   if (p.keep_covered)
     for (auto& c : plan.covered) std::fill(c.begin(), c.end(), uint8_t(0));
   return plan;
