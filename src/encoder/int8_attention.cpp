@@ -12,8 +12,9 @@ namespace fovea::encoder_detail::int8attn {
 #ifndef FOVEA_INT8_ATTENTION_KERNELS
 // Built without the kernel: never usable, never called.
 void quantize_keys(const uint16_t*, int64_t, int64_t, int8_t*, float*, int32_t*) {}
-void attention(const uint16_t*, int64_t, int64_t, const int8_t*, const float*, const int32_t*, const uint16_t*, int64_t,
-               int64_t, float, std::byte*, float*) {}
+void quantize_values(const uint16_t*, int64_t, int64_t, int8_t*, float*) {}
+void attention(const uint16_t*, int64_t, int64_t, const int8_t*, const float*, const int32_t*, const int8_t*,
+               const float*, int64_t, int64_t, float, std::byte*, float*) {}
 #endif
 
 bool usable() {
@@ -21,8 +22,8 @@ bool usable() {
   static const bool ok = [] {
     const char* off = std::getenv("FOVEA_INT8_ATTENTION");
     if (off && std::string(off) == "0") return false;
-    // vnni512's availability is the CPU's AVX512-VNNI (and ONEDNN_MAX_CPU_ISA's cap); the P·V
-    // half needs AVX512-BF16.
+    // vnni512's availability is the CPU's AVX512-VNNI (and ONEDNN_MAX_CPU_ISA's cap); the
+    // kernel's translation unit is built with AVX512-BF16 flags, so that is asked too.
     return int8::available(int8::Kernel::vnni512) && avx512bf16::usable();
   }();
   return ok;

@@ -1,6 +1,6 @@
-// Private to src/encoder: exact attention with Q·Kᵀ in int8 (vpdpbusd) and P·V in bf16
-// (VDPBF16PS): the attention of Precision::int8 on CPUs with AVX512-VNNI and AVX512-BF16 (Zen 4,
-// Zen 5, Cooper Lake; elsewhere int8 encodes run bf16 attention).
+// Private to src/encoder: exact attention with both products in int8 (vpdpbusd): the attention
+// of Precision::int8 on CPUs with AVX512-VNNI and AVX512-BF16 (Zen 4, Zen 5, Cooper Lake;
+// elsewhere int8 encodes run bf16 attention).
 //
 // Numerics. Per head, the keys are first smoothed: the mean key over all T keys is subtracted
 // (every query's scores change by one constant, q·mean, which the softmax removes), so channels
@@ -9,8 +9,13 @@
 // i is quantized asymmetrically per head as the int8 GEMM quantizes activations (int8.hpp):
 // q_i ≈ sq_i·(u_i − zq_i), u in [0, 255]. Then
 //   q_i·k_j ≈ sq_i·ks_j·(Σ_d u_id·kq_jd − zq_i·Σ_d kq_jd),
-// an exact int32 sum. The softmax, P (rounded to bf16) and P·V are the AVX512-BF16 kernel's
-// (avx512bf16.hpp), as is the layout: strips of 16 queries, one query per vector lane.
+// an exact int32 sum. The softmax runs in f32 as the AVX512-BF16 kernel's (avx512bf16.hpp), with
+// the same layout: strips of 16 queries, one query per vector lane. The values are smoothed the
+// same way (their mean over the keys is added back at the end: the weights of a row sum to one)
+// and quantized per column d over the keys, v_jd ≈ vs_d·vq_jd; P = 2^(s − max) ∈ [0, 1] is
+// rounded to uint8 steps of 1/255, and the row's normaliser is the sum of those rounded P, so
+// O = Σ_j P_j·v_j / Σ_j P_j holds for the rounded weights exactly as it does in float. Keys
+// whose weight is below 1/510 of the row's largest drop out.
 #pragma once
 
 #include <cstddef>
@@ -30,10 +35,16 @@ constexpr size_t kScratchBytes = 64 * 1024;
 // (see above). A key with a non-finite value gets ks NaN (its scores are NaN, as in float).
 void quantize_keys(const uint16_t* k, int64_t nk, int64_t hd, int8_t* kq, float* ks, int32_t* ksum);
 
+// One head's values v [nk, hd] bf16 dense → vq (values_bytes(nk, hd): per 4 consecutive keys
+// and column d, their 4 int8 values in one dword at ((j / 4)·hd + d)·4) and vs [2·hd]: the
+// columns' steps, then their means. A non-finite value makes its column's step NaN.
+inline size_t values_bytes(int64_t nk, int64_t hd) { return size_t((nk + 3) / 4 * hd * 4); }
+void quantize_values(const uint16_t* v, int64_t nk, int64_t hd, int8_t* vq, float* vs);
+
 // O[bq, hd] (f32, normalised, row stride hd) = softmax(Q·Kᵀ·scale)·V for one head: Q [bq, hd]
-// bf16 (row stride ldq); the keys as quantize_keys wrote them; vp: V packed by amx::pack_values.
+// bf16 (row stride ldq); the keys and values as quantize_keys and quantize_values wrote them.
 // Single-threaded. Call only when usable() and fits(hd).
 void attention(const uint16_t* q, int64_t bq, int64_t ldq, const int8_t* kq, const float* ks, const int32_t* ksum,
-               const uint16_t* vp, int64_t nk, int64_t hd, float scale, std::byte* scratch, float* o);
+               const int8_t* vq, const float* vs, int64_t nk, int64_t hd, float scale, std::byte* scratch, float* o);
 
 }  // namespace fovea::encoder_detail::int8attn
