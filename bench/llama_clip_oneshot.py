@@ -253,7 +253,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
-    provenance.output(a, "oneshot", results, threads=a.threads, rows=rows,
+    provenance.output(a, "oneshot-llama", results, threads=a.threads, rows=rows,
                       versions={"llama.cpp": a.clip_version})
 
 
