@@ -36,6 +36,17 @@ BENCHES = {
         "columns": [r"^pipeline$", r"^wall_s_median$", r"^wall_ratio_median$", r"^wall_ratio_min$", r"^wall_ratio_max$",
                     r"^cpu_ratio_median$", r"^runs$"],
     },
+    "oneshot-llama": {
+        "title": "One image per process against llama.cpp's clip, on an mmproj file",
+        "script": "bench/llama_clip_oneshot.py",
+        "method": "A fresh process per image: llama.cpp's clip (clip_model_load, preprocess, one encode; a driver "
+                  "built from llama.cpp's sources) against `fovea encode --uniform --budget 576 --patch 14` on the "
+                  "same LLaVA-style ViT-L/14-336 mmproj (random weights, F16 and its Q8_0 copy), interleaved "
+                  "rounds; `llama_f16_wall_over_this_median` is llama.cpp's F16 wall time over the pipeline's.",
+        "columns": [r"^pipeline$", r"^wall_s_median$", r"^llama_f16_wall_over_this_median$",
+                    r"^llama_f16_wall_over_this_min$", r"^llama_f16_wall_over_this_max$", r"^model_load_ms_median$",
+                    r"^encode_ms_median$", r"^runs$"],
+    },
     "encode": {
         "title": "Encoder: ViT-B/16 dimensions, random weights",
         "script": "bench/encode_bench.py",
@@ -207,6 +218,8 @@ RATIO_NOTES = [
     (r"wall_ratio", "torch's wall time over fovea's for the same image, both started as fresh processes in the same "
                     "round (higher: fovea faster)"),
     (r"cpu_ratio", "torch's CPU time (user + system) over fovea's, same rounds"),
+    (r"llama_f16_wall_over_this", "llama.cpp's wall time (load + one encode of the F16 file) over this pipeline's, "
+                                  "both fresh processes in the same round (higher: this pipeline faster)"),
     (r"vs torch", "torch's time for the same layers on the same tokens over fovea's, same run (higher: fovea faster)"),
     (r"speedup_vs_exact", "the exact encode's time over this mode's, same process and model"),
     (r"vs_batch_cli", "this pipeline's images per second over the batch CLI's, same rounds (higher: faster)"),

@@ -84,7 +84,10 @@ def q8_0(x):
     inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
     v = x * inv[:, None]
     q = (np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))).astype(np.int8)  # roundf: half away from zero
-    return b"".join(d.astype("<f2")[i].tobytes() + q[i].tobytes() for i in range(len(q)))
+    blocks = np.empty((len(q), 34), np.uint8)  # per block: d (f16), then 32 int8
+    blocks[:, :2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
+    blocks[:, 2:] = q.view(np.uint8)
+    return blocks.tobytes()
 
 
 def main():

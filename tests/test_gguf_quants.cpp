@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "fovea/gguf.hpp"
 #include "fovea/safetensors.hpp"
@@ -39,6 +41,23 @@ TEST(GgufQuants, EveryBlockFormatMatchesTheNumpyReference) {
   EXPECT_EQ(checked, 9);
   EXPECT_FALSE(ggml_type_supported(26));  // I32
   EXPECT_FALSE(ggml_type_supported(10));  // Q2_K: not decoded
+}
+
+// F16 tensors decode without branches (vectorizable): every one of the 65536 bit patterns as
+// the scalar f16_to_f32 gives it (NaN as a NaN of the same sign).
+TEST(GgufQuants, F16RowsDecodeEveryValueAsTheScalarConversion) {
+  std::vector<uint16_t> h(65536);
+  for (uint32_t i = 0; i < 65536; ++i) h[i] = uint16_t(i);
+  std::vector<float> out(h.size(), -1.0f);
+  ASSERT_TRUE(ggml_dequantize(uint32_t(GgmlType::f16), reinterpret_cast<const std::byte*>(h.data()), 65536, out.data()));
+  int wrong = 0;
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const float want = f16_to_f32(h[i]);
+    const bool same = std::isnan(want) ? std::isnan(out[i]) && std::signbit(out[i]) == std::signbit(want)
+                                       : std::memcmp(&want, &out[i], 4) == 0;
+    if (!same && ++wrong <= 5) ADD_FAILURE() << "f16 0x" << std::hex << i << ": " << out[i] << " != " << want;
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 }  // namespace

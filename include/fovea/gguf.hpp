@@ -73,8 +73,8 @@ std::string ggml_type_name(uint32_t type);
 bool ggml_type_supported(uint32_t type);
 // The types fovea decodes, for messages: "F32, F16, BF16, Q8_0, Q4_0, ...".
 const char* ggml_supported_types();
-// n values of a block-quantized tensor (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K;
-// n a multiple of the type's block) at src into dst, as ggml's dequantize_row_* gives them.
+// n values of an F16 or block-quantized tensor (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+// Q8_K; n a multiple of the type's block) at src into dst, as ggml's dequantize_row_* gives them.
 // False for any other type.
 bool ggml_dequantize(uint32_t type, const std::byte* src, int64_t n, float* dst);
 

@@ -37,6 +37,7 @@
 #include "encoder/amx.hpp"
 #include "encoder/avx2.hpp"
 #include "encoder/avx512bf16.hpp"
+#include "encoder/int8_attention.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {
@@ -163,6 +164,13 @@ bool avx512bf16_attention(const AttentionExec& ex, DType dt, int64_t hd) {
 // call per block) where the linear layers run on it too (AVX2-only CPUs).
 bool avx2_attention(const AttentionExec& ex, DType dt, int64_t hd) {
   return !ex.reference && dt == DType::f32 && avx2::attention_fits(hd) && Gemm::avx2_takes_f32();
+}
+
+// Attention in int8 (int8_attention.hpp) for an int8 encode's exact attention where the CPU has
+// the kernel and the AMX one does not run.
+bool int8_attention(const AttentionExec& ex, DType dt, int64_t hd) {
+  return !ex.reference && ex.int8 && dt == DType::bf16 && int8attn::fits(hd) && int8attn::usable() &&
+         !amx_attention(ex, dt, hd);
 }
 
 // Whether block_attention packs V for its kernel (and so can take it as v_rows).
@@ -325,6 +333,38 @@ void exact_kv(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t 
       b.O->ensure(size_t(bq * hd) * 4), b.S->ensure(amx::attention_scratch_bytes(T));
       amx::attention(reinterpret_cast<const uint16_t*>(ws.q.get() + size_t((h * r + q0) * hd) * es), bq, hd,
                      kt + h * per_head, vt + h * per_head, T, hd, scale, nullptr, 0, b.S->get(), b.O->as<float>());
+      write_rows(b.O->as<float>(), bq, hd, h, D, dt, nullptr, q0, out);
+    });
+    return;
+  }
+  if (int8_attention(ex, dt, hd)) {
+    // Every head's K and V quantized once, then the kernel per task.
+    const size_t vb = int8attn::values_bytes(T, hd);
+    ws.k_int8.ensure(size_t(heads * T * hd)), ws.k_scale.ensure(size_t(heads * T) * 4);
+    ws.k_sum.ensure(size_t(heads * T) * 4), ws.v_int8.ensure(vb * size_t(heads));
+    ws.v_scale.ensure(size_t(heads * 2 * hd) * 4);
+    int8_t* kq = ws.k_int8.as<int8_t>();
+    float* ks = ws.k_scale.as<float>();
+    int32_t* ksum = ws.k_sum.as<int32_t>();
+    int8_t* vq = ws.v_int8.as<int8_t>();
+    float* vs = ws.v_scale.as<float>();
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+    for (int64_t hv = 0; hv < 2 * heads; ++hv) {
+      const int64_t h = hv / 2;
+      if (hv % 2)
+        int8attn::quantize_values(reinterpret_cast<const uint16_t*>(v + size_t(h * T * hd) * es), T, hd, vq + h * vb,
+                                  vs + h * 2 * hd);
+      else
+        int8attn::quantize_keys(reinterpret_cast<const uint16_t*>(k + size_t(h * T * hd) * es), T, hd, kq + h * T * hd,
+                                ks + h * T, ksum + h * T);
+    }
+    parallel_tasks(ex, ws, nqb * heads, [&](int64_t task, TaskBuffers& b) {
+      const int h = int(task % heads);
+      const int64_t q0 = (task / heads) * Bq, bq = std::min(Bq, r - q0);
+      b.O->ensure(size_t(bq * hd) * 4), b.S->ensure(int8attn::kScratchBytes);
+      int8attn::attention(reinterpret_cast<const uint16_t*>(ws.q.get() + size_t((h * r + q0) * hd) * es), bq, hd,
+                          kq + h * T * hd, ks + h * T, ksum + h * T, vq + h * vb, vs + h * 2 * hd, T, hd, scale,
+                          b.S->get(), b.O->as<float>());
       write_rows(b.O->as<float>(), bq, hd, h, D, dt, nullptr, q0, out);
     });
     return;

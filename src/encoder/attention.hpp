@@ -18,6 +18,9 @@ struct AttentionExec {
   bool reference = false;
   int threads = 1;
   Gemm* gemm = nullptr;  // required unless reference
+  // Precision::int8: exact attention in int8 where the CPU runs int8attn's kernel
+  // (int8_attention.hpp), bf16 attention elsewhere.
+  bool int8 = false;
 };
 
 // A growable 64-byte aligned buffer (contents undefined after growth).
@@ -40,6 +43,7 @@ struct ScratchBuf {
 struct AttentionWorkspace {
   ScratchBuf q, k, v, kp, vp, kbound;  // kbound: per head and block, its keys' [max | min] per dimension
   ScratchBuf k_tiles, v_tiles;  // every head's K and V packed for the AMX kernel (amx.hpp), exact attention
+  ScratchBuf k_int8, k_scale, k_sum, v_int8, v_scale;  // every head's K and V quantized for the int8 kernel (int8_attention.hpp)
   std::vector<ScratchBuf> thread_scratch;
 };
 

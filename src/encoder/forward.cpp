@@ -291,7 +291,7 @@ std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, c
       const int64_t r = row0[size_t(i)], Ti = row0[size_t(i + 1)] - r;
       const std::byte* qkv = QKV.get() + size_t(r * 3 * D) * es;
       if (cx.attention_probe) cx.attention_probe(int(&l - m.layers.data()), qkv, dt, Ti);
-      attention_rows({ops.ref, ops.threads, ops.gemm}, qkv, 3 * D, Ti, qkv + size_t(D) * es, 3 * D, Ti, D, c.heads, dt,
+      attention_rows({ops.ref, ops.threads, ops.gemm, ops.int8 != nullptr}, qkv, 3 * D, Ti, qkv + size_t(D) * es, 3 * D, Ti, D, c.heads, dt,
                      A.get() + size_t(r * D) * es, hier ? &plans[size_t(i)] : nullptr, cx.attention_ws.get());
     }
     attention_time += std::chrono::steady_clock::now() - t_att;

@@ -30,6 +30,28 @@ inline void scale_min_k4(int j, const std::byte* q, int* d, int* m) {
   }
 }
 
+// n F16 values into f32 without branches (the bit manipulation of Maratos' FP16 library: exact
+// for every value, subnormals, infinities and NaN included), so the loop vectorizes: loading an
+// F16 mmproj converts hundreds of millions of them, and the scalar f16_to_f32 per value took
+// ~5 % of a one-shot ViT-L/14 encode.
+void f16_row(const std::byte* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    const uint32_t w = uint32_t(h) << 16, sign = w & 0x80000000u, two_w = w + w;
+    uint32_t nb = (two_w >> 4) + (0xE0u << 23), db = (two_w >> 17) | (126u << 23);
+    float normalized, denormalized;
+    std::memcpy(&normalized, &nb, 4);
+    std::memcpy(&denormalized, &db, 4);
+    normalized *= 0x1.0p-112f;     // rebias the exponent (inf and NaN stay so)
+    denormalized -= 0.5f;          // subnormal halves: m·2^-24 exactly
+    std::memcpy(&nb, &normalized, 4);
+    std::memcpy(&db, &denormalized, 4);
+    const uint32_t r = sign | (two_w < (1u << 27) ? db : nb);
+    std::memcpy(dst + i, &r, 4);
+  }
+}
+
 // One block at `b` into y (32 or 256 values).
 void block_q4_0(const std::byte* b, float* y) {  // f16 d, 16 bytes of nibbles: value = d·(q − 8)
   const float d = h16(b);
@@ -139,6 +161,7 @@ bool ggml_dequantize(uint32_t type, const std::byte* src, int64_t n, float* dst)
   void (*fn)(const std::byte*, float*) = nullptr;
   int block = 0, bytes = 0;
   switch (GgmlType(type)) {
+    case GgmlType::f16: f16_row(src, dst, n); return true;
     case GgmlType::q4_0: fn = block_q4_0, block = 32, bytes = 18; break;
     case GgmlType::q4_1: fn = block_q4_1, block = 32, bytes = 20; break;
     case GgmlType::q5_0: fn = block_q5_0, block = 32, bytes = 22; break;

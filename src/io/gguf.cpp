@@ -428,12 +428,11 @@ Tensor GgufFile::load_f32(const GgufTensorInfo& t) const {
     case uint32_t(GgmlType::f32):
       std::memcpy(dst, src, size_t(n) * 4);
       break;
-    case uint32_t(GgmlType::f16):
     case uint32_t(GgmlType::bf16):
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = t.type == uint32_t(GgmlType::f16) ? f16_to_f32(h) : bf16_to_f32(h);
+        dst[i] = bf16_to_f32(h);
       }
       break;
     default:
