@@ -155,8 +155,9 @@ def encode_value(kind, v):
     return struct.pack(SCALAR_FMT[kind], v)
 
 
-def encode(g, alignment=None):
-    """The bytes of `g`: each tensor padded to the alignment (`alignment`, else the file's own)."""
+def encode(g, alignment=None, pad_end=True):
+    """The bytes of `g`: each tensor padded to the alignment (`alignment`, else the file's own);
+    pad_end=False leaves the last tensor unpadded (the file ends with its data)."""
     align = alignment or g.alignment()
     head = b"GGUF" + struct.pack("<IQQ", g.version, len(g.tensors), len(g.kvs))
     for k, kind, v in g.kvs:
@@ -172,6 +173,8 @@ def encode(g, alignment=None):
         offset += len(data) + pad
     body = head + b"".join(infos)
     body += b"\0" * ((-len(body)) % align)
+    if blobs and not pad_end:
+        blobs[-1] = blobs[-1][:len(g.tensors[-1]["data"])]
     return body + b"".join(blobs)
 
 
