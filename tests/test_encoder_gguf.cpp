@@ -174,7 +174,7 @@ TEST(GgufMmproj, NamesWhatItDoesNotSupportOrFind) {
   expect_load_error(dir + "/width.gguf", Errc::corrupt_data, {"v.patch_embd.weight has shape [32, 3, 8, 8]"});
 }
 
-// Edits a hostile-edit sweep (bench/gguf_model_sweep.py) found loaded as a silently different
+// Edits a hostile-edit sweep (tests/sweeps/gguf_model_sweep.py) found loaded as a silently different
 // model, refused only at encode time as if the user's --patch were wrong, or quoted raw.
 TEST(GgufMmproj, RefusesFilesItWouldMisreadAndQuotesThemSafely) {
   const std::string dir = test::temp_dir("gguf_misread");

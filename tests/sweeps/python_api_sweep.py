@@ -29,8 +29,8 @@ so a crash is observed, not suffered. A case's outcome is one of
 The upper-case outcomes are findings; the script prints each with its code and exits 1 if there
 are any. Run from the repository root:
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/python_api_sweep.py            # ~1500 cases, ~14 min on 2 busy cores
-    PYTHONPATH=build/python /usr/bin/python3 bench/python_api_sweep.py --quick    # ~1140: no video / big-memory cases
+    PYTHONPATH=build/python /usr/bin/python3 tests/sweeps/python_api_sweep.py            # ~1500 cases, ~14 min on 2 busy cores
+    PYTHONPATH=build/python /usr/bin/python3 tests/sweeps/python_api_sweep.py --quick    # ~1140: no video / big-memory cases
     ... --only 'load|save' --jobs 1 --json /tmp/sweep.json --verbose --keep
 
 Fixtures (junk files, crafted headers, tiny videos made with ffmpeg) are written to a temporary
@@ -59,7 +59,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+from fovea_testio.safetensors import raw as safetensors  # noqa: E402
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -240,11 +242,6 @@ def png(w, h, bit_depth=8, color=2, idat=None, extra=b"", interlace=0) -> bytes:
         row = b"\0" + bytes((w * ch * bit_depth + 7) // 8)
         idat = zlib.compress(row * h)
     return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + extra + png_chunk(b"IDAT", idat) + png_chunk(b"IEND", b"")
-
-
-def safetensors(header, data=b"", hlen=None) -> bytes:
-    h = header if isinstance(header, bytes) else json.dumps(header).encode()
-    return struct.pack("<Q", len(h) if hlen is None else hlen) + h + data
 
 
 def write(path, data: bytes):
