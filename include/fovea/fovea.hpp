@@ -28,6 +28,7 @@
 #include "fovea/relevance.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/store.hpp"
+#include "fovea/tar.hpp"
 #include "fovea/tensor.hpp"
 #include "fovea/token_cache.hpp"
 #include "fovea/tokenizer.hpp"
