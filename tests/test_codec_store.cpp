@@ -11,7 +11,7 @@
 #include "fovea/store.hpp"
 
 #ifdef FOVEA_HAVE_VULKAN
-#include "store/vulkan_store.hpp"
+#include "vulkan/store/vulkan_store.hpp"
 #endif
 
 namespace fovea {

@@ -157,7 +157,7 @@ struct VulkanStoreOptions {
 // and a fence, writes go through a staging buffer, gathers run a compute shader. Returns
 // nullptr with `*why` set when this build or the device cannot do it (no Vulkan, no device, no
 // sparseResidencyBuffer, no validation layer when asked for); never throws for that.
-// Defined in src/store/vulkan_backend.cpp (src/store/vulkan_stub.cpp without Vulkan).
+// Defined in src/vulkan/store/vulkan_backend.cpp (vulkan_stub.cpp there without Vulkan).
 std::unique_ptr<StoreBackend> make_vulkan_store_backend(std::string* why, const VulkanStoreOptions& options = {});
 
 // The sparse 2D image variant ("vulkan-image", sparseResidencyImage2D): the virtual space is

@@ -893,6 +893,7 @@ def baseline_outputs():
 
 
 def main():
+    global FOVEA
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a representative subset (~1-2 min)")
     ap.add_argument("--only", help="comma-separated fnmatch patterns of case ids")
@@ -905,7 +906,6 @@ def main():
                     help="full per-case report (default: %(default)s)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every case, not just findings and doubts")
     a = ap.parse_args()
-    global FOVEA
     FOVEA = os.path.abspath(a.fovea)
 
     cases = build_cases(a.quick)

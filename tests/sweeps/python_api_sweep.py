@@ -922,6 +922,8 @@ def define_cases(fx: dict):
             case(f"model/dir_{name}_as_directory", f"m = fovea.Model({os.path.dirname(fx[k])!r}); result = m.description", None)
     # Every fixture checkpoint, with every output, both precisions and hierarchical attention.
     for d in sorted(os.listdir(os.path.join(REPO, "tests/data/encoder"))):
+        if not os.path.isdir(os.path.join(REPO, "tests/data/encoder", d)):
+            continue  # qwen_smart_resize.json and the like
         files = os.listdir(os.path.join(REPO, "tests/data/encoder", d))
         ck = "mmproj.gguf" if "mmproj.gguf" in files else "model.safetensors" if "model.safetensors" in files else None
         if d == "open_clip":
