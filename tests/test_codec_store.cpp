@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/error.hpp"
 #include "fovea/store.hpp"
 

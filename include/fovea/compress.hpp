@@ -1,4 +1,4 @@
-// fovea/codec.hpp — token compression: codecs over embeddings, their trained state, and the
+// fovea/compress.hpp — token compression: codecs over embeddings, their trained state, and the
 // quadtree-aware sibling merge.
 //
 //   std::unique_ptr<fovea::Codec> c = fovea::make_codec("int8", 768);    // or "pca:128+int8", "opq:96"

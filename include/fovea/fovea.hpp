@@ -14,8 +14,8 @@
 #include "fovea/version_gen.hpp"
 
 #include "fovea/allocate.hpp"
-#include "fovea/codec.hpp"
 #include "fovea/codec_interface.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/embeddings.hpp"
 #include "fovea/error.hpp"
 #include "fovea/exec.hpp"

@@ -174,7 +174,7 @@ std::unique_ptr<StoreBackend> make_store_backend(std::string_view name, const Vu
 struct StoreConfig {
   int64_t dim = 1024;             // D: elements per token, >= 1
   DType dtype = DType::f16;       // f32, f16 or bf16 (ignored with a codec)
-  // Compressed pages (fovea/codec.hpp): each token is one record of codec->bytes_per_token()
+  // Compressed pages (fovea/compress.hpp): each token is one record of codec->bytes_per_token()
   // bytes (the record size replaces dim * dtype); dim must equal codec->dim(); the codec must
   // be trained. write()/update_frame() take [n, D] f32 (encoded on the way in) or [n, record]
   // u8 records; gather() returns the records; gather_decoded() the f32 embeddings.
