@@ -205,6 +205,10 @@ TEST(GgufMmproj, RefusesFilesItWouldMisreadAndQuotesThemSafely) {
   g = base;
   g.set("clip.vision.image_mean", array(GgufType::f32, {std::nan(""), 0.5, 0.5}));
   check(g, Errc::corrupt_data, {"clip.vision.image_mean values must be finite"});
+  // A finite mean whose ratio to the std is not (was: accepted by `fovea model`, refused at encode).
+  g.set("clip.vision.image_mean", array(GgufType::f32, {3e38, 0.5, 0.5}));
+  g.set("clip.vision.image_std", array(GgufType::f32, {0.25, 0.5, 0.5}));
+  check(g, Errc::corrupt_data, {"mean/std ratio beyond float range"});
   // Four input channels (was: accepted by `fovea model`, then exit 2 and "use --patch 8" at encode).
   g = base;
   GgufBuild::T* pe = g.tensor("v.patch_embd.weight");

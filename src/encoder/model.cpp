@@ -333,10 +333,14 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
     throw Error(Errc::unsupported, "'" + spec + "': the model's patch size is " + std::to_string(cfg.patch_px) +
                                        " pixels; fovea's tokenizer makes patches of 2 to 256 pixels");
   for (int i = 0; i < 3; ++i)
+    // The extractor applies (x/255 − mean)/std as x·(1/(255·std)) − mean/std in float: both
+    // factors must be finite too (a mean of 1e38 over a std of 0.5 is not).
     if (!std::isfinite(cfg.input.mean[size_t(i)]) || !std::isfinite(cfg.input.std[size_t(i)]) ||
-        !(cfg.input.std[size_t(i)] > 0))
+        !(cfg.input.std[size_t(i)] > 0) || !std::isfinite(1.0f / (255.0f * cfg.input.std[size_t(i)])) ||
+        !std::isfinite(cfg.input.mean[size_t(i)] / cfg.input.std[size_t(i)]))
       throw Error(Errc::corrupt_data, "'" + spec + "': its normalisation (" + cfg.input.source +
-                                          ") has a non-finite mean or a std that is not finite and > 0");
+                                          ") has a non-finite mean, a std that is not finite and > 0, or a "
+                                          "mean/std ratio beyond float range");
   m->source = spec;
   // A converted checkpoint's int8 layer matrices (fovea convert --dtype int8), used where they lie.
   const int int8_tensors = st ? attach_stored_int8(*m, *st, files) : 0;
