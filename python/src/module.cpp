@@ -323,9 +323,11 @@ TokenizeParams build_params(std::optional<int> budget, std::optional<int> patch,
     throw fovea::invalid_argument(std::string(window_grid ? "window_grid" : "keep_covered") + " needs foveation='windows'");
   if (window_grid && (*window_grid < 1 || *window_grid > 256))
     throw fovea::invalid_argument("window_grid must be in [1, 256] tokens a side, got " + std::to_string(*window_grid));
-  p.windows.grid = window_grid ? *window_grid
-                   : vit       ? vit->config().grid
-                               : std::max(1, int(std::lround(224.0 / p.patch_px)));
+  // A tower without a learned position grid (Qwen2-VL's rotary positions: grid 0) windows as a
+  // model-less call does.
+  p.windows.grid = window_grid                     ? *window_grid
+                   : vit && vit->config().grid > 0 ? vit->config().grid
+                                                   : std::max(1, int(std::lround(224.0 / p.patch_px)));
   p.windows.keep_covered = keep_covered;
   if (windowed && max_level != -1) throw fovea::invalid_argument("max_level shapes the mixed foveation's quadtree; foveation='windows' has none");
   p.alloc.budget_tokens = budget ? *budget : windowed ? 2 * p.windows.grid * p.windows.grid : 273;

@@ -92,3 +92,15 @@ def test_qwen3_deepstack():
         assert r["deepstack"][k].shape == want.shape
         assert np.abs(r["deepstack"][k] - want).max() <= 1e-4 * np.abs(want).max()
     assert handoff.qwen_vllm(r)["image_grid_thw"].tolist() == [[1, 26, 40]]
+
+
+def test_tokenize_with_a_tower_without_a_position_grid():
+    # Qwen2-VL has rotary positions, no learned grid (config position_grid 0): tokenize(model=)
+    # windows as without a model (was: "the windows' grid must be 1..256 tokens a side, got 0"),
+    # and Model.encode_full says the tower encodes native images.
+    m = fovea.Model(os.path.join(DATA, "qwen2_vl", "model.safetensors"))
+    assert m.config["position_grid"] == 0
+    t = fovea.tokenize(png("image_224x320.png"), model=m, budget=30, fixations=[(3, 3)])
+    assert 0 < len(t) <= 30 and t.foveation == "windows"
+    with pytest.raises(ValueError, match="native-resolution tower"):
+        m.encode_full(t)
