@@ -52,7 +52,7 @@ def photos():
 def outlier_vit_b(tmp: str) -> str:
     import torch
     import torchvision
-    import fovea_safetensors
+    from fovea_testio import safetensors as fovea_safetensors
     torch.manual_seed(0)
     m = torchvision.models.vit_b_16(weights=None).eval()
     g = torch.Generator().manual_seed(1)

@@ -9,8 +9,9 @@
 #     PRIVATE_LIBS hwy::hwy)
 #
 # Defines the target fovea_<name> (alias fovea::<name>, exported as fovea::<name>, archive
-# libfovea_<name>.a). FOLDER defaults to <name>. INTERNAL stages are built and linked like the
-# others but install no public header.
+# libfovea_<name>.a). FOLDER defaults to <name>; it may be nested (vulkan/vk). EXTRA_FOLDERS are
+# more source folders the stage owns and sees (the store's Vulkan backends, vulkan/store).
+# INTERNAL stages are built and linked like the others but install no public header.
 #
 # Stages are static archives of position-independent code compiled with hidden visibility: only
 # what the public headers declare (FOVEA_API_BEGIN ... FOVEA_API_END, fovea/export.hpp) is
@@ -32,7 +33,7 @@ define_property(TARGET PROPERTY FOVEA_LAYER_FOLDERS BRIEF_DOCS "fovea: source fo
 
 function(fovea_stage name)
   cmake_parse_arguments(PARSE_ARGV 1 S "INTERNAL" "FOLDER"
-    "SOURCES;HEADERS;DEPS;PRIVATE_DEPS;PUBLIC_LIBS;PRIVATE_LIBS;PRIVATE_DEFS;PRIVATE_INCLUDES")
+    "SOURCES;HEADERS;DEPS;PRIVATE_DEPS;PUBLIC_LIBS;PRIVATE_LIBS;PRIVATE_DEFS;PRIVATE_INCLUDES;EXTRA_FOLDERS")
   if(NOT S_FOLDER)
     set(S_FOLDER ${name})
   endif()
@@ -52,7 +53,7 @@ function(fovea_stage name)
 
   # What this stage may see: its own headers and folder, plus everything upstream.
   set(headers ${S_HEADERS})
-  set(folders ${S_FOLDER})
+  set(folders ${S_FOLDER} ${S_EXTRA_FOLDERS})
   foreach(d IN LISTS S_DEPS S_PRIVATE_DEPS)
     if(NOT TARGET fovea_${d})
       message(FATAL_ERROR "fovea_stage(${name}): stage '${d}' must be defined before it (upstream first)")
@@ -75,8 +76,25 @@ function(fovea_stage name)
     endif()
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/include/fovea/${h} ${layer}/fovea/${h} SYMBOLIC)
   endforeach()
+  # A nested folder (vulkan/vk) is linked under a real directory (vulkan/), unless the stage sees
+  # its parent folder too: then the parent's link already shows it (sorted: parents come first).
+  list(SORT folders)
+  set(linked "")
   foreach(f IN LISTS folders)
+    set(shown FALSE)
+    foreach(l IN LISTS linked)
+      string(FIND "${f}" "${l}/" at)
+      if(at EQUAL 0)
+        set(shown TRUE)
+      endif()
+    endforeach()
+    if(shown)
+      continue()
+    endif()
+    get_filename_component(parent ${layer}/${f} DIRECTORY)
+    file(MAKE_DIRECTORY ${parent})
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${f} ${layer}/${f} SYMBOLIC)
+    list(APPEND linked ${f})
   endforeach()
   # Generated headers (fovea/version_gen.hpp) are visible to every stage.
   file(CREATE_LINK ${PROJECT_BINARY_DIR}/generated/fovea/version_gen.hpp ${layer}/fovea/version_gen.hpp SYMBOLIC)

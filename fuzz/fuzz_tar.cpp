@@ -1,4 +1,4 @@
-// The batch CLI's .tar shard reader (tools/fovea/tar.cpp) on fuzzed archives, read from memory
+// The WebDataset shard reader (fovea/tar.hpp, src/io/tar.cpp) on fuzzed archives, read from memory
 // (fmemopen): ustar, GNU and pax headers, long-name records, base-256 sizes. Every member is
 // visited, in two passes as the batch CLI makes them: names only (its count of images), then
 // with the bytes (the read). Findings: a crash, ASan/UBSan report, leak, a non-fovea exception,
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fuzz_util.hpp"
-#include "tar.hpp"
+#include "fovea/tar.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;  // fmemopen refuses an empty buffer; an empty shard is a file of 0 bytes
@@ -31,8 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fovea::fuzz::expect_only_fovea_errors([&] {
       FILE* f = fmemopen(copy.data(), copy.size(), "rb");
       if (!f) return;
-      fovea::cli::TarReader r(f, "fuzz.tar");
-      fovea::cli::TarMember m;
+      fovea::TarReader r(f, "fuzz.tar");
+      fovea::TarMember m;
       size_t members = 0, bytes = 0;
       while (r.next(m, [](const std::string&) { return true; }, read_bytes)) {
         bytes += m.bytes.size();

@@ -18,6 +18,9 @@ import zlib
 import numpy as np
 from PIL import Image
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fovea_testio import safetensors as st  # noqa: E402
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus")
 rng = np.random.default_rng(19)
 
@@ -62,16 +65,9 @@ def exif_app1(orientation, big_endian):
 
 
 def safetensors(tensors, metadata=None):
-    header, blobs, at = {}, [], 0
-    for name, dtype, shape, data in tensors:
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + len(data)]}
-        blobs.append(data)
-        at += len(data)
-    if metadata:
-        header["__metadata__"] = metadata
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+    """[(name, dtype, shape, bytes)] as a file, metadata after the tensors, JSON with spaces."""
+    return st.encode([(name, (dtype, shape, data)) for name, dtype, shape, data in tensors], metadata,
+                     compact=False, metadata_first=False)
 
 
 def main():
@@ -267,8 +263,6 @@ def model_seeds():
     then one safetensors file: the Qwen2-VL fixture, the Qwen2.5-VL fixture's shards merged, and
     the small HF CLIP fixture and the SigLIP 2 NaFlex one (tests/data/encoder/, written by
     make_qwen_fixtures.py, make_encoder_fixtures.py and make_siglip2_fixtures.py)."""
-    import json
-    import struct
     enc = os.path.join(os.path.dirname(ROOT), "..", "tests", "data", "encoder")
 
     def read(*p):
@@ -279,24 +273,11 @@ def model_seeds():
         idx = json.loads(read(d, "model.safetensors.index.json"))
         tensors = {}
         for f in sorted(set(idx["weight_map"].values())):
-            b = read(d, f)
-            (n,) = struct.unpack("<Q", b[:8])
-            h = json.loads(b[8:8 + n])
-            for k, v in h.items():
-                if k != "__metadata__":
-                    s0, s1 = v["data_offsets"]
-                    tensors[k] = (v["dtype"], v["shape"], b[8 + n + s0:8 + n + s1])
-        header, blobs, off = {}, [], 0
-        for k, (dt, shape, raw) in tensors.items():
-            header[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
-            blobs.append(raw)
-            off += len(raw)
-        h = json.dumps(header, separators=(",", ":")).encode()
-        h += b" " * (-len(h) % 8)
-        return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+            tensors.update(st.parse(read(d, f))[0])
+        return st.encode(tensors)
 
-    def seed(name, cfg, pre, st):
-        out("model", name, struct.pack("<H", len(cfg)) + cfg + struct.pack("<H", len(pre)) + pre + st)
+    def seed(name, cfg, pre, weights):
+        out("model", name, struct.pack("<H", len(cfg)) + cfg + struct.pack("<H", len(pre)) + pre + weights)
 
     seed("qwen2_vl", read("qwen2_vl", "config.json"), read("qwen2_vl", "preprocessor_config.json"),
          read("qwen2_vl", "model.safetensors"))

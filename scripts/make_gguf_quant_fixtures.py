@@ -11,13 +11,12 @@ dequantisation as ggml-quants.c's dequantize_row_*: numpy only, written from tho
 """
 import argparse
 import os
-import struct
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fovea_safetensors  # noqa: E402
+from fovea_testio import gguf, safetensors  # noqa: E402
 
 # ggml type id, values per block, bytes per block.
 TYPES = {"q4_0": (2, 32, 18), "q4_1": (3, 32, 20), "q5_0": (6, 32, 22), "q5_1": (7, 32, 24), "q8_0": (8, 32, 34),
@@ -123,28 +122,6 @@ def random_blocks(kind, nblocks, rng):
     return bytes(out)
 
 
-def gguf_str(s):
-    b = s.encode()
-    return struct.pack("<Q", len(b)) + b
-
-
-def save_gguf(path, tensors, alignment=32):
-    """tensors: [(name, data bytes, row-major shape, ggml type)] (the GGUF v3 layout)."""
-    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 0)
-    offset, infos, blobs = 0, b"", []
-    for name, data, shape, kind in tensors:
-        ne = list(reversed(shape))
-        infos += gguf_str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
-        infos += struct.pack("<IQ", kind, offset)
-        pad = (-len(data)) % alignment
-        blobs.append(data + b"\0" * pad)
-        offset += len(data) + pad
-    body = head + infos
-    body += b"\0" * ((-len(body)) % alignment)
-    with open(path, "wb") as f:
-        f.write(body + b"".join(blobs))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
@@ -159,8 +136,8 @@ def main():
         tensors.append((kind, data, [rows, cols], tid))
         expected[kind] = dequantize(kind, data, rows * cols).reshape(rows, cols).astype(np.float32)
         assert np.isfinite(expected[kind]).all()
-    save_gguf(os.path.join(a.out, "quants.gguf"), tensors)
-    fovea_safetensors.write(os.path.join(a.out, "expected.safetensors"), expected)
+    gguf.write(os.path.join(a.out, "quants.gguf"), [], tensors)
+    safetensors.write(os.path.join(a.out, "expected.safetensors"), expected)
     print(f"wrote {a.out}/quants.gguf and expected.safetensors ({', '.join(TYPES)})")
 
 

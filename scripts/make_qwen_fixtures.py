@@ -41,11 +41,14 @@ import argparse
 import json
 import math
 import os
-import struct
+import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fovea_testio.safetensors import save_torch as save_safetensors  # noqa: E402
 
 CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 
@@ -284,28 +287,6 @@ def video_cases(cases, sd, cfg, frames, mean, std, step, split):
 
 
 # ---- files --------------------------------------------------------------------------------------
-
-def tensor_bytes(t, dtype):
-    np_dt = {"F32": "<f4", "I32": "<i4"}[dtype]
-    return t.detach().contiguous().numpy().astype(np_dt).tobytes()
-
-
-def save_safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for name, t in tensors.items():
-        dt = "F32" if t.is_floating_point() else "I32"
-        b = tensor_bytes(t, dt)
-        header[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
 
 def image(gen, width, height, out, name):
     ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")

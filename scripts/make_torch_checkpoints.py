@@ -3,7 +3,7 @@
 (src/io/torch_checkpoint.cpp) and the encoder's loading of .pt / .pth / pytorch_model.bin files.
 
 The weights are the encoder fixtures' own (tests/data/encoder/*/model.safetensors, read with
-scripts/fovea_safetensors.py), so a test can require that fovea encodes a .pth exactly as it
+scripts/fovea_testio/), so a test can require that fovea encodes a .pth exactly as it
 encodes the safetensors file. Run with Debian's torch and torchvision (/usr/bin/python3); the
 outputs are committed, the test suite never runs torch.
 
@@ -44,7 +44,8 @@ import torchvision
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fovea_safetensors import read, to_torch  # noqa: E402
+from fovea_testio import safetensors  # noqa: E402
+from fovea_testio.safetensors import read, to_torch  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 ENC = os.path.join(ROOT, "tests", "data", "encoder")
@@ -60,23 +61,6 @@ class Evil:
 
     def __reduce__(self):
         return (os.system, ("touch /tmp/fovea-torch-checkpoint-pwned",))
-
-
-def save_safetensors_plain(path, tensors):
-    """Contiguous tensors, F32/F16/BF16/F64/I64/I32/U8/BOOL, safetensors layout."""
-    names = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
-             torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
-    header, blobs, at = {}, [], 0
-    for k, t in tensors.items():
-        t = t.contiguous()
-        raw = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes()
-        header[k] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
-        blobs.append(raw)
-        at += len(raw)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
 
 
 def write_zip64(src, dst):
@@ -192,7 +176,7 @@ def main():
     flat = dict(tensors)
     flat["nested.inner"] = saved["nested"]["inner"]
     flat["nested.deeper.leaf"] = saved["nested"]["deeper"]["leaf"]
-    save_safetensors_plain(os.path.join(out, "tensors_expected.safetensors"), flat)
+    safetensors.write(os.path.join(out, "tensors_expected.safetensors"), safetensors.from_torch(flat), compact=False)
 
     write_zip64(os.path.join(out, "tensors.pt"), os.path.join(out, "zip64.pt"))
 

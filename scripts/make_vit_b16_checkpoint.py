@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fovea_safetensors  # noqa: E402
+from fovea_testio import safetensors  # noqa: E402
 
 
 def main():
@@ -43,9 +43,9 @@ def main():
     sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     meta = {"format": "pt", "source": "torchvision.models.vit_b_16(weights=None), seed %d" % args.seed}
     arrays = {k: v.numpy().astype(np.float32) for k, v in sd.items()}
-    fovea_safetensors.write(paths["st"], arrays, meta)
+    safetensors.write(paths["st"], arrays, meta)
     bf16 = {k: ("BF16", v.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)) for k, v in sd.items()}
-    fovea_safetensors.write(paths["bf16"], bf16, meta)
+    safetensors.write(paths["bf16"], bf16, meta)
     tmp = paths["pt"] + ".tmp"
     torch.save(sd, tmp)
     os.replace(tmp, paths["pt"])

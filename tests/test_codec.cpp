@@ -6,7 +6,7 @@
 #include <random>
 
 #include "compress/compress_internal.hpp"
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/error.hpp"
 #include "fovea/safetensors.hpp"
 #include "test_util.hpp"

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/safetensors.hpp"
 #include "test_util.hpp"
 

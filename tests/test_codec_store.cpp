@@ -6,12 +6,12 @@
 #include <cstring>
 #include <random>
 
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/error.hpp"
 #include "fovea/store.hpp"
 
 #ifdef FOVEA_HAVE_VULKAN
-#include "store/vulkan_store.hpp"
+#include "vulkan/store/vulkan_store.hpp"
 #endif
 
 namespace fovea {

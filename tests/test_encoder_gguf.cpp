@@ -174,7 +174,7 @@ TEST(GgufMmproj, NamesWhatItDoesNotSupportOrFind) {
   expect_load_error(dir + "/width.gguf", Errc::corrupt_data, {"v.patch_embd.weight has shape [32, 3, 8, 8]"});
 }
 
-// Edits a hostile-edit sweep (bench/gguf_model_sweep.py) found loaded as a silently different
+// Edits a hostile-edit sweep (tests/sweeps/gguf_model_sweep.py) found loaded as a silently different
 // model, refused only at encode time as if the user's --patch were wrong, or quoted raw.
 TEST(GgufMmproj, RefusesFilesItWouldMisreadAndQuotesThemSafely) {
   const std::string dir = test::temp_dir("gguf_misread");
@@ -196,6 +196,11 @@ TEST(GgufMmproj, RefusesFilesItWouldMisreadAndQuotesThemSafely) {
   check(g, Errc::corrupt_data, {"clip.vision.block_count = 0 is out of range [1, 4096]"});
   g.set("clip.vision.block_count", scalar(GgufType::boolean, true));  // was: one block
   check(g, Errc::corrupt_data, {"clip.vision.block_count is a BOOL"});
+  // A head count that does not divide the width: named by its key (one that divides it is another
+  // valid model: the tensors do not fix the head count).
+  g = base;
+  g.set("clip.vision.attention.head_count", scalar(GgufType::u32, uint64_t(3)));
+  check(g, Errc::corrupt_data, {"clip.vision.attention.head_count = 3 does not divide clip.vision.embedding_length"});
   // A norm's or the projector's second layer's bias without its weight (was: the norm or the
   // layer silently left out).
   check(without({"v.pre_ln.weight"}), Errc::corrupt_data, {"missing 1 tensor(s): v.pre_ln.weight [32]"});

@@ -352,7 +352,7 @@ TEST(Limits, AStrayLayerIndexIsRefusedBeforeTheLayersAreListed) {
 
 // A system that refuses threads (RLIMIT_NPROC, a pids cgroup, address space): the Executor
 // started some workers, threw from its constructor, and destroying the condition variables they
-// waited on blocked forever (found by bench/python_api_sweep.py: tokenize(threads=1024) under a
+// waited on blocked forever (found by tests/sweeps/python_api_sweep.py: tokenize(threads=1024) under a
 // 4 GiB RLIMIT_AS never returned). Now an Error naming the count. Run in a child with an alarm,
 // so the old behaviour fails the test instead of hanging it.
 TEST(Limits, ThreadsTheSystemRefusesAreAnErrorNotAHang) {

@@ -28,7 +28,7 @@
 #include "fovea/token_cache.hpp"
 
 #ifdef FOVEA_HAVE_VULKAN
-#include "store/vulkan_store.hpp"
+#include "vulkan/store/vulkan_store.hpp"
 #endif
 
 namespace fovea {

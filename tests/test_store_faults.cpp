@@ -20,7 +20,7 @@
 #include "store/fault_backend.hpp"
 
 #ifdef FOVEA_HAVE_VULKAN
-#include "store/vulkan_store.hpp"
+#include "vulkan/store/vulkan_store.hpp"
 #endif
 
 namespace fovea {

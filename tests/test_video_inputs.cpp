@@ -1,4 +1,4 @@
-// Video inputs real users bring (bench/video_sweep.py is the sweep these came from): a display
+// Video inputs real users bring (tests/sweeps/video_sweep.py is the sweep these came from): a display
 // matrix, timestamps that repeat or start over, a size change mid-stream, sample aspect, --fps
 // over gaps, a damaged raw stream, outputs that cannot be written. The clips are the committed
 // fixtures of scripts/make_test_clips.sh --fixtures, or y4m written here.

@@ -25,7 +25,7 @@
 
 #ifdef FOVEA_HAVE_VULKAN
 #include "vulkan/shading_rate.hpp"
-#include "vk/vk.hpp"
+#include "vulkan/vk/vk.hpp"
 #endif
 
 namespace fovea {

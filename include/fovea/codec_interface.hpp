@@ -1,6 +1,6 @@
 // fovea/codec_interface.hpp — the Codec interface alone: what a token store needs to hold
 // compressed records, without the codecs themselves (their factory, FAISS training and the
-// compression reports are fovea/codec.hpp, in the compress stage).
+// compression reports are fovea/compress.hpp, in the compress stage).
 //
 //   // A codec that keeps the first two bytes of each float (truncated bf16), written against
 //   // the interface only:

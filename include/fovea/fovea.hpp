@@ -14,8 +14,8 @@
 #include "fovea/version_gen.hpp"
 
 #include "fovea/allocate.hpp"
-#include "fovea/codec.hpp"
 #include "fovea/codec_interface.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/embeddings.hpp"
 #include "fovea/error.hpp"
 #include "fovea/exec.hpp"
@@ -28,6 +28,7 @@
 #include "fovea/relevance.hpp"
 #include "fovea/safetensors.hpp"
 #include "fovea/store.hpp"
+#include "fovea/tar.hpp"
 #include "fovea/tensor.hpp"
 #include "fovea/token_cache.hpp"
 #include "fovea/tokenizer.hpp"

@@ -157,7 +157,7 @@ struct VulkanStoreOptions {
 // and a fence, writes go through a staging buffer, gathers run a compute shader. Returns
 // nullptr with `*why` set when this build or the device cannot do it (no Vulkan, no device, no
 // sparseResidencyBuffer, no validation layer when asked for); never throws for that.
-// Defined in src/store/vulkan_backend.cpp (src/store/vulkan_stub.cpp without Vulkan).
+// Defined in src/vulkan/store/vulkan_backend.cpp (vulkan_stub.cpp there without Vulkan).
 std::unique_ptr<StoreBackend> make_vulkan_store_backend(std::string* why, const VulkanStoreOptions& options = {});
 
 // The sparse 2D image variant ("vulkan-image", sparseResidencyImage2D): the virtual space is
@@ -174,7 +174,7 @@ std::unique_ptr<StoreBackend> make_store_backend(std::string_view name, const Vu
 struct StoreConfig {
   int64_t dim = 1024;             // D: elements per token, >= 1
   DType dtype = DType::f16;       // f32, f16 or bf16 (ignored with a codec)
-  // Compressed pages (fovea/codec.hpp): each token is one record of codec->bytes_per_token()
+  // Compressed pages (fovea/compress.hpp): each token is one record of codec->bytes_per_token()
   // bytes (the record size replaces dim * dtype); dim must equal codec->dim(); the codec must
   // be trained. write()/update_frame() take [n, D] f32 (encoded on the way in) or [n, record]
   // u8 records; gather() returns the records; gather_decoded() the f32 embeddings.

@@ -44,6 +44,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import fovea
+from fovea import _fovea
 
 IMAGE_EXTENSIONS = tuple(fovea.image_extensions())  # .jpg/.jpeg/.png, and with FFmpeg .webp, .gif, ...
 
@@ -60,9 +61,7 @@ def _stem(path: str) -> str:
 
 def _tar_key(member: str) -> str:
     """WebDataset's key: the member name up to the first '.' of its file name."""
-    head, _, base = member.rpartition("/")
-    key = base.split(".", 1)[0]
-    return f"{head}/{key}" if head else key
+    return _fovea.webdataset_key(member)
 
 
 def plan(inputs: Sequence[str], outdir: str, batch_size: int = 16) -> List[Dict[str, Any]]:
@@ -284,18 +283,19 @@ def run_task(task: Dict[str, Any], options: Dict[str, Any]) -> Dict[str, Any]:
     shard, out = task["path"], task["output"]
     members = []
     try:
-        with tarfile.open(shard, "r:") as tar:
-            for m in tar:
-                if not m.isfile() or not _is_image(m.name):
-                    continue
-                label = f"{shard}:{m.name}"
-                data = tar.extractfile(m).read()
-                try:
-                    members.append((_tar_key(m.name) + ".safetensors", _process(data, label, options, None)))
-                    ok += 1
-                except (ValueError, OSError, RuntimeError) as e:
-                    failed.append([label, str(e)])
-    except (tarfile.TarError, OSError) as e:
+        # The library's shard reader (fovea/tar.hpp), as the batch CLI reads shards.
+        for name, data in _fovea.TarReader(shard, list(IMAGE_EXTENSIONS)):
+            label = f"{shard}:{name}"
+            if _fovea.tar_name_escapes(name):  # its output member would leave the folder too
+                failed.append([label, f"member name '{name}' leaves the shard's folder (absolute or '..'): "
+                                      "not a WebDataset key"])
+                continue
+            try:
+                members.append((_tar_key(name) + ".safetensors", _process(data, label, options, None)))
+                ok += 1
+            except (ValueError, OSError, RuntimeError) as e:
+                failed.append([label, str(e)])
+    except (OSError, RuntimeError) as e:
         failed.append([shard, str(e)])
     if members:
         tmp = f"{out}.tmp-{os.getpid()}-{time.monotonic_ns()}"

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -34,6 +35,7 @@
 #include "fovea/extract.hpp"
 #include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"
+#include "fovea/tar.hpp"
 #include "fovea/token_cache.hpp"
 #include "fovea/tokenizer.hpp"
 #include "fovea/version_gen.hpp"
@@ -321,9 +323,11 @@ TokenizeParams build_params(std::optional<int> budget, std::optional<int> patch,
     throw fovea::invalid_argument(std::string(window_grid ? "window_grid" : "keep_covered") + " needs foveation='windows'");
   if (window_grid && (*window_grid < 1 || *window_grid > 256))
     throw fovea::invalid_argument("window_grid must be in [1, 256] tokens a side, got " + std::to_string(*window_grid));
-  p.windows.grid = window_grid ? *window_grid
-                   : vit       ? vit->config().grid
-                               : std::max(1, int(std::lround(224.0 / p.patch_px)));
+  // A tower without a learned position grid (Qwen2-VL's rotary positions: grid 0) windows as a
+  // model-less call does.
+  p.windows.grid = window_grid                     ? *window_grid
+                   : vit && vit->config().grid > 0 ? vit->config().grid
+                                                   : std::max(1, int(std::lround(224.0 / p.patch_px)));
   p.windows.keep_covered = keep_covered;
   if (windowed && max_level != -1) throw fovea::invalid_argument("max_level shapes the mixed foveation's quadtree; foveation='windows' has none");
   p.alloc.budget_tokens = budget ? *budget : windowed ? 2 * p.windows.grid * p.windows.grid : 273;
@@ -868,28 +872,24 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   return summary;
 }
 
-}  // namespace
+// A WebDataset shard read by the library's reader (fovea/tar.hpp): its regular members whose
+// names end with one of `suffixes` (any case; every member when empty), in archive order.
+struct PyTarReader {
+  std::unique_ptr<TarReader> reader;
+  std::vector<std::string> suffixes;
 
-void bind_native(py::module_& m);  // native.cpp: Qwen2-VL / Qwen2.5-VL towers
+  bool wanted(const std::string& name) const {
+    if (suffixes.empty()) return true;
+    std::string l = name;
+    for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (const std::string& s : suffixes)
+      if (l.size() >= s.size() && l.compare(l.size() - s.size(), s.size(), s) == 0) return true;
+    return false;
+  }
+};
 
-PYBIND11_MODULE(_fovea, m) {
-  m.doc() = "fovea's C++ library (see the `fovea` package for the documented API)";
-  m.attr("__version__") = FOVEA_VERSION_STRING;
-
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const Error& e) {
-      switch (e.code()) {
-        case Errc::invalid_argument: PyErr_SetString(PyExc_ValueError, e.what()); return;
-        case Errc::io: PyErr_SetString(PyExc_OSError, e.what()); return;
-        case Errc::out_of_memory: PyErr_SetString(PyExc_MemoryError, e.what()); return;
-        default: PyErr_SetString(PyExc_RuntimeError, e.what()); return;
-      }
-    }
-  });
-
-  // ---- Tokens --------------------------------------------------------------------------------
+// ---- Tokens --------------------------------------------------------------------------------
+void bind_tokens(py::module_& m) {
   py::class_<PyTokens>(m, "Tokens", "A budgeted set of multi-scale patches (see fovea.tokenize).")
       .def_property_readonly(
           "patches", [](py::object self) { return tensor_view(self.cast<PyTokens&>().t.batch.patches, self); },
@@ -1040,6 +1040,10 @@ PYBIND11_MODULE(_fovea, m) {
                ", " + std::to_string(t.width) + "x" + std::to_string(t.height) + ", source " + t.source + ">";
       });
 
+}
+
+// ---- module functions: image formats, CPU features, decode / encode, tokenize --------------------
+void bind_functions(py::module_& m) {
   m.def("image_formats", [] { return std::string(image_formats()); },
         "The image formats this build decodes: 'PNG, JPEG', and with FFmpeg WebP, GIF, BMP, TIFF, ...");
   m.def("image_extensions", [] { return image_file_extensions(); },
@@ -1113,7 +1117,10 @@ PYBIND11_MODULE(_fovea, m) {
         py::arg("exif") = true, py::arg("foveation") = "", py::arg("window_grid") = py::none(),
         py::arg("keep_covered") = false);
 
-  // ---- Model / Encoding ----------------------------------------------------------------------
+}
+
+// ---- Model / Encoding ----------------------------------------------------------------------
+void bind_encoding(py::module_& m) {
   py::class_<PyEncoding>(m, "Encoding", "Everything the encoder returns for one image (see Model.encode_full).")
       .def_property_readonly("embeddings",
                              [](py::object self) { return tensor_view(self.cast<PyEncoding&>().e.embeddings, self); },
@@ -1235,6 +1242,9 @@ PYBIND11_MODULE(_fovea, m) {
           "The bytes save() writes (the embeddings file of `fovea encode -o`), made in memory")
       .def("__len__", [](const PyEncoding& e) { return e.e.embeddings.rank() ? e.e.embeddings.dim(0) : 0; });
 
+}
+
+void bind_model(py::module_& m) {
   auto encode_impl = [](const VitModel& model, const py::object& tokens, const std::string& precision, int threads,
                         const py::object& positions, const py::object& image_size, const std::string& attention) {
     auto out = std::make_unique<PyEncoding>();
@@ -1326,7 +1336,10 @@ PYBIND11_MODULE(_fovea, m) {
            "equal to encode_full of its Tokens up to rounding")
       .def("__repr__", [](const VitModel& v) { return "<fovea.Model " + v.describe() + ">"; });
 
-  // ---- content cache ---------------------------------------------------------------------------
+}
+
+// ---- content cache ---------------------------------------------------------------------------
+void bind_cache(py::module_& m) {
   py::class_<TokenCache>(m, "TokenCache",
                          "fovea::TokenCache over bytes: keyed BLAKE2b-256 content keys, an LRU byte budget (see "
                          "fovea.TokenCache)")
@@ -1395,7 +1408,10 @@ PYBIND11_MODULE(_fovea, m) {
           },
           "entries, bytes, budget_bytes, hits, misses, inserts, evictions");
 
-  // ---- video ---------------------------------------------------------------------------------
+}
+
+// ---- video ---------------------------------------------------------------------------------
+void bind_video(py::module_& m) {
   py::class_<PyVideoReader>(m, "VideoReader", "Decoded video frames (see fovea.VideoReader).")
       .def(py::init([](const py::object& path_obj, int every, std::optional<double> fps, std::optional<int64_t> max_frames,
                        int threads, uint64_t max_pixels, bool quiet, bool autorotate) {
@@ -1527,7 +1543,10 @@ PYBIND11_MODULE(_fovea, m) {
         py::arg("detail_focus"), py::arg("fixation_spread"), py::arg("lookahead"), py::arg("max_pixels"), py::arg("quiet"),
         py::arg("autorotate"), py::arg("overlay"));
 
-  // ---- files ---------------------------------------------------------------------------------
+}
+
+// ---- files ---------------------------------------------------------------------------------
+void bind_files(py::module_& m) {
   py::class_<PyTensorFile>(m, "TensorFile", "A safetensors file, mapped (see fovea.load).")
       .def("__getitem__", &file_tensor)
       .def("__contains__", [](const PyTensorFile& f, const std::string& k) { return f.file->find(k) != nullptr; })
@@ -1595,5 +1614,63 @@ PYBIND11_MODULE(_fovea, m) {
         save_safetensors(p, named, metadata);
       },
       py::arg("path"), py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{});
+
+  py::class_<PyTarReader>(m, "TarReader",
+                          "A WebDataset .tar shard: iterates (name, bytes) of its regular members whose names end "
+                          "with one of `suffixes` (any case; all when empty), in archive order. OSError when it "
+                          "cannot be opened, RuntimeError for a damaged archive.")
+      .def(py::init([](const py::object& path, std::vector<std::string> suffixes) {
+             for (std::string& s : suffixes)
+               for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+             const std::string p = fs_path(path);
+             py::gil_scoped_release nogil;
+             return PyTarReader{std::make_unique<TarReader>(p), std::move(suffixes)};
+           }),
+           py::arg("path"), py::arg("suffixes") = std::vector<std::string>{})
+      .def("__iter__", [](PyTarReader& r) -> PyTarReader& { return r; })
+      .def("__next__", [](PyTarReader& r) {
+        TarMember member;
+        bool more = false;
+        {
+          py::gil_scoped_release nogil;
+          more = r.reader->next(member, [&](const std::string& name) { return r.wanted(name); });
+        }
+        if (!more) throw py::stop_iteration();
+        return py::make_tuple(member.name, py::bytes(reinterpret_cast<const char*>(member.bytes.data()), member.bytes.size()));
+      });
+  m.def("webdataset_key", &webdataset_key, py::arg("member"),
+        "WebDataset's key of a member name: up to the first '.' of its file name.");
+  m.def("tar_name_escapes", &tar_name_escapes, py::arg("member"),
+        "True for a member name that would leave the folder it is extracted into (absolute, or a '..' part).");
+}
+
+}  // namespace
+
+void bind_native(py::module_& m);  // native.cpp: Qwen2-VL / Qwen2.5-VL towers
+
+PYBIND11_MODULE(_fovea, m) {
+  m.doc() = "fovea's C++ library (see the `fovea` package for the documented API)";
+  m.attr("__version__") = FOVEA_VERSION_STRING;
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      switch (e.code()) {
+        case Errc::invalid_argument: PyErr_SetString(PyExc_ValueError, e.what()); return;
+        case Errc::io: PyErr_SetString(PyExc_OSError, e.what()); return;
+        case Errc::out_of_memory: PyErr_SetString(PyExc_MemoryError, e.what()); return;
+        default: PyErr_SetString(PyExc_RuntimeError, e.what()); return;
+      }
+    }
+  });
+
+  bind_tokens(m);
+  bind_functions(m);
+  bind_encoding(m);
+  bind_model(m);
+  bind_cache(m);
+  bind_video(m);
+  bind_files(m);
   bind_native(m);
 }

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 
 namespace fovea::compress {
 

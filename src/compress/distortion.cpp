@@ -7,7 +7,7 @@
 #include <faiss/IndexFlat.h>
 
 #include "compress/compress_internal.hpp"
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {

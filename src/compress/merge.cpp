@@ -4,7 +4,7 @@
 #include <map>
 #include <tuple>
 
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {

@@ -13,7 +13,7 @@
 #include "extract/batch.hpp"
 #include "fovea/error.hpp"
 #include "fovea/vulkan.hpp"
-#include "vk/vk.hpp"
+#include "vulkan/vk/vk.hpp"
 
 namespace fovea {
 

@@ -191,6 +191,133 @@ std::vector<uint8_t> shading_rate_texels(const RateMap& rate_map, uint32_t per_t
   return out;
 }
 
+namespace {
+
+  // Render pass: attachment 0 colour (cleared to 255, which no rate code is), attachment 1
+  // the shading-rate attachment, already in FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL (the
+  // barrier after its upload puts it there) and only read.
+void create_render_pass(VkDevice dev, PFN_vkCreateRenderPass2 create_render_pass2, uint32_t texel,
+                        Owned<VkRenderPass>& render_pass) {
+  VkAttachmentDescription2 att[2] = {{VK_STRUCTURE_TYPE_ATTACHMENT_DESCRIPTION_2},
+                                     {VK_STRUCTURE_TYPE_ATTACHMENT_DESCRIPTION_2}};
+  att[0].format = VK_FORMAT_R8_UINT;
+  att[0].samples = VK_SAMPLE_COUNT_1_BIT;
+  att[0].loadOp = VK_ATTACHMENT_LOAD_OP_CLEAR;
+  att[0].storeOp = VK_ATTACHMENT_STORE_OP_STORE;
+  att[0].stencilLoadOp = VK_ATTACHMENT_LOAD_OP_DONT_CARE;
+  att[0].stencilStoreOp = VK_ATTACHMENT_STORE_OP_DONT_CARE;
+  att[0].initialLayout = VK_IMAGE_LAYOUT_UNDEFINED;
+  att[0].finalLayout = VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL;
+  att[1].format = VK_FORMAT_R8_UINT;
+  att[1].samples = VK_SAMPLE_COUNT_1_BIT;
+  att[1].loadOp = VK_ATTACHMENT_LOAD_OP_LOAD;
+  att[1].storeOp = VK_ATTACHMENT_STORE_OP_DONT_CARE;
+  att[1].stencilLoadOp = VK_ATTACHMENT_LOAD_OP_DONT_CARE;
+  att[1].stencilStoreOp = VK_ATTACHMENT_STORE_OP_DONT_CARE;
+  att[1].initialLayout = VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR;
+  att[1].finalLayout = VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR;
+  VkAttachmentReference2 color_ref{VK_STRUCTURE_TYPE_ATTACHMENT_REFERENCE_2};
+  color_ref.attachment = 0;
+  color_ref.layout = VK_IMAGE_LAYOUT_COLOR_ATTACHMENT_OPTIMAL;
+  color_ref.aspectMask = VK_IMAGE_ASPECT_COLOR_BIT;
+  VkAttachmentReference2 rate_ref{VK_STRUCTURE_TYPE_ATTACHMENT_REFERENCE_2};
+  rate_ref.attachment = 1;
+  rate_ref.layout = VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR;  // aspectMask: input attachments only
+  VkFragmentShadingRateAttachmentInfoKHR rate_info{VK_STRUCTURE_TYPE_FRAGMENT_SHADING_RATE_ATTACHMENT_INFO_KHR};
+  rate_info.pFragmentShadingRateAttachment = &rate_ref;
+  rate_info.shadingRateAttachmentTexelSize = {texel, texel};
+  VkSubpassDescription2 subpass{VK_STRUCTURE_TYPE_SUBPASS_DESCRIPTION_2};
+  subpass.pNext = &rate_info;
+  subpass.pipelineBindPoint = VK_PIPELINE_BIND_POINT_GRAPHICS;
+  subpass.colorAttachmentCount = 1;
+  subpass.pColorAttachments = &color_ref;
+  // The colour writes (and the final layout transition) happen before the copy that reads
+  // them back.
+  VkSubpassDependency2 dep{VK_STRUCTURE_TYPE_SUBPASS_DEPENDENCY_2};
+  dep.srcSubpass = 0;
+  dep.dstSubpass = VK_SUBPASS_EXTERNAL;
+  dep.srcStageMask = VK_PIPELINE_STAGE_COLOR_ATTACHMENT_OUTPUT_BIT;
+  dep.srcAccessMask = VK_ACCESS_COLOR_ATTACHMENT_WRITE_BIT;
+  dep.dstStageMask = VK_PIPELINE_STAGE_TRANSFER_BIT;
+  dep.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
+  VkRenderPassCreateInfo2 rpi{VK_STRUCTURE_TYPE_RENDER_PASS_CREATE_INFO_2};
+  rpi.attachmentCount = 2;
+  rpi.pAttachments = att;
+  rpi.subpassCount = 1;
+  rpi.pSubpasses = &subpass;
+  rpi.dependencyCount = 1;
+  rpi.pDependencies = &dep;
+  check(create_render_pass2(dev, &rpi, nullptr, render_pass.out()), "vkCreateRenderPass2");
+}
+
+  // Pipeline: no inputs, one full-screen triangle, no blending (integer attachment), pipeline
+  // rate 1x1, combiner ops KEEP (no primitive rate) then REPLACE (the attachment's rate).
+void create_pipeline(VkDevice dev, VkRenderPass render_pass, VkPipelineLayout layout, VkExtent2D size,
+                     Owned<VkPipeline>& pipeline) {
+  auto module = [&](std::span<const uint32_t> code, Owned<VkShaderModule>& m) {
+    VkShaderModuleCreateInfo si{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    si.codeSize = code.size_bytes();
+    si.pCode = code.data();
+    check(vkCreateShaderModule(dev, &si, nullptr, m.out()), "vkCreateShaderModule");
+  };
+  Owned<VkShaderModule> vert(dev, vkDestroyShaderModule), frag(dev, vkDestroyShaderModule);
+  module(kFullscreenVertSpirv, vert);
+  module(kShadingRateFragSpirv, frag);
+
+  VkPipelineShaderStageCreateInfo stages[2] = {{VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO},
+                                               {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO}};
+  stages[0].stage = VK_SHADER_STAGE_VERTEX_BIT;
+  stages[0].module = vert.get();
+  stages[0].pName = "main";
+  stages[1].stage = VK_SHADER_STAGE_FRAGMENT_BIT;
+  stages[1].module = frag.get();
+  stages[1].pName = "main";
+  VkPipelineVertexInputStateCreateInfo vi{VK_STRUCTURE_TYPE_PIPELINE_VERTEX_INPUT_STATE_CREATE_INFO};
+  VkPipelineInputAssemblyStateCreateInfo ia{VK_STRUCTURE_TYPE_PIPELINE_INPUT_ASSEMBLY_STATE_CREATE_INFO};
+  ia.topology = VK_PRIMITIVE_TOPOLOGY_TRIANGLE_LIST;
+  const VkViewport viewport{0.0f, 0.0f, float(size.width), float(size.height), 0.0f, 1.0f};
+  const VkRect2D scissor{{0, 0}, size};
+  VkPipelineViewportStateCreateInfo vp{VK_STRUCTURE_TYPE_PIPELINE_VIEWPORT_STATE_CREATE_INFO};
+  vp.viewportCount = 1;
+  vp.pViewports = &viewport;
+  vp.scissorCount = 1;
+  vp.pScissors = &scissor;
+  VkPipelineRasterizationStateCreateInfo rs{VK_STRUCTURE_TYPE_PIPELINE_RASTERIZATION_STATE_CREATE_INFO};
+  rs.polygonMode = VK_POLYGON_MODE_FILL;
+  rs.cullMode = VK_CULL_MODE_NONE;
+  rs.frontFace = VK_FRONT_FACE_COUNTER_CLOCKWISE;
+  rs.lineWidth = 1.0f;
+  // One sample, no sample shading, no sample mask: none of the conditions that force 1x1.
+  VkPipelineMultisampleStateCreateInfo ms{VK_STRUCTURE_TYPE_PIPELINE_MULTISAMPLE_STATE_CREATE_INFO};
+  ms.rasterizationSamples = VK_SAMPLE_COUNT_1_BIT;
+  VkPipelineColorBlendAttachmentState blend{};
+  blend.colorWriteMask = VK_COLOR_COMPONENT_R_BIT;
+  VkPipelineColorBlendStateCreateInfo cb{VK_STRUCTURE_TYPE_PIPELINE_COLOR_BLEND_STATE_CREATE_INFO};
+  cb.attachmentCount = 1;
+  cb.pAttachments = &blend;
+  VkPipelineFragmentShadingRateStateCreateInfoKHR fsr{
+      VK_STRUCTURE_TYPE_PIPELINE_FRAGMENT_SHADING_RATE_STATE_CREATE_INFO_KHR};
+  fsr.fragmentSize = {1, 1};
+  fsr.combinerOps[0] = VK_FRAGMENT_SHADING_RATE_COMBINER_OP_KEEP_KHR;
+  fsr.combinerOps[1] = VK_FRAGMENT_SHADING_RATE_COMBINER_OP_REPLACE_KHR;
+  VkGraphicsPipelineCreateInfo gpi{VK_STRUCTURE_TYPE_GRAPHICS_PIPELINE_CREATE_INFO};
+  gpi.pNext = &fsr;
+  gpi.stageCount = 2;
+  gpi.pStages = stages;
+  gpi.pVertexInputState = &vi;
+  gpi.pInputAssemblyState = &ia;
+  gpi.pViewportState = &vp;
+  gpi.pRasterizationState = &rs;
+  gpi.pMultisampleState = &ms;
+  gpi.pColorBlendState = &cb;
+  gpi.layout = layout;
+  gpi.renderPass = render_pass;
+  gpi.subpass = 0;
+  check(vkCreateGraphicsPipelines(dev, VK_NULL_HANDLE, 1, &gpi, nullptr, pipeline.out()), "vkCreateGraphicsPipelines");
+}
+
+}  // namespace
+
 ShadingRateRender render_shading_rate(Instance& instance, const PhysicalDeviceInfo& physical,
                                       const RateMap& rate_map) {
   const ShadingRateCaps caps = query_shading_rate(instance, physical);
@@ -264,60 +391,8 @@ ShadingRateRender render_shading_rate(Instance& instance, const PhysicalDeviceIn
   const size_t pixels = size_t(out.width) * out.height;
   Buffer readback = Buffer::create(device, pixels, VK_BUFFER_USAGE_TRANSFER_DST_BIT, MemoryUse::readback);
 
-  // Render pass: attachment 0 colour (cleared to 255, which no rate code is), attachment 1
-  // the shading-rate attachment, already in FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL (the
-  // barrier after its upload puts it there) and only read.
-  VkAttachmentDescription2 att[2] = {{VK_STRUCTURE_TYPE_ATTACHMENT_DESCRIPTION_2},
-                                     {VK_STRUCTURE_TYPE_ATTACHMENT_DESCRIPTION_2}};
-  att[0].format = VK_FORMAT_R8_UINT;
-  att[0].samples = VK_SAMPLE_COUNT_1_BIT;
-  att[0].loadOp = VK_ATTACHMENT_LOAD_OP_CLEAR;
-  att[0].storeOp = VK_ATTACHMENT_STORE_OP_STORE;
-  att[0].stencilLoadOp = VK_ATTACHMENT_LOAD_OP_DONT_CARE;
-  att[0].stencilStoreOp = VK_ATTACHMENT_STORE_OP_DONT_CARE;
-  att[0].initialLayout = VK_IMAGE_LAYOUT_UNDEFINED;
-  att[0].finalLayout = VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL;
-  att[1].format = VK_FORMAT_R8_UINT;
-  att[1].samples = VK_SAMPLE_COUNT_1_BIT;
-  att[1].loadOp = VK_ATTACHMENT_LOAD_OP_LOAD;
-  att[1].storeOp = VK_ATTACHMENT_STORE_OP_DONT_CARE;
-  att[1].stencilLoadOp = VK_ATTACHMENT_LOAD_OP_DONT_CARE;
-  att[1].stencilStoreOp = VK_ATTACHMENT_STORE_OP_DONT_CARE;
-  att[1].initialLayout = VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR;
-  att[1].finalLayout = VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR;
-  VkAttachmentReference2 color_ref{VK_STRUCTURE_TYPE_ATTACHMENT_REFERENCE_2};
-  color_ref.attachment = 0;
-  color_ref.layout = VK_IMAGE_LAYOUT_COLOR_ATTACHMENT_OPTIMAL;
-  color_ref.aspectMask = VK_IMAGE_ASPECT_COLOR_BIT;
-  VkAttachmentReference2 rate_ref{VK_STRUCTURE_TYPE_ATTACHMENT_REFERENCE_2};
-  rate_ref.attachment = 1;
-  rate_ref.layout = VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR;  // aspectMask: input attachments only
-  VkFragmentShadingRateAttachmentInfoKHR rate_info{VK_STRUCTURE_TYPE_FRAGMENT_SHADING_RATE_ATTACHMENT_INFO_KHR};
-  rate_info.pFragmentShadingRateAttachment = &rate_ref;
-  rate_info.shadingRateAttachmentTexelSize = {plan.texel, plan.texel};
-  VkSubpassDescription2 subpass{VK_STRUCTURE_TYPE_SUBPASS_DESCRIPTION_2};
-  subpass.pNext = &rate_info;
-  subpass.pipelineBindPoint = VK_PIPELINE_BIND_POINT_GRAPHICS;
-  subpass.colorAttachmentCount = 1;
-  subpass.pColorAttachments = &color_ref;
-  // The colour writes (and the final layout transition) happen before the copy that reads
-  // them back.
-  VkSubpassDependency2 dep{VK_STRUCTURE_TYPE_SUBPASS_DEPENDENCY_2};
-  dep.srcSubpass = 0;
-  dep.dstSubpass = VK_SUBPASS_EXTERNAL;
-  dep.srcStageMask = VK_PIPELINE_STAGE_COLOR_ATTACHMENT_OUTPUT_BIT;
-  dep.srcAccessMask = VK_ACCESS_COLOR_ATTACHMENT_WRITE_BIT;
-  dep.dstStageMask = VK_PIPELINE_STAGE_TRANSFER_BIT;
-  dep.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
-  VkRenderPassCreateInfo2 rpi{VK_STRUCTURE_TYPE_RENDER_PASS_CREATE_INFO_2};
-  rpi.attachmentCount = 2;
-  rpi.pAttachments = att;
-  rpi.subpassCount = 1;
-  rpi.pSubpasses = &subpass;
-  rpi.dependencyCount = 1;
-  rpi.pDependencies = &dep;
   Owned<VkRenderPass> render_pass(dev, vkDestroyRenderPass);
-  check(create_render_pass2(dev, &rpi, nullptr, render_pass.out()), "vkCreateRenderPass2");
+  create_render_pass(dev, create_render_pass2, plan.texel, render_pass);
 
   const VkImageView views[2] = {color.view(), rate.view()};
   VkFramebufferCreateInfo fbi{VK_STRUCTURE_TYPE_FRAMEBUFFER_CREATE_INFO};
@@ -330,72 +405,12 @@ ShadingRateRender render_shading_rate(Instance& instance, const PhysicalDeviceIn
   Owned<VkFramebuffer> framebuffer(dev, vkDestroyFramebuffer);
   check(vkCreateFramebuffer(dev, &fbi, nullptr, framebuffer.out()), "vkCreateFramebuffer");
 
-  // Pipeline: no inputs, one full-screen triangle, no blending (integer attachment), pipeline
-  // rate 1x1, combiner ops KEEP (no primitive rate) then REPLACE (the attachment's rate).
-  auto module = [&](std::span<const uint32_t> code, Owned<VkShaderModule>& m) {
-    VkShaderModuleCreateInfo si{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-    si.codeSize = code.size_bytes();
-    si.pCode = code.data();
-    check(vkCreateShaderModule(dev, &si, nullptr, m.out()), "vkCreateShaderModule");
-  };
-  Owned<VkShaderModule> vert(dev, vkDestroyShaderModule), frag(dev, vkDestroyShaderModule);
-  module(kFullscreenVertSpirv, vert);
-  module(kShadingRateFragSpirv, frag);
   VkPipelineLayoutCreateInfo pli{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
   Owned<VkPipelineLayout> layout(dev, vkDestroyPipelineLayout);
   check(vkCreatePipelineLayout(dev, &pli, nullptr, layout.out()), "vkCreatePipelineLayout");
-
-  VkPipelineShaderStageCreateInfo stages[2] = {{VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO},
-                                               {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO}};
-  stages[0].stage = VK_SHADER_STAGE_VERTEX_BIT;
-  stages[0].module = vert.get();
-  stages[0].pName = "main";
-  stages[1].stage = VK_SHADER_STAGE_FRAGMENT_BIT;
-  stages[1].module = frag.get();
-  stages[1].pName = "main";
-  VkPipelineVertexInputStateCreateInfo vi{VK_STRUCTURE_TYPE_PIPELINE_VERTEX_INPUT_STATE_CREATE_INFO};
-  VkPipelineInputAssemblyStateCreateInfo ia{VK_STRUCTURE_TYPE_PIPELINE_INPUT_ASSEMBLY_STATE_CREATE_INFO};
-  ia.topology = VK_PRIMITIVE_TOPOLOGY_TRIANGLE_LIST;
-  const VkViewport viewport{0.0f, 0.0f, float(out.width), float(out.height), 0.0f, 1.0f};
-  const VkRect2D scissor{{0, 0}, {uint32_t(out.width), uint32_t(out.height)}};
-  VkPipelineViewportStateCreateInfo vp{VK_STRUCTURE_TYPE_PIPELINE_VIEWPORT_STATE_CREATE_INFO};
-  vp.viewportCount = 1;
-  vp.pViewports = &viewport;
-  vp.scissorCount = 1;
-  vp.pScissors = &scissor;
-  VkPipelineRasterizationStateCreateInfo rs{VK_STRUCTURE_TYPE_PIPELINE_RASTERIZATION_STATE_CREATE_INFO};
-  rs.polygonMode = VK_POLYGON_MODE_FILL;
-  rs.cullMode = VK_CULL_MODE_NONE;
-  rs.frontFace = VK_FRONT_FACE_COUNTER_CLOCKWISE;
-  rs.lineWidth = 1.0f;
-  // One sample, no sample shading, no sample mask: none of the conditions that force 1x1.
-  VkPipelineMultisampleStateCreateInfo ms{VK_STRUCTURE_TYPE_PIPELINE_MULTISAMPLE_STATE_CREATE_INFO};
-  ms.rasterizationSamples = VK_SAMPLE_COUNT_1_BIT;
-  VkPipelineColorBlendAttachmentState blend{};
-  blend.colorWriteMask = VK_COLOR_COMPONENT_R_BIT;
-  VkPipelineColorBlendStateCreateInfo cb{VK_STRUCTURE_TYPE_PIPELINE_COLOR_BLEND_STATE_CREATE_INFO};
-  cb.attachmentCount = 1;
-  cb.pAttachments = &blend;
-  VkPipelineFragmentShadingRateStateCreateInfoKHR fsr{
-      VK_STRUCTURE_TYPE_PIPELINE_FRAGMENT_SHADING_RATE_STATE_CREATE_INFO_KHR};
-  fsr.fragmentSize = {1, 1};
-  fsr.combinerOps[0] = VK_FRAGMENT_SHADING_RATE_COMBINER_OP_KEEP_KHR;
-  fsr.combinerOps[1] = VK_FRAGMENT_SHADING_RATE_COMBINER_OP_REPLACE_KHR;
-  VkGraphicsPipelineCreateInfo gpi{VK_STRUCTURE_TYPE_GRAPHICS_PIPELINE_CREATE_INFO};
-  gpi.pNext = &fsr;
-  gpi.stageCount = 2;
-  gpi.pStages = stages;
-  gpi.pVertexInputState = &vi;
-  gpi.pInputAssemblyState = &ia;
-  gpi.pViewportState = &vp;
-  gpi.pRasterizationState = &rs;
-  gpi.pMultisampleState = &ms;
-  gpi.pColorBlendState = &cb;
-  gpi.layout = layout.get();
-  gpi.renderPass = render_pass.get();
-  gpi.subpass = 0;
   Owned<VkPipeline> pipeline(dev, vkDestroyPipeline);
-  check(vkCreateGraphicsPipelines(dev, VK_NULL_HANDLE, 1, &gpi, nullptr, pipeline.out()), "vkCreateGraphicsPipelines");
+  const VkRect2D scissor{{0, 0}, {uint32_t(out.width), uint32_t(out.height)}};
+  create_pipeline(dev, render_pass.get(), layout.get(), scissor.extent, pipeline);
 
   Commands commands(device, device.compute_queue());
   VkCommandBuffer cmd = commands.begin();

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "fovea/allocate.hpp"
-#include "vk/vk.hpp"
+#include "vulkan/vk/vk.hpp"
 
 namespace fovea::vk {
 

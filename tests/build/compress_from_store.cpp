@@ -1,3 +1,3 @@
 // The store stage's include tree must not show the compress stage's header: the store depends
 // on the Codec interface only (build.layering.compress_from_store is expected to fail to compile).
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"

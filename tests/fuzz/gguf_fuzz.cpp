@@ -2,7 +2,7 @@
 // refused as unsupported, or throw fovea::Error. Built by hand (not part of the CMake build):
 //
 //   clang++-14 -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Ibuild/generated \
-//     tests/fuzz/gguf_fuzz.cpp src/io/gguf.cpp src/common/tensor.cpp src/common/error.cpp -o /tmp/gguf_fuzz
+//     tests/fuzz/gguf_fuzz.cpp src/io/gguf.cpp src/core/tensor.cpp src/core/error.cpp -o /tmp/gguf_fuzz
 //   /tmp/gguf_fuzz -max_total_time=60 tests/data/encoder/gguf_llava/mmproj.gguf tests/data/encoder/gguf_siglip/mmproj.gguf
 #include <cstdint>
 #include <span>

@@ -19,93 +19,29 @@ It asserts that the HF graph reproduces the HF reference (so the reading is righ
 llama.cpp's two differences alone moves `projected` measurably.
 """
 import argparse
-import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
-GGML = {0: ("<f4", 4), 1: ("<f2", 2)}  # F32, F16; Q8_0 (8) and BF16 (30) below
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from fovea_testio import gguf as gguf_io, safetensors  # noqa: E402
 
 
 def read_gguf(path):
-    b = open(path, "rb").read()
-    assert b[:4] == b"GGUF", "not a GGUF file"
-    version, nt, nkv = struct.unpack_from("<IQQ", b, 4)
-    pos = 24
-
-    def string(p):
-        n = struct.unpack_from("<Q", b, p)[0]
-        return b[p + 8:p + 8 + n].decode(), p + 8 + n
-
-    def value(kind, p):
-        scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B", 10: "<Q", 11: "<q", 12: "<d"}
-        if kind == 8:
-            return string(p)
-        if kind == 9:
-            elem, n = struct.unpack_from("<IQ", b, p)
-            p += 12
-            out = []
-            for _ in range(n):
-                v, p = value(elem, p)
-                out.append(v)
-            return out, p
-        fmt = scalar[kind]
-        return struct.unpack_from(fmt, b, p)[0], p + struct.calcsize(fmt)
-
-    kv = {}
-    for _ in range(nkv):
-        k, pos = string(pos)
-        kind = struct.unpack_from("<I", b, pos)[0]
-        kv[k], pos = value(kind, pos + 4)
-    infos = []
-    for _ in range(nt):
-        name, pos = string(pos)
-        nd = struct.unpack_from("<I", b, pos)[0]
-        ne = struct.unpack_from(f"<{nd}Q", b, pos + 4)
-        kind, off = struct.unpack_from("<IQ", b, pos + 4 + 8 * nd)
-        pos += 4 + 8 * nd + 12
-        infos.append((name, list(reversed(ne)), kind, off))
-    align = kv.get("general.alignment", 32)
-    data = pos + (-pos) % align
-    t = {}
-    for name, shape, kind, off in infos:
-        n = int(np.prod(shape))
-        p = data + off
-        if kind in GGML:
-            fmt, size = GGML[kind]
-            a = np.frombuffer(b, dtype=fmt, count=n, offset=p).astype(np.float64)
-        elif kind == 30:  # BF16
-            a = (np.frombuffer(b, dtype="<u2", count=n, offset=p).astype(np.uint32) << 16).view(np.float32)
-            a = a.astype(np.float64)
-        elif kind == 8:  # Q8_0: blocks of 32, an f16 scale then 32 int8
-            blocks = np.frombuffer(b, dtype=np.uint8, count=n // 32 * 34, offset=p).reshape(-1, 34)
-            d = blocks[:, :2].copy().view("<f2").astype(np.float64)
-            q = blocks[:, 2:].copy().view(np.int8).astype(np.float64)
-            a = (d * q).reshape(-1)
-        else:
-            raise SystemExit(f"tensor {name}: ggml type {kind} not handled by this test")
-        t[name] = a.reshape(shape)
-    return kv, t
+    """({key: value}, {name: float64 array}) of a GGUF file."""
+    g = gguf_io.read(path)
+    return ({k: g.value(k) for k, _, _ in g.kvs},
+            {t["name"]: gguf_io.dequantize(t).astype(np.float64) for t in g.tensors})
 
 
 def read_safetensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack_from("<Q", b, 0)[0]
-    head = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        if v["dtype"] != "F32":
-            continue  # only the float tensors are compared here
-        s, e = v["data_offsets"]
-        out[k] = np.frombuffer(b, dtype="<f4", count=(e - s) // 4, offset=8 + n + s).astype(np.float64).reshape(v["shape"])
-    return out
+    """The F32 tensors of a safetensors file as float64 (only those are compared here)."""
+    tensors, _ = safetensors.read(path)
+    return {k: v.astype(np.float64) for k, v in tensors.items() if v.dtype == np.float32}
 
 
 def layer_norm(x, w, bias, eps):

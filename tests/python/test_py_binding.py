@@ -550,7 +550,7 @@ def test_pytorch_checkpoints_load_like_their_safetensors():
 
 
 def test_hostile_arguments_are_python_errors(tmp_path):
-    """Findings of bench/python_api_sweep.py (2026-11-28): each was a crash, a silently wrong
+    """Findings of tests/sweeps/python_api_sweep.py (2026-11-28): each was a crash, a silently wrong
     file or a pybind11 message naming C++ types before."""
     model = fovea.Model(os.path.join(os.environ["FOVEA_SOURCE_DIR"], "tests", "data", "encoder", "timm_vit", "model.safetensors"))
     p = model.config["patch_size"] if "patch_size" in model.config else 8

@@ -148,3 +148,15 @@ def test_encode_naflex_windows():
     alone = _fovea.encode_naflex(m, [np.ascontiguousarray(img[y0:y1, x0:x1])],
                                  max_num_patches=(y1 - y0) * (x1 - x0) // 256)
     assert np.abs(alone["embeddings"][0] - r["embeddings"][1]).max() <= 1e-5 * np.abs(alone["embeddings"][0]).max()
+
+
+def test_tokenize_with_a_tower_without_a_position_grid():
+    # Qwen2-VL has rotary positions, no learned grid (config position_grid 0): tokenize(model=)
+    # windows as without a model (was: "the windows' grid must be 1..256 tokens a side, got 0"),
+    # and Model.encode_full says the tower encodes native images.
+    m = fovea.Model(os.path.join(DATA, "qwen2_vl", "model.safetensors"))
+    assert m.config["position_grid"] == 0
+    t = fovea.tokenize(png("image_224x320.png"), model=m, budget=30, fixations=[(3, 3)])
+    assert 0 < len(t) <= 30 and t.foveation == "windows"
+    with pytest.raises(ValueError, match="native-resolution tower"):
+        m.encode_full(t)

@@ -184,7 +184,7 @@ def test_reader_turns_rotated_videos_and_video_repairs_timestamps(tmp_path):
     assert s["frames"] == 8 and s["timestamps_repaired"] == 1
     import sys
     sys.path.insert(0, os.path.join(SOURCE, "scripts"))
-    from fovea_safetensors import read
+    from fovea_testio.safetensors import read
     t, _ = read(str(out))
     assert (np.diff(t["pts"]) > 0).all()
     assert any("jump back" in w for w in s["warnings"])

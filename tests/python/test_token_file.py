@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from fovea_safetensors import read  # noqa: E402
+from fovea_testio.safetensors import read  # noqa: E402
 
 
 def parse(path):

@@ -23,7 +23,7 @@
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
 #include "fovea/image.hpp"
-#include "tar.hpp"
+#include "fovea/tar.hpp"
 
 namespace fovea::cli {
 
@@ -47,23 +47,6 @@ bool is_image_name(const std::string& name) {
     if (ends_with(l, ext)) return true;
   return false;
 }
-// True for an absolute member name or one with a '..' component.
-bool escapes_folder(const std::string& member) {
-  if (!member.empty() && member[0] == '/') return true;
-  for (size_t at = 0; at <= member.size();) {
-    const size_t slash = std::min(member.find('/', at), member.size());
-    if (member.compare(at, slash - at, "..") == 0) return true;
-    at = slash + 1;
-  }
-  return false;
-}
-// WebDataset's key: the member name up to the first '.' of its file name.
-std::string tar_key(const std::string& member) {
-  const size_t slash = member.rfind('/');
-  const size_t dot = member.find('.', slash == std::string::npos ? 0 : slash + 1);
-  return dot == std::string::npos ? member : member.substr(0, dot);
-}
-
 // Writes members through an AtomicFile (fovea/files.hpp): the shard gets its name only in
 // finish(); one that is never finished leaves nothing behind. Members are buffered and written
 // in 1 MiB pieces.
@@ -303,10 +286,10 @@ BatchReport run_batch(const std::vector<std::string>& inputs, const std::string&
         TarReader r(s.path);
         TarMember m;
         while (r.next(m, is_image_name)) {
-          Item it{si, s.path + ":" + m.name, tar_key(m.name), std::nullopt, {}, false};
+          Item it{si, s.path + ":" + m.name, webdataset_key(m.name), std::nullopt, {}, false};
           // Its output member is named after it: a name that would leave the folder it is
           // extracted into (absolute, or a '..' component) is not passed on to the output shard.
-          if (escapes_folder(m.name))
+          if (tar_name_escapes(m.name))
             it.error = "member name '" + m.name + "' leaves the shard's folder (absolute or '..'): not a WebDataset key";
           else
             decode_into(it, m.bytes, "");

@@ -18,7 +18,7 @@
 #include "cli_util.hpp"
 #include "command.hpp"
 #include "compress/plot.hpp"
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/error.hpp"
 #include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"

@@ -13,7 +13,7 @@
 
 #include "cli_util.hpp"
 #include "command.hpp"
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/error.hpp"
 #include "store_bench.hpp"
 #include <nlohmann/json.hpp>

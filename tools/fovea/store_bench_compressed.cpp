@@ -5,7 +5,7 @@
 #include <cstring>
 #include <random>
 
-#include "fovea/codec.hpp"
+#include "fovea/compress.hpp"
 #include "fovea/error.hpp"
 #include "store_bench.hpp"
 

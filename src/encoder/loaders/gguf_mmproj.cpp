@@ -129,8 +129,9 @@ class GgufMmprojLoader final : public ModelLoader {
     c.ln_eps = float(key("clip.vision.attention.layer_norm_epsilon").as_float("clip.vision.attention.layer_norm_epsilon"));
     if (!(c.ln_eps > 0) || c.ln_eps > 1) throw fail(Errc::corrupt_data, "clip.vision.attention.layer_norm_epsilon is out of range");
     if (c.hidden % c.heads != 0)
-      throw fail(Errc::corrupt_data, "embedding_length " + std::to_string(c.hidden) + " is not divisible by " +
-                                         std::to_string(c.heads) + " heads");
+      throw fail(Errc::corrupt_data, "clip.vision.attention.head_count = " + std::to_string(c.heads) +
+                                         " does not divide clip.vision.embedding_length " + std::to_string(c.hidden) +
+                                         " (the heads split the width)");
     if (image_size % c.patch_px != 0)
       throw fail(Errc::unsupported, "image_size " + std::to_string(image_size) + " is not a multiple of patch_size " +
                                         std::to_string(c.patch_px));

@@ -1,5 +1,5 @@
 // Sparse buffers and images, vkQueueBindSparse batches, kernels shared by threads (vk_sparse.hpp).
-#include "vk/vk_sparse.hpp"
+#include "vulkan/vk/vk_sparse.hpp"
 
 #include <string>
 

@@ -1,11 +1,11 @@
-#include "tar.hpp"
+#include "fovea/tar.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
-namespace fovea::cli {
+namespace fovea {
 
 uint64_t tar_number(const char* field, size_t n) {
   constexpr uint64_t kMax = UINT64_MAX;
@@ -25,6 +25,22 @@ uint64_t tar_number(const char* field, size_t n) {
     v = v * 8 + uint64_t(field[i] - '0');
   }
   return v;
+}
+
+std::string webdataset_key(const std::string& member) {
+  const size_t slash = member.rfind('/');
+  const size_t dot = member.find('.', slash == std::string::npos ? 0 : slash + 1);
+  return dot == std::string::npos ? member : member.substr(0, dot);
+}
+
+bool tar_name_escapes(const std::string& member) {
+  if (!member.empty() && member[0] == '/') return true;
+  for (size_t at = 0; at <= member.size();) {
+    const size_t slash = std::min(member.find('/', at), member.size());
+    if (member.compare(at, slash - at, "..") == 0) return true;
+    at = slash + 1;
+  }
+  return false;
 }
 
 namespace {
@@ -127,4 +143,4 @@ bool TarReader::next(TarMember& out, const std::function<bool(const std::string&
   }
 }
 
-}  // namespace fovea::cli
+}  // namespace fovea

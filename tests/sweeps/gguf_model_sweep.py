@@ -48,21 +48,23 @@ against what each edit expects:
             "internal error", output file left), `model` and `encode` disagreeing in a way that
             lets a broken model through, or a hostile edit accepted with a different result
             (a silently wrong model)
+            a valid model refused (a head count that divides the width: another valid model, read as
+            the file says), a refused head count whose message does not name the key
   DOUBT     accepted with NaN/inf output, a hostile edit accepted but ignored, an error message
             that does not name the edited key / tensor, a harmless edit refused
   OK        everything else
 
 Run (from the repository root; 10-14 min on 2 shared cores, --quick 2.5-5 min):
 
-    /usr/bin/python3 bench/gguf_model_sweep.py [--quick] [--jobs 2] [--json REPORT.json]
-    /usr/bin/python3 bench/gguf_model_sweep.py --list [--quick]          # case ids only
-    /usr/bin/python3 bench/gguf_model_sweep.py --only 'siglip:tensor:v.patch_embd.weight:*' -v
-    /usr/bin/python3 bench/gguf_model_sweep.py --only CASE --keep DIR   # keep DIR/CASE/model.gguf
+    /usr/bin/python3 tests/sweeps/gguf_model_sweep.py [--quick] [--jobs 2] [--json REPORT.json]
+    /usr/bin/python3 tests/sweeps/gguf_model_sweep.py --list [--quick]          # case ids only
+    /usr/bin/python3 tests/sweeps/gguf_model_sweep.py --only 'siglip:tensor:v.patch_embd.weight:*' -v
+    /usr/bin/python3 tests/sweeps/gguf_model_sweep.py --only CASE --keep DIR   # keep DIR/CASE/model.gguf
 
 --only takes fnmatch patterns (comma-separated). --keep writes each selected case's mutated file
 (and the output, if any) to DIR/<case id with ':' and '/' replaced by '_'>/ and does not delete
-it; with --write-only the file is written without running fovea. Exit status: 0 when no
-FINDING, 1 otherwise.
+it; with --write-only the file is written without running fovea. Exit status: 0 when no FINDING,
+1 otherwise.
 """
 import argparse
 import array
@@ -80,8 +82,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOVEA = os.path.join(ROOT, "build", "fovea")
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FOVEA = os.path.join(ROOT, "build", "fovea")  # --fovea
 IMAGE = os.path.join("tests", "data", "images", "source.png")  # 48 x 32 RGB
 FIXTURES = {
     "llava": os.path.join("tests", "data", "encoder", "gguf_llava", "mmproj.gguf"),
@@ -92,156 +96,13 @@ AS_LIMIT = 4 << 30
 RSS_LIMIT_KB = 1 << 20  # 1 GiB peak RSS is a blow-up for these ~60 KB models
 MAX_MESSAGE = 2000
 
-# ---- GGUF ---------------------------------------------------------------------------------------
-# https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (as fuzz/shrink_gguf.py and
-# scripts/make_encoder_fixtures.py read and write it).
-U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
-TYPE_NAMES = {U8: "u8", I8: "i8", U16: "u16", I16: "i16", U32: "u32", I32: "i32", F32: "f32", BOOL: "bool",
-              STRING: "str", ARRAY: "arr", U64: "u64", I64: "i64", F64: "f64"}
-SCALAR_FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f", BOOL: "<B",
-              U64: "<Q", I64: "<q", F64: "<d"}
-# ggml tensor types: (name, block elements, block bytes)
-GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_F64, GGML_BF16 = 0, 1, 2, 8, 28, 30
-GGML = {GGML_F32: ("F32", 1, 4), GGML_F16: ("F16", 1, 2), GGML_Q4_0: ("Q4_0", 32, 18), GGML_Q8_0: ("Q8_0", 32, 34),
-        GGML_F64: ("F64", 1, 8), GGML_BF16: ("BF16", 1, 2)}
-
-
-class Gguf:
-    """A GGUF file as data: kvs [[key, type, value]] (an array's value is (element type, [items]);
-    strings may be bytes), tensors [{name, shape (row-major), type, data}]."""
-
-    def __init__(self, version, kvs, tensors):
-        self.version, self.kvs, self.tensors = version, kvs, tensors
-
-    def copy(self):
-        return Gguf(self.version, [list(kv) for kv in self.kvs], [dict(t) for t in self.tensors])
-
-    # key/values
-    def kv(self, key):
-        for k in self.kvs:
-            if k[0] == key:
-                return k
-        return None
-
-    def set_kv(self, key, kind, value):
-        k = self.kv(key)
-        if k:
-            k[1], k[2] = kind, value
-        else:
-            self.kvs.append([key, kind, value])
-
-    def del_kv(self, key):
-        self.kvs = [k for k in self.kvs if k[0] != key]
-
-    # tensors
-    def tensor(self, name):
-        for t in self.tensors:
-            if t["name"] == name:
-                return t
-        return None
-
-    def del_tensor(self, name):
-        self.tensors = [t for t in self.tensors if t["name"] != name]
-
-    def alignment(self):
-        k = self.kv("general.alignment")
-        if k and k[1] in (U8, U16, U32, U64, I8, I16, I32, I64) and k[2] > 0 and k[2] & (k[2] - 1) == 0:
-            return k[2]
-        return 32
-
-
-def parse_gguf(b):
-    p = 0
-
-    def take(fmt):
-        nonlocal p
-        v = struct.unpack_from(fmt, b, p)
-        p += struct.calcsize(fmt)
-        return v
-
-    def string():
-        nonlocal p
-        (n,) = take("<Q")
-        s = b[p:p + n]
-        p += n
-        try:
-            return s.decode()
-        except UnicodeDecodeError:
-            return s
-
-    def value(kind):
-        if kind == STRING:
-            return string()
-        if kind == ARRAY:
-            elem, n = take("<IQ")
-            return (elem, [value(elem) for _ in range(n)])
-        v = take(SCALAR_FMT[kind])[0]
-        return bool(v) if kind == BOOL else v
-
-    assert b[:4] == b"GGUF", "not a GGUF file"
-    p = 4
-    version, nt, nkv = take("<IQQ")
-    kvs = []
-    for _ in range(nkv):
-        key = string()
-        (kind,) = take("<I")
-        kvs.append([key, kind, value(kind)])
-    infos = []
-    for _ in range(nt):
-        name = string()
-        (nd,) = take("<I")
-        ne = list(take("<%dQ" % nd))
-        kind, off = take("<IQ")
-        infos.append((name, ne, kind, off))
-    g = Gguf(version, kvs, [])
-    align = g.alignment()
-    start = (p + align - 1) // align * align
-    for name, ne, kind, off in infos:
-        numel = 1
-        for d in ne:
-            numel *= d
-        _, blk, nbytes = GGML[kind]
-        size = numel // blk * nbytes
-        g.tensors.append({"name": name, "shape": list(reversed(ne)), "type": kind, "data": b[start + off:start + off + size]})
-    return g
-
-
-def enc_str(s):
-    if isinstance(s, str):
-        s = s.encode()
-    return struct.pack("<Q", len(s)) + s
-
-
-def enc_value(kind, v):
-    if kind == STRING:
-        return enc_str(v)
-    if kind == ARRAY:
-        elem, items = v
-        return struct.pack("<IQ", elem, len(items)) + b"".join(enc_value(elem, x) for x in items)
-    if kind == BOOL:
-        return struct.pack("<B", 1 if v else 0)
-    return struct.pack(SCALAR_FMT[kind], v)
-
-
-def write_gguf(g):
-    """Bytes of `g` laid out as scripts/make_encoder_fixtures.py's save_gguf does (each tensor
-    padded to the alignment, general.alignment's when present)."""
-    align = g.alignment()
-    head = b"GGUF" + struct.pack("<IQQ", g.version, len(g.tensors), len(g.kvs))
-    for k, kind, v in g.kvs:
-        head += enc_str(k) + struct.pack("<I", kind) + enc_value(kind, v)
-    offset, infos, blobs = 0, [], []
-    for t in g.tensors:
-        ne = list(reversed(t["shape"]))
-        infos.append(enc_str(t["name"]) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne) +
-                     struct.pack("<IQ", t["type"], offset))
-        data = t["data"]
-        pad = (-len(data)) % align
-        blobs.append(data + b"\0" * pad)
-        offset += len(data) + pad
-    body = head + b"".join(infos)
-    body += b"\0" * ((-len(body)) % align)
-    return body + b"".join(blobs)
+# ---- GGUF: scripts/fovea_testio/gguf.py ---------------------------------------------------------
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from fovea_testio.gguf import (  # noqa: E402
+    ARRAY, BOOL, F32, F64, GGML, GGML_BF16, GGML_F16, GGML_F32, GGML_F64, GGML_Q4_0, GGML_Q8_0, I8, I16, I32, I64,
+    STRING, TYPE_NAMES, U8, U16, U32, U64, numel)
+from fovea_testio.gguf import encode as write_gguf, parse as parse_gguf  # noqa: E402
+from fovea_testio.safetensors import read as st_read  # noqa: E402
 
 
 # ---- tensor data: decode to floats, encode from floats -----------------------------------------------
@@ -258,13 +119,6 @@ def bf16_bits(x):
     if x != x:
         return 0x7FC0
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
-
-
-def numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def decode(t):
@@ -377,19 +231,9 @@ def run(argv, cwd, tag):
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        b = f.read()
-    (n,) = struct.unpack_from("<Q", b, 0)
-    h = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in h.items():
-        if k == "__metadata__" or v["dtype"] != "F32":
-            continue
-        a = array.array("f")
-        s, e = v["data_offsets"]
-        a.frombytes(b[8 + n + s:8 + n + e])
-        out[k] = (v["shape"], list(a))
-    return out, h.get("__metadata__", {})
+    """{name: (shape, [floats])} of the F32 tensors, and the metadata."""
+    tensors, meta = st_read(path)
+    return {k: (list(v.shape), v.reshape(-1).tolist()) for k, v in tensors.items() if v.dtype == np.float32}, meta
 
 
 def compare(res, base):
@@ -464,7 +308,8 @@ def _run_case(case, keep_dir, base_outputs, d):
     model = os.path.join(d, "model.gguf")
     with open(model, "wb") as f:
         f.write(case["bytes"]())
-    rec = {"id": cid, "expect": case["expect"], "what": case["what"], "names": case["names"], "size": os.path.getsize(model)}
+    rec = {"id": cid, "expect": case["expect"], "what": case["what"], "names": case["names"],
+           "must_name": case.get("must_name", False), "size": os.path.getsize(model)}
     out = os.path.join(d, "out.safetensors")
     if os.path.exists(out):
         os.unlink(out)
@@ -534,17 +379,17 @@ def judge(rec):
         for p in r["problems"]:
             finding.append("%s: %s" % (tag, p))
         if st not in (0,) and isinstance(st, int) and st > 0 and not r.get("named", True):
-            doubt.append("%s: the message does not name %s" % (tag, " / ".join(rec["names"])))
+            (finding if rec.get("must_name") else doubt).append("%s: the message does not name %s" % (tag, " / ".join(rec["names"])))
     ok_m, ok_e = m["status"] == 0, e["status"] == 0
     if not ok_m and ok_e:
         finding.append("model refuses what encode accepts")
     if ok_m and not ok_e and isinstance(e["status"], int) and e["status"] > 0:
-        (finding if exp == "success" else doubt).append(
+        (finding if exp in ("success", "valid") else doubt).append(
             "model accepts what encode refuses: " + e["stderr"].strip()[:200])
     cmp_ = e.get("compare")
     if ok_e:
         if cmp_ == "nonfinite":
-            (finding if exp in ("same", "close", "success") else doubt).append(
+            (finding if exp in ("same", "close", "success", "valid") else doubt).append(
                 "accepted, output has NaN/inf (%s)" % e.get("compare_note"))
         elif exp == "nonfinite" and cmp_ == "different":
             doubt.append("non-finite weights accepted, output finite but absurd (%s)" % e.get("compare_note"))
@@ -559,6 +404,8 @@ def judge(rec):
             finding.append("harmless edit changed the output (%s: %s)" % (cmp_, e.get("compare_note")))
         elif exp == "close" and cmp_ not in ("same", "close"):
             finding.append("type change changed the output beyond tolerance (%s)" % e.get("compare_note"))
+    elif exp == "valid" and not ok_m:
+        finding.append("a valid model refused: " + m["stderr"].strip()[:200])
     elif exp in ("same", "close", "success") and not ok_m:
         doubt.append("harmless edit refused: " + m["stderr"].strip()[:200])
     rec["verdict"] = "FINDING" if finding else "DOUBT" if doubt else "OK"
@@ -609,7 +456,7 @@ class Builder:
         self.H, self.L = kv("clip.vision.attention.head_count"), kv("clip.vision.block_count")
         self.G = self.S // self.P
 
-    def add(self, cid, what, mutate, expect, names=(), baseline=True):
+    def add(self, cid, what, mutate, expect, names=(), baseline=True, must_name=False):
         g = self.g
 
         def make():
@@ -618,7 +465,7 @@ class Builder:
             return write_gguf(r if r is not None else h)
 
         self.cases.append({"id": "%s:%s" % (self.fixture, cid), "fixture": self.fixture, "what": what, "bytes": make,
-                           "expect": expect, "names": list(names), "baseline": baseline})
+                           "expect": expect, "names": list(names), "baseline": baseline, "must_name": must_name})
 
     # -- key/values ------------------------------------------------------------------------------
     def int_keys(self):
@@ -651,8 +498,13 @@ class Builder:
                     exp = "any"  # fewer blocks than stored: llama.cpp reads block_count the same way
                 # a dimension that contradicts the tensors may be reported by the tensors it contradicts
                 names = [k, short] + ([] if k.endswith("projection_dim") else ["v.", "mm."])
+                if k.endswith("head_count"):
+                    # The tensors do not fix the head count: one that divides the width is another
+                    # valid model, read as the file says; one that does not is refused, naming the key.
+                    exp = "valid" if t in (U32, I32, U64, I64) and 0 < v <= D and D % v == 0 else "error"
+                    names = [k]
                 self.add("kv:%s=%d:%s" % (k, v, TYPE_NAMES[t]), "%s set to %d (%s)" % (k, v, TYPE_NAMES[t]),
-                         lambda h, k=k, v=v, t=t: h.set_kv(k, t, v), exp, names)
+                         lambda h, k=k, v=v, t=t: h.set_kv(k, t, v), exp, names, must_name=k.endswith("head_count"))
             # the same value, other types
             for t in ([U8, I8, U16, I16, I32, U64, I64] if not self.quick else [I64]):
                 lo, hi = INT_TYPES[t]
@@ -1051,6 +903,7 @@ def baseline_outputs():
 
 
 def main():
+    global FOVEA
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a representative subset (~1-2 min)")
     ap.add_argument("--only", help="comma-separated fnmatch patterns of case ids")
@@ -1058,10 +911,12 @@ def main():
     ap.add_argument("--write-only", action="store_true", help="with --keep: write the files, run nothing")
     ap.add_argument("--list", action="store_true", help="list the case ids and exit")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--fovea", default=FOVEA, help="the fovea binary (default: %(default)s)")
     ap.add_argument("--json", default=os.path.join(tempfile.gettempdir(), "gguf_model_sweep.json"),
                     help="full per-case report (default: %(default)s)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every case, not just findings and doubts")
     a = ap.parse_args()
+    FOVEA = os.path.abspath(a.fovea)
 
     cases = build_cases(a.quick)
     if a.only:

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "store/vulkan_store.hpp"
+#include "vulkan/store/vulkan_store.hpp"
 
 namespace fovea::store_vk {
 

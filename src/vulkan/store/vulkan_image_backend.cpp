@@ -18,7 +18,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "store/vulkan_store.hpp"
+#include "vulkan/store/vulkan_store.hpp"
 
 namespace fovea {
 namespace store_vk {

@@ -3,9 +3,9 @@
 photo (skimage's astronaut, else data/astronaut.jpg), each run through `fovea video` without a
 model and with one, checked, one line per run.
 
-    /usr/bin/python3 bench/video_sweep.py [--build-dir build] [--out /tmp/vsweep] [--only REGEX]
-                                          [--modes none,incremental,exact,off,check] [--model random:vit-tiny]
-                                          [--timeout 120] [--json FILE]
+    /usr/bin/python3 tests/sweeps/video_sweep.py [--quick] [--build-dir build] [--out /tmp/vsweep] [--only REGEX]
+                                                  [--modes none,incremental,exact,off,check] [--model random:vit-tiny]
+                                                  [--timeout 120] [--json FILE]
 
 Codecs and containers, pixel formats, odd and tiny sizes, rotation and aspect metadata, variable
 frame rate and missing or repeated timestamps, a mid-stream size change, files with no or more
@@ -38,9 +38,17 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from fovea_safetensors import read  # noqa: E402
+from fovea_testio.safetensors import read  # noqa: E402
+
+# --quick: one clip of each kind of trouble (container, pixel format, size, rotation, timestamps,
+# streams, not a video, options, outputs), run without a model and through the incremental encoder.
+QUICK_CASES = ("h264_mp4_bframes|vp9_webm|mjpeg_avi|y4m_420|pix_yuv420p10_h264|pix_gray_ffv1|pix_yuva420p_vp9|"
+               "size_1x1_y4m_420|rotate_90_mov|vfr_mkv|dup_pts_mkv|concat_ts_sizes_restart|audio_only_wav|"
+               "two_video_streams_mkv|image_png|empty_file|random_bytes|missing_file|directory|opt_max_frames_3|"
+               "opt_every_3|opt_fps_5|opt_fixations_bad_row|opt_every_0|opt_out_missing_dir|opt_out_is_directory")
+QUICK_MODES = "none,incremental"
 
 FF = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-nostdin", "-y"]
 
@@ -711,12 +719,18 @@ def main():
     ap.add_argument("--fovea", help="the fovea binary (default: BUILD_DIR/fovea)")
     ap.add_argument("--out", default="/tmp/vsweep")
     ap.add_argument("--only", help="regex on case names")
-    ap.add_argument("--modes", default="none,incremental,exact,off,check,fixture,python")
+    ap.add_argument("--quick", action="store_true",
+                    help="%d representative clips, modes %s (the test suite's form)" % (QUICK_CASES.count("|") + 1, QUICK_MODES))
+    ap.add_argument("--modes", default=None, help="default none,incremental,exact,off,check,fixture,python")
     ap.add_argument("--model", default="random:vit-tiny")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--json", help="write every result here")
     ap.add_argument("--keep", action="store_true", help="reuse clips already in --out")
     a = ap.parse_args()
+    if a.quick:
+        a.only = a.only or "^(%s)$" % QUICK_CASES
+        a.modes = a.modes or QUICK_MODES
+    a.modes = a.modes or "none,incremental,exact,off,check,fixture,python"
     fovea = a.fovea or os.path.join(a.build_dir, "fovea")
     if not os.path.exists(fovea):
         fovea = os.path.join(a.build_dir, "tools", "fovea", "fovea")

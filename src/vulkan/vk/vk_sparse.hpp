@@ -1,4 +1,4 @@
-// vulkan/vk_sparse.hpp — additions to the RAII layer (vk.hpp) for the token store:
+// vulkan/vk/vk_sparse.hpp — additions to the RAII layer (vk.hpp) for the token store:
 // sparse-residency buffers and images, one vkQueueBindSparse per batch, and compute kernels
 // whose descriptor sets several threads can allocate at once.
 //
@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "vk/vk.hpp"
+#include "vulkan/vk/vk.hpp"
 
 namespace fovea::vk {
 

@@ -1,4 +1,4 @@
-// store/vulkan_store.hpp — private to the Vulkan store backends (and their tests).
+// vulkan/store/vulkan_store.hpp — private to the Vulkan store backends (and their tests).
 //
 // Both backends ("vulkan": sparse buffer, "vulkan-image": sparse 2D image) are a
 // VulkanStoreBase: their own VkInstance/VkDevice (StoreDevice), a physical pool of device
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "fovea/store.hpp"
-#include "vk/vk.hpp"
-#include "vk/vk_sparse.hpp"
+#include "vulkan/vk/vk.hpp"
+#include "vulkan/vk/vk_sparse.hpp"
 
 namespace fovea::store_vk {
 

@@ -1,4 +1,4 @@
-// vulkan/vk.hpp — fovea's thin RAII layer over the Vulkan C API (private to the library).
+// vulkan/vk/vk.hpp — fovea's thin RAII layer over the Vulkan C API (private to the library).
 //
 //   vk::Instance inst({.validation = true});                 // debug messenger counts errors
 //   vk::PhysicalDeviceInfo pd = vk::select_device(inst, "");  // "" best, "1" index, "llvm" name

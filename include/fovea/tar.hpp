@@ -1,12 +1,22 @@
-// Reading WebDataset-style .tar shards (POSIX ustar, GNU long names and base-256 sizes, pax
-// path records): the batch CLI's input parser, fuzzed by fuzz/fuzz_tar.cpp. No tar library is
-// packaged here (libarchive-dev is not installed); the format is 512-byte headers, each
-// followed by the member's bytes padded to 512.
+// fovea/tar.hpp — reading WebDataset shards: .tar archives whose members are <key>.<field>.
+//
+//   fovea::TarReader shard("shard-000.tar");                 // Error(io) when it cannot be opened
+//   fovea::TarMember m;
+//   auto images = [](const std::string& name) { return name.ends_with(".jpg"); };
+//   while (shard.next(m, images))                             // Error(corrupt_data) for a bad archive
+//     std::printf("%s: %zu bytes\n", fovea::webdataset_key(m.name).c_str(), m.bytes.size());
+//
+// POSIX ustar, GNU long names and base-256 sizes, pax path records. The batch CLI (`fovea
+// tokenize|encode SHARD.tar`) and the Python module's Dask runner (fovea.distributed) read shards
+// with it; fuzz/fuzz_tar.cpp fuzzes it. No tar library is used (libarchive is not a dependency);
+// the format is 512-byte headers, each followed by the member's bytes padded to 512.
 //
 // A shard is untrusted input: every size is checked against the bytes the archive has left
 // before it is read, skipped or allocated, so a damaged or crafted header is one
 // Error(corrupt_data), never a long read, a huge allocation or a seek that loops.
+// Thread safety: one TarReader per thread; the free functions are safe anywhere.
 #pragma once
+#include "fovea/export.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -16,7 +26,8 @@
 
 #include "fovea/error.hpp"
 
-namespace fovea::cli {
+FOVEA_API_BEGIN
+namespace fovea {
 
 struct TarMember {
   std::string name;
@@ -25,6 +36,14 @@ struct TarMember {
 
 // An octal (or GNU base-256) number field; saturates at UINT64_MAX instead of wrapping.
 uint64_t tar_number(const char* field, size_t n);
+
+// WebDataset's key of a member: its name up to the first '.' of its file name
+// ("samples/000001.jpg" -> "samples/000001").
+std::string webdataset_key(const std::string& member);
+
+// True for a member name that would leave the folder it is extracted into: absolute, or with a
+// '..' component. Such a name is no WebDataset key.
+bool tar_name_escapes(const std::string& member);
 
 class TarReader {
  public:
@@ -50,4 +69,5 @@ class TarReader {
   uint64_t pos_ = 0;   // the next byte read
 };
 
-}  // namespace fovea::cli
+}  // namespace fovea
+FOVEA_API_END

@@ -1,6 +1,6 @@
 // The RAII layer: results, instance + debug messenger, device selection, queues, memory,
 // buffers, images, commands, compute kernels.
-#include "vk/vk.hpp"
+#include "vulkan/vk/vk.hpp"
 
 #include <algorithm>
 #include <cctype>
