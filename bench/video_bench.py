@@ -428,10 +428,10 @@ def main():
             tower = "random" if model.startswith("random:") else "pretrained"
             for clip, per_setting in per_clip.items():
                 for s, row in per_setting.items():
-                    rows.append({"precision": prec, "model": model, "tower": tower, "clip": clip,
-                                 "setting": s or "defaults",
-                                 **provenance.scalars({k: v for k, v in row.items()
-                                                       if k not in ("per_frame", "off_ms_per_frame")})})
+                    rows.append({**provenance.scalars({k: v for k, v in row.items()
+                                                       if k not in ("per_frame", "off_ms_per_frame")}),
+                                 "precision": prec, "model": model, "tower": tower, "clip": clip,
+                                 "setting": s or "defaults"})
     provenance.output(ARGS, "video", results, rows=rows, threads=ARGS.threads,
                       versions=provenance.module_versions("torch"))
 
