@@ -7,8 +7,8 @@
 - docs/images/video-time-per-frame.png: time per frame of the incremental video encoder against
   a full re-encode of every frame, frame by frame, for the latest run on each CPU class
   (bench/results/video/);
-- docs/images/video-towers.png: the latest bench/video_bench.py run that measured a pretrained
-  tower beside random weights: per clip and tower, the speed-up over `--reuse off` and the
+- docs/images/video-towers.png: the bench/video_bench.py run (most clips, then latest) that
+  measured a pretrained tower beside random weights: per clip and tower, the speed-up over `--reuse off` and the
   cosine to a full encode (mean and worst frame), each bar labelled with its tower.
 
     /usr/bin/python3 bench/plots.py [--out-dir docs/images]
@@ -173,7 +173,8 @@ def plot_video_towers(out):
         print("plots: no video result with a pretrained and a random tower: skipping the towers picture",
               file=sys.stderr)
         return None
-    p, d = max(both, key=lambda pd: (pd[1]["date"], pd[0]))
+    # The run with the most clips, then the latest.
+    p, d = max(both, key=lambda pd: (len({r.get("clip") for r in pd[1]["rows"]}), pd[1]["date"], pd[0]))
     rows = [r for r in d["rows"] if r.get("setting") == "defaults" and r.get("precision", "fp32") == "fp32"]
     clips = [c for c in ("static_away", "static_through", "cut", "pan") if any(r["clip"] == c for r in rows)]
     names = {"static_away": "static camera,\nmotion away", "static_through": "motion at\nthe fixation",
@@ -206,7 +207,7 @@ def plot_video_towers(out):
     ax[1].axhline(0.99, color="tab:red", lw=0.8, ls="--")
     ax[1].set_ylabel("cosine to a full encode (--check)")
     fig.suptitle(f"Video reuse, default settings, per tower ({os.path.relpath(p, ROOT)}; "
-                 f"{d['machine']['cpu_model']}, load {d['load_average'][0]})", fontsize=9)
+                 f"{d['machine']['cpu_model']}, {d['threads']} threads, load {d['load_average'][0]})", fontsize=9)
     fig.tight_layout()
     path = os.path.join(out, "video-towers.png")
     fig.savefig(path, dpi=110)
