@@ -6,7 +6,10 @@
   per budget; the OCR panel adds bench/results/eval/'s 48-scene sweep);
 - docs/images/video-time-per-frame.png: time per frame of the incremental video encoder against
   a full re-encode of every frame, frame by frame, for the latest run on each CPU class
-  (bench/results/video/: random towers; bench/results/video-real/: a pretrained one).
+  (bench/results/video/: random towers; bench/results/video-real/: a pretrained one);
+- docs/images/video-towers.png: the bench/video_bench.py run (most clips, then latest) that
+  measured a pretrained tower beside random weights: per clip and tower, the speed-up over `--reuse off` and the
+  cosine to a full encode (mean and worst frame), each bar labelled with its tower.
 
     /usr/bin/python3 bench/plots.py [--out-dir docs/images]
 
@@ -104,7 +107,8 @@ def per_frame_runs(doc):
     in a video result: the older layout (precision -> clip -> {"per_frame": [...]}) and the current
     one (precision -> model -> clip -> [one row per setting, each with "per_frame"], where the
     default setting's alternated medians "incremental_ms" and "off_ms" are used)."""
-    o = doc.get("extra", {}).get("original", doc.get("extra"))
+    extra = doc.get("extra", {})
+    o = extra.get("original", extra) if isinstance(extra, dict) else None
     out = []
 
     def frames_of(pf):
@@ -178,12 +182,67 @@ def plot_video(out):
     return path
 
 
+def plot_video_towers(out):
+    """Per clip, the speed-up and the fidelity of the default incremental setting on a pretrained
+    tower and on random weights of its shape, from the latest result that has both."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    both = [(p, d) for p, d in results("video")
+            if {r.get("tower") for r in d["rows"]} >= {"pretrained", "random"}]
+    if not both:
+        print("plots: no video result with a pretrained and a random tower: skipping the towers picture",
+              file=sys.stderr)
+        return None
+    # The run with the most clips, then the latest.
+    p, d = max(both, key=lambda pd: (len({r.get("clip") for r in pd[1]["rows"]}), pd[1]["date"], pd[0]))
+    rows = [r for r in d["rows"] if r.get("setting") == "defaults" and r.get("precision", "fp32") == "fp32"]
+    clips = [c for c in ("static_away", "static_through", "cut", "pan") if any(r["clip"] == c for r in rows)]
+    names = {"static_away": "static camera,\nmotion away", "static_through": "motion at\nthe fixation",
+             "cut": "scene cut", "pan": "slow pan"}
+    towers = [("pretrained", "tab:blue"), ("random", "tab:gray")]
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.38
+    for j, (tower, color) in enumerate(towers):
+        rs = {r["clip"]: r for r in rows if r["tower"] == tower}
+        model = next((r["model"] for r in rs.values()), "?")
+        label = ("pretrained " + os.path.basename(os.path.dirname(model)) if tower == "pretrained" else model)
+        xs = [i + (j - 0.5) * width for i in range(len(clips))]
+        sp = [rs[c]["speedup_mean_time"] if c in rs else 0 for c in clips]
+        bars = ax[0].bar(xs, sp, width, color=color, label=label)
+        for b, v in zip(bars, sp):
+            ax[0].annotate(f"{v:.1f}x", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
+        cm = [rs[c]["cosine_mean"] if c in rs else 0 for c in clips]
+        cw = [rs[c]["cosine_worst_frame"] if c in rs else 0 for c in clips]
+        ax[1].bar(xs, cm, width, color=color, label=f"{label}: mean")
+        ax[1].scatter(xs, cw, color="black", marker="_", s=120, zorder=3,
+                      label="worst frame" if j == 0 else None)
+    for a in ax:
+        a.set_xticks(range(len(clips)))
+        a.set_xticklabels([names[c] for c in clips], fontsize=8)
+        a.grid(alpha=0.3, axis="y")
+        a.legend(fontsize=7)
+    ax[0].axhline(1, color="black", lw=0.8)
+    ax[0].set_ylabel("speed-up per frame over --reuse off")
+    ax[1].set_ylim(0.95, 1.001)
+    ax[1].axhline(0.99, color="tab:red", lw=0.8, ls="--")
+    ax[1].set_ylabel("cosine to a full encode (--check)")
+    fig.suptitle(f"Video reuse, default settings, per tower ({os.path.relpath(p, ROOT)}; "
+                 f"{d['machine']['cpu_model']}, {d['threads']} threads, load {d['load_average'][0]})", fontsize=9)
+    fig.tight_layout()
+    path = os.path.join(out, "video-towers.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "images"))
     a = ap.parse_args(argv)
     os.makedirs(a.out_dir, exist_ok=True)
-    for p in (plot_budget(a.out_dir), plot_video(a.out_dir)):
+    for p in (plot_budget(a.out_dir), plot_video(a.out_dir), plot_video_towers(a.out_dir)):
         if p:
             print(f"wrote {os.path.relpath(p, ROOT)}")
     return 0

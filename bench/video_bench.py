@@ -421,7 +421,19 @@ def main():
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump(results, f, indent=2)
-    provenance.output(ARGS, "video", results, threads=ARGS.threads, versions=provenance.module_versions("torch"))
+    # One row per precision, model, clip and setting (the per-frame data stays in "extra").
+    rows = []
+    for prec, per_model in results["precisions"].items():
+        for model, per_clip in per_model.items():
+            tower = "random" if model.startswith("random:") else "pretrained"
+            for clip, per_setting in per_clip.items():
+                for s, row in per_setting.items():
+                    rows.append({**provenance.scalars({k: v for k, v in row.items()
+                                                       if k not in ("per_frame", "off_ms_per_frame")}),
+                                 "precision": prec, "model": model, "tower": tower, "clip": clip,
+                                 "setting": s or "defaults"})
+    provenance.output(ARGS, "video", results, rows=rows, threads=ARGS.threads,
+                      versions=provenance.module_versions("torch"))
 
 
 if __name__ == "__main__":

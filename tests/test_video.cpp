@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -763,6 +764,7 @@ TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
   const VitModel model = VitModel::load("random:vit-tiny");
   VideoParams vp = small_params(30);
   vp.keyframe_interval = 6;
+  vp.exact_above_work = 0;  // decided between groups: G = 1 and G = 4 would switch at other frames
   auto image = [](int f) {
     ImageU8 img = test::gradient_image(160, 96, 3);
     for (int c = 0; c < 3; ++c)
@@ -811,6 +813,65 @@ TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
   EXPECT_THROW(grouped.process(image(12), q, 12, 0.48), Error);
 }
 
+// When a group's incremental encode does most of a full encode's work (here every token is
+// recomputed: threshold 0), the next three groups are encoded exactly (every layer on every
+// token, the embeddings of a full encode of the same tokens), and then reuse is tried again.
+TEST_F(VideoTest, HeavyChangeIsEncodedExactlyForThreeGroups) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  VideoParams vp = small_params(30);
+  vp.group_frames = 2;
+  vp.encoder.token_threshold = 0;
+  auto image = [](int f) {
+    ImageU8 img = test::gradient_image(160, 96, 3);
+    for (int c = 0; c < 3; ++c)
+      for (int y = 60; y < 80; ++y)
+        for (int x = 8 + 5 * f; x < 24 + 5 * f; ++x) img.at(c, y, x) = 255;
+    return img;
+  };
+  Query q;
+  q.fixations.push_back({130, 20});
+  VideoSession session(vp, &model, exec);
+  VideoParams ve = vp;
+  ve.reuse = Reuse::exact;
+  VideoSession exact(ve, &model, exec);
+  std::vector<FrameResult> got, ref;
+  for (int f = 0; f < 11; ++f) {
+    for (FrameResult& r : session.push(image(f), q, f, f / 25.0)) got.push_back(std::move(r));
+    ref.push_back(exact.process(image(f), q, f, f / 25.0));
+  }
+  for (FrameResult& r : session.flush()) got.push_back(std::move(r));
+  ASSERT_EQ(got.size(), 11u);
+  // Frame 0 is the first refresh; frames 1-2 are reused, with nearly a full encode's work.
+  EXPECT_TRUE(got[0].refresh);
+  for (int f = 1; f <= 2; ++f) {
+    EXPECT_FALSE(got[f].refresh);
+    EXPECT_TRUE(got[f].approximate);
+    EXPECT_GT(got[f].encoder_work, 0.45);
+  }
+  // Frames 3-8 (three groups of two): exact, as --reuse exact encodes the same tokens.
+  for (int f = 3; f <= 8; ++f) {
+    SCOPED_TRACE("frame " + std::to_string(f));
+    EXPECT_FALSE(got[f].refresh);
+    EXPECT_FALSE(got[f].approximate);
+    EXPECT_DOUBLE_EQ(got[f].encoder_work, 1.0);
+    ASSERT_EQ(got[f].batch.positions.size_bytes(), ref[f].batch.positions.size_bytes());
+    EXPECT_EQ(std::memcmp(got[f].batch.positions.bytes(), ref[f].batch.positions.bytes(),
+                          ref[f].batch.positions.size_bytes()),
+              0);
+    EXPECT_LT(max_abs_diff(got[f].embeddings, ref[f].embeddings), 1e-4);
+  }
+  // Frames 9-10: reuse again (the group's first frame makes the layer caches with a full encode).
+  EXPECT_FALSE(got[9].approximate);
+  EXPECT_TRUE(got[10].approximate);
+  // A share that is not a finite number >= 0 is refused.
+  for (float bad : {-0.1f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    VideoParams b = vp;
+    b.exact_above_work = bad;
+    EXPECT_THROW(VideoSession(b, &model, exec), Error);
+  }
+}
+
 // Inside a group, a token whose tile changed in the frame before and not since keeps the
 // patch of the frame before: the pending frame's own (the session hands each frame's patches
 // to its result uncopied and keeps only the group's last). An object appears at frame 1 and
@@ -829,6 +890,7 @@ TEST_F(VideoTest, GroupedFramesKeepThePatchesOfThePendingFrameBefore) {
   };
   Query q;
   q.fixations.push_back({56, 48});  // on the object: fine tokens over it
+  vp.exact_above_work = 0;  // decided between groups: G = 1 and G = 5 would switch at other frames
   VideoSession single(vp, &model, exec);
   std::vector<FrameResult> base;
   for (int f = 0; f < 6; ++f) base.push_back(single.process(image(f), q, f, f / 25.0));

@@ -178,6 +178,12 @@ struct VideoParams {
   // last encoded frame's drift estimate (FrameResult::drift_estimate) exceeds this; 0: never.
   // Checked between groups, so with group_frames G a refresh comes up to G frames later.
   float drift_refresh = 0;
+  // Incremental ViT: when a group's reused frames did more than this share of a full encode's
+  // multiply-adds on average (FrameResult::encoder_work), the next three groups are encoded
+  // exactly (every layer on every token, as Reuse::exact; not approximate), then reuse is tried
+  // again: tracking that much change costs more than a full encode. 0: never. Decided between
+  // groups, so with group_frames G the exact groups start up to G frames later.
+  float exact_above_work = 0.45f;
   // Incremental ViT only: frames whose encoder work runs as one group (IncrementalEncoder::
   // encode_group: weights read once per group, the same results). Results come out when a group
   // is full (or at flush()), so latency grows by up to group_frames − 1 frames. 1..1024.

@@ -359,7 +359,7 @@ class VideoSession:
             r.embeddings, r.positions, r.recomputed    # a fovea.VideoFrameResult
 
     Arguments as fovea.video's (reuse "incremental" by default with a model, "exact" without;
-    keyframe, threshold, token_threshold, hysteresis, refresh_fraction). Each frame is encoded
+    keyframe, threshold, token_threshold, hysteresis, refresh_fraction, exact_above_work). Each frame is encoded
     alone (no grouping: a frame's result is ready when process returns). The frame is copied
     (the session keeps it as the reference the next frame is compared with). One frame at a
     time per session; the GIL is released while a frame is processed.
@@ -368,9 +368,10 @@ class VideoSession:
     def __init__(self, model: Optional["Model"] = None, budget: int = 273, *, patch: Optional[int] = None,
                  reuse: Optional[str] = None, keyframe: int = 0, threshold: float = 8.0, token_threshold: float = 0.07,
                  hysteresis: float = 0.1, refresh_fraction: float = 0.5, precision: str = "fp32", threads: int = 0,
-                 dtype: str = "f32") -> None:
+                 dtype: str = "f32", exact_above_work: float = 0.45) -> None:
         self._s = _fovea.VideoSession(model, _checked_budget(budget), patch, reuse, keyframe, threshold,
-                                      token_threshold, hysteresis, refresh_fraction, precision, threads, dtype)
+                                      token_threshold, hysteresis, refresh_fraction, precision, threads, dtype,
+                                      exact_above_work=exact_above_work)
 
     def process(self, image, fixations: Iterable[Sequence[float]] = (), regions: Iterable[Sequence[float]] = (), *,
                 index: Optional[int] = None, pts: float = 0.0) -> VideoFrameResult:
@@ -506,6 +507,7 @@ def video(
     quiet: bool = True,
     autorotate: bool = True,
     overlay: Optional[PathLike] = None,
+    exact_above_work: float = 0.45,
 ):
     """Tokenize (and, with a model, encode) a video, re-doing only what changed between frames:
     the session `fovea video` runs (docs/how-to/video.md).
@@ -525,6 +527,9 @@ def video(
         keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction: the CLI's
             --keyframe, --group (frames encoded together: the encoder reads its weights once
             per group), --threshold, --token-threshold, --hysteresis, --refresh-fraction.
+        exact_above_work: when a frame group's reused frames did more than this share of a full
+            encode's work, the next three groups are encoded exactly, then reuse is tried again
+            (the CLI's --exact-above-work; 0: never).
         precision: "fp32" or "bf16"; threads: threads (0: one per hardware thread).
         output: write the file `fovea video -o` writes (embeddings or patches, frame_offsets,
             pts, positions, levels, recomputed), streamed with bounded memory, atomically.
@@ -552,7 +557,8 @@ def video(
         reuse, keyframe, group, threshold, token_threshold, hysteresis, refresh_fraction, precision, threads, output,
         patch, dtype, max_level, dict(weights or {}), e0, sharpness,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
-        fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet, autorotate, overlay)
+        fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet, autorotate, overlay,
+        exact_above_work=exact_above_work)
 
 
 def __getattr__(name):

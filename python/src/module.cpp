@@ -674,7 +674,8 @@ struct PyVideoSession {
 std::unique_ptr<PyVideoSession> video_session_py(const py::object& model, int budget, std::optional<int> patch,
                                                  const std::optional<std::string>& reuse, int keyframe, float threshold,
                                                  float token_threshold, float hysteresis, float refresh_fraction,
-                                                 const std::string& precision, int threads, const std::string& dtype) {
+                                                 const std::string& precision, int threads, const std::string& dtype,
+                                                 float exact_above_work) {
   auto out = std::make_unique<PyVideoSession>();
   std::optional<VitModel> vit;
   if (!model.is_none()) vit = cast_arg<VitModel>(model, "model must be a fovea.Model or None");
@@ -697,6 +698,9 @@ std::unique_ptr<PyVideoSession> video_session_py(const py::object& model, int bu
   vp.encoder.precision = parse_video_precision(precision);
   if (vit) warn_if_precision_falls_back(vp.encoder.precision);
   vp.encoder.token_threshold = token_threshold;
+  if (!(exact_above_work >= 0) || !std::isfinite(exact_above_work))
+    throw fovea::invalid_argument("exact_above_work must be a number >= 0");
+  vp.exact_above_work = exact_above_work;
   const ExecConfig cfg = exec_config(threads);
   if (vit) out->model = std::make_unique<VitModel>(*vit);
   py::gil_scoped_release nogil;
@@ -736,7 +740,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
                     std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_, bool normalize,
                     std::optional<float> fine_bias, std::optional<float> detail_focus,
                     std::optional<float> fixation_spread, std::optional<int> lookahead, uint64_t max_pixels, bool quiet,
-                    bool autorotate, const py::object& overlay) {
+                    bool autorotate, const py::object& overlay, float exact_above_work) {
   const std::string path = fs_path(path_obj);
   std::optional<VitModel> vit;
   if (!model.is_none()) vit = cast_arg<VitModel>(model, "model must be a fovea.Model or None");
@@ -766,6 +770,9 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   vp.encoder.precision = parse_video_precision(precision);
   if (have_model) warn_if_precision_falls_back(vp.encoder.precision);
   vp.encoder.token_threshold = token_threshold;
+  if (!(exact_above_work >= 0) || !std::isfinite(exact_above_work))
+    throw fovea::invalid_argument("exact_above_work must be a number >= 0");
+  vp.exact_above_work = exact_above_work;
   const bool per_frame_query = PyCallable_Check(fixations.ptr());
   Query base = make_query(per_frame_query ? std::vector<std::vector<float>>{}
                                           : cast_arg<std::vector<std::vector<float>>>(
@@ -1528,7 +1535,8 @@ void bind_video(py::module_& m) {
   py::class_<PyVideoSession>(m, "VideoSession", "Frames handed in one at a time (see fovea.VideoSession).")
       .def(py::init(&video_session_py), py::arg("model"), py::arg("budget"), py::arg("patch"), py::arg("reuse"),
            py::arg("keyframe"), py::arg("threshold"), py::arg("token_threshold"), py::arg("hysteresis"),
-           py::arg("refresh_fraction"), py::arg("precision"), py::arg("threads"), py::arg("dtype"))
+           py::arg("refresh_fraction"), py::arg("precision"), py::arg("threads"), py::arg("dtype"),
+           py::arg("exact_above_work") = VideoParams{}.exact_above_work)
       .def("process", &video_session_process, py::arg("image"), py::arg("fixations"), py::arg("regions"),
            py::arg("index") = py::none(), py::arg("pts") = 0.0)
       .def_property_readonly("frames", [](const PyVideoSession& s) { return s.frames; })
@@ -1541,7 +1549,7 @@ void bind_video(py::module_& m) {
         py::arg("threads"), py::arg("output"), py::arg("patch"), py::arg("dtype"), py::arg("max_level"), py::arg("weights"),
         py::arg("e0"), py::arg("sharpness"), py::arg("mean"), py::arg("std"), py::arg("normalize"), py::arg("fine_bias"),
         py::arg("detail_focus"), py::arg("fixation_spread"), py::arg("lookahead"), py::arg("max_pixels"), py::arg("quiet"),
-        py::arg("autorotate"), py::arg("overlay"));
+        py::arg("autorotate"), py::arg("overlay"), py::arg("exact_above_work") = VideoParams{}.exact_above_work);
 
 }
 

@@ -137,6 +137,46 @@ void track_tasks(AttentionTrack& tr, int threads, int64_t n, Fn&& fn) {
 
 int64_t round_up(int64_t r, int64_t b) { return (r + b - 1) / b * b; }
 
+// GEMM rows of an incremental frame come in chunks of at most kChunk (each rounded up to
+// kRowBucket): oneDNN makes a primitive per shape (several ms of JIT each), and the row counts
+// of recomputed tokens change every frame, so whole-count GEMMs made a new primitive almost
+// every call (measured: 200 primitives in a 48-frame clip, most of an incremental frame's time
+// until the clip ended). In chunks every linear layer has at most kChunk / kRowBucket shapes.
+// Full passes (every row) keep one GEMM over all rows: their count is the frame's tokens.
+constexpr int64_t kChunk = 64;
+template <typename Fn>
+void for_row_chunks(int64_t rows, bool chunked, Fn&& fn) {
+  if (rows <= 0) return;
+  if (!chunked) return fn(int64_t(0), round_up(rows, kRowBucket));
+  for (int64_t r0 = 0; r0 < rows; r0 += kChunk) fn(r0, std::min(kChunk, round_up(rows - r0, kRowBucket)));
+}
+
+// The same chunks shared out between `threads` OpenMP threads in one parallel region, each
+// chunk's GEMMs single-threaded (oneDNN runs sequentially inside a region): one region per
+// layer step instead of one per GEMM and chunk (each a wake-up of the other threads, which on a
+// loaded machine cost more than the small GEMMs). Chunks are small enough that every thread
+// gets one when there are rows for it. The first exception is rethrown after the region.
+template <typename Fn>
+void parallel_row_chunks(int64_t rows, int threads, Fn&& fn) {
+  if (rows <= 0) return;
+  const int64_t per = (rows + threads - 1) / std::max(threads, 1);
+  const int64_t cs = std::min(kChunk, round_up(per, kRowBucket));
+  const int64_t n = (rows + cs - 1) / cs;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (n > 1)
+  for (int64_t task = 0; task < n; ++task) {
+    try {
+      const int64_t r0 = task * cs;
+      fn(r0, std::min(cs, round_up(rows - r0, kRowBucket)));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 // Shapes one frame must have for the model; returns N.
 int64_t check_frame(const IncrementalFrame& f, const VitConfig& c, const std::string& what) {
   if (!f.patches || !f.positions) throw invalid_argument(what + ": patches and positions are required");
@@ -303,12 +343,15 @@ void IncrementalEncoder::State::delta_block(LayerCache& C, const std::vector<uin
   sc.corr.resize(size_t(mb)), sc.den.resize(size_t(mb)), sc.mx.resize(size_t(mb));
   // Rows past T (the last block rounded up) read the padding after C.q's last head, or the
   // next head's rows: their results are not used.
-  GemmArgs sg{};
-  sg.a = C.q.bytes() + size_t((h * T + r0) * hd) * es, sg.lda = hd, sg.a_dt = dt;
-  sg.w = tr.kc.get() + size_t(h * ncp * hd) * es, sg.ldw = hd, sg.w_dt = dt;
-  sg.c = sc.s.get(), sg.ldc = ncp, sg.c_dt = DType::f32;
-  sg.m = mb, sg.n = ncp, sg.k = hd;
-  ops.linear(sg);
+  // The changed rows at most kChunk at a time: a few GEMM shapes whatever their number.
+  for (int64_t k0 = 0; k0 < ncp; k0 += kChunk) {
+    GemmArgs sg{};
+    sg.a = C.q.bytes() + size_t((h * T + r0) * hd) * es, sg.lda = hd, sg.a_dt = dt;
+    sg.w = tr.kc.get() + size_t((h * ncp + k0) * hd) * es, sg.ldw = hd, sg.w_dt = dt;
+    sg.c = sc.s.as<float>() + k0, sg.ldc = ncp, sg.c_dt = DType::f32;
+    sg.m = mb, sg.n = std::min(kChunk, ncp - k0), sg.k = hd;
+    ops.linear(sg);
+  }
   const float* lse = C.lse.data<float>() + h * T;
   float* pf = sc.pf.as<float>();
   for (int64_t j = 0; j < mb; ++j) {
@@ -332,12 +375,15 @@ void IncrementalEncoder::State::delta_block(LayerCache& C, const std::vector<uin
     sc.corr[size_t(j)] = corr, sc.den[size_t(j)] = den, sc.mx[size_t(j)] = m;
     if (!(den > 1e-3f * (corr + added + removed))) tr.bad[size_t(h * T + t)] = 1;
   }
-  GemmArgs pv{};
-  pv.a = sc.p.get(), pv.lda = ncp, pv.a_dt = dt;
-  pv.w = tr.vc.get() + size_t(h * ncp * hd) * es, pv.ldw = hd, pv.w_dt = dt, pv.w_is_kn = true;
-  pv.c = sc.o.get(), pv.ldc = hd, pv.c_dt = DType::f32;
-  pv.m = mb, pv.n = hd, pv.k = ncp;
-  ops.linear(pv);
+  for (int64_t k0 = 0; k0 < ncp; k0 += kChunk) {
+    GemmArgs pv{};
+    pv.a = sc.p.get() + size_t(k0) * es, pv.lda = ncp, pv.a_dt = dt;
+    pv.w = tr.vc.get() + size_t((h * ncp + k0) * hd) * es, pv.ldw = hd, pv.w_dt = dt, pv.w_is_kn = true;
+    pv.c = sc.o.get(), pv.ldc = hd, pv.c_dt = DType::f32;
+    pv.m = mb, pv.n = hd, pv.k = std::min(kChunk, ncp - k0);
+    pv.accumulate = k0 > 0;
+    ops.linear(pv);
+  }
   float* lse_w = C.lse.data<float>() + h * T;
   for (int64_t j = 0; j < nb; ++j) {
     const int64_t t = r0 + j;
@@ -424,7 +470,7 @@ void IncrementalEncoder::State::track_frame(LayerCache& C, std::span<const int64
 
 // Every frame runs the model: its weights are packed at the first frame, not again at the second.
 IncrementalEncoder::IncrementalEncoder(const VitModel& model)
-    : IncrementalEncoder(model, EncoderContext(EncoderContextParams{.expect_reuse = true})) {}
+    : IncrementalEncoder(model, EncoderContext(EncoderContextParams{.expect_reuse = true, .max_primitives = 256})) {}
 IncrementalEncoder::IncrementalEncoder(const VitModel& model, EncoderContext context)
     : s_(std::make_unique<State>(model, std::move(context))) {
   if (model.config().native.enabled())
@@ -556,6 +602,11 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     w.res->recomputed.assign(size_t(w.N), 0);
   }
   FrameWork& head = fw[0];
+  bool chunked = false;  // some frame recomputes only some rows: GEMMs in chunks (for_row_chunks)
+  for (const FrameWork& w : fw) chunked = chunked || w.gate;
+  // The linear layers' chunks shared between threads (parallel_row_chunks); not with the
+  // reference kernels, nor int8 (its kernels take the whole team).
+  const bool split = chunked && !ops.ref && !ops.int8;
   if (head.gate) {
     head.prev_t.assign(size_t(head.T), -1);
     for (int64_t t = 0; t < pre; ++t) head.prev_t[size_t(t)] = t;  // class token, registers
@@ -594,7 +645,9 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     }
     std::memset(src + r * K, 0, size_t((rg - r) * K) * 4);
     XR.ensure(size_t(rg) * rowb);
-    ops.linear(linear_args(src, DType::f32, rg, m.patch_w, &m.patch_b, XR.get(), DType::f32));
+    for_row_chunks(r, chunked, [&](int64_t r0, int64_t mc) {
+      ops.linear(linear_args(src + r0 * K, DType::f32, mc, m.patch_w, &m.patch_b, XR.as<float>() + r0 * D, DType::f32));
+    });
   }
 
   // ---- layer-0 candidates --------------------------------------------------------------------
@@ -846,10 +899,13 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       H.ensure(size_t(qcap * D) * es), QKV.ensure(size_t(qcap * 3 * D) * es);
       float* xr = XR.as<float>();
       std::memset(xr + rows * D, 0, size_t((rg - rows) * D) * 4);
-      if (rows > 0) {
-        ops.layer_norm(xr, rg, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
-        ops.linear(linear_args(H.get(), dt, rg, l.qkv_w, &l.qkv_b, QKV.get(), dt));
-      }
+      auto ln_qkv = [&](int64_t r0, int64_t mc) {
+        ops.layer_norm(xr + r0 * D, mc, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get() + size_t(r0 * D) * es, dt);
+        ops.linear(linear_args(H.get() + size_t(r0 * D) * es, dt, mc, l.qkv_w, &l.qkv_b,
+                               QKV.get() + size_t(r0 * 3 * D) * es, dt));
+      };
+      if (rows > 0 && split) parallel_row_chunks(rows, ops.threads, ln_qkv);
+      else if (rows > 0) ln_qkv(0, rg);
       std::memset(QKV.get() + size_t(rg * 3 * D) * es, 0, size_t(kRowBucket * 3 * D) * es);
       for (size_t f = 0; f < F; ++f) {  // 3. in frame order: K|V into the cache, then attention
         FrameWork& w = fw[f];
@@ -898,12 +954,15 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         }
         if (!track) {
           // Rows past this frame's are the next frames' (rewritten when their turn comes) or slack.
-          const int64_t ra = ops.ref ? r : round_up(r, kRowBucket);
           const AttentionExec aex{ops.ref, ops.threads, ops.gemm};
-          encoder_detail::attention_rows_kv_head_major(
-              aex, QKV.get() + size_t(w.xr_off * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
-              C.kv.bytes() + size_t(c.heads * w.T * hd) * es, w.T, D, c.heads, dt, A.get() + size_t(w.xr_off * D) * es,
-              &attn_ws);
+          auto attend_rows = [&](int64_t r0, int64_t ra) {
+            encoder_detail::attention_rows_kv_head_major(
+                aex, QKV.get() + size_t((w.xr_off + r0) * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
+                C.kv.bytes() + size_t(c.heads * w.T * hd) * es, w.T, D, c.heads, dt,
+                A.get() + size_t((w.xr_off + r0) * D) * es, &attn_ws);
+          };
+          if (ops.ref) attend_rows(0, r);
+          else for_row_chunks(r, chunked, attend_rows);
           continue;
         }
         // The recomputed rows attend exactly, keeping their normaliser; the kept rows'
@@ -974,7 +1033,13 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
           std::memcpy(XB.get(), xr, size_t(total) * rowb);
         }
         H.ensure(size_t(rt * D) * es), Hm.ensure(size_t(rt * fc1_width(c)) * es);
-        ops.attention_out_and_mlp(l, c, A.get(), rt, xr, H.get(), Hm.get(), dt);
+        const int64_t fw1 = fc1_width(c);
+        auto mlp = [&](int64_t r0, int64_t mc) {
+          ops.attention_out_and_mlp(l, c, A.get() + size_t(r0 * D) * es, mc, xr + r0 * D, H.get() + size_t(r0 * D) * es,
+                                    Hm.get() + size_t(r0 * fw1) * es, dt);
+        };
+        if (split) parallel_row_chunks(total, ops.threads, mlp);
+        else mlp(0, rt);
       }
     }
     // The carry, frame by frame in order (each frame's carried rows take the updates as the

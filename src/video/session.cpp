@@ -77,6 +77,12 @@ struct VideoSession::Impl {
   std::unique_ptr<IncrementalEncoder> encoder;
   double last_drift = 0;  // the last encoded frame's drift estimate
   bool last_refresh = false;  // the last encoded frame was a refresh
+  // Heavy change (VideoParams::exact_above_work): tracking the change of a group whose encode
+  // did most of a full encode's work costs more than a full encode (the small GEMMs of the
+  // recomputed rows and the attention bound's updates run below a full encode's efficiency), so
+  // the next kExactGroups groups are encoded exactly, and then reuse is tried again.
+  static constexpr int kExactGroups = 3;
+  int exact_groups_left = 0;
   int64_t processed = 0;
   PyramidU8 pyramid;
   TileGrid grid;
@@ -144,6 +150,8 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
   if (std::isnan(p.encoder.attention_threshold))
     throw Error(Errc::invalid_argument, "video: the attention threshold must be a number");
   if (p.encoder.refresh_tokens < 0) throw Error(Errc::invalid_argument, "video: the refresh budget must be >= 0");
+  if (!(p.exact_above_work >= 0) || !std::isfinite(p.exact_above_work))
+    throw Error(Errc::invalid_argument, "video: the exact-above-work share must be a finite number >= 0");
   if (!(p.drift_refresh >= 0) || !std::isfinite(p.drift_refresh))
     throw Error(Errc::invalid_argument, "video: the drift refresh bound must be a finite number >= 0");
   check_extract_params(p.tokenize.extract);
@@ -214,6 +222,9 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
       // attention bound's state costs about twice as much). The first frame that is not a
       // refresh then makes them with a full encode of its own.
       if (last_refresh) ep.reuse_layers = false;
+    } else if (params.reuse == Reuse::incremental && exact_groups_left > 0) {
+      --exact_groups_left;
+      ep.reuse_layers = false;  // heavy change: a full encode costs less than reuse
     } else if (params.reuse == Reuse::incremental && params.drift_refresh > 0 && last_drift > params.drift_refresh) {
       // The error reuse has left is estimated above the bound: this group starts from scratch
       // (the layout and the patches stay; the encoder recomputes every token).
@@ -227,6 +238,14 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
                         .prev_row = q.had_layout ? std::span<const int64_t>(q.r.previous_row) : std::span<const int64_t>(),
                         .patch_dirty = q.resample});
     std::vector<IncrementalResult> er = encoder->encode_group(frames, ep, exec);
+    if (ep.reuse_layers && params.reuse == Reuse::incremental) {
+      double work = 0;
+      int64_t gated = 0;
+      for (const IncrementalResult& x : er)
+        if (x.approximate) work += x.flops_fraction, ++gated;
+      if (params.exact_above_work > 0 && gated > 0 && work / double(gated) > params.exact_above_work)
+        exact_groups_left = kExactGroups;
+    }
     for (size_t i = 0; i < pending.size(); ++i) {
       FrameResult& r = pending[i].r;
       const int64_t N = r.batch.size();

@@ -460,9 +460,12 @@ def test_video_session_equals_local_session(client):
         np.testing.assert_array_equal(got["recomputed"], want.recomputed)
         np.testing.assert_allclose(got["embeddings"], want.embeddings, rtol=0, atol=1e-5)
         assert meta["frame"] == str(i) and meta["refresh"] == ("true" if i == 0 else "false")
-    assert 0 < int(meta["recomputed_tokens"]) < int(meta["tokens"])  # only what the square touched
+    # This 60-token fixture's square moves over most tokens' context: the first reused frame does
+    # more than VideoParams::exact_above_work of a full encode's work, so the frames after it are
+    # encoded exactly (every token recomputed), in the service as in the local session.
+    assert 0 < int(meta["recomputed_tokens"]) <= int(meta["tokens"])
     s = client.get(f"/v1/video/sessions/{sid}").json()
-    assert s["frames"] == 4 and 0 < s["reuse_rate"] < 1
+    assert s["frames"] == 4 and 0 <= s["reuse_rate"] < 1
     assert client.delete(f"/v1/video/sessions/{sid}").json()["closed"]
     r = post(client, f"/v1/video/sessions/{sid}/frames", png(frames(1)[0]))
     assert r.status_code == 404 and error_of(r).startswith(f"no video session '{sid}'")

@@ -259,3 +259,25 @@ def test_session_frames_carry_the_encoders_drift_estimate():
     assert later and all(g[1] for g in later)
     assert all(0 <= g[2] <= g[3] for g in later)
     assert any(g[2] > 0 for g in later)  # the cat moves: reuse leaves something, and says so
+
+
+def test_session_encodes_exactly_after_heavy_change_unless_told_not_to(tmp_path):
+    # token_threshold 0: every token whose state moved is recomputed, so the first reused frame
+    # does most of a full encode's work (exact_above_work, 0.45 by default): the frames after it
+    # are encoded exactly (not approximate); exact_above_work=0 keeps reusing.
+    model = fovea.Model("random:vit-s16")
+    images = [f.image.copy() for f in fovea.VideoReader(CLIP, max_frames=5)]
+
+    def run(**kw):
+        s = fovea.VideoSession(model, budget=30, token_threshold=0, **kw)
+        return [s.process(im, fixations=[(120, 30)]) for im in images]
+
+    heavy = run()
+    assert heavy[1].approximate and not heavy[1].refresh
+    assert [r.approximate for r in heavy[2:]] == [False] * 3 and not any(r.refresh for r in heavy[2:])
+    kept = run(exact_above_work=0)
+    assert all(r.approximate for r in kept[1:])
+    with pytest.raises(ValueError, match="exact_above_work"):
+        fovea.VideoSession(model, budget=30, exact_above_work=-1)
+    r = cli("video", CLIP, "--exact-above-work", "-1", "-o", tmp_path / "x.safetensors", check=False)
+    assert r.returncode == 2 and "--exact-above-work must be a number >= 0" in r.stderr

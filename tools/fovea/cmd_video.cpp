@@ -111,6 +111,7 @@ struct VideoCommand {
   std::string attention_threshold;  // a number, or "off"; empty: the token threshold
   int refresh_tokens = IncrementalParams{}.refresh_tokens;
   float drift_refresh = VideoParams{}.drift_refresh;
+  float exact_above_work = VideoParams{}.exact_above_work;
   float hysteresis = VideoParams{}.layout_hysteresis;
   float refresh_fraction = VideoParams{}.refresh_fraction;
   bool json = false, check = false, decode_only = false, no_autorotate = false;
@@ -186,6 +187,9 @@ struct VideoCommand {
     vp.encoder.refresh_tokens = refresh_tokens;
     if (!(drift_refresh >= 0) || !std::isfinite(drift_refresh)) throw invalid_argument("--drift-refresh must be a number >= 0");
     vp.drift_refresh = drift_refresh;
+    if (!(exact_above_work >= 0) || !std::isfinite(exact_above_work))
+      throw invalid_argument("--exact-above-work must be a number >= 0");
+    vp.exact_above_work = exact_above_work;
     const ExecConfig exec_config = exec.config();
     if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
 
@@ -477,6 +481,10 @@ Runner setup_video(CLI::App& sub) {
                  "Advanced: start a frame group with a full encode when the encoder's drift estimate of the last "
                  "frame exceeds E (0: never)")
       ->type_name("E");
+  sub.add_option("--exact-above-work", cmd->exact_above_work,
+                 "Advanced: when a frame group's reused frames did more than W of a full encode's work, encode the "
+                 "next three groups exactly, then try reuse again (0: never; default 0.45)")
+      ->type_name("W");
   sub.add_option("--refresh-tokens", cmd->refresh_tokens,
                  "Advanced: per frame and layer, also recompute the K kept tokens whose unapplied change is largest "
                  "(default 0)")
