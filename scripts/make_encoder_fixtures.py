@@ -487,11 +487,11 @@ CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.261302
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
-def preprocessor_config(out, mean, std, processor):
+def preprocessor_config(out, mean, std, processor, **extra):
     cfg = {"image_processor_type": processor, "do_resize": True, "size": {"shortest_edge": G * P},
            "do_center_crop": True, "crop_size": {"height": G * P, "width": G * P}, "do_rescale": True,
            "rescale_factor": 1.0 / 255.0, "do_normalize": True, "image_mean": mean, "image_std": std,
-           "resample": 3}
+           "resample": 3, **extra}
     with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 
@@ -673,7 +673,9 @@ def make_siglip2(out, gen):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "F32")
-    preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "Siglip2ImageProcessor")
+    # max_num_patches = the table's patches: the NaFlex processor keeps the G·P-square image at its
+    # size, so the raw case (the image at native size) is what `fovea encode --uniform` runs.
+    preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "Siglip2ImageProcessor", max_num_patches=G * G)
     img = raw_image(gen, out)
     hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), shrink=True)
 
