@@ -163,6 +163,7 @@ TEST(NaflexCli, BadOptionsGiveOneErrorLine) {
   expect_one_line_error(run({"--budget", "2"}), "at least 4 patches");
   expect_one_line_error(run({"--attention", "hierarchical"}), "NaFlex");
   expect_one_line_error(run({"--check-fp32"}), "NaFlex");
+  expect_one_line_error(run({"--foveation", "mixed"}), "--uniform");
   expect_one_line_error(run({"--uniform", "--mean", "0.5,0.5,0.5"}), "--mean");
   // Not a NaFlex checkpoint: a SigLIP (1) tower.
   const std::string siglip = test::source_dir() + "/tests/data/encoder/siglip/model.safetensors";

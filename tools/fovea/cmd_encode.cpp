@@ -81,6 +81,9 @@ struct EncodeCommand {
       if (tok.no_normalize || !tok.mean.empty() || !tok.std.empty())
         throw Error(Errc::invalid_argument, "the SigLIP 2 NaFlex processor normalises with the model's mean and std; "
                                             "--mean, --std and --no-normalize do not apply");
+      if (tok.foveation == "mixed")
+        throw Error(Errc::invalid_argument, "a SigLIP 2 NaFlex tower runs --uniform (the processor's encode) or its "
+                                            "windows foveation (the default), not --foveation mixed");
       if (max_patches_given && !tok.uniform)
         throw Error(Errc::invalid_argument, "--max-num-patches sizes the --uniform encode of a SigLIP 2 NaFlex tower; "
                                             "its windows foveation counts patches with --budget");
