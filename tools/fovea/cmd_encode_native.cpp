@@ -131,6 +131,11 @@ int run_naflex_encode(const VitModel& model, const NaflexEncodeArgs& a, Executor
   f.levels = Tensor(DType::i32, {n});
   Tensor spatial(DType::i32, {k, 2}), boxes(DType::i32, {k, 4}), rows(DType::i64, {k + 1});
   Tensor pooled_all(DType::f32, {k, D});
+  // A projector's rows (a NaFlex tower under a language model's projector), image after image.
+  int64_t E = k > 0 && enc[0].projected.rank() == 2 ? enc[0].projected.dim(1) : 0;
+  for (const Encoding& e : enc)  // one projected row per patch row, or none written
+    if (e.projected.rank() != 2 || e.projected.dim(0) != e.embeddings.dim(0) || e.projected.dim(1) != E) E = 0;
+  if (E > 0) f.projected = Tensor(DType::f32, {n, E});
   const bool have_pooled = k > 0 && enc[0].pooled.numel() == D;
   int64_t r = 0;
   double encode_ms = 0, attention_ms = 0;
@@ -149,6 +154,7 @@ int run_naflex_encode(const VitModel& model, const NaflexEncodeArgs& a, Executor
       dst[0] = float(x0 + src[0] * sx), dst[1] = float(y0 + src[1] * sy), dst[2] = float(P * scale), dst[3] = float(level);
       f.levels.data<int32_t>()[r + j] = level;
     }
+    if (E > 0) std::copy_n(e.projected.data<float>(), ni * E, f.projected.data<float>() + r * E);
     if (have_pooled) std::copy_n(e.pooled.data<float>(), D, pooled_all.data<float>() + i * D);
     spatial.data<int32_t>()[i * 2] = in.grid.h, spatial.data<int32_t>()[i * 2 + 1] = in.grid.w;
     for (int q = 0; q < 4; ++q) boxes.data<int32_t>()[i * 4 + q] = plan.windows[size_t(i)].box[size_t(q)];
