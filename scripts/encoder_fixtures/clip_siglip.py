@@ -306,7 +306,9 @@ def make_siglip2(out, gen):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt"}, "F32")
-    preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "Siglip2ImageProcessor")
+    # max_num_patches = the table's patches: the NaFlex processor keeps the G·P-square image at its
+    # size, so the raw case (the image at native size) is what `fovea encode --uniform` runs.
+    preprocessor_config(out, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "Siglip2ImageProcessor", max_num_patches=G * G)
     img = raw_image(gen, out)
     hf_cases(model.vision_model, False, gen, out, None, (img, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), shrink=True)
 

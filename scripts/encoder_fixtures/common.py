@@ -307,11 +307,11 @@ CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.261302
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
-def preprocessor_config(out, mean, std, processor):
+def preprocessor_config(out, mean, std, processor, **extra):
     cfg = {"image_processor_type": processor, "do_resize": True, "size": {"shortest_edge": G * P},
            "do_center_crop": True, "crop_size": {"height": G * P, "width": G * P}, "do_rescale": True,
            "rescale_factor": 1.0 / 255.0, "do_normalize": True, "image_mean": mean, "image_std": std,
-           "resample": 3}
+           "resample": 3, **extra}
     with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 

@@ -43,7 +43,9 @@ struct EncodeCommand {
   StoreOptions store;
   std::string model_spec, output, precision = "fp32", query_embedding, attention = "exact";
   bool json = false, check_fp32 = false;
+  int max_num_patches = 0;  // SigLIP 2 NaFlex --uniform; 0: preprocessor_config.json's
   CLI::Option* patch_opt = nullptr;
+  CLI::Option* max_num_patches_opt = nullptr;
 
   int run() const {
     using Clock = std::chrono::steady_clock;
@@ -67,6 +69,43 @@ struct EncodeCommand {
     const double load_ms = ms_since(t0);
     const VitConfig& mc = model.config();
     note_model(model, model_spec);
+    const bool max_patches_given = max_num_patches_opt && max_num_patches_opt->count() > 0;
+    if (max_patches_given && !mc.native.naflex())
+      throw Error(Errc::invalid_argument, "--max-num-patches applies to a SigLIP 2 NaFlex checkpoint; '" + model_spec +
+                                              "' is " + std::string(to_string(mc.family)));
+    if (mc.native.naflex()) {  // SigLIP 2 NaFlex: the processor's encode or its windows (encode_native.hpp)
+      if (is_batch(tok.inputs, output) || store.enabled || check_fp32 || !query_embedding.empty() ||
+          attention != "exact")
+        throw Error(Errc::invalid_argument, "a SigLIP 2 NaFlex tower encodes one image, without --store, --check-fp32, "
+                                            "--query-embedding or --attention");
+      if (tok.no_normalize || !tok.mean.empty() || !tok.std.empty())
+        throw Error(Errc::invalid_argument, "the SigLIP 2 NaFlex processor normalises with the model's mean and std; "
+                                            "--mean, --std and --no-normalize do not apply");
+      if (tok.foveation == "mixed")
+        throw Error(Errc::invalid_argument, "a SigLIP 2 NaFlex tower runs --uniform (the processor's encode) or its "
+                                            "windows foveation (the default), not --foveation mixed");
+      if (max_patches_given && !tok.uniform)
+        throw Error(Errc::invalid_argument, "--max-num-patches sizes the --uniform encode of a SigLIP 2 NaFlex tower; "
+                                            "its windows foveation counts patches with --budget");
+      const bool budget_given = tok.budget_opt && tok.budget_opt->count() > 0;
+      if (budget_given && max_patches_given)  // with --uniform, --budget is max_num_patches too
+        throw Error(Errc::invalid_argument, "--budget and --max-num-patches both size the --uniform encode of a "
+                                            "SigLIP 2 NaFlex tower; give one");
+      if (budget_given && tok.uniform && tok.budget > (1 << 20))
+        throw Error(Errc::invalid_argument, "--budget " + std::to_string(tok.budget) +
+                                                ": the --uniform encode of a SigLIP 2 NaFlex tower takes 1..1048576 patches");
+      if (budget_given && !tok.uniform && tok.budget < 4)
+        throw Error(Errc::invalid_argument, "--budget " + std::to_string(tok.budget) +
+                                                ": the NaFlex windows foveation needs at least 4 patches");
+      NaflexEncodeArgs na;
+      na.model_spec = model_spec, na.image = tok.image, na.output = output, na.query = query;
+      if (budget_given) na.budget = tok.budget;
+      na.max_num_patches = budget_given && tok.uniform ? tok.budget : max_num_patches;
+      na.uniform = tok.uniform;
+      na.asked = asked, na.precision = prec, na.json = json;
+      na.load = tok.load_options();
+      return run_naflex_encode(model, na, ex);
+    }
     if (mc.native.enabled()) {  // Qwen2-VL / Qwen2.5-VL: native images (encode_native.hpp)
       if (is_batch(tok.inputs, output) || store.enabled || check_fp32 || !query_embedding.empty() ||
           attention != "exact")
@@ -266,6 +305,14 @@ Runner setup_encode(CLI::App& sub) {
                  "K=32 0.970-0.996 at 1.5x (docs/explanation/encoder.md). Recorded, with that cost, in the output's metadata and --json")
       ->type_name("MODE")
       ->default_val("exact");
+  cmd->max_num_patches_opt =
+      sub.add_option("--max-num-patches", cmd->max_num_patches,
+                     "SigLIP 2 NaFlex checkpoints with --uniform: the processor's encode, the image resized to fit N "
+                     "patches, aspect kept (1..1048576; default: preprocessor_config.json's max_num_patches; --budget "
+                     "says the same). Without --uniform a NaFlex checkpoint runs its windows foveation (a base view and "
+                     "full-resolution windows) with --budget patches (default: max_num_patches)")
+          ->check(CLI::Range(1, 1 << 20))
+          ->type_name("N");
   sub.add_flag("--check-fp32", cmd->check_fp32,
                "With --precision bf16 or --attention hierarchical: also run fp32 with exact attention and report "
                "the mean per-token cosine");
