@@ -54,7 +54,7 @@
 #include "fovea/error.hpp"
 #include "fovea/exec.hpp"
 #include "fovea/image.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include "fovea/image.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 
 namespace {
 

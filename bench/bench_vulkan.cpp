@@ -25,7 +25,7 @@
 #include "fovea/exec.hpp"
 #include "fovea/extract.hpp"
 #include "fovea/pyramid.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/vulkan.hpp"
 
 namespace {

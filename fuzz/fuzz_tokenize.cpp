@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fuzz_util.hpp"
 
 namespace {

@@ -29,7 +29,7 @@
 #include "fovea/grid.hpp"
 #include "fovea/incremental_encoder.hpp"
 #include "fovea/safetensors.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/vulkan.hpp"
 #include "test_util.hpp"
 

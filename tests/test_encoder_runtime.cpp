@@ -16,7 +16,7 @@
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/exec.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "encoder/encoder_internal.hpp"
 #include "test_util.hpp"
 

@@ -22,7 +22,7 @@
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/incremental_encoder.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "test_util.hpp"
 
 namespace fovea {

@@ -14,7 +14,7 @@
 #include "fovea/error.hpp"
 #include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "test_util.hpp"
 
 namespace fovea {

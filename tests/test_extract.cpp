@@ -7,7 +7,7 @@
 
 #include "fovea/error.hpp"
 #include "fovea/extract.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "test_util.hpp"
 
 namespace fovea {

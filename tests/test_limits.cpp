@@ -30,7 +30,7 @@
 #include "fovea/exec.hpp"
 #include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/version_gen.hpp"
 #include "test_util.hpp"
 

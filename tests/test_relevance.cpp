@@ -464,7 +464,7 @@ TEST(Relevance, ReferenceAndSimdKernelsGiveTheSameMap) {
 }  // namespace
 }  // namespace fovea
 
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 
 namespace fovea {
 namespace {

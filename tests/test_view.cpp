@@ -9,7 +9,7 @@
 
 #include "fovea/error.hpp"
 #include "fovea/pyramid.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/view.hpp"
 #include "fovea/viz.hpp"
 #include "hwy/targets.h"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "fovea/error.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/vulkan.hpp"
 #include "test_util.hpp"
 

@@ -10,7 +10,7 @@
 #include "fovea/error.hpp"
 #include "fovea/image.hpp"
 #include "fovea/safetensors.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/windows.hpp"
 #include "test_util.hpp"
 

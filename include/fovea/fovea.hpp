@@ -31,7 +31,7 @@
 #include "fovea/tar.hpp"
 #include "fovea/tensor.hpp"
 #include "fovea/token_cache.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/torch_checkpoint.hpp"
 #include "fovea/view.hpp"
 #include "fovea/viz.hpp"

@@ -62,7 +62,7 @@
 #include "fovea/image.hpp"
 #include "fovea/incremental_encoder.hpp"
 #include "fovea/pyramid.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 
 FOVEA_API_BEGIN
 namespace fovea {

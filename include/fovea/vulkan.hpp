@@ -35,7 +35,7 @@
 #include "fovea/extract.hpp"
 #include "fovea/image.hpp"
 #include "fovea/pyramid.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 
 FOVEA_API_BEGIN
 namespace fovea {

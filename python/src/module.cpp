@@ -37,7 +37,7 @@
 #include "fovea/safetensors.hpp"
 #include "fovea/tar.hpp"
 #include "fovea/token_cache.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/version_gen.hpp"
 #include "fovea/video.hpp"
 #include "fovea/view.hpp"

@@ -8,7 +8,7 @@ rm -rf "$work"
 mkdir -p "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
-for f in include/fovea/tokenizer.hpp include/fovea/version_gen.hpp lib/cmake/fovea/foveaConfig.cmake \
+for f in include/fovea/tokenize.hpp include/fovea/tokenizer.hpp include/fovea/version_gen.hpp lib/cmake/fovea/foveaConfig.cmake \
          lib/pkgconfig/fovea.pc bin/fovea libexec/fovea/fovea-main; do
   [ -e "$prefix/$f" ] || { echo "consumer: the install has no $f"; exit 1; }
 done

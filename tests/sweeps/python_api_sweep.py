@@ -939,6 +939,22 @@ def define_cases(fx: dict):
             ck = ""  # a sharded checkpoint: the directory
         if ck is None:
             continue
+        if "naflex_sizes.json" in files:
+            # SigLIP 2 NaFlex (scripts/make_siglip2_fixtures.py): the processor's path (encode_naflex,
+            # its windows), and fovea's own tokens through encode_full as for any SigLIP 2 tower.
+            case(f"model/fixture_{d}", f"""
+                m = fovea.Model(ENC + '/{d}/{ck}')
+                result = [m.description, sorted(m.config.items())[:3]]
+                a = fovea.decode_image(rb(ENC + '/{d}/image_200x120.png'))
+                for prec in ('fp32', 'bf16'):
+                    r = _fovea.encode_naflex(m, [a, A], precision=prec)
+                    assert all(np.isfinite(e).all() for e in r['embeddings']), 'SILENT: non-finite rows'
+                    result.append([e.shape for e in r['embeddings']])
+                r = _fovea.encode_naflex_windows(m, a, fixations=[(3, 3)], budget_tokens=40)
+                result.append([e.shape for e in r['embeddings']])
+                t = fovea.tokenize(a, model=m, budget=30, fixations=[(3, 3)])
+                result.append(touch_encoding(m.encode_full(t)))""", "ok", timeout=90)
+            continue
         if "preprocessor_config.json" in files and "image.png" not in files:
             # A native-resolution tower (Qwen2-VL and kin, fovea/native.hpp; its images are in
             # qwen_images/): encoded through encode_native, and Model.encode_full refuses it clearly.

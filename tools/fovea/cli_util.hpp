@@ -11,7 +11,7 @@
 
 #include "fovea/exec.hpp"
 #include "fovea/image.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/vulkan.hpp"
 
 namespace fovea::cli {

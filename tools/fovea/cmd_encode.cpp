@@ -16,7 +16,7 @@
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/safetensors.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 
 namespace fovea::cli {
 namespace {

@@ -13,7 +13,7 @@
 #include "model_preprocessing.hpp"
 #endif
 #include "fovea/error.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/viz.hpp"
 
 namespace fovea::cli {

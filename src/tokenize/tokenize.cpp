@@ -6,7 +6,7 @@
 #include "extract/batch.hpp"
 #include "fovea/error.hpp"
 #include "fovea/safetensors.hpp"
-#include "fovea/tokenizer.hpp"
+#include "fovea/tokenize.hpp"
 #include "fovea/version_gen.hpp"
 
 namespace fovea {
