@@ -75,10 +75,28 @@ class FileSource final : public WeightSource {
       return std::nullopt;
     return std::string(name) + " has dtype " + e->dtype_name + ", expected F32, F16, BF16 or F64";
   }
-  Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find(name)); }
+  Tensor load_f32(std::string_view name) const override {
+    const auto* e = f_.find(name);
+    if (!f16_in_place(*e)) return f_.load_f32(*e);
+    Tensor out(DType::f32, e->shape);
+    ggml_dequantize(uint32_t(GgmlType::f16), f_.data(*e).data(), out.numel(), out.data<float>());
+    return out;
+  }
+  void load_f32_into(std::string_view name, float* dst) const override {
+    const auto* e = f_.find(name);
+    if (!f16_in_place(*e)) return WeightSource::load_f32_into(name, dst);
+    int64_t n = 1;
+    for (int64_t d : e->shape) n *= d;
+    ggml_dequantize(uint32_t(GgmlType::f16), f_.data(*e).data(), n, dst);
+  }
   std::optional<Raw> raw(std::string_view name) const override { return raw_of(f_, name); }
 
  private:
+  // An F16 tensor decoded from where it lies (the vectorized decoder GGUF's F16 uses; exact, as
+  // the element-wise one): no F16 copy of it first.
+  static bool f16_in_place(const typename File::Entry& e) {
+    return e.dtype_known && e.dtype == DType::f16 && dense(e) && e.element_size == 2;
+  }
   const File& f_;
 };
 using SafetensorsSource = FileSource<SafetensorsFile>;
@@ -105,6 +123,12 @@ class GgufSource final : public WeightSource {
            ggml_supported_types() + ")";
   }
   Tensor load_f32(std::string_view name) const override { return f_.load_f32(*f_.find_tensor(name)); }
+  void load_f32_into(std::string_view name, float* dst) const override {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    const GgmlType type = GgmlType(t->type);
+    if (type == GgmlType::f32 || type == GgmlType::bf16 || !ggml_dequantize(t->type, f_.data(*t).data(), t->numel(), dst))
+      WeightSource::load_f32_into(name, dst);  // (and the error of a type it does not read)
+  }
   std::optional<Raw> raw(std::string_view name) const override {
     const GgufTensorInfo* t = f_.find_tensor(name);
     if (!t) return std::nullopt;
@@ -172,6 +196,7 @@ class ShardedSource final : public WeightSource {
   }
   std::optional<std::string> type_problem(std::string_view name) const override { return shard(name)->type_problem(name); }
   Tensor load_f32(std::string_view name) const override { return shard(name)->load_f32(name); }
+  void load_f32_into(std::string_view name, float* dst) const override { shard(name)->load_f32_into(name, dst); }
   std::optional<Raw> raw(std::string_view name) const override {
     const WeightSource* s = shard(name);
     return s ? s->raw(name) : std::nullopt;
@@ -205,6 +230,7 @@ class PrefixSource final : public WeightSource {
   }
   std::optional<std::string> type_problem(std::string_view name) const override { return inner_.type_problem(full(name)); }
   Tensor load_f32(std::string_view name) const override { return inner_.load_f32(full(name)); }
+  void load_f32_into(std::string_view name, float* dst) const override { inner_.load_f32_into(full(name), dst); }
   std::optional<Raw> raw(std::string_view name) const override { return inner_.raw(full(name)); }
 
  private:
@@ -321,9 +347,9 @@ WeightMatrix Lookup::stacked(const std::vector<std::string>& names, int64_t rows
     if (raws[j] && raws[j]->dtype == dt) {
       used_.insert(names[j]);
       std::memcpy(t.bytes() + j * part, raws[j]->data, part);
-    } else {
-      const Tensor f = get(names[j], want);
-      if (present(f)) std::memcpy(t.bytes() + j * part, f.bytes(), part);
+    } else {  // decoded straight into its part (dt is f32 here: not all parts are bf16)
+      used_.insert(names[j]);
+      w_.load_f32_into(names[j], reinterpret_cast<float*>(t.bytes() + j * part));
     }
   }
   return WeightMatrix(std::move(t));

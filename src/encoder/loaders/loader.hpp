@@ -5,6 +5,7 @@
 // file in one error.
 #pragma once
 
+#include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -42,6 +43,12 @@ class WeightSource {
   // Why the tensor cannot be decoded to float32 (its type), or nullopt when it can.
   virtual std::optional<std::string> type_problem(std::string_view name) const = 0;
   virtual Tensor load_f32(std::string_view name) const = 0;
+  // load_f32 into `dst` (numel floats, e.g. a part of a stacked matrix): decoded straight from
+  // the mapped file where the format allows, without a tensor in between.
+  virtual void load_f32_into(std::string_view name, float* dst) const {
+    const Tensor t = load_f32(name);
+    std::memcpy(dst, t.bytes(), t.size_bytes());
+  }
   // The tensor's bytes where they lie (the mapped file) when it is F32 or BF16: GEMMs read those
   // directly. nullopt for other types (they are decoded with load_f32).
   struct Raw {
