@@ -336,7 +336,9 @@ struct Gemm::State {
   bool packs_blocked(DType kernel_dt) const { return onednn_packs_blocked(kernel_dt); }
 
   // This engine's record of constant weights g.w for A's type (found in the bound cache on
-  // the first request). Only the calling thread of a Gemm reaches constant weights.
+  // the first request). Several threads of one parallel region may run linear layers on one
+  // Gemm (the video encoder's row chunks): a Known's fields are read and written under `mutex`,
+  // and the packing itself runs outside it, under the weight's own lock (PackedWeights::State).
   Known& known_of(const GemmArgs& g) {
     std::lock_guard<std::mutex> lock(mutex);
     Known& k = known[{g.w, g.a_dt}];
@@ -348,6 +350,7 @@ struct Gemm::State {
   // this use reads the packed copy.
   bool reads_packed(const GemmArgs& g) {
     Known& k = known_of(g);
+    std::lock_guard<std::mutex> lock(mutex);
     if (!k.packed) k.packed = PackedWeights::State::count_use(*k.shared, pack_first);
     return k.packed;
   }
@@ -458,31 +461,46 @@ struct Gemm::State {
   // first; amx.hpp).
   uint16_t* amx_packed(const GemmArgs& g, int threads) {
     Known& k = known_of(g);
-    if (!k.amx)
-      k.amx = weights->state().panels(*k.shared, k.shared->amx, amx::packed_bytes(g.n, g.k), [&](uint16_t* dst) {
-        amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
-      });
-    return k.amx;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (k.amx) return k.amx;
+    }
+    uint16_t* p = weights->state().panels(*k.shared, k.shared->amx, amx::packed_bytes(g.n, g.k), [&](uint16_t* dst) {
+      amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
+    });
+    std::lock_guard<std::mutex> lock(mutex);
+    return k.amx = p;
   }
 
   // The AVX2 panels of constant weights g.w (made on first use; avx2.hpp).
   float* avx2_packed(const GemmArgs& g, int threads) {
     Known& k = known_of(g);
-    if (!k.avx2)
-      k.avx2 = weights->state().panels(*k.shared, k.shared->avx2, avx2::packed_floats(g.n, g.k) * sizeof(float),
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (k.avx2) return k.avx2;
+    }
+    float* p = weights->state().panels(*k.shared, k.shared->avx2, avx2::packed_floats(g.n, g.k) * sizeof(float),
                                        [&](float* dst) { avx2::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads); });
-    return k.avx2;
+    std::lock_guard<std::mutex> lock(mutex);
+    return k.avx2 = p;
   }
 
   // The packed copy of constant weights g.w for entry e (made on first use): one reorder from
   // where W lies, converting its type if the kernel's differs.
   dnnl::memory packed_weights(const GemmArgs& g, const Entry& e, dnnl::stream& st) {
     Known& k = known_of(g);
-    for (const auto& [desc, data] : k.layouts)
-      if (desc == e.w_packed_md) return dnnl::memory(e.w_packed_md, engine, data);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const auto& [desc, data] : k.layouts)
+        if (desc == e.w_packed_md) return dnnl::memory(e.w_packed_md, engine, data);
+    }
+    // The weight's own lock makes one copy per layout, whichever thread asks first.
     void* data = weights->state().layout(*k.shared, e.w_packed_md,
                                          [&](void* dst) { copy_weights(g, e, engine, dst, st); });
-    k.layouts.emplace_back(e.w_packed_md, data);
+    std::lock_guard<std::mutex> lock(mutex);
+    bool listed = false;
+    for (const auto& l : k.layouts) listed = listed || l.first == e.w_packed_md;
+    if (!listed) k.layouts.emplace_back(e.w_packed_md, data);
     return dnnl::memory(e.w_packed_md, engine, data);
   }
 };
