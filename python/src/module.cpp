@@ -544,6 +544,18 @@ py::dict config_dict(const VitConfig& c) {
   d["mean"] = std::vector<float>(n.mean.begin(), n.mean.end());
   d["std"] = std::vector<float>(n.std.begin(), n.std.end());
   d["preprocessing_source"] = c.input.source;
+  // Native-resolution towers (fovea/native.hpp): Qwen2-VL / 2.5-VL / 3-VL (merge_size > 0) and
+  // SigLIP 2 NaFlex (max_num_patches > 0); fovea.encode routes by these.
+  d["native_resolution"] = c.native.enabled();
+  d["naflex"] = c.native.naflex();
+  d["merge_size"] = c.native.merge;
+  d["temporal_patch_size"] = c.native.enabled() ? c.native.temporal_patch : 0;
+  d["min_pixels"] = c.native.enabled() ? c.native.min_pixels : 0;
+  d["max_pixels"] = c.native.enabled() ? c.native.max_pixels : 0;
+  d["max_num_patches"] = c.native.max_num_patches;
+  d["video_min_pixels"] = c.native.enabled() ? c.native.video_min_pixels : 0;
+  d["video_max_pixels"] = c.native.enabled() ? c.native.video_max_pixels : 0;
+  d["video_pixels_over_frames"] = c.native.enabled() && c.native.video_limits_over_frames;
   return d;
 }
 
