@@ -88,10 +88,9 @@ int run_native_video(const VitModel& model, const NativeVideoArgs& a, Executor& 
   };
   VideoFrame f;
   while ((a.max_frames == 0 || sampled < a.max_frames) && reader.read(f, keep)) {
-    const ImageU8 rgb = f.image.channels() == 3 ? f.image.clone() : to_rgb(f.image);
     if (frames.empty()) first = f.index, first_pts = f.pts_s;
     last = f.index, last_pts = f.pts_s;
-    frames.push_back(rgb.clone());
+    frames.push_back(f.image.channels() == 3 ? f.image.clone() : to_rgb(f.image));
     ++sampled;
     if (a.chunk_frames > 0 && int(frames.size()) == a.chunk_frames) flush();
   }
