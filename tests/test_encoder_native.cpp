@@ -604,7 +604,7 @@ TEST(NativeTowers, VideoLimitsFromTheVideoProcessorConfig) {
            {R"({"size": {"shortest_edge": 5000, "longest_edge": 10}})", "video pixel limits"},
            {R"({"size": {"shortest_edge": -1}})", "video pixel limits"},
            {R"({"size": {"longest_edge": "big"}})", "longest_edge"},
-           {"[1, 2]", "video_preprocessor_config.json is not an object"}}) {
+           {"[1, 2]", "video_preprocessor_config.json' is not a valid JSON object"}}) {
     SCOPED_TRACE(text);
     expect_one_line_error(with_video_config(text), says);
   }

@@ -111,7 +111,7 @@ TEST(NativeVideo, BadArgumentsGiveOneLineAndNoFile) {
            {{"video", clip, "--model", q25, "--fixation", "10,10", "-o", out}, "--fixation"},
            {{"video", clip, "--model", q25, "--check", "-o", out}, "--check"},
            {{"video", clip, "--model", q25, "--cap-pixels-per-frame", "-o", out}, "Qwen3-VL"},
-           {{"video", clip, "--model", "random:vit-tiny", "--chunk-frames", "4", "-o", out}, "native-resolution"},
+           {{"video", clip, "--model", fixture("hf_vit"), "--chunk-frames", "4", "-o", out}, "native-resolution"},
            {{"video", clip, "--chunk-frames", "4", "-o", out}, "native-resolution"}}) {
     SCOPED_TRACE(args[5]);
     const test::RunResult r = test::run_cli(args);
