@@ -223,8 +223,11 @@ void check_params(const TokenizeParams& p) {
     if (!std::isfinite(v) || v < 0) throw fovea::invalid_argument("weights must be finite and >= 0");
 }
 
+}  // namespace
+
 // Fixations mean what the CLI's --fixation X,Y[,R[,WEIGHT]] means: (x, y), (x, y, radius) or
-// (x, y, radius, weight); fovea.Fixation(x, y, radius=0, weight=1) is such a tuple.
+// (x, y, radius, weight); fovea.Fixation(x, y, radius=0, weight=1) is such a tuple. Also
+// native.cpp's (the windows foveation of the native towers).
 Query make_query(const std::vector<std::vector<float>>& fixations, const std::vector<std::vector<float>>& regions) {
   Query q;
   for (const auto& v : fixations) {
@@ -247,6 +250,8 @@ Query make_query(const std::vector<std::vector<float>>& fixations, const std::ve
   }
   return q;
 }
+
+namespace {
 
 DType parse_dtype(const std::string& s) {
   if (s == "f32" || s == "float32") return DType::f32;

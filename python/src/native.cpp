@@ -15,6 +15,9 @@
 namespace py = pybind11;
 using namespace fovea;
 
+// module.cpp: fixations (x, y[, radius[, weight]]) and regions (x0, y0, x1, y1[, weight]), checked.
+Query make_query(const std::vector<std::vector<float>>& fixations, const std::vector<std::vector<float>>& regions);
+
 namespace {
 
 using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
@@ -58,7 +61,6 @@ py::dict result(NativeEncoding&& e, const VitModel& m) {
   return d;
 }
 
-
 // The windows calls' common part: the arguments checked, the query and the plan of a base view
 // and full-resolution windows (plan_native_windows), and the image as the tower reads it.
 struct WindowsCall {
@@ -67,21 +69,6 @@ struct WindowsCall {
   NativeWindowPlan plan;
 };
 
-Query query_of(const std::vector<std::vector<float>>& fixations, const std::vector<std::vector<float>>& regions) {
-  Query q;
-  for (const std::vector<float>& f : fixations) {
-    if (f.size() < 2 || f.size() > 4)
-      throw Error(Errc::invalid_argument, "a fixation is (x, y[, radius[, weight]]), got " + std::to_string(f.size()) + " numbers");
-    q.fixations.push_back({.x_px = f[0], .y_px = f[1], .weight = f.size() > 3 ? f[3] : 1.0f, .radius_px = f.size() > 2 ? f[2] : 0.0f});
-  }
-  for (const std::vector<float>& r : regions) {
-    if (r.size() != 4 && r.size() != 5)
-      throw Error(Errc::invalid_argument, "a region is (x0, y0, x1, y1[, weight]), got " + std::to_string(r.size()) + " numbers");
-    q.regions.push_back({.x0_px = r[0], .y0_px = r[1], .x1_px = r[2], .y1_px = r[3], .weight = r.size() > 4 ? r[4] : 1.0f});
-  }
-  return q;
-}
-
 WindowsCall plan_windows(const VitModel& model, const U8Array& image, const std::vector<std::vector<float>>& fixations,
                          const std::vector<std::vector<float>>& regions, int budget_tokens, double base_share,
                          int max_windows, const std::string& precision, int threads) {
@@ -89,7 +76,7 @@ WindowsCall plan_windows(const VitModel& model, const U8Array& image, const std:
   WindowsCall w;
   w.precision = precision_of(precision);
   w.view = rgb_view(image);
-  w.plan = plan_native_windows(model, w.view.width(), w.view.height(), query_of(fixations, regions), nullptr,
+  w.plan = plan_native_windows(model, w.view.width(), w.view.height(), make_query(fixations, regions), nullptr,
                                {.budget_tokens = budget_tokens, .base_share = base_share, .max_windows = max_windows});
   return w;
 }
