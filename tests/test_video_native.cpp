@@ -91,6 +91,20 @@ TEST(NativeVideo, CliWritesChunksAsTheLibraryEncodesThem) {
     ASSERT_EQ(ids.shape(), e.mrope_positions.shape());
     EXPECT_EQ(std::memcmp(ids.bytes(), e.mrope_positions.bytes(), ids.size_bytes()), 0);
   }
+  // Qwen3-VL with qwen-vl-utils' per-frame cap: the whole clip (--chunk-frames 0) at the size
+  // native_video_size gives with the cap.
+  {
+    const std::string out = dir + "/capped.safetensors";
+    const test::RunResult r = test::run_cli({"video", clip, "--model", fixture("qwen3_vl"), "--chunk-frames", "0",
+                                             "--cap-pixels-per-frame", "-o", out, "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.at("chunks").size(), 1u);
+    const VitModel m = VitModel::load(fixture("qwen3_vl"));
+    const NativeSize s = native_video_size(m, 10, 168, 224, {.cap_pixels_per_frame = true});
+    EXPECT_EQ(j.at("chunks")[0].at("resized"), (nlohmann::json{s.width, s.height}));
+    EXPECT_EQ(j.at("chunks")[0].at("video_grid_thw"), (nlohmann::json{5, s.height / 16, s.width / 16}));
+  }
   // `fovea model` says how the video is resized and where the limits come from.
   const test::RunResult desc = test::run_cli({"model", fixture("qwen3_vl"), "--json"});
   ASSERT_EQ(desc.exit_code, 0) << desc.err;
