@@ -2,7 +2,8 @@
 // config.json, a preprocessor_config.json and a model.safetensors, so that the config readers and
 // the tensor-shape checks of every loader (the native-resolution towers' included) see hostile
 // values. Input layout: u16 config length, config bytes, u16 preprocessor length, preprocessor
-// bytes, then the safetensors bytes. A loaded native tower also gets its processor's rules
+// bytes (also video_preprocessor_config.json's when the input's size is odd), then the
+// safetensors bytes. A loaded native tower also gets its processor's rules
 // (smart_resize, M-RoPE ids) and a window plan, with sizes taken from the input; a SigLIP 2 NaFlex
 // tower its resize rule and a small image through its processor.
 #include <unistd.h>
@@ -52,6 +53,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p += nc, left -= nc;
   const size_t np = take(p, left);
   write("preprocessor_config.json", p, np);
+  // Odd sizes: the same bytes as the video processor's file too (read_video_limits); even: none.
+  if (size & 1) write("video_preprocessor_config.json", p, np);
+  else std::filesystem::remove(dir() + "/video_preprocessor_config.json");
   p += np, left -= np;
   write("model.safetensors", p, left);
   fovea::fuzz::expect_only_fovea_errors([&] {
@@ -72,6 +76,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int w = 1 + int(size % 5000), h = 1 + int(size * 7 % 5000);
     fovea::fuzz::expect_only_fovea_errors([&] {
       (void)fovea::smart_resize(h, w, c.native.factor(c.patch_px), c.native.min_pixels, c.native.max_pixels);
+    });
+    fovea::fuzz::expect_only_fovea_errors([&] {  // the video processor's rule, frames from the input
+      (void)fovea::native_video_size(m, int(size % 1000), h, w, {.cap_pixels_per_frame = (size & 2) != 0});
     });
     fovea::fuzz::expect_only_fovea_errors([&] {
       fovea::Query q;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes docs/reference/python-api.md from the module's type stubs (python/fovea/_fovea.pyi):
-every class with its methods and properties, every function, each with its signature and its
-docstring. With --check, exit 1 when the page is not what it would write (test
+every class with its methods and properties, every function (and the package's own functions
+that wrap no stub, from fovea/__init__.py), each with its signature and its docstring. With --check, exit 1 when the page is not what it would write (test
 build.python_reference).
 
     /usr/bin/python3 scripts/gen_python_reference.py [--check]
@@ -71,6 +71,9 @@ def render():
            "[how-to/python-and-dask.md](../how-to/python-and-dask.md). Errors: `ValueError`, `OSError`, "
            "`MemoryError`, `RuntimeError` with the CLI's one-line message ([errors.md](errors.md)).", ""]
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    # The package's own functions that wrap no stub (fovea.encode routes to several), after them.
+    stubbed = {f.name for f in funcs}
+    funcs += [n for n in pkg.values() if isinstance(n, ast.FunctionDef) and n.name not in stubbed]
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
     out += ["## Functions", ""]
     for f in funcs:

@@ -506,3 +506,117 @@ TEST(NativeTowers, VideoMatchesTheReference) {
   EXPECT_THROW(prepare_native_video(q25, mixed, 2.0, {}, exec), Error);
   EXPECT_THROW(prepare_native_video(q25, {&mixed[0], 1}, -1.0, {}, exec), Error);
 }
+
+// The video processors' own resize rules (scripts/make_qwen_video_resize.py, from transformers'
+// video_processing_qwen2_vl.py / video_processing_qwen3_vl.py): Qwen2-VL / Qwen2.5-VL resize each
+// frame within the video limits; Qwen3-VL counts the pixels of every frame, optionally capped
+// per frame as qwen-vl-utils does. native_video_size on a sweep of sizes, aspect ratios, frame
+// counts and limits, and prepare_native_video's grids on a sample of them.
+TEST(NativeTowers, VideoProcessorsResizeAsTheReference) {
+  nlohmann::json j;
+  std::ifstream(data("qwen_video_resize.json")) >> j;
+  const VitModel q2 = VitModel::load(model_path("qwen2_vl")), q3 = VitModel::load(data("qwen3_vl"));
+  Executor exec;
+  int checked = 0, refused = 0, grids = 0;
+  for (const auto& r : j.at("rows")) {
+    const std::string family = r[0];
+    const int frames = r[1], h = r[2], w = r[3];
+    const int64_t mn = r[4], mx = r[5];
+    const bool cap = r[6];
+    const int rh = r[7], rw = r[8], gt = r[9];
+    const VitModel& m = family == "qwen3_vl" ? q3 : q2;
+    const NativeParams p{.min_pixels = mn, .max_pixels = mx, .cap_pixels_per_frame = cap};
+    const std::string what = family + " " + std::to_string(frames) + " frames of " + std::to_string(w) + "x" +
+                             std::to_string(h) + " [" + std::to_string(mn) + ", " + std::to_string(mx) + "]" +
+                             (cap ? " capped" : "");
+    if (rh == 0) {
+      EXPECT_THROW(native_video_size(m, frames, h, w, p), Error) << what;
+      ++refused;
+      continue;
+    }
+    const NativeSize s = native_video_size(m, frames, h, w, p);
+    EXPECT_EQ(s, (NativeSize{rh, rw})) << what << ": " << s.width << "x" << s.height;
+    if (family == "qwen3_vl" && !cap) {
+      EXPECT_EQ(smart_resize_video(frames, h, w, 2, 32, mn, mx), (NativeSize{rh, rw})) << what;
+    }
+    ++checked;
+    // The processor itself on small ones: the grid is (ceil(frames / 2), rh / P, rw / P).
+    if (frames <= 5 && int64_t(h) * w <= 360 * 640 && int64_t(rh) * rw <= 640 * 640 && grids < 24) {
+      const ImageU8 frame(w, h, 3, true);
+      const ImageViewU8 fv(frame);
+      const std::vector<ImageViewU8> v(size_t(frames), fv);
+      const NativeInput in = prepare_native_video(m, v, 2.0, p, exec);
+      EXPECT_EQ(in.grid, (NativeGrid{gt, rh / m.config().patch_px, rw / m.config().patch_px})) << what;
+      ++grids;
+    }
+  }
+  EXPECT_GT(checked, 2000);
+  EXPECT_GT(refused, 100);  // Qwen3-VL refuses a single frame; both refuse aspect ratios above 200
+  EXPECT_GE(grids, 12);
+  // Not a Qwen-VL tower; no frame.
+  EXPECT_THROW(native_video_size(VitModel::load("random:vit-tiny"), 4, 100, 100, {}), Error);
+  EXPECT_THROW(native_video_size(q3, 0, 100, 100, {}), Error);
+  EXPECT_THROW(smart_resize_video(4, 100, 100, 2, 32, 100, 10), Error);
+}
+
+// Where the video limits come from: video_preprocessor_config.json, else preprocessor_config.json
+// (transformers' fallback), else the video processor's defaults; a file that disagrees with the
+// tower, or limits out of order, is one clear error.
+TEST(NativeTowers, VideoLimitsFromTheVideoProcessorConfig) {
+  const VitModel q2 = VitModel::load(model_path("qwen2_vl"));
+  nlohmann::json pre2;
+  std::ifstream(data("qwen2_vl/preprocessor_config.json")) >> pre2;
+  EXPECT_EQ(q2.config().native.video_min_pixels, q2.config().native.min_pixels);
+  EXPECT_EQ(q2.config().native.video_max_pixels, q2.config().native.max_pixels);
+  EXPECT_FALSE(q2.config().native.video_limits_over_frames);
+  const VitModel q3 = VitModel::load(data("qwen3_vl"));
+  EXPECT_EQ(q3.config().native.video_min_pixels, 65536);  // the fixture's preprocessor_config.json
+  EXPECT_EQ(q3.config().native.video_max_pixels, 16777216);
+  EXPECT_TRUE(q3.config().native.video_limits_over_frames);
+  EXPECT_EQ(q3.config().native.video_limits_source, "preprocessor_config.json");
+
+  const std::string dir = test::temp_dir("native_video_limits");
+  for (const char* f : {"model.safetensors", "config.json", "preprocessor_config.json"})
+    fs::copy_file(data(std::string("qwen3_vl/") + f), dir + "/" + f, fs::copy_options::overwrite_existing);
+  auto with_video_config = [&](const std::string& text) {
+    std::ofstream(dir + "/video_preprocessor_config.json") << text;
+    return dir;
+  };
+  // Qwen3-VL's released video_preprocessor_config.json: size over all frames.
+  with_video_config(R"({"size": {"longest_edge": 25165824, "shortest_edge": 4096}, "patch_size": 16,
+                        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 1})");
+  {
+    const VitModel m = VitModel::load(dir);
+    EXPECT_EQ(m.config().native.video_min_pixels, 4096);  // Qwen3-VL's video processor reads size alone
+    EXPECT_EQ(m.config().native.video_max_pixels, 25165824);
+    EXPECT_EQ(m.config().native.video_limits_source, "video_preprocessor_config.json");
+    EXPECT_EQ(m.config().native.min_pixels, 65536);  // images keep their own
+    // 64 frames of 1080p: 64 · h · w within 25165824 pixels.
+    const NativeSize s = native_video_size(m, 64, 1080, 1920, {});
+    EXPECT_EQ(s, smart_resize_video(64, 1080, 1920, 2, 32, 4096, 25165824));
+    EXPECT_LE(int64_t(64) * s.height * s.width, 25165824);
+  }
+  with_video_config("{}");  // neither: the class defaults
+  EXPECT_EQ(VitModel::load(dir).config().native.video_max_pixels, 32 * 32 * 768);
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"patch_size": 14})", "patch_size = 14"},
+           {R"({"temporal_patch_size": 1})", "temporal_patch_size = 1"},
+           {R"({"size": {"shortest_edge": 5000, "longest_edge": 10}})", "video pixel limits"},
+           {R"({"size": {"shortest_edge": -1}})", "video pixel limits"},
+           {R"({"size": {"longest_edge": "big"}})", "longest_edge"},
+           {"[1, 2]", "video_preprocessor_config.json' is not a valid JSON object"}}) {
+    SCOPED_TRACE(text);
+    expect_one_line_error(with_video_config(text), says);
+  }
+  // Qwen2-VL: min_pixels / max_pixels override size, as Qwen2VLVideoProcessor's constructor does.
+  const std::string d2 = test::temp_dir("native_video_limits2");
+  fs::copy_file(data("qwen2_vl/model.safetensors"), d2 + "/model.safetensors", fs::copy_options::overwrite_existing);
+  for (const char* f : {"config.json", "preprocessor_config.json"})
+    fs::copy_file(data(std::string("qwen2_vl/") + f), d2 + "/" + f, fs::copy_options::overwrite_existing);
+  std::ofstream(d2 + "/video_preprocessor_config.json")
+      << R"({"size": {"shortest_edge": 3136, "longest_edge": 9999999}, "max_pixels": 200704})";
+  const VitModel m2 = VitModel::load(d2 + "/model.safetensors");
+  EXPECT_EQ(m2.config().native.video_min_pixels, 3136);
+  EXPECT_EQ(m2.config().native.video_max_pixels, 200704);
+  EXPECT_EQ(native_video_size(m2, 8, 1080, 1920, {}), smart_resize(1080, 1920, 28, 3136, 200704));
+}

@@ -229,6 +229,15 @@ struct NativeConfig {
   // size.shortest_edge / longest_edge) and where they came from.
   int64_t min_pixels = 56 * 56;
   int64_t max_pixels = 28 * 28 * 1280;
+  // The video processor's pixel limits: video_preprocessor_config.json's (min_pixels / max_pixels,
+  // or size.shortest_edge / longest_edge), else preprocessor_config.json's (transformers falls
+  // back to it), else the family's video processor defaults. Qwen2-VL / Qwen2.5-VL apply them to
+  // each frame (the image rule); Qwen3-VL (video_limits_over_frames) to the frames' pixels
+  // summed over the video (smart_resize_video, fovea/native.hpp).
+  int64_t video_min_pixels = 128 * 28 * 28;
+  int64_t video_max_pixels = 28 * 28 * 768;
+  bool video_limits_over_frames = false;
+  std::string video_limits_source;
   // SigLIP 2 NaFlex (Siglip2VisionModel, merge 0): preprocessor_config.json's max_num_patches, the
   // patches an image is resized to fit (naflex_size, fovea/native.hpp); 0 for every other tower.
   int max_num_patches = 0;

@@ -80,9 +80,29 @@ struct NativeInput {
 ImageU8 resize_bicubic_pil(const ImageViewU8& image, int width, int height);
 
 struct NativeParams {
-  // The pixel limits of smart_resize; 0: the model's (preprocessor_config.json).
+  // The pixel limits of smart_resize; 0: the model's (preprocessor_config.json; for video the
+  // video processor's, NativeConfig::video_min_pixels / video_max_pixels).
   int64_t min_pixels = 0, max_pixels = 0;
+  // Qwen3-VL video: cap each frame's pixels as qwen-vl-utils does (transformers'
+  // cap_pixels_per_frame): max_pixels becomes frames · max(min(768·factor², max_pixels / frames),
+  // ⌊1.05 · min_pixels⌋). Off: transformers' current default, the whole budget over the frames.
+  bool cap_pixels_per_frame = false;
 };
+
+// Qwen3-VL's video processor's smart_resize (transformers' video_processing_qwen3_vl): a side
+// below `factor` is first scaled up (both by max(factor / h, factor / w), truncated); then as
+// smart_resize, but the limits count the pixels of every frame: the area test is on
+// round(frames / temporal_factor) · temporal_factor · h̄ · w̄ and the scale on frames · h · w.
+// Throws Error(invalid_argument) for fewer frames than temporal_factor (as the reference),
+// non-positive sizes or limits, and an aspect ratio above 200.
+NativeSize smart_resize_video(int frames, int height, int width, int temporal_factor, int factor, int64_t min_pixels,
+                              int64_t max_pixels);
+// The size the model's video processor resizes `frames` frames of height × width to: Qwen2-VL
+// and Qwen2.5-VL (Qwen2VLVideoProcessor) smart_resize of one frame within the video limits;
+// Qwen3-VL smart_resize_video over the frames (with params.cap_pixels_per_frame). Limits 0 in
+// `params`: the model's video limits. Throws Error(invalid_argument) as those do, or when the
+// model is not a Qwen-VL tower.
+NativeSize native_video_size(const VitModel& model, int frames, int height, int width, const NativeParams& params);
 
 // One still image (RGB) or video frames (temporal_patch of them per grid step; fewer at the end
 // are padded with the last, as the processor does) as the tower reads them: the frames must all
@@ -91,11 +111,11 @@ struct NativeParams {
 NativeInput native_input(const VitModel& model, std::span<const ImageViewU8> frames);
 // The processor for one image: smart_resize within the limits, resize_bicubic_pil, native_input.
 NativeInput prepare_native(const VitModel& model, const ImageViewU8& image, const NativeParams& params, Executor& exec);
-// The same for video frames of one size (RGB) at `fps`: each frame resized to smart_resize of that
-// size within the limits (the image rule: the families' video processors' own pixel limits and
-// frame sampling are the caller's, through `params`), then native_input (frames paired by
-// temporal_patch, an odd last frame repeated). Throws Error(invalid_argument) for no frame,
-// frames of different sizes or a non-positive fps.
+// The same for video frames of one size (RGB) at `fps`: each frame resized to native_video_size
+// (the family's video processor's rule and pixel limits; frame sampling is the caller's), then
+// native_input (frames paired by temporal_patch, an odd last frame repeated). Throws
+// Error(invalid_argument) for no frame, frames of different sizes, a non-positive fps, or (Qwen3-VL)
+// fewer frames than temporal_patch.
 NativeInput prepare_native_video(const VitModel& model, std::span<const ImageViewU8> frames, double fps,
                                  const NativeParams& params, Executor& exec);
 

@@ -36,7 +36,7 @@ from ._fovea import (Encoding, TensorFile, TokenCache, Tokens, VideoFrameResult,
                      int8_supported)
 
 __version__ = _fovea.__version__
-__all__ = ["tokenize", "Fixation", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "VideoReader",
+__all__ = ["tokenize", "encode", "Fixation", "Tokens", "Model", "Encoding", "load", "save", "TensorFile", "VideoReader",
            "VideoFrame", "VideoFrameResult", "VideoSession", "video", "decode_image", "encode_image", "TokenCache", "Client", "bf16_supported", "amx_kernels_enabled",
            "avx512bf16_kernels_enabled", "avx2_kernels_enabled", "int8_supported",
            "image_formats",
@@ -305,6 +305,120 @@ class Model(_fovea.Model):
         e = super().encode_full(tokens, precision, threads, positions, image_size, attention)
         _warn_nonfinite(e.embeddings, "the embeddings")
         return e
+
+
+def _rgb_pixels(image, max_pixels: int, exif: bool) -> np.ndarray:
+    # The native towers' processors read an RGB array: a path or bytes decoded as tokenize
+    # decodes them, a PIL image as _pixels_of gives it, gray repeated to three channels.
+    image = _pixels_of(image)
+    if isinstance(image, (str, os.PathLike)):
+        with open(image, "rb") as f:
+            image = f.read()
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        image = _fovea.decode_image(bytes(image), max_pixels, exif)
+    if not isinstance(image, np.ndarray):
+        raise TypeError(f"image must be a uint8 numpy array, a path, bytes or a PIL image, got {type(image).__name__}")
+    if image.dtype != np.uint8:
+        raise TypeError(f"image must be uint8, got {image.dtype}")
+    if image.ndim == 3 and image.shape[2] == 1:
+        image = image[:, :, 0]
+    if image.ndim == 2:
+        image = np.repeat(image[:, :, None], 3, axis=2)
+    if image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"image must be [H, W, 3] (RGB) or [H, W] (gray), got shape {tuple(image.shape)}")
+    return np.ascontiguousarray(image)
+
+
+def encode(
+    image: Union[np.ndarray, PathLike, bytes, "PIL.Image.Image"],
+    model: Union["Model", PathLike],
+    budget: Optional[int] = None,
+    fixations: Iterable[Sequence[float]] = (),
+    regions: Iterable[Sequence[float]] = (),
+    *,
+    uniform: bool = False,
+    max_num_patches: Optional[int] = None,
+    precision: str = "fp32",
+    threads: int = 0,
+    base_share: float = 0.25,
+    max_windows: int = 8,
+    max_pixels: int = 100_000_000,
+    exif: bool = True,
+    **tokenize_options,
+):
+    """Tokenize and encode an image in one call, by the tower's kind, as `fovea encode IMAGE
+    --model M` does.
+
+    - A fixed-size ViT tower (CLIP, SigLIP, DINOv2, HF ViT, GGUF mmproj ...): tokenize(image,
+      budget, fixations, regions, model=model, uniform=uniform, **tokenize_options), then
+      model.encode_full(); returns a fovea.Encoding.
+    - A SigLIP 2 NaFlex tower (model.config["naflex"]): uniform=True is the processor's path
+      (resized to fit max_num_patches, aspect kept; budget= may give that number instead, 0 or
+      None: the model's preprocessor_config.json); otherwise the windows foveation (a base view
+      and full-resolution windows on the query), budget counted in patches (default: the model's
+      max_num_patches). Returns _fovea.encode_naflex's / encode_naflex_windows' dict
+      (embeddings per image, pooled, spatial_shapes; window_boxes and window_kinds for windows).
+    - A Qwen2-VL / Qwen2.5-VL / Qwen3-VL tower (model.config["native_resolution"]): uniform=True
+      is the processor's native image (smart_resize within the model's pixel limits); otherwise
+      the windows foveation with budget in merged tokens (default 1024). Returns
+      _fovea.encode_native's / encode_native_windows' dict (projected, image_grid_thw,
+      mrope_positions, deepstack, ...), which fovea.handoff.qwen_vllm / qwen_hf take.
+
+    Every dict also says "foveation": "naflex", "naflex_windows", "native" or "native_windows".
+    fixations and regions are as tokenize's (image pixels); base_share and max_windows size the
+    windows of the native towers; tokenize_options (patch, weights, foveation ...) apply to
+    fixed-size towers only. model may be a path (loaded with fovea.Model).
+    """
+    if not isinstance(model, _fovea.Model):
+        model = Model(model)
+    cfg = model.config
+    fx = _number_tuples(fixations, "fixations", _FIXATION_FORM)
+    rg = _number_tuples(regions, "regions", _REGION_FORM)
+    if budget is not None:
+        _checked_budget(budget)
+    if not (cfg["naflex"] or cfg["native_resolution"]):
+        if max_num_patches is not None:
+            raise ValueError(f"max_num_patches applies to a SigLIP 2 NaFlex tower; this one is {cfg['family']}")
+        t = tokenize(image, budget, fx, rg, uniform=uniform, threads=threads, model=model, max_pixels=max_pixels,
+                     exif=exif, **tokenize_options)
+        return model.encode_full(t, precision, threads)
+    if tokenize_options:
+        raise TypeError(f"{', '.join(sorted(tokenize_options))}: tokenize options apply to fixed-size towers; a "
+                        f"{cfg['family']} tower runs its own processor")
+    pixels = _rgb_pixels(image, max_pixels, exif)
+    if cfg["naflex"]:
+        if uniform:
+            if budget is not None and max_num_patches is not None:
+                raise ValueError("budget and max_num_patches both size the uniform encode of a SigLIP 2 NaFlex tower; "
+                                 "give one")
+            n = max_num_patches if max_num_patches is not None else (budget or 0)
+            if not 0 <= n <= 1 << 20:
+                raise ValueError(f"max_num_patches must be in [1, 1048576] (0: the model's), got {n}")
+            if fx or rg:
+                warnings.warn("uniform=True encodes the whole image: fixations and regions are not used",
+                              stacklevel=2)
+            d = _fovea.encode_naflex(model, [pixels], n, precision, threads)
+            d["foveation"] = "naflex"
+            return d
+        if max_num_patches is not None:
+            raise ValueError("max_num_patches sizes the uniform encode of a SigLIP 2 NaFlex tower; its windows "
+                             "foveation counts patches with budget")
+        d = _fovea.encode_naflex_windows(model, pixels, fx, budget or cfg["max_num_patches"], base_share,
+                                         max_windows, precision, threads, rg)
+        d["foveation"] = "naflex_windows"
+        return d
+    if max_num_patches is not None:
+        raise ValueError(f"max_num_patches applies to a SigLIP 2 NaFlex tower; this one is {cfg['family']}")
+    if uniform:
+        if fx or rg:
+            warnings.warn("uniform=True encodes the whole image: fixations and regions are not used", stacklevel=2)
+        d = _fovea.encode_native(model, [pixels], precision, threads)
+        d["foveation"] = "native"
+        return d
+    d = _fovea.encode_native_windows(model, pixels, fx, 1024 if budget is None else budget, base_share, max_windows,
+                                     precision, threads, rg)
+    d["foveation"] = "native_windows"
+    return d
 
 
 def load(path: PathLike) -> TensorFile:

@@ -223,8 +223,11 @@ void check_params(const TokenizeParams& p) {
     if (!std::isfinite(v) || v < 0) throw fovea::invalid_argument("weights must be finite and >= 0");
 }
 
+}  // namespace
+
 // Fixations mean what the CLI's --fixation X,Y[,R[,WEIGHT]] means: (x, y), (x, y, radius) or
-// (x, y, radius, weight); fovea.Fixation(x, y, radius=0, weight=1) is such a tuple.
+// (x, y, radius, weight); fovea.Fixation(x, y, radius=0, weight=1) is such a tuple. Also
+// native.cpp's (the windows foveation of the native towers).
 Query make_query(const std::vector<std::vector<float>>& fixations, const std::vector<std::vector<float>>& regions) {
   Query q;
   for (const auto& v : fixations) {
@@ -247,6 +250,8 @@ Query make_query(const std::vector<std::vector<float>>& fixations, const std::ve
   }
   return q;
 }
+
+namespace {
 
 DType parse_dtype(const std::string& s) {
   if (s == "f32" || s == "float32") return DType::f32;
@@ -544,6 +549,18 @@ py::dict config_dict(const VitConfig& c) {
   d["mean"] = std::vector<float>(n.mean.begin(), n.mean.end());
   d["std"] = std::vector<float>(n.std.begin(), n.std.end());
   d["preprocessing_source"] = c.input.source;
+  // Native-resolution towers (fovea/native.hpp): Qwen2-VL / 2.5-VL / 3-VL (merge_size > 0) and
+  // SigLIP 2 NaFlex (max_num_patches > 0); fovea.encode routes by these.
+  d["native_resolution"] = c.native.enabled();
+  d["naflex"] = c.native.naflex();
+  d["merge_size"] = c.native.merge;
+  d["temporal_patch_size"] = c.native.enabled() ? c.native.temporal_patch : 0;
+  d["min_pixels"] = c.native.enabled() ? c.native.min_pixels : 0;
+  d["max_pixels"] = c.native.enabled() ? c.native.max_pixels : 0;
+  d["max_num_patches"] = c.native.max_num_patches;
+  d["video_min_pixels"] = c.native.enabled() ? c.native.video_min_pixels : 0;
+  d["video_max_pixels"] = c.native.enabled() ? c.native.video_max_pixels : 0;
+  d["video_pixels_over_frames"] = c.native.enabled() && c.native.video_limits_over_frames;
   return d;
 }
 

@@ -15,6 +15,9 @@
 namespace py = pybind11;
 using namespace fovea;
 
+// module.cpp: fixations (x, y[, radius[, weight]]) and regions (x0, y0, x1, y1[, weight]), checked.
+Query make_query(const std::vector<std::vector<float>>& fixations, const std::vector<std::vector<float>>& regions);
+
 namespace {
 
 using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
@@ -58,6 +61,55 @@ py::dict result(NativeEncoding&& e, const VitModel& m) {
   return d;
 }
 
+// The windows calls' common part: the arguments checked, the query and the plan of a base view
+// and full-resolution windows (plan_native_windows), and the image as the tower reads it.
+struct WindowsCall {
+  ImageViewU8 view;
+  Precision precision = Precision::fp32;
+  NativeWindowPlan plan;
+};
+
+WindowsCall plan_windows(const VitModel& model, const U8Array& image, const std::vector<std::vector<float>>& fixations,
+                         const std::vector<std::vector<float>>& regions, int budget_tokens, double base_share,
+                         int max_windows, const std::string& precision, int threads) {
+  if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
+  WindowsCall w;
+  w.precision = precision_of(precision);
+  w.view = rgb_view(image);
+  w.plan = plan_native_windows(model, w.view.width(), w.view.height(), make_query(fixations, regions), nullptr,
+                               {.budget_tokens = budget_tokens, .base_share = base_share, .max_windows = max_windows});
+  return w;
+}
+
+// window_boxes (x0, y0, x1, y1) and window_kinds of a plan, the base view first.
+void add_windows(py::dict& d, const NativeWindowPlan& plan) {
+  py::list boxes, kinds;
+  for (const NativeWindow& w : plan.windows) {
+    boxes.append(py::make_tuple(w.box[0], w.box[1], w.box[2], w.box[3]));
+    kinds.append(std::string(to_string(w.kind)));
+  }
+  d["window_boxes"] = boxes;
+  d["window_kinds"] = kinds;
+}
+
+// encode_naflex's dict: a [h*w, D] array per image, its pooled row, spatial_shapes [k, 2].
+py::dict naflex_result(std::vector<Encoding>&& e, const std::vector<NaflexInput>& ins, Precision asked) {
+  py::list emb, pooled;
+  Tensor shapes(DType::i32, {int64_t(ins.size()), 2});
+  for (size_t i = 0; i < e.size(); ++i) {
+    emb.append(array_of(std::move(e[i].embeddings)));
+    pooled.append(e[i].pooled.numel() ? py::object(array_of(std::move(e[i].pooled))) : py::object(py::none()));
+    shapes.data<int32_t>()[i * 2] = ins[i].grid.h, shapes.data<int32_t>()[i * 2 + 1] = ins[i].grid.w;
+  }
+  py::dict d;
+  d["embeddings"] = emb;
+  d["pooled"] = pooled;
+  d["spatial_shapes"] = array_of(std::move(shapes));
+  d["encode_ms"] = e.empty() ? 0.0 : e[0].encode_ms;  // every Encoding of one call carries the call's time
+  d["precision"] = std::string(to_string(e.empty() ? asked : e[0].precision));
+  return d;
+}
+
 }  // namespace
 
 void bind_native(py::module_& m) {
@@ -94,23 +146,37 @@ void bind_native(py::module_& m) {
   m.def(
       "encode_native_video",
       [](const VitModel& model, const std::vector<U8Array>& frames, double fps, const std::string& precision, int threads,
-         int64_t min_pixels, int64_t max_pixels) {
+         int64_t min_pixels, int64_t max_pixels, bool cap_pixels_per_frame) {
         if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
         const Precision p = precision_of(precision);
         std::vector<ImageViewU8> views;
         for (const U8Array& a : frames) views.push_back(rgb_view(a));
         py::gil_scoped_release nogil;
         Executor exec(ExecConfig{.threads = threads});
-        const NativeInput in = prepare_native_video(model, views, fps, {min_pixels, max_pixels}, exec);
+        const NativeInput in = prepare_native_video(model, views, fps, {min_pixels, max_pixels, cap_pixels_per_frame}, exec);
         NativeEncoding e = encode_native(model, {&in, 1}, {.precision = p}, exec);
         py::gil_scoped_acquire gil;
         return result(std::move(e), model);
       },
       py::arg("model"), py::arg("frames"), py::arg("fps") = 2.0, py::arg("precision") = "fp32", py::arg("threads") = 0,
-      py::arg("min_pixels") = 0, py::arg("max_pixels") = 0,
-      "Video frames (uint8 [H, W, 3] each, one size) at fps through a Qwen2-VL / Qwen2.5-VL / Qwen3-VL tower: paired "
+      py::arg("min_pixels") = 0, py::arg("max_pixels") = 0, py::arg("cap_pixels_per_frame") = false,
+      "Video frames (uint8 [H, W, 3] each, one size) at fps through a Qwen2-VL / Qwen2.5-VL / Qwen3-VL tower: resized "
+      "by the family's video processor rule (native_video_size; pixel limits 0: the model's video limits), paired "
       "by the temporal patch into one grid (t > 1), encoded frame pair by frame pair (a repeated pair once: "
       "frames_reused); encode_native's dict with the video's mrope_positions");
+  m.def(
+      "native_video_size",
+      [](const VitModel& model, int frames, int height, int width, int64_t min_pixels, int64_t max_pixels,
+         bool cap_pixels_per_frame) {
+        const NativeSize s = native_video_size(model, frames, height, width, {min_pixels, max_pixels, cap_pixels_per_frame});
+        return py::make_tuple(s.height, s.width);
+      },
+      py::arg("model"), py::arg("frames"), py::arg("height"), py::arg("width"), py::arg("min_pixels") = 0,
+      py::arg("max_pixels") = 0, py::arg("cap_pixels_per_frame") = false,
+      "(height, width) the model's video processor resizes `frames` frames of height x width to: Qwen2-VL / "
+      "Qwen2.5-VL smart_resize of a frame within the video limits, Qwen3-VL its rule over all frames' pixels "
+      "(cap_pixels_per_frame: qwen-vl-utils' per-frame cap). Limits 0: the model's (video_preprocessor_config.json, "
+      "else preprocessor_config.json)");
   m.def(
       "naflex_size",
       [](int height, int width, int patch_size, int max_num_patches) {
@@ -134,99 +200,57 @@ void bind_native(py::module_& m) {
         for (const ImageViewU8& v : views) ins.push_back(prepare_naflex(model, v, max_num_patches));
         std::vector<Encoding> e = encode_naflex(model, ins, {.precision = p}, exec);
         py::gil_scoped_acquire gil;
-        py::list emb, pooled;
-        Tensor shapes(DType::i32, {int64_t(ins.size()), 2});
-        for (size_t i = 0; i < e.size(); ++i) {
-          emb.append(array_of(std::move(e[i].embeddings)));
-          pooled.append(e[i].pooled.numel() ? py::object(array_of(std::move(e[i].pooled))) : py::object(py::none()));
-          shapes.data<int32_t>()[i * 2] = ins[i].grid.h, shapes.data<int32_t>()[i * 2 + 1] = ins[i].grid.w;
-        }
-        py::dict d;
-        d["embeddings"] = emb;
-        d["pooled"] = pooled;
-        d["spatial_shapes"] = array_of(std::move(shapes));
-        d["precision"] = std::string(to_string(e.empty() ? p : e[0].precision));
-        return d;
+        return naflex_result(std::move(e), ins, p);
       },
       py::arg("model"), py::arg("images"), py::arg("max_num_patches") = 0, py::arg("precision") = "fp32",
       py::arg("threads") = 0,
       "Images (uint8 [H, W, 3] each) through a SigLIP 2 NaFlex tower in one call, each resized to fit max_num_patches "
       "(0: the model's preprocessor_config.json): a dict with embeddings (a [h*w, D] array per image: "
-      "last_hidden_state's valid rows), pooled ([1, D] per image, the attention-pooling head), spatial_shapes [k, 2] "
-      "and precision");
+      "last_hidden_state's valid rows), pooled ([1, D] per image, the attention-pooling head), spatial_shapes [k, 2], "
+      "encode_ms and precision");
+  using Points = std::vector<std::vector<float>>;
   m.def(
       "encode_naflex_windows",
-      [](const VitModel& model, const U8Array& image, const std::vector<std::pair<float, float>>& fixations,
-         int budget_tokens, double base_share, int max_windows, const std::string& precision, int threads) {
-        if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
-        const Precision p = precision_of(precision);
-        const ImageViewU8 v = rgb_view(image);
-        Query q;
-        for (const auto& [x, y] : fixations) q.fixations.push_back({.x_px = x, .y_px = y});
+      [](const VitModel& model, const U8Array& image, const Points& fixations, int budget_tokens, double base_share,
+         int max_windows, const std::string& precision, int threads, const Points& regions) {
+        const WindowsCall w =
+            plan_windows(model, image, fixations, regions, budget_tokens, base_share, max_windows, precision, threads);
         py::gil_scoped_release nogil;
         Executor exec(ExecConfig{.threads = threads});
-        const NativeWindowPlan plan =
-            plan_native_windows(model, v.width(), v.height(), q, nullptr,
-                                {.budget_tokens = budget_tokens, .base_share = base_share, .max_windows = max_windows});
-        const std::vector<NaflexInput> ins = naflex_window_inputs(model, v, plan);
-        std::vector<Encoding> e = encode_naflex(model, ins, {.precision = p}, exec);
+        const std::vector<NaflexInput> ins = naflex_window_inputs(model, w.view, w.plan);
+        std::vector<Encoding> e = encode_naflex(model, ins, {.precision = w.precision}, exec);
         py::gil_scoped_acquire gil;
-        py::list emb, pooled, boxes, kinds;
-        Tensor shapes(DType::i32, {int64_t(ins.size()), 2});
-        for (size_t i = 0; i < e.size(); ++i) {
-          emb.append(array_of(std::move(e[i].embeddings)));
-          pooled.append(e[i].pooled.numel() ? py::object(array_of(std::move(e[i].pooled))) : py::object(py::none()));
-          shapes.data<int32_t>()[i * 2] = ins[i].grid.h, shapes.data<int32_t>()[i * 2 + 1] = ins[i].grid.w;
-          const NativeWindow& w = plan.windows[i];
-          boxes.append(py::make_tuple(w.box[0], w.box[1], w.box[2], w.box[3]));
-          kinds.append(std::string(to_string(w.kind)));
-        }
-        py::dict d;
-        d["embeddings"] = emb;
-        d["pooled"] = pooled;
-        d["spatial_shapes"] = array_of(std::move(shapes));
-        d["window_boxes"] = boxes;
-        d["window_kinds"] = kinds;
-        d["precision"] = std::string(to_string(e.empty() ? p : e[0].precision));
+        py::dict d = naflex_result(std::move(e), ins, w.precision);
+        add_windows(d, w.plan);
         return d;
       },
-      py::arg("model"), py::arg("image"), py::arg("fixations") = std::vector<std::pair<float, float>>{},
-      py::arg("budget_tokens") = 256, py::arg("base_share") = 0.25, py::arg("max_windows") = 8,
-      py::arg("precision") = "fp32", py::arg("threads") = 0,
+      py::arg("model"), py::arg("image"), py::arg("fixations") = Points{}, py::arg("budget_tokens") = 256,
+      py::arg("base_share") = 0.25, py::arg("max_windows") = 8, py::arg("precision") = "fp32", py::arg("threads") = 0,
+      py::arg("regions") = Points{},
       "The windows foveation of a SigLIP 2 NaFlex tower: a base view at base_share of the budget (patches) and "
-      "full-resolution windows on the fixations ((x, y) pixels), each a native image, in one call; encode_naflex's "
-      "dict (one entry per window, the base view first) plus window_boxes (x0, y0, x1, y1) and window_kinds");
+      "full-resolution windows on the fixations ((x, y[, radius[, weight]]) pixels) and regions ((x0, y0, x1, y1"
+      "[, weight])), each a native image, in one call; encode_naflex's dict (one entry per window, the base view "
+      "first) plus window_boxes (x0, y0, x1, y1) and window_kinds");
   m.def(
       "encode_native_windows",
-      [](const VitModel& model, const U8Array& image, const std::vector<std::pair<float, float>>& fixations,
-         int budget_tokens, double base_share, int max_windows, const std::string& precision, int threads) {
-        if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
-        const Precision p = precision_of(precision);
-        const ImageViewU8 v = rgb_view(image);
-        Query q;
-        for (const auto& [x, y] : fixations) q.fixations.push_back({.x_px = x, .y_px = y});
+      [](const VitModel& model, const U8Array& image, const Points& fixations, int budget_tokens, double base_share,
+         int max_windows, const std::string& precision, int threads, const Points& regions) {
+        const WindowsCall w =
+            plan_windows(model, image, fixations, regions, budget_tokens, base_share, max_windows, precision, threads);
         py::gil_scoped_release nogil;
         Executor exec(ExecConfig{.threads = threads});
-        const NativeWindowPlan plan =
-            plan_native_windows(model, v.width(), v.height(), q, nullptr,
-                                {.budget_tokens = budget_tokens, .base_share = base_share, .max_windows = max_windows});
-        const std::vector<NativeInput> ins = native_window_inputs(model, v, plan);
-        NativeEncoding e = encode_native(model, ins, {.precision = p}, exec);
+        const std::vector<NativeInput> ins = native_window_inputs(model, w.view, w.plan);
+        NativeEncoding e = encode_native(model, ins, {.precision = w.precision}, exec);
         py::gil_scoped_acquire gil;
         py::dict d = result(std::move(e), model);
-        py::list boxes, kinds;
-        for (const NativeWindow& w : plan.windows) {
-          boxes.append(py::make_tuple(w.box[0], w.box[1], w.box[2], w.box[3]));
-          kinds.append(std::string(to_string(w.kind)));
-        }
-        d["window_boxes"] = boxes;
-        d["window_kinds"] = kinds;
+        add_windows(d, w.plan);
         return d;
       },
-      py::arg("model"), py::arg("image"), py::arg("fixations") = std::vector<std::pair<float, float>>{},
-      py::arg("budget_tokens") = 1024, py::arg("base_share") = 0.25, py::arg("max_windows") = 8,
-      py::arg("precision") = "fp32", py::arg("threads") = 0,
+      py::arg("model"), py::arg("image"), py::arg("fixations") = Points{}, py::arg("budget_tokens") = 1024,
+      py::arg("base_share") = 0.25, py::arg("max_windows") = 8, py::arg("precision") = "fp32", py::arg("threads") = 0,
+      py::arg("regions") = Points{},
       "The windows foveation of a native tower: a base view at base_share of the budget (merged tokens) and "
-      "full-resolution windows on the fixations ((x, y) pixels), each a native image, in one call; encode_native's "
-      "dict plus window_boxes (x0, y0, x1, y1) and window_kinds");
+      "full-resolution windows on the fixations ((x, y[, radius[, weight]]) pixels) and regions ((x0, y0, x1, y1"
+      "[, weight])), each a native image, in one call; encode_native's dict plus window_boxes (x0, y0, x1, y1) and "
+      "window_kinds");
 }

@@ -127,7 +127,7 @@ ConvertResult convert_checkpoint(const std::string& spec, const std::string& out
   // The JSON files the loaders read beside the weights.
   const fs::path from = fs::path(src).parent_path(), to = fs::path(dst).parent_path();
   if (!fs::equivalent(from.empty() ? "." : from, to.empty() ? "." : to, ec))
-    for (const char* j : {"config.json", "preprocessor_config.json", "open_clip_config.json"})
+    for (const char* j : {"config.json", "preprocessor_config.json", "video_preprocessor_config.json", "open_clip_config.json"})
       if (fs::is_regular_file(from / j, ec)) fs::copy_file(from / j, to / j, fs::copy_options::overwrite_existing, ec);
   ConvertResult r;
   r.path = dst;

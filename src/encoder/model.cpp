@@ -282,6 +282,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
     ck.full_config = read_json_beside(file, "config.json");
     ck.config = vision_part(ck.full_config);
     ck.preprocessor = read_json_beside(file, "preprocessor_config.json");
+    ck.video_preprocessor = read_json_beside(file, "video_preprocessor_config.json");
     ck.open_clip = read_json_beside(file, "open_clip_config.json");
   }
   weights->map_weights = options.map_weights;

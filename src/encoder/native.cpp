@@ -39,6 +39,60 @@ NativeSize smart_resize(int height, int width, int factor, int64_t min_pixels, i
   return {int(hb), int(wb)};
 }
 
+NativeSize smart_resize_video(int frames, int height, int width, int temporal_factor, int factor, int64_t min_pixels,
+                              int64_t max_pixels) {
+  if (height < 1 || width < 1) throw invalid_argument("smart_resize_video: the frame size must be positive");
+  if (temporal_factor < 1 || factor < 1 || min_pixels < 1 || max_pixels < min_pixels)
+    throw invalid_argument("smart_resize_video: needs temporal_factor >= 1, factor >= 1 and 1 <= min_pixels <= "
+                           "max_pixels (got min_pixels " + std::to_string(min_pixels) + ", max_pixels " +
+                           std::to_string(max_pixels) + ")");
+  if (frames < temporal_factor)
+    throw invalid_argument("smart_resize_video: " + std::to_string(frames) + " frame(s), fewer than the temporal patch (" +
+                           std::to_string(temporal_factor) + "), which the model's video processor refuses");
+  double h = height, w = width;
+  const double f = factor;
+  if (height < factor || width < factor) {  // Python: int(height * scale), truncated
+    const double scale = std::max(f / h, f / w);
+    h = std::trunc(h * scale), w = std::trunc(w * scale);
+  }
+  if (std::max(h, w) / std::min(h, w) > 200)
+    throw invalid_argument("smart_resize_video: " + std::to_string(width) + "x" + std::to_string(height) +
+                           " frames have an aspect ratio above 200, which the model's processor refuses");
+  double hb = std::nearbyint(h / f) * f, wb = std::nearbyint(w / f) * f;
+  const double tb = std::nearbyint(double(frames) / temporal_factor) * temporal_factor;
+  const double volume = double(frames) * h * w;  // exact below 2^53
+  if (tb * hb * wb > double(max_pixels)) {
+    const double beta = std::sqrt(volume / double(max_pixels));
+    hb = std::max(f, std::floor(h / beta / f) * f);
+    wb = std::max(f, std::floor(w / beta / f) * f);
+  } else if (tb * hb * wb < double(min_pixels)) {
+    const double beta = std::sqrt(double(min_pixels) / volume);
+    hb = std::ceil(h * beta / f) * f;
+    wb = std::ceil(w * beta / f) * f;
+  }
+  if (!(hb >= 1 && wb >= 1 && hb < 1e9 && wb < 1e9))
+    throw invalid_argument("smart_resize_video: the resized size is out of range");
+  return {int(hb), int(wb)};
+}
+
+NativeSize native_video_size(const VitModel& model, int frames, int height, int width, const NativeParams& params) {
+  const VitConfig& c = model.config();
+  if (!c.native.enabled())
+    throw invalid_argument("native_video_size: '" + model.source() + "' is not a native-resolution tower");
+  if (frames < 1) throw invalid_argument("native_video_size: no frame");
+  const int64_t mn = params.min_pixels > 0 ? params.min_pixels : c.native.video_min_pixels;
+  int64_t mx = params.max_pixels > 0 ? params.max_pixels : std::max(c.native.video_max_pixels, mn);
+  const int factor = c.native.factor(c.patch_px);
+  if (!c.native.video_limits_over_frames) return smart_resize(height, width, factor, mn, mx);
+  if (params.cap_pixels_per_frame) {  // qwen-vl-utils: at most 768 merge units a frame, at least 1.05·min
+    const int64_t cap = int64_t(768) * factor * factor;
+    const int64_t per_frame = std::max(std::min(cap, mx / frames), int64_t(double(mn) * 1.05));
+    if (double(per_frame) * frames > 0x1p62) throw invalid_argument("native_video_size: the pixel limits are out of range");
+    mx = per_frame * frames;
+  }
+  return smart_resize_video(frames, height, width, c.native.temporal_patch, factor, mn, mx);
+}
+
 namespace {
 
 // Pillow's Resample.c, 8 bits per channel.
@@ -224,9 +278,8 @@ NativeInput prepare_native_video(const VitModel& model, std::span<const ImageVie
     if (f.width() != frames[0].width() || f.height() != frames[0].height())
       throw invalid_argument("prepare_native_video: the frames differ in size");
   }
-  const int64_t mn = params.min_pixels > 0 ? params.min_pixels : c.native.min_pixels;
-  const int64_t mx = params.max_pixels > 0 ? params.max_pixels : std::max(c.native.max_pixels, mn);
-  const NativeSize s = smart_resize(frames[0].height(), frames[0].width(), c.native.factor(c.patch_px), mn, mx);
+  const NativeSize s = native_video_size(model, int(std::min<size_t>(frames.size(), 1 << 30)), frames[0].height(),
+                                         frames[0].width(), params);
   std::vector<ImageU8> resized;
   std::vector<ImageViewU8> views;
   if (s.width != frames[0].width() || s.height != frames[0].height()) {

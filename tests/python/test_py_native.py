@@ -160,3 +160,88 @@ def test_tokenize_with_a_tower_without_a_position_grid():
     assert 0 < len(t) <= 30 and t.foveation == "windows"
     with pytest.raises(ValueError, match="native-resolution tower"):
         m.encode_full(t)
+
+
+def test_fovea_encode_routes_a_naflex_tower():
+    """fovea.encode on a SigLIP 2 NaFlex tower takes the NaFlex path, as `fovea encode` does:
+    uniform=True the processor's (the reference's rows), by default the windows foveation with
+    the budget in patches."""
+    m = fovea.Model(os.path.join(DATA, "siglip2_naflex"))
+    assert m.config["naflex"] and not m.config["native_resolution"] and m.config["max_num_patches"] > 0
+    ref = cases("siglip2_naflex")
+    img = naflex_png("image_200x120.png")
+    u = fovea.encode(img, m, uniform=True)
+    assert u["foveation"] == "naflex"
+    want = ref["image_200x120.hidden"]
+    assert list(u["spatial_shapes"][0]) == list(ref["image_200x120.spatial"])
+    assert np.abs(u["embeddings"][0] - want).max() <= 1e-4 * np.abs(want).max()
+    # max_num_patches (or budget, with uniform) sizes the processor's resize
+    small = fovea.encode(img, m, uniform=True, max_num_patches=6)
+    assert small["embeddings"][0].shape[0] <= 6
+    assert fovea.encode(img, m, uniform=True, budget=6)["spatial_shapes"].tolist() == small["spatial_shapes"].tolist()
+    big = naflex_png("image_300x300.png")
+    w = fovea.encode(big, m, budget=40, fixations=[(220, 80)])
+    assert w["foveation"] == "naflex_windows" and w["window_kinds"] == ["base", "query"]
+    direct = _fovea.encode_naflex_windows(m, big, fixations=[(220, 80)], budget_tokens=40)
+    assert w["window_boxes"] == direct["window_boxes"]
+    for a, b in zip(w["embeddings"], direct["embeddings"]):
+        assert np.array_equal(a, b)
+    # a region steers a window as a fixation does
+    r = fovea.encode(big, m, budget=40, regions=[(200, 40, 260, 100)])
+    x0, y0, x1, y1 = r["window_boxes"][1]
+    assert r["window_kinds"][1] == "query" and x0 < 260 and x1 > 200 and y0 < 100 and y1 > 40
+    with pytest.raises(ValueError, match="max_num_patches"):
+        fovea.encode(img, m, max_num_patches=6)  # windows count patches with budget
+    with pytest.raises(ValueError, match="give one"):
+        fovea.encode(img, m, uniform=True, budget=6, max_num_patches=6)
+    with pytest.raises(TypeError, match="fixed-size towers"):
+        fovea.encode(img, m, patch=16)
+
+
+def test_fovea_encode_routes_qwen_towers_and_fixed_size_towers(tmp_path):
+    m = fovea.Model(os.path.join(DATA, "qwen2_5_vl"))
+    assert m.config["native_resolution"] and m.config["merge_size"] == 2
+    ref = cases("qwen2_5_vl")
+    img = png("image_644x420.png")
+    u = fovea.encode(img, m, uniform=True)
+    assert u["foveation"] == "native"
+    assert u["image_grid_thw"].tolist() == ref["image_644x420.grid_thw"].tolist()
+    want = ref["image_644x420.projected"]
+    assert np.abs(u["projected"] - want).max() <= 1e-4 * np.abs(want).max()
+    # a path and a gray image go through the same processor
+    Image = pytest.importorskip("PIL.Image")
+    path = tmp_path / "photo.png"
+    Image.fromarray(img).save(path)
+    assert np.array_equal(fovea.encode(str(path), m, uniform=True)["projected"], u["projected"])
+    gray = fovea.encode(img[:, :, 0], m, uniform=True)
+    rgb = fovea.encode(np.ascontiguousarray(np.repeat(img[:, :, :1], 3, axis=2)), m, uniform=True)
+    assert np.array_equal(gray["projected"], rgb["projected"])
+    w = fovea.encode(img, m, budget=200, fixations=[(500, 100)])
+    assert w["foveation"] == "native_windows" and w["projected"].shape[0] <= 200
+    assert w["window_kinds"] == ["base", "query"]
+    assert handoff.qwen_vllm(w)["image_grid_thw"].shape == (2, 3)
+    with pytest.raises(ValueError, match="NaFlex"):
+        fovea.encode(img, m, max_num_patches=10)
+    # a fixed-size tower: tokenize + encode_full, as before
+    vit = fovea.Model("random:vit-tiny")
+    e = fovea.encode(img, vit, budget=40, fixations=[(500, 100)], precision="fp32")
+    assert isinstance(e, fovea.Encoding) and e.embeddings.shape[0] <= 40
+    with pytest.raises(ValueError, match="NaFlex"):
+        fovea.encode(img, vit, max_num_patches=10)
+
+
+def test_native_video_size_is_the_video_processors_rule():
+    """_fovea.native_video_size against the reference's rules (scripts/make_qwen_video_resize.py):
+    Qwen2-VL per frame within the video limits, Qwen3-VL over every frame's pixels."""
+    import json
+    rows = json.load(open(os.path.join(DATA, "qwen_video_resize.json")))["rows"]
+    models = {"qwen2_vl": fovea.Model(os.path.join(DATA, "qwen2_vl", "model.safetensors")),
+              "qwen3_vl": fovea.Model(os.path.join(DATA, "qwen3_vl"))}
+    assert models["qwen3_vl"].config["video_pixels_over_frames"]
+    assert not models["qwen2_vl"].config["video_pixels_over_frames"]
+    for family, frames, h, w, mn, mx, cap, rh, rw, _ in rows[::7]:
+        if rh == 0:
+            with pytest.raises(ValueError):
+                _fovea.native_video_size(models[family], frames, h, w, mn, mx, cap)
+        else:
+            assert _fovea.native_video_size(models[family], frames, h, w, mn, mx, cap) == (rh, rw), (family, frames, h, w)

@@ -160,7 +160,7 @@ int run_naflex_encode(const VitModel& model, const NaflexEncodeArgs& a, Executor
     for (int q = 0; q < 4; ++q) boxes.data<int32_t>()[i * 4 + q] = plan.windows[size_t(i)].box[size_t(q)];
     rows.data<int64_t>()[i] = r;
     r += ni;
-    encode_ms += e.encode_ms, attention_ms += e.attention_ms;
+    encode_ms = e.encode_ms, attention_ms = e.attention_ms;  // each image carries the one call's times
   }
   rows.data<int64_t>()[k] = r;
   const Precision ran = enc.empty() ? a.precision : enc[0].precision;

@@ -113,14 +113,24 @@ nlohmann::json model_json(const VitModel& m) {
                    {"min_pixels", nc.min_pixels},
                    {"max_pixels", nc.max_pixels},
                    {"factor", nc.factor(c.patch_px)},
-                   {"outputs", {"projected", "embeddings", "image_grid_thw", "mrope_positions"}}};
+                   {"video",
+                    {{"min_pixels", nc.video_min_pixels},
+                     {"max_pixels", nc.video_max_pixels},
+                     {"limits", nc.video_limits_over_frames ? "over all frames of a video" : "each frame"},
+                     {"source", nc.video_limits_source}}},
+                   {"outputs", {"projected", "embeddings", "image_grid_thw", "mrope_positions"}},
+                   {"foveation", {"windows (default)", "native (--uniform)"}},
+                   {"commands",
+                    {"fovea encode IMAGE --model M [--uniform] [--budget MERGED_TOKENS]",
+                     "fovea video CLIP --model M [--chunk-frames N]: projected, video_grid_thw, mrope_positions per chunk"}}};
   }
   if (c.native.naflex())
     j["naflex"] = {{"max_num_patches", c.native.max_num_patches},
                    {"patch_size", c.patch_px},
                    {"position_table", c.grid},
                    {"resize", "get_image_size_for_max_num_patches, PIL bilinear"},
-                   {"positions", "table resized to each image's patch grid (bilinear, antialias)"}};
+                   {"positions", "table resized to each image's patch grid (bilinear, antialias)"},
+                   {"foveation", {"windows (default; --budget in patches)", "naflex (--uniform, --max-num-patches)"}}};
   const std::string pooled = pooled_output(m);
   j["pooled_output"] = pooled.empty() ? nlohmann::json(nullptr) : nlohmann::json(pooled);
   j["default_foveation"] = std::string(to_string(default_foveation(m)));
@@ -166,7 +176,12 @@ struct ModelCommand {
         deep += ", deepstack_" + std::to_string(k) + " (after block " + std::to_string(nc.deepstack_blocks[k]) + ")";
       std::printf("  outputs: projected (one row per merge unit), image_grid_thw, mrope_positions (t, h, w)%s\n",
                   deep.c_str());
-      std::printf("  foveation: windows (a base view and full-resolution windows, each a native image)\n");
+      std::printf("  video: frames resized within %lld..%lld pixels %s (%s); `fovea video --model` writes projected, "
+                  "video_grid_thw and mrope_positions per chunk of frames\n",
+                  (long long)nc.video_min_pixels, (long long)nc.video_max_pixels,
+                  nc.video_limits_over_frames ? "over all frames of a video" : "a frame", nc.video_limits_source.c_str());
+      std::printf("  foveation: windows (a base view and full-resolution windows, each a native image; --budget counts "
+                  "merged tokens), --uniform the processor's whole image\n");
     } else {
       std::printf("  patches: %d px, native %d px (a %dx%d position table)%s%s\n", c.patch_px, c.native_px(), c.grid,
                   c.grid, c.class_token ? ", class token" : "",
@@ -176,8 +191,12 @@ struct ModelCommand {
         std::printf("  NaFlex: any size and aspect ratio, resized to fit %d patches of %d px (PIL bilinear), the %dx%d "
                     "position table resized to each image's patch grid\n",
                     c.native.max_num_patches, c.patch_px, c.grid, c.grid);
-      std::printf("  foveation: %s by default (fovea encode; --foveation mixed|windows to choose)\n",
-                  std::string(to_string(default_foveation(m))).c_str());
+      if (c.native.naflex())
+        std::printf("  foveation: windows by default (a base view and full-resolution windows, --budget in patches), "
+                    "--uniform the processor's resize to --max-num-patches\n");
+      else
+        std::printf("  foveation: %s by default (fovea encode; --foveation mixed|windows to choose)\n",
+                    std::string(to_string(default_foveation(m))).c_str());
     }
     std::printf("  preprocessing: mean %.4g %.4g %.4g, std %.4g %.4g %.4g (%s)\n", double(c.input.mean[0]),
                 double(c.input.mean[1]), double(c.input.mean[2]), double(c.input.std[0]), double(c.input.std[1]),

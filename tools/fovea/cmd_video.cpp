@@ -19,6 +19,7 @@
 #include "cli_util.hpp"
 #include "command.hpp"
 #include "model_preprocessing.hpp"
+#include "video_native.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/error.hpp"
 #include "fovea/files.hpp"
@@ -115,6 +116,11 @@ struct VideoCommand {
   float hysteresis = VideoParams{}.layout_hysteresis;
   float refresh_fraction = VideoParams{}.refresh_fraction;
   bool json = false, check = false, decode_only = false, no_autorotate = false;
+  // Native-resolution towers (video_native.hpp): frames a chunk, Qwen3-VL's per-frame cap, and
+  // the options given that they do not take.
+  int chunk_frames = NativeVideoArgs{}.chunk_frames;
+  bool cap_pixels_per_frame = false, native_options_given = false;
+  std::vector<std::string> not_native;
 
   // --decode-only: decode and convert every frame to RGB planes, nothing else (the benchmark's
   // floor against `ffmpeg -i IN -f null -`).
@@ -201,6 +207,22 @@ struct VideoCommand {
     if (have_model) {
       model = VitModel::load(model_spec);
       note_model(*model, model_spec);
+      if (model->config().native.enabled()) {  // Qwen-VL towers: native video chunks (cmd_video_native.cpp)
+        const Precision asked = vp.encoder.precision;
+        return run_native_video(*model,
+                                {.model_spec = model_spec, .video = tok.image, .output = output, .asked = asked,
+                                 .precision = runnable_precision_noted(asked), .every = every, .fps = fps,
+                                 .max_frames = max_frames, .chunk_frames = chunk_frames,
+                                 .cap_pixels_per_frame = cap_pixels_per_frame, .json = json,
+                                 .autorotate = !no_autorotate, .max_pixels = tok.max_pixels, .refused = not_native},
+                                ex);
+      }
+    }
+    if (native_options_given) {
+      throw invalid_argument("--chunk-frames and --cap-pixels-per-frame apply to a native-resolution tower (Qwen2-VL, "
+                             "Qwen2.5-VL, Qwen3-VL) given with --model");
+    }
+    if (have_model) {
       // The model's own preprocessing unless --mean / --std say otherwise, as fovea encode does.
       norm_source = apply_model_preprocessing(tok, model->config().input, vp.tokenize.extract.norm);
       runnable_precision_noted(vp.encoder.precision);  // the warning; the encoder falls back by itself
@@ -509,6 +531,14 @@ Runner setup_video(CLI::App& sub) {
                  "Write a PNG contact sheet: 12 frames spread over the run, token borders coloured by level, "
                  "recomputed tokens tinted magenta, captions #frame time recomputed/tokens (R: refresh)")
       ->type_name("PNG");
+  auto* chunk = sub.add_option("--chunk-frames", cmd->chunk_frames,
+                                "Native-resolution towers (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): frames a chunk, each chunk "
+                                "one video of its own grid (a multiple of the temporal patch; 0: the whole clip; "
+                                "default 16)")
+                    ->type_name("N");
+  auto* cap = sub.add_flag("--cap-pixels-per-frame", cmd->cap_pixels_per_frame,
+                           "Qwen3-VL: cap each frame's pixels as qwen-vl-utils does (default: the video processor's "
+                           "budget over all frames of a chunk)");
   sub.add_flag("--json", cmd->json, "Print a JSON summary with one entry per frame");
   sub.add_flag("--decode-only", cmd->decode_only, "Only decode (and convert to RGB) every frame, and time it");
   sub.add_flag("--no-autorotate", cmd->no_autorotate,
@@ -520,7 +550,15 @@ Runner setup_video(CLI::App& sub) {
       "  fovea video clip.mp4 --model random:vit-b16 --fixation 320,180 -o tokens.safetensors --json\n"
       "  fovea video clip.mp4 --model random:vit-b16 -o tokens.safetensors --overlay sheet.png\n"
       "  fovea video clip.mp4 --fixations gaze.csv --every 2 --max-frames 100 -o patches.safetensors");
-  return [cmd, patch, every, fps] {
+  std::vector<CLI::Option*> not_native;  // what a native tower's video chunks do not take
+  for (const char* name : {"--fixation", "--region", "--fixations", "--budget", "--patch", "--reuse", "--keyframe",
+                           "--group", "--token-threshold", "--attention-threshold", "--check", "--store", "--overlay",
+                           "--decode-only"})
+    if (CLI::Option* o = sub.get_option_no_throw(name)) not_native.push_back(o);
+  return [cmd, patch, every, fps, chunk, cap, not_native] {
+    cmd->native_options_given = chunk->count() > 0 || cap->count() > 0;
+    for (CLI::Option* o : not_native)
+      if (o->count() > 0) cmd->not_native.push_back(o->get_name());
     cmd->patch_given = patch && patch->count() > 0;
     cmd->every_given = every->count() > 0;
     cmd->fps_given = fps->count() > 0;

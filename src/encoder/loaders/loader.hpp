@@ -114,6 +114,7 @@ struct Checkpoint {
   nlohmann::json config;        // config.json, reduced to the vision tower's part
   nlohmann::json full_config;   // config.json as written (a VLM's top level: vision_feature_layer, ...)
   nlohmann::json preprocessor;  // preprocessor_config.json
+  nlohmann::json video_preprocessor;  // video_preprocessor_config.json (Qwen-VL video processors)
   nlohmann::json open_clip;     // open_clip_config.json (open_clip's hub files: model_cfg, preprocess_cfg)
 };
 
@@ -289,6 +290,13 @@ VitLayer load_fused_block(Lookup& L, const std::string& prefix, const FusedBlock
 // `file` names the JSON in messages and becomes the contract's source.
 InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback,
                                          const char* file = "preprocessor_config.json");
+// A Qwen-VL tower's video pixel limits (NativeConfig::video_min_pixels ...): `ck`'s
+// video_preprocessor_config.json, else its preprocessor_config.json (the file transformers'
+// video processor falls back to), else the defaults given. `size_only`: the video processor
+// reads size.shortest_edge / longest_edge alone (Qwen3-VL), not min_pixels / max_pixels, which
+// override them (Qwen2-VL). The file's patch_size, merge_size and temporal_patch_size must
+// agree with `c`. Throws Error(corrupt_data) for limits out of range or a disagreement.
+void read_video_limits(const Checkpoint& ck, VitConfig& c, int64_t default_min, int64_t default_max, bool size_only);
 InputContract clip_defaults();
 InputContract siglip_defaults();
 InputContract imagenet_defaults();

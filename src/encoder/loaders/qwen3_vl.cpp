@@ -145,6 +145,9 @@ class Qwen3VlLoader final : public ModelLoader {
     if (c.native.min_pixels < 1 || c.native.max_pixels < c.native.min_pixels || c.native.max_pixels > (int64_t(1) << 40))
       throw bad("preprocessor_config.json's pixel limits (min " + std::to_string(c.native.min_pixels) + ", max " +
                 std::to_string(c.native.max_pixels) + ") are not 1 <= min_pixels <= max_pixels <= 2^40");
+    // Qwen3VLVideoProcessor: size.shortest_edge / longest_edge over all frames' pixels, by
+    // default 128·32² .. 768·32².
+    read_video_limits(ck, c, 128 * 32 * 32, 32 * 32 * 768, true);
 
     Lookup L(w);
     const int64_t T = c.native.temporal_patch, P = c.patch_px, M = c.mlp, E = c.projector_dim, Hd = c.projector_hidden;

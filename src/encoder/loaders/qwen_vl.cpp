@@ -11,7 +11,8 @@
 // embed_dim / hidden_size, patch_size, spatial_merge_size, temporal_patch_size and the merger's
 // width are checked against the tensors when present. preprocessor_config.json: image_mean,
 // image_std, rescale, min_pixels / max_pixels (or size.shortest_edge / longest_edge),
-// patch_size, merge_size and temporal_patch_size (checked).
+// patch_size, merge_size and temporal_patch_size (checked). video_preprocessor_config.json (or,
+// without it, preprocessor_config.json): the video processor's pixel limits (read_video_limits).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -184,6 +185,8 @@ class QwenVlLoader final : public ModelLoader {
     if (c.native.min_pixels < 1 || c.native.max_pixels < c.native.min_pixels || c.native.max_pixels > (int64_t(1) << 40))
       throw bad("preprocessor_config.json's pixel limits (min " + std::to_string(c.native.min_pixels) + ", max " +
                 std::to_string(c.native.max_pixels) + ") are not 1 <= min_pixels <= max_pixels <= 2^40");
+    // Qwen2VLVideoProcessor (Qwen2.5-VL's too): 128·28² .. 768·28² pixels a frame by default.
+    read_video_limits(ck, c, 128 * 28 * 28, 28 * 28 * 768, false);
     c.grid = 0;
 
     // ---- tensors ------------------------------------------------------------------------------
@@ -242,6 +245,43 @@ const ModelLoader& hf_qwen2_vl_loader() {
 const ModelLoader& hf_qwen2_5_vl_loader() {
   static const QwenVlLoader loader(true);
   return loader;
+}
+
+void read_video_limits(const Checkpoint& ck, VitConfig& c, int64_t default_min, int64_t default_max, bool size_only) {
+  NativeConfig& n = c.native;
+  const bool own = ck.video_preprocessor.is_object();
+  const nlohmann::json& pre = own ? ck.video_preprocessor : ck.preprocessor;
+  const char* pf = own ? "video_preprocessor_config.json" : "preprocessor_config.json";
+  const std::string path = ck.weights ? ck.weights->path() : ck.path;
+  auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + path + "': " + why); };
+  if (!ck.video_preprocessor.is_null() && !own) throw bad("video_preprocessor_config.json is not an object");
+  n.video_min_pixels = default_min, n.video_max_pixels = default_max;
+  n.video_limits_source = "the video processor's defaults";
+  if (pre.is_object()) {
+    std::optional<int64_t> mn, mx;
+    if (!size_only) mn = cfg_get<int64_t>(pre, {"min_pixels"}, pf), mx = cfg_get<int64_t>(pre, {"max_pixels"}, pf);
+    if (auto it = pre.find("size"); it != pre.end() && it->is_object()) {
+      if (!mn) mn = cfg_get<int64_t>(*it, {"shortest_edge"}, pf);
+      if (!mx) mx = cfg_get<int64_t>(*it, {"longest_edge"}, pf);
+    }
+    if (mn) n.video_min_pixels = *mn;
+    if (mx) n.video_max_pixels = *mx;
+    if (mn || mx) n.video_limits_source = pf;
+    if (own) {
+      auto agree = [&](const char* key, int64_t have) {
+        if (const auto v = cfg_get<int64_t>(pre, {key}, pf); v && *v != have)
+          throw bad(std::string(pf) + " says " + key + " = " + std::to_string(*v) + " but the tower's is " +
+                    std::to_string(have));
+      };
+      agree("patch_size", c.patch_px);
+      agree("merge_size", n.merge);
+      agree("temporal_patch_size", n.temporal_patch);
+    }
+  }
+  if (n.video_min_pixels < 1 || n.video_max_pixels < n.video_min_pixels || n.video_max_pixels > (int64_t(1) << 40))
+    throw bad(std::string(pf) + "'s video pixel limits (min " + std::to_string(n.video_min_pixels) + ", max " +
+              std::to_string(n.video_max_pixels) + ") are not 1 <= min <= max <= 2^40");
+  n.video_limits_over_frames = size_only;
 }
 
 }  // namespace fovea::encoder_detail

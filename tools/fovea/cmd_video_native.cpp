@@ -1,0 +1,195 @@
+#include "video_native.hpp"  // fovea video with a native-resolution tower
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "cli_util.hpp"
+#include "fovea/error.hpp"
+#include "fovea/native.hpp"
+#include "fovea/safetensors.hpp"
+#include "fovea/video.hpp"
+
+namespace fovea::cli {
+namespace {
+
+// One chunk's encode, kept until the file is written.
+struct NativeVideoChunk {
+  NativeEncoding e;
+  NativeGrid grid;
+  int64_t first_frame = 0, last_frame = 0;  // decoded-frame indexes
+  int frames = 0;  // sampled frames in the chunk (before a short last chunk is padded)
+  double first_pts = 0, last_pts = 0;
+  NativeSize size;
+};
+
+// Rows of `parts` stacked: [Σ rows, cols] of their dtype (all alike).
+Tensor stack_native_rows(const std::vector<const Tensor*>& parts) {
+  int64_t rows = 0;
+  for (const Tensor* t : parts) rows += t->dim(0);
+  Tensor out(parts.front()->dtype(), {rows, parts.front()->dim(1)});
+  std::byte* dst = out.bytes();
+  for (const Tensor* t : parts) {
+    std::copy_n(t->bytes(), t->size_bytes(), dst);
+    dst += t->size_bytes();
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_native_video(const VitModel& model, const NativeVideoArgs& a, Executor& ex) {
+  const VitConfig& c = model.config();
+  const int tp = c.native.temporal_patch;
+  if (!a.refused.empty()) {
+    std::string list;
+    for (const std::string& o : a.refused) list += (list.empty() ? "" : ", ") + o;
+    throw Error(Errc::invalid_argument, "a native-resolution tower (" + std::string(to_string(c.family)) +
+                                            ") encodes the sampled frames as native video chunks; " + list +
+                                            " do(es) not apply to it");
+  }
+  if (a.chunk_frames < 0 || a.chunk_frames > 4096 || (a.chunk_frames % tp) != 0)
+    throw Error(Errc::invalid_argument, "--chunk-frames " + std::to_string(a.chunk_frames) + ": a native tower pairs frames by its temporal patch (" +
+                                            std::to_string(tp) + "): give a multiple of it up to 4096, or 0 for the whole clip");
+  if (a.cap_pixels_per_frame && !c.native.video_limits_over_frames)
+    throw Error(Errc::invalid_argument, "--cap-pixels-per-frame applies to Qwen3-VL's video processor; '" + a.model_spec +
+                                            "' is " + std::string(to_string(c.family)));
+  quiet_ffmpeg_log();
+  VideoReaderOptions ro;
+  ro.max_pixels = a.max_pixels;
+  ro.autorotate = a.autorotate;
+  VideoReader reader = VideoReader::open(a.video, ro);
+  const VideoInfo info = reader.info();
+  // The sampled frames' rate: what Qwen2.5-VL's temporal ids (second_per_grid_t) need.
+  const double rate = a.fps > 0 ? a.fps : info.fps > 0 ? info.fps / std::max(1, a.every) : 2.0;
+  const FrameFilter keep = frame_sampler(a.every, a.fps);
+  const NativeParams params{.cap_pixels_per_frame = a.cap_pixels_per_frame};
+
+  std::vector<NativeVideoChunk> chunks;
+  std::vector<ImageU8> frames;  // the current chunk's frames (copies: the reader reuses its buffer)
+  int64_t first = 0, last = 0, sampled = 0;
+  double first_pts = 0, last_pts = 0;
+  auto flush = [&] {
+    if (frames.empty()) return;
+    NativeVideoChunk ch;
+    ch.first_frame = first, ch.last_frame = last, ch.frames = int(frames.size()), ch.first_pts = first_pts, ch.last_pts = last_pts;
+    // A last chunk shorter than the temporal patch: its last frame repeated, as the processor
+    // pads an odd frame count (Qwen3-VL's refuses fewer frames than the patch outright).
+    while (int(frames.size()) < tp) frames.push_back(frames.back().clone());
+    std::vector<ImageViewU8> views(frames.begin(), frames.end());
+    const NativeInput in = prepare_native_video(model, views, rate, params, ex);
+    ch.grid = in.grid;
+    ch.size = {in.grid.h * c.patch_px, in.grid.w * c.patch_px};
+    ch.e = encode_native(model, {&in, 1}, {.precision = a.precision}, ex);
+    chunks.push_back(std::move(ch));
+    frames.clear();
+  };
+  VideoFrame f;
+  while ((a.max_frames == 0 || sampled < a.max_frames) && reader.read(f, keep)) {
+    if (frames.empty()) first = f.index, first_pts = f.pts_s;
+    last = f.index, last_pts = f.pts_s;
+    frames.push_back(f.image.channels() == 3 ? f.image.clone() : to_rgb(f.image));
+    ++sampled;
+    if (a.chunk_frames > 0 && int(frames.size()) == a.chunk_frames) flush();
+  }
+  flush();
+  if (chunks.empty()) throw Error(Errc::invalid_argument, a.video + ": no frame to encode (the sampling kept none)");
+
+  // ---- the file: every chunk's rows back to back -------------------------------------------
+  const int64_t k = int64_t(chunks.size());
+  std::vector<const Tensor*> projected, embeddings, mrope;
+  for (const NativeVideoChunk& ch : chunks)
+    projected.push_back(&ch.e.projected), embeddings.push_back(&ch.e.embeddings), mrope.push_back(&ch.e.mrope_positions);
+  Tensor all_projected = stack_native_rows(projected), all_embeddings = stack_native_rows(embeddings),
+         all_mrope = stack_native_rows(mrope);
+  std::vector<Tensor> deep(chunks[0].e.deepstack.size());
+  for (size_t j = 0; j < deep.size(); ++j) {
+    std::vector<const Tensor*> parts;
+    for (const NativeVideoChunk& ch : chunks) parts.push_back(&ch.e.deepstack[j]);
+    deep[j] = stack_native_rows(parts);
+  }
+  Tensor grid_thw(DType::i32, {k, 3}), rows(DType::i64, {k + 1}), chunk_frames(DType::i64, {k, 3}), pts(DType::f64, {k, 2});
+  int64_t r = 0;
+  double encode_ms = 0;
+  int reused = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const NativeVideoChunk& ch = chunks[size_t(i)];
+    grid_thw.data<int32_t>()[i * 3] = ch.grid.t, grid_thw.data<int32_t>()[i * 3 + 1] = ch.grid.h;
+    grid_thw.data<int32_t>()[i * 3 + 2] = ch.grid.w;
+    rows.data<int64_t>()[i] = r;
+    r += ch.e.projected.dim(0);
+    int64_t* cf = chunk_frames.data<int64_t>() + i * 3;
+    cf[0] = ch.first_frame, cf[1] = ch.last_frame, cf[2] = ch.frames;
+    pts.data<double>()[i * 2] = ch.first_pts, pts.data<double>()[i * 2 + 1] = ch.last_pts;
+    encode_ms += ch.e.encode_ms;
+    reused += ch.e.frames_reused;
+  }
+  rows.data<int64_t>()[k] = r;
+  const Precision ran = chunks[0].e.precision;
+  if (!a.output.empty()) {
+    std::map<std::string, std::string> meta = encoder_metadata(model, a.asked);
+    meta["source"] = a.video;
+    meta["foveation"] = "native_video";
+    meta["merge_size"] = std::to_string(c.native.merge);
+    meta["temporal_patch_size"] = std::to_string(tp);
+    meta["fps"] = std::to_string(rate);
+    meta["frames_per_chunk"] = std::to_string(a.chunk_frames);
+    meta["video_pixel_limits"] = std::to_string(c.native.video_min_pixels) + ".." + std::to_string(c.native.video_max_pixels) +
+                                 (c.native.video_limits_over_frames ? " over all frames of a chunk" : " a frame") + " (" +
+                                 c.native.video_limits_source + ")";
+    meta["mrope_positions"] = "(t, h, w) ids of each chunk's video from 0, as get_rope_index gives a video's tokens";
+    meta["chunk_frames"] = "[k, 3]: each chunk's first and last decoded frame index and its frame count";
+    std::vector<NamedTensor> named = {{"projected", &all_projected},     {"embeddings", &all_embeddings},
+                                      {"video_grid_thw", &grid_thw},     {"mrope_positions", &all_mrope},
+                                      {"chunk_rows", &rows},             {"chunk_frames", &chunk_frames},
+                                      {"chunk_pts", &pts}};
+    std::vector<std::string> deep_names;
+    for (size_t j = 0; j < deep.size(); ++j) deep_names.push_back("deepstack_" + std::to_string(j));
+    for (size_t j = 0; j < deep.size(); ++j) named.push_back({deep_names[j], &deep[j]});
+    save_safetensors(a.output, named, meta);
+  }
+  nlohmann::json s = {{"video", {{"path", a.video}, {"width", info.width}, {"height", info.height}, {"fps", info.fps}}},
+                      {"foveation", "native_video"},
+                      {"frames", sampled},
+                      {"fps", rate},
+                      {"chunk_frames", a.chunk_frames},
+                      {"merged_tokens", r},
+                      {"frames_reused", reused},
+                      {"timings_ms", {{"encode", encode_ms}}},
+                      {"threads", ex.threads()},
+                      {"encoder",
+                       {{"model", a.model_spec},
+                        {"description", model.describe()},
+                        {"family", std::string(to_string(c.family))},
+                        {"precision", std::string(to_string(ran))},
+                        {"projected", {all_projected.dim(0), all_projected.dim(1)}}}},
+                      {"outputs", {{"embeddings", a.output}}},
+                      {"chunks", nlohmann::json::array()}};
+  for (const NativeVideoChunk& ch : chunks)
+    s["chunks"].push_back({{"first_frame", ch.first_frame},
+                           {"last_frame", ch.last_frame},
+                           {"frames", ch.frames},
+                           {"pts", {ch.first_pts, ch.last_pts}},
+                           {"resized", {ch.size.width, ch.size.height}},
+                           {"video_grid_thw", {ch.grid.t, ch.grid.h, ch.grid.w}},
+                           {"merged_tokens", ch.e.projected.dim(0)},
+                           {"encode_ms", ch.e.encode_ms}});
+  if (a.json) {
+    std::cout << json_text(s) << '\n';
+  } else {
+    std::printf("fovea video: %s (%dx%d, %.3g fps), %s\n", a.video.c_str(), info.width, info.height, info.fps,
+                model.describe().c_str());
+    std::printf("  %lld frames at %.3g fps in %lld chunk(s): %lld merged tokens, %.1f ms %s\n", (long long)sampled, rate,
+                (long long)k, (long long)r, encode_ms, std::string(to_string(ran)).c_str());
+    for (const NativeVideoChunk& ch : chunks)
+      std::printf("  frames %lld..%lld (%d): %dx%d, video_grid_thw (%d, %d, %d), %lld tokens\n", (long long)ch.first_frame,
+                  (long long)ch.last_frame, ch.frames, ch.size.width, ch.size.height, ch.grid.t, ch.grid.h,
+                  ch.grid.w, (long long)ch.e.projected.dim(0));
+    if (!a.output.empty()) std::printf("  wrote %s\n", a.output.c_str());
+  }
+  return 0;
+}
+
+}  // namespace fovea::cli
