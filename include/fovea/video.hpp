@@ -41,6 +41,14 @@
 //   5. a token whose footprint holds no dirty tile and which was in the previous layout keeps
 //      its patch and its patch embedding (exact); the others are sampled again;
 //   6. the encoder runs in the chosen Reuse mode (IncrementalEncoder).
+// With tokenize.foveation windows (fovea/windows.hpp) steps 4–6 become: the window plan is kept
+// unless the relevance moved by more than layout_hysteresis or a fixation left the level-0
+// window placed for it (a quarter window from its edges); every window and the base view is a
+// sequence of its own: one whose box and patches are the previous frame's hands on its outputs
+// bit for bit (FrameResult::window_reused), the others are encoded again, each as a standalone
+// image, all in one batched call (Reuse::exact, the mode's usual choice) or each through an
+// IncrementalEncoder of its own (Reuse::incremental: approximate, no class tokens). Frames are
+// not grouped (group_frames, drift_refresh and exact_above_work do not apply).
 //
 // Thread safety: a VideoReader and a VideoSession are each one thread at a time. Sessions on
 // one shared VitModel run in parallel (each session's encoder has its own EncoderContext; the
