@@ -84,7 +84,7 @@ struct WindowsVideo::Impl {
   // The plan and what it was made from (the layout's hysteresis).
   bool have_plan = false;
   WindowPlan plan;
-  std::vector<float> plan_relevance;
+  std::vector<float> plan_relevance, plan_detail;  // the relevance (score, detail_total) the plan was made from
   Query plan_query;
   std::shared_ptr<const Allocation> allocation = std::make_shared<const Allocation>();
   TokenBatch batch;  // the last frame's tokens, every window's
@@ -199,12 +199,18 @@ FrameResult WindowsVideo::process(ImageU8 frame, const Query& query, int64_t ind
                                        r.refresh ? std::span<const uint8_t>() : std::span<const uint8_t>(dirty));
   r.timings.relevance_ms = ms_since(t0);
   t0 = Clock::now();
+  // The relevance's change since the plan, as the mixed layout's hysteresis measures it; when a
+  // fixation moved inside its window (query_kept), the content's part alone (the detail
+  // energies before the query weighs them), so that the query's move does not move the windows.
   bool replan = r.refresh || !s.have_plan || p.layout_hysteresis <= 0 || !s.query_kept(query);
   if (!replan) {
+    const bool moved = !same_query(query, s.plan_query);
+    const std::vector<float>& now = moved && !rel.detail_total.empty() ? rel.detail_total : rel.score;
+    const std::vector<float>& then = moved && !rel.detail_total.empty() ? s.plan_detail : s.plan_relevance;
     double diff = 0, total = 0;
-    for (size_t i = 0; i < rel.score.size(); ++i)
-      diff += std::fabs(double(rel.score[i]) - s.plan_relevance[i]), total += s.plan_relevance[i];
-    replan = diff > double(p.layout_hysteresis) * total;
+    replan = now.size() != then.size();
+    for (size_t i = 0; !replan && i < now.size(); ++i) diff += std::fabs(double(now[i]) - then[i]), total += then[i];
+    replan = replan || diff > double(p.layout_hysteresis) * total;
   }
   const bool had_plan = s.have_plan && !r.refresh;
   WindowPlan plan = replan ? plan_windows(rel, query, s.window_params()) : s.plan;
@@ -221,6 +227,7 @@ FrameResult WindowsVideo::process(ImageU8 frame, const Query& query, int64_t ind
     r.layout_changed = !s.have_plan || plan.windows.size() != s.plan.windows.size() ||
                        std::count(matched.begin(), matched.end(), -1) > 0;
     s.plan_relevance = rel.score;
+    s.plan_detail = rel.detail_total;
     s.plan_query = query;
     s.have_plan = true;
     Allocation a;
