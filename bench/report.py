@@ -263,7 +263,8 @@ def latest_per_class(runs, script=None):
         # beside the default mode's, under its own heading.
         variant = (doc.get("extra") or {}).get("foveation") if isinstance(doc.get("extra"), dict) else None
         if variant and variant != "mixed":
-            label = (label + " " if label else "") + f"--foveation {variant}"
+            budget = doc["extra"].get("budget")
+            label = (label + " " if label else "") + f"--foveation {variant}" + (f" --budget {budget}" if budget else "")
         k = (doc["machine"]["cpu_class"], label)
         key = (bool(doc["rows"]), doc["date"], path)
         if k not in best or key > best[k][0]:
