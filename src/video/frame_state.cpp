@@ -1,4 +1,4 @@
-// The helpers both video sessions share (frame_state.hpp).
+// What the mixed and the windows foveations of a video share (frame_state.hpp).
 #include "video/frame_state.hpp"
 
 #include <algorithm>
