@@ -265,6 +265,7 @@ struct VideoCommand {
     std::optional<AtomicFile> sheet_file;
     if (!overlay.empty()) sheet.emplace(), sheet_file.emplace(overlay);
     int64_t frames_in = 0, frames_out = 0;
+    int64_t kept_total = 0;  // windows: the tokens handed on (the file's rows), of the encoded ones
     std::set<std::string> warned_outside;  // each fixation or region off the frame, once
     bool warned_nonfinite = false;          // NaN embeddings: once a run (bad weights spoil every frame)
     ro_run.on_input = [&](const VideoFrame& f, const Query& q) {
@@ -303,6 +304,7 @@ struct VideoCommand {
                              {"encode", r.timings.encode_ms}}}};
       if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
       if (windowed) {
+        kept_total += int64_t(r.rows.size());
         pf["tokens_kept"] = int64_t(r.rows.size());
         pf["windows"] = int64_t(r.batch.windows.size());
         pf["windows_reused"] = std::count(r.window_reused.begin(), r.window_reused.end(), uint8_t(1));
@@ -416,6 +418,7 @@ struct VideoCommand {
           "incremental ViT reuse (token gating with the attention bound unless --attention-threshold off): embeddings "
           "approximate a full encode";
     s["tokens"] = tokens_total;
+    if (windowed) s["tokens_kept"] = kept_total;
     s["recomputed_tokens"] = recomputed_total;
     s["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
     s["mean_ms"] = ms_total / double(processed);
@@ -466,7 +469,11 @@ struct VideoCommand {
                     "%.5f)\n",
                     s["mean_full_ms"].get<double>(), s["speedup_vs_full"].get<double>(),
                     s["mean_cosine"].get<double>(), cosine_min, cosine_min_token);
-      std::printf("  wrote %s (%lld tokens)\n", output.c_str(), (long long)tokens_total);
+      if (windowed)
+        std::printf("  wrote %s (%lld tokens handed on of %lld encoded)\n", output.c_str(), (long long)kept_total,
+                    (long long)tokens_total);
+      else
+        std::printf("  wrote %s (%lld tokens)\n", output.c_str(), (long long)tokens_total);
       if (sheet) std::printf("  wrote %s\n", overlay.c_str());
     }
     return 0;
