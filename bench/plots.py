@@ -141,6 +141,13 @@ def per_frame_runs(doc):
     return (real or runs)[:4]
 
 
+def mixed_foveation(doc):
+    """The video pictures show the default (mixed) foveation; a video_bench.py --foveation windows
+    run is in docs/how-to/video.md's tables."""
+    extra = doc.get("extra")
+    return not isinstance(extra, dict) or extra.get("foveation", "mixed") == "mixed"
+
+
 def plot_video(out):
     import matplotlib
     matplotlib.use("Agg")
@@ -149,7 +156,7 @@ def plot_video(out):
     latest = {}
     for bench in ("video", "video-real"):
         for p, d in results(bench):
-            if per_frame_runs(d):
+            if per_frame_runs(d) and mixed_foveation(d):
                 k = (d["machine"]["cpu_class"], bench)
                 if k not in latest or (d["date"], p) > (latest[k][1]["date"], latest[k][0]):
                     latest[k] = (p, d)
@@ -190,7 +197,7 @@ def plot_video_towers(out):
     import matplotlib.pyplot as plt
 
     both = [(p, d) for p, d in results("video")
-            if {r.get("tower") for r in d["rows"]} >= {"pretrained", "random"}]
+            if {r.get("tower") for r in d["rows"]} >= {"pretrained", "random"} and mixed_foveation(d)]
     if not both:
         print("plots: no video result with a pretrained and a random tower: skipping the towers picture",
               file=sys.stderr)

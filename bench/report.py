@@ -80,7 +80,9 @@ BENCHES = {
         "method": "Synthetic clips (a static scene with the subject moving away, through, a cut, a pan) through the "
                   "video session: each frame re-encodes only the tokens whose tiles changed. Against `--reuse off` "
                   "(every frame's layout encoded in full), a full foveated re-encode, and torch's uniform "
-                  "per-frame encode, in the same run.",
+                  "per-frame encode, in the same run. Runs with `--foveation windows` (a base view and native "
+                  "windows, each reused whole while its pixels stay) are shown under their own heading: their "
+                  "`incremental_ms` is the window-reuse run's, against windows with `--reuse off`.",
         "columns": [r"^key$", r"^set$", r"^clip$", r"^model$", r"^setting$", r"incremental_ms$",
                     r"incremental_steady_ms$", r"off_ms$", r"full_ms$", r"^speedup_mean_time$", r"cosine_mean$",
                     r"reuse_rate$"],
@@ -256,7 +258,14 @@ def latest_per_class(runs, script=None):
     best = {}
     for path, doc in runs:
         s = script_of(doc)
-        k = (doc["machine"]["cpu_class"], "" if not s or s == script else s)
+        label = "" if not s or s == script else s
+        # A run of another mode of the same script (video_bench.py --foveation windows) is kept
+        # beside the default mode's, under its own heading.
+        variant = (doc.get("extra") or {}).get("foveation") if isinstance(doc.get("extra"), dict) else None
+        if variant and variant != "mixed":
+            budget = doc["extra"].get("budget")
+            label = (label + " " if label else "") + f"--foveation {variant}" + (f" --budget {budget}" if budget else "")
+        k = (doc["machine"]["cpu_class"], label)
         key = (bool(doc["rows"]), doc["date"], path)
         if k not in best or key > best[k][0]:
             best[k] = (key, path, doc)

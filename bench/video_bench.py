@@ -6,6 +6,7 @@
                                           [--model random:vit-b16 | CKPT] [--random random:vit-ti16 | none]
                                           [--settings 'FLAGS;FLAGS...'] [--rounds 3]
                                           [--precision fp32,bf16] [--group 8] [--torch-frames 2] [--json OUT]
+                                          [--foveation mixed | windows]
 
 Per model (--model, and --random: random weights of the checkpoint's shape, measured beside it
 in the same run, because random weights make every approximation look free) and clip (fixation
@@ -26,6 +27,11 @@ encode of a decoded frame (CLIP normalisation, 16x16 patches, fp32) at the frame
 (W/16 x H/16 tokens, what a native-resolution VLM encodes) and at 224x224 (196 tokens).
 Then `bench_video_group` on the first clip: the incremental encoder alone with G = 1, 8, 16 and
 full encodes, interleaved in one process (and whether every G gives the G = 1 embeddings).
+With --foveation windows, every run is `fovea video --foveation windows` (a base view and native
+windows, each its own sequence): the reused runs are `--reuse exact` (a window whose pixels did not
+change hands on its previous outputs; a setting may say `--reuse incremental` instead), their
+competitor `--reuse off` re-encodes every window of every frame, and --check compares with every
+window of the frame's plan encoded from scratch. No --group, no exact run, no group benchmark.
 Frame 0 (the full first encode) is left out of the means; `incremental_steady_ms` also leaves out
 the first group (frames 1..G, which pay oneDNN's one-time costs: primitives for new row counts,
 weights packed on their second use);
@@ -76,6 +82,8 @@ def parse_args():
     ap.add_argument("--torch-frames", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--foveation", default="mixed", choices=["mixed", "windows"],
+                    help="windows: every run in the windows foveation, reuse per window (see above)")
     provenance.add_arguments(ap)
     a = ap.parse_args()
     if a.random is None:
@@ -229,18 +237,23 @@ def run_clip(model, prec, c, settings, tmp):
     w, h = probe(clip)
     fix = f"{0.8 * w:.0f},{0.2 * h:.0f}"
     n = str(max(ARGS.frames, 40)) if c == "cut" else str(ARGS.frames)  # the cut is at frame 25
-    common = ["--model", model, "--budget", str(ARGS.budget), "--max-frames", n, "--precision", prec,
-              "--group", str(ARGS.group), "--fixation", fix]
+    win = ARGS.foveation == "windows"
+    common = ["--model", model, "--budget", str(ARGS.budget), "--max-frames", n, "--precision", prec, "--fixation", fix]
+    common += ["--foveation", "windows"] if win else ["--group", str(ARGS.group)]
+
+    def reuse(s):  # the reused run's flags for setting s
+        return s.split() if "--reuse" in s.split() else ["--reuse", "exact" if win else "incremental", *s.split()]
+
     off_out = os.path.join(tmp, "off.safetensors")
     plain = {s: [] for s in settings}
     offs = []
     for k in range(ARGS.rounds):  # alternated: a change of load hits both alike
         for s in settings:
-            plain[s].append(fovea_video(clip, *common, "--reuse", "incremental", *s.split()))
+            plain[s].append(fovea_video(clip, *common, *reuse(s)))
         offs.append(fovea_video(clip, *common, "--reuse", "off", out=off_out if k == 0 else None))
     off_ms = per_frame_medians(offs)
     row_common = {"size": [w, h], "fixation": fix, "off_ms": mean_after_first(off_ms), "off_ms_per_frame": off_ms}
-    if not ARGS.no_exact:
+    if not ARGS.no_exact and not win:
         exa = fovea_video(clip, *common, "--reuse", "exact")
         row_common["exact_ms"] = mean_after_first([f["ms"] for f in exa["per_frame"]])
     if not ARGS.no_decode:
@@ -251,7 +264,7 @@ def run_clip(model, prec, c, settings, tmp):
     rows = {}
     for s in settings:
         inc_out = os.path.join(tmp, "inc.safetensors")
-        inc = fovea_video(clip, *common, "--reuse", "incremental", "--check", *s.split(), out=inc_out)
+        inc = fovea_video(clip, *common, "--check", *reuse(s), out=inc_out)
         vs_off = cosines_vs_file(inc_out, off_out)
         pf = inc["per_frame"]
         inc_ms = per_frame_medians(plain[s])
@@ -369,14 +382,14 @@ def main():
             sys.exit(f"--precision {p}: fp32 or bf16")
     settings = [s.strip() for s in ARGS.settings.split(";")] if ARGS.settings else [""]
     models = [ARGS.model] + ([ARGS.random] if ARGS.random != "none" else [])
-    results = {"threads": ARGS.threads, "frames": ARGS.frames, "budget": ARGS.budget, "group": ARGS.group,
+    results = {"foveation": ARGS.foveation, "threads": ARGS.threads, "frames": ARGS.frames, "budget": ARGS.budget, "group": ARGS.group,
                "rounds": ARGS.rounds, "models": models, "settings": settings, "precisions": {},
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "commit": git_commit(), "command": " ".join(sys.argv),
                "load_start": open("/proc/loadavg").read().split()[:3]}
     with open("/proc/cpuinfo") as f:
         results["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
-    print(f"cpu {results['cpu']}; threads {ARGS.threads}; {ARGS.frames} frames per clip; budget {ARGS.budget}; "
+    print(f"cpu {results['cpu']}; foveation {ARGS.foveation}; threads {ARGS.threads}; {ARGS.frames} frames per clip; budget {ARGS.budget}; "
           f"{', '.join(models)}; {'/'.join(precisions)}; --group {ARGS.group}; commit {results['commit']}; "
           f"{results['date']}; load {' '.join(results['load_start'])}")
     print("command: " + results["command"])
@@ -390,7 +403,7 @@ def main():
 
     for prec in precisions:
         results["precisions"][prec] = {m: run_model(m, prec, clips, settings, results.get("torch")) for m in models}
-    if not ARGS.no_group_bench:
+    if not ARGS.no_group_bench and ARGS.foveation == "mixed":
         exe = _build.ensure(ARGS.build_dir, "bench_video_group")
         if os.path.exists(exe):
             c = clips[0]
@@ -431,6 +444,7 @@ def main():
                     rows.append({**provenance.scalars({k: v for k, v in row.items()
                                                        if k not in ("per_frame", "off_ms_per_frame")}),
                                  "precision": prec, "model": model, "tower": tower, "clip": clip,
+                                 "foveation": ARGS.foveation,
                                  "setting": s or "defaults"})
     provenance.output(ARGS, "video", results, rows=rows, threads=ARGS.threads,
                       versions=provenance.module_versions("torch"))

@@ -369,17 +369,31 @@ TEST(EncoderWindows, CliEncodeWritesTheKeptTokensAndTheWindows) {
   }
 }
 
-TEST(EncoderWindows, VideoRefusesWindowsInOneLine) {
+TEST(EncoderWindows, VideoWritesTheWindowsLayoutPerFrame) {
   const std::string dir = test::temp_dir("video_windows");
   const std::string clip = dir + "/c.y4m";
   test::write_y4m(clip, 64, 48, 3);
-  const auto r = test::run_cli({"video", clip, "--model", fixture("hf_vit"), "--foveation", "windows", "-o",
-                                dir + "/v.safetensors"});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_EQ(r.err.rfind("fovea: error:", 0), 0u) << r.err;
-  EXPECT_NE(r.err.find("windows"), std::string::npos) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(dir + "/v.safetensors"));
+  const std::string out = dir + "/v.safetensors";
+  const auto r = test::run_cli({"video", clip, "--model", fixture("hf_vit"), "--foveation", "windows", "--fixation",
+                                "20,20", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafetensorsFile f = SafetensorsFile::open(out);
+  for (const char* name : {"embeddings", "positions", "levels", "window", "frame_offsets", "window_offsets",
+                           "window_boxes", "window_grids", "window_levels", "window_class_tokens"})
+    EXPECT_NE(f.find(name), nullptr) << name;
+  ASSERT_NE(f.find("window"), nullptr);
+  EXPECT_EQ(f.find("window")->shape, f.find("levels")->shape);
+  EXPECT_EQ(f.find("window_offsets")->shape, f.find("frame_offsets")->shape);
+  EXPECT_EQ(f.metadata().at("foveation"), "windows");
+  // Options that steer the mixed foveation's frame groups: one error line, no file.
+  const std::string bad = dir + "/bad.safetensors";
+  const auto e = test::run_cli({"video", clip, "--model", fixture("hf_vit"), "--foveation", "windows", "--group", "4",
+                                "-o", bad});
+  EXPECT_NE(e.exit_code, 0);
+  EXPECT_EQ(e.err.rfind("fovea: error:", 0), 0u) << e.err;
+  EXPECT_NE(e.err.find("--group"), std::string::npos) << e.err;
+  EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+  EXPECT_FALSE(std::filesystem::exists(bad));
 }
 
 }  // namespace

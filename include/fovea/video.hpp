@@ -41,6 +41,14 @@
 //   5. a token whose footprint holds no dirty tile and which was in the previous layout keeps
 //      its patch and its patch embedding (exact); the others are sampled again;
 //   6. the encoder runs in the chosen Reuse mode (IncrementalEncoder).
+// With tokenize.foveation windows (fovea/windows.hpp) steps 4–6 become: the window plan is kept
+// unless the relevance moved by more than layout_hysteresis or a fixation left the level-0
+// window placed for it (a quarter window from its edges); every window and the base view is a
+// sequence of its own: one whose box and patches are the previous frame's hands on its outputs
+// bit for bit (FrameResult::window_reused), the others are encoded again, each as a standalone
+// image, all in one batched call (Reuse::exact, the mode's usual choice) or each through an
+// IncrementalEncoder of its own (Reuse::incremental: approximate, no class tokens). Frames are
+// not grouped (group_frames, drift_refresh and exact_above_work do not apply).
 //
 // Thread safety: a VideoReader and a VideoSession are each one thread at a time. Sessions on
 // one shared VitModel run in parallel (each session's encoder has its own EncoderContext; the
@@ -216,7 +224,17 @@ struct FrameResult {
   double drift_estimate = 0, drift_estimate_max = 0;
   double encoder_work = 1;        // share of a full encode's multiply-adds the encoder did (IncrementalResult)
   int group_frames = 1;           // frames encoded together with this one (timings.encode_ms is its share)
-  std::shared_ptr<const Allocation> allocation;  // this frame's layout
+  std::shared_ptr<const Allocation> allocation;  // this frame's layout (windows foveation: its rate map only)
+  // The windows foveation (tokenize.foveation windows) only. `batch` holds every encoded token,
+  // window after window (TokenBatch::windows, window, covered), and recomputed / previous_row
+  // have one entry per encoded token. `embeddings` and `projected` hold the tokens handed on (no
+  // finer window covers them), in batch order: rows[k] is the batch row of embeddings row k, as
+  // Encoding::rows of fovea::encode_windows. window_class_tokens [W, D]: every window's class
+  // token (row 0 the base view's; models with one). window_reused [W]: 1 when the window's
+  // pixels did not change and its outputs are the previous frame's, bit for bit.
+  std::vector<int64_t> rows;
+  Tensor window_class_tokens;
+  std::vector<uint8_t> window_reused;
   FrameTimings timings;
   ImageU8 recycled;               // the decoded frame's buffer, handed back for the next read
 };
@@ -291,7 +309,7 @@ std::map<std::string, std::string> video_metadata(const VideoParams& params, con
 // The file holds, frame after frame:
 //   frame_offsets [F+1] I64 (frame f's tokens are rows frame_offsets[f] .. frame_offsets[f+1]),
 //   pts [F] F64 (seconds), <rows_name> [T, row_shape...], positions [T, 4] F32, levels [T] I32,
-//   recomputed [T] U8.
+//   recomputed [T] U8; the windows foveation adds the windows of every frame (add_frame_windows).
 class VideoTokenWriter {
  public:
   // Throws Error(io) when the spill file cannot be created beside `path`.
@@ -307,6 +325,13 @@ class VideoTokenWriter {
   // `extra`: one tensor [n, ...] per add_rows_tensor, in order.
   void add_frame(const Tensor& rows, const Tensor& positions, const Tensor& levels,
                  const std::vector<uint8_t>& recomputed, double pts_s, const std::vector<const Tensor*>& extra = {});
+  // The windows foveation: the windows of the frame added last, and their class tokens [W, D]
+  // (or an empty tensor). A file whose every frame has windows gains window_offsets [F+1] I64
+  // (frame f's windows are rows window_offsets[f] .. window_offsets[f+1]), window_boxes [ΣW, 4]
+  // F32, window_grids [ΣW, 2] I32, window_levels [ΣW] F32 (window_tensors_of, frame after frame)
+  // and, when every frame has them, window_class_tokens [ΣW, D] F32. Throws
+  // Error(invalid_argument) before the first frame or twice for one frame.
+  void add_frame_windows(const std::vector<TokenWindow>& windows, const Tensor& class_tokens);
   void finish(const std::map<std::string, std::string>& metadata);
   int64_t frames() const;
   int64_t tokens() const;

@@ -473,7 +473,8 @@ class VideoSession:
             r.embeddings, r.positions, r.recomputed    # a fovea.VideoFrameResult
 
     Arguments as fovea.video's (reuse "incremental" by default with a model, "exact" without;
-    keyframe, threshold, token_threshold, hysteresis, refresh_fraction, exact_above_work). Each frame is encoded
+    keyframe, threshold, token_threshold, hysteresis, refresh_fraction, exact_above_work, foveation,
+    window_grid, keep_covered). Each frame is encoded
     alone (no grouping: a frame's result is ready when process returns). The frame is copied
     (the session keeps it as the reference the next frame is compared with). One frame at a
     time per session; the GIL is released while a frame is processed.
@@ -482,10 +483,12 @@ class VideoSession:
     def __init__(self, model: Optional["Model"] = None, budget: int = 273, *, patch: Optional[int] = None,
                  reuse: Optional[str] = None, keyframe: int = 0, threshold: float = 8.0, token_threshold: float = 0.07,
                  hysteresis: float = 0.1, refresh_fraction: float = 0.5, precision: str = "fp32", threads: int = 0,
-                 dtype: str = "f32", exact_above_work: float = 0.45) -> None:
+                 dtype: str = "f32", exact_above_work: float = 0.45, foveation: str = "mixed",
+                 window_grid: Optional[int] = None, keep_covered: bool = False) -> None:
         self._s = _fovea.VideoSession(model, _checked_budget(budget), patch, reuse, keyframe, threshold,
                                       token_threshold, hysteresis, refresh_fraction, precision, threads, dtype,
-                                      exact_above_work=exact_above_work)
+                                      exact_above_work=exact_above_work, foveation=foveation,
+                                      window_grid=window_grid, keep_covered=keep_covered)
 
     def process(self, image, fixations: Iterable[Sequence[float]] = (), regions: Iterable[Sequence[float]] = (), *,
                 index: Optional[int] = None, pts: float = 0.0) -> VideoFrameResult:
@@ -622,6 +625,9 @@ def video(
     autorotate: bool = True,
     overlay: Optional[PathLike] = None,
     exact_above_work: float = 0.45,
+    foveation: str = "mixed",
+    window_grid: Optional[int] = None,
+    keep_covered: bool = False,
 ):
     """Tokenize (and, with a model, encode) a video, re-doing only what changed between frames:
     the session `fovea video` runs (docs/how-to/video.md).
@@ -644,6 +650,11 @@ def video(
         exact_above_work: when a frame group's reused frames did more than this share of a full
             encode's work, the next three groups are encoded exactly, then reuse is tried again
             (the CLI's --exact-above-work; 0: never).
+        foveation: "mixed" (one sequence of mixed scales, the default) or "windows" (the CLI's
+            --foveation windows: a base view and native windows, each its own sequence; a window
+            whose pixels did not change hands on its previous outputs bit for bit, reuse "exact"
+            by default; results carry .rows, .window, .window_reused, .window_class_tokens).
+            window_grid, keep_covered: as fovea.tokenize's.
         precision: "fp32" or "bf16"; threads: threads (0: one per hardware thread).
         output: write the file `fovea video -o` writes (embeddings or patches, frame_offsets,
             pts, positions, levels, recomputed), streamed with bounded memory, atomically.
@@ -672,7 +683,7 @@ def video(
         patch, dtype, max_level, dict(weights or {}), e0, sharpness,
         None if mean is None else list(mean), None if std is None else list(std), normalize,
         fine_bias, detail_focus, fixation_spread, lookahead, max_pixels, quiet, autorotate, overlay,
-        exact_above_work=exact_above_work)
+        exact_above_work=exact_above_work, foveation=foveation, window_grid=window_grid, keep_covered=keep_covered)
 
 
 def __getattr__(name):

@@ -692,14 +692,16 @@ std::unique_ptr<PyVideoSession> video_session_py(const py::object& model, int bu
                                                  const std::optional<std::string>& reuse, int keyframe, float threshold,
                                                  float token_threshold, float hysteresis, float refresh_fraction,
                                                  const std::string& precision, int threads, const std::string& dtype,
-                                                 float exact_above_work) {
+                                                 float exact_above_work, const std::string& foveation,
+                                                 std::optional<int> window_grid, bool keep_covered) {
   auto out = std::make_unique<PyVideoSession>();
   std::optional<VitModel> vit;
   if (!model.is_none()) vit = cast_arg<VitModel>(model, "model must be a fovea.Model or None");
   std::string prep;
   VideoParams vp;
   vp.tokenize = build_params(budget, patch, false, -1, {}, std::nullopt, std::nullopt, dtype, std::nullopt, std::nullopt,
-                             true, vit, std::nullopt, std::nullopt, std::nullopt, std::nullopt, prep);
+                             true, vit, std::nullopt, std::nullopt, std::nullopt, std::nullopt, prep, foveation,
+                             window_grid, keep_covered);
   if (keyframe < 0) throw fovea::invalid_argument("keyframe must be >= 0");
   if (!(threshold >= 0) || !std::isfinite(threshold)) throw fovea::invalid_argument("threshold must be a number >= 0");
   if (!(token_threshold >= 0) || !std::isfinite(token_threshold)) throw fovea::invalid_argument("token_threshold must be >= 0");
@@ -707,7 +709,7 @@ std::unique_ptr<PyVideoSession> video_session_py(const py::object& model, int bu
   if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw fovea::invalid_argument("refresh_fraction must be in (0, 1]");
   if (vit && vp.tokenize.extract.dtype == DType::u8)
     throw fovea::invalid_argument("dtype 'u8' patches are not normalised; a model needs 'f32' or 'f16'");
-  vp.reuse = parse_reuse(reuse, vit.has_value());
+  vp.reuse = parse_reuse(reuse, vit.has_value() && vp.tokenize.foveation != Foveation::windows);
   vp.change_threshold = threshold;
   vp.keyframe_interval = keyframe;
   vp.layout_hysteresis = hysteresis;
@@ -757,7 +759,8 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
                     std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std_, bool normalize,
                     std::optional<float> fine_bias, std::optional<float> detail_focus,
                     std::optional<float> fixation_spread, std::optional<int> lookahead, uint64_t max_pixels, bool quiet,
-                    bool autorotate, const py::object& overlay, float exact_above_work) {
+                    bool autorotate, const py::object& overlay, float exact_above_work, const std::string& foveation,
+                    std::optional<int> window_grid, bool keep_covered) {
   const std::string path = fs_path(path_obj);
   std::optional<VitModel> vit;
   if (!model.is_none()) vit = cast_arg<VitModel>(model, "model must be a fovea.Model or None");
@@ -765,7 +768,7 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   std::string prep;
   VideoParams vp;
   vp.tokenize = build_params(budget, patch, false, max_level, weights, e0, sharpness, dtype, mean, std_, normalize, vit,
-                             fine_bias, detail_focus, fixation_spread, lookahead, prep);
+                             fine_bias, detail_focus, fixation_spread, lookahead, prep, foveation, window_grid, keep_covered);
   if (every < 0) throw fovea::invalid_argument("every must be >= 1");
   if (every > 0 && fps > 0) throw fovea::invalid_argument("every and fps are exclusive");
   if (fps < 0 || !std::isfinite(fps)) throw fovea::invalid_argument("fps must be > 0");
@@ -778,7 +781,8 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
   if (!(refresh_fraction > 0 && refresh_fraction <= 1)) throw fovea::invalid_argument("refresh_fraction must be in (0, 1]");
   if (have_model && vp.tokenize.extract.dtype == DType::u8)
     throw fovea::invalid_argument("dtype 'u8' patches are not normalised; a model needs 'f32' or 'f16'");
-  vp.reuse = parse_reuse(reuse, have_model);
+  // The windows foveation reuses whole windows (exact) unless asked otherwise.
+  vp.reuse = parse_reuse(reuse, have_model && vp.tokenize.foveation != Foveation::windows);
   vp.change_threshold = threshold;
   vp.keyframe_interval = keyframe;
   vp.group_frames = group;
@@ -1518,6 +1522,50 @@ void bind_video(py::module_& m) {
                                return vector_view(v, {py::ssize_t(v.size())}, self);
                              },
                              "[N] int64: the token's row in the previous frame, -1 if new")
+      .def_property_readonly("rows",
+                             [](py::object self) -> py::object {
+                               const auto& v = self.cast<PyFrameResult&>().r.rows;
+                               if (!self.cast<PyFrameResult&>().r.batch.windowed()) return py::none();
+                               return vector_view(v, {py::ssize_t(v.size())}, self);
+                             },
+                             "foveation='windows': [K] int64, the token rows the embeddings are (no finer window "
+                             "covers them); None otherwise")
+      .def_property_readonly("window",
+                             [](py::object self) -> py::object {
+                               const Tensor& t = self.cast<PyFrameResult&>().r.batch.window;
+                               return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+                             },
+                             "foveation='windows': [N] int32, the window of every token; None otherwise")
+      .def_property_readonly("covered",
+                             [](py::object self) -> py::object {
+                               const Tensor& t = self.cast<PyFrameResult&>().r.batch.covered;
+                               return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+                             },
+                             "foveation='windows': [N] uint8, 1 for a token a finer window covers; None otherwise")
+      .def_property_readonly("window_boxes",
+                             [](const PyFrameResult& f) -> py::object {
+                               if (!f.r.batch.windowed()) return py::none();
+                               py::list out;
+                               for (const TokenWindow& w : f.r.batch.windows)
+                                 out.append(py::make_tuple(w.box[0], w.box[1], w.box[2], w.box[3]));
+                               return out;
+                             },
+                             "foveation='windows': every window's (x0, y0, x1, y1) in frame pixels, the base view first")
+      .def_property_readonly("window_reused",
+                             [](py::object self) -> py::object {
+                               const auto& v = self.cast<PyFrameResult&>().r.window_reused;
+                               if (!self.cast<PyFrameResult&>().r.batch.windowed()) return py::none();
+                               return vector_view(v, {py::ssize_t(v.size())}, self);
+                             },
+                             "foveation='windows': [W] uint8, 1 where the window's pixels did not change and its "
+                             "outputs are the previous frame's, bit for bit")
+      .def_property_readonly("window_class_tokens",
+                             [](py::object self) -> py::object {
+                               const Tensor& t = self.cast<PyFrameResult&>().r.window_class_tokens;
+                               return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+                             },
+                             "foveation='windows': [W, D] float32, every window's class token (row 0 the base "
+                             "view's); None otherwise, and with reuse='incremental'")
       .def_property_readonly("dirty_tiles", [](const PyFrameResult& f) { return f.r.dirty_tiles; })
       .def_property_readonly("tiles", [](const PyFrameResult& f) { return f.r.tiles; })
       .def_property_readonly("resampled_tokens", [](const PyFrameResult& f) { return f.r.resampled_tokens; })
@@ -1553,7 +1601,8 @@ void bind_video(py::module_& m) {
       .def(py::init(&video_session_py), py::arg("model"), py::arg("budget"), py::arg("patch"), py::arg("reuse"),
            py::arg("keyframe"), py::arg("threshold"), py::arg("token_threshold"), py::arg("hysteresis"),
            py::arg("refresh_fraction"), py::arg("precision"), py::arg("threads"), py::arg("dtype"),
-           py::arg("exact_above_work") = VideoParams{}.exact_above_work)
+           py::arg("exact_above_work") = VideoParams{}.exact_above_work, py::arg("foveation") = "mixed",
+           py::arg("window_grid") = py::none(), py::arg("keep_covered") = false)
       .def("process", &video_session_process, py::arg("image"), py::arg("fixations"), py::arg("regions"),
            py::arg("index") = py::none(), py::arg("pts") = 0.0)
       .def_property_readonly("frames", [](const PyVideoSession& s) { return s.frames; })
@@ -1566,7 +1615,8 @@ void bind_video(py::module_& m) {
         py::arg("threads"), py::arg("output"), py::arg("patch"), py::arg("dtype"), py::arg("max_level"), py::arg("weights"),
         py::arg("e0"), py::arg("sharpness"), py::arg("mean"), py::arg("std"), py::arg("normalize"), py::arg("fine_bias"),
         py::arg("detail_focus"), py::arg("fixation_spread"), py::arg("lookahead"), py::arg("max_pixels"), py::arg("quiet"),
-        py::arg("autorotate"), py::arg("overlay"), py::arg("exact_above_work") = VideoParams{}.exact_above_work);
+        py::arg("autorotate"), py::arg("overlay"), py::arg("exact_above_work") = VideoParams{}.exact_above_work,
+        py::arg("foveation") = "mixed", py::arg("window_grid") = py::none(), py::arg("keep_covered") = false);
 
 }
 

@@ -1,5 +1,6 @@
 // run_video: the frame loop `fovea video` and fovea.video() share (see fovea/video.hpp).
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -30,6 +31,35 @@ FrameFilter frame_sampler(int every, double fps) {
   };
 }
 
+namespace {
+
+// A windowed frame's per-row tensors for the file: the rows handed on (kept), or every row.
+struct WindowRows {
+  Tensor positions, levels, window;
+  std::vector<uint8_t> recomputed;
+};
+WindowRows window_rows(const FrameResult& r, bool kept_only) {
+  const TokenBatch& b = r.batch;
+  std::vector<int64_t> rows = r.rows;
+  if (!kept_only) {
+    rows.resize(size_t(b.size()));
+    for (int64_t i = 0; i < b.size(); ++i) rows[size_t(i)] = i;
+  }
+  const int64_t k = int64_t(rows.size());
+  WindowRows w{Tensor(DType::f32, {k, 4}), Tensor(DType::i32, {k}), Tensor(DType::i32, {k}), {}};
+  w.recomputed.resize(size_t(k));
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t row = rows[size_t(i)];
+    std::memcpy(w.positions.data<float>() + i * 4, b.positions.data<float>() + row * 4, 16);
+    w.levels.data<int32_t>()[i] = b.levels.data<int32_t>()[row];
+    w.window.data<int32_t>()[i] = b.window.data<int32_t>()[row];
+    w.recomputed[size_t(i)] = r.recomputed[size_t(row)];
+  }
+  return w;
+}
+
+}  // namespace
+
 VideoRunStats run_video(VideoReader& reader, VideoSession& session, const VideoRunOptions& o,
                         const VideoResultFn& on_result) {
   using Clock = std::chrono::steady_clock;
@@ -45,14 +75,29 @@ VideoRunStats run_video(VideoReader& reader, VideoSession& session, const VideoR
                                                         std::vector<int64_t>{3, P, P});
   }
   VideoRunStats st;
+  const bool windowed = vp.tokenize.foveation == Foveation::windows;
   auto finish = [&](FrameResult& r) {
     if (writer) {
       if (st.frames == 0 && r.projected.rank() == 2)  // the projector's output, the LLM's input (as fovea encode writes it)
         writer->add_rows_tensor("projected", DType::f32, std::vector<int64_t>{r.projected.dim(1)});
+      if (st.frames == 0 && windowed) {  // as fovea encode's and fovea tokenize's files: the window of each row
+        writer->add_rows_tensor("window", DType::i32, {});
+        if (!model) writer->add_rows_tensor("covered", DType::u8, {});
+      }
       std::vector<const Tensor*> extra;
       if (r.projected.rank() == 2) extra.push_back(&r.projected);
-      writer->add_frame(model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
-                        r.pts_s, extra);
+      if (windowed) {
+        // With a model, the rows handed on (embeddings file layout); without, every encoded
+        // token's patch and whether a finer window covers it (token file layout).
+        const WindowRows w = window_rows(r, model != nullptr);
+        extra.push_back(&w.window);
+        if (!model) extra.push_back(&r.batch.covered);
+        writer->add_frame(model ? r.embeddings : r.batch.patches, w.positions, w.levels, w.recomputed, r.pts_s, extra);
+        writer->add_frame_windows(r.batch.windows, r.window_class_tokens);
+      } else {
+        writer->add_frame(model ? r.embeddings : r.batch.patches, r.batch.positions, r.batch.levels, r.recomputed,
+                          r.pts_s, extra);
+      }
     }
     ++st.frames;
     st.tokens += r.batch.size();

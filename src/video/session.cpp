@@ -9,6 +9,8 @@
 #include "extract/batch.hpp"
 #include "fovea/error.hpp"
 #include "fovea/video.hpp"
+#include "video/frame_state.hpp"
+#include "video/windows_session.hpp"
 
 namespace fovea {
 
@@ -17,47 +19,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// Copies the dirty tiles of `src` into `dst` (same size and channels).
-void copy_tiles(const ImageU8& src, ImageU8& dst, const TileGrid& g, const std::vector<uint8_t>& dirty,
-                Executor& exec) {
-  const int P = g.patch_px, W = src.width(), H = src.height();
-  const int64_t n = std::count(dirty.begin(), dirty.end(), uint8_t(1));
-  // Small copies run on the caller: a pool wake-up costs more than a few tiles' memcpy.
-  const int64_t grain = n * P * P * src.channels() < (int64_t(1) << 18) ? g.tiles_y : 1;
-  exec.parallel_for(g.tiles_y, grain, [&](int64_t ty0, int64_t ty1) {
-    for (int64_t ty = ty0; ty < ty1; ++ty) {
-      const uint8_t* drow = dirty.data() + size_t(ty) * g.tiles_x;
-      for (int tx = 0; tx < g.tiles_x;) {  // runs of dirty tiles: one memcpy per row and run
-        if (!drow[tx]) {
-          ++tx;
-          continue;
-        }
-        int e = tx + 1;
-        while (e < g.tiles_x && drow[e]) ++e;
-        const int x0 = tx * P, x1 = std::min(W, e * P);
-        for (int c = 0; c < src.channels(); ++c)
-          for (int y = int(ty) * P; y < std::min(H, int(ty + 1) * P); ++y)
-            std::memcpy(dst.row(c, y) + x0, src.row(c, y) + x0, size_t(x1 - x0));
-        tx = e;
-      }
-    }
-  });
-}
-
-bool same_query(const Query& a, const Query& b) {
-  if (a.fixations.size() != b.fixations.size() || a.regions.size() != b.regions.size() || a.embedding != b.embedding)
-    return false;
-  for (size_t i = 0; i < a.fixations.size(); ++i)
-    if (a.fixations[i].x_px != b.fixations[i].x_px || a.fixations[i].y_px != b.fixations[i].y_px ||
-        a.fixations[i].weight != b.fixations[i].weight)
-      return false;
-  for (size_t i = 0; i < a.regions.size(); ++i)
-    if (a.regions[i].x0_px != b.regions[i].x0_px || a.regions[i].y0_px != b.regions[i].y0_px ||
-        a.regions[i].x1_px != b.regions[i].x1_px || a.regions[i].y1_px != b.regions[i].y1_px ||
-        a.regions[i].weight != b.regions[i].weight)
-      return false;
-  return true;
-}
+using video_detail::copy_tiles;
+using video_detail::same_query;
 
 }  // namespace
 
@@ -75,6 +38,7 @@ struct VideoSession::Impl {
   const VitModel* model = nullptr;
   Executor& exec;
   std::unique_ptr<IncrementalEncoder> encoder;
+  std::unique_ptr<video_detail::WindowsVideo> windows;  // the windows foveation (windows_session.hpp)
   double last_drift = 0;  // the last encoded frame's drift estimate
   bool last_refresh = false;  // the last encoded frame was a refresh
   // Heavy change (VideoParams::exact_above_work): tracking the change of a group whose encode
@@ -133,9 +97,6 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
     : impl_(std::make_unique<Impl>(params, model, exec)) {
   const VideoParams& p = params;
   if (p.tokenize.uniform) throw Error(Errc::invalid_argument, "video: the uniform baseline has no incremental mode");
-  if (p.tokenize.foveation == Foveation::windows)
-    throw Error(Errc::invalid_argument, "video: --foveation windows is not supported for video yet (its windows are "
-                                        "planned per image); use --foveation mixed");
   if (p.tokenize.alloc.budget_tokens < 1) throw Error(Errc::invalid_argument, "video: the budget must be >= 1 token");
   if (!(p.change_threshold >= 0) || !std::isfinite(p.change_threshold))
     throw Error(Errc::invalid_argument, "video: the change threshold must be a finite number >= 0");
@@ -162,13 +123,17 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
                                               std::to_string(model->config().patch_px));
     if (p.tokenize.extract.dtype == DType::u8)
       throw Error(Errc::invalid_argument, "video: u8 patches are not normalised; a model needs f32 or f16");
-    impl_->encoder = std::make_unique<IncrementalEncoder>(*model);
+    if (p.tokenize.foveation != Foveation::windows) impl_->encoder = std::make_unique<IncrementalEncoder>(*model);
   }
+  if (p.tokenize.foveation == Foveation::windows)
+    impl_->windows = std::make_unique<video_detail::WindowsVideo>(params, model, exec);
 }
 
 VideoSession::~VideoSession() = default;
-const PyramidU8& VideoSession::pyramid() const { return impl_->pyramid; }
-const Allocation& VideoSession::allocation() const { return *impl_->allocation; }
+const PyramidU8& VideoSession::pyramid() const { return impl_->windows ? impl_->windows->pyramid() : impl_->pyramid; }
+const Allocation& VideoSession::allocation() const {
+  return impl_->windows ? impl_->windows->allocation() : *impl_->allocation;
+}
 const VideoParams& VideoSession::params() const { return impl_->params; }
 const VitModel* VideoSession::model() const { return impl_->model; }
 
@@ -186,6 +151,12 @@ FrameResult VideoSession::process(ImageU8 frame, const Query& query, int64_t ind
 std::vector<FrameResult> VideoSession::push(ImageU8 frame, const Query& query, int64_t index, double pts_s,
                                             ImageU8* recycled) {
   Impl& s = *impl_;
+  if (s.windows) {  // every frame encoded at once: its changed windows are one batch already
+    std::vector<FrameResult> out;
+    out.push_back(s.windows->process(std::move(frame), query, index, pts_s));
+    (recycled ? *recycled : s.recycled) = s.windows->take_recycled();
+    return out;
+  }
   Impl::Pending pf = s.front(std::move(frame), query, index, pts_s);
   if (recycled) *recycled = std::move(s.recycled);
   std::vector<FrameResult> out;

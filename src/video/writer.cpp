@@ -84,6 +84,11 @@ struct VideoTokenWriter::Impl {
   std::vector<float> positions;
   std::vector<int32_t> levels;
   std::vector<uint8_t> recomputed;
+  // add_frame_windows: per frame, its first window; the windows' tensors, frame after frame.
+  std::vector<int64_t> window_offsets{0};
+  std::vector<float> window_boxes, window_levels, window_class_tokens;
+  std::vector<int32_t> window_grids;
+  int64_t class_dim = -1;  // -1: no frame yet; 0: some frame had none
 };
 
 VideoTokenWriter::VideoTokenWriter(const std::string& path, const std::string& rows_name, DType dtype,
@@ -132,6 +137,28 @@ void VideoTokenWriter::add_frame(const Tensor& rows, const Tensor& positions, co
   m.recomputed.insert(m.recomputed.end(), recomputed.begin(), recomputed.end());
 }
 
+void VideoTokenWriter::add_frame_windows(const std::vector<TokenWindow>& windows, const Tensor& class_tokens) {
+  Impl& m = *impl_;
+  if (m.pts.empty() || m.window_offsets.size() != m.pts.size())
+    throw Error(Errc::invalid_argument, "VideoTokenWriter: add_frame_windows once per frame, after its add_frame");
+  const int64_t n = int64_t(windows.size());
+  const bool classes = class_tokens.rank() == 2 && class_tokens.dim(0) == n && class_tokens.dtype() == DType::f32;
+  if (class_tokens.rank() > 0 && !classes)
+    throw Error(Errc::invalid_argument, "VideoTokenWriter: the class tokens must be [W, D] f32, one per window");
+  for (auto& [name, t] : window_tensors_of(windows)) {
+    std::vector<float>* f = name == "window_boxes" ? &m.window_boxes : name == "window_levels" ? &m.window_levels : nullptr;
+    if (f) f->insert(f->end(), t.data<float>(), t.data<float>() + t.numel());
+    else m.window_grids.insert(m.window_grids.end(), t.data<int32_t>(), t.data<int32_t>() + t.numel());
+  }
+  m.window_offsets.push_back(m.window_offsets.back() + n);
+  const int64_t d = classes ? class_tokens.dim(1) : 0;
+  if (m.class_dim < 0) m.class_dim = d;
+  if (d != m.class_dim) m.class_dim = 0, m.window_class_tokens.clear();
+  if (m.class_dim > 0)
+    m.window_class_tokens.insert(m.window_class_tokens.end(), class_tokens.data<float>(),
+                                 class_tokens.data<float>() + class_tokens.numel());
+}
+
 void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata) {
   Impl& m = *impl_;
   const int64_t F = int64_t(m.pts.size()), T = m.offsets.back();
@@ -151,6 +178,15 @@ void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata
   entry("positions", "F32", {T, 4}, uint64_t(T) * 16);
   entry("levels", "I32", {T}, uint64_t(T) * 4);
   entry("recomputed", "U8", {T}, uint64_t(T));
+  const bool windows = F > 0 && int64_t(m.window_offsets.size()) == F + 1;
+  const int64_t NW = m.window_offsets.back();
+  if (windows) {
+    entry("window_offsets", "I64", {F + 1}, uint64_t(F + 1) * 8);
+    entry("window_boxes", "F32", {NW, 4}, uint64_t(NW) * 16);
+    entry("window_grids", "I32", {NW, 2}, uint64_t(NW) * 8);
+    entry("window_levels", "F32", {NW}, uint64_t(NW) * 4);
+    if (m.class_dim > 0) entry("window_class_tokens", "F32", {NW, m.class_dim}, uint64_t(NW * m.class_dim) * 4);
+  }
   header["__metadata__"] = metadata;
   std::string h = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // non-UTF-8: U+FFFD
   while (h.size() % 8) h.push_back(' ');
@@ -180,6 +216,13 @@ void VideoTokenWriter::finish(const std::map<std::string, std::string>& metadata
   put(m.positions.data(), m.positions.size() * 4);
   put(m.levels.data(), m.levels.size() * 4);
   put(m.recomputed.data(), m.recomputed.size());
+  if (windows) {
+    put(m.window_offsets.data(), m.window_offsets.size() * 8);
+    put(m.window_boxes.data(), m.window_boxes.size() * 4);
+    put(m.window_grids.data(), m.window_grids.size() * 4);
+    put(m.window_levels.data(), m.window_levels.size() * 4);
+    if (m.class_dim > 0) put(m.window_class_tokens.data(), m.window_class_tokens.size() * 4);
+  }
   out.commit();
 }
 
@@ -209,6 +252,12 @@ std::map<std::string, std::string> video_metadata(const VideoParams& params, con
   meta["change_threshold"] = std::to_string(params.change_threshold);
   meta["keyframe"] = std::to_string(params.keyframe_interval);
   meta["group_frames"] = std::to_string(params.group_frames);
+  meta["foveation"] = std::string(to_string(params.tokenize.foveation));
+  if (params.tokenize.foveation == Foveation::windows) {
+    meta["window_grid"] = std::to_string(params.tokenize.windows.grid);
+    meta["window_px"] = std::to_string(params.tokenize.windows.grid * params.tokenize.patch_px);
+    meta["keep_covered"] = params.tokenize.windows.keep_covered ? "true" : "false";
+  }
   meta["approximate"] = run.approximate ? "true" : "false";
   if (run.info.rotation_applied) meta["rotation"] = std::string(orientation_name(run.info.orientation));
   if (run.info.sar_num != run.info.sar_den)  // not resampled: the tokens are of the stored pixels

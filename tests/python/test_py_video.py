@@ -281,3 +281,71 @@ def test_session_encodes_exactly_after_heavy_change_unless_told_not_to(tmp_path)
         fovea.VideoSession(model, budget=30, exact_above_work=-1)
     r = cli("video", CLIP, "--exact-above-work", "-1", "-o", tmp_path / "x.safetensors", check=False)
     assert r.returncode == 2 and "--exact-above-work must be a number >= 0" in r.stderr
+
+
+def test_video_windows_file_equals_cli_and_holds_the_windows(tmp_path):
+    """--foveation windows: the file is fovea encode's layout per frame (the kept rows, their
+    window, the frames' windows and class tokens), the same from Python and the CLI."""
+    out_cli, out_py = tmp_path / "cli.safetensors", tmp_path / "py.safetensors"
+    args = ["--model", "random:vit-s16", "--foveation", "windows", "--window-grid", "4", "--budget", "32",
+            "--fixation", "40,40", "--max-frames", "6"]
+    cli("video", CLIP, *args, "--threads", 1, "-o", out_cli)
+    m = fovea.Model("random:vit-s16")
+    kw = dict(model=m, foveation="windows", window_grid=4, budget=32, fixations=[(40, 40)], max_frames=6, threads=1)
+    fovea.video(CLIP, output=out_py, **kw)
+    assert open(out_py, "rb").read() == open(out_cli, "rb").read()
+    f = fovea.load(out_py)
+    assert f.metadata["foveation"] == "windows" and f.metadata["window_grid"] == "4" and f.metadata["reuse"] == "exact"
+    off, woff = f["frame_offsets"], f["window_offsets"]
+    assert len(woff) == len(off) and f["window"].shape == (off[-1],)
+    assert f["window_boxes"].shape == (woff[-1], 4) and f["window_class_tokens"].shape[0] == woff[-1]
+    frames = fovea.video(CLIP, **kw)
+    assert len(frames) == len(off) - 1
+    for i, r in enumerate(frames):
+        assert r.embeddings.shape[0] == len(r.rows) == off[i + 1] - off[i] <= 32
+        assert np.array_equal(r.embeddings, f["embeddings"][off[i]:off[i + 1]])
+        assert np.array_equal(r.window[r.rows], f["window"][off[i]:off[i + 1]])
+        assert np.array_equal(r.positions[r.rows], f["positions"][off[i]:off[i + 1]])
+        assert not r.covered[r.rows].any()
+        assert len(r.window_boxes) == len(r.window_reused) == woff[i + 1] - woff[i]
+        assert np.array_equal(r.window_class_tokens, f["window_class_tokens"][woff[i]:woff[i + 1]])
+    # A window handed on from the frame before is that frame's, bit for bit.
+    for a, b in zip(frames, frames[1:]):
+        for w in np.flatnonzero(b.window_reused):
+            assert a.window_boxes[w] == b.window_boxes[w]
+            assert np.array_equal(a.embeddings[a.window[a.rows] == w], b.embeddings[b.window[b.rows] == w])
+
+
+def test_video_session_windows_reuses_a_still_frame_bit_for_bit():
+    m = fovea.Model("random:vit-s16")
+    s = fovea.VideoSession(m, budget=32, foveation="windows", window_grid=4)
+    img = (np.arange(96 * 160 * 3, dtype=np.uint32).reshape(96, 160, 3) * 7 % 251).astype(np.uint8)
+    first = s.process(img, fixations=[(40, 40)])
+    assert s.reuse == "exact" and first.window_reused.sum() == 0 and len(first.window_boxes) >= 2
+    for _ in range(2):
+        r = s.process(img, fixations=[(40, 40)])
+        assert r.window_reused.all() and r.recomputed.sum() == 0
+        assert np.array_equal(r.embeddings, first.embeddings)
+        assert np.array_equal(r.window_class_tokens, first.window_class_tokens)
+    # The fixation leaves its window: the window follows it and is encoded again.
+    r = s.process(img, fixations=[(130, 60)])
+    moved = [w for w, box in enumerate(r.window_boxes) if box not in first.window_boxes]
+    assert moved and all(not r.window_reused[w] for w in moved)
+    assert any(b[0] <= 130 < b[2] and b[1] <= 60 < b[3] for b in (r.window_boxes[w] for w in moved))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--foveation", "windows", "--group", "4"], "--group"),
+    (["--foveation", "windows", "--exact-above-work", "0.3"], "--exact-above-work"),
+    (["--foveation", "windows", "--max-level", "2"], "--max-level"),
+    (["--window-grid", "4"], "--window-grid"),
+    (["--uniform", "--foveation", "windows"], "--uniform"),
+])
+def test_video_windows_bad_options_give_one_error_line(tmp_path, args, message):
+    out = tmp_path / "x.safetensors"
+    r = cli("video", CLIP, "--model", "random:vit-s16", *args, "-o", out, check=False)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and lines[0].startswith("fovea: error:") and message in lines[0], r.stderr
+    assert not out.exists()
+    with pytest.raises(ValueError, match="window_grid"):
+        fovea.video(CLIP, window_grid=4, max_frames=1)

@@ -1,4 +1,5 @@
 // fovea video IN [--budget B] [--fixation X,Y | --fixations FILE.csv] [--model CKPT [--precision ..]]
+//                [--foveation mixed|windows [--window-grid G] [--keep-covered]]
 //                [--every N | --fps F] [--max-frames N] [--reuse exact|incremental|off] [--keyframe K]
 //                [--threshold T] [--group G] [--check] [--store host|vulkan|vulkan-image] [--no-autorotate]
 //                -o OUT.safetensors [--overlay PNG] [--json]
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <set>
 #include <fstream>
@@ -168,7 +170,9 @@ struct VideoCommand {
     if (decode_only && !overlay.empty()) throw invalid_argument("--overlay draws the tokens: it does not go with --decode-only");
     if (have_model && vp.tokenize.extract.dtype == DType::u8)
       throw invalid_argument("--dtype u8 patches are not normalised; a model needs f32 or f16");
-    vp.reuse = reuse.empty() ? (have_model ? Reuse::incremental : Reuse::exact)
+    const bool windowed = vp.tokenize.foveation == Foveation::windows;
+    if (windowed) check_windows_options();
+    vp.reuse = reuse.empty() ? (have_model && !windowed ? Reuse::incremental : Reuse::exact)
                : reuse == "off" ? Reuse::off
                : reuse == "exact" ? Reuse::exact
                                   : Reuse::incremental;
@@ -231,6 +235,11 @@ struct VideoCommand {
                                    std::to_string(model->config().patch_px) + "-px patches");
         vp.tokenize.patch_px = model->config().patch_px;
       }
+      if (windowed) {  // the model's native grid (and the budget it implies) unless --window-grid / --budget say otherwise
+        const TokenizeParams t = tok.params(Foveation::windows, model->config().grid);
+        vp.tokenize.windows = t.windows;
+        vp.tokenize.alloc.budget_tokens = t.alloc.budget_tokens;
+      }
     }
     quiet_ffmpeg_log();
     VideoReaderOptions ro;
@@ -278,6 +287,7 @@ struct VideoCommand {
     std::optional<AtomicFile> sheet_file;
     if (!overlay.empty()) sheet.emplace(), sheet_file.emplace(overlay);
     int64_t frames_in = 0, frames_out = 0;
+    int64_t kept_total = 0;  // windows: the tokens handed on (the file's rows), of the encoded ones
     std::set<std::string> warned_outside;  // each fixation or region off the frame, once
     bool warned_nonfinite = false;          // NaN embeddings: once a run (bad weights spoil every frame)
     ro_run.on_input = [&](const VideoFrame& f, const Query& q) {
@@ -315,6 +325,12 @@ struct VideoCommand {
                              {"extract", r.timings.extract_ms},
                              {"encode", r.timings.encode_ms}}}};
       if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
+      if (windowed) {
+        kept_total += int64_t(r.rows.size());
+        pf["tokens_kept"] = int64_t(r.rows.size());
+        pf["windows"] = int64_t(r.batch.windows.size());
+        pf["windows_reused"] = std::count(r.window_reused.begin(), r.window_reused.end(), uint8_t(1));
+      }
       if (r.approximate) pf["drift_estimate"] = r.drift_estimate, pf["drift_estimate_max"] = r.drift_estimate_max;
       if (have_model) pf["encoder_work"] = r.encoder_work;
       if (have_model && !warned_nonfinite)
@@ -330,10 +346,25 @@ struct VideoCommand {
         Tokenization full = tokenize(std::move(image), q, vp.tokenize, ex);
         const EncodeParams ep{.precision = vp.encoder.precision, .image_width = full.pyramid.width(),
                               .image_height = full.pyramid.height()};
-        Encoding fe = encode(*model, full.batch.patches, full.batch.positions, ep, ex);
+        Encoding fe = windowed ? encode_tokens(*model, full.batch, ep, ex)
+                               : encode(*model, full.batch.patches, full.batch.positions, ep, ex);
         const double full_ms = ms_since(tf);
         RowCosines cos;
-        if (full.allocation.layout.tokens == r.allocation->layout.tokens) {
+        if (windowed) {
+          // Windows with reuse off: every window of the frame's plan encoded from that frame's
+          // pixels (the session's plan, kept by hysteresis, when it differs from a fresh one's).
+          Encoding& we = fe;
+          if (!same_windows(full.batch, r.batch)) {
+            WindowPlan plan;
+            plan.windows = r.batch.windows;
+            plan.patch_px = r.batch.patch_px;
+            plan.image_width = full.pyramid.width(), plan.image_height = full.pyramid.height();
+            const uint8_t* c = r.batch.covered.data<uint8_t>();
+            for (const TokenWindow& w : plan.windows) plan.covered.emplace_back(c, c + w.tokens()), c += w.tokens();
+            we = encode_tokens(*model, extract_windows(full.pyramid, plan, vp.tokenize.extract, ex), ep, ex);
+          }
+          cos = row_cosines(r.embeddings, we.embeddings);
+        } else if (full.allocation.layout.tokens == r.allocation->layout.tokens) {
           cos = row_cosines(r.embeddings, fe.embeddings);
         } else {
           const TokenBatch b = extract(full.pyramid, *r.allocation, vp.tokenize.extract, ex);
@@ -400,6 +431,8 @@ struct VideoCommand {
                    {"timestamps_repaired", reader.timestamps_repaired()},
                    {"ms", decode_ms}};
     s["reuse"] = std::string(to_string(vp.reuse));
+    s["foveation"] = std::string(to_string(vp.tokenize.foveation));
+    if (windowed) s["window_grid"] = vp.tokenize.windows.grid, s["keep_covered"] = vp.tokenize.windows.keep_covered;
     s["group_frames"] = vp.group_frames;
     s["approximate"] = approximate;
     if (approximate)
@@ -407,6 +440,7 @@ struct VideoCommand {
           "incremental ViT reuse (token gating with the attention bound unless --attention-threshold off): embeddings "
           "approximate a full encode";
     s["tokens"] = tokens_total;
+    if (windowed) s["tokens_kept"] = kept_total;
     s["recomputed_tokens"] = recomputed_total;
     s["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
     s["mean_ms"] = ms_total / double(processed);
@@ -457,12 +491,36 @@ struct VideoCommand {
                     "%.5f)\n",
                     s["mean_full_ms"].get<double>(), s["speedup_vs_full"].get<double>(),
                     s["mean_cosine"].get<double>(), cosine_min, cosine_min_token);
-      std::printf("  wrote %s (%lld tokens)\n", output.c_str(), (long long)tokens_total);
+      if (windowed)
+        std::printf("  wrote %s (%lld tokens handed on of %lld encoded)\n", output.c_str(), (long long)kept_total,
+                    (long long)tokens_total);
+      else
+        std::printf("  wrote %s (%lld tokens)\n", output.c_str(), (long long)tokens_total);
       if (sheet) std::printf("  wrote %s\n", overlay.c_str());
     }
     return 0;
   }
-  bool patch_given = false, every_given = false, fps_given = false;
+  bool patch_given = false, every_given = false, fps_given = false, group_given = false;
+
+  // --foveation windows: each frame's changed windows are encoded in one call, so the options
+  // that steer the mixed foveation's frame groups do not apply.
+  void check_windows_options() const {
+    if (group_given) throw invalid_argument("--group encodes frames of the mixed foveation together; --foveation windows "
+                                            "encodes each frame's changed windows in one call");
+    if (drift_refresh != VideoParams{}.drift_refresh || exact_above_work != VideoParams{}.exact_above_work)
+      throw invalid_argument(std::string(drift_refresh != VideoParams{}.drift_refresh ? "--drift-refresh" : "--exact-above-work") +
+                             " steers the mixed foveation's frame groups; it does not apply to --foveation windows");
+  }
+  // The same windows (boxes and grids) in two windowed batches.
+  static bool same_windows(const TokenBatch& a, const TokenBatch& b) {
+    if (a.windows.size() != b.windows.size()) return false;
+    for (size_t i = 0; i < a.windows.size(); ++i)
+      if (a.windows[i].box != b.windows[i].box || a.windows[i].grid_x != b.windows[i].grid_x ||
+          a.windows[i].grid_y != b.windows[i].grid_y || a.windows[i].level != b.windows[i].level)
+        return false;
+    return a.covered.size_bytes() == b.covered.size_bytes() &&
+           std::memcmp(a.covered.bytes(), b.covered.bytes(), a.covered.size_bytes()) == 0;
+  }
 };
 
 Runner setup_video(CLI::App& sub) {
@@ -483,7 +541,10 @@ Runner setup_video(CLI::App& sub) {
   sub.add_option("--reuse", cmd->reuse,
                  "incremental (default with a model: a token's ViT layer states reused while they would move by less than "
                  "--token-threshold; approximate), exact (patches and "
-                 "patch embeddings reused, full ViT), off (every frame from scratch)")
+                 "patch embeddings reused, full ViT), off (every frame from scratch). With --foveation windows (a base "
+                 "view and native windows, each its own sequence): exact (the default: a window whose pixels did not "
+                 "change hands on its previous outputs, a changed one is encoded again), incremental (a changed window "
+                 "through its own incremental ViT; no class tokens), off")
       ->check(CLI::IsMember({"incremental", "exact", "off"}));
   sub.add_option("--keyframe", cmd->keyframe, "Full refresh every K-th processed frame (0: only on scene cuts)")
       ->type_name("K");
@@ -515,7 +576,7 @@ Runner setup_video(CLI::App& sub) {
                  "Relative change of the relevance map that re-allocates the layout (default 0.1; 0: every frame)");
   sub.add_option("--refresh-fraction", cmd->refresh_fraction,
                  "Fraction of dirty tiles that counts as a scene cut (full refresh; default 0.5)");
-  sub.add_option("--group", cmd->group,
+  auto* group = sub.add_option("--group", cmd->group,
                  "Incremental ViT: encode G frames per pass, layer-major (weights read once per group; the same "
                  "results, G-1 frames more latency; default 8)")
       ->type_name("G");
@@ -549,13 +610,15 @@ Runner setup_video(CLI::App& sub) {
       "Examples:\n"
       "  fovea video clip.mp4 --model random:vit-b16 --fixation 320,180 -o tokens.safetensors --json\n"
       "  fovea video clip.mp4 --model random:vit-b16 -o tokens.safetensors --overlay sheet.png\n"
+      "  fovea video clip.mp4 --model vit/ --foveation windows --fixation 320,180 -o tokens.safetensors\n"
       "  fovea video clip.mp4 --fixations gaze.csv --every 2 --max-frames 100 -o patches.safetensors");
   std::vector<CLI::Option*> not_native;  // what a native tower's video chunks do not take
   for (const char* name : {"--fixation", "--region", "--fixations", "--budget", "--patch", "--reuse", "--keyframe",
                            "--group", "--token-threshold", "--attention-threshold", "--check", "--store", "--overlay",
-                           "--decode-only"})
+                           "--decode-only", "--foveation", "--window-grid"})
     if (CLI::Option* o = sub.get_option_no_throw(name)) not_native.push_back(o);
-  return [cmd, patch, every, fps, chunk, cap, not_native] {
+  return [cmd, patch, every, fps, chunk, cap, not_native, group] {
+    cmd->group_given = group->count() > 0;
     cmd->native_options_given = chunk->count() > 0 || cap->count() > 0;
     for (CLI::Option* o : not_native)
       if (o->count() > 0) cmd->not_native.push_back(o->get_name());

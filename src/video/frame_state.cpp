@@ -1,0 +1,50 @@
+// What the mixed and the windows foveations of a video share (frame_state.hpp).
+#include "video/frame_state.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace fovea::video_detail {
+
+void copy_tiles(const ImageU8& src, ImageU8& dst, const TileGrid& g, const std::vector<uint8_t>& dirty,
+                Executor& exec) {
+  const int P = g.patch_px, W = src.width(), H = src.height();
+  const int64_t n = std::count(dirty.begin(), dirty.end(), uint8_t(1));
+  // Small copies run on the caller: a pool wake-up costs more than a few tiles' memcpy.
+  const int64_t grain = n * P * P * src.channels() < (int64_t(1) << 18) ? g.tiles_y : 1;
+  exec.parallel_for(g.tiles_y, grain, [&](int64_t ty0, int64_t ty1) {
+    for (int64_t ty = ty0; ty < ty1; ++ty) {
+      const uint8_t* drow = dirty.data() + size_t(ty) * g.tiles_x;
+      for (int tx = 0; tx < g.tiles_x;) {  // runs of dirty tiles: one memcpy per row and run
+        if (!drow[tx]) {
+          ++tx;
+          continue;
+        }
+        int e = tx + 1;
+        while (e < g.tiles_x && drow[e]) ++e;
+        const int x0 = tx * P, x1 = std::min(W, e * P);
+        for (int c = 0; c < src.channels(); ++c)
+          for (int y = int(ty) * P; y < std::min(H, int(ty + 1) * P); ++y)
+            std::memcpy(dst.row(c, y) + x0, src.row(c, y) + x0, size_t(x1 - x0));
+        tx = e;
+      }
+    }
+  });
+}
+
+bool same_query(const Query& a, const Query& b) {
+  if (a.fixations.size() != b.fixations.size() || a.regions.size() != b.regions.size() || a.embedding != b.embedding)
+    return false;
+  for (size_t i = 0; i < a.fixations.size(); ++i)
+    if (a.fixations[i].x_px != b.fixations[i].x_px || a.fixations[i].y_px != b.fixations[i].y_px ||
+        a.fixations[i].weight != b.fixations[i].weight)
+      return false;
+  for (size_t i = 0; i < a.regions.size(); ++i)
+    if (a.regions[i].x0_px != b.regions[i].x0_px || a.regions[i].y0_px != b.regions[i].y0_px ||
+        a.regions[i].x1_px != b.regions[i].x1_px || a.regions[i].y1_px != b.regions[i].y1_px ||
+        a.regions[i].weight != b.regions[i].weight)
+      return false;
+  return true;
+}
+
+}  // namespace fovea::video_detail

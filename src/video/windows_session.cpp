@@ -1,0 +1,438 @@
+// The windows foveation of a video: one sequence per window, each reused while its pixels stay
+// (windows_session.hpp; the contract is in fovea/video.hpp).
+#include "video/windows_session.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "fovea/error.hpp"
+#include "video/frame_state.hpp"
+
+namespace fovea::video_detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+bool same_window(const TokenWindow& a, const TokenWindow& b) {
+  return a.box == b.box && a.grid_x == b.grid_x && a.grid_y == b.grid_y && a.level == b.level;
+}
+
+// Whether a window's pixels can have changed: a resized base view reads every tile; another
+// window reads the tiles under its box.
+bool touches_dirty(const TokenWindow& w, const TileGrid& g, const std::vector<uint8_t>& dirty) {
+  if (w.level < 0) return std::find(dirty.begin(), dirty.end(), uint8_t(1)) != dirty.end();
+  const int P = g.patch_px;
+  const int x0 = std::max(0, int(std::floor(w.box[0])) / P), y0 = std::max(0, int(std::floor(w.box[1])) / P);
+  const int x1 = std::min(g.tiles_x, int(std::ceil(w.box[2]) + P - 1) / P);
+  const int y1 = std::min(g.tiles_y, int(std::ceil(w.box[3]) + P - 1) / P);
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x)
+      if (dirty[size_t(y) * g.tiles_x + x]) return true;
+  return false;
+}
+
+// A plan of some windows of `plan`, none covered (to sample their patches alone).
+WindowPlan sub_plan(const WindowPlan& plan, const std::vector<size_t>& which) {
+  WindowPlan s;
+  s.patch_px = plan.patch_px;
+  s.image_width = plan.image_width;
+  s.image_height = plan.image_height;
+  for (size_t w : which) {
+    s.windows.push_back(plan.windows[w]);
+    s.covered.emplace_back(size_t(plan.windows[w].tokens()), uint8_t(0));
+  }
+  return s;
+}
+
+// Each cell of a window at its centre in the window's own pixels (as fovea::encode_windows
+// places them): a standalone image of grid_x·P × grid_y·P pixels.
+void local_positions(const TokenWindow& w, int P, float* pos) {
+  for (int64_t i = 0; i < w.tokens(); ++i) {
+    pos[i * 4 + 0] = (float(i % w.grid_x) + 0.5f) * float(P);
+    pos[i * 4 + 1] = (float(i / w.grid_x) + 0.5f) * float(P);
+    pos[i * 4 + 2] = float(P);
+    pos[i * 4 + 3] = 0;
+  }
+}
+
+Tensor rows_of(const Tensor& t, int64_t first, int64_t n) {
+  std::vector<int64_t> shape = t.shape();
+  shape[0] = n;
+  Tensor out(t.dtype(), shape);
+  const size_t row = size_t(t.size_bytes() / std::max<int64_t>(t.dim(0), 1));
+  std::memcpy(out.bytes(), t.bytes() + size_t(first) * row, size_t(n) * row);
+  return out;
+}
+
+}  // namespace
+
+struct WindowsVideo::Impl {
+  VideoParams params;
+  const VitModel* model = nullptr;
+  Executor& exec;
+  int64_t processed = 0;
+  PyramidU8 pyramid;
+  TileGrid grid;
+  RelevanceCache relevance_cache;
+  ImageU8 recycled;
+  // The plan and what it was made from (the layout's hysteresis).
+  bool have_plan = false;
+  WindowPlan plan;
+  std::vector<float> plan_relevance, plan_detail;  // the relevance (score, detail_total) the plan was made from
+  Query plan_query;
+  std::shared_ptr<const Allocation> allocation = std::make_shared<const Allocation>();
+  TokenBatch batch;  // the last frame's tokens, every window's
+  // Per window of the plan (batch order): its outputs as the last frame left them.
+  struct Slot {
+    int64_t first_row = 0;  // in `batch`
+    Tensor embeddings, projected, class_token;
+    std::unique_ptr<IncrementalEncoder> encoder;  // Reuse::incremental: the sequence's own
+  };
+  std::vector<Slot> slots;
+
+  Impl(const VideoParams& p, const VitModel* m, Executor& e) : params(p), model(m), exec(e) {}
+
+  WindowParams window_params() const {
+    WindowParams wp = params.tokenize.windows;
+    wp.budget_tokens = params.tokenize.alloc.budget_tokens;
+    return wp;
+  }
+  // The query moved only within the windows already placed for it: every fixation stays inside
+  // a level-0 window of the plan, a quarter window from its edges (the planner's own test for a
+  // focus it needs no new window for), and nothing else of the query changed.
+  bool query_kept(const Query& q) const {
+    if (same_query(q, plan_query)) return true;
+    if (q.fixations.size() != plan_query.fixations.size() || q.embedding != plan_query.embedding ||
+        q.fixations.empty())
+      return false;
+    Query a = q, b = plan_query;
+    a.fixations.clear(), b.fixations.clear();
+    if (!same_query(a, b)) return false;
+    const float margin = float(params.tokenize.windows.grid * params.tokenize.patch_px) / 4.0f;
+    for (size_t i = 0; i < q.fixations.size(); ++i) {
+      if (q.fixations[i].weight != plan_query.fixations[i].weight) return false;
+      const float x = q.fixations[i].x_px, y = q.fixations[i].y_px;
+      bool inside = false;
+      for (const TokenWindow& w : plan.windows)
+        if (w.level == 0 && w.kind == TokenWindow::Kind::query && x >= w.box[0] + margin && x < w.box[2] - margin &&
+            y >= w.box[1] + margin && y < w.box[3] - margin)
+          inside = true;
+      if (!inside) return false;
+    }
+    return true;
+  }
+};
+
+WindowsVideo::WindowsVideo(const VideoParams& params, const VitModel* model, Executor& exec)
+    : impl_(std::make_unique<Impl>(params, model, exec)) {
+  const WindowParams& w = params.tokenize.windows;
+  if (w.grid < 1 || w.grid > 256)
+    throw Error(Errc::invalid_argument, "video: the windows' grid must be 1..256 tokens a side, got " + std::to_string(w.grid));
+  if (w.max_windows < 1 || w.max_windows > 4096)
+    throw Error(Errc::invalid_argument, "video: max_windows must be 1..4096, got " + std::to_string(w.max_windows));
+}
+
+WindowsVideo::~WindowsVideo() = default;
+ImageU8 WindowsVideo::take_recycled() { return std::move(impl_->recycled); }
+const PyramidU8& WindowsVideo::pyramid() const { return impl_->pyramid; }
+const Allocation& WindowsVideo::allocation() const { return *impl_->allocation; }
+
+FrameResult WindowsVideo::process(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
+  Impl& s = *impl_;
+  const VideoParams& p = s.params;
+  Executor& exec = s.exec;
+  if (frame.empty()) throw Error(Errc::invalid_argument, "video: empty frame");
+  if (frame.channels() != 3) frame = to_rgb(frame);
+  FrameResult r;
+  r.index = index;
+  r.pts_s = pts_s;
+  const int P = p.tokenize.patch_px;
+
+  // ---- change test and refresh decision (as the mixed-scale session) -------------------------
+  auto t0 = Clock::now();
+  const bool size_changed = s.pyramid.num_levels() == 0 || s.pyramid.width() != frame.width() ||
+                            s.pyramid.height() != frame.height();
+  if (s.processed == 0) r.refresh = true, r.refresh_reason = "first";
+  else if (size_changed) r.refresh = true, r.refresh_reason = "size";
+  else if (p.reuse == Reuse::off) r.refresh = true, r.refresh_reason = "reuse-off";
+  else if (p.keyframe_interval > 0 && s.processed % p.keyframe_interval == 0)
+    r.refresh = true, r.refresh_reason = "keyframe";
+  if (size_changed) s.grid = TileGrid::make(frame.width(), frame.height(), P);
+  const TileGrid& g = s.grid;
+  r.tiles = g.tiles();
+  std::vector<uint8_t> dirty;
+  if (!r.refresh) {
+    dirty = changed_tiles(frame, s.pyramid.level(0), g, p.change_threshold, exec);
+    r.dirty_tiles = std::count(dirty.begin(), dirty.end(), uint8_t(1));
+    if (double(r.dirty_tiles) > double(p.refresh_fraction) * double(r.tiles))
+      r.refresh = true, r.refresh_reason = "scene-cut";
+  }
+  r.timings.change_ms = ms_since(t0);
+
+  // ---- pyramid -------------------------------------------------------------------------------
+  t0 = Clock::now();
+  const int relevance_levels = std::exchange(s.relevance_cache.levels, 0);
+  const int levels = std::max(windows_pyramid_levels(g.image_width, g.image_height, P, p.tokenize.windows.grid),
+                              p.tokenize.relevance.stats_level + 1);
+  if (r.refresh) {
+    r.dirty_tiles = r.tiles;
+    dirty.assign(size_t(g.tiles()), 1);
+    if (!size_changed && s.pyramid.num_levels() > 0) s.recycled = std::move(s.pyramid.level(0));
+    s.pyramid = build_pyramid(std::move(frame), PyramidParams{.max_levels = levels}, exec);
+  } else {
+    copy_tiles(frame, s.pyramid.level(0), g, dirty, exec);
+    update_pyramid(s.pyramid, P, dirty, exec);
+    s.recycled = std::move(frame);
+  }
+  r.timings.pyramid_ms = ms_since(t0);
+
+  // ---- relevance and the plan (with hysteresis) ------------------------------------------------
+  t0 = Clock::now();
+  s.relevance_cache.levels = relevance_levels;
+  RelevanceMap rel = compute_relevance(s.pyramid, P, query, p.tokenize.relevance, exec, s.relevance_cache,
+                                       r.refresh ? std::span<const uint8_t>() : std::span<const uint8_t>(dirty));
+  r.timings.relevance_ms = ms_since(t0);
+  t0 = Clock::now();
+  // The relevance's change since the plan, as the mixed layout's hysteresis measures it; when a
+  // fixation moved inside its window (query_kept), the content's part alone (the detail
+  // energies before the query weighs them), so that the query's move does not move the windows.
+  bool replan = r.refresh || !s.have_plan || p.layout_hysteresis <= 0 || !s.query_kept(query);
+  if (!replan) {
+    const bool moved = !same_query(query, s.plan_query);
+    const std::vector<float>& now = moved && !rel.detail_total.empty() ? rel.detail_total : rel.score;
+    const std::vector<float>& then = moved && !rel.detail_total.empty() ? s.plan_detail : s.plan_relevance;
+    double diff = 0, total = 0;
+    replan = now.size() != then.size();
+    for (size_t i = 0; !replan && i < now.size(); ++i) diff += std::fabs(double(now[i]) - then[i]), total += then[i];
+    replan = replan || diff > double(p.layout_hysteresis) * total;
+  }
+  const bool had_plan = s.have_plan && !r.refresh;
+  WindowPlan plan = replan ? plan_windows(rel, query, s.window_params()) : s.plan;
+  // Each window's slot in the last frame (the same box, grid and level), or -1.
+  std::vector<int> matched(plan.windows.size(), -1);
+  if (had_plan)
+    for (size_t w = 0; w < plan.windows.size(); ++w)
+      for (size_t o = 0; o < s.plan.windows.size(); ++o)
+        if (same_window(plan.windows[w], s.plan.windows[o])) {
+          matched[w] = int(o);
+          break;
+        }
+  if (replan) {
+    r.layout_changed = !s.have_plan || plan.windows.size() != s.plan.windows.size() ||
+                       std::count(matched.begin(), matched.end(), -1) > 0;
+    s.plan_relevance = rel.score;
+    s.plan_detail = rel.detail_total;
+    s.plan_query = query;
+    s.have_plan = true;
+    Allocation a;
+    a.budget_tokens = p.tokenize.alloc.budget_tokens;
+    a.rate_map = plan.rate_map();
+    a.max_level = plan.pyramid_levels() - 1;
+    s.allocation = std::make_shared<const Allocation>(std::move(a));
+  }
+  r.allocation = s.allocation;
+  r.timings.allocate_ms = ms_since(t0);
+
+  // ---- patches: windows the change test did not touch keep theirs ------------------------------
+  t0 = Clock::now();
+  const size_t W = plan.windows.size();
+  std::vector<int64_t> first(W + 1, 0);
+  for (size_t w = 0; w < W; ++w) first[w + 1] = first[w] + plan.windows[w].tokens();
+  const int64_t N = first[W];
+  std::vector<uint8_t> resampled(W, 1);
+  TokenBatch nb;
+  if (!had_plan || replan) {
+    nb = extract_windows(s.pyramid, plan, p.tokenize.extract, exec);
+  } else {
+    // The same plan: the last frame's batch, with the windows the dirty tiles touch sampled again.
+    nb.patches = s.batch.patches.clone();
+    nb.positions = s.batch.positions.clone();
+    nb.levels = s.batch.levels.clone();
+    nb.boxes = s.batch.boxes;
+    nb.level_offsets = s.batch.level_offsets;
+    nb.patch_px = s.batch.patch_px;
+    nb.params = s.batch.params;
+    nb.windows = s.batch.windows;
+    nb.window = s.batch.window.clone();
+    nb.covered = s.batch.covered.clone();
+    std::vector<size_t> again;
+    for (size_t w = 0; w < W; ++w)
+      if (touches_dirty(plan.windows[w], g, dirty)) again.push_back(w);
+      else resampled[w] = 0;
+    if (!again.empty()) {
+      const TokenBatch sb = extract_windows(s.pyramid, sub_plan(plan, again), p.tokenize.extract, exec);
+      const size_t row = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
+      int64_t at = 0;
+      for (size_t w : again) {
+        std::memcpy(nb.patches.bytes() + size_t(first[w]) * row, sb.patches.bytes() + size_t(at) * row,
+                    size_t(plan.windows[w].tokens()) * row);
+        at += plan.windows[w].tokens();
+      }
+    }
+  }
+  // A window is the last frame's when its box and its patches are, byte for byte.
+  const size_t row_bytes = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
+  std::vector<uint8_t> same(W, 0);
+  r.previous_row.assign(size_t(N), -1);
+  for (size_t w = 0; w < W; ++w) {
+    if (matched[w] < 0) continue;
+    const Impl::Slot& o = s.slots[size_t(matched[w])];
+    for (int64_t i = 0; i < plan.windows[w].tokens(); ++i) r.previous_row[size_t(first[w] + i)] = o.first_row + i;
+    same[w] = std::memcmp(nb.patches.bytes() + size_t(first[w]) * row_bytes,
+                          s.batch.patches.bytes() + size_t(o.first_row) * row_bytes,
+                          size_t(plan.windows[w].tokens()) * row_bytes) == 0;
+  }
+  for (size_t w = 0; w < W; ++w)
+    if (resampled[w]) r.resampled_tokens += plan.windows[w].tokens();
+  r.timings.extract_ms = ms_since(t0);
+
+  // ---- encode: every window whose pixels changed, each a sequence of its own -------------------
+  t0 = Clock::now();
+  std::vector<Impl::Slot> slots(W);
+  r.window_reused.assign(W, 0);
+  r.recomputed.assign(size_t(N), 0);
+  std::vector<size_t> encode_now;
+  for (size_t w = 0; w < W; ++w) {
+    const bool reuse = p.reuse != Reuse::off && same[w] && (!s.model || s.slots[size_t(matched[w])].embeddings.rank() > 0);
+    if (matched[w] >= 0) slots[w] = std::move(s.slots[size_t(matched[w])]);
+    slots[w].first_row = first[w];
+    if (reuse) {
+      r.window_reused[w] = 1;
+    } else {
+      encode_now.push_back(w);
+      std::fill(r.recomputed.begin() + first[w], r.recomputed.begin() + first[w + 1], uint8_t(1));
+    }
+  }
+  double work = 0;
+  if (s.model && !encode_now.empty()) {
+    std::vector<size_t> batched;  // encoded in one call, exactly
+    for (size_t w : encode_now) {
+      Impl::Slot& sl = slots[w];
+      const TokenWindow& win = plan.windows[w];
+      if (p.reuse != Reuse::incremental) {
+        batched.push_back(w);
+        continue;
+      }
+      // Reuse::incremental: the sequence's own encoder; it recomputes the tokens whose layer
+      // inputs moved when the window is the last frame's with new pixels, everything otherwise.
+      if (!sl.encoder) sl.encoder = std::make_unique<IncrementalEncoder>(*s.model);
+      const bool continues = matched[w] >= 0 && sl.embeddings.rank() > 0;
+      if (!continues) sl.encoder->reset();
+      IncrementalParams ip = p.encoder;
+      ip.image_width = win.grid_x * P;
+      ip.image_height = win.grid_y * P;
+      ip.reuse_layers = true;
+      Tensor patches = rows_of(nb.patches, first[w], win.tokens());
+      Tensor pos(DType::f32, {win.tokens(), 4});
+      local_positions(win, P, pos.data<float>());
+      std::vector<int64_t> prev;
+      std::vector<uint8_t> patch_dirty;
+      if (continues) {
+        prev.resize(size_t(win.tokens()));
+        patch_dirty.resize(size_t(win.tokens()));
+        for (int64_t i = 0; i < win.tokens(); ++i) {
+          prev[size_t(i)] = i;
+          patch_dirty[size_t(i)] = std::memcmp(nb.patches.bytes() + size_t(first[w] + i) * row_bytes,
+                                               s.batch.patches.bytes() + size_t(r.previous_row[size_t(first[w] + i)]) * row_bytes,
+                                               row_bytes) != 0;
+        }
+      }
+      IncrementalResult ir = sl.encoder->encode(patches, pos, prev, patch_dirty, ip, exec);
+      sl.embeddings = std::move(ir.embeddings);
+      sl.projected = std::move(ir.projected);
+      sl.class_token = Tensor();  // the incremental encoder keeps the class token to itself
+      for (int64_t i = 0; i < win.tokens(); ++i) r.recomputed[size_t(first[w] + i)] = ir.recomputed[size_t(i)];
+      work += ir.flops_fraction * double(win.tokens());
+      r.approximate = r.approximate || ir.approximate;
+      r.drift_estimate = std::max(r.drift_estimate, ir.drift_estimate);
+      r.drift_estimate_max = std::max(r.drift_estimate_max, ir.drift_estimate_max);
+    }
+    if (!batched.empty()) {
+      int64_t n = 0;
+      for (size_t w : batched) n += plan.windows[w].tokens();
+      std::vector<int64_t> shape = nb.patches.shape();
+      shape[0] = n;
+      Tensor patches(nb.patches.dtype(), shape), pos(DType::f32, {n, 4});
+      std::vector<ImageSpan> spans;
+      int64_t at = 0;
+      for (size_t w : batched) {
+        const TokenWindow& win = plan.windows[w];
+        std::memcpy(patches.bytes() + size_t(at) * row_bytes, nb.patches.bytes() + size_t(first[w]) * row_bytes,
+                    size_t(win.tokens()) * row_bytes);
+        local_positions(win, P, pos.data<float>() + at * 4);
+        spans.push_back({win.tokens(), win.grid_x * P, win.grid_y * P});
+        at += win.tokens();
+      }
+      const EncodeParams ep{.precision = p.encoder.precision};
+      std::vector<Encoding> es = encode_batch(*s.model, TensorView(patches), TensorView(pos), spans, ep, exec);
+      for (size_t k = 0; k < batched.size(); ++k) {
+        Impl::Slot& sl = slots[batched[k]];
+        sl.embeddings = std::move(es[k].embeddings);
+        sl.projected = std::move(es[k].projected);
+        sl.class_token = std::move(es[k].class_token);
+        sl.encoder.reset();  // its caches are of older pixels
+        work += double(plan.windows[batched[k]].tokens());
+      }
+    }
+  }
+  r.encoder_work = N > 0 ? work / double(N) : 0;
+
+  // ---- the frame's outputs: the kept tokens of every window, in batch order --------------------
+  const uint8_t* cov = nb.covered.data<uint8_t>();
+  for (int64_t i = 0; i < N; ++i)
+    if (!cov[i]) r.rows.push_back(i);
+  if (s.model) {
+    const int64_t K = int64_t(r.rows.size());
+    auto gather = [&](Tensor Impl::Slot::*field) {
+      const Tensor& t0 = slots.front().*field;
+      if (t0.rank() != 2) return Tensor();
+      const int64_t d = t0.dim(1);
+      Tensor out(DType::f32, {K, d});
+      size_t w = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t row = r.rows[size_t(k)];
+        while (row >= first[w + 1]) ++w;
+        const Tensor& src = slots[w].*field;
+        std::memcpy(out.data<float>() + k * d, src.data<float>() + (row - first[w]) * d, size_t(d) * 4);
+      }
+      return out;
+    };
+    r.embeddings = gather(&Impl::Slot::embeddings);
+    r.projected = gather(&Impl::Slot::projected);
+    bool classes = true;
+    for (const Impl::Slot& sl : slots) classes = classes && sl.class_token.rank() == 2;
+    if (classes) {
+      const int64_t d = slots.front().class_token.dim(1);
+      r.window_class_tokens = Tensor(DType::f32, {int64_t(W), d});
+      for (size_t w = 0; w < W; ++w)
+        std::memcpy(r.window_class_tokens.data<float>() + int64_t(w) * d, slots[w].class_token.data<float>(), size_t(d) * 4);
+    }
+  }
+  r.recomputed_tokens = std::count(r.recomputed.begin(), r.recomputed.end(), uint8_t(1));
+  r.timings.encode_ms = ms_since(t0);
+
+  // ---- keep the state ------------------------------------------------------------------------
+  r.batch.patches = nb.patches.clone();
+  r.batch.positions = nb.positions.clone();
+  r.batch.levels = nb.levels.clone();
+  r.batch.boxes = nb.boxes;
+  r.batch.level_offsets = nb.level_offsets;
+  r.batch.patch_px = nb.patch_px;
+  r.batch.params = nb.params;
+  r.batch.windows = nb.windows;
+  r.batch.window = nb.window.clone();
+  r.batch.covered = nb.covered.clone();
+  s.batch = std::move(nb);
+  s.plan = std::move(plan);
+  s.slots = std::move(slots);
+  ++s.processed;
+  return r;
+}
+
+}  // namespace fovea::video_detail
