@@ -21,7 +21,6 @@
 #include <exception>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "encoder/attention.hpp"
 #include "encoder/encoder_internal.hpp"
@@ -222,10 +221,11 @@ struct FrameWork {
   // rows xr_off.. of XR) and, with the attention bound, those recomputed for their attention
   // (att, at att_row in XR).
   std::vector<int64_t> cand, cand_row, sel, att, att_row;
-  // The references this frame's selection overwrote, for the frames before it in the group
-  // (their step 3 needs the inputs their kept tokens were computed from): token → row of
-  // the layer's saved references.
-  std::unordered_map<int64_t, int64_t> ref_before, cur_before;  // the same for current inputs
+  // What this frame's selection overwrote, for the frames before it in the group (their step 3
+  // needs the values their kept tokens were computed with): per token, its index in the
+  // layer's saved reference norms (ref_before) and saved current inputs (cur_before), or -1.
+  // Dense [T] (a lookup per kept token and later frame); empty for a group's first frame.
+  std::vector<int64_t> ref_before, cur_before;
   // With the attention bound, the candidates not recomputed: carried (their rows in IN), then
   // their output rows in XR.
   std::vector<int64_t> carry, carry_in, carry_row;
@@ -254,6 +254,13 @@ struct IncrementalEncoder::State {
   Buf IN, XR, XB, H, QKV, A, Hm, Pt, gone_kv;
   AttentionTrack bound;  // the attention bound's buffers
   std::vector<float> wo_norm;  // per layer ‖W_o‖₂, made at the first tracked frame
+  // Per-layer scratch of run(), kept from call to call (their capacity: no allocation per frame).
+  std::vector<const float*> sel_src;  // per selected row, where its input is
+  std::vector<float> saved_norm2;     // reference norms overwritten by later frames of the group (ref_before)
+  std::vector<float> saved_cur;       // current inputs overwritten by later frames (cur_before)
+  std::vector<uint8_t> in_att;        // [T] the token is recomputed for its attention this frame
+  std::vector<uint8_t> keep;
+  std::vector<int64_t> order;
   State(const VitModel& m, EncoderContext c) : model(m), ctx(std::move(c)) {}
   void run(std::span<const IncrementalFrame> frames, const int64_t* Ns, const IncrementalParams& params,
            const Ops& ops, IncrementalResult* out);
@@ -758,13 +765,6 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     for (size_t p = 0; p < kept.size(); ++p)
       if (!kept[p]) gone.push_back(int64_t(p));
   }
-  std::vector<const float*> sel_src;  // per selected row, where its input is
-  std::vector<float> saved_refs;      // references overwritten by later frames of the group (ref_before)
-  std::vector<float> saved_norm2;     // and their ‖·‖₂²
-  std::vector<float> saved_cur;       // current inputs overwritten by later frames (cur_before)
-  std::vector<uint8_t> in_att;        // [T] the token is recomputed for its attention this frame
-  std::vector<uint8_t> keep;
-  std::vector<int64_t> order;
   for (size_t li = 0; li < L; ++li) {
     const VitLayer& l = m.layers[li];
     LayerCache& C = layers[li];
@@ -807,21 +807,22 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     //    frames before it left).
     XR.ensure(size_t(2 * sum_t + 2 * kRowBucket) * rowb);
     int64_t rows = 0;
-    saved_refs.clear(), saved_norm2.clear(), saved_cur.clear();
+    saved_norm2.clear(), saved_cur.clear();
     for (size_t f = 0; f < F; ++f) {
       FrameWork& w = fw[f];
       w.sel.clear();
       sel_src.clear();
       w.xr_off = rows;
       const bool tracking = track && w.gate;
-      w.cur_before.clear();
+      w.cur_before.clear(), w.ref_before.clear();
+      if (track && f > 0) w.cur_before.assign(size_t(w.T), -1), w.ref_before.assign(size_t(w.T), -1);
       w.carry.clear(), w.carry_in.clear(), w.carry_row.clear();
       for (size_t k = 0; k < w.cand.size(); ++k) {
         const int64_t t = w.cand[k];
         const float* a = IN.as<float>() + w.cand_row[k] * D;
         if (track) {  // its current input
           if (f > 0) {
-            w.cur_before[t] = int64_t(saved_cur.size()) / D;
+            w.cur_before[size_t(t)] = int64_t(saved_cur.size()) / D;
             saved_cur.insert(saved_cur.end(), C.in_cur.data<float>() + t * D, C.in_cur.data<float>() + (t + 1) * D);
           }
           std::memcpy(C.in_cur.data<float>() + t * D, a, rowb);
@@ -859,12 +860,9 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         for (size_t j = 0; j < take; ++j)
           w.sel.push_back(w.cand[size_t(order[j])]), sel_src.push_back(IN.as<float>() + w.cand_row[size_t(order[j])] * D);
       }
-      w.ref_before.clear();
       for (size_t j = 0; j < w.sel.size(); ++j) {
         if (track && f > 0) {
-          w.ref_before[w.sel[j]] = int64_t(saved_norm2.size());
-          saved_refs.insert(saved_refs.end(), C.ref_in.data<float>() + w.sel[j] * D,
-                            C.ref_in.data<float>() + (w.sel[j] + 1) * D);
+          w.ref_before[size_t(w.sel[j])] = int64_t(saved_norm2.size());
           saved_norm2.push_back(C.ref_norm2[size_t(w.sel[j])]);
         }
         std::memcpy(C.ref_in.data<float>() + w.sel[j] * D, sel_src[j], rowb);
@@ -984,13 +982,13 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
         // a later frame of the group has already replaced them.
         auto cur_of = [&](int64_t t) {
           for (size_t g = f + 1; g < F; ++g)
-            if (auto it = fw[g].cur_before.find(t); it != fw[g].cur_before.end())
-              return static_cast<const float*>(saved_cur.data() + it->second * D);
+            if (const int64_t i = fw[g].cur_before[size_t(t)]; i >= 0)
+              return static_cast<const float*>(saved_cur.data() + i * D);
           return static_cast<const float*>(C.in_cur.data<float>() + t * D);
         };
         auto ref_norm2_of = [&](int64_t t) {
           for (size_t g = f + 1; g < F; ++g)
-            if (auto it = fw[g].ref_before.find(t); it != fw[g].ref_before.end()) return saved_norm2[size_t(it->second)];
+            if (const int64_t i = fw[g].ref_before[size_t(t)]; i >= 0) return saved_norm2[size_t(i)];
           return C.ref_norm2[size_t(t)];
         };
         order.clear();
