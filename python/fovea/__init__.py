@@ -528,8 +528,8 @@ def video(
             --keyframe, --group (frames encoded together: the encoder reads its weights once
             per group), --threshold, --token-threshold, --hysteresis, --refresh-fraction.
         exact_above_work: when a frame group's reused frames did more than this share of a full
-            encode's work, the next three groups are encoded exactly, then reuse is tried again
-            (the CLI's --exact-above-work; 0: never).
+            encode's work, the next three groups are encoded exactly, and the groups after them
+            that change as much, then reuse is tried again (the CLI's --exact-above-work; 0: never).
         precision: "fp32" or "bf16"; threads: threads (0: one per hardware thread).
         output: write the file `fovea video -o` writes (embeddings or patches, frame_offsets,
             pts, positions, levels, recomputed), streamed with bounded memory, atomically.

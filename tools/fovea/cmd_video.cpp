@@ -483,7 +483,8 @@ Runner setup_video(CLI::App& sub) {
       ->type_name("E");
   sub.add_option("--exact-above-work", cmd->exact_above_work,
                  "Advanced: when a frame group's reused frames did more than W of a full encode's work, encode the "
-                 "next three groups exactly, then try reuse again (0: never; default 0.45)")
+                 "next three groups exactly, and the groups after them that change as much, then try reuse again "
+                 "(0: never; default 0.45)")
       ->type_name("W");
   sub.add_option("--refresh-tokens", cmd->refresh_tokens,
                  "Advanced: per frame and layer, also recompute the K kept tokens whose unapplied change is largest "
