@@ -593,7 +593,7 @@ struct IncrementalEncoder::State::Pass {
         per_token(double(3 * D * D + D * D + D * fc1_width(c) + D * Mh)),
         per_token_att(double(D * D + D * fc1_width(c) + D * Mh)),
         thr2(double(params.token_threshold) * double(params.token_threshold)),
-        thr_att(params.attention_threshold < 0 ? params.token_threshold : params.attention_threshold),
+        thr_att(params.attention_bound_threshold()),
         budget(std::max(0, params.refresh_tokens)) {}
   static AttentionWorkspace& workspace(EncoderContext& ctx) {
     if (!ctx.impl().attention_ws) ctx.impl().attention_ws = std::make_shared<AttentionWorkspace>();
