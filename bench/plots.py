@@ -8,8 +8,9 @@
   a full re-encode of every frame, frame by frame, for the latest run on each CPU class
   (bench/results/video/: random towers; bench/results/video-real/: a pretrained one);
 - docs/images/video-towers.png: the bench/video_bench.py run (most clips, then latest) that
-  measured a pretrained tower beside random weights: per clip and tower, the speed-up over `--reuse off` and the
-  cosine to a full encode (mean and worst frame), each bar labelled with its tower.
+  measured a pretrained tower beside random weights: per clip and tower, the speed-up over `--reuse off`
+  (bars: wall-clock; diamonds: CPU time, where recorded) and the cosine to a full encode (mean and
+  worst frame), each bar labelled with its tower.
 
     /usr/bin/python3 bench/plots.py [--out-dir docs/images]
 
@@ -220,6 +221,11 @@ def plot_video_towers(out):
         bars = ax[0].bar(xs, sp, width, color=color, label=label)
         for b, v in zip(bars, sp):
             ax[0].annotate(f"{v:.1f}x", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
+        # The CPU-time ratio (runs that recorded it): the work saved, which the machine's load moves little.
+        cpu = [(x, rs[c]["speedup_cpu"]) for x, c in zip(xs, clips) if c in rs and "speedup_cpu" in rs[c]]
+        if cpu:
+            ax[0].scatter([x for x, _ in cpu], [v for _, v in cpu], color="black", marker="D", s=14, zorder=3,
+                          label="CPU time ratio" if j == 0 else None)
         cm = [rs[c]["cosine_mean"] if c in rs else 0 for c in clips]
         cw = [rs[c]["cosine_worst_frame"] if c in rs else 0 for c in clips]
         ax[1].bar(xs, cm, width, color=color, label=f"{label}: mean")

@@ -84,8 +84,8 @@ BENCHES = {
                   "windows, each reused whole while its pixels stay) are shown under their own heading: their "
                   "`incremental_ms` is the window-reuse run's, against windows with `--reuse off`.",
         "columns": [r"^key$", r"^set$", r"^clip$", r"^model$", r"^setting$", r"incremental_ms$",
-                    r"incremental_steady_ms$", r"off_ms$", r"full_ms$", r"^speedup_mean_time$", r"cosine_mean$",
-                    r"reuse_rate$"],
+                    r"incremental_steady_ms$", r"off_ms$", r"^speedup_mean_time$", r"^speedup_cpu$", r"full_ms$",
+                    r"cosine_mean$", r"reuse_rate$"],
     },
     "video-real": {
         "title": "Video on a pretrained tower",
@@ -212,6 +212,8 @@ RATIO_NOTES = [
     (r"resident_vs_dense_fp32", "the bytes the store keeps resident over dense fp32 storage of every token (a count)"),
     (r"speedup_mean_time", "`--reuse off`'s mean time per frame over this mode's, same clip, alternated rounds "
                            "(higher: incremental faster)"),
+    (r"speedup_cpu", "`--reuse off`'s CPU time per frame (user + system, start-up left out) over this mode's, same "
+                     "runs (higher: incremental did less computation; the machine's load moves it little)"),
     (r"mean_cos|worst_cos|class_cos", "cosine of this precision's output with fp32's on the same tokens (1: identical)"),
     (r"ratio_vs_fp32", "fp32's bytes per token over this codec's (a count)"),
     (r"nn_agreement", "the share of tokens whose nearest neighbour among the tokens is the same after the codec"),

@@ -20,6 +20,9 @@ at (0.8 W, 0.2 H), budget 273), per incremental setting (--settings: extra `fove
   * speed, frame by frame: `--reuse incremental` and `--reuse off` runs alternated --rounds
     times, the median of each frame's time over the rounds; the per-frame speed-up is off / incr
     of those medians; also the full re-encode interleaved in the --check run;
+  * CPU time per frame (user + system of the run, less a one-frame run's, over the frames after the
+    first) of the same runs, and its ratio off / incr: on a shared machine the wall-clock times grow
+    with the load (more so for the run with more threads waiting on each other), the CPU time does not;
   * `--reuse exact` and decode alone (fovea's reader against `ffmpeg -f null` and
     `ffmpeg -pix_fmt gbrp -f null`), once.
 Once, for random:vit-b16 only (its layers are torchvision's ViT-B/16): torch's uniform per-frame
@@ -43,6 +46,7 @@ import copy
 import datetime
 import json
 import os
+import resource
 import statistics
 import struct
 import subprocess
@@ -104,10 +108,16 @@ def fovea_video(clip, *extra, out=None):
         cmd = [exe, "video", clip, "--json", "--threads", str(ARGS.threads), *extra]
         if "--decode-only" not in extra:
             cmd += ["-o", out or os.path.join(tmp, "out.safetensors")]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         r = subprocess.run(cmd, capture_output=True, text=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         sys.exit(f"fovea video failed ({' '.join(cmd)}): {r.stderr.strip()}")
-    return json.loads(r.stdout)
+    out = json.loads(r.stdout)
+    # The run's CPU time (user + system, every thread): unlike the wall-clock times it does not
+    # grow when other processes take the cores, so its ratio shows the work saved on a loaded machine.
+    out["cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return out
 
 
 def read_safetensors(path, names):
@@ -252,7 +262,18 @@ def run_clip(model, prec, c, settings, tmp):
             plain[s].append(fovea_video(clip, *common, *reuse(s)))
         offs.append(fovea_video(clip, *common, "--reuse", "off", out=off_out if k == 0 else None))
     off_ms = per_frame_medians(offs)
-    row_common = {"size": [w, h], "fixation": fix, "off_ms": mean_after_first(off_ms), "off_ms_per_frame": off_ms}
+    # CPU time per frame after the first: each run's CPU time less a one-frame run's (start-up,
+    # model load, the first frame's full encode), over the frames after the first.
+    one = list(common)
+    one[one.index("--max-frames") + 1] = "1"
+    startup = fovea_video(clip, *one, "--reuse", "off")["cpu_s"]
+    frames_after_first = max(1, len(offs[0]["per_frame"]) - 1)
+
+    def cpu_ms(runs):
+        return 1000 * max(0.0, statistics.median(r["cpu_s"] for r in runs) - startup) / frames_after_first
+
+    row_common = {"size": [w, h], "fixation": fix, "off_ms": mean_after_first(off_ms), "off_ms_per_frame": off_ms,
+                  "off_cpu_ms": cpu_ms(offs)}
     if not ARGS.no_exact and not win:
         exa = fovea_video(clip, *common, "--reuse", "exact")
         row_common["exact_ms"] = mean_after_first([f["ms"] for f in exa["per_frame"]])
@@ -286,6 +307,8 @@ def run_clip(model, prec, c, settings, tmp):
         row.update({
             "setting": s,
             "incremental_ms": mean_after_first(inc_ms),
+            "incremental_cpu_ms": cpu_ms(plain[s]),
+            "speedup_cpu": row_common["off_cpu_ms"] / max(cpu_ms(plain[s]), 1e-9),
             # After the first group too: its frames also pay oneDNN's one-time costs (primitives
             # made for new row counts, weights packed on their second use).
             "incremental_steady_ms": statistics.fmean(inc_ms[1 + ARGS.group:] or inc_ms),
@@ -342,7 +365,8 @@ def run_model(model, prec, clips, settings, torch):
     for c, rows in out.items():
         for s, row in rows.items():
             line = (f"  {c} [{s or 'defaults'}]: full re-encode interleaved in the --check run "
-                    f"{row['full_ms'] / row['incremental_check_run_ms']:.1f}x")
+                    f"{row['full_ms'] / row['incremental_check_run_ms']:.1f}x; CPU time per frame off "
+                    f"{row['off_cpu_ms']:.1f} ms / incr {row['incremental_cpu_ms']:.1f} ms = {row['speedup_cpu']:.1f}x")
             if "exact_ms" in row:
                 line += f"; vs exact {row['exact_ms'] / row['incremental_ms']:.1f}x"
             if torch and model == TORCH_MODEL:

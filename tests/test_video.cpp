@@ -816,13 +816,15 @@ TEST_F(VideoTest, SessionGroupsGiveTheFrameByFrameResults) {
 // When a group's incremental encode does most of a full encode's work (here every token is
 // recomputed: threshold 0), the next three groups are encoded exactly (every layer on every
 // token, the embeddings of a full encode of the same tokens), and then reuse is tried again.
-TEST_F(VideoTest, HeavyChangeIsEncodedExactlyForThreeGroups) {
+TEST_F(VideoTest, HeavyChangeIsEncodedExactlyForThreeGroupsAndWhileItLasts) {
   Executor exec({.threads = 2});
   const VitModel model = VitModel::load("random:vit-tiny");
   VideoParams vp = small_params(30);
   vp.group_frames = 2;
   vp.encoder.token_threshold = 0;
+  // The sprite moves until frame 10, then stays.
   auto image = [](int f) {
+    f = std::min(f, 10);
     ImageU8 img = test::gradient_image(160, 96, 3);
     for (int c = 0; c < 3; ++c)
       for (int y = 60; y < 80; ++y)
@@ -836,12 +838,12 @@ TEST_F(VideoTest, HeavyChangeIsEncodedExactlyForThreeGroups) {
   ve.reuse = Reuse::exact;
   VideoSession exact(ve, &model, exec);
   std::vector<FrameResult> got, ref;
-  for (int f = 0; f < 11; ++f) {
+  for (int f = 0; f < 13; ++f) {
     for (FrameResult& r : session.push(image(f), q, f, f / 25.0)) got.push_back(std::move(r));
     ref.push_back(exact.process(image(f), q, f, f / 25.0));
   }
   for (FrameResult& r : session.flush()) got.push_back(std::move(r));
-  ASSERT_EQ(got.size(), 11u);
+  ASSERT_EQ(got.size(), 13u);
   // Frame 0 is the first refresh; frames 1-2 are reused, with nearly a full encode's work.
   EXPECT_TRUE(got[0].refresh);
   for (int f = 1; f <= 2; ++f) {
@@ -861,9 +863,18 @@ TEST_F(VideoTest, HeavyChangeIsEncodedExactlyForThreeGroups) {
               0);
     EXPECT_LT(max_abs_diff(got[f].embeddings, ref[f].embeddings), 1e-4);
   }
-  // Frames 9-10: reuse again (the group's first frame makes the layer caches with a full encode).
-  EXPECT_FALSE(got[9].approximate);
-  EXPECT_TRUE(got[10].approximate);
+  // Frames 9-10: the sprite moves as much as in frames 1-2 (as many patches sampled again), so
+  // reuse would cost as much: still exact.
+  for (int f = 9; f <= 10; ++f) {
+    SCOPED_TRACE("frame " + std::to_string(f));
+    EXPECT_FALSE(got[f].approximate);
+    EXPECT_DOUBLE_EQ(got[f].encoder_work, 1.0);
+    EXPECT_LT(max_abs_diff(got[f].embeddings, ref[f].embeddings), 1e-4);
+  }
+  // Frames 11-12: the sprite stopped; reuse again (the group's first frame makes the layer
+  // caches with a full encode).
+  EXPECT_FALSE(got[11].approximate);
+  EXPECT_TRUE(got[12].approximate);
   // A share that is not a finite number >= 0 is refused.
   for (float bad : {-0.1f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     VideoParams b = vp;
@@ -1197,7 +1208,8 @@ TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
   EXPECT_EQ(s["frames"], 6);
   EXPECT_EQ(s["reuse"], "incremental");
   EXPECT_EQ(s["approximate"], true);
-  EXPECT_EQ(s["encoder"]["attention_threshold"], 0.07f);  // the token threshold's, by default
+  // By default the token threshold / 0.7.
+  EXPECT_NEAR(s["encoder"]["attention_threshold"].get<double>(), 0.1, 1e-6);
   for (const auto& f : s["per_frame"]) {
     EXPECT_EQ(f["index"].get<int>() % 2, 0);
     EXPECT_GT(f["full_ms"].get<double>(), 0);

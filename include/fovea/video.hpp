@@ -188,9 +188,10 @@ struct VideoParams {
   float drift_refresh = 0;
   // Incremental ViT: when a group's reused frames did more than this share of a full encode's
   // multiply-adds on average (FrameResult::encoder_work), the next three groups are encoded
-  // exactly (every layer on every token, as Reuse::exact; not approximate), then reuse is tried
-  // again: tracking that much change costs more than a full encode. 0: never. Decided between
-  // groups, so with group_frames G the exact groups start up to G frames later.
+  // exactly (every layer on every token, as Reuse::exact; not approximate), and after them every
+  // group whose frames resample as large a share of their tokens as that group did; then reuse
+  // is tried again: tracking that much change costs more than a full encode. 0: never. Decided
+  // between groups, so with group_frames G the exact groups start up to G frames later.
   float exact_above_work = 0.45f;
   // Incremental ViT only: frames whose encoder work runs as one group (IncrementalEncoder::
   // encode_group: weights read once per group, the same results). Results come out when a group

@@ -648,8 +648,8 @@ def video(
             --keyframe, --group (frames encoded together: the encoder reads its weights once
             per group), --threshold, --token-threshold, --hysteresis, --refresh-fraction.
         exact_above_work: when a frame group's reused frames did more than this share of a full
-            encode's work, the next three groups are encoded exactly, then reuse is tried again
-            (the CLI's --exact-above-work; 0: never).
+            encode's work, the next three groups are encoded exactly, and the groups after them
+            that change as much, then reuse is tried again (the CLI's --exact-above-work; 0: never).
         foveation: "mixed" (one sequence of mixed scales, the default) or "windows" (the CLI's
             --foveation windows: a base view and native windows, each its own sequence; a window
             whose pixels did not change hands on its previous outputs bit for bit, reuse "exact"

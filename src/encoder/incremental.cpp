@@ -21,7 +21,6 @@
 #include <exception>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "encoder/attention.hpp"
 #include "encoder/encoder_internal.hpp"
@@ -222,10 +221,11 @@ struct FrameWork {
   // rows xr_off.. of XR) and, with the attention bound, those recomputed for their attention
   // (att, at att_row in XR).
   std::vector<int64_t> cand, cand_row, sel, att, att_row;
-  // The references this frame's selection overwrote, for the frames before it in the group
-  // (their step 3 needs the inputs their kept tokens were computed from): token → row of
-  // the layer's saved references.
-  std::unordered_map<int64_t, int64_t> ref_before, cur_before;  // the same for current inputs
+  // What this frame's selection overwrote, for the frames before it in the group (their step 3
+  // needs the values their kept tokens were computed with): per token, its index in the
+  // layer's saved reference norms (ref_before) and saved current inputs (cur_before), or -1.
+  // Dense [T] (a lookup per kept token and later frame); empty for a group's first frame.
+  std::vector<int64_t> ref_before, cur_before;
   // With the attention bound, the candidates not recomputed: carried (their rows in IN), then
   // their output rows in XR.
   std::vector<int64_t> carry, carry_in, carry_row;
@@ -254,7 +254,28 @@ struct IncrementalEncoder::State {
   Buf IN, XR, XB, H, QKV, A, Hm, Pt, gone_kv;
   AttentionTrack bound;  // the attention bound's buffers
   std::vector<float> wo_norm;  // per layer ‖W_o‖₂, made at the first tracked frame
+  // Per-layer scratch of run(), kept from call to call (their capacity: no allocation per frame).
+  std::vector<const float*> sel_src;  // per selected row, where its input is
+  std::vector<float> saved_norm2;     // reference norms overwritten by later frames of the group (ref_before)
+  std::vector<float> saved_cur;       // current inputs overwritten by later frames (cur_before)
+  std::vector<uint8_t> in_att;        // [T] the token is recomputed for its attention this frame
+  std::vector<uint8_t> keep;
+  std::vector<int64_t> order;
   State(const VitModel& m, EncoderContext c) : model(m), ctx(std::move(c)) {}
+  struct Pass;  // one run's shared values (run() and its steps)
+  void frame_roles(Pass& ps, const int64_t* Ns, IncrementalResult* out);
+  void embed_patches(Pass& ps);
+  void layer0_inputs(Pass& ps);
+  void prepare_layers(Pass& ps);
+  void ensure_cache(const Pass& ps, LayerCache& lc, int64_t T);
+  void enter_layer(Pass& ps, LayerCache& C);
+  void select_rows(Pass& ps, LayerCache& C);
+  void compute_rows(Pass& ps, size_t li, const VitLayer& l, LayerCache& C);
+  void attend_frame(Pass& ps, size_t li, LayerCache& C, size_t f);
+  void carry_rows(Pass& ps, LayerCache& C);
+  void next_candidates(Pass& ps);
+  void write_outputs(Pass& ps);
+  void keep_state(Pass& ps);
   void run(std::span<const IncrementalFrame> frames, const int64_t* Ns, const IncrementalParams& params,
            const Ops& ops, IncrementalResult* out);
   void attend_block(LayerCache& C, const int64_t* rows, int64_t nb, int64_t T, int64_t D, int heads, int h, DType dt,
@@ -560,6 +581,52 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
   return out;
 }
 
+// One run of frames (State::run): the model's sizes and the thresholds, every frame's work, and
+// the current layer's rows in XR.
+struct IncrementalEncoder::State::Pass {
+  Pass(State& st, std::span<const IncrementalFrame> frames_, const IncrementalParams& params_, const Ops& ops_)
+      : frames(frames_), params(params_), ops(ops_), m(st.model.impl()), c(m.config), attn_ws(workspace(st.ctx)),
+        dt(runnable_precision(params.precision) == Precision::bf16 ? DType::bf16 : DType::f32),  // bf16 needs bf16 kernels
+        es(esize(dt)), D(c.hidden), Mh(c.mlp), pre(prefix_tokens(c)), hd(D / c.heads),
+        K(int64_t(c.channels) * c.patch_px * c.patch_px), L(m.layers.size()), F(frames.size()), rowb(size_t(D) * 4),
+        track(params.reuse_layers && params.bound_attention),
+        per_token(double(3 * D * D + D * D + D * fc1_width(c) + D * Mh)),
+        per_token_att(double(D * D + D * fc1_width(c) + D * Mh)),
+        thr2(double(params.token_threshold) * double(params.token_threshold)),
+        thr_att(params.attention_bound_threshold()),
+        budget(std::max(0, params.refresh_tokens)) {}
+  static AttentionWorkspace& workspace(EncoderContext& ctx) {
+    if (!ctx.impl().attention_ws) ctx.impl().attention_ws = std::make_shared<AttentionWorkspace>();
+    return *ctx.impl().attention_ws;
+  }
+  std::span<const IncrementalFrame> frames;
+  const IncrementalParams& params;
+  const Ops& ops;
+  const VitModel::Impl& m;
+  const VitConfig& c;
+  AttentionWorkspace& attn_ws;  // reused by every layer and frame
+  const DType dt;
+  const size_t es;
+  const int64_t D, Mh, pre, hd, K;
+  const size_t L, F, rowb;
+  const bool track;  // the attention bound's state is kept
+  // Multiply-adds of a token's layer (linear layers); of its output projection and MLP.
+  const double per_token, per_token_att;
+  const double thr2, thr_att;  // token_threshold², the attention bound's threshold
+  const int64_t budget;        // refresh_tokens
+  std::vector<FrameWork> fw;
+  bool chunked = false;  // some frame recomputes only some rows: GEMMs in chunks (for_row_chunks)
+  bool split = false;    // the chunks shared between threads (parallel_row_chunks)
+  std::vector<std::pair<size_t, int64_t>> todo;  // (frame, token): patch embeddings computed, in XR
+  int64_t in_rows = 0;   // the current layer's input rows in IN
+  int64_t sum_t = 0;     // Σ tokens over the frames
+  std::vector<int64_t> gone;  // rows of the previous layout the head frame drops
+  // The current layer's rows in XR: recomputed from their input (rows), then recomputed for
+  // their attention (staged), then carried (carried).
+  int64_t rows = 0, staged = 0, carried = 0;
+};
+
+
 // One run of frames, layer-major. Frame f at layer l needs only its own layer-l inputs and the
 // layer-l caches as frame f−1 left them, so each layer handles the whole run before the next:
 //   1. per frame in order, the candidates are compared with the references (which the frame
@@ -576,21 +643,34 @@ std::vector<IncrementalResult> IncrementalEncoder::encode_group(std::span<const 
 // running the frames one by one; only the row counts of the GEMMs differ.
 void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, const int64_t* Ns,
                                     const IncrementalParams& params, const Ops& ops, IncrementalResult* out) {
-  const VitModel::Impl& m = model.impl();
-  const VitConfig& c = m.config;
-  if (!ctx.impl().attention_ws) ctx.impl().attention_ws = std::make_shared<AttentionWorkspace>();
-  AttentionWorkspace& attn_ws = *ctx.impl().attention_ws;  // reused by every layer and frame
-  const bool bf16 = runnable_precision(params.precision) == Precision::bf16;  // bf16 needs bf16 kernels
-  const DType dt = bf16 ? DType::bf16 : DType::f32;
-  const size_t es = esize(dt);
-  const int64_t D = c.hidden, Mh = c.mlp, pre = prefix_tokens(c), hd = D / c.heads;
-  const int64_t K = int64_t(c.channels) * c.patch_px * c.patch_px;
-  const size_t L = m.layers.size();
-  const size_t F = frames.size();
-  const size_t rowb = size_t(D) * 4;
+  Pass ps(*this, frames, params, ops);
+  frame_roles(ps, Ns, out);
+  embed_patches(ps);
+  layer0_inputs(ps);
+  prepare_layers(ps);
+  for (size_t li = 0; li < ps.L; ++li) {
+    const VitLayer& l = ps.m.layers[li];
+    LayerCache& C = layers[li];
+    enter_layer(ps, C);
+    select_rows(ps, C);
+    compute_rows(ps, li, l, C);
+    carry_rows(ps, C);
+    next_candidates(ps);
+  }
+  write_outputs(ps);
+  keep_state(ps);
+}
 
-  // ---- the frames' roles --------------------------------------------------------------------
-  std::vector<FrameWork> fw(F);
+// The frames' roles: which reuse the caches (gate), the head frame's rows in the previous caches.
+void IncrementalEncoder::State::frame_roles(Pass& ps, const int64_t* Ns, IncrementalResult* out) {
+  auto& frames = ps.frames;
+  auto& params = ps.params;
+  auto& ops = ps.ops;
+  auto& fw = ps.fw;
+  const auto pre = ps.pre;
+  const auto L = ps.L;
+  const auto F = ps.F;
+  fw.assign(F, FrameWork{});
   for (size_t f = 0; f < F; ++f) {
     FrameWork& w = fw[f];
     w.in = &frames[f];
@@ -602,11 +682,11 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     w.res->recomputed.assign(size_t(w.N), 0);
   }
   FrameWork& head = fw[0];
-  bool chunked = false;  // some frame recomputes only some rows: GEMMs in chunks (for_row_chunks)
+  bool& chunked = ps.chunked;  // some frame recomputes only some rows: GEMMs in chunks (for_row_chunks)
   for (const FrameWork& w : fw) chunked = chunked || w.gate;
   // The linear layers' chunks shared between threads (parallel_row_chunks); not with the
   // reference kernels, nor int8 (its kernels take the whole team).
-  const bool split = chunked && !ops.ref && !ops.int8;
+  ps.split = chunked && !ops.ref && !ops.int8;
   if (head.gate) {
     head.prev_t.assign(size_t(head.T), -1);
     for (int64_t t = 0; t < pre; ++t) head.prev_t[size_t(t)] = t;  // class token, registers
@@ -616,9 +696,21 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     }
     head.remap = L == 0 || layers[0].ref_in.dim(0) != head.T || !is_identity(head.prev_t);
   }
+}
 
-  // ---- patch embeddings: every frame's new or changed patches through one GEMM --------------
-  std::vector<std::pair<size_t, int64_t>> todo;  // (frame, token)
+// Patch embeddings: every frame's new or changed patches through one GEMM (into XR, in todo's order).
+void IncrementalEncoder::State::embed_patches(Pass& ps) {
+  auto& m = ps.m;
+  auto& frames = ps.frames;
+  auto& ops = ps.ops;
+  auto& fw = ps.fw;
+  auto& todo = ps.todo;
+  const auto D = ps.D;
+  const auto K = ps.K;
+  const auto F = ps.F;
+  const auto rowb = ps.rowb;
+  const auto chunked = ps.chunked;
+  todo.clear();
   for (size_t f = 0; f < F; ++f) {
     const FrameWork& w = fw[f];
     for (int64_t i = 0; i < w.N; ++i) {
@@ -649,10 +741,27 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       ops.linear(linear_args(src + r0 * K, DType::f32, mc, m.patch_w, &m.patch_b, XR.as<float>() + r0 * D, DType::f32));
     });
   }
+}
 
-  // ---- layer-0 candidates --------------------------------------------------------------------
-  const bool track = params.reuse_layers && params.bound_attention;
-  int64_t in_rows = 0, sum_t = 0;
+// Layer 0's candidates (new, changed or moved tokens, the class token) and their inputs in IN:
+// the patch-embedding cache brought up to date, positions added, the pre-norm.
+void IncrementalEncoder::State::layer0_inputs(Pass& ps) {
+  auto& m = ps.m;
+  auto& c = ps.c;
+  auto& frames = ps.frames;
+  auto& params = ps.params;
+  auto& ops = ps.ops;
+  auto& fw = ps.fw;
+  auto& todo = ps.todo;
+  auto& in_rows = ps.in_rows;
+  const auto D = ps.D;
+  const auto pre = ps.pre;
+  const auto F = ps.F;
+  const auto rowb = ps.rowb;
+  const auto track = ps.track;
+  in_rows = 0;
+  int64_t& sum_t = ps.sum_t;
+  sum_t = 0;
   for (size_t f = 0; f < F; ++f) {
     FrameWork& w = fw[f];
     w.in_off = in_rows;
@@ -719,38 +828,23 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
       if (c.pre_norm && rows > 0) ops.layer_norm(x, rows, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
     }
   }
+}
 
-  // ---- transformer, layer-major ----------------------------------------------------------------
+// Before the first layer: a cache per layer, ‖W_o‖₂ per layer, the rows the head frame's layout drops.
+void IncrementalEncoder::State::prepare_layers(Pass& ps) {
+  auto& m = ps.m;
+  auto& gone = ps.gone;
+  const auto L = ps.L;
+  const auto track = ps.track;
+  FrameWork& head = ps.fw[0];
   if (layers.size() != L) layers.resize(L);
   if (track && wo_norm.size() != L) {
     wo_norm.resize(L);
     for (size_t li = 0; li < L; ++li) wo_norm[li] = spectral_norm(m.layers[li].out_w);
   }
-  const double per_token = double(3 * D * D + D * D + D * fc1_width(c) + D * Mh);
-  const double per_token_att = double(D * D + D * fc1_width(c) + D * Mh);  // output projection and MLP
-  auto ensure_cache = [&](LayerCache& lc, int64_t T) {
-    if (lc.ref_in.rank() != 2 || lc.ref_in.dim(0) != T || lc.kv.dtype() != dt || lc.kv.rank() != 4) {
-      lc.ref_in = Tensor(DType::f32, {T, D});
-      lc.kv = Tensor(dt, {2, int64_t(c.heads), T, hd});
-    }
-    if (track && (lc.q.rank() != 2 || lc.q.dim(0) != c.heads * T + kRowBucket || lc.q.dtype() != dt)) {
-      // A bucket of rows after the last head's: apply_kv_change reads its row blocks rounded up.
-      lc.q = Tensor(dt, {int64_t(c.heads) * T + kRowBucket, hd});
-      std::memset(lc.q.bytes(), 0, lc.q.size_bytes());
-      lc.lse = Tensor(DType::f32, {int64_t(c.heads), T});
-      lc.att = Tensor(DType::f32, {T, D});
-      lc.att_used = Tensor(DType::f32, {T, D});
-      lc.in_cur = Tensor(DType::f32, {T, D});
-      lc.upd = Tensor(DType::f32, {T, D});
-    }
-    if (track) lc.resid.resize(size_t(T)), lc.drift.resize(size_t(T)), lc.ref_norm2.resize(size_t(T));
-  };
-  const double thr2 = double(params.token_threshold) * double(params.token_threshold);
-  const double thr_att = params.attention_threshold < 0 ? params.token_threshold : params.attention_threshold;
-  const int64_t budget = std::max(0, params.refresh_tokens);
   // The rows of the previous layout that the head frame drops (their keys and values leave
   // every kept token's attention).
-  std::vector<int64_t> gone;
+  gone.clear();
   if (track && head.gate && head.remap && L > 0) {
     std::vector<uint8_t> kept(size_t(layers[0].kv.dim(2)), 0);
     for (int64_t p : head.prev_t)
@@ -758,342 +852,456 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     for (size_t p = 0; p < kept.size(); ++p)
       if (!kept[p]) gone.push_back(int64_t(p));
   }
-  std::vector<const float*> sel_src;  // per selected row, where its input is
-  std::vector<float> saved_refs;      // references overwritten by later frames of the group (ref_before)
-  std::vector<float> saved_norm2;     // and their ‖·‖₂²
-  std::vector<float> saved_cur;       // current inputs overwritten by later frames (cur_before)
-  std::vector<uint8_t> in_att;        // [T] the token is recomputed for its attention this frame
-  std::vector<uint8_t> keep;
-  std::vector<int64_t> order;
-  for (size_t li = 0; li < L; ++li) {
-    const VitLayer& l = m.layers[li];
-    LayerCache& C = layers[li];
-    if (!head.gate) {
-      ensure_cache(C, head.T);
-    } else if (head.remap) {  // kept tokens carry their reference and K|V to their new rows
-      const int64_t told = C.kv.dim(2);
-      if (track) {  // the dropped rows' keys and values, before they are overwritten
-        gone_kv.ensure(std::max<size_t>(1, size_t(2 * c.heads * int64_t(gone.size()) * hd) * es));
-        for (int64_t kh = 0; kh < 2 * c.heads; ++kh)
-          for (size_t g = 0; g < gone.size(); ++g)
-            std::memcpy(gone_kv.get() + size_t((kh * int64_t(gone.size()) + int64_t(g)) * hd) * es,
-                        C.kv.bytes() + size_t((kh * told + gone[g]) * hd) * es, size_t(hd) * es);
-      }
-      ensure_cache(spare, head.T);
-      for (int64_t t = 0; t < head.T; ++t) {
-        const int64_t p = head.prev_t[size_t(t)];
-        if (p < 0) continue;
-        std::memcpy(spare.ref_in.data<float>() + t * D, C.ref_in.data<float>() + p * D, rowb);
-        for (int64_t kh = 0; kh < 2 * c.heads; ++kh)  // K and V of every head
-          std::memcpy(spare.kv.bytes() + size_t((kh * head.T + t) * hd) * es,
-                      C.kv.bytes() + size_t((kh * told + p) * hd) * es, size_t(hd) * es);
-        if (track) {
-          for (int64_t h = 0; h < c.heads; ++h) {
-            std::memcpy(spare.q.bytes() + size_t((h * head.T + t) * hd) * es,
-                        C.q.bytes() + size_t((h * told + p) * hd) * es, size_t(hd) * es);
-            spare.lse.data<float>()[h * head.T + t] = C.lse.data<float>()[h * told + p];
-          }
-          std::memcpy(spare.att.data<float>() + t * D, C.att.data<float>() + p * D, rowb);
-          std::memcpy(spare.att_used.data<float>() + t * D, C.att_used.data<float>() + p * D, rowb);
-          std::memcpy(spare.in_cur.data<float>() + t * D, C.in_cur.data<float>() + p * D, rowb);
-          std::memcpy(spare.upd.data<float>() + t * D, C.upd.data<float>() + p * D, rowb);
-          spare.resid[size_t(t)] = C.resid[size_t(p)], spare.drift[size_t(t)] = C.drift[size_t(p)];
-          spare.ref_norm2[size_t(t)] = C.ref_norm2[size_t(p)];
-        }
-      }
-      std::swap(C, spare);
+}
+
+// A layer cache sized for T rows (what it holds is undefined after a resize).
+void IncrementalEncoder::State::ensure_cache(const Pass& ps, LayerCache& lc, int64_t T) {
+  auto& c = ps.c;
+  const auto dt = ps.dt;
+  const auto D = ps.D;
+  const auto hd = ps.hd;
+  const auto track = ps.track;
+  if (lc.ref_in.rank() != 2 || lc.ref_in.dim(0) != T || lc.kv.dtype() != dt || lc.kv.rank() != 4) {
+    lc.ref_in = Tensor(DType::f32, {T, D});
+    lc.kv = Tensor(dt, {2, int64_t(c.heads), T, hd});
+  }
+  if (track && (lc.q.rank() != 2 || lc.q.dim(0) != c.heads * T + kRowBucket || lc.q.dtype() != dt)) {
+    // A bucket of rows after the last head's: apply_kv_change reads its row blocks rounded up.
+    lc.q = Tensor(dt, {int64_t(c.heads) * T + kRowBucket, hd});
+    std::memset(lc.q.bytes(), 0, lc.q.size_bytes());
+    lc.lse = Tensor(DType::f32, {int64_t(c.heads), T});
+    lc.att = Tensor(DType::f32, {T, D});
+    lc.att_used = Tensor(DType::f32, {T, D});
+    lc.in_cur = Tensor(DType::f32, {T, D});
+    lc.upd = Tensor(DType::f32, {T, D});
+  }
+  if (track) lc.resid.resize(size_t(T)), lc.drift.resize(size_t(T)), lc.ref_norm2.resize(size_t(T));
+}
+
+// A layer's cache for the head frame: made on a full pass; on a layout change, every kept token's
+// reference, K|V and tracking state moved to its new row (the dropped rows' keys and values kept
+// in gone_kv for the kept tokens' update).
+void IncrementalEncoder::State::enter_layer(Pass& ps, LayerCache& C) {
+  auto& c = ps.c;
+  auto& gone = ps.gone;
+  const auto es = ps.es;
+  const auto D = ps.D;
+  const auto hd = ps.hd;
+  const auto rowb = ps.rowb;
+  const auto track = ps.track;
+  FrameWork& head = ps.fw[0];
+  if (!head.gate) {
+    ensure_cache(ps, C, head.T);
+  } else if (head.remap) {  // kept tokens carry their reference and K|V to their new rows
+    const int64_t told = C.kv.dim(2);
+    if (track) {  // the dropped rows' keys and values, before they are overwritten
+      gone_kv.ensure(std::max<size_t>(1, size_t(2 * c.heads * int64_t(gone.size()) * hd) * es));
+      for (int64_t kh = 0; kh < 2 * c.heads; ++kh)
+        for (size_t g = 0; g < gone.size(); ++g)
+          std::memcpy(gone_kv.get() + size_t((kh * int64_t(gone.size()) + int64_t(g)) * hd) * es,
+                      C.kv.bytes() + size_t((kh * told + gone[g]) * hd) * es, size_t(hd) * es);
     }
-    // 1. Which rows to recompute, frame by frame (each frame's references are the ones the
-    //    frames before it left).
-    XR.ensure(size_t(2 * sum_t + 2 * kRowBucket) * rowb);
-    int64_t rows = 0;
-    saved_refs.clear(), saved_norm2.clear(), saved_cur.clear();
-    for (size_t f = 0; f < F; ++f) {
-      FrameWork& w = fw[f];
-      w.sel.clear();
-      sel_src.clear();
-      w.xr_off = rows;
-      const bool tracking = track && w.gate;
-      w.cur_before.clear();
-      w.carry.clear(), w.carry_in.clear(), w.carry_row.clear();
+    ensure_cache(ps, spare, head.T);
+    for (int64_t t = 0; t < head.T; ++t) {
+      const int64_t p = head.prev_t[size_t(t)];
+      if (p < 0) continue;
+      std::memcpy(spare.ref_in.data<float>() + t * D, C.ref_in.data<float>() + p * D, rowb);
+      for (int64_t kh = 0; kh < 2 * c.heads; ++kh)  // K and V of every head
+        std::memcpy(spare.kv.bytes() + size_t((kh * head.T + t) * hd) * es,
+                    C.kv.bytes() + size_t((kh * told + p) * hd) * es, size_t(hd) * es);
+      if (track) {
+        for (int64_t h = 0; h < c.heads; ++h) {
+          std::memcpy(spare.q.bytes() + size_t((h * head.T + t) * hd) * es,
+                      C.q.bytes() + size_t((h * told + p) * hd) * es, size_t(hd) * es);
+          spare.lse.data<float>()[h * head.T + t] = C.lse.data<float>()[h * told + p];
+        }
+        std::memcpy(spare.att.data<float>() + t * D, C.att.data<float>() + p * D, rowb);
+        std::memcpy(spare.att_used.data<float>() + t * D, C.att_used.data<float>() + p * D, rowb);
+        std::memcpy(spare.in_cur.data<float>() + t * D, C.in_cur.data<float>() + p * D, rowb);
+        std::memcpy(spare.upd.data<float>() + t * D, C.upd.data<float>() + p * D, rowb);
+        spare.resid[size_t(t)] = C.resid[size_t(p)], spare.drift[size_t(t)] = C.drift[size_t(p)];
+        spare.ref_norm2[size_t(t)] = C.ref_norm2[size_t(p)];
+      }
+    }
+    std::swap(C, spare);
+  }
+}
+
+// Step 1 of a layer: which rows to recompute, frame by frame (each frame's references are the ones
+// the frames before it left); their inputs into XR, frame after frame.
+void IncrementalEncoder::State::select_rows(Pass& ps, LayerCache& C) {
+  auto& fw = ps.fw;
+  auto& rows = ps.rows;
+  const auto D = ps.D;
+  const auto pre = ps.pre;
+  const auto F = ps.F;
+  const auto rowb = ps.rowb;
+  const auto track = ps.track;
+  const auto sum_t = ps.sum_t;
+  const auto per_token = ps.per_token;
+  const auto thr2 = ps.thr2;
+  const auto budget = ps.budget;
+  // 1. Which rows to recompute, frame by frame (each frame's references are the ones the
+  //    frames before it left).
+  XR.ensure(size_t(2 * sum_t + 2 * kRowBucket) * rowb);
+  rows = 0;
+  saved_norm2.clear(), saved_cur.clear();
+  for (size_t f = 0; f < F; ++f) {
+    FrameWork& w = fw[f];
+    w.sel.clear();
+    sel_src.clear();
+    w.xr_off = rows;
+    const bool tracking = track && w.gate;
+    w.cur_before.clear(), w.ref_before.clear();
+    if (track && f > 0) w.cur_before.assign(size_t(w.T), -1), w.ref_before.assign(size_t(w.T), -1);
+    w.carry.clear(), w.carry_in.clear(), w.carry_row.clear();
+    for (size_t k = 0; k < w.cand.size(); ++k) {
+      const int64_t t = w.cand[k];
+      const float* a = IN.as<float>() + w.cand_row[k] * D;
+      if (track) {  // its current input
+        if (f > 0) {
+          w.cur_before[size_t(t)] = int64_t(saved_cur.size()) / D;
+          saved_cur.insert(saved_cur.end(), C.in_cur.data<float>() + t * D, C.in_cur.data<float>() + (t + 1) * D);
+        }
+        std::memcpy(C.in_cur.data<float>() + t * D, a, rowb);
+      }
+      bool s = !w.gate || t < pre || (w.remap && w.prev_t[size_t(t)] < 0);
+      if (!s) {
+        const float* b = C.ref_in.data<float>() + t * D;
+        double dd = 0, bb = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          const double e = double(a[d]) - b[d];
+          dd += e * e, bb += double(b[d]) * b[d];
+        }
+        s = dd > thr2 * bb;
+        if (tracking && !s) C.resid[size_t(t)] = bb > 0 ? float(std::sqrt(dd / bb)) : 0.0f;
+      }
+      if (s) w.sel.push_back(t), sel_src.push_back(a);
+      else if (tracking) w.carry.push_back(t), w.carry_in.push_back(w.cand_row[k]);
+    }
+    if (tracking && budget > 0) {
+      // The refresh budget, input side: the kept tokens whose input moved most since they
+      // were last recomputed (their reference holds the input they were computed from; a
+      // candidate's input is in IN, a token's that was no candidate is its input of a frame
+      // before, which only a candidate row could have changed: ref_in + the recorded change
+      // is not kept, so only candidates qualify here).
+      order.clear();
       for (size_t k = 0; k < w.cand.size(); ++k) {
         const int64_t t = w.cand[k];
-        const float* a = IN.as<float>() + w.cand_row[k] * D;
-        if (track) {  // its current input
-          if (f > 0) {
-            w.cur_before[t] = int64_t(saved_cur.size()) / D;
-            saved_cur.insert(saved_cur.end(), C.in_cur.data<float>() + t * D, C.in_cur.data<float>() + (t + 1) * D);
-          }
-          std::memcpy(C.in_cur.data<float>() + t * D, a, rowb);
-        }
-        bool s = !w.gate || t < pre || (w.remap && w.prev_t[size_t(t)] < 0);
-        if (!s) {
-          const float* b = C.ref_in.data<float>() + t * D;
-          double dd = 0, bb = 0;
-          for (int64_t d = 0; d < D; ++d) {
-            const double e = double(a[d]) - b[d];
-            dd += e * e, bb += double(b[d]) * b[d];
-          }
-          s = dd > thr2 * bb;
-          if (tracking && !s) C.resid[size_t(t)] = bb > 0 ? float(std::sqrt(dd / bb)) : 0.0f;
-        }
-        if (s) w.sel.push_back(t), sel_src.push_back(a);
-        else if (tracking) w.carry.push_back(t), w.carry_in.push_back(w.cand_row[k]);
+        if (t >= pre && C.resid[size_t(t)] > 0 && (w.sel.empty() || std::find(w.sel.begin(), w.sel.end(), t) == w.sel.end()))
+          order.push_back(int64_t(k));
       }
-      if (tracking && budget > 0) {
-        // The refresh budget, input side: the kept tokens whose input moved most since they
-        // were last recomputed (their reference holds the input they were computed from; a
-        // candidate's input is in IN, a token's that was no candidate is its input of a frame
-        // before, which only a candidate row could have changed: ref_in + the recorded change
-        // is not kept, so only candidates qualify here).
-        order.clear();
-        for (size_t k = 0; k < w.cand.size(); ++k) {
-          const int64_t t = w.cand[k];
-          if (t >= pre && C.resid[size_t(t)] > 0 && (w.sel.empty() || std::find(w.sel.begin(), w.sel.end(), t) == w.sel.end()))
-            order.push_back(int64_t(k));
-        }
-        const size_t take = std::min(order.size(), size_t(budget));
-        std::partial_sort(order.begin(), order.begin() + int64_t(take), order.end(), [&](int64_t x, int64_t y) {
-          return C.resid[size_t(w.cand[size_t(x)])] > C.resid[size_t(w.cand[size_t(y)])];
-        });
-        for (size_t j = 0; j < take; ++j)
-          w.sel.push_back(w.cand[size_t(order[j])]), sel_src.push_back(IN.as<float>() + w.cand_row[size_t(order[j])] * D);
-      }
-      w.ref_before.clear();
-      for (size_t j = 0; j < w.sel.size(); ++j) {
-        if (track && f > 0) {
-          w.ref_before[w.sel[j]] = int64_t(saved_norm2.size());
-          saved_refs.insert(saved_refs.end(), C.ref_in.data<float>() + w.sel[j] * D,
-                            C.ref_in.data<float>() + (w.sel[j] + 1) * D);
-          saved_norm2.push_back(C.ref_norm2[size_t(w.sel[j])]);
-        }
-        std::memcpy(C.ref_in.data<float>() + w.sel[j] * D, sel_src[j], rowb);
-        if (track) {
-          float xx = 0;
-          for (int64_t d = 0; d < D; ++d) xx += sel_src[j][d] * sel_src[j][d];
-          C.ref_norm2[size_t(w.sel[j])] = xx;
-        }
-        std::memcpy(XR.as<float>() + (rows + int64_t(j)) * D, sel_src[j], rowb);
-        if (track) C.resid[size_t(w.sel[j])] = 0;
-      }
-      if (tracking)
-        for (int64_t t = 0; t < w.T; ++t) w.est[size_t(t)] += C.resid[size_t(t)];
-      rows += int64_t(w.sel.size());
-      const int64_t r = int64_t(w.sel.size());
-      for (int64_t t : w.sel)
-        if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1;
-      w.res->layer_tokens.push_back(r - std::min<int64_t>(pre, r));
-      // Multiply-adds: the linear layers, and attention's Q·Kᵀ and P·V.
-      w.work += double(r) * per_token + 2.0 * double(r) * w.T * D;
-      w.full_work += double(w.T) * per_token + 2.0 * double(w.T) * w.T * D;
+      const size_t take = std::min(order.size(), size_t(budget));
+      std::partial_sort(order.begin(), order.begin() + int64_t(take), order.end(), [&](int64_t x, int64_t y) {
+        return C.resid[size_t(w.cand[size_t(x)])] > C.resid[size_t(w.cand[size_t(y)])];
+      });
+      for (size_t j = 0; j < take; ++j)
+        w.sel.push_back(w.cand[size_t(order[j])]), sel_src.push_back(IN.as<float>() + w.cand_row[size_t(order[j])] * D);
     }
-    // Room for every frame's rows twice: recomputed from their input, then for their attention.
-    const int64_t cap = round_up(2 * sum_t, kRowBucket) + 2 * kRowBucket;
-    A.ensure(size_t(cap * D) * es);
-    int64_t staged = 0;  // rows recomputed for their attention, after the `rows` ones in XR and A
-    // Without recomputed rows, only a layout change (the rows it dropped) moves attention.
-    if (rows > 0 || (track && head.gate && head.remap && !gone.empty())) {
-      // Every frame's rows in one GEMM each (rows rounded up to a bucket, zero rows as padding).
-      // The slack bucket after them lets each frame's attention run on a rounded row count too.
-      const int64_t rg = round_up(rows, kRowBucket), qcap = rg + kRowBucket;
-      H.ensure(size_t(qcap * D) * es), QKV.ensure(size_t(qcap * 3 * D) * es);
-      float* xr = XR.as<float>();
-      std::memset(xr + rows * D, 0, size_t((rg - rows) * D) * 4);
-      auto ln_qkv = [&](int64_t r0, int64_t mc) {
-        ops.layer_norm(xr + r0 * D, mc, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get() + size_t(r0 * D) * es, dt);
-        ops.linear(linear_args(H.get() + size_t(r0 * D) * es, dt, mc, l.qkv_w, &l.qkv_b,
-                               QKV.get() + size_t(r0 * 3 * D) * es, dt));
+    for (size_t j = 0; j < w.sel.size(); ++j) {
+      if (track && f > 0) {
+        w.ref_before[size_t(w.sel[j])] = int64_t(saved_norm2.size());
+        saved_norm2.push_back(C.ref_norm2[size_t(w.sel[j])]);
+      }
+      std::memcpy(C.ref_in.data<float>() + w.sel[j] * D, sel_src[j], rowb);
+      if (track) {
+        float xx = 0;
+        for (int64_t d = 0; d < D; ++d) xx += sel_src[j][d] * sel_src[j][d];
+        C.ref_norm2[size_t(w.sel[j])] = xx;
+      }
+      std::memcpy(XR.as<float>() + (rows + int64_t(j)) * D, sel_src[j], rowb);
+      if (track) C.resid[size_t(w.sel[j])] = 0;
+    }
+    if (tracking)
+      for (int64_t t = 0; t < w.T; ++t) w.est[size_t(t)] += C.resid[size_t(t)];
+    rows += int64_t(w.sel.size());
+    const int64_t r = int64_t(w.sel.size());
+    for (int64_t t : w.sel)
+      if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1;
+    w.res->layer_tokens.push_back(r - std::min<int64_t>(pre, r));
+    // Multiply-adds: the linear layers, and attention's Q·Kᵀ and P·V.
+    w.work += double(r) * per_token + 2.0 * double(r) * w.T * D;
+    w.full_work += double(w.T) * per_token + 2.0 * double(w.T) * w.T * D;
+  }
+}
+
+// Steps 2-4 of a layer: LayerNorm + QKV over every frame's rows in one GEMM, each frame's
+// attention in order (attend_frame), then the output projection and the MLP over every row.
+void IncrementalEncoder::State::compute_rows(Pass& ps, size_t li, const VitLayer& l, LayerCache& C) {
+  auto& c = ps.c;
+  auto& ops = ps.ops;
+  auto& gone = ps.gone;
+  auto& rows = ps.rows;
+  auto& staged = ps.staged;
+  const auto dt = ps.dt;
+  const auto es = ps.es;
+  const auto D = ps.D;
+  const auto F = ps.F;
+  const auto rowb = ps.rowb;
+  const auto split = ps.split;
+  const auto track = ps.track;
+  const auto sum_t = ps.sum_t;
+  FrameWork& head = ps.fw[0];
+  // Room for every frame's rows twice: recomputed from their input, then for their attention.
+  const int64_t cap = round_up(2 * sum_t, kRowBucket) + 2 * kRowBucket;
+  A.ensure(size_t(cap * D) * es);
+  staged = 0;  // rows recomputed for their attention, after the `rows` ones in XR and A
+  // Without recomputed rows, only a layout change (the rows it dropped) moves attention.
+  if (rows > 0 || (track && head.gate && head.remap && !gone.empty())) {
+    // Every frame's rows in one GEMM each (rows rounded up to a bucket, zero rows as padding).
+    // The slack bucket after them lets each frame's attention run on a rounded row count too.
+    const int64_t rg = round_up(rows, kRowBucket), qcap = rg + kRowBucket;
+    H.ensure(size_t(qcap * D) * es), QKV.ensure(size_t(qcap * 3 * D) * es);
+    float* xr = XR.as<float>();
+    std::memset(xr + rows * D, 0, size_t((rg - rows) * D) * 4);
+    auto ln_qkv = [&](int64_t r0, int64_t mc) {
+      ops.layer_norm(xr + r0 * D, mc, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get() + size_t(r0 * D) * es, dt);
+      ops.linear(linear_args(H.get() + size_t(r0 * D) * es, dt, mc, l.qkv_w, &l.qkv_b,
+                             QKV.get() + size_t(r0 * 3 * D) * es, dt));
+    };
+    if (rows > 0 && split) parallel_row_chunks(rows, ops.threads, ln_qkv);
+    else if (rows > 0) ln_qkv(0, rg);
+    std::memset(QKV.get() + size_t(rg * 3 * D) * es, 0, size_t(kRowBucket * 3 * D) * es);
+    for (size_t f = 0; f < F; ++f) attend_frame(ps, li, C, f);  // 3. in frame order
+    const int64_t total = rows + staged, rt = round_up(total, kRowBucket);
+    if (total > 0) {
+      std::memset(xr + total * D, 0, size_t((rt - total) * D) * 4);
+      if (track) {
+        std::memset(A.get() + size_t(total * D) * es, 0, size_t((rt - total) * D) * es);
+        XB.ensure(size_t(total) * rowb);
+        std::memcpy(XB.get(), xr, size_t(total) * rowb);
+      }
+      H.ensure(size_t(rt * D) * es), Hm.ensure(size_t(rt * fc1_width(c)) * es);
+      const int64_t fw1 = fc1_width(c);
+      auto mlp = [&](int64_t r0, int64_t mc) {
+        ops.attention_out_and_mlp(l, c, A.get() + size_t(r0 * D) * es, mc, xr + r0 * D, H.get() + size_t(r0 * D) * es,
+                                  Hm.get() + size_t(r0 * fw1) * es, dt);
       };
-      if (rows > 0 && split) parallel_row_chunks(rows, ops.threads, ln_qkv);
-      else if (rows > 0) ln_qkv(0, rg);
-      std::memset(QKV.get() + size_t(rg * 3 * D) * es, 0, size_t(kRowBucket * 3 * D) * es);
-      for (size_t f = 0; f < F; ++f) {  // 3. in frame order: K|V into the cache, then attention
-        FrameWork& w = fw[f];
-        const int64_t r = int64_t(w.sel.size());
-        w.att.clear(), w.att_row.clear();
-        if (r == 0 && !(track && w.gate && w.remap && !gone.empty())) continue;
-        const bool delta = track && w.gate;
-        int64_t n_old = 0, ncp = 0;
-        if (delta) {
-          // The changed rows' keys and values for the kept tokens' update: the new ones first,
-          // then the old ones (the recomputed rows' as the cache still holds them, and the
-          // rows the layout dropped), [heads, ncp, hd] each.
-          std::vector<int64_t> old_rows;
-          for (int64_t t : w.sel)
-            if (!(w.remap && w.prev_t[size_t(t)] < 0)) old_rows.push_back(t);
-          const int64_t ng = f == 0 && w.remap ? int64_t(gone.size()) : 0;
-          n_old = int64_t(old_rows.size()) + ng;
-          ncp = round_up(std::max<int64_t>(r + n_old, 1), kRowBucket);
-          bound.kc.ensure(size_t(c.heads * ncp * hd) * es), bound.vc.ensure(size_t(c.heads * ncp * hd) * es);
-          std::memset(bound.kc.get(), 0, size_t(c.heads * ncp * hd) * es);
-          std::memset(bound.vc.get(), 0, size_t(c.heads * ncp * hd) * es);
-          for (int64_t h = 0; h < c.heads; ++h)
-            for (int kv = 0; kv < 2; ++kv) {
-              std::byte* dst = (kv ? bound.vc : bound.kc).get() + size_t(h * ncp * hd) * es;
-              const std::byte* cache = C.kv.bytes() + size_t(((kv * c.heads + h) * w.T) * hd) * es;
-              for (int64_t j = 0; j < r; ++j)
-                std::memcpy(dst + size_t(j * hd) * es,
-                            QKV.get() + size_t((w.xr_off + j) * 3 * D + (1 + kv) * D + h * hd) * es, size_t(hd) * es);
-              for (size_t j = 0; j < old_rows.size(); ++j)
-                std::memcpy(dst + size_t((r + int64_t(j)) * hd) * es, cache + size_t(old_rows[j] * hd) * es,
-                            size_t(hd) * es);
-              for (int64_t g = 0; g < ng; ++g)
-                std::memcpy(dst + size_t((r + int64_t(old_rows.size()) + g) * hd) * es,
-                            gone_kv.get() + size_t(((kv * c.heads + h) * ng + g) * hd) * es, size_t(hd) * es);
-            }
-        }
-        for (int64_t j = 0; j < r; ++j) {
-          const std::byte* kv_row = QKV.get() + size_t((w.xr_off + j) * 3 * D + D) * es;  // K | V, head by head
-          for (int64_t kh = 0; kh < 2 * c.heads; ++kh)
-            std::memcpy(C.kv.bytes() + size_t((kh * w.T + w.sel[size_t(j)]) * hd) * es, kv_row + size_t(kh * hd) * es,
-                        size_t(hd) * es);
-          if (track)
-            for (int64_t h = 0; h < c.heads; ++h)
-              std::memcpy(C.q.bytes() + size_t((h * w.T + w.sel[size_t(j)]) * hd) * es,
-                          QKV.get() + size_t((w.xr_off + j) * 3 * D + h * hd) * es, size_t(hd) * es);
-        }
-        if (!track) {
-          // Rows past this frame's are the next frames' (rewritten when their turn comes) or slack.
-          const AttentionExec aex{ops.ref, ops.threads, ops.gemm};
-          auto attend_rows = [&](int64_t r0, int64_t ra) {
-            encoder_detail::attention_rows_kv_head_major(
-                aex, QKV.get() + size_t((w.xr_off + r0) * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
-                C.kv.bytes() + size_t(c.heads * w.T * hd) * es, w.T, D, c.heads, dt,
-                A.get() + size_t((w.xr_off + r0) * D) * es, &attn_ws);
-          };
-          if (ops.ref) attend_rows(0, r);
-          else for_row_chunks(r, chunked, attend_rows);
-          continue;
-        }
-        // The recomputed rows attend exactly, keeping their normaliser; the kept rows'
-        // attention is brought up to date with this frame's keys and values.
-        keep.assign(size_t(w.T), delta ? 1 : 0);
-        for (int64_t t : w.sel) keep[size_t(t)] = 0;
-        track_frame(C, w.sel, A.get() + size_t(w.xr_off * D) * es, keep, w.T, r, n_old, D, c.heads, dt, ops);
-        for (int64_t t : w.sel) {
-          std::memcpy(C.att_used.data<float>() + t * D, C.att.data<float>() + t * D, rowb);
-          C.drift[size_t(t)] = 0;
-        }
-        if (!delta) continue;
-        w.work += 2.0 * double(w.T) * double(ncp) * D;  // the kept rows' update (delta_block)
-        // The bound: recompute (output projection and MLP, from the kept input) the tokens
-        // whose output would move by more than the threshold; then, within the budget, those
-        // whose unapplied change is largest.
-        const float gain = wo_norm[li];
-        // A kept token's current input and the norm of its reference as of this frame, unless
-        // a later frame of the group has already replaced them.
-        auto cur_of = [&](int64_t t) {
-          for (size_t g = f + 1; g < F; ++g)
-            if (auto it = fw[g].cur_before.find(t); it != fw[g].cur_before.end())
-              return static_cast<const float*>(saved_cur.data() + it->second * D);
-          return static_cast<const float*>(C.in_cur.data<float>() + t * D);
-        };
-        auto ref_norm2_of = [&](int64_t t) {
-          for (size_t g = f + 1; g < F; ++g)
-            if (auto it = fw[g].ref_before.find(t); it != fw[g].ref_before.end()) return saved_norm2[size_t(it->second)];
-          return C.ref_norm2[size_t(t)];
-        };
-        order.clear();
-        for (int64_t t = 0; t < w.T; ++t) {
-          if (!keep[size_t(t)]) continue;
-          const float xx = ref_norm2_of(t);
-          const float est = xx > 0 ? gain * std::sqrt(bound.row_dd[size_t(t)] / xx) : 0.0f;
-          C.drift[size_t(t)] = est;
-          if (est > thr_att) w.att.push_back(t);
-          else if (budget > 0 && est > 0) order.push_back(t);
-        }
-        const size_t take = std::min(order.size(), size_t(budget));
-        std::partial_sort(order.begin(), order.begin() + int64_t(take), order.end(),
-                          [&](int64_t x, int64_t y) { return C.drift[size_t(x)] > C.drift[size_t(y)]; });
-        for (size_t j = 0; j < take; ++j) w.att.push_back(order[j]);
-        for (int64_t t : w.att) {
-          const int64_t row = rows + staged++;
-          w.att_row.push_back(row);
-          std::memcpy(XR.as<float>() + row * D, cur_of(t), rowb);
-          const float* a = C.att.data<float>() + t * D;
-          std::byte* dst = A.get() + size_t(row * D) * es;
-          if (dt == DType::f32) std::memcpy(dst, a, rowb);
-          else to_bf16_row(a, reinterpret_cast<uint16_t*>(dst), D);
-          std::memcpy(C.att_used.data<float>() + t * D, a, rowb);
-          C.drift[size_t(t)] = 0;
-          if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1, ++w.res->attention_tokens;
-        }
-        int64_t att_patch = 0;
-        for (int64_t t : w.att) att_patch += t >= pre;
-        w.res->layer_tokens.back() += att_patch;
-        w.work += double(w.att.size()) * per_token_att;
-        for (int64_t t = 0; t < w.T; ++t) w.est[size_t(t)] += C.drift[size_t(t)];
-      }
-      const int64_t total = rows + staged, rt = round_up(total, kRowBucket);
-      if (total > 0) {
-        std::memset(xr + total * D, 0, size_t((rt - total) * D) * 4);
-        if (track) {
-          std::memset(A.get() + size_t(total * D) * es, 0, size_t((rt - total) * D) * es);
-          XB.ensure(size_t(total) * rowb);
-          std::memcpy(XB.get(), xr, size_t(total) * rowb);
-        }
-        H.ensure(size_t(rt * D) * es), Hm.ensure(size_t(rt * fc1_width(c)) * es);
-        const int64_t fw1 = fc1_width(c);
-        auto mlp = [&](int64_t r0, int64_t mc) {
-          ops.attention_out_and_mlp(l, c, A.get() + size_t(r0 * D) * es, mc, xr + r0 * D, H.get() + size_t(r0 * D) * es,
-                                    Hm.get() + size_t(r0 * fw1) * es, dt);
-        };
-        if (split) parallel_row_chunks(total, ops.threads, mlp);
-        else mlp(0, rt);
-      }
-    }
-    // The carry, frame by frame in order (each frame's carried rows take the updates as the
-    // frame before left them): a carried token's output is its input plus its kept update; a
-    // recomputed token's update is its output minus its input.
-    int64_t carried = 0;
-    if (track) {
-      const int64_t total = rows + staged;
-      float* xr = XR.as<float>();
-      for (FrameWork& w : fw) {
-        in_att.assign(size_t(w.T), 0);
-        for (int64_t t : w.att) in_att[size_t(t)] = 1;
-        for (int64_t t : w.sel) in_att[size_t(t)] = 1;  // the refresh budget took it
-        for (size_t k = 0; k < w.carry.size(); ++k) {
-          const int64_t t = w.carry[k];
-          if (in_att[size_t(t)]) continue;
-          const int64_t row = total + carried++;
-          const float* x = IN.as<float>() + w.carry_in[k] * D;
-          const float* u = C.upd.data<float>() + t * D;
-          float* o = xr + row * D;
-          for (int64_t d = 0; d < D; ++d) o[d] = x[d] + u[d];
-          w.carry_row.push_back(row);
-          in_att[size_t(t)] = 2;
-        }
-        auto keep_update = [&](int64_t t, int64_t r) {
-          const float* o = xr + r * D;
-          const float* x = XB.as<float>() + r * D;
-          float* u = C.upd.data<float>() + t * D;
-          for (int64_t d = 0; d < D; ++d) u[d] = o[d] - x[d];
-        };
-        for (size_t j = 0; j < w.sel.size(); ++j) keep_update(w.sel[j], w.xr_off + int64_t(j));
-        for (size_t j = 0; j < w.att.size(); ++j) keep_update(w.att[j], w.att_row[j]);
-        // Only the carried tokens stay in the list.
-        size_t kept = 0;
-        for (size_t k = 0; k < w.carry.size(); ++k)
-          if (in_att[size_t(w.carry[k])] == 2) w.carry[kept++] = w.carry[k];
-        w.carry.resize(kept);
-      }
-    }
-    // The recomputed and carried rows' outputs are the next layer's candidates.
-    std::swap(IN, XR);
-    in_rows = rows + staged + carried;
-    for (FrameWork& w : fw) {
-      w.cand.swap(w.sel);
-      w.cand_row.clear();
-      for (size_t j = 0; j < w.cand.size(); ++j) w.cand_row.push_back(w.xr_off + int64_t(j));
-      w.cand.insert(w.cand.end(), w.att.begin(), w.att.end());
-      w.cand_row.insert(w.cand_row.end(), w.att_row.begin(), w.att_row.end());
-      w.cand.insert(w.cand.end(), w.carry.begin(), w.carry.end());
-      w.cand_row.insert(w.cand_row.end(), w.carry_row.begin(), w.carry_row.end());
+      if (split) parallel_row_chunks(total, ops.threads, mlp);
+      else mlp(0, rt);
     }
   }
+}
 
-  // ---- output, frame by frame ----------------------------------------------------------------
+// Step 3 for frame f: its K|V rows into the cache, its recomputed rows' attention; with the
+// attention bound, the kept rows' attention brought up to date and the rows whose output would
+// move by more than the threshold staged for the output projection and MLP (after XR's `rows`).
+void IncrementalEncoder::State::attend_frame(Pass& ps, size_t li, LayerCache& C, size_t f) {
+  auto& c = ps.c;
+  auto& attn_ws = ps.attn_ws;
+  auto& ops = ps.ops;
+  auto& fw = ps.fw;
+  auto& gone = ps.gone;
+  auto& rows = ps.rows;
+  auto& staged = ps.staged;
+  const auto dt = ps.dt;
+  const auto es = ps.es;
+  const auto D = ps.D;
+  const auto pre = ps.pre;
+  const auto hd = ps.hd;
+  const auto F = ps.F;
+  const auto rowb = ps.rowb;
+  const auto chunked = ps.chunked;
+  const auto track = ps.track;
+  const auto per_token_att = ps.per_token_att;
+  const auto thr_att = ps.thr_att;
+  const auto budget = ps.budget;
+  FrameWork& w = fw[f];
+  const int64_t r = int64_t(w.sel.size());
+  w.att.clear(), w.att_row.clear();
+  if (r == 0 && !(track && w.gate && w.remap && !gone.empty())) return;
+  const bool delta = track && w.gate;
+  int64_t n_old = 0, ncp = 0;
+  if (delta) {
+    // The changed rows' keys and values for the kept tokens' update: the new ones first,
+    // then the old ones (the recomputed rows' as the cache still holds them, and the
+    // rows the layout dropped), [heads, ncp, hd] each.
+    std::vector<int64_t> old_rows;
+    for (int64_t t : w.sel)
+      if (!(w.remap && w.prev_t[size_t(t)] < 0)) old_rows.push_back(t);
+    const int64_t ng = f == 0 && w.remap ? int64_t(gone.size()) : 0;
+    n_old = int64_t(old_rows.size()) + ng;
+    ncp = round_up(std::max<int64_t>(r + n_old, 1), kRowBucket);
+    bound.kc.ensure(size_t(c.heads * ncp * hd) * es), bound.vc.ensure(size_t(c.heads * ncp * hd) * es);
+    std::memset(bound.kc.get(), 0, size_t(c.heads * ncp * hd) * es);
+    std::memset(bound.vc.get(), 0, size_t(c.heads * ncp * hd) * es);
+    for (int64_t h = 0; h < c.heads; ++h)
+      for (int kv = 0; kv < 2; ++kv) {
+        std::byte* dst = (kv ? bound.vc : bound.kc).get() + size_t(h * ncp * hd) * es;
+        const std::byte* cache = C.kv.bytes() + size_t(((kv * c.heads + h) * w.T) * hd) * es;
+        for (int64_t j = 0; j < r; ++j)
+          std::memcpy(dst + size_t(j * hd) * es,
+                      QKV.get() + size_t((w.xr_off + j) * 3 * D + (1 + kv) * D + h * hd) * es, size_t(hd) * es);
+        for (size_t j = 0; j < old_rows.size(); ++j)
+          std::memcpy(dst + size_t((r + int64_t(j)) * hd) * es, cache + size_t(old_rows[j] * hd) * es,
+                      size_t(hd) * es);
+        for (int64_t g = 0; g < ng; ++g)
+          std::memcpy(dst + size_t((r + int64_t(old_rows.size()) + g) * hd) * es,
+                      gone_kv.get() + size_t(((kv * c.heads + h) * ng + g) * hd) * es, size_t(hd) * es);
+      }
+  }
+  for (int64_t j = 0; j < r; ++j) {
+    const std::byte* kv_row = QKV.get() + size_t((w.xr_off + j) * 3 * D + D) * es;  // K | V, head by head
+    for (int64_t kh = 0; kh < 2 * c.heads; ++kh)
+      std::memcpy(C.kv.bytes() + size_t((kh * w.T + w.sel[size_t(j)]) * hd) * es, kv_row + size_t(kh * hd) * es,
+                  size_t(hd) * es);
+    if (track)
+      for (int64_t h = 0; h < c.heads; ++h)
+        std::memcpy(C.q.bytes() + size_t((h * w.T + w.sel[size_t(j)]) * hd) * es,
+                    QKV.get() + size_t((w.xr_off + j) * 3 * D + h * hd) * es, size_t(hd) * es);
+  }
+  if (!track) {
+    // Rows past this frame's are the next frames' (rewritten when their turn comes) or slack.
+    const AttentionExec aex{ops.ref, ops.threads, ops.gemm};
+    auto attend_rows = [&](int64_t r0, int64_t ra) {
+      encoder_detail::attention_rows_kv_head_major(
+          aex, QKV.get() + size_t((w.xr_off + r0) * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
+          C.kv.bytes() + size_t(c.heads * w.T * hd) * es, w.T, D, c.heads, dt,
+          A.get() + size_t((w.xr_off + r0) * D) * es, &attn_ws);
+    };
+    if (ops.ref) attend_rows(0, r);
+    else for_row_chunks(r, chunked, attend_rows);
+    return;
+  }
+  // The recomputed rows attend exactly, keeping their normaliser; the kept rows'
+  // attention is brought up to date with this frame's keys and values.
+  keep.assign(size_t(w.T), delta ? 1 : 0);
+  for (int64_t t : w.sel) keep[size_t(t)] = 0;
+  track_frame(C, w.sel, A.get() + size_t(w.xr_off * D) * es, keep, w.T, r, n_old, D, c.heads, dt, ops);
+  for (int64_t t : w.sel) {
+    std::memcpy(C.att_used.data<float>() + t * D, C.att.data<float>() + t * D, rowb);
+    C.drift[size_t(t)] = 0;
+  }
+  if (!delta) return;
+  w.work += 2.0 * double(w.T) * double(ncp) * D;  // the kept rows' update (delta_block)
+  // The bound: recompute (output projection and MLP, from the kept input) the tokens
+  // whose output would move by more than the threshold; then, within the budget, those
+  // whose unapplied change is largest.
+  const float gain = wo_norm[li];
+  // A kept token's current input and the norm of its reference as of this frame, unless
+  // a later frame of the group has already replaced them.
+  auto cur_of = [&](int64_t t) {
+    for (size_t g = f + 1; g < F; ++g)
+      if (const int64_t i = fw[g].cur_before[size_t(t)]; i >= 0)
+        return static_cast<const float*>(saved_cur.data() + i * D);
+    return static_cast<const float*>(C.in_cur.data<float>() + t * D);
+  };
+  auto ref_norm2_of = [&](int64_t t) {
+    for (size_t g = f + 1; g < F; ++g)
+      if (const int64_t i = fw[g].ref_before[size_t(t)]; i >= 0) return saved_norm2[size_t(i)];
+    return C.ref_norm2[size_t(t)];
+  };
+  order.clear();
+  for (int64_t t = 0; t < w.T; ++t) {
+    if (!keep[size_t(t)]) continue;
+    const float xx = ref_norm2_of(t);
+    const float est = xx > 0 ? gain * std::sqrt(bound.row_dd[size_t(t)] / xx) : 0.0f;
+    C.drift[size_t(t)] = est;
+    if (est > thr_att) w.att.push_back(t);
+    else if (budget > 0 && est > 0) order.push_back(t);
+  }
+  const size_t take = std::min(order.size(), size_t(budget));
+  std::partial_sort(order.begin(), order.begin() + int64_t(take), order.end(),
+                    [&](int64_t x, int64_t y) { return C.drift[size_t(x)] > C.drift[size_t(y)]; });
+  for (size_t j = 0; j < take; ++j) w.att.push_back(order[j]);
+  for (int64_t t : w.att) {
+    const int64_t row = rows + staged++;
+    w.att_row.push_back(row);
+    std::memcpy(XR.as<float>() + row * D, cur_of(t), rowb);
+    const float* a = C.att.data<float>() + t * D;
+    std::byte* dst = A.get() + size_t(row * D) * es;
+    if (dt == DType::f32) std::memcpy(dst, a, rowb);
+    else to_bf16_row(a, reinterpret_cast<uint16_t*>(dst), D);
+    std::memcpy(C.att_used.data<float>() + t * D, a, rowb);
+    C.drift[size_t(t)] = 0;
+    if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1, ++w.res->attention_tokens;
+  }
+  int64_t att_patch = 0;
+  for (int64_t t : w.att) att_patch += t >= pre;
+  w.res->layer_tokens.back() += att_patch;
+  w.work += double(w.att.size()) * per_token_att;
+  for (int64_t t = 0; t < w.T; ++t) w.est[size_t(t)] += C.drift[size_t(t)];
+}
+
+// The carried rows of every frame (tracking only), after the recomputed and staged ones in XR.
+void IncrementalEncoder::State::carry_rows(Pass& ps, LayerCache& C) {
+  auto& fw = ps.fw;
+  auto& rows = ps.rows;
+  auto& staged = ps.staged;
+  auto& carried = ps.carried;
+  const auto D = ps.D;
+  const auto track = ps.track;
+  // The carry, frame by frame in order (each frame's carried rows take the updates as the
+  // frame before left them): a carried token's output is its input plus its kept update; a
+  // recomputed token's update is its output minus its input.
+  carried = 0;
+  if (track) {
+    const int64_t total = rows + staged;
+    float* xr = XR.as<float>();
+    for (FrameWork& w : fw) {
+      in_att.assign(size_t(w.T), 0);
+      for (int64_t t : w.att) in_att[size_t(t)] = 1;
+      for (int64_t t : w.sel) in_att[size_t(t)] = 1;  // the refresh budget took it
+      for (size_t k = 0; k < w.carry.size(); ++k) {
+        const int64_t t = w.carry[k];
+        if (in_att[size_t(t)]) continue;
+        const int64_t row = total + carried++;
+        const float* x = IN.as<float>() + w.carry_in[k] * D;
+        const float* u = C.upd.data<float>() + t * D;
+        float* o = xr + row * D;
+        for (int64_t d = 0; d < D; ++d) o[d] = x[d] + u[d];
+        w.carry_row.push_back(row);
+        in_att[size_t(t)] = 2;
+      }
+      auto keep_update = [&](int64_t t, int64_t r) {
+        const float* o = xr + r * D;
+        const float* x = XB.as<float>() + r * D;
+        float* u = C.upd.data<float>() + t * D;
+        for (int64_t d = 0; d < D; ++d) u[d] = o[d] - x[d];
+      };
+      for (size_t j = 0; j < w.sel.size(); ++j) keep_update(w.sel[j], w.xr_off + int64_t(j));
+      for (size_t j = 0; j < w.att.size(); ++j) keep_update(w.att[j], w.att_row[j]);
+      // Only the carried tokens stay in the list.
+      size_t kept = 0;
+      for (size_t k = 0; k < w.carry.size(); ++k)
+        if (in_att[size_t(w.carry[k])] == 2) w.carry[kept++] = w.carry[k];
+      w.carry.resize(kept);
+    }
+  }
+}
+
+// The layer's output rows become the next layer's inputs (IN) and candidates.
+void IncrementalEncoder::State::next_candidates(Pass& ps) {
+  auto& fw = ps.fw;
+  auto& in_rows = ps.in_rows;
+  auto& rows = ps.rows;
+  auto& staged = ps.staged;
+  auto& carried = ps.carried;
+  // The recomputed and carried rows' outputs are the next layer's candidates.
+  std::swap(IN, XR);
+  in_rows = rows + staged + carried;
+  for (FrameWork& w : fw) {
+    w.cand.swap(w.sel);
+    w.cand_row.clear();
+    for (size_t j = 0; j < w.cand.size(); ++j) w.cand_row.push_back(w.xr_off + int64_t(j));
+    w.cand.insert(w.cand.end(), w.att.begin(), w.att.end());
+    w.cand_row.insert(w.cand_row.end(), w.att_row.begin(), w.att_row.end());
+    w.cand.insert(w.cand.end(), w.carry.begin(), w.carry.end());
+    w.cand_row.insert(w.cand_row.end(), w.carry_row.begin(), w.carry_row.end());
+  }
+}
+
+// The last hidden state (and projection) of every frame: the recomputed rows over the kept ones.
+void IncrementalEncoder::State::write_outputs(Pass& ps) {
+  auto& m = ps.m;
+  auto& c = ps.c;
+  auto& ops = ps.ops;
+  auto& fw = ps.fw;
+  auto& in_rows = ps.in_rows;
+  const auto D = ps.D;
+  const auto pre = ps.pre;
+  const auto rowb = ps.rowb;
+  FrameWork& head = ps.fw[0];
   if (c.final_norm == FinalNorm::all_tokens && in_rows > 0)
     ops.layer_norm(IN.as<float>(), in_rows, D, m.post_w, m.post_b, c.ln_eps, IN.get(), DType::f32);
   if (!head.gate) {
@@ -1150,7 +1358,13 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
     }
   }
 
-  // ---- keep the state ---------------------------------------------------------------------
+}
+
+// What the next call starts from: the last frame's token centres, whether the caches can gate.
+void IncrementalEncoder::State::keep_state(Pass& ps) {
+  auto& params = ps.params;
+  auto& fw = ps.fw;
+  const auto track = ps.track;
   const FrameWork& last = fw.back();
   const Tensor& lp = *last.in->positions;
   centers.resize(size_t(2 * last.N));
@@ -1163,5 +1377,6 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   n = last.N;
   valid = true;
 }
+
 
 }  // namespace fovea

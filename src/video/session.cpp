@@ -45,8 +45,13 @@ struct VideoSession::Impl {
   // did most of a full encode's work costs more than a full encode (the small GEMMs of the
   // recomputed rows and the attention bound's updates run below a full encode's efficiency), so
   // the next kExactGroups groups are encoded exactly, and then reuse is tried again.
+  // Reuse is tried again only once the frames change less than they did in the group that was
+  // found too costly (the share of tokens whose patch was sampled again): while the motion that
+  // made reuse costly goes on (a sprite growing at the fixation), a retry would pay a tracked
+  // full encode and more heavy groups for nothing, so the exact groups go on.
   static constexpr int kExactGroups = 3;
   int exact_groups_left = 0;
+  double heavy_resample = 0;  // the costly group's mean share of resampled tokens (0: none yet)
   int64_t processed = 0;
   PyramidU8 pyramid;
   TileGrid grid;
@@ -75,6 +80,14 @@ struct VideoSession::Impl {
   const Tensor& previous_patches() const { return pending.empty() ? batch.patches : pending.back().r.batch.patches; }
   Pending front(ImageU8 frame, const Query& query, int64_t index, double pts_s);
   std::vector<FrameResult> encode_pending();
+  // The pending frames' mean share of tokens whose patch was sampled again.
+  double resample_share() const {
+    double sum = 0;
+    for (const Pending& q : pending)
+      if (!q.resample.empty())
+        sum += double(std::count(q.resample.begin(), q.resample.end(), uint8_t(1))) / double(q.resample.size());
+    return pending.empty() ? 0.0 : sum / double(pending.size());
+  }
 
   Impl(const VideoParams& p, const VitModel* m, Executor& e) : params(p), model(m), exec(e) {}
 
@@ -193,8 +206,9 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
       // attention bound's state costs about twice as much). The first frame that is not a
       // refresh then makes them with a full encode of its own.
       if (last_refresh) ep.reuse_layers = false;
-    } else if (params.reuse == Reuse::incremental && exact_groups_left > 0) {
-      --exact_groups_left;
+    } else if (params.reuse == Reuse::incremental &&
+               (exact_groups_left > 0 || (heavy_resample > 0 && resample_share() >= heavy_resample))) {
+      exact_groups_left = std::max(exact_groups_left - 1, 0);
       ep.reuse_layers = false;  // heavy change: a full encode costs less than reuse
     } else if (params.reuse == Reuse::incremental && params.drift_refresh > 0 && last_drift > params.drift_refresh) {
       // The error reuse has left is estimated above the bound: this group starts from scratch
@@ -214,8 +228,12 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
       int64_t gated = 0;
       for (const IncrementalResult& x : er)
         if (x.approximate) work += x.flops_fraction, ++gated;
-      if (params.exact_above_work > 0 && gated > 0 && work / double(gated) > params.exact_above_work)
+      if (params.exact_above_work > 0 && gated > 0 && work / double(gated) > params.exact_above_work) {
         exact_groups_left = kExactGroups;
+        heavy_resample = resample_share();
+      } else {
+        heavy_resample = 0;
+      }
     }
     for (size_t i = 0; i < pending.size(); ++i) {
       FrameResult& r = pending[i].r;

@@ -111,7 +111,7 @@ struct VideoCommand {
   int64_t max_frames = 0;
   float threshold = VideoParams{}.change_threshold;
   float token_threshold = IncrementalParams{}.token_threshold;
-  std::string attention_threshold;  // a number, or "off"; empty: the token threshold
+  std::string attention_threshold;  // a number, or "off"; empty: the token threshold / 0.7
   int refresh_tokens = IncrementalParams{}.refresh_tokens;
   float drift_refresh = VideoParams{}.drift_refresh;
   float exact_above_work = VideoParams{}.exact_above_work;
@@ -459,9 +459,7 @@ struct VideoCommand {
                       {"precision", std::string(to_string(runnable_precision(vp.encoder.precision)))},
                       {"token_threshold", token_threshold},
                       {"attention_threshold", vp.encoder.bound_attention
-                                                  ? nlohmann::json(vp.encoder.attention_threshold < 0
-                                                                       ? vp.encoder.token_threshold
-                                                                       : vp.encoder.attention_threshold)
+                                                  ? nlohmann::json(vp.encoder.attention_bound_threshold())
                                                   : nlohmann::json("off")},
                       {"refresh_tokens", vp.encoder.refresh_tokens}};
       if (runnable_precision(vp.encoder.precision) != vp.encoder.precision) s["encoder"]["precision_requested"] = precision;
@@ -557,8 +555,8 @@ Runner setup_video(CLI::App& sub) {
                  "encode, slower)")
       ->type_name("E");
   sub.add_option("--attention-threshold", cmd->attention_threshold,
-                 "Advanced: the attention bound's threshold when it should differ from --token-threshold; off: kept "
-                 "tokens ignore other tokens' new keys and values (faster, unbounded drift on trained towers)")
+                 "Advanced: the attention bound's threshold (default: --token-threshold / 0.7, 0.1 at its default); "
+                 "off: kept tokens ignore other tokens' new keys and values (faster, unbounded drift on trained towers)")
       ->type_name("E|off");
   sub.add_option("--drift-refresh", cmd->drift_refresh,
                  "Advanced: start a frame group with a full encode when the encoder's drift estimate of the last "
@@ -566,7 +564,8 @@ Runner setup_video(CLI::App& sub) {
       ->type_name("E");
   sub.add_option("--exact-above-work", cmd->exact_above_work,
                  "Advanced: when a frame group's reused frames did more than W of a full encode's work, encode the "
-                 "next three groups exactly, then try reuse again (0: never; default 0.45)")
+                 "next three groups exactly, and the groups after them that change as much, then try reuse again "
+                 "(0: never; default 0.45)")
       ->type_name("W");
   sub.add_option("--refresh-tokens", cmd->refresh_tokens,
                  "Advanced: per frame and layer, also recompute the K kept tokens whose unapplied change is largest "
