@@ -65,63 +65,81 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 TEST(GemmThreads, FirstUseOfOneConstantWeightFromTwoThreadsOfARegion) {
   // Nothing before the region may start an OpenMP team (see the top of the file).
   const encoder_detail::OmpThreadsScope one_thread(1);
-  // A linear layer's shapes: W [N, K] with a bias, each thread its own rows of A and of C.
+  // A linear layer's shapes: W [N, K] with a bias, each thread its own rows of A and of C. Several
+  // weights, each a first use by both threads at once: whether two first uses overlap in the
+  // racy way depends on how the threads interleave, so each weight is another chance.
   const int64_t n = 96, k = 128, m = 24;
-  const Tensor w = random_f32({n, k}, 1), bias = random_f32({n}, 2);
+  const int kWeights = 16;
+  std::vector<Tensor> w;
+  for (int i = 0; i < kWeights; ++i) w.push_back(random_f32({n, k}, 10 + uint32_t(i)));
+  const Tensor bias = random_f32({n}, 2);
   const Tensor a_f32[2] = {random_f32({m, k}, 3), random_f32({m, k}, 4)};
   std::vector<DType> types{DType::f32};
   if (Gemm().packs_weights(DType::bf16)) types.push_back(DType::bf16);  // the CPU has bf16 kernels
-  // Per type: A as the GEMM reads it, the serial outputs, a fresh engine and the two threads' calls
-  // on it, all made before the region.
-  struct Case {
-    DType adt;
-    Tensor a[2], serial[2], together[2];
-    Gemm gemm;
+  // Per type: A as the GEMM reads it, a fresh engine, and per weight the serial outputs and the two
+  // threads' calls, all made before the region.
+  struct Use {
+    Tensor serial[2], together[2];
     GemmArgs args[2];
   };
+  struct Case {
+    DType adt;
+    Tensor a[2];
+    Gemm gemm;
+    std::vector<Use> uses;
+  };
   std::vector<Case> cases(types.size());
-  for (size_t i = 0; i < types.size(); ++i) {
-    Case& c = cases[i];
-    c.adt = types[i];
+  for (size_t c = 0; c < types.size(); ++c) {
+    Case& cs = cases[c];
+    cs.adt = types[c];
+    for (int t = 0; t < 2; ++t) cs.a[t] = as_dtype(a_f32[t], cs.adt);
     Gemm serial;  // the serial run: one thread, the same engine settings
     serial.pack_on_first_use();
-    for (int t = 0; t < 2; ++t) {
-      c.a[t] = as_dtype(a_f32[t], c.adt);
-      c.serial[t] = Tensor(DType::f32, {m, n});
-      c.together[t] = Tensor(DType::f32, {m, n});
-      serial.run(encoder_detail::linear_args(c.a[t].bytes(), c.adt, m, w, &bias, c.serial[t].bytes(), DType::f32));
-      c.args[t] = encoder_detail::linear_args(c.a[t].bytes(), c.adt, m, w, &bias, c.together[t].bytes(), DType::f32);
-    }
-    c.gemm.pack_on_first_use();  // the first use makes the packed copy (where the kernels pack)
-    c.gemm.reserve_threads(2);
+    cs.uses.resize(kWeights);
+    for (int i = 0; i < kWeights; ++i)
+      for (int t = 0; t < 2; ++t) {
+        Use& u = cs.uses[size_t(i)];
+        u.serial[t] = Tensor(DType::f32, {m, n});
+        u.together[t] = Tensor(DType::f32, {m, n});
+        serial.run(encoder_detail::linear_args(cs.a[t].bytes(), cs.adt, m, w[size_t(i)], &bias, u.serial[t].bytes(),
+                                               DType::f32));
+        u.args[t] = encoder_detail::linear_args(cs.a[t].bytes(), cs.adt, m, w[size_t(i)], &bias, u.together[t].bytes(),
+                                                DType::f32);
+      }
+    cs.gemm.pack_on_first_use();  // the first use makes the packed copy (where the kernels pack)
+    cs.gemm.reserve_threads(2);
   }
   // One region for every case: a second region would start on libgomp's pooled threads, whose
-  // hand-over TSan does not see. Per case, the two threads meet, then call the same engine.
-  std::vector<std::atomic<int>> arrived(cases.size());
+  // hand-over TSan does not see. Per use, the two threads meet, then call the same engine.
+  std::vector<std::atomic<int>> arrived(cases.size() * kWeights);
   int team = 0;
   char region_end[2];
 #pragma omp parallel num_threads(2)
   {
     const int t = omp_get_thread_num();
     if (t == 0) team = omp_get_num_threads();
-    for (size_t i = 0; i < cases.size(); ++i) {
-      arrived[i].fetch_add(1);
-      while (arrived[i].load() < omp_get_num_threads()) {
+    for (size_t c = 0; c < cases.size(); ++c)
+      for (int i = 0; i < kWeights; ++i) {
+        std::atomic<int>& met = arrived[c * kWeights + size_t(i)];
+        met.fetch_add(1);
+        while (met.load() < omp_get_num_threads()) {
+        }
+        cases[c].gemm.run(cases[c].uses[size_t(i)].args[t]);
       }
-      cases[i].gemm.run(cases[i].args[t]);
-    }
     FOVEA_TEST_TSAN_RELEASE(&region_end[t]);
   }
   FOVEA_TEST_TSAN_ACQUIRE(&region_end[0]);
   FOVEA_TEST_TSAN_ACQUIRE(&region_end[1]);
   ASSERT_EQ(team, 2) << "the region must run two threads for the test to mean anything";
-  for (Case& c : cases) {
-    SCOPED_TRACE(c.adt == DType::bf16 ? "bf16" : "f32");
-    EXPECT_TRUE(same_bytes(c.together[0], c.serial[0]));
-    EXPECT_TRUE(same_bytes(c.together[1], c.serial[1]));
-    // Where the kernels pack constant weights, both threads read one packed copy, made once.
-    if (c.gemm.packs_weights(c.adt)) {
-      EXPECT_EQ(c.gemm.packed_stats().weights, 1);
+  for (Case& cs : cases) {
+    SCOPED_TRACE(cs.adt == DType::bf16 ? "bf16" : "f32");
+    for (const Use& u : cs.uses) {
+      EXPECT_TRUE(same_bytes(u.together[0], u.serial[0]));
+      EXPECT_TRUE(same_bytes(u.together[1], u.serial[1]));
+    }
+    // Where the kernels pack constant weights, both threads read one packed copy per weight.
+    if (cs.gemm.packs_weights(cs.adt)) {
+      EXPECT_EQ(cs.gemm.packed_stats().weights, kWeights);
     }
   }
 }
