@@ -15,29 +15,19 @@ import sys
 import time
 
 import numpy as np
-from PIL import Image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import make_qwen_fixtures as ref  # noqa: E402
 import provenance  # noqa: E402
+from _native import cosine, photo  # noqa: E402
 
 import fovea  # noqa: E402
 from fovea import _fovea  # noqa: E402
 
 # family -> (fixture, factor, default min_pixels, default max_pixels)
 FAMILIES = {"qwen2_5_vl": ("qwen2_5_vl", 28, 3136, 12845056), "qwen3_vl": ("qwen3_vl", 32, 65536, 16777216)}
-
-
-def photo(w, h):
-    src = Image.open("/usr/lib/python3/dist-packages/skimage/data/coffee.png").convert("RGB")
-    return np.asarray(src.resize((w, h), Image.BICUBIC))
-
-
-def cosine(a, b):
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / np.sqrt((a @ a) * (b @ b)))
 
 
 def main():

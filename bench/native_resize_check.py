@@ -22,17 +22,13 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import make_qwen_fixtures as ref  # noqa: E402
 import provenance  # noqa: E402
+from _native import cosine, photo  # noqa: E402
 
 import fovea  # noqa: E402
 from fovea import _fovea  # noqa: E402
 
 # (source photo size W x H): smart_resize (factor 32) then changes both sides.
 SOURCES = [(1000, 700), (333, 500), (1600, 1200), (250, 187), (700, 1000)]
-
-
-def photo(w, h):
-    src = Image.open("/usr/lib/python3/dist-packages/skimage/data/astronaut.png").convert("RGB")
-    return np.asarray(src.resize((w, h), Image.BICUBIC))
 
 
 def main():
@@ -43,7 +39,7 @@ def main():
     m = fovea.Model(os.path.join(ROOT, "tests", "data", "encoder", "qwen3_vl"))
     rows = []
     for w, h in SOURCES:
-        img = photo(w, h)
+        img = photo(w, h, "astronaut")
         rh, rw = ref.smart_resize(h, w, 32, 65536, 16777216)
         pil = np.asarray(Image.fromarray(img).resize((rw, rh), Image.BICUBIC))
         t = torch.from_numpy(img.copy()).permute(2, 0, 1).contiguous()
@@ -54,7 +50,7 @@ def main():
         # fovea's own processor on the original photo gives PIL's bytes, so its rows equal ep.
         ef = _fovea.encode_native(m, [img], threads=a.threads)["projected"]
         rel = float(np.abs(ep - et).max() / np.abs(et).max())
-        cos = float((ep.ravel() @ et.ravel()) / np.sqrt((ep.ravel() @ ep.ravel()) * (et.ravel() @ et.ravel())))
+        cos = cosine(ep, et)
         row = {"source": f"{w}x{h}", "resized": f"{rw}x{rh}", "max_grey_level_diff": int(d.max()),
                "mean_grey_level_diff": round(float(d.mean()), 4), "pixels_that_differ": round(float((d > 0).mean()), 4),
                "projected_rel_diff": round(rel, 6), "projected_cosine": round(cos, 6),

@@ -29,7 +29,9 @@ from PIL import Image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 import make_qwen_fixtures as ref  # noqa: E402
+from _native import cosine, photo  # noqa: E402
 
 import fovea  # noqa: E402
 from fovea import _fovea  # noqa: E402
@@ -71,16 +73,6 @@ def write_checkpoint(d, gen):
            "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
     json.dump(pre, open(os.path.join(d, "preprocessor_config.json"), "w"))
     return {k: v.to(torch.float32) for k, v in sd.items()}
-
-
-def photo(w, h):
-    src = Image.open("/usr/lib/python3/dist-packages/skimage/data/coffee.png").convert("RGB")
-    return np.asarray(src.resize((w, h), Image.BICUBIC))
-
-
-def cosine(a, b):
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / np.sqrt((a @ a) * (b @ b)))
 
 
 def main():

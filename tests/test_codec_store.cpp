@@ -39,7 +39,7 @@ std::unique_ptr<StoreBackend> backend(const std::string& name) {
   auto b = name == "vulkan-image" ? make_vulkan_image_store_backend(&why, options) : make_vulkan_store_backend(&why, options);
   if (!b) throw Error(Errc::device, "the " + name + " store backend is not available: " + why);
   if (name == "vulkan-split") {  // windows of 12 KiB every 6 KiB: decode dispatches cut at windows
-    auto& v = dynamic_cast<store_vk::VulkanStoreBase&>(*b);
+    auto& v = dynamic_cast<vulkan_store::VulkanStoreBase&>(*b);
     v.set_window_bytes(12 << 10);
   }
   return b;

@@ -13,25 +13,15 @@
 #include "fovea/image.hpp"
 #include "fovea/native.hpp"
 #include "fovea/safetensors.hpp"
+#include "reference_compare.hpp"
 #include "test_util.hpp"
 
 using namespace fovea;
+using test::rel_err;
 
 namespace {
 
 std::string data(const std::string& f) { return test::source_dir() + "/tests/data/encoder/siglip2_naflex/" + f; }
-
-// max |a − b| / max |b| over every value.
-double rel_err(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape() || a.numel() == 0) return INFINITY;
-  double err = 0, mx = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    err = std::max(err, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
-    mx = std::max(mx, double(std::fabs(b.data<float>()[i])));
-  }
-  return err / mx;
-}
 
 // Rows [r0, r1) of a [N, D] f32 tensor.
 Tensor rows_of(const Tensor& t, int64_t r0, int64_t r1) {

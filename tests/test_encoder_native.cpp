@@ -14,9 +14,12 @@
 #include "fovea/image.hpp"
 #include "fovea/native.hpp"
 #include "fovea/safetensors.hpp"
+#include "reference_compare.hpp"
 #include "test_util.hpp"
 
 using namespace fovea;
+using test::ref;
+using test::rel_err;
 namespace fs = std::filesystem;
 
 namespace {
@@ -27,24 +30,6 @@ std::string data(const std::string& f) { return test::source_dir() + "/tests/dat
 // (model.safetensors.index.json and two shards).
 std::string model_path(const std::string& kind) {
   return kind == "qwen2_vl" ? data("qwen2_vl/model.safetensors") : data("qwen2_5_vl");
-}
-
-Tensor ref(const SafetensorsFile& f, const std::string& name) {
-  const auto* e = f.find(name);
-  EXPECT_NE(e, nullptr) << name;
-  return e ? f.load(*e) : Tensor();
-}
-
-// max |a − b| / max |b| over every value.
-double rel_err(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape()) return INFINITY;
-  double err = 0, mx = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    err = std::max(err, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
-    mx = std::max(mx, double(std::fabs(b.data<float>()[i])));
-  }
-  return err / mx;
 }
 
 void expect_same_i32(const Tensor& a, const Tensor& b, const std::string& what) {
@@ -87,11 +72,7 @@ TEST(NativeTowers, BicubicResizeEqualsPil) {
   for (const char* size : {"252x196", "98x70", "406x294", "250x70"}) {
     const ImageU8 want = load_image(data(std::string("qwen_images/resize_") + size + ".png"));
     const ImageU8 got = resize_bicubic_pil(src, want.width(), want.height());
-    int64_t differ = 0;
-    for (int c = 0; c < 3; ++c)
-      for (int y = 0; y < want.height(); ++y)
-        for (int x = 0; x < want.width(); ++x) differ += got.at(c, y, x) != want.at(c, y, x);
-    EXPECT_EQ(differ, 0) << size;
+    EXPECT_EQ(test::values_differing(got, want), 0) << size;
   }
 }
 

@@ -16,32 +16,17 @@
 #include "fovea/image.hpp"
 #include "fovea/native.hpp"
 #include "fovea/safetensors.hpp"
+#include "reference_compare.hpp"
 #include "test_util.hpp"
 
 using namespace fovea;
+using test::ref;
+using test::rel_err;
 namespace fs = std::filesystem;
 
 namespace {
 
 std::string data(const std::string& f) { return test::source_dir() + "/tests/data/encoder/siglip2_naflex/" + f; }
-
-Tensor ref(const SafetensorsFile& f, const std::string& name) {
-  const auto* e = f.find(name);
-  EXPECT_NE(e, nullptr) << name;
-  return e ? f.load(*e) : Tensor();
-}
-
-// max |a − b| / max |b| over every value.
-double rel_err(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape() || a.numel() == 0) return INFINITY;
-  double err = 0, mx = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    err = std::max(err, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
-    mx = std::max(mx, double(std::fabs(b.data<float>()[i])));
-  }
-  return err / mx;
-}
 
 const char* kImages[] = {"200x120", "97x211", "640x96", "40x40", "300x300", "33x500"};
 
@@ -70,11 +55,7 @@ TEST(NaflexTower, BilinearResizeEqualsPil) {
   for (const char* size : {"48x112", "160x320", "97x64", "30x211"}) {
     const ImageU8 want = load_image(data(std::string("resize_") + size + ".png"));
     const ImageU8 got = resize_bilinear_pil(src, want.width(), want.height());
-    int64_t differ = 0;
-    for (int c = 0; c < 3; ++c)
-      for (int y = 0; y < want.height(); ++y)
-        for (int x = 0; x < want.width(); ++x) differ += got.at(c, y, x) != want.at(c, y, x);
-    EXPECT_EQ(differ, 0) << size;
+    EXPECT_EQ(test::values_differing(got, want), 0) << size;
   }
   EXPECT_THROW(resize_bilinear_pil(src, 0, 4), Error);
 }

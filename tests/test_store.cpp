@@ -59,7 +59,7 @@ std::unique_ptr<StoreBackend> make_test_backend(const std::string& name) {
                                                            : make_vulkan_store_backend(&why, options);
   if (!b) throw Error(Errc::device, "the " + name + " store backend is not available: " + why);
   if (name == "vulkan-split") {
-    auto& v = dynamic_cast<store_vk::VulkanStoreBase&>(*b);
+    auto& v = dynamic_cast<vulkan_store::VulkanStoreBase&>(*b);
     v.set_window_bytes(12 << 10);       // windows of 12 KiB every 6 KiB: pages and tokens straddle them
     v.set_gather_batch_bytes(4100);     // output batches cut mid-token
   }

@@ -917,9 +917,10 @@ struct PyTarReader {
 };
 
 // ---- Tokens --------------------------------------------------------------------------------
-void bind_tokens(py::module_& m) {
-  py::class_<PyTokens>(m, "Tokens", "A budgeted set of multi-scale patches (see fovea.tokenize).")
-      .def_property_readonly(
+// fovea.Tokens' arrays, each a view into the result (no copy) but boxes: patches, positions,
+// levels, the rate map, the relevance map.
+void def_token_arrays(py::class_<PyTokens>& c) {
+  c.def_property_readonly(
           "patches", [](py::object self) { return tensor_view(self.cast<PyTokens&>().t.batch.patches, self); },
           "[N, 3, P, P] float32 (normalised), float16 or uint8: one patch per token, a view (no copy)")
       .def_property_readonly(
@@ -952,8 +953,13 @@ void bind_tokens(py::module_& m) {
             if (!b.empty()) std::memcpy(a.mutable_data(), b.data(), b.size() * sizeof(b[0]));
             return a;
           },
-          "[N, 4] float32: each token's box [x0, y0, x1, y1) in original pixels (a copy)")
-      .def_property_readonly("query_outside", [](const PyTokens& t) { return query_outside(t.query, t.width, t.height); },
+          "[N, 4] float32: each token's box [x0, y0, x1, y1) in original pixels (a copy)");
+}
+
+// fovea.Tokens' description: the image, the budget, the foveation and its windows, the source,
+// the file metadata and the timings.
+void def_token_layout(py::class_<PyTokens>& c) {
+  c.def_property_readonly("query_outside", [](const PyTokens& t) { return query_outside(t.query, t.width, t.height); },
                              "The fixations and regions wholly outside the image (fovea.tokenize warns about each)")
       .def_property_readonly("image_size", [](const PyTokens& t) { return py::make_tuple(t.width, t.height); },
                              "(width, height) of the tokenized image")
@@ -1015,8 +1021,12 @@ void bind_tokens(py::module_& m) {
             d["total_ms"] = t.t.timings.total_ms();
             return d;
           },
-          "Per-stage wall times in milliseconds")
-      .def(
+          "Per-stage wall times in milliseconds");
+}
+
+// fovea.Tokens' outputs: what the model sees, the overlay, the token file (saved or as bytes).
+void def_token_outputs(py::class_<PyTokens>& c) {
+  c.def(
           "seen",
           [](const PyTokens& t, int threads) {
             ImageU8 img;
@@ -1067,7 +1077,13 @@ void bind_tokens(py::module_& m) {
                ", budget " + std::to_string(t.params.alloc.budget_tokens) +
                ", " + std::to_string(t.width) + "x" + std::to_string(t.height) + ", source " + t.source + ">";
       });
+}
 
+void bind_tokens(py::module_& m) {
+  py::class_<PyTokens> c(m, "Tokens", "A budgeted set of multi-scale patches (see fovea.tokenize).");
+  def_token_arrays(c);
+  def_token_layout(c);
+  def_token_outputs(c);
 }
 
 // ---- module functions: image formats, CPU features, decode / encode, tokenize --------------------
@@ -1439,7 +1455,8 @@ void bind_cache(py::module_& m) {
 }
 
 // ---- video ---------------------------------------------------------------------------------
-void bind_video(py::module_& m) {
+// fovea.VideoReader: a video's decoded frames, iterated as (RGB array, pts, index).
+void bind_video_reader(py::module_& m) {
   py::class_<PyVideoReader>(m, "VideoReader", "Decoded video frames (see fovea.VideoReader).")
       .def(py::init([](const py::object& path_obj, int every, std::optional<double> fps, std::optional<int64_t> max_frames,
                        int threads, uint64_t max_pixels, bool quiet, bool autorotate) {
@@ -1488,7 +1505,10 @@ void bind_video(py::module_& m) {
         if (!got) throw py::stop_iteration();
         return py::make_tuple(frame_array(std::move(f.image), self.pool), f.pts_s, f.index);
       });
+}
 
+// fovea.VideoFrameResult: one processed frame's tokens, embeddings and what was reused.
+void bind_video_frame_result(py::module_& m) {
   py::class_<PyFrameResult>(m, "VideoFrameResult", "One processed frame of fovea.video.")
       .def_property_readonly("index", [](const PyFrameResult& f) { return f.r.index; })
       .def_property_readonly("pts", [](const PyFrameResult& f) { return f.r.pts_s; })
@@ -1596,6 +1616,11 @@ void bind_video(py::module_& m) {
         return "<fovea.VideoFrameResult frame " + std::to_string(f.r.index) + ", " + std::to_string(f.r.batch.size()) +
                " tokens, " + std::to_string(f.r.recomputed_tokens) + " recomputed" + (f.r.refresh ? ", refresh>" : ">");
       });
+}
+
+void bind_video(py::module_& m) {
+  bind_video_reader(m);
+  bind_video_frame_result(m);
 
   py::class_<PyVideoSession>(m, "VideoSession", "Frames handed in one at a time (see fovea.VideoSession).")
       .def(py::init(&video_session_py), py::arg("model"), py::arg("budget"), py::arg("patch"), py::arg("reuse"),

@@ -80,6 +80,110 @@ std::vector<uint8_t> RateMap::shading_rate_codes() const {
   return codes;
 }
 
+namespace {
+
+// What splitting a node of the quadtree gains: its prior mass weighted per level (2^(−α·ℓ), α
+// from the sharpness) plus the detail gains of the levels it reaches, per extra token, best
+// over splitting up to `lookahead` levels deep at once.
+class SplitGains {
+ public:
+  SplitGains(const RelevanceMap& relevance, const std::vector<float>& prior, int L, const AllocParams& params)
+      : g_(relevance.grid), mass_(prior, g_.tiles_x, g_.tiles_y), lookahead_(params.lookahead) {
+    if (!(params.sharpness >= 0.5f && params.sharpness <= 4.0f))
+      throw Error(Errc::invalid_argument, "sharpness must be in [0.5, 4], got " + std::to_string(params.sharpness));
+    const double alpha = 2.0 - 1.0 / params.sharpness;
+    level_scale_.resize(L + 1);  // 2^(−α·ℓ)
+    for (int l = 0; l <= L; ++l) level_scale_[l] = std::exp2(-alpha * l);
+    if (!(params.lookahead >= 1 && params.lookahead <= 8))
+      throw Error(Errc::invalid_argument, "lookahead must be in [1, 8], got " + std::to_string(params.lookahead));
+    // detail_[j]: the gain of going from mip j+1 to mip j, tile by tile; summed over a node at
+    // level j+1 it is the gain of splitting it.
+    for (size_t j = 0; j < relevance.detail.size() && int(j) < L; ++j) {
+      if (relevance.detail[j].size() != size_t(g_.tiles()))
+        throw Error(Errc::invalid_argument, "relevance detail level " + std::to_string(j) + " does not match its tile grid");
+      for (float v : relevance.detail[j])
+        if (!std::isfinite(v) || v < 0) throw Error(Errc::invalid_argument, "relevance detail must be finite and >= 0");
+      detail_.emplace_back(relevance.detail[j], g_.tiles_x, g_.tiles_y);
+    }
+  }
+
+  // The children of node n inside the grid (1 to 4) into out; how many.
+  int children(const Token& n, Token* out) const {
+    int k = 0;
+    const int cl = n.level - 1;
+    const int cw = g_.tiles_x_at(cl), ch = g_.tiles_y_at(cl);
+    for (int dy = 0; dy < 2; ++dy)
+      for (int dx = 0; dx < 2; ++dx) {
+        const int cx = 2 * n.x + dx, cy = 2 * n.y + dy;
+        if (cx < cw && cy < ch) out[k++] = Token{cx, cy, cl};
+      }
+    return k;
+  }
+
+  // Node n with the priority of splitting it (infinite for a node with one child: free).
+  Candidate candidate(const Token& n) const {
+    Token kids[4];
+    const int k = children(n, kids);
+    if (k == 1) return Candidate{std::numeric_limits<double>::infinity(), n};
+    const int s = 1 << n.level;
+    const int x0 = n.x * s, y0 = n.y * s;
+    const int x1 = std::min(g_.tiles_x, (n.x + 1) * s), y1 = std::min(g_.tiles_y, (n.y + 1) * s);
+    const double m = mass_.sum(x0, y0, x1, y1);
+    // Gain per extra token of splitting the node d levels deep at once, best over d: detail
+    // that only shows at fine levels (text strokes) is reached even when the first split
+    // alone gains little.
+    double best = 0, gain = 0;
+    for (int d = 1; d <= std::min(lookahead_, int(n.level)); ++d) {
+      const int l = n.level - d + 1;  // the level whose nodes split at this depth
+      gain += m * level_scale_[l];
+      if (l - 1 < int(detail_.size())) gain += detail_[l - 1].sum(x0, y0, x1, y1);
+      // Tokens after splitting d levels deep: the level-(ℓ−d) nodes inside the node.
+      const int c = n.level - d;
+      const int64_t nodes = int64_t(std::min(g_.tiles_x_at(c), (n.x + 1) << d) - (n.x << d)) *
+                            (std::min(g_.tiles_y_at(c), (n.y + 1) << d) - (n.y << d));
+      best = std::max(best, gain / double(nodes - 1));
+    }
+    return Candidate{best, n};
+  }
+
+ private:
+  const TileGrid& g_;
+  MassTable mass_;
+  std::vector<MassTable> detail_;
+  std::vector<double> level_scale_;
+  int lookahead_;
+};
+
+// The allocation of `tokens` (any order): sorted by level, then row, then column, with the
+// per-level offsets and the rate map (each tile's token level).
+Allocation assemble(std::vector<Token> tokens, const TileGrid& g, int L, int budget, int64_t coarsest) {
+  Allocation a;
+  a.budget_tokens = budget;
+  a.max_level = L;
+  a.coarsest_tokens = coarsest;
+  std::sort(tokens.begin(), tokens.end(), [](const Token& p, const Token& q) {
+    if (p.level != q.level) return p.level < q.level;
+    if (p.y != q.y) return p.y < q.y;
+    return p.x < q.x;
+  });
+  a.layout.level_offsets.assign(L + 2, 0);
+  for (const Token& t : tokens) ++a.layout.level_offsets[t.level + 1];
+  for (int l = 0; l <= L; ++l) a.layout.level_offsets[l + 1] += a.layout.level_offsets[l];
+
+  a.rate_map.grid = g;
+  a.rate_map.level.assign(g.tiles(), 0);
+  for (const Token& t : tokens) {
+    const int s = 1 << t.level;
+    for (int y = t.y * s; y < std::min(g.tiles_y, (t.y + 1) * s); ++y)
+      for (int x = t.x * s; x < std::min(g.tiles_x, (t.x + 1) * s); ++x)
+        a.rate_map.level[size_t(y) * g.tiles_x + x] = static_cast<uint8_t>(t.level);
+  }
+  a.layout.tokens = std::move(tokens);
+  return a;
+}
+
+}  // namespace
+
 Allocation allocate(const RelevanceMap& relevance, const AllocParams& params) {
   const TileGrid& g = relevance.grid;
   // The prior mass: RelevanceMap::prior, or the score of a map without one (built by hand).
@@ -98,113 +202,36 @@ Allocation allocate(const RelevanceMap& relevance, const AllocParams& params) {
                     " tokens of " + std::to_string(g.token_px(L)) + " px (level " + std::to_string(L) +
                     ") cover the " + std::to_string(g.image_width) + "x" +
                     std::to_string(g.image_height) + " image; raise the budget or the max level");
+  const SplitGains gains(relevance, prior, L, params);
 
-  if (!(params.sharpness >= 0.5f && params.sharpness <= 4.0f))
-    throw Error(Errc::invalid_argument, "sharpness must be in [0.5, 4], got " + std::to_string(params.sharpness));
-  const double alpha = 2.0 - 1.0 / params.sharpness;
-  std::vector<double> level_scale(L + 1);  // 2^(−α·ℓ)
-  for (int l = 0; l <= L; ++l) level_scale[l] = std::exp2(-alpha * l);
-
-  if (!(params.lookahead >= 1 && params.lookahead <= 8))
-    throw Error(Errc::invalid_argument, "lookahead must be in [1, 8], got " + std::to_string(params.lookahead));
-  const MassTable mass(prior, g.tiles_x, g.tiles_y);
-  // detail[j]: the gain of going from mip j+1 to mip j, tile by tile; summed over a node at
-  // level j+1 it is the gain of splitting it.
-  std::vector<MassTable> detail;
-  for (size_t j = 0; j < relevance.detail.size() && int(j) < L; ++j) {
-    if (relevance.detail[j].size() != size_t(g.tiles()))
-      throw Error(Errc::invalid_argument, "relevance detail level " + std::to_string(j) + " does not match its tile grid");
-    for (float v : relevance.detail[j])
-      if (!std::isfinite(v) || v < 0) throw Error(Errc::invalid_argument, "relevance detail must be finite and >= 0");
-    detail.emplace_back(relevance.detail[j], g.tiles_x, g.tiles_y);
-  }
-  auto children_of = [&](const Token& n, Token* out) {
-    int k = 0;
-    const int cl = n.level - 1;
-    const int cw = g.tiles_x_at(cl), ch = g.tiles_y_at(cl);
-    for (int dy = 0; dy < 2; ++dy)
-      for (int dx = 0; dx < 2; ++dx) {
-        const int cx = 2 * n.x + dx, cy = 2 * n.y + dy;
-        if (cx < cw && cy < ch) out[k++] = Token{cx, cy, cl};
-      }
-    return k;
-  };
-  auto candidate = [&](const Token& n) {
-    Token kids[4];
-    const int k = children_of(n, kids);
-    if (k == 1) return Candidate{std::numeric_limits<double>::infinity(), n};
-    const int s = 1 << n.level;
-    const int x0 = n.x * s, y0 = n.y * s;
-    const int x1 = std::min(g.tiles_x, (n.x + 1) * s), y1 = std::min(g.tiles_y, (n.y + 1) * s);
-    const double m = mass.sum(x0, y0, x1, y1);
-    // Gain per extra token of splitting the node d levels deep at once, best over d: detail
-    // that only shows at fine levels (text strokes) is reached even when the first split
-    // alone gains little.
-    double best = 0, gain = 0;
-    for (int d = 1; d <= std::min(params.lookahead, int(n.level)); ++d) {
-      const int l = n.level - d + 1;  // the level whose nodes split at this depth
-      gain += m * level_scale[l];
-      if (l - 1 < int(detail.size())) gain += detail[l - 1].sum(x0, y0, x1, y1);
-      // Tokens after splitting d levels deep: the level-(ℓ−d) nodes inside the node.
-      const int c = n.level - d;
-      const int64_t nodes = int64_t(std::min(g.tiles_x_at(c), (n.x + 1) << d) - (n.x << d)) *
-                            (std::min(g.tiles_y_at(c), (n.y + 1) << d) - (n.y << d));
-      best = std::max(best, gain / double(nodes - 1));
-    }
-    return Candidate{best, n};
-  };
-
+  // Split the most valuable node while the budget allows: a node with k children adds k − 1 tokens.
   std::priority_queue<Candidate, std::vector<Candidate>, Lower> heap;
-  std::vector<Token> leaves;  // final level-0 tokens
+  std::vector<Token> tokens;  // final level-0 tokens, then the unsplit nodes
   for (int y = 0; y < g.tiles_y_at(L); ++y)
     for (int x = 0; x < g.tiles_x_at(L); ++x) {
       const Token t{x, y, L};
-      if (L == 0) leaves.push_back(t);
-      else heap.push(candidate(t));
+      if (L == 0) tokens.push_back(t);
+      else heap.push(gains.candidate(t));
     }
   int64_t count = coarsest;
   while (!heap.empty()) {
     const Candidate top = heap.top();
     Token kids[4];
-    const int k = children_of(top.node, kids);
+    const int k = gains.children(top.node, kids);
     if (count + (k - 1) > params.budget_tokens) break;
     heap.pop();
     count += k - 1;
     for (int i = 0; i < k; ++i) {
-      if (kids[i].level == 0) leaves.push_back(kids[i]);
-      else heap.push(candidate(kids[i]));
+      if (kids[i].level == 0) tokens.push_back(kids[i]);
+      else heap.push(gains.candidate(kids[i]));
     }
   }
-
-  Allocation a;
-  a.budget_tokens = params.budget_tokens;
-  a.max_level = L;
-  a.coarsest_tokens = coarsest;
-  std::vector<Token>& tokens = a.layout.tokens;
-  tokens = std::move(leaves);
   tokens.reserve(count);
   while (!heap.empty()) {
     tokens.push_back(heap.top().node);
     heap.pop();
   }
-  std::sort(tokens.begin(), tokens.end(), [](const Token& p, const Token& q) {
-    if (p.level != q.level) return p.level < q.level;
-    if (p.y != q.y) return p.y < q.y;
-    return p.x < q.x;
-  });
-  a.layout.level_offsets.assign(L + 2, 0);
-  for (const Token& t : tokens) ++a.layout.level_offsets[t.level + 1];
-  for (int l = 0; l <= L; ++l) a.layout.level_offsets[l + 1] += a.layout.level_offsets[l];
-
-  a.rate_map.grid = g;
-  a.rate_map.level.assign(g.tiles(), 0);
-  for (const Token& t : tokens) {
-    const int s = 1 << t.level;
-    for (int y = t.y * s; y < std::min(g.tiles_y, (t.y + 1) * s); ++y)
-      for (int x = t.x * s; x < std::min(g.tiles_x, (t.x + 1) * s); ++x)
-        a.rate_map.level[size_t(y) * g.tiles_x + x] = static_cast<uint8_t>(t.level);
-  }
-  return a;
+  return assemble(std::move(tokens), g, L, params.budget_tokens, coarsest);
 }
 
 UniformGrid uniform_grid(int width, int height, int patch_px, int budget_tokens) {

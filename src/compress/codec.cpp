@@ -1,5 +1,5 @@
 // The codecs' shared parts: spec parsing and codebook files (the interface's checked
-// encode/decode and state hash are in src/codec).
+// encode/decode and state hash are in src/codec_interface).
 #include <omp.h>
 
 #include <charconv>

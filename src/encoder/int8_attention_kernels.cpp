@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "encoder/attention_strip.hpp"
 #include "encoder/int8_attention.hpp"
 
 namespace fovea::encoder_detail::int8attn {
@@ -34,19 +35,7 @@ inline float bf16f(uint16_t h) {
   return f;
 }
 
-// 2^t for t <= 0, as avx512bf16_kernels.cpp's (relative error ≲ 3e-6; -inf gives 0).
-inline __m512 exp2_nonpositive(__m512 t) {
-  t = _mm512_max_ps(_mm512_set1_ps(-150.0f), t);
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_set1_ps(1.3333558e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
+using attention_strip::exp2_nonpositive;
 
 // s[j, lane] = log2(e)·scale·q_lane·k_(key0 + j) for 16 keys (see int8_attention.hpp), from the
 // strip's quantized queries qt (dword r of lane i's u8 row at qt[r·16 + i]), their scales
@@ -141,13 +130,9 @@ void strip(const uint16_t* q, int64_t ldq, int64_t rows, const int8_t* kq, const
       if (k0 + j0 + 16 <= nk) scores16<HD, false>(qt, sq, zq, kq, ks, ksum, k0 + j0, nk, S + j0 * 16);
       else scores16<HD, true>(qt, sq, zq, kq, ks, ksum, k0 + j0, nk, S + j0 * 16);
     }
-    __m512 mx = m;
-    for (int64_t j = 0; j < bk; ++j) mx = _mm512_max_ps(mx, _mm512_load_ps(S + j * 16));
-    const __m512 corr = exp2_nonpositive(_mm512_sub_ps(m, mx));
+    const __m512 corr = attention_strip::rescale_to_block_max<HD>(S, bk, k0, m, ot);
     l = _mm512_mul_ps(l, corr), pf = _mm512_mul_ps(pf, corr);
-    if (k0 > 0)
-      for (int d = 0; d < HD; ++d) _mm512_store_ps(ot + d * 16, _mm512_mul_ps(_mm512_load_ps(ot + d * 16), corr));
-    m = mx;
+    const __m512 mx = m;
     // P = round(255·2^(s − max)) as uint8, four keys per lane (key 4p + t in byte t), the
     // sum of those integers (exact in f32: at most 255·nk); pf: the float P's sum, NaN when a
     // score was (a non-finite query or key), so the output row is NaN as in float attention.
@@ -278,17 +263,9 @@ void attention(const uint16_t* q, int64_t bq, int64_t ldq, const int8_t* kq, con
     std::memset(o, 0, size_t(bq * hd) * 4);
     return;
   }
-  for (int64_t i0 = 0; i0 < bq; i0 += 16) {
-    const int64_t rows = std::min<int64_t>(16, bq - i0);
-    const uint16_t* qs = q + i0 * ldq;
-    float* os = o + i0 * hd;
-    switch (hd) {
-      case 32: strip<32>(qs, ldq, rows, kq, ks, ksum, vq, vs, nk, scale, scratch, os); break;
-      case 64: strip<64>(qs, ldq, rows, kq, ks, ksum, vq, vs, nk, scale, scratch, os); break;
-      case 96: strip<96>(qs, ldq, rows, kq, ks, ksum, vq, vs, nk, scale, scratch, os); break;
-      default: strip<128>(qs, ldq, rows, kq, ks, ksum, vq, vs, nk, scale, scratch, os); break;
-    }
-  }
+  attention_strip::for_each_strip(q, bq, ldq, hd, o, [&](auto width, const uint16_t* qs, int64_t rows, float* os) {
+    strip<decltype(width)::value>(qs, ldq, rows, kq, ks, ksum, vq, vs, nk, scale, scratch, os);
+  });
 }
 
 }  // namespace fovea::encoder_detail::int8attn

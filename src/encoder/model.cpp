@@ -197,65 +197,134 @@ void refuse_known_unsupported(const encoder_detail::WeightSource& w, const nlohm
 
 }  // namespace
 
-VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options) {
-  if (spec.rfind("random:", 0) == 0) {
-    std::string rest = spec.substr(7);
-    uint64_t seed = 0;
-    if (const size_t colon = rest.find(':'); colon != std::string::npos) {
-      const std::string s = rest.substr(colon + 1);
-      if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), ::isdigit))
-        throw Error(Errc::invalid_argument, "--model " + spec + ": the seed must be a decimal number");
-      seed = std::stoull(s);
-      rest = rest.substr(0, colon);
-    }
-    VitConfig c;  // CLIP-shaped: the tokenizer normalises with CLIP's mean and std
-    if (rest == "vit-b16") {
-      c.hidden = 768, c.heads = 12, c.mlp = 3072;
-    } else if (rest == "vit-s16") {
-      c.hidden = 384, c.heads = 6, c.mlp = 1536;
-    } else if (rest == "vit-ti16") {  // ViT-Ti/16's shape: the random twin of a real ViT-Ti checkpoint
-      c.hidden = 192, c.heads = 3, c.mlp = 768;
-    } else if (rest == "vit-tiny") {  // for tests
-      c.hidden = 64, c.heads = 4, c.mlp = 128, c.layers = 2, c.grid = 4;
-    } else {
-      throw Error(Errc::invalid_argument,
-                  "--model " + spec + ": unknown random model (random:vit-b16, random:vit-s16, random:vit-ti16)");
-    }
-    c.pre_norm = true;
-    c.input.source = "CLIP defaults (random model)";
-    return random(c, seed, spec);
+namespace {
+
+// The model a "random:NAME[:SEED]" spec names: ViT-B/16, S/16 or Ti/16's shape (or a tiny one
+// for tests), CLIP-shaped, its weights drawn from the seed.
+VitModel random_model(const std::string& spec) {
+  std::string rest = spec.substr(7);
+  uint64_t seed = 0;
+  if (const size_t colon = rest.find(':'); colon != std::string::npos) {
+    const std::string s = rest.substr(colon + 1);
+    if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), ::isdigit))
+      throw Error(Errc::invalid_argument, "--model " + spec + ": the seed must be a decimal number");
+    seed = std::stoull(s);
+    rest = rest.substr(0, colon);
   }
+  VitConfig c;  // CLIP-shaped: the tokenizer normalises with CLIP's mean and std
+  if (rest == "vit-b16") {
+    c.hidden = 768, c.heads = 12, c.mlp = 3072;
+  } else if (rest == "vit-s16") {
+    c.hidden = 384, c.heads = 6, c.mlp = 1536;
+  } else if (rest == "vit-ti16") {  // ViT-Ti/16's shape: the random twin of a real ViT-Ti checkpoint
+    c.hidden = 192, c.heads = 3, c.mlp = 768;
+  } else if (rest == "vit-tiny") {  // for tests
+    c.hidden = 64, c.heads = 4, c.mlp = 128, c.layers = 2, c.grid = 4;
+  } else {
+    throw Error(Errc::invalid_argument,
+                "--model " + spec + ": unknown random model (random:vit-b16, random:vit-s16, random:vit-ti16)");
+  }
+  c.pre_norm = true;
+  c.input.source = "CLIP defaults (random model)";
+  return VitModel::random(c, seed, spec);
+}
+
+// The file a spec names: itself, or in a directory (HF's layout, first found)
+// model.safetensors.index.json (sharded), model.safetensors, pytorch_model.bin.index.json,
+// pytorch_model.bin.
+std::string checkpoint_file(const std::string& spec) {
+  std::string file = spec;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(spec, ec)) {
+    file = (fs::path(spec) / "model.safetensors").string();  // named in the error when none is there
+    for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
+                             "pytorch_model.bin"})
+      if (fs::exists(fs::path(spec) / name, ec)) {
+        file = (fs::path(spec) / name).string();
+        break;
+      }
+  }
+  return file;
+}
+
+// The open files, kept by the model when its weight matrices are views into their mappings.
+struct Files {
+  std::optional<GgufFile> gguf;
+  std::optional<SafetensorsFile> st;
+  std::optional<TorchCheckpoint> torch;
+  std::unique_ptr<encoder_detail::WeightSource> weights;
+  std::unique_ptr<encoder_detail::WeightSource> prefixed;  // weights seen under a wrapper's prefix
+};
+
+// The first loader that recognises the checkpoint's naming, on its tensors as they are or, for a
+// model inside a wrapper, under a common prefix (files.prefixed then holds that view); null
+// when none does.
+std::shared_ptr<VitModel::Impl> run_loaders(const encoder_detail::Checkpoint& ck, Files& files) {
+  using namespace encoder_detail;
+  // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
+  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &hf_qwen2_vl_loader(), &hf_qwen2_5_vl_loader(), &hf_qwen3_vl_loader(),
+                                  &torchvision_loader(), &hf_llava_loader(), &hf_paligemma_loader(),
+                                  &intern_vit_loader(),   &hf_blip_loader(),     &hf_clip_loader(),     &hf_siglip_loader(),
+                                  &hf_vit_loader(),       &hf_dinov2_loader(),   &timm_vit_loader(),
+                                  &open_clip_loader()};
+  auto try_loaders = [&](const Checkpoint& c) -> std::shared_ptr<VitModel::Impl> {
+    for (const ModelLoader* l : loaders)
+      if (l->accepts(c)) return l->load(c);
+    return nullptr;
+  };
+  std::shared_ptr<VitModel::Impl> m = try_loaders(ck);
+  // A model inside a wrapper: a PyTorch Lightning module's "model.", a task model's "backbone."
+  // or "encoder." (other tensors beside it: a head, a loss). The loaders again on the tensors
+  // under each of the most common leading one and two name components.
+  for (int depth = 1; depth <= 2 && !m && !files.gguf; ++depth)
+    for (const std::string& prefix : common_prefixes(files.weights->names(), depth, 3)) {
+      files.prefixed = prefixed_source(*files.weights, prefix);
+      Checkpoint under = ck;
+      under.weights = files.prefixed.get();
+      if ((m = try_loaders(under))) break;
+      files.prefixed.reset();
+    }
+  return m;
+}
+
+// What fovea's tokenizer can feed the model (every loader's result): RGB patches of 2..256
+// pixels, normalised with finite statistics. A file claiming otherwise describes a model fovea
+// cannot run; say so when it loads, naming the file, rather than at the first encode (where it
+// read as a mistake in the user's --patch).
+void check_runnable(const VitConfig& cfg, const std::string& spec) {
+  if (!(cfg.ln_eps > 0.0f && cfg.ln_eps < 1.0f))  // config.json's layer_norm_eps: NaN, 0, < 0, ≥ 1
+    throw Error(Errc::corrupt_data, "'" + spec + "': layer norm epsilon " + std::to_string(cfg.ln_eps) +
+                                        " is out of range (0, 1)");
+  if (cfg.channels != 3)
+    throw Error(Errc::unsupported, "'" + spec + "': the model takes " + std::to_string(cfg.channels) +
+                                       "-channel patches; fovea's patches are RGB (3 channels)");
+  if (cfg.patch_px < 2 || cfg.patch_px > (cfg.native.enabled() ? 64 : 256))
+    throw Error(Errc::unsupported, "'" + spec + "': the model's patch size is " + std::to_string(cfg.patch_px) +
+                                       " pixels; fovea's tokenizer makes patches of 2 to 256 pixels");
+  for (int i = 0; i < 3; ++i)
+    // The extractor applies (x/255 − mean)/std as x·(1/(255·std)) − mean/std in float: both
+    // factors must be finite too (a mean of 1e38 over a std of 0.5 is not).
+    if (!std::isfinite(cfg.input.mean[size_t(i)]) || !std::isfinite(cfg.input.std[size_t(i)]) ||
+        !(cfg.input.std[size_t(i)] > 0) || !std::isfinite(1.0f / (255.0f * cfg.input.std[size_t(i)])) ||
+        !std::isfinite(cfg.input.mean[size_t(i)] / cfg.input.std[size_t(i)]))
+      throw Error(Errc::corrupt_data, "'" + spec + "': its normalisation (" + cfg.input.source +
+                                          ") has a non-finite mean, a std that is not finite and > 0, or a "
+                                          "mean/std ratio beyond float range");
+}
+
+}  // namespace
+
+VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options) {
+  if (spec.rfind("random:", 0) == 0) return random_model(spec);
   // The format by content: GGUF starts with its magic, a PyTorch checkpoint with a ZIP header;
   // everything else is tried as safetensors.
   using namespace encoder_detail;
-  // The open files, kept by the model when its weight matrices are views into their mappings.
-  struct Files {
-    std::optional<GgufFile> gguf;
-    std::optional<SafetensorsFile> st;
-    std::optional<TorchCheckpoint> torch;
-    std::unique_ptr<WeightSource> weights;
-    std::unique_ptr<WeightSource> prefixed;  // weights seen under a wrapper's prefix
-  };
   auto files = std::make_shared<Files>();
   std::optional<GgufFile>& gguf = files->gguf;
   std::optional<SafetensorsFile>& st = files->st;
   std::unique_ptr<WeightSource>& weights = files->weights;
-  // A directory means (HF's layout, first found) model.safetensors.index.json (sharded),
-  // model.safetensors, pytorch_model.bin.index.json, pytorch_model.bin.
-  std::string file = spec;
-  {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (fs::is_directory(spec, ec)) {
-      file = (fs::path(spec) / "model.safetensors").string();  // named in the error when none is there
-      for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
-                               "pytorch_model.bin"})
-        if (fs::exists(fs::path(spec) / name, ec)) {
-          file = (fs::path(spec) / name).string();
-          break;
-        }
-    }
-  }
+  const std::string file = checkpoint_file(spec);
   Checkpoint ck;
   ck.path = file;
   const bool is_gguf = looks_like_gguf(file);
@@ -288,29 +357,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   weights->map_weights = options.map_weights;
   ck.weights = weights.get();
   if (!gguf) refuse_known_unsupported(*weights, ck.full_config, spec);
-  // Most specific first: an HF LLaVA checkpoint also holds a CLIP or SigLIP tower.
-  const ModelLoader* loaders[] = {&gguf_mmproj_loader(), &hf_qwen2_vl_loader(), &hf_qwen2_5_vl_loader(), &hf_qwen3_vl_loader(),
-                                  &torchvision_loader(), &hf_llava_loader(), &hf_paligemma_loader(),
-                                  &intern_vit_loader(),   &hf_blip_loader(),     &hf_clip_loader(),     &hf_siglip_loader(),
-                                  &hf_vit_loader(),       &hf_dinov2_loader(),   &timm_vit_loader(),
-                                  &open_clip_loader()};
-  auto try_loaders = [&](const Checkpoint& c) -> std::shared_ptr<Impl> {
-    for (const ModelLoader* l : loaders)
-      if (l->accepts(c)) return l->load(c);
-    return nullptr;
-  };
-  std::shared_ptr<Impl> m = try_loaders(ck);
-  // A model inside a wrapper: a PyTorch Lightning module's "model.", a task model's "backbone."
-  // or "encoder." (other tensors beside it: a head, a loss). The loaders again on the tensors
-  // under each of the most common leading one and two name components.
-  for (int depth = 1; depth <= 2 && !m && !gguf; ++depth)
-    for (const std::string& prefix : common_prefixes(weights->names(), depth, 3)) {
-      files->prefixed = prefixed_source(*weights, prefix);
-      Checkpoint under = ck;
-      under.weights = files->prefixed.get();
-      if ((m = try_loaders(under))) break;
-      files->prefixed.reset();
-    }
+  std::shared_ptr<Impl> m = run_loaders(ck, *files);
   if (!m)
     throw Error(Errc::unsupported,
                 "'" + spec + "': no ViT naming recognised (expected vision_model.embeddings.patch_embedding.weight "
@@ -319,29 +366,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
                 "patch_embed.proj.weight with blocks.N.attn.qkv for timm ViT/DeiT, [visual.]conv1.weight with "
                 "transformer.resblocks.N for open_clip / OpenAI CLIP, vision_model.encoder.layers.N.attn.qkv for "
                 "InternViT, vision_model.encoder.layers.N.self_attn.qkv for BLIP / BLIP-2, or a llama.cpp mmproj .gguf)");
-  if (!(m->config.ln_eps > 0.0f && m->config.ln_eps < 1.0f))  // config.json's layer_norm_eps: NaN, 0, < 0, ≥ 1
-    throw Error(Errc::corrupt_data, "'" + spec + "': layer norm epsilon " + std::to_string(m->config.ln_eps) +
-                                        " is out of range (0, 1)");
-  // What fovea's tokenizer can feed the model (every loader's result): RGB patches of 2..256
-  // pixels, normalised with finite statistics. A file claiming otherwise describes a model
-  // fovea cannot run; say so here, naming the file, rather than at the first encode (where it
-  // read as a mistake in the user's --patch).
-  const VitConfig& cfg = m->config;
-  if (cfg.channels != 3)
-    throw Error(Errc::unsupported, "'" + spec + "': the model takes " + std::to_string(cfg.channels) +
-                                       "-channel patches; fovea's patches are RGB (3 channels)");
-  if (cfg.patch_px < 2 || cfg.patch_px > (cfg.native.enabled() ? 64 : 256))
-    throw Error(Errc::unsupported, "'" + spec + "': the model's patch size is " + std::to_string(cfg.patch_px) +
-                                       " pixels; fovea's tokenizer makes patches of 2 to 256 pixels");
-  for (int i = 0; i < 3; ++i)
-    // The extractor applies (x/255 − mean)/std as x·(1/(255·std)) − mean/std in float: both
-    // factors must be finite too (a mean of 1e38 over a std of 0.5 is not).
-    if (!std::isfinite(cfg.input.mean[size_t(i)]) || !std::isfinite(cfg.input.std[size_t(i)]) ||
-        !(cfg.input.std[size_t(i)] > 0) || !std::isfinite(1.0f / (255.0f * cfg.input.std[size_t(i)])) ||
-        !std::isfinite(cfg.input.mean[size_t(i)] / cfg.input.std[size_t(i)]))
-      throw Error(Errc::corrupt_data, "'" + spec + "': its normalisation (" + cfg.input.source +
-                                          ") has a non-finite mean, a std that is not finite and > 0, or a "
-                                          "mean/std ratio beyond float range");
+  check_runnable(m->config, spec);
   m->source = spec;
   // A converted checkpoint's int8 layer matrices (fovea convert --dtype int8), used where they lie.
   const int int8_tensors = st ? attach_stored_int8(*m, *st, files) : 0;

@@ -276,13 +276,106 @@ GgufFile GgufFile::from_bytes(std::span<const uint8_t> bytes, const std::string&
   return f;
 }
 
+namespace {
+
+// Error(limit_exceeded) when a file claims more of `what` than the caller allows.
+template <class W>
+void check_limit(const std::string& path, const W& what, uint64_t n, uint64_t max) {
+  if (n > max)
+    throw Error(Errc::limit_exceeded, "'" + path + "': " + std::to_string(n) + " " + name_of(what) +
+                                          " exceed the limit of " + std::to_string(max));
+}
+
+// The value of a key/value pair, read after its key (kwhat names the key in messages).
+template <class W>
+GgufValue read_value(Reader& r, const W& kwhat, const std::string& path, const GgufLimits& limits) {
+  const uint32_t t = r.get<uint32_t>([&] { return kwhat() + "'s type"; });
+  if (!valid_type(t)) throw r.fail(kwhat() + " has unknown value type " + std::to_string(t));
+  GgufValue v;
+  v.type = GgufType(t);
+  if (v.type != GgufType::array) {
+    v.scalar = r.scalar(v.type, kwhat, limits.max_string_bytes);
+    return v;
+  }
+  const uint32_t et = r.get<uint32_t>([&] { return kwhat() + "'s element type"; });
+  if (!valid_type(et)) throw r.fail(kwhat() + " is an array of unknown type " + std::to_string(et));
+  if (GgufType(et) == GgufType::array) throw r.fail(kwhat() + ": nested arrays are not supported");
+  v.element_type = GgufType(et);
+  const uint64_t n = r.get<uint64_t>([&] { return kwhat() + "'s array length"; });
+  const uint64_t min_size = v.element_type == GgufType::string ? 8 : scalar_size(v.element_type);
+  if (n > r.left() / min_size)
+    throw r.fail(kwhat() + " claims " + std::to_string(n) + " array elements, more than the " +
+                 std::to_string(r.left()) + " bytes left can hold");
+  check_limit(path, [&] { return "array elements in " + kwhat(); }, n, limits.max_array_elements);
+  v.array.reserve(size_t(n));
+  for (uint64_t j = 0; j < n; ++j)
+    v.array.push_back(r.scalar(v.element_type, [&] { return kwhat() + "[" + std::to_string(j) + "]"; },
+                               limits.max_string_bytes));
+  return v;
+}
+
+// The i-th tensor info: name, extents, type and offset, its byte size from its type's blocks.
+GgufTensorInfo read_tensor_info(Reader& r, uint64_t i, uint64_t alignment, const std::string& path) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  GgufTensorInfo t;
+  t.name = r.string([&] { return "tensor " + std::to_string(i) + "'s name"; }, 4096);
+  const auto what = [&] { return "tensor " + t.name; };
+  if (t.name.empty()) throw r.fail("tensor " + std::to_string(i) + " has an empty name");
+  const uint32_t n_dims = r.get<uint32_t>([&] { return what() + "'s dimension count"; });
+  if (n_dims < 1 || n_dims > 4) throw r.fail(what() + " has " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
+  int64_t numel = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    const uint64_t ne = r.get<uint64_t>([&] { return what() + "'s dimension " + std::to_string(d); });
+    // A zero extent is an empty tensor: no mmproj holds one, and the loaders would take it
+    // for an absent tensor (a projector of width 0); empty tensors also share offsets.
+    if (ne == 0) throw r.fail(what() + "'s dimension " + std::to_string(d) + " is 0");
+    if (ne > uint64_t(kMax) || uint64_t(numel) > uint64_t(kMax) / ne) throw r.fail(what() + "'s element count overflows");
+    t.ne.push_back(int64_t(ne));
+    numel *= int64_t(ne);
+  }
+  t.type = r.get<uint32_t>([&] { return what() + "'s type"; });
+  t.offset = r.get<uint64_t>([&] { return what() + "'s offset"; });
+  const TypeTraits* tt = type_traits(t.type);
+  if (!tt)
+    throw Error(Errc::unsupported, "'" + path + "': unsupported GGUF tensor type " + std::to_string(t.type) + " in " +
+                                       t.name);
+  if (t.ne[0] % tt->block != 0)
+    throw r.fail(what() + " has rows of " + std::to_string(t.ne[0]) + " elements, not a multiple of " + tt->name +
+                 "'s block of " + std::to_string(tt->block));
+  const uint64_t blocks = uint64_t(numel) / tt->block;
+  if (blocks > std::numeric_limits<uint64_t>::max() / tt->bytes) throw r.fail(what() + "'s byte size overflows");
+  t.size_bytes = blocks * tt->bytes;
+  if (t.offset % alignment != 0)
+    throw r.fail(what() + "'s offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
+                 std::to_string(alignment));
+  return t;
+}
+
+// Every tensor lies inside the data section of data_size bytes, and no two overlap.
+void check_extents(Reader& r, const std::vector<GgufTensorInfo>& tensors, uint64_t data_size) {
+  std::vector<const GgufTensorInfo*> by_offset;
+  for (const GgufTensorInfo& t : tensors) {
+    if (t.offset > data_size || t.size_bytes > data_size - t.offset)
+      throw r.fail("tensor " + t.name + " (" + std::to_string(t.size_bytes) + " bytes at data offset " +
+                   std::to_string(t.offset) + ") runs past the end of the " + std::to_string(data_size) +
+                   "-byte data section; the file is truncated or corrupt");
+    by_offset.push_back(&t);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensorInfo& a = *by_offset[i - 1];
+    const GgufTensorInfo& b = *by_offset[i];
+    if (a.size_bytes > 0 && b.offset < a.offset + a.size_bytes)
+      throw r.fail("tensors " + a.name + " and " + b.name + " overlap (data offsets " + std::to_string(a.offset) +
+                   "+" + std::to_string(a.size_bytes) + " and " + std::to_string(b.offset) + ")");
+  }
+}
+
+}  // namespace
+
 void GgufFile::parse(const GgufLimits& limits) {
   Reader r(map_->base(), map_->bytes(), path_);
-  auto limit = [&](const auto& what, uint64_t n, uint64_t max) {
-    if (n > max)
-      throw Error(Errc::limit_exceeded, "'" + path_ + "': " + std::to_string(n) + " " + name_of(what) +
-                                            " exceed the limit of " + std::to_string(max));
-  };
   if (r.left() < 4 || std::memcmp(map_->base(), "GGUF", 4) != 0)
     throw r.fail("it does not start with the magic \"GGUF\"");
   r.get<uint32_t>("magic");
@@ -299,33 +392,11 @@ void GgufFile::parse(const GgufLimits& limits) {
   if (n_kv > r.left() / 13)
     throw r.fail("key/value count " + std::to_string(n_kv) + " cannot fit in the " + std::to_string(r.left()) +
                  " bytes left");
-  limit("key/value pairs", n_kv, limits.max_kv);
+  check_limit(path_, "key/value pairs", n_kv, limits.max_kv);
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = r.string([&] { return "key/value pair " + std::to_string(i) + "'s key"; },
                                limits.max_string_bytes);
-    const auto kwhat = [&] { return "key " + key; };
-    const uint32_t t = r.get<uint32_t>([&] { return kwhat() + "'s type"; });
-    if (!valid_type(t)) throw r.fail(kwhat() + " has unknown value type " + std::to_string(t));
-    GgufValue v;
-    v.type = GgufType(t);
-    if (v.type == GgufType::array) {
-      const uint32_t et = r.get<uint32_t>([&] { return kwhat() + "'s element type"; });
-      if (!valid_type(et)) throw r.fail(kwhat() + " is an array of unknown type " + std::to_string(et));
-      if (GgufType(et) == GgufType::array) throw r.fail(kwhat() + ": nested arrays are not supported");
-      v.element_type = GgufType(et);
-      const uint64_t n = r.get<uint64_t>([&] { return kwhat() + "'s array length"; });
-      const uint64_t min_size = v.element_type == GgufType::string ? 8 : scalar_size(v.element_type);
-      if (n > r.left() / min_size)
-        throw r.fail(kwhat() + " claims " + std::to_string(n) + " array elements, more than the " +
-                     std::to_string(r.left()) + " bytes left can hold");
-      limit([&] { return "array elements in " + kwhat(); }, n, limits.max_array_elements);
-      v.array.reserve(size_t(n));
-      for (uint64_t j = 0; j < n; ++j)
-        v.array.push_back(r.scalar(v.element_type, [&] { return kwhat() + "[" + std::to_string(j) + "]"; },
-                                   limits.max_string_bytes));
-    } else {
-      v.scalar = r.scalar(v.type, kwhat, limits.max_string_bytes);
-    }
+    GgufValue v = read_value(r, [&] { return "key " + key; }, path_, limits);
     if (kv_.count(key)) throw r.fail("key " + key + " appears twice");
     kv_.emplace(std::move(key), std::move(v));
   }
@@ -339,42 +410,10 @@ void GgufFile::parse(const GgufLimits& limits) {
   if (n_tensors > r.left() / 32)
     throw r.fail("tensor count " + std::to_string(n_tensors) + " cannot fit in the " + std::to_string(r.left()) +
                  " bytes left");
-  limit("tensors", n_tensors, limits.max_tensors);
+  check_limit(path_, "tensors", n_tensors, limits.max_tensors);
   tensors_.reserve(size_t(n_tensors));
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   for (uint64_t i = 0; i < n_tensors; ++i) {
-    GgufTensorInfo t;
-    t.name = r.string([&] { return "tensor " + std::to_string(i) + "'s name"; }, 4096);
-    const auto what = [&] { return "tensor " + t.name; };
-    if (t.name.empty()) throw r.fail("tensor " + std::to_string(i) + " has an empty name");
-    const uint32_t n_dims = r.get<uint32_t>([&] { return what() + "'s dimension count"; });
-    if (n_dims < 1 || n_dims > 4) throw r.fail(what() + " has " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
-    int64_t numel = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t ne = r.get<uint64_t>([&] { return what() + "'s dimension " + std::to_string(d); });
-      // A zero extent is an empty tensor: no mmproj holds one, and the loaders would take it
-      // for an absent tensor (a projector of width 0); empty tensors also share offsets.
-      if (ne == 0) throw r.fail(what() + "'s dimension " + std::to_string(d) + " is 0");
-      if (ne > uint64_t(kMax) || uint64_t(numel) > uint64_t(kMax) / ne)
-        throw r.fail(what() + "'s element count overflows");
-      t.ne.push_back(int64_t(ne));
-      numel *= int64_t(ne);
-    }
-    t.type = r.get<uint32_t>([&] { return what() + "'s type"; });
-    t.offset = r.get<uint64_t>([&] { return what() + "'s offset"; });
-    const TypeTraits* tt = type_traits(t.type);
-    if (!tt)
-      throw Error(Errc::unsupported, "'" + path_ + "': unsupported GGUF tensor type " + std::to_string(t.type) +
-                                         " in " + t.name);
-    if (t.ne[0] % tt->block != 0)
-      throw r.fail(what() + " has rows of " + std::to_string(t.ne[0]) + " elements, not a multiple of " + tt->name +
-                   "'s block of " + std::to_string(tt->block));
-    const uint64_t blocks = uint64_t(numel) / tt->block;
-    if (blocks > std::numeric_limits<uint64_t>::max() / tt->bytes) throw r.fail(what() + "'s byte size overflows");
-    t.size_bytes = blocks * tt->bytes;
-    if (t.offset % alignment_ != 0)
-      throw r.fail(what() + "'s offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
-                   std::to_string(alignment_));
+    GgufTensorInfo t = read_tensor_info(r, i, alignment_, path_);
     if (tensor_index_.count(t.name)) throw r.fail("tensor " + t.name + " appears twice");
     tensor_index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));
@@ -386,23 +425,7 @@ void GgufFile::parse(const GgufLimits& limits) {
   const uint64_t start = pos % alignment_ == 0 ? pos : pos + (alignment_ - pos % alignment_);
   data_size_ = start <= file_size ? file_size - start : 0;
   data_ = reinterpret_cast<const std::byte*>(map_->base()) + std::min(start, file_size);
-  std::vector<const GgufTensorInfo*> by_offset;
-  for (const GgufTensorInfo& t : tensors_) {
-    if (t.offset > data_size_ || t.size_bytes > data_size_ - t.offset)
-      throw r.fail("tensor " + t.name + " (" + std::to_string(t.size_bytes) + " bytes at data offset " +
-                   std::to_string(t.offset) + ") runs past the end of the " + std::to_string(data_size_) +
-                   "-byte data section; the file is truncated or corrupt");
-    by_offset.push_back(&t);
-  }
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return a->offset < b->offset; });
-  for (size_t i = 1; i < by_offset.size(); ++i) {
-    const GgufTensorInfo& a = *by_offset[i - 1];
-    const GgufTensorInfo& b = *by_offset[i];
-    if (a.size_bytes > 0 && b.offset < a.offset + a.size_bytes)
-      throw r.fail("tensors " + a.name + " and " + b.name + " overlap (data offsets " + std::to_string(a.offset) +
-                   "+" + std::to_string(a.size_bytes) + " and " + std::to_string(b.offset) + ")");
-  }
+  check_extents(r, tensors_, data_size_);
 }
 
 const GgufValue* GgufFile::find_kv(std::string_view key) const {

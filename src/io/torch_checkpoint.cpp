@@ -621,121 +621,126 @@ TorchCheckpoint TorchCheckpoint::from_bytes(std::span<const uint8_t> bytes, cons
   return f;
 }
 
-void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
-  const uint8_t* d = impl_->bytes.data();
-  const uint64_t n = impl_->bytes.size();
-  // Where each storage's bytes are (by key), found in the ZIP archive or after the legacy pickles.
-  std::map<std::string, ZipEntry> storages;
-  std::string storage_prefix;  // how the messages name a storage: "data/" in an archive
-  std::unique_ptr<Unpickler> up;
-  int32_t top = -1;
-  // torch.save's format before PyTorch 1.6 (and with _use_new_zipfile_serialization=False): a
-  // sequence of pickles (magic number, protocol 1001, system info, the object, the sorted
-  // storage keys), then each storage in that order: an int64 element count and the elements.
-  const bool legacy = legacy_head(d, n);
-  if (legacy) {
-    static constexpr uint8_t kMagic[15] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, '.'};
-    if (n < sizeof kMagic || std::memcmp(d, kMagic, sizeof kMagic) != 0)
-      fail(path_, "not a PyTorch checkpoint: a legacy header without torch's magic number");
-    uint64_t at = sizeof kMagic;
-    auto small_pickle = [&] {  // the next pickle of the sequence, and its top value
-      auto u = std::make_unique<Unpickler>(d + at, n - at, path_);
-      const int32_t v = u->run();
-      at += u->consumed();
-      return std::make_pair(std::move(u), v);
-    };
-    {
-      auto [u, v] = small_pickle();
-      const Val& pv = u->vals()[size_t(v)];
-      if (pv.kind != Val::integer || pv.i != 1001)
-        fail(path_, "a legacy checkpoint of protocol " + std::to_string(pv.i) + " (fovea reads 1001)", Errc::unsupported);
-    }
-    {
-      auto [u, v] = small_pickle();
-      const Val& info = u->vals()[size_t(v)];
-      if (info.kind == Val::dict)
-        if (const Val* le_v = dict_get(u->vals(), info, "little_endian"); le_v && le_v->kind == Val::boolean && le_v->i == 0)
-          fail(path_, "a big-endian legacy checkpoint: fovea reads little-endian ones", Errc::unsupported);
-    }
-    up = std::make_unique<Unpickler>(d + at, std::min<uint64_t>(n - at, limits.max_pickle_bytes), path_);
-    top = up->run();
-    at += up->consumed();
-    auto [keys_u, keys_v] = small_pickle();
-    const Val& keys = keys_u->vals()[size_t(keys_v)];
-    if (keys.kind != Val::list) fail(path_, "a legacy checkpoint whose storage keys are not a list");
-    std::map<std::string, size_t> element_size;
-    for (const Val& x : up->vals())
-      if (x.kind == Val::storage) element_size[x.s] = kStorageTypes[size_t(x.type)].size;
-    for (int32_t k : keys.items) {
-      const Val& key = keys_u->vals()[size_t(k)];
-      if (key.kind != Val::str) fail(path_, "a legacy checkpoint with a storage key that is not a string");
-      const auto es = element_size.find(key.s);
-      if (es == element_size.end()) fail(path_, "legacy storage '" + key.s + "' is not used by the pickled object");
-      if (n - at < 8) fail(path_, "truncated: storage '" + key.s + "' is missing");
-      const unsigned __int128 bytes = (unsigned __int128)le(d + at, 8) * es->second;
-      at += 8;
-      if (bytes > n - at) fail(path_, "truncated: storage '" + key.s + "' runs past the end of the file");
-      storages[key.s] = ZipEntry{at, uint64_t(bytes), true, false};
-      at += uint64_t(bytes);
-    }
-  } else {
-    if (!looks_like({d, size_t(std::min<uint64_t>(n, 4))}))
-      fail(path_, "not a PyTorch checkpoint (a torch.save ZIP archive starts with PK\\3\\4)");
-    const std::map<std::string, ZipEntry> zip = read_zip(d, n, path_);
-    // The archive's root folder: where data.pkl is (torch names it after the file).
-    std::string root;
-    bool found = false;
-    for (const auto& [name, e] : zip) {
-      const size_t slash = name.find('/');
-      if (slash != std::string::npos && name.compare(slash + 1, std::string::npos, "data.pkl") == 0) {
-        root = name.substr(0, slash + 1);
-        found = true;
-        break;
-      }
-    }
-    // TorchScript (torch.jit.save) archives hold data.pkl too, beside the model's code.
-    for (const auto& [name, e] : zip)
-      if (name.ends_with("/constants.pkl") || name.find("/code/") != std::string::npos)
-        fail(path_, "a TorchScript archive (torch.jit.save), not a torch.save checkpoint: save the model's "
-                    "state_dict() with torch.save, or convert it to safetensors", Errc::unsupported);
-    if (!found) fail(path_, "a ZIP archive without <root>/data.pkl: not a torch.save checkpoint");
-    auto readable = [&](const std::string& name, const ZipEntry& e) {
-      if (e.encrypted) fail(path_, "'" + name + "' is encrypted", Errc::unsupported);
-      if (!e.stored)
-        fail(path_, "'" + name + "' is compressed; torch.save stores its entries uncompressed (was the archive "
-                    "re-zipped?)", Errc::unsupported);
-    };
-    if (const auto bo = zip.find(root + "byteorder"); bo != zip.end()) {
-      readable("byteorder", bo->second);
-      const std::string order(reinterpret_cast<const char*>(d + bo->second.offset),
-                              size_t(std::min<uint64_t>(bo->second.size, 16)));
-      if (order != "little") fail(path_, "byte order '" + order + "': fovea reads little-endian checkpoints", Errc::unsupported);
-    }
-    const ZipEntry& pkl = zip.at(root + "data.pkl");
-    readable("data.pkl", pkl);
-    if (pkl.size > limits.max_pickle_bytes)
-      fail(path_, "data.pkl is " + std::to_string(pkl.size) + " bytes, more than the limit of " +
-                      std::to_string(limits.max_pickle_bytes), Errc::limit_exceeded);
-    for (const auto& [name, e] : zip)
-      if (name.size() > root.size() + 5 && name.compare(0, root.size() + 5, root + "data/") == 0) {
-        const std::string key = name.substr(root.size() + 5);
-        if (key.find('/') != std::string::npos) continue;
-        readable(name, e);
-        storages.emplace(key, e);
-      }
-    storage_prefix = "data/";
-    up = std::make_unique<Unpickler>(d + pkl.offset, pkl.size, path_);
-    top = up->run();
-  }
-  const std::vector<Val>& v = up->vals();
+namespace {
 
-  // Where the tensors are.
-  int32_t start = top;
+// A checkpoint's pickled object and where its storages' bytes are.
+struct Pickled {
+  std::unique_ptr<Unpickler> up;
+  int32_t top = -1;                           // the object, in up->vals()
+  std::map<std::string, ZipEntry> storages;  // by key
+  std::string storage_prefix;                 // how the messages name a storage: "data/" in an archive
+};
+
+// torch.save's format before PyTorch 1.6 (and with _use_new_zipfile_serialization=False): a
+// sequence of pickles (magic number, protocol 1001, system info, the object, the sorted storage
+// keys), then each storage in that order: an int64 element count and the elements.
+Pickled read_legacy(const uint8_t* d, uint64_t n, const std::string& path, const TorchCheckpointLimits& limits) {
+  Pickled out;
+  static constexpr uint8_t kMagic[15] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, '.'};
+  if (n < sizeof kMagic || std::memcmp(d, kMagic, sizeof kMagic) != 0)
+    fail(path, "not a PyTorch checkpoint: a legacy header without torch's magic number");
+  uint64_t at = sizeof kMagic;
+  auto small_pickle = [&] {  // the next pickle of the sequence, and its top value
+    auto u = std::make_unique<Unpickler>(d + at, n - at, path);
+    const int32_t v = u->run();
+    at += u->consumed();
+    return std::make_pair(std::move(u), v);
+  };
+  {
+    auto [u, v] = small_pickle();
+    const Val& pv = u->vals()[size_t(v)];
+    if (pv.kind != Val::integer || pv.i != 1001)
+      fail(path, "a legacy checkpoint of protocol " + std::to_string(pv.i) + " (fovea reads 1001)", Errc::unsupported);
+  }
+  {
+    auto [u, v] = small_pickle();
+    const Val& info = u->vals()[size_t(v)];
+    if (info.kind == Val::dict)
+      if (const Val* le_v = dict_get(u->vals(), info, "little_endian"); le_v && le_v->kind == Val::boolean && le_v->i == 0)
+        fail(path, "a big-endian legacy checkpoint: fovea reads little-endian ones", Errc::unsupported);
+  }
+  out.up = std::make_unique<Unpickler>(d + at, std::min<uint64_t>(n - at, limits.max_pickle_bytes), path);
+  out.top = out.up->run();
+  at += out.up->consumed();
+  auto [keys_u, keys_v] = small_pickle();
+  const Val& keys = keys_u->vals()[size_t(keys_v)];
+  if (keys.kind != Val::list) fail(path, "a legacy checkpoint whose storage keys are not a list");
+  std::map<std::string, size_t> element_size;
+  for (const Val& x : out.up->vals())
+    if (x.kind == Val::storage) element_size[x.s] = kStorageTypes[size_t(x.type)].size;
+  for (int32_t k : keys.items) {
+    const Val& key = keys_u->vals()[size_t(k)];
+    if (key.kind != Val::str) fail(path, "a legacy checkpoint with a storage key that is not a string");
+    const auto es = element_size.find(key.s);
+    if (es == element_size.end()) fail(path, "legacy storage '" + key.s + "' is not used by the pickled object");
+    if (n - at < 8) fail(path, "truncated: storage '" + key.s + "' is missing");
+    const unsigned __int128 bytes = (unsigned __int128)le(d + at, 8) * es->second;
+    at += 8;
+    if (bytes > n - at) fail(path, "truncated: storage '" + key.s + "' runs past the end of the file");
+    out.storages[key.s] = ZipEntry{at, uint64_t(bytes), true, false};
+    at += uint64_t(bytes);
+  }
+  return out;
+}
+
+// A torch.save ZIP archive: <root>/data.pkl and the storages as <root>/data/<key>, stored.
+Pickled read_archive(const uint8_t* d, uint64_t n, const std::string& path, const TorchCheckpointLimits& limits) {
+  Pickled out;
+  if (!TorchCheckpoint::looks_like({d, size_t(std::min<uint64_t>(n, 4))}))
+    fail(path, "not a PyTorch checkpoint (a torch.save ZIP archive starts with PK\\3\\4)");
+  const std::map<std::string, ZipEntry> zip = read_zip(d, n, path);
+  // The archive's root folder: where data.pkl is (torch names it after the file).
+  std::string root;
+  bool found = false;
+  for (const auto& [name, e] : zip) {
+    const size_t slash = name.find('/');
+    if (slash != std::string::npos && name.compare(slash + 1, std::string::npos, "data.pkl") == 0) {
+      root = name.substr(0, slash + 1);
+      found = true;
+      break;
+    }
+  }
+  // TorchScript (torch.jit.save) archives hold data.pkl too, beside the model's code.
+  for (const auto& [name, e] : zip)
+    if (name.ends_with("/constants.pkl") || name.find("/code/") != std::string::npos)
+      fail(path, "a TorchScript archive (torch.jit.save), not a torch.save checkpoint: save the model's "
+                 "state_dict() with torch.save, or convert it to safetensors", Errc::unsupported);
+  if (!found) fail(path, "a ZIP archive without <root>/data.pkl: not a torch.save checkpoint");
+  auto readable = [&](const std::string& name, const ZipEntry& e) {
+    if (e.encrypted) fail(path, "'" + name + "' is encrypted", Errc::unsupported);
+    if (!e.stored)
+      fail(path, "'" + name + "' is compressed; torch.save stores its entries uncompressed (was the archive "
+                 "re-zipped?)", Errc::unsupported);
+  };
+  if (const auto bo = zip.find(root + "byteorder"); bo != zip.end()) {
+    readable("byteorder", bo->second);
+    const std::string order(reinterpret_cast<const char*>(d + bo->second.offset),
+                            size_t(std::min<uint64_t>(bo->second.size, 16)));
+    if (order != "little") fail(path, "byte order '" + order + "': fovea reads little-endian checkpoints", Errc::unsupported);
+  }
+  const ZipEntry& pkl = zip.at(root + "data.pkl");
+  readable("data.pkl", pkl);
+  if (pkl.size > limits.max_pickle_bytes)
+    fail(path, "data.pkl is " + std::to_string(pkl.size) + " bytes, more than the limit of " +
+                   std::to_string(limits.max_pickle_bytes), Errc::limit_exceeded);
+  for (const auto& [name, e] : zip)
+    if (name.size() > root.size() + 5 && name.compare(0, root.size() + 5, root + "data/") == 0) {
+      const std::string key = name.substr(root.size() + 5);
+      if (key.find('/') != std::string::npos) continue;
+      readable(name, e);
+      out.storages.emplace(key, e);
+    }
+  out.storage_prefix = "data/";
+  out.up = std::make_unique<Unpickler>(d + pkl.offset, pkl.size, path);
+  out.top = out.up->run();
+  return out;
+}
+
+// Where the tensors are in the pickled object `top`: itself when it is a state dict (or an
+// object to walk), else the one entry of a checkpoint dict that holds tensors (a well-known key
+// such as "state_dict" or "model" first), whose key goes to root_key.
+int32_t tensors_root(const std::vector<Val>& v, int32_t top, const std::string& path, std::string& root_key) {
   const Val& t = v[size_t(top)];
-  object_kind_ = t.kind == Val::dict ? "state dict" : t.kind == Val::object ? "object " + t.s : "";
-  if (t.kind == Val::object && t.state >= 0 && v[size_t(t.state)].kind == Val::dict &&
-      dict_get(v, v[size_t(t.state)], "_parameters"))
-    object_kind_ = "nn.Module " + t.s;
   TensorFinder has_tensors(v);
   if (t.kind == Val::dict) {
     bool direct = false;
@@ -746,7 +751,7 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
                               "teacher", "student", "net", "network"}) {
         int32_t idx = -1;
         if (dict_get(v, t, key, &idx) && has_tensors(idx)) {
-          chosen = idx, root_key_ = key;
+          chosen = idx, root_key = key;
           break;
         }
       }
@@ -755,79 +760,109 @@ void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
         for (size_t k = 0; k + 1 < t.items.size(); k += 2)
           if (v[size_t(t.items[k])].kind == Val::str && has_tensors(t.items[k + 1]))
             with.emplace_back(v[size_t(t.items[k])].s, t.items[k + 1]);
-        if (with.size() == 1) chosen = with[0].second, root_key_ = with[0].first;
+        if (with.size() == 1) chosen = with[0].second, root_key = with[0].first;
         else if (with.size() > 1) {
           std::string keys;
           for (const auto& [k, _] : with) keys += (keys.empty() ? "" : ", ") + k;
-          fail(path_, "a checkpoint with tensors under several keys (" + keys + "): fovea cannot tell which is the "
-                      "model; save that state dict alone", Errc::unsupported);
+          fail(path, "a checkpoint with tensors under several keys (" + keys + "): fovea cannot tell which is the "
+                     "model; save that state dict alone", Errc::unsupported);
         }
       }
-      if (chosen >= 0) start = chosen;
+      if (chosen >= 0) return chosen;
     }
   }
+  return top;
+}
+
+// The error for a pickled object `t` in which no tensor was found, saying what it is.
+[[noreturn]] void fail_without_tensors(const std::vector<Val>& v, const Val& t, const std::string& path) {
+  std::string what = t.kind == Val::dict ? "a dict without tensors" : t.kind == Val::object ? "an object of class " + t.s + " without tensors" : "no tensors";
+  if (t.kind == Val::dict) {
+    std::string keys;
+    for (size_t k = 0; k + 1 < t.items.size() && k < 40; k += 2)
+      if (v[size_t(t.items[k])].kind == Val::str) keys += (keys.empty() ? "" : ", ") + v[size_t(t.items[k])].s;
+    what += " (keys: " + keys + ")";
+  }
+  fail(path, "no tensors found: the pickled object is " + what);
+}
+
+// The entry of tensor `name` (its record r, its storage s), checked against the storage's bytes
+// z, which it returns through z: the tensor's elements lie inside them.
+TorchCheckpoint::Entry tensor_entry(const std::string& name, const TensorRec& r, const Val& s,
+                                    const std::map<std::string, ZipEntry>& storages, const std::string& storage_prefix,
+                                    const std::string& path, const ZipEntry*& z) {
+  using Entry = TorchCheckpoint::Entry;
+  const StorageType& st = kStorageTypes[size_t(s.type)];
+  Entry e;
+  e.name = name;
+  e.dtype_name = st.dtype_name;
+  e.dtype_known = st.known;
+  e.dtype = st.dtype;
+  e.element_size = st.size;
+  e.shape = r.shape;
+  e.stride = r.stride;
+  e.storage_offset = uint64_t(r.offset);
+  e.storage_key = s.s;
+  auto bad = [&](const std::string& why) { fail(path, "tensor '" + e.name + "' " + why); };
+  const std::string key_name = storage_prefix + s.s;
+  const auto zi = storages.find(s.s);
+  if (zi == storages.end()) bad("refers to storage '" + s.s + "', which the file does not hold");
+  z = &zi->second;
+  const unsigned __int128 storage_bytes = (unsigned __int128)uint64_t(s.i) * st.size;
+  if (storage_bytes > z->size)
+    bad("needs a storage of " + std::to_string(uint64_t(s.i)) + " elements, but " + key_name + " has " +
+        std::to_string(z->size) + " bytes");
+  // (Even an empty tensor's offset stays inside its storage: its data pointer is formed from it.)
+  if (uint64_t(r.offset) > uint64_t(s.i))
+    bad("starts at element " + std::to_string(r.offset) + " of a storage of " + std::to_string(uint64_t(s.i)));
+  unsigned __int128 numel = 1, last = uint64_t(r.offset);
+  for (size_t k = 0; k < r.shape.size(); ++k) {
+    numel *= uint64_t(r.shape[k]);
+    if (numel > ((unsigned __int128)1 << 62)) bad("has more elements than any file can hold");
+    if (r.shape[k] > 0) last += (unsigned __int128)uint64_t(r.shape[k] - 1) * uint64_t(r.stride[k]);
+    if (last >> 64) bad("has strides that reach past any storage");
+  }
+  if (numel > 0 && last >= uint64_t(s.i))
+    bad("reaches element " + std::to_string(uint64_t(std::min<unsigned __int128>(last, ~uint64_t(0)))) +
+        " of a storage of " + std::to_string(uint64_t(s.i)));
+  // Row-major dense: every dimension of size > 1 has the stride of the ones after it.
+  int64_t expect = 1;
+  e.contiguous = true;
+  for (size_t k = r.shape.size(); k-- > 0;) {
+    if (r.shape[k] != 1 && r.stride[k] != expect) e.contiguous = false;
+    expect *= r.shape[k];
+  }
+  return e;
+}
+
+}  // namespace
+
+void TorchCheckpoint::parse(const TorchCheckpointLimits& limits) {
+  const uint8_t* d = impl_->bytes.data();
+  const uint64_t n = impl_->bytes.size();
+  const Pickled p = legacy_head(d, n) ? read_legacy(d, n, path_, limits) : read_archive(d, n, path_, limits);
+  const std::vector<Val>& v = p.up->vals();
+  const Val& t = v[size_t(p.top)];
+  object_kind_ = t.kind == Val::dict ? "state dict" : t.kind == Val::object ? "object " + t.s : "";
+  if (t.kind == Val::object && t.state >= 0 && v[size_t(t.state)].kind == Val::dict &&
+      dict_get(v, v[size_t(t.state)], "_parameters"))
+    object_kind_ = "nn.Module " + t.s;
+  const int32_t start = tensors_root(v, p.top, path_, root_key_);
   Collector col{v, path_, limits.max_tensors, {}, {}};
   if (t.kind == Val::tensor) fail(path_, "holds a single tensor, not a state dict", Errc::unsupported);
   col.walk(start, "", 0);
-  if (col.out.empty()) {
-    std::string what = t.kind == Val::dict ? "a dict without tensors" : t.kind == Val::object ? "an object of class " + t.s + " without tensors" : "no tensors";
-    if (t.kind == Val::dict) {
-      std::string keys;
-      for (size_t k = 0; k + 1 < t.items.size() && k < 40; k += 2)
-        if (v[size_t(t.items[k])].kind == Val::str) keys += (keys.empty() ? "" : ", ") + v[size_t(t.items[k])].s;
-      what += " (keys: " + keys + ")";
-    }
-    fail(path_, "no tensors found: the pickled object is " + what);
-  }
+  if (col.out.empty()) fail_without_tensors(v, t, path_);
   // DataParallel / DDP wrap every name in "module.".
-  const bool wrapped = std::all_of(col.out.begin(), col.out.end(), [](const auto& p) { return p.first.rfind("module.", 0) == 0; });
+  const bool wrapped =
+      std::all_of(col.out.begin(), col.out.end(), [](const auto& kv) { return kv.first.rfind("module.", 0) == 0; });
   // The tensors, checked against their storages.
   for (auto& [name, ti] : col.out) {
-    const TensorRec& r = up->tensors()[size_t(ti)];
-    const Val& s = v[size_t(r.storage)];
-    const StorageType& st = kStorageTypes[size_t(s.type)];
-    Entry e;
-    e.name = wrapped ? name.substr(7) : name;
-    e.dtype_name = st.dtype_name;
-    e.dtype_known = st.known;
-    e.dtype = st.dtype;
-    e.element_size = st.size;
-    e.shape = r.shape;
-    e.stride = r.stride;
-    e.storage_offset = uint64_t(r.offset);
-    e.storage_key = s.s;
-    auto bad = [&](const std::string& why) { fail(path_, "tensor '" + e.name + "' " + why); };
-    const std::string key_name = storage_prefix + s.s;
-    const auto zi = storages.find(s.s);
-    if (zi == storages.end()) bad("refers to storage '" + s.s + "', which the file does not hold");
-    const ZipEntry* z = &zi->second;
-    const unsigned __int128 storage_bytes = (unsigned __int128)uint64_t(s.i) * st.size;
-    if (storage_bytes > z->size)
-      bad("needs a storage of " + std::to_string(uint64_t(s.i)) + " elements, but " + key_name + " has " +
-          std::to_string(z->size) + " bytes");
-    // (Even an empty tensor's offset stays inside its storage: its data pointer is formed from it.)
-    if (uint64_t(r.offset) > uint64_t(s.i))
-      bad("starts at element " + std::to_string(r.offset) + " of a storage of " + std::to_string(uint64_t(s.i)));
-    unsigned __int128 numel = 1, last = uint64_t(r.offset);
-    for (size_t k = 0; k < r.shape.size(); ++k) {
-      numel *= uint64_t(r.shape[k]);
-      if (numel > ((unsigned __int128)1 << 62)) bad("has more elements than any file can hold");
-      if (r.shape[k] > 0) last += (unsigned __int128)uint64_t(r.shape[k] - 1) * uint64_t(r.stride[k]);
-      if (last >> 64) bad("has strides that reach past any storage");
-    }
-    if (numel > 0 && last >= uint64_t(s.i))
-      bad("reaches element " + std::to_string(uint64_t(std::min<unsigned __int128>(last, ~uint64_t(0)))) +
-          " of a storage of " + std::to_string(uint64_t(s.i)));
-    // Row-major dense: every dimension of size > 1 has the stride of the ones after it.
-    int64_t expect = 1;
-    e.contiguous = true;
-    for (size_t k = r.shape.size(); k-- > 0;) {
-      if (r.shape[k] != 1 && r.stride[k] != expect) e.contiguous = false;
-      expect *= r.shape[k];
-    }
-    if (impl_->by_name.count(e.name)) bad("appears twice");
+    const TensorRec& r = p.up->tensors()[size_t(ti)];
+    const ZipEntry* z = nullptr;
+    Entry e = tensor_entry(wrapped ? name.substr(7) : name, r, v[size_t(r.storage)], p.storages, p.storage_prefix, path_, z);
+    if (impl_->by_name.count(e.name)) fail(path_, "tensor '" + e.name + "' appears twice");
     impl_->by_name.emplace(e.name, entries_.size());
-    impl_->data.push_back(reinterpret_cast<const std::byte*>(d + z->offset) + e.storage_offset * st.size);
+    impl_->data.push_back(reinterpret_cast<const std::byte*>(d + z->offset) + e.storage_offset * e.element_size);
     entries_.push_back(std::move(e));
   }
 }

@@ -316,6 +316,75 @@ void create_pipeline(VkDevice dev, VkRenderPass render_pass, VkPipelineLayout la
   check(vkCreateGraphicsPipelines(dev, VK_NULL_HANDLE, 1, &gpi, nullptr, pipeline.out()), "vkCreateGraphicsPipelines");
 }
 
+// The render-pass-2 entry points: core in Vulkan 1.2, VK_KHR_create_renderpass2's below.
+struct RenderPass2 {
+  PFN_vkCreateRenderPass2 create = nullptr;
+  PFN_vkCmdBeginRenderPass2 begin = nullptr;
+  PFN_vkCmdEndRenderPass2 end = nullptr;
+};
+
+RenderPass2 load_render_pass2(VkDevice dev, bool core12) {
+  auto load = [&](const char* core, const char* khr) {
+    PFN_vkVoidFunction f = vkGetDeviceProcAddr(dev, core12 ? core : khr);
+    if (!f) throw Error(Errc::unsupported, std::string("vulkan: shading-rate render: no ") + (core12 ? core : khr));
+    return f;
+  };
+  RenderPass2 fns;
+  fns.create = reinterpret_cast<PFN_vkCreateRenderPass2>(load("vkCreateRenderPass2", "vkCreateRenderPass2KHR"));
+  fns.begin = reinterpret_cast<PFN_vkCmdBeginRenderPass2>(load("vkCmdBeginRenderPass2", "vkCmdBeginRenderPass2KHR"));
+  fns.end = reinterpret_cast<PFN_vkCmdEndRenderPass2>(load("vkCmdEndRenderPass2", "vkCmdEndRenderPass2KHR"));
+  return fns;
+}
+
+// The rate texels' upload: staging buffer to the aw × ah shading-rate attachment.
+struct RateUpload {
+  VkBuffer staging;
+  VkImage rate;
+  uint32_t aw, ah;
+};
+// The render's readback: the colour attachment to a host-visible buffer.
+struct ColorReadback {
+  VkImage color;
+  VkBuffer readback;
+};
+
+// Records the render: the rate texels uploaded into their attachment, one full-screen triangle
+// whose fragments write the rate they ran at, and the colour attachment copied back.
+void record_render(VkCommandBuffer cmd, const RateUpload& in, const RenderPass2& rp2, VkRenderPass render_pass,
+                   VkFramebuffer framebuffer, VkPipeline pipeline, const VkRect2D& scissor, const ColorReadback& out) {
+  image_barrier(cmd, in.rate, 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
+  VkBufferImageCopy up{};
+  up.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, 1};
+  up.imageExtent = {in.aw, in.ah, 1};
+  vkCmdCopyBufferToImage(cmd, in.staging, in.rate, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1, &up);
+  image_barrier(cmd, in.rate, 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
+                VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_FRAGMENT_SHADING_RATE_ATTACHMENT_BIT_KHR,
+                VK_ACCESS_FRAGMENT_SHADING_RATE_ATTACHMENT_READ_BIT_KHR);
+  VkClearValue clear{};
+  clear.color.uint32[0] = 255;
+  VkRenderPassBeginInfo rbi{VK_STRUCTURE_TYPE_RENDER_PASS_BEGIN_INFO};
+  rbi.renderPass = render_pass;
+  rbi.framebuffer = framebuffer;
+  rbi.renderArea = scissor;
+  rbi.clearValueCount = 1;
+  rbi.pClearValues = &clear;
+  VkSubpassBeginInfo sbi{VK_STRUCTURE_TYPE_SUBPASS_BEGIN_INFO};
+  sbi.contents = VK_SUBPASS_CONTENTS_INLINE;
+  rp2.begin(cmd, &rbi, &sbi);
+  vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_GRAPHICS, pipeline);
+  vkCmdDraw(cmd, 3, 1, 0, 0);
+  VkSubpassEndInfo sei{VK_STRUCTURE_TYPE_SUBPASS_END_INFO};
+  rp2.end(cmd, &sei);
+  VkBufferImageCopy down{};
+  down.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, 1};
+  down.imageExtent = {scissor.extent.width, scissor.extent.height, 1};
+  vkCmdCopyImageToBuffer(cmd, out.color, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, out.readback, 1, &down);
+  memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                 VK_ACCESS_HOST_READ_BIT);
+}
+
 }  // namespace
 
 ShadingRateRender render_shading_rate(Instance& instance, const PhysicalDeviceInfo& physical,
@@ -355,17 +424,7 @@ ShadingRateRender render_shading_rate(Instance& instance, const PhysicalDeviceIn
   if (!(device.compute_queue().flags & VK_QUEUE_GRAPHICS_BIT))
     throw Error(Errc::unsupported, "vulkan: shading-rate render: the device's queue has no GRAPHICS");
 
-  auto load = [&](const char* core, const char* khr) {
-    PFN_vkVoidFunction f = vkGetDeviceProcAddr(dev, core12 ? core : khr);
-    if (!f) throw Error(Errc::unsupported, std::string("vulkan: shading-rate render: no ") + (core12 ? core : khr));
-    return f;
-  };
-  const auto create_render_pass2 =
-      reinterpret_cast<PFN_vkCreateRenderPass2>(load("vkCreateRenderPass2", "vkCreateRenderPass2KHR"));
-  const auto begin_render_pass2 =
-      reinterpret_cast<PFN_vkCmdBeginRenderPass2>(load("vkCmdBeginRenderPass2", "vkCmdBeginRenderPass2KHR"));
-  const auto end_render_pass2 =
-      reinterpret_cast<PFN_vkCmdEndRenderPass2>(load("vkCmdEndRenderPass2", "vkCmdEndRenderPass2KHR"));
+  const RenderPass2 rp2 = load_render_pass2(dev, core12);
 
   // Images: the shading-rate attachment (R8_UINT, one texel per texel-size square) and the
   // colour attachment the fragment shader writes its rate to.
@@ -392,7 +451,7 @@ ShadingRateRender render_shading_rate(Instance& instance, const PhysicalDeviceIn
   Buffer readback = Buffer::create(device, pixels, VK_BUFFER_USAGE_TRANSFER_DST_BIT, MemoryUse::readback);
 
   Owned<VkRenderPass> render_pass(dev, vkDestroyRenderPass);
-  create_render_pass(dev, create_render_pass2, plan.texel, render_pass);
+  create_render_pass(dev, rp2.create, plan.texel, render_pass);
 
   const VkImageView views[2] = {color.view(), rate.view()};
   VkFramebufferCreateInfo fbi{VK_STRUCTURE_TYPE_FRAMEBUFFER_CREATE_INFO};
@@ -413,38 +472,8 @@ ShadingRateRender render_shading_rate(Instance& instance, const PhysicalDeviceIn
   create_pipeline(dev, render_pass.get(), layout.get(), scissor.extent, pipeline);
 
   Commands commands(device, device.compute_queue());
-  VkCommandBuffer cmd = commands.begin();
-  image_barrier(cmd, rate.handle(), 0, 1, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
-                VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
-  VkBufferImageCopy up{};
-  up.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, 1};
-  up.imageExtent = {aw, ah, 1};
-  vkCmdCopyBufferToImage(cmd, staging.handle(), rate.handle(), VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1, &up);
-  image_barrier(cmd, rate.handle(), 0, 1, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
-                VK_IMAGE_LAYOUT_FRAGMENT_SHADING_RATE_ATTACHMENT_OPTIMAL_KHR, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_FRAGMENT_SHADING_RATE_ATTACHMENT_BIT_KHR,
-                VK_ACCESS_FRAGMENT_SHADING_RATE_ATTACHMENT_READ_BIT_KHR);
-  VkClearValue clear{};
-  clear.color.uint32[0] = 255;
-  VkRenderPassBeginInfo rbi{VK_STRUCTURE_TYPE_RENDER_PASS_BEGIN_INFO};
-  rbi.renderPass = render_pass.get();
-  rbi.framebuffer = framebuffer.get();
-  rbi.renderArea = scissor;
-  rbi.clearValueCount = 1;
-  rbi.pClearValues = &clear;
-  VkSubpassBeginInfo sbi{VK_STRUCTURE_TYPE_SUBPASS_BEGIN_INFO};
-  sbi.contents = VK_SUBPASS_CONTENTS_INLINE;
-  begin_render_pass2(cmd, &rbi, &sbi);
-  vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_GRAPHICS, pipeline.get());
-  vkCmdDraw(cmd, 3, 1, 0, 0);
-  VkSubpassEndInfo sei{VK_STRUCTURE_TYPE_SUBPASS_END_INFO};
-  end_render_pass2(cmd, &sei);
-  VkBufferImageCopy down{};
-  down.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, 1};
-  down.imageExtent = {uint32_t(out.width), uint32_t(out.height), 1};
-  vkCmdCopyImageToBuffer(cmd, color.handle(), VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, readback.handle(), 1, &down);
-  memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-                 VK_ACCESS_HOST_READ_BIT);
+  record_render(commands.begin(), {staging.handle(), rate.handle(), aw, ah}, rp2, render_pass.get(), framebuffer.get(),
+                pipeline.get(), scissor, {color.handle(), readback.handle()});
   commands.submit_and_wait();
   const uint8_t* seen = static_cast<const uint8_t*>(readback.mapped());
   out.seen.assign(seen, seen + pixels);

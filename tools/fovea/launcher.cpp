@@ -5,11 +5,15 @@
 // it (the encoder's oneDNN does), so a program that wants a policy must have it in its
 // environment at exec time. libgomp's default spins idle threads at every barrier for a while;
 // the encoder crosses thousands of barriers, and on cores shared with other work the spinning
-// threads take the time the others need (docs/explanation/encoder.md: 3.5–6× slower under load). So unless
-// the caller already chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT), this launcher sets
+// threads take the time the others need (docs/explanation/encoder.md, "The OpenMP wait policy").
+// So unless the caller already chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT), this launcher sets
 // OMP_WAIT_POLICY=PASSIVE and executes fovea-main in the same process. It links nothing but
-// libc, so the cost is one small exec (about a millisecond), where fovea-main re-executing
-// itself loaded its ~140 shared libraries twice (tens of milliseconds, docs/explanation/encoder.md).
+// libc (`ldd build/fovea`), so it adds one exec of a small program, where a fovea-main that
+// re-executed itself would start twice: its own start loads its shared libraries (20 in a
+// Debian 12 build, `ldd build/libexec/fovea/fovea-main`; FFmpeg's are loaded on first use) and
+// runs their initialisers. The launcher's cost is below what a loaded machine lets one measure:
+// 40 alternated runs of `fovea --version` and `fovea-main --version` on a 2-core Zen 4 at load
+// average 13 took 183 and 195 ms (medians), 131 and 130 ms at best.
 //
 // OpenBLAS (FAISS's BLAS, linked for `compress`) has the same habit with its own threads: they
 // start when the library loads and after every BLAS call spin on sched_yield for 2^28 cycles

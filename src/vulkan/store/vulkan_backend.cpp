@@ -8,7 +8,7 @@
 #include "vulkan/store/vulkan_store.hpp"
 
 namespace fovea {
-namespace store_vk {
+namespace vulkan_store {
 namespace {
 
 const uint32_t kGatherBufferSpirv[] =
@@ -283,12 +283,12 @@ class VulkanBufferBackend final : public VulkanStoreBase {
 };
 
 }  // namespace
-}  // namespace store_vk
+}  // namespace vulkan_store
 
 std::unique_ptr<StoreBackend> make_vulkan_store_backend(std::string* why, const VulkanStoreOptions& options) {
   try {
-    auto device = std::make_unique<store_vk::StoreDevice>(options, store_vk::Residency::buffer);
-    return std::make_unique<store_vk::VulkanBufferBackend>(std::move(device));
+    auto device = std::make_unique<vulkan_store::StoreDevice>(options, vulkan_store::Residency::buffer);
+    return std::make_unique<vulkan_store::VulkanBufferBackend>(std::move(device));
   } catch (const Error& e) {
     if (why) *why = e.what();
     return nullptr;

@@ -4,7 +4,7 @@
 
 #include "vulkan/store/vulkan_store.hpp"
 
-namespace fovea::store_vk {
+namespace fovea::vulkan_store {
 
 // ---- device ----------------------------------------------------------------------------------
 
@@ -254,4 +254,4 @@ void VulkanStoreBase::run_batch(GatherContext& ctx, const std::vector<Piece>& pi
   std::memcpy(dst, ctx.out.mapped(), size_t(bytes));
 }
 
-}  // namespace fovea::store_vk
+}  // namespace fovea::vulkan_store

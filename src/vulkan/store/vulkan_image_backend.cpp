@@ -21,7 +21,7 @@
 #include "vulkan/store/vulkan_store.hpp"
 
 namespace fovea {
-namespace store_vk {
+namespace vulkan_store {
 namespace {
 
 const uint32_t kGatherImageSpirv[] =
@@ -335,12 +335,12 @@ class VulkanImageBackend final : public VulkanStoreBase {
 };
 
 }  // namespace
-}  // namespace store_vk
+}  // namespace vulkan_store
 
 std::unique_ptr<StoreBackend> make_vulkan_image_store_backend(std::string* why, const VulkanStoreOptions& options) {
   try {
-    auto device = std::make_unique<store_vk::StoreDevice>(options, store_vk::Residency::image2d);
-    return std::make_unique<store_vk::VulkanImageBackend>(std::move(device));
+    auto device = std::make_unique<vulkan_store::StoreDevice>(options, vulkan_store::Residency::image2d);
+    return std::make_unique<vulkan_store::VulkanImageBackend>(std::move(device));
   } catch (const Error& e) {
     if (why) *why = e.what();
     return nullptr;

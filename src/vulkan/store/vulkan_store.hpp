@@ -23,7 +23,7 @@
 #include "vulkan/vk/vk.hpp"
 #include "vulkan/vk/vk_sparse.hpp"
 
-namespace fovea::store_vk {
+namespace fovea::vulkan_store {
 
 enum class Residency { buffer, image2d };
 
@@ -116,4 +116,4 @@ class VulkanStoreBase : public StoreBackend {
   int64_t chunk_pages_ = 0;
 };
 
-}  // namespace fovea::store_vk
+}  // namespace fovea::vulkan_store
