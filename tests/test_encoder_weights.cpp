@@ -142,6 +142,35 @@ TEST(EncoderWeights, F16GgufMatricesStayF16AndGiveTheF32FilesBytes) {
   }
 }
 
+// The model keeps the file mapped whenever any matrix points into it, the projector's too: with
+// clip.vision.feature_layer 0 no block runs (no layer matrix is loaded), and in a Q8_0 file the
+// layers are decoded while a projector matrix whose width is no multiple of Q8_0's block stays F16.
+TEST(EncoderWeights, AProjectorViewKeepsTheFileMapped) {
+  const std::string path = test::temp_dir("f16_gguf_projector") + "/no-blocks.gguf";
+  test::GgufBuild g = test::GgufBuild::from(GgufFile::open(fixture("gguf_llava", "mmproj.gguf")));
+  g.set("clip.vision.feature_layer", test::array(GgufType::i32, {int64_t(0)}));
+  {
+    const std::vector<uint8_t> b = g.bytes();
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  }
+  const FirstCase c = first_case("gguf_llava");
+  Executor exec({.threads = 2});
+  const EncodeParams p{.image_width = c.width, .image_height = c.height};
+  Tensor before;
+  {
+    const VitModel m = VitModel::load(path);
+    ASSERT_TRUE(m.impl().layers.empty());
+    ASSERT_TRUE(m.impl().mm2_w.mapped()) << "the fixture's mm.2 is F16";
+    EXPECT_NE(m.impl().mapping, nullptr);
+    before = encode(m, c.patches, c.positions, p, exec).projected;
+  }
+  // Encoded after the first model is gone: each model reads its own, live mapping (a view into a
+  // released one read unmapped memory: a crash or another projection).
+  const VitModel again = VitModel::load(path);
+  EXPECT_TRUE(same_bytes(before, encode(again, c.patches, c.positions, p, exec).projected));
+  EXPECT_GT(before.numel(), 0);
+}
+
 // map_weights = false: the same matrices, copied in their own type; the file is not kept.
 TEST(EncoderWeights, UnmappedWeightsAreOwnedCopiesGivingTheSameEmbeddings) {
   for (const std::string name : {"torchvision", "siglip"}) {

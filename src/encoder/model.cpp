@@ -361,6 +361,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   bool mapped = int8_tensors > 0;
   for (const VitLayer& l : m->layers)
     mapped = mapped || l.qkv_w.mapped() || l.out_w.mapped() || l.fc1_w.mapped() || l.fc2_w.mapped();
+  mapped = mapped || m->mm0_w.mapped() || m->mm2_w.mapped();  // (a Q8_0 file's projector may be F16)
   if (mapped) m->mapping = std::move(files);
   VitModel out;
   out.impl_ = std::move(m);
