@@ -258,7 +258,7 @@ Post post_for(Activation a);
 // C[M, N] (+)= post(A[M, K] · W[N, K]ᵀ + bias[N]). A, W and C have row strides lda, ldw, ldc
 // (in elements). A is f32 or bf16 and the product is computed in A's type (f32 accumulation);
 // W is stored as w_dt, which must be A's type unless W is constant (a model weight, converted
-// once: f32 weights for a bf16 GEMM). C f32 or bf16. `accumulate` adds into C (then post must
+// once: f32 weights for a bf16 GEMM; f16 weights, widened to f32 as they are read). C f32 or bf16. `accumulate` adds into C (then post must
 // be none). bias may be null. Primitives are cached per shape.
 struct GemmArgs {
   const void* a; int64_t lda; DType a_dt;
