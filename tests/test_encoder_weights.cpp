@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "encoder/encoder_internal.hpp"
 #include "fovea/encoder.hpp"
 #include "fovea/incremental_encoder.hpp"
+#include "fovea/gguf.hpp"
 #include "fovea/safetensors.hpp"
+#include "gguf_build.hpp"
 #include "test_util.hpp"
 
 namespace fovea {
@@ -73,6 +76,99 @@ TEST(EncoderWeights, CheckpointMatricesAreViewsOfTheMappedFile) {
       }
     EXPECT_EQ(m.impl().mapping, nullptr) << "nothing points into the file: it need not stay mapped";
   }
+}
+
+// An F16 GGUF file (llama.cpp's mmproj files are F16) is not converted at load: its matrices stay
+// F16 where they lie in the mapping (q, k, v stacked into one owned F16 matrix; out_w widened, as
+// the incremental encoder reads it itself), and the GEMMs widen them to f32 as they read them.
+// Widening is exact, so every encode (first use, packed, bf16) gives the bytes the same weights
+// stored as F32 give.
+TEST(EncoderWeights, F16GgufMatricesStayF16AndGiveTheF32FilesBytes) {
+  const std::string f16_path = fixture("gguf_llava", "mmproj.gguf");
+  test::GgufBuild g = test::GgufBuild::from(GgufFile::open(f16_path));
+  int f16_tensors = 0;
+  for (test::GgufBuild::T& t : g.tensors) {
+    if (t.type != uint32_t(GgmlType::f16)) continue;
+    ++f16_tensors;
+    std::vector<uint8_t> f32(t.data.size() * 2);
+    for (size_t i = 0; i < t.data.size() / 2; ++i) {
+      uint16_t h;
+      std::memcpy(&h, t.data.data() + 2 * i, 2);
+      const float v = f16_to_f32(h);
+      std::memcpy(f32.data() + 4 * i, &v, 4);
+    }
+    t.data = std::move(f32);
+    t.type = uint32_t(GgmlType::f32);
+  }
+  ASSERT_GE(f16_tensors, 4) << "the fixture's matrices are F16";
+  const std::string f32_path = test::temp_dir("f16_gguf_weights") + "/mmproj-f32.gguf";
+  {
+    const std::vector<uint8_t> b = g.bytes();
+    std::ofstream(f32_path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  }
+  const FirstCase c = first_case("gguf_llava");
+  Executor exec({.threads = 2});
+  for (const Precision prec : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(prec == Precision::bf16 ? "bf16" : "fp32");
+    const VitModel f16 = VitModel::load(f16_path), f32 = VitModel::load(f32_path);
+    const VitModel::Impl& m = f16.impl();
+    ASSERT_FALSE(m.layers.empty());
+    for (const VitLayer& l : m.layers) {
+      for (const WeightMatrix* w : {&l.fc1_w, &l.fc2_w}) {
+        EXPECT_TRUE(w->mapped());
+        EXPECT_EQ(w->dtype, DType::f16);
+      }
+      EXPECT_FALSE(l.qkv_w.mapped());
+      EXPECT_EQ(l.qkv_w.dtype, DType::f16) << "stacking must keep F16 weights in F16";
+      EXPECT_EQ(l.out_w.dtype, DType::f32);
+    }
+    // The projector's matrices: F16 ones stay F16 too (the fixture also holds a Q8_0 one: decoded).
+    const GgufFile file = GgufFile::open(f16_path);
+    for (const auto& [name, w] : {std::pair{"mm.0.weight", &m.mm0_w}, {"mm.2.weight", &m.mm2_w}}) {
+      const bool f16_stored = file.find_tensor(name)->type == uint32_t(GgmlType::f16);
+      EXPECT_EQ(w->dtype == DType::f16, f16_stored) << name;
+      EXPECT_EQ(w->mapped(), f16_stored) << name;
+    }
+    EXPECT_NE(m.mapping, nullptr) << "the model must keep the file its weights point into";
+    for (const VitLayer& l : f32.impl().layers) EXPECT_EQ(l.fc1_w.dtype, DType::f32);
+    const EncodeParams p{.precision = prec, .image_width = c.width, .image_height = c.height};
+    for (int use = 0; use < 3; ++use) {  // the first use widens as it reads, the second packs, the third reuses
+      SCOPED_TRACE("use " + std::to_string(use + 1));
+      const Encoding a = encode(f16, c.patches, c.positions, p, exec), b = encode(f32, c.patches, c.positions, p, exec);
+      EXPECT_TRUE(same_bytes(a.embeddings, b.embeddings));
+      EXPECT_TRUE(same_bytes(a.projected, b.projected));
+      EXPECT_GT(a.projected.numel(), 0);
+    }
+  }
+}
+
+// The model keeps the file mapped whenever any matrix points into it, the projector's too: with
+// clip.vision.feature_layer 0 no block runs (no layer matrix is loaded), and in a Q8_0 file the
+// layers are decoded while a projector matrix whose width is no multiple of Q8_0's block stays F16.
+TEST(EncoderWeights, AProjectorViewKeepsTheFileMapped) {
+  const std::string path = test::temp_dir("f16_gguf_projector") + "/no-blocks.gguf";
+  test::GgufBuild g = test::GgufBuild::from(GgufFile::open(fixture("gguf_llava", "mmproj.gguf")));
+  g.set("clip.vision.feature_layer", test::array(GgufType::i32, {int64_t(0)}));
+  {
+    const std::vector<uint8_t> b = g.bytes();
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  }
+  const FirstCase c = first_case("gguf_llava");
+  Executor exec({.threads = 2});
+  const EncodeParams p{.image_width = c.width, .image_height = c.height};
+  Tensor before;
+  {
+    const VitModel m = VitModel::load(path);
+    ASSERT_TRUE(m.impl().layers.empty());
+    ASSERT_TRUE(m.impl().mm2_w.mapped()) << "the fixture's mm.2 is F16";
+    EXPECT_NE(m.impl().mapping, nullptr);
+    before = encode(m, c.patches, c.positions, p, exec).projected;
+  }
+  // Encoded after the first model is gone: each model reads its own, live mapping (a view into a
+  // released one read unmapped memory: a crash or another projection).
+  const VitModel again = VitModel::load(path);
+  EXPECT_TRUE(same_bytes(before, encode(again, c.patches, c.positions, p, exec).projected));
+  EXPECT_GT(before.numel(), 0);
 }
 
 // map_weights = false: the same matrices, copied in their own type; the file is not kept.

@@ -102,19 +102,20 @@ class ContextPool {
 };
 }
 
-// A weight matrix [rows, cols], row-major (PyTorch's [out, in]), stored as f32 or bf16: where it
-// lies in the checkpoint's mapping (the model keeps the file mapped), or in `owned` when the
-// file's type or layout needs a conversion (F16, Q8_0, stacked q|k|v). The GEMMs read it as a
+// A weight matrix [rows, cols], row-major (PyTorch's [out, in]), stored as f32, bf16 or f16:
+// where it lies in the checkpoint's mapping (the model keeps the file mapped), or in `owned` when
+// the file's type or layout needs a conversion (Q8_0, stacked q|k|v). The GEMMs read it as a
 // constant operand and convert / reorder it themselves, once (gemm.cpp), so no f32, bf16 and
-// reordered copies of a checkpoint exist side by side. Move-only, like Tensor.
+// reordered copies of a checkpoint exist side by side: an F16 matrix reaches the kernels widened
+// to f32 (exact) as they read it, never as a copy made at load. Move-only, like Tensor.
 struct WeightMatrix {
   const void* data = nullptr;
-  DType dtype = DType::f32;  // f32 or bf16
+  DType dtype = DType::f32;  // f32, bf16 or f16
   int64_t rows = 0, cols = 0;
   Tensor owned;              // the storage when not mapped; empty when `data` points into a file
 
   WeightMatrix() = default;
-  // Takes a rank-2 f32 or bf16 tensor.
+  // Takes a rank-2 f32, bf16 or f16 tensor.
   explicit WeightMatrix(Tensor t);
   // Points at rows·cols values of type dt that outlive the matrix (a mapped checkpoint).
   static WeightMatrix view(const void* p, DType dt, int64_t rows, int64_t cols);
@@ -170,8 +171,9 @@ struct VitModel::Impl {
   Tensor pool_ln_w, pool_ln_b;    // [D]
   Tensor pool_fc1_w, pool_fc1_b, pool_fc2_w, pool_fc2_b;
   // LLaVA MLP projector (ProjectorType::mlp): mm.0 [E1, D], [E1]; mm.2 [E, E1], [E] or empty.
-  // PaliGemma (ProjectorType::linear): mm.0 only, its 1/√H folded in.
-  Tensor mm0_w, mm0_b, mm2_w, mm2_b;
+  // PaliGemma (ProjectorType::linear): mm.0 only, its 1/√H folded in. Qwen's patch merger too.
+  WeightMatrix mm0_w, mm2_w;
+  Tensor mm0_b, mm2_b;
   std::vector<VitLayer> layers;
   // Qwen3-VL's DeepStack mergers (config.native.deepstack_blocks): LayerNorm over the merge unit's
   // concatenated tokens [4D], linear_fc1 [4D, 4D], GELU, linear_fc2 [E, 4D].
@@ -256,7 +258,7 @@ Post post_for(Activation a);
 // C[M, N] (+)= post(A[M, K] · W[N, K]ᵀ + bias[N]). A, W and C have row strides lda, ldw, ldc
 // (in elements). A is f32 or bf16 and the product is computed in A's type (f32 accumulation);
 // W is stored as w_dt, which must be A's type unless W is constant (a model weight, converted
-// once: f32 weights for a bf16 GEMM). C f32 or bf16. `accumulate` adds into C (then post must
+// once: f32 weights for a bf16 GEMM; f16 weights, widened to f32 as they are read). C f32 or bf16. `accumulate` adds into C (then post must
 // be none). bias may be null. Primitives are cached per shape.
 struct GemmArgs {
   const void* a; int64_t lda; DType a_dt;
@@ -360,6 +362,10 @@ float softmax_step_row_ref(const float* s, int64_t n, float scale, float* m, flo
 // f32 → bf16 (round to nearest even) and back, n values.
 void to_bf16_row(const float* x, uint16_t* out, int64_t n);
 void from_bf16_row(const uint16_t* x, float* out, int64_t n);
+// IEEE half → f32 (exact), n values.
+void from_f16_row(const uint16_t* x, float* out, int64_t n);
+// Row r of a weight matrix as n floats (exact for f32, bf16 and f16).
+void weight_row_f32(const void* w, DType dt, int64_t ldw, int64_t r, int64_t n, float* out);
 
 float activation_ref(Activation a, float x);
 

@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -46,8 +47,20 @@
 #include "encoder/encoder_internal.hpp"
 #include "encoder/kernels.hpp"
 #include "fovea/error.hpp"
+#include "fovea/gguf.hpp"
 
 namespace fovea::encoder_detail {
+
+void from_f16_row(const uint16_t* x, float* out, int64_t n) {
+  ggml_dequantize(uint32_t(GgmlType::f16), reinterpret_cast<const std::byte*>(x), n, out);  // vectorised, exact
+}
+
+void weight_row_f32(const void* w, DType dt, int64_t ldw, int64_t r, int64_t n, float* out) {
+  const std::byte* row = static_cast<const std::byte*>(w) + size_t(r * ldw) * dtype_size(dt);
+  if (dt == DType::f32) std::memcpy(out, row, size_t(n) * 4);
+  else if (dt == DType::f16) from_f16_row(reinterpret_cast<const uint16_t*>(row), out, n);
+  else from_bf16_row(reinterpret_cast<const uint16_t*>(row), out, n);
+}
 
 namespace {
 
@@ -386,6 +399,44 @@ struct Gemm::State {
     return transient;
   }
 
+  // F16 constant weights reach the kernels widened to f32 (exact: every half is a float), copied
+  // densely into one reused buffer when a use reads W itself (a first use, or the making of a
+  // packed copy), never when a packed copy exists. So an F16 file costs no f32 copy of itself at
+  // load, and its first, in-place-like use gives the bits an F32 file of the same values gives.
+  // widen_mutex is held from the widening to the end of the use of the buffer.
+  std::mutex widen_mutex;
+  std::unique_ptr<PackedArena> widen_arena;
+  float* widened = nullptr;
+  size_t widened_bytes = 0;
+  // g as the kernels see a widened W: f32, dense (g itself unless W is F16).
+  static GemmArgs as_f32(const GemmArgs& g) {
+    GemmArgs w = g;
+    if (g.w_dt == DType::f16) w.w_dt = DType::f32, w.ldw = g.w_is_kn ? g.n : g.k;
+    return w;
+  }
+  // W of g (F16) widened into `dst` (as_f32(g)'s dense layout), on the calling thread's team.
+  static void widen_into(const GemmArgs& g, float* dst) {
+    const int64_t rows = g.w_is_kn ? g.k : g.n, cols = g.w_is_kn ? g.n : g.k;
+    const uint16_t* w = static_cast<const uint16_t*>(g.w);
+    const int threads = team_size();
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t r = 0; r < rows; ++r) from_f16_row(w + r * g.ldw, dst + r * cols, cols);
+  }
+  // as_f32(g) with its W widened into the reused buffer (call with widen_mutex held).
+  GemmArgs widen(const GemmArgs& g) {
+    const size_t bytes = size_t(g.n * g.k) * sizeof(float);
+    if (widened_bytes < bytes) {
+      widen_arena.reset();
+      widen_arena = std::make_unique<PackedArena>();
+      widened = static_cast<float*>(widen_arena->allocate(bytes));
+      widened_bytes = bytes;
+    }
+    widen_into(g, widened);
+    GemmArgs w = as_f32(g);
+    w.w = widened;
+    return w;
+  }
+
   std::shared_ptr<Entry> get(const GemmArgs& g, bool packed) {
     const bool blocked_layout = packed && packs_blocked(g.a_dt);  // before the lock: it takes it
     std::lock_guard<std::mutex> lock(mutex);
@@ -444,8 +495,18 @@ struct Gemm::State {
   // reorder for it is its reference kernel there, ~5 s for ViT-B/16's 86 M weights (a one-shot
   // fp32 encode of a BF16 file took 6.8 s against 1.2 s for the F32 file). The same values
   // either way: bf16 → f32 is exact.
-  static void copy_weights(const GemmArgs& g, const Entry& e, const dnnl::engine& eng, void* dst_ptr,
-                           dnnl::stream& st) {
+  // An F16 W is widened first: straight into dst when dst is W's own dense layout in f32, else
+  // into the reused buffer, which is then reordered as an F32 W would be.
+  void copy_weights(const GemmArgs& g, const Entry& e, const dnnl::engine& eng, void* dst_ptr, dnnl::stream& st) {
+    if (g.w_dt == DType::f16) {
+      if (!e.blocked && g.a_dt == DType::f32) {
+        widen_into(g, static_cast<float*>(dst_ptr));
+        return;
+      }
+      std::lock_guard<std::mutex> lock(widen_mutex);
+      copy_weights(widen(g), e, eng, dst_ptr, st);
+      return;
+    }
     const bool dense = g.ldw == (g.w_is_kn ? g.n : g.k);
     if (!e.blocked && dense && g.w_dt == DType::bf16 && g.a_dt == DType::f32) {
       from_bf16_row(static_cast<const uint16_t*>(g.w), static_cast<float*>(dst_ptr), g.n * g.k);
@@ -466,7 +527,10 @@ struct Gemm::State {
       if (k.amx) return k.amx;
     }
     uint16_t* p = weights->state().panels(*k.shared, k.shared->amx, amx::packed_bytes(g.n, g.k), [&](uint16_t* dst) {
-      amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
+      if (g.w_dt != DType::f16) return amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
+      std::lock_guard<std::mutex> lock(widen_mutex);
+      const GemmArgs w = widen(g);
+      amx::pack(w.w, w.w_dt, w.ldw, w.n, w.k, dst, threads);
     });
     std::lock_guard<std::mutex> lock(mutex);
     return k.amx = p;
@@ -480,7 +544,12 @@ struct Gemm::State {
       if (k.avx2) return k.avx2;
     }
     float* p = weights->state().panels(*k.shared, k.shared->avx2, avx2::packed_floats(g.n, g.k) * sizeof(float),
-                                       [&](float* dst) { avx2::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads); });
+                                       [&](float* dst) {
+                                         if (g.w_dt != DType::f16) return avx2::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
+                                         std::lock_guard<std::mutex> lock(widen_mutex);
+                                         const GemmArgs w = widen(g);
+                                         avx2::pack(w.w, w.w_dt, w.ldw, w.n, w.k, dst, threads);
+                                       });
     std::lock_guard<std::mutex> lock(mutex);
     return k.avx2 = p;
   }
@@ -569,13 +638,13 @@ namespace {
 // The linear layers of a bf16 encode on AMX tiles (amx.hpp) instead of oneDNN's matmul.
 bool amx_takes(const GemmArgs& g) {
   return g.constant_w && g.a_dt == DType::bf16 && !g.w_is_kn && g.alpha == 1.0f &&
-         (g.w_dt == DType::f32 || g.w_dt == DType::bf16) && (g.c_dt == DType::f32 || g.c_dt == DType::bf16) &&
+         (g.w_dt == DType::f32 || g.w_dt == DType::bf16 || g.w_dt == DType::f16) && (g.c_dt == DType::f32 || g.c_dt == DType::bf16) &&
          g.m > 0 && amx::fits(g.n, g.k) && amx::usable();
 }
 // The f32 linear layers on fovea's AVX2 kernel (avx2.hpp) where oneDNN has no f32 brgemm.
 bool avx2_takes(const GemmArgs& g) {
   return g.constant_w && g.a_dt == DType::f32 && g.c_dt == DType::f32 && !g.w_is_kn &&
-         (g.w_dt == DType::f32 || g.w_dt == DType::bf16) && g.m > 0 && Gemm::avx2_takes_f32();
+         (g.w_dt == DType::f32 || g.w_dt == DType::bf16 || g.w_dt == DType::f16) && g.m > 0 && Gemm::avx2_takes_f32();
 }
 }  // namespace
 
@@ -588,8 +657,15 @@ void Gemm::run_avx2(const GemmArgs& g, bool packed) {
   a.m = g.m, a.n = g.n, a.k = g.k;
   a.alpha = g.alpha, a.post = g.post, a.accumulate = g.accumulate;
   a.threads = team_size();
-  // First use: each thread packs its own panels on the fly into a buffer of its own.
+  // First use: each thread packs its own panels on the fly into a buffer of its own (an F16 W
+  // from its widened copy).
   if (packed) a.packed = s_->avx2_packed(g, a.threads);
+  std::unique_lock<std::mutex> widen_lock;
+  if (!packed && g.w_dt == DType::f16) {
+    widen_lock = std::unique_lock<std::mutex>(s_->widen_mutex);
+    const GemmArgs w = s_->widen(g);
+    a.w = w.w, a.ldw = w.ldw, a.w_dt = w.w_dt;
+  }
   avx2::gemm(a);
 }
 
@@ -608,8 +684,15 @@ void Gemm::run_amx(const GemmArgs& g, bool packed) {
     amx::gemm(a);
     return;
   }
-  // First use: each thread packs its own panels into the reused buffer, then reads them.
+  // First use: each thread packs its own panels into the reused buffer, then reads them (an F16
+  // W from its widened copy).
   std::lock_guard<std::mutex> lock(s_->transient_mutex);
+  std::unique_lock<std::mutex> widen_lock;
+  if (g.w_dt == DType::f16) {
+    widen_lock = std::unique_lock<std::mutex>(s_->widen_mutex);
+    const GemmArgs w = s_->widen(g);
+    a.w = w.w, a.ldw = w.ldw, a.w_dt = w.w_dt;
+  }
   a.packed = static_cast<uint16_t*>(s_->transient_buffer(amx::packed_bytes(g.n, g.k)));
   a.pack = true;
   amx::gemm(a);
@@ -626,7 +709,10 @@ void Gemm::run_unchecked(const GemmArgs& g) {
     run_amx(g, use == WeightUse::packed);
     return;
   }
-  const std::shared_ptr<State::Entry> e = s_->get(g, use != WeightUse::plain);
+  // An F16 weight's first use by f32 kernels reads its widened copy in the plain layout, as an F32
+  // weight's is read where it lies (the same primitive: the same bits).
+  const bool widened_plain = g.w_dt == DType::f16 && use == WeightUse::transient && g.a_dt == DType::f32;
+  const std::shared_ptr<State::Entry> e = s_->get(State::as_f32(g), use != WeightUse::plain && !widened_plain);
   const int tid = omp_in_parallel() ? omp_get_thread_num() : 0;
   if (tid >= int(s_->streams.size())) throw Error(Errc::internal, "encoder GEMM: thread id out of range");
   State::Scratch& scratch = s_->scratch[tid];
@@ -637,14 +723,17 @@ void Gemm::run_unchecked(const GemmArgs& g) {
   const dnnl::engine& eng = s_->engine;
   dnnl::stream& st = *s_->streams[tid];
   dnnl::memory a(e->a_md, eng, const_cast<void*>(g.a));
-  std::unique_lock<std::mutex> transient_lock;
+  std::unique_lock<std::mutex> transient_lock, widen_lock;
   dnnl::memory w;
   if (use == WeightUse::packed) {
     w = s_->packed_weights(g, *e, st);
+  } else if (widened_plain) {
+    widen_lock = std::unique_lock<std::mutex>(s_->widen_mutex);
+    w = dnnl::memory(e->w_md, eng, const_cast<void*>(s_->widen(g).w));
   } else if (use == WeightUse::transient) {
     transient_lock = std::unique_lock<std::mutex>(s_->transient_mutex);
     w = dnnl::memory(e->w_packed_md, eng, s_->transient_buffer(e->w_packed_md.get_size()));
-    State::copy_weights(g, *e, eng, w.get_data_handle(), st);
+    s_->copy_weights(g, *e, eng, w.get_data_handle(), st);
   } else {
     w = dnnl::memory(e->w_md, eng, const_cast<void*>(g.w));
   }
@@ -660,7 +749,9 @@ void Gemm::run_unchecked(const GemmArgs& g) {
 
 namespace {
 float load(const void* p, DType t, int64_t i) {
-  return t == DType::f32 ? static_cast<const float*>(p)[i] : bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  if (t == DType::f32) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  return t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 }  // namespace
 
@@ -683,7 +774,7 @@ void gemm_reference(const GemmArgs& g) {
       double acc = 0;
       for (int64_t k = 0; k < g.k; ++k) {
         float wv = g.w_is_kn ? load(g.w, g.w_dt, k * g.ldw + j) : load(g.w, g.w_dt, j * g.ldw + k);
-        if (g.a_dt == DType::bf16 && g.w_dt == DType::f32) wv = bf16_to_f32(f32_to_bf16(wv));  // as the kernel
+        if (g.a_dt == DType::bf16 && g.w_dt != DType::bf16) wv = bf16_to_f32(f32_to_bf16(wv));  // as the kernel
         acc += double(load(g.a, g.a_dt, i * g.lda + k)) * wv;
       }
       float v = float(acc) * g.alpha;

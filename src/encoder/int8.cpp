@@ -152,9 +152,7 @@ Weight quantize(const void* src, DType dt, int64_t ldw, int64_t n, int64_t k) {
   std::vector<int8_t> q(static_cast<size_t>(k));
   std::vector<float> x(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
-    const std::byte* row = static_cast<const std::byte*>(src) + size_t(r * ldw) * dtype_size(dt);
-    if (dt == DType::f32) std::memcpy(x.data(), row, size_t(k) * 4);
-    else from_bf16_row(reinterpret_cast<const uint16_t*>(row), x.data(), k);
+    weight_row_f32(src, dt, ldw, r, k, x.data());
     float amax = 0;
     for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(x[size_t(c)]));
     const float scale = amax > 0 && std::isfinite(amax) ? amax / 127.0f : 0.0f;

@@ -88,8 +88,8 @@ Tensor random_tensor(std::vector<int64_t> shape, Rng& rng, float std, float mean
 }  // namespace
 
 WeightMatrix::WeightMatrix(Tensor t) {
-  if (t.rank() != 2 || (t.dtype() != DType::f32 && t.dtype() != DType::bf16))
-    throw Error(Errc::internal, "WeightMatrix: a rank-2 f32 or bf16 tensor is required");
+  if (t.rank() != 2 || (t.dtype() != DType::f32 && t.dtype() != DType::bf16 && t.dtype() != DType::f16))
+    throw Error(Errc::internal, "WeightMatrix: a rank-2 f32, bf16 or f16 tensor is required");
   rows = t.dim(0), cols = t.dim(1), dtype = t.dtype();
   owned = std::move(t);
   data = owned.bytes();
@@ -103,7 +103,9 @@ WeightMatrix WeightMatrix::view(const void* p, DType dt, int64_t rows, int64_t c
 
 float WeightMatrix::at(int64_t r, int64_t c) const {
   const int64_t i = r * cols + c;
-  return dtype == DType::f32 ? static_cast<const float*>(data)[i] : bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+  if (dtype == DType::f32) return static_cast<const float*>(data)[i];
+  const uint16_t h = static_cast<const uint16_t*>(data)[i];
+  return dtype == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
 VitModel VitModel::random(const VitConfig& config, uint64_t seed, const std::string& name) {
@@ -367,6 +369,16 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
                 "transformer.resblocks.N for open_clip / OpenAI CLIP, vision_model.encoder.layers.N.attn.qkv for "
                 "InternViT, vision_model.encoder.layers.N.self_attn.qkv for BLIP / BLIP-2, or a llama.cpp mmproj .gguf)");
   check_runnable(m->config, spec);
+  // The incremental encoder (video) reads each layer's out_w itself, as f32 or bf16 (its spectral
+  // norm bounds how far a change moves a token): an F16 one is widened here, the one matrix of a
+  // layer the GEMMs do not read where it lies (D×D of a layer's 4D² + 2·D·M weights).
+  for (VitLayer& l : m->layers)
+    if (l.out_w.dtype == DType::f16) {
+      Tensor t(DType::f32, {l.out_w.rows, l.out_w.cols});
+      for (int64_t r = 0; r < l.out_w.rows; ++r)
+        weight_row_f32(l.out_w.data, DType::f16, l.out_w.cols, r, l.out_w.cols, t.data<float>() + r * l.out_w.cols);
+      l.out_w = WeightMatrix(std::move(t));
+    }
   m->source = spec;
   // A converted checkpoint's int8 layer matrices (fovea convert --dtype int8), used where they lie.
   const int int8_tensors = st ? attach_stored_int8(*m, *st, files) : 0;
@@ -375,6 +387,7 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
   bool mapped = int8_tensors > 0;
   for (const VitLayer& l : m->layers)
     mapped = mapped || l.qkv_w.mapped() || l.out_w.mapped() || l.fc1_w.mapped() || l.fc2_w.mapped();
+  mapped = mapped || m->mm0_w.mapped() || m->mm2_w.mapped();  // (a Q8_0 file's projector may be F16)
   if (mapped) m->mapping = std::move(files);
   VitModel out;
   out.impl_ = std::move(m);

@@ -8,16 +8,10 @@ namespace fovea::encoder_detail {
 
 Tensor run_projector(const VitModel::Impl& m, const float* x, int64_t n, Gemm* gemm) {
   const VitConfig& c = m.config;
-  auto linear = [&](const float* a, const Tensor& w, const Tensor& b, Post post) {
-    Tensor out(DType::f32, {n, w.dim(0)});
-    GemmArgs g{};
-    g.a = a, g.lda = w.dim(1), g.a_dt = DType::f32;
-    g.w = w.bytes(), g.ldw = w.dim(1), g.w_dt = DType::f32;
-    g.bias = present(b) ? b.data<float>() : nullptr;
-    g.c = out.bytes(), g.ldc = w.dim(0), g.c_dt = DType::f32;
-    g.m = n, g.n = w.dim(0), g.k = w.dim(1);
+  auto linear = [&](const float* a, const WeightMatrix& w, const Tensor& b, Post post) {
+    Tensor out(DType::f32, {n, w.rows});
+    GemmArgs g = linear_args(a, DType::f32, n, w, &b, out.bytes(), DType::f32);
     g.post = post;
-    g.constant_w = true;
     if (gemm) gemm->run(g);
     else gemm_reference(g);
     return out;

@@ -133,8 +133,9 @@ class GgufSource final : public WeightSource {
     const GgufTensorInfo* t = f_.find_tensor(name);
     if (!t) return std::nullopt;
     const GgmlType type = GgmlType(t->type);
-    if (type != GgmlType::f32 && type != GgmlType::bf16) return std::nullopt;
-    const DType dt = type == GgmlType::f32 ? DType::f32 : DType::bf16;
+    // F16 too: the GEMMs widen it as they read it (llama.cpp's mmproj files are mostly F16).
+    if (type != GgmlType::f32 && type != GgmlType::bf16 && type != GgmlType::f16) return std::nullopt;
+    const DType dt = type == GgmlType::f32 ? DType::f32 : type == GgmlType::bf16 ? DType::bf16 : DType::f16;
     const std::span<const std::byte> d = f_.data(*t);
     if (d.size() != size_t(t->numel()) * dtype_size(dt) || reinterpret_cast<uintptr_t>(d.data()) % dtype_size(dt))
       return std::nullopt;
@@ -328,26 +329,26 @@ WeightMatrix Lookup::matrix(const std::string& name, const std::vector<int64_t>&
 
 WeightMatrix Lookup::stacked(const std::vector<std::string>& names, int64_t rows, int64_t cols) {
   const std::vector<int64_t> want{rows, cols};
-  bool all = true, all_bf16 = true;
+  bool all = true, all_same = true;
   std::vector<std::optional<WeightSource::Raw>> raws;
   for (const std::string& n : names) {
     const std::optional<WeightSource::Info> i = w_.info(n);
     all = all && i && i->shape == want && !w_.type_problem(n);
     raws.push_back(all ? w_.raw(n) : std::nullopt);
-    all_bf16 = all_bf16 && raws.back() && raws.back()->dtype == DType::bf16;
+    all_same = all_same && raws.back() && raws.back()->dtype == raws.front()->dtype;
   }
   if (!all) {
     for (const std::string& n : names) get(n, want);  // records what is missing or wrong
     return {};
   }
-  const DType dt = all_bf16 ? DType::bf16 : DType::f32;
+  const DType dt = all_same ? raws.front()->dtype : DType::f32;
   const size_t part = size_t(rows * cols) * dtype_size(dt);
   Tensor t(dt, {int64_t(names.size()) * rows, cols});
   for (size_t j = 0; j < names.size(); ++j) {
     if (raws[j] && raws[j]->dtype == dt) {
       used_.insert(names[j]);
       std::memcpy(t.bytes() + j * part, raws[j]->data, part);
-    } else {  // decoded straight into its part (dt is f32 here: not all parts are bf16)
+    } else {  // decoded straight into its part (dt is f32 here: the parts' types differ)
       used_.insert(names[j]);
       w_.load_f32_into(names[j], reinterpret_cast<float*>(t.bytes() + j * part));
     }
@@ -549,8 +550,7 @@ void fold_layer_scale(Lookup& L, const std::string& gamma, int64_t D, bool requi
   float* bp = b.data<float>();
   for (int64_t r = 0; r < w.rows; ++r) {
     float* row = t.data<float>() + r * w.cols;
-    if (w.dtype == DType::f32) std::memcpy(row, static_cast<const float*>(w.data) + r * w.cols, size_t(w.cols) * 4);
-    else from_bf16_row(static_cast<const uint16_t*>(w.data) + r * w.cols, row, w.cols);
+    weight_row_f32(w.data, w.dtype, w.cols, r, w.cols, row);
     for (int64_t k = 0; k < w.cols; ++k) row[k] *= gp[r];
     bp[r] *= gp[r];
   }

@@ -245,13 +245,13 @@ class GgufMmprojLoader final : public ModelLoader {
         return e;
       };
       const int64_t E1 = width("mm.0");
-      m->mm0_w = L.get("mm.0.weight", {E1, D});
+      m->mm0_w = L.matrix("mm.0.weight", {E1, D});
       m->mm0_b = L.get("mm.0.bias", {E1});
       c.projector_hidden = int(E1);
       c.projector_dim = int(E1);
       if (w.info("mm.2.weight") || w.info("mm.2.bias")) {  // the second layer; both of its tensors
         const int64_t E = width("mm.2");
-        m->mm2_w = L.get("mm.2.weight", {E, E1});
+        m->mm2_w = L.matrix("mm.2.weight", {E, E1});
         m->mm2_b = L.get("mm.2.bias", {E});
         c.projector_dim = int(E);
       }

@@ -86,9 +86,9 @@ class HfLlavaLoader final : public ModelLoader {
     const int64_t E1 = l1->shape.size() == 2 ? l1->shape[0] : 0;
     const auto l2 = w.info(pp + "multi_modal_projector.linear_2.weight");
     const int64_t E = l2 && l2->shape.size() == 2 ? l2->shape[0] : 0;
-    m->mm0_w = L2.get(pp + "multi_modal_projector.linear_1.weight", {E1, D});
+    m->mm0_w = L2.decoded(pp + "multi_modal_projector.linear_1.weight", {E1, D});
     m->mm0_b = L2.get(pp + "multi_modal_projector.linear_1.bias", {E1}, /*required=*/false);
-    m->mm2_w = L2.get(pp + "multi_modal_projector.linear_2.weight", {E, E1});
+    m->mm2_w = L2.decoded(pp + "multi_modal_projector.linear_2.weight", {E, E1});
     m->mm2_b = L2.get(pp + "multi_modal_projector.linear_2.bias", {E}, false);
     c.projector_hidden = int(E1);
     c.projector_dim = int(E);

@@ -44,7 +44,7 @@ class HfPaliGemmaLoader final : public ModelLoader {
     const std::string pp = *projector_prefix(w);
     const auto info = w.info(pp + "multi_modal_projector.linear.weight");
     const int64_t E = info->shape.size() == 2 ? info->shape[0] : 0;
-    m->mm0_w = L.get(pp + "multi_modal_projector.linear.weight", {E, D});
+    Tensor mm0_w = L.get(pp + "multi_modal_projector.linear.weight", {E, D});
     m->mm0_b = L.get(pp + "multi_modal_projector.linear.bias", {E}, /*required=*/false);
     L.finish("HF PaliGemma");
     const nlohmann::json& top = ck.full_config;
@@ -57,9 +57,10 @@ class HfPaliGemmaLoader final : public ModelLoader {
       throw Error(Errc::corrupt_data, "'" + path + "': config.json text_config.hidden_size " +
                                           std::to_string(text_hidden) + " is not a model width");
     const float scale = float(1.0 / std::sqrt(double(text_hidden)));
-    for (Tensor* t : {&m->mm0_w, &m->mm0_b})
+    for (Tensor* t : {&mm0_w, &m->mm0_b})
       if (present(*t))
         for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] *= scale;
+    if (present(mm0_w)) m->mm0_w = WeightMatrix(std::move(mm0_w));
     c.projector = ProjectorType::linear;
     c.projector_hidden = int(E);
     c.projector_dim = int(E);

@@ -49,8 +49,9 @@ class WeightSource {
     const Tensor t = load_f32(name);
     std::memcpy(dst, t.bytes(), t.size_bytes());
   }
-  // The tensor's bytes where they lie (the mapped file) when it is F32 or BF16: GEMMs read those
-  // directly. nullopt for other types (they are decoded with load_f32).
+  // The tensor's bytes where they lie (the mapped file) when it is F32 or BF16, or F16 in a GGUF
+  // file: GEMMs read those directly. nullopt for other types (they are decoded with load_f32).
+  // (Safetensors and PyTorch F16 matrices are still decoded to f32 at load.)
   struct Raw {
     const void* data;
     DType dtype;
@@ -84,12 +85,18 @@ class Lookup {
   // A missing optional tensor gives an empty Tensor; problems are collected.
   Tensor get(const std::string& name, const std::vector<int64_t>& want, bool required = true,
              std::vector<int64_t> as = {});
-  // A weight matrix of shape `want` ([rows, cols]): a view of the mapped file when it is F32 or
-  // BF16 (no copy; an owned copy of the same type when the source's map_weights is false), else
-  // decoded to f32. Missing (optional) or faulty: an empty matrix, the problem collected as by get().
+  // A weight matrix of shape `want` ([rows, cols]): a view of the mapped file when raw() gives
+  // its bytes (no copy; an owned copy of the same type when the source's map_weights is false),
+  // else decoded to f32. Missing (optional) or faulty: an empty matrix, the problem collected as by get().
   WeightMatrix matrix(const std::string& name, const std::vector<int64_t>& want, bool required = true);
+  // get() as an owned f32 matrix (empty when get() gives nothing).
+  WeightMatrix decoded(const std::string& name, const std::vector<int64_t>& want, bool required = true) {
+    Tensor t = get(name, want, required);
+    return present(t) ? WeightMatrix(std::move(t)) : WeightMatrix();
+  }
   // The matrices `names`, each [rows, cols], stacked into one owned [n·rows, cols] matrix (HF's
-  // separate q, k, v projections): bf16 when all are stored BF16, else f32. Allocated only when
+  // separate q, k, v projections): in the file's type when all have one raw() gives (BF16, a
+  // GGUF's F16), else f32. Allocated only when
   // the file holds all of them with that shape; otherwise empty, the problems collected.
   WeightMatrix stacked(const std::vector<std::string>& names, int64_t rows, int64_t cols);
   void mark_used(const std::string& name);

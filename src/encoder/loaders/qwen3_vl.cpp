@@ -173,9 +173,9 @@ class Qwen3VlLoader final : public ModelLoader {
     }
     m->post_w = L.get(p + "merger.norm.weight", {D});
     m->post_b = L.get(p + "merger.norm.bias", {D});
-    m->mm0_w = L.get(p + "merger.linear_fc1.weight", {Hd, U});
+    m->mm0_w = L.decoded(p + "merger.linear_fc1.weight", {Hd, U});
     m->mm0_b = L.get(p + "merger.linear_fc1.bias", {Hd});
-    m->mm2_w = L.get(p + "merger.linear_fc2.weight", {E, Hd});
+    m->mm2_w = L.decoded(p + "merger.linear_fc2.weight", {E, Hd});
     m->mm2_b = L.get(p + "merger.linear_fc2.bias", {E});
     for (int k = 0; k < mergers; ++k) {
       const std::string b = p + "deepstack_merger_list." + std::to_string(k) + ".";

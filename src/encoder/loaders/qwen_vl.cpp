@@ -223,9 +223,9 @@ class QwenVlLoader final : public ModelLoader {
     m->post_w = L.get(p + "merger.ln_q.weight", {D});
     if (!qwen25_) m->post_b = L.get(p + "merger.ln_q.bias", {D});
     const int64_t Hd = c.projector_hidden, E = c.projector_dim;
-    m->mm0_w = L.get(mlp0, {Hd, U});
+    m->mm0_w = L.decoded(mlp0, {Hd, U});
     m->mm0_b = L.get(p + "merger.mlp.0.bias", {Hd});
-    m->mm2_w = L.get(mlp2, {E, Hd});
+    m->mm2_w = L.decoded(mlp2, {E, Hd});
     m->mm2_b = L.get(p + "merger.mlp.2.bias", {E});
     L.finish(what);
     m->tensors_used = L.used();
