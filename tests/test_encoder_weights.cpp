@@ -79,8 +79,8 @@ TEST(EncoderWeights, CheckpointMatricesAreViewsOfTheMappedFile) {
 }
 
 // An F16 GGUF file (llama.cpp's mmproj files are F16) is not converted at load: its matrices stay
-// F16 where they lie in the mapping (q, k, v stacked into one owned F16 matrix; out_w widened, as
-// the incremental encoder reads it itself), and the GEMMs widen them to f32 as they read them.
+// F16 where they lie in the mapping (q, k, v stacked into one owned F16 matrix), and the GEMMs
+// widen them to f32 as they read them.
 // Widening is exact, so every encode (first use, packed, bf16) gives the bytes the same weights
 // stored as F32 give.
 TEST(EncoderWeights, F16GgufMatricesStayF16AndGiveTheF32FilesBytes) {
@@ -114,13 +114,12 @@ TEST(EncoderWeights, F16GgufMatricesStayF16AndGiveTheF32FilesBytes) {
     const VitModel::Impl& m = f16.impl();
     ASSERT_FALSE(m.layers.empty());
     for (const VitLayer& l : m.layers) {
-      for (const WeightMatrix* w : {&l.fc1_w, &l.fc2_w}) {
+      for (const WeightMatrix* w : {&l.out_w, &l.fc1_w, &l.fc2_w}) {
         EXPECT_TRUE(w->mapped());
         EXPECT_EQ(w->dtype, DType::f16);
       }
       EXPECT_FALSE(l.qkv_w.mapped());
       EXPECT_EQ(l.qkv_w.dtype, DType::f16) << "stacking must keep F16 weights in F16";
-      EXPECT_EQ(l.out_w.dtype, DType::f32);
     }
     // The projector's matrices: F16 ones stay F16 too (the fixture also holds a Q8_0 one: decoded).
     const GgufFile file = GgufFile::open(f16_path);
@@ -139,6 +138,24 @@ TEST(EncoderWeights, F16GgufMatricesStayF16AndGiveTheF32FilesBytes) {
       EXPECT_TRUE(same_bytes(a.projected, b.projected));
       EXPECT_GT(a.projected.numel(), 0);
     }
+    // The incremental encoder (video) reads out_w itself (the spectral norm in its attention
+    // bound): a second frame with one patch changed reuses the first's states and gives the
+    // same bytes and drift estimate on both files.
+    Tensor next = c.patches.clone();
+    next.data<float>()[0] += 0.5f;
+    const int64_t n = c.patches.dim(0);
+    std::vector<int64_t> same_row(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) same_row[size_t(i)] = i;
+    std::vector<uint8_t> dirty(static_cast<size_t>(n), 0);
+    dirty[0] = 1;
+    const IncrementalParams ip{.precision = prec, .image_width = c.width, .image_height = c.height};
+    IncrementalEncoder inc16(f16), inc32(f32);
+    for (IncrementalEncoder* inc : {&inc16, &inc32}) inc->encode(c.patches, c.positions, {}, {}, ip, exec);
+    const IncrementalResult r16 = inc16.encode(next, c.positions, same_row, dirty, ip, exec);
+    const IncrementalResult r32 = inc32.encode(next, c.positions, same_row, dirty, ip, exec);
+    EXPECT_TRUE(r16.approximate) << "the second frame must reuse the first's states";
+    EXPECT_TRUE(same_bytes(r16.embeddings, r32.embeddings));
+    EXPECT_EQ(r16.drift_estimate, r32.drift_estimate);
   }
 }
 

@@ -67,8 +67,7 @@ struct LayerCache {
 float spectral_norm(const WeightMatrix& w) {
   const int64_t R = w.rows, C = w.cols;
   std::vector<float> a(size_t(R * C));
-  if (w.dtype == DType::f32) std::memcpy(a.data(), w.data, size_t(R * C) * 4);
-  else from_bf16_row(static_cast<const uint16_t*>(w.data), a.data(), R * C);
+  for (int64_t r = 0; r < R; ++r) weight_row_f32(w.data, w.dtype, C, r, C, a.data() + r * C);  // f32, bf16 or f16
   std::vector<double> v(static_cast<size_t>(C)), u(static_cast<size_t>(R));
   for (int64_t j = 0; j < C; ++j) v[size_t(j)] = 1.0 + 0.01 * double(j % 7);  // not orthogonal to the top vector
   double sigma = 0;

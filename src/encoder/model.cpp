@@ -369,16 +369,6 @@ VitModel VitModel::load(const std::string& spec, const ModelLoadOptions& options
                 "transformer.resblocks.N for open_clip / OpenAI CLIP, vision_model.encoder.layers.N.attn.qkv for "
                 "InternViT, vision_model.encoder.layers.N.self_attn.qkv for BLIP / BLIP-2, or a llama.cpp mmproj .gguf)");
   check_runnable(m->config, spec);
-  // The incremental encoder (video) reads each layer's out_w itself, as f32 or bf16 (its spectral
-  // norm bounds how far a change moves a token): an F16 one is widened here, the one matrix of a
-  // layer the GEMMs do not read where it lies (D×D of a layer's 4D² + 2·D·M weights).
-  for (VitLayer& l : m->layers)
-    if (l.out_w.dtype == DType::f16) {
-      Tensor t(DType::f32, {l.out_w.rows, l.out_w.cols});
-      for (int64_t r = 0; r < l.out_w.rows; ++r)
-        weight_row_f32(l.out_w.data, DType::f16, l.out_w.cols, r, l.out_w.cols, t.data<float>() + r * l.out_w.cols);
-      l.out_w = WeightMatrix(std::move(t));
-    }
   m->source = spec;
   // A converted checkpoint's int8 layer matrices (fovea convert --dtype int8), used where they lie.
   const int int8_tensors = st ? attach_stored_int8(*m, *st, files) : 0;
