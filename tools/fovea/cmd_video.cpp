@@ -102,6 +102,14 @@ struct FixationTrack {
   }
 };
 
+// What a run adds up frame by frame for its summary.
+struct RunTotals {
+  int64_t kept_total = 0;  // windows: the tokens handed on (the file's rows), of the encoded ones
+  double full_total = 0, cosine_total = 0, store_ms = 0;  // --check's full encodes and cosines; the store's time
+  double cosine_min = 1, cosine_min_token = 1;
+  nlohmann::json per_frame = nlohmann::json::array();
+};
+
 struct VideoCommand {
   TokenizeOptions tok;
   ExecOptions exec;
@@ -146,13 +154,308 @@ struct VideoCommand {
     auto ms_since = [](Clock::time_point t0) {
       return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     };
-    // ---- arguments, all checked before any work ------------------------------------------
+    Query base_query;
+    VideoParams vp = video_params(base_query);
+    const bool have_model = !model_spec.empty();
+    const bool windowed = vp.tokenize.foveation == Foveation::windows;
+    const ExecConfig exec_config = exec.config();
+    if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
+
+    std::optional<FixationTrack> track;
+    if (!fixations_csv.empty()) track = FixationTrack::load(fixations_csv);
+    Executor ex(exec_config);
+    std::optional<VitModel> model;
+    std::string norm_source;
+    if (have_model) {
+      model = VitModel::load(model_spec);
+      note_model(*model, model_spec);
+      if (model->config().native.enabled()) {  // Qwen-VL towers: native video chunks (cmd_video_native.cpp)
+        const Precision asked = vp.encoder.precision;
+        return run_native_video(*model,
+                                {.model_spec = model_spec, .video = tok.image, .output = output, .asked = asked,
+                                 .precision = runnable_precision_noted(asked), .every = every, .fps = fps,
+                                 .max_frames = max_frames, .chunk_frames = chunk_frames,
+                                 .cap_pixels_per_frame = cap_pixels_per_frame, .json = json,
+                                 .autorotate = !no_autorotate, .max_pixels = tok.max_pixels, .refused = not_native},
+                                ex);
+      }
+    }
+    if (native_options_given) {
+      throw invalid_argument("--chunk-frames and --cap-pixels-per-frame apply to a native-resolution tower (Qwen2-VL, "
+                             "Qwen2.5-VL, Qwen3-VL) given with --model");
+    }
+    if (have_model) norm_source = fit_to_model(*model, vp);
+    quiet_ffmpeg_log();
+    VideoReaderOptions ro;
+    ro.max_pixels = tok.max_pixels;
+    ro.autorotate = !no_autorotate;
+    VideoReader reader = VideoReader::open(tok.image, ro);
+    const VideoInfo info = reader.info();
+    if (decode_only) return run_decode_only(reader);
+    VideoSession session(vp, model ? &*model : nullptr, ex);
+
+    // The store: one sequence, delta-rebound every frame.
+    SeqId seq = 0;
+    std::unique_ptr<TokenStore> store = store_backend.empty() ? nullptr : make_store(*model, vp, seq);
+
+    // ---- the loop (fovea::run_video; fovea.video() runs the same) ---------------------------
+    const bool progress = ::isatty(2) && !json;
+    VideoRunOptions ro_run;
+    ro_run.source = tok.image;
+    ro_run.max_frames = max_frames;
+    ro_run.keep = frame_sampler(every, fps);
+    ro_run.query = base_query;
+    if (track)
+      ro_run.frame_query = [&](const VideoFrame& f) {
+        Query q = base_query;
+        if (const std::vector<Fixation>* fx = track->at(f.index)) q.fixations = *fx;
+        return q;
+      };
+    ro_run.output = output;
+    ro_run.model_name = model_spec;
+    ro_run.preprocessing_source = norm_source;
+    // --check: each frame's decoded image and query, kept until its group comes out.
+    std::deque<std::pair<ImageU8, Query>> check_inputs;
+    // --overlay: a contact sheet of thumbnails, kept evenly spaced with bounded memory.
+    // Its file is opened now, so that an unwritable path fails before the run, not after it.
+    std::optional<VideoSheet> sheet;
+    std::optional<AtomicFile> sheet_file;
+    if (!overlay.empty()) sheet.emplace(), sheet_file.emplace(overlay);
+    int64_t frames_in = 0, frames_out = 0;
+    std::set<std::string> warned_outside;  // each fixation or region off the frame, once
+    bool warned_nonfinite = false;          // NaN embeddings: once a run (bad weights spoil every frame)
+    ro_run.on_input = [&](const VideoFrame& f, const Query& q) {
+      warn_query_outside(q, f.image.width(), f.image.height(),
+                         {.frame = static_cast<long long>(f.index), .seen = &warned_outside, .prefix = progress ? "\n" : ""});
+      if (check) check_inputs.emplace_back(f.image.clone(), q);
+      if (sheet) sheet->add_frame(frames_in, f.image, f.index, f.pts_s, ex);
+      ++frames_in;
+    };
+    ro_run.on_warning = [&](const std::string& w) {
+      std::fprintf(stderr, "%sfovea: warning: %s: %s\n", progress ? "\n" : "", tok.image.c_str(), w.c_str());
+    };
+    RunTotals t;
+    const auto t_run = Clock::now();
+    auto finish_frame = [&](FrameResult& r, const VideoRunStats& so_far) {
+      nlohmann::json pf = frame_json(r, windowed, have_model);
+      if (windowed) t.kept_total += int64_t(r.rows.size());
+      if (have_model && !warned_nonfinite)
+        warned_nonfinite = warn_nonfinite(r.embeddings,
+                                          "frame " + std::to_string(r.index) + "'s embeddings (later frames not checked)",
+                                          progress ? "\n" : "") > 0;
+      if (check) {
+        auto [image, q] = std::move(check_inputs.front());
+        check_inputs.pop_front();
+        double full_ms = 0;
+        const RowCosines cos = check_frame(*model, vp, r, std::move(image), q, ex, full_ms);
+        pf["full_ms"] = full_ms;
+        pf["cosine"] = cos.mean;
+        pf["cosine_min_token"] = cos.min;
+        pf["error_mean"] = cos.error_mean;
+        pf["error_max"] = cos.error_max;
+        t.full_total += full_ms;
+        t.cosine_total += cos.mean;
+        t.cosine_min = std::min(t.cosine_min, cos.mean);
+        t.cosine_min_token = std::min(t.cosine_min_token, cos.min);
+      }
+      if (store) {
+        const auto ts = Clock::now();
+        const Tensor& e = r.embeddings;
+        Tensor h(DType::f16, {e.dim(0), e.dim(1)});
+        for (int64_t i = 0; i < e.numel(); ++i) h.data<uint16_t>()[i] = f32_to_f16(e.data<float>()[i]);
+        const FrameDelta d = store->update_frame(seq, h);
+        t.store_ms += ms_since(ts);
+        pf["store"] = {{"pages_written", d.pages_written},
+                       {"pages_unchanged", d.pages_unchanged},
+                       {"pages_bound", d.pages_bound},
+                       {"pages_unbound", d.pages_unbound}};
+      }
+      if (sheet) sheet->add_tokens(frames_out, r.batch, r.recomputed, r.refresh);
+      ++frames_out;
+      if (json) t.per_frame.push_back(std::move(pf));  // ~2 KiB a frame: kept only when printed
+      if (progress) {
+        const double secs = std::chrono::duration<double>(Clock::now() - t_run).count();
+        std::fprintf(stderr, "\rfovea video: %lld frames, %.1f fps, reuse %.1f%%   ", (long long)so_far.frames,
+                     secs > 0 ? so_far.frames / secs : 0.0, 100.0 * so_far.reuse_rate());
+        std::fflush(stderr);
+      }
+    };
+    const VideoRunStats run = run_video(reader, session, ro_run, finish_frame);
+    if (progress) std::fprintf(stderr, "\n");
+    if (sheet) {
+      sheet_file->write(encode_png(sheet->render()));
+      sheet_file->commit();
+    }
+    return report(run, t, info, reader, vp, model ? &*model : nullptr, ex, store.get(), sheet ? &*sheet : nullptr);
+  }
+
+  // The session's parameters fitted to the model: its preprocessing (unless --mean / --std say
+  // otherwise, as fovea encode does), its patch size, its window grid; returns where the
+  // preprocessing came from.
+  std::string fit_to_model(const VitModel& model, VideoParams& vp) const {
+    const std::string norm_source = apply_model_preprocessing(tok, model.config().input, vp.tokenize.extract.norm);
+    runnable_precision_noted(vp.encoder.precision);  // the warning; the encoder falls back by itself
+    if (model.config().patch_px != vp.tokenize.patch_px) {
+      if (patch_given) throw invalid_argument("--patch " + std::to_string(vp.tokenize.patch_px) + " does not match the model's " +
+                                 std::to_string(model.config().patch_px) + "-px patches");
+      vp.tokenize.patch_px = model.config().patch_px;
+    }
+    // Windows: the model's native grid (and the budget it implies) unless --window-grid / --budget say otherwise.
+    if (vp.tokenize.foveation == Foveation::windows) {
+      const TokenizeParams t = tok.params(Foveation::windows, model.config().grid);
+      vp.tokenize.windows = t.windows;
+      vp.tokenize.alloc.budget_tokens = t.alloc.budget_tokens;
+    }
+    return norm_source;
+  }
+
+  // --store: a token store holding one sequence of the budget's tokens (f16), reserved in `seq`.
+  std::unique_ptr<TokenStore> make_store(const VitModel& model, const VideoParams& vp, SeqId& seq) const {
+    StoreConfig sc;
+    sc.dim = model.config().hidden;
+    sc.dtype = DType::f16;
+    const int64_t token_bytes = sc.dim * 2;
+    sc.pool_pages = (int64_t(vp.tokenize.alloc.budget_tokens) * token_bytes + sc.page_bytes - 1) / sc.page_bytes + 2;
+    auto store = std::make_unique<TokenStore>(sc, make_store_backend(store_backend));
+    seq = store->reserve(vp.tokenize.alloc.budget_tokens);
+    return store;
+  }
+
+  // A frame's entry in the --json summary.
+  static nlohmann::json frame_json(const FrameResult& r, bool windowed, bool have_model) {
+    const double ms = r.timings.total_ms();
+    nlohmann::json pf = {{"index", r.index},
+                         {"pts", r.pts_s},
+                         {"tokens", r.batch.size()},
+                         {"dirty_tiles", r.dirty_tiles},
+                         {"tiles", r.tiles},
+                         {"resampled_tokens", r.resampled_tokens},
+                         {"recomputed_tokens", r.recomputed_tokens},
+                         {"refresh", r.refresh},
+                         {"layout_changed", r.layout_changed},
+                         {"group_frames", r.group_frames},
+                         {"ms", ms},
+                         {"timings_ms",
+                          {{"change", r.timings.change_ms},
+                           {"pyramid", r.timings.pyramid_ms},
+                           {"relevance", r.timings.relevance_ms},
+                           {"allocate", r.timings.allocate_ms},
+                           {"extract", r.timings.extract_ms},
+                           {"encode", r.timings.encode_ms}}}};
+    if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
+    if (windowed) {
+      pf["tokens_kept"] = int64_t(r.rows.size());
+      pf["windows"] = int64_t(r.batch.windows.size());
+      pf["windows_reused"] = std::count(r.window_reused.begin(), r.window_reused.end(), uint8_t(1));
+    }
+    if (r.approximate) pf["drift_estimate"] = r.drift_estimate, pf["drift_estimate_max"] = r.drift_estimate_max;
+    if (have_model) pf["encoder_work"] = r.encoder_work;
+    return pf;
+  }
+
+  // The summary of a run: JSON (--json) or a few lines.
+  int report(const VideoRunStats& run, RunTotals& t, const VideoInfo& info, const VideoReader& reader,
+             const VideoParams& vp, const VitModel* model, const Executor& ex, const TokenStore* store,
+             const VideoSheet* sheet) const {
+    const bool have_model = model != nullptr;
+    const bool windowed = vp.tokenize.foveation == Foveation::windows;
+    const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;
+    const double decode_ms = run.decode_ms, ms_total = run.session_ms;
+    const bool approximate = run.approximate;
+
+    nlohmann::json s;
+    s["frames"] = processed;
+    s["video"] = {{"path", tok.image},
+                  {"width", info.width},
+                  {"height", info.height},
+                  {"fps", info.fps},
+                  {"codec", info.codec},
+                  {"container", info.container},
+                  {"orientation", info.orientation},
+                  {"rotation", std::string(orientation_name(info.orientation))},
+                  {"rotation_applied", info.rotation_applied},
+                  {"sample_aspect_ratio", std::to_string(info.sar_num) + ":" + std::to_string(info.sar_den)}};
+    s["decode"] = {{"frames_decoded", reader.frames_decoded()},
+                   {"corrupt_packets", reader.corrupt_packets()},
+                   {"corrupt_frames", reader.corrupt_frames()},
+                   {"timestamps_repaired", reader.timestamps_repaired()},
+                   {"ms", decode_ms}};
+    s["reuse"] = std::string(to_string(vp.reuse));
+    s["foveation"] = std::string(to_string(vp.tokenize.foveation));
+    if (windowed) s["window_grid"] = vp.tokenize.windows.grid, s["keep_covered"] = vp.tokenize.windows.keep_covered;
+    s["group_frames"] = vp.group_frames;
+    s["approximate"] = approximate;
+    if (approximate)
+      s["approximation"] =
+          "incremental ViT reuse (token gating with the attention bound unless --attention-threshold off): embeddings "
+          "approximate a full encode";
+    s["tokens"] = tokens_total;
+    if (windowed) s["tokens_kept"] = t.kept_total;
+    s["recomputed_tokens"] = recomputed_total;
+    s["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
+    s["mean_ms"] = ms_total / double(processed);
+    s["threads"] = ex.threads();
+    if (check) {
+      s["mean_full_ms"] = t.full_total / double(processed);
+      s["mean_cosine"] = t.cosine_total / double(processed);
+      s["min_cosine"] = t.cosine_min;
+      s["min_token_cosine"] = t.cosine_min_token;
+      s["speedup_vs_full"] = ms_total > 0 ? t.full_total / ms_total : 0.0;
+    }
+    if (have_model) {
+      s["encoder"] = {{"model", model_spec},
+                      {"description", model->describe()},
+                      {"random_weights", model->is_random()},
+                      {"precision", std::string(to_string(runnable_precision(vp.encoder.precision)))},
+                      {"token_threshold", token_threshold},
+                      {"attention_threshold", vp.encoder.bound_attention
+                                                  ? nlohmann::json(vp.encoder.attention_bound_threshold())
+                                                  : nlohmann::json("off")},
+                      {"refresh_tokens", vp.encoder.refresh_tokens}};
+      if (runnable_precision(vp.encoder.precision) != vp.encoder.precision) s["encoder"]["precision_requested"] = precision;
+    }
+    if (store) {
+      const StoreStats st = store->stats();
+      s["store"] = {{"backend", std::string(store->backend_name())},
+                    {"resident_pages", st.resident_pages},
+                    {"bind_calls", st.bind_calls},
+                    {"ms", t.store_ms}};
+    }
+    s["output"] = output;
+    if (sheet) s["overlay"] = {{"path", overlay}, {"frames", sheet->shown_frames()}};
+    s["per_frame"] = std::move(t.per_frame);
+    if (json) {
+      std::cout << json_text(s) << '\n';
+    } else {
+      std::printf("fovea video: %s (%dx%d %s, %.3g fps)\n", tok.image.c_str(), info.width, info.height,
+                  info.codec.c_str(), info.fps);
+      std::printf("  frames: %lld processed of %lld decoded; corrupt packets %lld\n", (long long)processed,
+                  (long long)reader.frames_decoded(), (long long)reader.corrupt_packets());
+      std::printf("  reuse %s: %.1f%% of tokens reused, %.2f ms per frame (decode %.2f ms)%s\n",
+                  to_string(vp.reuse).data(), 100.0 * s["reuse_rate"].get<double>(), s["mean_ms"].get<double>(),
+                  decode_ms / double(processed), approximate ? " [approximate: incremental ViT]" : "");
+      if (check)
+        std::printf("  check: full re-encode %.2f ms per frame (%.1fx), mean cosine %.5f (worst frame %.5f, worst token "
+                    "%.5f)\n",
+                    s["mean_full_ms"].get<double>(), s["speedup_vs_full"].get<double>(),
+                    s["mean_cosine"].get<double>(), t.cosine_min, t.cosine_min_token);
+      if (windowed)
+        std::printf("  wrote %s (%lld tokens handed on of %lld encoded)\n", output.c_str(), (long long)t.kept_total,
+                    (long long)tokens_total);
+      else
+        std::printf("  wrote %s (%lld tokens)\n", output.c_str(), (long long)tokens_total);
+      if (sheet) std::printf("  wrote %s\n", overlay.c_str());
+    }
+    return 0;
+  }
+  // Every argument checked, before any work: the session's parameters.
+  VideoParams video_params(Query& base_query) const {
     if (tok.uniform) throw invalid_argument("--uniform has no video mode");
     if (tok.inputs.size() > 1)  // before, the others were silently ignored
       throw invalid_argument("fovea video takes one input, got " + std::to_string(tok.inputs.size()) + " (run it once per video)");
     VideoParams vp;
     vp.tokenize = tok.params();
-    Query base_query = tok.query();
+    base_query = tok.query();
     if (!fixations_csv.empty() && !tok.fixations.empty())
       throw invalid_argument("--fixation and --fixations are exclusive");
     if (every < 0 || (every_given && every == 0)) throw invalid_argument("--every must be >= 1");
@@ -200,304 +503,47 @@ struct VideoCommand {
     if (!(exact_above_work >= 0) || !std::isfinite(exact_above_work))
       throw invalid_argument("--exact-above-work must be a number >= 0");
     vp.exact_above_work = exact_above_work;
-    const ExecConfig exec_config = exec.config();
-    if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
-
-    std::optional<FixationTrack> track;
-    if (!fixations_csv.empty()) track = FixationTrack::load(fixations_csv);
-    Executor ex(exec_config);
-    std::optional<VitModel> model;
-    std::string norm_source;
-    if (have_model) {
-      model = VitModel::load(model_spec);
-      note_model(*model, model_spec);
-      if (model->config().native.enabled()) {  // Qwen-VL towers: native video chunks (cmd_video_native.cpp)
-        const Precision asked = vp.encoder.precision;
-        return run_native_video(*model,
-                                {.model_spec = model_spec, .video = tok.image, .output = output, .asked = asked,
-                                 .precision = runnable_precision_noted(asked), .every = every, .fps = fps,
-                                 .max_frames = max_frames, .chunk_frames = chunk_frames,
-                                 .cap_pixels_per_frame = cap_pixels_per_frame, .json = json,
-                                 .autorotate = !no_autorotate, .max_pixels = tok.max_pixels, .refused = not_native},
-                                ex);
-      }
-    }
-    if (native_options_given) {
-      throw invalid_argument("--chunk-frames and --cap-pixels-per-frame apply to a native-resolution tower (Qwen2-VL, "
-                             "Qwen2.5-VL, Qwen3-VL) given with --model");
-    }
-    if (have_model) {
-      // The model's own preprocessing unless --mean / --std say otherwise, as fovea encode does.
-      norm_source = apply_model_preprocessing(tok, model->config().input, vp.tokenize.extract.norm);
-      runnable_precision_noted(vp.encoder.precision);  // the warning; the encoder falls back by itself
-      if (model->config().patch_px != vp.tokenize.patch_px) {
-        if (patch_given) throw invalid_argument("--patch " + std::to_string(vp.tokenize.patch_px) + " does not match the model's " +
-                                   std::to_string(model->config().patch_px) + "-px patches");
-        vp.tokenize.patch_px = model->config().patch_px;
-      }
-      if (windowed) {  // the model's native grid (and the budget it implies) unless --window-grid / --budget say otherwise
-        const TokenizeParams t = tok.params(Foveation::windows, model->config().grid);
-        vp.tokenize.windows = t.windows;
-        vp.tokenize.alloc.budget_tokens = t.alloc.budget_tokens;
-      }
-    }
-    quiet_ffmpeg_log();
-    VideoReaderOptions ro;
-    ro.max_pixels = tok.max_pixels;
-    ro.autorotate = !no_autorotate;
-    VideoReader reader = VideoReader::open(tok.image, ro);
-    const VideoInfo info = reader.info();
-    if (decode_only) return run_decode_only(reader);
-    VideoSession session(vp, model ? &*model : nullptr, ex);
-
-    // The store: one sequence, delta-rebound every frame.
-    std::unique_ptr<TokenStore> store;
-    SeqId seq = 0;
-    if (!store_backend.empty()) {
-      StoreConfig sc;
-      sc.dim = model->config().hidden;
-      sc.dtype = DType::f16;
-      const int64_t token_bytes = sc.dim * 2;
-      sc.pool_pages = (int64_t(vp.tokenize.alloc.budget_tokens) * token_bytes + sc.page_bytes - 1) / sc.page_bytes + 2;
-      store = std::make_unique<TokenStore>(sc, make_store_backend(store_backend));
-      seq = store->reserve(vp.tokenize.alloc.budget_tokens);
-    }
-
-    // ---- the loop (fovea::run_video; fovea.video() runs the same) ---------------------------
-    const bool progress = ::isatty(2) && !json;
-    VideoRunOptions ro_run;
-    ro_run.source = tok.image;
-    ro_run.max_frames = max_frames;
-    ro_run.keep = frame_sampler(every, fps);
-    ro_run.query = base_query;
-    if (track)
-      ro_run.frame_query = [&](const VideoFrame& f) {
-        Query q = base_query;
-        if (const std::vector<Fixation>* fx = track->at(f.index)) q.fixations = *fx;
-        return q;
-      };
-    ro_run.output = output;
-    ro_run.model_name = model_spec;
-    ro_run.preprocessing_source = norm_source;
-    // --check: each frame's decoded image and query, kept until its group comes out.
-    std::deque<std::pair<ImageU8, Query>> check_inputs;
-    // --overlay: a contact sheet of thumbnails, kept evenly spaced with bounded memory.
-    // Its file is opened now, so that an unwritable path fails before the run, not after it.
-    std::optional<VideoSheet> sheet;
-    std::optional<AtomicFile> sheet_file;
-    if (!overlay.empty()) sheet.emplace(), sheet_file.emplace(overlay);
-    int64_t frames_in = 0, frames_out = 0;
-    int64_t kept_total = 0;  // windows: the tokens handed on (the file's rows), of the encoded ones
-    std::set<std::string> warned_outside;  // each fixation or region off the frame, once
-    bool warned_nonfinite = false;          // NaN embeddings: once a run (bad weights spoil every frame)
-    ro_run.on_input = [&](const VideoFrame& f, const Query& q) {
-      warn_query_outside(q, f.image.width(), f.image.height(),
-                         {.frame = static_cast<long long>(f.index), .seen = &warned_outside, .prefix = progress ? "\n" : ""});
-      if (check) check_inputs.emplace_back(f.image.clone(), q);
-      if (sheet) sheet->add_frame(frames_in, f.image, f.index, f.pts_s, ex);
-      ++frames_in;
-    };
-    ro_run.on_warning = [&](const std::string& w) {
-      std::fprintf(stderr, "%sfovea: warning: %s: %s\n", progress ? "\n" : "", tok.image.c_str(), w.c_str());
-    };
-    nlohmann::json per_frame = nlohmann::json::array();
-    double full_total = 0, cosine_total = 0, store_ms = 0;
-    double cosine_min = 1, cosine_min_token = 1;
-    const auto t_run = Clock::now();
-    auto finish_frame = [&](FrameResult& r, const VideoRunStats& so_far) {
-      const double ms = r.timings.total_ms();
-      nlohmann::json pf = {{"index", r.index},
-                           {"pts", r.pts_s},
-                           {"tokens", r.batch.size()},
-                           {"dirty_tiles", r.dirty_tiles},
-                           {"tiles", r.tiles},
-                           {"resampled_tokens", r.resampled_tokens},
-                           {"recomputed_tokens", r.recomputed_tokens},
-                           {"refresh", r.refresh},
-                           {"layout_changed", r.layout_changed},
-                           {"group_frames", r.group_frames},
-                           {"ms", ms},
-                           {"timings_ms",
-                            {{"change", r.timings.change_ms},
-                             {"pyramid", r.timings.pyramid_ms},
-                             {"relevance", r.timings.relevance_ms},
-                             {"allocate", r.timings.allocate_ms},
-                             {"extract", r.timings.extract_ms},
-                             {"encode", r.timings.encode_ms}}}};
-      if (r.refresh) pf["refresh_reason"] = r.refresh_reason;
-      if (windowed) {
-        kept_total += int64_t(r.rows.size());
-        pf["tokens_kept"] = int64_t(r.rows.size());
-        pf["windows"] = int64_t(r.batch.windows.size());
-        pf["windows_reused"] = std::count(r.window_reused.begin(), r.window_reused.end(), uint8_t(1));
-      }
-      if (r.approximate) pf["drift_estimate"] = r.drift_estimate, pf["drift_estimate_max"] = r.drift_estimate_max;
-      if (have_model) pf["encoder_work"] = r.encoder_work;
-      if (have_model && !warned_nonfinite)
-        warned_nonfinite = warn_nonfinite(r.embeddings,
-                                          "frame " + std::to_string(r.index) + "'s embeddings (later frames not checked)",
-                                          progress ? "\n" : "") > 0;
-      if (check) {
-        // The full foveated pipeline on the decoded frame, from scratch: its time; and the
-        // session's layout encoded in full from that frame's pyramid: the reference embeddings.
-        auto [image, q] = std::move(check_inputs.front());
-        check_inputs.pop_front();
-        const auto tf = Clock::now();
-        Tokenization full = tokenize(std::move(image), q, vp.tokenize, ex);
-        const EncodeParams ep{.precision = vp.encoder.precision, .image_width = full.pyramid.width(),
-                              .image_height = full.pyramid.height()};
-        Encoding fe = windowed ? encode_tokens(*model, full.batch, ep, ex)
-                               : encode(*model, full.batch.patches, full.batch.positions, ep, ex);
-        const double full_ms = ms_since(tf);
-        RowCosines cos;
-        if (windowed) {
-          // Windows with reuse off: every window of the frame's plan encoded from that frame's
-          // pixels (the session's plan, kept by hysteresis, when it differs from a fresh one's).
-          Encoding& we = fe;
-          if (!same_windows(full.batch, r.batch)) {
-            WindowPlan plan;
-            plan.windows = r.batch.windows;
-            plan.patch_px = r.batch.patch_px;
-            plan.image_width = full.pyramid.width(), plan.image_height = full.pyramid.height();
-            const uint8_t* c = r.batch.covered.data<uint8_t>();
-            for (const TokenWindow& w : plan.windows) plan.covered.emplace_back(c, c + w.tokens()), c += w.tokens();
-            we = encode_tokens(*model, extract_windows(full.pyramid, plan, vp.tokenize.extract, ex), ep, ex);
-          }
-          cos = row_cosines(r.embeddings, we.embeddings);
-        } else if (full.allocation.layout.tokens == r.allocation->layout.tokens) {
-          cos = row_cosines(r.embeddings, fe.embeddings);
-        } else {
-          const TokenBatch b = extract(full.pyramid, *r.allocation, vp.tokenize.extract, ex);
-          const Encoding re = encode(*model, b.patches, b.positions, ep, ex);
-          cos = row_cosines(r.embeddings, re.embeddings);
-        }
-        pf["full_ms"] = full_ms;
-        pf["cosine"] = cos.mean;
-        pf["cosine_min_token"] = cos.min;
-        pf["error_mean"] = cos.error_mean;
-        pf["error_max"] = cos.error_max;
-        full_total += full_ms;
-        cosine_total += cos.mean;
-        cosine_min = std::min(cosine_min, cos.mean);
-        cosine_min_token = std::min(cosine_min_token, cos.min);
-      }
-      if (store) {
-        const auto ts = Clock::now();
-        const Tensor& e = r.embeddings;
-        Tensor h(DType::f16, {e.dim(0), e.dim(1)});
-        for (int64_t i = 0; i < e.numel(); ++i) h.data<uint16_t>()[i] = f32_to_f16(e.data<float>()[i]);
-        const FrameDelta d = store->update_frame(seq, h);
-        store_ms += ms_since(ts);
-        pf["store"] = {{"pages_written", d.pages_written},
-                       {"pages_unchanged", d.pages_unchanged},
-                       {"pages_bound", d.pages_bound},
-                       {"pages_unbound", d.pages_unbound}};
-      }
-      if (sheet) sheet->add_tokens(frames_out, r.batch, r.recomputed, r.refresh);
-      ++frames_out;
-      if (json) per_frame.push_back(std::move(pf));  // ~2 KiB a frame: kept only when printed
-      if (progress) {
-        const double secs = std::chrono::duration<double>(Clock::now() - t_run).count();
-        std::fprintf(stderr, "\rfovea video: %lld frames, %.1f fps, reuse %.1f%%   ", (long long)so_far.frames,
-                     secs > 0 ? so_far.frames / secs : 0.0, 100.0 * so_far.reuse_rate());
-        std::fflush(stderr);
-      }
-    };
-    const VideoRunStats run = run_video(reader, session, ro_run, finish_frame);
-    if (progress) std::fprintf(stderr, "\n");
-    if (sheet) {
-      sheet_file->write(encode_png(sheet->render()));
-      sheet_file->commit();
-    }
-    const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;
-    const double decode_ms = run.decode_ms, ms_total = run.session_ms;
-    const bool approximate = run.approximate;
-
-    nlohmann::json s;
-    s["frames"] = processed;
-    s["video"] = {{"path", tok.image},
-                  {"width", info.width},
-                  {"height", info.height},
-                  {"fps", info.fps},
-                  {"codec", info.codec},
-                  {"container", info.container},
-                  {"orientation", info.orientation},
-                  {"rotation", std::string(orientation_name(info.orientation))},
-                  {"rotation_applied", info.rotation_applied},
-                  {"sample_aspect_ratio", std::to_string(info.sar_num) + ":" + std::to_string(info.sar_den)}};
-    s["decode"] = {{"frames_decoded", reader.frames_decoded()},
-                   {"corrupt_packets", reader.corrupt_packets()},
-                   {"corrupt_frames", reader.corrupt_frames()},
-                   {"timestamps_repaired", reader.timestamps_repaired()},
-                   {"ms", decode_ms}};
-    s["reuse"] = std::string(to_string(vp.reuse));
-    s["foveation"] = std::string(to_string(vp.tokenize.foveation));
-    if (windowed) s["window_grid"] = vp.tokenize.windows.grid, s["keep_covered"] = vp.tokenize.windows.keep_covered;
-    s["group_frames"] = vp.group_frames;
-    s["approximate"] = approximate;
-    if (approximate)
-      s["approximation"] =
-          "incremental ViT reuse (token gating with the attention bound unless --attention-threshold off): embeddings "
-          "approximate a full encode";
-    s["tokens"] = tokens_total;
-    if (windowed) s["tokens_kept"] = kept_total;
-    s["recomputed_tokens"] = recomputed_total;
-    s["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
-    s["mean_ms"] = ms_total / double(processed);
-    s["threads"] = ex.threads();
-    if (check) {
-      s["mean_full_ms"] = full_total / double(processed);
-      s["mean_cosine"] = cosine_total / double(processed);
-      s["min_cosine"] = cosine_min;
-      s["min_token_cosine"] = cosine_min_token;
-      s["speedup_vs_full"] = ms_total > 0 ? full_total / ms_total : 0.0;
-    }
-    if (have_model) {
-      s["encoder"] = {{"model", model_spec},
-                      {"description", model->describe()},
-                      {"random_weights", model->is_random()},
-                      {"precision", std::string(to_string(runnable_precision(vp.encoder.precision)))},
-                      {"token_threshold", token_threshold},
-                      {"attention_threshold", vp.encoder.bound_attention
-                                                  ? nlohmann::json(vp.encoder.attention_bound_threshold())
-                                                  : nlohmann::json("off")},
-                      {"refresh_tokens", vp.encoder.refresh_tokens}};
-      if (runnable_precision(vp.encoder.precision) != vp.encoder.precision) s["encoder"]["precision_requested"] = precision;
-    }
-    if (store) {
-      const StoreStats st = store->stats();
-      s["store"] = {{"backend", std::string(store->backend_name())},
-                    {"resident_pages", st.resident_pages},
-                    {"bind_calls", st.bind_calls},
-                    {"ms", store_ms}};
-    }
-    s["output"] = output;
-    if (sheet) s["overlay"] = {{"path", overlay}, {"frames", sheet->shown_frames()}};
-    s["per_frame"] = std::move(per_frame);
-    if (json) {
-      std::cout << json_text(s) << '\n';
-    } else {
-      std::printf("fovea video: %s (%dx%d %s, %.3g fps)\n", tok.image.c_str(), info.width, info.height,
-                  info.codec.c_str(), info.fps);
-      std::printf("  frames: %lld processed of %lld decoded; corrupt packets %lld\n", (long long)processed,
-                  (long long)reader.frames_decoded(), (long long)reader.corrupt_packets());
-      std::printf("  reuse %s: %.1f%% of tokens reused, %.2f ms per frame (decode %.2f ms)%s\n",
-                  to_string(vp.reuse).data(), 100.0 * s["reuse_rate"].get<double>(), s["mean_ms"].get<double>(),
-                  decode_ms / double(processed), approximate ? " [approximate: incremental ViT]" : "");
-      if (check)
-        std::printf("  check: full re-encode %.2f ms per frame (%.1fx), mean cosine %.5f (worst frame %.5f, worst token "
-                    "%.5f)\n",
-                    s["mean_full_ms"].get<double>(), s["speedup_vs_full"].get<double>(),
-                    s["mean_cosine"].get<double>(), cosine_min, cosine_min_token);
-      if (windowed)
-        std::printf("  wrote %s (%lld tokens handed on of %lld encoded)\n", output.c_str(), (long long)kept_total,
-                    (long long)tokens_total);
-      else
-        std::printf("  wrote %s (%lld tokens)\n", output.c_str(), (long long)tokens_total);
-      if (sheet) std::printf("  wrote %s\n", overlay.c_str());
-    }
-    return 0;
+    return vp;
   }
+
+  // --check of one frame (its full encode's time in full_ms).
+  static RowCosines check_frame(const VitModel& model, const VideoParams& vp, const FrameResult& r, ImageU8 image,
+                                const Query& q, Executor& ex, double& full_ms) {
+    // The full foveated pipeline on the decoded frame, from scratch: its time; and the
+    // session's layout encoded in full from that frame's pyramid: the reference embeddings.
+    const bool windowed = vp.tokenize.foveation == Foveation::windows;
+    const auto tf = std::chrono::steady_clock::now();
+    Tokenization full = tokenize(std::move(image), q, vp.tokenize, ex);
+    const EncodeParams ep{.precision = vp.encoder.precision, .image_width = full.pyramid.width(),
+                          .image_height = full.pyramid.height()};
+    Encoding fe = windowed ? encode_tokens(model, full.batch, ep, ex)
+                           : encode(model, full.batch.patches, full.batch.positions, ep, ex);
+    full_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tf).count();
+    RowCosines cos;
+    if (windowed) {
+      // Windows with reuse off: every window of the frame's plan encoded from that frame's
+      // pixels (the session's plan, kept by hysteresis, when it differs from a fresh one's).
+      Encoding& we = fe;
+      if (!same_windows(full.batch, r.batch)) {
+        WindowPlan plan;
+        plan.windows = r.batch.windows;
+        plan.patch_px = r.batch.patch_px;
+        plan.image_width = full.pyramid.width(), plan.image_height = full.pyramid.height();
+        const uint8_t* c = r.batch.covered.data<uint8_t>();
+        for (const TokenWindow& w : plan.windows) plan.covered.emplace_back(c, c + w.tokens()), c += w.tokens();
+        we = encode_tokens(model, extract_windows(full.pyramid, plan, vp.tokenize.extract, ex), ep, ex);
+      }
+      cos = row_cosines(r.embeddings, we.embeddings);
+    } else if (full.allocation.layout.tokens == r.allocation->layout.tokens) {
+      cos = row_cosines(r.embeddings, fe.embeddings);
+    } else {
+      const TokenBatch b = extract(full.pyramid, *r.allocation, vp.tokenize.extract, ex);
+      const Encoding re = encode(model, b.patches, b.positions, ep, ex);
+      cos = row_cosines(r.embeddings, re.embeddings);
+    }
+    return cos;
+  }
+
   bool patch_given = false, every_given = false, fps_given = false, group_given = false;
 
   // --foveation windows: each frame's changed windows are encoded in one call, so the options
