@@ -64,6 +64,191 @@ struct Segment {
   int64_t begin, end;
 };
 
+// Row r of the residual stream holds patch order[r] (of all images' patches, image after image):
+// Qwen2.5-VL's window order (get_window_index: merge units window by window), else the
+// processor's. `full` gets each frame's rows, `windowed` each window's (window attention only).
+void tower_order(std::span<const NativeInput> images, const NativeConfig& nc, int P, int64_t N,
+                 std::vector<int64_t>& order, std::vector<Segment>& full, std::vector<Segment>& windowed) {
+  const int mg = nc.merge, unit = mg * mg;
+  order.assign(static_cast<size_t>(N), 0);
+  int64_t base = 0;
+  for (const NativeInput& in : images) {
+    const NativeGrid& g = in.grid;
+    for (int t = 0; t < g.t; ++t) full.push_back({base + int64_t(t) * g.h * g.w, base + int64_t(t + 1) * g.h * g.w});
+    base += g.patches();
+  }
+  if (nc.window_px > 0) {
+    const int vws = std::max(1, nc.window_px / mg / P);  // merge units per window side
+    int64_t row = 0, unit0 = 0;
+    for (const NativeInput& in : images) {
+      const NativeGrid& g = in.grid;
+      const int lh = g.h / mg, lw = g.w / mg;
+      for (int t = 0; t < g.t; ++t)
+        for (int wy = 0; wy < lh; wy += vws)
+          for (int wx = 0; wx < lw; wx += vws) {
+            const int64_t begin = row;
+            for (int y = wy; y < std::min(wy + vws, lh); ++y)
+              for (int x = wx; x < std::min(wx + vws, lw); ++x) {
+                const int64_t u = unit0 + (int64_t(t) * lh + y) * lw + x;
+                for (int k = 0; k < unit; ++k) order[size_t(row++)] = u * unit + k;
+              }
+            windowed.push_back({begin, row});
+          }
+      unit0 += g.merged(mg);
+    }
+  } else {
+    std::iota(order.begin(), order.end(), int64_t(0));
+  }
+}
+
+// Per row of the tower's order: cos and sin of its rotary angles, [N, half].
+void rotary_tables(const LayerOps& ops, const NativeConfig& nc, const std::vector<int64_t>& order,
+                   const std::vector<int32_t>& prow, const std::vector<int32_t>& pcol, int64_t half,
+                   std::vector<float>& cosv, std::vector<float>& sinv) {
+  const int64_t N = int64_t(order.size()), quarter = half / 2;
+  cosv.assign(size_t(N * half), 0.0f), sinv.assign(size_t(N * half), 0.0f);
+  std::vector<double> inv(static_cast<size_t>(quarter));
+  for (int64_t i = 0; i < quarter; ++i) inv[size_t(i)] = 1.0 / std::pow(nc.rope_theta, double(2 * i) / double(half));
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t p = order[size_t(i)];
+    for (int64_t j = 0; j < half; ++j) {
+      const double a = (j < quarter ? prow[size_t(p)] : pcol[size_t(p)]) * inv[size_t(j % quarter)];
+      cosv[size_t(i * half + j)] = float(std::cos(a));
+      sinv[size_t(i * half + j)] = float(std::sin(a));
+    }
+  }
+}
+
+// q and k of every row of qkv ([N, 3D], f32 or bf16) rotated in place by the rows' angles.
+void rotate_qk(const LayerOps& ops, std::byte* qkv, int64_t N, int64_t D, int64_t heads, int64_t hd, DType dt,
+               const std::vector<float>& cosv, const std::vector<float>& sinv) {
+  const size_t es = esize(dt);
+  const int64_t half = hd / 2;
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* cs = &cosv[size_t(i * half)];
+    const float* sn = &sinv[size_t(i * half)];
+    thread_local std::vector<float> row;
+    row.resize(size_t(2 * D));
+    float* qk = row.data();  // this row's q | k as f32
+    std::byte* src = qkv + size_t(i * 3 * D) * es;
+    if (dt == DType::f32) std::memcpy(qk, src, size_t(2 * D) * 4);
+    else from_bf16_row(reinterpret_cast<const uint16_t*>(src), qk, 2 * D);
+    for (int64_t h = 0; h < 2 * heads; ++h) {
+      float* v = qk + h * hd;
+      for (int64_t j = 0; j < half; ++j) {
+        const float a = v[j], b = v[j + half];
+        v[j] = a * cs[j] - b * sn[j];
+        v[j + half] = b * cs[j] + a * sn[j];
+      }
+    }
+    if (dt == DType::f32) std::memcpy(src, qk, size_t(2 * D) * 4);
+    else to_bf16_row(qk, reinterpret_cast<uint16_t*>(src), 2 * D);
+  }
+}
+
+// Attention within each window (Qwen2.5-VL's are small: 64 patches): every (window, head) pair is
+// one task of one parallel region, softmax(q·kᵀ/√hd)·v in f32 on the thread's own buffers, rather
+// than several parallel regions and GEMM calls per window. out: [N, D] in dt.
+void window_attention(const LayerOps& ops, const std::byte* qkv, const std::vector<Segment>& windowed, int64_t D,
+                      int64_t heads, int64_t hd, DType dt, std::byte* out) {
+  const size_t es = esize(dt);
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  const int64_t tasks = int64_t(windowed.size()) * heads;
+#pragma omp parallel num_threads(ops.threads)
+  {
+    std::vector<float> q, k, v, p, o;
+    std::vector<float> row(static_cast<size_t>(3 * D));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const Segment& s = windowed[size_t(task / heads)];
+      const int64_t h = task % heads, T = s.end - s.begin;
+      if (T < 1) continue;
+      q.resize(size_t(T * hd)), k.resize(size_t(T * hd)), v.resize(size_t(T * hd));
+      p.resize(size_t(T)), o.resize(size_t(hd));
+      for (int64_t t = 0; t < T; ++t) {
+        const std::byte* r = qkv + size_t((s.begin + t) * 3 * D) * es;
+        for (int part = 0; part < 3; ++part) {
+          float* dst = (part == 0 ? q : part == 1 ? k : v).data() + t * hd;
+          const int64_t off = part * D + h * hd;
+          if (dt == DType::f32) std::memcpy(dst, reinterpret_cast<const float*>(r) + off, size_t(hd) * 4);
+          else from_bf16_row(reinterpret_cast<const uint16_t*>(r) + off, dst, hd);
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        const float* qi = q.data() + i * hd;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) {
+          const float* kj = k.data() + j * hd;
+          float acc = 0;
+          for (int64_t d = 0; d < hd; ++d) acc += qi[d] * kj[d];
+          p[size_t(j)] = acc * scale;
+          mx = std::max(mx, p[size_t(j)]);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < T; ++j) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+        std::fill(o.begin(), o.end(), 0.0f);
+        for (int64_t j = 0; j < T; ++j) {
+          const float w = p[size_t(j)] / sum;
+          const float* vj = v.data() + j * hd;
+          for (int64_t d = 0; d < hd; ++d) o[size_t(d)] += w * vj[d];
+        }
+        std::byte* dst = out + size_t((s.begin + i) * D + h * hd) * es;
+        if (dt == DType::f32) std::memcpy(dst, o.data(), size_t(hd) * 4);
+        else to_bf16_row(o.data(), reinterpret_cast<uint16_t*>(dst), hd);
+      }
+    }
+  }
+}
+
+// Qwen3-VL's learned positions added to x [N, D] (rows in the tower's order).
+void add_grid_positions(const LayerOps& ops, const Tensor& table, int G, int64_t D, std::span<const NativeInput> images,
+                        const std::vector<int64_t>& order, const std::vector<int32_t>& prow,
+                        const std::vector<int32_t>& pcol, const std::vector<int32_t>& pimg, float* x) {
+  // Qwen3-VL: the G×G table sampled bilinearly at linspace(0, G−1, h) × linspace(0, G−1, w)
+  // (fast_pos_embed_interpolate: corners aligned).
+  const float* tab = table.data<float>();
+  const int64_t N = int64_t(order.size());
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t p = order[size_t(i)];
+    const NativeGrid& g = images[size_t(pimg[size_t(p)])].grid;
+    auto axis = [G](int k, int n, int& lo, int& hi, double& f) {
+      const double v = n > 1 ? double(k) * double(G - 1) / double(n - 1) : 0.0;
+      lo = std::min(int(v), G - 1), hi = std::min(lo + 1, G - 1), f = v - lo;
+    };
+    int y0, y1, x0, x1;
+    double fy, fx;
+    axis(prow[size_t(p)], g.h, y0, y1, fy);
+    axis(pcol[size_t(p)], g.w, x0, x1, fx);
+    const float* a = tab + (int64_t(y0) * G + x0) * D;
+    const float* b = tab + (int64_t(y0) * G + x1) * D;
+    const float* cc = tab + (int64_t(y1) * G + x0) * D;
+    const float* d = tab + (int64_t(y1) * G + x1) * D;
+    const float wa = float((1 - fy) * (1 - fx)), wb = float((1 - fy) * fx), wc = float(fy * (1 - fx)), wd = float(fy * fx);
+    float* xr = x + i * D;
+    for (int64_t j = 0; j < D; ++j) xr[j] += wa * a[j] + wb * b[j] + wc * cc[j] + wd * d[j];
+  }
+}
+
+// A DeepStack merger over x's merge units ([M, U] in the tower's order, norm after the shuffle):
+// [M, E] f32 in the processor's order.
+Tensor deepstack_merge(const LayerOps& ops, const VitModel::Impl::NativeMerger& dm, const float* x, int64_t M,
+                       int64_t U, int64_t E, int unit, const std::vector<int64_t>& order, DType dt) {
+  const size_t es = esize(dt);
+  Buffer Zn(size_t(M * U) * es), Zh(size_t(M * U) * es), Zo(size_t(M * E) * 4);
+  ops.layer_norm(x, M, U, dm.norm_w, dm.norm_b, 1e-6f, Zn.get(), dt);
+  GemmArgs z1 = linear_args(Zn.get(), dt, M, dm.fc1_w, &dm.fc1_b, Zh.get(), dt);
+  z1.post = Post::gelu_erf;
+  ops.linear(z1);
+  ops.linear(linear_args(Zh.get(), dt, M, dm.fc2_w, &dm.fc2_b, Zo.get(), DType::f32));
+  Tensor t(DType::f32, {M, E});
+  for (int64_t u = 0; u < M; ++u)
+    std::memcpy(t.data<float>() + (order[size_t(u * unit)] / unit) * E, Zo.as<float>() + u * E, size_t(E) * 4);
+  return t;
+}
+
 // The tower over frames (t = 1 each: a video's frame pairs are split into frames of their own by
 // encode_native, which is exact: attention, rotary and learned positions never cross a frame).
 NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
@@ -105,38 +290,9 @@ NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::sp
   // Row r of the residual stream holds patch order[r] (of all images' patches, image after
   // image). Qwen2.5-VL runs in the window order (get_window_index): merge units window by window;
   // every other tower in the processor's order.
-  std::vector<int64_t> order(static_cast<size_t>(N));
+  std::vector<int64_t> order;
   std::vector<Segment> full, windowed;
-  {
-    int64_t base = 0;
-    for (const NativeInput& in : images) {
-      const NativeGrid& g = in.grid;
-      for (int t = 0; t < g.t; ++t) full.push_back({base + int64_t(t) * g.h * g.w, base + int64_t(t + 1) * g.h * g.w});
-      base += g.patches();
-    }
-    if (nc.window_px > 0) {
-      const int vws = std::max(1, nc.window_px / mg / P);  // merge units per window side
-      int64_t row = 0, unit0 = 0;
-      for (const NativeInput& in : images) {
-        const NativeGrid& g = in.grid;
-        const int lh = g.h / mg, lw = g.w / mg;
-        for (int t = 0; t < g.t; ++t)
-          for (int wy = 0; wy < lh; wy += vws)
-            for (int wx = 0; wx < lw; wx += vws) {
-              const int64_t begin = row;
-              for (int y = wy; y < std::min(wy + vws, lh); ++y)
-                for (int x = wx; x < std::min(wx + vws, lw); ++x) {
-                  const int64_t u = unit0 + (int64_t(t) * lh + y) * lw + x;
-                  for (int k = 0; k < unit; ++k) order[size_t(row++)] = u * unit + k;
-                }
-              windowed.push_back({begin, row});
-            }
-        unit0 += g.merged(mg);
-      }
-    } else {
-      std::iota(order.begin(), order.end(), int64_t(0));
-    }
-  }
+  tower_order(images, nc, P, N, order, full, windowed);
   // Each patch's row and column in its image, and its image's grid (processor's order).
   std::vector<int32_t> prow(static_cast<size_t>(N)), pcol(static_cast<size_t>(N)), pimg(static_cast<size_t>(N));
   {
@@ -168,51 +324,14 @@ NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::sp
     for (int64_t i = 0; i < N; ++i) std::memcpy(src.as<float>() + i * K, patch[size_t(order[size_t(i)])], size_t(K) * 4);
     ops.linear(linear_args(src.get(), DType::f32, N, m.patch_w, &m.patch_b, x, DType::f32));
   }
-  if (present(m.pos_grid)) {
-    // Qwen3-VL: the G×G table sampled bilinearly at linspace(0, G−1, h) × linspace(0, G−1, w)
-    // (fast_pos_embed_interpolate: corners aligned).
-    const int G = c.grid;
-    const float* tab = m.pos_grid.data<float>();
-#pragma omp parallel for num_threads(ops.threads) schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t p = order[size_t(i)];
-      const NativeGrid& g = images[size_t(pimg[size_t(p)])].grid;
-      auto axis = [G](int k, int n, int& lo, int& hi, double& f) {
-        const double v = n > 1 ? double(k) * double(G - 1) / double(n - 1) : 0.0;
-        lo = std::min(int(v), G - 1), hi = std::min(lo + 1, G - 1), f = v - lo;
-      };
-      int y0, y1, x0, x1;
-      double fy, fx;
-      axis(prow[size_t(p)], g.h, y0, y1, fy);
-      axis(pcol[size_t(p)], g.w, x0, x1, fx);
-      const float* a = tab + (int64_t(y0) * G + x0) * D;
-      const float* b = tab + (int64_t(y0) * G + x1) * D;
-      const float* cc = tab + (int64_t(y1) * G + x0) * D;
-      const float* d = tab + (int64_t(y1) * G + x1) * D;
-      const float wa = float((1 - fy) * (1 - fx)), wb = float((1 - fy) * fx), wc = float(fy * (1 - fx)), wd = float(fy * fx);
-      float* xr = x + i * D;
-      for (int64_t j = 0; j < D; ++j) xr[j] += wa * a[j] + wb * b[j] + wc * cc[j] + wd * d[j];
-    }
-  }
+  if (present(m.pos_grid)) add_grid_positions(ops, m.pos_grid, c.grid, D, images, order, prow, pcol, pimg, x);
 
   // ---- rotary angles: [N, hd/2] cos and sin per row ------------------------------------------
   // Frequency j < hd/4 turns with the patch's row, j >= hd/4 with its column: inv_freq[i] =
   // θ^(−4i/hd), i < hd/4 (rotary dimension hd/2); q[j] and q[j + hd/2] rotate together.
-  const int64_t half = hd / 2, quarter = hd / 4;
-  std::vector<float> cosv(size_t(N * half)), sinv(size_t(N * half));
-  {
-    std::vector<double> inv(static_cast<size_t>(quarter));
-    for (int64_t i = 0; i < quarter; ++i) inv[size_t(i)] = 1.0 / std::pow(nc.rope_theta, double(2 * i) / double(half));
-#pragma omp parallel for num_threads(ops.threads) schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t p = order[size_t(i)];
-      for (int64_t j = 0; j < half; ++j) {
-        const double a = (j < quarter ? prow[size_t(p)] : pcol[size_t(p)]) * inv[size_t(j % quarter)];
-        cosv[size_t(i * half + j)] = float(std::cos(a));
-        sinv[size_t(i * half + j)] = float(std::sin(a));
-      }
-    }
-  }
+  const int64_t half = hd / 2;
+  std::vector<float> cosv, sinv;
+  rotary_tables(ops, nc, order, prow, pcol, half, cosv, sinv);
 
   // ---- blocks ---------------------------------------------------------------------------------
   const int64_t F1 = fc1_width(c);
@@ -226,27 +345,7 @@ NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::sp
     ops.linear(linear_args(H.get(), dt, N, l.qkv_w, &l.qkv_b, QKV.get(), dt));
     // q and k rotated in place.
     std::byte* qkv = QKV.get();
-#pragma omp parallel for num_threads(ops.threads) schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      const float* cs = &cosv[size_t(i * half)];
-      const float* sn = &sinv[size_t(i * half)];
-      thread_local std::vector<float> row;
-      row.resize(size_t(2 * D));
-      float* qk = row.data();  // this row's q | k as f32
-      std::byte* src = qkv + size_t(i * 3 * D) * es;
-      if (dt == DType::f32) std::memcpy(qk, src, size_t(2 * D) * 4);
-      else from_bf16_row(reinterpret_cast<const uint16_t*>(src), qk, 2 * D);
-      for (int64_t h = 0; h < 2 * c.heads; ++h) {
-        float* v = qk + h * hd;
-        for (int64_t j = 0; j < half; ++j) {
-          const float a = v[j], b = v[j + half];
-          v[j] = a * cs[j] - b * sn[j];
-          v[j + half] = b * cs[j] + a * sn[j];
-        }
-      }
-      if (dt == DType::f32) std::memcpy(src, qk, size_t(2 * D) * 4);
-      else to_bf16_row(qk, reinterpret_cast<uint16_t*>(src), 2 * D);
-    }
+    rotate_qk(ops, qkv, N, D, c.heads, hd, dt, cosv, sinv);
     const auto t_att = std::chrono::steady_clock::now();
     auto attend = [&](const Segment& s, int threads, AttentionWorkspace* ws) {
       const int64_t T = s.end - s.begin;
@@ -258,55 +357,7 @@ NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::sp
     if (full_block[li] || ops.ref) {
       for (const Segment& s : full_block[li] ? full : windowed) attend(s, ops.threads, cx.attention_ws.get());
     } else {
-      // Windows are small (Qwen2.5-VL: 64 patches): every (window, head) pair is one task of one
-      // parallel region, softmax(q·kᵀ/√hd)·v in f32 on the thread's own buffers, rather than
-      // several parallel regions and GEMM calls per window.
-      const float scale = float(1.0 / std::sqrt(double(hd)));
-      const int64_t tasks = int64_t(windowed.size()) * c.heads;
-#pragma omp parallel num_threads(ops.threads)
-      {
-        std::vector<float> q, k, v, p, o;
-        std::vector<float> row(static_cast<size_t>(3 * D));
-#pragma omp for schedule(dynamic, 4)
-        for (int64_t task = 0; task < tasks; ++task) {
-          const Segment& s = windowed[size_t(task / c.heads)];
-          const int64_t h = task % c.heads, T = s.end - s.begin;
-          if (T < 1) continue;
-          q.resize(size_t(T * hd)), k.resize(size_t(T * hd)), v.resize(size_t(T * hd));
-          p.resize(size_t(T)), o.resize(size_t(hd));
-          for (int64_t t = 0; t < T; ++t) {
-            const std::byte* r = qkv + size_t((s.begin + t) * 3 * D) * es;
-            for (int part = 0; part < 3; ++part) {
-              float* dst = (part == 0 ? q : part == 1 ? k : v).data() + t * hd;
-              const int64_t off = part * D + h * hd;
-              if (dt == DType::f32) std::memcpy(dst, reinterpret_cast<const float*>(r) + off, size_t(hd) * 4);
-              else from_bf16_row(reinterpret_cast<const uint16_t*>(r) + off, dst, hd);
-            }
-          }
-          for (int64_t i = 0; i < T; ++i) {
-            const float* qi = q.data() + i * hd;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < T; ++j) {
-              const float* kj = k.data() + j * hd;
-              float acc = 0;
-              for (int64_t d = 0; d < hd; ++d) acc += qi[d] * kj[d];
-              p[size_t(j)] = acc * scale;
-              mx = std::max(mx, p[size_t(j)]);
-            }
-            float sum = 0;
-            for (int64_t j = 0; j < T; ++j) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
-            std::fill(o.begin(), o.end(), 0.0f);
-            for (int64_t j = 0; j < T; ++j) {
-              const float w = p[size_t(j)] / sum;
-              const float* vj = v.data() + j * hd;
-              for (int64_t d = 0; d < hd; ++d) o[size_t(d)] += w * vj[d];
-            }
-            std::byte* dst = A.get() + size_t((s.begin + i) * D + h * hd) * es;
-            if (dt == DType::f32) std::memcpy(dst, o.data(), size_t(hd) * 4);
-            else to_bf16_row(o.data(), reinterpret_cast<uint16_t*>(dst), hd);
-          }
-        }
-      }
+      window_attention(ops, qkv, windowed, D, c.heads, hd, dt, A.get());
     }
     attention_time += std::chrono::steady_clock::now() - t_att;
     GemmArgs o = linear_args(A.get(), dt, N, l.out_w, &l.out_b, x, DType::f32);
@@ -334,19 +385,8 @@ NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::sp
     // Qwen3-VL DeepStack: this block's hidden state through its own merger (norm after the shuffle).
     for (size_t k = 0; k < nc.deepstack_blocks.size() && k < m.deepstack.size(); ++k) {
       if (nc.deepstack_blocks[k] != int(li)) continue;
-      const VitModel::Impl::NativeMerger& dm = m.deepstack[k];
-      const int64_t U = D * unit, E = c.projector_dim;
-      Buffer Zn(size_t(M * U) * es), Zh(size_t(M * U) * es), Zo(size_t(M * E) * 4);
-      ops.layer_norm(x, M, U, dm.norm_w, dm.norm_b, 1e-6f, Zn.get(), dt);
-      GemmArgs z1 = linear_args(Zn.get(), dt, M, dm.fc1_w, &dm.fc1_b, Zh.get(), dt);
-      z1.post = Post::gelu_erf;
-      ops.linear(z1);
-      ops.linear(linear_args(Zh.get(), dt, M, dm.fc2_w, &dm.fc2_b, Zo.get(), DType::f32));
-      Tensor t(DType::f32, {M, E});
-      for (int64_t u = 0; u < M; ++u)
-        std::memcpy(t.data<float>() + (order[size_t(u * unit)] / unit) * E, Zo.as<float>() + u * E, size_t(E) * 4);
       if (deep.size() <= k) deep.resize(k + 1);
-      deep[k] = std::move(t);
+      deep[k] = deepstack_merge(ops, m.deepstack[k], x, M, D * unit, c.projector_dim, unit, order, dt);
     }
   }
 
