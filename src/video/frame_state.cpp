@@ -2,6 +2,7 @@
 #include "video/frame_state.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace fovea::video_detail {
@@ -45,6 +46,41 @@ bool same_query(const Query& a, const Query& b) {
         a.regions[i].weight != b.regions[i].weight)
       return false;
   return true;
+}
+
+}  // namespace fovea::video_detail
+
+namespace fovea::video_detail {
+
+bool estimate_patch_shift(const ImageU8& prev, const ImageU8& cur, int step, int max_steps, int& dx, int& dy) {
+  dx = dy = 0;
+  const int W = cur.width(), H = cur.height(), C = std::min(cur.channels(), 3);
+  if (prev.width() != W || prev.height() != H || prev.channels() < C || step < 1 || max_steps < 1) return false;
+  constexpr int kSample = 4;   // every 4th pixel of every 4th row
+  constexpr int kLevels = 2;   // codec noise tolerated by the estimate (acceptance is byte-exact)
+  double best = 0;
+  for (int sy = -max_steps; sy <= max_steps; ++sy) {
+    for (int sx = -max_steps; sx <= max_steps; ++sx) {
+      if (sx == 0 && sy == 0) continue;
+      const int ox = sx * step, oy = sy * step;
+      // Overlap: cur's pixels (x, y) with prev's (x + ox, y + oy) inside the frame.
+      const int x0 = std::max(0, -ox), x1 = std::min(W, W - ox), y0 = std::max(0, -oy), y1 = std::min(H, H - oy);
+      if (2 * (x1 - x0) < W || 2 * (y1 - y0) < H) continue;  // less than half of either side
+      int64_t same = 0, total = 0;
+      for (int y = y0; y < y1; y += kSample) {
+        for (int x = x0; x < x1; x += kSample) {
+          bool eq = true;
+          for (int c = 0; c < C && eq; ++c)
+            eq = std::abs(int(cur.row(c, y)[x]) - int(prev.row(c, y + oy)[x + ox])) <= kLevels;
+          same += eq, ++total;
+        }
+      }
+      const double share = total ? double(same) / double(total) : 0.0;
+      if (share > best) best = share, dx = ox, dy = oy;
+    }
+  }
+  if (best < 0.5) dx = dy = 0;
+  return best >= 0.5;
 }
 
 }  // namespace fovea::video_detail
