@@ -97,6 +97,18 @@ BENCHES = {
         "columns": [r"^clip$", r"^model$", r"^setting$", r"^incremental_ms$", r"^off_ms$", r"^speedup_mean_time$",
                     r"^cosine_mean$", r"^reuse_rate$"],
     },
+    "video-shift": {
+        "title": "Video: camera shifts by whole patches",
+        "script": "bench/video_bench.py",
+        "method": "The video benchmark on pans (`--only pan,pan_patch`: the held-out 2-px H.264 pan, and a "
+                  "lossless pan by 16 px a frame) with a pretrained ViT-Ti/16 beside random weights of its shape: "
+                  "`--reuse exact` and the defaults against `--reuse off`, alternated over rounds. A frame shifted "
+                  "by whole patches keeps the shifted patches' patch embeddings and recomputes everything else; "
+                  "`patch_embeddings_reused` is the share of tokens that kept theirs (frames 1..), "
+                  "`cosine_vs_off_mean` the tokens against `--reuse off`'s.",
+        "columns": [r"^clip$", r"^model$", r"^setting$", r"^shift_frames$", r"^patch_embeddings_reused$",
+                    r"^cosine_vs_off_mean$", r"^speedup_mean_time$", r"^speedup_cpu$"],
+    },
     "int8": {
         "title": "int8 precision: fidelity against fp32",
         "script": "bench/int8_fidelity.py",

@@ -293,7 +293,7 @@ def run_clip(model, prec, c, settings, tmp):
         frames = []
         for i, f in enumerate(pf):
             e = {k: f[k] for k in ("index", "ms", "full_ms", "cosine", "cosine_min_token", "recomputed_tokens",
-                                   "dirty_tiles", "refresh") if k in f}
+                                   "tokens", "resampled_tokens", "dirty_tiles", "refresh", "refresh_reason") if k in f}
             e["incremental_ms"] = inc_ms[i] if i < len(inc_ms) else None
             e["off_ms"] = off_ms[i] if i < len(off_ms) else None
             for k in ("drift_estimate", "drift_estimate_max", "error_mean", "error_max", "encoder_work"):
@@ -326,6 +326,11 @@ def run_clip(model, prec, c, settings, tmp):
             "cosine_vs_off_worst_token": min([v[1] for v in vs_off[1:] if v is not None] or [float("nan")]),
             "reuse_rate": inc["reuse_rate"],
             "refreshes": sum(1 for f in pf if f["refresh"]),
+            # Camera shifts by whole patches (a refresh whose shifted patches keep their patch
+            # embeddings), and the share of tokens whose patch embedding was reused (frames 1..:
+            # the tokens whose patch was not sampled again; with --reuse exact that is all a frame reuses).
+            "shift_frames": sum(1 for f in pf if f.get("refresh_reason") == "shift"),
+            "patch_embeddings_reused": mean_after_first([1 - f["resampled_tokens"] / max(f["tokens"], 1) for f in pf]),
             "recomputed_tokens": mean_after_first([f["recomputed_tokens"] for f in pf]),
             # The share of a full encode's multiply-adds the encoder did (frames 1..).
             "encoder_work": mean_after_first([f.get("encoder_work", 1.0) for f in pf]),

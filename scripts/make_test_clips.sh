@@ -10,7 +10,10 @@
 #                       moving along the bottom left, away from the fixation;
 #   static_through.mp4  the same object moving diagonally through the fixation;
 #   pan.mp4             a slow pan (2 px per frame) over a large photo (Hubble deep field);
-#   cut.mp4             static_away's first half, then a cut to another photo (coffee).
+#   cut.mp4             static_away's first half, then a cut to another photo (coffee);
+#   pan_patch.mp4       the pan's photo moved by a whole patch (16 px) per frame, lossless (x264
+#                       -qp 0, yuv444p): the case where a shifted patch is the previous frame's
+#                       byte for byte, so its patch embedding is reused (docs/how-to/video.md).
 # --sprite PHOTO, --cut-to PHOTO: other photos of python3-skimage's data for the moving object and
 # the cut's second scene. The cat is also in the tests' fixtures; clips from photos no test uses:
 #   scripts/make_test_clips.sh /tmp/fovea-clips-heldout --sprite coffee.png --cut-to retina.jpg
@@ -90,6 +93,10 @@ bg="[0]scale=${W}:-2,crop=${W}:${H},setsar=1[bg];[1]scale=${ow}:${oh}[o]"
 # Pan: 2 px per frame to the right over the Hubble deep field, upscaled so the window fits.
 "${FF[@]}" -loop 1 -i "$SK/hubble_deep_field.jpg" \
   -vf "scale=$(( W * 3 / 2 )):-2,crop=${W}:${H}:x='n*2':y=40" -t "$seconds" "${X264[@]}" "$out/pan.mp4"
+# Pan by whole patches: 16 px per frame to the right (at most W*3/2 - W px: static after that), lossless.
+"${FF[@]}" -loop 1 -i "$SK/hubble_deep_field.jpg" \
+  -vf "scale=$(( W * 3 / 2 )):-2,crop=${W}:${H}:x='min(n*16\,iw-${W})':y=40" -t "$seconds" \
+  -c:v libx264 -preset medium -qp 0 -pix_fmt yuv444p -r 25 "$out/pan_patch.mp4"
 # Cut: half of static_away, then the coffee photo, static.
 half=$($PY -c "print($seconds/2)")
 "${FF[@]}" -i "$out/static_away.mp4" -loop 1 -i "$SK/$cut_to" \

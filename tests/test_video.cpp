@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -756,6 +757,75 @@ TEST_F(VideoTest, ConsecutiveRefreshesEncodeAsExactDoes) {
   EXPECT_EQ(inc[4].encoder_work, 1);  // the caches made again: a full encode
   EXPECT_FALSE(inc[5].refresh);
   EXPECT_LT(inc[5].encoder_work, 1);  // and reuse from there on
+}
+
+// A pan: frames cropped from one large scene at moving offsets. When the camera moved by whole
+// patches, the tokens whose patch is the previous frame's at the shifted place keep its patch
+// embedding (the position embedding added is the new one); every layer runs again. Every frame,
+// shifted by whole patches or not, is bit for bit what --reuse off gives.
+TEST_F(VideoTest, PanReusesShiftedPatchEmbeddingsExactly) {
+  Executor exec({.threads = 2});
+  const VitModel model = VitModel::load("random:vit-tiny");
+  const ImageU8 scene = test::random_image(400, 300, 3, 23);
+  constexpr int W = 224, H = 160;
+  // (x, y) of each frame in the scene: whole-patch moves (16, 32 px: a level-1 tile), then
+  // moves of 3 and 5 px (nothing lines up), then whole patches again from there.
+  const std::vector<std::pair<int, int>> at = {{0, 0},   {16, 0},  {48, 32}, {51, 32},
+                                               {51, 37}, {67, 37}, {35, 53}, {35, 53}};
+  auto frame = [&](int f) {
+    ImageU8 img(W, H, 3);
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < H; ++y)
+        std::memcpy(img.row(c, y), scene.row(c, y + at[size_t(f)].second) + at[size_t(f)].first, W);
+    return img;
+  };
+  Query q;
+  q.fixations.push_back({150, 50});
+  std::map<Reuse, std::vector<FrameResult>> runs;
+  for (const Reuse reuse : {Reuse::off, Reuse::exact, Reuse::incremental}) {
+    VideoParams vp = small_params(60);
+    vp.reuse = reuse;
+    VideoSession session(vp, &model, exec);
+    for (int f = 0; f < int(at.size()); ++f) runs[reuse].push_back(session.process(frame(f), q, f, f / 25.0));
+  }
+  const std::vector<FrameResult>& off = runs[Reuse::off];
+  int64_t reused_total = 0;
+  for (const Reuse reuse : {Reuse::exact, Reuse::incremental}) {
+    const std::vector<FrameResult>& run = runs[reuse];
+    for (size_t f = 0; f < at.size(); ++f) {
+      const FrameResult& r = run[f];
+      const bool whole = f > 0 && at[f] != at[f - 1] && (at[f].first - at[f - 1].first) % 16 == 0 &&
+                         (at[f].second - at[f - 1].second) % 16 == 0;
+      ASSERT_EQ(r.batch.size(), off[f].batch.size()) << f;
+      ASSERT_EQ(0, std::memcmp(r.batch.positions.bytes(), off[f].batch.positions.bytes(),
+                               r.batch.positions.size_bytes())) << f;
+      if (whole) {
+        EXPECT_EQ(r.refresh_reason, "shift") << f;
+        EXPECT_FALSE(r.approximate) << f;
+        // The tokens that keep the previous frame's patch (and so its patch embedding); with
+        // --reuse exact they are the tokens not recomputed.
+        const int64_t reused = r.batch.size() - r.resampled_tokens;
+        if (reuse == Reuse::exact) EXPECT_EQ(r.recomputed_tokens, r.resampled_tokens) << f;
+        EXPECT_GT(reused, 0) << f;
+        EXPECT_LT(reused, r.batch.size()) << f;  // the newly uncovered edge is new
+        reused_total += reused;
+        // The reused rows point at the previous frame's token under the same scene point.
+        for (int64_t i = 0; i < r.batch.size(); ++i)
+          if (r.previous_row[size_t(i)] >= 0) {
+            const int64_t p = r.previous_row[size_t(i)];
+            ASSERT_GE(p, 0);
+            const size_t row = size_t(r.batch.patches.size_bytes() / r.batch.size());
+            EXPECT_EQ(0, std::memcmp(r.batch.patches.bytes() + size_t(i) * row,
+                                     run[f - 1].batch.patches.bytes() + size_t(p) * row, row));
+          }
+      } else if (f > 0 && at[f] != at[f - 1]) {
+        EXPECT_EQ(r.resampled_tokens, r.batch.size()) << f;  // no whole-patch shift: nothing lines up
+      }
+      if (at[f] != (f > 0 ? at[f - 1] : at[f]) || f == 0)
+        EXPECT_EQ(max_abs_diff(r.embeddings, off[f].embeddings), 0) << to_string(reuse) << " frame " << f;
+    }
+  }
+  EXPECT_GT(reused_total, 0);
 }
 
 // The session in groups: results in order, a refresh alone, embeddings as frame by frame.

@@ -214,10 +214,13 @@ struct FrameResult {
   std::vector<int64_t> previous_row;  // [N] the token's row in the previous frame, -1 if new
   int64_t dirty_tiles = 0;        // tiles that failed the change test (all of them on a refresh)
   int64_t tiles = 0;
-  int64_t resampled_tokens = 0;   // tokens whose patch was sampled again
+  int64_t resampled_tokens = 0;   // tokens whose patch was sampled again (on a "shift" refresh:
+                                  // whose patch is not a previous token's, shifted, byte for byte)
   int64_t recomputed_tokens = 0;  // count of recomputed[]
   bool refresh = false;           // full refresh
-  std::string refresh_reason;     // "first", "keyframe", "scene-cut", "size", "reuse-off", "drift"
+  std::string refresh_reason;     // "first", "keyframe", "scene-cut", "size", "reuse-off", "drift", "shift"
+                                  // ("shift": a camera shift by whole patches; the patches it carries
+                                  // over keep their patch embeddings, every layer runs again: exact)
   bool layout_changed = false;    // the allocation was made again
   bool approximate = false;       // the embeddings come from incremental ViT reuse
   // The incremental encoder's estimate of the error it left (IncrementalResult::drift_estimate):

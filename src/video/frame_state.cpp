@@ -2,6 +2,7 @@
 #include "video/frame_state.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace fovea::video_detail {
@@ -45,6 +46,46 @@ bool same_query(const Query& a, const Query& b) {
         a.regions[i].weight != b.regions[i].weight)
       return false;
   return true;
+}
+
+}  // namespace fovea::video_detail
+
+namespace fovea::video_detail {
+
+bool estimate_patch_shift(const ImageU8& prev, const ImageU8& cur, int step, int max_steps, int& dx, int& dy) {
+  dx = dy = 0;
+  const int W = cur.width(), H = cur.height(), C = std::min(cur.channels(), 3);
+  if (prev.width() != W || prev.height() != H || prev.channels() < C || step < 1 || max_steps < 1) return false;
+  constexpr int kLevels = 2;  // codec noise tolerated by the estimate (acceptance is byte-exact)
+  // The share of samples (every sx-th pixel of every sy-th row of the overlap) within kLevels.
+  auto share = [&](int ox, int oy, int sx, int sy) {
+    const int x0 = std::max(0, -ox), x1 = std::min(W, W - ox), y0 = std::max(0, -oy), y1 = std::min(H, H - oy);
+    int64_t same = 0, total = 0;
+    for (int y = y0; y < y1; y += sy) {
+      for (int x = x0; x < x1; x += sx) {
+        bool eq = true;
+        for (int c = 0; c < C && eq; ++c) eq = std::abs(int(cur.row(c, y)[x]) - int(prev.row(c, y + oy)[x + ox])) <= kLevels;
+        same += eq, ++total;
+      }
+    }
+    return total ? double(same) / double(total) : 0.0;
+  };
+  // A coarse probe (about 32 × 16 samples) for every candidate, then every 4th pixel of every
+  // 4th row for the candidates the probe leaves: most candidates cost a few hundred samples.
+  const int px = std::max(4, W / 32), py = std::max(4, H / 16);
+  double best = 0;
+  for (int sy = -max_steps; sy <= max_steps; ++sy) {
+    for (int sx = -max_steps; sx <= max_steps; ++sx) {
+      if (sx == 0 && sy == 0) continue;
+      const int ox = sx * step, oy = sy * step;
+      if (2 * (W - std::abs(ox)) < W || 2 * (H - std::abs(oy)) < H) continue;  // less than half of either side
+      if (share(ox, oy, px, py) < 0.5) continue;
+      const double s = share(ox, oy, 4, 4);
+      if (s > best) best = s, dx = ox, dy = oy;
+    }
+  }
+  if (best < 0.5) dx = dy = 0;
+  return best >= 0.5;
 }
 
 }  // namespace fovea::video_detail

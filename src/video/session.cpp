@@ -68,6 +68,9 @@ struct VideoSession::Impl {
     FrameResult r;
     std::vector<uint8_t> resample;  // [N] 1: the token's patch was sampled again
     bool had_layout = false;        // previous_row refers to the previous frame's rows
+    // A camera shift by whole patches (a refresh of the layout and of every layer): the tokens
+    // whose patch is, byte for byte, a patch of the previous frame keep its patch embedding.
+    bool shift = false;
     int width = 0, height = 0;      // the frame's size (a later refresh may change the session's)
   };
   ImageU8 recycled;  // the last pushed frame's buffer, for the caller's next read
@@ -198,7 +201,12 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
     ep.image_width = pending.front().width;
     ep.image_height = pending.front().height;
     ep.reuse_layers = params.reuse == Reuse::incremental;
-    if (pending.front().r.refresh) {
+    if (pending.front().shift) {
+      // Everything after the patch embedding depends on the token's absolute position and on
+      // its context, both moved: every layer runs on every token (only the patch embeddings
+      // of the shifted patches are the previous frame's), so the frame is exact.
+      ep.reuse_layers = false;
+    } else if (pending.front().r.refresh) {
       encoder->reset();
       // A refresh right after a refresh (a pan, a moving camera: most tiles change every
       // frame): the next frame will most likely drop the layer caches again, so this one is
@@ -295,11 +303,20 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
   const TileGrid& g = s.grid;
   r.tiles = g.tiles();
   std::vector<uint8_t> dirty;
+  int shift_x = 0, shift_y = 0;  // a camera shift by whole patches: frame(x, y) = previous(x + shift_x, y + shift_y)
+  bool shifted = false;
   if (!r.refresh) {
     dirty = changed_tiles(frame, s.pyramid.level(0), g, p.change_threshold, exec);
     r.dirty_tiles = std::count(dirty.begin(), dirty.end(), uint8_t(1));
-    if (double(r.dirty_tiles) > double(p.refresh_fraction) * double(r.tiles))
+    if (double(r.dirty_tiles) > double(p.refresh_fraction) * double(r.tiles)) {
       r.refresh = true, r.refresh_reason = "scene-cut";
+      // A pan: the layout and every layer are made again, but the patches the shift carries
+      // over keep their patch embeddings (when an encoder has the previous frame's).
+      constexpr int kMaxShiftPatches = 4;
+      if (s.encoder && s.have_layout &&
+          video_detail::estimate_patch_shift(s.pyramid.level(0), frame, P, kMaxShiftPatches, shift_x, shift_y))
+        shifted = true, r.refresh_reason = "shift";
+    }
   }
   r.timings.change_ms = ms_since(t0);
 
@@ -360,6 +377,7 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
     }
   }
   r.timings.allocate_ms = ms_since(t0);
+  const std::vector<std::vector<int32_t>>& previous_rows = s.rows;  // the previous layout's rows (index_rows() comes later)
 
   // ---- patches: the clean tokens keep theirs ------------------------------------------------
   t0 = Clock::now();
@@ -388,6 +406,28 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
         std::memcpy(nb.patches.bytes() + size_t(i) * row_bytes,
                     previous.bytes() + size_t(r.previous_row[size_t(i)]) * row_bytes, row_bytes);
   }
+  if (shifted) {
+    // A token of level l lines up with a token of the previous layout when the shift is a
+    // multiple of its tile (P·2^l px); its patch embedding is reused only when its patch is the
+    // previous token's byte for byte (coarser levels are resampled: the frame's edge and the
+    // resampling filter can make a shifted tile differ).
+    const size_t row_bytes = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
+    const Tensor& previous = s.previous_patches();
+    for (int64_t i = 0; i < N; ++i) {
+      const Token& t = tokens[size_t(i)];
+      const int tile = P << t.level;
+      if (t.level >= int(previous_rows.size()) || shift_x % tile != 0 || shift_y % tile != 0) continue;
+      const int64_t px = int64_t(t.x) + shift_x / tile, py = int64_t(t.y) + shift_y / tile;
+      if (px < 0 || py < 0 || px >= g.tiles_x_at(t.level) || py >= g.tiles_y_at(t.level)) continue;
+      const int32_t pr = previous_rows[size_t(t.level)][size_t(py * g.tiles_x_at(t.level) + px)];
+      if (pr < 0 || int64_t(pr) * int64_t(row_bytes) + int64_t(row_bytes) > int64_t(previous.size_bytes())) continue;
+      if (std::memcmp(nb.patches.bytes() + size_t(i) * row_bytes, previous.bytes() + size_t(pr) * row_bytes,
+                      row_bytes) != 0)
+        continue;
+      r.previous_row[size_t(i)] = pr;
+      resample[size_t(i)] = 0;
+    }
+  }
   r.resampled_tokens = std::count(resample.begin(), resample.end(), uint8_t(1));
   r.timings.extract_ms = ms_since(t0);
 
@@ -409,7 +449,8 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
   r.batch.params = s.batch.params;
   ++s.processed;
   out.resample = std::move(resample);
-  out.had_layout = had_layout;
+  out.had_layout = had_layout || shifted;
+  out.shift = shifted;
   out.width = g.image_width, out.height = g.image_height;
   return out;
 }
