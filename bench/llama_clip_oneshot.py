@@ -23,7 +23,7 @@ Each round runs, in fresh processes and an order rotated per round, with the pag
 (every file read once first):
   DRIVER mmproj-f16.gguf PHOTO T                          (and on mmproj-q8_0.gguf)
   fovea encode PHOTO --model mmproj-f16.gguf --uniform --budget 576 --patch 14
-        --precision fp32|bf16 --threads T --json -o OUT   (and bf16 / int8 on mmproj-q8_0.gguf)
+        --precision fp32|bf16 --threads T --json -o OUT   (and fp32 / bf16 / int8 on mmproj-q8_0.gguf)
 timing each whole process from outside (wall clock; user / system CPU from wait4). Both encode
 the same 24x24 grid of 14-px patches of the photo resized to 336x336 and run the projector;
 llama.cpp's graph runs 22 of the 23 stored blocks (it drops one more), fovea all 23 (its
@@ -200,6 +200,7 @@ def main():
                ("fovea bf16 F16", fovea_cmd(f16, "bf16", "f16_bf16"))]
     if not a.no_quantized:
         configs += [("llama.cpp clip Q8_0", [a.clip_driver, q8, a.photo, T]),
+                    ("fovea fp32 Q8_0", fovea_cmd(q8, "fp32", "q8_fp32")),
                     ("fovea bf16 Q8_0", fovea_cmd(q8, "bf16", "q8_bf16")),
                     ("fovea int8 Q8_0", fovea_cmd(q8, "int8", "q8_int8"))]
 

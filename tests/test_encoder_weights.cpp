@@ -3,6 +3,8 @@
 // path gives the same embeddings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -121,12 +123,15 @@ TEST(EncoderWeights, F16GgufMatricesStayF16AndGiveTheF32FilesBytes) {
       EXPECT_FALSE(l.qkv_w.mapped());
       EXPECT_EQ(l.qkv_w.dtype, DType::f16) << "stacking must keep F16 weights in F16";
     }
-    // The projector's matrices: F16 ones stay F16 too (the fixture also holds a Q8_0 one: decoded).
+    // The projector's matrices: F16 ones stay F16 too (the fixture also holds a Q8_0 one, whose
+    // rows are whole blocks: it stays Q8_0).
     const GgufFile file = GgufFile::open(f16_path);
     for (const auto& [name, w] : {std::pair{"mm.0.weight", &m.mm0_w}, {"mm.2.weight", &m.mm2_w}}) {
       const bool f16_stored = file.find_tensor(name)->type == uint32_t(GgmlType::f16);
+      const bool q8_stored = file.find_tensor(name)->type == uint32_t(GgmlType::q8_0);
       EXPECT_EQ(w->dtype == DType::f16, f16_stored) << name;
-      EXPECT_EQ(w->mapped(), f16_stored) << name;
+      EXPECT_EQ(w->dtype == kWeightQ8_0, q8_stored) << name;
+      EXPECT_EQ(w->mapped(), f16_stored || q8_stored) << name;
     }
     EXPECT_NE(m.mapping, nullptr) << "the model must keep the file its weights point into";
     for (const VitLayer& l : f32.impl().layers) EXPECT_EQ(l.fc1_w.dtype, DType::f32);
@@ -159,9 +164,118 @@ TEST(EncoderWeights, F16GgufMatricesStayF16AndGiveTheF32FilesBytes) {
   }
 }
 
+// A Q8_0 GGUF file (as llama.cpp's converter writes one: the layer matrices quantized, the patch
+// embedding F16) is not decoded at load either: its matrices whose rows are whole blocks stay Q8_0
+// where they lie (q, k, v stacked into one owned Q8_0 matrix), and every reader (the GEMMs, the int8
+// quantizer, the incremental encoder) decodes rows as it reads them, as load_f32 decodes them. So
+// every encode gives the bytes of the same values stored F32; int8 too (it quantizes those rows).
+TEST(EncoderWeights, Q8_0GgufMatricesStayQ8_0AndGiveTheDecodedFilesBytes) {
+  test::GgufBuild q8 = test::GgufBuild::from(GgufFile::open(fixture("gguf_llava", "mmproj.gguf")));
+  int quantized = 0;
+  for (test::GgufBuild::T& t : q8.tensors) {
+    // ggml's Q8_0: per block of 32, d = amax / 127 (stored f16), q = round(x / d).
+    if (t.type != uint32_t(GgmlType::f16) || t.ne.size() != 2 || t.ne[0] % 32 || t.name.find("blk.") == std::string::npos)
+      continue;
+    const size_t n = t.data.size() / 2, blocks = n / 32;
+    std::vector<uint8_t> out(blocks * 34);
+    for (size_t b = 0; b < blocks; ++b) {
+      float x[32], amax = 0;
+      for (int j = 0; j < 32; ++j) {
+        uint16_t h;
+        std::memcpy(&h, t.data.data() + 2 * (b * 32 + size_t(j)), 2);
+        x[j] = f16_to_f32(h);
+        amax = std::max(amax, std::fabs(x[j]));
+      }
+      const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+      const uint16_t dh = f32_to_f16(d);
+      std::memcpy(out.data() + b * 34, &dh, 2);
+      for (int j = 0; j < 32; ++j) out[b * 34 + 2 + size_t(j)] = uint8_t(int8_t(std::lround(x[j] * id)));
+    }
+    t.data = std::move(out);
+    t.type = uint32_t(GgmlType::q8_0);
+    ++quantized;
+  }
+  ASSERT_GE(quantized, 8) << "the fixture's layer matrices are F16 with rows of whole blocks";
+  // The same values decoded to F32 (every Q8_0 tensor: the layers' and the projector's mm.0).
+  test::GgufBuild f32 = q8;
+  for (test::GgufBuild::T& t : f32.tensors) {
+    if (t.type != uint32_t(GgmlType::q8_0)) continue;
+    const size_t n = t.data.size() / 34 * 32;
+    std::vector<uint8_t> out(n * 4);
+    ASSERT_TRUE(ggml_dequantize(t.type, reinterpret_cast<const std::byte*>(t.data.data()), int64_t(n),
+                                reinterpret_cast<float*>(out.data())));
+    t.data = std::move(out);
+    t.type = uint32_t(GgmlType::f32);
+  }
+  const std::string dir = test::temp_dir("q8_0_gguf_weights");
+  const std::string q8_path = dir + "/mmproj-q8_0.gguf", f32_path = dir + "/mmproj-f32.gguf";
+  for (const auto& [path, g] : {std::pair{q8_path, &q8}, {f32_path, &f32}}) {
+    const std::vector<uint8_t> b = g->bytes();
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  }
+  const FirstCase c = first_case("gguf_llava");
+  Executor exec({.threads = 2});
+  for (const Precision prec : {Precision::fp32, Precision::bf16, Precision::int8}) {
+    SCOPED_TRACE(prec == Precision::bf16 ? "bf16" : prec == Precision::int8 ? "int8" : "fp32");
+    const VitModel a = VitModel::load(q8_path), b = VitModel::load(f32_path);
+    const VitModel::Impl& m = a.impl();
+    ASSERT_FALSE(m.layers.empty());
+    for (const VitLayer& l : m.layers) {
+      for (const WeightMatrix* w : {&l.out_w, &l.fc1_w, &l.fc2_w}) {
+        EXPECT_TRUE(w->mapped());
+        EXPECT_EQ(w->dtype, kWeightQ8_0);
+      }
+      EXPECT_FALSE(l.qkv_w.mapped());
+      EXPECT_EQ(l.qkv_w.dtype, kWeightQ8_0) << "stacking must keep Q8_0 weights in Q8_0";
+      EXPECT_EQ(l.qkv_w.size_bytes(), size_t(l.qkv_w.rows * l.qkv_w.cols / 32 * 34));
+    }
+    EXPECT_TRUE(m.mm0_w.mapped()) << "mm.0 is Q8_0, 32 wide";
+    EXPECT_EQ(m.mm0_w.dtype, kWeightQ8_0);
+    EXPECT_EQ(m.mm2_w.dtype, DType::f16) << "mm.2 is F16";
+    EXPECT_NE(m.mapping, nullptr);
+    // Element access decodes the block it lies in.
+    const VitLayer& l0 = m.layers[0];
+    const VitLayer& r0 = b.impl().layers[0];
+    ASSERT_EQ(r0.fc1_w.dtype, DType::f32);
+    for (int64_t r : {int64_t(0), l0.fc1_w.rows - 1})
+      for (int64_t k : {int64_t(0), int64_t(31), l0.fc1_w.cols - 1}) EXPECT_EQ(l0.fc1_w.at(r, k), r0.fc1_w.at(r, k));
+    const EncodeParams p{.precision = prec, .image_width = c.width, .image_height = c.height};
+    for (int use = 0; use < 3; ++use) {  // the first use decodes as it reads, the second packs, the third reuses
+      SCOPED_TRACE("use " + std::to_string(use + 1));
+      const Encoding x = encode(a, c.patches, c.positions, p, exec), y = encode(b, c.patches, c.positions, p, exec);
+      EXPECT_TRUE(same_bytes(x.embeddings, y.embeddings));
+      EXPECT_TRUE(same_bytes(x.projected, y.projected));
+      EXPECT_GT(x.projected.numel(), 0);
+    }
+    if (prec == Precision::int8) continue;  // (the incremental encoder runs fp32 and bf16)
+    // The incremental encoder reads out_w's rows itself (its spectral norm).
+    Tensor next = c.patches.clone();
+    next.data<float>()[0] += 0.5f;
+    const int64_t n = c.patches.dim(0);
+    std::vector<int64_t> same_row(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) same_row[size_t(i)] = i;
+    std::vector<uint8_t> dirty(static_cast<size_t>(n), 0);
+    dirty[0] = 1;
+    const IncrementalParams ip{.precision = prec, .image_width = c.width, .image_height = c.height};
+    IncrementalEncoder inc8(a), inc32(b);
+    for (IncrementalEncoder* inc : {&inc8, &inc32}) inc->encode(c.patches, c.positions, {}, {}, ip, exec);
+    const IncrementalResult r8 = inc8.encode(next, c.positions, same_row, dirty, ip, exec);
+    const IncrementalResult r32 = inc32.encode(next, c.positions, same_row, dirty, ip, exec);
+    EXPECT_TRUE(r8.approximate);
+    EXPECT_TRUE(same_bytes(r8.embeddings, r32.embeddings));
+    EXPECT_EQ(r8.drift_estimate, r32.drift_estimate);
+  }
+  // Unmapped (map_weights = false): Q8_0 matrices are decoded at load, as before; the same bytes.
+  const VitModel owned = VitModel::load(q8_path, {.map_weights = false});
+  EXPECT_EQ(owned.impl().layers[0].fc1_w.dtype, DType::f32);
+  const EncodeParams p{.image_width = c.width, .image_height = c.height};
+  EXPECT_TRUE(same_bytes(encode(owned, c.patches, c.positions, p, exec).projected,
+                         encode(VitModel::load(f32_path), c.patches, c.positions, p, exec).projected));
+}
+
 // The model keeps the file mapped whenever any matrix points into it, the projector's too: with
-// clip.vision.feature_layer 0 no block runs (no layer matrix is loaded), and in a Q8_0 file the
-// layers are decoded while a projector matrix whose width is no multiple of Q8_0's block stays F16.
+// clip.vision.feature_layer 0 no block runs (no layer matrix is loaded), and a projector matrix
+// (the fixture's F16 mm.2, whose width is no multiple of Q8_0's block) is the only view left.
 TEST(EncoderWeights, AProjectorViewKeepsTheFileMapped) {
   const std::string path = test::temp_dir("f16_gguf_projector") + "/no-blocks.gguf";
   test::GgufBuild g = test::GgufBuild::from(GgufFile::open(fixture("gguf_llava", "mmproj.gguf")));

@@ -319,8 +319,9 @@ struct ModelLoadOptions {
   bool map_weights = true;
 };
 
-// A loaded model, shared and immutable. Weight matrices stay in the file's type (F32, BF16;
-// F16 and Q8_0 are decoded to float32 at load), mapped or owned (ModelLoadOptions); the rest
+// A loaded model, shared and immutable. Weight matrices stay in the file's type (F32, BF16; a
+// GGUF file's F16 and Q8_0 too, decoded as the GEMMs read them, when mapped; other types are
+// decoded to float32 at load), mapped or owned (ModelLoadOptions); the rest
 // (norms, biases, embeddings) is float32. GEMM-ready copies (bf16, oneDNN's blocked layouts) are
 // made by encode() only when they pay: from a weight's second use on (at the first for a
 // context made with expect_reuse), once per model whatever the number of contexts. Cheap to copy

@@ -102,15 +102,27 @@ class ContextPool {
 };
 }
 
-// A weight matrix [rows, cols], row-major (PyTorch's [out, in]), stored as f32, bf16 or f16:
+// ggml's Q8_0 as a weight type: blocks of 32 values, each one little-endian f16 scale d and 32
+// int8 q (34 bytes; value = d·q). Only WeightMatrix and GemmArgs carry it (no Tensor holds it,
+// dtype_size knows nothing of it), and only for matrices whose rows are whole blocks (cols % 32
+// == 0): their rows are read with weight_row_f32, whose decoding is the one load_f32 uses.
+inline constexpr DType kWeightQ8_0 = static_cast<DType>(0x80);
+inline constexpr int64_t kQ8_0Block = 32, kQ8_0BlockBytes = 34;
+// Bytes of n values of a weight row of type dt (f32, bf16, f16, or kWeightQ8_0 with n % 32 == 0).
+inline size_t weight_bytes(DType dt, int64_t n) {
+  return dt == kWeightQ8_0 ? size_t(n / kQ8_0Block) * size_t(kQ8_0BlockBytes) : size_t(n) * dtype_size(dt);
+}
+
+// A weight matrix [rows, cols], row-major (PyTorch's [out, in]), stored as f32, bf16, f16 or Q8_0:
 // where it lies in the checkpoint's mapping (the model keeps the file mapped), or in `owned` when
-// the file's type or layout needs a conversion (Q8_0, stacked q|k|v). The GEMMs read it as a
+// the file's type or layout needs a conversion (Q4_K..., Q8_0 rows that are not whole blocks,
+// stacked q|k|v). The GEMMs read it as a
 // constant operand and convert / reorder it themselves, once (gemm.cpp), so no f32, bf16 and
-// reordered copies of a checkpoint exist side by side: an F16 matrix reaches the kernels widened
-// to f32 (exact) as they read it, never as a copy made at load. Move-only, like Tensor.
+// reordered copies of a checkpoint exist side by side: an F16 or Q8_0 matrix reaches the kernels
+// decoded to f32 (exactly as load_f32 decodes it) as they read it, never as a copy made at load. Move-only, like Tensor.
 struct WeightMatrix {
   const void* data = nullptr;
-  DType dtype = DType::f32;  // f32, bf16 or f16
+  DType dtype = DType::f32;  // f32, bf16, f16 or kWeightQ8_0
   int64_t rows = 0, cols = 0;
   Tensor owned;              // the storage when not mapped; empty when `data` points into a file
 
@@ -124,7 +136,7 @@ struct WeightMatrix {
 
   int64_t dim(size_t i) const { return i == 0 ? rows : cols; }
   bool mapped() const { return data && owned.empty(); }
-  size_t size_bytes() const { return size_t(rows * cols) * dtype_size(dtype); }
+  size_t size_bytes() const { return weight_bytes(dtype, rows * cols); }
   // Element (r, c) as float (reference code, small matrices).
   float at(int64_t r, int64_t c) const;
 };
@@ -258,7 +270,7 @@ Post post_for(Activation a);
 // C[M, N] (+)= post(A[M, K] · W[N, K]ᵀ + bias[N]). A, W and C have row strides lda, ldw, ldc
 // (in elements). A is f32 or bf16 and the product is computed in A's type (f32 accumulation);
 // W is stored as w_dt, which must be A's type unless W is constant (a model weight, converted
-// once: f32 weights for a bf16 GEMM; f16 weights, widened to f32 as they are read). C f32 or bf16. `accumulate` adds into C (then post must
+// once: f32 weights for a bf16 GEMM; f16 and Q8_0 weights, decoded to f32 as they are read). C f32 or bf16. `accumulate` adds into C (then post must
 // be none). bias may be null. Primitives are cached per shape.
 struct GemmArgs {
   const void* a; int64_t lda; DType a_dt;
@@ -364,7 +376,8 @@ void to_bf16_row(const float* x, uint16_t* out, int64_t n);
 void from_bf16_row(const uint16_t* x, float* out, int64_t n);
 // IEEE half → f32 (exact), n values.
 void from_f16_row(const uint16_t* x, float* out, int64_t n);
-// Row r of a weight matrix as n floats (exact for f32, bf16 and f16).
+// Row r of a weight matrix as n floats (exact for f32, bf16 and f16; Q8_0 decoded as load_f32
+// decodes it). ldw in values; for Q8_0, ldw and n are multiples of 32.
 void weight_row_f32(const void* w, DType dt, int64_t ldw, int64_t r, int64_t n, float* out);
 
 float activation_ref(Activation a, float x);

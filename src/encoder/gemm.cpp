@@ -56,13 +56,17 @@ void from_f16_row(const uint16_t* x, float* out, int64_t n) {
 }
 
 void weight_row_f32(const void* w, DType dt, int64_t ldw, int64_t r, int64_t n, float* out) {
-  const std::byte* row = static_cast<const std::byte*>(w) + size_t(r * ldw) * dtype_size(dt);
-  if (dt == DType::f32) std::memcpy(out, row, size_t(n) * 4);
+  const std::byte* row = static_cast<const std::byte*>(w) + weight_bytes(dt, r * ldw);
+  if (dt == kWeightQ8_0) ggml_dequantize(uint32_t(GgmlType::q8_0), row, n, out);  // as load_f32 decodes it
+  else if (dt == DType::f32) std::memcpy(out, row, size_t(n) * 4);
   else if (dt == DType::f16) from_f16_row(reinterpret_cast<const uint16_t*>(row), out, n);
   else from_bf16_row(reinterpret_cast<const uint16_t*>(row), out, n);
 }
 
 namespace {
+
+// The stored weight types the GEMMs widen to f32 as they read them (F16, Q8_0).
+bool widened_type(DType t) { return t == DType::f16 || t == kWeightQ8_0; }
 
 dnnl::memory::data_type dt_of(DType t) {
   switch (t) {
@@ -411,16 +415,15 @@ struct Gemm::State {
   // g as the kernels see a widened W: f32, dense (g itself unless W is F16).
   static GemmArgs as_f32(const GemmArgs& g) {
     GemmArgs w = g;
-    if (g.w_dt == DType::f16) w.w_dt = DType::f32, w.ldw = g.w_is_kn ? g.n : g.k;
+    if (widened_type(g.w_dt)) w.w_dt = DType::f32, w.ldw = g.w_is_kn ? g.n : g.k;
     return w;
   }
   // W of g (F16) widened into `dst` (as_f32(g)'s dense layout), on the calling thread's team.
   static void widen_into(const GemmArgs& g, float* dst) {
     const int64_t rows = g.w_is_kn ? g.k : g.n, cols = g.w_is_kn ? g.n : g.k;
-    const uint16_t* w = static_cast<const uint16_t*>(g.w);
     const int threads = team_size();
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t r = 0; r < rows; ++r) from_f16_row(w + r * g.ldw, dst + r * cols, cols);
+    for (int64_t r = 0; r < rows; ++r) weight_row_f32(g.w, g.w_dt, g.ldw, r, cols, dst + r * cols);
   }
   // as_f32(g) with its W widened into the reused buffer (call with widen_mutex held).
   GemmArgs widen(const GemmArgs& g) {
@@ -498,7 +501,7 @@ struct Gemm::State {
   // An F16 W is widened first: straight into dst when dst is W's own dense layout in f32, else
   // into the reused buffer, which is then reordered as an F32 W would be.
   void copy_weights(const GemmArgs& g, const Entry& e, const dnnl::engine& eng, void* dst_ptr, dnnl::stream& st) {
-    if (g.w_dt == DType::f16) {
+    if (widened_type(g.w_dt)) {
       if (!e.blocked && g.a_dt == DType::f32) {
         widen_into(g, static_cast<float*>(dst_ptr));
         return;
@@ -527,7 +530,7 @@ struct Gemm::State {
       if (k.amx) return k.amx;
     }
     uint16_t* p = weights->state().panels(*k.shared, k.shared->amx, amx::packed_bytes(g.n, g.k), [&](uint16_t* dst) {
-      if (g.w_dt != DType::f16) return amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
+      if (!widened_type(g.w_dt)) return amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
       std::lock_guard<std::mutex> lock(widen_mutex);
       const GemmArgs w = widen(g);
       amx::pack(w.w, w.w_dt, w.ldw, w.n, w.k, dst, threads);
@@ -545,7 +548,7 @@ struct Gemm::State {
     }
     float* p = weights->state().panels(*k.shared, k.shared->avx2, avx2::packed_floats(g.n, g.k) * sizeof(float),
                                        [&](float* dst) {
-                                         if (g.w_dt != DType::f16) return avx2::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
+                                         if (!widened_type(g.w_dt)) return avx2::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
                                          std::lock_guard<std::mutex> lock(widen_mutex);
                                          const GemmArgs w = widen(g);
                                          avx2::pack(w.w, w.w_dt, w.ldw, w.n, w.k, dst, threads);
@@ -638,13 +641,13 @@ namespace {
 // The linear layers of a bf16 encode on AMX tiles (amx.hpp) instead of oneDNN's matmul.
 bool amx_takes(const GemmArgs& g) {
   return g.constant_w && g.a_dt == DType::bf16 && !g.w_is_kn && g.alpha == 1.0f &&
-         (g.w_dt == DType::f32 || g.w_dt == DType::bf16 || g.w_dt == DType::f16) && (g.c_dt == DType::f32 || g.c_dt == DType::bf16) &&
+         (g.w_dt == DType::f32 || g.w_dt == DType::bf16 || widened_type(g.w_dt)) && (g.c_dt == DType::f32 || g.c_dt == DType::bf16) &&
          g.m > 0 && amx::fits(g.n, g.k) && amx::usable();
 }
 // The f32 linear layers on fovea's AVX2 kernel (avx2.hpp) where oneDNN has no f32 brgemm.
 bool avx2_takes(const GemmArgs& g) {
   return g.constant_w && g.a_dt == DType::f32 && g.c_dt == DType::f32 && !g.w_is_kn &&
-         (g.w_dt == DType::f32 || g.w_dt == DType::bf16 || g.w_dt == DType::f16) && g.m > 0 && Gemm::avx2_takes_f32();
+         (g.w_dt == DType::f32 || g.w_dt == DType::bf16 || widened_type(g.w_dt)) && g.m > 0 && Gemm::avx2_takes_f32();
 }
 }  // namespace
 
@@ -661,7 +664,7 @@ void Gemm::run_avx2(const GemmArgs& g, bool packed) {
   // from its widened copy).
   if (packed) a.packed = s_->avx2_packed(g, a.threads);
   std::unique_lock<std::mutex> widen_lock;
-  if (!packed && g.w_dt == DType::f16) {
+  if (!packed && widened_type(g.w_dt)) {
     widen_lock = std::unique_lock<std::mutex>(s_->widen_mutex);
     const GemmArgs w = s_->widen(g);
     a.w = w.w, a.ldw = w.ldw, a.w_dt = w.w_dt;
@@ -688,7 +691,7 @@ void Gemm::run_amx(const GemmArgs& g, bool packed) {
   // W from its widened copy).
   std::lock_guard<std::mutex> lock(s_->transient_mutex);
   std::unique_lock<std::mutex> widen_lock;
-  if (g.w_dt == DType::f16) {
+  if (widened_type(g.w_dt)) {
     widen_lock = std::unique_lock<std::mutex>(s_->widen_mutex);
     const GemmArgs w = s_->widen(g);
     a.w = w.w, a.ldw = w.ldw, a.w_dt = w.w_dt;
@@ -711,7 +714,7 @@ void Gemm::run_unchecked(const GemmArgs& g) {
   }
   // An F16 weight's first use by f32 kernels reads its widened copy in the plain layout, as an F32
   // weight's is read where it lies (the same primitive: the same bits).
-  const bool widened_plain = g.w_dt == DType::f16 && use == WeightUse::transient && g.a_dt == DType::f32;
+  const bool widened_plain = widened_type(g.w_dt) && use == WeightUse::transient && g.a_dt == DType::f32;
   const std::shared_ptr<State::Entry> e = s_->get(State::as_f32(g), use != WeightUse::plain && !widened_plain);
   const int tid = omp_in_parallel() ? omp_get_thread_num() : 0;
   if (tid >= int(s_->streams.size())) throw Error(Errc::internal, "encoder GEMM: thread id out of range");
@@ -749,6 +752,11 @@ void Gemm::run_unchecked(const GemmArgs& g) {
 
 namespace {
 float load(const void* p, DType t, int64_t i) {
+  if (t == kWeightQ8_0) {
+    float block[kQ8_0Block];
+    weight_row_f32(p, t, kQ8_0Block, i / kQ8_0Block, kQ8_0Block, block);
+    return block[i % kQ8_0Block];
+  }
   if (t == DType::f32) return static_cast<const float*>(p)[i];
   const uint16_t h = static_cast<const uint16_t*>(p)[i];
   return t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h);

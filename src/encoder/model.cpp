@@ -102,6 +102,12 @@ WeightMatrix WeightMatrix::view(const void* p, DType dt, int64_t rows, int64_t c
 }
 
 float WeightMatrix::at(int64_t r, int64_t c) const {
+  if (dtype == kWeightQ8_0) {
+    float block[kQ8_0Block];
+    encoder_detail::weight_row_f32(static_cast<const std::byte*>(data) + weight_bytes(dtype, r * cols + c / kQ8_0Block * kQ8_0Block),
+                   dtype, 0, 0, kQ8_0Block, block);
+    return block[c % kQ8_0Block];
+  }
   const int64_t i = r * cols + c;
   if (dtype == DType::f32) return static_cast<const float*>(data)[i];
   const uint16_t h = static_cast<const uint16_t*>(data)[i];

@@ -32,8 +32,9 @@ struct StoredTypes {
       return "written by fovea convert: bf16 matrices for fp32 and bf16, and the layers' int8 matrices, which "
              "--precision int8 uses as stored";
     if (!converted.empty()) return "written by fovea convert: bf16 matrices, everything else float32";
-    return quantized ? "block-quantized tensors are dequantised to float32 when the model loads; --precision int8 "
-                       "quantizes the layers' matrices again, per output channel"
+    return quantized ? "Q8_0 matrices whose rows are whole blocks stay Q8_0 and are dequantised as they are read; "
+                       "other block-quantized tensors are dequantised to float32 when the model loads; --precision "
+                       "int8 quantizes the layers' matrices again, per output channel"
                      : "";
   }
 };

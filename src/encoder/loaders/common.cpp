@@ -133,6 +133,15 @@ class GgufSource final : public WeightSource {
     const GgufTensorInfo* t = f_.find_tensor(name);
     if (!t) return std::nullopt;
     const GgmlType type = GgmlType(t->type);
+    // Q8_0 whose rows are whole blocks, as it lies (34 bytes a block, no alignment needed): the
+    // GEMMs and the int8 quantizer decode its rows as they read them.
+    if (type == GgmlType::q8_0) {
+      const std::vector<int64_t> shape = t->shape();
+      const std::span<const std::byte> d = f_.data(*t);
+      if (shape.empty() || shape.back() % kQ8_0Block || d.size() != weight_bytes(kWeightQ8_0, t->numel()))
+        return std::nullopt;
+      return Raw{d.data(), kWeightQ8_0};
+    }
     // F16 too: the GEMMs widen it as they read it (llama.cpp's mmproj files are mostly F16).
     if (type != GgmlType::f32 && type != GgmlType::bf16 && type != GgmlType::f16) return std::nullopt;
     const DType dt = type == GgmlType::f32 ? DType::f32 : type == GgmlType::bf16 ? DType::bf16 : DType::f16;
@@ -315,6 +324,7 @@ WeightMatrix Lookup::matrix(const std::string& name, const std::vector<int64_t>&
       used_.insert(name);
       // (MADV_POPULATE_READ on these pages was measured: no change in time or faults.)
       if (w_.map_weights) return WeightMatrix::view(r->data, r->dtype, want[0], want[1]);
+      if (r->dtype == kWeightQ8_0) return decoded(name, want, required);  // owned copies are f32, bf16 or f16
       const unsigned __int128 bytes = (unsigned __int128)uint64_t(want[0]) * uint64_t(want[1]) * dtype_size(r->dtype);
       if (bytes <= uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE))) {  // else get() refuses it
         Tensor t(r->dtype, want);
@@ -342,7 +352,17 @@ WeightMatrix Lookup::stacked(const std::vector<std::string>& names, int64_t rows
     return {};
   }
   const DType dt = all_same ? raws.front()->dtype : DType::f32;
-  const size_t part = size_t(rows * cols) * dtype_size(dt);
+  const size_t part = weight_bytes(dt, rows * cols);
+  if (dt == kWeightQ8_0) {  // whole blocks a row: the parts' bytes one after another are the stack
+    WeightMatrix m;
+    m.owned = Tensor(DType::u8, {int64_t(names.size() * part)});
+    for (size_t j = 0; j < names.size(); ++j) {
+      used_.insert(names[j]);
+      std::memcpy(m.owned.bytes() + j * part, raws[j]->data, part);
+    }
+    m.data = m.owned.bytes(), m.dtype = dt, m.rows = int64_t(names.size()) * rows, m.cols = cols;
+    return m;
+  }
   Tensor t(dt, {int64_t(names.size()) * rows, cols});
   for (size_t j = 0; j < names.size(); ++j) {
     if (raws[j] && raws[j]->dtype == dt) {

@@ -49,8 +49,8 @@ class WeightSource {
     const Tensor t = load_f32(name);
     std::memcpy(dst, t.bytes(), t.size_bytes());
   }
-  // The tensor's bytes where they lie (the mapped file) when it is F32 or BF16, or F16 in a GGUF
-  // file: GEMMs read those directly. nullopt for other types (they are decoded with load_f32).
+  // The tensor's bytes where they lie (the mapped file) when it is F32 or BF16, or F16 or Q8_0
+  // (rows of whole blocks: kWeightQ8_0) in a GGUF file: GEMMs read those directly. nullopt for other types (they are decoded with load_f32).
   // (Safetensors and PyTorch F16 matrices are still decoded to f32 at load.)
   struct Raw {
     const void* data;
@@ -96,7 +96,7 @@ class Lookup {
   }
   // The matrices `names`, each [rows, cols], stacked into one owned [n·rows, cols] matrix (HF's
   // separate q, k, v projections): in the file's type when all have one raw() gives (BF16, a
-  // GGUF's F16), else f32. Allocated only when
+  // GGUF's F16 or Q8_0), else f32. Allocated only when
   // the file holds all of them with that shape; otherwise empty, the problems collected.
   WeightMatrix stacked(const std::vector<std::string>& names, int64_t rows, int64_t cols);
   void mark_used(const std::string& name);
