@@ -49,28 +49,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fovea_testio.safetensors import save_torch as save_safetensors  # noqa: E402
+# image_processing_qwen2_vl.smart_resize, written once (torch-free) beside the video processors' rules.
+from make_qwen_video_resize import image_smart_resize as smart_resize  # noqa: E402
 
 CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 
 
 # ---- the processor ------------------------------------------------------------------------------
-
-def smart_resize(height, width, factor, min_pixels, max_pixels):
-    """image_processing_qwen2_vl.smart_resize as transformers has it now."""
-    if max(height, width) / min(height, width) > 200:
-        raise ValueError("absolute aspect ratio must be smaller than 200")
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
 
 def patchify(frames, mean, std, p, m, tps):
     """frames: list of [H, W, 3] uint8 (one for a still image) at a size smart_resize keeps ->
