@@ -162,37 +162,11 @@ struct QwenVlRead {
       throw bad("config.json tokens_per_second is out of range");
   }
 
-  // preprocessor_config.json: the input contract and pixel limits (image and video), its sizes
-  // checked against the tensors'.
+  // preprocessor_config.json: the input contract and pixel limits (image and video).
   void read_preprocessor() {
     InputContract clip;
     clip.source = "Qwen2-VL defaults (OpenAI CLIP mean and std)";
-    const nlohmann::json& pre = ck.preprocessor;
-    const char* pf = "preprocessor_config.json";
-    if (!pre.is_null() && !pre.is_object()) throw bad("preprocessor_config.json is not an object");
-    c.input = contract_from_preprocessor(pre, clip);
-    c.native.min_pixels = 56 * 56;
-    c.native.max_pixels = 28 * 28 * 1280;
-    if (pre.is_object()) {
-      std::optional<int64_t> mn = cfg_get<int64_t>(pre, {"min_pixels"}, pf), mx = cfg_get<int64_t>(pre, {"max_pixels"}, pf);
-      if (auto it = pre.find("size"); it != pre.end() && it->is_object()) {
-        if (!mn) mn = cfg_get<int64_t>(*it, {"shortest_edge"}, pf);
-        if (!mx) mx = cfg_get<int64_t>(*it, {"longest_edge"}, pf);
-      }
-      if (mn) c.native.min_pixels = *mn;
-      if (mx) c.native.max_pixels = *mx;
-      auto pagree = [&](const char* key, int64_t have, const char* what_) {
-        if (const auto v = cfg_get<int64_t>(pre, {key}, pf); v && *v != have)
-          throw bad("preprocessor_config.json says " + std::string(key) + " = " + std::to_string(*v) + " but the tensors' " +
-                    what_ + " is " + std::to_string(have));
-      };
-      pagree("patch_size", c.patch_px, "patch size");
-      pagree("merge_size", merge, "merge size");
-      pagree("temporal_patch_size", c.native.temporal_patch, "temporal patch size");
-    }
-    if (c.native.min_pixels < 1 || c.native.max_pixels < c.native.min_pixels || c.native.max_pixels > (int64_t(1) << 40))
-      throw bad("preprocessor_config.json's pixel limits (min " + std::to_string(c.native.min_pixels) + ", max " +
-                std::to_string(c.native.max_pixels) + ") are not 1 <= min_pixels <= max_pixels <= 2^40");
+    read_image_limits(ck, c, clip, 56 * 56, 28 * 28 * 1280);
     // Qwen2VLVideoProcessor (Qwen2.5-VL's too): 128·28² .. 768·28² pixels a frame by default.
     read_video_limits(ck, c, 128 * 28 * 28, 28 * 28 * 768, false);
   }
@@ -288,6 +262,38 @@ const ModelLoader& hf_qwen2_vl_loader() {
 const ModelLoader& hf_qwen2_5_vl_loader() {
   static const QwenVlLoader loader(true);
   return loader;
+}
+
+void read_image_limits(const Checkpoint& ck, VitConfig& c, const InputContract& defaults, int64_t default_min,
+                       int64_t default_max) {
+  const std::string& path = ck.weights->path();
+  auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + path + "': " + why); };
+  const nlohmann::json& pre = ck.preprocessor;
+  const char* pf = "preprocessor_config.json";
+  if (!pre.is_null() && !pre.is_object()) throw bad("preprocessor_config.json is not an object");
+  c.input = contract_from_preprocessor(pre, defaults);
+  c.native.min_pixels = default_min;
+  c.native.max_pixels = default_max;
+  if (pre.is_object()) {
+    std::optional<int64_t> mn = cfg_get<int64_t>(pre, {"min_pixels"}, pf), mx = cfg_get<int64_t>(pre, {"max_pixels"}, pf);
+    if (auto it = pre.find("size"); it != pre.end() && it->is_object()) {
+      if (!mn) mn = cfg_get<int64_t>(*it, {"shortest_edge"}, pf);
+      if (!mx) mx = cfg_get<int64_t>(*it, {"longest_edge"}, pf);
+    }
+    if (mn) c.native.min_pixels = *mn;
+    if (mx) c.native.max_pixels = *mx;
+    auto pagree = [&](const char* key, int64_t have, const char* what) {
+      if (const auto v = cfg_get<int64_t>(pre, {key}, pf); v && *v != have)
+        throw bad("preprocessor_config.json says " + std::string(key) + " = " + std::to_string(*v) + " but the tensors' " +
+                  what + " is " + std::to_string(have));
+    };
+    pagree("patch_size", c.patch_px, "patch size");
+    pagree("merge_size", c.native.merge, "merge size");
+    pagree("temporal_patch_size", c.native.temporal_patch, "temporal patch size");
+  }
+  if (c.native.min_pixels < 1 || c.native.max_pixels < c.native.min_pixels || c.native.max_pixels > (int64_t(1) << 40))
+    throw bad("preprocessor_config.json's pixel limits (min " + std::to_string(c.native.min_pixels) + ", max " +
+              std::to_string(c.native.max_pixels) + ") are not 1 <= min_pixels <= max_pixels <= 2^40");
 }
 
 void read_video_limits(const Checkpoint& ck, VitConfig& c, int64_t default_min, int64_t default_max, bool size_only) {
