@@ -1164,50 +1164,36 @@ void bind_functions(py::module_& m) {
 }
 
 // ---- Model / Encoding ----------------------------------------------------------------------
-void bind_encoding(py::module_& m) {
-  py::class_<PyEncoding>(m, "Encoding", "Everything the encoder returns for one image (see Model.encode_full).")
-      .def_property_readonly("embeddings",
-                             [](py::object self) { return tensor_view(self.cast<PyEncoding&>().e.embeddings, self); },
-                             "[N, D] float32: last hidden state of every token, in token order")
-      .def_property_readonly(
-          "class_token",
-          [](py::object self) -> py::object {
-            const Tensor& t = self.cast<PyEncoding&>().e.class_token;
-            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
-          },
-          "[1, D] float32 or None")
-      .def_property_readonly(
-          "pooled",
-          [](py::object self) -> py::object {
-            const Tensor& t = self.cast<PyEncoding&>().e.pooled;
-            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
-          },
+// An Encoding's tensor `field` as an array viewing it (kept alive by self), or None when the model
+// made no such output.
+template <Tensor Encoding::*field>
+py::object optional_tensor(py::object self) {
+  const Tensor& t = self.cast<PyEncoding&>().e.*field;
+  return t.rank() ? py::object(tensor_view(t, self)) : py::none();
+}
+
+// What the encoder computed: the hidden states and the model's heads.
+void bind_encoding_outputs(py::class_<PyEncoding>& c) {
+  c.def_property_readonly("embeddings",
+                          [](py::object self) { return tensor_view(self.cast<PyEncoding&>().e.embeddings, self); },
+                          "[N, D] float32: last hidden state of every token, in token order")
+      .def_property_readonly("class_token", &optional_tensor<&Encoding::class_token>, "[1, D] float32 or None")
+      .def_property_readonly("pooled", &optional_tensor<&Encoding::pooled>,
           "[1, D] float32 or None. What it is depends on the model (Model.pooled_output, and the saved file's "
           "'pooled_output' metadata): CLIP post_layernorm(class token), SigLIP's attention-pool head, HF ViTModel's "
           "tanh(pooler.dense(...)); for an HF ViT classifier, torchvision, timm, DINOv2 or open_clip it is the "
           "class token itself, identical to class_token (the final LayerNorm applies to every token, no pooler)")
-      .def_property_readonly(
-          "image_embeds",
-          [](py::object self) -> py::object {
-            const Tensor& t = self.cast<PyEncoding&>().e.image_embeds;
-            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
-          },
-          "[1, E] float32 (CLIP visual projection) or None")
-      .def_property_readonly(
-          "logits",
-          [](py::object self) -> py::object {
-            const Tensor& t = self.cast<PyEncoding&>().e.logits;
-            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
-          },
+      .def_property_readonly("image_embeds", &optional_tensor<&Encoding::image_embeds>,
+                             "[1, E] float32 (CLIP visual projection) or None")
+      .def_property_readonly("logits", &optional_tensor<&Encoding::logits>,
           "[1, K] float32 (torchvision / timm head, HF ViT classifier) or None")
-      .def_property_readonly(
-          "projected",
-          [](py::object self) -> py::object {
-            const Tensor& t = self.cast<PyEncoding&>().e.projected;
-            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
-          },
-          "[N, E] float32: the projector's output, what the language model consumes (LLaVA / mmproj), or None")
-      .def_property_readonly(
+      .def_property_readonly("projected", &optional_tensor<&Encoding::projected>,
+          "[N, E] float32: the projector's output, what the language model consumes (LLaVA / mmproj), or None");
+}
+
+// Which tokens the embeddings are, and where they lie (the Tokens they came from).
+void bind_encoding_tokens(py::class_<PyEncoding>& c) {
+  c.def_property_readonly(
           "rows",
           [](const PyEncoding& e) -> py::object {
             if (e.e.rows.empty()) return py::none();
@@ -1242,15 +1228,14 @@ void bind_encoding(py::module_& m) {
             return a;
           },
           "foveation='windows': [N] int32, the window of every embedding's token (Tokens.windows); None otherwise")
-      .def_property_readonly(
-          "window_class_tokens",
-          [](py::object self) -> py::object {
-            const Tensor& t = self.cast<PyEncoding&>().e.window_class_tokens;
-            return t.rank() ? py::object(tensor_view(t, self)) : py::none();
-          },
+      .def_property_readonly("window_class_tokens", &optional_tensor<&Encoding::window_class_tokens>,
           "foveation='windows': [W, D] float32, every window's class token (row 0 the base view's, which "
-          "class_token, pooled and logits come from); None otherwise")
-      .def_property_readonly("encode_ms", [](const PyEncoding& e) { return e.e.encode_ms; })
+          "class_token, pooled and logits come from); None otherwise");
+}
+
+// How the encode ran: its time, precision and attention.
+void bind_encoding_run(py::class_<PyEncoding>& c) {
+  c.def_property_readonly("encode_ms", [](const PyEncoding& e) { return e.e.encode_ms; })
       .def_property_readonly("attention_ms", [](const PyEncoding& e) { return e.e.attention_ms; },
                              "of encode_ms: every layer's attention op (for hierarchical attention also its ranking)")
       .def_property_readonly(
@@ -1258,8 +1243,12 @@ void bind_encoding(py::module_& m) {
           "'fp32' or 'bf16': what ran (bf16 runs fp32 on a CPU without bf16 kernels; fovea.bf16_supported())")
       .def_property_readonly("attention", [](const PyEncoding& e) { return to_string(e.attention); },
                              "'exact' or 'hierarchical:K:B' (an experimental approximation; a saved file's "
-                             "'attention' metadata adds what it cost on a real tower)")
-      .def(
+                             "'attention' metadata adds what it cost on a real tower)");
+}
+
+// The embeddings file `fovea encode -o` writes, and the length.
+void bind_encoding_files(py::class_<PyEncoding>& c) {
+  c.def(
           "save",
           [](const PyEncoding& e, const py::object& path) {
             if (e.tokens.is_none()) throw fovea::invalid_argument("save needs the Tokens the encoding came from (encode a Tokens object)");
@@ -1285,7 +1274,14 @@ void bind_encoding(py::module_& m) {
           },
           "The bytes save() writes (the embeddings file of `fovea encode -o`), made in memory")
       .def("__len__", [](const PyEncoding& e) { return e.e.embeddings.rank() ? e.e.embeddings.dim(0) : 0; });
+}
 
+void bind_encoding(py::module_& m) {
+  py::class_<PyEncoding> c(m, "Encoding", "Everything the encoder returns for one image (see Model.encode_full).");
+  bind_encoding_outputs(c);
+  bind_encoding_tokens(c);
+  bind_encoding_run(c);
+  bind_encoding_files(c);
 }
 
 void bind_model(py::module_& m) {

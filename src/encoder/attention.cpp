@@ -408,31 +408,49 @@ void exact(const AttentionExec& ex, const std::byte* q, int64_t ldq, int64_t r, 
   exact_kv(ex, q, ldq, r, ws.k.get(), ws.v.get(), T, D, heads, dt, out, ws);
 }
 
-void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const std::byte* qkv_q, int64_t ldq,
-                  const std::byte* kv, int64_t ldkv, int64_t T, int64_t D, int heads, DType dt, std::byte* out,
-                  AttentionWorkspace& ws) {
-  const int64_t hd = D / heads, nb = plan.blocks(), G = plan.n_global;
-  const size_t es = esize(dt), row_bytes = size_t(hd) * es;
-  const float scale = float(1.0 / std::sqrt(double(hd)));
-  const int32_t* perm = plan.order.data();
-  ws.q.ensure(size_t(T * D) * es), ws.k.ensure(size_t(T * D) * es), ws.v.ensure(size_t(T * D) * es);
-  head_major(ex, qkv_q, ldq, T, heads, hd, dt, perm, ws.q.get());
-  head_major(ex, kv, ldkv, T, heads, hd, dt, perm, ws.k.get());
-  head_major(ex, kv + size_t(D) * es, ldkv, T, heads, hd, dt, perm, ws.v.get());
-  const std::byte* Qh = ws.q.get();
-  const std::byte* Kh = ws.k.get();
-  const std::byte* Vh = ws.v.get();
+// One hierarchical attention call: its plan and shapes, and Q, K and V head-major in the plan's
+// row order, which every phase below reads.
+struct Hierarchical {
+  const AttentionExec& ex;
+  const HierarchicalPlan& plan;
+  int64_t T, D;
+  int heads;
+  DType dt;
+  std::byte* out;
+  AttentionWorkspace& ws;
+  int64_t hd, nb, G;  // head width, blocks, global (class token) rows
+  size_t es, row_bytes;
+  float scale;
+  const int32_t* perm;
+  const std::byte *Qh = nullptr, *Kh = nullptr, *Vh = nullptr;  // [heads, T, hd] in dt
+  std::vector<float> log_count;  // per block: log of its row count
+  int64_t K = 0;                 // key blocks attended exactly (the others pooled)
+  int64_t bpg = 1;               // query blocks per group (one task)
+  bool vrows = false;            // the kernel packs the value rows from where they lie
 
-  // Pooled keys and values: the mean of each block's rows, per head (f32 sums, stored as dt); and
-  // the per-dimension max and min of its keys, which bound any query's scores on the block
-  // (stored as dt: a max or min of bf16 keys is a bf16 value, so bf16 loses nothing).
-  ws.kp.ensure(size_t(heads * nb * hd) * es), ws.vp.ensure(size_t(heads * nb * hd) * es);
-  ws.kbound.ensure(size_t(heads * nb * 2 * hd) * es);
-  std::vector<float> log_count(size_t(std::max<int64_t>(nb, 1)));
-  for (int64_t c = 0; c < nb; ++c) log_count[size_t(c)] = std::log(float(plan.block_start[c + 1] - plan.block_start[c]));
-#pragma omp parallel for num_threads(ex.threads) schedule(static)
-  for (int64_t hb = 0; hb < heads * nb; ++hb) {
-    const int64_t h = hb / nb, c = hb % nb, b0 = plan.block_start[c], b1 = plan.block_start[c + 1];
+  Hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, int64_t T, int64_t D, int heads, DType dt,
+               std::byte* out, AttentionWorkspace& ws)
+      : ex(ex), plan(plan), T(T), D(D), heads(heads), dt(dt), out(out), ws(ws), hd(D / heads), nb(plan.blocks()),
+        G(plan.n_global), es(esize(dt)), row_bytes(size_t(hd) * es), scale(float(1.0 / std::sqrt(double(hd)))),
+        perm(plan.order.data()) {}
+  int64_t block_rows(int64_t c) const { return plan.block_start[c + 1] - plan.block_start[c]; }
+};
+
+// Pooled keys and values: the mean of each block's rows, per head (f32 sums, stored as dt); and
+// the per-dimension max and min of its keys, which bound any query's scores on the block
+// (stored as dt: a max or min of bf16 keys is a bf16 value, so bf16 loses nothing).
+void pool_blocks(Hierarchical& a) {
+  const int64_t hd = a.hd, nb = a.nb, T = a.T;
+  const size_t es = a.es;
+  const DType dt = a.dt;
+  AttentionWorkspace& ws = a.ws;
+  ws.kp.ensure(size_t(a.heads * nb * hd) * es), ws.vp.ensure(size_t(a.heads * nb * hd) * es);
+  ws.kbound.ensure(size_t(a.heads * nb * 2 * hd) * es);
+  a.log_count.assign(size_t(std::max<int64_t>(nb, 1)), 0.0f);
+  for (int64_t c = 0; c < nb; ++c) a.log_count[size_t(c)] = std::log(float(a.block_rows(c)));
+#pragma omp parallel for num_threads(a.ex.threads) schedule(static)
+  for (int64_t hb = 0; hb < a.heads * nb; ++hb) {
+    const int64_t h = hb / nb, c = hb % nb, b0 = a.plan.block_start[c], b1 = a.plan.block_start[c + 1];
     std::vector<float> sk(size_t(hd), 0.0f), sv(size_t(hd), 0.0f), row(static_cast<size_t>(hd));
     std::vector<float> bound(size_t(2 * hd));  // [max | min]: the ranking GEMM's one row for this block
     float* kmx = bound.data();
@@ -446,8 +464,8 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
         for (int64_t j = 0; j < hd; ++j) kmx[j] = std::max(kmx[j], x[j]), kmn[j] = std::min(kmn[j], x[j]);
     };
     for (int64_t p = b0; p < b1; ++p) {
-      add_row(Kh + size_t((h * T + p) * hd) * es, sk, true);
-      add_row(Vh + size_t((h * T + p) * hd) * es, sv, false);
+      add_row(a.Kh + size_t((h * T + p) * hd) * es, sk, true);
+      add_row(a.Vh + size_t((h * T + p) * hd) * es, sv, false);
     }
     const float inv = 1.0f / float(b1 - b0);
     for (int64_t j = 0; j < hd; ++j) sk[j] *= inv, sv[j] *= inv;
@@ -463,167 +481,224 @@ void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const s
       to_bf16_row(bound.data(), reinterpret_cast<uint16_t*>(bd), 2 * hd);
     }
   }
+}
 
-  const int64_t K = std::min<int64_t>(plan.top_k, nb);
+// Query blocks per group. Per head: the global query rows (one task, exact over all keys), then
+// one task per group of consecutive query blocks. A group first ranks the key blocks for each of
+// its query blocks (rank_blocks).
+// A group holds up to ~1024 query rows, fewer when there are many key blocks, so its bounds
+// (rows × blocks floats) stay within 4 Mi floats whatever N and the block size.
+// (No ranking when every block is taken exactly: K >= nb.)
+int64_t blocks_per_group(const Hierarchical& a) {
   int64_t max_block = 1;
-  for (int64_t c = 0; c < nb; ++c) max_block = std::max(max_block, plan.block_start[c + 1] - plan.block_start[c]);
-  // Per head: the global query rows (one task, exact over all keys), then one task per group of
-  // consecutive query blocks. A group first ranks the key blocks for each of its query blocks.
-  // Per query i and block c, an upper bound of its scores from the block's per-dimension key
-  // bounds (Quest, Tang et al. 2024): u_ic = Σ_j max(q_ij·kmax_cj, q_ij·kmin_cj) =
-  // q⁺_i·kmax_c + q⁻_i·kmin_c; p_i = softmax_c(u_ic·scale + log n_c) is where query i could put
-  // its attention, and a key block scores the most any query of the query block could give it:
-  // score_c = max_i p_ic. A block's mean key (the ranking before) hides one key a query attends
-  // to sharply; the bound does not (measured: bench/attention_bench.py, docs/explanation/encoder.md).
-  // The bounds are one GEMM over all the group's rows, Uᵀ = [kmax | kmin]·[q⁺ | q⁻]ᵀ (k = 2·hd,
-  // in dt): per query block, the 2 × heads × blocks small GEMM calls cost more than their
-  // arithmetic (~0.13 s of an N=4096 bf16 encode on Zen 5); two GEMMs of k = hd (one
-  // accumulating) cost more than one of 2·hd; and in f32 this GEMM took ~50 ms of a Zen 4's
-  // N=4096 hierarchical:8:64 bf16 encode (bench/results/attention/).
-  // A group holds up to ~1024 query rows, fewer when there are many key blocks, so its bounds
-  // (rows × blocks floats) stay within 4 Mi floats whatever N and the block size.
-  // (No ranking when every block is taken exactly: K >= nb.)
-  int64_t bpg = 1;  // query blocks per group
-  if (K < nb) {
-    const int64_t rows_cap = std::min<int64_t>(1024, (int64_t(1) << 22) / nb);
-    bpg = std::clamp<int64_t>(rows_cap / max_block, 1, nb);
+  for (int64_t c = 0; c < a.nb; ++c) max_block = std::max(max_block, a.block_rows(c));
+  if (a.K >= a.nb) return 1;
+  const int64_t rows_cap = std::min<int64_t>(1024, (int64_t(1) << 22) / a.nb);
+  return std::clamp<int64_t>(rows_cap / max_block, 1, a.nb);
+}
+
+// Row i of qs: [q⁺_i | q⁻_i] (dt) of Q's `rows` rows. In bf16, q⁺ and q⁻ are Q's own values split
+// by their sign bit: exact.
+void split_signs(const std::byte* Q, int64_t rows, int64_t hd, DType dt, std::byte* qs) {
+  if (dt == DType::bf16) {
+    const auto* q16 = reinterpret_cast<const uint16_t*>(Q);
+    auto* s16 = reinterpret_cast<uint16_t*>(qs);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < hd; ++j) {
+        const uint16_t x = q16[i * hd + j];
+        const bool neg = x & 0x8000u;
+        s16[i * 2 * hd + j] = neg ? uint16_t(0) : x, s16[i * 2 * hd + hd + j] = neg ? x : uint16_t(0);
+      }
+  } else {
+    const auto* q32 = reinterpret_cast<const float*>(Q);
+    auto* s32 = reinterpret_cast<float*>(qs);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < hd; ++j) {
+        const float x = q32[i * hd + j];
+        s32[i * 2 * hd + j] = std::max(x, 0.0f), s32[i * 2 * hd + hd + j] = std::min(x, 0.0f);
+      }
   }
-  const int64_t groups = (nb + bpg - 1) / bpg;
-  const bool vrows = packs_values(ex, dt, hd);
-  const int64_t per_head = groups + (G > 0 ? 1 : 0);
+}
+
+// b.score[(c − c0)·nb + k]: how much any query of query block c (of c0..c1, head h) could attend
+// to key block k.
+// Per query i and block c, an upper bound of its scores from the block's per-dimension key
+// bounds (Quest, Tang et al. 2024): u_ic = Σ_j max(q_ij·kmax_cj, q_ij·kmin_cj) =
+// q⁺_i·kmax_c + q⁻_i·kmin_c; p_i = softmax_c(u_ic·scale + log n_c) is where query i could put
+// its attention, and a key block scores the most any query of the query block could give it:
+// score_c = max_i p_ic. A block's mean key (the ranking before) hides one key a query attends
+// to sharply; the bound does not (measured: bench/attention_bench.py, docs/explanation/encoder.md).
+// The bounds are one GEMM over all the group's rows, Uᵀ = [kmax | kmin]·[q⁺ | q⁻]ᵀ (k = 2·hd,
+// in dt): per query block, the 2 × heads × blocks small GEMM calls cost more than their
+// arithmetic (~0.13 s of an N=4096 bf16 encode on Zen 5); two GEMMs of k = hd (one
+// accumulating) cost more than one of 2·hd; and in f32 this GEMM took ~50 ms of a Zen 4's
+// N=4096 hierarchical:8:64 bf16 encode (bench/results/attention/).
+void rank_blocks(const Hierarchical& a, int h, int64_t c0, int64_t c1, TaskBuffers& b) {
+  const int64_t hd = a.hd, nb = a.nb;
+  const size_t es = a.es;
+  const DType dt = a.dt;
+  const HierarchicalPlan& plan = a.plan;
+  const int64_t r0 = plan.block_start[c0], rows = plan.block_start[c1] - r0;
+  // Both halves of u in one GEMM: the bf16 GEMM (f32 accumulation) computes the f32 one's
+  // products at twice its rate, as kbound is exact too.
+  b.Kt->ensure(size_t(rows * 2 * hd) * es);  // the AMX packing's buffer, free until block_attention
+  std::byte* qs = b.Kt->get();
+  split_signs(a.Qh + size_t((h * a.T + r0) * hd) * es, rows, hd, dt, qs);
+  // Uᵀ[block k][query i], so the softmax over blocks runs down the columns: every step is a
+  // row operation over the group's queries (one call per block, not one per query).
+  b.S->ensure(size_t(rows * nb) * 4);
+  float* Ut = b.S->as<float>();
+  GemmArgs ub{};
+  ub.a = a.ws.kbound.get() + size_t(h * nb * 2 * hd) * es, ub.lda = 2 * hd, ub.a_dt = dt;
+  ub.w = qs, ub.ldw = 2 * hd, ub.w_dt = dt;
+  ub.c = Ut, ub.ldc = rows, ub.c_dt = DType::f32;
+  ub.m = nb, ub.n = rows, ub.k = 2 * hd;
+  linear(a.ex, ub);
+  // z = u·scale + log n_k; m[i] = max_k z; then z = exp(z − m), l[i] = Σ_k z.
+  b.m.assign(size_t(rows), -INFINITY);
+  b.l.assign(size_t(rows), 0.0f);
+  float* mx = b.m.data();
+  float* l = b.l.data();
+  for (int64_t k = 0; k < nb; ++k) {
+    float* z = Ut + k * rows;
+    const float lc = a.log_count[size_t(k)];
+    for (int64_t i = 0; i < rows; ++i) z[i] = z[i] * a.scale + lc, mx[i] = std::max(mx[i], z[i]);
+  }
+  for (int64_t k = 0; k < nb; ++k) {
+    if (a.ex.reference) exp_shift_sum_row_ref(Ut + k * rows, mx, l, rows);
+    else exp_shift_sum_row(Ut + k * rows, mx, l, rows);
+  }
+  for (int64_t i = 0; i < rows; ++i) l[i] = 1.0f / l[i];
+  // score_c[k] = max over query block c's queries of p_ik. Non-finite activations give NaN
+  // here: such a score becomes 0, so the ranking below always compares numbers.
+  for (int64_t c = c0; c < c1; ++c) {
+    float* sc = b.score.data() + (c - c0) * nb;
+    const int64_t i0 = plan.block_start[c] - r0, n = a.block_rows(c);
+    for (int64_t k = 0; k < nb; ++k) {
+      const float v = a.ex.reference ? max_product_row_ref(Ut + k * rows + i0, l + i0, n)
+                                     : max_product_row(Ut + k * rows + i0, l + i0, n);
+      sc[k] = v >= 0.0f ? v : 0.0f;
+    }
+  }
+}
+
+// b.pick: the K best-scoring key blocks, then the others, each part in ascending block order
+// (contiguous reads).
+void pick_blocks(const Hierarchical& a, const float* score, TaskBuffers& b) {
+  b.pick.resize(size_t(a.nb));
+  std::iota(b.pick.begin(), b.pick.end(), 0);
+  if (a.K < a.nb)
+    std::nth_element(b.pick.begin(), b.pick.begin() + a.K, b.pick.end(),
+                     [&](int32_t x, int32_t y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
+  std::sort(b.pick.begin(), b.pick.begin() + a.K);
+  std::sort(b.pick.begin() + a.K, b.pick.end());
+}
+
+// Head h's key list for the picked blocks, in b.Kg and b.Vg (or b.vrows) with the pooled rows'
+// log counts in b.bias: global rows, the top-K blocks' rows, then one pooled row per other
+// block. Returns the list's length; n_exact: its rows before the pooled ones.
+int64_t gather_keys(const Hierarchical& a, int h, TaskBuffers& b, int64_t& n_exact) {
+  const int64_t hd = a.hd, nb = a.nb, G = a.G, K = a.K;
+  const size_t es = a.es, row_bytes = a.row_bytes;
+  const HierarchicalPlan& plan = a.plan;
+  const std::byte* Kall = a.Kh + size_t(h * a.T * hd) * es;
+  const std::byte* Vall = a.Vh + size_t(h * a.T * hd) * es;
+  int64_t rows = G;
+  for (int64_t i = 0; i < K; ++i) rows += a.block_rows(b.pick[i]);
+  n_exact = rows;
+  const int64_t nk = rows + (nb - K);
+  // Where the kernel packs V itself, it packs the value rows from where they lie (no V
+  // copy); K is copied, as the kernels read it dense.
+  b.Kg->ensure(size_t(nk) * row_bytes);
+  if (a.vrows) b.vrows.resize(size_t(nk));
+  else b.Vg->ensure(size_t(nk) * row_bytes);
+  std::byte* kg = b.Kg->get();
+  std::byte* vg = a.vrows ? nullptr : b.Vg->get();
+  auto values = [&](int64_t at, const std::byte* src, int64_t n) {
+    if (a.vrows)
+      for (int64_t j = 0; j < n; ++j)
+        b.vrows[size_t(at + j)] = reinterpret_cast<const uint16_t*>(src + size_t(j) * row_bytes);
+    else
+      std::memcpy(vg + size_t(at) * row_bytes, src, size_t(n) * row_bytes);
+  };
+  std::memcpy(kg, Kall, size_t(G) * row_bytes), values(0, Vall, G);
+  int64_t at = G;
+  for (int64_t i = 0; i < K; ++i) {
+    const int64_t s0 = plan.block_start[b.pick[i]], n = plan.block_start[b.pick[i] + 1] - s0;
+    std::memcpy(kg + size_t(at) * row_bytes, Kall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
+    values(at, Vall + size_t(s0) * row_bytes, n);
+    at += n;
+  }
+  b.bias.resize(size_t(nk));
+  const std::byte* kp = a.ws.kp.get() + size_t(h * nb * hd) * es;
+  const std::byte* vp = a.ws.vp.get() + size_t(h * nb * hd) * es;
+  for (int64_t i = K; i < nb; ++i, ++at) {
+    std::memcpy(kg + size_t(at) * row_bytes, kp + size_t(b.pick[i]) * row_bytes, row_bytes);
+    values(at, vp + size_t(b.pick[i]) * row_bytes, 1);
+    b.bias[size_t(at)] = a.log_count[b.pick[i]];
+  }
+  return nk;
+}
+
+// Head h's global query rows (the class token): exact over all keys.
+void attend_global(const Hierarchical& a, int h, TaskBuffers& b) {
+  const int64_t hd = a.hd, G = a.G;
+  const size_t head = size_t(h * a.T * hd) * a.es;
+  b.O->ensure(size_t(G * hd) * 4);
+  block_attention(a.ex, a.Qh + head, G, a.Kh + head, a.Vh + head, nullptr, 0, a.T, hd, a.scale, a.dt, b,
+                  b.O->as<float>());
+  write_rows(b.O->as<float>(), G, hd, h, a.D, a.dt, a.perm, 0, a.out);
+}
+
+// Head h's query blocks of group g: ranked, then each attends to its picked key list.
+void attend_group(const Hierarchical& a, int h, int64_t g, TaskBuffers& b) {
+  const int64_t hd = a.hd, nb = a.nb, K = a.K, T = a.T;
+  const size_t es = a.es;
+  const HierarchicalPlan& plan = a.plan;
+  const std::byte* Kall = a.Kh + size_t(h * T * hd) * es;
+  const std::byte* Vall = a.Vh + size_t(h * T * hd) * es;
+  const int64_t c0 = g * a.bpg, c1 = std::min(nb, c0 + a.bpg);
+  b.score.assign(size_t((c1 - c0) * nb), 0.0f);
+  if (K < nb) rank_blocks(a, h, c0, c1, b);
+  for (int64_t c = c0; c < c1; ++c) {
+    const int64_t q0 = plan.block_start[c], bq = plan.block_start[c + 1] - q0;
+    const std::byte* Q = a.Qh + size_t((h * T + q0) * hd) * es;
+    pick_blocks(a, b.score.data() + (c - c0) * nb, b);
+    const std::byte *Kl = Kall, *Vl = Vall;
+    int64_t nk = T, n_exact = T;
+    if (K < nb) {
+      nk = gather_keys(a, h, b, n_exact);
+      Kl = b.Kg->get(), Vl = a.vrows ? nullptr : b.Vg->get();
+    }
+    b.O->ensure(size_t(bq * hd) * 4);
+    block_attention(a.ex, Q, bq, Kl, Vl, b.bias.data(), n_exact, nk, hd, a.scale, a.dt, b, b.O->as<float>(),
+                    a.vrows && K < nb ? b.vrows.data() : nullptr);
+    write_rows(b.O->as<float>(), bq, hd, h, a.D, a.dt, a.perm, q0, a.out);
+  }
+}
+
+void hierarchical(const AttentionExec& ex, const HierarchicalPlan& plan, const std::byte* qkv_q, int64_t ldq,
+                  const std::byte* kv, int64_t ldkv, int64_t T, int64_t D, int heads, DType dt, std::byte* out,
+                  AttentionWorkspace& ws) {
+  Hierarchical a(ex, plan, T, D, heads, dt, out, ws);
+  const int64_t hd = a.hd;
+  const size_t es = a.es;
+  ws.q.ensure(size_t(T * D) * es), ws.k.ensure(size_t(T * D) * es), ws.v.ensure(size_t(T * D) * es);
+  head_major(ex, qkv_q, ldq, T, heads, hd, dt, a.perm, ws.q.get());
+  head_major(ex, kv, ldkv, T, heads, hd, dt, a.perm, ws.k.get());
+  head_major(ex, kv + size_t(D) * es, ldkv, T, heads, hd, dt, a.perm, ws.v.get());
+  a.Qh = ws.q.get(), a.Kh = ws.k.get(), a.Vh = ws.v.get();
+  pool_blocks(a);
+  a.K = std::min<int64_t>(plan.top_k, a.nb);
+  a.bpg = blocks_per_group(a);
+  a.vrows = packs_values(ex, dt, hd);
+  const int64_t groups = (a.nb + a.bpg - 1) / a.bpg;
+  const int64_t per_head = groups + (a.G > 0 ? 1 : 0);
   parallel_tasks(ex, ws, per_head * heads, [&](int64_t task, TaskBuffers& b) {
     const int h = int(task / per_head);
-    const int64_t g = task % per_head - (G > 0 ? 1 : 0);
-    const std::byte* Kall = Kh + size_t(h * T * hd) * es;
-    const std::byte* Vall = Vh + size_t(h * T * hd) * es;
-    if (g < 0) {  // the class token: exact
-      b.O->ensure(size_t(G * hd) * 4);
-      block_attention(ex, Qh + size_t(h * T * hd) * es, G, Kall, Vall, nullptr, 0, T, hd, scale, dt, b,
-                      b.O->as<float>());
-      write_rows(b.O->as<float>(), G, hd, h, D, dt, perm, 0, out);
-      return;
-    }
-    const int64_t c0 = g * bpg, c1 = std::min(nb, c0 + bpg);
-    const std::byte* kp = ws.kp.get() + size_t(h * nb * hd) * es;
-    b.score.assign(size_t((c1 - c0) * nb), 0.0f);
-    if (K < nb) {
-      const int64_t r0 = plan.block_start[c0], rows = plan.block_start[c1] - r0;
-      const std::byte* Qg = Qh + size_t((h * T + r0) * hd) * es;
-      // Row i: [q⁺_i | q⁻_i] (dt) against the blocks' [kmax | kmin]: both halves of u in one
-      // GEMM. In bf16, q⁺ and q⁻ are Q's own values split by their sign bit: exact, as is kbound,
-      // so the bf16 GEMM (f32 accumulation) computes the f32 one's products at twice its rate.
-      b.Kt->ensure(size_t(rows * 2 * hd) * es);  // the AMX packing's buffer, free until block_attention
-      std::byte* qs = b.Kt->get();
-      if (dt == DType::bf16) {
-        const auto* q16 = reinterpret_cast<const uint16_t*>(Qg);
-        auto* s16 = reinterpret_cast<uint16_t*>(qs);
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < hd; ++j) {
-            const uint16_t x = q16[i * hd + j];
-            const bool neg = x & 0x8000u;
-            s16[i * 2 * hd + j] = neg ? uint16_t(0) : x, s16[i * 2 * hd + hd + j] = neg ? x : uint16_t(0);
-          }
-      } else {
-        const auto* q32 = reinterpret_cast<const float*>(Qg);
-        auto* s32 = reinterpret_cast<float*>(qs);
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < hd; ++j) {
-            const float x = q32[i * hd + j];
-            s32[i * 2 * hd + j] = std::max(x, 0.0f), s32[i * 2 * hd + hd + j] = std::min(x, 0.0f);
-          }
-      }
-      // Uᵀ[block k][query i], so the softmax over blocks runs down the columns: every step is a
-      // row operation over the group's queries (one call per block, not one per query).
-      b.S->ensure(size_t(rows * nb) * 4);
-      float* Ut = b.S->as<float>();
-      GemmArgs ub{};
-      ub.a = ws.kbound.get() + size_t(h * nb * 2 * hd) * es, ub.lda = 2 * hd, ub.a_dt = dt;
-      ub.w = qs, ub.ldw = 2 * hd, ub.w_dt = dt;
-      ub.c = Ut, ub.ldc = rows, ub.c_dt = DType::f32;
-      ub.m = nb, ub.n = rows, ub.k = 2 * hd;
-      linear(ex, ub);
-      // z = u·scale + log n_k; m[i] = max_k z; then z = exp(z − m), l[i] = Σ_k z.
-      b.m.assign(size_t(rows), -INFINITY);
-      b.l.assign(size_t(rows), 0.0f);
-      float* mx = b.m.data();
-      float* l = b.l.data();
-      for (int64_t k = 0; k < nb; ++k) {
-        float* z = Ut + k * rows;
-        const float lc = log_count[size_t(k)];
-        for (int64_t i = 0; i < rows; ++i) z[i] = z[i] * scale + lc, mx[i] = std::max(mx[i], z[i]);
-      }
-      for (int64_t k = 0; k < nb; ++k) {
-        if (ex.reference) exp_shift_sum_row_ref(Ut + k * rows, mx, l, rows);
-        else exp_shift_sum_row(Ut + k * rows, mx, l, rows);
-      }
-      for (int64_t i = 0; i < rows; ++i) l[i] = 1.0f / l[i];
-      // score_c[k] = max over query block c's queries of p_ik. Non-finite activations give NaN
-      // here: such a score becomes 0, so the ranking below always compares numbers.
-      for (int64_t c = c0; c < c1; ++c) {
-        float* sc = b.score.data() + (c - c0) * nb;
-        const int64_t i0 = plan.block_start[c] - r0, n = plan.block_start[c + 1] - plan.block_start[c];
-        for (int64_t k = 0; k < nb; ++k) {
-          const float v = ex.reference ? max_product_row_ref(Ut + k * rows + i0, l + i0, n)
-                                       : max_product_row(Ut + k * rows + i0, l + i0, n);
-          sc[k] = v >= 0.0f ? v : 0.0f;
-        }
-      }
-    }
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t q0 = plan.block_start[c], bq = plan.block_start[c + 1] - q0;
-      const std::byte* Q = Qh + size_t((h * T + q0) * hd) * es;
-      const float* score = b.score.data() + (c - c0) * nb;
-      b.pick.resize(size_t(nb));
-      std::iota(b.pick.begin(), b.pick.end(), 0);
-      if (K < nb)
-        std::nth_element(b.pick.begin(), b.pick.begin() + K, b.pick.end(),
-                         [&](int32_t x, int32_t y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
-      std::sort(b.pick.begin(), b.pick.begin() + K);  // ascending block order: contiguous reads
-      std::sort(b.pick.begin() + K, b.pick.end());
-      const std::byte *Kl = Kall, *Vl = Vall;
-      int64_t nk = T, n_exact = T;
-      if (K < nb) {
-        // Gather: global rows, the top-K blocks' rows, then one pooled row per other block.
-        int64_t rows = G;
-        for (int64_t i = 0; i < K; ++i) rows += plan.block_start[b.pick[i] + 1] - plan.block_start[b.pick[i]];
-        n_exact = rows;
-        nk = rows + (nb - K);
-        // Where the kernel packs V itself, it packs the value rows from where they lie (no V
-        // copy); K is copied, as the kernels read it dense.
-        b.Kg->ensure(size_t(nk) * row_bytes);
-        if (vrows) b.vrows.resize(size_t(nk));
-        else b.Vg->ensure(size_t(nk) * row_bytes);
-        std::byte* kg = b.Kg->get();
-        std::byte* vg = vrows ? nullptr : b.Vg->get();
-        auto values = [&](int64_t at, const std::byte* src, int64_t n) {
-          if (vrows)
-            for (int64_t j = 0; j < n; ++j)
-              b.vrows[size_t(at + j)] = reinterpret_cast<const uint16_t*>(src + size_t(j) * row_bytes);
-          else
-            std::memcpy(vg + size_t(at) * row_bytes, src, size_t(n) * row_bytes);
-        };
-        std::memcpy(kg, Kall, size_t(G) * row_bytes), values(0, Vall, G);
-        int64_t at = G;
-        for (int64_t i = 0; i < K; ++i) {
-          const int64_t s0 = plan.block_start[b.pick[i]], n = plan.block_start[b.pick[i] + 1] - s0;
-          std::memcpy(kg + size_t(at) * row_bytes, Kall + size_t(s0) * row_bytes, size_t(n) * row_bytes);
-          values(at, Vall + size_t(s0) * row_bytes, n);
-          at += n;
-        }
-        b.bias.resize(size_t(nk));
-        const std::byte* vp = ws.vp.get() + size_t(h * nb * hd) * es;
-        for (int64_t i = K; i < nb; ++i, ++at) {
-          std::memcpy(kg + size_t(at) * row_bytes, kp + size_t(b.pick[i]) * row_bytes, row_bytes);
-          values(at, vp + size_t(b.pick[i]) * row_bytes, 1);
-          b.bias[size_t(at)] = log_count[b.pick[i]];
-        }
-        Kl = kg, Vl = vg;
-      }
-      b.O->ensure(size_t(bq * hd) * 4);
-      block_attention(ex, Q, bq, Kl, Vl, b.bias.data(), n_exact, nk, hd, scale, dt, b, b.O->as<float>(),
-                      vrows && K < nb ? b.vrows.data() : nullptr);
-      write_rows(b.O->as<float>(), bq, hd, h, D, dt, perm, q0, out);
-    }
+    const int64_t g = task % per_head - (a.G > 0 ? 1 : 0);
+    if (g < 0) attend_global(a, h, b);
+    else attend_group(a, h, g, b);
   });
 }
 

@@ -168,15 +168,10 @@ std::vector<float> siglip_pool(const Ops& ops, const VitModel::Impl& m, const fl
   return out;
 }
 
-}  // namespace
-
-std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, const TensorView& patches,
-                                   const TensorView& positions, std::span<const ImageSpan> images,
-                                   const EncodeParams& params, Executor& exec) {
-  const auto t_start = std::chrono::steady_clock::now();
-  const VitModel::Impl& m = model.impl();
+// Throws unless patches, positions, images and params make a batch m encodes.
+void check_batch(const VitModel::Impl& m, const TensorView& patches, const TensorView& positions,
+                 std::span<const ImageSpan> images, const EncodeParams& params) {
   const VitConfig& c = m.config;
-  // ---- validate ---------------------------------------------------------------------------
   if (c.native.enabled())
     throw invalid_argument("encode: '" + m.source + "' is a native-resolution tower (" + std::string(to_string(c.family)) +
                            "): it encodes native images (encode_native, fovea/native.hpp), not a token batch");
@@ -212,33 +207,36 @@ std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, c
   for (int64_t i = 0; i < N; ++i)
     if (!std::isfinite(pos[i * pst]) || !std::isfinite(pos[i * pst + 1]))
       throw invalid_argument("encode: token " + std::to_string(i) + " has a non-finite position");
+}
 
-  EncoderContext::Impl& cx = ctx.impl();
-  const ContextUse in_use(cx);  // one call at a time per context; other contexts run alongside
-  const OmpThreadsScope team(std::max(1, exec.threads()));  // oneDNN's team size, the caller's restored on return
-  Ops ops = LayerOps::for_context(cx, m, exec);
-  const Precision precision = runnable_precision(params.precision);  // bf16 needs bf16 kernels
-  // int8 runs everything but the layers' linear maps as bf16 does (fp32 without bf16 kernels).
-  if (precision == Precision::int8) ops.int8 = &int8_layers(m);
-  const bool bf16 = precision == Precision::bf16 || (precision == Precision::int8 && bf16_supported());
-  const DType dt = bf16 ? DType::bf16 : DType::f32;
-  const size_t es = esize(dt);
+// Where a checked batch's rows lie. Image i's rows of the residual stream: [row0[i], row0[i] +
+// pre + n_i), its prefix rows (the class token's row first: the pooled outputs read it) before
+// its patch tokens; its patches are rows [tok0[i], tok0[i] + n_i) of the input.
+struct BatchRows {
+  std::span<const ImageSpan> images;
+  int64_t N, D, pre, B, T;  // tokens, width, prefix rows per image, images, residual stream rows
+  const float* pos;         // positions [N, pst]
+  int64_t pst;
+  std::vector<int64_t> row0, tok0;  // [B + 1]
 
-  // Image i's rows of the residual stream: [row0[i], row0[i] + pre + n_i), its prefix rows (the
-  // class token's row first: the pooled outputs read it) before its patch tokens; its patches are
-  // rows [tok0[i], tok0[i] + n_i) of the input.
-  const int64_t D = c.hidden, cls = c.class_token ? 1 : 0, pre = prefix_tokens(c);
-  const int64_t B = int64_t(images.size()), T = N + B * pre;
-  const int64_t K = int64_t(c.channels) * c.patch_px * c.patch_px;
-  std::vector<int64_t> row0(size_t(B + 1)), tok0(size_t(B + 1));
-  for (int64_t i = 0; i < B; ++i) {
-    row0[size_t(i + 1)] = row0[size_t(i)] + pre + images[size_t(i)].tokens;
-    tok0[size_t(i + 1)] = tok0[size_t(i)] + images[size_t(i)].tokens;
+  BatchRows(const VitConfig& c, const TensorView& positions, std::span<const ImageSpan> images)
+      : images(images), N(positions.dim(0)), D(c.hidden), pre(prefix_tokens(c)), B(int64_t(images.size())),
+        T(N + B * pre), pos(positions.data<float>()), pst(positions.dim(1)), row0(size_t(B + 1)), tok0(size_t(B + 1)) {
+    for (int64_t i = 0; i < B; ++i) {
+      row0[size_t(i + 1)] = row0[size_t(i)] + pre + images[size_t(i)].tokens;
+      tok0[size_t(i + 1)] = tok0[size_t(i)] + images[size_t(i)].tokens;
+    }
   }
-  Buffer X(size_t(T * D) * 4);
-  float* x = X.as<float>();
+  int64_t tokens(int64_t i) const { return images[size_t(i)].tokens; }
+  const float* positions(int64_t i) const { return pos + tok0[size_t(i)] * pst; }
+};
 
-  // ---- embeddings -------------------------------------------------------------------------
+// The residual stream x [T, D] before the first layer: every image's patch embeddings (one GEMM)
+// after its prefix rows, plus its position embeddings; pre-normed where the model says so.
+void embed(const Ops& ops, const VitModel::Impl& m, const TensorView& patches, const BatchRows& r, float* x) {
+  const VitConfig& c = m.config;
+  const int64_t N = r.N, D = r.D, pre = r.pre, B = r.B;
+  const int64_t K = int64_t(c.channels) * c.patch_px * c.patch_px;
   {
     const float* src = nullptr;
     Buffer tmp;
@@ -258,90 +256,131 @@ std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, c
       Buffer e(size_t(N * D) * 4);
       ops.linear(linear_args(src, DType::f32, N, m.patch_w, &m.patch_b, e.as<float>(), DType::f32));
       for (int64_t i = 0; i < B; ++i)
-        std::memcpy(x + (row0[size_t(i)] + pre) * D, e.as<float>() + tok0[size_t(i)] * D,
-                    size_t(images[size_t(i)].tokens * D) * 4);
+        std::memcpy(x + (r.row0[size_t(i)] + pre) * D, e.as<float>() + r.tok0[size_t(i)] * D,
+                    size_t(r.tokens(i) * D) * 4);
     }
   }
   for (int64_t i = 0; i < B; ++i) {
-    for (int64_t t = 0; t < pre; ++t) prefix_row(m, t, x + (row0[size_t(i)] + t) * D);
-    const ImageSpan& im = images[size_t(i)];
-    const float* ip = pos + tok0[size_t(i)] * pst;
-    float* xi = x + (row0[size_t(i)] + pre) * D;
+    for (int64_t t = 0; t < pre; ++t) prefix_row(m, t, x + (r.row0[size_t(i)] + t) * D);
+    const ImageSpan& im = r.images[size_t(i)];
+    const float* ip = r.positions(i);
+    float* xi = x + (r.row0[size_t(i)] + pre) * D;
+    const int64_t pst = r.pst;
     const PositionSampler sampler(c, m.pos_grid.data<float>(), im.image_width, im.image_height, ip, im.tokens, pst);
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
     for (int64_t j = 0; j < im.tokens; ++j) sampler.add(ip + j * pst, pst, xi + j * D);
   }
-  if (c.pre_norm) ops.layer_norm(x, T, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
+  if (c.pre_norm) ops.layer_norm(x, r.T, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
+}
 
-  // ---- transformer ------------------------------------------------------------------------
-  // The linear layers run over every image's rows at once; attention within each image.
+// The transformer layers over the residual stream x, in dt: the linear layers over every
+// image's rows at once, attention within each image. Returns the time spent in attention.
+std::chrono::steady_clock::duration run_layers(const Ops& ops, EncoderContext::Impl& cx, const VitModel::Impl& m,
+                                               const BatchRows& r, const AttentionParams& attention, DType dt, float* x) {
+  const VitConfig& c = m.config;
+  const int64_t D = r.D, T = r.T, B = r.B;
+  const size_t es = esize(dt);
   Buffer H(size_t(T * D) * es), QKV(size_t(T * 3 * D) * es), A(size_t(T * D) * es), Hm(size_t(T * fc1_width(c)) * es);
   if (!cx.attention_ws) cx.attention_ws = std::make_shared<AttentionWorkspace>();
   std::vector<HierarchicalPlan> plans;
-  const bool hier = params.attention.mode == AttentionParams::Mode::hierarchical;
+  const bool hier = attention.mode == AttentionParams::Mode::hierarchical;
   if (hier)
-    for (int64_t i = 0; i < B; ++i)
-      plans.push_back(plan_hierarchical(params.attention, pre, pos + tok0[size_t(i)] * pst, pst, images[size_t(i)].tokens));
+    for (int64_t i = 0; i < B; ++i) plans.push_back(plan_hierarchical(attention, r.pre, r.positions(i), r.pst, r.tokens(i)));
   std::chrono::steady_clock::duration attention_time{};
   for (const VitLayer& l : m.layers) {
     ops.layer_norm(x, T, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
     ops.linear(linear_args(H.get(), dt, T, l.qkv_w, &l.qkv_b, QKV.get(), dt));
     const auto t_att = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < B; ++i) {
-      const int64_t r = row0[size_t(i)], Ti = row0[size_t(i + 1)] - r;
-      const std::byte* qkv = QKV.get() + size_t(r * 3 * D) * es;
+      const int64_t r0 = r.row0[size_t(i)], Ti = r.row0[size_t(i + 1)] - r0;
+      const std::byte* qkv = QKV.get() + size_t(r0 * 3 * D) * es;
       if (cx.attention_probe) cx.attention_probe(int(&l - m.layers.data()), qkv, dt, Ti);
       attention_rows({ops.ref, ops.threads, ops.gemm, ops.int8 != nullptr}, qkv, 3 * D, Ti, qkv + size_t(D) * es, 3 * D, Ti, D, c.heads, dt,
-                     A.get() + size_t(r * D) * es, hier ? &plans[size_t(i)] : nullptr, cx.attention_ws.get());
+                     A.get() + size_t(r0 * D) * es, hier ? &plans[size_t(i)] : nullptr, cx.attention_ws.get());
     }
     attention_time += std::chrono::steady_clock::now() - t_att;
     ops.attention_out_and_mlp(l, c, A.get(), T, x, H.get(), Hm.get(), dt);
   }
   if (c.final_norm == FinalNorm::all_tokens) ops.layer_norm(x, T, D, m.post_w, m.post_b, c.ln_eps, x, DType::f32);
+  return attention_time;
+}
 
-  // ---- outputs ----------------------------------------------------------------------------
-  std::vector<Encoding> out(static_cast<size_t>(B));
+// One image's outputs from its rows xi [pre + n, D] of the final residual stream: its token
+// embeddings, class token, pooled output and what the model's heads make of them.
+Encoding image_outputs(const Ops& ops, const VitModel::Impl& m, PooledSource source, const float* xi, int64_t n,
+                       int64_t pre) {
+  const VitConfig& c = m.config;
+  const int64_t D = c.hidden, Ti = n + pre;
+  Encoding e;
+  e.embeddings = Tensor(DType::f32, {n, D});
+  std::memcpy(e.embeddings.bytes(), xi + pre * D, size_t(n * D) * 4);
+  if (c.class_token) e.class_token = row_copy(xi, D);
+  std::vector<float> pooled;
+  switch (source) {
+    case PooledSource::none: break;
+    case PooledSource::post_layernorm:
+    case PooledSource::post_layernorm_again:
+      pooled.resize(size_t(D));
+      layer_norm_row_ref(xi, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, pooled.data(), DType::f32);
+      break;
+    case PooledSource::class_token: pooled.assign(xi, xi + D); break;
+    case PooledSource::pooler:
+      pooled = matvec(m.pooler_w, &m.pooler_b, xi);
+      for (float& v : pooled) v = std::tanh(v);
+      break;
+    case PooledSource::attention_pool: pooled = siglip_pool(ops, m, xi, Ti); break;
+  }
+  if (!pooled.empty()) e.pooled = row_copy(pooled.data(), D);
+  // CLIP's visual_projection reads the pooled output.
+  if (c.family == VitFamily::clip && !pooled.empty() && present(m.proj_w)) {
+    const std::vector<float> y = matvec(m.proj_w, nullptr, pooled.data());
+    e.image_embeds = row_copy(y.data(), int64_t(y.size()));
+  }
+  // The classifier reads the normed class token, as HF's ViTForImageClassification, torchvision
+  // and timm's head do, or the attention pool's output (timm's head after global_pool='map').
+  if (present(m.head_w)) {
+    const bool from_pool = source == PooledSource::attention_pool;
+    if (from_pool || c.family == VitFamily::torchvision || c.family == VitFamily::vit ||
+        c.family == VitFamily::dinov2) {
+      const std::vector<float> y = matvec(m.head_w, &m.head_b, from_pool ? pooled.data() : xi);
+      e.logits = row_copy(y.data(), int64_t(y.size()));
+    }
+  }
+  if (c.projector != ProjectorType::none) e.projected = run_projector(m, xi + pre * D, n, ops.ref ? nullptr : ops.gemm);
+  return e;
+}
+
+}  // namespace
+
+std::vector<Encoding> encode_batch(EncoderContext& ctx, const VitModel& model, const TensorView& patches,
+                                   const TensorView& positions, std::span<const ImageSpan> images,
+                                   const EncodeParams& params, Executor& exec) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const VitModel::Impl& m = model.impl();
+  check_batch(m, patches, positions, images, params);
+
+  EncoderContext::Impl& cx = ctx.impl();
+  const ContextUse in_use(cx);  // one call at a time per context; other contexts run alongside
+  const OmpThreadsScope team(std::max(1, exec.threads()));  // oneDNN's team size, the caller's restored on return
+  Ops ops = LayerOps::for_context(cx, m, exec);
+  const Precision precision = runnable_precision(params.precision);  // bf16 needs bf16 kernels
+  // int8 runs everything but the layers' linear maps as bf16 does (fp32 without bf16 kernels).
+  if (precision == Precision::int8) ops.int8 = &int8_layers(m);
+  const bool bf16 = precision == Precision::bf16 || (precision == Precision::int8 && bf16_supported());
+  const DType dt = bf16 ? DType::bf16 : DType::f32;
+
+  const BatchRows r(m.config, positions, images);
+  Buffer X(size_t(r.T * r.D) * 4);
+  float* x = X.as<float>();
+  embed(ops, m, patches, r, x);
+  const std::chrono::steady_clock::duration attention_time = run_layers(ops, cx, m, r, params.attention, dt, x);
+
+  std::vector<Encoding> out;
+  out.reserve(size_t(r.B));
   const PooledSource source = pooled_source(m);  // pooled_output() names it from the same decision
-  for (int64_t i = 0; i < B; ++i) {
-    Encoding& e = out[size_t(i)];
-    const int64_t n = images[size_t(i)].tokens, Ti = n + pre;
-    const float* xi = x + row0[size_t(i)] * D;
-    e.embeddings = Tensor(DType::f32, {n, D});
-    std::memcpy(e.embeddings.bytes(), xi + pre * D, size_t(n * D) * 4);
-    if (cls) e.class_token = row_copy(xi, D);
-    std::vector<float> pooled;
-    switch (source) {
-      case PooledSource::none: break;
-      case PooledSource::post_layernorm:
-      case PooledSource::post_layernorm_again:
-        pooled.resize(size_t(D));
-        layer_norm_row_ref(xi, m.post_w.data<float>(), m.post_b.data<float>(), c.ln_eps, D, pooled.data(), DType::f32);
-        break;
-      case PooledSource::class_token: pooled.assign(xi, xi + D); break;
-      case PooledSource::pooler:
-        pooled = matvec(m.pooler_w, &m.pooler_b, xi);
-        for (float& v : pooled) v = std::tanh(v);
-        break;
-      case PooledSource::attention_pool: pooled = siglip_pool(ops, m, xi, Ti); break;
-    }
-    if (!pooled.empty()) e.pooled = row_copy(pooled.data(), D);
-    // CLIP's visual_projection reads the pooled output.
-    if (c.family == VitFamily::clip && !pooled.empty() && present(m.proj_w)) {
-      const std::vector<float> y = matvec(m.proj_w, nullptr, pooled.data());
-      e.image_embeds = row_copy(y.data(), int64_t(y.size()));
-    }
-    // The classifier reads the normed class token, as HF's ViTForImageClassification, torchvision
-    // and timm's head do, or the attention pool's output (timm's head after global_pool='map').
-    if (present(m.head_w)) {
-      const bool from_pool = source == PooledSource::attention_pool;
-      if (from_pool || c.family == VitFamily::torchvision || c.family == VitFamily::vit ||
-          c.family == VitFamily::dinov2) {
-        const std::vector<float> y = matvec(m.head_w, &m.head_b, from_pool ? pooled.data() : xi);
-        e.logits = row_copy(y.data(), int64_t(y.size()));
-      }
-    }
-    if (c.projector != ProjectorType::none) e.projected = run_projector(m, xi + pre * D, n, ops.ref ? nullptr : ops.gemm);
-    e.precision = precision;
+  for (int64_t i = 0; i < r.B; ++i) {
+    out.push_back(image_outputs(ops, m, source, x + r.row0[size_t(i)] * r.D, r.tokens(i), r.pre));
+    out.back().precision = precision;
   }
   const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   const double att_ms = std::chrono::duration<double, std::milli>(attention_time).count();

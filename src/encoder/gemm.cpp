@@ -521,40 +521,41 @@ struct Gemm::State {
     st.wait();
   }
 
-  // The AMX panels of constant weights g.w (made on first use by whichever context needs them
-  // first; amx.hpp).
-  uint16_t* amx_packed(const GemmArgs& g, int threads) {
+  // A kernel's panels of constant weights g.w, made on first use by whichever context needs them
+  // first: `bytes` filled by pack(W, type, ldw, n, k, dst, threads) (an F16 or Q8_0 W from its
+  // widened copy, under widen_mutex). `mine` is this context's record of them (read and written
+  // under `mutex`), `slot` the model's (PackedWeights::State::panels makes them once, under the
+  // weight's own lock).
+  using Weight = PackedWeights::State::Weight;
+  template <typename T>
+  using PackFn = void (*)(const void* w, DType w_dt, int64_t ldw, int64_t n, int64_t k, T* dst, int threads);
+  template <typename T>
+  T* kernel_panels(const GemmArgs& g, int threads, T* Known::*mine, std::atomic<T*> Weight::*slot, size_t bytes,
+                   PackFn<T> pack) {
     Known& k = known_of(g);
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (k.amx) return k.amx;
+      if (k.*mine) return k.*mine;
     }
-    uint16_t* p = weights->state().panels(*k.shared, k.shared->amx, amx::packed_bytes(g.n, g.k), [&](uint16_t* dst) {
-      if (!widened_type(g.w_dt)) return amx::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
+    T* p = weights->state().panels(*k.shared, (*k.shared).*slot, bytes, [&](T* dst) {
+      if (!widened_type(g.w_dt)) return pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
       std::lock_guard<std::mutex> lock(widen_mutex);
       const GemmArgs w = widen(g);
-      amx::pack(w.w, w.w_dt, w.ldw, w.n, w.k, dst, threads);
+      pack(w.w, w.w_dt, w.ldw, w.n, w.k, dst, threads);
     });
     std::lock_guard<std::mutex> lock(mutex);
-    return k.amx = p;
+    return k.*mine = p;
   }
 
-  // The AVX2 panels of constant weights g.w (made on first use; avx2.hpp).
+  // The AMX panels of constant weights g.w (amx.hpp).
+  uint16_t* amx_packed(const GemmArgs& g, int threads) {
+    return kernel_panels(g, threads, &Known::amx, &Weight::amx, amx::packed_bytes(g.n, g.k), &amx::pack);
+  }
+
+  // The AVX2 panels of constant weights g.w (avx2.hpp).
   float* avx2_packed(const GemmArgs& g, int threads) {
-    Known& k = known_of(g);
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (k.avx2) return k.avx2;
-    }
-    float* p = weights->state().panels(*k.shared, k.shared->avx2, avx2::packed_floats(g.n, g.k) * sizeof(float),
-                                       [&](float* dst) {
-                                         if (!widened_type(g.w_dt)) return avx2::pack(g.w, g.w_dt, g.ldw, g.n, g.k, dst, threads);
-                                         std::lock_guard<std::mutex> lock(widen_mutex);
-                                         const GemmArgs w = widen(g);
-                                         avx2::pack(w.w, w.w_dt, w.ldw, w.n, w.k, dst, threads);
-                                       });
-    std::lock_guard<std::mutex> lock(mutex);
-    return k.avx2 = p;
+    return kernel_panels(g, threads, &Known::avx2, &Weight::avx2, avx2::packed_floats(g.n, g.k) * sizeof(float),
+                         &avx2::pack);
   }
 
   // The packed copy of constant weights g.w for entry e (made on first use): one reorder from

@@ -651,13 +651,10 @@ struct VulkanBackend::Impl {
 
   // ---- sampling -----------------------------------------------------------------------------
 
-  std::vector<TokenBatch> extract_batch(std::span<const ImageU8* const> images,
-                                        std::span<const Allocation* const> allocs, const ExtractParams& params,
-                                        MipMethod method, GpuPyramid* resident = nullptr) {
-    if (images.size() != allocs.size())
-      throw Error(Errc::invalid_argument, "vulkan: one allocation per image is needed");
-    check_same_size(images);
-    check_extract_params(params);
+  // The highest mip level a batch's allocations sample, checked: one image size, one tile grid,
+  // and within the `levels` the pyramid will have (resolved from it).
+  int checked_max_level(std::span<const ImageU8* const> images, std::span<const Allocation* const> allocs,
+                        int& levels) {
     const TileGrid& g0 = allocs[0]->rate_map.grid;
     int max_level = 0;
     for (const Allocation* a : allocs) {
@@ -669,16 +666,19 @@ struct VulkanBackend::Impl {
         throw Error(Errc::invalid_argument, "vulkan: the allocations of a batch need one tile grid");
       max_level = std::max(max_level, a->max_level);
     }
-    const int P = g0.patch_px;
-    const int levels = resolve_levels(images[0]->width(), images[0]->height(), max_level + 1);
+    levels = resolve_levels(images[0]->width(), images[0]->height(), max_level + 1);
     if (max_level >= levels)
       throw Error(Errc::invalid_argument, "allocation needs mip level " + std::to_string(max_level) +
                                               " but the pyramid has " + std::to_string(levels) + " levels");
+    return max_level;
+  }
 
-    // Token list of the whole batch (x, y, level, image); positions, levels and boxes as the
-    // CPU extraction makes them (extract/batch.hpp), the patches filled from the device below.
+  // Token list of the whole batch (x, y, level, image); `out` gets each allocation's batch with
+  // positions, levels and boxes as the CPU extraction makes them (extract/batch.hpp), its patches
+  // to be filled from the device.
+  static std::vector<uint32_t> batch_tokens(std::span<const Allocation* const> allocs, int max_level,
+                                            const ExtractParams& params, std::vector<TokenBatch>& out) {
     std::vector<uint32_t> tok;
-    std::vector<TokenBatch> out;
     for (size_t b = 0; b < allocs.size(); ++b) {
       for (const Token& t : allocs[b]->layout.tokens) {
         if (t.level < 0 || t.level > max_level || t.x < 0 || t.y < 0)
@@ -687,23 +687,18 @@ struct VulkanBackend::Impl {
       }
       out.push_back(allocation_batch(*allocs[b], params));
     }
-    const uint64_t total_tokens = tok.size() / 4;
-    const uint64_t n_elems = total_tokens * 3 * uint64_t(P) * P;
-    if (n_elems >= (uint64_t(1) << 31))
-      throw Error(Errc::limit_exceeded, "vulkan: a batch of " + std::to_string(n_elems) +
-                                            " patch samples exceeds the sampler's 2^31 limit; split it");
-    const bool u8 = params.dtype == DType::u8;
-    const uint64_t n_words = u8 ? (n_elems + 3) / 4 : n_elems;
+    return tok;
+  }
 
-    // A pyramid already on the device (tokenize()) is sampled as is when it has the levels.
-    GpuPyramid fresh;
-    if (!resident || resident->levels < levels || resident->count != int(images.size()))
-      fresh = upload_and_mip<uint8_t>(images, levels, method);
-    GpuPyramid& pyr = fresh.pooled ? fresh : *resident;
-    if (total_tokens == 0) return out;
-
-    // Rate maps (one layer per image) and the token list.
-    auto t0 = Clock::now();
+  // What the sampler reads besides the pyramid, on the device: the rate maps (one layer per
+  // image), the token list, and the status words it reports disagreements in (zeroed).
+  struct SampleInputs {
+    vk::Image* rate;
+    vk::Buffer* tokens;
+    vk::Buffer* status;
+  };
+  SampleInputs upload_sample_inputs(std::span<const Allocation* const> allocs, const std::vector<uint32_t>& tok) {
+    const TileGrid& g0 = allocs[0]->rate_map.grid;
     device.require_format(VK_FORMAT_R8_UINT, VK_FORMAT_FEATURE_SAMPLED_IMAGE_BIT, "sampled images (the rate map)");
     vk::ImageDesc rd;
     rd.format = VK_FORMAT_R8_UINT;
@@ -736,10 +731,14 @@ struct VulkanBackend::Impl {
                       VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL, VK_PIPELINE_STAGE_TRANSFER_BIT,
                       VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
     submit_and_wait();
-    timings.upload_ms += ms_since(t0);
+    return {&rate, &tokens, &status};
+  }
 
-    // One dispatch for the whole batch.
-    t0 = Clock::now();
+  // One dispatch of the sampler for the whole batch: n_elems patch samples of P×P patches into
+  // n_words words of the returned device buffer.
+  vk::Buffer& dispatch_sample(GpuPyramid& pyr, const SampleInputs& in, const ExtractParams& params, int P,
+                              uint64_t total_tokens, uint64_t n_elems, uint64_t n_words) {
+    const bool u8 = params.dtype == DType::u8;
     vk::Buffer& result = pooled_buffer(device, sample_result, n_words * 4,
                                        VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
                                        vk::MemoryUse::device, generation);
@@ -763,28 +762,32 @@ struct VulkanBackend::Impl {
     const uint32_t gx = uint32_t(std::min<uint64_t>(groups, max_x));
     const uint32_t gy = uint32_t((groups + gx - 1) / gx);
     push.row_invocations = gx * 64;
-    cb = begin();
+    VkCommandBuffer cb = begin();
     vk::image_barrier(cb, pyr.image().handle(), 0, uint32_t(pyr.levels), pyr.layout,
                       VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL, pyr.last_stage, pyr.last_access,
                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
     const vk::Binding bindings[] = {
         vk::Binding::sampled(pyr.image().view(), nearest.handle(), VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL),
-        vk::Binding::sampled(rate.view(), nearest.handle(), VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL),
-        vk::Binding::storage_buffer(tokens.handle()), vk::Binding::storage_buffer(result.handle()),
-        vk::Binding::storage_buffer(status.handle())};
+        vk::Binding::sampled(in.rate->view(), nearest.handle(), VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL),
+        vk::Binding::storage_buffer(in.tokens->handle()), vk::Binding::storage_buffer(result.handle()),
+        vk::Binding::storage_buffer(in.status->handle())};
     sample->record_cached(cb, bindings, &push, gx, gy, 1);
     vk::memory_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                        VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
                        VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT);
     submit_and_wait();
     sample->reset_sets();
-    timings.dispatch_ms += ms_since(t0);
+    return result;
+  }
 
-    t0 = Clock::now();
+  // The sampler's n_words words of `result` read back into the batches' patches (in their
+  // dtype), after its status words say the rate maps and token lists agreed.
+  void read_patches(vk::Buffer& result, const vk::Buffer& status, uint64_t n_words, const ExtractParams& params,
+                    std::vector<TokenBatch>& out) {
     vk::Buffer& rb =
         pooled_buffer(device, sample_readback, n_words * 4, VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                       vk::MemoryUse::readback, generation);
-    cb = begin();
+    VkCommandBuffer cb = begin();
     VkBufferCopy bc{0, 0, n_words * 4};
     vkCmdCopyBuffer(cb, result.handle(), rb.handle(), 1, &bc);
     vk::memory_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
@@ -810,6 +813,44 @@ struct VulkanBackend::Impl {
       }
       elem_offset += ne;
     }
+  }
+
+  std::vector<TokenBatch> extract_batch(std::span<const ImageU8* const> images,
+                                        std::span<const Allocation* const> allocs, const ExtractParams& params,
+                                        MipMethod method, GpuPyramid* resident = nullptr) {
+    if (images.size() != allocs.size())
+      throw Error(Errc::invalid_argument, "vulkan: one allocation per image is needed");
+    check_same_size(images);
+    check_extract_params(params);
+    int levels = 0;
+    const int max_level = checked_max_level(images, allocs, levels);
+    const int P = allocs[0]->rate_map.grid.patch_px;
+
+    std::vector<TokenBatch> out;
+    const std::vector<uint32_t> tok = batch_tokens(allocs, max_level, params, out);
+    const uint64_t total_tokens = tok.size() / 4;
+    const uint64_t n_elems = total_tokens * 3 * uint64_t(P) * P;
+    if (n_elems >= (uint64_t(1) << 31))
+      throw Error(Errc::limit_exceeded, "vulkan: a batch of " + std::to_string(n_elems) +
+                                            " patch samples exceeds the sampler's 2^31 limit; split it");
+    const bool u8 = params.dtype == DType::u8;
+    const uint64_t n_words = u8 ? (n_elems + 3) / 4 : n_elems;
+
+    // A pyramid already on the device (tokenize()) is sampled as is when it has the levels.
+    GpuPyramid fresh;
+    if (!resident || resident->levels < levels || resident->count != int(images.size()))
+      fresh = upload_and_mip<uint8_t>(images, levels, method);
+    GpuPyramid& pyr = fresh.pooled ? fresh : *resident;
+    if (total_tokens == 0) return out;
+
+    auto t0 = Clock::now();
+    const SampleInputs in = upload_sample_inputs(allocs, tok);
+    timings.upload_ms += ms_since(t0);
+    t0 = Clock::now();
+    vk::Buffer& result = dispatch_sample(pyr, in, params, P, total_tokens, n_elems, n_words);
+    timings.dispatch_ms += ms_since(t0);
+    t0 = Clock::now();
+    read_patches(result, *in.status, n_words, params, out);
     timings.readback_ms += ms_since(t0);
     return out;
   }

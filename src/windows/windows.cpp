@@ -248,7 +248,206 @@ std::vector<Focus> foci(const Query& q, int W, int H) {
   return f;
 }
 
+// plan_windows' arguments checked: the geometry of the image's tiles and the windows' native grid.
+Geometry checked_geometry(const RelevanceMap& rel, const WindowParams& p) {
+  if (p.budget_tokens < 1) throw invalid_argument("budget must be at least 1 token, got " + std::to_string(p.budget_tokens));
+  if (p.grid < 1 || p.grid > 256) throw invalid_argument("the windows' grid must be 1..256 tokens a side, got " + std::to_string(p.grid));
+  if (p.max_windows < 1 || p.max_windows > 4096)
+    throw invalid_argument("max_windows must be 1..4096, got " + std::to_string(p.max_windows));
+  const TileGrid& tg = rel.grid;
+  if (tg.tiles() < 1 || rel.score.size() != size_t(tg.tiles())) throw invalid_argument("plan_windows: the relevance map is empty");
+  const Geometry g{tg.image_width, tg.image_height, tg.patch_px, p.grid, p.grid * tg.patch_px};
+  if (int64_t(g.S) << 12 > std::numeric_limits<int>::max() / 2) throw invalid_argument("the windows' native size is too large");
+  return g;
+}
+
+// A plan holding the base view alone.
+WindowPlan base_plan(const Geometry& g, int budget_tokens) {
+  WindowPlan plan;
+  plan.patch_px = g.P;
+  plan.image_width = g.W;
+  plan.image_height = g.H;
+  plan.windows.push_back(base_view(g, budget_tokens));
+  return plan;
+}
+
+// Levels finer than the base view by half a level at least, whose windows fit in the image.
+std::vector<int> window_levels(const Geometry& g, const TokenWindow& base) {
+  std::vector<int> levels;
+  if (base.grid_x == g.G)
+    for (int l = 0; l < 24 && (int64_t(g.S) << l) <= std::min(g.W, g.H) && std::ldexp(std::sqrt(2.0), l) <= base.scale;
+         ++l)
+      levels.push_back(l);
+  return levels;
+}
+
+// plan_windows' state while it adds windows to the base view: the plan so far, the scale it sees
+// each tile at, the query's foci and the limits.
+struct Planner {
+  const RelevanceMap& rel;
+  const WindowParams& p;
+  const TileGrid& tg;
+  const Geometry g;
+  WindowPlan plan;
+  std::vector<TokenWindow>& ws;  // plan.windows
+  const float base_scale;
+  const std::vector<int> levels;
+  Coverage cov;
+  const int64_t max_encoded;
+  const std::vector<Focus> fs;
+  double windows_gain = 0;  // what the windows after the query's gain, summed
+
+  Planner(const RelevanceMap& rel, const Query& query, const WindowParams& p, const Geometry& g)
+      : rel(rel), p(p), tg(rel.grid), g(g), plan(base_plan(g, p.budget_tokens)), ws(plan.windows),
+        base_scale(ws[0].scale), levels(window_levels(g, ws[0])), cov(tg, base_scale),
+        // The encoder reads at most 1.5 times the budget (or the base view and one window): windows
+        // that mostly repeat others hand on few tokens and would make the encode cost far more than
+        // a uniform grid's at the same budget.
+        max_encoded(std::max<int64_t>(3 * int64_t(p.budget_tokens) / 2, ws[0].tokens() + int64_t(g.G) * g.G)),
+        fs(foci(query, g.W, g.H)) {}
+  Planner(const Planner&) = delete;
+  Planner& operator=(const Planner&) = delete;
+
+  bool try_add(const TokenWindow& w) {
+    if (int(ws.size()) >= p.max_windows) return false;
+    ws.push_back(w);
+    if (kept_count(ws, g.G, p.keep_covered) > p.budget_tokens) {
+      ws.pop_back();
+      return false;
+    }
+    cov.add(w);
+    return true;
+  }
+
+  // 1. The query: a level-0 window on every focus not already well inside one.
+  void add_query_windows() {
+    if (levels.empty() || levels[0] != 0) return;
+    for (const Focus& f : fs) {
+      const float margin = g.S / 4.0f;
+      bool seen = false;
+      for (const TokenWindow& w : ws)
+        if (w.level == 0 && f.x >= w.box[0] + margin && f.x < w.box[2] - margin && f.y >= w.box[1] + margin &&
+            f.y < w.box[3] - margin)
+          seen = true;
+      if (!seen) try_add(place(g, 0, f.x, f.y, TokenWindow::Kind::query));
+    }
+  }
+
+  // Level l's best few windows by gain: on the foci and at every tile position (plus the flush
+  // right / bottom ones), and with no query, strips.
+  void level_candidates(int l, std::vector<Candidate>& cands) const {
+    const std::vector<double> gain = tile_gain(rel, cov, l);
+    const Integral in(gain, tg.tiles_x, tg.tiles_y);
+    std::vector<Candidate> at;
+    for (const Focus& f : fs) {
+      TokenWindow w = place(g, l, f.x, f.y, TokenWindow::Kind::query);
+      at.push_back({w, in.box(tg, w.box)});
+    }
+    // Every tile position, plus the flush right / bottom ones.
+    const int side = g.S << l;
+    std::vector<int> xs, ys;
+    for (int x = 0; x + side <= g.W; x += g.P) xs.push_back(x);
+    for (int y = 0; y + side <= g.H; y += g.P) ys.push_back(y);
+    xs.push_back(g.W - side);
+    ys.push_back(g.H - side);
+    for (int y : ys)
+      for (int x : xs) {
+        TokenWindow w = place(g, l, x + side / 2.0, y + side / 2.0, TokenWindow::Kind::detail);
+        at.push_back({w, in.box(tg, w.box)});
+      }
+    // The exact cost (tokens handed on) is worked out for the best few by gain only.
+    std::partial_sort(at.begin(), at.begin() + std::min<size_t>(at.size(), 8), at.end(),
+                      [](const Candidate& a, const Candidate& b) { return a.gain > b.gain; });
+    at.resize(std::min<size_t>(at.size(), 8));
+    for (Candidate& c : at) cands.push_back(std::move(c));
+    if (l == 0 && fs.empty()) strip_candidates(in, cands);
+  }
+
+  // With no query, level-0 windows narrower than native too: a line of text is a strip of
+  // fine detail that a square window would spend most of its tokens beside. Per shape, the
+  // best few by gain per token.
+  void strip_candidates(const Integral& in, std::vector<Candidate>& cands) const {
+    for (const auto& [gx, gy] : strip_shapes(g.G)) {
+      if (gx * g.P > g.W || gy * g.P > g.H) continue;
+      std::vector<Candidate> sat;
+      for (int y = 0; y + gy * g.P <= g.H; y += g.P)
+        for (int x = 0; x + gx * g.P <= g.W; x += g.P) {
+          TokenWindow w = place_rect(g, x, y, gx, gy);
+          const double gain = in.box(tg, w.box);
+          // A line: its detail at least twice that of the bands as tall above it and below it
+          // together (a page of text, a texture or a larger object continues there: square
+          // windows or the uniform grid).
+          const float h = float(gy * g.P);
+          const double above = in.box(tg, {w.box[0], std::max(0.0f, w.box[1] - h), w.box[2], w.box[1]});
+          const double below = in.box(tg, {w.box[0], w.box[3], w.box[2], std::min(float(g.H), w.box[3] + h)});
+          if (gain >= 2 * (above + below)) sat.push_back({w, gain});
+        }
+      std::partial_sort(sat.begin(), sat.begin() + std::min<size_t>(sat.size(), 4), sat.end(),
+                        [](const Candidate& a, const Candidate& b) { return a.gain > b.gain; });
+      sat.resize(std::min<size_t>(sat.size(), 4));
+      for (Candidate& c : sat) cands.push_back(std::move(c));
+    }
+  }
+
+  // 2. One step of the greedy on the relevance: adds the candidate with the best gain per token
+  // handed on (a strip grown sideways first). False when none fits.
+  bool add_best() {
+    std::vector<Candidate> cands;
+    for (int l : levels) level_candidates(l, cands);
+    const int64_t kept_now = kept_count(ws, g.G, p.keep_covered);
+    int64_t encoded = 0;
+    for (const TokenWindow& w : ws) encoded += w.tokens();
+    double best_ratio = 0;
+    int best = -1;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (!(cands[i].gain > 1e-9)) continue;
+      ws.push_back(cands[i].w);
+      const int64_t kept = kept_count(ws, g.G, p.keep_covered);
+      ws.pop_back();
+      if (kept > p.budget_tokens || encoded + cands[i].w.tokens() > max_encoded) continue;
+      // Per token: those handed on, plus half a window for the encode (a window that mostly
+      // repeats others hands on few tokens but costs a whole encode).
+      const double cost = double(std::max<int64_t>(0, kept - kept_now)) + 0.5 * double(cands[i].w.tokens());
+      const double ratio = cands[i].gain / cost;
+      if (ratio > best_ratio) best_ratio = ratio, best = int(i);
+    }
+    if (best < 0) return false;
+    Candidate chosen = cands[size_t(best)];
+    if (is_strip(chosen.w, g.G)) chosen = grow_strip(g, rel, cov, chosen.w, [&](const TokenWindow& w) {
+      ws.push_back(w);
+      const bool fits = kept_count(ws, g.G, p.keep_covered) <= p.budget_tokens && encoded + w.tokens() <= max_encoded;
+      ws.pop_back();
+      return fits;
+    });
+    ws.push_back(chosen.w);
+    cov.add(ws.back());
+    windows_gain += chosen.gain;
+    return true;
+  }
+
+  // 3. With no query, never coarser than a uniform grid where the windows resolve less: the
+  // windows take their share of the image's detail (what resolving every tile at level 0 would
+  // gain) all the way to full resolution; a uniform grid of the budget takes every tile
+  // (log2 base scale − log2 uniform scale) / log2 base scale of the way there. When the detail
+  // is spread so evenly (a page of text, a texture) that the windows' share is the smaller, the
+  // plan is that grid alone (the uniform baseline, one sequence).
+  void uniform_if_better() {
+    if (!(fs.empty() && ws.front().grid_x == g.G && ws.front().grid_y == g.G)) return;
+    const UniformGrid u = uniform_grid(g.W, g.H, g.P, p.budget_tokens);
+    const double lb = std::log2(std::max(base_scale, 1.0f));
+    if (u.tokens() > ws.front().tokens() && lb > 0) {
+      const TokenWindow ub = base_view(g, u.grid_x, u.grid_y);
+      const double way = (lb - std::log2(std::max(ub.scale, 1.0f))) / lb;
+      double all = 0;
+      for (double v : tile_gain(rel, Coverage(tg, base_scale), 0)) all += v;
+      const double share = all > 0 ? windows_gain / all : 0.0;
+      if (share < way) ws.assign(1, ub);
+    }
+  }
+};
+
 }  // namespace
+
 
 std::string_view to_string(Foveation f) { return f == Foveation::windows ? "windows" : "mixed"; }
 
@@ -303,162 +502,13 @@ int windows_pyramid_levels(int width, int height, int patch_px, int grid) {
 }
 
 WindowPlan plan_windows(const RelevanceMap& rel, const Query& query, const WindowParams& p) {
-  if (p.budget_tokens < 1) throw invalid_argument("budget must be at least 1 token, got " + std::to_string(p.budget_tokens));
-  if (p.grid < 1 || p.grid > 256) throw invalid_argument("the windows' grid must be 1..256 tokens a side, got " + std::to_string(p.grid));
-  if (p.max_windows < 1 || p.max_windows > 4096)
-    throw invalid_argument("max_windows must be 1..4096, got " + std::to_string(p.max_windows));
-  const TileGrid& tg = rel.grid;
-  if (tg.tiles() < 1 || rel.score.size() != size_t(tg.tiles())) throw invalid_argument("plan_windows: the relevance map is empty");
-  const Geometry g{tg.image_width, tg.image_height, tg.patch_px, p.grid, p.grid * tg.patch_px};
-  if (int64_t(g.S) << 12 > std::numeric_limits<int>::max() / 2) throw invalid_argument("the windows' native size is too large");
-
-  WindowPlan plan;
-  plan.patch_px = g.P;
-  plan.image_width = g.W;
-  plan.image_height = g.H;
-  std::vector<TokenWindow>& ws = plan.windows;
-  ws.push_back(base_view(g, p.budget_tokens));
-  const float base_scale = ws[0].scale;
-
-  // Levels finer than the base view by half a level at least, whose windows fit in the image.
-  std::vector<int> levels;
-  if (ws[0].grid_x == g.G)
-    for (int l = 0; l < 24 && (int64_t(g.S) << l) <= std::min(g.W, g.H) && std::ldexp(std::sqrt(2.0), l) <= base_scale;
-         ++l)
-      levels.push_back(l);
-
-  Coverage cov(tg, base_scale);
-  // The encoder reads at most 1.5 times the budget (or the base view and one window): windows that
-  // mostly repeat others hand on few tokens and would make the encode cost far more than a uniform
-  // grid's at the same budget.
-  const int64_t max_encoded =
-      std::max<int64_t>(3 * int64_t(p.budget_tokens) / 2, ws[0].tokens() + int64_t(g.G) * g.G);
-  auto try_add = [&](const TokenWindow& w) {
-    if (int(ws.size()) >= p.max_windows) return false;
-    ws.push_back(w);
-    if (kept_count(ws, g.G, p.keep_covered) > p.budget_tokens) {
-      ws.pop_back();
-      return false;
-    }
-    cov.add(w);
-    return true;
-  };
-
-  const std::vector<Focus> fs = foci(query, g.W, g.H);
-  // 1. The query: a level-0 window on every focus not already well inside one.
-  if (!levels.empty() && levels[0] == 0)
-    for (const Focus& f : fs) {
-      const float margin = g.S / 4.0f;
-      bool seen = false;
-      for (const TokenWindow& w : ws)
-        if (w.level == 0 && f.x >= w.box[0] + margin && f.x < w.box[2] - margin && f.y >= w.box[1] + margin &&
-            f.y < w.box[3] - margin)
-          seen = true;
-      if (!seen) try_add(place(g, 0, f.x, f.y, TokenWindow::Kind::query));
-    }
-
-  double windows_gain = 0;  // what the windows after the query's gain, summed
-  // 2. Greedy on the relevance: the best gain per token handed on, until nothing fits.
-  while (int(ws.size()) < p.max_windows && !levels.empty()) {
-    std::vector<Candidate> cands;
-    for (int l : levels) {
-      const std::vector<double> gain = tile_gain(rel, cov, l);
-      const Integral in(gain, tg.tiles_x, tg.tiles_y);
-      std::vector<Candidate> at;
-      for (const Focus& f : fs) {
-        TokenWindow w = place(g, l, f.x, f.y, TokenWindow::Kind::query);
-        at.push_back({w, in.box(tg, w.box)});
-      }
-      // Every tile position, plus the flush right / bottom ones.
-      const int side = g.S << l;
-      std::vector<int> xs, ys;
-      for (int x = 0; x + side <= g.W; x += g.P) xs.push_back(x);
-      for (int y = 0; y + side <= g.H; y += g.P) ys.push_back(y);
-      xs.push_back(g.W - side);
-      ys.push_back(g.H - side);
-      for (int y : ys)
-        for (int x : xs) {
-          TokenWindow w = place(g, l, x + side / 2.0, y + side / 2.0, TokenWindow::Kind::detail);
-          at.push_back({w, in.box(tg, w.box)});
-        }
-      // The exact cost (tokens handed on) is worked out for the best few by gain only.
-      std::partial_sort(at.begin(), at.begin() + std::min<size_t>(at.size(), 8), at.end(),
-                        [](const Candidate& a, const Candidate& b) { return a.gain > b.gain; });
-      at.resize(std::min<size_t>(at.size(), 8));
-      for (Candidate& c : at) cands.push_back(std::move(c));
-      // With no query, level-0 windows narrower than native too: a line of text is a strip of
-      // fine detail that a square window would spend most of its tokens beside. Per shape, the
-      // best few by gain per token.
-      if (l == 0 && fs.empty())
-        for (const auto& [gx, gy] : strip_shapes(g.G)) {
-          if (gx * g.P > g.W || gy * g.P > g.H) continue;
-          std::vector<Candidate> sat;
-          for (int y = 0; y + gy * g.P <= g.H; y += g.P)
-            for (int x = 0; x + gx * g.P <= g.W; x += g.P) {
-              TokenWindow w = place_rect(g, x, y, gx, gy);
-              const double gain = in.box(tg, w.box);
-              // A line: its detail at least twice that of the bands as tall above it and below it
-              // together (a page of text, a texture or a larger object continues there: square
-              // windows or the uniform grid).
-              const float h = float(gy * g.P);
-              const double above = in.box(tg, {w.box[0], std::max(0.0f, w.box[1] - h), w.box[2], w.box[1]});
-              const double below = in.box(tg, {w.box[0], w.box[3], w.box[2], std::min(float(g.H), w.box[3] + h)});
-              if (gain >= 2 * (above + below)) sat.push_back({w, gain});
-            }
-          std::partial_sort(sat.begin(), sat.begin() + std::min<size_t>(sat.size(), 4), sat.end(),
-                            [](const Candidate& a, const Candidate& b) { return a.gain > b.gain; });
-          sat.resize(std::min<size_t>(sat.size(), 4));
-          for (Candidate& c : sat) cands.push_back(std::move(c));
-        }
-    }
-    const int64_t kept_now = kept_count(ws, g.G, p.keep_covered);
-    int64_t encoded = 0;
-    for (const TokenWindow& w : ws) encoded += w.tokens();
-    double best_ratio = 0;
-    int best = -1;
-    for (size_t i = 0; i < cands.size(); ++i) {
-      if (!(cands[i].gain > 1e-9)) continue;
-      ws.push_back(cands[i].w);
-      const int64_t kept = kept_count(ws, g.G, p.keep_covered);
-      ws.pop_back();
-      if (kept > p.budget_tokens || encoded + cands[i].w.tokens() > max_encoded) continue;
-      // Per token: those handed on, plus half a window for the encode (a window that mostly
-      // repeats others hands on few tokens but costs a whole encode).
-      const double cost = double(std::max<int64_t>(0, kept - kept_now)) + 0.5 * double(cands[i].w.tokens());
-      const double ratio = cands[i].gain / cost;
-      if (ratio > best_ratio) best_ratio = ratio, best = int(i);
-    }
-    if (best < 0) break;
-    Candidate chosen = cands[size_t(best)];
-    if (is_strip(chosen.w, g.G)) chosen = grow_strip(g, rel, cov, chosen.w, [&](const TokenWindow& w) {
-      ws.push_back(w);
-      const bool fits = kept_count(ws, g.G, p.keep_covered) <= p.budget_tokens && encoded + w.tokens() <= max_encoded;
-      ws.pop_back();
-      return fits;
-    });
-    ws.push_back(chosen.w);
-    cov.add(ws.back());
-    windows_gain += chosen.gain;
-  }
-  // 3. With no query, never coarser than a uniform grid where the windows resolve less: the
-  // windows take their share of the image's detail (what resolving every tile at level 0 would
-  // gain) all the way to full resolution; a uniform grid of the budget takes every tile
-  // (log2 base scale − log2 uniform scale) / log2 base scale of the way there. When the detail
-  // is spread so evenly (a page of text, a texture) that the windows' share is the smaller, the
-  // plan is that grid alone (the uniform baseline, one sequence).
-  if (fs.empty() && ws.front().grid_x == g.G && ws.front().grid_y == g.G) {
-    const UniformGrid u = uniform_grid(g.W, g.H, g.P, p.budget_tokens);
-    const double lb = std::log2(std::max(base_scale, 1.0f));
-    if (u.tokens() > ws.front().tokens() && lb > 0) {
-      const TokenWindow ub = base_view(g, u.grid_x, u.grid_y);
-      const double way = (lb - std::log2(std::max(ub.scale, 1.0f))) / lb;
-      double all = 0;
-      for (double v : tile_gain(rel, Coverage(tg, base_scale), 0)) all += v;
-      const double share = all > 0 ? windows_gain / all : 0.0;
-      if (share < way) ws.assign(1, ub);
-    }
-  }
-  plan.covered = covered_tokens(ws, g.G);
+  Planner pl(rel, query, p, checked_geometry(rel, p));
+  pl.add_query_windows();
+  while (int(pl.ws.size()) < p.max_windows && !pl.levels.empty())
+    if (!pl.add_best()) break;
+  pl.uniform_if_better();
+  WindowPlan plan = std::move(pl.plan);
+  plan.covered = covered_tokens(plan.windows, pl.g.G);
   if (p.keep_covered)
     for (auto& c : plan.covered) std::fill(c.begin(), c.end(), uint8_t(0));
   return plan;

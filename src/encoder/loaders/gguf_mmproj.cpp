@@ -57,47 +57,52 @@ std::string clipped(const std::string& s) {
   return s.substr(0, n) + "... (" + std::to_string(s.size()) + " bytes)";
 }
 
-class GgufMmprojLoader final : public ModelLoader {
- public:
-  std::string_view name() const override { return "gguf_mmproj"; }
-  bool accepts(const Checkpoint& c) const override { return c.gguf != nullptr; }
+// One mmproj file's keys and tensors, read for the model being loaded: every message names the
+// file.
+struct MmprojFile {
+  const GgufFile& g;
+  const WeightSource& w;
+  const std::string& path;
+  static constexpr int kBig = 1 << 16;
 
-  std::shared_ptr<VitModel::Impl> load(const Checkpoint& ck) const override {
-    const GgufFile& g = *ck.gguf;
-    const WeightSource& w = *ck.weights;
-    const std::string& path = g.path();
-    auto fail = [&](Errc code, const std::string& why) { return Error(code, "'" + path + "': " + why); };
-    auto key = [&](const char* k) -> const GgufValue& {
-      const GgufValue* v = g.find_kv(k);
-      if (!v) throw fail(Errc::corrupt_data, "missing GGUF key " + std::string(k) + " (not a llama.cpp mmproj file?)");
-      return *v;
-    };
-    auto int_key = [&](const char* k, int64_t lo, int64_t hi) {
-      // GgufValue::as_int takes a BOOL as 0 or 1; a size or a count stored as one is corrupt.
-      if (key(k).type == GgufType::boolean) throw fail(Errc::corrupt_data, std::string(k) + " is a BOOL, expected an integer");
-      const int64_t v = key(k).as_int(k);
-      if (v < lo || v > hi)
-        throw fail(Errc::corrupt_data, std::string(k) + " = " + std::to_string(v) + " is out of range [" +
-                                           std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      return int(v);
-    };
-    auto opt_bool = [&](const char* k) {
-      const GgufValue* v = g.find_kv(k);
-      return v ? v->as_bool(k) : false;
-    };
+  Error fail(Errc code, const std::string& why) const { return Error(code, "'" + path + "': " + why); }
+  const GgufValue& key(const char* k) const {
+    const GgufValue* v = g.find_kv(k);
+    if (!v) throw fail(Errc::corrupt_data, "missing GGUF key " + std::string(k) + " (not a llama.cpp mmproj file?)");
+    return *v;
+  }
+  int int_key(const char* k, int64_t lo, int64_t hi) const {
+    // GgufValue::as_int takes a BOOL as 0 or 1; a size or a count stored as one is corrupt.
+    if (key(k).type == GgufType::boolean) throw fail(Errc::corrupt_data, std::string(k) + " is a BOOL, expected an integer");
+    const int64_t v = key(k).as_int(k);
+    if (v < lo || v > hi)
+      throw fail(Errc::corrupt_data, std::string(k) + " = " + std::to_string(v) + " is out of range [" +
+                                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return int(v);
+  }
+  bool opt_bool(const char* k) const {
+    const GgufValue* v = g.find_kv(k);
+    return v ? v->as_bool(k) : false;
+  }
+  std::array<float, 3> three(const char* k) const {
+    const std::vector<double> x = key(k).as_floats(k);
+    if (x.size() != 3)
+      throw Error(Errc::corrupt_data, "'" + path + "': " + k + " has " + std::to_string(x.size()) + " values, expected 3");
+    return {float(x[0]), float(x[1]), float(x[2])};
+  }
 
+  // Throws unless the file is a vision tower's (llama.cpp's 'clip' architecture).
+  void check_vision_tower() const {
     if (const GgufValue* a = g.find_kv("general.architecture"); a && a->as_string("general.architecture") != "clip")
       throw fail(Errc::unsupported, "GGUF architecture '" + clipped(a->as_string("general.architecture")) +
                                         "' is not a vision tower (llama.cpp mmproj files say 'clip'); pass the "
                                         "mmproj file, not the language model");
     if (const GgufValue* v = g.find_kv("clip.has_vision_encoder"); v && !v->as_bool("clip.has_vision_encoder"))
       throw fail(Errc::unsupported, "clip.has_vision_encoder is false: the file holds no vision tower");
+  }
 
-    auto m = std::make_shared<VitModel::Impl>();
-    VitConfig& c = m->config;
-    c.naming = "gguf_mmproj";
-
-    // ---- projector type -----------------------------------------------------------------
+  // The projector type: the one fovea runs, one whose tower alone it runs, or an error.
+  void read_projector(VitConfig& c) const {
     std::string ptype;
     for (const char* k : {"clip.vision.projector_type", "clip.projector_type"})
       if (const GgufValue* v = g.find_kv(k)) {
@@ -117,9 +122,10 @@ class GgufMmprojLoader final : public ModelLoader {
                                         "MLP projector), the towers of 'gemma3' and 'idefics3' (their projectors " +
                                         "group a uniform grid: not run) and towers without a projector; llama.cpp's " +
                                         kOtherProjectors + " are not");
+  }
 
-    // ---- hyper-parameters ---------------------------------------------------------------
-    const int kBig = 1 << 16;
+  // The tower's sizes, activation and input normalisation. Returns the block count.
+  int read_hyper_parameters(VitConfig& c) const {
     c.hidden = int_key("clip.vision.embedding_length", 1, kBig);
     c.mlp = int_key("clip.vision.feed_forward_length", 1, 1 << 20);
     const int blocks = int_key("clip.vision.block_count", 1, 4096);
@@ -141,8 +147,8 @@ class GgufMmprojLoader final : public ModelLoader {
     // ggml_gelu is the tanh approximation: SigLIP's gelu_pytorch_tanh.
     c.act = gelu ? Activation::gelu_tanh : Activation::quick_gelu;
 
-    c.input.mean = three("clip.vision.image_mean", key("clip.vision.image_mean"), path);
-    c.input.std = three("clip.vision.image_std", key("clip.vision.image_std"), path);
+    c.input.mean = three("clip.vision.image_mean");
+    c.input.std = three("clip.vision.image_std");
     for (float s : c.input.std)
       if (!(s > 0) || !std::isfinite(s)) throw fail(Errc::corrupt_data, "clip.vision.image_std values must be finite and > 0");
     for (float v : c.input.mean)
@@ -150,8 +156,11 @@ class GgufMmprojLoader final : public ModelLoader {
     c.input.rescale = 1.0f / 255.0f;
     c.input.normalize = true;
     c.input.source = "GGUF clip.vision.image_mean / image_std";
+    return blocks;
+  }
 
-    // ---- the layer the projector reads ----------------------------------------------------
+  // The blocks the tower runs: the projector reads the output of the last.
+  void read_feature_layer(VitConfig& c, int blocks) const {
     c.layers_in_checkpoint = count_layers(w, "v.blk.");
     c.layers = blocks;
     if (const GgufValue* fl = g.find_kv("clip.vision.feature_layer")) {
@@ -164,8 +173,10 @@ class GgufMmprojLoader final : public ModelLoader {
                                            " is outside the " + std::to_string(blocks) + " blocks");
       c.layers = int(layers[0]);
     }
+  }
 
-    // ---- tensors ----------------------------------------------------------------------------
+  // What the tensors present say: channels, class token, patch bias, the norms.
+  void read_tensor_layout(VitConfig& c) const {
     const auto pe = w.info("v.patch_embd.weight");
     if (!pe)
       throw fail(Errc::corrupt_data, "missing tensor v.patch_embd.weight (not a vision mmproj file?)");
@@ -182,91 +193,115 @@ class GgufMmprojLoader final : public ModelLoader {
     auto either = [&](const std::string& n) { return w.info(n + ".weight") || w.info(n + ".bias"); };
     c.pre_norm = either("v.pre_ln");
     c.final_norm = either("v.post_ln") ? FinalNorm::all_tokens : FinalNorm::none;
+  }
 
-    const int64_t D = c.hidden, M = c.mlp, C = c.channels, P = c.patch_px, G = c.grid;
-    Lookup L(w);
-    m->patch_w = L.get("v.patch_embd.weight", {D, C, P, P}, true, {D, C * P * P});
-    if (c.patch_bias) m->patch_b = L.get("v.patch_embd.bias", {D});
+  // Block i's tensors (v.blk.i.*), fc1 and fc2 as the shapes say (the legacy converter swapped them).
+  VitLayer bind_block(Lookup& L, const VitConfig& c, int i) const {
+    const int64_t D = c.hidden, M = c.mlp;
+    const std::string l = "v.blk." + std::to_string(i) + ".";
+    VitLayer ly;
+    ly.ln1_w = L.get(l + "ln1.weight", {D});
+    ly.ln1_b = L.get(l + "ln1.bias", {D});
+    const char* names[3] = {"attn_q", "attn_k", "attn_v"};
+    ly.qkv_w = L.stacked({l + "attn_q.weight", l + "attn_k.weight", l + "attn_v.weight"}, D, D);
+    if (present(ly.qkv_w)) ly.qkv_b = Tensor(DType::f32, {3 * D});
+    for (int j = 0; j < 3; ++j) {
+      const Tensor b = L.get(l + names[j] + ".bias", {D}, /*required=*/false);
+      if (present(ly.qkv_w) && present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
+    }
+    ly.out_w = L.matrix(l + "attn_out.weight", {D, D});
+    ly.out_b = L.get(l + "attn_out.bias", {D}, false);
+    ly.ln2_w = L.get(l + "ln2.weight", {D});
+    ly.ln2_b = L.get(l + "ln2.bias", {D});
+    std::string up = l + "ffn_up.", down = l + "ffn_down.";
+    const auto dn = w.info(down + "weight");
+    if (dn && dn->shape.size() == 2 && dn->shape[1] == D && (M != D || c.projector == ProjectorType::mlp)) {
+      std::swap(up, down);  // the legacy converter's fc1 → ffn_down, fc2 → ffn_up
+    }
+    ly.fc1_w = L.matrix(up + "weight", {M, D});
+    ly.fc1_b = L.get(up + "bias", {M}, false);
+    ly.fc2_w = L.matrix(down + "weight", {D, M});
+    ly.fc2_b = L.get(down + "bias", {D}, false);
+    return ly;
+  }
+
+  // The tower's tensors: embeddings, norms and blocks.
+  void bind_tower(Lookup& L, VitModel::Impl& m) const {
+    const VitConfig& c = m.config;
+    const int64_t D = c.hidden, C = c.channels, P = c.patch_px, G = c.grid;
+    m.patch_w = L.get("v.patch_embd.weight", {D, C, P, P}, true, {D, C * P * P});
+    if (c.patch_bias) m.patch_b = L.get("v.patch_embd.bias", {D});
     if (c.class_token) {
-      m->class_emb = L.get("v.class_embd", {D});
-      split_class_position(L.get("v.position_embd.weight", {G * G + 1, D}), D, *m);
+      m.class_emb = L.get("v.class_embd", {D});
+      split_class_position(L.get("v.position_embd.weight", {G * G + 1, D}), D, m);
     } else {
-      m->pos_grid = L.get("v.position_embd.weight", {G * G, D});
+      m.pos_grid = L.get("v.position_embd.weight", {G * G, D});
     }
     if (c.pre_norm) {
-      m->pre_w = L.get("v.pre_ln.weight", {D});
-      m->pre_b = L.get("v.pre_ln.bias", {D});
+      m.pre_w = L.get("v.pre_ln.weight", {D});
+      m.pre_b = L.get("v.pre_ln.bias", {D});
     }
-    for (int i = 0; i < c.layers; ++i) {
-      const std::string l = "v.blk." + std::to_string(i) + ".";
-      VitLayer ly;
-      ly.ln1_w = L.get(l + "ln1.weight", {D});
-      ly.ln1_b = L.get(l + "ln1.bias", {D});
-      const char* names[3] = {"attn_q", "attn_k", "attn_v"};
-      ly.qkv_w = L.stacked({l + "attn_q.weight", l + "attn_k.weight", l + "attn_v.weight"}, D, D);
-      if (present(ly.qkv_w)) ly.qkv_b = Tensor(DType::f32, {3 * D});
-      for (int j = 0; j < 3; ++j) {
-        const Tensor b = L.get(l + names[j] + ".bias", {D}, /*required=*/false);
-        if (present(ly.qkv_w) && present(b)) std::memcpy(ly.qkv_b.bytes() + size_t(j * D) * 4, b.bytes(), size_t(D) * 4);
-      }
-      ly.out_w = L.matrix(l + "attn_out.weight", {D, D});
-      ly.out_b = L.get(l + "attn_out.bias", {D}, false);
-      ly.ln2_w = L.get(l + "ln2.weight", {D});
-      ly.ln2_b = L.get(l + "ln2.bias", {D});
-      std::string up = l + "ffn_up.", down = l + "ffn_down.";
-      const auto dn = w.info(down + "weight");
-      if (dn && dn->shape.size() == 2 && dn->shape[1] == D && (M != D || c.projector == ProjectorType::mlp)) {
-        std::swap(up, down);  // the legacy converter's fc1 → ffn_down, fc2 → ffn_up
-      }
-      ly.fc1_w = L.matrix(up + "weight", {M, D});
-      ly.fc1_b = L.get(up + "bias", {M}, false);
-      ly.fc2_w = L.matrix(down + "weight", {D, M});
-      ly.fc2_b = L.get(down + "bias", {D}, false);
-      m->layers.push_back(std::move(ly));
-    }
+    for (int i = 0; i < c.layers; ++i) m.layers.push_back(bind_block(L, c, i));
     if (c.final_norm == FinalNorm::all_tokens) {
-      m->post_w = L.get("v.post_ln.weight", {D});
-      m->post_b = L.get("v.post_ln.bias", {D});
+      m.post_w = L.get("v.post_ln.weight", {D});
+      m.post_b = L.get("v.post_ln.bias", {D});
     }
-    if (c.projector == ProjectorType::mlp) {
-      // The widths come from the tensors (the weight's rows, else the bias's length); a zero
-      // width would be a projector that outputs nothing.
-      auto width = [&](const char* name) -> int64_t {
-        const std::string n = name;
-        const auto wt = w.info(n + ".weight");
-        const auto b = w.info(n + ".bias");
-        const int64_t e = wt && wt->shape.size() == 2 ? wt->shape[0] : b && b->shape.size() == 1 ? b->shape[0] : -1;
-        if (e < 0)
-          throw fail(Errc::corrupt_data, "the projector is an MLP (projector type 'mlp' or LLaVA's keys) but the file "
-                                         "has no " + n + ".weight or " + n + ".bias");
-        if (e == 0 || e > kBig)
-          throw fail(Errc::corrupt_data, "the projector's " + n + " has width " + std::to_string(e) + ", outside [1, " +
-                                             std::to_string(kBig) + "]");
-        return e;
-      };
-      const int64_t E1 = width("mm.0");
-      m->mm0_w = L.matrix("mm.0.weight", {E1, D});
-      m->mm0_b = L.get("mm.0.bias", {E1});
-      c.projector_hidden = int(E1);
-      c.projector_dim = int(E1);
-      if (w.info("mm.2.weight") || w.info("mm.2.bias")) {  // the second layer; both of its tensors
-        const int64_t E = width("mm.2");
-        m->mm2_w = L.matrix("mm.2.weight", {E, E1});
-        m->mm2_b = L.get("mm.2.bias", {E});
-        c.projector_dim = int(E);
-      }
+  }
+
+  // The MLP projector's layers (mm.0, and mm.2 when present), their widths from the tensors.
+  void bind_mlp_projector(Lookup& L, VitModel::Impl& m) const {
+    VitConfig& c = m.config;
+    const int64_t D = c.hidden;
+    // The widths come from the tensors (the weight's rows, else the bias's length); a zero
+    // width would be a projector that outputs nothing.
+    auto width = [&](const char* name) -> int64_t {
+      const std::string n = name;
+      const auto wt = w.info(n + ".weight");
+      const auto b = w.info(n + ".bias");
+      const int64_t e = wt && wt->shape.size() == 2 ? wt->shape[0] : b && b->shape.size() == 1 ? b->shape[0] : -1;
+      if (e < 0)
+        throw fail(Errc::corrupt_data, "the projector is an MLP (projector type 'mlp' or LLaVA's keys) but the file "
+                                       "has no " + n + ".weight or " + n + ".bias");
+      if (e == 0 || e > kBig)
+        throw fail(Errc::corrupt_data, "the projector's " + n + " has width " + std::to_string(e) + ", outside [1, " +
+                                           std::to_string(kBig) + "]");
+      return e;
+    };
+    const int64_t E1 = width("mm.0");
+    m.mm0_w = L.matrix("mm.0.weight", {E1, D});
+    m.mm0_b = L.get("mm.0.bias", {E1});
+    c.projector_hidden = int(E1);
+    c.projector_dim = int(E1);
+    if (w.info("mm.2.weight") || w.info("mm.2.bias")) {  // the second layer; both of its tensors
+      const int64_t E = width("mm.2");
+      m.mm2_w = L.matrix("mm.2.weight", {E, E1});
+      m.mm2_b = L.get("mm.2.bias", {E});
+      c.projector_dim = int(E);
     }
+  }
+};
+
+class GgufMmprojLoader final : public ModelLoader {
+ public:
+  std::string_view name() const override { return "gguf_mmproj"; }
+  bool accepts(const Checkpoint& c) const override { return c.gguf != nullptr; }
+
+  std::shared_ptr<VitModel::Impl> load(const Checkpoint& ck) const override {
+    const MmprojFile f{*ck.gguf, *ck.weights, ck.gguf->path()};
+    f.check_vision_tower();
+    auto m = std::make_shared<VitModel::Impl>();
+    VitConfig& c = m->config;
+    c.naming = "gguf_mmproj";
+    f.read_projector(c);
+    const int blocks = f.read_hyper_parameters(c);
+    f.read_feature_layer(c, blocks);
+    f.read_tensor_layout(c);
+    Lookup L(f.w);
+    f.bind_tower(L, *m);
+    if (c.projector == ProjectorType::mlp) f.bind_mlp_projector(L, *m);
     L.finish(c.projector == ProjectorType::mlp ? "llama.cpp LLaVA mmproj" : "llama.cpp mmproj vision");
     m->tensors_used = L.used();
     return m;
-  }
-
- private:
-  static std::array<float, 3> three(const char* k, const GgufValue& v, const std::string& path) {
-    const std::vector<double> x = v.as_floats(k);
-    if (x.size() != 3)
-      throw Error(Errc::corrupt_data, "'" + path + "': " + k + " has " + std::to_string(x.size()) + " values, expected 3");
-    return {float(x[0]), float(x[1]), float(x[2])};
   }
 };
 

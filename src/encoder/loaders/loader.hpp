@@ -297,6 +297,15 @@ VitLayer load_fused_block(Lookup& L, const std::string& prefix, const FusedBlock
 // `file` names the JSON in messages and becomes the contract's source.
 InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback,
                                          const char* file = "preprocessor_config.json");
+
+// A Qwen-VL tower's input contract and image pixel limits (NativeConfig::min_pixels ...) from
+// `ck`'s preprocessor_config.json (image_mean, image_std, rescale; min_pixels / max_pixels, or
+// size.shortest_edge / longest_edge), else `defaults` and the limits given. The file's
+// patch_size, merge_size and temporal_patch_size must agree with `c`. Throws
+// Error(corrupt_data) for limits out of range or a disagreement.
+void read_image_limits(const Checkpoint& ck, VitConfig& c, const InputContract& defaults, int64_t default_min,
+                       int64_t default_max);
+
 // A Qwen-VL tower's video pixel limits (NativeConfig::video_min_pixels ...): `ck`'s
 // video_preprocessor_config.json, else its preprocessor_config.json (the file transformers'
 // video processor falls back to), else the defaults given. `size_only`: the video processor

@@ -28,27 +28,24 @@ std::optional<std::string> qwen3_prefix(const WeightSource& w) {
   return p;
 }
 
-class Qwen3VlLoader final : public ModelLoader {
- public:
-  std::string_view name() const override { return "hf_qwen3_vl"; }
-  bool accepts(const Checkpoint& c) const override { return !c.gguf && qwen3_prefix(*c.weights).has_value(); }
-  std::shared_ptr<VitModel::Impl> load(const Checkpoint& ck) const override {
-    const WeightSource& w = *ck.weights;
-    const std::string& path = w.path();
-    const std::string p = *qwen3_prefix(w);
-    const nlohmann::json& cfg = ck.config;
-    const char* cf = "config.json";
-    auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + path + "': " + why); };
-    auto m = std::make_shared<VitModel::Impl>();
-    VitConfig& c = m->config;
-    c.family = VitFamily::qwen3_vl;
-    c.naming = "hf_qwen3_vl";
-    c.class_token = false;
-    c.final_norm = FinalNorm::none;
-    c.ln_eps = 1e-6f;
-    c.act = Activation::gelu_tanh;
-    c.patch_bias = true;
+// One Qwen3-VL checkpoint being loaded, read in phases: the dimensions from the tensors,
+// config.json, preprocessor_config.json, then the tensors.
+struct Qwen3VlRead {
+  const Checkpoint& ck;
+  const WeightSource& w;
+  const std::string& path;
+  std::string p;  // the tower's prefix
+  VitModel::Impl& m;
+  VitConfig& c;
+  int64_t U = 0;  // the merger's input width (merge² × D)
+  int mergers = 0;  // DeepStack mergers in the file
 
+  Qwen3VlRead(const Checkpoint& ck, VitModel::Impl& m)
+      : ck(ck), w(*ck.weights), path(w.path()), p(*qwen3_prefix(w)), m(m), c(m.config) {}
+  Error bad(const std::string& why) const { return Error(Errc::corrupt_data, "'" + path + "': " + why); }
+
+  // The width, channels, patch sizes, block count, position grid, merge size, merger and MLP widths.
+  void read_dims() {
     const auto pe = w.info(p + "patch_embed.proj.weight");
     if (pe->shape.size() != 5 || pe->shape[3] != pe->shape[4])
       throw bad(p + "patch_embed.proj.weight is " + shape_str(pe->shape) + ", not a Conv3d kernel [D, C, T, P, P]");
@@ -66,7 +63,7 @@ class Qwen3VlLoader final : public ModelLoader {
     const auto f0 = w.info(p + "merger.linear_fc1.weight"), f2 = w.info(p + "merger.linear_fc2.weight");
     if (!f0 || !f2 || f0->shape.size() != 2 || f2->shape.size() != 2)
       throw bad("the merger needs " + p + "merger.linear_fc1.weight and linear_fc2.weight (matrices)");
-    const int64_t U = f0->shape[1];
+    U = f0->shape[1];
     const int merge = int(std::lround(std::sqrt(double(U) / double(D))));
     if (merge < 1 || merge > 16 || int64_t(merge) * merge * D != U)
       throw bad(p + "merger.linear_fc1.weight reads " + std::to_string(U) + " values, not merge² × " + std::to_string(D));
@@ -77,7 +74,14 @@ class Qwen3VlLoader final : public ModelLoader {
     const auto fc1 = w.info(p + "blocks.0.mlp.linear_fc1.weight");
     if (!fc1 || fc1->shape.size() != 2) throw bad("missing or malformed " + p + "blocks.0.mlp.linear_fc1.weight");
     c.mlp = checked_dim(fc1->shape[0], 1 << 20, path, "the MLP width");
+  }
 
+  // config.json (the vision_config): the heads and the DeepStack blocks, and every size it
+  // repeats checked against the tensors'.
+  void read_config() {
+    const nlohmann::json& cfg = ck.config;
+    const char* cf = "config.json";
+    const int64_t D = c.hidden;
     if (!cfg.is_null() && !cfg.is_object()) throw bad("config.json is not an object");
     if (const auto h = cfg_get<int>(cfg, {"num_heads", "num_attention_heads"}, cf)) c.heads = *h;
     else if (D % 64 == 0) c.heads = int(D / 64);  // the released towers: 64-wide heads
@@ -95,14 +99,14 @@ class Qwen3VlLoader final : public ModelLoader {
     agree({"intermediate_size"}, c.mlp, "MLP width");
     agree({"out_hidden_size"}, c.projector_dim, "merger output width");
     agree({"patch_size"}, c.patch_px, "patch size");
-    agree({"spatial_merge_size"}, merge, "merge size");
+    agree({"spatial_merge_size"}, c.native.merge, "merge size");
     agree({"temporal_patch_size"}, c.native.temporal_patch, "temporal patch size");
     agree({"num_position_embeddings"}, int64_t(c.grid) * c.grid, "position table size");
     agree({"in_channels", "in_chans"}, c.channels, "channel count");
     if (const auto a = cfg_get<std::string>(cfg, {"hidden_act"}, cf); a && *a != "gelu_pytorch_tanh")
       throw Error(Errc::unsupported, "'" + path + "': config.json hidden_act '" + *a +
                                          "': Qwen3-VL's tower runs gelu_pytorch_tanh; another activation is not supported");
-    const int mergers = count_layers(w, p + "deepstack_merger_list.");
+    mergers = count_layers(w, p + "deepstack_merger_list.");
     if (auto it = cfg.find("deepstack_visual_indexes"); it != cfg.end() && !it->is_null()) {
       if (!it->is_array()) throw bad("config.json deepstack_visual_indexes is not a list");
       for (const auto& v : *it) {
@@ -115,79 +119,90 @@ class Qwen3VlLoader final : public ModelLoader {
     if (int(c.native.deepstack_blocks.size()) != mergers)
       throw bad("the file has " + std::to_string(mergers) + " DeepStack mergers but config.json's "
                 "deepstack_visual_indexes names " + std::to_string(c.native.deepstack_blocks.size()) + " blocks");
+  }
 
+  // preprocessor_config.json: the input contract and pixel limits (image and video).
+  void read_preprocessor() {
     InputContract half;
     half.mean = {0.5f, 0.5f, 0.5f}, half.std = {0.5f, 0.5f, 0.5f};
     half.source = "Qwen3-VL defaults (mean and std 0.5)";
-    const nlohmann::json& pre = ck.preprocessor;
-    const char* pf = "preprocessor_config.json";
-    if (!pre.is_null() && !pre.is_object()) throw bad("preprocessor_config.json is not an object");
-    c.input = contract_from_preprocessor(pre, half);
-    c.native.min_pixels = 65536;
-    c.native.max_pixels = 16777216;
-    if (pre.is_object()) {
-      std::optional<int64_t> mn = cfg_get<int64_t>(pre, {"min_pixels"}, pf), mx = cfg_get<int64_t>(pre, {"max_pixels"}, pf);
-      if (auto it = pre.find("size"); it != pre.end() && it->is_object()) {
-        if (!mn) mn = cfg_get<int64_t>(*it, {"shortest_edge"}, pf);
-        if (!mx) mx = cfg_get<int64_t>(*it, {"longest_edge"}, pf);
-      }
-      if (mn) c.native.min_pixels = *mn;
-      if (mx) c.native.max_pixels = *mx;
-      auto pagree = [&](const char* key, int64_t have, const char* what) {
-        if (const auto v = cfg_get<int64_t>(pre, {key}, pf); v && *v != have)
-          throw bad("preprocessor_config.json says " + std::string(key) + " = " + std::to_string(*v) +
-                    " but the tensors' " + what + " is " + std::to_string(have));
-      };
-      pagree("patch_size", c.patch_px, "patch size");
-      pagree("merge_size", merge, "merge size");
-      pagree("temporal_patch_size", c.native.temporal_patch, "temporal patch size");
-    }
-    if (c.native.min_pixels < 1 || c.native.max_pixels < c.native.min_pixels || c.native.max_pixels > (int64_t(1) << 40))
-      throw bad("preprocessor_config.json's pixel limits (min " + std::to_string(c.native.min_pixels) + ", max " +
-                std::to_string(c.native.max_pixels) + ") are not 1 <= min_pixels <= max_pixels <= 2^40");
+    read_image_limits(ck, c, half, 65536, 16777216);
     // Qwen3VLVideoProcessor: size.shortest_edge / longest_edge over all frames' pixels, by
     // default 128·32² .. 768·32².
     read_video_limits(ck, c, 128 * 32 * 32, 32 * 32 * 768, true);
+  }
 
-    Lookup L(w);
-    const int64_t T = c.native.temporal_patch, P = c.patch_px, M = c.mlp, E = c.projector_dim, Hd = c.projector_hidden;
-    m->patch_w = L.get(p + "patch_embed.proj.weight", {D, c.channels, T, P, P}, true, {D, c.channels * T * P * P});
-    m->patch_b = L.get(p + "patch_embed.proj.bias", {D});
-    m->pos_grid = L.get(p + "pos_embed.weight", {int64_t(c.grid) * c.grid, D});
-    for (int i = 0; i < c.layers; ++i) {
-      const std::string b = p + "blocks." + std::to_string(i) + ".";
-      VitLayer ly;
-      ly.ln1_w = L.get(b + "norm1.weight", {D});
-      ly.ln1_b = L.get(b + "norm1.bias", {D});
-      ly.ln2_w = L.get(b + "norm2.weight", {D});
-      ly.ln2_b = L.get(b + "norm2.bias", {D});
-      ly.qkv_w = L.matrix(b + "attn.qkv.weight", {3 * D, D});
-      ly.qkv_b = L.get(b + "attn.qkv.bias", {3 * D});
-      ly.out_w = L.matrix(b + "attn.proj.weight", {D, D});
-      ly.out_b = L.get(b + "attn.proj.bias", {D});
-      ly.fc1_w = L.matrix(b + "mlp.linear_fc1.weight", {M, D});
-      ly.fc1_b = L.get(b + "mlp.linear_fc1.bias", {M});
-      ly.fc2_w = L.matrix(b + "mlp.linear_fc2.weight", {D, M});
-      ly.fc2_b = L.get(b + "mlp.linear_fc2.bias", {D});
-      m->layers.push_back(std::move(ly));
-    }
-    m->post_w = L.get(p + "merger.norm.weight", {D});
-    m->post_b = L.get(p + "merger.norm.bias", {D});
-    m->mm0_w = L.decoded(p + "merger.linear_fc1.weight", {Hd, U});
-    m->mm0_b = L.get(p + "merger.linear_fc1.bias", {Hd});
-    m->mm2_w = L.decoded(p + "merger.linear_fc2.weight", {E, Hd});
-    m->mm2_b = L.get(p + "merger.linear_fc2.bias", {E});
-    for (int k = 0; k < mergers; ++k) {
-      const std::string b = p + "deepstack_merger_list." + std::to_string(k) + ".";
-      VitModel::Impl::NativeMerger dm;
-      dm.norm_w = L.get(b + "norm.weight", {U});
-      dm.norm_b = L.get(b + "norm.bias", {U});
-      dm.fc1_w = L.get(b + "linear_fc1.weight", {U, U});
-      dm.fc1_b = L.get(b + "linear_fc1.bias", {U});
-      dm.fc2_w = L.get(b + "linear_fc2.weight", {E, U});
-      dm.fc2_b = L.get(b + "linear_fc2.bias", {E});
-      m->deepstack.push_back(std::move(dm));
-    }
+  // Block i's tensors (blocks.i.*).
+  VitLayer bind_block(Lookup& L, int i) const {
+    const int64_t D = c.hidden, M = c.mlp;
+    const std::string b = p + "blocks." + std::to_string(i) + ".";
+    VitLayer ly;
+    ly.ln1_w = L.get(b + "norm1.weight", {D});
+    ly.ln1_b = L.get(b + "norm1.bias", {D});
+    ly.ln2_w = L.get(b + "norm2.weight", {D});
+    ly.ln2_b = L.get(b + "norm2.bias", {D});
+    ly.qkv_w = L.matrix(b + "attn.qkv.weight", {3 * D, D});
+    ly.qkv_b = L.get(b + "attn.qkv.bias", {3 * D});
+    ly.out_w = L.matrix(b + "attn.proj.weight", {D, D});
+    ly.out_b = L.get(b + "attn.proj.bias", {D});
+    ly.fc1_w = L.matrix(b + "mlp.linear_fc1.weight", {M, D});
+    ly.fc1_b = L.get(b + "mlp.linear_fc1.bias", {M});
+    ly.fc2_w = L.matrix(b + "mlp.linear_fc2.weight", {D, M});
+    ly.fc2_b = L.get(b + "mlp.linear_fc2.bias", {D});
+    return ly;
+  }
+
+  // DeepStack merger k's tensors (deepstack_merger_list.k.*).
+  VitModel::Impl::NativeMerger bind_deepstack(Lookup& L, int k) const {
+    const int64_t E = c.projector_dim;
+    const std::string b = p + "deepstack_merger_list." + std::to_string(k) + ".";
+    VitModel::Impl::NativeMerger dm;
+    dm.norm_w = L.get(b + "norm.weight", {U});
+    dm.norm_b = L.get(b + "norm.bias", {U});
+    dm.fc1_w = L.get(b + "linear_fc1.weight", {U, U});
+    dm.fc1_b = L.get(b + "linear_fc1.bias", {U});
+    dm.fc2_w = L.get(b + "linear_fc2.weight", {E, U});
+    dm.fc2_b = L.get(b + "linear_fc2.bias", {E});
+    return dm;
+  }
+
+  // Every tensor: the embeddings, the blocks, the merger and the DeepStack mergers.
+  void bind_tensors(Lookup& L) {
+    const int64_t D = c.hidden, T = c.native.temporal_patch, P = c.patch_px, E = c.projector_dim, Hd = c.projector_hidden;
+    m.patch_w = L.get(p + "patch_embed.proj.weight", {D, c.channels, T, P, P}, true, {D, c.channels * T * P * P});
+    m.patch_b = L.get(p + "patch_embed.proj.bias", {D});
+    m.pos_grid = L.get(p + "pos_embed.weight", {int64_t(c.grid) * c.grid, D});
+    for (int i = 0; i < c.layers; ++i) m.layers.push_back(bind_block(L, i));
+    m.post_w = L.get(p + "merger.norm.weight", {D});
+    m.post_b = L.get(p + "merger.norm.bias", {D});
+    m.mm0_w = L.decoded(p + "merger.linear_fc1.weight", {Hd, U});
+    m.mm0_b = L.get(p + "merger.linear_fc1.bias", {Hd});
+    m.mm2_w = L.decoded(p + "merger.linear_fc2.weight", {E, Hd});
+    m.mm2_b = L.get(p + "merger.linear_fc2.bias", {E});
+    for (int k = 0; k < mergers; ++k) m.deepstack.push_back(bind_deepstack(L, k));
+  }
+};
+
+class Qwen3VlLoader final : public ModelLoader {
+ public:
+  std::string_view name() const override { return "hf_qwen3_vl"; }
+  bool accepts(const Checkpoint& c) const override { return !c.gguf && qwen3_prefix(*c.weights).has_value(); }
+  std::shared_ptr<VitModel::Impl> load(const Checkpoint& ck) const override {
+    auto m = std::make_shared<VitModel::Impl>();
+    VitConfig& c = m->config;
+    Qwen3VlRead r(ck, *m);
+    c.family = VitFamily::qwen3_vl;
+    c.naming = "hf_qwen3_vl";
+    c.class_token = false;
+    c.final_norm = FinalNorm::none;
+    c.ln_eps = 1e-6f;
+    c.act = Activation::gelu_tanh;
+    c.patch_bias = true;
+    r.read_dims();
+    r.read_config();
+    r.read_preprocessor();
+    Lookup L(r.w);
+    r.bind_tensors(L);
     L.finish("HF Qwen3-VL");
     m->tensors_used = L.used();
     return m;

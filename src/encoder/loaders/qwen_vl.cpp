@@ -40,34 +40,27 @@ Tensor concat(const Tensor& a, const Tensor& b) {
   return t;
 }
 
-class QwenVlLoader final : public ModelLoader {
- public:
-  explicit QwenVlLoader(bool qwen25) : qwen25_(qwen25) {}
-  std::string_view name() const override { return qwen25_ ? "hf_qwen2_5_vl" : "hf_qwen2_vl"; }
-  bool accepts(const Checkpoint& c) const override {
-    if (c.gguf) return false;
-    const auto p = qwen_prefix(*c.weights);
-    return p && gated(*c.weights, *p) == qwen25_;
-  }
-  std::shared_ptr<VitModel::Impl> load(const Checkpoint& ck) const override {
-    const WeightSource& w = *ck.weights;
-    const std::string& path = w.path();
-    const std::string what = qwen25_ ? "HF Qwen2.5-VL" : "HF Qwen2-VL";
-    const std::string p = *qwen_prefix(w);
-    const nlohmann::json& cfg = ck.config;  // the vision_config
-    const char* cf = "config.json";
-    auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + path + "': " + why); };
-    auto m = std::make_shared<VitModel::Impl>();
-    VitConfig& c = m->config;
-    c.family = qwen25_ ? VitFamily::qwen2_5_vl : VitFamily::qwen2_vl;
-    c.naming = std::string(name());
-    c.class_token = false;
-    c.final_norm = FinalNorm::none;
-    c.ln_eps = 1e-6f;
-    c.act = qwen25_ ? Activation::swiglu : Activation::quick_gelu;
-    c.native.rms_norm = qwen25_;
+// One Qwen2-VL or Qwen2.5-VL checkpoint being loaded, read in phases: the dimensions from the
+// tensors, config.json, preprocessor_config.json, then the tensors.
+struct QwenVlRead {
+  const Checkpoint& ck;
+  const WeightSource& w;
+  const std::string& path;
+  bool qwen25;
+  std::string p;  // the tower's prefix
+  VitModel::Impl& m;
+  VitConfig& c;
+  std::string mlp0, mlp2;  // the merger's matrices
+  int64_t U = 0;           // the merger's input width (merge² × D)
+  int merge = 0;
 
-    // ---- dimensions from the tensors ----------------------------------------------------------
+  QwenVlRead(const Checkpoint& ck, bool qwen25, VitModel::Impl& m)
+      : ck(ck), w(*ck.weights), path(w.path()), qwen25(qwen25), p(*qwen_prefix(w)), m(m), c(m.config),
+        mlp0(p + "merger.mlp.0.weight"), mlp2(p + "merger.mlp.2.weight") {}
+  Error bad(const std::string& why) const { return Error(Errc::corrupt_data, "'" + path + "': " + why); }
+
+  // The width, channels, patch sizes, block count, merge size, merger and MLP widths.
+  void read_dims() {
     const auto pe = w.info(p + "patch_embed.proj.weight");
     if (pe->shape.size() != 5 || pe->shape[3] != pe->shape[4])
       throw bad(p + "patch_embed.proj.weight is " + shape_str(pe->shape) + ", not a Conv3d kernel [D, C, T, P, P]");
@@ -78,12 +71,11 @@ class QwenVlLoader final : public ModelLoader {
     c.layers = c.layers_in_checkpoint = count_layers(w, p + "blocks.");
     if (c.layers < 1) throw bad("no " + p + "blocks.0.* tensors");
     const int64_t D = c.hidden;
-    const std::string mlp0 = p + "merger.mlp.0.weight", mlp2 = p + "merger.mlp.2.weight";
     const auto i0 = w.info(mlp0), i2 = w.info(mlp2);
     if (!i0 || !i2 || i0->shape.size() != 2 || i2->shape.size() != 2)
       throw bad("the merger needs " + mlp0 + " and " + mlp2 + " (matrices)");
-    const int64_t U = i0->shape[1];
-    const int merge = int(std::lround(std::sqrt(double(U) / double(D))));
+    U = i0->shape[1];
+    merge = int(std::lround(std::sqrt(double(U) / double(D))));
     if (merge < 1 || merge > 16 || int64_t(merge) * merge * D != U)
       throw bad(mlp0 + " reads " + std::to_string(U) + " values, not merge² × " + std::to_string(D) +
                 " (the tower's width) for a square merge unit");
@@ -91,12 +83,18 @@ class QwenVlLoader final : public ModelLoader {
     c.projector = ProjectorType::patch_merger;
     c.projector_hidden = int(checked_dim(i0->shape[0], 1 << 20, path, "the merger's hidden width"));
     c.projector_dim = int(checked_dim(i2->shape[0], 1 << 20, path, "the language model's width"));
-    const std::string fc1 = p + (qwen25_ ? "blocks.0.mlp.gate_proj.weight" : "blocks.0.mlp.fc1.weight");
+    const std::string fc1 = p + (qwen25 ? "blocks.0.mlp.gate_proj.weight" : "blocks.0.mlp.fc1.weight");
     const auto f1 = w.info(fc1);
     if (!f1 || f1->shape.size() != 2) throw bad("missing or malformed " + fc1);
     c.mlp = checked_dim(f1->shape[0], 1 << 20, path, "the MLP width");
+  }
 
-    // ---- config.json ------------------------------------------------------------------------
+  // config.json (the vision_config): the heads, Qwen2.5-VL's windows and time scale, and every
+  // size it repeats checked against the tensors'.
+  void read_config() {
+    const nlohmann::json& cfg = ck.config;
+    const char* cf = "config.json";
+    const int64_t D = c.hidden;
     if (!cfg.is_null() && !cfg.is_object()) throw bad("config.json is not an object");
     const auto heads = cfg_get<int>(cfg, {"num_heads", "num_attention_heads"}, cf);
     if (heads) {
@@ -120,30 +118,11 @@ class QwenVlLoader final : public ModelLoader {
     agree({"spatial_merge_size"}, merge, "merge size");
     agree({"temporal_patch_size"}, c.native.temporal_patch, "temporal patch size");
     agree({"in_chans", "in_channels"}, c.channels, "channel count");
-    if (qwen25_) {
+    if (qwen25) {
       agree({"hidden_size"}, D, "width");
       agree({"intermediate_size"}, c.mlp, "MLP width");
       agree({"out_hidden_size"}, c.projector_dim, "merger output width");
-      c.native.window_px = cfg_get<int>(cfg, {"window_size"}, cf).value_or(112);
-      if (c.native.window_px < c.patch_px * merge || c.native.window_px > (1 << 20))
-        throw bad("config.json window_size = " + std::to_string(c.native.window_px) +
-                  " is smaller than one merge unit (" + std::to_string(c.patch_px * merge) + " px) or out of range");
-      auto it = cfg.find("fullatt_block_indexes");
-      if (it != cfg.end() && !it->is_null()) {
-        if (!it->is_array()) throw bad("config.json fullatt_block_indexes is not a list");
-        for (const auto& v : *it) {
-          if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.layers)
-            throw bad("config.json fullatt_block_indexes holds " + v.dump() + ", not a block index below " +
-                      std::to_string(c.layers));
-          c.native.full_attention_blocks.push_back(v.get<int>());
-        }
-      } else {
-        // The released towers: every 8th block from the 8th (7, 15, 23, 31 of 32).
-        for (int i = 7; i < c.layers; i += 8) c.native.full_attention_blocks.push_back(i);
-      }
-      c.native.tokens_per_second = cfg_get<int>(cfg, {"tokens_per_second"}, cf).value_or(2);
-      if (c.native.tokens_per_second < 0 || c.native.tokens_per_second > 1000000)
-        throw bad("config.json tokens_per_second is out of range");
+      read_windows();
     } else {
       agree({"embed_dim"}, D, "width");
       agree({"hidden_size"}, c.projector_dim, "merger output width");
@@ -151,82 +130,120 @@ class QwenVlLoader final : public ModelLoader {
         throw Error(Errc::unsupported, "'" + path + "': config.json hidden_act '" + *a +
                                            "': Qwen2-VL's tower runs quick_gelu; another activation is not supported");
     }
-    if (qwen25_)
+    if (qwen25)
       if (const auto a = cfg_get<std::string>(cfg, {"hidden_act"}, cf); a && *a != "silu")
         throw Error(Errc::unsupported, "'" + path + "': config.json hidden_act '" + *a +
                                            "': Qwen2.5-VL's gated MLP runs silu; another activation is not supported");
+  }
 
-    // ---- preprocessor_config.json --------------------------------------------------------------
+  // Qwen2.5-VL's window_size, fullatt_block_indexes and tokens_per_second (config.json).
+  void read_windows() {
+    const nlohmann::json& cfg = ck.config;
+    const char* cf = "config.json";
+    c.native.window_px = cfg_get<int>(cfg, {"window_size"}, cf).value_or(112);
+    if (c.native.window_px < c.patch_px * merge || c.native.window_px > (1 << 20))
+      throw bad("config.json window_size = " + std::to_string(c.native.window_px) +
+                " is smaller than one merge unit (" + std::to_string(c.patch_px * merge) + " px) or out of range");
+    auto it = cfg.find("fullatt_block_indexes");
+    if (it != cfg.end() && !it->is_null()) {
+      if (!it->is_array()) throw bad("config.json fullatt_block_indexes is not a list");
+      for (const auto& v : *it) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.layers)
+          throw bad("config.json fullatt_block_indexes holds " + v.dump() + ", not a block index below " +
+                    std::to_string(c.layers));
+        c.native.full_attention_blocks.push_back(v.get<int>());
+      }
+    } else {
+      // The released towers: every 8th block from the 8th (7, 15, 23, 31 of 32).
+      for (int i = 7; i < c.layers; i += 8) c.native.full_attention_blocks.push_back(i);
+    }
+    c.native.tokens_per_second = cfg_get<int>(cfg, {"tokens_per_second"}, cf).value_or(2);
+    if (c.native.tokens_per_second < 0 || c.native.tokens_per_second > 1000000)
+      throw bad("config.json tokens_per_second is out of range");
+  }
+
+  // preprocessor_config.json: the input contract and pixel limits (image and video).
+  void read_preprocessor() {
     InputContract clip;
     clip.source = "Qwen2-VL defaults (OpenAI CLIP mean and std)";
-    const nlohmann::json& pre = ck.preprocessor;
-    const char* pf = "preprocessor_config.json";
-    if (!pre.is_null() && !pre.is_object()) throw bad("preprocessor_config.json is not an object");
-    c.input = contract_from_preprocessor(pre, clip);
-    c.native.min_pixels = 56 * 56;
-    c.native.max_pixels = 28 * 28 * 1280;
-    if (pre.is_object()) {
-      std::optional<int64_t> mn = cfg_get<int64_t>(pre, {"min_pixels"}, pf), mx = cfg_get<int64_t>(pre, {"max_pixels"}, pf);
-      if (auto it = pre.find("size"); it != pre.end() && it->is_object()) {
-        if (!mn) mn = cfg_get<int64_t>(*it, {"shortest_edge"}, pf);
-        if (!mx) mx = cfg_get<int64_t>(*it, {"longest_edge"}, pf);
-      }
-      if (mn) c.native.min_pixels = *mn;
-      if (mx) c.native.max_pixels = *mx;
-      auto pagree = [&](const char* key, int64_t have, const char* what_) {
-        if (const auto v = cfg_get<int64_t>(pre, {key}, pf); v && *v != have)
-          throw bad("preprocessor_config.json says " + std::string(key) + " = " + std::to_string(*v) + " but the tensors' " +
-                    what_ + " is " + std::to_string(have));
-      };
-      pagree("patch_size", c.patch_px, "patch size");
-      pagree("merge_size", merge, "merge size");
-      pagree("temporal_patch_size", c.native.temporal_patch, "temporal patch size");
-    }
-    if (c.native.min_pixels < 1 || c.native.max_pixels < c.native.min_pixels || c.native.max_pixels > (int64_t(1) << 40))
-      throw bad("preprocessor_config.json's pixel limits (min " + std::to_string(c.native.min_pixels) + ", max " +
-                std::to_string(c.native.max_pixels) + ") are not 1 <= min_pixels <= max_pixels <= 2^40");
+    read_image_limits(ck, c, clip, 56 * 56, 28 * 28 * 1280);
     // Qwen2VLVideoProcessor (Qwen2.5-VL's too): 128·28² .. 768·28² pixels a frame by default.
     read_video_limits(ck, c, 128 * 28 * 28, 28 * 28 * 768, false);
-    c.grid = 0;
+  }
 
-    // ---- tensors ------------------------------------------------------------------------------
-    Lookup L(w);
-    const int64_t T = c.native.temporal_patch, P = c.patch_px, M = c.mlp;
-    m->patch_w = L.get(p + "patch_embed.proj.weight", {D, c.channels, T, P, P}, true, {D, c.channels * T * P * P});
-    m->patch_b = L.get(p + "patch_embed.proj.bias", {D}, false);
-    for (int i = 0; i < c.layers; ++i) {
-      const std::string b = p + "blocks." + std::to_string(i) + ".";
-      VitLayer ly;
-      ly.ln1_w = L.get(b + "norm1.weight", {D});
-      ly.ln2_w = L.get(b + "norm2.weight", {D});
-      if (!qwen25_) {
-        ly.ln1_b = L.get(b + "norm1.bias", {D});
-        ly.ln2_b = L.get(b + "norm2.bias", {D});
-      }
-      ly.qkv_w = L.matrix(b + "attn.qkv.weight", {3 * D, D});
-      ly.qkv_b = L.get(b + "attn.qkv.bias", {3 * D});
-      ly.out_w = L.matrix(b + "attn.proj.weight", {D, D});
-      ly.out_b = L.get(b + "attn.proj.bias", {D});
-      if (qwen25_) {
-        ly.fc1_w = L.stacked({b + "mlp.gate_proj.weight", b + "mlp.up_proj.weight"}, M, D);
-        ly.fc1_b = concat(L.get(b + "mlp.gate_proj.bias", {M}), L.get(b + "mlp.up_proj.bias", {M}));
-        ly.fc2_w = L.matrix(b + "mlp.down_proj.weight", {D, M});
-        ly.fc2_b = L.get(b + "mlp.down_proj.bias", {D});
-      } else {
-        ly.fc1_w = L.matrix(b + "mlp.fc1.weight", {M, D});
-        ly.fc1_b = L.get(b + "mlp.fc1.bias", {M});
-        ly.fc2_w = L.matrix(b + "mlp.fc2.weight", {D, M});
-        ly.fc2_b = L.get(b + "mlp.fc2.bias", {D});
-      }
-      m->layers.push_back(std::move(ly));
+  // Block i's tensors (blocks.i.*): LayerNorms or RMSNorms, the attention, the MLP (Qwen2.5-VL's
+  // gate | up stacked as fc1).
+  VitLayer bind_block(Lookup& L, int i) const {
+    const int64_t D = c.hidden, M = c.mlp;
+    const std::string b = p + "blocks." + std::to_string(i) + ".";
+    VitLayer ly;
+    ly.ln1_w = L.get(b + "norm1.weight", {D});
+    ly.ln2_w = L.get(b + "norm2.weight", {D});
+    if (!qwen25) {
+      ly.ln1_b = L.get(b + "norm1.bias", {D});
+      ly.ln2_b = L.get(b + "norm2.bias", {D});
     }
-    m->post_w = L.get(p + "merger.ln_q.weight", {D});
-    if (!qwen25_) m->post_b = L.get(p + "merger.ln_q.bias", {D});
+    ly.qkv_w = L.matrix(b + "attn.qkv.weight", {3 * D, D});
+    ly.qkv_b = L.get(b + "attn.qkv.bias", {3 * D});
+    ly.out_w = L.matrix(b + "attn.proj.weight", {D, D});
+    ly.out_b = L.get(b + "attn.proj.bias", {D});
+    if (qwen25) {
+      ly.fc1_w = L.stacked({b + "mlp.gate_proj.weight", b + "mlp.up_proj.weight"}, M, D);
+      ly.fc1_b = concat(L.get(b + "mlp.gate_proj.bias", {M}), L.get(b + "mlp.up_proj.bias", {M}));
+      ly.fc2_w = L.matrix(b + "mlp.down_proj.weight", {D, M});
+      ly.fc2_b = L.get(b + "mlp.down_proj.bias", {D});
+    } else {
+      ly.fc1_w = L.matrix(b + "mlp.fc1.weight", {M, D});
+      ly.fc1_b = L.get(b + "mlp.fc1.bias", {M});
+      ly.fc2_w = L.matrix(b + "mlp.fc2.weight", {D, M});
+      ly.fc2_b = L.get(b + "mlp.fc2.bias", {D});
+    }
+    return ly;
+  }
+
+  // Every tensor: the patch embedding, the blocks and the merger.
+  void bind_tensors(Lookup& L) {
+    const int64_t D = c.hidden, T = c.native.temporal_patch, P = c.patch_px;
+    m.patch_w = L.get(p + "patch_embed.proj.weight", {D, c.channels, T, P, P}, true, {D, c.channels * T * P * P});
+    m.patch_b = L.get(p + "patch_embed.proj.bias", {D}, false);
+    for (int i = 0; i < c.layers; ++i) m.layers.push_back(bind_block(L, i));
+    m.post_w = L.get(p + "merger.ln_q.weight", {D});
+    if (!qwen25) m.post_b = L.get(p + "merger.ln_q.bias", {D});
     const int64_t Hd = c.projector_hidden, E = c.projector_dim;
-    m->mm0_w = L.decoded(mlp0, {Hd, U});
-    m->mm0_b = L.get(p + "merger.mlp.0.bias", {Hd});
-    m->mm2_w = L.decoded(mlp2, {E, Hd});
-    m->mm2_b = L.get(p + "merger.mlp.2.bias", {E});
+    m.mm0_w = L.decoded(mlp0, {Hd, U});
+    m.mm0_b = L.get(p + "merger.mlp.0.bias", {Hd});
+    m.mm2_w = L.decoded(mlp2, {E, Hd});
+    m.mm2_b = L.get(p + "merger.mlp.2.bias", {E});
+  }
+};
+
+class QwenVlLoader final : public ModelLoader {
+ public:
+  explicit QwenVlLoader(bool qwen25) : qwen25_(qwen25) {}
+  std::string_view name() const override { return qwen25_ ? "hf_qwen2_5_vl" : "hf_qwen2_vl"; }
+  bool accepts(const Checkpoint& c) const override {
+    if (c.gguf) return false;
+    const auto p = qwen_prefix(*c.weights);
+    return p && gated(*c.weights, *p) == qwen25_;
+  }
+  std::shared_ptr<VitModel::Impl> load(const Checkpoint& ck) const override {
+    const std::string what = qwen25_ ? "HF Qwen2.5-VL" : "HF Qwen2-VL";
+    auto m = std::make_shared<VitModel::Impl>();
+    VitConfig& c = m->config;
+    QwenVlRead r(ck, qwen25_, *m);
+    c.family = qwen25_ ? VitFamily::qwen2_5_vl : VitFamily::qwen2_vl;
+    c.naming = std::string(name());
+    c.class_token = false;
+    c.final_norm = FinalNorm::none;
+    c.ln_eps = 1e-6f;
+    c.act = qwen25_ ? Activation::swiglu : Activation::quick_gelu;
+    c.native.rms_norm = qwen25_;
+    r.read_dims();
+    r.read_config();
+    r.read_preprocessor();
+    c.grid = 0;
+    Lookup L(r.w);
+    r.bind_tensors(L);
     L.finish(what);
     m->tensors_used = L.used();
     return m;
@@ -245,6 +262,38 @@ const ModelLoader& hf_qwen2_vl_loader() {
 const ModelLoader& hf_qwen2_5_vl_loader() {
   static const QwenVlLoader loader(true);
   return loader;
+}
+
+void read_image_limits(const Checkpoint& ck, VitConfig& c, const InputContract& defaults, int64_t default_min,
+                       int64_t default_max) {
+  const std::string& path = ck.weights->path();
+  auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + path + "': " + why); };
+  const nlohmann::json& pre = ck.preprocessor;
+  const char* pf = "preprocessor_config.json";
+  if (!pre.is_null() && !pre.is_object()) throw bad("preprocessor_config.json is not an object");
+  c.input = contract_from_preprocessor(pre, defaults);
+  c.native.min_pixels = default_min;
+  c.native.max_pixels = default_max;
+  if (pre.is_object()) {
+    std::optional<int64_t> mn = cfg_get<int64_t>(pre, {"min_pixels"}, pf), mx = cfg_get<int64_t>(pre, {"max_pixels"}, pf);
+    if (auto it = pre.find("size"); it != pre.end() && it->is_object()) {
+      if (!mn) mn = cfg_get<int64_t>(*it, {"shortest_edge"}, pf);
+      if (!mx) mx = cfg_get<int64_t>(*it, {"longest_edge"}, pf);
+    }
+    if (mn) c.native.min_pixels = *mn;
+    if (mx) c.native.max_pixels = *mx;
+    auto pagree = [&](const char* key, int64_t have, const char* what) {
+      if (const auto v = cfg_get<int64_t>(pre, {key}, pf); v && *v != have)
+        throw bad("preprocessor_config.json says " + std::string(key) + " = " + std::to_string(*v) + " but the tensors' " +
+                  what + " is " + std::to_string(have));
+    };
+    pagree("patch_size", c.patch_px, "patch size");
+    pagree("merge_size", c.native.merge, "merge size");
+    pagree("temporal_patch_size", c.native.temporal_patch, "temporal patch size");
+  }
+  if (c.native.min_pixels < 1 || c.native.max_pixels < c.native.min_pixels || c.native.max_pixels > (int64_t(1) << 40))
+    throw bad("preprocessor_config.json's pixel limits (min " + std::to_string(c.native.min_pixels) + ", max " +
+              std::to_string(c.native.max_pixels) + ") are not 1 <= min_pixels <= max_pixels <= 2^40");
 }
 
 void read_video_limits(const Checkpoint& ck, VitConfig& c, int64_t default_min, int64_t default_max, bool size_only) {
