@@ -12,13 +12,113 @@
 #include "fovea/error.hpp"
 #include "fovea/native.hpp"
 #include "fovea/safetensors.hpp"
+#include "fovea/tokenize.hpp"
 
 namespace fovea::cli {
+
+void save_native_encoding(const std::string& path, const Tensor& projected, const Tensor& embeddings,
+                          const Tensor& grid_thw, const std::string& grid_name, const Tensor& mrope,
+                          const std::vector<Tensor>& deepstack, const std::vector<NamedTensor>& extra,
+                          const std::map<std::string, std::string>& meta) {
+  std::vector<NamedTensor> named = {{"projected", &projected}, {"embeddings", &embeddings}};
+  if (grid_thw.numel() > 0) named.push_back({grid_name, &grid_thw});
+  named.push_back({"mrope_positions", &mrope});
+  named.insert(named.end(), extra.begin(), extra.end());
+  std::vector<std::string> deep_names;
+  for (size_t k = 0; k < deepstack.size(); ++k) deep_names.push_back("deepstack_" + std::to_string(k));
+  for (size_t k = 0; k < deepstack.size(); ++k) named.push_back({deep_names[k], &deepstack[k]});
+  save_safetensors(path, named, meta);
+}
+
+namespace {
+
+// The merged tokens of the whole image's native encode (smart_resize within the model's limits).
+int64_t native_merged_tokens(const VitConfig& c, const ImageU8& rgb) {
+  const int f = c.native.factor(c.patch_px);
+  const NativeSize full = smart_resize(rgb.height(), rgb.width(), f, c.native.min_pixels, c.native.max_pixels);
+  return int64_t(full.height / f) * (full.width / f);
+}
+
+// --foveation mixed (for experiment): the quadtree on merge-unit tiles, one sequence of mixed levels.
+int run_native_mixed(const VitModel& model, const NativeEncodeArgs& a, const ImageU8& rgb, Executor& ex) {
+  const VitConfig& c = model.config();
+  if (a.uniform) throw Error(Errc::invalid_argument, "--uniform and --foveation mixed exclude each other");
+  TokenizeParams tp = *a.mixed;
+  tp.patch_px = native_mixed_tile_px(model);
+  tp.uniform = false, tp.foveation = Foveation::mixed;
+  tp.alloc.budget_tokens = a.budget;
+  tp.extract.dtype = DType::f32, tp.extract.norm = normalization(c.input);
+  const Tokenization t = tokenize(ImageViewU8(rgb), a.query, tp, ex);
+  const NativeMixedInput in = native_mixed_input(model, t.batch, rgb.width(), rgb.height());
+  NativeEncoding e = encode_native_mixed(model, in, {.precision = a.precision}, ex);
+  const int64_t M = in.merged(), native_tokens = native_merged_tokens(c, rgb);
+  // Each unit's centre, side (image pixels) and level, as the other embeddings files; its box.
+  Tensor positions(DType::f32, {M, 4}), levels(DType::i32, {M}), boxes(DType::f32, {M, 4});
+  std::vector<int64_t> per_level;
+  for (int64_t u = 0; u < M; ++u) {
+    const auto& b = in.boxes[size_t(u)];
+    const int l = in.units[size_t(u)].level;
+    float* p = positions.data<float>() + u * 4;
+    p[0] = (b[0] + b[2]) / 2, p[1] = (b[1] + b[3]) / 2, p[2] = b[2] - b[0], p[3] = float(l);
+    levels.data<int32_t>()[u] = l;
+    std::copy(b.begin(), b.end(), boxes.data<float>() + u * 4);
+    if (int(per_level.size()) <= l) per_level.resize(size_t(l) + 1, 0);
+    ++per_level[size_t(l)];
+  }
+  if (!a.output.empty()) {
+    std::map<std::string, std::string> meta = encoder_metadata(model, a.asked);
+    meta["source"] = a.image;
+    meta["foveation"] = "native_mixed";
+    meta["experimental"] = "true";
+    meta["merge_size"] = std::to_string(c.native.merge);
+    meta["budget"] = std::to_string(a.budget);
+    meta["image_width"] = std::to_string(rgb.width()), meta["image_height"] = std::to_string(rgb.height());
+    meta["unit_level"] = std::to_string(in.unit_level);
+    meta["mrope_positions"] = "(0, h, w): each merge unit's centre in merged-token units of mip " +
+                              std::to_string(in.unit_level) + ", minus 1/2, rounded half up; ids from 0, not a grid";
+    save_native_encoding(a.output, e.projected, e.embeddings, e.grid_thw, "image_grid_thw", e.mrope_positions,
+                         e.deepstack, {{"positions", &positions}, {"levels", &levels}, {"boxes", &boxes}}, meta);
+  }
+  nlohmann::json j = {{"image", {{"path", a.image}, {"width", rgb.width()}, {"height", rgb.height()}}},
+                      {"foveation", "native_mixed"},
+                      {"experimental", true},
+                      {"budget_merged_tokens", a.budget},
+                      {"merged_tokens", M},
+                      {"native_merged_tokens", native_tokens},
+                      {"unit_level", in.unit_level},
+                      {"merged_tokens_per_level", per_level},
+                      {"timings_ms", {{"tokenize", t.timings.total_ms()}, {"encode", e.encode_ms}, {"attention", e.attention_ms}}},
+                      {"threads", ex.threads()},
+                      {"encoder",
+                       {{"model", a.model_spec},
+                        {"description", model.describe()},
+                        {"family", std::string(to_string(c.family))},
+                        {"precision", std::string(to_string(e.precision))},
+                        {"projected", {e.projected.dim(0), e.projected.dim(1)}},
+                        {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}}}},
+                      {"outputs", {{"embeddings", a.output}}}};
+  if (a.json) {
+    std::cout << json_text(j) << '\n';
+    return 0;
+  }
+  std::printf("%s: %dx%d, %s\n", a.image.c_str(), rgb.width(), rgb.height(), model.describe().c_str());
+  std::printf("  mixed (experimental): %lld merged tokens, budget %d (the native encode: %lld), %.1f ms %s\n",
+              (long long)M, a.budget, (long long)native_tokens, e.encode_ms, std::string(to_string(e.precision)).c_str());
+  std::string runs;
+  for (size_t l = 0; l < per_level.size(); ++l)
+    runs += (l ? ", " : "") + std::string("level ") + std::to_string(l) + ": " + std::to_string(per_level[l]);
+  std::printf("  merge units: %s (positions in patch units of mip %d)\n", runs.c_str(), in.unit_level);
+  if (!a.output.empty()) std::printf("  wrote %s\n", a.output.c_str());
+  return 0;
+}
+
+}  // namespace
 
 int run_native_encode(const VitModel& model, const NativeEncodeArgs& a, Executor& ex) {
   const VitConfig& c = model.config();
   const ImageU8 loaded = load_image(a.image, a.load);
   const ImageU8 rgb = loaded.channels() == 3 ? loaded.clone() : to_rgb(loaded);
+  if (a.mixed) return run_native_mixed(model, a, rgb, ex);
   const int m = c.native.merge;
   std::vector<NativeInput> ins;
   NativeWindowPlan plan;
@@ -29,9 +129,7 @@ int run_native_encode(const VitModel& model, const NativeEncodeArgs& a, Executor
     ins = native_window_inputs(model, rgb, plan);
   }
   NativeEncoding e = encode_native(model, ins, {.precision = a.precision}, ex);
-  const NativeSize full =
-      smart_resize(rgb.height(), rgb.width(), c.native.factor(c.patch_px), c.native.min_pixels, c.native.max_pixels);
-  const int64_t native_tokens = int64_t(full.height / c.native.factor(c.patch_px)) * (full.width / c.native.factor(c.patch_px));
+  const int64_t native_tokens = native_merged_tokens(c, rgb);
   Tensor boxes(DType::i32, {int64_t(plan.windows.size()), 4});
   for (size_t i = 0; i < plan.windows.size(); ++i)
     for (int k = 0; k < 4; ++k) boxes.data<int32_t>()[i * 4 + size_t(k)] = plan.windows[i].box[size_t(k)];
@@ -41,15 +139,10 @@ int run_native_encode(const VitModel& model, const NativeEncodeArgs& a, Executor
     meta["foveation"] = a.uniform ? "native" : "native_windows";
     meta["merge_size"] = std::to_string(m);
     meta["mrope_positions"] = "(t, h, w) ids of images back to back from 0, as get_rope_index gives them";
-    std::vector<NamedTensor> named = {{"projected", &e.projected},
-                                      {"embeddings", &e.embeddings},
-                                      {"image_grid_thw", &e.grid_thw},
-                                      {"mrope_positions", &e.mrope_positions}};
-    if (!a.uniform) named.push_back({"window_boxes", &boxes});
-    std::vector<std::string> deep_names;
-    for (size_t k = 0; k < e.deepstack.size(); ++k) deep_names.push_back("deepstack_" + std::to_string(k));
-    for (size_t k = 0; k < e.deepstack.size(); ++k) named.push_back({deep_names[k], &e.deepstack[k]});
-    save_safetensors(a.output, named, meta);
+    std::vector<NamedTensor> extra;
+    if (!a.uniform) extra.push_back({"window_boxes", &boxes});
+    save_native_encoding(a.output, e.projected, e.embeddings, e.grid_thw, "image_grid_thw", e.mrope_positions,
+                         e.deepstack, extra, meta);
   }
   nlohmann::json j = {{"image", {{"path", a.image}, {"width", rgb.width()}, {"height", rgb.height()}}},
                       {"foveation", a.uniform ? "native" : "native_windows"},

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "cli_util.hpp"
+#include "encode_native.hpp"
 #include "fovea/error.hpp"
 #include "fovea/native.hpp"
 #include "fovea/safetensors.hpp"
@@ -141,14 +142,8 @@ int run_native_video(const VitModel& model, const NativeVideoArgs& a, Executor& 
                                  c.native.video_limits_source + ")";
     meta["mrope_positions"] = "(t, h, w) ids of each chunk's video from 0, as get_rope_index gives a video's tokens";
     meta["chunk_frames"] = "[k, 3]: each chunk's first and last decoded frame index and its frame count";
-    std::vector<NamedTensor> named = {{"projected", &all_projected},     {"embeddings", &all_embeddings},
-                                      {"video_grid_thw", &grid_thw},     {"mrope_positions", &all_mrope},
-                                      {"chunk_rows", &rows},             {"chunk_frames", &chunk_frames},
-                                      {"chunk_pts", &pts}};
-    std::vector<std::string> deep_names;
-    for (size_t j = 0; j < deep.size(); ++j) deep_names.push_back("deepstack_" + std::to_string(j));
-    for (size_t j = 0; j < deep.size(); ++j) named.push_back({deep_names[j], &deep[j]});
-    save_safetensors(a.output, named, meta);
+    save_native_encoding(a.output, all_projected, all_embeddings, grid_thw, "video_grid_thw", all_mrope, deep,
+                         {{"chunk_rows", &rows}, {"chunk_frames", &chunk_frames}, {"chunk_pts", &pts}}, meta);
   }
   nlohmann::json s = {{"video", {{"path", a.video}, {"width", info.width}, {"height", info.height}, {"fps", info.fps}}},
                       {"foveation", "native_video"},
