@@ -245,3 +245,39 @@ def test_native_video_size_is_the_video_processors_rule():
                 _fovea.native_video_size(models[family], frames, h, w, mn, mx, cap)
         else:
             assert _fovea.native_video_size(models[family], frames, h, w, mn, mx, cap) == (rh, rw), (family, frames, h, w)
+
+
+def test_fovea_encode_mixed_on_a_qwen_tower():
+    """foveation="mixed" (for experiment): merge units of mixed levels in one sequence; every unit at
+    level 0 is the native encode; the hand-off places the units' own ids, vLLM's grid route refuses."""
+    m = fovea.Model(os.path.join(DATA, "qwen2_5_vl"))
+    img = png("image_448x448.png")
+    full = fovea.encode(img, m, budget=16 * 16, foveation="mixed")  # every 28-px tile: all level 0
+    assert full["foveation"] == "native_mixed" and full["unit_level"] == 0
+    assert full["levels"].tolist() == [0] * 256 and full["image_grid_thw"].shape == (0, 3)
+    native = _fovea.encode_native(m, [img])
+    assert np.abs(full["projected"] - native["projected"]).max() <= 1e-4 * np.abs(native["projected"]).max()
+    assert full["mrope_positions"].tolist() == native["mrope_positions"].tolist()
+
+    r = fovea.encode(png("image_644x420.png"), m, budget=60, fixations=[(500, 100)], foveation="mixed")
+    n = r["projected"].shape[0]
+    assert 58 <= n <= 60 and len(set(r["levels"].tolist())) >= 2
+    assert r["positions"].shape == (n, 4) and r["boxes"].shape == (n, 4)
+    assert len({tuple(x) for x in r["mrope_positions"].tolist()}) == n  # distinct ids
+    IMG = 99
+    ids = [1, 2] + [IMG] * n + [3]
+    pos, delta = handoff.qwen_position_ids(ids, IMG, r)
+    assert pos[:, 2:2 + n].T.tolist() == (r["mrope_positions"] + 2).tolist()
+    assert pos[:, -1].tolist() == [int(r["mrope_positions"].max()) + 3] * 3
+    hf = handoff.qwen_hf_inputs(np.zeros((len(ids), 24), np.float32), ids, IMG, r)
+    assert hf["position_ids"].shape == (3, 1, len(ids))
+    with pytest.raises(ValueError, match="not a grid"):
+        handoff.qwen_vllm(r)
+    with pytest.raises(ValueError, match="excludes"):
+        fovea.encode(img, m, foveation="mixed", uniform=True)
+    with pytest.raises(ValueError, match="foveation must be"):
+        fovea.encode(img, m, foveation="grid")
+    with pytest.raises(TypeError, match="max_level"):
+        fovea.encode(img, m, max_level=1)
+    with pytest.raises(Exception, match="budget"):
+        fovea.encode(png("image_644x420.png"), m, budget=1, foveation="mixed")  # below the 6 coarsest units
