@@ -190,52 +190,72 @@ int run_native_encode(const VitModel& model, const NativeEncodeArgs& a, Executor
   return 0;
 }
 
-int run_naflex_encode(const VitModel& model, const NaflexEncodeArgs& a, Executor& ex) {
-  const VitConfig& c = model.config();
-  const ImageU8 loaded = load_image(a.image, a.load);
-  const ImageU8 rgb = loaded.channels() == 3 ? loaded.clone() : to_rgb(loaded);
-  const int W = rgb.width(), H = rgb.height(), P = c.patch_px;
-  const int max_patches = a.max_num_patches > 0 ? a.max_num_patches : c.native.max_num_patches;
-  const int budget = a.budget > 0 ? a.budget : c.native.max_num_patches;
+namespace {
+
+// The NaFlex images of one encode: the --uniform image or the windows' (the base view first),
+// with the plan that places them in the original image.
+struct NaflexRun {
   std::vector<NaflexInput> ins;
   NativeWindowPlan plan;
+  std::vector<Encoding> enc;
+  int max_patches = 0, budget = 0;
+};
+
+NaflexRun naflex_run(const VitModel& model, const NaflexEncodeArgs& a, const ImageU8& rgb, Executor& ex) {
+  const VitConfig& c = model.config();
+  const int W = rgb.width(), H = rgb.height();
+  NaflexRun r;
+  r.max_patches = a.max_num_patches > 0 ? a.max_num_patches : c.native.max_num_patches;
+  r.budget = a.budget > 0 ? a.budget : c.native.max_num_patches;
   if (a.uniform) {
-    ins.push_back(prepare_naflex(model, rgb, max_patches));
+    r.ins.push_back(prepare_naflex(model, rgb, r.max_patches));
     NativeWindow whole;
     whole.box = {0, 0, W, H};
-    whole.grid = ins[0].grid;
-    plan.windows.push_back(whole);
-    plan.image_width = W, plan.image_height = H;
+    whole.grid = r.ins[0].grid;
+    r.plan.windows.push_back(whole);
+    r.plan.image_width = W, r.plan.image_height = H;
   } else {
-    plan = plan_native_windows(model, W, H, a.query, nullptr, {.budget_tokens = budget});
-    ins = naflex_window_inputs(model, rgb, plan);
+    r.plan = plan_native_windows(model, W, H, a.query, nullptr, {.budget_tokens = r.budget});
+    r.ins = naflex_window_inputs(model, rgb, r.plan);
   }
-  std::vector<Encoding> enc = encode_naflex(model, ins, {.precision = a.precision}, ex);
-  const int64_t k = int64_t(enc.size()), D = c.hidden;
-  int64_t n = 0;
-  for (const NaflexInput& in : ins) n += in.grid.h * int64_t(in.grid.w);
+  r.enc = encode_naflex(model, r.ins, {.precision = a.precision}, ex);
+  return r;
+}
 
-  // The embeddings file: every image's rows back to back (the base view first), each token's
-  // centre and side in the original image's pixels (a window's crop is at full resolution, the
-  // base view or the --uniform image is scaled by its resize), its level log2 of that scale.
+// The embeddings file's tensors: every image's rows back to back (the base view first), each
+// token's centre and side in the original image's pixels (a window's crop is at full
+// resolution, the base view or the --uniform image is scaled by its resize), its level log2 of
+// that scale; per image its spatial shape, box, first row and pooled row.
+struct NaflexRows {
   EmbeddingsFile f;
-  f.embeddings = Tensor(DType::f32, {n, D});
-  f.positions = Tensor(DType::f32, {n, 4});
-  f.levels = Tensor(DType::i32, {n});
-  Tensor spatial(DType::i32, {k, 2}), boxes(DType::i32, {k, 4}), rows(DType::i64, {k + 1});
-  Tensor pooled_all(DType::f32, {k, D});
-  // A projector's rows (a NaFlex tower under a language model's projector), image after image.
-  int64_t E = k > 0 && enc[0].projected.rank() == 2 ? enc[0].projected.dim(1) : 0;
-  for (const Encoding& e : enc)  // one projected row per patch row, or none written
-    if (e.projected.rank() != 2 || e.projected.dim(0) != e.embeddings.dim(0) || e.projected.dim(1) != E) E = 0;
-  if (E > 0) f.projected = Tensor(DType::f32, {n, E});
-  const bool have_pooled = k > 0 && enc[0].pooled.numel() == D;
-  int64_t r = 0;
+  Tensor spatial, boxes, rows, pooled_all;
+  bool have_pooled = false;
+  int64_t n = 0;
   double encode_ms = 0, attention_ms = 0;
+};
+
+NaflexRows naflex_rows(const VitConfig& c, const NaflexRun& run) {
+  const int P = c.patch_px;
+  const int64_t k = int64_t(run.enc.size()), D = c.hidden;
+  NaflexRows o;
+  for (const NaflexInput& in : run.ins) o.n += in.grid.h * int64_t(in.grid.w);
+  EmbeddingsFile& f = o.f;
+  f.embeddings = Tensor(DType::f32, {o.n, D});
+  f.positions = Tensor(DType::f32, {o.n, 4});
+  f.levels = Tensor(DType::i32, {o.n});
+  o.spatial = Tensor(DType::i32, {k, 2}), o.boxes = Tensor(DType::i32, {k, 4}), o.rows = Tensor(DType::i64, {k + 1});
+  o.pooled_all = Tensor(DType::f32, {k, D});
+  // A projector's rows (a NaFlex tower under a language model's projector), image after image.
+  int64_t E = k > 0 && run.enc[0].projected.rank() == 2 ? run.enc[0].projected.dim(1) : 0;
+  for (const Encoding& e : run.enc)  // one projected row per patch row, or none written
+    if (e.projected.rank() != 2 || e.projected.dim(0) != e.embeddings.dim(0) || e.projected.dim(1) != E) E = 0;
+  if (E > 0) f.projected = Tensor(DType::f32, {o.n, E});
+  o.have_pooled = k > 0 && run.enc[0].pooled.numel() == D;
+  int64_t r = 0;
   for (int64_t i = 0; i < k; ++i) {
-    const NaflexInput& in = ins[size_t(i)];
-    const Encoding& e = enc[size_t(i)];
-    const auto [x0, y0, x1, y1] = plan.windows[size_t(i)].box;
+    const NaflexInput& in = run.ins[size_t(i)];
+    const Encoding& e = run.enc[size_t(i)];
+    const auto [x0, y0, x1, y1] = run.plan.windows[size_t(i)].box;
     const double sx = double(x1 - x0) / (in.grid.w * P), sy = double(y1 - y0) / (in.grid.h * P);
     const double scale = std::sqrt(sx * sy);
     const int level = std::max(0, int(std::lround(std::log2(scale))));
@@ -248,53 +268,65 @@ int run_naflex_encode(const VitModel& model, const NaflexEncodeArgs& a, Executor
       f.levels.data<int32_t>()[r + j] = level;
     }
     if (E > 0) std::copy_n(e.projected.data<float>(), ni * E, f.projected.data<float>() + r * E);
-    if (have_pooled) std::copy_n(e.pooled.data<float>(), D, pooled_all.data<float>() + i * D);
-    spatial.data<int32_t>()[i * 2] = in.grid.h, spatial.data<int32_t>()[i * 2 + 1] = in.grid.w;
-    for (int q = 0; q < 4; ++q) boxes.data<int32_t>()[i * 4 + q] = plan.windows[size_t(i)].box[size_t(q)];
-    rows.data<int64_t>()[i] = r;
+    if (o.have_pooled) std::copy_n(e.pooled.data<float>(), D, o.pooled_all.data<float>() + i * D);
+    o.spatial.data<int32_t>()[i * 2] = in.grid.h, o.spatial.data<int32_t>()[i * 2 + 1] = in.grid.w;
+    for (int q = 0; q < 4; ++q) o.boxes.data<int32_t>()[i * 4 + q] = run.plan.windows[size_t(i)].box[size_t(q)];
+    o.rows.data<int64_t>()[i] = r;
     r += ni;
-    encode_ms = e.encode_ms, attention_ms = e.attention_ms;  // each image carries the one call's times
+    o.encode_ms = e.encode_ms, o.attention_ms = e.attention_ms;  // each image carries the one call's times
   }
-  rows.data<int64_t>()[k] = r;
-  const Precision ran = enc.empty() ? a.precision : enc[0].precision;
+  o.rows.data<int64_t>()[k] = r;
+  return o;
+}
+
+}  // namespace
+
+int run_naflex_encode(const VitModel& model, const NaflexEncodeArgs& a, Executor& ex) {
+  const VitConfig& c = model.config();
+  const ImageU8 loaded = load_image(a.image, a.load);
+  const ImageU8 rgb = loaded.channels() == 3 ? loaded.clone() : to_rgb(loaded);
+  const int W = rgb.width(), H = rgb.height(), P = c.patch_px;
+  const NaflexRun run = naflex_run(model, a, rgb, ex);
+  NaflexRows o = naflex_rows(c, run);
+  const int64_t k = int64_t(run.enc.size()), D = c.hidden, n = o.n;
+  const Precision ran = run.enc.empty() ? a.precision : run.enc[0].precision;
   const std::string foveation = a.uniform ? "naflex" : "naflex_windows";
-  auto grid_text = [&](int64_t i) {
-    return std::to_string(spatial.data<int32_t>()[i * 2]) + "," + std::to_string(spatial.data<int32_t>()[i * 2 + 1]);
-  };
   nlohmann::json shapes = nlohmann::json::array();
-  for (int64_t i = 0; i < k; ++i) shapes.push_back({spatial.data<int32_t>()[i * 2], spatial.data<int32_t>()[i * 2 + 1]});
+  for (int64_t i = 0; i < k; ++i) shapes.push_back({o.spatial.data<int32_t>()[i * 2], o.spatial.data<int32_t>()[i * 2 + 1]});
 
   if (!a.output.empty()) {
+    EmbeddingsFile& f = o.f;
     f.metadata = encoder_metadata(model, a.asked);
     f.metadata["source"] = a.image;
     f.metadata["preprocessing_source"] = "model: " + c.input.source;
     f.metadata["foveation"] = foveation;
     f.metadata["encode_path"] = a.uniform ? "encode_naflex (the NaFlex processor: resized to fit max_num_patches, aspect kept)"
                                           : "encode_naflex on naflex_window_inputs (a base view and full-resolution windows)";
-    f.metadata["grid"] = grid_text(0);  // (h, w) patches of the image (--uniform) or of the base view
+    // (h, w) patches of the image (--uniform) or of the base view
+    f.metadata["grid"] = std::to_string(o.spatial.data<int32_t>()[0]) + "," + std::to_string(o.spatial.data<int32_t>()[1]);
     f.metadata["spatial_shapes"] = shapes.dump();
     f.metadata["image_width"] = std::to_string(W);
     f.metadata["image_height"] = std::to_string(H);
     f.metadata["patch_size"] = std::to_string(P);
-    if (a.uniform) f.metadata["max_num_patches"] = std::to_string(max_patches);
-    else f.metadata["budget_tokens"] = std::to_string(budget);
-    if (have_pooled) {
+    if (a.uniform) f.metadata["max_num_patches"] = std::to_string(run.max_patches);
+    else f.metadata["budget_tokens"] = std::to_string(run.budget);
+    if (o.have_pooled) {
       f.pooled = Tensor(DType::f32, {1, D});
-      std::copy_n(pooled_all.data<float>(), D, f.pooled.data<float>());
-      f.extra["pooled_per_image"] = std::move(pooled_all);
+      std::copy_n(o.pooled_all.data<float>(), D, f.pooled.data<float>());
+      f.extra["pooled_per_image"] = std::move(o.pooled_all);
     }
-    f.extra["spatial_shapes"] = spatial.clone();
-    f.extra["image_rows"] = rows.clone();
-    if (!a.uniform) f.extra["window_boxes"] = boxes.clone();
+    f.extra["spatial_shapes"] = o.spatial.clone();
+    f.extra["image_rows"] = o.rows.clone();
+    if (!a.uniform) f.extra["window_boxes"] = o.boxes.clone();
     save_embeddings(a.output, f);
   }
   nlohmann::json j = {{"image", {{"path", a.image}, {"width", W}, {"height", H}}},
                       {"foveation", foveation},
-                      {"max_num_patches", a.uniform ? nlohmann::json(max_patches) : nlohmann::json(nullptr)},
-                      {"budget_tokens", a.uniform ? nlohmann::json(nullptr) : nlohmann::json(budget)},
+                      {"max_num_patches", a.uniform ? nlohmann::json(run.max_patches) : nlohmann::json(nullptr)},
+                      {"budget_tokens", a.uniform ? nlohmann::json(nullptr) : nlohmann::json(run.budget)},
                       {"tokens", n},
                       {"spatial_shapes", shapes},
-                      {"timings_ms", {{"encode", encode_ms}, {"attention", attention_ms}}},
+                      {"timings_ms", {{"encode", o.encode_ms}, {"attention", o.attention_ms}}},
                       {"threads", ex.threads()},
                       {"encoder",
                        {{"model", a.model_spec},
@@ -305,27 +337,27 @@ int run_naflex_encode(const VitModel& model, const NaflexEncodeArgs& a, Executor
                       {"outputs", {{"embeddings", a.output}}}};
   if (!a.uniform) {
     j["windows"] = nlohmann::json::array();
-    for (const NativeWindow& w : plan.windows)
+    for (const NativeWindow& w : run.plan.windows)
       j["windows"].push_back({{"box", w.box}, {"kind", std::string(to_string(w.kind))}, {"grid", {w.grid.h, w.grid.w}}});
   }
   if (a.json) {
     std::cout << json_text(j) << '\n';
-  } else {
-    std::printf("%s: %dx%d, %s\n", a.image.c_str(), W, H, model.describe().c_str());
-    if (a.uniform)
-      std::printf("  naflex: %lld tokens, grid %d x %d patches (max_num_patches %d), %.1f ms %s\n", (long long)n,
-                  ins[0].grid.h, ins[0].grid.w, max_patches, encode_ms, std::string(to_string(ran)).c_str());
-    else
-      std::printf("  naflex windows: %lld tokens (budget %d) in %lld image(s), %.1f ms %s\n", (long long)n, budget,
-                  (long long)k, encode_ms, std::string(to_string(ran)).c_str());
-    if (!a.uniform)
-      for (int64_t i = 0; i < k; ++i) {
-        const NativeWindow& w = plan.windows[size_t(i)];
-        std::printf("  %s: [%d, %d, %d, %d) grid %d x %d\n", std::string(to_string(w.kind)).c_str(), w.box[0], w.box[1],
-                    w.box[2], w.box[3], w.grid.h, w.grid.w);
-      }
-    if (!a.output.empty()) std::printf("  wrote %s\n", a.output.c_str());
+    return 0;
   }
+  std::printf("%s: %dx%d, %s\n", a.image.c_str(), W, H, model.describe().c_str());
+  if (a.uniform)
+    std::printf("  naflex: %lld tokens, grid %d x %d patches (max_num_patches %d), %.1f ms %s\n", (long long)n,
+                run.ins[0].grid.h, run.ins[0].grid.w, run.max_patches, o.encode_ms, std::string(to_string(ran)).c_str());
+  else
+    std::printf("  naflex windows: %lld tokens (budget %d) in %lld image(s), %.1f ms %s\n", (long long)n, run.budget,
+                (long long)k, o.encode_ms, std::string(to_string(ran)).c_str());
+  if (!a.uniform)
+    for (int64_t i = 0; i < k; ++i) {
+      const NativeWindow& w = run.plan.windows[size_t(i)];
+      std::printf("  %s: [%d, %d, %d, %d) grid %d x %d\n", std::string(to_string(w.kind)).c_str(), w.box[0], w.box[1],
+                  w.box[2], w.box[3], w.grid.h, w.grid.w);
+    }
+  if (!a.output.empty()) std::printf("  wrote %s\n", a.output.c_str());
   return 0;
 }
 
