@@ -294,28 +294,28 @@ def llama_cpp(enc, n_past: int = 0, mrope: bool = False) -> Dict[str, Any]:
 
 
 def _qwen_mixed_ids(enc, rows: int):
-    # A mixed layout's (t, h, w) ids ([M, 3], each merge unit's centre; encode_native_mixed), or
-    # None for native images (their ids follow from image_grid_thw).
+    # A mixed layout's (t, h, w) ids ([M, 3], each merge unit's centre; encode_native_mixed's dict,
+    # or its file, which has levels and no image_grid_thw), or None for anything else.
     grid = _get(enc, "image_grid_thw")
-    if grid is None or np.asarray(grid).size != 0:
-        return None
     ids = _get(enc, "mrope_positions")
-    ids = None if ids is None else np.asarray(ids, dtype=np.int64)
-    if ids is None or ids.shape != (rows, 3):
-        raise ValueError(f"a mixed layout needs mrope_positions [{rows}, 3]")
+    if ids is None or (grid is not None and np.asarray(grid).size != 0) or (grid is None and _get(enc, "levels") is None):
+        return None
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.shape != (rows, 3):
+        raise ValueError(f"a mixed layout needs mrope_positions [{rows}, 3], got {ids.shape}")
     return ids
 
 
 def _qwen_parts(enc):
     emb = language_embeddings(enc)
+    merge = int(_get(enc, "merge_size") or 2)
+    if _qwen_mixed_ids(enc, emb.shape[0]) is not None:
+        return emb, np.zeros((0, 3), np.int64), merge
     grid = _get(enc, "image_grid_thw")
     if grid is None:
         raise ValueError("the encoding holds no image_grid_thw: it is not a native-resolution tower's "
                          "(fovea._fovea.encode_native)")
     grid = np.asarray(grid, dtype=np.int64).reshape(-1, 3)
-    merge = int(_get(enc, "merge_size") or 2)
-    if grid.shape[0] == 0 and _qwen_mixed_ids(enc, emb.shape[0]) is not None:
-        return emb, grid, merge
     if int(sum(t * (h // merge) * (w // merge) for t, h, w in grid)) != emb.shape[0]:
         raise ValueError(f"image_grid_thw {grid.tolist()} does not add up to the {emb.shape[0]} rows (merge {merge})")
     return emb, grid, merge

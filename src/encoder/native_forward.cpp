@@ -1,8 +1,10 @@
-// The native-resolution towers' forward pass (Qwen2-VL, Qwen2.5-VL): the Conv3d patch embedding
-// as one GEMM, 2-D rotary positions applied to q and k, attention within each image's frame
-// (Qwen2.5-VL: within windows, in the window order, except in the full-attention blocks), the
-// 2×2 patch merger. The linear layers are the ViT forward pass's GEMMs (oneDNN, fovea's kernels),
-// over every image's rows at once.
+// The native-resolution towers' forward pass (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): the Conv3d patch
+// embedding as one GEMM, Qwen3-VL's learned table, 2-D rotary positions applied to q and k,
+// attention within each image's frame (Qwen2.5-VL: within windows, in the window order, except in
+// the full-attention blocks), the 2×2 patch merger and the DeepStack mergers. The linear layers
+// are the ViT forward pass's GEMMs (oneDNN, fovea's kernels), over every image's rows at once.
+// run_tower (native_tower.hpp) runs any layout of patches: encode_native's images here,
+// encode_native_mixed's merge units of mixed levels (native_mixed.cpp).
 #include <omp.h>
 
 #include <algorithm>
@@ -369,7 +371,7 @@ NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::sp
                              const EncodeParams& params, Executor& exec) {
   const VitConfig& c = model.config();
   if (!c.native.enabled())
-    throw invalid_argument("encode_native: '" + model.source() + "' is not a native-resolution tower (Qwen2-VL, Qwen2.5-VL)");
+    throw invalid_argument("encode_native: '" + model.source() + "' is not a native-resolution tower (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)");
   if (images.empty()) throw invalid_argument("encode_native: no image to encode");
   NativeEncoding out = run_tower(ctx, model, frames_input(c, images), params, exec);
   const int64_t B = int64_t(images.size());

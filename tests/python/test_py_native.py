@@ -247,7 +247,7 @@ def test_native_video_size_is_the_video_processors_rule():
             assert _fovea.native_video_size(models[family], frames, h, w, mn, mx, cap) == (rh, rw), (family, frames, h, w)
 
 
-def test_fovea_encode_mixed_on_a_qwen_tower():
+def test_fovea_encode_mixed_on_a_qwen_tower(tmp_path):
     """foveation="mixed" (for experiment): merge units of mixed levels in one sequence; every unit at
     level 0 is the native encode; the hand-off places the units' own ids, vLLM's grid route refuses."""
     m = fovea.Model(os.path.join(DATA, "qwen2_5_vl"))
@@ -273,6 +273,12 @@ def test_fovea_encode_mixed_on_a_qwen_tower():
     assert hf["position_ids"].shape == (3, 1, len(ids))
     with pytest.raises(ValueError, match="not a grid"):
         handoff.qwen_vllm(r)
+    # the file form (as fovea encode --foveation mixed writes it: no image_grid_thw, levels beside)
+    path = str(tmp_path / "mixed.safetensors")
+    fovea.save(path, {k: r[k] for k in ("projected", "mrope_positions", "levels", "boxes")})
+    f = fovea.load(path)
+    pos_file, delta_file = handoff.qwen_position_ids(ids, IMG, {k: f[k] for k in f.keys()})
+    assert np.array_equal(pos_file, pos) and delta_file == delta
     with pytest.raises(ValueError, match="excludes"):
         fovea.encode(img, m, foveation="mixed", uniform=True)
     with pytest.raises(ValueError, match="foveation must be"):
