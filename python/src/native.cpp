@@ -265,7 +265,7 @@ void bind_native_foveation(py::module_& m) {
   m.def(
       "encode_native_mixed",
       [](const VitModel& model, const U8Array& image, const Points& fixations, int budget_tokens,
-         const std::string& precision, int threads, const Points& regions, int max_level) {
+         const std::string& precision, int threads, const Points& regions, int max_level, bool return_input) {
         if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
         const Precision p = precision_of(precision);
         const ImageViewU8 view = rgb_view(image);
@@ -296,15 +296,21 @@ void bind_native_foveation(py::module_& m) {
         d["boxes"] = array_of(std::move(boxes));
         d["unit_level"] = in.unit_level;
         d["experimental"] = true;
+        if (return_input) {  // what the tower read: the patches and their rotary positions
+          d["patches"] = array_of(in.patches.clone());
+          d["patch_positions"] = array_of(in.positions.clone());
+        }
         return d;
       },
       py::arg("model"), py::arg("image"), py::arg("fixations") = Points{}, py::arg("budget_tokens") = 1024,
       py::arg("precision") = "fp32", py::arg("threads") = 0, py::arg("regions") = Points{}, py::arg("max_level") = -1,
+      py::arg("return_input") = false,
       "For experiment: the mixed foveation of a Qwen-VL tower, one sequence of merge units from several mip levels "
       "(the quadtree on P*merge-px tiles, budget_tokens merged tokens; fovea/native.hpp): encode_native's dict with "
       "image_grid_thw [0, 3] (not a grid), mrope_positions [M, 3] (each unit's centre in merged-token units of the "
       "finest level, rounded half up), positions [M, 4] (centre x, y, side in image pixels, level), levels [M], "
-      "boxes [M, 4] (x0, y0, x1, y1) and unit_level (the finest level: the positions' unit)");
+      "boxes [M, 4] (x0, y0, x1, y1) and unit_level (the finest level: the positions' unit); return_input: also "
+      "patches [N, C*T*P*P] and patch_positions [N, 2] (each patch's rotary row and column), what the tower read");
 }
 
 }  // namespace

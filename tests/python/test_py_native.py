@@ -287,3 +287,58 @@ def test_fovea_encode_mixed_on_a_qwen_tower(tmp_path):
         fovea.encode(img, m, max_level=1)
     with pytest.raises(Exception, match="budget"):
         fovea.encode(png("image_644x420.png"), m, budget=1, foveation="mixed")  # below the 6 coarsest units
+
+
+@pytest.mark.parametrize("kind, path", [("qwen2_vl", "qwen2_vl/model.safetensors"), ("qwen3_vl", "qwen3_vl")])
+def test_mixed_layout_matches_the_reference_at_fractional_positions(kind, path):
+    """A foveated mixed layout (units of three levels) against scripts/make_qwen_fixtures.py's float64
+    tower fed the same patches, with its rotary angles taken at the patches' fractional centres and
+    (Qwen3-VL) its learned table sampled there: the rules of encode_native_mixed, written apart."""
+    torch = pytest.importorskip("torch")
+    import sys
+    sys.path.insert(0, os.path.join(SRC, "scripts"))
+    import make_qwen_fixtures as ref
+    m = fovea.Model(os.path.join(DATA, path))
+    img = png("image_640x416.png" if kind == "qwen3_vl" else "image_644x420.png")
+    r = _fovea.encode_native_mixed(m, img, fixations=[(500, 100)], budget_tokens=60, return_input=True)
+    assert len(set(r["levels"].tolist())) >= 3
+    f = fovea.load(os.path.join(DATA, path) if path.endswith(".safetensors") else
+                   os.path.join(DATA, path, "model.safetensors"))
+    prefix = next(p for p in ("model.visual.", "visual.") if any(k.startswith(p) for k in f.keys()))
+    sd = {k[len(prefix):]: torch.from_numpy(np.array(f[k], dtype=np.float64)) for k in f.keys() if k.startswith(prefix)}
+    qwen3 = kind == "qwen3_vl"
+    hidden = sd["patch_embed.proj.weight"].shape[0]
+    cfg = {"hidden": hidden, "heads": 2, "layers": 3 if qwen3 else 2, "merge": 2, "patch": 16 if qwen3 else 14,
+           "window_px": 0, "fullatt": [], "gated": False, "qwen3": qwen3, "deepstack": [0, 1] if qwen3 else []}
+    pos = torch.from_numpy(r["patch_positions"].astype(np.float64))  # [N, 2] rows, columns
+    n = pos.shape[0]
+
+    def angles(grids, head_dim, merge, theta=10000.0):
+        dim = head_dim // 2
+        inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        return torch.cat([pos[:, :1] * inv, pos[:, 1:] * inv], dim=1)
+
+    def table_at(table, grids, merge):  # bilinear at position * (G - 1) / (n - 1), clamped
+        g = int(round(table.shape[0] ** 0.5))
+        grid = table.reshape(g, g, -1)
+        tile = 32 << int(r["unit_level"])
+        nh, nw = -(-img.shape[0] // tile) * 2, -(-img.shape[1] // tile) * 2
+        v = torch.stack([pos[:, 0] * (g - 1) / (nh - 1), pos[:, 1] * (g - 1) / (nw - 1)], 1).clamp(0, g - 1)
+        lo = v.floor().long().clamp(max=g - 1)
+        hi = (lo + 1).clamp(max=g - 1)
+        fr = v - lo
+        fy, fx = fr[:, :1], fr[:, 1:]
+        return (grid[lo[:, 0], lo[:, 1]] * (1 - fy) * (1 - fx) + grid[lo[:, 0], hi[:, 1]] * (1 - fy) * fx +
+                grid[hi[:, 0], lo[:, 1]] * fy * (1 - fx) + grid[hi[:, 0], hi[:, 1]] * fy * fx)
+
+    saved = ref.rotary_angles, ref.learned_positions
+    ref.rotary_angles, ref.learned_positions = angles, table_at
+    try:
+        out = ref.tower(sd, cfg, torch.from_numpy(r["patches"].astype(np.float64)), [(1, 2, n // 2)])
+    finally:
+        ref.rotary_angles, ref.learned_positions = saved
+    want = out[1].numpy()
+    assert np.abs(r["projected"] - want).max() <= 1e-4 * np.abs(want).max()
+    assert np.abs(r["embeddings"] - out[0].numpy()).max() <= 1e-4 * np.abs(out[0].numpy()).max()
+    for k, d in enumerate(out[2] if qwen3 else []):
+        assert np.abs(r["deepstack"][k] - d.numpy()).max() <= 1e-4 * np.abs(d.numpy()).max()
