@@ -194,6 +194,76 @@ NativeWindowPlan plan_native_windows(const VitModel& model, int width, int heigh
 std::vector<NativeInput> native_window_inputs(const VitModel& model, const ImageViewU8& image,
                                               const NativeWindowPlan& plan);
 
+// ---- mixed foveation (for experiment): one sequence of merge units from several mip levels ------
+// The quadtree tokenizer (fovea/tokenize.hpp) run on tiles of P·merge pixels (native_mixed_params)
+// has leaves that are merge units: a level-ℓ leaf is one (P·merge)-px patch of mip ℓ, that is
+// merge × merge P-px patches of one level, siblings never split across levels, and the budget counts
+// the leaves, i.e. the merged tokens the language model reads. native_mixed_input cuts every leaf
+// into its merge² patches, row-major (the order the merger concatenates them; a still image's
+// temporal patch is the patch repeated, as native_input does), and places them: with ℓ₀ the
+// layout's finest level (0 whenever the budget reaches full resolution), a level-ℓ patch at row r,
+// column c of mip ℓ's patch grid has its centre at ((r + ½)·2^(ℓ−ℓ₀), (c + ½)·2^(ℓ−ℓ₀)) in patch
+// units of mip ℓ₀, and its rotary position is that centre minus ½: a level-ℓ₀ patch is at (r, c)
+// as in a native encode of mip ℓ₀, a coarser one at a fractional position. encode_native_mixed
+// runs the tower on that one sequence as encode_native runs an image:
+//  - rotary angles: position × frequency, with the real-valued positions;
+//  - Qwen3-VL's learned table: sampled bilinearly at position·(G−1)/(n−1) on each axis, n the
+//    patches of mip ℓ₀'s padded grid on that axis (where encode_native samples linspace(0, G−1, n)),
+//    clamped to the table;
+//  - Qwen2.5-VL's window attention: windows of window_px pixels of mip ℓ₀ (window_px / (P·merge)
+//    merge units a side, on the grid encode_native uses for mip ℓ₀); a merge unit joins the window
+//    that holds its centre (a unit wider than a window joins one of those it covers); full
+//    attention over the whole sequence in the full-attention blocks;
+//  - mrope_positions for the language model: (0, y, x), y and x the unit's centre in merged-token
+//    units of mip ℓ₀ minus ½, rounded half up (⌊v + ½⌋): a level-ℓ₀ unit's merged row and column as
+//    get_rope_index gives them, and distinct for every unit (the rounded centre lies in its box).
+//    The ids start at 0, as one image's; they are not a grid, so vLLM's image_grid_thw route does
+//    not apply (grid_thw is [0, 3]): hand them on as position ids (fovea.handoff.qwen_hf_inputs).
+// A layout whose units are all at level ℓ₀, of an image whose sides are multiples of
+// P·merge·2^ℓ₀, is therefore encode_native of mip ℓ₀, row for row (rows in the layout's order,
+// which is the processor's). Coarser units are a sequence no Qwen-VL tower was trained on: the
+// mode is for experiment; windows foveation (plan_native_windows) keeps every image in
+// distribution.
+
+// The tile side of a native tower's mixed foveation, P·merge pixels (28 for Qwen2-VL): tokenize
+// (fovea/tokenize.hpp) with patch_px = this, foveation mixed, the budget in merged tokens, float32
+// patches normalised with the model's mean and std (normalization(model.config().input)):
+//   fovea::TokenizeParams tp;
+//   tp.patch_px = fovea::native_mixed_tile_px(m);
+//   tp.alloc.budget_tokens = 256;
+//   tp.extract.norm = fovea::normalization(m.config().input);
+//   fovea::Tokenization t = fovea::tokenize(image, query, tp, exec);
+//   fovea::NativeMixedInput in = fovea::native_mixed_input(m, t.batch, t.pyramid.width(), t.pyramid.height());
+//   fovea::NativeEncoding e = fovea::encode_native_mixed(m, in, {}, exec);
+// Throws Error(invalid_argument) when the model is not a Qwen-VL tower.
+int native_mixed_tile_px(const VitModel& model);
+
+struct NativeMixedInput {
+  Tensor patches;    // [N, C·T·P·P] f32: unit after unit (the layout's order: level, y, x), each
+                     // unit's merge² patches row-major, each as native_input lays a patch out
+  Tensor positions;  // [N, 2] f32: each patch's rotary (row, column), in patch units of mip ℓ₀
+  std::vector<Token> units;                 // [M]: each merge unit's node (x, y) and level
+  std::vector<std::array<float, 4>> boxes;  // [M]: each unit's box [x0, y0, x1, y1) in image pixels
+  int unit_level = 0;                       // ℓ₀: the layout's finest level
+  int grid_h = 0, grid_w = 0;               // patches of mip ℓ₀'s padded grid (tiles at ℓ₀ · merge)
+  int image_width = 0, image_height = 0;
+  int64_t merged() const { return int64_t(units.size()); }
+};
+// A mixed token batch of an image_width × image_height image (tokenize as above) as the tower
+// reads it. Throws Error(invalid_argument) when the model is not a Qwen-VL tower or the batch does
+// not fit it (a windows or uniform batch, another patch size, dtype or normalisation, no token).
+NativeMixedInput native_mixed_input(const VitModel& model, const TokenBatch& batch, int image_width, int image_height);
+// The M-RoPE ids of a mixed input's merge units ([M, 3] int32, rule above).
+Tensor native_mixed_mrope_positions(const VitModel& model, const NativeMixedInput& input);
+// Encodes a mixed input in one sequence (rules above): projected [M, E] and deepstack rows in the
+// units' order, embeddings [N, D] in the patches' order, mrope_positions [M, 3], grid_thw [0, 3],
+// image_rows {0, M}. Throws Error(invalid_argument) when the model is not a Qwen-VL tower or the
+// input does not match it.
+NativeEncoding encode_native_mixed(EncoderContext& ctx, const VitModel& model, const NativeMixedInput& input,
+                                   const EncodeParams& params, Executor& exec);
+NativeEncoding encode_native_mixed(const VitModel& model, const NativeMixedInput& input, const EncodeParams& params,
+                                   Executor& exec);
+
 // Whether `model` is a native-resolution tower (VitConfig::native.enabled()).
 inline bool is_native(const VitModel& model) { return model.config().native.enabled(); }
 

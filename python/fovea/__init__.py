@@ -363,11 +363,15 @@ def encode(
       the windows foveation with budget in merged tokens (default 1024). Returns
       _fovea.encode_native's / encode_native_windows' dict (projected, image_grid_thw,
       mrope_positions, deepstack, ...), which fovea.handoff.qwen_vllm / qwen_hf take.
+      foveation="mixed" (for experiment; max_level= optional) is one sequence of merge units from
+      several mip levels (the quadtree on P*merge-px tiles, budget merged tokens):
+      _fovea.encode_native_mixed's dict, whose mrope_positions are each unit's centre (not a grid:
+      hand it on with fovea.handoff.qwen_hf_inputs, not qwen_vllm), with levels, boxes, positions.
 
-    Every dict also says "foveation": "naflex", "naflex_windows", "native" or "native_windows".
-    fixations and regions are as tokenize's (image pixels); base_share and max_windows size the
-    windows of the native towers; tokenize_options (patch, weights, foveation ...) apply to
-    fixed-size towers only. model may be a path (loaded with fovea.Model).
+    Every dict also says "foveation": "naflex", "naflex_windows", "native", "native_windows" or
+    "native_mixed". fixations and regions are as tokenize's (image pixels); base_share and
+    max_windows size the windows of the native towers; the other tokenize_options (patch,
+    weights ...) apply to fixed-size towers only. model may be a path (loaded with fovea.Model).
     """
     if not isinstance(model, _fovea.Model):
         model = Model(model)
@@ -382,9 +386,20 @@ def encode(
         t = tokenize(image, budget, fx, rg, uniform=uniform, threads=threads, model=model, max_pixels=max_pixels,
                      exif=exif, **tokenize_options)
         return model.encode_full(t, precision, threads)
+    # A native tower takes foveation= ("windows", its default, or "mixed" for experiment on a Qwen-VL
+    # tower) and, with "mixed", max_level=; every other tokenize option is for fixed-size towers.
+    foveation = tokenize_options.pop("foveation", None)
+    max_level = tokenize_options.pop("max_level", None)
     if tokenize_options:
         raise TypeError(f"{', '.join(sorted(tokenize_options))}: tokenize options apply to fixed-size towers; a "
                         f"{cfg['family']} tower runs its own processor")
+    if foveation not in (None, "windows", "mixed"):
+        raise ValueError(f"foveation must be 'windows' or 'mixed', got {foveation!r}")
+    if foveation == "mixed" and (uniform or cfg["naflex"]):
+        raise ValueError("foveation='mixed' is the mixed layout of a Qwen-VL tower's merge units; it excludes "
+                         "uniform=True and SigLIP 2 NaFlex towers")
+    if max_level is not None and foveation != "mixed":
+        raise TypeError("max_level shapes the quadtree of foveation='mixed'")
     pixels = _rgb_pixels(image, max_pixels, exif)
     if cfg["naflex"]:
         if uniform:
@@ -414,6 +429,11 @@ def encode(
             warnings.warn("uniform=True encodes the whole image: fixations and regions are not used", stacklevel=2)
         d = _fovea.encode_native(model, [pixels], precision, threads)
         d["foveation"] = "native"
+        return d
+    if foveation == "mixed":
+        d = _fovea.encode_native_mixed(model, pixels, fx, 1024 if budget is None else budget, precision, threads, rg,
+                                       -1 if max_level is None else max_level)
+        d["foveation"] = "native_mixed"
         return d
     d = _fovea.encode_native_windows(model, pixels, fx, 1024 if budget is None else budget, base_share, max_windows,
                                      precision, threads, rg)

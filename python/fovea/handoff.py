@@ -35,7 +35,10 @@ A native-resolution tower (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: fovea._fovea.encode_n
 encode_native_windows and encode_native_video, whose dicts hold projected, image_grid_thw and
 mrope_positions) hands on native images, each with its own grid: qwen_vllm() gives vLLM's
 {"image_embeds", "image_grid_thw"} (a video's {"video_embeds", "video_grid_thw"}), qwen_position_ids() the (t, h, w) position ids of a whole prompt as
-get_rope_index lays them out, and qwen_hf_inputs() transformers' inputs_embeds with them.
+get_rope_index lays them out, and qwen_hf_inputs() transformers' inputs_embeds with them. A mixed
+layout (encode_native_mixed, for experiment) is one image whose rows are not a grid: its ids are
+each merge unit's centre (mrope_positions), which qwen_position_ids and qwen_hf_inputs place in the
+prompt; qwen_vllm refuses it (vLLM derives positions from image_grid_thw).
 
 The dicts and arrays returned are plain numpy (torch only for vllm_image_embeds' "torch"
 serialization); none of the runtimes is imported here. The forms follow the runtimes' documented
@@ -290,14 +293,29 @@ def llama_cpp(enc, n_past: int = 0, mrope: bool = False) -> Dict[str, Any]:
     return {"embd": e, "n_tokens": n, "n_embd": int(e.shape[1]), "pos": pos, "n_pos": n_pos}
 
 
+def _qwen_mixed_ids(enc, rows: int):
+    # A mixed layout's (t, h, w) ids ([M, 3], each merge unit's centre; encode_native_mixed's dict,
+    # or its file, which has levels and no image_grid_thw), or None for anything else.
+    grid = _get(enc, "image_grid_thw")
+    ids = _get(enc, "mrope_positions")
+    if ids is None or (grid is not None and np.asarray(grid).size != 0) or (grid is None and _get(enc, "levels") is None):
+        return None
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.shape != (rows, 3):
+        raise ValueError(f"a mixed layout needs mrope_positions [{rows}, 3], got {ids.shape}")
+    return ids
+
+
 def _qwen_parts(enc):
     emb = language_embeddings(enc)
+    merge = int(_get(enc, "merge_size") or 2)
+    if _qwen_mixed_ids(enc, emb.shape[0]) is not None:
+        return emb, np.zeros((0, 3), np.int64), merge
     grid = _get(enc, "image_grid_thw")
     if grid is None:
         raise ValueError("the encoding holds no image_grid_thw: it is not a native-resolution tower's "
                          "(fovea._fovea.encode_native)")
     grid = np.asarray(grid, dtype=np.int64).reshape(-1, 3)
-    merge = int(_get(enc, "merge_size") or 2)
     if int(sum(t * (h // merge) * (w // merge) for t, h, w in grid)) != emb.shape[0]:
         raise ValueError(f"image_grid_thw {grid.tolist()} does not add up to the {emb.shape[0]} rows (merge {merge})")
     return emb, grid, merge
@@ -309,6 +327,9 @@ def qwen_vllm(enc, video: bool = False) -> Dict[str, Any]:
     (the multi_modal_data "image" entry); video=True (fovea._fovea.encode_native_video's dict):
     {"video_embeds", "video_grid_thw"}, the "video" entry. Convert with torch.from_numpy."""
     emb, grid, _ = _qwen_parts(enc)
+    if grid.shape[0] == 0:
+        raise ValueError("a mixed layout (foveation 'native_mixed') is not a grid: vLLM derives positions from "
+                         "image_grid_thw, which it has none of; hand it on with qwen_hf_inputs (explicit position ids)")
     if video:
         return {"video_embeds": emb, "video_grid_thw": grid}
     return {"image_embeds": emb, "image_grid_thw": grid}
@@ -322,10 +343,11 @@ def qwen_position_ids(input_ids: Sequence[int], image_token_id: int, enc,
     of their merged grid plus the next free position, and the text after an image continues from
     its largest id + 1. rope_delta = the largest id + 1 − T (what generation adds to later positions).
     temporal_step: Qwen2.5-VL video's tokens_per_second · seconds per frame pair (1 for images)."""
-    _, grid, m = _qwen_parts(enc)
+    emb, grid, m = _qwen_parts(enc)
     ids = np.asarray(input_ids).reshape(-1)
     out = np.zeros((3, ids.shape[0]), dtype=np.int64)
-    counts = [int(t * (h // m) * (w // m)) for t, h, w in grid]
+    mixed = _qwen_mixed_ids(enc, emb.shape[0]) if grid.shape[0] == 0 else None
+    counts = [int(t * (h // m) * (w // m)) for t, h, w in grid] if mixed is None else [emb.shape[0]]
     if int((ids == image_token_id).sum()) != sum(counts):
         raise ValueError(f"the prompt holds {int((ids == image_token_id).sum())} image tokens (id {image_token_id}); "
                          f"the images need {sum(counts)} ({counts})")
@@ -336,10 +358,13 @@ def qwen_position_ids(input_ids: Sequence[int], image_token_id: int, enc,
             pos += 1
             i += 1
             continue
-        t, h, w = (int(v) for v in grid[img])
-        lh, lw = h // m, w // m
-        tt = (np.arange(t) * temporal_step).astype(np.int64)
-        block = np.stack(np.meshgrid(tt, np.arange(lh), np.arange(lw), indexing="ij")).reshape(3, -1) + pos
+        if mixed is not None:  # one image: its units' ids as encode_native_mixed gives them
+            block = mixed.T + pos
+        else:
+            t, h, w = (int(v) for v in grid[img])
+            lh, lw = h // m, w // m
+            tt = (np.arange(t) * temporal_step).astype(np.int64)
+            block = np.stack(np.meshgrid(tt, np.arange(lh), np.arange(lw), indexing="ij")).reshape(3, -1) + pos
         n = block.shape[1]
         if not np.all(ids[i:i + n] == image_token_id):
             raise ValueError(f"image {img} needs {n} consecutive image tokens at position {i}")

@@ -11,6 +11,7 @@
 
 #include "fovea/error.hpp"
 #include "fovea/native.hpp"
+#include "fovea/tokenize.hpp"
 
 namespace py = pybind11;
 using namespace fovea;
@@ -110,9 +111,10 @@ py::dict naflex_result(std::vector<Encoding>&& e, const std::vector<NaflexInput>
   return d;
 }
 
-}  // namespace
+using Points = std::vector<std::vector<float>>;
 
-void bind_native(py::module_& m) {
+// The processor's sizes and the native images and videos of the Qwen-VL towers.
+void bind_native_images(py::module_& m) {
   m.def(
       "smart_resize",
       [](int height, int width, int factor, int64_t min_pixels, int64_t max_pixels) {
@@ -177,6 +179,10 @@ void bind_native(py::module_& m) {
       "Qwen2.5-VL smart_resize of a frame within the video limits, Qwen3-VL its rule over all frames' pixels "
       "(cap_pixels_per_frame: qwen-vl-utils' per-frame cap). Limits 0: the model's (video_preprocessor_config.json, "
       "else preprocessor_config.json)");
+}
+
+// SigLIP 2 NaFlex: its processor's size and its images.
+void bind_naflex(py::module_& m) {
   m.def(
       "naflex_size",
       [](int height, int width, int patch_size, int max_num_patches) {
@@ -208,7 +214,10 @@ void bind_native(py::module_& m) {
       "(0: the model's preprocessor_config.json): a dict with embeddings (a [h*w, D] array per image: "
       "last_hidden_state's valid rows), pooled ([1, D] per image, the attention-pooling head), spatial_shapes [k, 2], "
       "encode_ms and precision");
-  using Points = std::vector<std::vector<float>>;
+}
+
+// The foveations: windows (NaFlex and Qwen-VL) and, for experiment, mixed (Qwen-VL).
+void bind_native_foveation(py::module_& m) {
   m.def(
       "encode_naflex_windows",
       [](const VitModel& model, const U8Array& image, const Points& fixations, int budget_tokens, double base_share,
@@ -253,4 +262,61 @@ void bind_native(py::module_& m) {
       "full-resolution windows on the fixations ((x, y[, radius[, weight]]) pixels) and regions ((x0, y0, x1, y1"
       "[, weight])), each a native image, in one call; encode_native's dict plus window_boxes (x0, y0, x1, y1) and "
       "window_kinds");
+  m.def(
+      "encode_native_mixed",
+      [](const VitModel& model, const U8Array& image, const Points& fixations, int budget_tokens,
+         const std::string& precision, int threads, const Points& regions, int max_level, bool return_input) {
+        if (threads < 0 || threads > 1024) throw Error(Errc::invalid_argument, "threads must be in [0, 1024]");
+        const Precision p = precision_of(precision);
+        const ImageViewU8 view = rgb_view(image);
+        const Query query = make_query(fixations, regions);
+        TokenizeParams tp;
+        tp.patch_px = native_mixed_tile_px(model);
+        tp.alloc.budget_tokens = budget_tokens;
+        tp.alloc.max_level = max_level;
+        tp.extract.norm = normalization(model.config().input);
+        py::gil_scoped_release nogil;
+        Executor exec(ExecConfig{.threads = threads});
+        const Tokenization t = tokenize(view, query, tp, exec);
+        const NativeMixedInput in = native_mixed_input(model, t.batch, view.width(), view.height());
+        NativeEncoding e = encode_native_mixed(model, in, {.precision = p}, exec);
+        py::gil_scoped_acquire gil;
+        const int64_t M = in.merged();
+        Tensor positions(DType::f32, {M, 4}), levels(DType::i32, {M}), boxes(DType::f32, {M, 4});
+        for (int64_t u = 0; u < M; ++u) {
+          const auto& b = in.boxes[size_t(u)];
+          float* q = positions.data<float>() + u * 4;
+          q[0] = (b[0] + b[2]) / 2, q[1] = (b[1] + b[3]) / 2, q[2] = b[2] - b[0], q[3] = float(in.units[size_t(u)].level);
+          levels.data<int32_t>()[u] = in.units[size_t(u)].level;
+          std::copy(b.begin(), b.end(), boxes.data<float>() + u * 4);
+        }
+        py::dict d = result(std::move(e), model);
+        d["positions"] = array_of(std::move(positions));
+        d["levels"] = array_of(std::move(levels));
+        d["boxes"] = array_of(std::move(boxes));
+        d["unit_level"] = in.unit_level;
+        d["experimental"] = true;
+        if (return_input) {  // what the tower read: the patches and their rotary positions
+          d["patches"] = array_of(in.patches.clone());
+          d["patch_positions"] = array_of(in.positions.clone());
+        }
+        return d;
+      },
+      py::arg("model"), py::arg("image"), py::arg("fixations") = Points{}, py::arg("budget_tokens") = 1024,
+      py::arg("precision") = "fp32", py::arg("threads") = 0, py::arg("regions") = Points{}, py::arg("max_level") = -1,
+      py::arg("return_input") = false,
+      "For experiment: the mixed foveation of a Qwen-VL tower, one sequence of merge units from several mip levels "
+      "(the quadtree on P*merge-px tiles, budget_tokens merged tokens; fovea/native.hpp): encode_native's dict with "
+      "image_grid_thw [0, 3] (not a grid), mrope_positions [M, 3] (each unit's centre in merged-token units of the "
+      "finest level, rounded half up), positions [M, 4] (centre x, y, side in image pixels, level), levels [M], "
+      "boxes [M, 4] (x0, y0, x1, y1) and unit_level (the finest level: the positions' unit); return_input: also "
+      "patches [N, C*T*P*P] and patch_positions [N, 2] (each patch's rotary row and column), what the tower read");
+}
+
+}  // namespace
+
+void bind_native(py::module_& m) {
+  bind_native_images(m);
+  bind_naflex(m);
+  bind_native_foveation(m);
 }

@@ -1,8 +1,10 @@
-// The native-resolution towers' forward pass (Qwen2-VL, Qwen2.5-VL): the Conv3d patch embedding
-// as one GEMM, 2-D rotary positions applied to q and k, attention within each image's frame
-// (Qwen2.5-VL: within windows, in the window order, except in the full-attention blocks), the
-// 2×2 patch merger. The linear layers are the ViT forward pass's GEMMs (oneDNN, fovea's kernels),
-// over every image's rows at once.
+// The native-resolution towers' forward pass (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): the Conv3d patch
+// embedding as one GEMM, Qwen3-VL's learned table, 2-D rotary positions applied to q and k,
+// attention within each image's frame (Qwen2.5-VL: within windows, in the window order, except in
+// the full-attention blocks), the 2×2 patch merger and the DeepStack mergers. The linear layers
+// are the ViT forward pass's GEMMs (oneDNN, fovea's kernels), over every image's rows at once.
+// run_tower (native_tower.hpp) runs any layout of patches: encode_native's images here,
+// encode_native_mixed's merge units of mixed levels (native_mixed.cpp).
 #include <omp.h>
 
 #include <algorithm>
@@ -16,10 +18,12 @@
 #include "encoder/encoder_internal.hpp"
 #include "fovea/error.hpp"
 #include "fovea/native.hpp"
+#include "encoder/native_tower.hpp"
 
 namespace fovea {
 
 using namespace encoder_detail;
+using namespace native_detail;
 
 namespace {
 
@@ -59,11 +63,6 @@ void norm_rows(const LayerOps& ops, const NativeConfig& nc, const float* x, int6
   }
 }
 
-// The rows of a sequence (one image's frame, or one window) attending to each other.
-struct Segment {
-  int64_t begin, end;
-};
-
 // Row r of the residual stream holds patch order[r] (of all images' patches, image after image):
 // Qwen2.5-VL's window order (get_window_index: merge units window by window), else the
 // processor's. `full` gets each frame's rows, `windowed` each window's (window attention only).
@@ -101,19 +100,19 @@ void tower_order(std::span<const NativeInput> images, const NativeConfig& nc, in
   }
 }
 
-// Per row of the tower's order: cos and sin of its rotary angles, [N, half].
-void rotary_tables(const LayerOps& ops, const NativeConfig& nc, const std::vector<int64_t>& order,
-                   const std::vector<int32_t>& prow, const std::vector<int32_t>& pcol, int64_t half,
+// Per row of the tower's order: cos and sin of its rotary angles, [N, half]. Frequency j < half/2
+// turns with the patch's row, j >= half/2 with its column.
+void rotary_tables(const LayerOps& ops, const NativeConfig& nc, const TowerInput& in, int64_t half,
                    std::vector<float>& cosv, std::vector<float>& sinv) {
-  const int64_t N = int64_t(order.size()), quarter = half / 2;
+  const int64_t N = in.size(), quarter = half / 2;
   cosv.assign(size_t(N * half), 0.0f), sinv.assign(size_t(N * half), 0.0f);
   std::vector<double> inv(static_cast<size_t>(quarter));
   for (int64_t i = 0; i < quarter; ++i) inv[size_t(i)] = 1.0 / std::pow(nc.rope_theta, double(2 * i) / double(half));
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    const int64_t p = order[size_t(i)];
+    const size_t p = size_t(in.order[size_t(i)]);
     for (int64_t j = 0; j < half; ++j) {
-      const double a = (j < quarter ? prow[size_t(p)] : pcol[size_t(p)]) * inv[size_t(j % quarter)];
+      const double a = (j < quarter ? in.row[p] : in.col[p]) * inv[size_t(j % quarter)];
       cosv[size_t(i * half + j)] = float(std::cos(a));
       sinv[size_t(i * half + j)] = float(std::sin(a));
     }
@@ -202,26 +201,22 @@ void window_attention(const LayerOps& ops, const std::byte* qkv, const std::vect
   }
 }
 
-// Qwen3-VL's learned positions added to x [N, D] (rows in the tower's order).
-void add_grid_positions(const LayerOps& ops, const Tensor& table, int G, int64_t D, std::span<const NativeInput> images,
-                        const std::vector<int64_t>& order, const std::vector<int32_t>& prow,
-                        const std::vector<int32_t>& pcol, const std::vector<int32_t>& pimg, float* x) {
-  // Qwen3-VL: the G×G table sampled bilinearly at linspace(0, G−1, h) × linspace(0, G−1, w)
-  // (fast_pos_embed_interpolate: corners aligned).
+// Qwen3-VL's learned positions added to x [N, D] (rows in the tower's order): the G×G table
+// sampled bilinearly at each patch's table point.
+void add_grid_positions(const LayerOps& ops, const Tensor& table, int G, int64_t D, const TowerInput& in, float* x) {
   const float* tab = table.data<float>();
-  const int64_t N = int64_t(order.size());
+  const int64_t N = in.size();
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    const int64_t p = order[size_t(i)];
-    const NativeGrid& g = images[size_t(pimg[size_t(p)])].grid;
-    auto axis = [G](int k, int n, int& lo, int& hi, double& f) {
-      const double v = n > 1 ? double(k) * double(G - 1) / double(n - 1) : 0.0;
+    const size_t p = size_t(in.order[size_t(i)]);
+    auto axis = [G](double v, int& lo, int& hi, double& f) {
+      v = std::clamp(v, 0.0, double(G - 1));
       lo = std::min(int(v), G - 1), hi = std::min(lo + 1, G - 1), f = v - lo;
     };
     int y0, y1, x0, x1;
     double fy, fx;
-    axis(prow[size_t(p)], g.h, y0, y1, fy);
-    axis(pcol[size_t(p)], g.w, x0, x1, fx);
+    axis(in.table_y[p], y0, y1, fy);
+    axis(in.table_x[p], x0, x1, fx);
     const float* a = tab + (int64_t(y0) * G + x0) * D;
     const float* b = tab + (int64_t(y0) * G + x1) * D;
     const float* cc = tab + (int64_t(y1) * G + x0) * D;
@@ -249,19 +244,92 @@ Tensor deepstack_merge(const LayerOps& ops, const VitModel::Impl::NativeMerger& 
   return t;
 }
 
-// The tower over frames (t = 1 each: a video's frame pairs are split into frames of their own by
-// encode_native, which is exact: attention, rotary and learned positions never cross a frame).
-NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
-                             const EncodeParams& params, Executor& exec) {
-  const auto t_start = std::chrono::steady_clock::now();
-  const VitModel::Impl& m = model.impl();
+// One block: attention (rotary q and k; full or windowed) then the MLP, on the residual stream x.
+struct BlockBuffers {
+  Buffer H, QKV, A, Hm;
+};
+void run_block(const LayerOps& ops, const VitModel::Impl& m, const VitLayer& l, bool full_block, const TowerInput& in,
+               const std::vector<float>& cosv, const std::vector<float>& sinv, DType dt, BlockBuffers& b,
+               AttentionWorkspace* ws, float* x, std::chrono::steady_clock::duration& attention_time) {
   const VitConfig& c = m.config;
   const NativeConfig& nc = c.native;
-  if (!nc.enabled())
-    throw invalid_argument("encode_native: '" + m.source + "' is not a native-resolution tower (Qwen2-VL, Qwen2.5-VL)");
-  if (images.empty()) throw invalid_argument("encode_native: no image to encode");
-  const int P = c.patch_px, mg = nc.merge, unit = mg * mg;
-  const int64_t K = int64_t(c.channels) * nc.temporal_patch * P * P, D = c.hidden, hd = c.head_dim();
+  const int64_t N = in.size(), D = c.hidden, hd = c.head_dim();
+  const size_t es = esize(dt);
+  norm_rows(ops, nc, x, N, D, l.ln1_w, l.ln1_b, c.ln_eps, b.H.get(), dt);
+  ops.linear(linear_args(b.H.get(), dt, N, l.qkv_w, &l.qkv_b, b.QKV.get(), dt));
+  std::byte* qkv = b.QKV.get();
+  rotate_qk(ops, qkv, N, D, c.heads, hd, dt, cosv, sinv);  // q and k rotated in place
+  const auto t_att = std::chrono::steady_clock::now();
+  auto attend = [&](const Segment& s) {
+    const int64_t T = s.end - s.begin;
+    if (T < 1) return;
+    const std::byte* q = qkv + size_t(s.begin * 3 * D) * es;
+    attention_rows({ops.ref, ops.threads, ops.gemm}, q, 3 * D, T, q + size_t(D) * es, 3 * D, T, D, c.heads, dt,
+                   b.A.get() + size_t(s.begin * D) * es, nullptr, ws);
+  };
+  if (full_block || ops.ref) {
+    for (const Segment& s : full_block ? in.full : in.windowed) attend(s);
+  } else {
+    window_attention(ops, qkv, in.windowed, D, c.heads, hd, dt, b.A.get());
+  }
+  attention_time += std::chrono::steady_clock::now() - t_att;
+  GemmArgs o = linear_args(b.A.get(), dt, N, l.out_w, &l.out_b, x, DType::f32);
+  o.accumulate = true;
+  ops.linear(o);
+  norm_rows(ops, nc, x, N, D, l.ln2_w, l.ln2_b, c.ln_eps, b.H.get(), dt);
+  GemmArgs f1 = linear_args(b.H.get(), dt, N, l.fc1_w, &l.fc1_b, b.Hm.get(), dt);
+  f1.post = post_for(c.act);
+  ops.linear(f1);
+  GemmArgs f2 = linear_args(b.Hm.get(), dt, N, l.fc2_w, &l.fc2_b, x, DType::f32);
+  if (c.act == Activation::swiglu) {
+    // fc1 is gate_proj | up_proj: silu(gate)·up over the first half, which down_proj reads.
+    const int64_t h = c.mlp;
+    std::byte* hm = b.Hm.get();
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t j = 0; j < h; ++j) {
+        const float g = load(hm, dt, r * 2 * h + j), u = load(hm, dt, r * 2 * h + h + j);
+        store(hm, dt, r * 2 * h + j, g / (1.0f + std::exp(-g)) * u);
+      }
+    f2.lda = 2 * h;
+  }
+  f2.accumulate = true;
+  ops.linear(f2);
+}
+
+// The merger (ln_q, merge units concatenated, mlp.0, GELU, mlp.2) over x (tower order); out's
+// embeddings and projected in the caller's order.
+void merge_out(const LayerOps& ops, const VitModel::Impl& m, const TowerInput& in, const float* x, DType dt, Buffer& H,
+               NativeEncoding& out) {
+  const VitConfig& c = m.config;
+  const int unit = c.native.merge * c.native.merge;
+  const int64_t N = in.size(), M = N / unit, D = c.hidden, E = c.projector_dim, U = D * unit;
+  const size_t es = esize(dt);
+  norm_rows(ops, c.native, x, N, D, m.post_w, m.post_b, c.ln_eps, H.get(), dt);  // rows of a unit are consecutive
+  Buffer Y(size_t(M * U) * es), Z(size_t(M * E) * 4);
+  GemmArgs g0 = linear_args(H.get(), dt, M, m.mm0_w, &m.mm0_b, Y.get(), dt);
+  g0.post = Post::gelu_erf;
+  ops.linear(g0);
+  ops.linear(linear_args(Y.get(), dt, M, m.mm2_w, &m.mm2_b, Z.get(), DType::f32));
+  out.projected = Tensor(DType::f32, {M, E});
+  out.embeddings = Tensor(DType::f32, {N, D});
+  float* pe = out.embeddings.data<float>();
+  float* pp = out.projected.data<float>();
+#pragma omp parallel for num_threads(ops.threads) schedule(static)
+  for (int64_t i = 0; i < N; ++i) std::memcpy(pe + in.order[size_t(i)] * D, x + i * D, size_t(D) * 4);
+  for (int64_t u = 0; u < M; ++u)
+    std::memcpy(pp + (in.order[size_t(u * unit)] / unit) * E, Z.as<float>() + u * E, size_t(E) * 4);
+}
+
+// The processor's native images (t = 1 each: a video's frame pairs are split into frames of their
+// own by encode_native, which is exact: attention, rotary and learned positions never cross a
+// frame) as the tower reads them: each patch's row and column in its image, Qwen3-VL's table
+// sampled at linspace(0, G−1, h) × linspace(0, G−1, w) (fast_pos_embed_interpolate: corners
+// aligned), Qwen2.5-VL's window order.
+TowerInput frames_input(const VitConfig& c, std::span<const NativeInput> images) {
+  const NativeConfig& nc = c.native;
+  const int P = c.patch_px, mg = nc.merge, G = c.grid;
+  const int64_t K = int64_t(c.channels) * nc.temporal_patch * P * P;
   int64_t N = 0;
   for (const NativeInput& in : images) {
     const NativeGrid& g = in.grid;
@@ -276,8 +344,61 @@ NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::sp
     N += g.patches();
     if (N > (int64_t(1) << 20)) throw Error(Errc::limit_exceeded, "encode_native: more than 2^20 patches");
   }
-  const int64_t B = int64_t(images.size()), M = N / unit;
+  TowerInput t;
+  tower_order(images, nc, P, N, t.order, t.full, t.windowed);
+  t.patch.reserve(size_t(N));
+  t.row.reserve(size_t(N)), t.col.reserve(size_t(N)), t.table_y.reserve(size_t(N)), t.table_x.reserve(size_t(N));
+  auto table = [G](int k, int n) { return n > 1 ? double(k) * double(G - 1) / double(n - 1) : 0.0; };
+  for (const NativeInput& in : images) {
+    const NativeGrid& g = in.grid;
+    const float* p = in.patches.data<float>();
+    for (int f = 0; f < g.t; ++f)
+      for (int by = 0; by < g.h / mg; ++by)
+        for (int bx = 0; bx < g.w / mg; ++bx)
+          for (int my = 0; my < mg; ++my)
+            for (int mx = 0; mx < mg; ++mx, p += K) {
+              const int r = by * mg + my, cl = bx * mg + mx;
+              t.patch.push_back(p);
+              t.row.push_back(r), t.col.push_back(cl);
+              t.table_y.push_back(table(r, g.h)), t.table_x.push_back(table(cl, g.w));
+            }
+  }
+  return t;
+}
 
+// encode_native for frames (t = 1 each): the tower, image_rows and grid_thw.
+NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
+                             const EncodeParams& params, Executor& exec) {
+  const VitConfig& c = model.config();
+  if (!c.native.enabled())
+    throw invalid_argument("encode_native: '" + model.source() + "' is not a native-resolution tower (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)");
+  if (images.empty()) throw invalid_argument("encode_native: no image to encode");
+  NativeEncoding out = run_tower(ctx, model, frames_input(c, images), params, exec);
+  const int64_t B = int64_t(images.size());
+  out.grid_thw = Tensor(DType::i32, {B, 3});
+  out.image_rows.push_back(0);
+  for (int64_t i = 0; i < B; ++i) {
+    const NativeGrid& g = images[size_t(i)].grid;
+    int32_t* gp = out.grid_thw.data<int32_t>() + i * 3;
+    gp[0] = g.t, gp[1] = g.h, gp[2] = g.w;
+    out.image_rows.push_back(out.image_rows.back() + g.merged(c.native.merge));
+  }
+  return out;
+}
+
+}  // namespace
+
+NativeEncoding native_detail::run_tower(EncoderContext& ctx, const VitModel& model, const TowerInput& in,
+                                        const EncodeParams& params, Executor& exec) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const VitModel::Impl& m = model.impl();
+  const VitConfig& c = m.config;
+  const NativeConfig& nc = c.native;
+  const int unit = nc.merge * nc.merge;
+  const int64_t N = in.size(), K = int64_t(c.channels) * nc.temporal_patch * c.patch_px * c.patch_px, D = c.hidden;
+  if (N < 1 || N % unit || N > (int64_t(1) << 20) || int64_t(in.order.size()) != N)
+    throw invalid_argument("encode_native: " + std::to_string(N) + " patches: needs 1..2^20 whole merge units");
+  const int64_t M = N / unit;
   EncoderContext::Impl& cx = ctx.impl();
   const ContextUse in_use(cx);
   const OmpThreadsScope team(std::max(1, exec.threads()));
@@ -285,149 +406,46 @@ NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::sp
   const Precision precision = runnable_precision(params.precision);
   const DType dt = precision == Precision::bf16 ? DType::bf16 : DType::f32;
   const size_t es = esize(dt);
-
-  // ---- the processor's order → the tower's order -------------------------------------------
-  // Row r of the residual stream holds patch order[r] (of all images' patches, image after
-  // image). Qwen2.5-VL runs in the window order (get_window_index): merge units window by window;
-  // every other tower in the processor's order.
-  std::vector<int64_t> order;
-  std::vector<Segment> full, windowed;
-  tower_order(images, nc, P, N, order, full, windowed);
-  // Each patch's row and column in its image, and its image's grid (processor's order).
-  std::vector<int32_t> prow(static_cast<size_t>(N)), pcol(static_cast<size_t>(N)), pimg(static_cast<size_t>(N));
-  {
-    int64_t r = 0;
-    for (size_t k = 0; k < images.size(); ++k) {
-      const NativeGrid& g = images[k].grid;
-      for (int t = 0; t < g.t; ++t)
-        for (int by = 0; by < g.h / mg; ++by)
-          for (int bx = 0; bx < g.w / mg; ++bx)
-            for (int my = 0; my < mg; ++my)
-              for (int mx = 0; mx < mg; ++mx, ++r)
-                prow[size_t(r)] = by * mg + my, pcol[size_t(r)] = bx * mg + mx, pimg[size_t(r)] = int32_t(k);
-    }
-  }
   std::vector<bool> full_block(c.layers, nc.window_px <= 0);
   for (int i : nc.full_attention_blocks)
     if (i >= 0 && i < c.layers) full_block[size_t(i)] = true;
 
-  // ---- patch embedding: one GEMM over every image's patches, rows in the tower's order --------
+  // Patch embedding: one GEMM over every patch, rows in the tower's order; Qwen3-VL's table.
   Buffer X(size_t(N * D) * 4);
   float* x = X.as<float>();
   {
     Buffer src(size_t(N * K) * 4);
-    std::vector<const float*> patch(static_cast<size_t>(N));
-    int64_t r = 0;
-    for (const NativeInput& in : images)
-      for (int64_t i = 0; i < in.grid.patches(); ++i) patch[size_t(r++)] = in.patches.data<float>() + i * K;
 #pragma omp parallel for num_threads(ops.threads) schedule(static)
-    for (int64_t i = 0; i < N; ++i) std::memcpy(src.as<float>() + i * K, patch[size_t(order[size_t(i)])], size_t(K) * 4);
+    for (int64_t i = 0; i < N; ++i) std::memcpy(src.as<float>() + i * K, in.patch[size_t(in.order[size_t(i)])], size_t(K) * 4);
     ops.linear(linear_args(src.get(), DType::f32, N, m.patch_w, &m.patch_b, x, DType::f32));
   }
-  if (present(m.pos_grid)) add_grid_positions(ops, m.pos_grid, c.grid, D, images, order, prow, pcol, pimg, x);
-
-  // ---- rotary angles: [N, hd/2] cos and sin per row ------------------------------------------
-  // Frequency j < hd/4 turns with the patch's row, j >= hd/4 with its column: inv_freq[i] =
-  // θ^(−4i/hd), i < hd/4 (rotary dimension hd/2); q[j] and q[j + hd/2] rotate together.
-  const int64_t half = hd / 2;
+  if (present(m.pos_grid)) add_grid_positions(ops, m.pos_grid, c.grid, D, in, x);
+  // Rotary angles: [N, hd/2] cos and sin per row (inv_freq[i] = θ^(−4i/hd), i < hd/4; q[j] and
+  // q[j + hd/2] rotate together).
+  const int64_t half = c.head_dim() / 2;
   std::vector<float> cosv, sinv;
-  rotary_tables(ops, nc, order, prow, pcol, half, cosv, sinv);
+  rotary_tables(ops, nc, in, half, cosv, sinv);
 
-  // ---- blocks ---------------------------------------------------------------------------------
-  const int64_t F1 = fc1_width(c);
-  Buffer H(size_t(N * D) * es), QKV(size_t(N * 3 * D) * es), A(size_t(N * D) * es), Hm(size_t(N * F1) * es);
+  BlockBuffers b{Buffer(size_t(N * D) * es), Buffer(size_t(N * 3 * D) * es), Buffer(size_t(N * D) * es),
+                 Buffer(size_t(N * fc1_width(c)) * es)};
   if (!cx.attention_ws) cx.attention_ws = std::make_shared<AttentionWorkspace>();
   std::chrono::steady_clock::duration attention_time{};
-  std::vector<Tensor> deep;  // DeepStack outputs, in deepstack_blocks' order
+  NativeEncoding out;
   for (size_t li = 0; li < m.layers.size(); ++li) {
-    const VitLayer& l = m.layers[li];
-    norm_rows(ops, nc, x, N, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get(), dt);
-    ops.linear(linear_args(H.get(), dt, N, l.qkv_w, &l.qkv_b, QKV.get(), dt));
-    // q and k rotated in place.
-    std::byte* qkv = QKV.get();
-    rotate_qk(ops, qkv, N, D, c.heads, hd, dt, cosv, sinv);
-    const auto t_att = std::chrono::steady_clock::now();
-    auto attend = [&](const Segment& s, int threads, AttentionWorkspace* ws) {
-      const int64_t T = s.end - s.begin;
-      if (T < 1) return;
-      const std::byte* q = qkv + size_t(s.begin * 3 * D) * es;
-      attention_rows({ops.ref, threads, ops.gemm}, q, 3 * D, T, q + size_t(D) * es, 3 * D, T, D, c.heads, dt,
-                     A.get() + size_t(s.begin * D) * es, nullptr, ws);
-    };
-    if (full_block[li] || ops.ref) {
-      for (const Segment& s : full_block[li] ? full : windowed) attend(s, ops.threads, cx.attention_ws.get());
-    } else {
-      window_attention(ops, qkv, windowed, D, c.heads, hd, dt, A.get());
-    }
-    attention_time += std::chrono::steady_clock::now() - t_att;
-    GemmArgs o = linear_args(A.get(), dt, N, l.out_w, &l.out_b, x, DType::f32);
-    o.accumulate = true;
-    ops.linear(o);
-    norm_rows(ops, nc, x, N, D, l.ln2_w, l.ln2_b, c.ln_eps, H.get(), dt);
-    GemmArgs f1 = linear_args(H.get(), dt, N, l.fc1_w, &l.fc1_b, Hm.get(), dt);
-    f1.post = post_for(c.act);
-    ops.linear(f1);
-    GemmArgs f2 = linear_args(Hm.get(), dt, N, l.fc2_w, &l.fc2_b, x, DType::f32);
-    if (c.act == Activation::swiglu) {
-      // fc1 is gate_proj | up_proj: silu(gate)·up over the first half, which down_proj reads.
-      const int64_t h = c.mlp;
-      std::byte* hm = Hm.get();
-#pragma omp parallel for num_threads(ops.threads) schedule(static)
-      for (int64_t r = 0; r < N; ++r)
-        for (int64_t j = 0; j < h; ++j) {
-          const float g = load(hm, dt, r * 2 * h + j), u = load(hm, dt, r * 2 * h + h + j);
-          store(hm, dt, r * 2 * h + j, g / (1.0f + std::exp(-g)) * u);
-        }
-      f2.lda = 2 * h;
-    }
-    f2.accumulate = true;
-    ops.linear(f2);
+    run_block(ops, m, m.layers[li], full_block[li], in, cosv, sinv, dt, b, cx.attention_ws.get(), x, attention_time);
     // Qwen3-VL DeepStack: this block's hidden state through its own merger (norm after the shuffle).
     for (size_t k = 0; k < nc.deepstack_blocks.size() && k < m.deepstack.size(); ++k) {
       if (nc.deepstack_blocks[k] != int(li)) continue;
-      if (deep.size() <= k) deep.resize(k + 1);
-      deep[k] = deepstack_merge(ops, m.deepstack[k], x, M, D * unit, c.projector_dim, unit, order, dt);
+      if (out.deepstack.size() <= k) out.deepstack.resize(k + 1);
+      out.deepstack[k] = deepstack_merge(ops, m.deepstack[k], x, M, D * unit, c.projector_dim, unit, in.order, dt);
     }
   }
-
-  // ---- merger: ln_q, merge units concatenated, mlp.0, GELU, mlp.2 ----------------------------
-  NativeEncoding out;
-  const int64_t E = c.projector_dim, U = D * unit;
-  {
-    norm_rows(ops, nc, x, N, D, m.post_w, m.post_b, c.ln_eps, H.get(), dt);  // rows of a unit are consecutive
-    Buffer Y(size_t(M * U) * es), Z(size_t(M * E) * 4);
-    GemmArgs g0 = linear_args(H.get(), dt, M, m.mm0_w, &m.mm0_b, Y.get(), dt);
-    g0.post = Post::gelu_erf;
-    ops.linear(g0);
-    ops.linear(linear_args(Y.get(), dt, M, m.mm2_w, &m.mm2_b, Z.get(), DType::f32));
-    // Back to the processor's order.
-    out.projected = Tensor(DType::f32, {M, E});
-    out.embeddings = Tensor(DType::f32, {N, D});
-    float* pe = out.embeddings.data<float>();
-    float* pp = out.projected.data<float>();
-#pragma omp parallel for num_threads(ops.threads) schedule(static)
-    for (int64_t i = 0; i < N; ++i) std::memcpy(pe + order[size_t(i)] * D, x + i * D, size_t(D) * 4);
-    for (int64_t u = 0; u < M; ++u)
-      std::memcpy(pp + (order[size_t(u * unit)] / unit) * E, Z.as<float>() + u * E, size_t(E) * 4);
-  }
-  std::vector<NativeGrid> grids;
-  out.grid_thw = Tensor(DType::i32, {B, 3});
-  out.image_rows.push_back(0);
-  for (int64_t i = 0; i < B; ++i) {
-    const NativeGrid& g = images[size_t(i)].grid;
-    grids.push_back(g);
-    int32_t* gp = out.grid_thw.data<int32_t>() + i * 3;
-    gp[0] = g.t, gp[1] = g.h, gp[2] = g.w;
-    out.image_rows.push_back(out.image_rows.back() + g.merged(mg));
-  }
-  out.deepstack = std::move(deep);
+  merge_out(ops, m, in, x, dt, b.H, out);
   out.precision = precision;
   out.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   out.attention_ms = std::chrono::duration<double, std::milli>(attention_time).count();
   return out;
 }
-
-}  // namespace
 
 Tensor native_mrope_positions(const VitModel& model, std::span<const NativeInput> images) {
   const VitConfig& c = model.config();

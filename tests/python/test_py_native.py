@@ -245,3 +245,100 @@ def test_native_video_size_is_the_video_processors_rule():
                 _fovea.native_video_size(models[family], frames, h, w, mn, mx, cap)
         else:
             assert _fovea.native_video_size(models[family], frames, h, w, mn, mx, cap) == (rh, rw), (family, frames, h, w)
+
+
+def test_fovea_encode_mixed_on_a_qwen_tower(tmp_path):
+    """foveation="mixed" (for experiment): merge units of mixed levels in one sequence; every unit at
+    level 0 is the native encode; the hand-off places the units' own ids, vLLM's grid route refuses."""
+    m = fovea.Model(os.path.join(DATA, "qwen2_5_vl"))
+    img = png("image_448x448.png")
+    full = fovea.encode(img, m, budget=16 * 16, foveation="mixed")  # every 28-px tile: all level 0
+    assert full["foveation"] == "native_mixed" and full["unit_level"] == 0
+    assert full["levels"].tolist() == [0] * 256 and full["image_grid_thw"].shape == (0, 3)
+    native = _fovea.encode_native(m, [img])
+    assert np.abs(full["projected"] - native["projected"]).max() <= 1e-4 * np.abs(native["projected"]).max()
+    assert full["mrope_positions"].tolist() == native["mrope_positions"].tolist()
+
+    r = fovea.encode(png("image_644x420.png"), m, budget=60, fixations=[(500, 100)], foveation="mixed")
+    n = r["projected"].shape[0]
+    assert 58 <= n <= 60 and len(set(r["levels"].tolist())) >= 2
+    assert r["positions"].shape == (n, 4) and r["boxes"].shape == (n, 4)
+    assert len({tuple(x) for x in r["mrope_positions"].tolist()}) == n  # distinct ids
+    IMG = 99
+    ids = [1, 2] + [IMG] * n + [3]
+    pos, delta = handoff.qwen_position_ids(ids, IMG, r)
+    assert pos[:, 2:2 + n].T.tolist() == (r["mrope_positions"] + 2).tolist()
+    assert pos[:, -1].tolist() == [int(r["mrope_positions"].max()) + 3] * 3
+    hf = handoff.qwen_hf_inputs(np.zeros((len(ids), 24), np.float32), ids, IMG, r)
+    assert hf["position_ids"].shape == (3, 1, len(ids))
+    with pytest.raises(ValueError, match="not a grid"):
+        handoff.qwen_vllm(r)
+    # the file form (as fovea encode --foveation mixed writes it: no image_grid_thw, levels beside)
+    path = str(tmp_path / "mixed.safetensors")
+    fovea.save(path, {k: r[k] for k in ("projected", "mrope_positions", "levels", "boxes")})
+    f = fovea.load(path)
+    pos_file, delta_file = handoff.qwen_position_ids(ids, IMG, {k: f[k] for k in f.keys()})
+    assert np.array_equal(pos_file, pos) and delta_file == delta
+    with pytest.raises(ValueError, match="excludes"):
+        fovea.encode(img, m, foveation="mixed", uniform=True)
+    with pytest.raises(ValueError, match="foveation must be"):
+        fovea.encode(img, m, foveation="grid")
+    with pytest.raises(TypeError, match="max_level"):
+        fovea.encode(img, m, max_level=1)
+    with pytest.raises(Exception, match="budget"):
+        fovea.encode(png("image_644x420.png"), m, budget=1, foveation="mixed")  # below the 6 coarsest units
+
+
+@pytest.mark.parametrize("kind, path", [("qwen2_vl", "qwen2_vl/model.safetensors"), ("qwen3_vl", "qwen3_vl")])
+def test_mixed_layout_matches_the_reference_at_fractional_positions(kind, path):
+    """A foveated mixed layout (units of three levels) against scripts/make_qwen_fixtures.py's float64
+    tower fed the same patches, with its rotary angles taken at the patches' fractional centres and
+    (Qwen3-VL) its learned table sampled there: the rules of encode_native_mixed, written apart."""
+    torch = pytest.importorskip("torch")
+    import sys
+    sys.path.insert(0, os.path.join(SRC, "scripts"))
+    import make_qwen_fixtures as ref
+    m = fovea.Model(os.path.join(DATA, path))
+    img = png("image_640x416.png" if kind == "qwen3_vl" else "image_644x420.png")
+    r = _fovea.encode_native_mixed(m, img, fixations=[(500, 100)], budget_tokens=60, return_input=True)
+    assert len(set(r["levels"].tolist())) >= 3
+    f = fovea.load(os.path.join(DATA, path) if path.endswith(".safetensors") else
+                   os.path.join(DATA, path, "model.safetensors"))
+    prefix = next(p for p in ("model.visual.", "visual.") if any(k.startswith(p) for k in f.keys()))
+    sd = {k[len(prefix):]: torch.from_numpy(np.array(f[k], dtype=np.float64)) for k in f.keys() if k.startswith(prefix)}
+    qwen3 = kind == "qwen3_vl"
+    hidden = sd["patch_embed.proj.weight"].shape[0]
+    cfg = {"hidden": hidden, "heads": 2, "layers": 3 if qwen3 else 2, "merge": 2, "patch": 16 if qwen3 else 14,
+           "window_px": 0, "fullatt": [], "gated": False, "qwen3": qwen3, "deepstack": [0, 1] if qwen3 else []}
+    pos = torch.from_numpy(r["patch_positions"].astype(np.float64))  # [N, 2] rows, columns
+    n = pos.shape[0]
+
+    def angles(grids, head_dim, merge, theta=10000.0):
+        dim = head_dim // 2
+        inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        return torch.cat([pos[:, :1] * inv, pos[:, 1:] * inv], dim=1)
+
+    def table_at(table, grids, merge):  # bilinear at position * (G - 1) / (n - 1), clamped
+        g = int(round(table.shape[0] ** 0.5))
+        grid = table.reshape(g, g, -1)
+        tile = 32 << int(r["unit_level"])
+        nh, nw = -(-img.shape[0] // tile) * 2, -(-img.shape[1] // tile) * 2
+        v = torch.stack([pos[:, 0] * (g - 1) / (nh - 1), pos[:, 1] * (g - 1) / (nw - 1)], 1).clamp(0, g - 1)
+        lo = v.floor().long().clamp(max=g - 1)
+        hi = (lo + 1).clamp(max=g - 1)
+        fr = v - lo
+        fy, fx = fr[:, :1], fr[:, 1:]
+        return (grid[lo[:, 0], lo[:, 1]] * (1 - fy) * (1 - fx) + grid[lo[:, 0], hi[:, 1]] * (1 - fy) * fx +
+                grid[hi[:, 0], lo[:, 1]] * fy * (1 - fx) + grid[hi[:, 0], hi[:, 1]] * fy * fx)
+
+    saved = ref.rotary_angles, ref.learned_positions
+    ref.rotary_angles, ref.learned_positions = angles, table_at
+    try:
+        out = ref.tower(sd, cfg, torch.from_numpy(r["patches"].astype(np.float64)), [(1, 2, n // 2)])
+    finally:
+        ref.rotary_angles, ref.learned_positions = saved
+    want = out[1].numpy()
+    assert np.abs(r["projected"] - want).max() <= 1e-4 * np.abs(want).max()
+    assert np.abs(r["embeddings"] - out[0].numpy()).max() <= 1e-4 * np.abs(out[0].numpy()).max()
+    for k, d in enumerate(out[2] if qwen3 else []):
+        assert np.abs(r["deepstack"][k] - d.numpy()).max() <= 1e-4 * np.abs(d.numpy()).max()

@@ -116,6 +116,7 @@ struct EncodeCommand {
       na.model_spec = model_spec, na.image = tok.image, na.output = output, na.query = query;
       if (tok.budget_opt && tok.budget_opt->count() > 0) na.budget = tok.budget;
       na.uniform = tok.uniform;
+      if (tok.foveation == "mixed") na.mixed = tok.params(Foveation::mixed);
       na.asked = asked, na.precision = prec, na.json = json;
       na.load = tok.load_options();
       return run_native_encode(model, na, ex);

@@ -120,7 +120,8 @@ nlohmann::json model_json(const VitModel& m) {
                      {"limits", nc.video_limits_over_frames ? "over all frames of a video" : "each frame"},
                      {"source", nc.video_limits_source}}},
                    {"outputs", {"projected", "embeddings", "image_grid_thw", "mrope_positions"}},
-                   {"foveation", {"windows (default)", "native (--uniform)"}},
+                   {"foveation", {"windows (default)", "native (--uniform)",
+                                  "mixed (--foveation mixed, for experiment: merge units of mixed mip levels in one sequence)"}},
                    {"commands",
                     {"fovea encode IMAGE --model M [--uniform] [--budget MERGED_TOKENS]",
                      "fovea video CLIP --model M [--chunk-frames N]: projected, video_grid_thw, mrope_positions per chunk"}}};
@@ -182,7 +183,8 @@ struct ModelCommand {
                   (long long)nc.video_min_pixels, (long long)nc.video_max_pixels,
                   nc.video_limits_over_frames ? "over all frames of a video" : "a frame", nc.video_limits_source.c_str());
       std::printf("  foveation: windows (a base view and full-resolution windows, each a native image; --budget counts "
-                  "merged tokens), --uniform the processor's whole image\n");
+                  "merged tokens), --uniform the processor's whole image; --foveation mixed, for experiment, one "
+                  "sequence of merge units of mixed mip levels at their centres\n");
     } else {
       std::printf("  patches: %d px, native %d px (a %dx%d position table)%s%s\n", c.patch_px, c.native_px(), c.grid,
                   c.grid, c.class_token ? ", class token" : "",
