@@ -130,20 +130,46 @@ struct CompressCommand {
   bool report = false, json = false, trust_faiss = false;
   int reps = 3, threads = 1;
 
+  // The tokens compress writes, the input's or with --merge the merged ones, and their codes.
+  struct Coded {
+    int64_t n_in = 0;  // the input's tokens
+    bool did_merge = false;
+    MergeResult merged;  // did_merge only
+    Tensor codes;        // [n, bytes_per_token] u8
+    double encode_ms = 0;
+  };
+
   int run() const {
     if (report) return run_report();
+    check_compress_options();
+    Embeddings in = load_embeddings(inputs[0]);
+    std::string trained_on;  // what --train trained on, for the report
+    const std::unique_ptr<Codec> codec = compress_codec(in, trained_on);
+    const Coded c = code_tokens(in, *codec);
+    write_compressed(in, *codec, c);
+    const nlohmann::json j = compress_json(in, *codec, c, trained_on);
+    if (json) {
+      std::cout << json_text(j) << '\n';
+      return 0;
+    }
+    print_compress(in, *codec, c, trained_on);
+    return 0;
+  }
+
+  void check_compress_options() const {
     if (inputs.size() != 1)
       throw Error(Errc::invalid_argument, "compress takes one embeddings file (several only with --report)");
     if (output.empty()) throw Error(Errc::invalid_argument, "compress needs -o OUT.safetensors");
     if (codecs.size() > 1) throw Error(Errc::invalid_argument, "compress takes one --codec (several only with --report)");
     if (codecs.empty() && codebook.empty()) throw Error(Errc::invalid_argument, "compress needs --codec SPEC (or a --codebook)");
     if (!plot.empty()) throw Error(Errc::invalid_argument, "--plot goes with --report");
+  }
 
-    Embeddings in = load_embeddings(inputs[0]);
+  // The codec: trained on --train (and its codebook saved), loaded from --codebook, or one that
+  // learns nothing.
+  std::unique_ptr<Codec> compress_codec(const Embeddings& in, std::string& trained_on) const {
     const int64_t dim = in.embeddings.dim(1);
     std::unique_ptr<Codec> codec;
-    std::map<std::string, std::string> cb_meta;
-    std::string trained_on;
     if (!train.empty()) {
       if (codecs.empty()) throw Error(Errc::invalid_argument, "--train needs --codec SPEC: what to train");
       codec = make_codec(codecs[0], dim);
@@ -164,6 +190,7 @@ struct CompressCommand {
         trained_on = std::to_string(t.x.dim(0)) + " vectors from " + std::to_string(t.files) + " file(s)";
       }
     } else if (!codebook.empty()) {
+      std::map<std::string, std::string> cb_meta;
       codec = load_codebook(codebook, &cb_meta, {.trust_faiss = trust_faiss});
       codec->set_threads(threads);
       if (!codecs.empty() && make_codec(codecs[0], codec->dim())->spec() != codec->spec())
@@ -175,81 +202,92 @@ struct CompressCommand {
         throw Error(Errc::invalid_argument, codec->spec() + " must be trained: give --train FILES... and --codebook "
                                                           "CB.safetensors (to save it), or an existing --codebook");
     }
+    return codec;
+  }
 
-    // The merge (if asked) changes N; the codec then codes the merged tokens.
-    const int64_t n_in = in.embeddings.dim(0);
-    MergeResult merged;
-    bool did_merge = false;
+  // The merge (if asked) changes N; the codec then codes the merged tokens.
+  Coded code_tokens(const Embeddings& in, const Codec& codec) const {
+    Coded c;
+    c.n_in = in.embeddings.dim(0);
     if (merge >= -1) {
       if (in.positions.rank() == 0) throw bad_file(inputs[0] + ": --merge needs the tokens' 'positions'");
-      merged = merge_siblings(in.embeddings, in.positions, {.min_cosine = merge});
-      did_merge = true;
+      c.merged = merge_siblings(in.embeddings, in.positions, {.min_cosine = merge});
+      c.did_merge = true;
     }
-    const Tensor& x = did_merge ? merged.embeddings : in.embeddings;
+    const Tensor& x = c.did_merge ? c.merged.embeddings : in.embeddings;
     const auto t0 = Clock::now();
-    Tensor codes = codec->encode(x);
-    const double encode_ms = ms_since(t0);
+    c.codes = codec.encode(x);
+    c.encode_ms = ms_since(t0);
+    return c;
+  }
 
+  static std::string codebook_hash(const Codec& codec) { return codec.needs_training() ? codec.state_hash() : ""; }
+
+  // The compressed file: codes, the tokens' positions and levels (the merged ones with --merge),
+  // and the input's metadata with the codec's.
+  void write_compressed(const Embeddings& in, const Codec& codec, const Coded& c) const {
     std::map<std::string, std::string> meta = in.metadata;
     meta["format"] = "fovea.compressed";
-    meta["codec"] = codec->spec();
-    meta["dim"] = std::to_string(dim);
-    meta["bytes_per_token"] = std::to_string(codec->bytes_per_token());
-    meta["codebook_hash"] = codec->needs_training() ? codec->state_hash() : "";
+    meta["codec"] = codec.spec();
+    meta["dim"] = std::to_string(in.embeddings.dim(1));
+    meta["bytes_per_token"] = std::to_string(codec.bytes_per_token());
+    meta["codebook_hash"] = codebook_hash(codec);
     meta["source"] = inputs[0];
-    if (did_merge) {
+    if (c.did_merge) {
       meta["merge_min_cosine"] = fmt("%g", merge);
-      meta["merge_tokens_in"] = std::to_string(n_in);
+      meta["merge_tokens_in"] = std::to_string(c.n_in);
     }
-    std::vector<NamedTensor> tensors{{"codes", &codes}};
-    if (did_merge) {
-      tensors.push_back({"positions", &merged.positions});
-      tensors.push_back({"levels", &merged.levels});
-      tensors.push_back({"merge_parent", &merged.parent});
+    std::vector<NamedTensor> tensors{{"codes", &c.codes}};
+    if (c.did_merge) {
+      tensors.push_back({"positions", &c.merged.positions});
+      tensors.push_back({"levels", &c.merged.levels});
+      tensors.push_back({"merge_parent", &c.merged.parent});
     } else {
       if (in.positions.rank() > 0) tensors.push_back({"positions", &in.positions});
       if (in.levels.rank() > 0) tensors.push_back({"levels", &in.levels});
     }
     save_safetensors(output, tensors, meta);
+  }
 
-    const int64_t n = codes.dim(0);
-    const double ratio = double(4 * dim) / double(codec->bytes_per_token());
+  nlohmann::json compress_json(const Embeddings& in, const Codec& codec, const Coded& c, const std::string& trained_on) const {
+    const int64_t dim = in.embeddings.dim(1), n = c.codes.dim(0);
     nlohmann::json j{{"input", inputs[0]},
                      {"output", output},
-                     {"codec", codec->spec()},
+                     {"codec", codec.spec()},
                      {"dim", dim},
                      {"tokens", n},
-                     {"bytes_per_token", codec->bytes_per_token()},
-                     {"ratio_vs_fp32", ratio},
-                     {"ratio_vs_fp32_with_merge", double(4 * dim * n_in) / double(codec->bytes_per_token() * n)},
+                     {"bytes_per_token", codec.bytes_per_token()},
+                     {"ratio_vs_fp32", double(4 * dim) / double(codec.bytes_per_token())},
+                     {"ratio_vs_fp32_with_merge", double(4 * dim * c.n_in) / double(codec.bytes_per_token() * n)},
                      {"codebook", codebook},
-                     {"codebook_hash", meta["codebook_hash"]},
-                     {"encode_ms", encode_ms}};
+                     {"codebook_hash", codebook_hash(codec)},
+                     {"encode_ms", c.encode_ms}};
     if (!trained_on.empty()) j["trained_on"] = trained_on;
-    if (did_merge) {
+    if (c.did_merge) {
       nlohmann::json per_level = nlohmann::json::object();
-      for (const auto& [lv, g] : merged.groups_per_level) per_level[std::to_string(lv)] = g;
-      j["merge"] = {{"min_cosine", merge}, {"tokens_in", n_in}, {"tokens_out", n}, {"groups", merged.groups_merged},
+      for (const auto& [lv, g] : c.merged.groups_per_level) per_level[std::to_string(lv)] = g;
+      j["merge"] = {{"min_cosine", merge}, {"tokens_in", c.n_in}, {"tokens_out", n}, {"groups", c.merged.groups_merged},
                     {"groups_per_child_level", per_level}};
     }
-    if (json) {
-      std::cout << json_text(j) << '\n';
-      return 0;
-    }
-    if (did_merge) {
+    return j;
+  }
+
+  void print_compress(const Embeddings& in, const Codec& codec, const Coded& c, const std::string& trained_on) const {
+    const int64_t dim = in.embeddings.dim(1), n = c.codes.dim(0);
+    if (c.did_merge) {
       std::string lv;
-      for (const auto& [l, g] : merged.groups_per_level)
+      for (const auto& [l, g] : c.merged.groups_per_level)
         lv += (lv.empty() ? "" : ", ") + std::to_string(g) + " at level " + std::to_string(l);
       std::printf("merge: %lld -> %lld tokens (%lld groups of four siblings with cosine >= %g to their mean%s%s)\n",
-                  (long long)n_in, (long long)n, (long long)merged.groups_merged, double(merge), lv.empty() ? "" : ": ",
+                  (long long)c.n_in, (long long)n, (long long)c.merged.groups_merged, double(merge), lv.empty() ? "" : ": ",
                   lv.c_str());
     }
     if (!trained_on.empty())
-      std::printf("trained %s on %s; codebook %s\n", codec->spec().c_str(), trained_on.c_str(), codebook.c_str());
-    std::printf("%s: %lld tokens x D=%lld -> %lld bytes/token (%.1fx under fp32), %.2f ms\n", codec->spec().c_str(),
-                (long long)n, (long long)dim, (long long)codec->bytes_per_token(), ratio, encode_ms);
+      std::printf("trained %s on %s; codebook %s\n", codec.spec().c_str(), trained_on.c_str(), codebook.c_str());
+    std::printf("%s: %lld tokens x D=%lld -> %lld bytes/token (%.1fx under fp32), %.2f ms\n", codec.spec().c_str(),
+                (long long)n, (long long)dim, (long long)codec.bytes_per_token(),
+                double(4 * dim) / double(codec.bytes_per_token()), c.encode_ms);
     std::printf("wrote %s\n", output.c_str());
-    return 0;
   }
 
   static void check_codebook(const Codec& c, const std::map<std::string, std::string>& cb_meta, const Embeddings& in) {
