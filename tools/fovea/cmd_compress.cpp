@@ -300,107 +300,150 @@ struct CompressCommand {
       throw bad_file("the codebook was trained on model '" + cb_model + "', " + in.path + " comes from '" + in.model() + "'");
   }
 
+  // The tokens --report measures on: every input, concatenated, and what the codecs train on.
+  struct ReportInputs {
+    std::vector<Embeddings> ins;
+    int64_t n = 0, dim = 0;
+    Tensor eval;        // [n, dim] f32
+    TrainingSet t;      // --train, or in-sample: eval itself
+    bool in_sample = true;
+  };
+
+  // What --report measured: a row per codec (and the merge's), and the codecs skipped.
+  struct Report {
+    std::vector<RateDistortionRow> rows;
+    std::vector<std::string> skipped;
+    bool merge_row = false;  // rows.back() is the merge's
+  };
+
   int run_report() const {
+    const ReportInputs in = load_report_inputs();
+    const bool tty = isatty(STDERR_FILENO);
+    Report rep;
+    measure_codecs(in, tty, rep);
+    measure_merge(in, rep);
+    if (tty) std::fprintf(stderr, "\r%40s\r", "");
+    nlohmann::json j = report_json(in, rep);
+    if (!plot.empty()) {
+      std::vector<compress::PlotPoint> pts;
+      for (const RateDistortionRow& r : rep.rows)
+        pts.push_back({r.codec, double(r.bytes_per_token), r.distortion.mean_cosine});
+      const std::string title = std::to_string(in.n) + " tokens, D=" + std::to_string(in.dim) + ", " +
+                                j["model"].get<std::string>() + (j["random_weights"].get<bool>() ? " (random weights)" : "");
+      save_png(compress::plot_rate_distortion(pts, double(4 * in.dim), title), plot);
+      j["plot"] = plot;
+    }
+    if (json) {
+      std::cout << json_text(j) << '\n';
+      return 0;
+    }
+    print_report(in, rep, j);
+    return 0;
+  }
+
+  ReportInputs load_report_inputs() const {
     if (inputs.empty()) throw Error(Errc::invalid_argument, "--report needs at least one embeddings file");
     if (!output.empty()) throw Error(Errc::invalid_argument, "--report writes no compressed file; drop -o (use --json, --plot)");
     if (reps < 1 || reps > 100) throw Error(Errc::invalid_argument, "--reps must be in [1, 100]");
-    std::vector<Embeddings> ins;
-    int64_t n = 0;
+    ReportInputs r;
     for (const std::string& p : inputs) {
-      ins.push_back(load_embeddings(p));
-      if (ins.back().embeddings.dim(1) != ins.front().embeddings.dim(1))
-        throw bad_file(p + " has D = " + std::to_string(ins.back().embeddings.dim(1)) + ", " + inputs[0] + " has D = " +
-                       std::to_string(ins.front().embeddings.dim(1)));
-      n += ins.back().embeddings.dim(0);
+      r.ins.push_back(load_embeddings(p));
+      if (r.ins.back().embeddings.dim(1) != r.ins.front().embeddings.dim(1))
+        throw bad_file(p + " has D = " + std::to_string(r.ins.back().embeddings.dim(1)) + ", " + inputs[0] + " has D = " +
+                       std::to_string(r.ins.front().embeddings.dim(1)));
+      r.n += r.ins.back().embeddings.dim(0);
     }
-    if (n == 0)  // (every ratio below is per token)
+    if (r.n == 0)  // (every ratio below is per token)
       throw bad_file(inputs.size() == 1 ? inputs[0] + " holds no tokens: nothing to measure"
                                         : "the inputs hold no tokens: nothing to measure");
-    const int64_t dim = ins.front().embeddings.dim(1);
-    Tensor eval(DType::f32, {n, dim});
+    r.dim = r.ins.front().embeddings.dim(1);
+    r.eval = Tensor(DType::f32, {r.n, r.dim});
     int64_t at = 0;
-    for (const Embeddings& e : ins) {
-      std::memcpy(eval.bytes() + at, e.embeddings.bytes(), e.embeddings.size_bytes());
+    for (const Embeddings& e : r.ins) {
+      std::memcpy(r.eval.bytes() + at, e.embeddings.bytes(), e.embeddings.size_bytes());
       at += int64_t(e.embeddings.size_bytes());
     }
-    TrainingSet t;
-    const bool in_sample = train.empty();
-    if (in_sample) {
-      t.x = eval.clone();
-      t.model = ins.front().model();
-      t.files = int64_t(ins.size());
+    r.in_sample = train.empty();
+    if (r.in_sample) {
+      r.t.x = r.eval.clone();
+      r.t.model = r.ins.front().model();
+      r.t.files = int64_t(r.ins.size());
     } else {
-      t = load_training(train, dim);
+      r.t = load_training(train, r.dim);
     }
-    const bool tty = isatty(STDERR_FILENO);
-    std::vector<std::string> specs = codecs.empty() ? default_report_codecs(dim) : codecs;
-    for (const std::string& spec : specs) make_codec(spec, dim);  // every spec checked before any training
-    std::vector<RateDistortionRow> rows;
-    std::vector<std::string> skipped;
+    return r;
+  }
+
+  // Each codec trained (when it learns) and measured; one without enough training vectors is
+  // skipped, unless asked for by name.
+  void measure_codecs(const ReportInputs& in, bool tty, Report& rep) const {
+    const TrainingSet& t = in.t;
+    std::vector<std::string> specs = codecs.empty() ? default_report_codecs(in.dim) : codecs;
+    for (const std::string& spec : specs) make_codec(spec, in.dim);  // every spec checked before any training
     for (size_t i = 0; i < specs.size(); ++i) {
       if (tty) std::fprintf(stderr, "\r[%zu/%zu] %-16s", i + 1, specs.size(), specs[i].c_str());
-      std::unique_ptr<Codec> c = make_codec(specs[i], dim);
+      std::unique_ptr<Codec> c = make_codec(specs[i], in.dim);
       c->set_threads(threads);
       const auto t0 = Clock::now();
       if (c->needs_training()) {
         if (t.x.dim(0) < c->min_train_vectors()) {
           if (!codecs.empty()) c->train(t.x);  // asked for by name: the clear error
-          skipped.push_back(c->spec() + " (needs " + std::to_string(c->min_train_vectors()) + " training vectors, have " +
-                            std::to_string(t.x.dim(0)) + ")");
+          rep.skipped.push_back(c->spec() + " (needs " + std::to_string(c->min_train_vectors()) +
+                                " training vectors, have " + std::to_string(t.x.dim(0)) + ")");
           continue;
         }
         c->train(t.x);
       }
       const double train_ms = c->needs_training() ? ms_since(t0) : 0;
-      RateDistortionRow r = measure_codec(*c, eval, reps);
+      RateDistortionRow r = measure_codec(*c, in.eval, reps);
       r.train_ms = train_ms;
-      rows.push_back(r);
+      rep.rows.push_back(r);
     }
-    // The merge: per original token, its merged parent's embedding, stored as fp32.
-    bool merge_row = false;
-    if (std::all_of(ins.begin(), ins.end(), [](const Embeddings& e) { return e.positions.rank() > 0; })) {
-      const float cos = merge >= -1 ? merge : MergeParams{}.min_cosine;
-      Tensor back(DType::f32, {n, dim});
-      int64_t out_tokens = 0, row = 0;
-      bool ok = true;
-      for (const Embeddings& e : ins) {
-        try {
-          const MergeResult m = merge_siblings(e.embeddings, e.positions, {.min_cosine = cos});
-          const Tensor u = unmerge(m);
-          std::memcpy(back.bytes() + row * dim * 4, u.bytes(), u.size_bytes());
-          row += u.dim(0);
-          out_tokens += m.embeddings.dim(0);
-        } catch (const Error&) {
-          ok = false;  // uniform-grid tokens: no quadtree to merge
-          break;
-        }
-      }
-      if (ok) {
-        RateDistortionRow r;
-        r.codec = "merge:" + fmt("%g", cos);
-        r.tokens_in = n;
-        r.tokens_out = out_tokens;
-        r.bytes_per_token = (4 * dim * out_tokens + n - 1) / n;
-        r.ratio_vs_fp32 = double(n) / double(out_tokens);
-        r.distortion = measure_distortion(eval, back, threads);
-        rows.push_back(r);
-        merge_row = true;
-      }
-    }
-    if (tty) std::fprintf(stderr, "\r%40s\r", "");
+  }
 
+  // The merge: per original token, its merged parent's embedding, stored as fp32. Only when every
+  // input has positions and a quadtree to merge (uniform-grid tokens have none).
+  void measure_merge(const ReportInputs& in, Report& rep) const {
+    if (!std::all_of(in.ins.begin(), in.ins.end(), [](const Embeddings& e) { return e.positions.rank() > 0; })) return;
+    const int64_t n = in.n, dim = in.dim;
+    const float cos = merge >= -1 ? merge : MergeParams{}.min_cosine;
+    Tensor back(DType::f32, {n, dim});
+    int64_t out_tokens = 0, row = 0;
+    for (const Embeddings& e : in.ins) {
+      try {
+        const MergeResult m = merge_siblings(e.embeddings, e.positions, {.min_cosine = cos});
+        const Tensor u = unmerge(m);
+        std::memcpy(back.bytes() + row * dim * 4, u.bytes(), u.size_bytes());
+        row += u.dim(0);
+        out_tokens += m.embeddings.dim(0);
+      } catch (const Error&) {
+        return;  // uniform-grid tokens: no quadtree to merge
+      }
+    }
+    RateDistortionRow r;
+    r.codec = "merge:" + fmt("%g", cos);
+    r.tokens_in = n;
+    r.tokens_out = out_tokens;
+    r.bytes_per_token = (4 * dim * out_tokens + n - 1) / n;
+    r.ratio_vs_fp32 = double(n) / double(out_tokens);
+    r.distortion = measure_distortion(in.eval, back, threads);
+    rep.rows.push_back(r);
+    rep.merge_row = true;
+  }
+
+  nlohmann::json report_json(const ReportInputs& in, const Report& rep) const {
     nlohmann::json j;
     j["inputs"] = inputs;
-    j["tokens"] = n;
-    j["dim"] = dim;
-    j["model"] = ins.front().model();
-    auto rw = ins.front().metadata.find("random_weights");
-    j["random_weights"] = rw != ins.front().metadata.end() && rw->second == "true";
-    j["training"] = in_sample ? nlohmann::json("in-sample (the evaluated embeddings themselves)")
-                              : nlohmann::json({{"files", train}, {"vectors", t.x.dim(0)}});
-    j["skipped"] = skipped;
+    j["tokens"] = in.n;
+    j["dim"] = in.dim;
+    j["model"] = in.ins.front().model();
+    auto rw = in.ins.front().metadata.find("random_weights");
+    j["random_weights"] = rw != in.ins.front().metadata.end() && rw->second == "true";
+    j["training"] = in.in_sample ? nlohmann::json("in-sample (the evaluated embeddings themselves)")
+                                 : nlohmann::json({{"files", train}, {"vectors", in.t.x.dim(0)}});
+    j["skipped"] = rep.skipped;
     nlohmann::json jr = nlohmann::json::array();
-    for (const RateDistortionRow& r : rows)
+    for (const RateDistortionRow& r : rep.rows)
       jr.push_back({{"codec", r.codec},
                     {"bytes_per_token", r.bytes_per_token},
                     {"ratio_vs_fp32", r.ratio_vs_fp32},
@@ -415,43 +458,33 @@ struct CompressCommand {
                     {"tokens_in", r.tokens_in},
                     {"tokens_out", r.tokens_out}});
     j["rows"] = jr;
+    return j;
+  }
 
-    if (!plot.empty()) {
-      std::vector<compress::PlotPoint> pts;
-      for (const RateDistortionRow& r : rows)
-        pts.push_back({r.codec, double(r.bytes_per_token), r.distortion.mean_cosine});
-      const std::string title = std::to_string(n) + " tokens, D=" + std::to_string(dim) + ", " + j["model"].get<std::string>() +
-                                (j["random_weights"].get<bool>() ? " (random weights)" : "");
-      save_png(compress::plot_rate_distortion(pts, double(4 * dim), title), plot);
-      j["plot"] = plot;
-    }
-    if (json) {
-      std::cout << json_text(j) << '\n';
-      return 0;
-    }
-    std::printf("rate-distortion: %lld tokens, D=%lld, model %s%s; training: %s\n", (long long)n, (long long)dim,
+  void print_report(const ReportInputs& in, const Report& rep, const nlohmann::json& j) const {
+    std::printf("rate-distortion: %lld tokens, D=%lld, model %s%s; training: %s\n", (long long)in.n, (long long)in.dim,
                 j["model"].get<std::string>().c_str(), j["random_weights"].get<bool>() ? " (RANDOM weights)" : "",
-                in_sample ? "in-sample (the evaluated embeddings)" : (std::to_string(t.x.dim(0)) + " vectors from --train").c_str());
+                in.in_sample ? "in-sample (the evaluated embeddings)"
+                             : (std::to_string(in.t.x.dim(0)) + " vectors from --train").c_str());
     std::printf("%-14s %8s %7s %8s %8s %9s %7s %9s %9s %9s\n", "codec", "B/token", "vs fp32", "cos mean", "cos min",
                 "rel MSE", "NN agr", "enc GB/s", "dec GB/s", "train ms");
-    std::printf("%-14s %8lld %6.1fx %8.4f %8.4f %9.2e %7.3f %9s %9s %9s\n", "fp32", (long long)(4 * dim), 1.0, 1.0, 1.0, 0.0,
-                1.0, "-", "-", "-");
-    for (const RateDistortionRow& r : rows) {
+    std::printf("%-14s %8lld %6.1fx %8.4f %8.4f %9.2e %7.3f %9s %9s %9s\n", "fp32", (long long)(4 * in.dim), 1.0, 1.0, 1.0,
+                0.0, 1.0, "-", "-", "-");
+    for (const RateDistortionRow& r : rep.rows) {
       const bool m = r.tokens_out != r.tokens_in || r.codec.starts_with("merge");
       std::printf("%-14s %8lld %6.1fx %8.4f %8.4f %9.2e %7.3f %9s %9s %9s\n", r.codec.c_str(), (long long)r.bytes_per_token,
                   r.ratio_vs_fp32, r.distortion.mean_cosine, r.distortion.min_cosine, r.distortion.relative_mse,
                   r.distortion.nn_agreement, m ? "-" : fmt("%.2f", r.encode_gb_s).c_str(),
                   m ? "-" : fmt("%.2f", r.decode_gb_s).c_str(), m ? "-" : fmt("%.0f", r.train_ms).c_str());
     }
-    if (!rows.empty()) std::printf("memcpy of the same f32 bytes: %.2f GB/s (same run)\n", rows.front().memcpy_gb_s);
-    if (merge_row)
+    if (!rep.rows.empty()) std::printf("memcpy of the same f32 bytes: %.2f GB/s (same run)\n", rep.rows.front().memcpy_gb_s);
+    if (rep.merge_row)
       std::printf("merge row: tokens %lld -> %lld; B/token is fp32 bytes per original token\n",
-                  (long long)rows.back().tokens_in, (long long)rows.back().tokens_out);
-    for (const std::string& s : skipped) std::printf("skipped %s\n", s.c_str());
+                  (long long)rep.rows.back().tokens_in, (long long)rep.rows.back().tokens_out);
+    for (const std::string& s : rep.skipped) std::printf("skipped %s\n", s.c_str());
     if (j["random_weights"].get<bool>())
       std::printf("note: random-weight embeddings; a trained ViT's features differ (outlier channels, other spectra)\n");
     if (!plot.empty()) std::printf("wrote %s\n", plot.c_str());
-    return 0;
   }
 };
 
