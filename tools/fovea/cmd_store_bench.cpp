@@ -49,7 +49,8 @@ struct StoreBenchRun {
   std::vector<std::vector<CompressedSeedRow>> compressed;  // per backend, with_codecs only
 };
 
-// Per backend in a timings list of (single, batched, merged) triples.
+// The rows of a timings list (per backend: single, batched, merged), each with its speed-up over
+// its backend's single.
 json timings_json(const std::vector<BindTiming>& v) {
   json a = json::array();
   for (size_t i = 0; i < v.size(); ++i) {
