@@ -83,8 +83,7 @@ struct EncodeCommand {
     const double load_ms = ms_since(t0);
     const VitConfig& mc = model.config();
     note_model(model, model_spec);
-    const bool max_patches_given = max_num_patches_opt && max_num_patches_opt->count() > 0;
-    if (max_patches_given && !mc.native.naflex())
+    if (max_patches_given() && !mc.native.naflex())
       throw Error(Errc::invalid_argument, "--max-num-patches applies to a SigLIP 2 NaFlex checkpoint; '" + model_spec +
                                               "' is " + std::string(to_string(mc.family)));
     if (mc.native.naflex()) return run_naflex(model, p, ex);  // SigLIP 2 NaFlex (encode_native.hpp)
@@ -98,6 +97,8 @@ struct EncodeCommand {
     else print_one(model, p, one, summary);
     return 0;
   }
+
+  bool max_patches_given() const { return max_num_patches_opt && max_num_patches_opt->count() > 0; }
 
   // The options that do not need the model. Checked again with the model's own foveation once it
   // is loaded (the windows options are legal until then).
@@ -115,7 +116,6 @@ struct EncodeCommand {
 
   // SigLIP 2 NaFlex: the processor's encode or its windows.
   int run_naflex(const VitModel& model, const Plan& p, Executor& ex) const {
-    const bool max_patches_given = max_num_patches_opt && max_num_patches_opt->count() > 0;
     if (is_batch(tok.inputs, output) || store.enabled || check_fp32 || !query_embedding.empty() || attention != "exact")
       throw Error(Errc::invalid_argument, "a SigLIP 2 NaFlex tower encodes one image, without --store, --check-fp32, "
                                           "--query-embedding or --attention");
@@ -125,11 +125,11 @@ struct EncodeCommand {
     if (tok.foveation == "mixed")
       throw Error(Errc::invalid_argument, "a SigLIP 2 NaFlex tower runs --uniform (the processor's encode) or its "
                                           "windows foveation (the default), not --foveation mixed");
-    if (max_patches_given && !tok.uniform)
+    if (max_patches_given() && !tok.uniform)
       throw Error(Errc::invalid_argument, "--max-num-patches sizes the --uniform encode of a SigLIP 2 NaFlex tower; "
                                           "its windows foveation counts patches with --budget");
     const bool budget_given = tok.budget_opt && tok.budget_opt->count() > 0;
-    if (budget_given && max_patches_given)  // with --uniform, --budget is max_num_patches too
+    if (budget_given && max_patches_given())  // with --uniform, --budget is max_num_patches too
       throw Error(Errc::invalid_argument, "--budget and --max-num-patches both size the --uniform encode of a "
                                           "SigLIP 2 NaFlex tower; give one");
     if (budget_given && tok.uniform && tok.budget > (1 << 20))
