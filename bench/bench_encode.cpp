@@ -38,7 +38,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -517,15 +519,8 @@ std::pair<double, double> row_cosines(const fovea::Tensor& a, const fovea::Tenso
   return {total / double(n), worst};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // The passive OpenMP wait policy, as the fovea CLI chooses it (tools/fovea/main.cpp): the
-  // program owns that choice, and libgomp reads it only at load time, hence the re-exec.
-  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") && ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0) {
-    ::execv("/proc/self/exe", argv);
-    ::unsetenv("OMP_WAIT_POLICY");
-  }
+// The command line (see the top of this file).
+struct Options {
   std::string model_spec = "random:vit-b16", ns = "196,273,576,1024,4096", precision = "fp32", e2e_image;
   std::string attention_list = "exact", peak_shape = "4096,768,3072";
   int threads = 2, reps = 3, budget = 273;
@@ -533,6 +528,11 @@ int main(int argc, char** argv) {
   bool uniform = false, run_peak = false, run_attention_kernel = false, compare_exact = false, entropy = false, qk_tie = false, paired = false;
   std::string grid_image;
   float qk_scale = 1.0f;
+};
+
+// Reads the arguments into `o`; an exit code when the program is done (--int8-supported, or a
+// bad argument), nothing when it goes on.
+std::optional<int> parse_args(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -542,15 +542,15 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--model") model_spec = next();
-    else if (a == "--n") ns = next();
-    else if (a == "--precision") precision = next();
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--e2e") e2e_image = next();
-    else if (a == "--budget") budget = std::stoi(next());
-    else if (a == "--uniform") uniform = true;
-    else if (a == "--peak") run_peak = true;
+    if (a == "--model") o.model_spec = next();
+    else if (a == "--n") o.ns = next();
+    else if (a == "--precision") o.precision = next();
+    else if (a == "--threads") o.threads = std::stoi(next());
+    else if (a == "--reps") o.reps = std::stoi(next());
+    else if (a == "--e2e") o.e2e_image = next();
+    else if (a == "--budget") o.budget = std::stoi(next());
+    else if (a == "--uniform") o.uniform = true;
+    else if (a == "--peak") o.run_peak = true;
     else if (a == "--int8-supported") {  // one JSON line: whether int8 runs here, and on which kernels
       std::printf("%s\n", nlohmann::json{{"int8_supported", fovea::int8_supported()},
                                          {"kernels", fovea::matrix_kernels(fovea::Precision::int8)}}
@@ -558,183 +558,251 @@ int main(int argc, char** argv) {
                                .c_str());
       return 0;
     }
-    else if (a == "--peak-shape") peak_shape = next();
-    else if (a == "--paired-peak") paired = true;
-    else if (a == "--layouts") run_layouts = true;
-    else if (a == "--attention-kernel") run_attention_kernel = true;
-    else if (a == "--attention") attention_list = next();
-    else if (a == "--compare-exact") compare_exact = true;
-    else if (a == "--entropy") entropy = true;
-    else if (a == "--qk-tie") qk_tie = true;
-    else if (a == "--image") grid_image = next();
-    else if (a == "--qk-scale") qk_scale = std::stof(next());
+    else if (a == "--peak-shape") o.peak_shape = next();
+    else if (a == "--paired-peak") o.paired = true;
+    else if (a == "--layouts") o.run_layouts = true;
+    else if (a == "--attention-kernel") o.run_attention_kernel = true;
+    else if (a == "--attention") o.attention_list = next();
+    else if (a == "--compare-exact") o.compare_exact = true;
+    else if (a == "--entropy") o.entropy = true;
+    else if (a == "--qk-tie") o.qk_tie = true;
+    else if (a == "--image") o.grid_image = next();
+    else if (a == "--qk-scale") o.qk_scale = std::stof(next());
     else {
       std::fprintf(stderr, "bench_encode: unknown argument %s\n", a.c_str());
       return 2;
     }
   }
-  try {
-    if (run_layouts) {
-      layouts(reps);
-      return 0;
+  return std::nullopt;
+}
+
+// What the encodes run with: the model (loaded once), its executor and the precision that runs.
+struct EncodeRun {
+  const Options& o;
+  fovea::VitModel& model;
+  fovea::Executor& exec;
+  fovea::Precision prec;
+  std::string precision;  // prec's name: what runs (bf16 runs fp32 without bf16 kernels)
+  double load_ms = 0;
+};
+
+// --e2e: decode once (excluded), then tokenize + encode per repetition.
+void bench_e2e(const EncodeRun& r) {
+  const Options& o = r.o;
+  const fovea::ImageU8 img = fovea::load_image(o.e2e_image);
+  fovea::TokenizeParams params;
+  params.alloc.budget_tokens = o.budget;
+  params.patch_px = r.model.config().patch_px;
+  params.uniform = o.uniform;
+  fovea::Query query;
+  query.fixations.push_back({img.width() * 0.5f, img.height() * 0.4f, 1.0f});
+  int64_t n = 0;
+  auto run = [&] {
+    fovea::Tokenization t = fovea::tokenize(img.clone(), query, params, r.exec);
+    const fovea::Encoding e = fovea::encode(r.model, t.batch.patches, t.batch.positions,
+                                            {.precision = r.prec, .image_width = img.width(), .image_height = img.height()},
+                                            r.exec);
+    n = e.embeddings.dim(0);
+  };
+  run();  // warm-up
+  const Stats s = time_reps(o.reps, run);
+  nlohmann::json j{{"mode", o.uniform ? "uniform" : "foveated"}, {"budget", o.budget}, {"n", n},
+                   {"precision", r.precision}, {"threads", o.threads}, {"median_ms", s.median},
+                   {"min_ms", s.min}, {"image", o.e2e_image}, {"model", r.model.describe()}};
+  std::printf("%s\n", j.dump().c_str());
+}
+
+// N tokens on a side x side grid: random patches, or with --image that image's pixels.
+struct GridInput {
+  fovea::Tensor patches;    // [n, C, P, P] f32
+  fovea::Tensor positions;  // [n, 4] f32
+  int side = 0;
+};
+
+GridInput grid_input(const fovea::VitConfig& c, int n, const std::string& grid_image) {
+  GridInput g{fovea::Tensor(fovea::DType::f32, {n, c.channels, c.patch_px, c.patch_px}),
+              fovea::Tensor(fovea::DType::f32, {n, 4}), 0};
+  fovea::Tensor& patches = g.patches;
+  uint32_t s = 1;
+  for (int64_t i = 0; i < patches.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    patches.data<float>()[i] = float(s >> 8) / float(1 << 24) * 4 - 2;
+  }
+  const int side = g.side = int(std::ceil(std::sqrt(double(n))));
+  if (!grid_image.empty()) {
+    const fovea::ImageU8 img = fovea::load_image(grid_image);
+    const int P = c.patch_px, px = side * P;
+    float* d = patches.data<float>();
+    for (int i = 0; i < n; ++i)
+      for (int ch = 0; ch < c.channels; ++ch)
+        for (int y = 0; y < P; ++y)
+          for (int x = 0; x < P; ++x) {
+            const int gx = (i % side) * P + x, gy = (i / side) * P + y;
+            const uint8_t v = img.at(std::min(ch, img.channels() - 1), int(int64_t(gy) * img.height() / px),
+                                     int(int64_t(gx) * img.width() / px));
+            d[((int64_t(i) * c.channels + ch) * P + y) * P + x] = (v / 255.0f - 0.5f) / 0.25f;
+          }
+  }
+  for (int i = 0; i < n; ++i) {
+    float* p = g.positions.data<float>() + i * 4;
+    p[0] = (float(i % side) + 0.5f) * c.patch_px, p[1] = (float(i / side) + 0.5f) * c.patch_px;
+    p[2] = float(c.patch_px), p[3] = 0;
+  }
+  return g;
+}
+
+// The timed encodes of one mode: each repetition's attention time and, with --paired-peak, its
+// encode rate over the bare GEMM's right before it.
+struct Timed {
+  Stats st;
+  std::vector<double> attention_ms;  // per repetition: Encoding::attention_ms, the attention op alone
+  std::vector<double> fractions, peaks;
+};
+
+Timed time_encodes(const EncodeRun& r, const GridInput& g, int n, const fovea::EncodeParams& ep) {
+  const Options& o = r.o;
+  Timed t;
+  std::unique_ptr<BarePeak> bare;
+  if (o.paired) {
+    const std::vector<int> ps = parse_list(o.peak_shape);
+    bare = std::make_unique<BarePeak>(ps.at(0), ps.at(1), ps.at(2), r.prec, o.threads);
+  }
+  if (!bare) {
+    t.st = time_reps(o.reps, [&] { t.attention_ms.push_back(fovea::encode(r.model, g.patches, g.positions, ep, r.exec).attention_ms); });
+    return t;
+  }
+  std::vector<double> ts;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    const double peak_now = bare->once();  // the bare GEMM right before this encode
+    const auto t0 = Clock::now();
+    t.attention_ms.push_back(fovea::encode(r.model, g.patches, g.positions, ep, r.exec).attention_ms);
+    ts.push_back(ms_since(t0));
+    t.fractions.push_back(encode_gflop(r.model.config(), n) / (ts.back() / 1e3) / peak_now);
+    t.peaks.push_back(peak_now);
+  }
+  std::sort(ts.begin(), ts.end());
+  t.st = {ts[ts.size() / 2], ts[0]};
+  return t;
+}
+
+// --entropy: the mean attention entropy per layer of one exact encode, and ln(T).
+void add_entropy(const EncodeRun& r, const GridInput& g, const fovea::EncodeParams& ep, nlohmann::json& j) {
+  EntropyProbe probe;
+  fovea::EncoderContext probed;
+  probe.attach(probed, r.model);
+  fovea::encode(probed, r.model, g.patches, g.positions, ep, r.exec);
+  probe.detach(probed);
+  nlohmann::json layers = nlohmann::json::array();
+  for (size_t l = 0; l < probe.sum.size(); ++l) layers.push_back(probe.sum[l] / double(std::max<int64_t>(1, probe.count[l])));
+  j["entropy_per_layer"] = layers;
+  j["entropy_uniform"] = std::log(double(probe.tokens));
+}
+
+// One JSON line per N and attention mode. `exact_embeddings`: exact attention's, for
+// --compare-exact (computed on demand when exact is not in the list, or comes later).
+void bench_mode(const EncodeRun& r, const GridInput& g, int n, const fovea::AttentionParams& att,
+                fovea::Tensor& exact_embeddings) {
+  const Options& o = r.o;
+  const fovea::VitConfig& c = r.model.config();
+  const fovea::EncodeParams ep{.precision = r.prec, .image_width = g.side * c.patch_px,
+                               .image_height = g.side * c.patch_px, .attention = att};
+  const auto t_first = Clock::now();
+  const fovea::Encoding first = fovea::encode(r.model, g.patches, g.positions, ep, r.exec);  // warm-up: first touch
+  const double first_ms = ms_since(t_first);
+  Timed t = time_encodes(r, g, n, ep);
+  nlohmann::json j{{"mode", "encode"}, {"n", n}, {"precision", r.precision}, {"threads", o.threads},
+                   {"attention", fovea::to_string(att)}, {"qk_scale", o.qk_scale}, {"median_ms", t.st.median},
+                   {"min_ms", t.st.min}, {"first_ms", first_ms}, {"load_ms", r.load_ms}, {"model", r.model.describe()}};
+  if (!t.attention_ms.empty()) {
+    std::sort(t.attention_ms.begin(), t.attention_ms.end());
+    j["attention_median_ms"] = t.attention_ms[t.attention_ms.size() / 2], j["attention_min_ms"] = t.attention_ms[0];
+  }
+  if (o.paired) {
+    // Per repetition: this encode's rate over the bare GEMM's rate just before it. The
+    // machine's speed drifts (a shared host: 2x within minutes here), so a peak measured
+    // minutes apart from the encode says little; a ratio of neighbours does.
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    j["paired_fraction_of_peak"] = median(t.fractions);
+    j["paired_fractions"] = t.fractions;
+    j["paired_peak_gflops_median"] = median(t.peaks);
+    j["gflop"] = encode_gflop(c, n);
+  }
+  const bool is_exact = att.mode == fovea::AttentionParams::Mode::exact;
+  if (o.compare_exact && !is_exact) {
+    if (exact_embeddings.rank() == 0) {
+      fovea::EncodeParams ex = ep;
+      ex.attention = {};
+      exact_embeddings = fovea::encode(r.model, g.patches, g.positions, ex, r.exec).embeddings;
     }
-    if (run_attention_kernel) {
-      attention_kernel(parse_list(ns), reps);
-      return 0;
-    }
-    if (run_peak) {
-      const std::vector<int> s = parse_list(peak_shape);
-      if (s.size() != 3) throw fovea::Error(fovea::Errc::invalid_argument, "--peak-shape M,K,N");
-      peak(s[0], s[1], s[2], threads, reps);
-      return 0;
-    }
-    std::vector<fovea::AttentionParams> modes;
-    {
-      std::stringstream ss(attention_list);
-      for (std::string item; std::getline(ss, item, ',');) modes.push_back(fovea::parse_attention(item));
-    }
-    const auto t_load = Clock::now();
-    fovea::VitModel model = fovea::VitModel::load(model_spec);
-    const double load_ms = ms_since(t_load);
-    if (qk_tie) tie_qk(model);
-    if (qk_scale != 1.0f) scale_qk(model, qk_scale);
-    const fovea::VitConfig& c = model.config();
-    fovea::Executor exec({.threads = threads});
-    const fovea::Precision asked = precision == "bf16"   ? fovea::Precision::bf16
-                                   : precision == "int8" ? fovea::Precision::int8
+    const auto [mean, worst] = row_cosines(first.embeddings, exact_embeddings);
+    j["cosine_to_exact_mean"] = mean, j["cosine_to_exact_min"] = worst;
+  }
+  if (is_exact && o.compare_exact) exact_embeddings = first.embeddings.clone();
+  if (is_exact && o.entropy) add_entropy(r, g, ep, j);
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+// The model's encodes: --e2e, or per N every --attention mode.
+void bench_encodes(const Options& o) {
+  std::vector<fovea::AttentionParams> modes;
+  {
+    std::stringstream ss(o.attention_list);
+    for (std::string item; std::getline(ss, item, ',');) modes.push_back(fovea::parse_attention(item));
+  }
+  const auto t_load = Clock::now();
+  fovea::VitModel model = fovea::VitModel::load(o.model_spec);
+  const double load_ms = ms_since(t_load);
+  if (o.qk_tie) tie_qk(model);
+  if (o.qk_scale != 1.0f) scale_qk(model, o.qk_scale);
+  fovea::Executor exec({.threads = o.threads});
+  const fovea::Precision asked = o.precision == "bf16"   ? fovea::Precision::bf16
+                                 : o.precision == "int8" ? fovea::Precision::int8
                                                          : fovea::Precision::fp32;
-    const fovea::Precision prec = fovea::runnable_precision(asked);
-    precision = std::string(fovea::to_string(prec));  // what runs (bf16 runs fp32 without bf16 kernels)
-    if (prec != asked) std::fprintf(stderr, "bench_encode: this CPU has no bf16 matrix kernels; bf16 runs fp32\n");
-    if (!e2e_image.empty()) {
-      // Decode once (excluded), then tokenize + encode per repetition.
-      const fovea::ImageU8 img = fovea::load_image(e2e_image);
-      fovea::TokenizeParams params;
-      params.alloc.budget_tokens = budget;
-      params.patch_px = c.patch_px;
-      params.uniform = uniform;
-      fovea::Query query;
-      query.fixations.push_back({img.width() * 0.5f, img.height() * 0.4f, 1.0f});
-      int64_t n = 0;
-      auto run = [&] {
-        fovea::Tokenization t = fovea::tokenize(img.clone(), query, params, exec);
-        const fovea::Encoding e = fovea::encode(model, t.batch.patches, t.batch.positions,
-                                                {.precision = prec, .image_width = img.width(), .image_height = img.height()},
-                                                exec);
-        n = e.embeddings.dim(0);
-      };
-      run();  // warm-up
-      const Stats s = time_reps(reps, run);
-      nlohmann::json j{{"mode", uniform ? "uniform" : "foveated"}, {"budget", budget}, {"n", n},
-                       {"precision", precision}, {"threads", threads}, {"median_ms", s.median},
-                       {"min_ms", s.min}, {"image", e2e_image}, {"model", model.describe()}};
-      std::printf("%s\n", j.dump().c_str());
+  const fovea::Precision prec = fovea::runnable_precision(asked);
+  if (prec != asked) std::fprintf(stderr, "bench_encode: this CPU has no bf16 matrix kernels; bf16 runs fp32\n");
+  const EncodeRun r{o, model, exec, prec, std::string(fovea::to_string(prec)), load_ms};
+  if (!o.e2e_image.empty()) {
+    bench_e2e(r);
+    return;
+  }
+  for (int n : parse_list(o.ns)) {
+    const GridInput g = grid_input(model.config(), n, o.grid_image);
+    fovea::Tensor exact_embeddings;
+    for (const fovea::AttentionParams& att : modes) bench_mode(r, g, n, att, exact_embeddings);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The passive OpenMP wait policy, as the fovea CLI chooses it (tools/fovea/main.cpp): the
+  // program owns that choice, and libgomp reads it only at load time, hence the re-exec.
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") && ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0) {
+    ::execv("/proc/self/exe", argv);
+    ::unsetenv("OMP_WAIT_POLICY");
+  }
+  Options o;
+  if (const std::optional<int> done = parse_args(argc, argv, o)) return *done;
+  try {
+    if (o.run_layouts) {
+      layouts(o.reps);
       return 0;
     }
-    for (int n : parse_list(ns)) {
-      fovea::Tensor patches(fovea::DType::f32, {n, c.channels, c.patch_px, c.patch_px});
-      fovea::Tensor positions(fovea::DType::f32, {n, 4});
-      uint32_t s = 1;
-      for (int64_t i = 0; i < patches.numel(); ++i) {
-        s = s * 1664525u + 1013904223u;
-        patches.data<float>()[i] = float(s >> 8) / float(1 << 24) * 4 - 2;
-      }
-      const int side = int(std::ceil(std::sqrt(double(n))));
-      if (!grid_image.empty()) {
-        const fovea::ImageU8 img = fovea::load_image(grid_image);
-        const int P = c.patch_px, px = side * P;
-        float* d = patches.data<float>();
-        for (int i = 0; i < n; ++i)
-          for (int ch = 0; ch < c.channels; ++ch)
-            for (int y = 0; y < P; ++y)
-              for (int x = 0; x < P; ++x) {
-                const int gx = (i % side) * P + x, gy = (i / side) * P + y;
-                const uint8_t v = img.at(std::min(ch, img.channels() - 1), int(int64_t(gy) * img.height() / px),
-                                         int(int64_t(gx) * img.width() / px));
-                d[((int64_t(i) * c.channels + ch) * P + y) * P + x] = (v / 255.0f - 0.5f) / 0.25f;
-              }
-      }
-      for (int i = 0; i < n; ++i) {
-        float* p = positions.data<float>() + i * 4;
-        p[0] = (float(i % side) + 0.5f) * c.patch_px, p[1] = (float(i / side) + 0.5f) * c.patch_px;
-        p[2] = float(c.patch_px), p[3] = 0;
-      }
-      fovea::Tensor exact_embeddings;
-      for (const fovea::AttentionParams& att : modes) {
-        const fovea::EncodeParams ep{.precision = prec, .image_width = side * c.patch_px,
-                                     .image_height = side * c.patch_px, .attention = att};
-        const auto t_first = Clock::now();
-        const fovea::Encoding first = fovea::encode(model, patches, positions, ep, exec);  // warm-up: first touch
-        const double first_ms = ms_since(t_first);
-        std::unique_ptr<BarePeak> bare;
-        std::vector<double> fractions, peaks;
-        if (paired) {
-          const std::vector<int> ps = parse_list(peak_shape);
-          bare = std::make_unique<BarePeak>(ps.at(0), ps.at(1), ps.at(2), prec, threads);
-        }
-        Stats st;
-        std::vector<double> attention_ms;  // per repetition: Encoding::attention_ms, the attention op alone
-        if (!bare) {
-          st = time_reps(reps, [&] { attention_ms.push_back(fovea::encode(model, patches, positions, ep, exec).attention_ms); });
-        } else {
-          std::vector<double> ts;
-          for (int r = 0; r < reps; ++r) {
-            const double peak_now = bare->once();  // the bare GEMM right before this encode
-            const auto t0 = Clock::now();
-            attention_ms.push_back(fovea::encode(model, patches, positions, ep, exec).attention_ms);
-            ts.push_back(ms_since(t0));
-            fractions.push_back(encode_gflop(c, n) / (ts.back() / 1e3) / peak_now);
-            peaks.push_back(peak_now);
-          }
-          std::sort(ts.begin(), ts.end());
-          st = {ts[ts.size() / 2], ts[0]};
-        }
-        nlohmann::json j{{"mode", "encode"}, {"n", n}, {"precision", precision}, {"threads", threads},
-                         {"attention", fovea::to_string(att)}, {"qk_scale", qk_scale}, {"median_ms", st.median},
-                         {"min_ms", st.min}, {"first_ms", first_ms}, {"load_ms", load_ms}, {"model", model.describe()}};
-        if (!attention_ms.empty()) {
-          std::sort(attention_ms.begin(), attention_ms.end());
-          j["attention_median_ms"] = attention_ms[attention_ms.size() / 2], j["attention_min_ms"] = attention_ms[0];
-        }
-        if (bare) {
-          // Per repetition: this encode's rate over the bare GEMM's rate just before it. The
-          // machine's speed drifts (a shared host: 2x within minutes here), so a peak measured
-          // minutes apart from the encode says little; a ratio of neighbours does.
-          auto median = [](std::vector<double> v) {
-            std::sort(v.begin(), v.end());
-            return v[v.size() / 2];
-          };
-          j["paired_fraction_of_peak"] = median(fractions);
-          j["paired_fractions"] = fractions;
-          j["paired_peak_gflops_median"] = median(peaks);
-          j["gflop"] = encode_gflop(c, n);
-        }
-        const bool is_exact = att.mode == fovea::AttentionParams::Mode::exact;
-        if (compare_exact && !is_exact) {
-          if (exact_embeddings.rank() == 0) {
-            fovea::EncodeParams ex = ep;
-            ex.attention = {};
-            exact_embeddings = fovea::encode(model, patches, positions, ex, exec).embeddings;
-          }
-          const auto [mean, worst] = row_cosines(first.embeddings, exact_embeddings);
-          j["cosine_to_exact_mean"] = mean, j["cosine_to_exact_min"] = worst;
-        }
-        if (is_exact && compare_exact) exact_embeddings = first.embeddings.clone();
-        if (is_exact && entropy) {
-          EntropyProbe probe;
-          fovea::EncoderContext probed;
-          probe.attach(probed, model);
-          fovea::encode(probed, model, patches, positions, ep, exec);
-          probe.detach(probed);
-          nlohmann::json layers = nlohmann::json::array();
-          for (size_t l = 0; l < probe.sum.size(); ++l) layers.push_back(probe.sum[l] / double(std::max<int64_t>(1, probe.count[l])));
-          j["entropy_per_layer"] = layers;
-          j["entropy_uniform"] = std::log(double(probe.tokens));
-        }
-        std::printf("%s\n", j.dump().c_str());
-        std::fflush(stdout);
-      }
+    if (o.run_attention_kernel) {
+      attention_kernel(parse_list(o.ns), o.reps);
+      return 0;
     }
+    if (o.run_peak) {
+      const std::vector<int> s = parse_list(o.peak_shape);
+      if (s.size() != 3) throw fovea::Error(fovea::Errc::invalid_argument, "--peak-shape M,K,N");
+      peak(s[0], s[1], s[2], o.threads, o.reps);
+      return 0;
+    }
+    bench_encodes(o);
   } catch (const fovea::Error& e) {
     std::fprintf(stderr, "bench_encode: %s\n", e.what());
     return 1;

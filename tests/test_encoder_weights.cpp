@@ -44,6 +44,45 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.bytes(), b.bytes(), a.size_bytes()) == 0;
 }
 
+void write_gguf(const std::string& path, const test::GgufBuild& g) {
+  const std::vector<uint8_t> b = g.bytes();
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+// The same weights stored two ways give the same bytes: three encodes of the case on each (the
+// first use reads the file's matrices as they lie, the second packs them, the third reuses).
+void expect_same_encodes(const VitModel& a, const VitModel& b, const FirstCase& c, Precision prec, Executor& exec) {
+  const EncodeParams p{.precision = prec, .image_width = c.width, .image_height = c.height};
+  for (int use = 0; use < 3; ++use) {
+    SCOPED_TRACE("use " + std::to_string(use + 1));
+    const Encoding x = encode(a, c.patches, c.positions, p, exec), y = encode(b, c.patches, c.positions, p, exec);
+    EXPECT_TRUE(same_bytes(x.embeddings, y.embeddings));
+    EXPECT_TRUE(same_bytes(x.projected, y.projected));
+    EXPECT_GT(x.projected.numel(), 0);
+  }
+}
+
+// The incremental encoder (video) reads out_w's rows itself (the spectral norm in its attention
+// bound): a second frame with one patch changed reuses the first's states and gives the same
+// bytes and drift estimate on both models.
+void expect_same_incremental(const VitModel& a, const VitModel& b, const FirstCase& c, Precision prec, Executor& exec) {
+  Tensor next = c.patches.clone();
+  next.data<float>()[0] += 0.5f;
+  const int64_t n = c.patches.dim(0);
+  std::vector<int64_t> same_row(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) same_row[size_t(i)] = i;
+  std::vector<uint8_t> dirty(static_cast<size_t>(n), 0);
+  dirty[0] = 1;
+  const IncrementalParams ip{.precision = prec, .image_width = c.width, .image_height = c.height};
+  IncrementalEncoder inc_a(a), inc_b(b);
+  for (IncrementalEncoder* inc : {&inc_a, &inc_b}) inc->encode(c.patches, c.positions, {}, {}, ip, exec);
+  const IncrementalResult ra = inc_a.encode(next, c.positions, same_row, dirty, ip, exec);
+  const IncrementalResult rb = inc_b.encode(next, c.positions, same_row, dirty, ip, exec);
+  EXPECT_TRUE(ra.approximate) << "the second frame must reuse the first's states";
+  EXPECT_TRUE(same_bytes(ra.embeddings, rb.embeddings));
+  EXPECT_EQ(ra.drift_estimate, rb.drift_estimate);
+}
+
 // F32 and BF16 matrices are views of the mapping (no copy); F16 ones are decoded to f32; HF's
 // separate q, k, v are stacked into one owned matrix of the file's type.
 TEST(EncoderWeights, CheckpointMatricesAreViewsOfTheMappedFile) {
@@ -104,10 +143,7 @@ TEST(EncoderWeights, F16GgufMatricesStayF16AndGiveTheF32FilesBytes) {
   }
   ASSERT_GE(f16_tensors, 4) << "the fixture's matrices are F16";
   const std::string f32_path = test::temp_dir("f16_gguf_weights") + "/mmproj-f32.gguf";
-  {
-    const std::vector<uint8_t> b = g.bytes();
-    std::ofstream(f32_path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
-  }
+  write_gguf(f32_path, g);
   const FirstCase c = first_case("gguf_llava");
   Executor exec({.threads = 2});
   for (const Precision prec : {Precision::fp32, Precision::bf16}) {
@@ -135,32 +171,8 @@ TEST(EncoderWeights, F16GgufMatricesStayF16AndGiveTheF32FilesBytes) {
     }
     EXPECT_NE(m.mapping, nullptr) << "the model must keep the file its weights point into";
     for (const VitLayer& l : f32.impl().layers) EXPECT_EQ(l.fc1_w.dtype, DType::f32);
-    const EncodeParams p{.precision = prec, .image_width = c.width, .image_height = c.height};
-    for (int use = 0; use < 3; ++use) {  // the first use widens as it reads, the second packs, the third reuses
-      SCOPED_TRACE("use " + std::to_string(use + 1));
-      const Encoding a = encode(f16, c.patches, c.positions, p, exec), b = encode(f32, c.patches, c.positions, p, exec);
-      EXPECT_TRUE(same_bytes(a.embeddings, b.embeddings));
-      EXPECT_TRUE(same_bytes(a.projected, b.projected));
-      EXPECT_GT(a.projected.numel(), 0);
-    }
-    // The incremental encoder (video) reads out_w itself (the spectral norm in its attention
-    // bound): a second frame with one patch changed reuses the first's states and gives the
-    // same bytes and drift estimate on both files.
-    Tensor next = c.patches.clone();
-    next.data<float>()[0] += 0.5f;
-    const int64_t n = c.patches.dim(0);
-    std::vector<int64_t> same_row(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) same_row[size_t(i)] = i;
-    std::vector<uint8_t> dirty(static_cast<size_t>(n), 0);
-    dirty[0] = 1;
-    const IncrementalParams ip{.precision = prec, .image_width = c.width, .image_height = c.height};
-    IncrementalEncoder inc16(f16), inc32(f32);
-    for (IncrementalEncoder* inc : {&inc16, &inc32}) inc->encode(c.patches, c.positions, {}, {}, ip, exec);
-    const IncrementalResult r16 = inc16.encode(next, c.positions, same_row, dirty, ip, exec);
-    const IncrementalResult r32 = inc32.encode(next, c.positions, same_row, dirty, ip, exec);
-    EXPECT_TRUE(r16.approximate) << "the second frame must reuse the first's states";
-    EXPECT_TRUE(same_bytes(r16.embeddings, r32.embeddings));
-    EXPECT_EQ(r16.drift_estimate, r32.drift_estimate);
+    expect_same_encodes(f16, f32, c, prec, exec);  // the first use widens as it reads
+    expect_same_incremental(f16, f32, c, prec, exec);
   }
 }
 
@@ -209,10 +221,8 @@ TEST(EncoderWeights, Q8_0GgufMatricesStayQ8_0AndGiveTheDecodedFilesBytes) {
   }
   const std::string dir = test::temp_dir("q8_0_gguf_weights");
   const std::string q8_path = dir + "/mmproj-q8_0.gguf", f32_path = dir + "/mmproj-f32.gguf";
-  for (const auto& [path, g] : {std::pair{q8_path, &q8}, {f32_path, &f32}}) {
-    const std::vector<uint8_t> b = g->bytes();
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
-  }
+  write_gguf(q8_path, q8);
+  write_gguf(f32_path, f32);
   const FirstCase c = first_case("gguf_llava");
   Executor exec({.threads = 2});
   for (const Precision prec : {Precision::fp32, Precision::bf16, Precision::int8}) {
@@ -239,31 +249,9 @@ TEST(EncoderWeights, Q8_0GgufMatricesStayQ8_0AndGiveTheDecodedFilesBytes) {
     ASSERT_EQ(r0.fc1_w.dtype, DType::f32);
     for (int64_t r : {int64_t(0), l0.fc1_w.rows - 1})
       for (int64_t k : {int64_t(0), int64_t(31), l0.fc1_w.cols - 1}) EXPECT_EQ(l0.fc1_w.at(r, k), r0.fc1_w.at(r, k));
-    const EncodeParams p{.precision = prec, .image_width = c.width, .image_height = c.height};
-    for (int use = 0; use < 3; ++use) {  // the first use decodes as it reads, the second packs, the third reuses
-      SCOPED_TRACE("use " + std::to_string(use + 1));
-      const Encoding x = encode(a, c.patches, c.positions, p, exec), y = encode(b, c.patches, c.positions, p, exec);
-      EXPECT_TRUE(same_bytes(x.embeddings, y.embeddings));
-      EXPECT_TRUE(same_bytes(x.projected, y.projected));
-      EXPECT_GT(x.projected.numel(), 0);
-    }
+    expect_same_encodes(a, b, c, prec, exec);  // the first use decodes as it reads
     if (prec == Precision::int8) continue;  // (the incremental encoder runs fp32 and bf16)
-    // The incremental encoder reads out_w's rows itself (its spectral norm).
-    Tensor next = c.patches.clone();
-    next.data<float>()[0] += 0.5f;
-    const int64_t n = c.patches.dim(0);
-    std::vector<int64_t> same_row(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) same_row[size_t(i)] = i;
-    std::vector<uint8_t> dirty(static_cast<size_t>(n), 0);
-    dirty[0] = 1;
-    const IncrementalParams ip{.precision = prec, .image_width = c.width, .image_height = c.height};
-    IncrementalEncoder inc8(a), inc32(b);
-    for (IncrementalEncoder* inc : {&inc8, &inc32}) inc->encode(c.patches, c.positions, {}, {}, ip, exec);
-    const IncrementalResult r8 = inc8.encode(next, c.positions, same_row, dirty, ip, exec);
-    const IncrementalResult r32 = inc32.encode(next, c.positions, same_row, dirty, ip, exec);
-    EXPECT_TRUE(r8.approximate);
-    EXPECT_TRUE(same_bytes(r8.embeddings, r32.embeddings));
-    EXPECT_EQ(r8.drift_estimate, r32.drift_estimate);
+    expect_same_incremental(a, b, c, prec, exec);
   }
   // Unmapped (map_weights = false): Q8_0 matrices are decoded at load, as before; the same bytes.
   const VitModel owned = VitModel::load(q8_path, {.map_weights = false});

@@ -153,180 +153,240 @@ std::vector<std::byte> random_bytes(std::mt19937_64& rng, size_t n) {
   return v;
 }
 
-// Runs `steps` random operations, checking each against the model; returns a digest of every
-// gather's bytes so backends can be compared with each other too.
-uint64_t run_random_ops(const std::string& backend, const Scenario& sc, uint64_t seed, int steps) {
-  StoreConfig cfg;
-  cfg.dim = sc.dim;
-  cfg.dtype = sc.dtype;
-  cfg.page_bytes = sc.page_bytes;
-  cfg.pool_pages = sc.pool_pages;
-  cfg.virtual_pages = sc.pool_pages * 8;
-  cfg.bind_mode = sc.mode;
-  TokenStore store(cfg, make_test_backend(backend));
-  Model m{store.token_bytes(), sc.page_bytes, sc.pool_pages, {}, {}};
-  const int64_t tb = store.token_bytes();
-  std::mt19937_64 rng(seed);
-  auto pick = [&](int64_t n) { return int64_t(rng() % uint64_t(n)); };
-  auto any_seq = [&]() -> SeqId {
-    auto it = m.seqs.begin();
-    std::advance(it, pick(int64_t(m.seqs.size())));
+// Random operations on a store, each checked against the model (one method per operation), and a
+// digest of every gather's bytes so backends can be compared with each other too.
+class RandomOps {
+ public:
+  RandomOps(const std::string& backend, const Scenario& sc, uint64_t seed)
+      : sc_(sc), store_(config(sc), make_test_backend(backend)), m_{store_.token_bytes(), sc.page_bytes, sc.pool_pages, {}, {}},
+        tb_(store_.token_bytes()), rng_(seed) {}
+
+  uint64_t digest = 1469598103934665603ULL;
+
+  // Returns false when a check failed (GoogleTest has it).
+  bool run(int steps) {
+    for (int step = 0; step < steps; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      if (!random_op()) continue;  // an allowed refusal: nothing changed
+      check_accounting();
+      if (::testing::Test::HasFailure()) return false;
+    }
+    check_page_tables();
+    for (const auto& [id, s] : m_.seqs) store_.release(id);
+    EXPECT_EQ(store_.stats().free_pages, sc_.pool_pages);
+    return true;
+  }
+
+ private:
+  static StoreConfig config(const Scenario& sc) {
+    StoreConfig cfg;
+    cfg.dim = sc.dim;
+    cfg.dtype = sc.dtype;
+    cfg.page_bytes = sc.page_bytes;
+    cfg.pool_pages = sc.pool_pages;
+    cfg.virtual_pages = sc.pool_pages * 8;
+    cfg.bind_mode = sc.mode;
+    return cfg;
+  }
+
+  int64_t pick(int64_t n) { return int64_t(rng_() % uint64_t(n)); }
+  SeqId any_seq() {
+    auto it = m_.seqs.begin();
+    std::advance(it, pick(int64_t(m_.seqs.size())));
     return it->first;
-  };
-  auto random_range = [&](SeqId id) -> TokenRange {
-    const int64_t cap = m.seqs.at(id).capacity;
+  }
+  TokenRange random_range(SeqId id) {
+    const int64_t cap = m_.seqs.at(id).capacity;
     const int64_t first = pick(cap + 1);
     const int64_t count = pick(std::min<int64_t>(cap - first, 1 + pick(64)) + 1);
     return {id, first, count};
-  };
-  uint64_t digest = 1469598103934665603ULL;
-  auto check_accounting = [&] {
-    const StoreStats st = store.stats();
-    int64_t resident = 0, dense = 0, reserved = 0;
-    for (const auto& [id, s] : m.seqs) {
-      for (const auto& t : s.tokens) resident += t.has_value();
-      dense += s.capacity * tb;
-      reserved += store.pages_for_tokens(s.capacity);
-    }
-    const int64_t pages = m.resident_pages();
-    ASSERT_EQ(st.sequences, int64_t(m.seqs.size()));
-    ASSERT_EQ(st.resident_tokens, resident);
-    ASSERT_EQ(st.resident_pages, pages);
-    ASSERT_EQ(st.resident_bytes, pages * sc.page_bytes);
-    ASSERT_EQ(st.payload_bytes, resident * tb);
-    ASSERT_EQ(st.dense_bytes, dense);
-    ASSERT_EQ(st.reserved_pages, reserved);
-    ASSERT_EQ(st.free_pages, sc.pool_pages - pages);
-  };
+  }
 
-  for (int step = 0; step < steps; ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
+  // One operation, picked at random; false when it was refused as allowed and the step ends there.
+  bool random_op() {
     const int op = int(pick(100));
-    if (m.seqs.empty() || op < 8) {  // reserve
-      const int64_t cap = 1 + pick(200);
-      SeqId id = 0;
-      try {
-        id = store.reserve(cap);
-      } catch (const Error& e) {  // the virtual space is full (or too fragmented): allowed
-        EXPECT_EQ(e.code(), Errc::out_of_memory);
-        continue;
-      }
-      EXPECT_FALSE(m.seqs.count(id) || m.released.count(id));
-      m.seqs[id] = ModelSeq{cap, std::vector<std::optional<std::vector<std::byte>>>(size_t(cap))};
-    } else if (op < 12 || m.seqs.size() > 12) {  // release (sometimes twice, or one already released)
-      if (!m.released.empty() && pick(3) == 0) {
-        const SeqId gone = *std::next(m.released.begin(), pick(int64_t(m.released.size())));
-        EXPECT_NE(error_message([&] { store.release(gone); }).find("was released"), std::string::npos);
-        EXPECT_EQ(error_code([&] { store.gather({{gone, 0, 1}}); }), Errc::invalid_argument);
-        continue;
-      }
-      const SeqId id = any_seq();
-      store.release(id);
-      m.seqs.erase(id);
-      m.released.insert(id);
-    } else if (op < 40) {  // bind batch over 1..3 sequences
-      std::vector<TokenRange> rs;
-      for (int i = 0, n = 1 + int(pick(3)); i < n; ++i) rs.push_back(random_range(any_seq()));
-      if (pick(20) == 0) {  // out of range: nothing may change
-        rs.push_back({rs[0].seq, m.seqs.at(rs[0].seq).capacity, 1});
-        EXPECT_EQ(error_code([&] { store.bind_batch(rs); }), Errc::invalid_argument);
-      } else if (m.pages_needed(rs) > sc.pool_pages - m.resident_pages()) {
-        EXPECT_EQ(error_code([&] { store.bind_batch(rs); }), Errc::out_of_memory);
-      } else {
-        store.bind_batch(rs);
-        for (const TokenRange& r : rs)
-          for (int64_t t = r.first; t < r.first + r.count; ++t) {
-            auto& tok = m.seqs.at(r.seq).tokens[size_t(t)];
-            if (!tok) tok = std::vector<std::byte>(size_t(tb), std::byte{0});
-          }
-      }
-    } else if (op < 55) {  // unbind batch
-      std::vector<TokenRange> rs;
-      for (int i = 0, n = 1 + int(pick(2)); i < n; ++i) rs.push_back(random_range(any_seq()));
-      store.unbind_batch(rs);
-      for (const TokenRange& r : rs)
-        for (int64_t t = r.first; t < r.first + r.count; ++t) m.seqs.at(r.seq).tokens[size_t(t)].reset();
-    } else if (op < 72) {  // write
-      const TokenRange r = random_range(any_seq());
-      auto& s = m.seqs.at(r.seq);
-      const std::vector<std::byte> data = random_bytes(rng, size_t(r.count * tb));
-      bool all = true;
-      for (int64_t t = r.first; t < r.first + r.count; ++t) all &= s.tokens[size_t(t)].has_value();
-      if (!all) {
-        EXPECT_EQ(error_code([&] { store.write_bytes(r.seq, r.first, r.count, data.data()); }), Errc::invalid_argument);
-      } else {
-        store.write_bytes(r.seq, r.first, r.count, data.data());
-        for (int64_t t = r.first; t < r.first + r.count; ++t)
-          s.tokens[size_t(t)] = std::vector<std::byte>(data.begin() + (t - r.first) * tb, data.begin() + (t - r.first + 1) * tb);
-      }
-    } else if (op < 80) {  // update_frame: a new frame, partly equal to the old one
-      const SeqId id = any_seq();
-      auto& s = m.seqs.at(id);
-      const int64_t n = pick(s.capacity + 1);
-      Tensor frame(sc.dtype, {n, sc.dim});
-      for (int64_t t = 0; t < n; ++t) {
-        const auto& old = s.tokens[size_t(t)];
-        if (old && pick(4) != 0) std::memcpy(frame.bytes() + t * tb, old->data(), size_t(tb));
-        else {
-          const auto b = random_bytes(rng, size_t(tb));
-          std::memcpy(frame.bytes() + t * tb, b.data(), size_t(tb));
-        }
-      }
-      ModelSeq next{s.capacity, std::vector<std::optional<std::vector<std::byte>>>(size_t(s.capacity))};
-      for (int64_t t = 0; t < n; ++t)
-        next.tokens[size_t(t)] = std::vector<std::byte>(frame.bytes() + t * tb, frame.bytes() + (t + 1) * tb);
-      Model after = m;
-      after.seqs[id] = next;
-      if (after.resident_pages() > sc.pool_pages) {
-        EXPECT_EQ(error_code([&] { store.update_frame(id, frame); }), Errc::out_of_memory);
-      } else {
-        const FrameDelta d = store.update_frame(id, frame);
-        EXPECT_EQ(d.pages_bound + d.pages_written + d.pages_unchanged, store.pages_for_tokens(n));
-        s = next;
-      }
-    } else {  // gather over 1..4 ranges, or a residency query
-      std::vector<TokenRange> rs;
-      for (int i = 0, n = 1 + int(pick(4)); i < n; ++i) rs.push_back(random_range(any_seq()));
-      bool all = true;
-      std::vector<std::byte> want;
+    if (m_.seqs.empty() || op < 8) return reserve();
+    if (op < 12 || m_.seqs.size() > 12) return release();
+    if (op < 40) bind();
+    else if (op < 55) unbind();
+    else if (op < 72) write();
+    else if (op < 80) update_frame();
+    else gather();
+    return true;
+  }
+
+  bool reserve() {
+    const int64_t cap = 1 + pick(200);
+    SeqId id = 0;
+    try {
+      id = store_.reserve(cap);
+    } catch (const Error& e) {  // the virtual space is full (or too fragmented): allowed
+      EXPECT_EQ(e.code(), Errc::out_of_memory);
+      return false;
+    }
+    EXPECT_FALSE(m_.seqs.count(id) || m_.released.count(id));
+    m_.seqs[id] = ModelSeq{cap, std::vector<std::optional<std::vector<std::byte>>>(size_t(cap))};
+    return true;
+  }
+
+  // Sometimes twice, or one already released.
+  bool release() {
+    if (!m_.released.empty() && pick(3) == 0) {
+      const SeqId gone = *std::next(m_.released.begin(), pick(int64_t(m_.released.size())));
+      EXPECT_NE(error_message([&] { store_.release(gone); }).find("was released"), std::string::npos);
+      EXPECT_EQ(error_code([&] { store_.gather({{gone, 0, 1}}); }), Errc::invalid_argument);
+      return false;
+    }
+    const SeqId id = any_seq();
+    store_.release(id);
+    m_.seqs.erase(id);
+    m_.released.insert(id);
+    return true;
+  }
+
+  // A bind batch over 1..3 sequences.
+  void bind() {
+    std::vector<TokenRange> rs;
+    for (int i = 0, n = 1 + int(pick(3)); i < n; ++i) rs.push_back(random_range(any_seq()));
+    if (pick(20) == 0) {  // out of range: nothing may change
+      rs.push_back({rs[0].seq, m_.seqs.at(rs[0].seq).capacity, 1});
+      EXPECT_EQ(error_code([&] { store_.bind_batch(rs); }), Errc::invalid_argument);
+    } else if (m_.pages_needed(rs) > sc_.pool_pages - m_.resident_pages()) {
+      EXPECT_EQ(error_code([&] { store_.bind_batch(rs); }), Errc::out_of_memory);
+    } else {
+      store_.bind_batch(rs);
       for (const TokenRange& r : rs)
         for (int64_t t = r.first; t < r.first + r.count; ++t) {
-          const auto& tok = m.seqs.at(r.seq).tokens[size_t(t)];
-          all &= tok.has_value();
-          if (tok) want.insert(want.end(), tok->begin(), tok->end());
+          auto& tok = m_.seqs.at(r.seq).tokens[size_t(t)];
+          if (!tok) tok = std::vector<std::byte>(size_t(tb_), std::byte{0});
         }
-      if (!all) {
-        EXPECT_EQ(error_code([&] { store.gather(rs); }), Errc::invalid_argument);
-      } else {
-        const Tensor got = store.gather(rs);
-        EXPECT_EQ(got.size_bytes(), want.size());
-        // (memcmp with an empty vector's null data() is UB even for 0 bytes: UBSan says so)
-        EXPECT_TRUE(got.size_bytes() == want.size() && (want.empty() || std::memcmp(got.bytes(), want.data(), want.size()) == 0));
-        for (std::byte b : want) digest = (digest ^ uint64_t(b)) * 1099511628211ULL;
-      }
-      const TokenRange& r = rs[0];
-      if (r.count > 0) {
-        EXPECT_EQ(store.is_resident(r.seq, r.first), m.seqs.at(r.seq).tokens[size_t(r.first)].has_value());
+    }
+  }
+
+  void unbind() {
+    std::vector<TokenRange> rs;
+    for (int i = 0, n = 1 + int(pick(2)); i < n; ++i) rs.push_back(random_range(any_seq()));
+    store_.unbind_batch(rs);
+    for (const TokenRange& r : rs)
+      for (int64_t t = r.first; t < r.first + r.count; ++t) m_.seqs.at(r.seq).tokens[size_t(t)].reset();
+  }
+
+  void write() {
+    const TokenRange r = random_range(any_seq());
+    auto& s = m_.seqs.at(r.seq);
+    const std::vector<std::byte> data = random_bytes(rng_, size_t(r.count * tb_));
+    bool all = true;
+    for (int64_t t = r.first; t < r.first + r.count; ++t) all &= s.tokens[size_t(t)].has_value();
+    if (!all) {
+      EXPECT_EQ(error_code([&] { store_.write_bytes(r.seq, r.first, r.count, data.data()); }), Errc::invalid_argument);
+    } else {
+      store_.write_bytes(r.seq, r.first, r.count, data.data());
+      for (int64_t t = r.first; t < r.first + r.count; ++t)
+        s.tokens[size_t(t)] = std::vector<std::byte>(data.begin() + (t - r.first) * tb_, data.begin() + (t - r.first + 1) * tb_);
+    }
+  }
+
+  // A new frame, partly equal to the old one.
+  void update_frame() {
+    const SeqId id = any_seq();
+    auto& s = m_.seqs.at(id);
+    const int64_t n = pick(s.capacity + 1);
+    Tensor frame(sc_.dtype, {n, sc_.dim});
+    for (int64_t t = 0; t < n; ++t) {
+      const auto& old = s.tokens[size_t(t)];
+      if (old && pick(4) != 0) std::memcpy(frame.bytes() + t * tb_, old->data(), size_t(tb_));
+      else {
+        const auto b = random_bytes(rng_, size_t(tb_));
+        std::memcpy(frame.bytes() + t * tb_, b.data(), size_t(tb_));
       }
     }
-    check_accounting();
-    if (::testing::Test::HasFailure()) return 0;
+    ModelSeq next{s.capacity, std::vector<std::optional<std::vector<std::byte>>>(size_t(s.capacity))};
+    for (int64_t t = 0; t < n; ++t)
+      next.tokens[size_t(t)] = std::vector<std::byte>(frame.bytes() + t * tb_, frame.bytes() + (t + 1) * tb_);
+    Model after = m_;
+    after.seqs[id] = next;
+    if (after.resident_pages() > sc_.pool_pages) {
+      EXPECT_EQ(error_code([&] { store_.update_frame(id, frame); }), Errc::out_of_memory);
+    } else {
+      const FrameDelta d = store_.update_frame(id, frame);
+      EXPECT_EQ(d.pages_bound + d.pages_written + d.pages_unchanged, store_.pages_for_tokens(n));
+      s = next;
+    }
   }
+
+  // A gather over 1..4 ranges, and a residency query.
+  void gather() {
+    std::vector<TokenRange> rs;
+    for (int i = 0, n = 1 + int(pick(4)); i < n; ++i) rs.push_back(random_range(any_seq()));
+    bool all = true;
+    std::vector<std::byte> want;
+    for (const TokenRange& r : rs)
+      for (int64_t t = r.first; t < r.first + r.count; ++t) {
+        const auto& tok = m_.seqs.at(r.seq).tokens[size_t(t)];
+        all &= tok.has_value();
+        if (tok) want.insert(want.end(), tok->begin(), tok->end());
+      }
+    if (!all) {
+      EXPECT_EQ(error_code([&] { store_.gather(rs); }), Errc::invalid_argument);
+    } else {
+      const Tensor got = store_.gather(rs);
+      EXPECT_EQ(got.size_bytes(), want.size());
+      // (memcmp with an empty vector's null data() is UB even for 0 bytes: UBSan says so)
+      EXPECT_TRUE(got.size_bytes() == want.size() && (want.empty() || std::memcmp(got.bytes(), want.data(), want.size()) == 0));
+      for (std::byte b : want) digest = (digest ^ uint64_t(b)) * 1099511628211ULL;
+    }
+    const TokenRange& r = rs[0];
+    if (r.count > 0) {
+      EXPECT_EQ(store_.is_resident(r.seq, r.first), m_.seqs.at(r.seq).tokens[size_t(r.first)].has_value());
+    }
+  }
+
+  void check_accounting() const {
+    const StoreStats st = store_.stats();
+    int64_t resident = 0, dense = 0, reserved = 0;
+    for (const auto& [id, s] : m_.seqs) {
+      for (const auto& t : s.tokens) resident += t.has_value();
+      dense += s.capacity * tb_;
+      reserved += store_.pages_for_tokens(s.capacity);
+    }
+    const int64_t pages = m_.resident_pages();
+    ASSERT_EQ(st.sequences, int64_t(m_.seqs.size()));
+    ASSERT_EQ(st.resident_tokens, resident);
+    ASSERT_EQ(st.resident_pages, pages);
+    ASSERT_EQ(st.resident_bytes, pages * sc_.page_bytes);
+    ASSERT_EQ(st.payload_bytes, resident * tb_);
+    ASSERT_EQ(st.dense_bytes, dense);
+    ASSERT_EQ(st.reserved_pages, reserved);
+    ASSERT_EQ(st.free_pages, sc_.pool_pages - pages);
+  }
+
   // Page tables agree with the model, and no physical page is used twice.
-  std::set<int64_t> used;
-  for (const auto& [id, s] : m.seqs) {
-    const auto pages = m.pages_of(s);
-    const auto table = store.page_table(id);
-    for (size_t p = 0; p < table.size(); ++p) {
-      EXPECT_EQ(table[p] >= 0, pages.count(int64_t(p)) == 1);
-      if (table[p] >= 0) {
-        EXPECT_TRUE(used.insert(table[p]).second);
+  void check_page_tables() const {
+    std::set<int64_t> used;
+    for (const auto& [id, s] : m_.seqs) {
+      const auto pages = m_.pages_of(s);
+      const auto table = store_.page_table(id);
+      for (size_t p = 0; p < table.size(); ++p) {
+        EXPECT_EQ(table[p] >= 0, pages.count(int64_t(p)) == 1);
+        if (table[p] >= 0) {
+          EXPECT_TRUE(used.insert(table[p]).second);
+        }
       }
     }
   }
-  for (const auto& [id, s] : m.seqs) store.release(id);
-  EXPECT_EQ(store.stats().free_pages, sc.pool_pages);
-  return digest;
+
+  const Scenario sc_;
+  TokenStore store_;
+  Model m_;
+  const int64_t tb_;
+  std::mt19937_64 rng_;
+};
+
+// Runs `steps` random operations, checking each against the model; returns a digest of every
+// gather's bytes so backends can be compared with each other too (0 when a check failed).
+uint64_t run_random_ops(const std::string& backend, const Scenario& sc, uint64_t seed, int steps) {
+  RandomOps ops(backend, sc, seed);
+  return ops.run(steps) ? ops.digest : 0;
 }
 
 const Scenario kScenarios[] = {

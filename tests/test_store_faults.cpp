@@ -287,198 +287,259 @@ struct Tok {
   std::vector<std::byte> bytes;
 };
 
+// One seed of RandomFaultsMatchModel: the store under random faults, the plain model it must
+// match, one method per operation, and the checks after each step. Failures go to GoogleTest;
+// run() stops at the first.
+class RandomFaultRun {
+ public:
+  RandomFaultRun(std::string backend, int64_t page, uint64_t seed) : backend_(std::move(backend)), seed_(seed), rng_(seed) {
+    cfg_.dim = seed == 2 ? page / 4 * 3 / 2 : page / 2 / 5;  // f16: 3/4 page (straddling) or 1/5 page
+    cfg_.page_bytes = page;
+    cfg_.pool_pages = 32;
+    cfg_.virtual_pages = 256;
+    cfg_.bind_mode = seed == 1 ? BindMode::merged : seed == 2 ? BindMode::batched : BindMode::single;
+    fresh();
+    tb_ = store_->token_bytes();
+  }
+
+  int64_t injected = 0, rollbacks_ok = 0, stores_broken = 0;
+
+  void run(int steps) {
+    for (int step = 0; step < steps; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      const std::optional<bool> failed = random_op();
+      if (!failed) continue;  // an operation the pool cannot take: nothing was called
+      injected += *failed;
+      // A failed rollback leaves the store unusable, and it must say so on every call.
+      faults_->disarm();
+      if (!usable()) {
+        ++stores_broken;
+        EXPECT_TRUE(*failed);
+        fresh();
+        continue;
+      }
+      // Accounting and mappings exact after every step, failed or not.
+      expect_consistent();
+      if (::testing::Test::HasFailure()) return;
+      if (*failed) ++rollbacks_ok;
+      faults_->fail_randomly(seed_ * 7919 + uint64_t(step), 0.08);
+    }
+    // Everything released: every page back in the pool, nothing mapped.
+    faults_->disarm();
+    for (SeqId id : seqs()) store_->release(id);
+    EXPECT_EQ(store_->stats().free_pages, cfg_.pool_pages);
+    EXPECT_TRUE(faults_->mapped().empty());
+  }
+
+ private:
+  // A new store (and fault backend) in place of the old one, and an empty model.
+  void fresh() {
+    store_.reset();
+    faults_ = std::make_shared<StoreFaults>();
+    store_.emplace(cfg_, make_fault_store_backend(real_backend(backend_), faults_));
+    faults_->fail_randomly(seed_ * 7919, 0.08);
+    model_.clear();
+  }
+
+  int64_t pick(int64_t n) { return int64_t(rng_() % uint64_t(n)); }
+  std::vector<SeqId> seqs() const {
+    std::vector<SeqId> v;
+    for (const auto& [id, t] : model_) v.push_back(id);
+    return v;
+  }
+  SeqId any_seq() { return std::next(model_.begin(), pick(int64_t(model_.size())))->first; }
+  TokenRange range(SeqId id) {
+    const int64_t cap = int64_t(model_.at(id).size());
+    const int64_t first = pick(cap);
+    return {id, first, 1 + pick(std::min<int64_t>(cap - first, 40))};
+  }
+  // Pages a bind would add, from the model's residency and the store's page tables.
+  int64_t pages_needed(const std::vector<TokenRange>& rs) const {
+    std::set<std::pair<SeqId, int64_t>> need;
+    for (const TokenRange& r : rs) {
+      const auto table = store_->page_table(r.seq);
+      for (int64_t p = r.first * tb_ / cfg_.page_bytes; p <= ((r.first + r.count) * tb_ - 1) / cfg_.page_bytes; ++p)
+        if (table[size_t(p)] < 0) need.insert({r.seq, p});
+    }
+    return int64_t(need.size());
+  }
+
+  // One operation, picked at random: whether it failed, or nothing when it was skipped.
+  std::optional<bool> random_op() {
+    const int op = int(pick(100));
+    try {
+      if (model_.empty() || op < 8) return reserve();
+      if (op < 14) return release();
+      if (op < 45) return bind();
+      if (op < 60) return unbind();
+      if (op < 75) return write();
+      if (op < 82) return update_frame();
+      return gather();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::device) << e.what();
+    } catch (const std::bad_alloc&) {
+    }
+    return true;
+  }
+
+  bool reserve() {
+    const int64_t cap = 1 + pick(120);
+    try {
+      const SeqId id = store_->reserve(cap);
+      model_[id] = std::vector<Tok>(size_t(cap));
+    } catch (const Error& e) {
+      if (e.code() != Errc::out_of_memory) throw;  // a full virtual space is allowed
+    }
+    return false;
+  }
+
+  bool release() {
+    const SeqId id = any_seq();
+    const bool failed = injected_failure([&] { store_->release(id); });
+    if (!failed) model_.erase(id);
+    return failed;
+  }
+
+  bool bind() {
+    std::vector<TokenRange> rs;
+    for (int i = 0, n = 1 + int(pick(3)); i < n; ++i) rs.push_back(range(any_seq()));
+    if (pages_needed(rs) > store_->stats().free_pages) {
+      try {
+        store_->bind_batch(rs);
+        ADD_FAILURE() << "bind beyond the pool succeeded";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Errc::out_of_memory);
+      }
+      return false;
+    }
+    const bool failed = injected_failure([&] { store_->bind_batch(rs); });
+    if (!failed)
+      for (const TokenRange& r : rs)
+        for (int64_t t = r.first; t < r.first + r.count; ++t) {
+          Tok& k = model_.at(r.seq)[size_t(t)];
+          if (!k.resident) k = Tok{true, true, std::vector<std::byte>(size_t(tb_), std::byte{0})};
+        }
+    return failed;
+  }
+
+  bool unbind() {
+    std::vector<TokenRange> rs;
+    for (int i = 0, n = 1 + int(pick(2)); i < n; ++i) rs.push_back(range(any_seq()));
+    const bool failed = injected_failure([&] { store_->unbind_batch(rs); });
+    if (!failed)
+      for (const TokenRange& r : rs)
+        for (int64_t t = r.first; t < r.first + r.count; ++t) model_.at(r.seq)[size_t(t)] = Tok{};
+    return failed;
+  }
+
+  bool write() {
+    const TokenRange r = range(any_seq());
+    auto& toks = model_.at(r.seq);
+    bool all = true;
+    for (int64_t t = r.first; t < r.first + r.count; ++t) all &= toks[size_t(t)].resident;
+    if (!all) return false;
+    std::vector<std::byte> data(size_t(r.count * tb_));
+    for (auto& x : data) x = std::byte(rng_());
+    const bool failed = injected_failure([&] { store_->write_bytes(r.seq, r.first, r.count, data.data()); });
+    for (int64_t t = r.first; t < r.first + r.count; ++t) {
+      Tok& k = toks[size_t(t)];
+      k.known = !failed;
+      if (!failed) k.bytes.assign(data.begin() + (t - r.first) * tb_, data.begin() + (t - r.first + 1) * tb_);
+    }
+    return failed;
+  }
+
+  // Skipped (nothing) when the frame would need more pages than the pool has.
+  std::optional<bool> update_frame() {
+    const SeqId id = any_seq();
+    auto& toks = model_.at(id);
+    const int64_t n = pick(int64_t(toks.size()) + 1);
+    Tensor frame(DType::f16, {n, cfg_.dim});
+    for (size_t i = 0; i < frame.size_bytes(); ++i) frame.bytes()[i] = std::byte(rng_());
+    int64_t grow = 0;
+    const auto table = store_->page_table(id);
+    const int64_t keep = store_->pages_for_tokens(n);
+    int64_t shrink = 0;
+    for (size_t p = 0; p < table.size(); ++p) {
+      if (int64_t(p) < keep) grow += table[p] < 0;
+      else shrink += table[p] >= 0;
+    }
+    if (grow > store_->stats().free_pages + shrink) return std::nullopt;
+    const bool failed = injected_failure([&] { store_->update_frame(id, frame); });
+    if (!failed) {
+      for (int64_t t = 0; t < int64_t(toks.size()); ++t)
+        toks[size_t(t)] = t < n ? Tok{true, true, std::vector<std::byte>(frame.bytes() + t * tb_, frame.bytes() + (t + 1) * tb_)}
+                                : Tok{};
+    }  // failed: all-or-nothing, the model stays as it was (checked below, bytes by later gathers)
+    return failed;
+  }
+
+  bool gather() {
+    std::vector<TokenRange> rs{range(any_seq())};
+    std::vector<std::byte> want;
+    bool all = true, known = true;
+    for (const TokenRange& r : rs)
+      for (int64_t t = r.first; t < r.first + r.count; ++t) {
+        const Tok& k = model_.at(r.seq)[size_t(t)];
+        all &= k.resident;
+        known &= k.known;
+        want.insert(want.end(), k.bytes.begin(), k.bytes.end());
+      }
+    if (!all) return false;
+    std::optional<Tensor> got;
+    const bool failed = injected_failure([&] { got = store_->gather(rs); });
+    if (!failed && known && !want.empty()) {
+      EXPECT_TRUE(std::memcmp(got->bytes(), want.data(), want.size()) == 0) << "gathered bytes differ";
+    }
+    return failed;
+  }
+
+  // False when the store says it is unusable (after a failed rollback), as it must on every call.
+  bool usable() {
+    try {
+      if (model_.empty()) model_[store_->reserve(1)] = std::vector<Tok>(1);
+      else (void)store_->capacity(model_.begin()->first);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::device);
+      EXPECT_NE(std::string(e.what()).find("unusable"), std::string::npos) << e.what();
+      return false;
+    }
+    return true;
+  }
+
+  void expect_consistent() const {
+    int64_t resident = 0;
+    for (const auto& [id, toks] : model_)
+      for (const Tok& k : toks) resident += k.resident;
+    const StoreStats now = store_->stats();
+    ASSERT_EQ(now.sequences, int64_t(model_.size()));
+    ASSERT_EQ(now.resident_tokens, resident);
+    for (const auto& [id, toks] : model_)
+      for (int64_t t = 0; t < int64_t(toks.size()); ++t)
+        ASSERT_EQ(store_->is_resident(id, t), toks[size_t(t)].resident) << "token " << t;
+    expect_mappings_match(*store_, *faults_, seqs());
+  }
+
+  const std::string backend_;
+  const uint64_t seed_;
+  std::mt19937_64 rng_;
+  StoreConfig cfg_;
+  std::shared_ptr<StoreFaults> faults_;
+  std::optional<TokenStore> store_;
+  std::map<SeqId, std::vector<Tok>> model_;
+  int64_t tb_ = 0;  // the store's token bytes
+};
+
 TEST_P(StoreFaultTest, RandomFaultsMatchModel) {
   const bool host = GetParam() == "host";
   const int steps = host ? 3000 : 500;
   int64_t injected = 0, rollbacks_ok = 0, stores_broken = 0;
   for (uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    auto pick = [&](int64_t n) { return int64_t(rng() % uint64_t(n)); };
-    StoreConfig cfg;
-    cfg.dim = seed == 2 ? page() / 4 * 3 / 2 : page() / 2 / 5;  // f16: 3/4 page (straddling) or 1/5 page
-    cfg.page_bytes = page();
-    cfg.pool_pages = 32;
-    cfg.virtual_pages = 256;
-    cfg.bind_mode = seed == 1 ? BindMode::merged : seed == 2 ? BindMode::batched : BindMode::single;
-    auto faults = std::make_shared<StoreFaults>();
-    std::optional<TokenStore> store;
-    std::map<SeqId, std::vector<Tok>> model;
-    auto fresh = [&] {
-      store.reset();
-      faults = std::make_shared<StoreFaults>();
-      store.emplace(cfg, make_fault_store_backend(real_backend(GetParam()), faults));
-      faults->fail_randomly(seed * 7919, 0.08);
-      model.clear();
-    };
-    fresh();
-    const int64_t tb = store->token_bytes();
-    auto seqs = [&] {
-      std::vector<SeqId> v;
-      for (const auto& [id, t] : model) v.push_back(id);
-      return v;
-    };
-    auto any_seq = [&] { return std::next(model.begin(), pick(int64_t(model.size())))->first; };
-    auto range = [&](SeqId id) -> TokenRange {
-      const int64_t cap = int64_t(model.at(id).size());
-      const int64_t first = pick(cap);
-      return {id, first, 1 + pick(std::min<int64_t>(cap - first, 40))};
-    };
-    auto pages_needed = [&](const std::vector<TokenRange>& rs) {
-      // Pages a bind would add, from the model's residency and the store's page tables.
-      std::set<std::pair<SeqId, int64_t>> need;
-      for (const TokenRange& r : rs) {
-        const auto table = store->page_table(r.seq);
-        for (int64_t p = r.first * tb / cfg.page_bytes; p <= ((r.first + r.count) * tb - 1) / cfg.page_bytes; ++p)
-          if (table[size_t(p)] < 0) need.insert({r.seq, p});
-      }
-      return int64_t(need.size());
-    };
-
-    for (int step = 0; step < steps; ++step) {
-      SCOPED_TRACE("step " + std::to_string(step));
-      const int op = int(pick(100));
-      bool failed = false;
-      try {
-        if (model.empty() || op < 8) {
-          const int64_t cap = 1 + pick(120);
-          try {
-            const SeqId id = store->reserve(cap);
-            model[id] = std::vector<Tok>(size_t(cap));
-          } catch (const Error& e) {
-            if (e.code() != Errc::out_of_memory) throw;  // a full virtual space is allowed
-          }
-        } else if (op < 14) {
-          const SeqId id = any_seq();
-          failed = injected_failure([&] { store->release(id); });
-          if (!failed) model.erase(id);
-        } else if (op < 45) {
-          std::vector<TokenRange> rs;
-          for (int i = 0, n = 1 + int(pick(3)); i < n; ++i) rs.push_back(range(any_seq()));
-          if (pages_needed(rs) > store->stats().free_pages) {
-            try {
-              store->bind_batch(rs);
-              ADD_FAILURE() << "bind beyond the pool succeeded";
-            } catch (const Error& e) {
-              EXPECT_EQ(e.code(), Errc::out_of_memory);
-            }
-          } else {
-            failed = injected_failure([&] { store->bind_batch(rs); });
-            if (!failed)
-              for (const TokenRange& r : rs)
-                for (int64_t t = r.first; t < r.first + r.count; ++t) {
-                  Tok& k = model.at(r.seq)[size_t(t)];
-                  if (!k.resident) k = Tok{true, true, std::vector<std::byte>(size_t(tb), std::byte{0})};
-                }
-          }
-        } else if (op < 60) {
-          std::vector<TokenRange> rs;
-          for (int i = 0, n = 1 + int(pick(2)); i < n; ++i) rs.push_back(range(any_seq()));
-          failed = injected_failure([&] { store->unbind_batch(rs); });
-          if (!failed)
-            for (const TokenRange& r : rs)
-              for (int64_t t = r.first; t < r.first + r.count; ++t) model.at(r.seq)[size_t(t)] = Tok{};
-        } else if (op < 75) {
-          const TokenRange r = range(any_seq());
-          auto& toks = model.at(r.seq);
-          bool all = true;
-          for (int64_t t = r.first; t < r.first + r.count; ++t) all &= toks[size_t(t)].resident;
-          if (all) {
-            std::vector<std::byte> data(size_t(r.count * tb));
-            for (auto& x : data) x = std::byte(rng());
-            failed = injected_failure([&] { store->write_bytes(r.seq, r.first, r.count, data.data()); });
-            for (int64_t t = r.first; t < r.first + r.count; ++t) {
-              Tok& k = toks[size_t(t)];
-              k.known = !failed;
-              if (!failed) k.bytes.assign(data.begin() + (t - r.first) * tb, data.begin() + (t - r.first + 1) * tb);
-            }
-          }
-        } else if (op < 82) {
-          const SeqId id = any_seq();
-          auto& toks = model.at(id);
-          const int64_t n = pick(int64_t(toks.size()) + 1);
-          Tensor frame(DType::f16, {n, cfg.dim});
-          for (size_t i = 0; i < frame.size_bytes(); ++i) frame.bytes()[i] = std::byte(rng());
-          int64_t grow = 0;
-          const auto table = store->page_table(id);
-          const int64_t keep = store->pages_for_tokens(n);
-          int64_t shrink = 0;
-          for (size_t p = 0; p < table.size(); ++p) {
-            if (int64_t(p) < keep) grow += table[p] < 0;
-            else shrink += table[p] >= 0;
-          }
-          if (grow > store->stats().free_pages + shrink) continue;
-          failed = injected_failure([&] { store->update_frame(id, frame); });
-          if (!failed) {
-            for (int64_t t = 0; t < int64_t(toks.size()); ++t)
-              toks[size_t(t)] = t < n ? Tok{true, true, std::vector<std::byte>(frame.bytes() + t * tb, frame.bytes() + (t + 1) * tb)}
-                                      : Tok{};
-          }  // failed: all-or-nothing, the model stays as it was (checked below, bytes by later gathers)
-        } else {
-          std::vector<TokenRange> rs{range(any_seq())};
-          std::vector<std::byte> want;
-          bool all = true, known = true;
-          for (const TokenRange& r : rs)
-            for (int64_t t = r.first; t < r.first + r.count; ++t) {
-              const Tok& k = model.at(r.seq)[size_t(t)];
-              all &= k.resident;
-              known &= k.known;
-              want.insert(want.end(), k.bytes.begin(), k.bytes.end());
-            }
-          if (all) {
-            std::optional<Tensor> got;
-            failed = injected_failure([&] { got = store->gather(rs); });
-            if (!failed && known && !want.empty()) {
-              EXPECT_TRUE(std::memcmp(got->bytes(), want.data(), want.size()) == 0) << "gathered bytes differ";
-            }
-          }
-        }
-      } catch (const Error& e) {
-        failed = true;
-        EXPECT_EQ(e.code(), Errc::device) << e.what();
-      } catch (const std::bad_alloc&) {
-        failed = true;
-      }
-      injected += failed;
-      // A failed rollback leaves the store unusable, and it must say so on every call.
-      faults->disarm();
-      bool usable = true;
-      try {
-        if (model.empty()) model[store->reserve(1)] = std::vector<Tok>(1);
-        else (void)store->capacity(model.begin()->first);
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), Errc::device);
-        EXPECT_NE(std::string(e.what()).find("unusable"), std::string::npos) << e.what();
-        usable = false;
-      }
-      if (!usable) {
-        ++stores_broken;
-        EXPECT_TRUE(failed);
-        fresh();
-        continue;
-      }
-      {
-        // Accounting and mappings exact after every step, failed or not.
-        int64_t resident = 0;
-        for (const auto& [id, toks] : model)
-          for (const Tok& k : toks) resident += k.resident;
-        const StoreStats now = store->stats();
-        ASSERT_EQ(now.sequences, int64_t(model.size()));
-        ASSERT_EQ(now.resident_tokens, resident);
-        for (const auto& [id, toks] : model)
-          for (int64_t t = 0; t < int64_t(toks.size()); ++t)
-            ASSERT_EQ(store->is_resident(id, t), toks[size_t(t)].resident) << "token " << t;
-        expect_mappings_match(*store, *faults, seqs());
-        if (failed) ++rollbacks_ok;
-        faults->fail_randomly(seed * 7919 + uint64_t(step), 0.08);
-      }
-      if (::testing::Test::HasFailure()) return;
-    }
-    // Everything released: every page back in the pool, nothing mapped.
-    faults->disarm();
-    for (SeqId id : seqs()) store->release(id);
-    EXPECT_EQ(store->stats().free_pages, cfg.pool_pages);
-    EXPECT_TRUE(faults->mapped().empty());
+    RandomFaultRun run(GetParam(), page(), seed);
+    run.run(steps);
+    injected += run.injected, rollbacks_ok += run.rollbacks_ok, stores_broken += run.stores_broken;
+    if (::testing::Test::HasFailure()) return;
   }
   EXPECT_GT(injected, 20);
   EXPECT_GT(rollbacks_ok, 10);

@@ -146,6 +146,8 @@ class Unpickler {
  public:
   Unpickler(const uint8_t* p, uint64_t n, const std::string& path) : p_(p), n_(n), path_(path) {}
 
+  // Runs the opcodes up to STOP; returns the index of the unpickled object. One line per opcode:
+  // those that take more than a push have a method of their name below.
   int32_t run() {
     for (;;) {
       const uint8_t op = u8();
@@ -166,21 +168,8 @@ class Unpickler {
         case 'K': push(integer(u8())); break;                               // BININT1
         case 'M': push(integer(int64_t(le(take(2), 2)))); break;            // BININT2
         case 0x8a: push(long_n(u8())); break;                               // LONG1
-        case 0x8b: {                                                         // LONG4
-          const uint64_t len = le(take(4), 4);
-          if (len > 8) bad("an integer of " + std::to_string(len) + " bytes");
-          push(long_n(int(len)));
-          break;
-        }
-        case 'G': {  // BINFLOAT, big-endian
-          const uint8_t* b = take(8);
-          uint64_t bits = 0;
-          for (int k = 0; k < 8; ++k) bits = (bits << 8) | b[k];
-          const int32_t v = make(Val::floating);
-          std::memcpy(&vals_[size_t(v)].f, &bits, 8);
-          push(v);
-          break;
-        }
+        case 0x8b: long4(); break;                                          // LONG4
+        case 'G': binfloat(); break;                                        // BINFLOAT
         case 'X': push(text(le(take(4), 4), Val::str)); break;      // BINUNICODE
         case 0x8c: push(text(u8(), Val::str)); break;               // SHORT_BINUNICODE
         case 0x8d: push(text(le(take(8), 8), Val::str)); break;     // BINUNICODE8
@@ -193,90 +182,25 @@ class Unpickler {
         case ']': push(make(Val::list)); break;   // EMPTY_LIST
         case ')': push(make(Val::tuple)); break;  // EMPTY_TUPLE
         case 0x8f: push(make(Val::set)); break;   // EMPTY_SET
-        case 'd': case 'l': case 't': case 0x91: {  // DICT, LIST, TUPLE, FROZENSET
-          std::vector<int32_t> items = pop_mark();
-          const Val::Kind k = op == 'd' ? Val::dict : op == 'l' ? Val::list : op == 't' ? Val::tuple : Val::set;
-          if (k == Val::dict && items.size() % 2) bad("DICT with an odd number of items");
-          const int32_t v = make(k);
-          vals_[size_t(v)].items = std::move(items);
-          push(v);
-          break;
-        }
-        case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
-          const size_t k = size_t(op - 0x84);
-          if (stack_.size() < k + floor()) bad("TUPLE" + std::to_string(k) + " on a short stack");
-          const int32_t v = make(Val::tuple);
-          vals_[size_t(v)].items.assign(stack_.end() - long(k), stack_.end());
-          stack_.resize(stack_.size() - k);
-          push(v);
-          break;
-        }
-        case 'a': {  // APPEND
-          const int32_t x = pop();
-          add_items(top(), {x});
-          break;
-        }
-        case 'e': case 0x90: {  // APPENDS, ADDITEMS
-          std::vector<int32_t> items = pop_mark();
-          add_items(top(), items);
-          break;
-        }
-        case 's': {  // SETITEM
-          const int32_t v = pop(), k = pop();
-          set_items(top(), {k, v});
-          break;
-        }
-        case 'u': {  // SETITEMS
-          std::vector<int32_t> items = pop_mark();
-          if (items.size() % 2) bad("SETITEMS with an odd number of items");
-          set_items(top(), items);
-          break;
-        }
-        case 'c': {  // GLOBAL "module\nname\n"
-          const std::string module = line(), name = line();
-          push(global(module + "." + name));
-          break;
-        }
-        case 0x93: {  // STACK_GLOBAL
-          const int32_t name = pop(), module = pop();
-          if (vals_[size_t(name)].kind != Val::str || vals_[size_t(module)].kind != Val::str) bad("STACK_GLOBAL of non-strings");
-          push(global(vals_[size_t(module)].s + "." + vals_[size_t(name)].s));
-          break;
-        }
-        case 'Q': push(persistent(pop())); break;  // BINPERSID
-        case 'R': {                                 // REDUCE
-          const int32_t args = pop(), callable = pop();
-          push(reduce(callable, args, 0));
-          break;
-        }
-        case 0x81: {  // NEWOBJ
-          const int32_t args = pop(), cls = pop();
-          push(object(cls, args));
-          break;
-        }
-        case 0x92: {  // NEWOBJ_EX
-          pop();
-          const int32_t args = pop(), cls = pop();
-          push(object(cls, args));
-          break;
-        }
-        case 'b': {  // BUILD
-          const int32_t state = pop();
-          Val& o = vals_[size_t(top())];
-          if (o.kind == Val::object && o.state < 0) o.state = state;
-          break;
-        }
+        case 'd': case 'l': case 't': case 0x91: collection(op); break;  // DICT, LIST, TUPLE, FROZENSET
+        case 0x85: case 0x86: case 0x87: small_tuple(op); break;          // TUPLE1..3
+        case 'a': append(); break;                                        // APPEND
+        case 'e': case 0x90: appends(); break;                            // APPENDS, ADDITEMS
+        case 's': setitem(); break;                                       // SETITEM
+        case 'u': setitems(); break;                                      // SETITEMS
+        case 'c': global_op(); break;                                     // GLOBAL "module\nname\n"
+        case 0x93: stack_global(); break;                                 // STACK_GLOBAL
+        case 'Q': push(persistent(pop())); break;                         // BINPERSID
+        case 'R': reduce_op(); break;                                     // REDUCE
+        case 0x81: newobj(); break;                                       // NEWOBJ
+        case 0x92: newobj_ex(); break;                                    // NEWOBJ_EX
+        case 'b': build(); break;                                         // BUILD
         case 'q': memo_[uint32_t(u8())] = top(); break;              // BINPUT
         case 'r': memo_[uint32_t(le(take(4), 4))] = top(); break;    // LONG_BINPUT
         case 0x94: memo_[uint32_t(memo_.size())] = top(); break;     // MEMOIZE
         case 'h': push(get(u8())); break;                            // BINGET
         case 'j': push(get(uint32_t(le(take(4), 4)))); break;        // LONG_BINGET
-        default: {
-          char hex[8];
-          std::snprintf(hex, sizeof hex, "0x%02x", op);
-          bad(std::string("pickle opcode ") + hex + " at byte " + std::to_string(at_ - 1) +
-              " is not one torch.save writes (protocols 2-5)");
-        }
+        default: unknown_opcode(op);
       }
     }
   }
@@ -384,6 +308,86 @@ class Unpickler {
     (void)args;
     return v;
   }
+  // ---- the opcodes that take more than a push (see run()) ----
+  void long4() {
+    const uint64_t len = le(take(4), 4);
+    if (len > 8) bad("an integer of " + std::to_string(len) + " bytes");
+    push(long_n(int(len)));
+  }
+  void binfloat() {  // big-endian
+    const uint8_t* b = take(8);
+    uint64_t bits = 0;
+    for (int k = 0; k < 8; ++k) bits = (bits << 8) | b[k];
+    const int32_t v = make(Val::floating);
+    std::memcpy(&vals_[size_t(v)].f, &bits, 8);
+    push(v);
+  }
+  void collection(uint8_t op) {
+    std::vector<int32_t> items = pop_mark();
+    const Val::Kind k = op == 'd' ? Val::dict : op == 'l' ? Val::list : op == 't' ? Val::tuple : Val::set;
+    if (k == Val::dict && items.size() % 2) bad("DICT with an odd number of items");
+    const int32_t v = make(k);
+    vals_[size_t(v)].items = std::move(items);
+    push(v);
+  }
+  void small_tuple(uint8_t op) {
+    const size_t k = size_t(op - 0x84);
+    if (stack_.size() < k + floor()) bad("TUPLE" + std::to_string(k) + " on a short stack");
+    const int32_t v = make(Val::tuple);
+    vals_[size_t(v)].items.assign(stack_.end() - long(k), stack_.end());
+    stack_.resize(stack_.size() - k);
+    push(v);
+  }
+  void append() {
+    const int32_t x = pop();
+    add_items(top(), {x});
+  }
+  void appends() {
+    std::vector<int32_t> items = pop_mark();
+    add_items(top(), items);
+  }
+  void setitem() {
+    const int32_t v = pop(), k = pop();
+    set_items(top(), {k, v});
+  }
+  void setitems() {
+    std::vector<int32_t> items = pop_mark();
+    if (items.size() % 2) bad("SETITEMS with an odd number of items");
+    set_items(top(), items);
+  }
+  void global_op() {
+    const std::string module = line(), name = line();
+    push(global(module + "." + name));
+  }
+  void stack_global() {
+    const int32_t name = pop(), module = pop();
+    if (vals_[size_t(name)].kind != Val::str || vals_[size_t(module)].kind != Val::str) bad("STACK_GLOBAL of non-strings");
+    push(global(vals_[size_t(module)].s + "." + vals_[size_t(name)].s));
+  }
+  void reduce_op() {
+    const int32_t args = pop(), callable = pop();
+    push(reduce(callable, args, 0));
+  }
+  void newobj() {
+    const int32_t args = pop(), cls = pop();
+    push(object(cls, args));
+  }
+  void newobj_ex() {
+    pop();
+    newobj();
+  }
+  void build() {
+    const int32_t state = pop();
+    Val& o = vals_[size_t(top())];
+    if (o.kind == Val::object && o.state < 0) o.state = state;
+  }
+  [[noreturn]] void unknown_opcode(uint8_t op) const {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", op);
+    bad(std::string("pickle opcode ") + hex + " at byte " + std::to_string(at_ - 1) +
+        " is not one torch.save writes (protocols 2-5)");
+  }
+
   // ('storage', torch.XStorage, key, location, numel)
   int32_t persistent(int32_t pid) {
     const Val& t = vals_[size_t(pid)];

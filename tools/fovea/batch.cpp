@@ -116,6 +116,248 @@ struct Source {
 
 std::string stem(const std::string& path) { return fs::path(path).stem().string(); }
 
+// Checks -o for a batch; true when it names one output shard.
+bool check_output(const std::string& output) {
+  if (output.empty()) throw batch_error("batch mode needs -o DIR (one file per image) or -o OUT.tar (one shard)");
+  if (ends_with(lower(output), ".safetensors"))
+    throw batch_error("-o '" + output + "' is one file, but the inputs are a batch (several images, a directory or a .tar shard): "
+              "use -o DIR or -o OUT.tar");
+  const bool out_shard = is_tar(output);
+  std::error_code ec;
+  if (!out_shard && fs::exists(output, ec) && !fs::is_directory(output, ec))
+    throw batch_error("-o '" + output + "' exists and is not a directory");
+  return out_shard;
+}
+
+// Every input as sources: a directory's image files in name order, a shard with its image count,
+// a file. Typos and empty folders are found here, before any work.
+std::vector<Source> list_sources(const std::vector<std::string>& inputs) {
+  std::error_code ec;
+  std::vector<Source> sources;
+  for (const std::string& in : inputs) {
+    if (fs::is_directory(in, ec)) {
+      std::vector<std::string> files;
+      for (auto it = fs::recursive_directory_iterator(in, fs::directory_options::skip_permission_denied, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        if (it->is_regular_file(ec) && is_image_name(it->path().filename().string())) files.push_back(it->path().string());
+      if (ec) throw Error(Errc::io, "cannot list '" + in + "': " + ec.message());
+      std::sort(files.begin(), files.end());
+      if (files.empty()) std::fprintf(stderr, "fovea: warning: no image files (%s) in '%s'\n", image_formats(), in.c_str());
+      for (auto& f : files) sources.push_back({f, false, 1, ""});
+    } else if (is_tar(in)) {
+      TarReader r(in);  // Error(io) for a missing shard: an argument, checked now
+      Source s{in, true, 0, ""};
+      TarMember m;
+      try {
+        while (r.next(m, is_image_name, false)) ++s.images;
+      } catch (const Error& e) {
+        // Counted and reported when the batch reaches it.
+        s.images = std::max<int64_t>(s.images, 1);
+      }
+      sources.push_back(s);
+    } else {
+      if (!fs::exists(in, ec)) throw Error(Errc::io, "cannot open '" + in + "': No such file or directory");
+      sources.push_back({in, false, 1, ""});
+    }
+  }
+  return sources;
+}
+
+// Names each source's output; two sources that would write the same one are refused.
+void assign_outputs(std::vector<Source>& sources, const std::string& output, bool out_shard) {
+  std::map<std::string, std::string> claimed;  // output -> input
+  for (Source& s : sources) {
+    if (out_shard) {
+      s.out = output;
+      continue;
+    }
+    s.out = (fs::path(output) / (stem(s.path) + (s.shard ? ".tar" : ".safetensors"))).string();
+    auto [it, fresh] = claimed.emplace(s.out, s.path);
+    if (!fresh) throw batch_error("'" + s.path + "' and '" + it->second + "' would both write '" + s.out + "'");
+  }
+}
+
+// ---- the run: a decoding thread ahead of the caller's, outputs written as they come ------------
+
+using Clock = std::chrono::steady_clock;
+
+// The report's counts and failures as they happen: each failure one warning on stderr, and on a
+// terminal a progress bar.
+class BatchProgress {
+ public:
+  BatchProgress(BatchReport& rep, int64_t total) : rep_(rep), total_(total), tty_(isatty(fileno(stderr))), t0_(Clock::now()) {}
+
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+
+  void show(bool last) const {
+    if (!tty_) return;
+    const int64_t done = std::min(total_, rep_.ok + rep_.failed);
+    const double s = elapsed(), rate = s > 0 ? done / s : 0;
+    const int width = 30, filled = int(width * done / std::max<int64_t>(1, total_));
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld images  %.1f images/s  %lld failed  eta %.0f s \x1b[K",
+                 std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), (long long)done,
+                 (long long)total_, rate, (long long)rep_.failed, rate > 0 ? (total_ - done) / rate : 0.0);
+    if (last) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+  void failed(const std::string& label, const std::string& what) {
+    ++rep_.failed;
+    rep_.failures.push_back({{"input", label}, {"error", what}});
+    if (tty_) std::fputs("\r\x1b[K", stderr);
+    // The label is a file or tar member name: quoted safely (an ESC in a downloaded shard's
+    // member name must not reach the terminal), as the error messages are.
+    std::fprintf(stderr, "fovea: warning: skipped %s: %s\n", Error::printable(label).c_str(),
+                 Error::printable(what).c_str());
+  }
+
+ private:
+  BatchReport& rep_;
+  const int64_t total_;
+  const bool tty_;
+  const Clock::time_point t0_;
+};
+
+// A producer thread reads and decodes the images in order into a short queue; the caller's
+// thread pops them, runs `fn` and writes: decoding the next images overlaps the current one's
+// work. Destroying it (on an error too) stops and joins the thread.
+class BatchDecoder {
+ public:
+  struct Item {
+    size_t source = 0;
+    std::string label, key;
+    std::optional<ImageU8> image;
+    std::string error;  // decode failure, or an unreadable/corrupt shard (the rest of it)
+    bool end = false;
+  };
+
+  BatchDecoder(const std::vector<Source>& sources, const LoadOptions& load)
+      : sources_(sources), load_(load), producer_([this] { produce(); }) {}
+  BatchDecoder(const BatchDecoder&) = delete;
+  BatchDecoder& operator=(const BatchDecoder&) = delete;
+  ~BatchDecoder() { join(); }
+
+  // The next image, in order; the last item has `end` set.
+  Item pop() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !queue_.empty(); });
+    Item it = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.notify_all();
+    return it;
+  }
+
+  // Stops the producer where it is (it has finished when the end was popped) and waits for it.
+  void join() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    if (producer_.joinable()) producer_.join();
+  }
+
+ private:
+  static constexpr size_t kQueue = 2;
+
+  bool push(Item it) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return stop_ || queue_.size() < kQueue; });
+    if (stop_) return false;
+    queue_.push_back(std::move(it));
+    cv_.notify_all();
+    return true;
+  }
+
+  void decode_into(Item& it, std::span<const uint8_t> bytes, const std::string& path) const {
+    try {
+      it.image = path.empty() ? decode_image(bytes, load_, it.label) : load_image(path, load_);
+    } catch (const std::exception& e) {
+      it.error = e.what();
+    }
+  }
+
+  void produce() {
+    // Decoding ahead should use cycles the encoder leaves idle (its OpenMP threads sleep at
+    // barriers), not take them: a third runnable thread on two busy cores preempts a team
+    // member, and the whole team waits for it at the next barrier. At the lowest priority
+    // (per thread on Linux) it still gets the cores whenever the main thread waits for it.
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+    for (size_t si = 0; si < sources_.size(); ++si) {
+      const Source& s = sources_[si];
+      if (!s.shard) {
+        Item it{si, s.path, stem(s.path), std::nullopt, {}, false};
+        decode_into(it, {}, s.path);
+        if (!push(std::move(it))) return;
+        continue;
+      }
+      try {
+        TarReader r(s.path);
+        TarMember m;
+        while (r.next(m, is_image_name)) {
+          Item it{si, s.path + ":" + m.name, webdataset_key(m.name), std::nullopt, {}, false};
+          // Its output member is named after it: a name that would leave the folder it is
+          // extracted into (absolute, or a '..' component) is not passed on to the output shard.
+          if (tar_name_escapes(m.name))
+            it.error = "member name '" + m.name + "' leaves the shard's folder (absolute or '..'): not a WebDataset key";
+          else
+            decode_into(it, m.bytes, "");
+          if (!push(std::move(it))) return;
+        }
+      } catch (const std::exception& e) {
+        Item it{si, s.path, "", std::nullopt, {}, false};
+        it.error = e.what();
+        if (!push(std::move(it))) return;
+      }
+    }
+    Item end;
+    end.end = true;
+    push(std::move(end));
+  }
+
+  const std::vector<Source>& sources_;
+  const LoadOptions& load_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  std::thread producer_;  // last: it starts once the members above are ready
+};
+
+// Writes each output: a file of its own, or a member of the shard being written (one per input
+// shard, or the -o one).
+class BatchOutputs {
+ public:
+  BatchOutputs(const std::string& output, bool out_shard) : out_shard_(out_shard) {
+    if (out_shard) {
+      shard_ = std::make_unique<TarWriter>(output);
+      shard_path_ = output;
+    }
+  }
+
+  void write(const Source& s, const std::string& key, const std::vector<uint8_t>& bytes) {
+    if (!out_shard_ && !s.shard) {
+      write_file_atomic(s.out, bytes);
+      return;
+    }
+    if (!out_shard_ && shard_path_ != s.out) {
+      if (shard_) shard_->finish();
+      shard_ = std::make_unique<TarWriter>(s.out);
+      shard_path_ = s.out;
+    }
+    shard_->add(key + ".safetensors", bytes);
+  }
+
+  void finish() {
+    if (shard_) shard_->finish();
+  }
+
+ private:
+  const bool out_shard_;
+  std::unique_ptr<TarWriter> shard_;  // the shard being written
+  std::string shard_path_;
+};
+
 }  // namespace
 
 bool is_batch(const std::vector<std::string>& inputs, const std::string& output) {
@@ -159,216 +401,50 @@ int report_batch(const BatchReport& r, const std::string& output, bool json, con
 
 BatchReport run_batch(const std::vector<std::string>& inputs, const std::string& output, const LoadOptions& load,
                       const BatchFn& fn) {
-  using Clock = std::chrono::steady_clock;
-  if (output.empty()) throw batch_error("batch mode needs -o DIR (one file per image) or -o OUT.tar (one shard)");
-  if (ends_with(lower(output), ".safetensors"))
-    throw batch_error("-o '" + output + "' is one file, but the inputs are a batch (several images, a directory or a .tar shard): "
-              "use -o DIR or -o OUT.tar");
-  const bool out_shard = is_tar(output);
-  std::error_code ec;
-  if (!out_shard && fs::exists(output, ec) && !fs::is_directory(output, ec))
-    throw batch_error("-o '" + output + "' exists and is not a directory");
-
+  const bool out_shard = check_output(output);
   // Plan every source before any work: typos, empty folders and colliding outputs cost nothing.
-  std::vector<Source> sources;
-  for (const std::string& in : inputs) {
-    if (fs::is_directory(in, ec)) {
-      std::vector<std::string> files;
-      for (auto it = fs::recursive_directory_iterator(in, fs::directory_options::skip_permission_denied, ec);
-           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-        if (it->is_regular_file(ec) && is_image_name(it->path().filename().string())) files.push_back(it->path().string());
-      if (ec) throw Error(Errc::io, "cannot list '" + in + "': " + ec.message());
-      std::sort(files.begin(), files.end());
-      if (files.empty()) std::fprintf(stderr, "fovea: warning: no image files (%s) in '%s'\n", image_formats(), in.c_str());
-      for (auto& f : files) sources.push_back({f, false, 1, ""});
-    } else if (is_tar(in)) {
-      TarReader r(in);  // Error(io) for a missing shard: an argument, checked now
-      Source s{in, true, 0, ""};
-      TarMember m;
-      try {
-        while (r.next(m, is_image_name, false)) ++s.images;
-      } catch (const Error& e) {
-        // Counted and reported when the batch reaches it.
-        s.images = std::max<int64_t>(s.images, 1);
-      }
-      sources.push_back(s);
-    } else {
-      if (!fs::exists(in, ec)) throw Error(Errc::io, "cannot open '" + in + "': No such file or directory");
-      sources.push_back({in, false, 1, ""});
-    }
-  }
-  std::map<std::string, std::string> claimed;  // output -> input
-  for (Source& s : sources) {
-    if (out_shard) {
-      s.out = output;
-      continue;
-    }
-    s.out = (fs::path(output) / (stem(s.path) + (s.shard ? ".tar" : ".safetensors"))).string();
-    auto [it, fresh] = claimed.emplace(s.out, s.path);
-    if (!fresh) throw batch_error("'" + s.path + "' and '" + it->second + "' would both write '" + s.out + "'");
-  }
+  std::vector<Source> sources = list_sources(inputs);
+  assign_outputs(sources, output, out_shard);
   int64_t total = 0;
   for (const Source& s : sources) total += s.images;
   if (total == 0) throw Error(Errc::io, "no images found in the inputs");
   if (!out_shard) {
+    std::error_code ec;
     fs::create_directories(output, ec);
     if (ec) throw Error(Errc::io, "cannot create '" + output + "': " + ec.message());
   }
 
   BatchReport rep;
-  const bool tty = isatty(fileno(stderr));
-  const auto t0 = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  auto progress = [&](bool last) {
-    if (!tty) return;
-    const int64_t done = std::min(total, rep.ok + rep.failed);
-    const double s = elapsed(), rate = s > 0 ? done / s : 0;
-    const int width = 30, filled = int(width * done / std::max<int64_t>(1, total));
-    std::fprintf(stderr, "\r[%s%s] %lld/%lld images  %.1f images/s  %lld failed  eta %.0f s \x1b[K",
-                 std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), (long long)done,
-                 (long long)total, rate, (long long)rep.failed, rate > 0 ? (total - done) / rate : 0.0);
-    if (last) std::fputc('\n', stderr);
-    std::fflush(stderr);
-  };
-  auto failed = [&](const std::string& label, const std::string& what) {
-    ++rep.failed;
-    rep.failures.push_back({{"input", label}, {"error", what}});
-    if (tty) std::fputs("\r\x1b[K", stderr);
-    // The label is a file or tar member name: quoted safely (an ESC in a downloaded shard's
-    // member name must not reach the terminal), as the error messages are.
-    std::fprintf(stderr, "fovea: warning: skipped %s: %s\n", Error::printable(label).c_str(),
-                 Error::printable(what).c_str());
-  };
-  // A producer thread reads and decodes the images in order into a short queue; this thread
-  // runs `fn` and writes: decoding the next images overlaps the current one's work.
-  struct Item {
-    size_t source = 0;
-    std::string label, key;
-    std::optional<ImageU8> image;
-    std::string error;  // decode failure, or an unreadable/corrupt shard (the rest of it)
-    bool end = false;
-  };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Item> queue;
-  bool stop = false;
-  constexpr size_t kQueue = 2;
-  auto push = [&](Item it) {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return stop || queue.size() < kQueue; });
-    if (stop) return false;
-    queue.push_back(std::move(it));
-    cv.notify_all();
-    return true;
-  };
-  auto decode_into = [&](Item& it, std::span<const uint8_t> bytes, const std::string& path) {
+  BatchProgress progress(rep, total);
+  BatchDecoder decoder(sources, load);
+  BatchOutputs outputs(output, out_shard);
+  for (;;) {
+    BatchDecoder::Item it = decoder.pop();
+    if (it.end) break;
+    if (!it.image) {
+      progress.failed(it.label, it.error);
+      progress.show(false);
+      continue;
+    }
+    std::optional<std::vector<uint8_t>> out;
     try {
-      it.image = path.empty() ? decode_image(bytes, load, it.label) : load_image(path, load);
+      out = fn(std::move(*it.image), it.label);
+      ++rep.ok;
+    } catch (const Error& e) {
+      if (e.code() == Errc::io) throw;  // writing is broken for every image: stop
+      progress.failed(it.label, e.what());
     } catch (const std::exception& e) {
-      it.error = e.what();
+      progress.failed(it.label, e.what());
     }
-  };
-  std::thread producer([&] {
-    // Decoding ahead should use cycles the encoder leaves idle (its OpenMP threads sleep at
-    // barriers), not take them: a third runnable thread on two busy cores preempts a team
-    // member, and the whole team waits for it at the next barrier. At the lowest priority
-    // (per thread on Linux) it still gets the cores whenever the main thread waits for it.
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
-    for (size_t si = 0; si < sources.size(); ++si) {
-      const Source& s = sources[si];
-      if (!s.shard) {
-        Item it{si, s.path, stem(s.path), std::nullopt, {}, false};
-        decode_into(it, {}, s.path);
-        if (!push(std::move(it))) return;
-        continue;
-      }
-      try {
-        TarReader r(s.path);
-        TarMember m;
-        while (r.next(m, is_image_name)) {
-          Item it{si, s.path + ":" + m.name, webdataset_key(m.name), std::nullopt, {}, false};
-          // Its output member is named after it: a name that would leave the folder it is
-          // extracted into (absolute, or a '..' component) is not passed on to the output shard.
-          if (tar_name_escapes(m.name))
-            it.error = "member name '" + m.name + "' leaves the shard's folder (absolute or '..'): not a WebDataset key";
-          else
-            decode_into(it, m.bytes, "");
-          if (!push(std::move(it))) return;
-        }
-      } catch (const std::exception& e) {
-        Item it{si, s.path, "", std::nullopt, {}, false};
-        it.error = e.what();
-        if (!push(std::move(it))) return;
-      }
-    }
-    Item end;
-    end.end = true;
-    push(std::move(end));
-  });
-  auto pop = [&] {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return !queue.empty(); });
-    Item it = std::move(queue.front());
-    queue.pop_front();
-    cv.notify_all();
-    return it;
-  };
-
-  std::unique_ptr<TarWriter> shard;  // the shard being written (per input shard, or the -o one)
-  std::string shard_path;
-  try {
-    if (out_shard) {
-      shard = std::make_unique<TarWriter>(output);
-      shard_path = output;
-    }
-    for (;;) {
-      Item it = pop();
-      if (it.end) break;
-      const Source& s = sources[it.source];
-      if (!it.image) {
-        failed(it.label, it.error);
-        progress(false);
-        continue;
-      }
-      std::optional<std::vector<uint8_t>> out;
-      try {
-        out = fn(std::move(*it.image), it.label);
-        ++rep.ok;
-      } catch (const Error& e) {
-        if (e.code() == Errc::io) throw;  // writing is broken for every image: stop
-        failed(it.label, e.what());
-      } catch (const std::exception& e) {
-        failed(it.label, e.what());
-      }
-      if (out) {
-        if (!out_shard && !s.shard) {
-          write_file_atomic(s.out, *out);
-        } else {
-          if (!out_shard && shard_path != s.out) {
-            if (shard) shard->finish();
-            shard = std::make_unique<TarWriter>(s.out);
-            shard_path = s.out;
-          }
-          shard->add(it.key + ".safetensors", *out);
-        }
-      }
-      if (rep.first_image_s == 0) rep.first_image_s = elapsed();
-      progress(false);
-    }
-    if (shard) shard->finish();
-  } catch (...) {
-    {
-      std::lock_guard lock(mu);
-      stop = true;
-      cv.notify_all();
-    }
-    producer.join();
-    throw;
+    if (out) outputs.write(sources[it.source], it.key, *out);
+    if (rep.first_image_s == 0) rep.first_image_s = progress.elapsed();
+    progress.show(false);
   }
-  producer.join();
+  outputs.finish();
+  decoder.join();
   rep.images = rep.ok + rep.failed;
-  rep.elapsed_s = elapsed();
-  progress(true);
+  rep.elapsed_s = progress.elapsed();
+  progress.show(true);
   return rep;
 }
 

@@ -130,20 +130,46 @@ struct CompressCommand {
   bool report = false, json = false, trust_faiss = false;
   int reps = 3, threads = 1;
 
+  // The tokens compress writes, the input's or with --merge the merged ones, and their codes.
+  struct Coded {
+    int64_t n_in = 0;  // the input's tokens
+    bool did_merge = false;
+    MergeResult merged;  // did_merge only
+    Tensor codes;        // [n, bytes_per_token] u8
+    double encode_ms = 0;
+  };
+
   int run() const {
     if (report) return run_report();
+    check_compress_options();
+    Embeddings in = load_embeddings(inputs[0]);
+    std::string trained_on;  // what --train trained on, for the report
+    const std::unique_ptr<Codec> codec = compress_codec(in, trained_on);
+    const Coded c = code_tokens(in, *codec);
+    write_compressed(in, *codec, c);
+    const nlohmann::json j = compress_json(in, *codec, c, trained_on);
+    if (json) {
+      std::cout << json_text(j) << '\n';
+      return 0;
+    }
+    print_compress(in, *codec, c, trained_on);
+    return 0;
+  }
+
+  void check_compress_options() const {
     if (inputs.size() != 1)
       throw Error(Errc::invalid_argument, "compress takes one embeddings file (several only with --report)");
     if (output.empty()) throw Error(Errc::invalid_argument, "compress needs -o OUT.safetensors");
     if (codecs.size() > 1) throw Error(Errc::invalid_argument, "compress takes one --codec (several only with --report)");
     if (codecs.empty() && codebook.empty()) throw Error(Errc::invalid_argument, "compress needs --codec SPEC (or a --codebook)");
     if (!plot.empty()) throw Error(Errc::invalid_argument, "--plot goes with --report");
+  }
 
-    Embeddings in = load_embeddings(inputs[0]);
+  // The codec: trained on --train (and its codebook saved), loaded from --codebook, or one that
+  // learns nothing.
+  std::unique_ptr<Codec> compress_codec(const Embeddings& in, std::string& trained_on) const {
     const int64_t dim = in.embeddings.dim(1);
     std::unique_ptr<Codec> codec;
-    std::map<std::string, std::string> cb_meta;
-    std::string trained_on;
     if (!train.empty()) {
       if (codecs.empty()) throw Error(Errc::invalid_argument, "--train needs --codec SPEC: what to train");
       codec = make_codec(codecs[0], dim);
@@ -164,6 +190,7 @@ struct CompressCommand {
         trained_on = std::to_string(t.x.dim(0)) + " vectors from " + std::to_string(t.files) + " file(s)";
       }
     } else if (!codebook.empty()) {
+      std::map<std::string, std::string> cb_meta;
       codec = load_codebook(codebook, &cb_meta, {.trust_faiss = trust_faiss});
       codec->set_threads(threads);
       if (!codecs.empty() && make_codec(codecs[0], codec->dim())->spec() != codec->spec())
@@ -175,81 +202,92 @@ struct CompressCommand {
         throw Error(Errc::invalid_argument, codec->spec() + " must be trained: give --train FILES... and --codebook "
                                                           "CB.safetensors (to save it), or an existing --codebook");
     }
+    return codec;
+  }
 
-    // The merge (if asked) changes N; the codec then codes the merged tokens.
-    const int64_t n_in = in.embeddings.dim(0);
-    MergeResult merged;
-    bool did_merge = false;
+  // The merge (if asked) changes N; the codec then codes the merged tokens.
+  Coded code_tokens(const Embeddings& in, const Codec& codec) const {
+    Coded c;
+    c.n_in = in.embeddings.dim(0);
     if (merge >= -1) {
       if (in.positions.rank() == 0) throw bad_file(inputs[0] + ": --merge needs the tokens' 'positions'");
-      merged = merge_siblings(in.embeddings, in.positions, {.min_cosine = merge});
-      did_merge = true;
+      c.merged = merge_siblings(in.embeddings, in.positions, {.min_cosine = merge});
+      c.did_merge = true;
     }
-    const Tensor& x = did_merge ? merged.embeddings : in.embeddings;
+    const Tensor& x = c.did_merge ? c.merged.embeddings : in.embeddings;
     const auto t0 = Clock::now();
-    Tensor codes = codec->encode(x);
-    const double encode_ms = ms_since(t0);
+    c.codes = codec.encode(x);
+    c.encode_ms = ms_since(t0);
+    return c;
+  }
 
+  static std::string codebook_hash(const Codec& codec) { return codec.needs_training() ? codec.state_hash() : ""; }
+
+  // The compressed file: codes, the tokens' positions and levels (the merged ones with --merge),
+  // and the input's metadata with the codec's.
+  void write_compressed(const Embeddings& in, const Codec& codec, const Coded& c) const {
     std::map<std::string, std::string> meta = in.metadata;
     meta["format"] = "fovea.compressed";
-    meta["codec"] = codec->spec();
-    meta["dim"] = std::to_string(dim);
-    meta["bytes_per_token"] = std::to_string(codec->bytes_per_token());
-    meta["codebook_hash"] = codec->needs_training() ? codec->state_hash() : "";
+    meta["codec"] = codec.spec();
+    meta["dim"] = std::to_string(in.embeddings.dim(1));
+    meta["bytes_per_token"] = std::to_string(codec.bytes_per_token());
+    meta["codebook_hash"] = codebook_hash(codec);
     meta["source"] = inputs[0];
-    if (did_merge) {
+    if (c.did_merge) {
       meta["merge_min_cosine"] = fmt("%g", merge);
-      meta["merge_tokens_in"] = std::to_string(n_in);
+      meta["merge_tokens_in"] = std::to_string(c.n_in);
     }
-    std::vector<NamedTensor> tensors{{"codes", &codes}};
-    if (did_merge) {
-      tensors.push_back({"positions", &merged.positions});
-      tensors.push_back({"levels", &merged.levels});
-      tensors.push_back({"merge_parent", &merged.parent});
+    std::vector<NamedTensor> tensors{{"codes", &c.codes}};
+    if (c.did_merge) {
+      tensors.push_back({"positions", &c.merged.positions});
+      tensors.push_back({"levels", &c.merged.levels});
+      tensors.push_back({"merge_parent", &c.merged.parent});
     } else {
       if (in.positions.rank() > 0) tensors.push_back({"positions", &in.positions});
       if (in.levels.rank() > 0) tensors.push_back({"levels", &in.levels});
     }
     save_safetensors(output, tensors, meta);
+  }
 
-    const int64_t n = codes.dim(0);
-    const double ratio = double(4 * dim) / double(codec->bytes_per_token());
+  nlohmann::json compress_json(const Embeddings& in, const Codec& codec, const Coded& c, const std::string& trained_on) const {
+    const int64_t dim = in.embeddings.dim(1), n = c.codes.dim(0);
     nlohmann::json j{{"input", inputs[0]},
                      {"output", output},
-                     {"codec", codec->spec()},
+                     {"codec", codec.spec()},
                      {"dim", dim},
                      {"tokens", n},
-                     {"bytes_per_token", codec->bytes_per_token()},
-                     {"ratio_vs_fp32", ratio},
-                     {"ratio_vs_fp32_with_merge", double(4 * dim * n_in) / double(codec->bytes_per_token() * n)},
+                     {"bytes_per_token", codec.bytes_per_token()},
+                     {"ratio_vs_fp32", double(4 * dim) / double(codec.bytes_per_token())},
+                     {"ratio_vs_fp32_with_merge", double(4 * dim * c.n_in) / double(codec.bytes_per_token() * n)},
                      {"codebook", codebook},
-                     {"codebook_hash", meta["codebook_hash"]},
-                     {"encode_ms", encode_ms}};
+                     {"codebook_hash", codebook_hash(codec)},
+                     {"encode_ms", c.encode_ms}};
     if (!trained_on.empty()) j["trained_on"] = trained_on;
-    if (did_merge) {
+    if (c.did_merge) {
       nlohmann::json per_level = nlohmann::json::object();
-      for (const auto& [lv, g] : merged.groups_per_level) per_level[std::to_string(lv)] = g;
-      j["merge"] = {{"min_cosine", merge}, {"tokens_in", n_in}, {"tokens_out", n}, {"groups", merged.groups_merged},
+      for (const auto& [lv, g] : c.merged.groups_per_level) per_level[std::to_string(lv)] = g;
+      j["merge"] = {{"min_cosine", merge}, {"tokens_in", c.n_in}, {"tokens_out", n}, {"groups", c.merged.groups_merged},
                     {"groups_per_child_level", per_level}};
     }
-    if (json) {
-      std::cout << json_text(j) << '\n';
-      return 0;
-    }
-    if (did_merge) {
+    return j;
+  }
+
+  void print_compress(const Embeddings& in, const Codec& codec, const Coded& c, const std::string& trained_on) const {
+    const int64_t dim = in.embeddings.dim(1), n = c.codes.dim(0);
+    if (c.did_merge) {
       std::string lv;
-      for (const auto& [l, g] : merged.groups_per_level)
+      for (const auto& [l, g] : c.merged.groups_per_level)
         lv += (lv.empty() ? "" : ", ") + std::to_string(g) + " at level " + std::to_string(l);
       std::printf("merge: %lld -> %lld tokens (%lld groups of four siblings with cosine >= %g to their mean%s%s)\n",
-                  (long long)n_in, (long long)n, (long long)merged.groups_merged, double(merge), lv.empty() ? "" : ": ",
+                  (long long)c.n_in, (long long)n, (long long)c.merged.groups_merged, double(merge), lv.empty() ? "" : ": ",
                   lv.c_str());
     }
     if (!trained_on.empty())
-      std::printf("trained %s on %s; codebook %s\n", codec->spec().c_str(), trained_on.c_str(), codebook.c_str());
-    std::printf("%s: %lld tokens x D=%lld -> %lld bytes/token (%.1fx under fp32), %.2f ms\n", codec->spec().c_str(),
-                (long long)n, (long long)dim, (long long)codec->bytes_per_token(), ratio, encode_ms);
+      std::printf("trained %s on %s; codebook %s\n", codec.spec().c_str(), trained_on.c_str(), codebook.c_str());
+    std::printf("%s: %lld tokens x D=%lld -> %lld bytes/token (%.1fx under fp32), %.2f ms\n", codec.spec().c_str(),
+                (long long)n, (long long)dim, (long long)codec.bytes_per_token(),
+                double(4 * dim) / double(codec.bytes_per_token()), c.encode_ms);
     std::printf("wrote %s\n", output.c_str());
-    return 0;
   }
 
   static void check_codebook(const Codec& c, const std::map<std::string, std::string>& cb_meta, const Embeddings& in) {
@@ -262,107 +300,150 @@ struct CompressCommand {
       throw bad_file("the codebook was trained on model '" + cb_model + "', " + in.path + " comes from '" + in.model() + "'");
   }
 
+  // The tokens --report measures on: every input, concatenated, and what the codecs train on.
+  struct ReportInputs {
+    std::vector<Embeddings> ins;
+    int64_t n = 0, dim = 0;
+    Tensor eval;        // [n, dim] f32
+    TrainingSet t;      // --train, or in-sample: eval itself
+    bool in_sample = true;
+  };
+
+  // What --report measured: a row per codec (and the merge's), and the codecs skipped.
+  struct Report {
+    std::vector<RateDistortionRow> rows;
+    std::vector<std::string> skipped;
+    bool merge_row = false;  // rows.back() is the merge's
+  };
+
   int run_report() const {
+    const ReportInputs in = load_report_inputs();
+    const bool tty = isatty(STDERR_FILENO);
+    Report rep;
+    measure_codecs(in, tty, rep);
+    measure_merge(in, rep);
+    if (tty) std::fprintf(stderr, "\r%40s\r", "");
+    nlohmann::json j = report_json(in, rep);
+    if (!plot.empty()) {
+      std::vector<compress::PlotPoint> pts;
+      for (const RateDistortionRow& r : rep.rows)
+        pts.push_back({r.codec, double(r.bytes_per_token), r.distortion.mean_cosine});
+      const std::string title = std::to_string(in.n) + " tokens, D=" + std::to_string(in.dim) + ", " +
+                                j["model"].get<std::string>() + (j["random_weights"].get<bool>() ? " (random weights)" : "");
+      save_png(compress::plot_rate_distortion(pts, double(4 * in.dim), title), plot);
+      j["plot"] = plot;
+    }
+    if (json) {
+      std::cout << json_text(j) << '\n';
+      return 0;
+    }
+    print_report(in, rep, j);
+    return 0;
+  }
+
+  ReportInputs load_report_inputs() const {
     if (inputs.empty()) throw Error(Errc::invalid_argument, "--report needs at least one embeddings file");
     if (!output.empty()) throw Error(Errc::invalid_argument, "--report writes no compressed file; drop -o (use --json, --plot)");
     if (reps < 1 || reps > 100) throw Error(Errc::invalid_argument, "--reps must be in [1, 100]");
-    std::vector<Embeddings> ins;
-    int64_t n = 0;
+    ReportInputs r;
     for (const std::string& p : inputs) {
-      ins.push_back(load_embeddings(p));
-      if (ins.back().embeddings.dim(1) != ins.front().embeddings.dim(1))
-        throw bad_file(p + " has D = " + std::to_string(ins.back().embeddings.dim(1)) + ", " + inputs[0] + " has D = " +
-                       std::to_string(ins.front().embeddings.dim(1)));
-      n += ins.back().embeddings.dim(0);
+      r.ins.push_back(load_embeddings(p));
+      if (r.ins.back().embeddings.dim(1) != r.ins.front().embeddings.dim(1))
+        throw bad_file(p + " has D = " + std::to_string(r.ins.back().embeddings.dim(1)) + ", " + inputs[0] + " has D = " +
+                       std::to_string(r.ins.front().embeddings.dim(1)));
+      r.n += r.ins.back().embeddings.dim(0);
     }
-    if (n == 0)  // (every ratio below is per token)
+    if (r.n == 0)  // (every ratio below is per token)
       throw bad_file(inputs.size() == 1 ? inputs[0] + " holds no tokens: nothing to measure"
                                         : "the inputs hold no tokens: nothing to measure");
-    const int64_t dim = ins.front().embeddings.dim(1);
-    Tensor eval(DType::f32, {n, dim});
+    r.dim = r.ins.front().embeddings.dim(1);
+    r.eval = Tensor(DType::f32, {r.n, r.dim});
     int64_t at = 0;
-    for (const Embeddings& e : ins) {
-      std::memcpy(eval.bytes() + at, e.embeddings.bytes(), e.embeddings.size_bytes());
+    for (const Embeddings& e : r.ins) {
+      std::memcpy(r.eval.bytes() + at, e.embeddings.bytes(), e.embeddings.size_bytes());
       at += int64_t(e.embeddings.size_bytes());
     }
-    TrainingSet t;
-    const bool in_sample = train.empty();
-    if (in_sample) {
-      t.x = eval.clone();
-      t.model = ins.front().model();
-      t.files = int64_t(ins.size());
+    r.in_sample = train.empty();
+    if (r.in_sample) {
+      r.t.x = r.eval.clone();
+      r.t.model = r.ins.front().model();
+      r.t.files = int64_t(r.ins.size());
     } else {
-      t = load_training(train, dim);
+      r.t = load_training(train, r.dim);
     }
-    const bool tty = isatty(STDERR_FILENO);
-    std::vector<std::string> specs = codecs.empty() ? default_report_codecs(dim) : codecs;
-    for (const std::string& spec : specs) make_codec(spec, dim);  // every spec checked before any training
-    std::vector<RateDistortionRow> rows;
-    std::vector<std::string> skipped;
+    return r;
+  }
+
+  // Each codec trained (when it learns) and measured; one without enough training vectors is
+  // skipped, unless asked for by name.
+  void measure_codecs(const ReportInputs& in, bool tty, Report& rep) const {
+    const TrainingSet& t = in.t;
+    std::vector<std::string> specs = codecs.empty() ? default_report_codecs(in.dim) : codecs;
+    for (const std::string& spec : specs) make_codec(spec, in.dim);  // every spec checked before any training
     for (size_t i = 0; i < specs.size(); ++i) {
       if (tty) std::fprintf(stderr, "\r[%zu/%zu] %-16s", i + 1, specs.size(), specs[i].c_str());
-      std::unique_ptr<Codec> c = make_codec(specs[i], dim);
+      std::unique_ptr<Codec> c = make_codec(specs[i], in.dim);
       c->set_threads(threads);
       const auto t0 = Clock::now();
       if (c->needs_training()) {
         if (t.x.dim(0) < c->min_train_vectors()) {
           if (!codecs.empty()) c->train(t.x);  // asked for by name: the clear error
-          skipped.push_back(c->spec() + " (needs " + std::to_string(c->min_train_vectors()) + " training vectors, have " +
-                            std::to_string(t.x.dim(0)) + ")");
+          rep.skipped.push_back(c->spec() + " (needs " + std::to_string(c->min_train_vectors()) +
+                                " training vectors, have " + std::to_string(t.x.dim(0)) + ")");
           continue;
         }
         c->train(t.x);
       }
       const double train_ms = c->needs_training() ? ms_since(t0) : 0;
-      RateDistortionRow r = measure_codec(*c, eval, reps);
+      RateDistortionRow r = measure_codec(*c, in.eval, reps);
       r.train_ms = train_ms;
-      rows.push_back(r);
+      rep.rows.push_back(r);
     }
-    // The merge: per original token, its merged parent's embedding, stored as fp32.
-    bool merge_row = false;
-    if (std::all_of(ins.begin(), ins.end(), [](const Embeddings& e) { return e.positions.rank() > 0; })) {
-      const float cos = merge >= -1 ? merge : MergeParams{}.min_cosine;
-      Tensor back(DType::f32, {n, dim});
-      int64_t out_tokens = 0, row = 0;
-      bool ok = true;
-      for (const Embeddings& e : ins) {
-        try {
-          const MergeResult m = merge_siblings(e.embeddings, e.positions, {.min_cosine = cos});
-          const Tensor u = unmerge(m);
-          std::memcpy(back.bytes() + row * dim * 4, u.bytes(), u.size_bytes());
-          row += u.dim(0);
-          out_tokens += m.embeddings.dim(0);
-        } catch (const Error&) {
-          ok = false;  // uniform-grid tokens: no quadtree to merge
-          break;
-        }
-      }
-      if (ok) {
-        RateDistortionRow r;
-        r.codec = "merge:" + fmt("%g", cos);
-        r.tokens_in = n;
-        r.tokens_out = out_tokens;
-        r.bytes_per_token = (4 * dim * out_tokens + n - 1) / n;
-        r.ratio_vs_fp32 = double(n) / double(out_tokens);
-        r.distortion = measure_distortion(eval, back, threads);
-        rows.push_back(r);
-        merge_row = true;
-      }
-    }
-    if (tty) std::fprintf(stderr, "\r%40s\r", "");
+  }
 
+  // The merge: per original token, its merged parent's embedding, stored as fp32. Only when every
+  // input has positions and a quadtree to merge (uniform-grid tokens have none).
+  void measure_merge(const ReportInputs& in, Report& rep) const {
+    if (!std::all_of(in.ins.begin(), in.ins.end(), [](const Embeddings& e) { return e.positions.rank() > 0; })) return;
+    const int64_t n = in.n, dim = in.dim;
+    const float cos = merge >= -1 ? merge : MergeParams{}.min_cosine;
+    Tensor back(DType::f32, {n, dim});
+    int64_t out_tokens = 0, row = 0;
+    for (const Embeddings& e : in.ins) {
+      try {
+        const MergeResult m = merge_siblings(e.embeddings, e.positions, {.min_cosine = cos});
+        const Tensor u = unmerge(m);
+        std::memcpy(back.bytes() + row * dim * 4, u.bytes(), u.size_bytes());
+        row += u.dim(0);
+        out_tokens += m.embeddings.dim(0);
+      } catch (const Error&) {
+        return;  // uniform-grid tokens: no quadtree to merge
+      }
+    }
+    RateDistortionRow r;
+    r.codec = "merge:" + fmt("%g", cos);
+    r.tokens_in = n;
+    r.tokens_out = out_tokens;
+    r.bytes_per_token = (4 * dim * out_tokens + n - 1) / n;
+    r.ratio_vs_fp32 = double(n) / double(out_tokens);
+    r.distortion = measure_distortion(in.eval, back, threads);
+    rep.rows.push_back(r);
+    rep.merge_row = true;
+  }
+
+  nlohmann::json report_json(const ReportInputs& in, const Report& rep) const {
     nlohmann::json j;
     j["inputs"] = inputs;
-    j["tokens"] = n;
-    j["dim"] = dim;
-    j["model"] = ins.front().model();
-    auto rw = ins.front().metadata.find("random_weights");
-    j["random_weights"] = rw != ins.front().metadata.end() && rw->second == "true";
-    j["training"] = in_sample ? nlohmann::json("in-sample (the evaluated embeddings themselves)")
-                              : nlohmann::json({{"files", train}, {"vectors", t.x.dim(0)}});
-    j["skipped"] = skipped;
+    j["tokens"] = in.n;
+    j["dim"] = in.dim;
+    j["model"] = in.ins.front().model();
+    auto rw = in.ins.front().metadata.find("random_weights");
+    j["random_weights"] = rw != in.ins.front().metadata.end() && rw->second == "true";
+    j["training"] = in.in_sample ? nlohmann::json("in-sample (the evaluated embeddings themselves)")
+                                 : nlohmann::json({{"files", train}, {"vectors", in.t.x.dim(0)}});
+    j["skipped"] = rep.skipped;
     nlohmann::json jr = nlohmann::json::array();
-    for (const RateDistortionRow& r : rows)
+    for (const RateDistortionRow& r : rep.rows)
       jr.push_back({{"codec", r.codec},
                     {"bytes_per_token", r.bytes_per_token},
                     {"ratio_vs_fp32", r.ratio_vs_fp32},
@@ -377,43 +458,33 @@ struct CompressCommand {
                     {"tokens_in", r.tokens_in},
                     {"tokens_out", r.tokens_out}});
     j["rows"] = jr;
+    return j;
+  }
 
-    if (!plot.empty()) {
-      std::vector<compress::PlotPoint> pts;
-      for (const RateDistortionRow& r : rows)
-        pts.push_back({r.codec, double(r.bytes_per_token), r.distortion.mean_cosine});
-      const std::string title = std::to_string(n) + " tokens, D=" + std::to_string(dim) + ", " + j["model"].get<std::string>() +
-                                (j["random_weights"].get<bool>() ? " (random weights)" : "");
-      save_png(compress::plot_rate_distortion(pts, double(4 * dim), title), plot);
-      j["plot"] = plot;
-    }
-    if (json) {
-      std::cout << json_text(j) << '\n';
-      return 0;
-    }
-    std::printf("rate-distortion: %lld tokens, D=%lld, model %s%s; training: %s\n", (long long)n, (long long)dim,
+  void print_report(const ReportInputs& in, const Report& rep, const nlohmann::json& j) const {
+    std::printf("rate-distortion: %lld tokens, D=%lld, model %s%s; training: %s\n", (long long)in.n, (long long)in.dim,
                 j["model"].get<std::string>().c_str(), j["random_weights"].get<bool>() ? " (RANDOM weights)" : "",
-                in_sample ? "in-sample (the evaluated embeddings)" : (std::to_string(t.x.dim(0)) + " vectors from --train").c_str());
+                in.in_sample ? "in-sample (the evaluated embeddings)"
+                             : (std::to_string(in.t.x.dim(0)) + " vectors from --train").c_str());
     std::printf("%-14s %8s %7s %8s %8s %9s %7s %9s %9s %9s\n", "codec", "B/token", "vs fp32", "cos mean", "cos min",
                 "rel MSE", "NN agr", "enc GB/s", "dec GB/s", "train ms");
-    std::printf("%-14s %8lld %6.1fx %8.4f %8.4f %9.2e %7.3f %9s %9s %9s\n", "fp32", (long long)(4 * dim), 1.0, 1.0, 1.0, 0.0,
-                1.0, "-", "-", "-");
-    for (const RateDistortionRow& r : rows) {
+    std::printf("%-14s %8lld %6.1fx %8.4f %8.4f %9.2e %7.3f %9s %9s %9s\n", "fp32", (long long)(4 * in.dim), 1.0, 1.0, 1.0,
+                0.0, 1.0, "-", "-", "-");
+    for (const RateDistortionRow& r : rep.rows) {
       const bool m = r.tokens_out != r.tokens_in || r.codec.starts_with("merge");
       std::printf("%-14s %8lld %6.1fx %8.4f %8.4f %9.2e %7.3f %9s %9s %9s\n", r.codec.c_str(), (long long)r.bytes_per_token,
                   r.ratio_vs_fp32, r.distortion.mean_cosine, r.distortion.min_cosine, r.distortion.relative_mse,
                   r.distortion.nn_agreement, m ? "-" : fmt("%.2f", r.encode_gb_s).c_str(),
                   m ? "-" : fmt("%.2f", r.decode_gb_s).c_str(), m ? "-" : fmt("%.0f", r.train_ms).c_str());
     }
-    if (!rows.empty()) std::printf("memcpy of the same f32 bytes: %.2f GB/s (same run)\n", rows.front().memcpy_gb_s);
-    if (merge_row)
+    if (!rep.rows.empty()) std::printf("memcpy of the same f32 bytes: %.2f GB/s (same run)\n", rep.rows.front().memcpy_gb_s);
+    if (rep.merge_row)
       std::printf("merge row: tokens %lld -> %lld; B/token is fp32 bytes per original token\n",
-                  (long long)rows.back().tokens_in, (long long)rows.back().tokens_out);
-    for (const std::string& s : skipped) std::printf("skipped %s\n", s.c_str());
+                  (long long)rep.rows.back().tokens_in, (long long)rep.rows.back().tokens_out);
+    for (const std::string& s : rep.skipped) std::printf("skipped %s\n", s.c_str());
     if (j["random_weights"].get<bool>())
       std::printf("note: random-weight embeddings; a trained ViT's features differ (outlier channels, other spectra)\n");
     if (!plot.empty()) std::printf("wrote %s\n", plot.c_str());
-    return 0;
   }
 };
 
