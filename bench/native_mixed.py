@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import make_qwen_fixtures as ref  # noqa: E402
 import provenance  # noqa: E402
-from _native import cosine, photo  # noqa: E402
+from _native import cosine, photo, random_weights  # noqa: E402
 
 import fovea  # noqa: E402
 from fovea import _fovea  # noqa: E402
@@ -42,16 +42,8 @@ CFG = {"hidden": 320, "heads": 4, "layers": 8, "mlp": 1280, "out": 512, "patch":
 
 
 def write_checkpoint(d, seed):
-    gen = torch.Generator().manual_seed(seed)
-    sd = {}
-    for name, shape in ref.tower_shapes(CFG).items():
-        if len(shape) >= 2:
-            t = torch.randn(shape, generator=gen) / float(np.sqrt(np.prod(shape[1:])))
-        elif name.endswith("weight"):
-            t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
-        else:
-            t = 0.05 * torch.randn(shape, generator=gen)
-        sd["visual." + name] = t.to(torch.float32)
+    weights = random_weights(ref.tower_shapes(CFG), torch.Generator().manual_seed(seed))
+    sd = {"visual." + name: t for name, t in weights.items()}
     ref.save_safetensors(os.path.join(d, "model.safetensors"), sd)
     cfg = {"architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl", "hidden_size": CFG["out"],
            "vision_config": {"depth": CFG["layers"], "embed_dim": CFG["hidden"], "hidden_size": CFG["out"],

@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import make_qwen_fixtures as ref  # noqa: E402
-from _native import cosine, photo  # noqa: E402
+from _native import cosine, photo, random_weights  # noqa: E402
 
 import fovea  # noqa: E402
 from fovea import _fovea  # noqa: E402
@@ -41,16 +41,7 @@ CFG = {"hidden": 1280, "heads": 16, "layers": 32, "mlp": 3420, "out": 3584, "pat
 
 
 def write_checkpoint(d, gen):
-    shapes = ref.tower_shapes(CFG)
-    sd = {}
-    for name, shape in shapes.items():
-        if len(shape) >= 2:
-            t = torch.randn(shape, generator=gen) / float(np.sqrt(np.prod(shape[1:])))
-        elif name.endswith("weight"):
-            t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
-        else:
-            t = 0.05 * torch.randn(shape, generator=gen)
-        sd[name] = t.to(torch.bfloat16)
+    sd = {name: t.to(torch.bfloat16) for name, t in random_weights(ref.tower_shapes(CFG), gen).items()}
     header, blobs, off = {}, [], 0
     for name, t in sd.items():
         b = t.contiguous().view(torch.int16).numpy().tobytes()

@@ -30,7 +30,22 @@ void save_native_encoding(const std::string& path, const Tensor& projected, cons
   save_safetensors(path, named, meta);
 }
 
+nlohmann::json encoder_summary(const VitModel& model, const std::string& spec, Precision ran, nlohmann::json shapes) {
+  shapes["model"] = spec;
+  shapes["description"] = model.describe();
+  shapes["family"] = std::string(to_string(model.config().family));
+  shapes["precision"] = std::string(to_string(ran));
+  return shapes;
+}
+
 namespace {
+
+// encoder_summary of a native encoding: the shapes of its projected rows and embeddings.
+nlohmann::json native_encoder_summary(const VitModel& model, const std::string& spec, const NativeEncoding& e) {
+  return encoder_summary(model, spec, e.precision,
+                         {{"projected", {e.projected.dim(0), e.projected.dim(1)}},
+                          {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}}});
+}
 
 // The merged tokens of the whole image's native encode (smart_resize within the model's limits).
 int64_t native_merged_tokens(const VitConfig& c, const ImageU8& rgb) {
@@ -89,13 +104,7 @@ int run_native_mixed(const VitModel& model, const NativeEncodeArgs& a, const Ima
                       {"merged_tokens_per_level", per_level},
                       {"timings_ms", {{"tokenize", t.timings.total_ms()}, {"encode", e.encode_ms}, {"attention", e.attention_ms}}},
                       {"threads", ex.threads()},
-                      {"encoder",
-                       {{"model", a.model_spec},
-                        {"description", model.describe()},
-                        {"family", std::string(to_string(c.family))},
-                        {"precision", std::string(to_string(e.precision))},
-                        {"projected", {e.projected.dim(0), e.projected.dim(1)}},
-                        {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}}}},
+                      {"encoder", native_encoder_summary(model, a.model_spec, e)},
                       {"outputs", {{"embeddings", a.output}}}};
   if (a.json) {
     std::cout << json_text(j) << '\n';
@@ -152,13 +161,7 @@ int run_native_encode(const VitModel& model, const NativeEncodeArgs& a, Executor
                       {"image_grid_thw", nlohmann::json::array()},
                       {"timings_ms", {{"encode", e.encode_ms}, {"attention", e.attention_ms}}},
                       {"threads", ex.threads()},
-                      {"encoder",
-                       {{"model", a.model_spec},
-                        {"description", model.describe()},
-                        {"family", std::string(to_string(c.family))},
-                        {"precision", std::string(to_string(e.precision))},
-                        {"projected", {e.projected.dim(0), e.projected.dim(1)}},
-                        {"embeddings", {e.embeddings.dim(0), e.embeddings.dim(1)}}}},
+                      {"encoder", native_encoder_summary(model, a.model_spec, e)},
                       {"outputs", {{"embeddings", a.output}}}};
   for (int64_t i = 0; i < e.grid_thw.dim(0); ++i)
     j["image_grid_thw"].push_back({e.grid_thw.data<int32_t>()[i * 3], e.grid_thw.data<int32_t>()[i * 3 + 1],
@@ -328,12 +331,7 @@ int run_naflex_encode(const VitModel& model, const NaflexEncodeArgs& a, Executor
                       {"spatial_shapes", shapes},
                       {"timings_ms", {{"encode", o.encode_ms}, {"attention", o.attention_ms}}},
                       {"threads", ex.threads()},
-                      {"encoder",
-                       {{"model", a.model_spec},
-                        {"description", model.describe()},
-                        {"family", std::string(to_string(c.family))},
-                        {"precision", std::string(to_string(ran))},
-                        {"embeddings", {n, D}}}},
+                      {"encoder", encoder_summary(model, a.model_spec, ran, {{"embeddings", {n, D}}})},
                       {"outputs", {{"embeddings", a.output}}}};
   if (!a.uniform) {
     j["windows"] = nlohmann::json::array();

@@ -185,12 +185,8 @@ int run_native_video(const VitModel& model, const NativeVideoArgs& a, Executor& 
                       {"frames_reused", st.reused},
                       {"timings_ms", {{"encode", st.encode_ms}}},
                       {"threads", ex.threads()},
-                      {"encoder",
-                       {{"model", a.model_spec},
-                        {"description", model.describe()},
-                        {"family", std::string(to_string(c.family))},
-                        {"precision", std::string(to_string(ran))},
-                        {"projected", {st.projected.dim(0), st.projected.dim(1)}}}},
+                      {"encoder", encoder_summary(model, a.model_spec, ran,
+                                                  {{"projected", {st.projected.dim(0), st.projected.dim(1)}}})},
                       {"outputs", {{"embeddings", a.output}}},
                       {"chunks", nlohmann::json::array()}};
   for (const NativeVideoChunk& ch : chunks)

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "fovea/encoder.hpp"
 #include "fovea/image.hpp"
 #include "fovea/relevance.hpp"
@@ -39,6 +41,10 @@ void save_native_encoding(const std::string& path, const Tensor& projected, cons
                           const Tensor& grid_thw, const std::string& grid_name, const Tensor& mrope,
                           const std::vector<Tensor>& deepstack, const std::vector<NamedTensor>& extra,
                           const std::map<std::string, std::string>& meta);
+
+// The "encoder" object of a native run's summary: `shapes` (e.g. {"projected": [M, E]}) with the
+// model as given, its description, family and the precision it ran in.
+nlohmann::json encoder_summary(const VitModel& model, const std::string& spec, Precision ran, nlohmann::json shapes);
 
 int run_native_encode(const VitModel& model, const NativeEncodeArgs& a, Executor& ex);
 
