@@ -58,6 +58,12 @@ struct LayerCache {
   // threshold still reaches the layers above along the residual stream.
   Tensor in_cur;  // [T, D] f32: each token's current input
   Tensor upd;     // [T, D] f32: output − input at its last recomputation
+  // The MLP gate (IncrementalParams::mlp_threshold): per token, the MLP's input (the residual
+  // stream after attention) as of the MLP's last recomputation, its norm, and the MLP's output
+  // then (without the residual), which a token whose MLP input moved less keeps.
+  Tensor mid_ref;                 // [T, D] f32
+  std::vector<float> mid_norm2;   // [T] ‖mid_ref‖₂²
+  Tensor mlp_out;                 // [T, D] f32
   std::vector<float> resid;  // [T] relative input change left unapplied (below the threshold)
   std::vector<float> drift;  // [T] ‖W_o‖₂ ‖att − att_used‖₂ / ‖ref_in‖₂, left unapplied
 };
@@ -241,6 +247,7 @@ struct IncrementalEncoder::State {
   bool valid = false;
   bool layers_valid = false;
   bool tracked = false;  // the layer caches hold the attention bound's state too
+  bool mlp_gated = false;  // and the MLP gate's
   int64_t n = 0;  // patch tokens of the previous frame
   int width = 0, height = 0;
   Precision precision = Precision::fp32;
@@ -250,7 +257,7 @@ struct IncrementalEncoder::State {
   LayerCache spare;                // where a layout change moves a layer's rows (then swapped in)
   Tensor fin;                      // [n + pre, D] f32: the last hidden state (final norm applied)
   Tensor fin_proj;                 // [n + pre, E] f32: the projector's output of fin's rows
-  Buf IN, XR, XB, H, QKV, A, Hm, Pt, gone_kv;
+  Buf IN, XR, XB, H, QKV, A, Hm, Pt, gone_kv, XM, MO;
   AttentionTrack bound;  // the attention bound's buffers
   std::vector<float> wo_norm;  // per layer ‖W_o‖₂, made at the first tracked frame
   // Per-layer scratch of run(), kept from call to call (their capacity: no allocation per frame).
@@ -260,6 +267,11 @@ struct IncrementalEncoder::State {
   std::vector<uint8_t> in_att;        // [T] the token is recomputed for its attention this frame
   std::vector<uint8_t> keep;
   std::vector<int64_t> order;
+  // The MLP gate's rows of a layer in frame order: (row in XR, token, row in XM or -1: kept).
+  struct MlpRow {
+    int64_t row, t, j;
+  };
+  std::vector<MlpRow> mlp_rows;
   State(const VitModel& m, EncoderContext c) : model(m), ctx(std::move(c)) {}
   struct Pass;  // one run's shared values (run() and its steps)
   void frame_roles(Pass& ps, const int64_t* Ns, IncrementalResult* out);
@@ -272,6 +284,7 @@ struct IncrementalEncoder::State {
   void compute_rows(Pass& ps, size_t li, const VitLayer& l, LayerCache& C);
   void attend_frame(Pass& ps, size_t li, LayerCache& C, size_t f);
   void carry_rows(Pass& ps, LayerCache& C);
+  void gated_mlp(Pass& ps, const VitLayer& l, LayerCache& C, int64_t total);
   void next_candidates(Pass& ps);
   void write_outputs(Pass& ps);
   void keep_state(Pass& ps);
@@ -593,6 +606,9 @@ struct IncrementalEncoder::State::Pass {
         per_token_att(double(D * D + D * fc1_width(c) + D * Mh)),
         thr2(double(params.token_threshold) * double(params.token_threshold)),
         thr_att(params.attention_bound_threshold()),
+        thr_mlp2(params.mlp_gate_threshold() < 0 ? -1.0
+                                                 : double(params.mlp_gate_threshold()) * params.mlp_gate_threshold()),
+        mlp_work(double(D * fc1_width(c) + D * Mh)),
         budget(std::max(0, params.refresh_tokens)) {}
   static AttentionWorkspace& workspace(EncoderContext& ctx) {
     if (!ctx.impl().attention_ws) ctx.impl().attention_ws = std::make_shared<AttentionWorkspace>();
@@ -612,6 +628,8 @@ struct IncrementalEncoder::State::Pass {
   // Multiply-adds of a token's layer (linear layers); of its output projection and MLP.
   const double per_token, per_token_att;
   const double thr2, thr_att;  // token_threshold², the attention bound's threshold
+  const double thr_mlp2;       // the MLP gate's threshold², < 0: no gate (every MLP recomputed)
+  const double mlp_work;       // multiply-adds of a token's MLP
   const int64_t budget;        // refresh_tokens
   std::vector<FrameWork> fw;
   bool chunked = false;  // some frame recomputes only some rows: GEMMs in chunks (for_row_chunks)
@@ -677,7 +695,8 @@ void IncrementalEncoder::State::frame_roles(Pass& ps, const int64_t* Ns, Increme
     w.N = Ns[f], w.T = w.N + pre;
     w.have_prev = f > 0 || (valid && !frames[f].prev_row.empty());
     w.gate = f > 0 || (w.have_prev && params.reuse_layers && layers_valid && layers.size() == L &&
-                       tracked == (params.reuse_layers && params.bound_attention));
+                       tracked == (params.reuse_layers && params.bound_attention) &&
+                       mlp_gated == (ps.track && ps.thr_mlp2 >= 0));
     w.res->recomputed.assign(size_t(w.N), 0);
   }
   FrameWork& head = fw[0];
@@ -875,6 +894,11 @@ void IncrementalEncoder::State::ensure_cache(const Pass& ps, LayerCache& lc, int
     lc.upd = Tensor(DType::f32, {T, D});
   }
   if (track) lc.resid.resize(size_t(T)), lc.drift.resize(size_t(T)), lc.ref_norm2.resize(size_t(T));
+  if (track && ps.thr_mlp2 >= 0 && (lc.mid_ref.rank() != 2 || lc.mid_ref.dim(0) != T)) {
+    lc.mid_ref = Tensor(DType::f32, {T, D});
+    lc.mlp_out = Tensor(DType::f32, {T, D});
+    lc.mid_norm2.resize(size_t(T));
+  }
 }
 
 // A layer's cache for the head frame: made on a full pass; on a layout change, every kept token's
@@ -918,6 +942,11 @@ void IncrementalEncoder::State::enter_layer(Pass& ps, LayerCache& C) {
         std::memcpy(spare.att_used.data<float>() + t * D, C.att_used.data<float>() + p * D, rowb);
         std::memcpy(spare.in_cur.data<float>() + t * D, C.in_cur.data<float>() + p * D, rowb);
         std::memcpy(spare.upd.data<float>() + t * D, C.upd.data<float>() + p * D, rowb);
+        if (ps.thr_mlp2 >= 0) {
+          std::memcpy(spare.mid_ref.data<float>() + t * D, C.mid_ref.data<float>() + p * D, rowb);
+          std::memcpy(spare.mlp_out.data<float>() + t * D, C.mlp_out.data<float>() + p * D, rowb);
+          spare.mid_norm2[size_t(t)] = C.mid_norm2[size_t(p)];
+        }
         spare.resid[size_t(t)] = C.resid[size_t(p)], spare.drift[size_t(t)] = C.drift[size_t(p)];
         spare.ref_norm2[size_t(t)] = C.ref_norm2[size_t(p)];
       }
@@ -1070,6 +1099,7 @@ void IncrementalEncoder::State::compute_rows(Pass& ps, size_t li, const VitLayer
         XB.ensure(size_t(total) * rowb);
         std::memcpy(XB.get(), xr, size_t(total) * rowb);
       }
+      if (track && ps.thr_mlp2 >= 0) return gated_mlp(ps, l, C, total);
       H.ensure(size_t(rt * D) * es), Hm.ensure(size_t(rt * fc1_width(c)) * es);
       const int64_t fw1 = fc1_width(c);
       auto mlp = [&](int64_t r0, int64_t mc) {
@@ -1079,6 +1109,99 @@ void IncrementalEncoder::State::compute_rows(Pass& ps, size_t li, const VitLayer
       if (split) parallel_row_chunks(total, ops.threads, mlp);
       else mlp(0, rt);
     }
+  }
+}
+
+// Step 4 with the attention bound: the output projection over every frame's rows, then the MLP
+// gate frame by frame in order (each frame's references are the ones the frames before it
+// left): a row's MLP is recomputed when its input (the residual stream after attention) moved
+// from the one the token's MLP last saw by more than the MLP threshold, else it keeps the MLP's
+// output of then. The recomputed rows' MLPs run in one pass, and their outputs are added in
+// frame order (a kept row takes the MLP output its token had at its frame).
+void IncrementalEncoder::State::gated_mlp(Pass& ps, const VitLayer& l, LayerCache& C, int64_t total) {
+  auto& c = ps.c;
+  auto& ops = ps.ops;
+  const auto dt = ps.dt;
+  const auto es = ps.es;
+  const auto D = ps.D;
+  const auto pre = ps.pre;
+  const auto rowb = ps.rowb;
+  float* xr = XR.as<float>();
+  auto out_proj = [&](int64_t r0, int64_t mc) {
+    GemmArgs o = linear_args(A.get() + size_t(r0 * D) * es, dt, mc, l.out_w, &l.out_b, xr + r0 * D, DType::f32);
+    o.accumulate = true;
+    ops.linear(o);
+  };
+  if (ps.split) parallel_row_chunks(total, ops.threads, out_proj);
+  else out_proj(0, round_up(total, kRowBucket));
+  // The gate, in frame order.
+  mlp_rows.clear();
+  int64_t nm = 0;
+  for (FrameWork& w : ps.fw) {
+    auto gate = [&](int64_t row, int64_t t) {
+      const float* x = xr + row * D;
+      const float* ref = C.mid_ref.data<float>() + t * D;
+      double dd = 0, xx = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        const double e = double(x[d]) - ref[d];
+        dd += e * e, xx += double(x[d]) * x[d];
+      }
+      const bool fresh = !w.gate || t < pre || (w.remap && w.prev_t[size_t(t)] < 0);
+      const double bb = C.mid_norm2[size_t(t)];
+      if (!fresh && ps.thr_mlp2 >= 0 && dd <= ps.thr_mlp2 * bb) {
+        mlp_rows.push_back({row, t, -1});
+        w.work -= ps.mlp_work;
+        if (!w.est.empty() && bb > 0) w.est[size_t(t)] += float(std::sqrt(dd / bb));
+        return;
+      }
+      std::memcpy(C.mid_ref.data<float>() + t * D, x, rowb);
+      C.mid_norm2[size_t(t)] = float(xx);
+      mlp_rows.push_back({row, t, nm++});
+    };
+    for (size_t j = 0; j < w.sel.size(); ++j) gate(w.xr_off + int64_t(j), w.sel[j]);
+    for (size_t j = 0; j < w.att.size(); ++j) gate(w.att_row[j], w.att[j]);
+  }
+  if (nm > 0) {
+    const int64_t mg = round_up(nm, kRowBucket), fw1 = fc1_width(c);
+    XM.ensure(size_t(mg) * rowb), MO.ensure(size_t(mg) * rowb);
+    H.ensure(size_t(mg * D) * es), Hm.ensure(size_t(mg * fw1) * es);
+    for (const MlpRow& m : mlp_rows)
+      if (m.j >= 0) std::memcpy(XM.as<float>() + m.j * D, xr + m.row * D, rowb);
+    std::memset(XM.as<float>() + nm * D, 0, size_t(mg - nm) * rowb);
+    auto mlp = [&](int64_t r0, int64_t mc) {
+      std::byte* h = H.get() + size_t(r0 * D) * es;
+      std::byte* hm = Hm.get() + size_t(r0 * fw1) * es;
+      ops.layer_norm(XM.as<float>() + r0 * D, mc, D, l.ln2_w, l.ln2_b, c.ln_eps, h, dt);
+      GemmArgs f1 = linear_args(h, dt, mc, l.fc1_w, &l.fc1_b, hm, dt);
+      f1.post = post_for(c.act);
+      ops.linear(f1);
+      GemmArgs f2 = linear_args(hm, dt, mc, l.fc2_w, &l.fc2_b, MO.as<float>() + r0 * D, DType::f32);
+      if (c.act == Activation::swiglu) {  // as LayerOps::attention_out_and_mlp: silu(x1)·x2 over x1
+        const int64_t hh = c.mlp;
+        for (int64_t r = 0; r < mc; ++r) {
+          std::byte* rp = hm + size_t(r * 2 * hh) * es;
+          auto silu = [](float a) { return a / (1.0f + std::exp(-a)); };
+          if (dt == DType::f32) {
+            float* v = reinterpret_cast<float*>(rp);
+            for (int64_t j = 0; j < hh; ++j) v[j] = silu(v[j]) * v[hh + j];
+          } else {
+            uint16_t* v = reinterpret_cast<uint16_t*>(rp);
+            for (int64_t j = 0; j < hh; ++j) v[j] = f32_to_bf16(silu(bf16_to_f32(v[j])) * bf16_to_f32(v[hh + j]));
+          }
+        }
+        f2.lda = 2 * hh;
+      }
+      ops.linear(f2);
+    };
+    if (ps.split) parallel_row_chunks(nm, ops.threads, mlp);
+    else mlp(0, mg);
+  }
+  // The MLP outputs, in frame order.
+  for (const MlpRow& m : mlp_rows) {
+    float* o = C.mlp_out.data<float>() + m.t * D;
+    if (m.j >= 0) std::memcpy(o, MO.as<float>() + m.j * D, rowb);
+    float* x = xr + m.row * D;
+    for (int64_t d = 0; d < D; ++d) x[d] += o[d];
   }
 }
 
@@ -1373,6 +1496,7 @@ void IncrementalEncoder::State::keep_state(Pass& ps) {
   }
   layers_valid = params.reuse_layers;  // an exact call's caches are not kept up to date for gating
   tracked = track;
+  mlp_gated = track && ps.thr_mlp2 >= 0;
   n = last.N;
   valid = true;
 }

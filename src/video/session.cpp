@@ -124,6 +124,7 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
   if (!(p.layout_hysteresis >= 0)) throw Error(Errc::invalid_argument, "video: the layout hysteresis must be >= 0");
   if (!(p.encoder.token_threshold >= 0) || !std::isfinite(p.encoder.token_threshold))
     throw Error(Errc::invalid_argument, "video: the token threshold must be a finite number >= 0");
+  if (std::isnan(p.encoder.mlp_threshold)) throw Error(Errc::invalid_argument, "video: the MLP threshold must be a number");
   if (std::isnan(p.encoder.attention_threshold))
     throw Error(Errc::invalid_argument, "video: the attention threshold must be a number");
   if (p.encoder.refresh_tokens < 0) throw Error(Errc::invalid_argument, "video: the refresh budget must be >= 0");
