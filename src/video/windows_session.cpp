@@ -156,23 +156,9 @@ FrameResult WindowsVideo::process(ImageU8 frame, const Query& query, int64_t ind
 
   // ---- change test and refresh decision (as the mixed-scale session) -------------------------
   auto t0 = Clock::now();
-  const bool size_changed = s.pyramid.num_levels() == 0 || s.pyramid.width() != frame.width() ||
-                            s.pyramid.height() != frame.height();
-  if (s.processed == 0) r.refresh = true, r.refresh_reason = "first";
-  else if (size_changed) r.refresh = true, r.refresh_reason = "size";
-  else if (p.reuse == Reuse::off) r.refresh = true, r.refresh_reason = "reuse-off";
-  else if (p.keyframe_interval > 0 && s.processed % p.keyframe_interval == 0)
-    r.refresh = true, r.refresh_reason = "keyframe";
-  if (size_changed) s.grid = TileGrid::make(frame.width(), frame.height(), P);
-  const TileGrid& g = s.grid;
-  r.tiles = g.tiles();
   std::vector<uint8_t> dirty;
-  if (!r.refresh) {
-    dirty = changed_tiles(frame, s.pyramid.level(0), g, p.change_threshold, exec);
-    r.dirty_tiles = std::count(dirty.begin(), dirty.end(), uint8_t(1));
-    if (double(r.dirty_tiles) > double(p.refresh_fraction) * double(r.tiles))
-      r.refresh = true, r.refresh_reason = "scene-cut";
-  }
+  const bool size_changed = video_detail::change_test(frame, s.pyramid, s.processed, p, s.grid, exec, r, dirty);
+  const TileGrid& g = s.grid;
   r.timings.change_ms = ms_since(t0);
 
   // ---- pyramid -------------------------------------------------------------------------------
