@@ -1323,6 +1323,7 @@ TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
   EXPECT_EQ(s["approximate"], true);
   // By default the token threshold / 0.7.
   EXPECT_NEAR(s["encoder"]["attention_threshold"].get<double>(), 0.1, 1e-6);
+  EXPECT_EQ(s["encoder"]["mlp_threshold"], "off");  // the MLP gate is off by default
   for (const auto& f : s["per_frame"]) {
     EXPECT_EQ(f["index"].get<int>() % 2, 0);
     EXPECT_GT(f["full_ms"].get<double>(), 0);
@@ -1435,6 +1436,11 @@ TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {
                      "-o", out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "fovea: error: --attention-threshold must be a number >= 0 or off\n");
+  for (const char* bad : {"-0.1", "sometimes", "nan"}) {
+    r = test::run_cli({"video", fixture("small.mp4"), "--model", "random:vit-tiny", "--mlp-threshold", bad, "-o", out});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(r.err, "fovea: error: --mlp-threshold must be a number >= 0 or off\n") << bad;
+  }
   r = test::run_cli({"video", fixture("small.mp4"), "--model", "random:vit-tiny", "--refresh-tokens", "-1", "-o", out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "fovea: error: --refresh-tokens must be >= 0\n");
