@@ -176,7 +176,11 @@ def plot_video(out):
         a.set_yscale("log")
         a.set_xlabel("frame")
         a.set_ylabel("ms per frame")
-        tower = "random tower" if k[1] == "video" else "pretrained tower"
+        # per_frame_runs shows a pretrained tower's runs when the file has one (a video_bench.py
+        # --model CKPT run measures random weights beside it, in the same file).
+        rows = d.get("rows") if isinstance(d.get("rows"), list) else []
+        pretrained = k[1] == "video-real" or any(isinstance(r, dict) and r.get("tower") == "pretrained" for r in rows)
+        tower = "pretrained tower" if pretrained else "random tower"
         a.set_title(f"{k[0]}: {d['machine']['cpu_model']}, {tower}\n{d['date'][:10]}, commit {d['commit'][:10]}"
                     f" ({os.path.basename(p)})", fontsize=8)
         a.grid(alpha=0.3, which="both")

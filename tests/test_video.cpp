@@ -632,6 +632,49 @@ TEST_F(VideoTest, AttentionBoundKeepsTheErrorBelowEventfulReuse) {
   EXPECT_LT(again.drift_estimate_max, 1e-6);  // rounding: the class token's keys recomputed
 }
 
+// The MLP gate: at threshold 0 only an MLP whose input did not move at all keeps its output, so
+// every frame is still a full encode (across the layout change at frame 5, in groups too, and the
+// groups bit for bit the frame-by-frame results on the reference kernels); above 0 it saves MLP
+// work, the encoder's estimate counts what it left, and the error stays bounded.
+TEST_F(VideoTest, MlpGateKeepsTheMlpOutputOfSmallChanges) {
+  const VitModel model = contextual_model();
+  {
+    Executor exec({.threads = 2, .kernels = Kernels::reference});
+    const EncoderInputs in = moving_square_inputs(exec);
+    IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0, .attention_threshold = 0,
+                         .mlp_threshold = 0};
+    std::vector<IncrementalResult> one, four;
+    const std::vector<double> err = errors_to_full(model, in, ip, 1, exec, &one);
+    for (size_t f = 0; f < err.size(); ++f) EXPECT_LT(err[f], 1e-4) << "frame " << f;
+    errors_to_full(model, in, ip, 4, exec, &four);
+    ASSERT_EQ(one.size(), four.size());
+    for (size_t f = 0; f < one.size(); ++f) {
+      EXPECT_EQ(one[f].layer_tokens, four[f].layer_tokens) << "frame " << f;
+      EXPECT_EQ(one[f].flops_fraction, four[f].flops_fraction) << "frame " << f;
+      EXPECT_EQ(0, std::memcmp(one[f].embeddings.bytes(), four[f].embeddings.bytes(), one[f].embeddings.size_bytes()))
+          << "frame " << f;
+    }
+  }
+  Executor exec({.threads = 2});
+  const EncoderInputs in = moving_square_inputs(exec);
+  IncrementalParams ip{.image_width = 192, .image_height = 128, .token_threshold = 0.02f};
+  std::vector<IncrementalResult> plain_r, gated_r, zero_r;
+  const std::vector<double> plain = errors_to_full(model, in, ip, 1, exec, &plain_r);
+  ip.mlp_threshold = 0;
+  errors_to_full(model, in, ip, 1, exec, &zero_r);
+  ip.mlp_threshold = 0.2f;
+  const std::vector<double> gated = errors_to_full(model, in, ip, 4, exec, &gated_r);
+  double plain_work = 0, gated_work = 0, plain_est = 0, gated_est = 0;
+  for (size_t f = 1; f < plain.size(); ++f) {
+    EXPECT_NEAR(zero_r[f].flops_fraction, plain_r[f].flops_fraction, 1e-9) << "frame " << f;
+    plain_work += plain_r[f].flops_fraction, gated_work += gated_r[f].flops_fraction;
+    plain_est += plain_r[f].drift_estimate, gated_est += gated_r[f].drift_estimate;
+    EXPECT_LT(gated[f], 0.25) << "frame " << f;
+  }
+  EXPECT_LT(gated_work, plain_work);
+  EXPECT_GT(gated_est, plain_est);
+}
+
 // The refresh budget recomputes, per frame and layer, the kept tokens with the largest change
 // left unapplied: more work, less error.
 TEST_F(VideoTest, RefreshBudgetRecomputesTheStalestTokens) {
@@ -1280,6 +1323,7 @@ TEST_F(VideoTest, CliIncrementalWithCheckAndStore) {
   EXPECT_EQ(s["approximate"], true);
   // By default the token threshold / 0.7.
   EXPECT_NEAR(s["encoder"]["attention_threshold"].get<double>(), 0.1, 1e-6);
+  EXPECT_EQ(s["encoder"]["mlp_threshold"], "off");  // the MLP gate is off by default
   for (const auto& f : s["per_frame"]) {
     EXPECT_EQ(f["index"].get<int>() % 2, 0);
     EXPECT_GT(f["full_ms"].get<double>(), 0);
@@ -1392,6 +1436,11 @@ TEST_F(VideoTest, CliBadInputIsOneLineAndNoFile) {
                      "-o", out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "fovea: error: --attention-threshold must be a number >= 0 or off\n");
+  for (const char* bad : {"-0.1", "sometimes", "nan"}) {
+    r = test::run_cli({"video", fixture("small.mp4"), "--model", "random:vit-tiny", "--mlp-threshold", bad, "-o", out});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(r.err, "fovea: error: --mlp-threshold must be a number >= 0 or off\n") << bad;
+  }
   r = test::run_cli({"video", fixture("small.mp4"), "--model", "random:vit-tiny", "--refresh-tokens", "-1", "-o", out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "fovea: error: --refresh-tokens must be >= 0\n");

@@ -98,10 +98,20 @@ struct IncrementalParams {
   // on the pretrained ViT-Ti this ratio held the same fidelity targets as 1 with 17 % less work
   // (docs/how-to/video.md).
   float attention_threshold = -1;
+  // Advanced, with bound_attention: the MLP gate (Eventful Transformers gate every module). A
+  // token recomputed for its input or its attention keeps its MLP's last output while the MLP's
+  // input (its residual stream after attention) moved by less than this (relative L2) since
+  // then; < 0 (the default): no gate, every such MLP runs. On the pretrained ViT-Ti it saved less
+  // work per fidelity lost than a larger token_threshold (docs/how-to/video.md).
+  float mlp_threshold = -1;
   int refresh_tokens = 0;          // per frame and layer, the stalest kept tokens also recomputed
   // The attention bound's threshold in effect (attention_threshold, or its default).
   float attention_bound_threshold() const {
     return attention_threshold < 0 ? token_threshold / 0.7f : attention_threshold;
+  }
+  // The MLP gate's threshold in effect; < 0: no gate.
+  float mlp_gate_threshold() const {
+    return mlp_threshold < 0 ? -1.0f : mlp_threshold;
   }
 };
 

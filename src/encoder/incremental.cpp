@@ -58,6 +58,12 @@ struct LayerCache {
   // threshold still reaches the layers above along the residual stream.
   Tensor in_cur;  // [T, D] f32: each token's current input
   Tensor upd;     // [T, D] f32: output − input at its last recomputation
+  // The MLP gate (IncrementalParams::mlp_threshold): per token, the MLP's input (the residual
+  // stream after attention) as of the MLP's last recomputation, its norm, and the MLP's output
+  // then (without the residual), which a token whose MLP input moved less keeps.
+  Tensor mid_ref;                 // [T, D] f32
+  std::vector<float> mid_norm2;   // [T] ‖mid_ref‖₂²
+  Tensor mlp_out;                 // [T, D] f32
   std::vector<float> resid;  // [T] relative input change left unapplied (below the threshold)
   std::vector<float> drift;  // [T] ‖W_o‖₂ ‖att − att_used‖₂ / ‖ref_in‖₂, left unapplied
 };
@@ -142,6 +148,12 @@ int64_t round_up(int64_t r, int64_t b) { return (r + b - 1) / b * b; }
 // until the clip ended). In chunks every linear layer has at most kChunk / kRowBucket shapes.
 // Full passes (every row) keep one GEMM over all rows: their count is the frame's tokens.
 constexpr int64_t kChunk = 64;
+// The attention bound's changed keys and values in pieces of at most this many columns: twice a
+// row chunk, so that the usual frame (tens of recomputed rows, new and old) updates each block of
+// kept rows with one GEMM for the scores and one for the values instead of two each. Every call
+// has a fixed cost: on the pretrained ViT-Ti (static_away, 48 frames) 64 took 17.3 ms of CPU
+// per frame, 128 took 16.3 ms. At most 2 · kDeltaChunk / kRowBucket shapes.
+constexpr int64_t kDeltaChunk = 2 * kChunk;
 template <typename Fn>
 void for_row_chunks(int64_t rows, bool chunked, Fn&& fn) {
   if (rows <= 0) return;
@@ -241,6 +253,7 @@ struct IncrementalEncoder::State {
   bool valid = false;
   bool layers_valid = false;
   bool tracked = false;  // the layer caches hold the attention bound's state too
+  bool mlp_gated = false;  // and the MLP gate's
   int64_t n = 0;  // patch tokens of the previous frame
   int width = 0, height = 0;
   Precision precision = Precision::fp32;
@@ -250,7 +263,7 @@ struct IncrementalEncoder::State {
   LayerCache spare;                // where a layout change moves a layer's rows (then swapped in)
   Tensor fin;                      // [n + pre, D] f32: the last hidden state (final norm applied)
   Tensor fin_proj;                 // [n + pre, E] f32: the projector's output of fin's rows
-  Buf IN, XR, XB, H, QKV, A, Hm, Pt, gone_kv;
+  Buf IN, XR, XB, H, QKV, A, Hm, Pt, gone_kv, XM, MO;
   AttentionTrack bound;  // the attention bound's buffers
   std::vector<float> wo_norm;  // per layer ‖W_o‖₂, made at the first tracked frame
   // Per-layer scratch of run(), kept from call to call (their capacity: no allocation per frame).
@@ -260,6 +273,11 @@ struct IncrementalEncoder::State {
   std::vector<uint8_t> in_att;        // [T] the token is recomputed for its attention this frame
   std::vector<uint8_t> keep;
   std::vector<int64_t> order;
+  // The MLP gate's rows of a layer in frame order: (row in XR, token, row in XM or -1: kept).
+  struct MlpRow {
+    int64_t row, t, j;
+  };
+  std::vector<MlpRow> mlp_rows;
   State(const VitModel& m, EncoderContext c) : model(m), ctx(std::move(c)) {}
   struct Pass;  // one run's shared values (run() and its steps)
   void frame_roles(Pass& ps, const int64_t* Ns, IncrementalResult* out);
@@ -271,7 +289,14 @@ struct IncrementalEncoder::State {
   void select_rows(Pass& ps, LayerCache& C);
   void compute_rows(Pass& ps, size_t li, const VitLayer& l, LayerCache& C);
   void attend_frame(Pass& ps, size_t li, LayerCache& C, size_t f);
+  struct ChangedKv {
+    int64_t n_old = 0, ncp = 0;  // old rows (after the r new ones); columns, rounded up
+  };
+  ChangedKv gather_changed_kv(Pass& ps, const LayerCache& C, size_t f);
+  void store_kv_rows(Pass& ps, LayerCache& C, const FrameWork& w);
+  void stage_by_bound(Pass& ps, size_t li, LayerCache& C, size_t f);
   void carry_rows(Pass& ps, LayerCache& C);
+  void gated_mlp(Pass& ps, const VitLayer& l, LayerCache& C, int64_t total);
   void next_candidates(Pass& ps);
   void write_outputs(Pass& ps);
   void keep_state(Pass& ps);
@@ -363,13 +388,13 @@ void IncrementalEncoder::State::delta_block(LayerCache& C, const std::vector<uin
   sc.corr.resize(size_t(mb)), sc.den.resize(size_t(mb)), sc.mx.resize(size_t(mb));
   // Rows past T (the last block rounded up) read the padding after C.q's last head, or the
   // next head's rows: their results are not used.
-  // The changed rows at most kChunk at a time: a few GEMM shapes whatever their number.
-  for (int64_t k0 = 0; k0 < ncp; k0 += kChunk) {
+  // The changed rows at most kDeltaChunk at a time: a few GEMM shapes whatever their number.
+  for (int64_t k0 = 0; k0 < ncp; k0 += kDeltaChunk) {
     GemmArgs sg{};
     sg.a = C.q.bytes() + size_t((h * T + r0) * hd) * es, sg.lda = hd, sg.a_dt = dt;
     sg.w = tr.kc.get() + size_t((h * ncp + k0) * hd) * es, sg.ldw = hd, sg.w_dt = dt;
     sg.c = sc.s.as<float>() + k0, sg.ldc = ncp, sg.c_dt = DType::f32;
-    sg.m = mb, sg.n = std::min(kChunk, ncp - k0), sg.k = hd;
+    sg.m = mb, sg.n = std::min(kDeltaChunk, ncp - k0), sg.k = hd;
     ops.linear(sg);
   }
   const float* lse = C.lse.data<float>() + h * T;
@@ -395,12 +420,12 @@ void IncrementalEncoder::State::delta_block(LayerCache& C, const std::vector<uin
     sc.corr[size_t(j)] = corr, sc.den[size_t(j)] = den, sc.mx[size_t(j)] = m;
     if (!(den > 1e-3f * (corr + added + removed))) tr.bad[size_t(h * T + t)] = 1;
   }
-  for (int64_t k0 = 0; k0 < ncp; k0 += kChunk) {
+  for (int64_t k0 = 0; k0 < ncp; k0 += kDeltaChunk) {
     GemmArgs pv{};
     pv.a = sc.p.get() + size_t(k0) * es, pv.lda = ncp, pv.a_dt = dt;
     pv.w = tr.vc.get() + size_t((h * ncp + k0) * hd) * es, pv.ldw = hd, pv.w_dt = dt, pv.w_is_kn = true;
     pv.c = sc.o.get(), pv.ldc = hd, pv.c_dt = DType::f32;
-    pv.m = mb, pv.n = hd, pv.k = std::min(kChunk, ncp - k0);
+    pv.m = mb, pv.n = hd, pv.k = std::min(kDeltaChunk, ncp - k0);
     pv.accumulate = k0 > 0;
     ops.linear(pv);
   }
@@ -593,6 +618,9 @@ struct IncrementalEncoder::State::Pass {
         per_token_att(double(D * D + D * fc1_width(c) + D * Mh)),
         thr2(double(params.token_threshold) * double(params.token_threshold)),
         thr_att(params.attention_bound_threshold()),
+        thr_mlp2(params.mlp_gate_threshold() < 0 ? -1.0
+                                                 : double(params.mlp_gate_threshold()) * params.mlp_gate_threshold()),
+        mlp_work(double(D * fc1_width(c) + D * Mh)),
         budget(std::max(0, params.refresh_tokens)) {}
   static AttentionWorkspace& workspace(EncoderContext& ctx) {
     if (!ctx.impl().attention_ws) ctx.impl().attention_ws = std::make_shared<AttentionWorkspace>();
@@ -612,6 +640,8 @@ struct IncrementalEncoder::State::Pass {
   // Multiply-adds of a token's layer (linear layers); of its output projection and MLP.
   const double per_token, per_token_att;
   const double thr2, thr_att;  // token_threshold², the attention bound's threshold
+  const double thr_mlp2;       // the MLP gate's threshold², < 0: no gate (every MLP recomputed)
+  const double mlp_work;       // multiply-adds of a token's MLP
   const int64_t budget;        // refresh_tokens
   std::vector<FrameWork> fw;
   bool chunked = false;  // some frame recomputes only some rows: GEMMs in chunks (for_row_chunks)
@@ -662,82 +692,67 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
 
 // The frames' roles: which reuse the caches (gate), the head frame's rows in the previous caches.
 void IncrementalEncoder::State::frame_roles(Pass& ps, const int64_t* Ns, IncrementalResult* out) {
-  auto& frames = ps.frames;
-  auto& params = ps.params;
-  auto& ops = ps.ops;
-  auto& fw = ps.fw;
-  const auto pre = ps.pre;
-  const auto L = ps.L;
-  const auto F = ps.F;
-  fw.assign(F, FrameWork{});
-  for (size_t f = 0; f < F; ++f) {
-    FrameWork& w = fw[f];
-    w.in = &frames[f];
+  ps.fw.assign(ps.F, FrameWork{});
+  for (size_t f = 0; f < ps.F; ++f) {
+    FrameWork& w = ps.fw[f];
+    w.in = &ps.frames[f];
     w.res = &out[f];
-    w.N = Ns[f], w.T = w.N + pre;
-    w.have_prev = f > 0 || (valid && !frames[f].prev_row.empty());
-    w.gate = f > 0 || (w.have_prev && params.reuse_layers && layers_valid && layers.size() == L &&
-                       tracked == (params.reuse_layers && params.bound_attention));
+    w.N = Ns[f], w.T = w.N + ps.pre;
+    w.have_prev = f > 0 || (valid && !ps.frames[f].prev_row.empty());
+    w.gate = f > 0 || (w.have_prev && ps.params.reuse_layers && layers_valid && layers.size() == ps.L &&
+                       tracked == (ps.params.reuse_layers && ps.params.bound_attention) &&
+                       mlp_gated == (ps.track && ps.thr_mlp2 >= 0));
     w.res->recomputed.assign(size_t(w.N), 0);
   }
-  FrameWork& head = fw[0];
+  FrameWork& head = ps.fw[0];
   bool& chunked = ps.chunked;  // some frame recomputes only some rows: GEMMs in chunks (for_row_chunks)
-  for (const FrameWork& w : fw) chunked = chunked || w.gate;
+  for (const FrameWork& w : ps.fw) chunked = chunked || w.gate;
   // The linear layers' chunks shared between threads (parallel_row_chunks); not with the
   // reference kernels, nor int8 (its kernels take the whole team).
-  ps.split = chunked && !ops.ref && !ops.int8;
+  ps.split = chunked && !ps.ops.ref && !ps.ops.int8;
   if (head.gate) {
     head.prev_t.assign(size_t(head.T), -1);
-    for (int64_t t = 0; t < pre; ++t) head.prev_t[size_t(t)] = t;  // class token, registers
+    for (int64_t t = 0; t < ps.pre; ++t) head.prev_t[size_t(t)] = t;  // class token, registers
     for (int64_t i = 0; i < head.N; ++i) {
       const int64_t p = head.in->prev_row[size_t(i)];
-      if (p >= 0) head.prev_t[size_t(pre + i)] = pre + p;
+      if (p >= 0) head.prev_t[size_t(ps.pre + i)] = ps.pre + p;
     }
-    head.remap = L == 0 || layers[0].ref_in.dim(0) != head.T || !is_identity(head.prev_t);
+    head.remap = ps.L == 0 || layers[0].ref_in.dim(0) != head.T || !is_identity(head.prev_t);
   }
 }
 
 // Patch embeddings: every frame's new or changed patches through one GEMM (into XR, in todo's order).
 void IncrementalEncoder::State::embed_patches(Pass& ps) {
-  auto& m = ps.m;
-  auto& frames = ps.frames;
-  auto& ops = ps.ops;
-  auto& fw = ps.fw;
-  auto& todo = ps.todo;
-  const auto D = ps.D;
-  const auto K = ps.K;
-  const auto F = ps.F;
-  const auto rowb = ps.rowb;
-  const auto chunked = ps.chunked;
-  todo.clear();
-  for (size_t f = 0; f < F; ++f) {
-    const FrameWork& w = fw[f];
+  ps.todo.clear();
+  for (size_t f = 0; f < ps.F; ++f) {
+    const FrameWork& w = ps.fw[f];
     for (int64_t i = 0; i < w.N; ++i) {
       const bool dirty = !w.have_prev || w.in->prev_row[size_t(i)] < 0 ||
                          (!w.in->patch_dirty.empty() && w.in->patch_dirty[size_t(i)]);
-      if (dirty) todo.emplace_back(f, i), w.res->recomputed[size_t(i)] = 1, ++w.res->patch_embeddings_computed;
+      if (dirty) ps.todo.emplace_back(f, i), w.res->recomputed[size_t(i)] = 1, ++w.res->patch_embeddings_computed;
     }
   }
-  if (!todo.empty()) {
+  if (!ps.todo.empty()) {
     // GEMM rows rounded up to a bucket (zero rows as padding): oneDNN primitives are made and
     // cached per shape, and a new shape every frame would cost more than the padding.
-    const int64_t r = int64_t(todo.size()), rg = round_up(r, kRowBucket);
-    Pt.ensure(size_t(rg * K) * 4);
+    const int64_t r = int64_t(ps.todo.size()), rg = round_up(r, kRowBucket);
+    Pt.ensure(size_t(rg * ps.K) * 4);
     float* src = Pt.as<float>();
     for (int64_t j = 0; j < r; ++j) {
-      const auto [f, i] = todo[size_t(j)];
-      const Tensor& patches = *frames[f].patches;
+      const auto [f, i] = ps.todo[size_t(j)];
+      const Tensor& patches = *ps.frames[f].patches;
       if (patches.dtype() == DType::f32) {
-        std::memcpy(src + j * K, patches.data<float>() + i * K, size_t(K) * 4);
+        std::memcpy(src + j * ps.K, patches.data<float>() + i * ps.K, size_t(ps.K) * 4);
       } else {
-        const uint16_t* h = patches.data<uint16_t>() + i * K;
-        for (int64_t k = 0; k < K; ++k) src[j * K + k] = f16_to_f32(h[k]);
+        const uint16_t* h = patches.data<uint16_t>() + i * ps.K;
+        for (int64_t k = 0; k < ps.K; ++k) src[j * ps.K + k] = f16_to_f32(h[k]);
       }
     }
-    std::memset(src + r * K, 0, size_t((rg - r) * K) * 4);
-    XR.ensure(size_t(rg) * rowb);
-    for_row_chunks(r, chunked, [&](int64_t r0, int64_t mc) {
-      ops.linear(linear_args(src + r0 * K, DType::f32, mc, m.patch_w, &m.patch_b, XR.as<float>() + r0 * D, DType::f32));
+    std::memset(src + r * ps.K, 0, size_t((rg - r) * ps.K) * 4);
+    XR.ensure(size_t(rg) * ps.rowb);
+    for_row_chunks(r, ps.chunked, [&](int64_t r0, int64_t mc) {
+      ps.ops.linear(linear_args(src + r0 * ps.K, DType::f32, mc, ps.m.patch_w, &ps.m.patch_b, XR.as<float>() + r0 * ps.D,
+                                DType::f32));
     });
   }
 }
@@ -745,33 +760,21 @@ void IncrementalEncoder::State::embed_patches(Pass& ps) {
 // Layer 0's candidates (new, changed or moved tokens, the class token) and their inputs in IN:
 // the patch-embedding cache brought up to date, positions added, the pre-norm.
 void IncrementalEncoder::State::layer0_inputs(Pass& ps) {
-  auto& m = ps.m;
-  auto& c = ps.c;
-  auto& frames = ps.frames;
-  auto& params = ps.params;
-  auto& ops = ps.ops;
-  auto& fw = ps.fw;
-  auto& todo = ps.todo;
-  auto& in_rows = ps.in_rows;
-  const auto D = ps.D;
-  const auto pre = ps.pre;
-  const auto F = ps.F;
-  const auto rowb = ps.rowb;
-  const auto track = ps.track;
-  in_rows = 0;
+  const int64_t D = ps.D;
+  ps.in_rows = 0;
   int64_t& sum_t = ps.sum_t;
   sum_t = 0;
-  for (size_t f = 0; f < F; ++f) {
-    FrameWork& w = fw[f];
-    w.in_off = in_rows;
+  for (size_t f = 0; f < ps.F; ++f) {
+    FrameWork& w = ps.fw[f];
+    w.in_off = ps.in_rows;
     sum_t += w.T;
     if (!w.gate) {
       for (int64_t t = 0; t < w.T; ++t) w.cand.push_back(t);
     } else {
-      for (int64_t t = 0; t < pre; ++t) w.cand.push_back(t);
+      for (int64_t t = 0; t < ps.pre; ++t) w.cand.push_back(t);
       const Tensor& pos = *w.in->positions;
       const float* prev_c = f == 0 ? centers.data() : nullptr;
-      const Tensor* prev_pos = f == 0 ? nullptr : frames[f - 1].positions;
+      const Tensor* prev_pos = f == 0 ? nullptr : ps.frames[f - 1].positions;
       for (int64_t i = 0; i < w.N; ++i) {
         const int64_t p = w.in->prev_row[size_t(i)];
         bool cand = p < 0 || w.res->recomputed[size_t(i)];
@@ -781,143 +784,140 @@ void IncrementalEncoder::State::layer0_inputs(Pass& ps) {
           const float py = prev_c ? prev_c[2 * p + 1] : prev_pos->data<float>()[p * prev_pos->dim(1) + 1];
           cand = x != px || y != py;
         }
-        if (cand) w.cand.push_back(pre + i);
+        if (cand) w.cand.push_back(ps.pre + i);
       }
     }
-    for (size_t k = 0; k < w.cand.size(); ++k) w.cand_row.push_back(in_rows + int64_t(k));
-    in_rows += int64_t(w.cand.size());
-    if (track && w.gate) w.est.assign(size_t(w.T), 0.0f);
+    for (size_t k = 0; k < w.cand.size(); ++k) w.cand_row.push_back(ps.in_rows + int64_t(k));
+    ps.in_rows += int64_t(w.cand.size());
+    if (ps.track && w.gate) w.est.assign(size_t(w.T), 0.0f);
   }
-  IN.ensure(size_t(std::max<int64_t>(in_rows, 1)) * rowb);
+  IN.ensure(size_t(std::max<int64_t>(ps.in_rows, 1)) * ps.rowb);
   // ---- per frame in order: the patch-embedding cache, the candidates' layer-0 inputs --------
   {
     size_t j = 0;
-    for (size_t f = 0; f < F; ++f) {
-      FrameWork& w = fw[f];
+    for (size_t f = 0; f < ps.F; ++f) {
+      FrameWork& w = ps.fw[f];
       const std::span<const int64_t> pr = w.in->prev_row;
       if (f == 0 && !(w.have_prev && w.N == n && is_identity(pr) && patch_emb.rank() == 2)) {
         Tensor pe(DType::f32, {w.N, D});
         if (w.have_prev)
           for (int64_t i = 0; i < w.N; ++i)
             if (!w.res->recomputed[size_t(i)])
-              std::memcpy(pe.data<float>() + i * D, patch_emb.data<float>() + pr[size_t(i)] * D, rowb);
+              std::memcpy(pe.data<float>() + i * D, patch_emb.data<float>() + pr[size_t(i)] * D, ps.rowb);
         patch_emb = std::move(pe);
       }
-      for (; j < todo.size() && todo[j].first == f; ++j)
-        std::memcpy(patch_emb.data<float>() + todo[j].second * D, XR.as<float>() + int64_t(j) * D, rowb);
+      for (; j < ps.todo.size() && ps.todo[j].first == f; ++j)
+        std::memcpy(patch_emb.data<float>() + ps.todo[j].second * D, XR.as<float>() + int64_t(j) * D, ps.rowb);
       const int64_t rows = int64_t(w.cand.size());
       float* x = IN.as<float>() + w.in_off * D;
       const Tensor& positions = *w.in->positions;
       const float* pos = positions.data<float>();
       const int64_t pst = positions.dim(1);
-      const PositionSampler sampler(c, m.pos_grid.data<float>(), params.image_width, params.image_height, pos,
-                                    positions.dim(0), pst);
-#pragma omp parallel for num_threads(ops.threads) schedule(static) if (rows > 32)
+      const PositionSampler sampler(ps.c, ps.m.pos_grid.data<float>(), ps.params.image_width, ps.params.image_height,
+                                    pos, positions.dim(0), pst);
+#pragma omp parallel for num_threads(ps.ops.threads) schedule(static) if (rows > 32)
       for (int64_t k = 0; k < rows; ++k) {
         const int64_t t = w.cand[size_t(k)];
         float* xr = x + k * D;
-        if (t < pre) {
-          prefix_row(m, t, xr);
+        if (t < ps.pre) {
+          prefix_row(ps.m, t, xr);
         } else {
-          const int64_t i = t - pre;
-          std::memcpy(xr, patch_emb.data<float>() + i * D, rowb);
+          const int64_t i = t - ps.pre;
+          std::memcpy(xr, patch_emb.data<float>() + i * D, ps.rowb);
           sampler.add(pos + i * pst, pst, xr);
         }
       }
-      if (c.pre_norm && rows > 0) ops.layer_norm(x, rows, D, m.pre_w, m.pre_b, c.ln_eps, x, DType::f32);
+      if (ps.c.pre_norm && rows > 0) ps.ops.layer_norm(x, rows, D, ps.m.pre_w, ps.m.pre_b, ps.c.ln_eps, x, DType::f32);
     }
   }
 }
 
 // Before the first layer: a cache per layer, ‖W_o‖₂ per layer, the rows the head frame's layout drops.
 void IncrementalEncoder::State::prepare_layers(Pass& ps) {
-  auto& m = ps.m;
-  auto& gone = ps.gone;
-  const auto L = ps.L;
-  const auto track = ps.track;
   FrameWork& head = ps.fw[0];
-  if (layers.size() != L) layers.resize(L);
-  if (track && wo_norm.size() != L) {
-    wo_norm.resize(L);
-    for (size_t li = 0; li < L; ++li) wo_norm[li] = spectral_norm(m.layers[li].out_w);
+  if (layers.size() != ps.L) layers.resize(ps.L);
+  if (ps.track && wo_norm.size() != ps.L) {
+    wo_norm.resize(ps.L);
+    for (size_t li = 0; li < ps.L; ++li) wo_norm[li] = spectral_norm(ps.m.layers[li].out_w);
   }
   // The rows of the previous layout that the head frame drops (their keys and values leave
   // every kept token's attention).
-  gone.clear();
-  if (track && head.gate && head.remap && L > 0) {
+  ps.gone.clear();
+  if (ps.track && head.gate && head.remap && ps.L > 0) {
     std::vector<uint8_t> kept(size_t(layers[0].kv.dim(2)), 0);
     for (int64_t p : head.prev_t)
       if (p >= 0) kept[size_t(p)] = 1;
     for (size_t p = 0; p < kept.size(); ++p)
-      if (!kept[p]) gone.push_back(int64_t(p));
+      if (!kept[p]) ps.gone.push_back(int64_t(p));
   }
 }
 
 // A layer cache sized for T rows (what it holds is undefined after a resize).
 void IncrementalEncoder::State::ensure_cache(const Pass& ps, LayerCache& lc, int64_t T) {
-  auto& c = ps.c;
-  const auto dt = ps.dt;
-  const auto D = ps.D;
-  const auto hd = ps.hd;
-  const auto track = ps.track;
-  if (lc.ref_in.rank() != 2 || lc.ref_in.dim(0) != T || lc.kv.dtype() != dt || lc.kv.rank() != 4) {
+  const int64_t D = ps.D, hd = ps.hd;
+  if (lc.ref_in.rank() != 2 || lc.ref_in.dim(0) != T || lc.kv.dtype() != ps.dt || lc.kv.rank() != 4) {
     lc.ref_in = Tensor(DType::f32, {T, D});
-    lc.kv = Tensor(dt, {2, int64_t(c.heads), T, hd});
+    lc.kv = Tensor(ps.dt, {2, int64_t(ps.c.heads), T, hd});
   }
-  if (track && (lc.q.rank() != 2 || lc.q.dim(0) != c.heads * T + kRowBucket || lc.q.dtype() != dt)) {
+  if (ps.track && (lc.q.rank() != 2 || lc.q.dim(0) != ps.c.heads * T + kRowBucket || lc.q.dtype() != ps.dt)) {
     // A bucket of rows after the last head's: apply_kv_change reads its row blocks rounded up.
-    lc.q = Tensor(dt, {int64_t(c.heads) * T + kRowBucket, hd});
+    lc.q = Tensor(ps.dt, {int64_t(ps.c.heads) * T + kRowBucket, hd});
     std::memset(lc.q.bytes(), 0, lc.q.size_bytes());
-    lc.lse = Tensor(DType::f32, {int64_t(c.heads), T});
+    lc.lse = Tensor(DType::f32, {int64_t(ps.c.heads), T});
     lc.att = Tensor(DType::f32, {T, D});
     lc.att_used = Tensor(DType::f32, {T, D});
     lc.in_cur = Tensor(DType::f32, {T, D});
     lc.upd = Tensor(DType::f32, {T, D});
   }
-  if (track) lc.resid.resize(size_t(T)), lc.drift.resize(size_t(T)), lc.ref_norm2.resize(size_t(T));
+  if (ps.track) lc.resid.resize(size_t(T)), lc.drift.resize(size_t(T)), lc.ref_norm2.resize(size_t(T));
+  if (ps.track && ps.thr_mlp2 >= 0 && (lc.mid_ref.rank() != 2 || lc.mid_ref.dim(0) != T)) {
+    lc.mid_ref = Tensor(DType::f32, {T, D});
+    lc.mlp_out = Tensor(DType::f32, {T, D});
+    lc.mid_norm2.resize(size_t(T));
+  }
 }
 
 // A layer's cache for the head frame: made on a full pass; on a layout change, every kept token's
 // reference, K|V and tracking state moved to its new row (the dropped rows' keys and values kept
 // in gone_kv for the kept tokens' update).
 void IncrementalEncoder::State::enter_layer(Pass& ps, LayerCache& C) {
-  auto& c = ps.c;
-  auto& gone = ps.gone;
-  const auto es = ps.es;
-  const auto D = ps.D;
-  const auto hd = ps.hd;
-  const auto rowb = ps.rowb;
-  const auto track = ps.track;
+  const int64_t D = ps.D, hd = ps.hd;
+  const size_t es = ps.es;
   FrameWork& head = ps.fw[0];
   if (!head.gate) {
     ensure_cache(ps, C, head.T);
   } else if (head.remap) {  // kept tokens carry their reference and K|V to their new rows
     const int64_t told = C.kv.dim(2);
-    if (track) {  // the dropped rows' keys and values, before they are overwritten
-      gone_kv.ensure(std::max<size_t>(1, size_t(2 * c.heads * int64_t(gone.size()) * hd) * es));
-      for (int64_t kh = 0; kh < 2 * c.heads; ++kh)
-        for (size_t g = 0; g < gone.size(); ++g)
-          std::memcpy(gone_kv.get() + size_t((kh * int64_t(gone.size()) + int64_t(g)) * hd) * es,
-                      C.kv.bytes() + size_t((kh * told + gone[g]) * hd) * es, size_t(hd) * es);
+    if (ps.track) {  // the dropped rows' keys and values, before they are overwritten
+      gone_kv.ensure(std::max<size_t>(1, size_t(2 * ps.c.heads * int64_t(ps.gone.size()) * hd) * es));
+      for (int64_t kh = 0; kh < 2 * ps.c.heads; ++kh)
+        for (size_t g = 0; g < ps.gone.size(); ++g)
+          std::memcpy(gone_kv.get() + size_t((kh * int64_t(ps.gone.size()) + int64_t(g)) * hd) * es,
+                      C.kv.bytes() + size_t((kh * told + ps.gone[g]) * hd) * es, size_t(hd) * es);
     }
     ensure_cache(ps, spare, head.T);
     for (int64_t t = 0; t < head.T; ++t) {
       const int64_t p = head.prev_t[size_t(t)];
       if (p < 0) continue;
-      std::memcpy(spare.ref_in.data<float>() + t * D, C.ref_in.data<float>() + p * D, rowb);
-      for (int64_t kh = 0; kh < 2 * c.heads; ++kh)  // K and V of every head
+      std::memcpy(spare.ref_in.data<float>() + t * D, C.ref_in.data<float>() + p * D, ps.rowb);
+      for (int64_t kh = 0; kh < 2 * ps.c.heads; ++kh)  // K and V of every head
         std::memcpy(spare.kv.bytes() + size_t((kh * head.T + t) * hd) * es,
                     C.kv.bytes() + size_t((kh * told + p) * hd) * es, size_t(hd) * es);
-      if (track) {
-        for (int64_t h = 0; h < c.heads; ++h) {
+      if (ps.track) {
+        for (int64_t h = 0; h < ps.c.heads; ++h) {
           std::memcpy(spare.q.bytes() + size_t((h * head.T + t) * hd) * es,
                       C.q.bytes() + size_t((h * told + p) * hd) * es, size_t(hd) * es);
           spare.lse.data<float>()[h * head.T + t] = C.lse.data<float>()[h * told + p];
         }
-        std::memcpy(spare.att.data<float>() + t * D, C.att.data<float>() + p * D, rowb);
-        std::memcpy(spare.att_used.data<float>() + t * D, C.att_used.data<float>() + p * D, rowb);
-        std::memcpy(spare.in_cur.data<float>() + t * D, C.in_cur.data<float>() + p * D, rowb);
-        std::memcpy(spare.upd.data<float>() + t * D, C.upd.data<float>() + p * D, rowb);
+        std::memcpy(spare.att.data<float>() + t * D, C.att.data<float>() + p * D, ps.rowb);
+        std::memcpy(spare.att_used.data<float>() + t * D, C.att_used.data<float>() + p * D, ps.rowb);
+        std::memcpy(spare.in_cur.data<float>() + t * D, C.in_cur.data<float>() + p * D, ps.rowb);
+        std::memcpy(spare.upd.data<float>() + t * D, C.upd.data<float>() + p * D, ps.rowb);
+        if (ps.thr_mlp2 >= 0) {
+          std::memcpy(spare.mid_ref.data<float>() + t * D, C.mid_ref.data<float>() + p * D, ps.rowb);
+          std::memcpy(spare.mlp_out.data<float>() + t * D, C.mlp_out.data<float>() + p * D, ps.rowb);
+          spare.mid_norm2[size_t(t)] = C.mid_norm2[size_t(p)];
+        }
         spare.resid[size_t(t)] = C.resid[size_t(p)], spare.drift[size_t(t)] = C.drift[size_t(p)];
         spare.ref_norm2[size_t(t)] = C.ref_norm2[size_t(p)];
       }
@@ -929,42 +929,32 @@ void IncrementalEncoder::State::enter_layer(Pass& ps, LayerCache& C) {
 // Step 1 of a layer: which rows to recompute, frame by frame (each frame's references are the ones
 // the frames before it left); their inputs into XR, frame after frame.
 void IncrementalEncoder::State::select_rows(Pass& ps, LayerCache& C) {
-  auto& fw = ps.fw;
-  auto& rows = ps.rows;
-  const auto D = ps.D;
-  const auto pre = ps.pre;
-  const auto F = ps.F;
-  const auto rowb = ps.rowb;
-  const auto track = ps.track;
-  const auto sum_t = ps.sum_t;
-  const auto per_token = ps.per_token;
-  const auto thr2 = ps.thr2;
-  const auto budget = ps.budget;
+  const int64_t D = ps.D;
   // 1. Which rows to recompute, frame by frame (each frame's references are the ones the
   //    frames before it left).
-  XR.ensure(size_t(2 * sum_t + 2 * kRowBucket) * rowb);
-  rows = 0;
+  XR.ensure(size_t(2 * ps.sum_t + 2 * kRowBucket) * ps.rowb);
+  ps.rows = 0;
   saved_norm2.clear(), saved_cur.clear();
-  for (size_t f = 0; f < F; ++f) {
-    FrameWork& w = fw[f];
+  for (size_t f = 0; f < ps.F; ++f) {
+    FrameWork& w = ps.fw[f];
     w.sel.clear();
     sel_src.clear();
-    w.xr_off = rows;
-    const bool tracking = track && w.gate;
+    w.xr_off = ps.rows;
+    const bool tracking = ps.track && w.gate;
     w.cur_before.clear(), w.ref_before.clear();
-    if (track && f > 0) w.cur_before.assign(size_t(w.T), -1), w.ref_before.assign(size_t(w.T), -1);
+    if (ps.track && f > 0) w.cur_before.assign(size_t(w.T), -1), w.ref_before.assign(size_t(w.T), -1);
     w.carry.clear(), w.carry_in.clear(), w.carry_row.clear();
     for (size_t k = 0; k < w.cand.size(); ++k) {
       const int64_t t = w.cand[k];
       const float* a = IN.as<float>() + w.cand_row[k] * D;
-      if (track) {  // its current input
+      if (ps.track) {  // its current input
         if (f > 0) {
           w.cur_before[size_t(t)] = int64_t(saved_cur.size()) / D;
           saved_cur.insert(saved_cur.end(), C.in_cur.data<float>() + t * D, C.in_cur.data<float>() + (t + 1) * D);
         }
-        std::memcpy(C.in_cur.data<float>() + t * D, a, rowb);
+        std::memcpy(C.in_cur.data<float>() + t * D, a, ps.rowb);
       }
-      bool s = !w.gate || t < pre || (w.remap && w.prev_t[size_t(t)] < 0);
+      bool s = !w.gate || t < ps.pre || (w.remap && w.prev_t[size_t(t)] < 0);
       if (!s) {
         const float* b = C.ref_in.data<float>() + t * D;
         double dd = 0, bb = 0;
@@ -972,13 +962,13 @@ void IncrementalEncoder::State::select_rows(Pass& ps, LayerCache& C) {
           const double e = double(a[d]) - b[d];
           dd += e * e, bb += double(b[d]) * b[d];
         }
-        s = dd > thr2 * bb;
+        s = dd > ps.thr2 * bb;
         if (tracking && !s) C.resid[size_t(t)] = bb > 0 ? float(std::sqrt(dd / bb)) : 0.0f;
       }
       if (s) w.sel.push_back(t), sel_src.push_back(a);
       else if (tracking) w.carry.push_back(t), w.carry_in.push_back(w.cand_row[k]);
     }
-    if (tracking && budget > 0) {
+    if (tracking && ps.budget > 0) {
       // The refresh budget, input side: the kept tokens whose input moved most since they
       // were last recomputed (their reference holds the input they were computed from; a
       // candidate's input is in IN, a token's that was no candidate is its input of a frame
@@ -987,10 +977,11 @@ void IncrementalEncoder::State::select_rows(Pass& ps, LayerCache& C) {
       order.clear();
       for (size_t k = 0; k < w.cand.size(); ++k) {
         const int64_t t = w.cand[k];
-        if (t >= pre && C.resid[size_t(t)] > 0 && (w.sel.empty() || std::find(w.sel.begin(), w.sel.end(), t) == w.sel.end()))
+        if (t >= ps.pre && C.resid[size_t(t)] > 0 &&
+            (w.sel.empty() || std::find(w.sel.begin(), w.sel.end(), t) == w.sel.end()))
           order.push_back(int64_t(k));
       }
-      const size_t take = std::min(order.size(), size_t(budget));
+      const size_t take = std::min(order.size(), size_t(ps.budget));
       std::partial_sort(order.begin(), order.begin() + int64_t(take), order.end(), [&](int64_t x, int64_t y) {
         return C.resid[size_t(w.cand[size_t(x)])] > C.resid[size_t(w.cand[size_t(y)])];
       });
@@ -998,87 +989,165 @@ void IncrementalEncoder::State::select_rows(Pass& ps, LayerCache& C) {
         w.sel.push_back(w.cand[size_t(order[j])]), sel_src.push_back(IN.as<float>() + w.cand_row[size_t(order[j])] * D);
     }
     for (size_t j = 0; j < w.sel.size(); ++j) {
-      if (track && f > 0) {
+      if (ps.track && f > 0) {
         w.ref_before[size_t(w.sel[j])] = int64_t(saved_norm2.size());
         saved_norm2.push_back(C.ref_norm2[size_t(w.sel[j])]);
       }
-      std::memcpy(C.ref_in.data<float>() + w.sel[j] * D, sel_src[j], rowb);
-      if (track) {
+      std::memcpy(C.ref_in.data<float>() + w.sel[j] * D, sel_src[j], ps.rowb);
+      if (ps.track) {
         float xx = 0;
         for (int64_t d = 0; d < D; ++d) xx += sel_src[j][d] * sel_src[j][d];
         C.ref_norm2[size_t(w.sel[j])] = xx;
       }
-      std::memcpy(XR.as<float>() + (rows + int64_t(j)) * D, sel_src[j], rowb);
-      if (track) C.resid[size_t(w.sel[j])] = 0;
+      std::memcpy(XR.as<float>() + (ps.rows + int64_t(j)) * D, sel_src[j], ps.rowb);
+      if (ps.track) C.resid[size_t(w.sel[j])] = 0;
     }
     if (tracking)
       for (int64_t t = 0; t < w.T; ++t) w.est[size_t(t)] += C.resid[size_t(t)];
-    rows += int64_t(w.sel.size());
+    ps.rows += int64_t(w.sel.size());
     const int64_t r = int64_t(w.sel.size());
     for (int64_t t : w.sel)
-      if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1;
-    w.res->layer_tokens.push_back(r - std::min<int64_t>(pre, r));
+      if (t >= ps.pre) w.res->recomputed[size_t(t - ps.pre)] = 1;
+    w.res->layer_tokens.push_back(r - std::min<int64_t>(ps.pre, r));
     // Multiply-adds: the linear layers, and attention's Q·Kᵀ and P·V.
-    w.work += double(r) * per_token + 2.0 * double(r) * w.T * D;
-    w.full_work += double(w.T) * per_token + 2.0 * double(w.T) * w.T * D;
+    w.work += double(r) * ps.per_token + 2.0 * double(r) * w.T * D;
+    w.full_work += double(w.T) * ps.per_token + 2.0 * double(w.T) * w.T * D;
   }
 }
 
 // Steps 2-4 of a layer: LayerNorm + QKV over every frame's rows in one GEMM, each frame's
 // attention in order (attend_frame), then the output projection and the MLP over every row.
 void IncrementalEncoder::State::compute_rows(Pass& ps, size_t li, const VitLayer& l, LayerCache& C) {
-  auto& c = ps.c;
-  auto& ops = ps.ops;
-  auto& gone = ps.gone;
-  auto& rows = ps.rows;
-  auto& staged = ps.staged;
-  const auto dt = ps.dt;
-  const auto es = ps.es;
-  const auto D = ps.D;
-  const auto F = ps.F;
-  const auto rowb = ps.rowb;
-  const auto split = ps.split;
-  const auto track = ps.track;
-  const auto sum_t = ps.sum_t;
+  const int64_t D = ps.D;
+  const size_t es = ps.es;
   FrameWork& head = ps.fw[0];
   // Room for every frame's rows twice: recomputed from their input, then for their attention.
-  const int64_t cap = round_up(2 * sum_t, kRowBucket) + 2 * kRowBucket;
+  const int64_t cap = round_up(2 * ps.sum_t, kRowBucket) + 2 * kRowBucket;
   A.ensure(size_t(cap * D) * es);
-  staged = 0;  // rows recomputed for their attention, after the `rows` ones in XR and A
+  ps.staged = 0;  // rows recomputed for their attention, after the `rows` ones in XR and A
   // Without recomputed rows, only a layout change (the rows it dropped) moves attention.
-  if (rows > 0 || (track && head.gate && head.remap && !gone.empty())) {
+  if (ps.rows > 0 || (ps.track && head.gate && head.remap && !ps.gone.empty())) {
     // Every frame's rows in one GEMM each (rows rounded up to a bucket, zero rows as padding).
     // The slack bucket after them lets each frame's attention run on a rounded row count too.
-    const int64_t rg = round_up(rows, kRowBucket), qcap = rg + kRowBucket;
+    const int64_t rg = round_up(ps.rows, kRowBucket), qcap = rg + kRowBucket;
     H.ensure(size_t(qcap * D) * es), QKV.ensure(size_t(qcap * 3 * D) * es);
     float* xr = XR.as<float>();
-    std::memset(xr + rows * D, 0, size_t((rg - rows) * D) * 4);
+    std::memset(xr + ps.rows * D, 0, size_t((rg - ps.rows) * D) * 4);
     auto ln_qkv = [&](int64_t r0, int64_t mc) {
-      ops.layer_norm(xr + r0 * D, mc, D, l.ln1_w, l.ln1_b, c.ln_eps, H.get() + size_t(r0 * D) * es, dt);
-      ops.linear(linear_args(H.get() + size_t(r0 * D) * es, dt, mc, l.qkv_w, &l.qkv_b,
-                             QKV.get() + size_t(r0 * 3 * D) * es, dt));
+      ps.ops.layer_norm(xr + r0 * D, mc, D, l.ln1_w, l.ln1_b, ps.c.ln_eps, H.get() + size_t(r0 * D) * es, ps.dt);
+      ps.ops.linear(linear_args(H.get() + size_t(r0 * D) * es, ps.dt, mc, l.qkv_w, &l.qkv_b,
+                             QKV.get() + size_t(r0 * 3 * D) * es, ps.dt));
     };
-    if (rows > 0 && split) parallel_row_chunks(rows, ops.threads, ln_qkv);
-    else if (rows > 0) ln_qkv(0, rg);
+    if (ps.rows > 0 && ps.split) parallel_row_chunks(ps.rows, ps.ops.threads, ln_qkv);
+    else if (ps.rows > 0) ln_qkv(0, rg);
     std::memset(QKV.get() + size_t(rg * 3 * D) * es, 0, size_t(kRowBucket * 3 * D) * es);
-    for (size_t f = 0; f < F; ++f) attend_frame(ps, li, C, f);  // 3. in frame order
-    const int64_t total = rows + staged, rt = round_up(total, kRowBucket);
+    for (size_t f = 0; f < ps.F; ++f) attend_frame(ps, li, C, f);  // 3. in frame order
+    const int64_t total = ps.rows + ps.staged, rt = round_up(total, kRowBucket);
     if (total > 0) {
       std::memset(xr + total * D, 0, size_t((rt - total) * D) * 4);
-      if (track) {
+      if (ps.track) {
         std::memset(A.get() + size_t(total * D) * es, 0, size_t((rt - total) * D) * es);
-        XB.ensure(size_t(total) * rowb);
-        std::memcpy(XB.get(), xr, size_t(total) * rowb);
+        XB.ensure(size_t(total) * ps.rowb);
+        std::memcpy(XB.get(), xr, size_t(total) * ps.rowb);
       }
-      H.ensure(size_t(rt * D) * es), Hm.ensure(size_t(rt * fc1_width(c)) * es);
-      const int64_t fw1 = fc1_width(c);
+      if (ps.track && ps.thr_mlp2 >= 0) return gated_mlp(ps, l, C, total);
+      H.ensure(size_t(rt * D) * es), Hm.ensure(size_t(rt * fc1_width(ps.c)) * es);
+      const int64_t fw1 = fc1_width(ps.c);
       auto mlp = [&](int64_t r0, int64_t mc) {
-        ops.attention_out_and_mlp(l, c, A.get() + size_t(r0 * D) * es, mc, xr + r0 * D, H.get() + size_t(r0 * D) * es,
-                                  Hm.get() + size_t(r0 * fw1) * es, dt);
+        ps.ops.attention_out_and_mlp(l, ps.c, A.get() + size_t(r0 * D) * es, mc, xr + r0 * D,
+                                     H.get() + size_t(r0 * D) * es, Hm.get() + size_t(r0 * fw1) * es, ps.dt);
       };
-      if (split) parallel_row_chunks(total, ops.threads, mlp);
+      if (ps.split) parallel_row_chunks(total, ps.ops.threads, mlp);
       else mlp(0, rt);
     }
+  }
+}
+
+// Step 4 with the attention bound: the output projection over every frame's rows, then the MLP
+// gate frame by frame in order (each frame's references are the ones the frames before it
+// left): a row's MLP is recomputed when its input (the residual stream after attention) moved
+// from the one the token's MLP last saw by more than the MLP threshold, else it keeps the MLP's
+// output of then. The recomputed rows' MLPs run in one pass, and their outputs are added in
+// frame order (a kept row takes the MLP output its token had at its frame).
+void IncrementalEncoder::State::gated_mlp(Pass& ps, const VitLayer& l, LayerCache& C, int64_t total) {
+  const int64_t D = ps.D;
+  const size_t es = ps.es;
+  float* xr = XR.as<float>();
+  auto out_proj = [&](int64_t r0, int64_t mc) {
+    GemmArgs o = linear_args(A.get() + size_t(r0 * D) * es, ps.dt, mc, l.out_w, &l.out_b, xr + r0 * D, DType::f32);
+    o.accumulate = true;
+    ps.ops.linear(o);
+  };
+  if (ps.split) parallel_row_chunks(total, ps.ops.threads, out_proj);
+  else out_proj(0, round_up(total, kRowBucket));
+  // The gate, in frame order.
+  mlp_rows.clear();
+  int64_t nm = 0;
+  for (FrameWork& w : ps.fw) {
+    auto gate = [&](int64_t row, int64_t t) {
+      const float* x = xr + row * D;
+      const float* ref = C.mid_ref.data<float>() + t * D;
+      double dd = 0, xx = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        const double e = double(x[d]) - ref[d];
+        dd += e * e, xx += double(x[d]) * x[d];
+      }
+      const bool fresh = !w.gate || t < ps.pre || (w.remap && w.prev_t[size_t(t)] < 0);
+      const double bb = C.mid_norm2[size_t(t)];
+      if (!fresh && ps.thr_mlp2 >= 0 && dd <= ps.thr_mlp2 * bb) {
+        mlp_rows.push_back({row, t, -1});
+        w.work -= ps.mlp_work;
+        if (!w.est.empty() && bb > 0) w.est[size_t(t)] += float(std::sqrt(dd / bb));
+        return;
+      }
+      std::memcpy(C.mid_ref.data<float>() + t * D, x, ps.rowb);
+      C.mid_norm2[size_t(t)] = float(xx);
+      mlp_rows.push_back({row, t, nm++});
+    };
+    for (size_t j = 0; j < w.sel.size(); ++j) gate(w.xr_off + int64_t(j), w.sel[j]);
+    for (size_t j = 0; j < w.att.size(); ++j) gate(w.att_row[j], w.att[j]);
+  }
+  if (nm > 0) {
+    const int64_t mg = round_up(nm, kRowBucket), fw1 = fc1_width(ps.c);
+    XM.ensure(size_t(mg) * ps.rowb), MO.ensure(size_t(mg) * ps.rowb);
+    H.ensure(size_t(mg * D) * es), Hm.ensure(size_t(mg * fw1) * es);
+    for (const MlpRow& m : mlp_rows)
+      if (m.j >= 0) std::memcpy(XM.as<float>() + m.j * D, xr + m.row * D, ps.rowb);
+    std::memset(XM.as<float>() + nm * D, 0, size_t(mg - nm) * ps.rowb);
+    auto mlp = [&](int64_t r0, int64_t mc) {
+      std::byte* h = H.get() + size_t(r0 * D) * es;
+      std::byte* hm = Hm.get() + size_t(r0 * fw1) * es;
+      ps.ops.layer_norm(XM.as<float>() + r0 * D, mc, D, l.ln2_w, l.ln2_b, ps.c.ln_eps, h, ps.dt);
+      GemmArgs f1 = linear_args(h, ps.dt, mc, l.fc1_w, &l.fc1_b, hm, ps.dt);
+      f1.post = post_for(ps.c.act);
+      ps.ops.linear(f1);
+      GemmArgs f2 = linear_args(hm, ps.dt, mc, l.fc2_w, &l.fc2_b, MO.as<float>() + r0 * D, DType::f32);
+      if (ps.c.act == Activation::swiglu) {  // as LayerOps::attention_out_and_mlp: silu(x1)·x2 over x1
+        const int64_t hh = ps.c.mlp;
+        for (int64_t r = 0; r < mc; ++r) {
+          std::byte* rp = hm + size_t(r * 2 * hh) * es;
+          auto silu = [](float a) { return a / (1.0f + std::exp(-a)); };
+          if (ps.dt == DType::f32) {
+            float* v = reinterpret_cast<float*>(rp);
+            for (int64_t j = 0; j < hh; ++j) v[j] = silu(v[j]) * v[hh + j];
+          } else {
+            uint16_t* v = reinterpret_cast<uint16_t*>(rp);
+            for (int64_t j = 0; j < hh; ++j) v[j] = f32_to_bf16(silu(bf16_to_f32(v[j])) * bf16_to_f32(v[hh + j]));
+          }
+        }
+        f2.lda = 2 * hh;
+      }
+      ps.ops.linear(f2);
+    };
+    if (ps.split) parallel_row_chunks(nm, ps.ops.threads, mlp);
+    else mlp(0, mg);
+  }
+  // The MLP outputs, in frame order.
+  for (const MlpRow& m : mlp_rows) {
+    float* o = C.mlp_out.data<float>() + m.t * D;
+    if (m.j >= 0) std::memcpy(o, MO.as<float>() + m.j * D, ps.rowb);
+    float* x = xr + m.row * D;
+    for (int64_t d = 0; d < D; ++d) x[d] += o[d];
   }
 }
 
@@ -1086,108 +1155,114 @@ void IncrementalEncoder::State::compute_rows(Pass& ps, size_t li, const VitLayer
 // attention bound, the kept rows' attention brought up to date and the rows whose output would
 // move by more than the threshold staged for the output projection and MLP (after XR's `rows`).
 void IncrementalEncoder::State::attend_frame(Pass& ps, size_t li, LayerCache& C, size_t f) {
-  auto& c = ps.c;
-  auto& attn_ws = ps.attn_ws;
-  auto& ops = ps.ops;
-  auto& fw = ps.fw;
-  auto& gone = ps.gone;
-  auto& rows = ps.rows;
-  auto& staged = ps.staged;
-  const auto dt = ps.dt;
-  const auto es = ps.es;
-  const auto D = ps.D;
-  const auto pre = ps.pre;
-  const auto hd = ps.hd;
-  const auto F = ps.F;
-  const auto rowb = ps.rowb;
-  const auto chunked = ps.chunked;
-  const auto track = ps.track;
-  const auto per_token_att = ps.per_token_att;
-  const auto thr_att = ps.thr_att;
-  const auto budget = ps.budget;
-  FrameWork& w = fw[f];
+  const int64_t D = ps.D;
+  const size_t es = ps.es;
+  FrameWork& w = ps.fw[f];
   const int64_t r = int64_t(w.sel.size());
   w.att.clear(), w.att_row.clear();
-  if (r == 0 && !(track && w.gate && w.remap && !gone.empty())) return;
-  const bool delta = track && w.gate;
-  int64_t n_old = 0, ncp = 0;
-  if (delta) {
-    // The changed rows' keys and values for the kept tokens' update: the new ones first,
-    // then the old ones (the recomputed rows' as the cache still holds them, and the
-    // rows the layout dropped), [heads, ncp, hd] each.
-    std::vector<int64_t> old_rows;
-    for (int64_t t : w.sel)
-      if (!(w.remap && w.prev_t[size_t(t)] < 0)) old_rows.push_back(t);
-    const int64_t ng = f == 0 && w.remap ? int64_t(gone.size()) : 0;
-    n_old = int64_t(old_rows.size()) + ng;
-    ncp = round_up(std::max<int64_t>(r + n_old, 1), kRowBucket);
-    bound.kc.ensure(size_t(c.heads * ncp * hd) * es), bound.vc.ensure(size_t(c.heads * ncp * hd) * es);
-    std::memset(bound.kc.get(), 0, size_t(c.heads * ncp * hd) * es);
-    std::memset(bound.vc.get(), 0, size_t(c.heads * ncp * hd) * es);
-    for (int64_t h = 0; h < c.heads; ++h)
-      for (int kv = 0; kv < 2; ++kv) {
-        std::byte* dst = (kv ? bound.vc : bound.kc).get() + size_t(h * ncp * hd) * es;
-        const std::byte* cache = C.kv.bytes() + size_t(((kv * c.heads + h) * w.T) * hd) * es;
-        for (int64_t j = 0; j < r; ++j)
-          std::memcpy(dst + size_t(j * hd) * es,
-                      QKV.get() + size_t((w.xr_off + j) * 3 * D + (1 + kv) * D + h * hd) * es, size_t(hd) * es);
-        for (size_t j = 0; j < old_rows.size(); ++j)
-          std::memcpy(dst + size_t((r + int64_t(j)) * hd) * es, cache + size_t(old_rows[j] * hd) * es,
-                      size_t(hd) * es);
-        for (int64_t g = 0; g < ng; ++g)
-          std::memcpy(dst + size_t((r + int64_t(old_rows.size()) + g) * hd) * es,
-                      gone_kv.get() + size_t(((kv * c.heads + h) * ng + g) * hd) * es, size_t(hd) * es);
-      }
-  }
-  for (int64_t j = 0; j < r; ++j) {
-    const std::byte* kv_row = QKV.get() + size_t((w.xr_off + j) * 3 * D + D) * es;  // K | V, head by head
-    for (int64_t kh = 0; kh < 2 * c.heads; ++kh)
-      std::memcpy(C.kv.bytes() + size_t((kh * w.T + w.sel[size_t(j)]) * hd) * es, kv_row + size_t(kh * hd) * es,
-                  size_t(hd) * es);
-    if (track)
-      for (int64_t h = 0; h < c.heads; ++h)
-        std::memcpy(C.q.bytes() + size_t((h * w.T + w.sel[size_t(j)]) * hd) * es,
-                    QKV.get() + size_t((w.xr_off + j) * 3 * D + h * hd) * es, size_t(hd) * es);
-  }
-  if (!track) {
+  if (r == 0 && !(ps.track && w.gate && w.remap && !ps.gone.empty())) return;
+  const bool delta = ps.track && w.gate;
+  const ChangedKv changed = delta ? gather_changed_kv(ps, C, f) : ChangedKv{};
+  store_kv_rows(ps, C, w);
+  if (!ps.track) {
     // Rows past this frame's are the next frames' (rewritten when their turn comes) or slack.
-    const AttentionExec aex{ops.ref, ops.threads, ops.gemm};
+    const AttentionExec aex{ps.ops.ref, ps.ops.threads, ps.ops.gemm};
     auto attend_rows = [&](int64_t r0, int64_t ra) {
       encoder_detail::attention_rows_kv_head_major(
           aex, QKV.get() + size_t((w.xr_off + r0) * 3 * D) * es, 3 * D, ra, C.kv.bytes(),
-          C.kv.bytes() + size_t(c.heads * w.T * hd) * es, w.T, D, c.heads, dt,
-          A.get() + size_t((w.xr_off + r0) * D) * es, &attn_ws);
+          C.kv.bytes() + size_t(ps.c.heads * w.T * ps.hd) * es, w.T, D, ps.c.heads, ps.dt,
+          A.get() + size_t((w.xr_off + r0) * D) * es, &ps.attn_ws);
     };
-    if (ops.ref) attend_rows(0, r);
-    else for_row_chunks(r, chunked, attend_rows);
+    if (ps.ops.ref) attend_rows(0, r);
+    else for_row_chunks(r, ps.chunked, attend_rows);
     return;
   }
   // The recomputed rows attend exactly, keeping their normaliser; the kept rows'
   // attention is brought up to date with this frame's keys and values.
   keep.assign(size_t(w.T), delta ? 1 : 0);
   for (int64_t t : w.sel) keep[size_t(t)] = 0;
-  track_frame(C, w.sel, A.get() + size_t(w.xr_off * D) * es, keep, w.T, r, n_old, D, c.heads, dt, ops);
+  track_frame(C, w.sel, A.get() + size_t(w.xr_off * D) * es, keep, w.T, r, changed.n_old, D, ps.c.heads, ps.dt,
+              ps.ops);
   for (int64_t t : w.sel) {
-    std::memcpy(C.att_used.data<float>() + t * D, C.att.data<float>() + t * D, rowb);
+    std::memcpy(C.att_used.data<float>() + t * D, C.att.data<float>() + t * D, ps.rowb);
     C.drift[size_t(t)] = 0;
   }
   if (!delta) return;
-  w.work += 2.0 * double(w.T) * double(ncp) * D;  // the kept rows' update (delta_block)
-  // The bound: recompute (output projection and MLP, from the kept input) the tokens
-  // whose output would move by more than the threshold; then, within the budget, those
-  // whose unapplied change is largest.
+  w.work += 2.0 * double(w.T) * double(changed.ncp) * D;  // the kept rows' update (delta_block)
+  stage_by_bound(ps, li, C, f);
+}
+
+// The changed rows' keys and values for frame f's kept tokens' update, into bound.kc / bound.vc
+// ([heads, ncp, hd] each): the new ones first (QKV), then the old ones (the recomputed rows' as
+// the cache still holds them, and the rows the layout dropped).
+IncrementalEncoder::State::ChangedKv IncrementalEncoder::State::gather_changed_kv(Pass& ps, const LayerCache& C,
+                                                                                 size_t f) {
+  const int64_t D = ps.D, hd = ps.hd;
+  const size_t es = ps.es;
+  const FrameWork& w = ps.fw[f];
+  const int64_t r = int64_t(w.sel.size());
+  std::vector<int64_t> old_rows;
+  for (int64_t t : w.sel)
+    if (!(w.remap && w.prev_t[size_t(t)] < 0)) old_rows.push_back(t);
+  const int64_t ng = f == 0 && w.remap ? int64_t(ps.gone.size()) : 0;
+  const int64_t n_old = int64_t(old_rows.size()) + ng;
+  const int64_t ncp = round_up(std::max<int64_t>(r + n_old, 1), kRowBucket);
+  bound.kc.ensure(size_t(ps.c.heads * ncp * hd) * es), bound.vc.ensure(size_t(ps.c.heads * ncp * hd) * es);
+  std::memset(bound.kc.get(), 0, size_t(ps.c.heads * ncp * hd) * es);
+  std::memset(bound.vc.get(), 0, size_t(ps.c.heads * ncp * hd) * es);
+  for (int64_t h = 0; h < ps.c.heads; ++h)
+    for (int kv = 0; kv < 2; ++kv) {
+      std::byte* dst = (kv ? bound.vc : bound.kc).get() + size_t(h * ncp * hd) * es;
+      const std::byte* cache = C.kv.bytes() + size_t(((kv * ps.c.heads + h) * w.T) * hd) * es;
+      for (int64_t j = 0; j < r; ++j)
+        std::memcpy(dst + size_t(j * hd) * es,
+                    QKV.get() + size_t((w.xr_off + j) * 3 * D + (1 + kv) * D + h * hd) * es, size_t(hd) * es);
+      for (size_t j = 0; j < old_rows.size(); ++j)
+        std::memcpy(dst + size_t((r + int64_t(j)) * hd) * es, cache + size_t(old_rows[j] * hd) * es,
+                    size_t(hd) * es);
+      for (int64_t g = 0; g < ng; ++g)
+        std::memcpy(dst + size_t((r + int64_t(old_rows.size()) + g) * hd) * es,
+                    gone_kv.get() + size_t(((kv * ps.c.heads + h) * ng + g) * hd) * es, size_t(hd) * es);
+    }
+  return {n_old, ncp};
+}
+
+// Frame f's recomputed rows' K|V (and, with the bound, their queries) into the layer's cache.
+void IncrementalEncoder::State::store_kv_rows(Pass& ps, LayerCache& C, const FrameWork& w) {
+  const int64_t D = ps.D, hd = ps.hd;
+  const size_t es = ps.es;
+  for (size_t j = 0; j < w.sel.size(); ++j) {
+    const int64_t row = w.xr_off + int64_t(j), t = w.sel[j];
+    const std::byte* kv_row = QKV.get() + size_t(row * 3 * D + D) * es;  // K | V, head by head
+    for (int64_t kh = 0; kh < 2 * ps.c.heads; ++kh)
+      std::memcpy(C.kv.bytes() + size_t((kh * w.T + t) * hd) * es, kv_row + size_t(kh * hd) * es, size_t(hd) * es);
+    if (ps.track)
+      for (int64_t h = 0; h < ps.c.heads; ++h)
+        std::memcpy(C.q.bytes() + size_t((h * w.T + t) * hd) * es, QKV.get() + size_t(row * 3 * D + h * hd) * es,
+                    size_t(hd) * es);
+  }
+}
+
+// The bound for frame f, once its kept rows' attention is up to date: recompute (output
+// projection and MLP, from the kept input) the tokens whose output would move by more than the
+// threshold; then, within the budget, those whose unapplied change is largest. They are staged
+// after XR's recomputed rows (w.att, w.att_row).
+void IncrementalEncoder::State::stage_by_bound(Pass& ps, size_t li, LayerCache& C, size_t f) {
+  const int64_t D = ps.D;
+  const size_t es = ps.es;
+  FrameWork& w = ps.fw[f];
   const float gain = wo_norm[li];
   // A kept token's current input and the norm of its reference as of this frame, unless
   // a later frame of the group has already replaced them.
   auto cur_of = [&](int64_t t) {
-    for (size_t g = f + 1; g < F; ++g)
-      if (const int64_t i = fw[g].cur_before[size_t(t)]; i >= 0)
+    for (size_t g = f + 1; g < ps.F; ++g)
+      if (const int64_t i = ps.fw[g].cur_before[size_t(t)]; i >= 0)
         return static_cast<const float*>(saved_cur.data() + i * D);
     return static_cast<const float*>(C.in_cur.data<float>() + t * D);
   };
   auto ref_norm2_of = [&](int64_t t) {
-    for (size_t g = f + 1; g < F; ++g)
-      if (const int64_t i = fw[g].ref_before[size_t(t)]; i >= 0) return saved_norm2[size_t(i)];
+    for (size_t g = f + 1; g < ps.F; ++g)
+      if (const int64_t i = ps.fw[g].ref_before[size_t(t)]; i >= 0) return saved_norm2[size_t(i)];
     return C.ref_norm2[size_t(t)];
   };
   order.clear();
@@ -1196,55 +1271,50 @@ void IncrementalEncoder::State::attend_frame(Pass& ps, size_t li, LayerCache& C,
     const float xx = ref_norm2_of(t);
     const float est = xx > 0 ? gain * std::sqrt(bound.row_dd[size_t(t)] / xx) : 0.0f;
     C.drift[size_t(t)] = est;
-    if (est > thr_att) w.att.push_back(t);
-    else if (budget > 0 && est > 0) order.push_back(t);
+    if (est > ps.thr_att) w.att.push_back(t);
+    else if (ps.budget > 0 && est > 0) order.push_back(t);
   }
-  const size_t take = std::min(order.size(), size_t(budget));
+  const size_t take = std::min(order.size(), size_t(ps.budget));
   std::partial_sort(order.begin(), order.begin() + int64_t(take), order.end(),
                     [&](int64_t x, int64_t y) { return C.drift[size_t(x)] > C.drift[size_t(y)]; });
   for (size_t j = 0; j < take; ++j) w.att.push_back(order[j]);
   for (int64_t t : w.att) {
-    const int64_t row = rows + staged++;
+    const int64_t row = ps.rows + ps.staged++;
     w.att_row.push_back(row);
-    std::memcpy(XR.as<float>() + row * D, cur_of(t), rowb);
+    std::memcpy(XR.as<float>() + row * D, cur_of(t), ps.rowb);
     const float* a = C.att.data<float>() + t * D;
     std::byte* dst = A.get() + size_t(row * D) * es;
-    if (dt == DType::f32) std::memcpy(dst, a, rowb);
+    if (ps.dt == DType::f32) std::memcpy(dst, a, ps.rowb);
     else to_bf16_row(a, reinterpret_cast<uint16_t*>(dst), D);
-    std::memcpy(C.att_used.data<float>() + t * D, a, rowb);
+    std::memcpy(C.att_used.data<float>() + t * D, a, ps.rowb);
     C.drift[size_t(t)] = 0;
-    if (t >= pre) w.res->recomputed[size_t(t - pre)] = 1, ++w.res->attention_tokens;
+    if (t >= ps.pre) w.res->recomputed[size_t(t - ps.pre)] = 1, ++w.res->attention_tokens;
   }
   int64_t att_patch = 0;
-  for (int64_t t : w.att) att_patch += t >= pre;
+  for (int64_t t : w.att) att_patch += t >= ps.pre;
   w.res->layer_tokens.back() += att_patch;
-  w.work += double(w.att.size()) * per_token_att;
+  w.work += double(w.att.size()) * ps.per_token_att;
   for (int64_t t = 0; t < w.T; ++t) w.est[size_t(t)] += C.drift[size_t(t)];
 }
 
 // The carried rows of every frame (tracking only), after the recomputed and staged ones in XR.
 void IncrementalEncoder::State::carry_rows(Pass& ps, LayerCache& C) {
-  auto& fw = ps.fw;
-  auto& rows = ps.rows;
-  auto& staged = ps.staged;
-  auto& carried = ps.carried;
-  const auto D = ps.D;
-  const auto track = ps.track;
+  const int64_t D = ps.D;
   // The carry, frame by frame in order (each frame's carried rows take the updates as the
   // frame before left them): a carried token's output is its input plus its kept update; a
   // recomputed token's update is its output minus its input.
-  carried = 0;
-  if (track) {
-    const int64_t total = rows + staged;
+  ps.carried = 0;
+  if (ps.track) {
+    const int64_t total = ps.rows + ps.staged;
     float* xr = XR.as<float>();
-    for (FrameWork& w : fw) {
+    for (FrameWork& w : ps.fw) {
       in_att.assign(size_t(w.T), 0);
       for (int64_t t : w.att) in_att[size_t(t)] = 1;
       for (int64_t t : w.sel) in_att[size_t(t)] = 1;  // the refresh budget took it
       for (size_t k = 0; k < w.carry.size(); ++k) {
         const int64_t t = w.carry[k];
         if (in_att[size_t(t)]) continue;
-        const int64_t row = total + carried++;
+        const int64_t row = total + ps.carried++;
         const float* x = IN.as<float>() + w.carry_in[k] * D;
         const float* u = C.upd.data<float>() + t * D;
         float* o = xr + row * D;
@@ -1271,15 +1341,10 @@ void IncrementalEncoder::State::carry_rows(Pass& ps, LayerCache& C) {
 
 // The layer's output rows become the next layer's inputs (IN) and candidates.
 void IncrementalEncoder::State::next_candidates(Pass& ps) {
-  auto& fw = ps.fw;
-  auto& in_rows = ps.in_rows;
-  auto& rows = ps.rows;
-  auto& staged = ps.staged;
-  auto& carried = ps.carried;
   // The recomputed and carried rows' outputs are the next layer's candidates.
   std::swap(IN, XR);
-  in_rows = rows + staged + carried;
-  for (FrameWork& w : fw) {
+  ps.in_rows = ps.rows + ps.staged + ps.carried;
+  for (FrameWork& w : ps.fw) {
     w.cand.swap(w.sel);
     w.cand_row.clear();
     for (size_t j = 0; j < w.cand.size(); ++j) w.cand_row.push_back(w.xr_off + int64_t(j));
@@ -1292,37 +1357,30 @@ void IncrementalEncoder::State::next_candidates(Pass& ps) {
 
 // The last hidden state (and projection) of every frame: the recomputed rows over the kept ones.
 void IncrementalEncoder::State::write_outputs(Pass& ps) {
-  auto& m = ps.m;
-  auto& c = ps.c;
-  auto& ops = ps.ops;
-  auto& fw = ps.fw;
-  auto& in_rows = ps.in_rows;
-  const auto D = ps.D;
-  const auto pre = ps.pre;
-  const auto rowb = ps.rowb;
+  const int64_t D = ps.D;
   FrameWork& head = ps.fw[0];
-  if (c.final_norm == FinalNorm::all_tokens && in_rows > 0)
-    ops.layer_norm(IN.as<float>(), in_rows, D, m.post_w, m.post_b, c.ln_eps, IN.get(), DType::f32);
+  if (ps.c.final_norm == FinalNorm::all_tokens && ps.in_rows > 0)
+    ps.ops.layer_norm(IN.as<float>(), ps.in_rows, D, ps.m.post_w, ps.m.post_b, ps.c.ln_eps, IN.get(), DType::f32);
   if (!head.gate) {
     if (fin.rank() != 2 || fin.dim(0) != head.T) fin = Tensor(DType::f32, {head.T, D});
   } else if (head.remap) {
     Tensor nf(DType::f32, {head.T, D});
     for (int64_t t = 0; t < head.T; ++t)
       if (head.prev_t[size_t(t)] >= 0)
-        std::memcpy(nf.data<float>() + t * D, fin.data<float>() + head.prev_t[size_t(t)] * D, rowb);
+        std::memcpy(nf.data<float>() + t * D, fin.data<float>() + head.prev_t[size_t(t)] * D, ps.rowb);
     fin = std::move(nf);
   }
   // The projector (LLaVA's MLP) is per token: only the rows whose last hidden state was
   // recomputed go through it, every frame's in one pass; the others keep their projection.
   Tensor proj;
   int64_t E = 0;
-  const bool project = c.projector != ProjectorType::none;
+  const bool project = ps.c.projector != ProjectorType::none;
   if (project) {
-    const int64_t rg = round_up(std::max<int64_t>(in_rows, 1), kRowBucket);
-    Pt.ensure(size_t(rg) * rowb);
-    if (in_rows > 0) std::memcpy(Pt.get(), IN.get(), size_t(in_rows) * rowb);
-    std::memset(Pt.as<float>() + in_rows * D, 0, size_t(rg - in_rows) * rowb);
-    proj = run_projector(m, Pt.as<float>(), rg, ops.ref ? nullptr : ops.gemm);
+    const int64_t rg = round_up(std::max<int64_t>(ps.in_rows, 1), kRowBucket);
+    Pt.ensure(size_t(rg) * ps.rowb);
+    if (ps.in_rows > 0) std::memcpy(Pt.get(), IN.get(), size_t(ps.in_rows) * ps.rowb);
+    std::memset(Pt.as<float>() + ps.in_rows * D, 0, size_t(rg - ps.in_rows) * ps.rowb);
+    proj = run_projector(ps.m, Pt.as<float>(), rg, ps.ops.ref ? nullptr : ps.ops.gemm);
     E = proj.dim(1);
     if (!head.gate) {
       if (fin_proj.rank() != 2 || fin_proj.dim(0) != head.T || fin_proj.dim(1) != E)
@@ -1335,24 +1393,24 @@ void IncrementalEncoder::State::write_outputs(Pass& ps) {
       fin_proj = std::move(np);
     }
   }
-  for (FrameWork& w : fw) {
+  for (FrameWork& w : ps.fw) {
     for (size_t k = 0; k < w.cand.size(); ++k) {
-      std::memcpy(fin.data<float>() + w.cand[k] * D, IN.as<float>() + w.cand_row[k] * D, rowb);
+      std::memcpy(fin.data<float>() + w.cand[k] * D, IN.as<float>() + w.cand_row[k] * D, ps.rowb);
       if (project)
         std::memcpy(fin_proj.data<float>() + w.cand[k] * E, proj.data<float>() + w.cand_row[k] * E, size_t(E) * 4);
     }
     IncrementalResult& r = *w.res;
     r.embeddings = Tensor(DType::f32, {w.N, D});
-    std::memcpy(r.embeddings.bytes(), fin.data<float>() + pre * D, size_t(w.N) * rowb);
+    std::memcpy(r.embeddings.bytes(), fin.data<float>() + ps.pre * D, size_t(w.N) * ps.rowb);
     if (project) {
       r.projected = Tensor(DType::f32, {w.N, E});
-      std::memcpy(r.projected.bytes(), fin_proj.data<float>() + pre * E, size_t(w.N * E) * 4);
+      std::memcpy(r.projected.bytes(), fin_proj.data<float>() + ps.pre * E, size_t(w.N * E) * 4);
     }
     r.approximate = w.gate;
     r.flops_fraction = w.full_work > 0 ? w.work / w.full_work : 1;
     if (!w.est.empty() && w.N > 0) {
       double sum = 0, mx = 0;
-      for (int64_t t = pre; t < w.T; ++t) sum += w.est[size_t(t)], mx = std::max(mx, double(w.est[size_t(t)]));
+      for (int64_t t = ps.pre; t < w.T; ++t) sum += w.est[size_t(t)], mx = std::max(mx, double(w.est[size_t(t)]));
       r.drift_estimate = sum / double(w.N), r.drift_estimate_max = mx;
     }
   }
@@ -1361,18 +1419,16 @@ void IncrementalEncoder::State::write_outputs(Pass& ps) {
 
 // What the next call starts from: the last frame's token centres, whether the caches can gate.
 void IncrementalEncoder::State::keep_state(Pass& ps) {
-  auto& params = ps.params;
-  auto& fw = ps.fw;
-  const auto track = ps.track;
-  const FrameWork& last = fw.back();
+  const FrameWork& last = ps.fw.back();
   const Tensor& lp = *last.in->positions;
   centers.resize(size_t(2 * last.N));
   for (int64_t i = 0; i < last.N; ++i) {
     centers[size_t(2 * i)] = lp.data<float>()[i * lp.dim(1)];
     centers[size_t(2 * i + 1)] = lp.data<float>()[i * lp.dim(1) + 1];
   }
-  layers_valid = params.reuse_layers;  // an exact call's caches are not kept up to date for gating
-  tracked = track;
+  layers_valid = ps.params.reuse_layers;  // an exact call's caches are not kept up to date for gating
+  tracked = ps.track;
+  mlp_gated = ps.track && ps.thr_mlp2 >= 0;
   n = last.N;
   valid = true;
 }

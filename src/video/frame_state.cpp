@@ -7,6 +7,27 @@
 
 namespace fovea::video_detail {
 
+bool change_test(const ImageU8& frame, const PyramidU8& reference, int64_t processed, const VideoParams& p,
+                 TileGrid& grid, Executor& exec, FrameResult& r, std::vector<uint8_t>& dirty) {
+  const bool size_changed = reference.num_levels() == 0 || reference.width() != frame.width() ||
+                            reference.height() != frame.height();
+  if (processed == 0) r.refresh = true, r.refresh_reason = "first";
+  else if (size_changed) r.refresh = true, r.refresh_reason = "size";
+  else if (p.reuse == Reuse::off) r.refresh = true, r.refresh_reason = "reuse-off";
+  else if (p.keyframe_interval > 0 && processed % p.keyframe_interval == 0)
+    r.refresh = true, r.refresh_reason = "keyframe";
+  if (size_changed) grid = TileGrid::make(frame.width(), frame.height(), p.tokenize.patch_px);
+  r.tiles = grid.tiles();
+  dirty.clear();
+  if (!r.refresh) {
+    dirty = changed_tiles(frame, reference.level(0), grid, p.change_threshold, exec);
+    r.dirty_tiles = std::count(dirty.begin(), dirty.end(), uint8_t(1));
+    if (double(r.dirty_tiles) > double(p.refresh_fraction) * double(r.tiles))
+      r.refresh = true, r.refresh_reason = "scene-cut";
+  }
+  return size_changed;
+}
+
 void copy_tiles(const ImageU8& src, ImageU8& dst, const TileGrid& g, const std::vector<uint8_t>& dirty,
                 Executor& exec) {
   const int P = g.patch_px, W = src.width(), H = src.height();

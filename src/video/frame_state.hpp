@@ -10,6 +10,7 @@
 #include "fovea/image.hpp"
 #include "fovea/pyramid.hpp"
 #include "fovea/relevance.hpp"
+#include "fovea/video.hpp"
 
 namespace fovea::video_detail {
 
@@ -18,6 +19,15 @@ void copy_tiles(const ImageU8& src, ImageU8& dst, const TileGrid& g, const std::
 
 // Every fixation, region and the embedding equal.
 bool same_query(const Query& a, const Query& b);
+
+// The change test and the refresh decision of a frame, as both sessions make them: a refresh
+// (r.refresh, r.refresh_reason) for the first frame, a new size (`grid` made again for it),
+// --reuse off and keyframes; otherwise the tiles that differ from `reference` (the previous
+// frame) are `dirty`, and more of them than p.refresh_fraction is a scene cut. Sets r.tiles and
+// r.dirty_tiles (0 on a refresh before the test: the caller counts every tile then). Returns
+// whether the size changed.
+bool change_test(const ImageU8& frame, const PyramidU8& reference, int64_t processed, const VideoParams& p,
+                 TileGrid& grid, Executor& exec, FrameResult& r, std::vector<uint8_t>& dirty);
 
 }  // namespace fovea::video_detail
 

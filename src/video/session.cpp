@@ -124,6 +124,7 @@ VideoSession::VideoSession(const VideoParams& params, const VitModel* model, Exe
   if (!(p.layout_hysteresis >= 0)) throw Error(Errc::invalid_argument, "video: the layout hysteresis must be >= 0");
   if (!(p.encoder.token_threshold >= 0) || !std::isfinite(p.encoder.token_threshold))
     throw Error(Errc::invalid_argument, "video: the token threshold must be a finite number >= 0");
+  if (std::isnan(p.encoder.mlp_threshold)) throw Error(Errc::invalid_argument, "video: the MLP threshold must be a number");
   if (std::isnan(p.encoder.attention_threshold))
     throw Error(Errc::invalid_argument, "video: the attention threshold must be a number");
   if (p.encoder.refresh_tokens < 0) throw Error(Errc::invalid_argument, "video: the refresh budget must be >= 0");
@@ -292,31 +293,18 @@ VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query
 
   // ---- change test and refresh decision ------------------------------------------------------
   auto t0 = Clock::now();
-  const bool size_changed = s.pyramid.num_levels() == 0 || s.pyramid.width() != frame.width() ||
-                            s.pyramid.height() != frame.height();
-  if (s.processed == 0) r.refresh = true, r.refresh_reason = "first";
-  else if (size_changed) r.refresh = true, r.refresh_reason = "size";
-  else if (p.reuse == Reuse::off) r.refresh = true, r.refresh_reason = "reuse-off";
-  else if (p.keyframe_interval > 0 && s.processed % p.keyframe_interval == 0)
-    r.refresh = true, r.refresh_reason = "keyframe";
-  if (size_changed) s.grid = TileGrid::make(frame.width(), frame.height(), P);
-  const TileGrid& g = s.grid;
-  r.tiles = g.tiles();
   std::vector<uint8_t> dirty;
+  const bool size_changed = video_detail::change_test(frame, s.pyramid, s.processed, p, s.grid, exec, r, dirty);
+  const TileGrid& g = s.grid;
   int shift_x = 0, shift_y = 0;  // a camera shift by whole patches: frame(x, y) = previous(x + shift_x, y + shift_y)
   bool shifted = false;
-  if (!r.refresh) {
-    dirty = changed_tiles(frame, s.pyramid.level(0), g, p.change_threshold, exec);
-    r.dirty_tiles = std::count(dirty.begin(), dirty.end(), uint8_t(1));
-    if (double(r.dirty_tiles) > double(p.refresh_fraction) * double(r.tiles)) {
-      r.refresh = true, r.refresh_reason = "scene-cut";
-      // A pan: the layout and every layer are made again, but the patches the shift carries
-      // over keep their patch embeddings (when an encoder has the previous frame's).
-      constexpr int kMaxShiftPatches = 4;
-      if (s.encoder && s.have_layout &&
-          video_detail::estimate_patch_shift(s.pyramid.level(0), frame, P, kMaxShiftPatches, shift_x, shift_y))
-        shifted = true, r.refresh_reason = "shift";
-    }
+  if (r.refresh && r.refresh_reason == "scene-cut") {
+    // A pan: the layout and every layer are made again, but the patches the shift carries
+    // over keep their patch embeddings (when an encoder has the previous frame's).
+    constexpr int kMaxShiftPatches = 4;
+    if (s.encoder && s.have_layout &&
+        video_detail::estimate_patch_shift(s.pyramid.level(0), frame, P, kMaxShiftPatches, shift_x, shift_y))
+      shifted = true, r.refresh_reason = "shift";
   }
   r.timings.change_ms = ms_since(t0);
 

@@ -98,6 +98,18 @@ struct WindowsVideo::Impl {
 
   Impl(const VideoParams& p, const VitModel* m, Executor& e) : params(p), model(m), exec(e) {}
 
+  // This frame's windows as the encode steps read them: the plan, the batch of every window's
+  // patches (`first[w]`: window w's first row) and its row size.
+  struct FrameWindows {
+    const WindowPlan& plan;
+    const TokenBatch& nb;
+    const std::vector<int64_t>& first;
+    size_t row_bytes;
+  };
+  double encode_incremental(const FrameWindows& fw, size_t w, bool continues, Slot& sl, FrameResult& r);
+  double encode_batched(const FrameWindows& fw, const std::vector<size_t>& which, std::vector<Slot>& slots_now);
+  static void gather_outputs(const std::vector<Slot>& slots_now, const std::vector<int64_t>& first, FrameResult& r);
+
   WindowParams window_params() const {
     WindowParams wp = params.tokenize.windows;
     wp.budget_tokens = params.tokenize.alloc.budget_tokens;
@@ -143,6 +155,110 @@ ImageU8 WindowsVideo::take_recycled() { return std::move(impl_->recycled); }
 const PyramidU8& WindowsVideo::pyramid() const { return impl_->pyramid; }
 const Allocation& WindowsVideo::allocation() const { return *impl_->allocation; }
 
+// Reuse::incremental: window w's sequence through its own encoder; it recomputes the tokens whose
+// layer inputs moved when the window continues the last frame's (the same box, new pixels),
+// everything otherwise. Returns the work done, in tokens of a full encode.
+double WindowsVideo::Impl::encode_incremental(const FrameWindows& fw, size_t w, bool continues, Slot& sl,
+                                              FrameResult& r) {
+  const TokenWindow& win = fw.plan.windows[w];
+  const int P = params.tokenize.patch_px;
+  const int64_t first = fw.first[w];
+  if (!sl.encoder) sl.encoder = std::make_unique<IncrementalEncoder>(*model);
+  if (!continues) sl.encoder->reset();
+  IncrementalParams ip = params.encoder;
+  ip.image_width = win.grid_x * P;
+  ip.image_height = win.grid_y * P;
+  ip.reuse_layers = true;
+  Tensor patches = rows_of(fw.nb.patches, first, win.tokens());
+  Tensor pos(DType::f32, {win.tokens(), 4});
+  local_positions(win, P, pos.data<float>());
+  std::vector<int64_t> prev;
+  std::vector<uint8_t> patch_dirty;
+  if (continues) {
+    prev.resize(size_t(win.tokens()));
+    patch_dirty.resize(size_t(win.tokens()));
+    for (int64_t i = 0; i < win.tokens(); ++i) {
+      prev[size_t(i)] = i;
+      patch_dirty[size_t(i)] = std::memcmp(fw.nb.patches.bytes() + size_t(first + i) * fw.row_bytes,
+                                           batch.patches.bytes() + size_t(r.previous_row[size_t(first + i)]) * fw.row_bytes,
+                                           fw.row_bytes) != 0;
+    }
+  }
+  IncrementalResult ir = sl.encoder->encode(patches, pos, prev, patch_dirty, ip, exec);
+  sl.embeddings = std::move(ir.embeddings);
+  sl.projected = std::move(ir.projected);
+  sl.class_token = Tensor();  // the incremental encoder keeps the class token to itself
+  for (int64_t i = 0; i < win.tokens(); ++i) r.recomputed[size_t(first + i)] = ir.recomputed[size_t(i)];
+  r.approximate = r.approximate || ir.approximate;
+  r.drift_estimate = std::max(r.drift_estimate, ir.drift_estimate);
+  r.drift_estimate_max = std::max(r.drift_estimate_max, ir.drift_estimate_max);
+  return ir.flops_fraction * double(win.tokens());
+}
+
+// The windows `which` through one encode_batch call, exactly (each its own sequence); their
+// slots take the outputs and drop their incremental encoders (whose caches are of older pixels).
+// Returns the work done, in tokens of a full encode.
+double WindowsVideo::Impl::encode_batched(const FrameWindows& fw, const std::vector<size_t>& which,
+                                          std::vector<Slot>& slots_now) {
+  const int P = params.tokenize.patch_px;
+  int64_t n = 0;
+  for (size_t w : which) n += fw.plan.windows[w].tokens();
+  std::vector<int64_t> shape = fw.nb.patches.shape();
+  shape[0] = n;
+  Tensor patches(fw.nb.patches.dtype(), shape), pos(DType::f32, {n, 4});
+  std::vector<ImageSpan> spans;
+  int64_t at = 0;
+  for (size_t w : which) {
+    const TokenWindow& win = fw.plan.windows[w];
+    std::memcpy(patches.bytes() + size_t(at) * fw.row_bytes, fw.nb.patches.bytes() + size_t(fw.first[w]) * fw.row_bytes,
+                size_t(win.tokens()) * fw.row_bytes);
+    local_positions(win, P, pos.data<float>() + at * 4);
+    spans.push_back({win.tokens(), win.grid_x * P, win.grid_y * P});
+    at += win.tokens();
+  }
+  const EncodeParams ep{.precision = params.encoder.precision};
+  std::vector<Encoding> es = encode_batch(*model, TensorView(patches), TensorView(pos), spans, ep, exec);
+  for (size_t k = 0; k < which.size(); ++k) {
+    Slot& sl = slots_now[which[k]];
+    sl.embeddings = std::move(es[k].embeddings);
+    sl.projected = std::move(es[k].projected);
+    sl.class_token = std::move(es[k].class_token);
+    sl.encoder.reset();
+  }
+  return double(n);
+}
+
+// The frame's outputs: the kept rows (r.rows, batch order) of every window's embeddings and
+// projection, and each window's class token when every window has one.
+void WindowsVideo::Impl::gather_outputs(const std::vector<Slot>& slots_now, const std::vector<int64_t>& first,
+                                        FrameResult& r) {
+  const int64_t K = int64_t(r.rows.size());
+  auto gather = [&](Tensor Slot::*field) {
+    const Tensor& t0 = slots_now.front().*field;
+    if (t0.rank() != 2) return Tensor();
+    const int64_t d = t0.dim(1);
+    Tensor out(DType::f32, {K, d});
+    size_t w = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t row = r.rows[size_t(k)];
+      while (row >= first[w + 1]) ++w;
+      const Tensor& src = slots_now[w].*field;
+      std::memcpy(out.data<float>() + k * d, src.data<float>() + (row - first[w]) * d, size_t(d) * 4);
+    }
+    return out;
+  };
+  r.embeddings = gather(&Slot::embeddings);
+  r.projected = gather(&Slot::projected);
+  bool classes = true;
+  for (const Slot& sl : slots_now) classes = classes && sl.class_token.rank() == 2;
+  if (classes) {
+    const int64_t d = slots_now.front().class_token.dim(1);
+    r.window_class_tokens = Tensor(DType::f32, {int64_t(slots_now.size()), d});
+    for (size_t w = 0; w < slots_now.size(); ++w)
+      std::memcpy(r.window_class_tokens.data<float>() + int64_t(w) * d, slots_now[w].class_token.data<float>(), size_t(d) * 4);
+  }
+}
+
 FrameResult WindowsVideo::process(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
   Impl& s = *impl_;
   const VideoParams& p = s.params;
@@ -156,23 +272,9 @@ FrameResult WindowsVideo::process(ImageU8 frame, const Query& query, int64_t ind
 
   // ---- change test and refresh decision (as the mixed-scale session) -------------------------
   auto t0 = Clock::now();
-  const bool size_changed = s.pyramid.num_levels() == 0 || s.pyramid.width() != frame.width() ||
-                            s.pyramid.height() != frame.height();
-  if (s.processed == 0) r.refresh = true, r.refresh_reason = "first";
-  else if (size_changed) r.refresh = true, r.refresh_reason = "size";
-  else if (p.reuse == Reuse::off) r.refresh = true, r.refresh_reason = "reuse-off";
-  else if (p.keyframe_interval > 0 && s.processed % p.keyframe_interval == 0)
-    r.refresh = true, r.refresh_reason = "keyframe";
-  if (size_changed) s.grid = TileGrid::make(frame.width(), frame.height(), P);
-  const TileGrid& g = s.grid;
-  r.tiles = g.tiles();
   std::vector<uint8_t> dirty;
-  if (!r.refresh) {
-    dirty = changed_tiles(frame, s.pyramid.level(0), g, p.change_threshold, exec);
-    r.dirty_tiles = std::count(dirty.begin(), dirty.end(), uint8_t(1));
-    if (double(r.dirty_tiles) > double(p.refresh_fraction) * double(r.tiles))
-      r.refresh = true, r.refresh_reason = "scene-cut";
-  }
+  const bool size_changed = video_detail::change_test(frame, s.pyramid, s.processed, p, s.grid, exec, r, dirty);
+  const TileGrid& g = s.grid;
   r.timings.change_ms = ms_since(t0);
 
   // ---- pyramid -------------------------------------------------------------------------------
@@ -311,75 +413,15 @@ FrameResult WindowsVideo::process(ImageU8 frame, const Query& query, int64_t ind
   }
   double work = 0;
   if (s.model && !encode_now.empty()) {
+    const Impl::FrameWindows fw{plan, nb, first, row_bytes};
     std::vector<size_t> batched;  // encoded in one call, exactly
     for (size_t w : encode_now) {
-      Impl::Slot& sl = slots[w];
-      const TokenWindow& win = plan.windows[w];
-      if (p.reuse != Reuse::incremental) {
+      if (p.reuse == Reuse::incremental)
+        work += s.encode_incremental(fw, w, matched[w] >= 0 && slots[w].embeddings.rank() > 0, slots[w], r);
+      else
         batched.push_back(w);
-        continue;
-      }
-      // Reuse::incremental: the sequence's own encoder; it recomputes the tokens whose layer
-      // inputs moved when the window is the last frame's with new pixels, everything otherwise.
-      if (!sl.encoder) sl.encoder = std::make_unique<IncrementalEncoder>(*s.model);
-      const bool continues = matched[w] >= 0 && sl.embeddings.rank() > 0;
-      if (!continues) sl.encoder->reset();
-      IncrementalParams ip = p.encoder;
-      ip.image_width = win.grid_x * P;
-      ip.image_height = win.grid_y * P;
-      ip.reuse_layers = true;
-      Tensor patches = rows_of(nb.patches, first[w], win.tokens());
-      Tensor pos(DType::f32, {win.tokens(), 4});
-      local_positions(win, P, pos.data<float>());
-      std::vector<int64_t> prev;
-      std::vector<uint8_t> patch_dirty;
-      if (continues) {
-        prev.resize(size_t(win.tokens()));
-        patch_dirty.resize(size_t(win.tokens()));
-        for (int64_t i = 0; i < win.tokens(); ++i) {
-          prev[size_t(i)] = i;
-          patch_dirty[size_t(i)] = std::memcmp(nb.patches.bytes() + size_t(first[w] + i) * row_bytes,
-                                               s.batch.patches.bytes() + size_t(r.previous_row[size_t(first[w] + i)]) * row_bytes,
-                                               row_bytes) != 0;
-        }
-      }
-      IncrementalResult ir = sl.encoder->encode(patches, pos, prev, patch_dirty, ip, exec);
-      sl.embeddings = std::move(ir.embeddings);
-      sl.projected = std::move(ir.projected);
-      sl.class_token = Tensor();  // the incremental encoder keeps the class token to itself
-      for (int64_t i = 0; i < win.tokens(); ++i) r.recomputed[size_t(first[w] + i)] = ir.recomputed[size_t(i)];
-      work += ir.flops_fraction * double(win.tokens());
-      r.approximate = r.approximate || ir.approximate;
-      r.drift_estimate = std::max(r.drift_estimate, ir.drift_estimate);
-      r.drift_estimate_max = std::max(r.drift_estimate_max, ir.drift_estimate_max);
     }
-    if (!batched.empty()) {
-      int64_t n = 0;
-      for (size_t w : batched) n += plan.windows[w].tokens();
-      std::vector<int64_t> shape = nb.patches.shape();
-      shape[0] = n;
-      Tensor patches(nb.patches.dtype(), shape), pos(DType::f32, {n, 4});
-      std::vector<ImageSpan> spans;
-      int64_t at = 0;
-      for (size_t w : batched) {
-        const TokenWindow& win = plan.windows[w];
-        std::memcpy(patches.bytes() + size_t(at) * row_bytes, nb.patches.bytes() + size_t(first[w]) * row_bytes,
-                    size_t(win.tokens()) * row_bytes);
-        local_positions(win, P, pos.data<float>() + at * 4);
-        spans.push_back({win.tokens(), win.grid_x * P, win.grid_y * P});
-        at += win.tokens();
-      }
-      const EncodeParams ep{.precision = p.encoder.precision};
-      std::vector<Encoding> es = encode_batch(*s.model, TensorView(patches), TensorView(pos), spans, ep, exec);
-      for (size_t k = 0; k < batched.size(); ++k) {
-        Impl::Slot& sl = slots[batched[k]];
-        sl.embeddings = std::move(es[k].embeddings);
-        sl.projected = std::move(es[k].projected);
-        sl.class_token = std::move(es[k].class_token);
-        sl.encoder.reset();  // its caches are of older pixels
-        work += double(plan.windows[batched[k]].tokens());
-      }
-    }
+    if (!batched.empty()) work += s.encode_batched(fw, batched, slots);
   }
   r.encoder_work = N > 0 ? work / double(N) : 0;
 
@@ -387,33 +429,7 @@ FrameResult WindowsVideo::process(ImageU8 frame, const Query& query, int64_t ind
   const uint8_t* cov = nb.covered.data<uint8_t>();
   for (int64_t i = 0; i < N; ++i)
     if (!cov[i]) r.rows.push_back(i);
-  if (s.model) {
-    const int64_t K = int64_t(r.rows.size());
-    auto gather = [&](Tensor Impl::Slot::*field) {
-      const Tensor& t0 = slots.front().*field;
-      if (t0.rank() != 2) return Tensor();
-      const int64_t d = t0.dim(1);
-      Tensor out(DType::f32, {K, d});
-      size_t w = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t row = r.rows[size_t(k)];
-        while (row >= first[w + 1]) ++w;
-        const Tensor& src = slots[w].*field;
-        std::memcpy(out.data<float>() + k * d, src.data<float>() + (row - first[w]) * d, size_t(d) * 4);
-      }
-      return out;
-    };
-    r.embeddings = gather(&Impl::Slot::embeddings);
-    r.projected = gather(&Impl::Slot::projected);
-    bool classes = true;
-    for (const Impl::Slot& sl : slots) classes = classes && sl.class_token.rank() == 2;
-    if (classes) {
-      const int64_t d = slots.front().class_token.dim(1);
-      r.window_class_tokens = Tensor(DType::f32, {int64_t(W), d});
-      for (size_t w = 0; w < W; ++w)
-        std::memcpy(r.window_class_tokens.data<float>() + int64_t(w) * d, slots[w].class_token.data<float>(), size_t(d) * 4);
-    }
-  }
+  if (s.model) Impl::gather_outputs(slots, first, r);
   r.recomputed_tokens = std::count(r.recomputed.begin(), r.recomputed.end(), uint8_t(1));
   r.timings.encode_ms = ms_since(t0);
 

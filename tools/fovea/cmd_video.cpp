@@ -120,6 +120,7 @@ struct VideoCommand {
   float threshold = VideoParams{}.change_threshold;
   float token_threshold = IncrementalParams{}.token_threshold;
   std::string attention_threshold;  // a number, or "off"; empty: the token threshold / 0.7
+  std::string mlp_threshold;        // a number, or "off"; empty: the token threshold
   int refresh_tokens = IncrementalParams{}.refresh_tokens;
   float drift_refresh = VideoParams{}.drift_refresh;
   float exact_above_work = VideoParams{}.exact_above_work;
@@ -411,6 +412,9 @@ struct VideoCommand {
                       {"attention_threshold", vp.encoder.bound_attention
                                                   ? nlohmann::json(vp.encoder.attention_bound_threshold())
                                                   : nlohmann::json("off")},
+                      {"mlp_threshold", vp.encoder.bound_attention && vp.encoder.mlp_gate_threshold() >= 0
+                                            ? nlohmann::json(vp.encoder.mlp_gate_threshold())
+                                            : nlohmann::json("off")},
                       {"refresh_tokens", vp.encoder.refresh_tokens}};
       if (runnable_precision(vp.encoder.precision) != vp.encoder.precision) s["encoder"]["precision_requested"] = precision;
     }
@@ -495,6 +499,15 @@ struct VideoCommand {
       if (end == attention_threshold.c_str() || *end || !(v >= 0) || !std::isfinite(v))
         throw invalid_argument("--attention-threshold must be a number >= 0 or off");
       vp.encoder.attention_threshold = v;
+    }
+    if (mlp_threshold == "off") {
+      vp.encoder.mlp_threshold = -2;
+    } else if (!mlp_threshold.empty()) {
+      char* end = nullptr;
+      const float v = std::strtof(mlp_threshold.c_str(), &end);
+      if (end == mlp_threshold.c_str() || *end || !(v >= 0) || !std::isfinite(v))
+        throw invalid_argument("--mlp-threshold must be a number >= 0 or off");
+      vp.encoder.mlp_threshold = v;
     }
     if (refresh_tokens < 0) throw invalid_argument("--refresh-tokens must be >= 0");
     vp.encoder.refresh_tokens = refresh_tokens;
@@ -604,6 +617,10 @@ Runner setup_video(CLI::App& sub) {
                  "Advanced: the attention bound's threshold (default: --token-threshold / 0.7, 0.1 at its default); "
                  "off: kept tokens ignore other tokens' new keys and values (faster, unbounded drift on trained towers)")
       ->type_name("E|off");
+  sub.add_option("--mlp-threshold", cmd->mlp_threshold,
+                 "Advanced: a token recomputed for its input or attention keeps its MLP's last output while the MLP's "
+                 "input moved by less than E (relative L2; default: --token-threshold); off: every such MLP runs")
+      ->type_name("E|off");
   sub.add_option("--drift-refresh", cmd->drift_refresh,
                  "Advanced: start a frame group with a full encode when the encoder's drift estimate of the last "
                  "frame exceeds E (0: never)")
@@ -659,7 +676,7 @@ Runner setup_video(CLI::App& sub) {
       "  fovea video clip.mp4 --fixations gaze.csv --every 2 --max-frames 100 -o patches.safetensors");
   std::vector<CLI::Option*> not_native;  // what a native tower's video chunks do not take
   for (const char* name : {"--fixation", "--region", "--fixations", "--budget", "--patch", "--reuse", "--keyframe",
-                           "--group", "--token-threshold", "--attention-threshold", "--check", "--store", "--overlay",
+                           "--group", "--token-threshold", "--attention-threshold", "--mlp-threshold", "--check", "--store", "--overlay",
                            "--decode-only", "--foveation", "--window-grid"})
     if (CLI::Option* o = sub.get_option_no_throw(name)) not_native.push_back(o);
   return [cmd, patch, every, fps, chunk, cap, not_native, group] {
