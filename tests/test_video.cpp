@@ -848,24 +848,26 @@ TEST_F(VideoTest, PanReusesShiftedPatchEmbeddingsExactly) {
         // The tokens that keep the previous frame's patch (and so its patch embedding); with
         // --reuse exact they are the tokens not recomputed.
         const int64_t reused = r.batch.size() - r.resampled_tokens;
-        if (reuse == Reuse::exact) EXPECT_EQ(r.recomputed_tokens, r.resampled_tokens) << f;
+        if (reuse == Reuse::exact) {
+          EXPECT_EQ(r.recomputed_tokens, r.resampled_tokens) << f;
+        }
         EXPECT_GT(reused, 0) << f;
         EXPECT_LT(reused, r.batch.size()) << f;  // the newly uncovered edge is new
         reused_total += reused;
         // The reused rows point at the previous frame's token under the same scene point.
-        for (int64_t i = 0; i < r.batch.size(); ++i)
-          if (r.previous_row[size_t(i)] >= 0) {
-            const int64_t p = r.previous_row[size_t(i)];
-            ASSERT_GE(p, 0);
-            const size_t row = size_t(r.batch.patches.size_bytes() / r.batch.size());
-            EXPECT_EQ(0, std::memcmp(r.batch.patches.bytes() + size_t(i) * row,
-                                     run[f - 1].batch.patches.bytes() + size_t(p) * row, row));
-          }
+        for (int64_t i = 0; i < r.batch.size(); ++i) {
+          if (r.previous_row[size_t(i)] < 0) continue;
+          const int64_t p = r.previous_row[size_t(i)];
+          const size_t row = size_t(r.batch.patches.size_bytes() / r.batch.size());
+          EXPECT_EQ(0, std::memcmp(r.batch.patches.bytes() + size_t(i) * row,
+                                   run[f - 1].batch.patches.bytes() + size_t(p) * row, row));
+        }
       } else if (f > 0 && at[f] != at[f - 1]) {
         EXPECT_EQ(r.resampled_tokens, r.batch.size()) << f;  // no whole-patch shift: nothing lines up
       }
-      if (at[f] != (f > 0 ? at[f - 1] : at[f]) || f == 0)
+      if (at[f] != (f > 0 ? at[f - 1] : at[f]) || f == 0) {
         EXPECT_EQ(max_abs_diff(r.embeddings, off[f].embeddings), 0) << to_string(reuse) << " frame " << f;
+      }
     }
   }
   EXPECT_GT(reused_total, 0);

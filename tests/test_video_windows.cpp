@@ -160,8 +160,11 @@ TEST(VideoWindows, AFixationThatLeavesItsWindowMovesIt) {
   EXPECT_NEAR(0.5f * (w2.box[0] + w2.box[2]), 180, 1.0f);
   EXPECT_NEAR(0.5f * (w2.box[1] + w2.box[3]), 120, 1.0f);
   EXPECT_EQ(r2.window_reused[size_t(qw)], 0);
-  for (int64_t i = 0; i < r2.batch.size(); ++i)
-    if (r2.batch.window.data<int32_t>()[i] == qw) EXPECT_EQ(r2.recomputed[size_t(i)], 1);
+  for (int64_t i = 0; i < r2.batch.size(); ++i) {
+    if (r2.batch.window.data<int32_t>()[i] == qw) {
+      EXPECT_EQ(r2.recomputed[size_t(i)], 1);
+    }
+  }
   // The base view's pixels did not change: it is reused.
   EXPECT_EQ(r2.window_reused[0], 1);
 }

@@ -120,7 +120,7 @@ struct VideoCommand {
   float threshold = VideoParams{}.change_threshold;
   float token_threshold = IncrementalParams{}.token_threshold;
   std::string attention_threshold;  // a number, or "off"; empty: the token threshold / 0.7
-  std::string mlp_threshold;        // a number, or "off"; empty: the token threshold
+  std::string mlp_threshold;        // a number, or "off"; empty: off (no MLP gate)
   int refresh_tokens = IncrementalParams{}.refresh_tokens;
   float drift_refresh = VideoParams{}.drift_refresh;
   float exact_above_work = VideoParams{}.exact_above_work;
@@ -619,7 +619,7 @@ Runner setup_video(CLI::App& sub) {
       ->type_name("E|off");
   sub.add_option("--mlp-threshold", cmd->mlp_threshold,
                  "Advanced: a token recomputed for its input or attention keeps its MLP's last output while the MLP's "
-                 "input moved by less than E (relative L2; default: --token-threshold); off: every such MLP runs")
+                 "input moved by less than E (relative L2); off (the default): every such MLP runs")
       ->type_name("E|off");
   sub.add_option("--drift-refresh", cmd->drift_refresh,
                  "Advanced: start a frame group with a full encode when the encoder's drift estimate of the last "
