@@ -154,6 +154,11 @@ InputContract open_clip_contract(const nlohmann::json& open_clip, const InputCon
 // ---- shared by the loaders ------------------------------------------------------------------
 nlohmann::json read_json_beside(const std::string& weights_path, const char* file);
 nlohmann::json vision_part(nlohmann::json config);  // CLIPModel's vision_config, else itself
+// A size a JSON file of the checkpoint at `path` repeats must be the one the loader found: when
+// `j` (the file named `file`) holds one of `keys` with a value other than `have`, throws
+// Error(corrupt_data) "'<path>': <file> says <first key> = <value> but <whose> is <have>".
+void check_agrees(const nlohmann::json& j, const char* file, std::initializer_list<const char*> keys, int64_t have,
+                  const std::string& path, const std::string& whose);
 
 template <typename T>
 std::optional<T> cfg_get(const nlohmann::json& j, std::initializer_list<const char*> keys, const char* file = "config.json") {

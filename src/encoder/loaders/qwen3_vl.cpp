@@ -90,9 +90,7 @@ struct Qwen3VlRead {
       throw bad("num_heads = " + std::to_string(c.heads) + " does not divide the width " + std::to_string(D) +
                 " into heads whose width is a multiple of 4 (2-D rotary positions)");
     auto agree = [&](std::initializer_list<const char*> keys, int64_t have, const std::string& what) {
-      if (const auto v = cfg_get<int64_t>(cfg, keys, cf); v && *v != have)
-        throw bad("config.json says " + std::string(*keys.begin()) + " = " + std::to_string(*v) + " but the tensors' " +
-                  what + " is " + std::to_string(have));
+      check_agrees(cfg, cf, keys, have, path, "the tensors' " + what);
     };
     agree({"depth"}, c.layers, "block count");
     agree({"hidden_size"}, D, "width");
