@@ -303,6 +303,11 @@ VitLayer load_fused_block(Lookup& L, const std::string& prefix, const FusedBlock
 InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback,
                                          const char* file = "preprocessor_config.json");
 
+// A Qwen-VL tower's patch embedding (<p>patch_embed.proj.weight, a Conv3d kernel [D, C, T, P, P])
+// and block count (<p>blocks.*): c.hidden, channels, native.temporal_patch, patch_px and layers.
+// Throws Error(corrupt_data) for a malformed kernel or no block.
+void read_qwen_patch_embed(const WeightSource& w, const std::string& p, VitConfig& c);
+
 // A Qwen-VL tower's input contract and image pixel limits (NativeConfig::min_pixels ...) from
 // `ck`'s preprocessor_config.json (image_mean, image_std, rescale; min_pixels / max_pixels, or
 // size.shortest_edge / longest_edge), else `defaults` and the limits given. The file's

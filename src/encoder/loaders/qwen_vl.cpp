@@ -61,15 +61,7 @@ struct QwenVlRead {
 
   // The width, channels, patch sizes, block count, merge size, merger and MLP widths.
   void read_dims() {
-    const auto pe = w.info(p + "patch_embed.proj.weight");
-    if (pe->shape.size() != 5 || pe->shape[3] != pe->shape[4])
-      throw bad(p + "patch_embed.proj.weight is " + shape_str(pe->shape) + ", not a Conv3d kernel [D, C, T, P, P]");
-    c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the tower's width");
-    c.channels = checked_dim(pe->shape[1], 16, path, "the input channels");
-    c.native.temporal_patch = checked_dim(pe->shape[2], 64, path, "the temporal patch size");
-    c.patch_px = checked_dim(pe->shape[3], 1024, path, "the patch size");
-    c.layers = c.layers_in_checkpoint = count_layers(w, p + "blocks.");
-    if (c.layers < 1) throw bad("no " + p + "blocks.0.* tensors");
+    read_qwen_patch_embed(w, p, c);
     const int64_t D = c.hidden;
     const auto i0 = w.info(mlp0), i2 = w.info(mlp2);
     if (!i0 || !i2 || i0->shape.size() != 2 || i2->shape.size() != 2)
@@ -276,6 +268,20 @@ std::pair<std::optional<int64_t>, std::optional<int64_t>> pixel_limits(const nlo
   return {mn, mx};
 }
 }  // namespace
+
+void read_qwen_patch_embed(const WeightSource& w, const std::string& p, VitConfig& c) {
+  const std::string& path = w.path();
+  auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + path + "': " + why); };
+  const auto pe = w.info(p + "patch_embed.proj.weight");
+  if (pe->shape.size() != 5 || pe->shape[3] != pe->shape[4])
+    throw bad(p + "patch_embed.proj.weight is " + shape_str(pe->shape) + ", not a Conv3d kernel [D, C, T, P, P]");
+  c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the tower's width");
+  c.channels = checked_dim(pe->shape[1], 16, path, "the input channels");
+  c.native.temporal_patch = checked_dim(pe->shape[2], 64, path, "the temporal patch size");
+  c.patch_px = checked_dim(pe->shape[3], 1024, path, "the patch size");
+  c.layers = c.layers_in_checkpoint = count_layers(w, p + "blocks.");
+  if (c.layers < 1) throw bad("no " + p + "blocks.0.* tensors");
+}
 
 void read_image_limits(const Checkpoint& ck, VitConfig& c, const InputContract& defaults, int64_t default_min,
                        int64_t default_max) {
