@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -48,10 +49,16 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-int run(int argc, char** argv) {
-  std::string clip, model_spec = "random:vit-b16", precision = "fp32", groups_arg = "1,4,8,16";
+struct Options {
+  std::string clip, model_spec = "random:vit-b16", precision = "fp32";
   float fx = -1, fy = -1;
   int budget = 273, frames = 41, threads = 2, reps = 3;
+  std::vector<int> groups;
+};
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  std::string groups_arg = "1,4,8,16";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -60,46 +67,48 @@ int run(int argc, char** argv) {
     };
     if (a == "--fixation") {
       const std::string v = next();
-      if (std::sscanf(v.c_str(), "%f,%f", &fx, &fy) != 2)
+      if (std::sscanf(v.c_str(), "%f,%f", &o.fx, &o.fy) != 2)
         throw fovea::Error(fovea::Errc::invalid_argument, "--fixation X,Y");
-    } else if (a == "--budget") budget = std::stoi(next());
-    else if (a == "--frames") frames = std::stoi(next());
+    } else if (a == "--budget") o.budget = std::stoi(next());
+    else if (a == "--frames") o.frames = std::stoi(next());
     else if (a == "--groups") groups_arg = next();
-    else if (a == "--model") model_spec = next();
-    else if (a == "--precision") precision = next();
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--reps") reps = std::stoi(next());
-    else if (clip.empty() && a[0] != '-') clip = a;
+    else if (a == "--model") o.model_spec = next();
+    else if (a == "--precision") o.precision = next();
+    else if (a == "--threads") o.threads = std::stoi(next());
+    else if (a == "--reps") o.reps = std::stoi(next());
+    else if (o.clip.empty() && a[0] != '-') o.clip = a;
     else throw fovea::Error(fovea::Errc::invalid_argument, "unknown argument " + a);
   }
-  if (clip.empty()) throw fovea::Error(fovea::Errc::invalid_argument, "usage: bench_video_group CLIP --fixation X,Y ...");
-  std::vector<int> groups;
-  {
-    std::stringstream ss(groups_arg);
-    for (std::string g; std::getline(ss, g, ',');) groups.push_back(std::stoi(g));
-  }
-  fovea::quiet_ffmpeg_log();
-  fovea::Executor exec({.threads = threads});
-  const fovea::VitModel model = fovea::VitModel::load(model_spec);
+  if (o.clip.empty()) throw fovea::Error(fovea::Errc::invalid_argument, "usage: bench_video_group CLIP --fixation X,Y ...");
+  std::stringstream ss(groups_arg);
+  for (std::string g; std::getline(ss, g, ',');) o.groups.push_back(std::stoi(g));
+  return o;
+}
 
-  // ---- the front end, once ------------------------------------------------------------------
+// The clip through the session's front end: every frame's encoder inputs, the frames' size and
+// the front end's time.
+struct Clip {
+  std::vector<FrameInput> in;
+  int width = 0, height = 0;
+  double front_ms = 0;
+};
+
+Clip front_end(const Options& o, const fovea::VitModel& model, fovea::Executor& exec) {
   fovea::VideoParams vp;
-  vp.tokenize.alloc.budget_tokens = budget;
+  vp.tokenize.alloc.budget_tokens = o.budget;
   vp.tokenize.patch_px = model.config().patch_px;
   vp.reuse = fovea::Reuse::exact;
   fovea::VideoSession session(vp, nullptr, exec);
-  fovea::VideoReader reader = fovea::VideoReader::open(clip);
+  fovea::VideoReader reader = fovea::VideoReader::open(o.clip);
   fovea::Query q;
-  if (fx >= 0) q.fixations.push_back({fx, fy, 1.0f});
-  std::vector<FrameInput> in;
+  if (o.fx >= 0) q.fixations.push_back({o.fx, o.fy, 1.0f});
+  Clip c;
   fovea::VideoFrame frame;
-  int width = 0, height = 0;
-  double front_ms = 0;
-  while (int(in.size()) < frames && reader.read(frame)) {
-    width = frame.image.width(), height = frame.image.height();
+  while (int(c.in.size()) < o.frames && reader.read(frame)) {
+    c.width = frame.image.width(), c.height = frame.image.height();
     const auto t0 = Clock::now();
     fovea::FrameResult r = session.process(std::move(frame.image), q, frame.index, frame.pts_s);
-    front_ms += ms_since(t0);
+    c.front_ms += ms_since(t0);
     frame.image = std::move(r.recycled);
     FrameInput f;
     f.patches = std::move(r.batch.patches);
@@ -108,30 +117,45 @@ int run(int argc, char** argv) {
     f.dirty = std::move(r.recomputed);  // without a model: the resampled tokens
     f.refresh = r.refresh;
     if (f.refresh) f.prev_row.clear();
-    in.push_back(std::move(f));
+    c.in.push_back(std::move(f));
   }
-  if (in.size() < 2) throw fovea::Error(fovea::Errc::invalid_argument, clip + ": fewer than 2 frames");
-  const int64_t timed = int64_t(in.size()) - 1;
+  if (c.in.size() < 2) throw fovea::Error(fovea::Errc::invalid_argument, o.clip + ": fewer than 2 frames");
+  return c;
+}
 
+// The encoder passes over the clip's frames.
+struct Passes {
+  const fovea::VitModel& model;
+  fovea::Executor& exec;
+  const Clip& clip;
   fovea::IncrementalParams ip;
-  ip.precision = precision == "bf16" ? fovea::Precision::bf16 : fovea::Precision::fp32;
-  ip.image_width = width, ip.image_height = height;
-  auto as_frame = [&](const FrameInput& f) {
+  int64_t timed = 0;  // the frames timed: all but the first
+
+  Passes(const fovea::VitModel& m, fovea::Executor& e, const Clip& c, const std::string& precision)
+      : model(m), exec(e), clip(c), timed(int64_t(c.in.size()) - 1) {
+    ip.precision = precision == "bf16" ? fovea::Precision::bf16 : fovea::Precision::fp32;
+    ip.image_width = c.width, ip.image_height = c.height;
+  }
+  static fovea::IncrementalFrame as_frame(const FrameInput& f) {
     return fovea::IncrementalFrame{.patches = &f.patches, .positions = &f.positions, .prev_row = f.prev_row,
                                    .patch_dirty = f.dirty};
-  };
-  // One pass with group size G (0: full encodes); returns ms per timed frame and the embeddings.
-  auto pass = [&](int G, std::vector<fovea::Tensor>* out) {
+  }
+  // fovea::encode of every timed frame from scratch; ms per timed frame.
+  double full() {
     double ms = 0;
-    if (G == 0) {
-      const fovea::EncodeParams ep{.precision = ip.precision, .image_width = width, .image_height = height};
-      for (size_t i = 1; i < in.size(); ++i) {
-        const auto t0 = Clock::now();
-        fovea::Encoding e = fovea::encode(model, in[i].patches, in[i].positions, ep, exec);
-        ms += ms_since(t0);
-      }
-      return ms / double(timed);
+    const fovea::EncodeParams ep{.precision = ip.precision, .image_width = clip.width, .image_height = clip.height};
+    for (size_t i = 1; i < clip.in.size(); ++i) {
+      const auto t0 = Clock::now();
+      fovea::Encoding e = fovea::encode(model, clip.in[i].patches, clip.in[i].positions, ep, exec);
+      ms += ms_since(t0);
     }
+    return ms / double(timed);
+  }
+  // One pass with group size G (0: full encodes); returns ms per timed frame and the embeddings.
+  double pass(int G, std::vector<fovea::Tensor>* out) {
+    if (G == 0) return full();
+    const std::vector<FrameInput>& in = clip.in;
+    double ms = 0;
     fovea::IncrementalEncoder enc(model);
     fovea::IncrementalResult r0 = enc.encode(in[0].patches, in[0].positions, {}, {}, ip, exec);
     if (out) out->push_back(std::move(r0.embeddings));
@@ -150,36 +174,38 @@ int run(int argc, char** argv) {
         for (fovea::IncrementalResult& r : rs) out->push_back(std::move(r.embeddings));
     }
     return ms / double(timed);
-  };
-
-  // Warm-up (oneDNN primitives for every row count, bf16 weights) and the embeddings to compare.
-  std::map<int, std::vector<fovea::Tensor>> emb;
-  for (int G : groups) pass(G, &emb[G]);
-  pass(0, nullptr);
-  std::map<int, std::vector<double>> times;
-  for (int r = 0; r < reps; ++r) {
-    for (int G : groups) times[G].push_back(pass(G, nullptr));
-    times[0].push_back(pass(0, nullptr));
   }
-  const std::vector<fovea::Tensor>& base = emb[groups.front()];
-  double load[3] = {0, 0, 0};
+};
+
+// /proc/loadavg's three numbers (the first -1 when unreadable).
+std::array<double, 3> load_average() {
+  std::array<double, 3> load = {0, 0, 0};
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     if (std::fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
     std::fclose(f);
   }
+  return load;
+}
+
+// One JSON line per G: its times against full encodes and G = 1, and its embeddings' largest
+// difference from the first G's.
+void report(const Options& o, const Clip& c, int64_t timed, std::map<int, std::vector<fovea::Tensor>>& emb,
+            std::map<int, std::vector<double>>& times) {
+  const std::vector<fovea::Tensor>& base = emb[o.groups.front()];
+  const std::array<double, 3> load = load_average();
   const double full_min = *std::min_element(times[0].begin(), times[0].end());
   const double full_med = median(times[0]);
   const double g1_med = times.count(1) ? median(times[1]) : 0;
-  for (int G : groups) {
+  for (int G : o.groups) {
     double maxdiff = 0;
     for (size_t i = 0; i < base.size(); ++i)
       for (int64_t k = 0; k < base[i].numel(); ++k)
         maxdiff = std::max(maxdiff, double(std::fabs(base[i].data<float>()[k] - emb[G][i].data<float>()[k])));
     const double mn = *std::min_element(times[G].begin(), times[G].end()), md = median(times[G]);
-    nlohmann::json j = {{"clip", clip},
+    nlohmann::json j = {{"clip", o.clip},
                         {"group", G},
-                        {"precision", precision},
-                        {"threads", threads},
+                        {"precision", o.precision},
+                        {"threads", o.threads},
                         {"frames_timed", timed},
                         {"encode_ms_min", mn},
                         {"encode_ms_median", md},
@@ -188,10 +214,30 @@ int run(int argc, char** argv) {
                         {"speedup_vs_full_median", md > 0 ? full_med / md : 0},
                         {"speedup_vs_group1_median", md > 0 && g1_med > 0 ? g1_med / md : 0},
                         {"max_abs_diff_vs_first_group", maxdiff},
-                        {"front_end_ms", front_ms / double(in.size())},
+                        {"front_end_ms", c.front_ms / double(c.in.size())},
                         {"load", {load[0], load[1], load[2]}}};
     std::printf("%s\n", j.dump().c_str());
   }
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse_args(argc, argv);
+  fovea::quiet_ffmpeg_log();
+  fovea::Executor exec({.threads = o.threads});
+  const fovea::VitModel model = fovea::VitModel::load(o.model_spec);
+  const Clip clip = front_end(o, model, exec);  // once
+  Passes passes(model, exec, clip, o.precision);
+
+  // Warm-up (oneDNN primitives for every row count, bf16 weights) and the embeddings to compare.
+  std::map<int, std::vector<fovea::Tensor>> emb;
+  for (int G : o.groups) passes.pass(G, &emb[G]);
+  passes.pass(0, nullptr);
+  std::map<int, std::vector<double>> times;
+  for (int r = 0; r < o.reps; ++r) {
+    for (int G : o.groups) times[G].push_back(passes.pass(G, nullptr));
+    times[0].push_back(passes.pass(0, nullptr));
+  }
+  report(o, clip, passes.timed, emb, times);
   return 0;
 }
 

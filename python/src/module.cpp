@@ -748,6 +748,113 @@ std::unique_ptr<PyFrameResult> video_session_process(PyVideoSession& s, const py
   return out;
 }
 
+// fovea.video's loop: the hooks fovea::run_video calls (with the GIL released; the ones that
+// touch Python objects take it) and what they gather: the per-frame results (without output=),
+// the reader's warnings and overlay='s contact sheet.
+struct PyVideoLoop {
+  const std::string& path;
+  const py::object& fixations;  // a callable (index, pts) -> fixations when per_frame_query
+  const bool per_frame_query;
+  const Query& base;
+  const std::optional<std::string>& out_path;
+  Executor& ex;
+  std::optional<std::string> sheet_path;  // overlay=: the CLI's --overlay contact sheet
+  std::optional<VideoSheet> sheet;
+  std::optional<AtomicFile> sheet_file;  // opened now: an unwritable path fails before the run
+  int64_t frames_in = 0, frames_out = 0;
+  py::list results, warnings;
+
+  PyVideoLoop(const std::string& p, const py::object& fx, bool per_frame, const Query& q,
+              const std::optional<std::string>& out, Executor& e, const py::object& overlay)
+      : path(p), fixations(fx), per_frame_query(per_frame), base(q), out_path(out), ex(e),
+        sheet_path(overlay.is_none() ? std::nullopt : std::optional<std::string>(fs_path(overlay))) {
+    if (sheet_path) sheet.emplace(), sheet_file.emplace(*sheet_path);
+  }
+
+  // The loop is the CLI's (fovea::run_video): the same frames, queries and output file.
+  VideoRunOptions options(int64_t max_frames, int every, double fps, const std::string& model_name,
+                          const std::string& prep) {
+    VideoRunOptions o;
+    o.source = path;
+    o.max_frames = max_frames;
+    o.keep = frame_sampler(every, fps);
+    o.query = base;
+    if (per_frame_query) o.frame_query = [this](const VideoFrame& frame) { return frame_query(frame); };
+    if (out_path) o.output = *out_path;
+    if (sheet)
+      o.on_input = [this](const VideoFrame& f, const Query&) { sheet->add_frame(frames_in++, f.image, f.index, f.pts_s, ex); };
+    o.model_name = model_name;
+    o.preprocessing_source = prep;
+    o.on_warning = [this](const std::string& w) {
+      py::gil_scoped_acquire gil;
+      warnings.append(path + ": " + w);
+    };
+    o.after_push = [] {  // Ctrl-C between frames
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    };
+    return o;
+  }
+
+  // fixations(index, pts): the frame's fixations, over the fixed regions.
+  Query frame_query(const VideoFrame& frame) const {
+    py::gil_scoped_acquire gil;
+    const py::object f = fixations(frame.index, frame.pts_s);
+    std::vector<std::vector<float>> v;
+    try {
+      v = f.cast<std::vector<std::vector<float>>>();
+    } catch (const py::cast_error&) {
+      throw py::type_error("fixations(index, pts) must return a list of (x, y[, radius[, weight]]), got " +
+                           std::string(py::str(py::type::of(f).attr("__name__"))));
+    }
+    Query q = base;
+    q.fixations = make_query(v, {}).fixations;
+    return q;
+  }
+
+  // A finished frame: onto the sheet, and into the results when no file is written.
+  void keep_result(FrameResult& r) {
+    if (sheet) sheet->add_tokens(frames_out++, r.batch, r.recomputed, r.refresh);
+    if (out_path) return;
+    auto pr = std::make_unique<PyFrameResult>();
+    pr->r = std::move(r);
+    py::gil_scoped_acquire gil;
+    results.append(py::cast(std::move(pr)));
+  }
+
+  void write_sheet() {
+    if (sheet) {
+      sheet_file->write(encode_png(sheet->render()));
+      sheet_file->commit();
+    }
+  }
+
+  // What fovea.video returns with output=: the run's summary.
+  py::dict run_summary(const VideoRunStats& run, const VideoInfo& info, const VideoReader& reader,
+                   const VideoParams& vp) const {
+    const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;
+    const double ms_total = run.session_ms;
+    const bool approximate = run.approximate;
+    py::dict summary;
+    summary["frames"] = processed;
+    summary["video"] = info_dict(info);
+    summary["frames_decoded"] = reader.frames_decoded();
+    summary["corrupt_packets"] = reader.corrupt_packets();
+    summary["corrupt_frames"] = reader.corrupt_frames();
+    summary["timestamps_repaired"] = reader.timestamps_repaired();
+    summary["reuse"] = std::string(to_string(vp.reuse));
+    summary["approximate"] = approximate;
+    summary["tokens"] = tokens_total;
+    summary["recomputed_tokens"] = recomputed_total;
+    summary["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
+    summary["mean_ms"] = ms_total / double(processed);
+    summary["warnings"] = warnings;
+    summary["output"] = *out_path;
+    if (sheet) summary["overlay"] = py::dict(py::arg("path") = *sheet_path, py::arg("frames") = sheet->shown_frames());
+    return summary;
+  }
+};
+
 // fovea.video: `fovea video`'s loop (fovea::run_video, as tools/fovea/cmd_video.cpp calls it) with
 // the GIL released; into the CLI's file (output=) or a list of per-frame results.
 py::object video_py(const py::object& path_obj, const py::object& model, int budget, const py::object& fixations,
@@ -817,87 +924,16 @@ py::object video_py(const py::object& path_obj, const py::object& model, int bud
     session = std::make_unique<VideoSession>(vp, vit ? &*vit : nullptr, *ex);
   }
   const VideoInfo info = reader->info();
-  // The loop is the CLI's (fovea::run_video), run with the GIL released; the hooks that touch
-  // Python objects take it.
-  VideoRunOptions ro_run;
-  ro_run.source = path;
-  ro_run.max_frames = max_frames;
-  ro_run.keep = frame_sampler(every, fps);
-  ro_run.query = base;
-  if (per_frame_query)
-    ro_run.frame_query = [&](const VideoFrame& frame) {
-      py::gil_scoped_acquire gil;
-      const py::object f = fixations(frame.index, frame.pts_s);
-      std::vector<std::vector<float>> v;
-      try {
-        v = f.cast<std::vector<std::vector<float>>>();
-      } catch (const py::cast_error&) {
-        throw py::type_error("fixations(index, pts) must return a list of (x, y[, radius[, weight]]), got " +
-                             std::string(py::str(py::type::of(f).attr("__name__"))));
-      }
-      Query q = base;
-      q.fixations = make_query(v, {}).fixations;
-      return q;
-    };
-  if (out_path) ro_run.output = *out_path;
-  // overlay=: the CLI's --overlay contact sheet.
-  const std::optional<std::string> sheet_path =
-      overlay.is_none() ? std::nullopt : std::optional<std::string>(fs_path(overlay));
-  std::optional<VideoSheet> sheet;
-  std::optional<AtomicFile> sheet_file;  // opened now: an unwritable path fails before the run
-  if (sheet_path) sheet.emplace(), sheet_file.emplace(*sheet_path);
-  int64_t frames_in = 0, frames_out = 0;
-  if (sheet)
-    ro_run.on_input = [&](const VideoFrame& f, const Query&) { sheet->add_frame(frames_in++, f.image, f.index, f.pts_s, *ex); };
-  ro_run.model_name = have_model ? vit->source() : std::string();
-  ro_run.preprocessing_source = prep;
-  py::list results, warnings;
-  ro_run.on_warning = [&](const std::string& w) {
-    py::gil_scoped_acquire gil;
-    warnings.append(path + ": " + w);
-  };
-  ro_run.after_push = [] {  // Ctrl-C between frames
-    py::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-  };
-  VideoResultFn keep_result = [&](FrameResult& r, const VideoRunStats&) {
-    if (sheet) sheet->add_tokens(frames_out++, r.batch, r.recomputed, r.refresh);
-    if (out_path) return;
-    auto pr = std::make_unique<PyFrameResult>();
-    pr->r = std::move(r);
-    py::gil_scoped_acquire gil;
-    results.append(py::cast(std::move(pr)));
-  };
+  PyVideoLoop loop(path, fixations, per_frame_query, base, out_path, *ex, overlay);
+  const VideoRunOptions ro_run = loop.options(max_frames, every, fps, have_model ? vit->source() : std::string(), prep);
   VideoRunStats run;
   {
     py::gil_scoped_release nogil;
-    run = run_video(*reader, *session, ro_run, keep_result);
-    if (sheet) {
-      sheet_file->write(encode_png(sheet->render()));
-      sheet_file->commit();
-    }
+    run = run_video(*reader, *session, ro_run, [&loop](FrameResult& r, const VideoRunStats&) { loop.keep_result(r); });
+    loop.write_sheet();
   }
-  if (!out_path) return results;
-  const int64_t processed = run.frames, tokens_total = run.tokens, recomputed_total = run.recomputed_tokens;
-  const double ms_total = run.session_ms;
-  const bool approximate = run.approximate;
-  py::dict summary;
-  summary["frames"] = processed;
-  summary["video"] = info_dict(info);
-  summary["frames_decoded"] = reader->frames_decoded();
-  summary["corrupt_packets"] = reader->corrupt_packets();
-  summary["corrupt_frames"] = reader->corrupt_frames();
-  summary["timestamps_repaired"] = reader->timestamps_repaired();
-  summary["reuse"] = std::string(to_string(vp.reuse));
-  summary["approximate"] = approximate;
-  summary["tokens"] = tokens_total;
-  summary["recomputed_tokens"] = recomputed_total;
-  summary["reuse_rate"] = tokens_total ? 1.0 - double(recomputed_total) / double(tokens_total) : 0.0;
-  summary["mean_ms"] = ms_total / double(processed);
-  summary["warnings"] = warnings;
-  summary["output"] = *out_path;
-  if (sheet) summary["overlay"] = py::dict(py::arg("path") = *sheet_path, py::arg("frames") = sheet->shown_frames());
-  return summary;
+  if (!out_path) return loop.results;
+  return loop.run_summary(run, info, *reader, vp);
 }
 
 // A WebDataset shard read by the library's reader (fovea/tar.hpp): its regular members whose

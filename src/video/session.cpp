@@ -81,7 +81,28 @@ struct VideoSession::Impl {
   // frame's own (handed over, not copied, when it passed the front end), else the session's
   // copy of the last frame that left (`batch.patches`, refreshed once per group).
   const Tensor& previous_patches() const { return pending.empty() ? batch.patches : pending.back().r.batch.patches; }
+  // The front end of one frame (change test, pyramid, relevance, layout, patches), step by step
+  // over the state the steps hand on.
+  struct FrontFrame {
+    Pending out;                    // the frame's result so far
+    std::vector<uint8_t> dirty;     // per tile of the grid: 1 when it changed
+    bool size_changed = false;
+    int shift_x = 0, shift_y = 0;   // a camera shift by whole patches: frame(x, y) = previous(x + shift_x, y + shift_y)
+    bool shifted = false;
+    int relevance_levels = 0;       // the relevance cache's levels before the pyramid's update
+    PyramidDirty pd;                // the pyramid nodes the update changed
+    bool had_layout = false;        // the previous layout's rows apply to this frame
+    std::vector<uint8_t> resample;  // [N] 1: the token's patch is sampled again
+    TokenBatch batch;               // the frame's patches
+  };
   Pending front(ImageU8 frame, const Query& query, int64_t index, double pts_s);
+  void detect_change(const ImageU8& frame, FrontFrame& f);
+  void update_frame_pyramid(ImageU8 frame, FrontFrame& f);
+  RelevanceMap frame_relevance(const Query& query, FrontFrame& f);
+  void place_tokens(const RelevanceMap& rel, const Query& query, FrontFrame& f);
+  void extract_patches(FrontFrame& f);
+  void reuse_shifted_patches(FrontFrame& f);
+  Pending keep_state(FrontFrame& f);
   std::vector<FrameResult> encode_pending();
   // The pending frames' mean share of tokens whose patch was sampled again.
   double resample_share() const {
@@ -280,167 +301,201 @@ std::vector<FrameResult> VideoSession::Impl::encode_pending() {
   return out;
 }
 
-VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
-  Impl& s = *this;
-  const VideoParams& p = s.params;
-  if (frame.empty()) throw Error(Errc::invalid_argument, "video: empty frame");
-  if (frame.channels() != 3) frame = to_rgb(frame);
-  Pending out;
-  FrameResult& r = out.r;
-  r.index = index;
-  r.pts_s = pts_s;
-  const int P = p.tokenize.patch_px;
-
-  // ---- change test and refresh decision ------------------------------------------------------
-  auto t0 = Clock::now();
-  std::vector<uint8_t> dirty;
-  const bool size_changed = video_detail::change_test(frame, s.pyramid, s.processed, p, s.grid, exec, r, dirty);
-  const TileGrid& g = s.grid;
-  int shift_x = 0, shift_y = 0;  // a camera shift by whole patches: frame(x, y) = previous(x + shift_x, y + shift_y)
-  bool shifted = false;
+// ---- change test and refresh decision ------------------------------------------------------
+void VideoSession::Impl::detect_change(const ImageU8& frame, FrontFrame& f) {
+  FrameResult& r = f.out.r;
+  const auto t0 = Clock::now();
+  f.size_changed = video_detail::change_test(frame, pyramid, processed, params, grid, exec, r, f.dirty);
   if (r.refresh && r.refresh_reason == "scene-cut") {
     // A pan: the layout and every layer are made again, but the patches the shift carries
     // over keep their patch embeddings (when an encoder has the previous frame's).
     constexpr int kMaxShiftPatches = 4;
-    if (s.encoder && s.have_layout &&
-        video_detail::estimate_patch_shift(s.pyramid.level(0), frame, P, kMaxShiftPatches, shift_x, shift_y))
-      shifted = true, r.refresh_reason = "shift";
+    if (encoder && have_layout &&
+        video_detail::estimate_patch_shift(pyramid.level(0), frame, params.tokenize.patch_px, kMaxShiftPatches,
+                                           f.shift_x, f.shift_y))
+      f.shifted = true, r.refresh_reason = "shift";
   }
   r.timings.change_ms = ms_since(t0);
+}
 
-  // ---- pyramid -----------------------------------------------------------------------------
-  t0 = Clock::now();
+// ---- pyramid -----------------------------------------------------------------------------
+void VideoSession::Impl::update_frame_pyramid(ImageU8 frame, FrontFrame& f) {
+  const VideoParams& p = params;
+  FrameResult& r = f.out.r;
+  const auto t0 = Clock::now();
   // The relevance cache describes the pyramid before this update: unusable if the update throws.
-  const int relevance_levels = std::exchange(s.relevance_cache.levels, 0);
-  const int L = resolve_max_level(g, p.tokenize.alloc.max_level);
+  f.relevance_levels = std::exchange(relevance_cache.levels, 0);
+  const int L = resolve_max_level(grid, p.tokenize.alloc.max_level);
   const int levels = std::max(L + 1, p.tokenize.relevance.stats_level + 1);
-  PyramidDirty pd;
   if (r.refresh) {
     r.dirty_tiles = r.tiles;
-    if (!size_changed && s.pyramid.num_levels() > 0) s.recycled = std::move(s.pyramid.level(0));
-    s.pyramid = build_pyramid(std::move(frame), PyramidParams{.max_levels = levels}, exec);
+    if (!f.size_changed && pyramid.num_levels() > 0) recycled = std::move(pyramid.level(0));
+    pyramid = build_pyramid(std::move(frame), PyramidParams{.max_levels = levels}, exec);
   } else {
-    copy_tiles(frame, s.pyramid.level(0), g, dirty, exec);
-    pd = update_pyramid(s.pyramid, P, dirty, exec);
-    s.recycled = std::move(frame);
+    copy_tiles(frame, pyramid.level(0), grid, f.dirty, exec);
+    f.pd = update_pyramid(pyramid, p.tokenize.patch_px, f.dirty, exec);
+    recycled = std::move(frame);
   }
   r.timings.pyramid_ms = ms_since(t0);
+}
 
-  // ---- relevance and layout (with hysteresis) ---------------------------------------------
-  t0 = Clock::now();
+// ---- relevance ---------------------------------------------------------------------------
+RelevanceMap VideoSession::Impl::frame_relevance(const Query& query, FrontFrame& f) {
+  FrameResult& r = f.out.r;
+  const auto t0 = Clock::now();
   // Only the dirty tiles' detail energies are measured again (bit for bit a full computation).
-  s.relevance_cache.levels = relevance_levels;
-  RelevanceMap rel = compute_relevance(s.pyramid, P, query, p.tokenize.relevance, exec, s.relevance_cache,
-                                       r.refresh ? std::span<const uint8_t>() : std::span<const uint8_t>(dirty));
+  relevance_cache.levels = f.relevance_levels;
+  RelevanceMap rel = compute_relevance(pyramid, params.tokenize.patch_px, query, params.tokenize.relevance, exec,
+                                       relevance_cache,
+                                       r.refresh ? std::span<const uint8_t>() : std::span<const uint8_t>(f.dirty));
   r.timings.relevance_ms = ms_since(t0);
-  t0 = Clock::now();
-  bool reallocate = r.refresh || !s.have_layout || !same_query(query, s.layout_query) || p.layout_hysteresis <= 0;
+  return rel;
+}
+
+// ---- layout (with hysteresis) and each token's previous row ------------------------------
+void VideoSession::Impl::place_tokens(const RelevanceMap& rel, const Query& query, FrontFrame& f) {
+  const VideoParams& p = params;
+  FrameResult& r = f.out.r;
+  const auto t0 = Clock::now();
+  bool reallocate = r.refresh || !have_layout || !same_query(query, layout_query) || p.layout_hysteresis <= 0;
   if (!reallocate) {
     double diff = 0, total = 0;
     for (size_t i = 0; i < rel.score.size(); ++i)
-      diff += std::fabs(double(rel.score[i]) - s.layout_relevance[i]), total += s.layout_relevance[i];
+      diff += std::fabs(double(rel.score[i]) - layout_relevance[i]), total += layout_relevance[i];
     reallocate = diff > double(p.layout_hysteresis) * total;
   }
-  const bool had_layout = s.have_layout && !r.refresh;
+  f.had_layout = have_layout && !r.refresh;
   if (reallocate) {
     Allocation a = allocate(rel, p.tokenize.alloc);
-    r.layout_changed = !s.have_layout || a.layout.tokens != s.allocation->layout.tokens;
-    s.allocation = std::make_shared<const Allocation>(std::move(a));
-    s.layout_relevance = rel.score;
-    s.layout_query = query;
-    s.have_layout = true;
+    r.layout_changed = !have_layout || a.layout.tokens != allocation->layout.tokens;
+    allocation = std::make_shared<const Allocation>(std::move(a));
+    layout_relevance = rel.score;
+    layout_query = query;
+    have_layout = true;
   }
-  r.allocation = s.allocation;
-  const std::vector<Token>& tokens = s.allocation->layout.tokens;
+  r.allocation = allocation;
+  const std::vector<Token>& tokens = allocation->layout.tokens;
   const int64_t N = int64_t(tokens.size());
-  // Each token's previous row; the row index of the previous layout is still in s.rows.
+  // Each token's previous row; the row index of the previous layout is still in rows.
   r.previous_row.assign(size_t(N), -1);
-  std::vector<uint8_t> resample(size_t(N), 1);
-  if (had_layout) {
+  f.resample.assign(size_t(N), 1);
+  if (f.had_layout) {
     for (int64_t i = 0; i < N; ++i) {
       const Token& t = tokens[size_t(i)];
-      const int32_t pr = s.row_of(t);
+      const int32_t pr = row_of(t);
       r.previous_row[size_t(i)] = pr;
-      resample[size_t(i)] = pr < 0 || t.level >= int(pd.nodes.size()) || pd.dirty(t.level, t.x, t.y);
+      f.resample[size_t(i)] = pr < 0 || t.level >= int(f.pd.nodes.size()) || f.pd.dirty(t.level, t.x, t.y);
     }
   }
   r.timings.allocate_ms = ms_since(t0);
-  const std::vector<std::vector<int32_t>>& previous_rows = s.rows;  // the previous layout's rows (index_rows() comes later)
+}
 
-  // ---- patches: the clean tokens keep theirs ------------------------------------------------
-  t0 = Clock::now();
-  TokenBatch nb;
-  if (!had_layout) {
-    nb = extract(s.pyramid, *s.allocation, p.tokenize.extract, exec);
-  } else {
-    nb = allocation_batch(*s.allocation, p.tokenize.extract);
-    Allocation sub;
-    sub.rate_map.grid = g;
-    sub.max_level = s.allocation->max_level;
-    sub.budget_tokens = s.allocation->budget_tokens;
-    std::vector<int64_t> which;
-    for (int64_t i = 0; i < N; ++i)
-      if (resample[size_t(i)]) which.push_back(i), sub.layout.tokens.push_back(tokens[size_t(i)]);
-    sub.layout.level_offsets = {0, int32_t(which.size())};
-    const size_t row_bytes = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
-    const Tensor& previous = s.previous_patches();
-    if (!which.empty()) {
-      const TokenBatch sb = extract(s.pyramid, sub, p.tokenize.extract, exec);
-      for (size_t j = 0; j < which.size(); ++j)
-        std::memcpy(nb.patches.bytes() + size_t(which[j]) * row_bytes, sb.patches.bytes() + j * row_bytes, row_bytes);
-    }
-    for (int64_t i = 0; i < N; ++i)
-      if (!resample[size_t(i)])
-        std::memcpy(nb.patches.bytes() + size_t(i) * row_bytes,
-                    previous.bytes() + size_t(r.previous_row[size_t(i)]) * row_bytes, row_bytes);
+// ---- patches: the clean tokens keep theirs ------------------------------------------------
+void VideoSession::Impl::extract_patches(FrontFrame& f) {
+  const VideoParams& p = params;
+  FrameResult& r = f.out.r;
+  TokenBatch& nb = f.batch;
+  if (!f.had_layout) {
+    nb = extract(pyramid, *allocation, p.tokenize.extract, exec);
+    return;
   }
-  if (shifted) {
-    // A token of level l lines up with a token of the previous layout when the shift is a
-    // multiple of its tile (P·2^l px); its patch embedding is reused only when its patch is the
-    // previous token's byte for byte (coarser levels are resampled: the frame's edge and the
-    // resampling filter can make a shifted tile differ).
-    const size_t row_bytes = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
-    const Tensor& previous = s.previous_patches();
-    for (int64_t i = 0; i < N; ++i) {
-      const Token& t = tokens[size_t(i)];
-      const int tile = P << t.level;
-      if (t.level >= int(previous_rows.size()) || shift_x % tile != 0 || shift_y % tile != 0) continue;
-      const int64_t px = int64_t(t.x) + shift_x / tile, py = int64_t(t.y) + shift_y / tile;
-      if (px < 0 || py < 0 || px >= g.tiles_x_at(t.level) || py >= g.tiles_y_at(t.level)) continue;
-      const int32_t pr = previous_rows[size_t(t.level)][size_t(py * g.tiles_x_at(t.level) + px)];
-      if (pr < 0 || int64_t(pr) * int64_t(row_bytes) + int64_t(row_bytes) > int64_t(previous.size_bytes())) continue;
-      if (std::memcmp(nb.patches.bytes() + size_t(i) * row_bytes, previous.bytes() + size_t(pr) * row_bytes,
-                      row_bytes) != 0)
-        continue;
-      r.previous_row[size_t(i)] = pr;
-      resample[size_t(i)] = 0;
-    }
+  const std::vector<Token>& tokens = allocation->layout.tokens;
+  const int64_t N = int64_t(tokens.size());
+  nb = allocation_batch(*allocation, p.tokenize.extract);
+  Allocation sub;
+  sub.rate_map.grid = grid;
+  sub.max_level = allocation->max_level;
+  sub.budget_tokens = allocation->budget_tokens;
+  std::vector<int64_t> which;
+  for (int64_t i = 0; i < N; ++i)
+    if (f.resample[size_t(i)]) which.push_back(i), sub.layout.tokens.push_back(tokens[size_t(i)]);
+  sub.layout.level_offsets = {0, int32_t(which.size())};
+  const size_t row_bytes = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
+  const Tensor& previous = previous_patches();
+  if (!which.empty()) {
+    const TokenBatch sb = extract(pyramid, sub, p.tokenize.extract, exec);
+    for (size_t j = 0; j < which.size(); ++j)
+      std::memcpy(nb.patches.bytes() + size_t(which[j]) * row_bytes, sb.patches.bytes() + j * row_bytes, row_bytes);
   }
-  r.resampled_tokens = std::count(resample.begin(), resample.end(), uint8_t(1));
-  r.timings.extract_ms = ms_since(t0);
+  for (int64_t i = 0; i < N; ++i)
+    if (!f.resample[size_t(i)])
+      std::memcpy(nb.patches.bytes() + size_t(i) * row_bytes,
+                  previous.bytes() + size_t(r.previous_row[size_t(i)]) * row_bytes, row_bytes);
+}
 
-  // ---- keep the state ------------------------------------------------------------------------
-  // The patches go to the frame's result as they are: until the frame leaves the session, the
-  // next frame reads them there (previous_patches()), and encode_pending() keeps a copy of the
-  // group's last. A copy per frame here was a fresh 0.8 MB (ViT-B/16 f32, 273 tokens) for
-  // every pending frame: first-touch page faults that made a video's first frame group slower.
-  Tensor kept = std::move(s.batch.patches);
-  s.batch = std::move(nb);
-  s.index_rows();
-  r.batch.patches = std::move(s.batch.patches);
-  s.batch.patches = std::move(kept);
-  r.batch.positions = s.batch.positions.clone();
-  r.batch.levels = s.batch.levels.clone();
-  r.batch.boxes = s.batch.boxes;
-  r.batch.level_offsets = s.batch.level_offsets;
-  r.batch.patch_px = s.batch.patch_px;
-  r.batch.params = s.batch.params;
-  ++s.processed;
-  out.resample = std::move(resample);
-  out.had_layout = had_layout || shifted;
-  out.shift = shifted;
-  out.width = g.image_width, out.height = g.image_height;
+// A token of level l lines up with a token of the previous layout when the shift is a multiple
+// of its tile (P·2^l px); its patch embedding is reused only when its patch is the previous
+// token's byte for byte (coarser levels are resampled: the frame's edge and the resampling
+// filter can make a shifted tile differ). `rows` still holds the previous layout's rows.
+void VideoSession::Impl::reuse_shifted_patches(FrontFrame& f) {
+  FrameResult& r = f.out.r;
+  const TokenBatch& nb = f.batch;
+  const TileGrid& g = grid;
+  const std::vector<std::vector<int32_t>>& previous_rows = rows;
+  const std::vector<Token>& tokens = allocation->layout.tokens;
+  const int64_t N = int64_t(tokens.size());
+  const int P = params.tokenize.patch_px;
+  const size_t row_bytes = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
+  const Tensor& previous = previous_patches();
+  for (int64_t i = 0; i < N; ++i) {
+    const Token& t = tokens[size_t(i)];
+    const int tile = P << t.level;
+    if (t.level >= int(previous_rows.size()) || f.shift_x % tile != 0 || f.shift_y % tile != 0) continue;
+    const int64_t px = int64_t(t.x) + f.shift_x / tile, py = int64_t(t.y) + f.shift_y / tile;
+    if (px < 0 || py < 0 || px >= g.tiles_x_at(t.level) || py >= g.tiles_y_at(t.level)) continue;
+    const int32_t pr = previous_rows[size_t(t.level)][size_t(py * g.tiles_x_at(t.level) + px)];
+    if (pr < 0 || int64_t(pr) * int64_t(row_bytes) + int64_t(row_bytes) > int64_t(previous.size_bytes())) continue;
+    if (std::memcmp(nb.patches.bytes() + size_t(i) * row_bytes, previous.bytes() + size_t(pr) * row_bytes,
+                    row_bytes) != 0)
+      continue;
+    r.previous_row[size_t(i)] = pr;
+    f.resample[size_t(i)] = 0;
+  }
+}
+
+// ---- keep the state ------------------------------------------------------------------------
+// The patches go to the frame's result as they are: until the frame leaves the session, the
+// next frame reads them there (previous_patches()), and encode_pending() keeps a copy of the
+// group's last. A copy per frame here was a fresh 0.8 MB (ViT-B/16 f32, 273 tokens) for
+// every pending frame: first-touch page faults that made a video's first frame group slower.
+VideoSession::Impl::Pending VideoSession::Impl::keep_state(FrontFrame& f) {
+  FrameResult& r = f.out.r;
+  Tensor kept = std::move(batch.patches);
+  batch = std::move(f.batch);
+  index_rows();
+  r.batch.patches = std::move(batch.patches);
+  batch.patches = std::move(kept);
+  r.batch.positions = batch.positions.clone();
+  r.batch.levels = batch.levels.clone();
+  r.batch.boxes = batch.boxes;
+  r.batch.level_offsets = batch.level_offsets;
+  r.batch.patch_px = batch.patch_px;
+  r.batch.params = batch.params;
+  ++processed;
+  Pending out = std::move(f.out);
+  out.resample = std::move(f.resample);
+  out.had_layout = f.had_layout || f.shifted;
+  out.shift = f.shifted;
+  out.width = grid.image_width, out.height = grid.image_height;
   return out;
+}
+
+VideoSession::Impl::Pending VideoSession::Impl::front(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
+  if (frame.empty()) throw Error(Errc::invalid_argument, "video: empty frame");
+  if (frame.channels() != 3) frame = to_rgb(frame);
+  FrontFrame f;
+  f.out.r.index = index;
+  f.out.r.pts_s = pts_s;
+  detect_change(frame, f);
+  update_frame_pyramid(std::move(frame), f);
+  const RelevanceMap rel = frame_relevance(query, f);
+  place_tokens(rel, query, f);
+  const auto t0 = Clock::now();
+  extract_patches(f);
+  if (f.shifted) reuse_shifted_patches(f);
+  f.out.r.resampled_tokens = std::count(f.resample.begin(), f.resample.end(), uint8_t(1));
+  f.out.r.timings.extract_ms = ms_since(t0);
+  return keep_state(f);
 }
 
 }  // namespace fovea

@@ -360,19 +360,12 @@ struct VulkanBackend::Impl {
                            VK_ACCESS_SHADER_WRITE_BIT);
   }
 
+  // The pyramid image's description for `g` (format, extents, usage, flags) once the device has
+  // the format features `method` needs; throws Error(unsupported) when it has not.
   template <typename T>
-  GpuPyramid upload_and_mip(std::span<const Image<T>* const> images, int max_levels, MipMethod method) {
-    check_same_size(images);
+  vk::ImageDesc pyramid_desc(const GpuPyramid& g, MipMethod method) {
     constexpr bool u8 = std::is_same_v<T, uint8_t>;
     const VkFormat fmt = texture_format<T>();
-    GpuPyramid g;
-    g.width = images[0]->width();
-    g.height = images[0]->height();
-    g.channels = images[0]->channels();
-    g.count = int(images.size());
-    g.levels = resolve_levels(g.width, g.height, max_levels);
-    ++pyramid_builds;
-
     vk::ImageDesc desc;
     desc.format = fmt;
     desc.width = uint32_t(g.width);
@@ -405,13 +398,15 @@ struct VulkanBackend::Impl {
           desc.flags |= VK_IMAGE_CREATE_EXTENDED_USAGE_BIT;
       }
     }
-    // Float blit mips filter the pyramid image itself, so that one is padded.
-    g.pooled = method == MipMethod::blit && !u8 ? &acquire_blit_image(pyramids, desc)
-                                                : &pyramids.acquire(device, desc, generation);
+    return desc;
+  }
 
-    // Upload: the planes of each image are contiguous in its buffer, rows stride() apart.
+  // Upload: the planes of each image are contiguous in its buffer, rows stride() apart; level 0
+  // of every layer of g's image is written.
+  template <typename T>
+  void upload_images(std::span<const Image<T>* const> images, GpuPyramid& g) {
     const size_t plane_bytes = images[0]->plane_stride() * sizeof(T);
-    auto t0 = Clock::now();
+    const auto t0 = Clock::now();
     vk::Buffer& staging = pooled_buffer(device, upload_staging, VkDeviceSize(plane_bytes) * g.layers(),
                                         VK_BUFFER_USAGE_TRANSFER_SRC_BIT, vk::MemoryUse::upload, generation);
     std::vector<VkBufferImageCopy> regions;
@@ -436,8 +431,13 @@ struct VulkanBackend::Impl {
                            uint32_t(regions.size()), regions.data());
     submit_and_wait();
     timings.upload_ms += ms_since(t0);
+  }
 
-    t0 = Clock::now();
+  // The mip levels of g's image from its level 0, by `method`.
+  template <typename T>
+  void make_mips(GpuPyramid& g, MipMethod method) {
+    constexpr bool u8 = std::is_same_v<T, uint8_t>;
+    const auto t0 = Clock::now();
     PooledImage* chain = nullptr;  // acquired before begin(): see `generation`
     if (method == MipMethod::blit && u8) {
       vk::ImageDesc cd;
@@ -463,7 +463,7 @@ struct VulkanBackend::Impl {
         zeros = z.handle();
       }
     }
-    cb = begin();
+    VkCommandBuffer cb = begin();
     if (chain)
       record_blit_mips_u8(cb, g, *chain, guards, zeros);
     else if (method == MipMethod::blit)
@@ -475,6 +475,25 @@ struct VulkanBackend::Impl {
     if (quantize) quantize->reset_sets();
     mip_f32->reset_sets();
     timings.mips_ms += ms_since(t0);
+  }
+
+  template <typename T>
+  GpuPyramid upload_and_mip(std::span<const Image<T>* const> images, int max_levels, MipMethod method) {
+    check_same_size(images);
+    constexpr bool u8 = std::is_same_v<T, uint8_t>;
+    GpuPyramid g;
+    g.width = images[0]->width();
+    g.height = images[0]->height();
+    g.channels = images[0]->channels();
+    g.count = int(images.size());
+    g.levels = resolve_levels(g.width, g.height, max_levels);
+    ++pyramid_builds;
+    const vk::ImageDesc desc = pyramid_desc<T>(g, method);
+    // Float blit mips filter the pyramid image itself, so that one is padded.
+    g.pooled = method == MipMethod::blit && !u8 ? &acquire_blit_image(pyramids, desc)
+                                                : &pyramids.acquire(device, desc, generation);
+    upload_images(images, g);
+    make_mips<T>(g, method);
     return g;
   }
 

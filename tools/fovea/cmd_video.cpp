@@ -151,14 +151,8 @@ struct VideoCommand {
   }
 
   int run() const {
-    using Clock = std::chrono::steady_clock;
-    auto ms_since = [](Clock::time_point t0) {
-      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    };
     Query base_query;
     VideoParams vp = video_params(base_query);
-    const bool have_model = !model_spec.empty();
-    const bool windowed = vp.tokenize.foveation == Foveation::windows;
     const ExecConfig exec_config = exec.config();
     if (check_arguments_only()) return 0;  // the CLI fuzz target: no file is read or written
 
@@ -167,25 +161,16 @@ struct VideoCommand {
     Executor ex(exec_config);
     std::optional<VitModel> model;
     std::string norm_source;
-    if (have_model) {
+    if (!model_spec.empty()) {
       model = VitModel::load(model_spec);
       note_model(*model, model_spec);
-      if (model->config().native.enabled()) {  // Qwen-VL towers: native video chunks (cmd_video_native.cpp)
-        const Precision asked = vp.encoder.precision;
-        return run_native_video(*model,
-                                {.model_spec = model_spec, .video = tok.image, .output = output, .asked = asked,
-                                 .precision = runnable_precision_noted(asked), .every = every, .fps = fps,
-                                 .max_frames = max_frames, .chunk_frames = chunk_frames,
-                                 .cap_pixels_per_frame = cap_pixels_per_frame, .json = json,
-                                 .autorotate = !no_autorotate, .max_pixels = tok.max_pixels, .refused = not_native},
-                                ex);
-      }
+      if (model->config().native.enabled()) return run_native(*model, vp, ex);
     }
     if (native_options_given) {
       throw invalid_argument("--chunk-frames and --cap-pixels-per-frame apply to a native-resolution tower (Qwen2-VL, "
                              "Qwen2.5-VL, Qwen3-VL) given with --model");
     }
-    if (have_model) norm_source = fit_to_model(*model, vp);
+    if (model) norm_source = fit_to_model(*model, vp);
     quiet_ffmpeg_log();
     VideoReaderOptions ro;
     ro.max_pixels = tok.max_pixels;
@@ -200,94 +185,149 @@ struct VideoCommand {
     std::unique_ptr<TokenStore> store = store_backend.empty() ? nullptr : make_store(*model, vp, seq);
 
     // ---- the loop (fovea::run_video; fovea.video() runs the same) ---------------------------
-    const bool progress = ::isatty(2) && !json;
-    VideoRunOptions ro_run;
-    ro_run.source = tok.image;
-    ro_run.max_frames = max_frames;
-    ro_run.keep = frame_sampler(every, fps);
-    ro_run.query = base_query;
+    Loop loop(*this, vp, model ? &*model : nullptr, ex, store.get(), seq);
+    const VideoRunOptions options = run_options(base_query, track ? &*track : nullptr, norm_source, loop);
+    loop.t_run = std::chrono::steady_clock::now();
+    const VideoRunStats run =
+        run_video(reader, session, options, [&loop](FrameResult& r, const VideoRunStats& so_far) { loop.finish_frame(r, so_far); });
+    if (loop.progress) std::fprintf(stderr, "\n");
+    if (loop.sheet) {
+      loop.sheet_file->write(encode_png(loop.sheet->render()));
+      loop.sheet_file->commit();
+    }
+    return report(run, loop.t, info, reader, vp, model ? &*model : nullptr, ex, store.get(),
+                  loop.sheet ? &*loop.sheet : nullptr);
+  }
+
+  // Qwen-VL towers: native video chunks (cmd_video_native.cpp).
+  int run_native(const VitModel& model, const VideoParams& vp, Executor& ex) const {
+    const Precision asked = vp.encoder.precision;
+    return run_native_video(model,
+                            {.model_spec = model_spec, .video = tok.image, .output = output, .asked = asked,
+                             .precision = runnable_precision_noted(asked), .every = every, .fps = fps,
+                             .max_frames = max_frames, .chunk_frames = chunk_frames,
+                             .cap_pixels_per_frame = cap_pixels_per_frame, .json = json,
+                             .autorotate = !no_autorotate, .max_pixels = tok.max_pixels, .refused = not_native},
+                            ex);
+  }
+
+  // One run's frame loop: what its hooks share (the model, the store, --check's inputs,
+  // --overlay's sheet, the warnings given) and what they add up for the summary.
+  struct Loop {
+    const VideoCommand& cmd;
+    const VideoParams& vp;
+    const VitModel* model;  // null: patches only
+    Executor& ex;
+    TokenStore* store;      // --store, or null
+    SeqId seq;
+    const bool windowed, progress;
+    // --check: each frame's decoded image and query, kept until its group comes out.
+    std::deque<std::pair<ImageU8, Query>> check_inputs;
+    // --overlay: a contact sheet of thumbnails, kept evenly spaced with bounded memory.
+    std::optional<VideoSheet> sheet;
+    std::optional<AtomicFile> sheet_file;
+    int64_t frames_in = 0, frames_out = 0;
+    std::set<std::string> warned_outside;  // each fixation or region off the frame, once
+    bool warned_nonfinite = false;          // NaN embeddings: once a run (bad weights spoil every frame)
+    RunTotals t;
+    std::chrono::steady_clock::time_point t_run;
+
+    Loop(const VideoCommand& c, const VideoParams& p, const VitModel* m, Executor& e, TokenStore* s, SeqId sq)
+        : cmd(c), vp(p), model(m), ex(e), store(s), seq(sq),
+          windowed(p.tokenize.foveation == Foveation::windows), progress(::isatty(2) && !c.json) {
+      // The sheet's file is opened now, so that an unwritable path fails before the run, not after it.
+      if (!cmd.overlay.empty()) sheet.emplace(), sheet_file.emplace(cmd.overlay);
+    }
+    const char* line_start() const { return progress ? "\n" : ""; }
+
+    // A frame about to be pushed.
+    void on_input(const VideoFrame& f, const Query& q) {
+      warn_query_outside(q, f.image.width(), f.image.height(),
+                         {.frame = static_cast<long long>(f.index), .seen = &warned_outside, .prefix = line_start()});
+      if (cmd.check) check_inputs.emplace_back(f.image.clone(), q);
+      if (sheet) sheet->add_frame(frames_in, f.image, f.index, f.pts_s, ex);
+      ++frames_in;
+    }
+
+    // A frame out of the session (its group's last one finished).
+    void finish_frame(FrameResult& r, const VideoRunStats& so_far) {
+      nlohmann::json pf = frame_json(r, windowed, model != nullptr);
+      if (windowed) t.kept_total += int64_t(r.rows.size());
+      if (model && !warned_nonfinite)
+        warned_nonfinite = warn_nonfinite(r.embeddings,
+                                          "frame " + std::to_string(r.index) + "'s embeddings (later frames not checked)",
+                                          line_start()) > 0;
+      if (cmd.check) check(r, pf);
+      if (store) store_frame(r, pf);
+      if (sheet) sheet->add_tokens(frames_out, r.batch, r.recomputed, r.refresh);
+      ++frames_out;
+      if (cmd.json) t.per_frame.push_back(std::move(pf));  // ~2 KiB a frame: kept only when printed
+      if (progress) show_progress(so_far);
+    }
+
+    // --check: the frame against a full encode of its decoded image.
+    void check(const FrameResult& r, nlohmann::json& pf) {
+      auto [image, q] = std::move(check_inputs.front());
+      check_inputs.pop_front();
+      double full_ms = 0;
+      const RowCosines cos = check_frame(*model, vp, r, std::move(image), q, ex, full_ms);
+      pf["full_ms"] = full_ms;
+      pf["cosine"] = cos.mean;
+      pf["cosine_min_token"] = cos.min;
+      pf["error_mean"] = cos.error_mean;
+      pf["error_max"] = cos.error_max;
+      t.full_total += full_ms;
+      t.cosine_total += cos.mean;
+      t.cosine_min = std::min(t.cosine_min, cos.mean);
+      t.cosine_min_token = std::min(t.cosine_min_token, cos.min);
+    }
+
+    // --store: the frame's embeddings (f16) rebound into the sequence.
+    void store_frame(const FrameResult& r, nlohmann::json& pf) {
+      const auto ts = std::chrono::steady_clock::now();
+      const Tensor& e = r.embeddings;
+      Tensor h(DType::f16, {e.dim(0), e.dim(1)});
+      for (int64_t i = 0; i < e.numel(); ++i) h.data<uint16_t>()[i] = f32_to_f16(e.data<float>()[i]);
+      const FrameDelta d = store->update_frame(seq, h);
+      t.store_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count();
+      pf["store"] = {{"pages_written", d.pages_written},
+                     {"pages_unchanged", d.pages_unchanged},
+                     {"pages_bound", d.pages_bound},
+                     {"pages_unbound", d.pages_unbound}};
+    }
+
+    void show_progress(const VideoRunStats& so_far) const {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
+      std::fprintf(stderr, "\rfovea video: %lld frames, %.1f fps, reuse %.1f%%   ", (long long)so_far.frames,
+                   secs > 0 ? so_far.frames / secs : 0.0, 100.0 * so_far.reuse_rate());
+      std::fflush(stderr);
+    }
+  };
+
+  // What run_video is told: the input, the frames kept, each frame's query (--fixations), the
+  // output and its metadata, and the loop's hooks.
+  VideoRunOptions run_options(const Query& base_query, const FixationTrack* track, const std::string& norm_source,
+                              Loop& loop) const {
+    VideoRunOptions o;
+    o.source = tok.image;
+    o.max_frames = max_frames;
+    o.keep = frame_sampler(every, fps);
+    o.query = base_query;
     if (track)
-      ro_run.frame_query = [&](const VideoFrame& f) {
+      o.frame_query = [base_query, track](const VideoFrame& f) {
         Query q = base_query;
         if (const std::vector<Fixation>* fx = track->at(f.index)) q.fixations = *fx;
         return q;
       };
-    ro_run.output = output;
-    ro_run.model_name = model_spec;
-    ro_run.preprocessing_source = norm_source;
-    // --check: each frame's decoded image and query, kept until its group comes out.
-    std::deque<std::pair<ImageU8, Query>> check_inputs;
-    // --overlay: a contact sheet of thumbnails, kept evenly spaced with bounded memory.
-    // Its file is opened now, so that an unwritable path fails before the run, not after it.
-    std::optional<VideoSheet> sheet;
-    std::optional<AtomicFile> sheet_file;
-    if (!overlay.empty()) sheet.emplace(), sheet_file.emplace(overlay);
-    int64_t frames_in = 0, frames_out = 0;
-    std::set<std::string> warned_outside;  // each fixation or region off the frame, once
-    bool warned_nonfinite = false;          // NaN embeddings: once a run (bad weights spoil every frame)
-    ro_run.on_input = [&](const VideoFrame& f, const Query& q) {
-      warn_query_outside(q, f.image.width(), f.image.height(),
-                         {.frame = static_cast<long long>(f.index), .seen = &warned_outside, .prefix = progress ? "\n" : ""});
-      if (check) check_inputs.emplace_back(f.image.clone(), q);
-      if (sheet) sheet->add_frame(frames_in, f.image, f.index, f.pts_s, ex);
-      ++frames_in;
-    };
-    ro_run.on_warning = [&](const std::string& w) {
+    o.output = output;
+    o.model_name = model_spec;
+    o.preprocessing_source = norm_source;
+    o.on_input = [&loop](const VideoFrame& f, const Query& q) { loop.on_input(f, q); };
+    const bool progress = loop.progress;
+    o.on_warning = [this, progress](const std::string& w) {
       std::fprintf(stderr, "%sfovea: warning: %s: %s\n", progress ? "\n" : "", tok.image.c_str(), w.c_str());
     };
-    RunTotals t;
-    const auto t_run = Clock::now();
-    auto finish_frame = [&](FrameResult& r, const VideoRunStats& so_far) {
-      nlohmann::json pf = frame_json(r, windowed, have_model);
-      if (windowed) t.kept_total += int64_t(r.rows.size());
-      if (have_model && !warned_nonfinite)
-        warned_nonfinite = warn_nonfinite(r.embeddings,
-                                          "frame " + std::to_string(r.index) + "'s embeddings (later frames not checked)",
-                                          progress ? "\n" : "") > 0;
-      if (check) {
-        auto [image, q] = std::move(check_inputs.front());
-        check_inputs.pop_front();
-        double full_ms = 0;
-        const RowCosines cos = check_frame(*model, vp, r, std::move(image), q, ex, full_ms);
-        pf["full_ms"] = full_ms;
-        pf["cosine"] = cos.mean;
-        pf["cosine_min_token"] = cos.min;
-        pf["error_mean"] = cos.error_mean;
-        pf["error_max"] = cos.error_max;
-        t.full_total += full_ms;
-        t.cosine_total += cos.mean;
-        t.cosine_min = std::min(t.cosine_min, cos.mean);
-        t.cosine_min_token = std::min(t.cosine_min_token, cos.min);
-      }
-      if (store) {
-        const auto ts = Clock::now();
-        const Tensor& e = r.embeddings;
-        Tensor h(DType::f16, {e.dim(0), e.dim(1)});
-        for (int64_t i = 0; i < e.numel(); ++i) h.data<uint16_t>()[i] = f32_to_f16(e.data<float>()[i]);
-        const FrameDelta d = store->update_frame(seq, h);
-        t.store_ms += ms_since(ts);
-        pf["store"] = {{"pages_written", d.pages_written},
-                       {"pages_unchanged", d.pages_unchanged},
-                       {"pages_bound", d.pages_bound},
-                       {"pages_unbound", d.pages_unbound}};
-      }
-      if (sheet) sheet->add_tokens(frames_out, r.batch, r.recomputed, r.refresh);
-      ++frames_out;
-      if (json) t.per_frame.push_back(std::move(pf));  // ~2 KiB a frame: kept only when printed
-      if (progress) {
-        const double secs = std::chrono::duration<double>(Clock::now() - t_run).count();
-        std::fprintf(stderr, "\rfovea video: %lld frames, %.1f fps, reuse %.1f%%   ", (long long)so_far.frames,
-                     secs > 0 ? so_far.frames / secs : 0.0, 100.0 * so_far.reuse_rate());
-        std::fflush(stderr);
-      }
-    };
-    const VideoRunStats run = run_video(reader, session, ro_run, finish_frame);
-    if (progress) std::fprintf(stderr, "\n");
-    if (sheet) {
-      sheet_file->write(encode_png(sheet->render()));
-      sheet_file->commit();
-    }
-    return report(run, t, info, reader, vp, model ? &*model : nullptr, ex, store.get(), sheet ? &*sheet : nullptr);
+    return o;
   }
 
   // The session's parameters fitted to the model: its preprocessing (unless --mean / --std say

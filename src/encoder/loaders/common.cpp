@@ -426,6 +426,13 @@ nlohmann::json vision_part(nlohmann::json j) {
   return j;
 }
 
+void check_agrees(const nlohmann::json& j, const char* file, std::initializer_list<const char*> keys, int64_t have,
+                  const std::string& path, const std::string& whose) {
+  if (const auto v = cfg_get<int64_t>(j, keys, file); v && *v != have)
+    throw Error(Errc::corrupt_data, "'" + path + "': " + std::string(file) + " says " + std::string(*keys.begin()) + " = " +
+                                        std::to_string(*v) + " but " + whose + " is " + std::to_string(have));
+}
+
 int default_heads(int hidden) {
   switch (hidden) {
     case 192: return 3;

@@ -154,6 +154,11 @@ InputContract open_clip_contract(const nlohmann::json& open_clip, const InputCon
 // ---- shared by the loaders ------------------------------------------------------------------
 nlohmann::json read_json_beside(const std::string& weights_path, const char* file);
 nlohmann::json vision_part(nlohmann::json config);  // CLIPModel's vision_config, else itself
+// A size a JSON file of the checkpoint at `path` repeats must be the one the loader found: when
+// `j` (the file named `file`) holds one of `keys` with a value other than `have`, throws
+// Error(corrupt_data) "'<path>': <file> says <first key> = <value> but <whose> is <have>".
+void check_agrees(const nlohmann::json& j, const char* file, std::initializer_list<const char*> keys, int64_t have,
+                  const std::string& path, const std::string& whose);
 
 template <typename T>
 std::optional<T> cfg_get(const nlohmann::json& j, std::initializer_list<const char*> keys, const char* file = "config.json") {
@@ -297,6 +302,11 @@ VitLayer load_fused_block(Lookup& L, const std::string& prefix, const FusedBlock
 // `file` names the JSON in messages and becomes the contract's source.
 InputContract contract_from_preprocessor(const nlohmann::json& pre, const InputContract& fallback,
                                          const char* file = "preprocessor_config.json");
+
+// A Qwen-VL tower's patch embedding (<p>patch_embed.proj.weight, a Conv3d kernel [D, C, T, P, P])
+// and block count (<p>blocks.*): c.hidden, channels, native.temporal_patch, patch_px and layers.
+// Throws Error(corrupt_data) for a malformed kernel or no block.
+void read_qwen_patch_embed(const WeightSource& w, const std::string& p, VitConfig& c);
 
 // A Qwen-VL tower's input contract and image pixel limits (NativeConfig::min_pixels ...) from
 // `ck`'s preprocessor_config.json (image_mean, image_std, rescale; min_pixels / max_pixels, or

@@ -46,15 +46,7 @@ struct Qwen3VlRead {
 
   // The width, channels, patch sizes, block count, position grid, merge size, merger and MLP widths.
   void read_dims() {
-    const auto pe = w.info(p + "patch_embed.proj.weight");
-    if (pe->shape.size() != 5 || pe->shape[3] != pe->shape[4])
-      throw bad(p + "patch_embed.proj.weight is " + shape_str(pe->shape) + ", not a Conv3d kernel [D, C, T, P, P]");
-    c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the tower's width");
-    c.channels = checked_dim(pe->shape[1], 16, path, "the input channels");
-    c.native.temporal_patch = checked_dim(pe->shape[2], 64, path, "the temporal patch size");
-    c.patch_px = checked_dim(pe->shape[3], 1024, path, "the patch size");
-    c.layers = c.layers_in_checkpoint = count_layers(w, p + "blocks.");
-    if (c.layers < 1) throw bad("no " + p + "blocks.0.* tensors");
+    read_qwen_patch_embed(w, p, c);
     const int64_t D = c.hidden;
     const auto pos = w.info(p + "pos_embed.weight");
     if (pos->shape.size() != 2 || pos->shape[1] != D)
@@ -90,9 +82,7 @@ struct Qwen3VlRead {
       throw bad("num_heads = " + std::to_string(c.heads) + " does not divide the width " + std::to_string(D) +
                 " into heads whose width is a multiple of 4 (2-D rotary positions)");
     auto agree = [&](std::initializer_list<const char*> keys, int64_t have, const std::string& what) {
-      if (const auto v = cfg_get<int64_t>(cfg, keys, cf); v && *v != have)
-        throw bad("config.json says " + std::string(*keys.begin()) + " = " + std::to_string(*v) + " but the tensors' " +
-                  what + " is " + std::to_string(have));
+      check_agrees(cfg, cf, keys, have, path, "the tensors' " + what);
     };
     agree({"depth"}, c.layers, "block count");
     agree({"hidden_size"}, D, "width");

@@ -61,15 +61,7 @@ struct QwenVlRead {
 
   // The width, channels, patch sizes, block count, merge size, merger and MLP widths.
   void read_dims() {
-    const auto pe = w.info(p + "patch_embed.proj.weight");
-    if (pe->shape.size() != 5 || pe->shape[3] != pe->shape[4])
-      throw bad(p + "patch_embed.proj.weight is " + shape_str(pe->shape) + ", not a Conv3d kernel [D, C, T, P, P]");
-    c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the tower's width");
-    c.channels = checked_dim(pe->shape[1], 16, path, "the input channels");
-    c.native.temporal_patch = checked_dim(pe->shape[2], 64, path, "the temporal patch size");
-    c.patch_px = checked_dim(pe->shape[3], 1024, path, "the patch size");
-    c.layers = c.layers_in_checkpoint = count_layers(w, p + "blocks.");
-    if (c.layers < 1) throw bad("no " + p + "blocks.0.* tensors");
+    read_qwen_patch_embed(w, p, c);
     const int64_t D = c.hidden;
     const auto i0 = w.info(mlp0), i2 = w.info(mlp2);
     if (!i0 || !i2 || i0->shape.size() != 2 || i2->shape.size() != 2)
@@ -108,10 +100,8 @@ struct QwenVlRead {
     if (c.heads < 1 || D % c.heads || (D / c.heads) % 4)
       throw bad("num_heads = " + std::to_string(c.heads) + " does not divide the width " + std::to_string(D) +
                 " into heads whose width is a multiple of 4 (2-D rotary positions)");
-    auto agree = [&](std::initializer_list<const char*> keys, int64_t have, const std::string& what_) {
-      if (const auto v = cfg_get<int64_t>(cfg, keys, cf); v && *v != have)
-        throw bad("config.json says " + std::string(*keys.begin()) + " = " + std::to_string(*v) + " but the tensors' " +
-                  what_ + " is " + std::to_string(have));
+    auto agree = [&](std::initializer_list<const char*> keys, int64_t have, const std::string& what) {
+      check_agrees(cfg, cf, keys, have, path, "the tensors' " + what);
     };
     agree({"depth"}, c.layers, "block count");
     agree({"patch_size", "spatial_patch_size"}, c.patch_px, "patch size");
@@ -264,6 +254,35 @@ const ModelLoader& hf_qwen2_5_vl_loader() {
   return loader;
 }
 
+namespace {
+// A processor file's pixel limits: min_pixels / max_pixels (unless `size_only`), else
+// size.shortest_edge / longest_edge; each unset when the file gives neither.
+std::pair<std::optional<int64_t>, std::optional<int64_t>> pixel_limits(const nlohmann::json& pre, const char* file,
+                                                                       bool size_only) {
+  std::optional<int64_t> mn, mx;
+  if (!size_only) mn = cfg_get<int64_t>(pre, {"min_pixels"}, file), mx = cfg_get<int64_t>(pre, {"max_pixels"}, file);
+  if (auto it = pre.find("size"); it != pre.end() && it->is_object()) {
+    if (!mn) mn = cfg_get<int64_t>(*it, {"shortest_edge"}, file);
+    if (!mx) mx = cfg_get<int64_t>(*it, {"longest_edge"}, file);
+  }
+  return {mn, mx};
+}
+}  // namespace
+
+void read_qwen_patch_embed(const WeightSource& w, const std::string& p, VitConfig& c) {
+  const std::string& path = w.path();
+  auto bad = [&](const std::string& why) { return Error(Errc::corrupt_data, "'" + path + "': " + why); };
+  const auto pe = w.info(p + "patch_embed.proj.weight");
+  if (pe->shape.size() != 5 || pe->shape[3] != pe->shape[4])
+    throw bad(p + "patch_embed.proj.weight is " + shape_str(pe->shape) + ", not a Conv3d kernel [D, C, T, P, P]");
+  c.hidden = checked_dim(pe->shape[0], 1 << 16, path, "the tower's width");
+  c.channels = checked_dim(pe->shape[1], 16, path, "the input channels");
+  c.native.temporal_patch = checked_dim(pe->shape[2], 64, path, "the temporal patch size");
+  c.patch_px = checked_dim(pe->shape[3], 1024, path, "the patch size");
+  c.layers = c.layers_in_checkpoint = count_layers(w, p + "blocks.");
+  if (c.layers < 1) throw bad("no " + p + "blocks.0.* tensors");
+}
+
 void read_image_limits(const Checkpoint& ck, VitConfig& c, const InputContract& defaults, int64_t default_min,
                        int64_t default_max) {
   const std::string& path = ck.weights->path();
@@ -275,21 +294,12 @@ void read_image_limits(const Checkpoint& ck, VitConfig& c, const InputContract& 
   c.native.min_pixels = default_min;
   c.native.max_pixels = default_max;
   if (pre.is_object()) {
-    std::optional<int64_t> mn = cfg_get<int64_t>(pre, {"min_pixels"}, pf), mx = cfg_get<int64_t>(pre, {"max_pixels"}, pf);
-    if (auto it = pre.find("size"); it != pre.end() && it->is_object()) {
-      if (!mn) mn = cfg_get<int64_t>(*it, {"shortest_edge"}, pf);
-      if (!mx) mx = cfg_get<int64_t>(*it, {"longest_edge"}, pf);
-    }
+    const auto [mn, mx] = pixel_limits(pre, pf, false);
     if (mn) c.native.min_pixels = *mn;
     if (mx) c.native.max_pixels = *mx;
-    auto pagree = [&](const char* key, int64_t have, const char* what) {
-      if (const auto v = cfg_get<int64_t>(pre, {key}, pf); v && *v != have)
-        throw bad("preprocessor_config.json says " + std::string(key) + " = " + std::to_string(*v) + " but the tensors' " +
-                  what + " is " + std::to_string(have));
-    };
-    pagree("patch_size", c.patch_px, "patch size");
-    pagree("merge_size", c.native.merge, "merge size");
-    pagree("temporal_patch_size", c.native.temporal_patch, "temporal patch size");
+    check_agrees(pre, pf, {"patch_size"}, c.patch_px, path, "the tensors' patch size");
+    check_agrees(pre, pf, {"merge_size"}, c.native.merge, path, "the tensors' merge size");
+    check_agrees(pre, pf, {"temporal_patch_size"}, c.native.temporal_patch, path, "the tensors' temporal patch size");
   }
   if (c.native.min_pixels < 1 || c.native.max_pixels < c.native.min_pixels || c.native.max_pixels > (int64_t(1) << 40))
     throw bad("preprocessor_config.json's pixel limits (min " + std::to_string(c.native.min_pixels) + ", max " +
@@ -307,24 +317,14 @@ void read_video_limits(const Checkpoint& ck, VitConfig& c, int64_t default_min, 
   n.video_min_pixels = default_min, n.video_max_pixels = default_max;
   n.video_limits_source = "the video processor's defaults";
   if (pre.is_object()) {
-    std::optional<int64_t> mn, mx;
-    if (!size_only) mn = cfg_get<int64_t>(pre, {"min_pixels"}, pf), mx = cfg_get<int64_t>(pre, {"max_pixels"}, pf);
-    if (auto it = pre.find("size"); it != pre.end() && it->is_object()) {
-      if (!mn) mn = cfg_get<int64_t>(*it, {"shortest_edge"}, pf);
-      if (!mx) mx = cfg_get<int64_t>(*it, {"longest_edge"}, pf);
-    }
+    const auto [mn, mx] = pixel_limits(pre, pf, size_only);
     if (mn) n.video_min_pixels = *mn;
     if (mx) n.video_max_pixels = *mx;
     if (mn || mx) n.video_limits_source = pf;
     if (own) {
-      auto agree = [&](const char* key, int64_t have) {
-        if (const auto v = cfg_get<int64_t>(pre, {key}, pf); v && *v != have)
-          throw bad(std::string(pf) + " says " + key + " = " + std::to_string(*v) + " but the tower's is " +
-                    std::to_string(have));
-      };
-      agree("patch_size", c.patch_px);
-      agree("merge_size", n.merge);
-      agree("temporal_patch_size", n.temporal_patch);
+      check_agrees(pre, pf, {"patch_size"}, c.patch_px, path, "the tower's");
+      check_agrees(pre, pf, {"merge_size"}, n.merge, path, "the tower's");
+      check_agrees(pre, pf, {"temporal_patch_size"}, n.temporal_patch, path, "the tower's");
     }
   }
   if (n.video_min_pixels < 1 || n.video_max_pixels < n.video_min_pixels || n.video_max_pixels > (int64_t(1) << 40))
