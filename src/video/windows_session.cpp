@@ -61,6 +61,22 @@ void local_positions(const TokenWindow& w, int P, float* pos) {
   }
 }
 
+// A copy of `b` that shares no tensor with it.
+TokenBatch copy_of(const TokenBatch& b) {
+  TokenBatch c;
+  c.patches = b.patches.clone();
+  c.positions = b.positions.clone();
+  c.levels = b.levels.clone();
+  c.boxes = b.boxes;
+  c.level_offsets = b.level_offsets;
+  c.patch_px = b.patch_px;
+  c.params = b.params;
+  c.windows = b.windows;
+  c.window = b.window.clone();
+  c.covered = b.covered.clone();
+  return c;
+}
+
 Tensor rows_of(const Tensor& t, int64_t first, int64_t n) {
   std::vector<int64_t> shape = t.shape();
   shape[0] = n;
@@ -109,6 +125,23 @@ struct WindowsVideo::Impl {
   double encode_incremental(const FrameWindows& fw, size_t w, bool continues, Slot& sl, FrameResult& r);
   double encode_batched(const FrameWindows& fw, const std::vector<size_t>& which, std::vector<Slot>& slots_now);
   static void gather_outputs(const std::vector<Slot>& slots_now, const std::vector<int64_t>& first, FrameResult& r);
+
+  // process()'s steps, in order.
+  void update_frame(ImageU8 frame, FrameResult& r, std::vector<uint8_t>& dirty);
+  struct FramePlan {
+    WindowPlan plan;
+    std::vector<int> matched;  // per window, its slot in the last frame (the same box, grid and level), or -1
+    bool replan = false, had_plan = false;
+  };
+  FramePlan plan_frame(const Query& query, const std::vector<uint8_t>& dirty, FrameResult& r);
+  struct FramePatches {
+    std::vector<int64_t> first;  // window w's rows: first[w] .. first[w + 1]
+    TokenBatch nb;
+    std::vector<uint8_t> same;   // per window: its box and patches are the last frame's
+    size_t row_bytes = 0;
+  };
+  FramePatches frame_patches(const FramePlan& f, const std::vector<uint8_t>& dirty, FrameResult& r);
+  std::vector<Slot> encode_frame(const FramePlan& f, const FramePatches& fp, FrameResult& r);
 
   WindowParams window_params() const {
     WindowParams wp = params.tokenize.windows;
@@ -259,193 +292,195 @@ void WindowsVideo::Impl::gather_outputs(const std::vector<Slot>& slots_now, cons
   }
 }
 
+// The change test against the last frame and the pyramid: rebuilt on a refresh, else the dirty
+// tiles copied in and their pyramid updated. `dirty`: the tiles that changed (all on a refresh).
+void WindowsVideo::Impl::update_frame(ImageU8 frame, FrameResult& r, std::vector<uint8_t>& dirty) {
+  const VideoParams& p = params;
+  auto t0 = Clock::now();
+  const bool size_changed = video_detail::change_test(frame, pyramid, processed, p, grid, exec, r, dirty);
+  r.timings.change_ms = ms_since(t0);
+  t0 = Clock::now();
+  const int relevance_levels = std::exchange(relevance_cache.levels, 0);
+  const int levels = std::max(windows_pyramid_levels(grid.image_width, grid.image_height, p.tokenize.patch_px,
+                                                     p.tokenize.windows.grid),
+                              p.tokenize.relevance.stats_level + 1);
+  if (r.refresh) {
+    r.dirty_tiles = r.tiles;
+    dirty.assign(size_t(grid.tiles()), 1);
+    if (!size_changed && pyramid.num_levels() > 0) recycled = std::move(pyramid.level(0));
+    pyramid = build_pyramid(std::move(frame), PyramidParams{.max_levels = levels}, exec);
+  } else {
+    copy_tiles(frame, pyramid.level(0), grid, dirty, exec);
+    update_pyramid(pyramid, p.tokenize.patch_px, dirty, exec);
+    recycled = std::move(frame);
+  }
+  relevance_cache.levels = relevance_levels;
+  r.timings.pyramid_ms = ms_since(t0);
+}
+
+// The relevance and the frame's plan: the last frame's while the relevance moved less than the
+// layout's hysteresis (when a fixation moved inside its window, query_kept, the content's part
+// alone, the detail energies before the query weighs them, so that the query's move does not
+// move the windows); each window matched to the last frame's same window.
+WindowsVideo::Impl::FramePlan WindowsVideo::Impl::plan_frame(const Query& query, const std::vector<uint8_t>& dirty,
+                                                             FrameResult& r) {
+  const VideoParams& p = params;
+  auto t0 = Clock::now();
+  RelevanceMap rel = compute_relevance(pyramid, p.tokenize.patch_px, query, p.tokenize.relevance, exec, relevance_cache,
+                                       r.refresh ? std::span<const uint8_t>() : std::span<const uint8_t>(dirty));
+  r.timings.relevance_ms = ms_since(t0);
+  t0 = Clock::now();
+  FramePlan f;
+  f.replan = r.refresh || !have_plan || p.layout_hysteresis <= 0 || !query_kept(query);
+  if (!f.replan) {
+    const bool moved = !same_query(query, plan_query);
+    const std::vector<float>& now = moved && !rel.detail_total.empty() ? rel.detail_total : rel.score;
+    const std::vector<float>& then = moved && !rel.detail_total.empty() ? plan_detail : plan_relevance;
+    double diff = 0, total = 0;
+    f.replan = now.size() != then.size();
+    for (size_t i = 0; !f.replan && i < now.size(); ++i) diff += std::fabs(double(now[i]) - then[i]), total += then[i];
+    f.replan = f.replan || diff > double(p.layout_hysteresis) * total;
+  }
+  f.had_plan = have_plan && !r.refresh;
+  f.plan = f.replan ? plan_windows(rel, query, window_params()) : plan;
+  f.matched.assign(f.plan.windows.size(), -1);
+  if (f.had_plan)
+    for (size_t w = 0; w < f.plan.windows.size(); ++w)
+      for (size_t o = 0; o < plan.windows.size(); ++o)
+        if (same_window(f.plan.windows[w], plan.windows[o])) {
+          f.matched[w] = int(o);
+          break;
+        }
+  if (f.replan) {
+    r.layout_changed = !have_plan || f.plan.windows.size() != plan.windows.size() ||
+                       std::count(f.matched.begin(), f.matched.end(), -1) > 0;
+    plan_relevance = rel.score;
+    plan_detail = rel.detail_total;
+    plan_query = query;
+    have_plan = true;
+    Allocation a;
+    a.budget_tokens = p.tokenize.alloc.budget_tokens;
+    a.rate_map = f.plan.rate_map();
+    a.max_level = f.plan.pyramid_levels() - 1;
+    allocation = std::make_shared<const Allocation>(std::move(a));
+  }
+  r.allocation = allocation;
+  r.timings.allocate_ms = ms_since(t0);
+  return f;
+}
+
+// The frame's patches: every window sampled on a new plan; on the same plan, the last frame's
+// batch with the windows the dirty tiles touch sampled again. A window is the last frame's when
+// its box and its patches are, byte for byte (`same`).
+WindowsVideo::Impl::FramePatches WindowsVideo::Impl::frame_patches(const FramePlan& f, const std::vector<uint8_t>& dirty,
+                                                                   FrameResult& r) {
+  const VideoParams& p = params;
+  const auto t0 = Clock::now();
+  const size_t W = f.plan.windows.size();
+  FramePatches fp;
+  fp.first.assign(W + 1, 0);
+  for (size_t w = 0; w < W; ++w) fp.first[w + 1] = fp.first[w] + f.plan.windows[w].tokens();
+  const int64_t N = fp.first[W];
+  std::vector<uint8_t> resampled(W, 1);
+  if (!f.had_plan || f.replan) {
+    fp.nb = extract_windows(pyramid, f.plan, p.tokenize.extract, exec);
+  } else {
+    fp.nb = copy_of(batch);
+    std::vector<size_t> again;
+    for (size_t w = 0; w < W; ++w)
+      if (touches_dirty(f.plan.windows[w], grid, dirty)) again.push_back(w);
+      else resampled[w] = 0;
+    if (!again.empty()) {
+      const TokenBatch sb = extract_windows(pyramid, sub_plan(f.plan, again), p.tokenize.extract, exec);
+      const size_t row = size_t(fp.nb.patches.size_bytes() / std::max<int64_t>(N, 1));
+      int64_t at = 0;
+      for (size_t w : again) {
+        std::memcpy(fp.nb.patches.bytes() + size_t(fp.first[w]) * row, sb.patches.bytes() + size_t(at) * row,
+                    size_t(f.plan.windows[w].tokens()) * row);
+        at += f.plan.windows[w].tokens();
+      }
+    }
+  }
+  fp.row_bytes = size_t(fp.nb.patches.size_bytes() / std::max<int64_t>(N, 1));
+  fp.same.assign(W, 0);
+  r.previous_row.assign(size_t(N), -1);
+  for (size_t w = 0; w < W; ++w) {
+    if (f.matched[w] < 0) continue;
+    const Slot& o = slots[size_t(f.matched[w])];
+    for (int64_t i = 0; i < f.plan.windows[w].tokens(); ++i) r.previous_row[size_t(fp.first[w] + i)] = o.first_row + i;
+    fp.same[w] = std::memcmp(fp.nb.patches.bytes() + size_t(fp.first[w]) * fp.row_bytes,
+                             batch.patches.bytes() + size_t(o.first_row) * fp.row_bytes,
+                             size_t(f.plan.windows[w].tokens()) * fp.row_bytes) == 0;
+  }
+  for (size_t w = 0; w < W; ++w)
+    if (resampled[w]) r.resampled_tokens += f.plan.windows[w].tokens();
+  r.timings.extract_ms = ms_since(t0);
+  return fp;
+}
+
+// Every window whose pixels changed, each a sequence of its own (through its incremental encoder,
+// or all of them in one exact call), the others reused; the frame's outputs are the kept tokens
+// of every window, in batch order. Returns the slots of this frame's windows.
+std::vector<WindowsVideo::Impl::Slot> WindowsVideo::Impl::encode_frame(const FramePlan& f, const FramePatches& fp,
+                                                                       FrameResult& r) {
+  const VideoParams& p = params;
+  const auto t0 = Clock::now();
+  const size_t W = f.plan.windows.size();
+  const int64_t N = fp.first[W];
+  std::vector<Slot> now(W);
+  r.window_reused.assign(W, 0);
+  r.recomputed.assign(size_t(N), 0);
+  std::vector<size_t> encode_now;
+  for (size_t w = 0; w < W; ++w) {
+    const int m = f.matched[w];
+    const bool reuse = p.reuse != Reuse::off && fp.same[w] && (!model || slots[size_t(m)].embeddings.rank() > 0);
+    if (m >= 0) now[w] = std::move(slots[size_t(m)]);
+    now[w].first_row = fp.first[w];
+    if (reuse) {
+      r.window_reused[w] = 1;
+    } else {
+      encode_now.push_back(w);
+      std::fill(r.recomputed.begin() + fp.first[w], r.recomputed.begin() + fp.first[w + 1], uint8_t(1));
+    }
+  }
+  double work = 0;
+  if (model && !encode_now.empty()) {
+    const FrameWindows fw{f.plan, fp.nb, fp.first, fp.row_bytes};
+    std::vector<size_t> batched;  // encoded in one call, exactly
+    for (size_t w : encode_now) {
+      if (p.reuse == Reuse::incremental)
+        work += encode_incremental(fw, w, f.matched[w] >= 0 && now[w].embeddings.rank() > 0, now[w], r);
+      else
+        batched.push_back(w);
+    }
+    if (!batched.empty()) work += encode_batched(fw, batched, now);
+  }
+  r.encoder_work = N > 0 ? work / double(N) : 0;
+  const uint8_t* cov = fp.nb.covered.data<uint8_t>();
+  for (int64_t i = 0; i < N; ++i)
+    if (!cov[i]) r.rows.push_back(i);
+  if (model) gather_outputs(now, fp.first, r);
+  r.recomputed_tokens = std::count(r.recomputed.begin(), r.recomputed.end(), uint8_t(1));
+  r.timings.encode_ms = ms_since(t0);
+  return now;
+}
+
 FrameResult WindowsVideo::process(ImageU8 frame, const Query& query, int64_t index, double pts_s) {
   Impl& s = *impl_;
-  const VideoParams& p = s.params;
-  Executor& exec = s.exec;
   if (frame.empty()) throw Error(Errc::invalid_argument, "video: empty frame");
   if (frame.channels() != 3) frame = to_rgb(frame);
   FrameResult r;
   r.index = index;
   r.pts_s = pts_s;
-  const int P = p.tokenize.patch_px;
-
-  // ---- change test and refresh decision (as the mixed-scale session) -------------------------
-  auto t0 = Clock::now();
   std::vector<uint8_t> dirty;
-  const bool size_changed = video_detail::change_test(frame, s.pyramid, s.processed, p, s.grid, exec, r, dirty);
-  const TileGrid& g = s.grid;
-  r.timings.change_ms = ms_since(t0);
-
-  // ---- pyramid -------------------------------------------------------------------------------
-  t0 = Clock::now();
-  const int relevance_levels = std::exchange(s.relevance_cache.levels, 0);
-  const int levels = std::max(windows_pyramid_levels(g.image_width, g.image_height, P, p.tokenize.windows.grid),
-                              p.tokenize.relevance.stats_level + 1);
-  if (r.refresh) {
-    r.dirty_tiles = r.tiles;
-    dirty.assign(size_t(g.tiles()), 1);
-    if (!size_changed && s.pyramid.num_levels() > 0) s.recycled = std::move(s.pyramid.level(0));
-    s.pyramid = build_pyramid(std::move(frame), PyramidParams{.max_levels = levels}, exec);
-  } else {
-    copy_tiles(frame, s.pyramid.level(0), g, dirty, exec);
-    update_pyramid(s.pyramid, P, dirty, exec);
-    s.recycled = std::move(frame);
-  }
-  r.timings.pyramid_ms = ms_since(t0);
-
-  // ---- relevance and the plan (with hysteresis) ------------------------------------------------
-  t0 = Clock::now();
-  s.relevance_cache.levels = relevance_levels;
-  RelevanceMap rel = compute_relevance(s.pyramid, P, query, p.tokenize.relevance, exec, s.relevance_cache,
-                                       r.refresh ? std::span<const uint8_t>() : std::span<const uint8_t>(dirty));
-  r.timings.relevance_ms = ms_since(t0);
-  t0 = Clock::now();
-  // The relevance's change since the plan, as the mixed layout's hysteresis measures it; when a
-  // fixation moved inside its window (query_kept), the content's part alone (the detail
-  // energies before the query weighs them), so that the query's move does not move the windows.
-  bool replan = r.refresh || !s.have_plan || p.layout_hysteresis <= 0 || !s.query_kept(query);
-  if (!replan) {
-    const bool moved = !same_query(query, s.plan_query);
-    const std::vector<float>& now = moved && !rel.detail_total.empty() ? rel.detail_total : rel.score;
-    const std::vector<float>& then = moved && !rel.detail_total.empty() ? s.plan_detail : s.plan_relevance;
-    double diff = 0, total = 0;
-    replan = now.size() != then.size();
-    for (size_t i = 0; !replan && i < now.size(); ++i) diff += std::fabs(double(now[i]) - then[i]), total += then[i];
-    replan = replan || diff > double(p.layout_hysteresis) * total;
-  }
-  const bool had_plan = s.have_plan && !r.refresh;
-  WindowPlan plan = replan ? plan_windows(rel, query, s.window_params()) : s.plan;
-  // Each window's slot in the last frame (the same box, grid and level), or -1.
-  std::vector<int> matched(plan.windows.size(), -1);
-  if (had_plan)
-    for (size_t w = 0; w < plan.windows.size(); ++w)
-      for (size_t o = 0; o < s.plan.windows.size(); ++o)
-        if (same_window(plan.windows[w], s.plan.windows[o])) {
-          matched[w] = int(o);
-          break;
-        }
-  if (replan) {
-    r.layout_changed = !s.have_plan || plan.windows.size() != s.plan.windows.size() ||
-                       std::count(matched.begin(), matched.end(), -1) > 0;
-    s.plan_relevance = rel.score;
-    s.plan_detail = rel.detail_total;
-    s.plan_query = query;
-    s.have_plan = true;
-    Allocation a;
-    a.budget_tokens = p.tokenize.alloc.budget_tokens;
-    a.rate_map = plan.rate_map();
-    a.max_level = plan.pyramid_levels() - 1;
-    s.allocation = std::make_shared<const Allocation>(std::move(a));
-  }
-  r.allocation = s.allocation;
-  r.timings.allocate_ms = ms_since(t0);
-
-  // ---- patches: windows the change test did not touch keep theirs ------------------------------
-  t0 = Clock::now();
-  const size_t W = plan.windows.size();
-  std::vector<int64_t> first(W + 1, 0);
-  for (size_t w = 0; w < W; ++w) first[w + 1] = first[w] + plan.windows[w].tokens();
-  const int64_t N = first[W];
-  std::vector<uint8_t> resampled(W, 1);
-  TokenBatch nb;
-  if (!had_plan || replan) {
-    nb = extract_windows(s.pyramid, plan, p.tokenize.extract, exec);
-  } else {
-    // The same plan: the last frame's batch, with the windows the dirty tiles touch sampled again.
-    nb.patches = s.batch.patches.clone();
-    nb.positions = s.batch.positions.clone();
-    nb.levels = s.batch.levels.clone();
-    nb.boxes = s.batch.boxes;
-    nb.level_offsets = s.batch.level_offsets;
-    nb.patch_px = s.batch.patch_px;
-    nb.params = s.batch.params;
-    nb.windows = s.batch.windows;
-    nb.window = s.batch.window.clone();
-    nb.covered = s.batch.covered.clone();
-    std::vector<size_t> again;
-    for (size_t w = 0; w < W; ++w)
-      if (touches_dirty(plan.windows[w], g, dirty)) again.push_back(w);
-      else resampled[w] = 0;
-    if (!again.empty()) {
-      const TokenBatch sb = extract_windows(s.pyramid, sub_plan(plan, again), p.tokenize.extract, exec);
-      const size_t row = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
-      int64_t at = 0;
-      for (size_t w : again) {
-        std::memcpy(nb.patches.bytes() + size_t(first[w]) * row, sb.patches.bytes() + size_t(at) * row,
-                    size_t(plan.windows[w].tokens()) * row);
-        at += plan.windows[w].tokens();
-      }
-    }
-  }
-  // A window is the last frame's when its box and its patches are, byte for byte.
-  const size_t row_bytes = size_t(nb.patches.size_bytes() / std::max<int64_t>(N, 1));
-  std::vector<uint8_t> same(W, 0);
-  r.previous_row.assign(size_t(N), -1);
-  for (size_t w = 0; w < W; ++w) {
-    if (matched[w] < 0) continue;
-    const Impl::Slot& o = s.slots[size_t(matched[w])];
-    for (int64_t i = 0; i < plan.windows[w].tokens(); ++i) r.previous_row[size_t(first[w] + i)] = o.first_row + i;
-    same[w] = std::memcmp(nb.patches.bytes() + size_t(first[w]) * row_bytes,
-                          s.batch.patches.bytes() + size_t(o.first_row) * row_bytes,
-                          size_t(plan.windows[w].tokens()) * row_bytes) == 0;
-  }
-  for (size_t w = 0; w < W; ++w)
-    if (resampled[w]) r.resampled_tokens += plan.windows[w].tokens();
-  r.timings.extract_ms = ms_since(t0);
-
-  // ---- encode: every window whose pixels changed, each a sequence of its own -------------------
-  t0 = Clock::now();
-  std::vector<Impl::Slot> slots(W);
-  r.window_reused.assign(W, 0);
-  r.recomputed.assign(size_t(N), 0);
-  std::vector<size_t> encode_now;
-  for (size_t w = 0; w < W; ++w) {
-    const bool reuse = p.reuse != Reuse::off && same[w] && (!s.model || s.slots[size_t(matched[w])].embeddings.rank() > 0);
-    if (matched[w] >= 0) slots[w] = std::move(s.slots[size_t(matched[w])]);
-    slots[w].first_row = first[w];
-    if (reuse) {
-      r.window_reused[w] = 1;
-    } else {
-      encode_now.push_back(w);
-      std::fill(r.recomputed.begin() + first[w], r.recomputed.begin() + first[w + 1], uint8_t(1));
-    }
-  }
-  double work = 0;
-  if (s.model && !encode_now.empty()) {
-    const Impl::FrameWindows fw{plan, nb, first, row_bytes};
-    std::vector<size_t> batched;  // encoded in one call, exactly
-    for (size_t w : encode_now) {
-      if (p.reuse == Reuse::incremental)
-        work += s.encode_incremental(fw, w, matched[w] >= 0 && slots[w].embeddings.rank() > 0, slots[w], r);
-      else
-        batched.push_back(w);
-    }
-    if (!batched.empty()) work += s.encode_batched(fw, batched, slots);
-  }
-  r.encoder_work = N > 0 ? work / double(N) : 0;
-
-  // ---- the frame's outputs: the kept tokens of every window, in batch order --------------------
-  const uint8_t* cov = nb.covered.data<uint8_t>();
-  for (int64_t i = 0; i < N; ++i)
-    if (!cov[i]) r.rows.push_back(i);
-  if (s.model) Impl::gather_outputs(slots, first, r);
-  r.recomputed_tokens = std::count(r.recomputed.begin(), r.recomputed.end(), uint8_t(1));
-  r.timings.encode_ms = ms_since(t0);
-
-  // ---- keep the state ------------------------------------------------------------------------
-  r.batch.patches = nb.patches.clone();
-  r.batch.positions = nb.positions.clone();
-  r.batch.levels = nb.levels.clone();
-  r.batch.boxes = nb.boxes;
-  r.batch.level_offsets = nb.level_offsets;
-  r.batch.patch_px = nb.patch_px;
-  r.batch.params = nb.params;
-  r.batch.windows = nb.windows;
-  r.batch.window = nb.window.clone();
-  r.batch.covered = nb.covered.clone();
-  s.batch = std::move(nb);
-  s.plan = std::move(plan);
+  s.update_frame(std::move(frame), r, dirty);
+  Impl::FramePlan f = s.plan_frame(query, dirty, r);
+  Impl::FramePatches fp = s.frame_patches(f, dirty, r);
+  std::vector<Impl::Slot> slots = s.encode_frame(f, fp, r);
+  // The state the next frame starts from.
+  r.batch = copy_of(fp.nb);
+  s.batch = std::move(fp.nb);
+  s.plan = std::move(f.plan);
   s.slots = std::move(slots);
   ++s.processed;
   return r;
