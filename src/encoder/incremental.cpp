@@ -434,15 +434,22 @@ void IncrementalEncoder::State::delta_block(LayerCache& C, const std::vector<uin
       continue;
     }
     float m = lse[t], l = 0;
-    const float* srow = sc.s.as<float>() + j * ncp;
-    const float corr = ops.ref ? softmax_step_row_ref(srow, nc, scale, &m, &l, pf, DType::f32)
-                               : softmax_step_row(srow, nc, scale, &m, &l, pf, DType::f32);
+    float* srow = sc.s.as<float>() + j * ncp;
+    // The padding columns (zero keys) scored −∞: e^(−∞) = 0 there, so the row kernel runs over
+    // whole vectors (ncp is a multiple of 16) instead of finishing each row with scalar exps.
+    float* pr = dt == DType::f32 ? reinterpret_cast<float*>(prow) : pf;
+    float corr;
+    if (ops.ref) {
+      corr = softmax_step_row_ref(srow, nc, scale, &m, &l, pr, DType::f32);
+      std::fill(pr + nc, pr + ncp, 0.0f);
+    } else {
+      std::fill(srow + nc, srow + ncp, -INFINITY);
+      corr = softmax_step_row(srow, ncp, scale, &m, &l, pr, DType::f32);
+    }
     float added = 0, removed = 0;
-    for (int64_t k = 0; k < n_new; ++k) added += pf[k];
-    for (int64_t k = n_new; k < nc; ++k) removed += pf[k], pf[k] = -pf[k];
-    std::fill(pf + nc, pf + ncp, 0.0f);
-    if (dt == DType::f32) std::memcpy(prow, pf, size_t(ncp) * 4);
-    else to_bf16_row(pf, reinterpret_cast<uint16_t*>(prow), ncp);
+    for (int64_t k = 0; k < n_new; ++k) added += pr[k];
+    for (int64_t k = n_new; k < nc; ++k) removed += pr[k], pr[k] = -pr[k];
+    if (dt != DType::f32) to_bf16_row(pf, reinterpret_cast<uint16_t*>(prow), ncp);
     const float den = corr + added - removed;
     sc.corr[size_t(j)] = corr, sc.den[size_t(j)] = den, sc.mx[size_t(j)] = m;
     if (!(den > 1e-3f * (corr + added + removed))) tr.bad[size_t(h * T + t)] = 1;
