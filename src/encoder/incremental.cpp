@@ -1257,11 +1257,11 @@ IncrementalEncoder::State::ChangedKv IncrementalEncoder::State::gather_changed_k
   const int64_t n_old = int64_t(old_rows.size()) + ng;
   const int64_t ncp = round_up(std::max<int64_t>(r + n_old, 1), kRowBucket);
   bound.kc.ensure(size_t(ps.c.heads * ncp * hd) * es), bound.vc.ensure(size_t(ps.c.heads * ncp * hd) * es);
-  std::memset(bound.kc.get(), 0, size_t(ps.c.heads * ncp * hd) * es);
-  std::memset(bound.vc.get(), 0, size_t(ps.c.heads * ncp * hd) * es);
+  const int64_t nc = r + n_old;
   for (int64_t h = 0; h < ps.c.heads; ++h)
     for (int kv = 0; kv < 2; ++kv) {
       std::byte* dst = (kv ? bound.vc : bound.kc).get() + size_t(h * ncp * hd) * es;
+      std::memset(dst + size_t(nc * hd) * es, 0, size_t((ncp - nc) * hd) * es);  // only the padding rows
       const std::byte* cache = C.kv.bytes() + size_t(((kv * ps.c.heads + h) * w.T) * hd) * es;
       for (int64_t j = 0; j < r; ++j)
         std::memcpy(dst + size_t(j * hd) * es,
