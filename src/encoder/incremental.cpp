@@ -69,12 +69,14 @@ struct LayerCache {
 };
 
 // ‖W‖₂ (the largest singular value) by power iteration on WᵀW: the most a change of a token's
-// attention output can move its residual stream through the output projection.
+// attention output can move its residual stream through the output projection. One pass over W
+// per iteration: each row r gives u_r = row·v (four partial sums: a single one waited on each
+// add, and this ran 0.24 s for ViT-B's 12 layers at the first frame) and adds u_r·row to WᵀW v.
 float spectral_norm(const WeightMatrix& w) {
   const int64_t R = w.rows, C = w.cols;
   std::vector<float> a(size_t(R * C));
   for (int64_t r = 0; r < R; ++r) weight_row_f32(w.data, w.dtype, C, r, C, a.data() + r * C);  // f32, bf16 or f16
-  std::vector<double> v(static_cast<size_t>(C)), u(static_cast<size_t>(R));
+  std::vector<double> v(static_cast<size_t>(C)), next_v(static_cast<size_t>(C));
   for (int64_t j = 0; j < C; ++j) v[size_t(j)] = 1.0 + 0.01 * double(j % 7);  // not orthogonal to the top vector
   double sigma = 0;
   for (int it = 0; it < 30; ++it) {
@@ -83,18 +85,22 @@ float spectral_norm(const WeightMatrix& w) {
     const double inv = 1.0 / std::sqrt(std::max(vv, 1e-300));
     for (double& x : v) x *= inv;
     double uu = 0;
+    std::fill(next_v.begin(), next_v.end(), 0.0);
+    const double* vp = v.data();
+    double* nv = next_v.data();
     for (int64_t r = 0; r < R; ++r) {
-      double acc = 0;
       const float* row = a.data() + r * C;
-      for (int64_t j = 0; j < C; ++j) acc += double(row[j]) * v[size_t(j)];
-      u[size_t(r)] = acc, uu += acc * acc;
+      double acc[4] = {0, 0, 0, 0};
+      int64_t j = 0;
+      for (; j + 4 <= C; j += 4)
+        for (int k = 0; k < 4; ++k) acc[k] += double(row[j + k]) * vp[j + k];
+      for (; j < C; ++j) acc[0] += double(row[j]) * vp[j];
+      const double u = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      uu += u * u;
+      for (j = 0; j < C; ++j) nv[j] += double(row[j]) * u;
     }
+    v.swap(next_v);
     const double next = std::sqrt(uu);  // ‖W v‖ with ‖v‖ = 1: increases towards σ
-    std::fill(v.begin(), v.end(), 0.0);
-    for (int64_t r = 0; r < R; ++r) {
-      const float* row = a.data() + r * C;
-      for (int64_t j = 0; j < C; ++j) v[size_t(j)] += double(row[j]) * u[size_t(r)];
-    }
     if (it > 3 && next - sigma <= 1e-4 * next) return float(next);
     sigma = next;
   }
@@ -161,16 +167,37 @@ void for_row_chunks(int64_t rows, bool chunked, Fn&& fn) {
   for (int64_t r0 = 0; r0 < rows; r0 += kChunk) fn(r0, std::min(kChunk, round_up(rows - r0, kRowBucket)));
 }
 
+// The rows of a chunk for `rows` rows on `threads` threads: the size (a multiple of kRowBucket, at
+// most kChunk) whose chunks, handed out in order to the first free thread, finish first, each
+// chunk counted as its rows plus kTaskRows (a GEMM call's fixed cost; so, of two sizes as good,
+// the larger). 64-row chunks of a group's usual 176 rows made 64 + 48 rows on one thread and 64
+// on the other; 48-row chunks make 96 and 80.
+constexpr int64_t kTaskRows = 8;
+int64_t balanced_chunk(int64_t rows, int threads) {
+  const int64_t nt = std::max(threads, 1);
+  int64_t best = kChunk, best_span = -1;
+  std::vector<int64_t> load(static_cast<size_t>(nt));
+  for (int64_t cs = kChunk; cs >= kRowBucket; cs -= kRowBucket) {
+    std::fill(load.begin(), load.end(), int64_t(0));
+    for (int64_t r0 = 0; r0 < rows; r0 += cs) {
+      auto it = std::min_element(load.begin(), load.end());
+      *it += std::min(cs, round_up(rows - r0, kRowBucket)) + kTaskRows;
+    }
+    const int64_t span = *std::max_element(load.begin(), load.end());
+    if (best_span < 0 || span < best_span) best = cs, best_span = span;
+  }
+  return best;
+}
+
 // The same chunks shared out between `threads` OpenMP threads in one parallel region, each
 // chunk's GEMMs single-threaded (oneDNN runs sequentially inside a region): one region per
 // layer step instead of one per GEMM and chunk (each a wake-up of the other threads, which on a
-// loaded machine cost more than the small GEMMs). Chunks are small enough that every thread
-// gets one when there are rows for it. The first exception is rethrown after the region.
+// loaded machine cost more than the small GEMMs). Chunks are sized so that the threads finish
+// together (balanced_chunk). The first exception is rethrown after the region.
 template <typename Fn>
 void parallel_row_chunks(int64_t rows, int threads, Fn&& fn) {
   if (rows <= 0) return;
-  const int64_t per = (rows + threads - 1) / std::max(threads, 1);
-  const int64_t cs = std::min(kChunk, round_up(per, kRowBucket));
+  const int64_t cs = balanced_chunk(rows, threads);
   const int64_t n = (rows + cs - 1) / cs;
   std::exception_ptr error;
   std::mutex error_mutex;
@@ -407,15 +434,22 @@ void IncrementalEncoder::State::delta_block(LayerCache& C, const std::vector<uin
       continue;
     }
     float m = lse[t], l = 0;
-    const float* srow = sc.s.as<float>() + j * ncp;
-    const float corr = ops.ref ? softmax_step_row_ref(srow, nc, scale, &m, &l, pf, DType::f32)
-                               : softmax_step_row(srow, nc, scale, &m, &l, pf, DType::f32);
+    float* srow = sc.s.as<float>() + j * ncp;
+    // The padding columns (zero keys) scored −∞: e^(−∞) = 0 there, so the row kernel runs over
+    // whole vectors (ncp is a multiple of 16) instead of finishing each row with scalar exps.
+    float* pr = dt == DType::f32 ? reinterpret_cast<float*>(prow) : pf;
+    float corr;
+    if (ops.ref) {
+      corr = softmax_step_row_ref(srow, nc, scale, &m, &l, pr, DType::f32);
+      std::fill(pr + nc, pr + ncp, 0.0f);
+    } else {
+      std::fill(srow + nc, srow + ncp, -INFINITY);
+      corr = softmax_step_row(srow, ncp, scale, &m, &l, pr, DType::f32);
+    }
     float added = 0, removed = 0;
-    for (int64_t k = 0; k < n_new; ++k) added += pf[k];
-    for (int64_t k = n_new; k < nc; ++k) removed += pf[k], pf[k] = -pf[k];
-    std::fill(pf + nc, pf + ncp, 0.0f);
-    if (dt == DType::f32) std::memcpy(prow, pf, size_t(ncp) * 4);
-    else to_bf16_row(pf, reinterpret_cast<uint16_t*>(prow), ncp);
+    for (int64_t k = 0; k < n_new; ++k) added += pr[k];
+    for (int64_t k = n_new; k < nc; ++k) removed += pr[k], pr[k] = -pr[k];
+    if (dt != DType::f32) to_bf16_row(pf, reinterpret_cast<uint16_t*>(prow), ncp);
     const float den = corr + added - removed;
     sc.corr[size_t(j)] = corr, sc.den[size_t(j)] = den, sc.mx[size_t(j)] = m;
     if (!(den > 1e-3f * (corr + added + removed))) tr.bad[size_t(h * T + t)] = 1;
@@ -838,7 +872,22 @@ void IncrementalEncoder::State::prepare_layers(Pass& ps) {
   if (layers.size() != ps.L) layers.resize(ps.L);
   if (ps.track && wo_norm.size() != ps.L) {
     wo_norm.resize(ps.L);
-    for (size_t li = 0; li < ps.L; ++li) wo_norm[li] = spectral_norm(ps.m.layers[li].out_w);
+    // A layer per task (independent: the same values on any number of threads).
+    std::exception_ptr error;
+    std::mutex error_mutex;
+#pragma omp parallel for num_threads(ps.ops.threads) schedule(dynamic, 1) if (ps.L > 1)
+    for (int64_t li = 0; li < int64_t(ps.L); ++li) {
+      try {
+        wo_norm[size_t(li)] = spectral_norm(ps.m.layers[size_t(li)].out_w);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) {
+      wo_norm.clear();
+      std::rethrow_exception(error);
+    }
   }
   // The rows of the previous layout that the head frame drops (their keys and values leave
   // every kept token's attention).
@@ -1208,11 +1257,11 @@ IncrementalEncoder::State::ChangedKv IncrementalEncoder::State::gather_changed_k
   const int64_t n_old = int64_t(old_rows.size()) + ng;
   const int64_t ncp = round_up(std::max<int64_t>(r + n_old, 1), kRowBucket);
   bound.kc.ensure(size_t(ps.c.heads * ncp * hd) * es), bound.vc.ensure(size_t(ps.c.heads * ncp * hd) * es);
-  std::memset(bound.kc.get(), 0, size_t(ps.c.heads * ncp * hd) * es);
-  std::memset(bound.vc.get(), 0, size_t(ps.c.heads * ncp * hd) * es);
+  const int64_t nc = r + n_old;
   for (int64_t h = 0; h < ps.c.heads; ++h)
     for (int kv = 0; kv < 2; ++kv) {
       std::byte* dst = (kv ? bound.vc : bound.kc).get() + size_t(h * ncp * hd) * es;
+      std::memset(dst + size_t(nc * hd) * es, 0, size_t((ncp - nc) * hd) * es);  // only the padding rows
       const std::byte* cache = C.kv.bytes() + size_t(((kv * ps.c.heads + h) * w.T) * hd) * es;
       for (int64_t j = 0; j < r; ++j)
         std::memcpy(dst + size_t(j * hd) * es,
