@@ -97,6 +97,19 @@ BENCHES = {
         "columns": [r"^clip$", r"^model$", r"^setting$", r"^incremental_ms$", r"^off_ms$", r"^speedup_mean_time$",
                     r"^cosine_mean$", r"^reuse_rate$"],
     },
+    "video-oracle": {
+        "title": "Video: what an oracle's token reuse would cost on a pretrained tower",
+        "script": "bench/video_oracle.py",
+        "method": "The lower bound for keep-or-recompute reuse: fovea's video layouts of held-out clips through a "
+                  "pretrained ViT-Ti/16 (float64 torch, checked against fovea's encode), where at every layer the "
+                  "oracle recomputes exactly the tokens whose kept output is off by more than `tau` (knowing every "
+                  "true output for free) and keeps the rest, frame after frame. `work` is the recomputed rows' "
+                  "share of a full encode's multiply-adds, `cosine_mean` / `cosine_worst_frame` each frame's "
+                  "tokens against a full encode (as `fovea video --check`); `holds`: mean >= 0.99 and worst "
+                  "frame >= 0.98.",
+        "columns": [r"^clip$", r"^tau$", r"^slope$", r"^work$", r"^cosine_mean$", r"^cosine_worst_frame$",
+                    r"^holds$"],
+    },
     "video-shift": {
         "title": "Video: camera shifts by whole patches",
         "script": "bench/video_bench.py",

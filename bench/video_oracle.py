@@ -1,0 +1,289 @@
+#!/usr/bin/python3
+"""How little of a trained tower's work can any token-reuse scheme do on a clip? An oracle.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/video_oracle.py --model CKPT \\
+        [--clips /tmp/fovea-clips] [--only static_away,static_through] [--frames 48] [--budget 273] \\
+        [--taus 0.05,0.065,0.08,0.065:-0.5,0.065:0.5] [--save]
+
+`fovea video --reuse incremental` keeps a token's layer output (its input plus the update it
+had when last computed) unless something says the output would move: its own input changed, or
+the attention bound says the keys and values it attends to moved it. Whatever the criterion, a
+scheme of that family decides per token and layer "recompute" or "keep", and pays for every
+recomputed row. This script asks what the best such decision costs: at every layer it computes
+every token's true output (from the layer's current, already approximate, inputs; free for the
+oracle) and recomputes exactly the tokens whose kept output is off by more than tau (relative
+L2), keeping the rest, frame after frame, errors carried as a real scheme carries them. The
+tokens come from fovea's own video session (the same layouts, hysteresis and token rows as
+`fovea video`, fixation at (0.8 W, 0.2 H) as bench/video_bench.py), the tower is the checkpoint
+run in float64 torch (HF ViT naming; checked against fovea's own encode of frame 0).
+
+Per tau: the work (multiply-adds of the recomputed rows over a full encode's, counted as
+video_bench's encoder_work counts them: a row whose own input moved pays its whole layer, one
+that only needs its attention brought up to date pays attention + output projection + MLP; the
+oracle's selection itself is free, so a real scheme pays more), and the fidelity as
+`fovea video --check` measures it (per frame the mean per-token cosine to the same tokens
+encoded in full; the mean over frames after the first, and the worst frame). The smallest work
+that holds mean >= 0.99 and worst frame >= 0.98 is a lower bound on what any keep-or-recompute
+scheme of this granularity spends; with the measured cost of a frame outside the linear layers
+and attention (--fixed-ms, --off-ms: from a profile of `fovea video`), it bounds the speed-up.
+Also per clip: how far the full encodes themselves move from frame to frame (the share of
+tokens whose final embedding's cosine to the frame before is below 0.99), which no reuse can
+skip.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import numpy as np
+import torch
+
+import provenance  # bench/provenance.py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+import fovea  # noqa: E402
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="an HF ViT checkpoint (model.safetensors, config.json beside it)")
+    ap.add_argument("--clips", default="/tmp/fovea-clips")
+    ap.add_argument("--only", default="static_away,static_through")
+    ap.add_argument("--frames", type=int, default=48)
+    ap.add_argument("--budget", type=int, default=273)
+    ap.add_argument("--taus", default="0.05,0.065,0.08,0.065:-0.5,0.065:0.5",
+                    help="thresholds, ',' between; TAU:S gives layer l of L the threshold TAU * (1 + S * (2 l / (L - 1) - 1)) "
+                         "(S > 0 keeps more in the late layers, S < 0 in the early ones)")
+    ap.add_argument("--off-ms", type=float, default=None,
+                    help="CPU ms of a full (--reuse off) frame, to turn work into a speed-up bound")
+    ap.add_argument("--gemm-ms", type=float, default=None,
+                    help="of which the linear layers and attention (the part that scales with the work)")
+    ap.add_argument("--json", default=None)
+    provenance.add_arguments(ap)
+    return ap.parse_args()
+
+
+class Tower:
+    """An HF ViT (ViTModel / ViTForImageClassification naming) in float64 torch, on fovea tokens."""
+
+    def __init__(self, path):
+        cfg = json.load(open(os.path.join(os.path.dirname(path), "config.json")))
+        self.D, self.heads = cfg["hidden_size"], cfg["num_attention_heads"]
+        self.eps = cfg.get("layer_norm_eps", 1e-12)
+        self.Mh = cfg["intermediate_size"]
+        tf = fovea.load(path)
+        pre = "vit." if any(k.startswith("vit.") for k in tf.keys()) else ""
+
+        def t(name):
+            return torch.from_numpy(np.array(tf[pre + name], dtype=np.float64))
+
+        self.patch_w = t("embeddings.patch_embeddings.projection.weight").reshape(self.D, -1)
+        self.patch_b = t("embeddings.patch_embeddings.projection.bias")
+        self.cls = t("embeddings.cls_token").reshape(1, self.D)
+        pos = t("embeddings.position_embeddings").reshape(-1, self.D)
+        self.cls_pos = pos[:1]
+        self.G = int(round((pos.shape[0] - 1) ** 0.5))
+        self.grid = pos[1:].reshape(self.G, self.G, self.D)
+        self.layers = []
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"encoder.layer.{i}."
+            a = p + "attention.attention."
+            self.layers.append(dict(
+                ln1=(t(p + "layernorm_before.weight"), t(p + "layernorm_before.bias")),
+                qkv_w=torch.cat([t(a + n + ".weight") for n in ("query", "key", "value")]),
+                qkv_b=torch.cat([t(a + n + ".bias") for n in ("query", "key", "value")]),
+                out=(t(p + "attention.output.dense.weight"), t(p + "attention.output.dense.bias")),
+                ln2=(t(p + "layernorm_after.weight"), t(p + "layernorm_after.bias")),
+                fc1=(t(p + "intermediate.dense.weight"), t(p + "intermediate.dense.bias")),
+                fc2=(t(p + "output.dense.weight"), t(p + "output.dense.bias"))))
+        self.post = (t("layernorm.weight"), t("layernorm.bias"))
+        # Multiply-adds of a row's linear layers; of its output projection and MLP only.
+        self.per_token = 4 * self.D * self.D + 2 * self.D * self.Mh
+        self.per_token_att = self.D * self.D + 2 * self.D * self.Mh
+
+    def _bicubic(self, u, v):
+        """The G×G table sampled at table coordinates (u, v) per token: upsample_bicubic2d's
+        cubic convolution (A = −0.75), taps clamped, rows first (src/encoder/positions.cpp)."""
+        A = -0.75
+
+        def w(t):
+            c1 = lambda x: ((A + 2) * x - (A + 3)) * x * x + 1  # noqa: E731
+            c2 = lambda x: ((A * x - 5 * A) * x + 8 * A) * x - 4 * A  # noqa: E731
+            return torch.stack([c2(t + 1), c1(t), c1(1 - t), c2(2 - t)], 1)
+
+        fu, fv = torch.floor(u), torch.floor(v)
+        wx, wy = w(u - fu), w(v - fv)
+        ix, iy = fu.long(), fv.long()
+        out = torch.zeros(len(u), self.D, dtype=torch.float64)
+        for j in range(4):
+            y = (iy - 1 + j).clamp(0, self.G - 1)
+            for i in range(4):
+                x = (ix - 1 + i).clamp(0, self.G - 1)
+                out += (wy[:, j] * wx[:, i])[:, None] * self.grid[y, x]
+        return out
+
+    def embed(self, patches, positions, W, H):
+        """Layer 0's input rows: the class token, then the tokens (patch embedding + position)."""
+        p = torch.from_numpy(np.asarray(patches, dtype=np.float64).reshape(len(patches), -1))
+        pos = torch.from_numpy(np.asarray(positions, dtype=np.float64))
+        x = p @ self.patch_w.T + self.patch_b
+        x = x + self._bicubic(pos[:, 0] * self.G / W - 0.5, pos[:, 1] * self.G / H - 0.5)
+        return torch.cat([self.cls + self.cls_pos, x])
+
+    def ln(self, x, wb):
+        return torch.nn.functional.layer_norm(x, (self.D,), wb[0], wb[1], self.eps)
+
+    def qkv(self, L, x):
+        return self.ln(x, L["ln1"]) @ L["qkv_w"].T + L["qkv_b"]
+
+    def finish(self, L, x, q, k, v):
+        """Rows x (their queries q) attending to every key k and value v: the layer's outputs."""
+        hd = self.D // self.heads
+        qh = q.reshape(len(q), self.heads, hd).transpose(0, 1)
+        kh = k.reshape(len(k), self.heads, hd).transpose(0, 1)
+        vh = v.reshape(len(v), self.heads, hd).transpose(0, 1)
+        a = torch.softmax(qh @ kh.transpose(1, 2) / hd ** 0.5, -1) @ vh
+        h = x + a.transpose(0, 1).reshape(len(q), self.D) @ L["out"][0].T + L["out"][1]
+        m = torch.nn.functional.gelu(self.ln(h, L["ln2"]) @ L["fc1"][0].T + L["fc1"][1])
+        return h + m @ L["fc2"][0].T + L["fc2"][1]
+
+    def full(self, x0):
+        x = x0
+        for L in self.layers:
+            q, k, v = self.qkv(L, x).split(self.D, 1)
+            x = self.finish(L, x, q, k, v)
+        return self.ln(x, self.post)
+
+
+def cosines(a, b):
+    """Per row cosine of a to b (the class token left out, as fovea's embeddings do)."""
+    a, b = a[1:], b[1:]
+    return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(1e-30)
+
+
+def oracle_run(tower, frames, tau, slope=0.0):
+    """The keep-or-recompute oracle over the frames: per frame (work, mean cosine, worst token)."""
+    D = tower.D
+    nl = len(tower.layers)
+    taus = [tau * (1 + slope * (2 * li / max(nl - 1, 1) - 1)) for li in range(nl)]
+    cache = None  # per layer: (input the row was computed from, K, V, update), rows of the frame before
+    out = []
+    for f, fr in enumerate(frames):
+        x = fr["x0"]
+        T = len(x)
+        full_work = len(tower.layers) * (T * tower.per_token + 2 * T * T * D)
+        if cache is None:  # the first frame: computed in full
+            cache = []
+            for L in tower.layers:
+                q, k, v = tower.qkv(L, x).split(D, 1)
+                y = tower.finish(L, x, q, k, v)
+                cache.append([x.clone(), k, v, y - x])
+                x = y
+            out.append((1.0, 1.0, 1.0))
+            continue
+        prev = fr["prev_t"]  # [T]: row of the frame before, -1 new
+        old = prev >= 0
+        work = 0.0
+        for li, L in enumerate(tower.layers):
+            ref, K, V, U = cache[li]
+            ref_n = torch.zeros(T, D, dtype=torch.float64)
+            Kn, Vn, Un = ref_n.clone(), ref_n.clone(), ref_n.clone()
+            ref_n[old], Kn[old], Vn[old], Un[old] = ref[prev[old]], K[prev[old]], V[prev[old]], U[prev[old]]
+            q, k, v = tower.qkv(L, x).split(D, 1)
+            y_true = tower.finish(L, x, q, k, v)  # every row recomputed (the oracle's view)
+            kept = x + Un
+            err = (y_true - kept).norm(dim=1) / kept.norm(dim=1).clamp_min(1e-30)
+            sel = (~old) | (err > taus[li])
+            # The recomputed rows' keys and values replace theirs; the kept rows' stay as computed.
+            Kn[sel], Vn[sel] = k[sel], v[sel]
+            y = kept.clone()
+            if sel.any():
+                y[sel] = tower.finish(L, x[sel], q[sel], Kn, Vn)
+            moved = ((x - ref_n).norm(dim=1) > 1e-9 * ref_n.norm(dim=1)) | ~old
+            ref_n[sel], Un[sel] = x[sel], y[sel] - x[sel]
+            n_in = int((sel & moved).sum())
+            n_att = int((sel & ~moved).sum())
+            work += n_in * tower.per_token + n_att * tower.per_token_att + (n_in + n_att) * 2 * T * D
+            cache[li] = [ref_n, Kn, Vn, Un]
+            x = y
+        c = cosines(tower.ln(x, tower.post), fr["full"])
+        out.append((work / full_work, float(c.mean()), float(c.min())))
+    return out
+
+
+def load_frames(tower, clip, a):
+    r = fovea.VideoReader(clip)
+    W, H = r.info["width"], r.info["height"]
+    res = fovea.video(clip, None, a.budget, [(0.8 * W, 0.2 * H)], max_frames=a.frames,
+                      mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])
+    frames = []
+    for f in res:
+        x0 = tower.embed(f.patches, f.positions, W, H)
+        pr = np.asarray(f.previous_row) if f.previous_row is not None and len(f.previous_row) else None
+        prev_t = torch.full((len(x0),), -1, dtype=torch.long)
+        prev_t[0] = 0 if frames else -1
+        if pr is not None and frames:
+            prev_t[1:] = torch.from_numpy(np.where(pr >= 0, pr + 1, -1).astype(np.int64))
+        frames.append(dict(x0=x0, full=tower.full(x0), prev_t=prev_t, patches=f.patches, positions=f.positions))
+    return frames, (W, H)
+
+
+def main():
+    a = parse_args()
+    torch.set_num_threads(2)
+    tower = Tower(a.model)
+    model = fovea.Model(a.model)
+    taus = [tuple(float(v) for v in (t.split(":") + ["0"])[:2]) for t in a.taus.split(",")]
+    result = {"model": a.model, "budget": a.budget, "frames": a.frames, "taus": taus, "clips": []}
+    rows = []
+    for name in a.only.split(","):
+        clip = os.path.join(a.clips, name + ".mp4")
+        frames, (W, H) = load_frames(tower, clip, a)
+        # The tower in torch is fovea's: frame 0 through fovea's own encoder.
+        f0 = frames[0]
+        ref = model.encode(np.ascontiguousarray(f0["patches"]), positions=np.ascontiguousarray(f0["positions"]),
+                           image_size=(W, H))
+        check = float(cosines(torch.cat([torch.zeros(1, tower.D, dtype=torch.float64),
+                                         torch.from_numpy(np.asarray(ref, dtype=np.float64))]), f0["full"]).min())
+        # How far the full encodes move between frames (matched rows).
+        moving = []
+        for f in range(1, len(frames)):
+            prev_t = frames[f]["prev_t"]
+            old = prev_t[1:] >= 0
+            cur = frames[f]["full"][1:][old]
+            bef = frames[f - 1]["full"][prev_t[1:][old]]
+            c = (cur * bef).sum(1) / (cur.norm(dim=1) * bef.norm(dim=1))
+            moving.append(float((c < 0.99).sum() + (~old).sum()) / len(prev_t[1:]))
+        entry = {"clip": name, "size": [W, H], "tokens": int(np.mean([len(f["x0"]) - 1 for f in frames])),
+                 "torch_vs_fovea_worst_token": check, "moving_share_mean": statistics.fmean(moving),
+                 "moving_share_max": max(moving), "taus": []}
+        print(f"{name}: {W}x{H}, {entry['tokens']} tokens, torch tower vs fovea's encode (frame 0) worst token "
+              f"cosine {check:.6f}; tokens whose full-encode embedding moved (cosine < 0.99 to the frame before, "
+              f"or new): {100 * entry['moving_share_mean']:.1f}% mean, {100 * entry['moving_share_max']:.1f}% max",
+              flush=True)
+        for tau, slope in taus:
+            pf = oracle_run(tower, frames, tau, slope)[1:]
+            work = statistics.fmean(p[0] for p in pf)
+            mean = statistics.fmean(p[1] for p in pf)
+            worst = min(p[1] for p in pf)
+            worst_tok = min(p[2] for p in pf)
+            row = {"clip": name, "tau": tau, "slope": slope, "work": work, "cosine_mean": mean, "cosine_worst_frame": worst,
+                   "cosine_worst_token": worst_tok, "holds": mean >= 0.99 and worst >= 0.98}
+            if a.off_ms and a.gemm_ms:
+                row["speedup_bound"] = a.off_ms / (a.off_ms - a.gemm_ms + work * a.gemm_ms)
+            rows.append(row)
+            entry["taus"].append({**row, "per_frame": pf})
+            print(f"  tau {tau:<6g} slope {slope:<5g} work {work:.3f}  cosine mean {mean:.4f} worst frame {worst:.4f} "
+                  f"worst token {worst_tok:.3f}" + (f"  speed-up <= {row['speedup_bound']:.2f}x"
+                                                    if "speedup_bound" in row else ""), flush=True)
+        result["clips"].append(entry)
+    if a.json:
+        json.dump(result, open(a.json, "w"), indent=1)
+    provenance.output(a, "video-oracle", result, rows=rows, threads=2, versions={"torch": torch.__version__})
+
+
+if __name__ == "__main__":
+    main()
