@@ -226,8 +226,11 @@ namespace encoder_detail {
 
 // Marks a context in use for a scope: throws Error(invalid_argument) when it already is (two
 // threads on one context). The exchange also orders one call's writes before the next call's
-// reads when a context moves between threads.
-class ContextUse {
+// reads when a context moves between threads. FOVEA_INTERNAL like the EncoderContext::Impl it
+// holds: the library compiles both hidden anyway, and a program built without hidden visibility
+// that includes this header (the tests) would otherwise give it default visibility over a hidden
+// field (-Wattributes).
+class FOVEA_INTERNAL ContextUse {
  public:
   explicit ContextUse(EncoderContext::Impl& ctx);
   ~ContextUse() { ctx_.busy.store(false, std::memory_order_release); }
