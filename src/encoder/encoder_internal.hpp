@@ -226,8 +226,11 @@ namespace encoder_detail {
 
 // Marks a context in use for a scope: throws Error(invalid_argument) when it already is (two
 // threads on one context). The exchange also orders one call's writes before the next call's
-// reads when a context moves between threads.
-class ContextUse {
+// reads when a context moves between threads. FOVEA_INTERNAL like the EncoderContext::Impl it
+// holds: the library compiles both hidden anyway, and a program built without hidden visibility
+// that includes this header (the tests) would otherwise give it default visibility over a hidden
+// field (-Wattributes).
+class FOVEA_INTERNAL ContextUse {
  public:
   explicit ContextUse(EncoderContext::Impl& ctx);
   ~ContextUse() { ctx_.busy.store(false, std::memory_order_release); }
@@ -401,9 +404,16 @@ struct LayerOps {
   // out[r] = LayerNorm(x[r]) for rows r < rows of n floats, as f32 or bf16.
   void layer_norm(const float* x, int64_t rows, int64_t n, const Tensor& w, const Tensor& b, float eps, void* out,
                   DType out_dt) const;
-  // The rest of a pre-norm layer after attention, over `rows` rows of the residual stream x
-  // [rows, D] f32: x += A·out_wᵀ + out_b; H = LN2(x); Hm = act(H·fc1_wᵀ + fc1_b);
-  // x += Hm·fc2_wᵀ + fc2_b. A [rows, D], H [rows, D] and Hm [rows, mlp] of type dt.
+  // The attention's output projection into `rows` rows of the residual stream x [rows, D] f32:
+  // x += A·out_wᵀ + out_b, A [rows, D] of type dt.
+  void attention_out(const VitLayer& l, const std::byte* A, int64_t rows, float* x, DType dt) const;
+  // A pre-norm layer's MLP over `rows` rows x [rows, D] f32: H = LN2(x); Hm = act(H·fc1_wᵀ + fc1_b)
+  // (SwiGLU: silu(x1)·x2 over x1 in place); out = Hm·fc2_wᵀ + fc2_b, or out += that when
+  // `accumulate` (out may be x: the residual add). H [rows, D] and Hm [rows, fc1_width(c)] of
+  // type dt, out [rows, D] f32.
+  void mlp(const VitLayer& l, const VitConfig& c, const float* x, int64_t rows, std::byte* H, std::byte* Hm, DType dt,
+           float* out, bool accumulate) const;
+  // The rest of a pre-norm layer after attention: attention_out, then mlp added to x.
   void attention_out_and_mlp(const VitLayer& l, const VitConfig& c, const std::byte* A, int64_t rows, float* x,
                              std::byte* H, std::byte* Hm, DType dt) const;
   // The kernels `exec` asks for, on ctx's GEMM engine bound to model m (bind_gemm). Call

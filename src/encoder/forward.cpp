@@ -60,16 +60,19 @@ void LayerOps::layer_norm(const float* x, int64_t rows, int64_t n, const Tensor&
   }
 }
 
-void LayerOps::attention_out_and_mlp(const VitLayer& l, const VitConfig& c, const std::byte* A, int64_t rows, float* x,
-                                     std::byte* H, std::byte* Hm, DType dt) const {
+void LayerOps::attention_out(const VitLayer& l, const std::byte* A, int64_t rows, float* x, DType dt) const {
   GemmArgs o = linear_args(A, dt, rows, l.out_w, &l.out_b, x, DType::f32);
   o.accumulate = true;
   linear(o);
+}
+
+void LayerOps::mlp(const VitLayer& l, const VitConfig& c, const float* x, int64_t rows, std::byte* H, std::byte* Hm,
+                   DType dt, float* out, bool accumulate) const {
   layer_norm(x, rows, c.hidden, l.ln2_w, l.ln2_b, c.ln_eps, H, dt);
   GemmArgs f1 = linear_args(H, dt, rows, l.fc1_w, &l.fc1_b, Hm, dt);
   f1.post = post_for(c.act);
   linear(f1);
-  GemmArgs f2 = linear_args(Hm, dt, rows, l.fc2_w, &l.fc2_b, x, DType::f32);
+  GemmArgs f2 = linear_args(Hm, dt, rows, l.fc2_w, &l.fc2_b, out, DType::f32);
   if (c.act == Activation::swiglu) {
     // Row r of Hm is [x1 | x2] (2·mlp wide): silu(x1)·x2 overwrites x1 in place, and fc2 reads
     // those first halves (row stride 2·mlp).
@@ -89,8 +92,14 @@ void LayerOps::attention_out_and_mlp(const VitLayer& l, const VitConfig& c, cons
     }
     f2.lda = 2 * h;
   }
-  f2.accumulate = true;
+  f2.accumulate = accumulate;
   linear(f2);
+}
+
+void LayerOps::attention_out_and_mlp(const VitLayer& l, const VitConfig& c, const std::byte* A, int64_t rows, float* x,
+                                     std::byte* H, std::byte* Hm, DType dt) const {
+  attention_out(l, A, rows, x, dt);
+  mlp(l, c, x, rows, H, Hm, dt, x, true);
 }
 
 }  // namespace encoder_detail

@@ -181,7 +181,7 @@ Post post_for(Activation a) {
     case Activation::quick_gelu: return Post::quick_gelu;
     case Activation::gelu_tanh: return Post::gelu_tanh;
     case Activation::gelu_erf: return Post::gelu_erf;
-    case Activation::swiglu: return Post::none;  // the gate runs after fc1 (LayerOps::attention_out_and_mlp)
+    case Activation::swiglu: return Post::none;  // the gate runs after fc1 (LayerOps::mlp)
   }
   return Post::none;
 }

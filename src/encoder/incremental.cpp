@@ -1123,9 +1123,7 @@ void IncrementalEncoder::State::gated_mlp(Pass& ps, const VitLayer& l, LayerCach
   const size_t es = ps.es;
   float* xr = XR.as<float>();
   auto out_proj = [&](int64_t r0, int64_t mc) {
-    GemmArgs o = linear_args(A.get() + size_t(r0 * D) * es, ps.dt, mc, l.out_w, &l.out_b, xr + r0 * D, DType::f32);
-    o.accumulate = true;
-    ps.ops.linear(o);
+    ps.ops.attention_out(l, A.get() + size_t(r0 * D) * es, mc, xr + r0 * D, ps.dt);
   };
   if (ps.split) parallel_row_chunks(total, ps.ops.threads, out_proj);
   else out_proj(0, round_up(total, kRowBucket));
@@ -1164,29 +1162,8 @@ void IncrementalEncoder::State::gated_mlp(Pass& ps, const VitLayer& l, LayerCach
       if (m.j >= 0) std::memcpy(XM.as<float>() + m.j * D, xr + m.row * D, ps.rowb);
     std::memset(XM.as<float>() + nm * D, 0, size_t(mg - nm) * ps.rowb);
     auto mlp = [&](int64_t r0, int64_t mc) {
-      std::byte* h = H.get() + size_t(r0 * D) * es;
-      std::byte* hm = Hm.get() + size_t(r0 * fw1) * es;
-      ps.ops.layer_norm(XM.as<float>() + r0 * D, mc, D, l.ln2_w, l.ln2_b, ps.c.ln_eps, h, ps.dt);
-      GemmArgs f1 = linear_args(h, ps.dt, mc, l.fc1_w, &l.fc1_b, hm, ps.dt);
-      f1.post = post_for(ps.c.act);
-      ps.ops.linear(f1);
-      GemmArgs f2 = linear_args(hm, ps.dt, mc, l.fc2_w, &l.fc2_b, MO.as<float>() + r0 * D, DType::f32);
-      if (ps.c.act == Activation::swiglu) {  // as LayerOps::attention_out_and_mlp: silu(x1)·x2 over x1
-        const int64_t hh = ps.c.mlp;
-        for (int64_t r = 0; r < mc; ++r) {
-          std::byte* rp = hm + size_t(r * 2 * hh) * es;
-          auto silu = [](float a) { return a / (1.0f + std::exp(-a)); };
-          if (ps.dt == DType::f32) {
-            float* v = reinterpret_cast<float*>(rp);
-            for (int64_t j = 0; j < hh; ++j) v[j] = silu(v[j]) * v[hh + j];
-          } else {
-            uint16_t* v = reinterpret_cast<uint16_t*>(rp);
-            for (int64_t j = 0; j < hh; ++j) v[j] = f32_to_bf16(silu(bf16_to_f32(v[j])) * bf16_to_f32(v[hh + j]));
-          }
-        }
-        f2.lda = 2 * hh;
-      }
-      ps.ops.linear(f2);
+      ps.ops.mlp(l, ps.c, XM.as<float>() + r0 * D, mc, H.get() + size_t(r0 * D) * es, Hm.get() + size_t(r0 * fw1) * es,
+                 ps.dt, MO.as<float>() + r0 * D, false);
     };
     if (ps.split) parallel_row_chunks(nm, ps.ops.threads, mlp);
     else mlp(0, mg);

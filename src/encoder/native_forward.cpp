@@ -366,13 +366,11 @@ TowerInput frames_input(const VitConfig& c, std::span<const NativeInput> images)
   return t;
 }
 
-// encode_native for frames (t = 1 each): the tower, image_rows and grid_thw.
+// encode_native for frames (t = 1 each): the tower, image_rows and grid_thw. encode_native, its
+// only caller, has checked that the tower is native and `images` not empty.
 NativeEncoding encode_frames(EncoderContext& ctx, const VitModel& model, std::span<const NativeInput> images,
                              const EncodeParams& params, Executor& exec) {
   const VitConfig& c = model.config();
-  if (!c.native.enabled())
-    throw invalid_argument("encode_native: '" + model.source() + "' is not a native-resolution tower (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)");
-  if (images.empty()) throw invalid_argument("encode_native: no image to encode");
   NativeEncoding out = run_tower(ctx, model, frames_input(c, images), params, exec);
   const int64_t B = int64_t(images.size());
   out.grid_thw = Tensor(DType::i32, {B, 3});
