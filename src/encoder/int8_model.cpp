@@ -6,6 +6,7 @@
 
 #include "encoder/encoder_internal.hpp"
 #include "encoder/int8.hpp"
+#include "encoder/kernels.hpp"
 #include "fovea/error.hpp"
 
 namespace fovea {
