@@ -10,7 +10,10 @@
 - docs/images/video-towers.png: the bench/video_bench.py run (most clips, then latest) that
   measured a pretrained tower beside random weights: per clip and tower, the speed-up over `--reuse off`
   (bars: wall-clock; diamonds: CPU time, where recorded) and the cosine to a full encode (mean and
-  worst frame), each bar labelled with its tower.
+  worst frame), each bar labelled with its tower;
+- docs/images/video-oracle.png: the keep-or-recompute oracle's work against fidelity on a
+  pretrained tower (bench/results/video-oracle/, latest), per clip, beside the default
+  incremental setting's point from the latest bench/results/video/ run of that tower.
 
     /usr/bin/python3 bench/plots.py [--out-dir docs/images]
 
@@ -254,12 +257,72 @@ def plot_video_towers(out):
     return path
 
 
+def plot_video_oracle(out):
+    """Per clip: the oracle's work against its cosine to a full encode (mean, worst frame), and
+    where the default incremental setting stands on the same tower."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    oracles = results("video-oracle")
+    if not oracles:
+        print("plots: no video-oracle result: skipping the oracle picture", file=sys.stderr)
+        return None
+    p, d = max(oracles, key=lambda pd: (pd[1]["date"], pd[0]))
+    model = d["extra"].get("model", "")
+    # The defaults on the same checkpoint: the latest video result that ran it.
+    runs = [(q, e) for q, e in results("video")
+            if any(r.get("model") == model and r.get("setting") == "defaults" for r in e["rows"])]
+    ref = max(runs, key=lambda qe: (qe[1]["date"], qe[0])) if runs else None
+    clips = [c for c in ("static_away", "static_through") if any(r["clip"] == c for r in d["rows"])]
+    names = {"static_away": "static camera, motion away from the fixation",
+             "static_through": "motion at the fixation"}
+    fig, ax = plt.subplots(1, len(clips), figsize=(5.5 * len(clips), 4), squeeze=False)
+    for a, c in zip(ax[0], clips):
+        rs = sorted((r for r in d["rows"] if r["clip"] == c and r.get("slope", 0) == 0), key=lambda r: r["work"])
+        a.plot([r["work"] for r in rs], [r["cosine_mean"] for r in rs], "o-", color="tab:blue",
+               label="oracle: mean")
+        a.plot([r["work"] for r in rs], [r["cosine_worst_frame"] for r in rs], "v--", color="tab:blue", alpha=0.6,
+               label="oracle: worst frame")
+        for r in rs:
+            a.annotate(f"tau {r['tau']:g}", (r["work"], r["cosine_mean"]), textcoords="offset points",
+                       xytext=(4, 4), fontsize=7)
+        if ref:
+            dr = [r for r in ref[1]["rows"] if r.get("model") == model and r.get("setting") == "defaults"
+                  and r.get("clip") == c and r.get("precision", "fp32") == "fp32"]
+            if dr:
+                r = dr[-1]
+                a.scatter([r["encoder_work"]], [r["cosine_mean"]], color="tab:orange", marker="s", zorder=3,
+                          label=f"defaults: mean ({r.get('speedup_cpu', 0):.1f}x CPU time)")
+                a.scatter([r["encoder_work"]], [r["cosine_worst_frame"]], color="tab:orange", marker="v", zorder=3,
+                          label="defaults: worst frame")
+        a.axhline(0.99, color="tab:red", lw=0.8, ls="--", label="targets: mean 0.99, worst frame 0.98")
+        a.axhline(0.98, color="tab:red", lw=0.8, ls=":")
+        xs = [r["work"] for r in rs] + [r["encoder_work"] for r in (dr if ref else [])]
+        a.set_xlim(0, 1.12 * max(xs))
+        a.set_ylim(0.975, None)
+        a.set_xlabel("work (share of a full encode's multiply-adds)")
+        a.set_ylabel("cosine to a full encode")
+        a.set_title(names.get(c, c), fontsize=9)
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7, loc="lower left")
+    src = os.path.relpath(p, ROOT) + (f"; defaults: {os.path.relpath(ref[0], ROOT)}" if ref else "")
+    fig.suptitle(f"Token reuse on {os.path.basename(os.path.dirname(model)) or model}: an oracle against the "
+                 f"defaults\n({src})", fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out, "video-oracle.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "images"))
     a = ap.parse_args(argv)
     os.makedirs(a.out_dir, exist_ok=True)
-    for p in (plot_budget(a.out_dir), plot_video(a.out_dir), plot_video_towers(a.out_dir)):
+    for p in (plot_budget(a.out_dir), plot_video(a.out_dir), plot_video_towers(a.out_dir),
+              plot_video_oracle(a.out_dir)):
         if p:
             print(f"wrote {os.path.relpath(p, ROOT)}")
     return 0
