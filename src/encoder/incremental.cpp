@@ -302,6 +302,18 @@ struct FrameWork {
   int64_t in_off = 0, xr_off = 0;
   double work = 0, full_work = 0;
   std::vector<float> est;  // [T] per token, Σ over layers of the changes left unapplied
+  // As a FrameWork{} (every field above), its vectors' capacity kept for the next run.
+  void renew() {
+    in = nullptr, res = nullptr;
+    N = T = 0;
+    have_prev = gate = remap = false;
+    for (std::vector<int64_t>* v : {&prev_t, &cand, &cand_row, &sel, &att, &att_row, &ref_before, &cur_before, &carry,
+                                    &carry_in, &carry_row})
+      v->clear();
+    in_off = xr_off = 0;
+    work = full_work = 0;
+    est.clear();
+  }
 };
 
 }  // namespace
@@ -326,6 +338,8 @@ struct IncrementalEncoder::State {
   AttentionTrack bound;  // the attention bound's buffers
   std::vector<float> wo_norm;  // per layer ‖W_o‖₂, made at the first tracked frame
   // Per-layer scratch of run(), kept from call to call (their capacity: no allocation per frame).
+  std::vector<FrameWork> frame_work;   // the last run's (Pass::fw), for their vectors' capacity
+  std::vector<int64_t> old_rows;      // gather_changed_kv: the recomputed rows that had keys and values
   std::vector<const float*> sel_src;  // per selected row, where its input is
   std::vector<double> cand_dd, cand_bb;  // per candidate: Σ (input − reference)², Σ reference²
   std::vector<float> sel_norm2;          // per selected row: its new reference's ‖·‖₂²
@@ -781,11 +795,16 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   }
   write_outputs(ps);
   keep_state(ps);
+  frame_work.swap(ps.fw);
 }
 
 // The frames' roles: which reuse the caches (gate), the head frame's rows in the previous caches.
 void IncrementalEncoder::State::frame_roles(Pass& ps, const int64_t* Ns, IncrementalResult* out) {
-  ps.fw.assign(ps.F, FrameWork{});
+  // The FrameWorks of the last run, renewed: their vectors grow once, not in every run.
+  ps.fw.swap(frame_work);
+  if (ps.fw.size() > ps.F) ps.fw.resize(ps.F);
+  for (FrameWork& w : ps.fw) w.renew();
+  ps.fw.resize(ps.F);
   for (size_t f = 0; f < ps.F; ++f) {
     FrameWork& w = ps.fw[f];
     w.in = &ps.frames[f];
@@ -1327,7 +1346,7 @@ IncrementalEncoder::State::ChangedKv IncrementalEncoder::State::gather_changed_k
   const size_t es = ps.es;
   const FrameWork& w = ps.fw[f];
   const int64_t r = int64_t(w.sel.size());
-  std::vector<int64_t> old_rows;
+  old_rows.clear();
   for (int64_t t : w.sel)
     if (!(w.remap && w.prev_t[size_t(t)] < 0)) old_rows.push_back(t);
   const int64_t ng = f == 0 && w.remap ? int64_t(ps.gone.size()) : 0;
