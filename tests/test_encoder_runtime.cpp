@@ -139,6 +139,38 @@ TEST(Runtime, ThreadCountIsPerCallNotPerModel) {
   EXPECT_EQ(one.embeddings.shape(), two.embeddings.shape());
 }
 
+// One Gemm runs two shapes in turn on buffers that move from call to call (the primitives' memory
+// objects are kept per thread and pointed at each call's buffers): every call reads its own
+// inputs, the one bias it is given or none, and writes its own output.
+TEST(Runtime, GemmCallsReadAndWriteTheirOwnBuffers) {
+  encoder_detail::Gemm gemm;
+  const encoder_detail::OmpThreadsScope team(1);
+  struct Call {
+    int64_t m, n, k;
+    bool bias;
+  };
+  const Call calls[] = {{16, 32, 8, false}, {32, 16, 24, true}};
+  for (int round = 0; round < 6; ++round)
+    for (const Call& cl : calls) {
+      // Fresh buffers each round: new addresses for the same shapes.
+      std::vector<float> a(size_t(cl.m * cl.k)), w(size_t(cl.n * cl.k)), b(size_t(cl.n)), c(size_t(cl.m * cl.n), -7.0f);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = float((i * 7 + round) % 11) - 5.0f;
+      for (size_t i = 0; i < w.size(); ++i) w[i] = float((i * 3 + 2 * round) % 13) * 0.25f - 1.5f;
+      for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 5) + float(round);
+      encoder_detail::GemmArgs g{};
+      g.a = a.data(), g.lda = cl.k, g.a_dt = DType::f32, g.w = w.data(), g.ldw = cl.k, g.w_dt = DType::f32;
+      g.c = c.data(), g.ldc = cl.n, g.c_dt = DType::f32, g.m = cl.m, g.n = cl.n, g.k = cl.k;
+      if (cl.bias) g.bias = b.data();
+      gemm.run(g);
+      for (int64_t i = 0; i < cl.m; ++i)
+        for (int64_t j = 0; j < cl.n; ++j) {
+          double want = cl.bias ? b[size_t(j)] : 0.0;
+          for (int64_t q = 0; q < cl.k; ++q) want += double(a[size_t(i * cl.k + q)]) * w[size_t(j * cl.k + q)];
+          ASSERT_NEAR(c[size_t(i * cl.n + j)], want, 1e-3) << "round " << round << " m " << cl.m << " (" << i << ", " << j << ")";
+        }
+    }
+}
+
 // A context keeps at most max_primitives oneDNN primitives (the least recently used dropped): many
 // image sizes leave it bounded, and a size whose primitives were dropped encodes to the same bytes.
 TEST(Runtime, ContextKeepsAtMostItsPrimitives) {

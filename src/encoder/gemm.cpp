@@ -31,6 +31,7 @@
 #include <omp.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -343,9 +344,20 @@ struct Gemm::State {
   std::map<std::pair<const void*, DType>, Known> known;
   bool pack_first = false;  // pack_on_first_use()
   // One scratchpad and stream per OpenMP thread number (regrown on demand).
+  // Per thread, also the memory objects and argument map of the primitives it ran last, their
+  // pointers set anew per call: a small GEMM (the video encoder runs hundreds per frame) spent
+  // as much on making and freeing five dnnl::memory objects and a hash map as on its own setup.
+  // Each holds its Entry, so an entry the cache drops meanwhile is not reused by another shape.
+  struct Bound {
+    std::shared_ptr<Entry> entry;
+    dnnl::memory a, w, c, b, sp;
+    std::unordered_map<int, dnnl::memory> args;
+  };
+  static constexpr size_t kBoundPerThread = 32;
   struct Scratch {
     std::unique_ptr<std::byte[], AlignedFree> data;
     size_t bytes = 0;
+    std::vector<Bound> bound;  // most recently used last
   };
   std::vector<Scratch> scratch;
   std::vector<std::unique_ptr<dnnl::stream>> streams;
@@ -726,28 +738,58 @@ void Gemm::run_unchecked(const GemmArgs& g) {
   }
   const dnnl::engine& eng = s_->engine;
   dnnl::stream& st = *s_->streams[tid];
-  dnnl::memory a(e->a_md, eng, const_cast<void*>(g.a));
   std::unique_lock<std::mutex> transient_lock, widen_lock;
-  dnnl::memory w;
+  // W's memory: a packed copy's own object (made per layout), or W where it lies.
+  dnnl::memory packed_w;
+  void* w_data = const_cast<void*>(g.w);
   if (use == WeightUse::packed) {
-    w = s_->packed_weights(g, *e, st);
+    packed_w = s_->packed_weights(g, *e, st);
   } else if (widened_plain) {
     widen_lock = std::unique_lock<std::mutex>(s_->widen_mutex);
-    w = dnnl::memory(e->w_md, eng, const_cast<void*>(s_->widen(g).w));
+    w_data = const_cast<void*>(s_->widen(g).w);
   } else if (use == WeightUse::transient) {
     transient_lock = std::unique_lock<std::mutex>(s_->transient_mutex);
-    w = dnnl::memory(e->w_packed_md, eng, s_->transient_buffer(e->w_packed_md.get_size()));
-    s_->copy_weights(g, *e, eng, w.get_data_handle(), st);
-  } else {
-    w = dnnl::memory(e->w_md, eng, const_cast<void*>(g.w));
+    w_data = s_->transient_buffer(e->w_packed_md.get_size());
+    s_->copy_weights(g, *e, eng, w_data, st);
   }
-  dnnl::memory c(e->c_md, eng, g.c);
-  dnnl::memory sp(dnnl::memory::desc({int64_t(e->scratch_bytes)}, dnnl::memory::data_type::u8, {1}), eng,
-                  scratch.data.get());
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, sp}};
-  if (g.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e->b_md, eng, const_cast<float*>(g.bias)));
-  e->prim.execute(st, args);
+  // This thread's memory objects for the primitive (made at its first call here).
+  std::vector<State::Bound>& bound = scratch.bound;
+  auto it = std::find_if(bound.begin(), bound.end(), [&](const State::Bound& b) { return b.entry == e; });
+  if (it == bound.end()) {
+    if (bound.size() >= State::kBoundPerThread) bound.erase(bound.begin());
+    State::Bound b;
+    b.entry = e;
+    b.a = dnnl::memory(e->a_md, eng, const_cast<void*>(g.a));
+    b.w = dnnl::memory(use == WeightUse::transient ? e->w_packed_md : e->w_md, eng, w_data);
+    b.c = dnnl::memory(e->c_md, eng, g.c);
+    b.sp = dnnl::memory(dnnl::memory::desc({int64_t(e->scratch_bytes)}, dnnl::memory::data_type::u8, {1}), eng,
+                        scratch.data.get());
+    if (g.bias) b.b = dnnl::memory(e->b_md, eng, const_cast<float*>(g.bias));
+    bound.push_back(std::move(b));
+    it = bound.end() - 1;
+  } else if (it != bound.end() - 1) {
+    std::rotate(it, it + 1, bound.end());
+    it = bound.end() - 1;
+  }
+  State::Bound& b = *it;
+  b.a.set_data_handle(const_cast<void*>(g.a));
+  b.c.set_data_handle(g.c);
+  b.sp.set_data_handle(scratch.data.get());
+  if (g.bias) b.b.set_data_handle(const_cast<float*>(g.bias));
+  dnnl::memory w = packed_w;
+  if (use != WeightUse::packed) {
+    // A transient use reads the packed layout, the others W's own: one Bound serves one of them.
+    const dnnl::memory::desc& wmd = use == WeightUse::transient ? e->w_packed_md : e->w_md;
+    if (b.w.get_desc() != wmd) b.w = dnnl::memory(wmd, eng, w_data);
+    else b.w.set_data_handle(w_data);
+    w = b.w;
+  }
+  b.args[DNNL_ARG_SRC] = b.a;
+  b.args[DNNL_ARG_WEIGHTS] = w;
+  b.args[DNNL_ARG_DST] = b.c;
+  b.args[DNNL_ARG_SCRATCHPAD] = b.sp;
+  if (g.bias) b.args[DNNL_ARG_BIAS] = b.b;
+  e->prim.execute(st, b.args);
   st.wait();
 }
 

@@ -112,6 +112,7 @@ float spectral_norm(const WeightMatrix& w) {
 struct TrackScratch {
   ScratchBuf qg, s, p, pf, o;
   std::vector<float> corr, den, mx, sums;
+  std::vector<int64_t> sums_at;  // delta_block: the kept rows (f32) whose sums are still to make
 };
 struct AttentionTrack {
   ScratchBuf kc, vc;  // the changed rows' keys and values, [heads, ncp, hd] each
@@ -245,6 +246,37 @@ bool is_identity(std::span<const int64_t> prev_row) {
   return true;
 }
 
+// Sums over the elements of a row, in order (a sequential float or double sum: its rounding
+// decides thresholds, so it is the one every build computes), for up to 4 rows at once: each
+// row's sum is the chain of additions a row at a time gives, bit for bit, and the chains of
+// different rows overlap in the CPU instead of each waiting on its own previous addition.
+// Σ (a − b)² and Σ b² in double: a token's input change against its reference.
+void change_sums(const float* const* a, const float* const* b, int rows, int64_t D, double* dd, double* bb) {
+  const float* a4[4], *b4[4];
+  for (int r = 0; r < 4; ++r) a4[r] = a[r < rows ? r : 0], b4[r] = b[r < rows ? r : 0];
+  double d0 = 0, d1 = 0, d2 = 0, d3 = 0, s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (int64_t d = 0; d < D; ++d) {
+    const double e0 = double(a4[0][d]) - b4[0][d], e1 = double(a4[1][d]) - b4[1][d];
+    const double e2 = double(a4[2][d]) - b4[2][d], e3 = double(a4[3][d]) - b4[3][d];
+    d0 += e0 * e0, s0 += double(b4[0][d]) * b4[0][d];
+    d1 += e1 * e1, s1 += double(b4[1][d]) * b4[1][d];
+    d2 += e2 * e2, s2 += double(b4[2][d]) * b4[2][d];
+    d3 += e3 * e3, s3 += double(b4[3][d]) * b4[3][d];
+  }
+  const double dv[4] = {d0, d1, d2, d3}, sv[4] = {s0, s1, s2, s3};
+  for (int r = 0; r < rows; ++r) dd[r] = dv[r], bb[r] = sv[r];
+}
+// Σ x² in float: a reference's squared norm.
+void square_sums(const float* const* x, int rows, int64_t D, float* out) {
+  const float* x4[4];
+  for (int r = 0; r < 4; ++r) x4[r] = x[r < rows ? r : 0];
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (int64_t d = 0; d < D; ++d)
+    s0 += x4[0][d] * x4[0][d], s1 += x4[1][d] * x4[1][d], s2 += x4[2][d] * x4[2][d], s3 += x4[3][d] * x4[3][d];
+  const float sv[4] = {s0, s1, s2, s3};
+  for (int r = 0; r < rows; ++r) out[r] = sv[r];
+}
+
 // One frame of a run, as the layer loop sees it.
 struct FrameWork {
   const IncrementalFrame* in = nullptr;
@@ -270,6 +302,18 @@ struct FrameWork {
   int64_t in_off = 0, xr_off = 0;
   double work = 0, full_work = 0;
   std::vector<float> est;  // [T] per token, Σ over layers of the changes left unapplied
+  // As a FrameWork{} (every field above), its vectors' capacity kept for the next run.
+  void renew() {
+    in = nullptr, res = nullptr;
+    N = T = 0;
+    have_prev = gate = remap = false;
+    for (std::vector<int64_t>* v : {&prev_t, &cand, &cand_row, &sel, &att, &att_row, &ref_before, &cur_before, &carry,
+                                    &carry_in, &carry_row})
+      v->clear();
+    in_off = xr_off = 0;
+    work = full_work = 0;
+    est.clear();
+  }
 };
 
 }  // namespace
@@ -294,7 +338,11 @@ struct IncrementalEncoder::State {
   AttentionTrack bound;  // the attention bound's buffers
   std::vector<float> wo_norm;  // per layer ‖W_o‖₂, made at the first tracked frame
   // Per-layer scratch of run(), kept from call to call (their capacity: no allocation per frame).
+  std::vector<FrameWork> frame_work;   // the last run's (Pass::fw), for their vectors' capacity
+  std::vector<int64_t> old_rows;      // gather_changed_kv: the recomputed rows that had keys and values
   std::vector<const float*> sel_src;  // per selected row, where its input is
+  std::vector<double> cand_dd, cand_bb;  // per candidate: Σ (input − reference)², Σ reference²
+  std::vector<float> sel_norm2;          // per selected row: its new reference's ‖·‖₂²
   std::vector<float> saved_norm2;     // reference norms overwritten by later frames of the group (ref_before)
   std::vector<float> saved_cur;       // current inputs overwritten by later frames (cur_before)
   std::vector<uint8_t> in_att;        // [T] the token is recomputed for its attention this frame
@@ -413,6 +461,7 @@ void IncrementalEncoder::State::delta_block(LayerCache& C, const std::vector<uin
   sc.s.ensure(size_t(mb * ncp) * 4), sc.pf.ensure(size_t(ncp) * 4), sc.p.ensure(size_t(mb * ncp) * es);
   sc.o.ensure(size_t(mb * hd) * 4);
   sc.corr.resize(size_t(mb)), sc.den.resize(size_t(mb)), sc.mx.resize(size_t(mb));
+  sc.sums_at.clear();
   // Rows past T (the last block rounded up) read the padding after C.q's last head, or the
   // next head's rows: their results are not used.
   // The changed rows at most kDeltaChunk at a time: a few GEMM shapes whatever their number.
@@ -446,13 +495,37 @@ void IncrementalEncoder::State::delta_block(LayerCache& C, const std::vector<uin
       std::fill(srow + nc, srow + ncp, -INFINITY);
       corr = softmax_step_row(srow, ncp, scale, &m, &l, pr, DType::f32);
     }
+    sc.corr[size_t(j)] = corr, sc.mx[size_t(j)] = m;
+    if (dt == DType::f32) {  // the sums below, four rows at a time
+      sc.sums_at.push_back(j);
+      continue;
+    }
     float added = 0, removed = 0;
     for (int64_t k = 0; k < n_new; ++k) added += pr[k];
     for (int64_t k = n_new; k < nc; ++k) removed += pr[k], pr[k] = -pr[k];
-    if (dt != DType::f32) to_bf16_row(pf, reinterpret_cast<uint16_t*>(prow), ncp);
+    to_bf16_row(pf, reinterpret_cast<uint16_t*>(prow), ncp);
     const float den = corr + added - removed;
-    sc.corr[size_t(j)] = corr, sc.den[size_t(j)] = den, sc.mx[size_t(j)] = m;
+    sc.den[size_t(j)] = den;
     if (!(den > 1e-3f * (corr + added + removed))) tr.bad[size_t(h * T + t)] = 1;
+  }
+  // f32: per kept row, the added and the removed columns' weights summed in order (as above),
+  // the removed ones negated; four rows' sums at once, each bit for bit its own chain.
+  for (size_t q = 0; q < sc.sums_at.size(); q += 4) {
+    const int nr = int(std::min<size_t>(4, sc.sums_at.size() - q));
+    float* p4[4];
+    for (int r = 0; r < 4; ++r) p4[r] = sc.p.as<float>() + sc.sums_at[q + size_t(r < nr ? r : 0)] * ncp;
+    float a0 = 0, a1 = 0, a2 = 0, a3 = 0, e0 = 0, e1 = 0, e2 = 0, e3 = 0;
+    for (int64_t k = 0; k < n_new; ++k) a0 += p4[0][k], a1 += p4[1][k], a2 += p4[2][k], a3 += p4[3][k];
+    for (int64_t k = n_new; k < nc; ++k) e0 += p4[0][k], e1 += p4[1][k], e2 += p4[2][k], e3 += p4[3][k];
+    const float added[4] = {a0, a1, a2, a3}, removed[4] = {e0, e1, e2, e3};
+    for (int r = 0; r < nr; ++r) {
+      const int64_t j = sc.sums_at[q + size_t(r)], t = r0 + j;
+      for (int64_t k = n_new; k < nc; ++k) p4[r][k] = -p4[r][k];
+      const float corr = sc.corr[size_t(j)];
+      const float den = corr + added[r] - removed[r];
+      sc.den[size_t(j)] = den;
+      if (!(den > 1e-3f * (corr + added[r] + removed[r]))) tr.bad[size_t(h * T + t)] = 1;
+    }
   }
   for (int64_t k0 = 0; k0 < ncp; k0 += kDeltaChunk) {
     GemmArgs pv{};
@@ -503,8 +576,13 @@ void IncrementalEncoder::State::track_frame(LayerCache& C, std::span<const int64
                                             int64_t D, int heads, DType dt, const Ops& ops) {
   const int64_t n = int64_t(sel.size()), sel_blocks = (n + 63) / 64;
   const size_t es = esize(dt);
-  // Kept-row blocks: enough tasks to share between the threads, but no smaller than 32 rows.
-  const int64_t want = std::max<int64_t>(1, (2 * ops.threads + heads - 1) / heads);
+  // Kept-row blocks: with the recomputed rows' tasks, enough tasks to give every thread two, but
+  // no smaller than 32 rows. Each block is at least two GEMM calls per head, each with a fixed
+  // cost besides its work, so the recomputed rows' tasks count towards the two per thread (on
+  // ViT-Ti, 3 heads on 2 threads: one block per head instead of two, 207 oneDNN calls per frame
+  // instead of 285 on a static clip).
+  const int64_t want =
+      std::max<int64_t>(1, (2 * ops.threads - sel_blocks * heads + heads - 1) / std::max(heads, 1));
   const int64_t kblock = round_up(std::max<int64_t>(32, (T + want - 1) / want), kRowBucket);
   const bool any_kept = std::find(keep.begin(), keep.end(), uint8_t(1)) != keep.end();
   const int64_t keep_blocks = any_kept ? (T + kblock - 1) / kblock : 0;
@@ -722,11 +800,16 @@ void IncrementalEncoder::State::run(std::span<const IncrementalFrame> frames, co
   }
   write_outputs(ps);
   keep_state(ps);
+  frame_work.swap(ps.fw);
 }
 
 // The frames' roles: which reuse the caches (gate), the head frame's rows in the previous caches.
 void IncrementalEncoder::State::frame_roles(Pass& ps, const int64_t* Ns, IncrementalResult* out) {
-  ps.fw.assign(ps.F, FrameWork{});
+  // The FrameWorks of the last run, renewed: their vectors grow once, not in every run.
+  ps.fw.swap(frame_work);
+  if (ps.fw.size() > ps.F) ps.fw.resize(ps.F);
+  for (FrameWork& w : ps.fw) w.renew();
+  ps.fw.resize(ps.F);
   for (size_t f = 0; f < ps.F; ++f) {
     FrameWork& w = ps.fw[f];
     w.in = &ps.frames[f];
@@ -993,6 +1076,28 @@ void IncrementalEncoder::State::select_rows(Pass& ps, LayerCache& C) {
     w.cur_before.clear(), w.ref_before.clear();
     if (ps.track && f > 0) w.cur_before.assign(size_t(w.T), -1), w.ref_before.assign(size_t(w.T), -1);
     w.carry.clear(), w.carry_in.clear(), w.carry_row.clear();
+    // The gated candidates' change against their references, four rows at a time (the loop
+    // below writes neither the inputs nor the references it reads).
+    cand_dd.resize(w.cand.size()), cand_bb.resize(w.cand.size());
+    {
+      const float* ra[4];
+      const float* rb[4];
+      size_t at[4];
+      int nr = 0;
+      auto flush = [&] {
+        double dd[4], bb[4];
+        change_sums(ra, rb, nr, D, dd, bb);
+        for (int r = 0; r < nr; ++r) cand_dd[at[r]] = dd[r], cand_bb[at[r]] = bb[r];
+        nr = 0;
+      };
+      for (size_t k = 0; k < w.cand.size(); ++k) {
+        const int64_t t = w.cand[k];
+        if (!w.gate || t < ps.pre || (w.remap && w.prev_t[size_t(t)] < 0)) continue;
+        ra[nr] = IN.as<float>() + w.cand_row[k] * D, rb[nr] = C.ref_in.data<float>() + t * D, at[nr] = k;
+        if (++nr == 4) flush();
+      }
+      if (nr > 0) flush();
+    }
     for (size_t k = 0; k < w.cand.size(); ++k) {
       const int64_t t = w.cand[k];
       const float* a = IN.as<float>() + w.cand_row[k] * D;
@@ -1005,12 +1110,7 @@ void IncrementalEncoder::State::select_rows(Pass& ps, LayerCache& C) {
       }
       bool s = !w.gate || t < ps.pre || (w.remap && w.prev_t[size_t(t)] < 0);
       if (!s) {
-        const float* b = C.ref_in.data<float>() + t * D;
-        double dd = 0, bb = 0;
-        for (int64_t d = 0; d < D; ++d) {
-          const double e = double(a[d]) - b[d];
-          dd += e * e, bb += double(b[d]) * b[d];
-        }
+        const double dd = cand_dd[k], bb = cand_bb[k];
         s = dd > ps.thr2 * bb;
         if (tracking && !s) C.resid[size_t(t)] = bb > 0 ? float(std::sqrt(dd / bb)) : 0.0f;
       }
@@ -1037,17 +1137,18 @@ void IncrementalEncoder::State::select_rows(Pass& ps, LayerCache& C) {
       for (size_t j = 0; j < take; ++j)
         w.sel.push_back(w.cand[size_t(order[j])]), sel_src.push_back(IN.as<float>() + w.cand_row[size_t(order[j])] * D);
     }
+    if (ps.track) {  // the new references' squared norms, four rows at a time
+      sel_norm2.resize(w.sel.size());
+      for (size_t j = 0; j < w.sel.size(); j += 4)
+        square_sums(sel_src.data() + j, int(std::min<size_t>(4, w.sel.size() - j)), D, sel_norm2.data() + j);
+    }
     for (size_t j = 0; j < w.sel.size(); ++j) {
       if (ps.track && f > 0) {
         w.ref_before[size_t(w.sel[j])] = int64_t(saved_norm2.size());
         saved_norm2.push_back(C.ref_norm2[size_t(w.sel[j])]);
       }
       std::memcpy(C.ref_in.data<float>() + w.sel[j] * D, sel_src[j], ps.rowb);
-      if (ps.track) {
-        float xx = 0;
-        for (int64_t d = 0; d < D; ++d) xx += sel_src[j][d] * sel_src[j][d];
-        C.ref_norm2[size_t(w.sel[j])] = xx;
-      }
+      if (ps.track) C.ref_norm2[size_t(w.sel[j])] = sel_norm2[j];
       std::memcpy(XR.as<float>() + (ps.rows + int64_t(j)) * D, sel_src[j], ps.rowb);
       if (ps.track) C.resid[size_t(w.sel[j])] = 0;
     }
@@ -1227,7 +1328,7 @@ IncrementalEncoder::State::ChangedKv IncrementalEncoder::State::gather_changed_k
   const size_t es = ps.es;
   const FrameWork& w = ps.fw[f];
   const int64_t r = int64_t(w.sel.size());
-  std::vector<int64_t> old_rows;
+  old_rows.clear();
   for (int64_t t : w.sel)
     if (!(w.remap && w.prev_t[size_t(t)] < 0)) old_rows.push_back(t);
   const int64_t ng = f == 0 && w.remap ? int64_t(ps.gone.size()) : 0;

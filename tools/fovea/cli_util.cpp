@@ -362,8 +362,9 @@ std::string json_text(const nlohmann::json& j) {
 int64_t warn_nonfinite(const Tensor& values, const std::string& what, const char* prefix) {
   if (values.empty() || values.dtype() != DType::f32) return 0;
   const float* v = values.data<float>();
+  const int64_t n = values.numel();  // out of line: read once, so that the loop vectorises
   int64_t bad = 0;
-  for (int64_t i = 0; i < values.numel(); ++i) bad += !std::isfinite(v[i]);
+  for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(v[i]);
   if (bad > 0 && !what.empty())
     std::fprintf(stderr,
                  "%sfovea: warning: %s: %lld of %lld values are NaN or infinite (does the checkpoint hold non-finite "
