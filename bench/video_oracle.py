@@ -28,7 +28,11 @@ scheme of this granularity spends; with the measured cost of a frame outside the
 and attention (--fixed-ms, --off-ms: from a profile of `fovea video`), it bounds the speed-up.
 Also per clip: how far the full encodes themselves move from frame to frame (the share of
 tokens whose final embedding's cosine to the frame before is below 0.99), which no reuse can
-skip.
+skip; and with --screens N, whether the tokens kept whole (own input unchanged) that need
+recomputing because the keys and values they attend to changed could be found more cheaply than
+by the attention bound's exact update: two screens (their old attention mass on the changed
+keys; a Cauchy-Schwarz bound on their update), the share of kept tokens each lets through
+against the share of the needed ones it catches.
 """
 import argparse
 import json
@@ -61,6 +65,10 @@ def parse_args():
                     help="CPU ms of a full (--reuse off) frame, to turn work into a speed-up bound")
     ap.add_argument("--gemm-ms", type=float, default=None,
                     help="of which the linear layers and attention (the part that scales with the work)")
+    ap.add_argument("--screens", type=int, default=0,
+                    help="also, over this many frames with the oracle at --screen-tau: how well two cheap screens "
+                         "find the kept tokens that need recomputing for their attention (0: skip)")
+    ap.add_argument("--screen-tau", type=float, default=0.065)
     ap.add_argument("--json", default=None)
     provenance.add_arguments(ap)
     return ap.parse_args()
@@ -214,6 +222,85 @@ def oracle_run(tower, frames, tau, slope=0.0):
     return out
 
 
+def screen_study(tower, frames, tau):
+    """The oracle at tau over the frames, and per layer and kept token (own input unchanged) two
+    cheap screens of whether the keys and values that changed moved its output: its old attention
+    mass on the changed keys (largest over the heads), and a Cauchy-Schwarz bound on its update,
+    sum over changed keys j of p_ij (|dv_j| + (e^(|q_i| |dk_j| / sqrt d) - 1)(|v_j - att_i| + |dv_j|)),
+    per head, their root sum of squares over the reference's norm. Returns (mass, bound, error)
+    arrays over every kept token of every layer and frame after the first."""
+    D, H = tower.D, tower.heads
+    hd = D // H
+    cache, rec = None, []
+    for fr in frames:
+        x = fr["x0"]
+        T = len(x)
+        if cache is None:
+            cache = []
+            for L in tower.layers:
+                q, k, v = tower.qkv(L, x).split(D, 1)
+                y = tower.finish(L, x, q, k, v)
+                cache.append([x.clone(), k, v, y - x])
+                x = y
+            continue
+        prev = fr["prev_t"]
+        old = prev >= 0
+        for li, L in enumerate(tower.layers):
+            ref, K, V, U = cache[li]
+            z = torch.zeros(T, D, dtype=torch.float64)
+            refn, Kn, Vn, Un = z.clone(), z.clone(), z.clone(), z.clone()
+            refn[old], Kn[old], Vn[old], Un[old] = ref[prev[old]], K[prev[old]], V[prev[old]], U[prev[old]]
+            q, k, v = tower.qkv(L, x).split(D, 1)
+            kept = x + Un
+            err = (tower.finish(L, x, q, k, v) - kept).norm(dim=1) / kept.norm(dim=1).clamp_min(1e-30)
+            moved = ((x - refn).norm(dim=1) > 1e-9 * refn.norm(dim=1)) | ~old
+            # What the kept tokens attended with: their reference's queries, the cached keys.
+            qh = tower.qkv(L, refn)[:, :D].reshape(T, H, hd).transpose(0, 1)
+            kh, vh = Kn.reshape(T, H, hd).transpose(0, 1), Vn.reshape(T, H, hd).transpose(0, 1)
+            p = torch.softmax(qh @ kh.transpose(1, 2) / hd ** 0.5, -1)
+            att = p @ vh
+            pc = p[:, :, moved]
+            mass = pc.sum(-1).max(0).values
+            dk = (k.reshape(T, H, hd).transpose(0, 1) - kh).norm(dim=-1)[:, moved]
+            dv = (v.reshape(T, H, hd).transpose(0, 1) - vh).norm(dim=-1)[:, moved]
+            dist = (vh[:, None, moved, :] - att[:, :, None, :]).norm(dim=-1)
+            grow = torch.exp(qh.norm(dim=-1)[:, :, None] * dk[:, None, :] / hd ** 0.5) - 1
+            b = (pc * (dv[:, None, :] + grow * (dist + dv[:, None, :]))).sum(-1)
+            bound = (b ** 2).sum(0).sqrt() / refn.norm(dim=1).clamp_min(1e-30)
+            sel = (~old) | (err > tau)
+            Kn[sel], Vn[sel] = k[sel], v[sel]
+            y = kept.clone()
+            if sel.any():
+                y[sel] = tower.finish(L, x[sel], q[sel], Kn, Vn)
+            refn[sel], Un[sel] = x[sel], y[sel] - x[sel]
+            cache[li] = [refn, Kn, Vn, Un]
+            keep = old & ~moved
+            rec.append(torch.stack([mass[keep], bound[keep], err[keep]], 1))
+            x = y
+    r = torch.cat(rec).numpy()
+    return r[:, 0], r[:, 1], r[:, 2]
+
+
+def screens_report(tower, frames, tau):
+    """Per screen and threshold: the share of kept tokens it lets through, and of those that need
+    recomputing (error > tau) the share it catches."""
+    mass, bound, err = screen_study(tower, frames, tau)
+    need = err > tau
+    out = {"kept_tokens": int(len(err)), "need_share": float(need.mean()), "screens": []}
+    print(f"  screens ({len(frames)} frames, tau {tau:g}): {100 * need.mean():.1f}% of {len(err)} kept tokens need "
+          f"recomputing for their attention", flush=True)
+    for screen, val, mus in (("attention mass on changed keys", mass, (0.01, 0.02, 0.05, 0.1, 0.2)),
+                             ("Cauchy-Schwarz bound", bound, (0.02, 0.05, 0.12, 0.3))):
+        for mu in mus:
+            through = val > mu
+            caught = float((through & need).sum() / max(need.sum(), 1))
+            out["screens"].append({"screen": screen, "threshold": mu, "through": float(through.mean()),
+                                   "caught": caught})
+            print(f"    {screen} > {mu:g}: lets {100 * through.mean():.1f}% through, catches {100 * caught:.1f}%",
+                  flush=True)
+    return out
+
+
 def load_frames(tower, clip, a):
     r = fovea.VideoReader(clip)
     W, H = r.info["width"], r.info["height"]
@@ -279,6 +366,8 @@ def main():
             print(f"  tau {tau:<6g} slope {slope:<5g} work {work:.3f}  cosine mean {mean:.4f} worst frame {worst:.4f} "
                   f"worst token {worst_tok:.3f}" + (f"  speed-up <= {row['speedup_bound']:.2f}x"
                                                     if "speedup_bound" in row else ""), flush=True)
+        if a.screens > 0:
+            entry["screens"] = screens_report(tower, frames[:a.screens], a.screen_tau)
         result["clips"].append(entry)
     if a.json:
         json.dump(result, open(a.json, "w"), indent=1)
