@@ -25,7 +25,7 @@ oracle's selection itself is free, so a real scheme pays more), and the fidelity
 encoded in full; the mean over frames after the first, and the worst frame). The smallest work
 that holds mean >= 0.99 and worst frame >= 0.98 is a lower bound on what any keep-or-recompute
 scheme of this granularity spends; with the measured cost of a frame outside the linear layers
-and attention (--fixed-ms, --off-ms: from a profile of `fovea video`), it bounds the speed-up.
+and attention (--off-ms, --gemm-ms: from a profile of `fovea video`), it bounds the speed-up.
 Also per clip: how far the full encodes themselves move from frame to frame (the share of
 tokens whose final embedding's cosine to the frame before is below 0.99), which no reuse can
 skip; and with --screens N, whether the tokens kept whole (own input unchanged) that need
@@ -304,8 +304,11 @@ def screens_report(tower, frames, tau):
 def load_frames(tower, clip, a):
     r = fovea.VideoReader(clip)
     W, H = r.info["width"], r.info["height"]
+    # The checkpoint's own normalisation (preprocessor_config.json beside it; HF ViT's 0.5 else).
+    pp = os.path.join(os.path.dirname(a.model), "preprocessor_config.json")
+    cfg = json.load(open(pp)) if os.path.exists(pp) else {}
     res = fovea.video(clip, None, a.budget, [(0.8 * W, 0.2 * H)], max_frames=a.frames,
-                      mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])
+                      mean=cfg.get("image_mean", [0.5] * 3), std=cfg.get("image_std", [0.5] * 3))
     frames = []
     for f in res:
         x0 = tower.embed(f.patches, f.positions, W, H)
