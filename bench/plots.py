@@ -45,6 +45,16 @@ def results(bench):
     return out
 
 
+
+def save_figure(fig, out, name):
+    """Lays the figure out, writes it as out/name (110 dpi) and closes it; returns the path."""
+    import matplotlib.pyplot as plt
+    fig.tight_layout()
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
 def budget_of(doc):
     o = doc.get("extra", {}).get("original", doc.get("extra", {}))
     return o.get("budget") if isinstance(o, dict) else None
@@ -99,11 +109,7 @@ def plot_budget(out):
                  f"each tokenization against the budget (bench/results/fidelity, commits {', '.join(commits)}; "
                  f"the OCR panel's squares: bench/results/eval)",
                  fontsize=10)
-    fig.tight_layout()
-    path = os.path.join(out, "budget-ocr-fidelity.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out, "budget-ocr-fidelity.png")
 
 
 def per_frame_runs(doc):
@@ -190,11 +196,7 @@ def plot_video(out):
         a.legend(fontsize=6.5)
     fig.suptitle("Video: time per frame, incremental against a full foveated re-encode "
                  "(bench/results/video and video-real, the latest run per CPU class)", fontsize=10)
-    fig.tight_layout()
-    path = os.path.join(out, "video-time-per-frame.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out, "video-time-per-frame.png")
 
 
 def plot_video_towers(out):
@@ -250,11 +252,7 @@ def plot_video_towers(out):
     ax[1].set_ylabel("cosine to a full encode (--check)")
     fig.suptitle(f"Video reuse, default settings, per tower ({os.path.relpath(p, ROOT)}; "
                  f"{d['machine']['cpu_model']}, {d['threads']} threads, load {d['load_average'][0]})", fontsize=9)
-    fig.tight_layout()
-    path = os.path.join(out, "video-towers.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out, "video-towers.png")
 
 
 def plot_video_oracle(out):
@@ -309,11 +307,7 @@ def plot_video_oracle(out):
     src = os.path.relpath(p, ROOT) + (f"; defaults: {os.path.relpath(ref[0], ROOT)}" if ref else "")
     fig.suptitle(f"Token reuse on {os.path.basename(os.path.dirname(model)) or model}: an oracle against the "
                  f"defaults\n({src})", fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out, "video-oracle.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out, "video-oracle.png")
 
 
 def main(argv=None):

@@ -172,51 +172,64 @@ def cosines(a, b):
     return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(1e-30)
 
 
-def oracle_run(tower, frames, tau, slope=0.0):
-    """The keep-or-recompute oracle over the frames: per frame (work, mean cosine, worst token)."""
+def oracle_pass(tower, frames, taus, look=None):
+    """The keep-or-recompute oracle over the frames (taus: a threshold per layer). For every frame
+    after the first (computed in full) yields its last hidden state and, per layer, the rows it
+    recomputed and the rows whose own input moved. look(L, x, ref, K, V, q, k, v, err, moved, old),
+    when given, sees each layer's state before the selection: the layer's inputs, the kept rows'
+    references, keys and values, the fresh q|k|v, each kept output's error, the rows that moved."""
     D = tower.D
-    nl = len(tower.layers)
-    taus = [tau * (1 + slope * (2 * li / max(nl - 1, 1) - 1)) for li in range(nl)]
     cache = None  # per layer: (input the row was computed from, K, V, update), rows of the frame before
-    out = []
-    for f, fr in enumerate(frames):
+    for fr in frames:
         x = fr["x0"]
         T = len(x)
-        full_work = len(tower.layers) * (T * tower.per_token + 2 * T * T * D)
-        if cache is None:  # the first frame: computed in full
+        if cache is None:
             cache = []
             for L in tower.layers:
                 q, k, v = tower.qkv(L, x).split(D, 1)
                 y = tower.finish(L, x, q, k, v)
                 cache.append([x.clone(), k, v, y - x])
                 x = y
-            out.append((1.0, 1.0, 1.0))
             continue
         prev = fr["prev_t"]  # [T]: row of the frame before, -1 new
         old = prev >= 0
-        work = 0.0
+        layers = []
         for li, L in enumerate(tower.layers):
-            ref, K, V, U = cache[li]
-            ref_n = torch.zeros(T, D, dtype=torch.float64)
-            Kn, Vn, Un = ref_n.clone(), ref_n.clone(), ref_n.clone()
-            ref_n[old], Kn[old], Vn[old], Un[old] = ref[prev[old]], K[prev[old]], V[prev[old]], U[prev[old]]
+            z = torch.zeros(T, D, dtype=torch.float64)
+            ref, K, V, U = z.clone(), z.clone(), z.clone(), z.clone()
+            ref[old], K[old], V[old], U[old] = (c[prev[old]] for c in cache[li])
             q, k, v = tower.qkv(L, x).split(D, 1)
-            y_true = tower.finish(L, x, q, k, v)  # every row recomputed (the oracle's view)
-            kept = x + Un
-            err = (y_true - kept).norm(dim=1) / kept.norm(dim=1).clamp_min(1e-30)
+            kept = x + U
+            # Every row recomputed (the oracle's view) against its kept output.
+            err = (tower.finish(L, x, q, k, v) - kept).norm(dim=1) / kept.norm(dim=1).clamp_min(1e-30)
+            moved = ((x - ref).norm(dim=1) > 1e-9 * ref.norm(dim=1)) | ~old
+            if look:
+                look(L, x, ref, K, V, q, k, v, err, moved, old)
             sel = (~old) | (err > taus[li])
             # The recomputed rows' keys and values replace theirs; the kept rows' stay as computed.
-            Kn[sel], Vn[sel] = k[sel], v[sel]
+            K[sel], V[sel] = k[sel], v[sel]
             y = kept.clone()
             if sel.any():
-                y[sel] = tower.finish(L, x[sel], q[sel], Kn, Vn)
-            moved = ((x - ref_n).norm(dim=1) > 1e-9 * ref_n.norm(dim=1)) | ~old
-            ref_n[sel], Un[sel] = x[sel], y[sel] - x[sel]
-            n_in = int((sel & moved).sum())
-            n_att = int((sel & ~moved).sum())
-            work += n_in * tower.per_token + n_att * tower.per_token_att + (n_in + n_att) * 2 * T * D
-            cache[li] = [ref_n, Kn, Vn, Un]
+                y[sel] = tower.finish(L, x[sel], q[sel], K, V)
+            ref[sel], U[sel] = x[sel], y[sel] - x[sel]
+            cache[li] = [ref, K, V, U]
+            layers.append((sel, moved))
             x = y
+        yield x, layers
+
+
+def oracle_run(tower, frames, tau, slope=0.0):
+    """The keep-or-recompute oracle over the frames: per frame (work, mean cosine, worst token)."""
+    D, nl = tower.D, len(tower.layers)
+    taus = [tau * (1 + slope * (2 * li / max(nl - 1, 1) - 1)) for li in range(nl)]
+    out = [(1.0, 1.0, 1.0)]  # the first frame: computed in full
+    for fr, (x, layers) in zip(frames[1:], oracle_pass(tower, frames, taus)):
+        T = len(x)
+        work = 0.0
+        for sel, moved in layers:
+            n_in, n_att = int((sel & moved).sum()), int((sel & ~moved).sum())
+            work += n_in * tower.per_token + n_att * tower.per_token_att + (n_in + n_att) * 2 * T * D
+        full_work = nl * (T * tower.per_token + 2 * T * T * D)
         c = cosines(tower.ln(x, tower.post), fr["full"])
         out.append((work / full_work, float(c.mean()), float(c.min())))
     return out
@@ -231,52 +244,28 @@ def screen_study(tower, frames, tau):
     arrays over every kept token of every layer and frame after the first."""
     D, H = tower.D, tower.heads
     hd = D // H
-    cache, rec = None, []
-    for fr in frames:
-        x = fr["x0"]
+    rec = []
+
+    def look(L, x, ref, K, V, q, k, v, err, moved, old):
         T = len(x)
-        if cache is None:
-            cache = []
-            for L in tower.layers:
-                q, k, v = tower.qkv(L, x).split(D, 1)
-                y = tower.finish(L, x, q, k, v)
-                cache.append([x.clone(), k, v, y - x])
-                x = y
-            continue
-        prev = fr["prev_t"]
-        old = prev >= 0
-        for li, L in enumerate(tower.layers):
-            ref, K, V, U = cache[li]
-            z = torch.zeros(T, D, dtype=torch.float64)
-            refn, Kn, Vn, Un = z.clone(), z.clone(), z.clone(), z.clone()
-            refn[old], Kn[old], Vn[old], Un[old] = ref[prev[old]], K[prev[old]], V[prev[old]], U[prev[old]]
-            q, k, v = tower.qkv(L, x).split(D, 1)
-            kept = x + Un
-            err = (tower.finish(L, x, q, k, v) - kept).norm(dim=1) / kept.norm(dim=1).clamp_min(1e-30)
-            moved = ((x - refn).norm(dim=1) > 1e-9 * refn.norm(dim=1)) | ~old
-            # What the kept tokens attended with: their reference's queries, the cached keys.
-            qh = tower.qkv(L, refn)[:, :D].reshape(T, H, hd).transpose(0, 1)
-            kh, vh = Kn.reshape(T, H, hd).transpose(0, 1), Vn.reshape(T, H, hd).transpose(0, 1)
-            p = torch.softmax(qh @ kh.transpose(1, 2) / hd ** 0.5, -1)
-            att = p @ vh
-            pc = p[:, :, moved]
-            mass = pc.sum(-1).max(0).values
-            dk = (k.reshape(T, H, hd).transpose(0, 1) - kh).norm(dim=-1)[:, moved]
-            dv = (v.reshape(T, H, hd).transpose(0, 1) - vh).norm(dim=-1)[:, moved]
-            dist = (vh[:, None, moved, :] - att[:, :, None, :]).norm(dim=-1)
-            grow = torch.exp(qh.norm(dim=-1)[:, :, None] * dk[:, None, :] / hd ** 0.5) - 1
-            b = (pc * (dv[:, None, :] + grow * (dist + dv[:, None, :]))).sum(-1)
-            bound = (b ** 2).sum(0).sqrt() / refn.norm(dim=1).clamp_min(1e-30)
-            sel = (~old) | (err > tau)
-            Kn[sel], Vn[sel] = k[sel], v[sel]
-            y = kept.clone()
-            if sel.any():
-                y[sel] = tower.finish(L, x[sel], q[sel], Kn, Vn)
-            refn[sel], Un[sel] = x[sel], y[sel] - x[sel]
-            cache[li] = [refn, Kn, Vn, Un]
-            keep = old & ~moved
-            rec.append(torch.stack([mass[keep], bound[keep], err[keep]], 1))
-            x = y
+        # What the kept tokens attended with: their reference's queries, the cached keys.
+        qh = tower.qkv(L, ref)[:, :D].reshape(T, H, hd).transpose(0, 1)
+        kh, vh = K.reshape(T, H, hd).transpose(0, 1), V.reshape(T, H, hd).transpose(0, 1)
+        p = torch.softmax(qh @ kh.transpose(1, 2) / hd ** 0.5, -1)
+        att = p @ vh
+        pc = p[:, :, moved]
+        mass = pc.sum(-1).max(0).values
+        dk = (k.reshape(T, H, hd).transpose(0, 1) - kh).norm(dim=-1)[:, moved]
+        dv = (v.reshape(T, H, hd).transpose(0, 1) - vh).norm(dim=-1)[:, moved]
+        dist = (vh[:, None, moved, :] - att[:, :, None, :]).norm(dim=-1)
+        grow = torch.exp(qh.norm(dim=-1)[:, :, None] * dk[:, None, :] / hd ** 0.5) - 1
+        b = (pc * (dv[:, None, :] + grow * (dist + dv[:, None, :]))).sum(-1)
+        bound = (b ** 2).sum(0).sqrt() / ref.norm(dim=1).clamp_min(1e-30)
+        keep = old & ~moved
+        rec.append(torch.stack([mass[keep], bound[keep], err[keep]], 1))
+
+    for _ in oracle_pass(tower, frames, [tau] * len(tower.layers), look):
+        pass
     r = torch.cat(rec).numpy()
     return r[:, 0], r[:, 1], r[:, 2]
 
